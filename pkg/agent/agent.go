@@ -1,0 +1,100 @@
+// Package agent is the agentbus SDK: it is how an agent author writes handlers and runs them.
+//
+// An Agent has a name, the workflow types it runs, and handlers registered by method name, the
+// way an http.ServeMux has handlers registered by pattern. A webhook handler receives the call's
+// query parameters and raw body and returns the Response the HTTP caller gets:
+//
+//	a := agent.New("Greeter")
+//	a.WebhookFunc("hello", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+//		return agent.Text(http.StatusOK, "hello "+r.Params["name"])
+//	})
+//
+// A Host runs agents against NATS: it pulls requests from the agentbus inbox, keeps each workflow
+// instance's record and state in JetStream, calls the handlers and publishes their replies. A
+// program that imports this package and calls Host.Run is a workflow host; ingress needs no
+// change to reach its agents.
+//
+// Handlers of one conversation (workflow instance and participant) are called one at a time, in
+// arrival order; different conversations run concurrently, also on the same instance. Delivery
+// is at least once: a host that crashes after a handler ran but before the request was
+// acknowledged runs it again elsewhere.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/registry"
+)
+
+// Agent is a named set of handlers. Register handlers before the Host runs; an Agent is not
+// safe for concurrent registration.
+type Agent struct {
+	name          string
+	workflowTypes []string
+	webhooks      map[string]WebhookHandler
+	onStart       func(ctx context.Context, inst *Instance) error
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WorkflowTypes sets the workflow types the agent runs. The default is "Supervisor Workflow".
+func WorkflowTypes(types ...string) Option {
+	return func(a *Agent) { a.workflowTypes = slices.Clone(types) }
+}
+
+// OnStart sets a hook called once when a new run of an instance starts (update-with-start),
+// before the handler of the message that started it. It may set the initial state.
+func OnStart(fn func(ctx context.Context, inst *Instance) error) Option {
+	return func(a *Agent) { a.onStart = fn }
+}
+
+// New returns an agent. It panics on an invalid name, as http.ServeMux panics on a bad pattern:
+// both are programming errors.
+func New(name string, opts ...Option) *Agent {
+	if err := ident.ValidName(name); err != nil {
+		panic(fmt.Sprintf("agent: name %q %v", name, err))
+	}
+	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler)}
+	for _, o := range opts {
+		o(a)
+	}
+	for _, t := range a.workflowTypes {
+		if err := ident.ValidName(t); err != nil {
+			panic(fmt.Sprintf("agent %s: workflow type %q %v", name, t, err))
+		}
+	}
+	return a
+}
+
+// Name returns the agent's name.
+func (a *Agent) Name() string { return a.name }
+
+// Webhook registers the handler of a webhook method. Method names are matched exactly.
+// It panics if the method is registered already or the name is empty.
+func (a *Agent) Webhook(method string, h WebhookHandler) {
+	if method == "" || h == nil {
+		panic("agent: Webhook needs a method name and a handler")
+	}
+	if _, dup := a.webhooks[method]; dup {
+		panic(fmt.Sprintf("agent %s: webhook %q registered twice", a.name, method))
+	}
+	a.webhooks[method] = h
+}
+
+// WebhookFunc registers a function as the handler of a webhook method.
+func (a *Agent) WebhookFunc(method string, f func(ctx context.Context, r *WebhookRequest) Response) {
+	a.Webhook(method, WebhookFunc(f))
+}
+
+func (a *Agent) registration() registry.Agent {
+	reg := registry.Agent{Name: a.name, WorkflowTypes: slices.Clone(a.workflowTypes)}
+	for m := range a.webhooks {
+		reg.Webhooks = append(reg.Webhooks, m)
+	}
+	slices.Sort(reg.Webhooks)
+	return reg
+}

@@ -1,0 +1,74 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// ErrBlobCorrupt means the bytes read back for a claim check do not match its size or hash.
+var ErrBlobCorrupt = errors.New("blob does not match its reference")
+
+// envelopeHeadroom is kept free below the NATS max payload for headers and envelope fields.
+const envelopeHeadroom = 64 << 10
+
+// Blobs keeps payloads that do not fit in one NATS message in the object store and hands out
+// references to them (the claim-check pattern).
+type Blobs struct {
+	store jetstream.ObjectStore
+	// inline is the largest payload sent inside a message.
+	inline int
+}
+
+// NewBlobs returns Blobs that inline payloads up to maxPayload minus room for the envelope.
+func NewBlobs(store jetstream.ObjectStore, maxPayload int64) *Blobs {
+	inline := int(maxPayload) - envelopeHeadroom
+	if inline < 0 {
+		inline = 0
+	}
+	return &Blobs{store: store, inline: inline}
+}
+
+// Fits reports whether n bytes can travel inside a message.
+func (b *Blobs) Fits(n int) bool { return n <= b.inline }
+
+// Put stores data under name and returns its reference.
+func (b *Blobs) Put(ctx context.Context, name string, data []byte) (*agentbusv1.BlobRef, error) {
+	sum := sha256.Sum256(data)
+	if _, err := b.store.Put(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("storing blob %s: %w", name, err)
+	}
+	return &agentbusv1.BlobRef{Name: name, Size: int64(len(data)), Sha256: hex.EncodeToString(sum[:])}, nil
+}
+
+// Get reads the bytes a reference points at and checks them against it.
+func (b *Blobs) Get(ctx context.Context, ref *agentbusv1.BlobRef) ([]byte, error) {
+	data, err := b.store.GetBytes(ctx, ref.GetName())
+	if err != nil {
+		return nil, fmt.Errorf("reading blob %s: %w", ref.GetName(), err)
+	}
+	sum := sha256.Sum256(data)
+	if int64(len(data)) != ref.GetSize() || hex.EncodeToString(sum[:]) != ref.GetSha256() {
+		return nil, fmt.Errorf("reading blob %s: %w", ref.GetName(), ErrBlobCorrupt)
+	}
+	return data, nil
+}
+
+// Delete removes a blob that is no longer needed. A missing blob is not an error.
+func (b *Blobs) Delete(ctx context.Context, ref *agentbusv1.BlobRef) error {
+	if ref == nil {
+		return nil
+	}
+	err := b.store.Delete(ctx, ref.GetName())
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("deleting blob %s: %w", ref.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,160 @@
+// Package bus sets up and uses agentbus's JetStream resources: it declares the streams, buckets
+// and object store, moves payloads too large for one NATS message through the object store
+// (claim check), and routes synchronous replies to the ingress requests waiting for them.
+//
+// It does not know HTTP or agents; ingress and the workflow host build on it.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Config sizes the bus resources. The zero value is a single-node setup with the defaults of
+// DESIGN §7.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for one server, 3 for a production cluster.
+	// Zero means 1.
+	Replicas int
+	// Partitions of the inbox. Zero means 32. Changing it on an existing stream re-maps only new
+	// requests; drain the inbox first.
+	Partitions int
+	// DedupeWindow is how long a requestId is remembered for idempotency. Zero means 10 minutes.
+	DedupeWindow time.Duration
+	// InboxMaxAge bounds how long an unprocessed request is kept. Zero means 7 days.
+	InboxMaxAge time.Duration
+}
+
+// Defaults for Config's zero values.
+const (
+	DefaultPartitions   = 32
+	DefaultDedupeWindow = 10 * time.Minute
+	DefaultInboxMaxAge  = 7 * 24 * time.Hour
+	// HostTTL is how long a host heartbeat stays in the hosts bucket.
+	HostTTL = 30 * time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
+	if c.InboxMaxAge == 0 {
+		c.InboxMaxAge = DefaultInboxMaxAge
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("replicas %d: want 1 to 5", c.Replicas)
+	}
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		return fmt.Errorf("partitions %d: want 1 to 1024", c.Partitions)
+	}
+	if c.DedupeWindow < time.Second {
+		return errors.New("dedupe window must be at least 1s")
+	}
+	return nil
+}
+
+// Partitions returns the configured partition count (with its default applied).
+func (c Config) PartitionCount() int { return c.withDefaults().Partitions }
+
+// Resources are the handles to agentbus's JetStream resources.
+type Resources struct {
+	JS        jetstream.JetStream
+	Inbox     jetstream.Stream
+	Keys      jetstream.KeyValue
+	Tenants   jetstream.KeyValue
+	Instances jetstream.KeyValue
+	Registry  jetstream.KeyValue
+	Hosts     jetstream.KeyValue
+	Results   jetstream.KeyValue
+	Files     jetstream.ObjectStore
+	Claims    jetstream.ObjectStore
+	Config    Config
+}
+
+// Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
+// service can start first. It is idempotent.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	r := &Resources{JS: js, Config: cfg}
+	src, dst := subject.InboxTransform(cfg.Partitions)
+	var err error
+	r.Inbox, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:             subject.InboxStream,
+		Description:      "agentbus requests waiting for a workflow host",
+		Subjects:         []string{subject.InboxSubjects()},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
+		Retention:        jetstream.WorkQueuePolicy,
+		Storage:          jetstream.FileStorage,
+		Replicas:         cfg.Replicas,
+		Duplicates:       cfg.DedupeWindow,
+		MaxAge:           cfg.InboxMaxAge,
+		Discard:          jetstream.DiscardNew,
+		AllowDirect:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)
+	}
+	kvs := []struct {
+		dst *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&r.Keys, jetstream.KeyValueConfig{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5}},
+		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}},
+		{&r.Instances, jetstream.KeyValueConfig{Bucket: subject.InstancesBucket, Description: "workflow instances and agent state"}},
+		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}},
+		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}},
+		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}},
+	}
+	for _, kv := range kvs {
+		c := kv.cfg
+		c.Replicas = cfg.Replicas
+		if c.Storage == 0 {
+			c.Storage = jetstream.FileStorage
+		}
+		if *kv.dst, err = js.CreateOrUpdateKeyValue(ctx, c); err != nil {
+			return nil, fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
+		}
+	}
+	r.Files, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      subject.FilesStore,
+		Description: "files and payloads too large for one message",
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating object store %s: %w", subject.FilesStore, err)
+	}
+	r.Claims, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      subject.ClaimsStore,
+		Description: "request bodies and replies too large for one message",
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		// A request's claim lives as long as the request may wait in the inbox.
+		TTL: cfg.InboxMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating object store %s: %w", subject.ClaimsStore, err)
+	}
+	return r, nil
+}

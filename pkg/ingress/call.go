@@ -1,0 +1,150 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// errTimeout means the request was accepted but its reply did not come in time.
+var errTimeout = errors.New("timed out waiting for the handler")
+
+// errClientGone means the HTTP caller went away while waiting.
+var errClientGone = errors.New("client went away")
+
+// call publishes req durably and waits up to timeout for its reply. Once the publish is
+// acknowledged the request is the bus's: it is processed even if the wait ends.
+func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
+	req.CreatedAtMs = time.Now().UnixMilli()
+	// The request must reach the bus even if the caller goes away while it is being sent.
+	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if !s.claims.Fits(len(req.Body)) {
+		ref, err := s.claims.Put(pubCtx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), req.Body)
+		if err != nil {
+			return nil, fmt.Errorf("storing request body: %w", err)
+		}
+		req.Body, req.BodyRef = nil, ref
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding request: %w", err)
+	}
+	waiter := s.replies.Wait()
+	defer waiter.Done()
+	msg := &nats.Msg{
+		Subject: subject.Inbox(req.TenantId, req.WorkflowId, req.ParticipantId),
+		Data:    data,
+		Header:  nats.Header{},
+	}
+	msg.Header.Set(subject.HeaderReplyTo, waiter.Subject)
+	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
+	ack, err := s.js.PublishMsg(pubCtx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("publishing request: %w", err)
+	}
+
+	wctx, wcancel := context.WithTimeout(ctx, timeout)
+	defer wcancel()
+	var rep *agentbusv1.Reply
+	if ack.Duplicate {
+		// The same requestId was accepted before: answer with that request's result.
+		rep, err = s.awaitResult(wctx, req.TenantId, req.RequestId)
+	} else {
+		rep, err = waiter.Receive(wctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errClientGone
+		}
+		return nil, errTimeout
+	}
+	if ref := rep.GetContentRef(); ref != nil {
+		content, err := s.claims.Get(pubCtx, ref)
+		if err != nil {
+			return nil, fmt.Errorf("reading large reply: %w", err)
+		}
+		rep.Content, rep.ContentRef = content, nil
+		if !req.KeepResult {
+			_ = s.claims.Delete(pubCtx, ref)
+		}
+	}
+	return rep, nil
+}
+
+// awaitResult waits for the cached result of an earlier request with the same requestId.
+func (s *Server) awaitResult(ctx context.Context, tenant, requestID string) (*agentbusv1.Reply, error) {
+	w, err := s.res.Results.Watch(ctx, subject.ResultKey(tenant, requestID))
+	if err != nil {
+		return nil, fmt.Errorf("watching result: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("result watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			rep := new(agentbusv1.Reply)
+			if err := proto.Unmarshal(e.Value(), rep); err != nil {
+				return nil, fmt.Errorf("decoding cached result: %w", err)
+			}
+			return rep, nil
+		}
+	}
+}
+
+// writeCallError answers a request whose call failed.
+func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, err error) {
+	p := problem.Problem{RequestID: req.RequestId}
+	switch {
+	case errors.Is(err, errTimeout):
+		p.Status, p.Slug = http.StatusGatewayTimeout, "handler-timeout"
+		p.Detail = "the handler did not answer in time; the request was accepted and will still be processed"
+	case errors.Is(err, errClientGone):
+		// Nobody reads this answer; 499-like, but keep to registered codes.
+		p.Status, p.Slug, p.Detail = http.StatusServiceUnavailable, "client-gone", "the client went away"
+	default:
+		s.log.Error("request failed", "requestId", req.RequestId, "path", r.URL.Path, "err", err)
+		p.Status, p.Slug, p.Detail, p.RetryAfter = http.StatusServiceUnavailable, "bus-unavailable", "the request could not be accepted; try again", 1
+	}
+	problem.Write(w, p)
+}
+
+// writeReply sends a handler's reply as the HTTP answer.
+func (s *Server) writeReply(w http.ResponseWriter, rep *agentbusv1.Reply) {
+	status := int(rep.GetStatusCode())
+	if rep.GetError() != "" {
+		problem.Write(w, problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()})
+		return
+	}
+	if status < 200 || status > 599 {
+		s.log.Warn("handler chose an invalid status", "status", status, "requestId", rep.GetRequestId())
+		problem.Write(w, problem.Problem{Status: http.StatusBadGateway, Slug: "invalid-handler-status",
+			Detail: "the handler answered with an invalid status code", RequestID: rep.GetRequestId()})
+		return
+	}
+	ct := rep.GetContentType()
+	if ct == "" {
+		ct = "application/json"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.WriteHeader(status)
+	_, _ = w.Write(rep.GetContent())
+}

@@ -1,0 +1,181 @@
+// Package ingress is agentbus's HTTP API: it authenticates callers, validates what they send,
+// publishes requests to the inbox and, for synchronous endpoints, waits for the workflow host's
+// reply and answers with it.
+//
+// It keeps no state of its own beyond caches fed by NATS watches, so any number of ingress
+// instances can run side by side. services/ingress and services/standalone serve its Handler.
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/registry"
+)
+
+// Config configures the ingress. Zero values mean the documented defaults.
+type Config struct {
+	// Conn is the NATS connection. Required. The Server does not close it.
+	Conn *nats.Conn
+	// Bus sizes the streams and buckets, created if missing.
+	Bus bus.Config
+	// AdminKey, when set, is a system-admin key valid for every tenant.
+	AdminKey string
+	// WebhookTimeout bounds how long a webhook call waits for its handler. Default 30s.
+	WebhookTimeout time.Duration
+	// MaxBodyBytes bounds request bodies. Default 32 MiB.
+	MaxBodyBytes int64
+	// InstanceID names this ingress instance in reply subjects. Default: a random id.
+	InstanceID string
+	// Logger receives the ingress's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultWebhookTimeout = 30 * time.Second
+	DefaultMaxBodyBytes   = 32 << 20
+)
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.Conn == nil {
+		return errors.New("ingress: Conn is required")
+	}
+	if c.WebhookTimeout < 0 || c.MaxBodyBytes < 0 {
+		return errors.New("ingress: negative timeout or body limit")
+	}
+	if c.AdminKey != "" && len(c.AdminKey) < 16 {
+		return errors.New("ingress: admin key must be at least 16 characters")
+	}
+	return c.Bus.Validate()
+}
+
+func (c Config) withDefaults() Config {
+	if c.WebhookTimeout == 0 {
+		c.WebhookTimeout = DefaultWebhookTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = uuid.NewString()[:8]
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	js      jetstream.JetStream
+	res     *bus.Resources
+	auth    *keys.Authenticator
+	keys    *keys.Store
+	dir     *registry.Directory
+	replies *bus.Replies
+	claims  *bus.Blobs
+	handler http.Handler
+}
+
+// New connects the ingress to the bus: it creates missing resources and loads keys and the
+// registry. Close releases what it opened.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, log: cfg.Logger.With("ingress", cfg.InstanceID)}
+	var err error
+	if s.js, err = jetstream.New(cfg.Conn); err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	if s.res, err = bus.Ensure(ctx, s.js, cfg.Bus); err != nil {
+		return nil, err
+	}
+	s.keys = keys.NewStore(s.res.Keys, s.res.Tenants)
+	s.claims = bus.NewBlobs(s.res.Claims, cfg.Conn.MaxPayload())
+	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
+		return nil, err
+	}
+	if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
+		_ = s.auth.Close()
+		return nil, err
+	}
+	if s.replies, err = bus.NewReplies(cfg.Conn, cfg.InstanceID, s.log); err != nil {
+		_ = s.auth.Close()
+		_ = s.dir.Close()
+		return nil, err
+	}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// AgentLive reports whether this ingress sees a live workflow host running the agent, as a
+// webhook call to it would; readiness checks and tests use it.
+func (s *Server) AgentLive(name string) bool { return s.dir.Live(name) }
+
+// Close stops the watches and the reply subscription.
+func (s *Server) Close() error {
+	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
+}
+
+func (s *Server) routes() http.Handler {
+	r := mux.NewRouter()
+	// Keep %2F inside a path segment: a workflow id may be URL-encoded with any character.
+	r.UseEncodedPath()
+	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
+	r.HandleFunc("/api/user/webhooks/{workflow}/{method}", s.webhook).Methods(http.MethodPost)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint does not take " + r.Method})
+	})
+	return recoverer(s.log, r)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if s.cfg.Conn.Status() != nats.CONNECTED {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"nats disconnected"}`))
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"ok"}`))
+}
+
+// recoverer turns a panic in a handler into a 500 problem and logs it; the client sees no
+// internals.
+func recoverer(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				log.Error("handler panicked", "path", r.URL.Path, "panic", p)
+				problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,182 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/gorilla/mux"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// webhookParticipant is the participant of a webhook call that names none, so that webhooks to
+// one instance are handled one at a time, in arrival order.
+const webhookParticipant = "webhook"
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 200
+
+// webhook serves POST /api/user/webhooks/{workflow}/{method}?apikey=…[&tenantId=…][&name=value…]
+// (spec 4.3): the caller receives the handler's own status, content and content type.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	requestID := r.Header.Get("Idempotency-Key")
+	keep := requestID != ""
+	if !keep {
+		requestID = uuid.NewString()
+	}
+	w.Header().Set("X-Request-Id", requestID)
+	fail := func(status int, slug, detail string) {
+		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
+	}
+
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-query", "the query string is not valid URL encoding")
+		return
+	}
+	key, err := s.auth.Authenticate(query.Get("apikey"))
+	if err != nil {
+		fail(http.StatusUnauthorized, "unauthorized", authDetail(err, "the apikey query parameter"))
+		return
+	}
+	tenant := key.Tenant
+	_, tenantGiven := query["tenantId"]
+	switch {
+	case key.Role == keys.RoleSystemAdmin:
+		// A system key serves every tenant; the call must say which.
+		tenant = query.Get("tenantId")
+		if !ident.ValidTenant(tenant) {
+			fail(http.StatusBadRequest, "invalid-tenant", "a system key needs a valid tenantId query parameter")
+			return
+		}
+		if _, err := s.keys.GetTenant(r.Context(), tenant); err != nil {
+			fail(http.StatusNotFound, "unknown-tenant", "no such tenant")
+			return
+		}
+	case tenantGiven && query.Get("tenantId") != tenant:
+		fail(http.StatusForbidden, "forbidden", "tenantId does not match the API key's tenant")
+		return
+	}
+	if len(requestID) > maxIdempotencyKey {
+		fail(http.StatusBadRequest, "invalid-idempotency-key", fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey))
+		return
+	}
+
+	vars := mux.Vars(r)
+	ref, err1 := url.PathUnescape(vars["workflow"])
+	method, err2 := url.PathUnescape(vars["method"])
+	if err1 != nil || err2 != nil {
+		fail(http.StatusBadRequest, "invalid-path", "the path is not valid URL encoding")
+		return
+	}
+	wf, err := ident.Resolve(ref, tenant)
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-workflow", err.Error())
+		return
+	}
+	if wf.Tenant != tenant {
+		fail(http.StatusForbidden, "forbidden", "the workflow belongs to another tenant")
+		return
+	}
+	agent, ok := s.dir.Agent(wf.Agent)
+	switch {
+	case !ok:
+		fail(http.StatusNotFound, "unknown-agent", "no agent named "+quote(wf.Agent)+" is registered")
+		return
+	case !agent.HasWorkflowType(wf.WorkflowType):
+		fail(http.StatusNotFound, "unknown-workflow-type", "agent "+quote(wf.Agent)+" has no workflow type "+quote(wf.WorkflowType))
+		return
+	case !agent.HasWebhook(method):
+		fail(http.StatusNotFound, "unknown-method", "agent "+quote(wf.Agent)+" has no webhook method "+quote(method))
+		return
+	case !s.dir.Live(wf.Agent):
+		problem.Write(w, problem.Problem{Status: http.StatusServiceUnavailable, Slug: "no-host", RetryAfter: 5, RequestID: requestID,
+			Detail: "no workflow host running agent " + quote(wf.Agent) + " is alive; try again later"})
+		return
+	}
+
+	participant := webhookParticipant
+	if p := query.Get("participantId"); p != "" {
+		if participant, err = ident.Participant(p); err != nil {
+			fail(http.StatusBadRequest, "invalid-participant", err.Error())
+			return
+		}
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			fail(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is larger than %d bytes", s.cfg.MaxBodyBytes))
+			return
+		}
+		fail(http.StatusBadRequest, "unreadable-body", "the request body could not be read")
+		return
+	}
+
+	params := make(map[string]string, len(query))
+	for name, values := range query {
+		if name == "apikey" || (name == "tenantId" && tenantGiven) {
+			continue
+		}
+		params[name] = values[0]
+	}
+	req := &agentbusv1.Request{
+		RequestId:      requestID,
+		TenantId:       tenant,
+		WorkflowId:     wf.ID(),
+		AgentName:      wf.Agent,
+		WorkflowType:   wf.WorkflowType,
+		ActivationName: wf.Activation,
+		ParticipantId:  participant,
+		Kind:           agentbusv1.Kind_KIND_WEBHOOK,
+		Method:         method,
+		Params:         params,
+		Body:           body,
+		Metadata:       headerMetadata(r.Header),
+		ContentType:    r.Header.Get("Content-Type"),
+		KeepResult:     keep,
+	}
+	rep, err := s.call(r.Context(), req, s.cfg.WebhookTimeout)
+	if err != nil {
+		s.writeCallError(w, r, req, err)
+		return
+	}
+	s.writeReply(w, rep)
+}
+
+// headerMetadata passes the caller's headers to the handler, less credentials.
+func headerMetadata(h http.Header) map[string]string {
+	md := make(map[string]string, len(h))
+	for name, values := range h {
+		switch name {
+		case "Authorization", "Cookie", "Proxy-Authorization":
+			continue
+		}
+		md[name] = strings.Join(values, ", ")
+	}
+	return md
+}
+
+func authDetail(err error, where string) string {
+	if errors.Is(err, keys.ErrRevoked) {
+		return "the API key has been revoked"
+	}
+	return "a valid API key is required in " + where
+}
+
+// quote shows a client-supplied name in a detail message, bounded and escaped.
+func quote(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}

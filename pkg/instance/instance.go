@@ -1,0 +1,106 @@
+// Package instance stores workflow instance records: run id, status, times, the event count of
+// the current run, and the agent's state. Records live in a KV bucket and change only by
+// compare-and-set, so concurrent writers never lose each other's updates.
+//
+// It holds no instance in memory: an idle instance costs a host nothing.
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Status of an instance.
+type Status string
+
+// Statuses.
+const (
+	Running   Status = "running"
+	Completed Status = "completed"
+)
+
+// Errors callers test for.
+var (
+	ErrNotFound = errors.New("instance not found")
+	// ErrConflict means the record changed since it was read.
+	ErrConflict = errors.New("instance changed concurrently")
+)
+
+// Record is a workflow instance.
+type Record struct {
+	Tenant       string          `json:"tenant"`
+	WorkflowID   string          `json:"workflowId"`
+	RunID        string          `json:"runId"`
+	Status       Status          `json:"status"`
+	StartedAt    time.Time       `json:"startedAt"`
+	LastActiveAt time.Time       `json:"lastActiveAt"`
+	CompletedAt  *time.Time      `json:"completedAt,omitempty"`
+	Events       int64           `json:"events"`
+	State        json.RawMessage `json:"state,omitempty"`
+	// Revision is the KV revision the record was read at; not stored.
+	Revision uint64 `json:"-"`
+}
+
+// Store reads and writes instance records.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// NewStore returns a Store over the instances bucket.
+func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+
+// Get reads an instance; ErrNotFound when there is none.
+func (s *Store) Get(ctx context.Context, tenant, workflowID string) (Record, error) {
+	e, err := s.kv.Get(ctx, subject.InstanceKey(tenant, workflowID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("reading instance: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return Record{}, fmt.Errorf("decoding instance: %w", err)
+	}
+	r.Revision = e.Revision()
+	return r, nil
+}
+
+// Put writes r if the stored record is still at r.Revision (0: if there is none) and returns r
+// with its new revision; ErrConflict otherwise.
+func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return Record{}, fmt.Errorf("encoding instance: %w", err)
+	}
+	key := subject.InstanceKey(r.Tenant, r.WorkflowID)
+	var rev uint64
+	if r.Revision == 0 {
+		rev, err = s.kv.Create(ctx, key, b)
+	} else {
+		rev, err = s.kv.Update(ctx, key, b, r.Revision)
+	}
+	if err != nil {
+		if isConflict(err) {
+			return Record{}, ErrConflict
+		}
+		return Record{}, fmt.Errorf("writing instance: %w", err)
+	}
+	r.Revision = rev
+	return r, nil
+}
+
+func isConflict(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}

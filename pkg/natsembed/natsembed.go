@@ -1,0 +1,94 @@
+// Package natsembed runs a NATS server with JetStream inside the process: the standalone
+// binary's bus, and the bus of every test (see package natstest).
+//
+// It is not for production clusters; those run nats-server on their own (deploy/nats).
+package natsembed
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Config configures the embedded server.
+type Config struct {
+	// StoreDir is the JetStream file store directory. Required.
+	StoreDir string
+	// Listen is a host:port to also serve clients on, so that other processes can connect.
+	// Empty serves in-process connections only; port "-1" picks a free port.
+	Listen string
+	// SyncAlways fsyncs every JetStream write before acknowledging it. Off by default for
+	// development speed; production clusters turn it on (deploy/nats).
+	SyncAlways bool
+	// ServerName defaults to "agentbus".
+	ServerName string
+}
+
+// Server is a running embedded NATS server.
+type Server struct {
+	*server.Server
+}
+
+// Start starts the server and waits until it accepts connections and JetStream is ready.
+func Start(cfg Config) (*Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, errors.New("natsembed: StoreDir is required")
+	}
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		JetStream:  true,
+		StoreDir:   cfg.StoreDir,
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: cfg.Listen == "",
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "agentbus"
+	}
+	if cfg.SyncAlways {
+		opts.SyncAlways = true
+	}
+	if cfg.Listen != "" {
+		host, port, err := net.SplitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: listen address %q: %w", cfg.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: listen port %q: %w", port, err)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating NATS server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("NATS server did not become ready within 10s")
+	}
+	return &Server{Server: ns}, nil
+}
+
+// Connect opens a client connection: in-process when the server does not listen, else over
+// loopback. Extra options are applied after the defaults.
+func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to embedded NATS: %w", err)
+	}
+	return nc, nil
+}
+
+// Stop shuts the server down and waits for it.
+func (s *Server) Stop() {
+	s.Shutdown()
+	s.WaitForShutdown()
+}

@@ -1,0 +1,163 @@
+// Package subject is the one place that names things on the bus: stream, bucket and object store
+// names, NATS subjects, header names and the encoding of ids into subject tokens.
+//
+// Nothing else in agentbus builds a subject string by hand. It is not for validating ids (see
+// package ident) nor for talking to NATS (see package bus).
+package subject
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// Streams, key-value buckets and object stores.
+const (
+	// InboxStream holds request envelopes until a host has handled them (work queue).
+	InboxStream = "AGENTBUS_INBOX"
+	// MessagesStream holds conversation history, one subject per thread.
+	MessagesStream = "AGENTBUS_MESSAGES"
+	// KeysBucket maps SHA-256 hashes of API keys to their records.
+	KeysBucket = "AGENTBUS_KEYS"
+	// TenantsBucket holds tenant records by tenant id.
+	TenantsBucket = "AGENTBUS_TENANTS"
+	// InstancesBucket holds workflow instance records and agent state.
+	InstancesBucket = "AGENTBUS_INSTANCES"
+	// RegistryBucket holds what each agent registered: workflow types and methods.
+	RegistryBucket = "AGENTBUS_REGISTRY"
+	// HostsBucket holds live workflow hosts' heartbeats.
+	HostsBucket = "AGENTBUS_HOSTS"
+	// ResultsBucket caches replies by tenant and requestId for idempotent retries.
+	ResultsBucket = "AGENTBUS_RESULTS"
+	// FilesStore is the object store for uploaded files.
+	FilesStore = "AGENTBUS_FILES"
+	// ClaimsStore is the object store for request bodies and replies too large for one NATS
+	// message (claim checks); entries expire on their own.
+	ClaimsStore = "AGENTBUS_CLAIMS"
+)
+
+// Header names carried on bus messages.
+const (
+	// HeaderReplyTo names the core NATS subject where a waiting ingress wants the reply.
+	HeaderReplyTo = "Agentbus-Reply-To"
+	// HeaderMsgID is JetStream's de-duplication header; its value is DedupeID(tenant, requestId).
+	HeaderMsgID = "Nats-Msg-Id"
+)
+
+const (
+	inboxPrefix = "agentbus.in"
+	msgPrefix   = "agentbus.msg"
+	replyPrefix = "_INBOX.agentbus"
+)
+
+// Token encodes an arbitrary id as one subject token: unpadded base64url, so that spaces, dots,
+// colons and wildcards in ids are safe. The empty id becomes "_" (never a base64 output).
+func Token(id string) string {
+	if id == "" {
+		return "_"
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// ParseToken reverses Token.
+func ParseToken(tok string) (string, error) {
+	if tok == "_" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return "", fmt.Errorf("decoding subject token %q: %w", tok, err)
+	}
+	return string(b), nil
+}
+
+// Inbox is the subject a request for (tenant, workflow, participant) is published on.
+// The tenant token is the tenant id itself: tenant ids are validated to be token safe.
+func Inbox(tenant, workflowID, participant string) string {
+	return inboxPrefix + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+}
+
+// InboxSubjects is the subject filter of the inbox stream.
+func InboxSubjects() string { return inboxPrefix + ".>" }
+
+// InboxTransform returns the stream subject transform that spreads requests over n partitions by
+// hashing (tenant, workflow, participant), so one conversation always lands in one partition:
+// agentbus.in.{tenant}.{wf}.{participant} is stored as agentbus.in.{partition}.{tenant}.{wf}.{participant}.
+func InboxTransform(partitions int) (source, destination string) {
+	return inboxPrefix + ".*.*.*",
+		fmt.Sprintf("%s.{{partition(%d,1,2,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", inboxPrefix, partitions)
+}
+
+// Partition is the filter subject of one inbox partition's consumer.
+func Partition(p int) string { return fmt.Sprintf("%s.%d.>", inboxPrefix, p) }
+
+// PartitionConsumer is the durable name of the consumer of partition p.
+func PartitionConsumer(p int) string { return fmt.Sprintf("partition-%d", p) }
+
+// StoredInbox is a request subject as the inbox stream stores it, after the partition transform.
+type StoredInbox struct {
+	Partition   string
+	Tenant      string
+	WorkflowID  string
+	Participant string
+}
+
+// ParseStoredInbox reads a stored inbox subject back into its parts.
+func ParseStoredInbox(subj string) (StoredInbox, error) {
+	rest, ok := strings.CutPrefix(subj, inboxPrefix+".")
+	if !ok {
+		return StoredInbox{}, fmt.Errorf("subject %q is not an inbox subject", subj)
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 4 {
+		return StoredInbox{}, fmt.Errorf("inbox subject %q has %d tokens, want 4", subj, len(parts))
+	}
+	wf, err := ParseToken(parts[2])
+	if err != nil {
+		return StoredInbox{}, err
+	}
+	p, err := ParseToken(parts[3])
+	if err != nil {
+		return StoredInbox{}, err
+	}
+	return StoredInbox{Partition: parts[0], Tenant: parts[1], WorkflowID: wf, Participant: p}, nil
+}
+
+// Thread is the history subject of one conversation thread.
+func Thread(tenant, workflowID, participant string) string {
+	return msgPrefix + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+}
+
+// MessagesSubjects is the subject filter of the history stream.
+func MessagesSubjects() string { return msgPrefix + ".>" }
+
+// ReplyPrefix is the wildcard an ingress instance subscribes to for its replies.
+func ReplyPrefix(instance string) string { return replyPrefix + "." + instance + ".>" }
+
+// Reply is the subject one waiting request of an ingress instance is answered on.
+func Reply(instance, waiter string) string { return replyPrefix + "." + instance + "." + waiter }
+
+// ReplyWaiter returns the waiter token of a reply subject of the given instance.
+func ReplyWaiter(instance, subj string) (string, bool) {
+	return strings.CutPrefix(subj, replyPrefix+"."+instance+".")
+}
+
+// DedupeID is the JetStream message id that makes a requestId idempotent within a tenant.
+func DedupeID(tenant, requestID string) string { return tenant + ":" + requestID }
+
+// InstanceKey is the KV key of a workflow instance record.
+func InstanceKey(tenant, workflowID string) string { return tenant + "." + Token(workflowID) }
+
+// ResultKey is the KV key of a cached reply.
+func ResultKey(tenant, requestID string) string { return tenant + "." + Token(requestID) }
+
+// AgentKey is the registry KV key of an agent.
+func AgentKey(agentName string) string { return Token(agentName) }
+
+// HostKey is the hosts KV key of a workflow host.
+func HostKey(hostID string) string { return Token(hostID) }
+
+// ClaimName is the object name of a claim-checked payload ("request" or "reply") of a request.
+func ClaimName(tenant, requestID, part string) string {
+	return tenant + "/" + Token(requestID) + "/" + part
+}
