@@ -133,6 +133,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // webhook call to it would; readiness checks and tests use it.
 func (s *Server) AgentLive(name string) bool { return s.dir.Live(name) }
 
+// KeyKnown reports whether this ingress accepts the key now (keys arrive through a watch).
+func (s *Server) KeyKnown(secret string) bool {
+	_, err := s.auth.Authenticate(secret)
+	return err == nil
+}
+
 // Close stops the watches and the reply subscription.
 func (s *Server) Close() error {
 	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
@@ -178,4 +184,18 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// NewHTTPServer returns an http.Server for h with timeouts that fit cfg: slow clients cannot hold
+// connections, and a webhook may wait its whole timeout for the handler.
+func NewHTTPServer(h http.Handler, cfg Config) *http.Server {
+	cfg = cfg.withDefaults()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       5 * time.Minute, // bodies up to MaxBodyBytes on slow links
+		WriteTimeout:      cfg.WebhookTimeout + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
 }

@@ -1,0 +1,150 @@
+// Package config reads agentbus's settings (DESIGN §7) from environment variables and from
+// command-line flags that mirror them: AGENTBUS_HTTP_ADDR is also -http-addr, and a flag given
+// on the command line wins over the variable.
+//
+// It only reads and checks settings; the services decide what to do with them.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config holds every setting. Each service uses the ones it needs.
+type Config struct {
+	HTTPAddr            string
+	NATSURL             string
+	DataDir             string
+	NATSListen          string
+	DevAPIKey           string
+	AdminKey            string
+	Partitions          int
+	Replicas            int
+	WebhookTimeout      time.Duration
+	ContinueAsNewEvents int
+	SyncAlways          bool
+	LLMBaseURL          string
+	LLMModel            string
+	LLMAPIKey           string
+	LogLevel            slog.Level
+}
+
+type setting struct {
+	env, flag, def, usage string
+	set               func(string) error
+}
+
+func (c *Config) settings() []setting {
+	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
+	num := func(dst *int, name string) func(string) error {
+		return func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not a whole number", name, v)
+			}
+			*dst = n
+			return nil
+		}
+	}
+	return []setting{
+		{"AGENTBUS_HTTP_ADDR", "http-addr", "127.0.0.1:8080", "ingress listen address", str(&c.HTTPAddr)},
+		{"AGENTBUS_NATS_URL", "nats-url", "", "NATS server URLs (comma-separated); empty means embedded (standalone only)", str(&c.NATSURL)},
+		{"AGENTBUS_DATA_DIR", "data-dir", "./data", "embedded JetStream store directory", str(&c.DataDir)},
+		{"AGENTBUS_NATS_LISTEN", "nats-listen", "127.0.0.1:4222", "standalone: also serve the embedded NATS here; empty keeps it in-process", str(&c.NATSListen)},
+		{"AGENTBUS_DEV_API_KEY", "dev-api-key", "", "standalone: seed this tenant-admin key for tenant default (else one is generated and printed once)", str(&c.DevAPIKey)},
+		{"AGENTBUS_ADMIN_KEY", "admin-key", "", "system-admin key accepted for all tenants (prefer the variable: flags show in ps)", str(&c.AdminKey)},
+		{"AGENTBUS_PARTITIONS", "partitions", "32", "inbox partitions", num(&c.Partitions, "partitions")},
+		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", num(&c.Replicas, "replicas")},
+		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("webhook-timeout: %q is not a duration such as 30s", v)
+			}
+			c.WebhookTimeout = d
+			return nil
+		}},
+		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
+		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("sync-always: %q is not true or false", v)
+			}
+			c.SyncAlways = b
+			return nil
+		}},
+		{"AGENTBUS_LLM_BASE_URL", "llm-base-url", "", "OpenAI-compatible chat API base URL; empty means the offline model", str(&c.LLMBaseURL)},
+		{"AGENTBUS_LLM_MODEL", "llm-model", "", "chat model name", str(&c.LLMModel)},
+		{"AGENTBUS_LLM_API_KEY", "llm-api-key", "", "chat API key (prefer the variable)", str(&c.LLMAPIKey)},
+		{"AGENTBUS_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(v string) error {
+			return c.LogLevel.UnmarshalText([]byte(v))
+		}},
+	}
+}
+
+// Load reads the settings: defaults, then the environment (through getenv), then args. It
+// returns flag.ErrHelp after printing usage to out when -h is given.
+func Load(name string, args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	var c Config
+	settings := c.settings()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	for _, s := range settings {
+		if err := s.set(s.def); err != nil {
+			return Config{}, fmt.Errorf("default of %s: %w", s.env, err)
+		}
+		if v, ok := lookup(getenv, s.env); ok {
+			if err := s.set(v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", s.env, err)
+			}
+		}
+		fs.Func(s.flag, fmt.Sprintf("%s (env %s, default %q)", s.usage, s.env, s.def), s.set)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return c, c.Validate()
+}
+
+func lookup(getenv func(string) string, key string) (string, bool) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	v := getenv(key)
+	return v, v != ""
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Partitions < 1 || c.Partitions > 1024 {
+		errs = append(errs, fmt.Errorf("partitions %d: want 1 to 1024", c.Partitions))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas %d: want 1 to 5", c.Replicas))
+	}
+	if c.WebhookTimeout <= 0 {
+		errs = append(errs, errors.New("webhook-timeout must be positive"))
+	}
+	if c.AdminKey != "" && len(c.AdminKey) < 16 {
+		errs = append(errs, errors.New("admin key must be at least 16 characters"))
+	}
+	if c.DevAPIKey != "" && len(c.DevAPIKey) < 16 {
+		errs = append(errs, errors.New("dev API key must be at least 16 characters"))
+	}
+	return errors.Join(errs...)
+}
+
+// Logger returns a text logger on w at the configured level.
+func (c Config) Logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
+}

@@ -1,0 +1,197 @@
+// Package stack assembles a whole agentbus in one process: an embedded NATS server with
+// JetStream, the ingress HTTP API and a workflow host. The standalone binary, the benchmark and
+// the whole-stack tests are built on it, so they all run the same wiring.
+//
+// Production deployments do not use it: they run services/ingress and services/workflowhost
+// against a NATS cluster.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natsembed"
+)
+
+// Config configures a stack.
+type Config struct {
+	// DataDir is the JetStream store. Required.
+	DataDir string
+	// NATSListen also serves the embedded NATS on this address; empty keeps it in-process.
+	NATSListen string
+	// HTTPAddr is where the ingress listens, for example 127.0.0.1:8080 (":0" picks a port).
+	// Empty starts no HTTP listener; use Stack.Ingress.Handler().
+	HTTPAddr string
+	// Agents run by the workflow host. None starts no host.
+	Agents []*agent.Agent
+	// Bus sizes the streams and buckets.
+	Bus bus.Config
+	// Ingress settings; Conn, Bus and Logger are filled in.
+	Ingress ingress.Config
+	// Host settings; Conn, Agents, Bus and Logger are filled in.
+	Host agent.HostConfig
+	// SyncAlways fsyncs every JetStream write.
+	SyncAlways bool
+	// Logger receives all logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Stack is a running stack.
+type Stack struct {
+	NATS    *natsembed.Server
+	Ingress *ingress.Server
+	Keys    *keys.Store
+	Res     *bus.Resources
+	// URL is the ingress base URL when HTTPAddr was set.
+	URL string
+
+	conns    []*nats.Conn
+	httpSrv  *http.Server
+	httpDone chan error
+	stopHost context.CancelFunc
+	hostDone chan error
+}
+
+// Start runs the stack. Stop it with Stop.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stack{}
+	defer func() {
+		if err != nil {
+			s.Stop(context.Background())
+		}
+	}()
+	if s.NATS, err = natsembed.Start(natsembed.Config{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways}); err != nil {
+		return nil, err
+	}
+	conn := func(name string) (*nats.Conn, error) {
+		nc, err := s.NATS.Connect(name)
+		if err == nil {
+			s.conns = append(s.conns, nc)
+		}
+		return nc, err
+	}
+
+	nc, err := conn("agentbus-admin")
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	if s.Res, err = bus.Ensure(ctx, js, cfg.Bus); err != nil {
+		return nil, err
+	}
+	s.Keys = keys.NewStore(s.Res.Keys, s.Res.Tenants)
+
+	if len(cfg.Agents) > 0 {
+		hc := cfg.Host
+		if hc.Conn, err = conn("agentbus-host"); err != nil {
+			return nil, err
+		}
+		hc.Agents, hc.Bus, hc.Logger = cfg.Agents, cfg.Bus, cfg.Logger
+		host, err := agent.NewHost(hc)
+		if err != nil {
+			return nil, err
+		}
+		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stopHost, s.hostDone = cancel, make(chan error, 1)
+		go func() { s.hostDone <- host.Run(hctx) }()
+	}
+
+	ic := cfg.Ingress
+	if ic.Conn, err = conn("agentbus-ingress"); err != nil {
+		return nil, err
+	}
+	ic.Bus, ic.Logger = cfg.Bus, cfg.Logger
+	if s.Ingress, err = ingress.New(ctx, ic); err != nil {
+		return nil, err
+	}
+
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
+		}
+		s.httpSrv = ingress.NewHTTPServer(s.Ingress.Handler(), ic)
+		s.httpDone = make(chan error, 1)
+		s.URL = "http://" + ln.Addr().String()
+		go func() { s.httpDone <- s.httpSrv.Serve(ln) }()
+	}
+
+	for _, a := range cfg.Agents {
+		if err := s.WaitLive(ctx, a.Name()); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// WaitLive waits until the ingress sees a live host running the agent.
+func (s *Stack) WaitLive(ctx context.Context, agentName string) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	for !s.Ingress.AgentLive(agentName) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a host running %s: %w", agentName, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// StopHost stops the workflow host, letting running handlers finish.
+func (s *Stack) StopHost() error {
+	if s.stopHost == nil {
+		return nil
+	}
+	s.stopHost()
+	s.stopHost = nil
+	return <-s.hostDone
+}
+
+// Stop shuts everything down in order: HTTP (draining requests), host, ingress, NATS.
+func (s *Stack) Stop(ctx context.Context) error {
+	var errs []error
+	if s.httpSrv != nil {
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping HTTP: %w", err))
+		}
+		if err := <-s.httpDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+		s.httpSrv = nil
+	}
+	if err := s.StopHost(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Ingress != nil {
+		errs = append(errs, s.Ingress.Close())
+		s.Ingress = nil
+	}
+	for _, nc := range s.conns {
+		nc.Close()
+	}
+	s.conns = nil
+	if s.NATS != nil {
+		s.NATS.Stop()
+		s.NATS = nil
+	}
+	return errors.Join(errs...)
+}

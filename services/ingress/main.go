@@ -1,0 +1,85 @@
+// Command ingress serves agentbus's HTTP API against a NATS JetStream server or cluster
+// (AGENTBUS_NATS_URL). It is stateless: run as many instances as the load needs.
+//
+// Settings are the AGENTBUS_* variables of docs/configuration.md; flags mirror them (-h).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/ingress"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "ingress:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := config.Load("ingress", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger(stderr)
+	nc, err := bus.Connect(cfg.NATSURL, "agentbus-ingress", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	icfg := ingress.Config{
+		Conn:           nc,
+		Bus:            bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas},
+		AdminKey:       cfg.AdminKey,
+		WebhookTimeout: cfg.WebhookTimeout,
+		Logger:         log,
+	}
+	srv, err := ingress.New(ctx, icfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Close() }()
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
+	}
+	hs := ingress.NewHTTPServer(srv.Handler(), icfg)
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	log.Info("ingress listening", "addr", ln.Addr().String())
+
+	select {
+	case err := <-done:
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	// Drain: stop accepting, let waiting requests finish (they may wait a whole webhook timeout).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.WebhookTimeout+5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("draining HTTP: %w", err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

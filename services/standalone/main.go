@@ -1,0 +1,134 @@
+// Command standalone runs all of agentbus in one process: an embedded NATS server with
+// JetStream (data under AGENTBUS_DATA_DIR), the ingress HTTP API, and a workflow host with the
+// reference agent Echo. It is the default way to try agentbus: go run ./services/standalone.
+//
+// Settings are the AGENTBUS_* variables of docs/configuration.md; flags mirror them (-h lists
+// them). On first start it creates tenant "default" and prints a dev API key once, with a
+// ready curl line; SIGINT or SIGTERM shut it down cleanly, and a restart keeps all data.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/stack"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "standalone:", err)
+		os.Exit(1)
+	}
+}
+
+// devTenant is the tenant the standalone seeds for newcomers.
+const devTenant = "default"
+
+// devKeyName names the generated dev key, so that a restart knows one was printed before.
+const devKeyName = "dev (generated)"
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config.Load("standalone", args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.NATSURL != "" {
+		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
+	}
+	log := cfg.Logger(stderr)
+	st, err := stack.Start(ctx, stack.Config{
+		DataDir:    cfg.DataDir,
+		NATSListen: cfg.NATSListen,
+		HTTPAddr:   cfg.HTTPAddr,
+		Agents:     []*agent.Agent{echo.New()},
+		Bus:        bus.Config{Partitions: cfg.Partitions, Replicas: 1},
+		Ingress:    ingress.Config{AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout},
+		Host:       agent.HostConfig{ContinueAsNewEvents: cfg.ContinueAsNewEvents},
+		SyncAlways: cfg.SyncAlways,
+		Logger:     log,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 40*time.Second)
+		defer cancel()
+		if err := st.Stop(sctx); err != nil {
+			log.Error("stopping", "err", err)
+		}
+	}()
+
+	if err := seedDevKey(ctx, st, cfg, stdout); err != nil {
+		return err
+	}
+	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg))
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+// seedDevKey makes sure tenant "default" exists with a dev key: the one from
+// AGENTBUS_DEV_API_KEY, else a generated one printed once, at the first start.
+func seedDevKey(ctx context.Context, st *stack.Stack, cfg config.Config, out io.Writer) error {
+	if err := st.Keys.EnsureTenant(ctx, devTenant); err != nil {
+		return err
+	}
+	if cfg.DevAPIKey != "" {
+		if _, err := st.Keys.Seed(ctx, cfg.DevAPIKey, keys.NewKey{Tenant: devTenant, Role: keys.RoleTenantAdmin, Name: "dev (AGENTBUS_DEV_API_KEY)"}); err != nil {
+			return fmt.Errorf("seeding dev key: %w", err)
+		}
+		fmt.Fprintf(out, "agentbus is listening on %s; tenant %q accepts the key in AGENTBUS_DEV_API_KEY.\n", st.URL, devTenant)
+		return nil
+	}
+	existing, err := st.Keys.Keys(ctx, devTenant)
+	if err != nil {
+		return err
+	}
+	for _, k := range existing {
+		if k.Name == devKeyName && k.RevokedAt == nil {
+			fmt.Fprintf(out, "agentbus is listening on %s. The dev key of tenant %q was printed at the first start;\n"+
+				"to choose one instead, set AGENTBUS_DEV_API_KEY.\n", st.URL, devTenant)
+			return nil
+		}
+	}
+	secret, _, err := st.Keys.Create(ctx, keys.NewKey{Tenant: devTenant, Role: keys.RoleTenantAdmin, Name: devKeyName, CreatedBy: "standalone"})
+	if err != nil {
+		return fmt.Errorf("creating dev key: %w", err)
+	}
+	fmt.Fprintf(out, `agentbus is listening on %[1]s
+Dev API key for tenant %[2]q (shown only this once; keys are stored as hashes):
+
+    %[3]s
+
+Try the Echo agent:
+
+    curl -s -X POST '%[1]s/api/user/webhooks/Echo/echo?apikey=%[3]s&hello=world' -d '{"ping":1}'
+
+`, st.URL, devTenant, secret)
+	return nil
+}
+
+func natsAddr(cfg config.Config) string {
+	if cfg.NATSListen == "" {
+		return "in-process only"
+	}
+	return "nats://" + cfg.NATSListen
+}
