@@ -54,4 +54,3 @@ func (r *WebhookRequest) Respond(resp Response) {
 		}
 	})
 }
-

@@ -38,7 +38,7 @@ type Config struct {
 
 type setting struct {
 	env, flag, def, usage string
-	set               func(string) error
+	set                   func(string) error
 }
 
 func (c *Config) settings() []setting {
