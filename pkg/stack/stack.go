@@ -156,6 +156,20 @@ func (s *Stack) WaitLive(ctx context.Context, agentName string) error {
 	return nil
 }
 
+// WaitKnown waits until the ingress accepts a key just stored (keys reach it through a watch).
+func (s *Stack) WaitKnown(ctx context.Context, secret string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for !s.Ingress.KeyKnown(secret) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a new key to reach the ingress: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // StopHost stops the workflow host, letting running handlers finish.
 func (s *Stack) StopHost() error {
 	if s.stopHost == nil {

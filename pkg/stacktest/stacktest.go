@@ -90,14 +90,9 @@ func Start(t testing.TB, opts Options) *Stack {
 			t.Fatal(err)
 		}
 	}
-	// Keys reach the ingress through its watch of the keys bucket.
-	deadline := time.Now().Add(5 * time.Second)
 	for _, k := range []string{s.Key, s.OtherKey} {
-		for !s.Ingress.KeyKnown(k) {
-			if time.Now().After(deadline) {
-				t.Fatal("seeded keys did not reach the ingress")
-			}
-			time.Sleep(2 * time.Millisecond)
+		if err := st.WaitKnown(ctx, k); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return s

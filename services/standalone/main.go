@@ -95,7 +95,7 @@ func seedDevKey(ctx context.Context, st *stack.Stack, cfg config.Config, out io.
 		if _, err := st.Keys.Seed(ctx, cfg.DevAPIKey, keys.NewKey{Tenant: devTenant, Role: keys.RoleTenantAdmin, Name: "dev (AGENTBUS_DEV_API_KEY)"}); err != nil {
 			return fmt.Errorf("seeding dev key: %w", err)
 		}
-		if err := waitKnown(ctx, st, cfg.DevAPIKey); err != nil {
+		if err := st.WaitKnown(ctx, cfg.DevAPIKey); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "agentbus is listening on %s; tenant %q accepts the key in AGENTBUS_DEV_API_KEY.\n", st.URL, devTenant)
@@ -116,7 +116,7 @@ func seedDevKey(ctx context.Context, st *stack.Stack, cfg config.Config, out io.
 	if err != nil {
 		return fmt.Errorf("creating dev key: %w", err)
 	}
-	if err := waitKnown(ctx, st, secret); err != nil {
+	if err := st.WaitKnown(ctx, secret); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, `agentbus is listening on %[1]s
@@ -129,21 +129,6 @@ Try the Echo agent:
     curl -s -X POST '%[1]s/api/user/webhooks/Echo/echo?apikey=%[3]s&hello=world' -d '{"ping":1}'
 
 `, st.URL, devTenant, secret)
-	return nil
-}
-
-// waitKnown waits until the ingress accepts a key just stored, so that the printed key works
-// at once (keys reach the ingress through a watch).
-func waitKnown(ctx context.Context, st *stack.Stack, secret string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for !st.Ingress.KeyKnown(secret) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the dev key to reach the ingress: %w", ctx.Err())
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
 	return nil
 }
 
