@@ -100,11 +100,22 @@ type Host struct {
 	results   jetstream.KeyValue
 	sem       chan struct{}
 
-	mu      sync.Mutex
-	queues  map[string][]jetstream.Msg // per conversation, while it has work
-	stopped bool
-	wg      sync.WaitGroup
+	ready chan struct{}
+
+	mu     sync.Mutex
+	queues map[string][]jetstream.Msg // per conversation, while it has work
+	wg     sync.WaitGroup
 }
+
+const (
+	// priorityGroup is the pinned-client group every host pulls partitions with.
+	priorityGroup = "hosts"
+	// pullExpiry keeps pull requests short so that a live host renews its pin well within
+	// pinnedTTL even when idle.
+	pullExpiry = 5 * time.Second
+	// pinnedTTL is how long a crashed host keeps its partitions before another host may pull.
+	pinnedTTL = 15 * time.Second
+)
 
 // NewHost checks cfg and returns a Host; Run starts it.
 func NewHost(cfg HostConfig) (*Host, error) {
@@ -113,7 +124,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	}
 	cfg = cfg.withDefaults()
 	h := &Host{cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
-		queues: make(map[string][]jetstream.Msg), sem: make(chan struct{}, cfg.MaxConcurrent)}
+		queues: make(map[string][]jetstream.Msg), sem: make(chan struct{}, cfg.MaxConcurrent), ready: make(chan struct{})}
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
 	}
@@ -150,7 +161,10 @@ func (h *Host) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
-	var consumers []jetstream.ConsumeContext
+	var (
+		consumers []jetstream.ConsumeContext
+		pinned    []string
+	)
 	stopConsumers := func() {
 		for _, cc := range consumers {
 			cc.Drain()
@@ -167,6 +181,11 @@ func (h *Host) Run(ctx context.Context) error {
 			AckWait:       h.cfg.AckWait,
 			MaxDeliver:    -1, // an accepted request is never dropped
 			MaxAckPending: 4096,
+			// Only one host pulls a partition at a time, so one conversation is never handled
+			// by two hosts at once.
+			PriorityPolicy: jetstream.PriorityPolicyPinned,
+			PriorityGroups: []string{priorityGroup},
+			PinnedTTL:      pinnedTTL,
 		})
 		if err != nil {
 			stopConsumers()
@@ -174,6 +193,8 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { h.dispatch(hctx, m) },
 			jetstream.PullMaxMessages(128),
+			jetstream.PullPriorityGroup(priorityGroup),
+			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 					h.log.Warn("consuming inbox", "partition", p, "err", err)
@@ -184,6 +205,7 @@ func (h *Host) Run(ctx context.Context) error {
 			return fmt.Errorf("consuming partition %d: %w", p, err)
 		}
 		consumers = append(consumers, cc)
+		pinned = append(pinned, subject.PartitionConsumer(p))
 	}
 
 	beat := registry.Host{ID: h.cfg.ID, Agents: names, StartedAt: time.Now().UTC()}
@@ -192,6 +214,7 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	h.log.Info("workflow host running", "agents", names, "partitions", res.Config.PartitionCount())
+	close(h.ready)
 
 	ticker := time.NewTicker(registry.HeartbeatInterval)
 	defer ticker.Stop()
@@ -214,9 +237,6 @@ loop:
 		h.log.Warn("leaving", "err", err)
 	}
 	stopConsumers()
-	h.mu.Lock()
-	h.stopped = true
-	h.mu.Unlock()
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	select {
@@ -226,9 +246,20 @@ loop:
 		cancelHandlers()
 		<-done
 	}
+	// Hand the partitions over at once instead of after the pin expires.
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer ucancel()
+	for _, name := range pinned {
+		if err := res.Inbox.UnpinConsumer(uctx, name, priorityGroup); err != nil {
+			h.log.Debug("unpinning", "consumer", name, "err", err)
+		}
+	}
 	h.log.Info("workflow host stopped")
 	return nil
 }
+
+// Ready is closed once Run consumes the inbox and has announced the host as alive.
+func (h *Host) Ready() <-chan struct{} { return h.ready }
 
 // dispatch queues m behind earlier requests of its conversation; a conversation with work has
 // one goroutine, an idle one has none.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,11 +58,11 @@ type Stack struct {
 	// URL is the ingress base URL when HTTPAddr was set.
 	URL string
 
+	cfg      Config
 	conns    []*nats.Conn
 	httpSrv  *http.Server
 	httpDone chan error
-	stopHost context.CancelFunc
-	hostDone chan error
+	stopHost func() error
 }
 
 // Start runs the stack. Stop it with Stop.
@@ -99,19 +100,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Keys = keys.NewStore(s.Res.Keys, s.Res.Tenants)
 
+	s.cfg = cfg
 	if len(cfg.Agents) > 0 {
-		hc := cfg.Host
-		if hc.Conn, err = conn("agentbus-host"); err != nil {
+		if s.stopHost, err = s.AddHost(ctx, ""); err != nil {
 			return nil, err
 		}
-		hc.Agents, hc.Bus, hc.Logger = cfg.Agents, cfg.Bus, cfg.Logger
-		host, err := agent.NewHost(hc)
-		if err != nil {
-			return nil, err
-		}
-		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		s.stopHost, s.hostDone = cancel, make(chan error, 1)
-		go func() { s.hostDone <- host.Run(hctx) }()
 	}
 
 	ic := cfg.Ingress
@@ -170,14 +163,53 @@ func (s *Stack) WaitKnown(ctx context.Context, secret string) error {
 	return nil
 }
 
-// StopHost stops the workflow host, letting running handlers finish.
+// AddHost starts another workflow host with the stack's agents on its own connection, as a
+// second host process would. id names it ("" picks one). The returned func stops it, letting
+// its running handlers finish.
+func (s *Stack) AddHost(ctx context.Context, id string) (stop func() error, err error) {
+	hc := s.cfg.Host
+	hc.ID = id
+	if hc.Conn, err = s.NATS.Connect("agentbus-host"); err != nil {
+		return nil, err
+	}
+	s.conns = append(s.conns, hc.Conn)
+	hc.Agents, hc.Bus, hc.Logger = s.cfg.Agents, s.cfg.Bus, s.cfg.Logger
+	host, err := agent.NewHost(hc)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- host.Run(hctx) }()
+	select {
+	case <-host.Ready():
+	case err := <-done:
+		cancel()
+		if err == nil {
+			err = errors.New("stopped before it was ready")
+		}
+		return nil, fmt.Errorf("starting host: %w", err)
+	case <-ctx.Done():
+		cancel()
+		<-done
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	var runErr error
+	return func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}, nil
+}
+
+// StopHost stops the workflow host Start began, letting running handlers finish.
 func (s *Stack) StopHost() error {
 	if s.stopHost == nil {
 		return nil
 	}
-	s.stopHost()
+	stop := s.stopHost
 	s.stopHost = nil
-	return <-s.hostDone
+	return stop()
 }
 
 // Stop shuts everything down in order: HTTP (draining requests), host, ingress, NATS.
