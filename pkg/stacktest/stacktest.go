@@ -27,6 +27,8 @@ type Options struct {
 	WebhookTimeout time.Duration
 	// Partitions of the inbox; default 4 (fewer consumers keep tests quick).
 	Partitions int
+	// ContinueAsNewEvents of the host; default 1000.
+	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh t.TempDir(). Reuse it to restart on the same data.
 	Dir string
 }
@@ -68,7 +70,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout},
-		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
+		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second, ContinueAsNewEvents: opts.ContinueAsNewEvents},
 		Logger:   Logger(),
 	})
 	if err != nil {
