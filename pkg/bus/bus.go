@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -89,13 +90,43 @@ type Resources struct {
 	Config    Config
 }
 
+// ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
+const ensureWait = 2 * time.Minute
+
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
-// service can start first. It is idempotent.
+// service can start first. It is idempotent. While JetStream is not ready yet (a cluster still
+// electing its leaders, services started at the same moment as NATS) it retries for up to two
+// minutes or until ctx ends.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	deadline := time.Now().Add(ensureWait)
+	backoff := 100 * time.Millisecond
+	for {
+		r, err := ensureOnce(ctx, js, cfg)
+		if err == nil || !transient(err) || time.Now().After(deadline) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// transient reports errors that a JetStream still starting up gives.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
+}
+
+func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	r := &Resources{JS: js, Config: cfg}
 	src, dst := subject.InboxTransform(cfg.Partitions)
 	var err error
