@@ -88,9 +88,16 @@ func (c *Config) settings() []setting {
 	}
 }
 
-// Load reads the settings: defaults, then the environment (through getenv), then args. It
-// returns flag.ErrHelp after printing usage to out when -h is given.
-func Load(name string, args []string, getenv func(string) string, out io.Writer) (Config, error) {
+// LookupEnv reads one environment variable and says whether it is set, as os.LookupEnv does. A
+// variable set to the empty string counts as set: AGENTBUS_NATS_LISTEN= turns the listener off.
+type LookupEnv func(key string) (string, bool)
+
+// Load reads the settings: defaults, then the environment (through lookupEnv; nil means
+// os.LookupEnv), then args. It returns flag.ErrHelp after printing usage to out when -h is given.
+func Load(name string, args []string, lookupEnv LookupEnv, out io.Writer) (Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = os.LookupEnv
+	}
 	var c Config
 	settings := c.settings()
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -99,7 +106,7 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		if err := s.set(s.def); err != nil {
 			return Config{}, fmt.Errorf("default of %s: %w", s.env, err)
 		}
-		if v, ok := lookup(getenv, s.env); ok {
+		if v, ok := lookupEnv(s.env); ok {
 			if err := s.set(v); err != nil {
 				return Config{}, fmt.Errorf("%s: %w", s.env, err)
 			}
@@ -113,14 +120,6 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		return Config{}, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	return c, c.Validate()
-}
-
-func lookup(getenv func(string) string, key string) (string, bool) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	v := getenv(key)
-	return v, v != ""
 }
 
 // Validate reports settings that cannot work.

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultWorkflowType is the workflow type used when none is given.
@@ -119,7 +121,7 @@ func ValidName(s string) error {
 		if r == ':' {
 			return errors.New("contains ':'")
 		}
-		if r < 0x20 || r == 0x7f || r == 0xfffd {
+		if unicode.IsControl(r) || r == utf8.RuneError {
 			return errors.New("contains a control or invalid character")
 		}
 	}
@@ -134,7 +136,7 @@ func Participant(id string) (string, error) {
 		return "", fmt.Errorf("participantId is longer than %d bytes", maxIDLen)
 	}
 	for _, r := range id {
-		if r < 0x20 || r == 0x7f || r == 0xfffd {
+		if unicode.IsControl(r) || r == utf8.RuneError {
 			return "", errors.New("participantId contains a control or invalid character")
 		}
 	}

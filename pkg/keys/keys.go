@@ -227,9 +227,17 @@ func (s *Store) Keys(ctx context.Context, tenant string) ([]Key, error) {
 	}
 	var out []Key
 	for h := range lister.Keys() {
+		if !looksLikeHash(h) {
+			continue // not a key record
+		}
 		k, err := s.byHash(ctx, h)
 		if errors.Is(err, ErrUnknownKey) {
 			continue
+		}
+		var syntax *json.SyntaxError
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &syntax) || errors.As(err, &typeErr) {
+			continue // a damaged record authenticates nothing; listing goes on
 		}
 		if err != nil {
 			return nil, err

@@ -25,7 +25,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -34,8 +34,8 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cfg, err := config.Load("ingress", args, getenv, stderr)
+func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {
+	cfg, err := config.Load("ingress", args, lookupEnv, stderr)
 	if err != nil {
 		return err
 	}

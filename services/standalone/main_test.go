@@ -27,6 +27,10 @@ func (s lineSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
 var urlRE = regexp.MustCompile(`listening on (http://[0-9.]+:[0-9]+)`)
 
 // start runs the standalone and returns its base URL and a stop function that waits for it.
@@ -35,8 +39,7 @@ func start(t *testing.T, env map[string]string) (string, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := lineSink{lines: make(chan string, 100)}
 	done := make(chan error, 1)
-	getenv := func(k string) string { return env[k] }
-	go func() { done <- run(ctx, nil, getenv, out, io.Discard) }()
+	go func() { done <- run(ctx, nil, lookup(env), out, io.Discard) }()
 	stop := func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -112,7 +115,7 @@ func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, w, io.Discard); w.Close() }()
+		go func() { done <- run(ctx, nil, lookup(env), w, io.Discard); w.Close() }()
 		sc := bufio.NewScanner(r)
 		var printed []string
 		for sc.Scan() {

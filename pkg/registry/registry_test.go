@@ -1,0 +1,219 @@
+package registry_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+func setup(t *testing.T) (context.Context, *bus.Resources) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	srv := natstest.Server(t, "")
+	nc := natstest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	if err != nil {
+		t.Fatalf("bus.Ensure: %v", err)
+	}
+	return ctx, res
+}
+
+func newDirectory(t *testing.T, ctx context.Context, res *bus.Resources) *registry.Directory {
+	t.Helper()
+	d, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, nil)
+	if err != nil {
+		t.Fatalf("NewDirectory: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("closing directory: %v", err)
+		}
+	})
+	return d
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var echo = registry.Agent{
+	Name:          "Echo",
+	WorkflowTypes: []string{"Supervisor Workflow", "Conversational"},
+	Webhooks:      []string{"echo", "verify"},
+	DataMethods:   []string{"sum", "count"},
+	Chat:          true,
+	File:          true,
+}
+
+func TestRegisterBeforeDirectory(t *testing.T) {
+	ctx, res := setup(t)
+	other := registry.Agent{Name: "with.dots and spaces", WorkflowTypes: []string{"Supervisor Workflow"}}
+	if err := registry.Register(ctx, res.Registry, []registry.Agent{echo, other}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	d := newDirectory(t, ctx, res)
+	// NewDirectory returns once the current registrations are loaded: no polling needed.
+	got, ok := d.Agent("Echo")
+	if !ok {
+		t.Fatal("Directory does not know Echo")
+	}
+	if got.Name != echo.Name || !slices.Equal(got.WorkflowTypes, echo.WorkflowTypes) || !slices.Equal(got.Webhooks, echo.Webhooks) ||
+		!slices.Equal(got.DataMethods, echo.DataMethods) || got.Chat != echo.Chat || got.File != echo.File {
+		t.Errorf("Agent(Echo) = %+v, want %+v", got, echo)
+	}
+	if _, ok := d.Agent(other.Name); !ok {
+		t.Errorf("Directory does not know %q", other.Name)
+	}
+	if _, ok := d.Agent("echo"); ok {
+		t.Error("agent names matched case-insensitively")
+	}
+	if _, ok := d.Agent("Nobody"); ok {
+		t.Error("Directory knows an agent that never registered")
+	}
+}
+
+func TestRegisterAfterDirectory(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	if err := registry.Register(ctx, res.Registry, []registry.Agent{echo}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Directory sees Echo", func() bool { _, ok := d.Agent("Echo"); return ok })
+
+	// A new registration replaces the old one.
+	changed := echo
+	changed.Webhooks = []string{"only"}
+	if err := registry.Register(ctx, res.Registry, []registry.Agent{changed}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Directory sees the changed registration", func() bool {
+		a, _ := d.Agent("Echo")
+		return slices.Equal(a.Webhooks, []string{"only"})
+	})
+
+	// A removed registration disappears.
+	if err := res.Registry.Delete(ctx, subject.AgentKey("Echo")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Directory forgets Echo", func() bool { _, ok := d.Agent("Echo"); return !ok })
+}
+
+func TestAgentMethods(t *testing.T) {
+	tests := []struct {
+		name  string
+		check bool
+		want  bool
+	}{
+		{name: "has workflow type", check: echo.HasWorkflowType("Conversational"), want: true},
+		{name: "has default workflow type", check: echo.HasWorkflowType("Supervisor Workflow"), want: true},
+		{name: "lacks workflow type", check: echo.HasWorkflowType("Other"), want: false},
+		{name: "workflow type is case-sensitive", check: echo.HasWorkflowType("conversational"), want: false},
+		{name: "has webhook", check: echo.HasWebhook("verify"), want: true},
+		{name: "lacks webhook", check: echo.HasWebhook("sum"), want: false},
+		{name: "zero agent", check: registry.Agent{}.HasWorkflowType(""), want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.check != tt.want {
+				t.Errorf("got %v, want %v", tt.check, tt.want)
+			}
+		})
+	}
+}
+
+func TestBeatAndLeave(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	if d.Live("Echo") {
+		t.Fatal("Echo live before any heartbeat")
+	}
+	h1 := registry.Host{ID: "host-1", Agents: []string{"Echo", "Other"}, StartedAt: time.Now()}
+	h2 := registry.Host{ID: "host.2 with spaces", Agents: []string{"Other"}, StartedAt: time.Now()}
+	for _, h := range []registry.Host{h1, h2} {
+		if err := registry.Beat(ctx, res.Hosts, h); err != nil {
+			t.Fatalf("Beat(%s): %v", h.ID, err)
+		}
+	}
+	eventually(t, time.Second, "Echo live after a beat", func() bool { return d.Live("Echo") })
+	eventually(t, time.Second, "Other live after a beat", func() bool { return d.Live("Other") })
+	if d.Live("Registered But Not Run") {
+		t.Error("an agent no heartbeat names is live")
+	}
+	if d.Live("echo") {
+		t.Error("agent names in heartbeats matched case-insensitively")
+	}
+
+	if err := registry.Leave(ctx, res.Hosts, h1.ID); err != nil {
+		t.Fatalf("Leave: %v", err)
+	}
+	eventually(t, time.Second, "Echo not live after its only host left", func() bool { return !d.Live("Echo") })
+	if !d.Live("Other") {
+		t.Error("Other not live though host-2 still beats")
+	}
+	if err := registry.Leave(ctx, res.Hosts, h2.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Other not live after every host left", func() bool { return !d.Live("Other") })
+
+	// Leaving twice, or without ever beating, is fine.
+	for _, id := range []string{h1.ID, "never-beat"} {
+		if err := registry.Leave(ctx, res.Hosts, id); err != nil {
+			t.Errorf("Leave(%q): %v", id, err)
+		}
+	}
+
+	// A host that comes back is live again.
+	if err := registry.Beat(ctx, res.Hosts, h1); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Echo live after its host came back", func() bool { return d.Live("Echo") })
+}
+
+func TestHeartbeatReplacesAgents(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	h := registry.Host{ID: "host-1", Agents: []string{"Echo"}}
+	if err := registry.Beat(ctx, res.Hosts, h); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Echo live", func() bool { return d.Live("Echo") })
+	h.Agents = []string{"Other"}
+	if err := registry.Beat(ctx, res.Hosts, h); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Second, "Other live and Echo not, after the host's agents changed", func() bool {
+		return d.Live("Other") && !d.Live("Echo")
+	})
+}
+
+func TestDirectorySeesExistingHeartbeat(t *testing.T) {
+	ctx, res := setup(t)
+	if err := registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}); err != nil {
+		t.Fatal(err)
+	}
+	d := newDirectory(t, ctx, res)
+	if !d.Live("Echo") {
+		t.Error("heartbeat written before NewDirectory not loaded on return")
+	}
+}

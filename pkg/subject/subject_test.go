@@ -1,0 +1,308 @@
+package subject_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// ids are the awkward ids every encoding test runs over.
+var ids = []struct {
+	name string
+	id   string
+}{
+	{name: "empty", id: ""},
+	{name: "plain", id: "alice"},
+	{name: "spaces", id: "acme:Echo:Supervisor Workflow:default"},
+	{name: "dots", id: "a.b.c"},
+	{name: "only dot", id: "."},
+	{name: "colons", id: "::"},
+	{name: "star", id: "*"},
+	{name: "gt", id: ">"},
+	{name: "wildcards mixed", id: "a.*.>"},
+	{name: "underscore", id: "_"},
+	{name: "dash", id: "-"},
+	{name: "unicode", id: "日本語 🙂 é"},
+	{name: "control characters", id: "a\x00b\nc\td"},
+	{name: "invalid utf-8", id: "\xff\xfe"},
+	{name: "one byte", id: "a"},
+	{name: "two bytes", id: "ab"},
+	{name: "three bytes", id: "abc"},
+	{name: "long", id: strings.Repeat("x", 256)},
+}
+
+var tokenChars = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func TestTokenRoundTrip(t *testing.T) {
+	for _, tt := range ids {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := subject.Token(tt.id)
+			if !tokenChars.MatchString(tok) {
+				t.Errorf("Token(%q) = %q, want only [A-Za-z0-9_-]", tt.id, tok)
+			}
+			got, err := subject.ParseToken(tok)
+			if err != nil {
+				t.Fatalf("ParseToken(%q): %v", tok, err)
+			}
+			if got != tt.id {
+				t.Errorf("ParseToken(Token(%q)) = %q", tt.id, got)
+			}
+		})
+	}
+}
+
+func TestTokenDistinct(t *testing.T) {
+	seen := make(map[string]string)
+	for _, tt := range ids {
+		tok := subject.Token(tt.id)
+		if prev, ok := seen[tok]; ok {
+			t.Errorf("Token(%q) = Token(%q) = %q", tt.id, prev, tok)
+		}
+		seen[tok] = tt.id
+	}
+}
+
+func TestParseTokenInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		tok  string
+	}{
+		{name: "one char", tok: "a"},
+		{name: "dot", tok: "a.b"},
+		{name: "std base64 plus", tok: "a+b/"},
+		{name: "padding", tok: "YQ=="},
+		{name: "space", tok: "YW Jj"},
+		{name: "star", tok: "*"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, err := subject.ParseToken(tt.tok); err == nil {
+				t.Errorf("ParseToken(%q) = %q, want an error", tt.tok, got)
+			}
+		})
+	}
+}
+
+func TestSubjectsCarryNoRawIDs(t *testing.T) {
+	const tenant = "acme_1-x"
+	for _, wf := range ids {
+		for _, p := range ids {
+			inbox := subject.Inbox(tenant, wf.id, p.id)
+			thread := subject.Thread(tenant, wf.id, p.id)
+			for _, s := range []string{inbox, thread} {
+				if strings.ContainsAny(s, " *>\t\n\x00") {
+					t.Fatalf("subject %q for wf %q participant %q has a space or wildcard", s, wf.id, p.id)
+				}
+				toks := strings.Split(s, ".")
+				if len(toks) != 5 {
+					t.Fatalf("subject %q for wf %q participant %q has %d tokens, want 5", s, wf.id, p.id, len(toks))
+				}
+				for _, tok := range toks {
+					if tok == "" {
+						t.Fatalf("subject %q has an empty token", s)
+					}
+				}
+				if toks[2] != tenant {
+					t.Errorf("subject %q: tenant token %q, want %q", s, toks[2], tenant)
+				}
+			}
+			if !strings.HasPrefix(inbox, "agentbus.in.") {
+				t.Errorf("Inbox = %q, want prefix agentbus.in.", inbox)
+			}
+			if !strings.HasPrefix(thread, "agentbus.msg.") {
+				t.Errorf("Thread = %q, want prefix agentbus.msg.", thread)
+			}
+		}
+	}
+}
+
+func TestKeysCarryNoRawIDs(t *testing.T) {
+	// KV keys allow [-/_=.a-zA-Z0-9]; ids must not bring anything else in.
+	kvKey := regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+	for _, tt := range ids {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{
+				subject.InstanceKey("acme", tt.id),
+				subject.ResultKey("acme", tt.id),
+				subject.AgentKey(tt.id),
+				subject.HostKey(tt.id),
+			} {
+				if !kvKey.MatchString(k) || strings.HasPrefix(k, ".") || strings.HasSuffix(k, ".") {
+					t.Errorf("key %q for id %q is not a valid KV key", k, tt.id)
+				}
+			}
+		})
+	}
+}
+
+func TestParseStoredInboxRoundTrip(t *testing.T) {
+	for _, wf := range ids {
+		for _, p := range ids {
+			// The inbox transform inserts the partition as the third token.
+			published := subject.Inbox("acme", wf.id, p.id)
+			stored := "agentbus.in.7." + strings.TrimPrefix(published, "agentbus.in.")
+			got, err := subject.ParseStoredInbox(stored)
+			if err != nil {
+				t.Fatalf("ParseStoredInbox(%q): %v", stored, err)
+			}
+			want := subject.StoredInbox{Partition: "7", Tenant: "acme", WorkflowID: wf.id, Participant: p.id}
+			if got != want {
+				t.Errorf("ParseStoredInbox(%q) = %+v, want %+v", stored, got, want)
+			}
+		}
+	}
+}
+
+func TestParseStoredInboxInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		subj string
+	}{
+		{name: "empty", subj: ""},
+		{name: "history subject", subj: "agentbus.msg.0.acme.YQ.Yg"},
+		{name: "no partition (as published)", subj: subject.Inbox("acme", "wf", "p")},
+		{name: "too many tokens", subj: "agentbus.in.0.acme.YQ.Yg.extra"},
+		{name: "prefix only", subj: "agentbus.in."},
+		{name: "bad workflow token", subj: "agentbus.in.0.acme.a.Yg"},
+		{name: "bad participant token", subj: "agentbus.in.0.acme.YQ.a"},
+		{name: "similar prefix", subj: "agentbus.inbox.0.acme.YQ.Yg"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, err := subject.ParseStoredInbox(tt.subj); err == nil {
+				t.Errorf("ParseStoredInbox(%q) = %+v, want an error", tt.subj, got)
+			}
+		})
+	}
+}
+
+func TestReplySubjects(t *testing.T) {
+	tests := []struct {
+		name     string
+		instance string
+		waiter   string
+	}{
+		{name: "simple", instance: "ing1", waiter: "w1"},
+		{name: "nuid-like", instance: "Zx3kP0aQ", waiter: "9fLm2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := subject.Reply(tt.instance, tt.waiter)
+			prefix := strings.TrimSuffix(subject.ReplyPrefix(tt.instance), ">")
+			if !strings.HasPrefix(r, prefix) {
+				t.Errorf("Reply = %q does not match ReplyPrefix %q", r, subject.ReplyPrefix(tt.instance))
+			}
+			got, ok := subject.ReplyWaiter(tt.instance, r)
+			if !ok || got != tt.waiter {
+				t.Errorf("ReplyWaiter(%q) = %q, %v; want %q, true", r, got, ok, tt.waiter)
+			}
+			if _, ok := subject.ReplyWaiter("other", r); ok {
+				t.Errorf("ReplyWaiter of another instance accepted %q", r)
+			}
+		})
+	}
+}
+
+// TestInboxPartitioning publishes several conversations several times each through a real inbox
+// stream and checks what JetStream stored: each conversation under exactly one partition, and
+// every stored subject parsing back to what was published.
+func TestInboxPartitioning(t *testing.T) {
+	const partitions = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := natstest.Server(t, "")
+	nc := natstest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
+	if err != nil {
+		t.Fatalf("bus.Ensure: %v", err)
+	}
+
+	type conv struct{ tenant, wf, participant string }
+	var convs []conv
+	for _, tenant := range []string{"acme", "Other_T-2"} {
+		for _, wf := range []string{"acme:Echo:Supervisor Workflow:default", "x:a.b:*:>", "t:日本:w w:🙂"} {
+			for _, p := range []string{"alice", "bob smith", "", "a.b@c"} {
+				convs = append(convs, conv{tenant, wf, p})
+			}
+		}
+	}
+	const perConv = 4
+	bySeq := make(map[uint64]conv)
+	for round := range perConv {
+		for i, c := range convs {
+			ack, err := js.Publish(ctx, subject.Inbox(c.tenant, c.wf, c.participant), fmt.Appendf(nil, "%d/%d", i, round))
+			if err != nil {
+				t.Fatalf("publishing to %q: %v", subject.Inbox(c.tenant, c.wf, c.participant), err)
+			}
+			bySeq[ack.Sequence] = c
+		}
+	}
+
+	partOf := make(map[conv]string)
+	perPartition := make(map[string]uint64)
+	for seq, c := range bySeq {
+		m, err := res.Inbox.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("GetMsg(%d): %v", seq, err)
+		}
+		got, err := subject.ParseStoredInbox(m.Subject)
+		if err != nil {
+			t.Fatalf("stored subject %q: %v", m.Subject, err)
+		}
+		if got.Tenant != c.tenant || got.WorkflowID != c.wf || got.Participant != c.participant {
+			t.Errorf("stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
+		}
+		var p int
+		if _, err := fmt.Sscanf(got.Partition, "%d", &p); err != nil || p < 0 || p >= partitions || fmt.Sprint(p) != got.Partition {
+			t.Errorf("stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1)
+		}
+		if prev, ok := partOf[c]; ok && prev != got.Partition {
+			t.Errorf("conversation %+v stored under partitions %s and %s", c, prev, got.Partition)
+		}
+		partOf[c] = got.Partition
+		perPartition[got.Partition]++
+	}
+	if len(bySeq) != len(convs)*perConv {
+		t.Fatalf("stored %d distinct sequences, want %d", len(bySeq), len(convs)*perConv)
+	}
+	if len(perPartition) < 2 {
+		t.Errorf("%d conversations all landed in %d partition(s); the transform does not spread them", len(convs), len(perPartition))
+	}
+
+	// Each partition's consumer filter must see exactly the messages stored under it.
+	var total uint64
+	for p := range partitions {
+		cons, err := res.Inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       subject.PartitionConsumer(p),
+			FilterSubject: subject.Partition(p),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+		})
+		if err != nil {
+			t.Fatalf("creating consumer for partition %d: %v", p, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := perPartition[fmt.Sprint(p)]; info.NumPending != want {
+			t.Errorf("partition %d consumer: %d pending, want %d", p, info.NumPending, want)
+		}
+		total += info.NumPending
+	}
+	if total != uint64(len(bySeq)) {
+		t.Errorf("partition consumers see %d messages in all, want %d", total, len(bySeq))
+	}
+}
