@@ -95,10 +95,10 @@ type Host struct {
 	log    *slog.Logger
 	agents map[string]*Agent
 
-	instances *instance.Store
-	claims    *bus.Blobs
-	results   jetstream.KeyValue
-	sem       chan struct{}
+	live    *liveSet
+	claims  *bus.Blobs
+	results jetstream.KeyValue
+	sem     chan struct{}
 
 	ready chan struct{}
 
@@ -143,7 +143,7 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.instances = instance.NewStore(res.Instances)
+	h.live = newLiveSet(instance.NewStore(res.Instances), h.log)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.results = res.Results
 
@@ -186,6 +186,10 @@ func (h *Host) Run(ctx context.Context) error {
 			PriorityPolicy: jetstream.PriorityPolicyPinned,
 			PriorityGroups: []string{priorityGroup},
 			PinnedTTL:      pinnedTTL,
+			// The inbox is a work queue: acknowledged requests leave the stream, so a consumer
+			// that loses its state in a full restart only re-reads what is still unacknowledged.
+			// Keeping the state in memory spares a file write per partition ten times a second.
+			MemoryStorage: true,
 		})
 		if err != nil {
 			stopConsumers()
@@ -207,6 +211,11 @@ func (h *Host) Run(ctx context.Context) error {
 		consumers = append(consumers, cc)
 		pinned = append(pinned, subject.PartitionConsumer(p))
 	}
+
+	sweepCtx, stopSweep := context.WithCancel(hctx)
+	sweepDone := make(chan struct{})
+	go func() { h.live.run(sweepCtx); close(sweepDone) }()
+	defer func() { stopSweep(); <-sweepDone }()
 
 	beat := registry.Host{ID: h.cfg.ID, Agents: names, StartedAt: time.Now().UTC()}
 	if err := registry.Beat(ctx, res.Hosts, beat); err != nil {
@@ -246,9 +255,13 @@ loop:
 		cancelHandlers()
 		<-done
 	}
-	// Hand the partitions over at once instead of after the pin expires.
+	// Write what is only counted in memory, then hand the partitions over at once instead of
+	// after the pin expires.
+	stopSweep()
+	<-sweepDone
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer ucancel()
+	h.live.sweep(uctx, true)
 	for _, name := range pinned {
 		if err := res.Inbox.UnpinConsumer(uctx, name, priorityGroup); err != nil {
 			h.log.Debug("unpinning", "consumer", name, "err", err)
@@ -364,13 +377,16 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		}
 	}
 
+	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
+	defer h.live.release(l)
 	var inst *Instance
 	if err := retry(ctx, log, "starting instance", func() (err error) {
-		inst, err = h.startOrLoad(ctx, log, a, req)
+		inst, err = h.startOrLoad(ctx, log, a, l)
 		return err
 	}); err != nil {
 		return err
 	}
+	runID := inst.RunID()
 
 	wr := &WebhookRequest{
 		Method:        req.GetMethod(),
@@ -382,65 +398,74 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		ParticipantID: req.GetParticipantId(),
 		inst:          inst,
 	}
-	wr.respond = func(resp Response) { h.reply(ctx, log, req, replyTo, resp, inst.RunID()) }
+	wr.respond = func(resp Response) { h.reply(ctx, log, req, replyTo, resp, runID) }
 	resp := callWebhook(ctx, log, handler, wr)
 	wr.Respond(resp)
 
-	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst) })
+	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
 }
 
 // startOrLoad returns the running instance of the request's workflow, starting a new run when
 // there is none or the last one completed (update-with-start). When several hosts race to
 // start, compare-and-set lets exactly one win; the others load its run.
-func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, req *agentbusv1.Request) (*Instance, error) {
+func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *liveInstance) (*Instance, error) {
+	l.mu.Lock()
+	started := false
 	for {
-		rec, err := h.instances.Get(ctx, req.GetTenantId(), req.GetWorkflowId())
-		if err == nil && rec.Status == instance.Running {
-			return &Instance{store: h.instances, rec: rec}, nil
+		if !l.loaded {
+			if err := l.reloadLocked(ctx); err != nil {
+				l.mu.Unlock()
+				return nil, err
+			}
 		}
-		if err != nil && !errors.Is(err, instance.ErrNotFound) {
-			return nil, err
+		if l.found && l.rec.Status == instance.Running {
+			break
 		}
 		now := time.Now().UTC()
 		fresh := instance.Record{
-			Tenant: req.GetTenantId(), WorkflowID: req.GetWorkflowId(), RunID: uuid.NewString(),
-			Status: instance.Running, StartedAt: now, LastActiveAt: now,
-			Revision: rec.Revision, // 0 when there was no record: create
+			Tenant: l.key.tenant, WorkflowID: l.key.workflowID, RunID: uuid.NewString(),
+			Status: instance.Running, StartedAt: now, LastActiveAt: now, Revision: l.rec.Revision,
 		}
-		saved, err := h.instances.Put(ctx, fresh)
-		if errors.Is(err, instance.ErrConflict) {
-			continue
+		err := l.writeLocked(ctx, fresh)
+		if err == nil {
+			started = true
+			log.Debug("started run", "runId", fresh.RunID)
+			break
 		}
-		if err != nil {
+		if !errors.Is(err, instance.ErrConflict) {
+			l.mu.Unlock()
 			return nil, err
 		}
-		inst := &Instance{store: h.instances, rec: saved}
-		log.Debug("started run", "runId", saved.RunID)
-		if a.onStart != nil {
-			if err := a.onStart(ctx, inst); err != nil {
-				log.Error("start hook failed", "err", err)
-			}
-		}
-		return inst, nil
+		l.loaded = false // someone else started it: read theirs
 	}
+	l.mu.Unlock()
+	inst := &Instance{live: l}
+	if started && a.onStart != nil {
+		if err := a.onStart(ctx, inst); err != nil {
+			log.Error("start hook failed", "err", err)
+		}
+	}
+	return inst, nil
 }
 
 // finishRun counts the event, completes the run if asked, and rolls over long runs
-// (continue-as-new).
-func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance) error {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	runID := inst.rec.RunID
+// (continue-as-new). Counting alone is not written at once: it goes with the next write of the
+// record or when the host drops the idle instance.
+func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, runID string) error {
+	l := inst.live
+	complete := inst.completing()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for {
-		rec := inst.rec
-		if rec.RunID != runID || rec.Status != instance.Running {
+		if l.rec.RunID != runID || l.rec.Status != instance.Running {
 			return nil // the run ended meanwhile (another participant completed it)
 		}
 		now := time.Now().UTC()
+		rec := l.rec
 		rec.Events++
 		rec.LastActiveAt = now
 		switch {
-		case inst.complete:
+		case complete:
 			rec.Status = instance.Completed
 			rec.CompletedAt = &now
 		case h.cfg.ContinueAsNewEvents > 0 && rec.Events >= int64(h.cfg.ContinueAsNewEvents):
@@ -448,16 +473,18 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance) 
 			rec.RunID = uuid.NewString()
 			rec.Events = 0
 			rec.StartedAt = now
+		default:
+			l.rec, l.dirty = rec, true
+			return nil
 		}
-		saved, err := h.instances.Put(ctx, rec)
+		err := l.writeLocked(ctx, rec)
 		if err == nil {
-			inst.rec = saved
 			return nil
 		}
 		if !errors.Is(err, instance.ErrConflict) {
 			return err
 		}
-		if err := inst.reloadLocked(ctx); err != nil {
+		if err := l.reloadLocked(ctx); err != nil {
 			return err
 		}
 	}

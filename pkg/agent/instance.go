@@ -17,32 +17,54 @@ import (
 // Its methods are safe for concurrent use while the handler that received it runs; it must not
 // be used after the handler returned.
 type Instance struct {
-	store *instance.Store
+	live *liveInstance
 
 	mu       sync.Mutex
-	rec      instance.Record
 	complete bool
 }
 
+// liveInstance is a host's in-memory copy of an instance record while the instance is in use
+// (and for a short while after): every handler running on the instance shares it, so they see
+// each other's state changes, and a busy instance is not read from the bucket on each request.
+// The host drops it once the instance has been idle for liveIdle.
+type liveInstance struct {
+	store *instance.Store
+	key   liveKey
+
+	mu     sync.Mutex
+	loaded bool
+	found  bool
+	rec    instance.Record
+	// dirty means rec holds event counts or activity times not written yet; they are written
+	// with the next write of the record, or when the host drops it.
+	dirty bool
+
+	// users and idleSince are guarded by the host's live map lock.
+	users     int
+	idleSince time.Time
+}
+
+type liveKey struct{ tenant, workflowID string }
+
 // WorkflowID returns the instance's workflow id, {tenantId}:{agentName}:{workflowType}:{activationName}.
-func (i *Instance) WorkflowID() string { return i.rec.WorkflowID }
+func (i *Instance) WorkflowID() string { return i.live.key.workflowID }
 
 // Tenant returns the tenant the instance belongs to.
-func (i *Instance) Tenant() string { return i.rec.Tenant }
+func (i *Instance) Tenant() string { return i.live.key.tenant }
 
 // RunID returns the id of the current run: new after the instance completed and a message
 // started it again, and after continue-as-new.
 func (i *Instance) RunID() string {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.rec.RunID
+	i.live.mu.Lock()
+	defer i.live.mu.Unlock()
+	return i.live.rec.RunID
 }
 
 // State decodes the current state into v. A fresh run has no state and leaves v as it is.
 func (i *Instance) State(v any) error {
-	i.mu.Lock()
-	raw := i.rec.State
-	i.mu.Unlock()
+	i.live.mu.Lock()
+	raw := i.live.rec.State
+	i.live.mu.Unlock()
 	if len(raw) == 0 {
 		return nil
 	}
@@ -53,29 +75,29 @@ func (i *Instance) State(v any) error {
 }
 
 // UpdateRawState changes the state atomically: fn gets the current JSON state (nil for none) and
-// returns the new one. The change is written at once with compare-and-set; when another
-// handler changed the state in between, fn is called again on the newer state. fn must have no
-// side effects beyond computing the new state.
+// returns the new one. The change is written at once with compare-and-set; when the record
+// changed in between (another host, an operator), fn is called again on the newer state. fn must
+// have no side effects beyond computing the new state.
 func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessage) (json.RawMessage, error)) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
+	l := i.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for {
-		next, err := fn(i.rec.State)
+		next, err := fn(l.rec.State)
 		if err != nil {
 			return err
 		}
-		rec := i.rec
+		rec := l.rec
 		rec.State = next
 		rec.LastActiveAt = time.Now().UTC()
-		saved, err := i.store.Put(ctx, rec)
+		err = l.writeLocked(ctx, rec)
 		if err == nil {
-			i.rec = saved
 			return nil
 		}
 		if !errors.Is(err, instance.ErrConflict) {
 			return fmt.Errorf("saving state: %w", err)
 		}
-		if err := i.reloadLocked(ctx); err != nil {
+		if err := l.reloadLocked(ctx); err != nil {
 			return err
 		}
 	}
@@ -110,11 +132,52 @@ func (i *Instance) Complete() {
 	i.mu.Unlock()
 }
 
-func (i *Instance) reloadLocked(ctx context.Context) error {
-	rec, err := i.store.Get(ctx, i.rec.Tenant, i.rec.WorkflowID)
-	if err != nil {
-		return fmt.Errorf("reloading instance: %w", err)
+func (i *Instance) completing() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.complete
+}
+
+// writeLocked writes rec with compare-and-set against the revision last seen.
+func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) error {
+	if !l.found {
+		rec.Revision = 0
 	}
-	i.rec = rec
+	saved, err := l.store.Put(ctx, rec)
+	if err != nil {
+		return err
+	}
+	l.rec, l.found, l.dirty = saved, true, false
 	return nil
+}
+
+// reloadLocked reads the record from the bucket, dropping unwritten counts.
+func (l *liveInstance) reloadLocked(ctx context.Context) error {
+	rec, err := l.store.Get(ctx, l.key.tenant, l.key.workflowID)
+	switch {
+	case errors.Is(err, instance.ErrNotFound):
+		l.rec, l.found = instance.Record{Tenant: l.key.tenant, WorkflowID: l.key.workflowID}, false
+	case err != nil:
+		return fmt.Errorf("reloading instance: %w", err)
+	default:
+		l.rec, l.found = rec, true
+	}
+	l.loaded, l.dirty = true, false
+	return nil
+}
+
+// flush writes unwritten counts. A conflict means someone else wrote the record meanwhile; the
+// counts are dropped then (they only pace continue-as-new).
+func (l *liveInstance) flush(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.dirty || !l.found {
+		return nil
+	}
+	err := l.writeLocked(ctx, l.rec)
+	if errors.Is(err, instance.ErrConflict) {
+		l.dirty = false
+		return nil
+	}
+	return err
 }

@@ -81,11 +81,14 @@ func Inbox(tenant, workflowID, participant string) string {
 func InboxSubjects() string { return inboxPrefix + ".>" }
 
 // InboxTransform returns the stream subject transform that spreads requests over n partitions by
-// hashing (tenant, workflow, participant), so one conversation always lands in one partition:
-// agentbus.in.{tenant}.{wf}.{participant} is stored as agentbus.in.{partition}.{tenant}.{wf}.{participant}.
+// hashing (tenant, workflow): agentbus.in.{tenant}.{wf}.{participant} is stored as
+// agentbus.in.{partition}.{tenant}.{wf}.{participant}. Every conversation of one workflow
+// instance lands in one partition, so the one host that pulls it is the only one that handles
+// the instance and may keep it in memory while it is busy; conversations still run concurrently
+// within the host.
 func InboxTransform(partitions int) (source, destination string) {
 	return inboxPrefix + ".*.*.*",
-		fmt.Sprintf("%s.{{partition(%d,1,2,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", inboxPrefix, partitions)
+		fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", inboxPrefix, partitions)
 }
 
 // Partition is the filter subject of one inbox partition's consumer.

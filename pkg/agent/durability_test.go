@@ -1,0 +1,57 @@
+package agent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// A request accepted into the inbox survives a full restart of NATS and the host, and is handled
+// afterwards, even though consumer state is kept in memory.
+func TestQueuedRequestSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := stacktest.Start(t, stacktest.Options{Dir: dir})
+	if err := s.StopHost(); err != nil {
+		t.Fatal(err)
+	}
+	wf := "default:Echo:Supervisor Workflow:durable"
+	req := &agentbusv1.Request{
+		RequestId: "queued-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: "durable", ParticipantId: "webhook",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count",
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := s.NATS.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("default", wf, "webhook"), Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s = stacktest.Start(t, stacktest.Options{Dir: dir})
+	// The state call queues behind the restored count in the same conversation.
+	_, _, b := post(t, s, wf, "state", "")
+	if !strings.Contains(string(b), `"count":1`) {
+		t.Fatalf("state after restart: %s", b)
+	}
+}

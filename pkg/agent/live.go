@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/instance"
+)
+
+// liveIdle is how long a host keeps an unused instance in memory. Past it, an idle instance
+// costs the host nothing.
+const liveIdle = 2 * time.Second
+
+// liveSet holds the instances in use on a host. Partitions are keyed by workflow, so one host
+// holds all conversations of an instance and its copy stays the one that writes.
+type liveSet struct {
+	store *instance.Store
+	log   *slog.Logger
+
+	mu sync.Mutex
+	m  map[liveKey]*liveInstance
+}
+
+func newLiveSet(store *instance.Store, log *slog.Logger) *liveSet {
+	return &liveSet{store: store, log: log, m: make(map[liveKey]*liveInstance)}
+}
+
+// acquire returns the instance's live copy (not loaded yet when new); release it after use.
+func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
+	k := liveKey{tenant, workflowID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.m[k]
+	if l == nil {
+		l = &liveInstance{store: s.store, key: k}
+		s.m[k] = l
+	}
+	l.users++
+	return l
+}
+
+func (s *liveSet) release(l *liveInstance) {
+	s.mu.Lock()
+	l.users--
+	if l.users == 0 {
+		l.idleSince = time.Now()
+	}
+	s.mu.Unlock()
+}
+
+// sweep drops instances idle for longer than liveIdle (all idle ones when all is set), writing
+// their unwritten counts first.
+func (s *liveSet) sweep(ctx context.Context, all bool) {
+	cutoff := time.Now().Add(-liveIdle)
+	var idle []*liveInstance
+	s.mu.Lock()
+	for k, l := range s.m {
+		if l.users == 0 && (all || l.idleSince.Before(cutoff)) {
+			delete(s.m, k)
+			idle = append(idle, l)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range idle {
+		if err := l.flush(ctx); err != nil {
+			s.log.Warn("writing instance counts", "workflowId", l.key.workflowID, "err", err)
+		}
+	}
+}
+
+// run sweeps until ctx ends.
+func (s *liveSet) run(ctx context.Context) {
+	t := time.NewTicker(liveIdle / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.sweep(ctx, false)
+		}
+	}
+}
+
+// size returns how many instances are held in memory.
+func (s *liveSet) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
