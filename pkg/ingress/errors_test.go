@@ -3,6 +3,8 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -151,5 +153,33 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 	_, _, b := call(t, s.URL, "other:Echo:Supervisor Workflow:idem", "count", q("apikey", s.OtherKey), nil, "Idempotency-Key", "k1")
 	if decode(t, b)["count"] != 1.0 {
 		t.Fatalf("other tenant's first count = %s", b)
+	}
+}
+
+func TestRoutingEdges(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	// An activation name with a slash and a space, URL-encoded, is one path segment.
+	status, _, b := call(t, s.URL, "default:Echo:Supervisor Workflow:a/b c", "count", q("apikey", s.Key), nil)
+	if status != 200 || decode(t, b)["count"] != 1.0 {
+		t.Fatalf("encoded activation: %d %s", status, b)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		want               int
+	}{
+		{"unknown path", http.MethodGet, "/nope", 404},
+		{"webhook with GET", http.MethodGet, "/api/user/webhooks/Echo/echo", 405},
+		{"missing method segment", http.MethodPost, "/api/user/webhooks/Echo", 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, s.URL+tc.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			problemOf(t, resp.StatusCode, resp.Header.Get("Content-Type"), b, tc.want)
+		})
 	}
 }

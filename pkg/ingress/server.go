@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -145,18 +144,28 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) routes() http.Handler {
-	r := mux.NewRouter()
-	// Keep %2F inside a path segment: a workflow id may be URL-encoded with any character.
-	r.UseEncodedPath()
-	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet)
-	r.HandleFunc("/api/user/webhooks/{workflow}/{method}", s.webhook).Methods(http.MethodPost)
-	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	// ServeMux matches path segments before unescaping them, so a URL-encoded workflow id may
+	// hold any character, %2F included. Methods are checked by allow, so that a wrong method
+	// gets a problem+json 405 rather than ServeMux's plain-text one.
+	mux.HandleFunc("/healthz", allow(http.MethodGet, s.healthz))
+	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.webhook))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint does not take " + r.Method})
-	})
-	return recoverer(s.log, r)
+	return recoverer(s.log, mux)
+}
+
+// allow answers 405 to every method but the given one.
+func allow(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + method})
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

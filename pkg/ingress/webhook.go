@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
-	"github.com/gorilla/mux"
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
@@ -70,13 +69,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	vars := mux.Vars(r)
-	ref, err1 := url.PathUnescape(vars["workflow"])
-	method, err2 := url.PathUnescape(vars["method"])
-	if err1 != nil || err2 != nil {
-		fail(http.StatusBadRequest, "invalid-path", "the path is not valid URL encoding")
-		return
-	}
+	ref, method := r.PathValue("workflow"), r.PathValue("method")
 	wf, err := ident.Resolve(ref, tenant)
 	if err != nil {
 		fail(http.StatusBadRequest, "invalid-workflow", err.Error())

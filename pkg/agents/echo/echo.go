@@ -55,13 +55,24 @@ func New() *agent.Agent {
 	return a
 }
 
+// echoReply is echo's answer. Body is set when the body is valid UTF-8 (an empty body too),
+// BodyBase64 otherwise.
+type echoReply struct {
+	Params     map[string]string `json:"params"`
+	Body       *string           `json:"body,omitempty"`
+	BodyBase64 string            `json:"bodyBase64,omitempty"`
+	Size       int               `json:"size"`
+	SHA256     string            `json:"sha256"`
+}
+
 func echo(_ context.Context, r *agent.WebhookRequest) agent.Response {
 	sum := sha256.Sum256(r.Body)
-	out := map[string]any{"params": r.Params, "size": len(r.Body), "sha256": hex.EncodeToString(sum[:])}
+	out := echoReply{Params: r.Params, Size: len(r.Body), SHA256: hex.EncodeToString(sum[:])}
 	if utf8.Valid(r.Body) {
-		out["body"] = string(r.Body)
+		body := string(r.Body)
+		out.Body = &body
 	} else {
-		out["bodyBase64"] = base64.StdEncoding.EncodeToString(r.Body)
+		out.BodyBase64 = base64.StdEncoding.EncodeToString(r.Body)
 	}
 	return agent.JSON(http.StatusOK, out)
 }
