@@ -38,7 +38,7 @@ func TestQueuedRequestSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("default", wf, "webhook"), Data: data}); err != nil {
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()

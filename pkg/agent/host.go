@@ -161,55 +161,33 @@ func (h *Host) Run(ctx context.Context) error {
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
 
+	// One puller per partition of each agent; pullCtx stops them.
+	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulling()
 	var (
-		consumers []jetstream.ConsumeContext
-		pinned    []string
+		pullers  []*puller
+		pullWG   sync.WaitGroup
+		startErr error
 	)
-	stopConsumers := func() {
-		for _, cc := range consumers {
-			cc.Drain()
-		}
-		for _, cc := range consumers {
-			<-cc.Closed()
+	for _, a := range h.cfg.Agents {
+		for p := range res.Config.PartitionCount() {
+			pullers = append(pullers, &puller{h: h, js: js, agent: a.name, p: p, name: subject.PartitionConsumer(a.name, p)})
 		}
 	}
-	for p := range res.Config.PartitionCount() {
-		cons, err := js.CreateOrUpdateConsumer(ctx, subject.InboxStream, jetstream.ConsumerConfig{
-			Durable:       subject.PartitionConsumer(p),
-			FilterSubject: subject.Partition(p),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       h.cfg.AckWait,
-			MaxDeliver:    -1, // an accepted request is never dropped
-			MaxAckPending: 4096,
-			// Only one host pulls a partition at a time, so one conversation is never handled
-			// by two hosts at once.
-			PriorityPolicy: jetstream.PriorityPolicyPinned,
-			PriorityGroups: []string{priorityGroup},
-			PinnedTTL:      pinnedTTL,
-			// The inbox is a work queue: acknowledged requests leave the stream, so a consumer
-			// that loses its state in a full restart only re-reads what is still unacknowledged.
-			// Keeping the state in memory spares a file write per partition ten times a second.
-			MemoryStorage: true,
-		})
-		if err != nil {
-			stopConsumers()
-			return fmt.Errorf("creating consumer of partition %d: %w", p, err)
-		}
-		cc, err := cons.Consume(func(m jetstream.Msg) { h.dispatch(hctx, m) },
-			jetstream.PullMaxMessages(128),
-			jetstream.PullPriorityGroup(priorityGroup),
-			jetstream.PullExpiry(pullExpiry),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-				if !errors.Is(err, jetstream.ErrNoHeartbeat) {
-					h.log.Warn("consuming inbox", "partition", p, "err", err)
-				}
-			}))
-		if err != nil {
-			stopConsumers()
-			return fmt.Errorf("consuming partition %d: %w", p, err)
-		}
-		consumers = append(consumers, cc)
-		pinned = append(pinned, subject.PartitionConsumer(p))
+	started := make(chan error, len(pullers))
+	for _, pl := range pullers {
+		pullWG.Go(func() { pl.run(pullCtx, hctx, started) })
+	}
+	for range pullers {
+		startErr = errors.Join(startErr, <-started)
+	}
+	stopConsumers := func() {
+		stopPulling()
+		pullWG.Wait()
+	}
+	if startErr != nil {
+		stopConsumers()
+		return startErr
 	}
 
 	sweepCtx, stopSweep := context.WithCancel(hctx)
@@ -262,9 +240,9 @@ loop:
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer ucancel()
 	h.live.sweep(uctx, true)
-	for _, name := range pinned {
-		if err := res.Inbox.UnpinConsumer(uctx, name, priorityGroup); err != nil {
-			h.log.Debug("unpinning", "consumer", name, "err", err)
+	for _, pl := range pullers {
+		if err := res.Inbox.UnpinConsumer(uctx, pl.name, priorityGroup); err != nil {
+			h.log.Debug("unpinning", "consumer", pl.name, "err", err)
 		}
 	}
 	h.log.Info("workflow host stopped")
@@ -503,6 +481,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		ContentType: resp.ContentType,
 		RunId:       runID,
 		Error:       resp.platformError,
+		Fingerprint: req.GetFingerprint(),
 	}
 	if h.claims.Fits(len(resp.Content)) {
 		rep.Content = resp.Content
@@ -510,7 +489,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		ref, err := h.claims.Put(ctx, subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "reply"), resp.Content)
 		if err != nil {
 			log.Error("storing large reply", "err", err)
-			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: http.StatusBadGateway, Error: "reply-too-large", RunId: runID}
+			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: http.StatusBadGateway, Error: "reply-too-large", RunId: runID, Fingerprint: req.GetFingerprint()}
 		} else {
 			rep.ContentRef = ref
 		}

@@ -27,8 +27,8 @@ type WebhookRequest struct {
 	Body []byte
 	// ContentType is the caller's Content-Type header.
 	ContentType string
-	// Header holds the caller's HTTP headers (canonical names; Authorization and Cookie removed;
-	// repeated headers joined with ", ").
+	// Header holds the caller's HTTP headers (canonical names; Authorization,
+	// Proxy-Authorization and Cookie removed; repeated headers joined with ", ").
 	Header map[string]string
 	// RequestID correlates the call; it is the caller's Idempotency-Key when one was sent.
 	RequestID string

@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,10 +25,27 @@ var errTimeout = errors.New("timed out waiting for the handler")
 // errClientGone means the HTTP caller went away while waiting.
 var errClientGone = errors.New("client went away")
 
+// errKeyReused means a requestId came again with a different request.
+var errKeyReused = errors.New("requestId reused for a different request")
+
+// errReplyLost means the handler answered but its large reply could not be read back.
+var errReplyLost = errors.New("reply could not be read")
+
+// fingerprint identifies what a request asks for, to tell a retry from a reused requestId.
+func fingerprint(req *agentbusv1.Request) string {
+	h := sha256.New()
+	for _, part := range []string{req.Kind.String(), req.WorkflowId, req.Method} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
 // call publishes req durably and waits up to timeout for its reply. Once the publish is
 // acknowledged the request is the bus's: it is processed even if the wait ends.
 func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
 	req.CreatedAtMs = time.Now().UnixMilli()
+	req.Fingerprint = fingerprint(req)
 	// The request must reach the bus even if the caller goes away while it is being sent.
 	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -44,7 +63,7 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 	waiter := s.replies.Wait()
 	defer waiter.Done()
 	msg := &nats.Msg{
-		Subject: subject.Inbox(req.TenantId, req.WorkflowId, req.ParticipantId),
+		Subject: subject.Inbox(req.AgentName, req.TenantId, req.WorkflowId, req.ParticipantId),
 		Data:    data,
 		Header:  nats.Header{},
 	}
@@ -70,10 +89,14 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 		}
 		return nil, errTimeout
 	}
+	if rep.GetFingerprint() != req.Fingerprint {
+		return nil, errKeyReused
+	}
 	if ref := rep.GetContentRef(); ref != nil {
 		content, err := s.claims.Get(pubCtx, ref)
 		if err != nil {
-			return nil, fmt.Errorf("reading large reply: %w", err)
+			s.log.Error("reading large reply", "requestId", req.RequestId, "err", err)
+			return nil, errReplyLost
 		}
 		rep.Content, rep.ContentRef = content, nil
 		if !req.KeepResult {
@@ -117,6 +140,12 @@ func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *age
 	case errors.Is(err, errTimeout):
 		p.Status, p.Slug = http.StatusGatewayTimeout, "handler-timeout"
 		p.Detail = "the handler did not answer in time; the request was accepted and will still be processed"
+	case errors.Is(err, errKeyReused):
+		p.Status, p.Slug = http.StatusUnprocessableEntity, "request-id-reused"
+		p.Detail = "this requestId (Idempotency-Key) was used for a different request within the dedupe window"
+	case errors.Is(err, errReplyLost):
+		p.Status, p.Slug = http.StatusBadGateway, "reply-unavailable"
+		p.Detail = "the handler answered, but its reply could not be read back; retry with the same requestId"
 	case errors.Is(err, errClientGone):
 		// Nobody reads this answer; 499-like, but keep to registered codes.
 		p.Status, p.Slug, p.Detail = http.StatusServiceUnavailable, "client-gone", "the client went away"

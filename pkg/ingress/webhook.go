@@ -96,12 +96,13 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	participant := webhookParticipant
-	if p := query.Get("participantId"); p != "" {
-		if participant, err = ident.Participant(p); err != nil {
-			fail(http.StatusBadRequest, "invalid-participant", err.Error())
-			return
-		}
+	participant, err := ident.Participant(query.Get("participantId"))
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-participant", err.Error())
+		return
+	}
+	if participant == "" {
+		participant = webhookParticipant
 	}
 
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))

@@ -163,17 +163,20 @@ func (s *Stack) WaitKnown(ctx context.Context, secret string) error {
 	return nil
 }
 
-// AddHost starts another workflow host with the stack's agents on its own connection, as a
-// second host process would. id names it ("" picks one). The returned func stops it, letting
-// its running handlers finish.
-func (s *Stack) AddHost(ctx context.Context, id string) (stop func() error, err error) {
+// AddHost starts another workflow host on its own connection, as a second host process would,
+// running the given agents (none: the stack's). id names it ("" picks one). The returned func
+// stops it, letting its running handlers finish.
+func (s *Stack) AddHost(ctx context.Context, id string, agents ...*agent.Agent) (stop func() error, err error) {
+	if len(agents) == 0 {
+		agents = s.cfg.Agents
+	}
 	hc := s.cfg.Host
 	hc.ID = id
 	if hc.Conn, err = s.NATS.Connect("agentbus-host"); err != nil {
 		return nil, err
 	}
 	s.conns = append(s.conns, hc.Conn)
-	hc.Agents, hc.Bus, hc.Logger = s.cfg.Agents, s.cfg.Bus, s.cfg.Logger
+	hc.Agents, hc.Bus, hc.Logger = agents, s.cfg.Bus, s.cfg.Logger
 	host, err := agent.NewHost(hc)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,9 @@
 package subject
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -71,34 +73,42 @@ func ParseToken(tok string) (string, error) {
 	return string(b), nil
 }
 
-// Inbox is the subject a request for (tenant, workflow, participant) is published on.
-// The tenant token is the tenant id itself: tenant ids are validated to be token safe.
-func Inbox(tenant, workflowID, participant string) string {
-	return inboxPrefix + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+// Inbox is the subject a request for an agent's conversation (tenant, workflow, participant) is
+// published on. The tenant token is the tenant id itself: tenant ids are validated to be token
+// safe. The agent comes first so that each agent has its own partitions, pulled only by hosts
+// that run it.
+func Inbox(agent, tenant, workflowID, participant string) string {
+	return inboxPrefix + "." + Token(agent) + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
 }
 
 // InboxSubjects is the subject filter of the inbox stream.
 func InboxSubjects() string { return inboxPrefix + ".>" }
 
-// InboxTransform returns the stream subject transform that spreads requests over n partitions by
-// hashing (tenant, workflow): agentbus.in.{tenant}.{wf}.{participant} is stored as
-// agentbus.in.{partition}.{tenant}.{wf}.{participant}. Every conversation of one workflow
-// instance lands in one partition, so the one host that pulls it is the only one that handles
-// the instance and may keep it in memory while it is busy; conversations still run concurrently
-// within the host.
+// InboxTransform returns the stream subject transform that spreads each agent's requests over n
+// partitions by hashing (tenant, workflow):
+// agentbus.in.{agent}.{tenant}.{wf}.{participant} is stored as
+// agentbus.in.{agent}.{partition}.{tenant}.{wf}.{participant}. Every conversation of one
+// workflow instance lands in one partition, so the one host that pulls it is the only one that
+// handles the instance and may keep it in memory while it is busy; conversations still run
+// concurrently within the host.
 func InboxTransform(partitions int) (source, destination string) {
-	return inboxPrefix + ".*.*.*",
-		fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", inboxPrefix, partitions)
+	return inboxPrefix + ".*.*.*.*",
+		fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2,3)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", inboxPrefix, partitions)
 }
 
-// Partition is the filter subject of one inbox partition's consumer.
-func Partition(p int) string { return fmt.Sprintf("%s.%d.>", inboxPrefix, p) }
+// Partition is the filter subject of the consumer of an agent's partition p.
+func Partition(agent string, p int) string { return fmt.Sprintf("%s.%s.%d.>", inboxPrefix, Token(agent), p) }
 
-// PartitionConsumer is the durable name of the consumer of partition p.
-func PartitionConsumer(p int) string { return fmt.Sprintf("partition-%d", p) }
+// PartitionConsumer is the durable name of the consumer of an agent's partition p. Agent names
+// may be long, so the name carries a hash of it.
+func PartitionConsumer(agent string, p int) string {
+	sum := sha256.Sum256([]byte(agent))
+	return fmt.Sprintf("p%d-%s", p, hex.EncodeToString(sum[:8]))
+}
 
 // StoredInbox is a request subject as the inbox stream stores it, after the partition transform.
 type StoredInbox struct {
+	Agent       string
 	Partition   string
 	Tenant      string
 	WorkflowID  string
@@ -112,18 +122,22 @@ func ParseStoredInbox(subj string) (StoredInbox, error) {
 		return StoredInbox{}, fmt.Errorf("subject %q is not an inbox subject", subj)
 	}
 	parts := strings.Split(rest, ".")
-	if len(parts) != 4 {
-		return StoredInbox{}, fmt.Errorf("inbox subject %q has %d tokens, want 4", subj, len(parts))
+	if len(parts) != 5 {
+		return StoredInbox{}, fmt.Errorf("inbox subject %q has %d tokens, want 5", subj, len(parts))
 	}
-	wf, err := ParseToken(parts[2])
-	if err != nil {
-		return StoredInbox{}, err
+	var out StoredInbox
+	for _, f := range []struct {
+		dst *string
+		tok string
+	}{{&out.Agent, parts[0]}, {&out.WorkflowID, parts[3]}, {&out.Participant, parts[4]}} {
+		v, err := ParseToken(f.tok)
+		if err != nil {
+			return StoredInbox{}, err
+		}
+		*f.dst = v
 	}
-	p, err := ParseToken(parts[3])
-	if err != nil {
-		return StoredInbox{}, err
-	}
-	return StoredInbox{Partition: parts[0], Tenant: parts[1], WorkflowID: wf, Participant: p}, nil
+	out.Partition, out.Tenant = parts[1], parts[2]
+	return out, nil
 }
 
 // Thread is the history subject of one conversation thread.

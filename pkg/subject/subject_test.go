@@ -96,13 +96,16 @@ func TestSubjectsCarryNoRawIDs(t *testing.T) {
 	const tenant = "acme_1-x"
 	for _, wf := range ids {
 		for _, p := range ids {
-			inbox := subject.Inbox(tenant, wf.id, p.id)
+			inbox := subject.Inbox(wf.id, tenant, wf.id, p.id)
 			thread := subject.Thread(tenant, wf.id, p.id)
 			for _, s := range []string{inbox, thread} {
 				if strings.ContainsAny(s, " *>\t\n\x00") {
 					t.Fatalf("subject %q for wf %q participant %q has a space or wildcard", s, wf.id, p.id)
 				}
 				toks := strings.Split(s, ".")
+				if s == inbox {
+					toks = append(toks[:2], toks[3:]...) // the agent token
+				}
 				if len(toks) != 5 {
 					t.Fatalf("subject %q for wf %q participant %q has %d tokens, want 5", s, wf.id, p.id, len(toks))
 				}
@@ -147,14 +150,15 @@ func TestKeysCarryNoRawIDs(t *testing.T) {
 func TestParseStoredInboxRoundTrip(t *testing.T) {
 	for _, wf := range ids {
 		for _, p := range ids {
-			// The inbox transform inserts the partition as the third token.
-			published := subject.Inbox("acme", wf.id, p.id)
-			stored := "agentbus.in.7." + strings.TrimPrefix(published, "agentbus.in.")
+			// The inbox transform inserts the partition after the agent token.
+			published := subject.Inbox("Echo", "acme", wf.id, p.id)
+			agentTok := subject.Token("Echo")
+			stored := "agentbus.in." + agentTok + ".7." + strings.TrimPrefix(published, "agentbus.in."+agentTok+".")
 			got, err := subject.ParseStoredInbox(stored)
 			if err != nil {
 				t.Fatalf("ParseStoredInbox(%q): %v", stored, err)
 			}
-			want := subject.StoredInbox{Partition: "7", Tenant: "acme", WorkflowID: wf.id, Participant: p.id}
+			want := subject.StoredInbox{Agent: "Echo", Partition: "7", Tenant: "acme", WorkflowID: wf.id, Participant: p.id}
 			if got != want {
 				t.Errorf("ParseStoredInbox(%q) = %+v, want %+v", stored, got, want)
 			}
@@ -169,12 +173,13 @@ func TestParseStoredInboxInvalid(t *testing.T) {
 	}{
 		{name: "empty", subj: ""},
 		{name: "history subject", subj: "agentbus.msg.0.acme.YQ.Yg"},
-		{name: "no partition (as published)", subj: subject.Inbox("acme", "wf", "p")},
-		{name: "too many tokens", subj: "agentbus.in.0.acme.YQ.Yg.extra"},
+		{name: "no partition (as published)", subj: subject.Inbox("Echo", "acme", "wf", "p")},
+		{name: "too many tokens", subj: "agentbus.in.RWNobw.0.acme.YQ.Yg.extra"},
 		{name: "prefix only", subj: "agentbus.in."},
-		{name: "bad workflow token", subj: "agentbus.in.0.acme.a.Yg"},
-		{name: "bad participant token", subj: "agentbus.in.0.acme.YQ.a"},
-		{name: "similar prefix", subj: "agentbus.inbox.0.acme.YQ.Yg"},
+		{name: "bad agent token", subj: "agentbus.in.a.0.acme.YQ.Yg"},
+		{name: "bad workflow token", subj: "agentbus.in.RWNobw.0.acme.a.Yg"},
+		{name: "bad participant token", subj: "agentbus.in.RWNobw.0.acme.YQ.a"},
+		{name: "similar prefix", subj: "agentbus.inbox.RWNobw.0.acme.YQ.Yg"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,9 +248,9 @@ func TestInboxPartitioning(t *testing.T) {
 	bySeq := make(map[uint64]conv)
 	for round := range perConv {
 		for i, c := range convs {
-			ack, err := js.Publish(ctx, subject.Inbox(c.tenant, c.wf, c.participant), fmt.Appendf(nil, "%d/%d", i, round))
+			ack, err := js.Publish(ctx, subject.Inbox("Echo", c.tenant, c.wf, c.participant), fmt.Appendf(nil, "%d/%d", i, round))
 			if err != nil {
-				t.Fatalf("publishing to %q: %v", subject.Inbox(c.tenant, c.wf, c.participant), err)
+				t.Fatalf("publishing to %q: %v", subject.Inbox("Echo", c.tenant, c.wf, c.participant), err)
 			}
 			bySeq[ack.Sequence] = c
 		}
@@ -262,7 +267,7 @@ func TestInboxPartitioning(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stored subject %q: %v", m.Subject, err)
 		}
-		if got.Tenant != c.tenant || got.WorkflowID != c.wf || got.Participant != c.participant {
+		if got.Agent != "Echo" || got.Tenant != c.tenant || got.WorkflowID != c.wf || got.Participant != c.participant {
 			t.Errorf("stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
 		}
 		var p int
@@ -286,8 +291,8 @@ func TestInboxPartitioning(t *testing.T) {
 	var total uint64
 	for p := range partitions {
 		cons, err := res.Inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       subject.PartitionConsumer(p),
-			FilterSubject: subject.Partition(p),
+			Durable:       subject.PartitionConsumer("Echo", p),
+			FilterSubject: subject.Partition("Echo", p),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 		})
 		if err != nil {

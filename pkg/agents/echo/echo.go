@@ -8,7 +8,8 @@
 //   - ack: 202 at once, then finishes the work (ms query parameter, default 50) and counts it in
 //     the state's "acks".
 //   - status: answers with the status given by the code query parameter.
-//   - sleep: sleeps ms milliseconds, counts it in "sleeps", and answers {"slept": ms}.
+//   - sleep: sleeps ms milliseconds (at most 5 minutes), counts it in "sleeps", and answers
+//     {"slept": ms}.
 //   - count: increments the instance's counter: {"count": n, "runId": …}.
 //   - complete: answers {"completed": true, "runId": …} and completes the instance.
 //   - state: answers {"runId": …, "state": …} without changing anything.
@@ -119,7 +120,7 @@ func sleep(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 	if _, err := agent.UpdateState(ctx, r.Instance(), func(s *State) error { s.Sleeps++; return nil }); err != nil {
 		return agent.Status(http.StatusInternalServerError)
 	}
-	return agent.JSON(http.StatusOK, map[string]any{"slept": r.Params["ms"]})
+	return agent.JSON(http.StatusOK, map[string]any{"slept": sleptMs(r)})
 }
 
 func count(ctx context.Context, r *agent.WebhookRequest) agent.Response {
@@ -141,6 +142,15 @@ func state(_ context.Context, r *agent.WebhookRequest) agent.Response {
 		return agent.Status(http.StatusInternalServerError)
 	}
 	return agent.JSON(http.StatusOK, map[string]any{"runId": r.Instance().RunID(), "state": s})
+}
+
+// sleptMs is the pause sleep asked for, in milliseconds.
+func sleptMs(r *agent.WebhookRequest) int {
+	ms, err := strconv.Atoi(r.Params["ms"])
+	if err != nil || ms < 0 {
+		return 0
+	}
+	return int(min(time.Duration(ms)*time.Millisecond, maxSleep) / time.Millisecond)
 }
 
 // pause sleeps for the ms query parameter (def when absent); false if ctx ended first.

@@ -165,7 +165,8 @@ type Request struct {
 	// Raw body, unless it travels by reference in body_ref.
 	Body    []byte   `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
 	BodyRef *BlobRef `protobuf:"bytes,12,opt,name=body_ref,json=bodyRef,proto3" json:"body_ref,omitempty"`
-	// Webhook: inbound HTTP headers (Authorization and Cookie removed), canonical names.
+	// Webhook: inbound HTTP headers (Authorization, Proxy-Authorization and Cookie removed),
+	// canonical names.
 	Metadata map[string]string `protobuf:"bytes,13,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Unix milliseconds when ingress accepted the request.
 	CreatedAtMs int64  `protobuf:"varint,14,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
@@ -175,7 +176,10 @@ type Request struct {
 	ContentType string `protobuf:"bytes,18,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Keep the reply in the result cache: the caller chose the requestId (an idempotency key), so
 	// a retry with the same id must get this reply.
-	KeepResult    bool `protobuf:"varint,19,opt,name=keep_result,json=keepResult,proto3" json:"keep_result,omitempty"`
+	KeepResult bool `protobuf:"varint,19,opt,name=keep_result,json=keepResult,proto3" json:"keep_result,omitempty"`
+	// Identifies what was asked (kind, workflow, method), so that a requestId reused for a
+	// different request is told apart from a retry.
+	Fingerprint   string `protobuf:"bytes,20,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +347,13 @@ func (x *Request) GetKeepResult() bool {
 	return false
 }
 
+func (x *Request) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 // Reply is what a host publishes to the waiting ingress instance, and what the result cache
 // keeps for an idempotent retry.
 type Reply struct {
@@ -356,7 +367,9 @@ type Reply struct {
 	// Set when the platform, not the handler, failed the request (for example an unknown method
 	// found only at the host): a problem type slug such as "handler-panic". Content then holds a
 	// client-safe detail.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// The fingerprint of the request this replies to.
+	Fingerprint   string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +453,13 @@ func (x *Reply) GetError() string {
 	return ""
 }
 
+func (x *Reply) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 var File_agentbus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentbus_v1_bus_proto_rawDesc = "" +
@@ -448,7 +468,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\x96\x06\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb8\x06\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -473,13 +493,14 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04hint\x18\x11 \x01(\tR\x04hint\x12!\n" +
 	"\fcontent_type\x18\x12 \x01(\tR\vcontentType\x12\x1f\n" +
 	"\vkeep_result\x18\x13 \x01(\bR\n" +
-	"keepResult\x1a9\n" +
+	"keepResult\x12 \n" +
+	"\vfingerprint\x18\x14 \x01(\tR\vfingerprint\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -490,7 +511,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"contentRef\x12!\n" +
 	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12\x15\n" +
 	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error*[\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
+	"\vfingerprint\x18\b \x01(\tR\vfingerprint*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +
