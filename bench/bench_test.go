@@ -3,7 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,8 +52,141 @@ func TestBenchSmoke(t *testing.T) {
 	printTable(&out, []string{phaseBare, phaseAgentbus}, results)
 	t.Log("\n" + out.String())
 	client.CloseIdleConnections()
+	checkGoroutines(t, before)
+}
 
-	// Everything the phases started must be gone (give closing connections a moment).
+// TestBenchRateSmoke runs both phases briefly as an open loop at a rate well within reach and
+// checks that every request succeeded, that about rate × duration were measured and that none
+// was dropped.
+func TestBenchRateSmoke(t *testing.T) {
+	before := runtime.NumGoroutine()
+	o := options{
+		Duration:   300 * time.Millisecond,
+		Warmup:     100 * time.Millisecond,
+		Clients:    4,
+		Instances:  10,
+		Partitions: 4,
+		Body:       []byte(`{"ping":1}`),
+		Rate:       200,
+	}
+	want := o.Rate * o.Duration.Seconds() // 60
+	client := newClient(o.Clients)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := map[string]result{}
+	for _, phase := range []string{phaseBare, phaseAgentbus} {
+		res, err := runTarget(ctx, phase, o, client)
+		if err != nil {
+			t.Fatalf("%s: %v", phase, err)
+		}
+		if res.Rate != o.Rate {
+			t.Errorf("%s: rate %v, want %v", phase, res.Rate, o.Rate)
+		}
+		if res.Errors != 0 {
+			t.Errorf("%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
+		}
+		if got := float64(res.Requests); math.Abs(got-want) > 0.3*want {
+			t.Errorf("%s: %d requests measured, want %.0f ± 30%%", phase, res.Requests, want)
+		}
+		if got := res.RPS(); math.Abs(got-o.Rate) > 0.3*o.Rate {
+			t.Errorf("%s: %.1f req/s achieved, want %.0f ± 30%%", phase, got, o.Rate)
+		}
+		if res.Unsent != 0 {
+			t.Errorf("%s: %d requests due but not sent", phase, res.Unsent)
+		}
+		if res.P50 <= 0 || res.P50 > res.P99 || res.P99 > res.Max {
+			t.Errorf("%s: inconsistent latencies p50=%s p99=%s max=%s", phase, res.P50, res.P99, res.Max)
+		}
+		results[run{phase, o.Rate}.String()] = res
+	}
+	var out bytes.Buffer
+	printRateTable(&out, []string{phaseBare, phaseAgentbus}, []float64{o.Rate}, results)
+	rows := 0
+	for line := range strings.Lines(out.String()) {
+		if f := strings.Fields(line); len(f) > 2 && (f[0] == phaseBare || f[0] == phaseAgentbus) && f[1] == "200" {
+			rows++
+		}
+	}
+	if rows != 2 || strings.Contains(out.String(), "interrupted") || strings.Contains(out.String(), "not sent") {
+		t.Errorf("want a plain row per phase, got %d:\n%s", rows, out.String())
+	}
+	t.Log("\n" + out.String())
+	client.CloseIdleConnections()
+	checkGoroutines(t, before)
+}
+
+// TestOpenLoopChargesStalls overloads a server that takes 20 ms per request with one client at
+// 200 requests per second: a closed loop would see 20 ms latencies, the open loop must charge
+// every request the time it waited behind the ones before it, mark them late and report the
+// requests it never got to send.
+func TestOpenLoopChargesStalls(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+	}))
+	defer srv.Close()
+	o := options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Clients: 1, Rate: 200}
+	client := newClient(o.Clients)
+	defer client.CloseIdleConnections()
+	res := runPhase(context.Background(), phaseBare, o, client, []string{srv.URL})
+	t.Logf("%+v", res)
+	if res.Errors != 0 || res.Requests == 0 {
+		t.Fatalf("%d errors of %d requests: %v", res.Errors, res.Requests, res.topErrors(5))
+	}
+	// At most 400 ms / 20 ms requests fit in the phase; 80 were due.
+	if res.Requests > 16 {
+		t.Errorf("%d requests measured; a 20 ms server cannot answer that many", res.Requests)
+	}
+	if res.Late != res.Requests {
+		t.Errorf("%d of %d requests late, want all", res.Late, res.Requests)
+	}
+	// The first measured request starts at 100 ms or later and was due at 25 ms at the latest.
+	if res.P50 < 75*time.Millisecond {
+		t.Errorf("p50 %s: latency does not run from the scheduled time", res.P50)
+	}
+	if res.Unsent < 80-20 {
+		t.Errorf("%d due requests not sent, want at least 60", res.Unsent)
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	s := schedule{rate: 3} // every 333.33… ms
+	for i, want := range []time.Duration{0, 333333333, 666666667, time.Second, 1333333333} {
+		if got := s.at(uint64(i)); got != want {
+			t.Errorf("at(%d) = %d, want %d", i, got, want)
+		}
+	}
+	for d, want := range map[time.Duration]uint64{
+		-1: 0, 0: 0, 1: 1, 333333333: 1, 333333334: 2, time.Second: 3, time.Second + 1: 4, 10 * time.Second: 30,
+	} {
+		if got := s.dueBefore(d); got != want {
+			t.Errorf("dueBefore(%d) = %d, want %d", d, got, want)
+		}
+	}
+	s = schedule{rate: 4000}
+	if got := s.dueBefore(2*time.Second + 8*time.Second); got != 40000 {
+		t.Errorf("4000/s over 10 s: %d due, want 40000", got)
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	got, err := parseRates("1000, 2000,4000,0.5")
+	if err != nil || !slices.Equal(got, []float64{1000, 2000, 4000, 0.5}) {
+		t.Errorf("parseRates = %v, %v", got, err)
+	}
+	for _, bad := range []string{"", "1000,", "0", "-5", "x", "NaN", "Inf", "1e10"} {
+		if got, err := parseRates(bad); err == nil {
+			t.Errorf("parseRates(%q) = %v, want an error", bad, got)
+		}
+	}
+	if s := (run{phaseAgentbus, 2000}).String(); s != "agentbus@2000" {
+		t.Errorf("run label %q", s)
+	}
+}
+
+// checkGoroutines fails t if more goroutines run than before (giving closing connections a
+// moment): everything the phases started must be gone.
+func checkGoroutines(t *testing.T, before int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)

@@ -28,6 +28,10 @@ const (
 // before they are cancelled (and counted as errors).
 const drainGrace = 5 * time.Second
 
+// lateAfter is how far behind its scheduled time an open-loop request may start before it
+// counts as late.
+const lateAfter = time.Millisecond
+
 // options configure one phase.
 type options struct {
 	Duration   time.Duration
@@ -36,6 +40,9 @@ type options struct {
 	Instances  int
 	Partitions int
 	Body       []byte
+	// Rate, when positive, makes the phase an open loop: requests are due on a fixed schedule of
+	// Rate per second, and Clients bounds how many are in flight at once. Zero is a closed loop.
+	Rate float64
 	// OnMeasure, when set, is called as the measured window starts; the function it returns is
 	// called as the window ends.
 	OnMeasure func() (end func())
@@ -53,6 +60,8 @@ func (o options) validate() error {
 		return errors.New("-instances must be at least 1")
 	case o.Partitions < 1 || o.Partitions > 1024:
 		return errors.New("-partitions must be from 1 to 1024")
+	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
+		return errors.New("rates must be positive numbers of requests per second")
 	}
 	return nil
 }
@@ -109,13 +118,20 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 // result is what one phase measured.
 type result struct {
 	Phase              string
-	Requests           int // measured requests, errors included
+	Rate               float64 // offered requests per second of an open loop; 0 for a closed loop
+	Requests           int     // measured requests, errors included
 	Errors             int
 	Elapsed            time.Duration // length of the measured window
 	P50, P90, P99, Max time.Duration // latencies of successful requests
 	RespBytes          int64         // response body bytes of successful requests
 	Interrupted        bool          // the measured window was cut short
-	errs               map[string]int
+	// Open loop only. Late counts measured requests that started more than lateAfter after
+	// their scheduled time (every worker was busy, or the load generator fell behind). Unsent
+	// counts requests, warm-up ones included, that were due before the measured window ended
+	// but had not started when it did: the offered rate was not sustained, and their latencies,
+	// the longest of all, are missing from the percentiles.
+	Late, Unsent int
+	errs         map[string]int
 }
 
 // RPS is successful requests per second: requests started in the measured window over its length.
@@ -155,6 +171,7 @@ func (r result) topErrors(n int) []errCount {
 type clientStats struct {
 	lat       []time.Duration
 	errors    int
+	late      int
 	respBytes int64
 	errs      map[string]int
 	_         [64]byte // keep neighbours' counters off this cache line
@@ -163,6 +180,18 @@ type clientStats struct {
 // runPhase sends POSTs of o.Body to urls, round-robin, from o.Clients goroutines: o.Warmup
 // unmeasured, then o.Duration measured. Requests in flight when the window ends get drainGrace
 // to finish. It returns once every client goroutine has returned.
+//
+// In a closed loop (o.Rate == 0) each goroutine sends its next request as soon as the previous
+// one is answered, and latency runs from a request's start to the end of its response.
+//
+// In an open loop (o.Rate > 0) request i is due at o.Rate·i seconds after the phase starts; each
+// goroutine claims the next due request, waits for its time (or starts it at once if it is
+// already overdue because every goroutine was busy) and sends it. Latency runs from the
+// scheduled time, not the actual start, so that a stall delaying the requests behind it is
+// charged to them (no coordinated omission). Requests not started by the end of the window are
+// not sent; result.Unsent counts them.
+//
+// Either way a request is measured if it starts within the measured window.
 func runPhase(ctx context.Context, phase string, o options, client *http.Client, urls []string) result {
 	start := time.Now()
 	measureStart := start.Add(o.Warmup)
@@ -172,35 +201,78 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	defer cancel()
 
 	// Preallocate room for a generous per-client share of the expected requests.
-	perClient := min(int(o.Duration.Seconds()*100_000)/o.Clients+1024, 1<<20)
+	perSecond := 100_000.0
+	if o.Rate > 0 {
+		perSecond = min(o.Rate, perSecond)
+	}
+	perClient := min(int(o.Duration.Seconds()*perSecond)/o.Clients+1024, 1<<20)
 	stats := make([]clientStats, o.Clients)
+
+	// send sends one request to the next URL and records it if it is measured; due is when it
+	// was meant to start, from which its latency runs.
 	var next atomic.Uint64
+	send := func(s *clientStats, due time.Time) {
+		t0 := time.Now()
+		target := urls[(next.Add(1)-1)%uint64(len(urls))]
+		n, err := post(ctx, client, target, o.Body)
+		d := time.Since(due)
+		if t0.Before(measureStart) || (err != nil && parent.Err() != nil) {
+			return // warm-up, or cut short by an interrupt
+		}
+		if t0.Sub(due) > lateAfter {
+			s.late++
+		}
+		if err != nil {
+			s.errors++
+			if s.errs == nil {
+				s.errs = map[string]int{}
+			}
+			s.errs[err.Error()]++
+			return
+		}
+		s.lat = append(s.lat, d)
+		s.respBytes += n
+	}
+
+	sched := schedule{rate: o.Rate}
+	var claimed, sent atomic.Uint64 // open loop: requests claimed by and sent by goroutines
 	var wg sync.WaitGroup
 	for c := range stats {
 		s := &stats[c]
 		s.lat = make([]time.Duration, 0, perClient)
+		if o.Rate <= 0 {
+			wg.Go(func() {
+				for {
+					t0 := time.Now()
+					if !t0.Before(measureEnd) || ctx.Err() != nil {
+						return
+					}
+					send(s, t0)
+				}
+			})
+			continue
+		}
 		wg.Go(func() {
+			timer := time.NewTimer(time.Hour)
+			defer timer.Stop()
 			for {
-				t0 := time.Now()
-				if !t0.Before(measureEnd) || ctx.Err() != nil {
+				due := start.Add(sched.at(claimed.Add(1) - 1))
+				if !due.Before(measureEnd) {
 					return
 				}
-				target := urls[(next.Add(1)-1)%uint64(len(urls))]
-				n, err := post(ctx, client, target, o.Body)
-				d := time.Since(t0)
-				if t0.Before(measureStart) || (err != nil && parent.Err() != nil) {
-					continue // warm-up, or cut short by an interrupt
-				}
-				if err != nil {
-					s.errors++
-					if s.errs == nil {
-						s.errs = map[string]int{}
+				if wait := time.Until(due); wait > 0 {
+					timer.Reset(wait)
+					select {
+					case <-timer.C:
+					case <-ctx.Done():
+						return
 					}
-					s.errs[err.Error()]++
-					continue
 				}
-				s.lat = append(s.lat, d)
-				s.respBytes += n
+				if !time.Now().Before(measureEnd) || ctx.Err() != nil {
+					return
+				}
+				sent.Add(1)
+				send(s, due)
 			}
 		})
 	}
@@ -214,8 +286,10 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Elapsed: o.Duration, errs: map[string]int{}}
-	if now := time.Now(); now.Before(measureEnd) {
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, errs: map[string]int{}}
+	// An open loop's goroutines may all be done before the window ends: its last request was
+	// due within the window and answered before the end.
+	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {
 		res.Interrupted = true
 		res.Elapsed = max(now.Sub(measureStart), 0)
 	}
@@ -224,10 +298,14 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		s := &stats[i]
 		all = append(all, s.lat...)
 		res.Errors += s.errors
+		res.Late += s.late
 		res.RespBytes += s.respBytes
 		for msg, n := range s.errs {
 			res.errs[msg] += n
 		}
+	}
+	if o.Rate > 0 && !res.Interrupted {
+		res.Unsent = int(sched.dueBefore(o.Warmup+o.Duration) - sent.Load())
 	}
 	res.Requests = len(all) + res.Errors
 	slices.Sort(all)
@@ -236,6 +314,29 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		res.Max = all[len(all)-1]
 	}
 	return res
+}
+
+// schedule is an open loop's timetable: request i is due rate·i seconds after the start.
+type schedule struct{ rate float64 }
+
+// at is when request i is due, after the start.
+func (s schedule) at(i uint64) time.Duration {
+	return time.Duration(math.Round(float64(i) * float64(time.Second) / s.rate))
+}
+
+// dueBefore is how many requests are due before d after the start.
+func (s schedule) dueBefore(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	n := uint64(math.Ceil(d.Seconds() * s.rate))
+	for n > 0 && s.at(n-1) >= d {
+		n--
+	}
+	for s.at(n) < d {
+		n++
+	}
+	return n
 }
 
 // post sends one request and reads the whole response; any answer but a 200 is an error.

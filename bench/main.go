@@ -16,14 +16,27 @@
 // response must be a 200; anything else is counted, shown and makes the command exit with
 // status 1.
 //
+// By default the load is a closed loop: -clients goroutines each send their next request as soon
+// as the previous one is answered. Its latency mostly reflects saturation (by Little's law the
+// mean is clients / throughput). -rate N instead offers a fixed load, an open loop: requests are
+// due every 1/N seconds, at most -clients in flight at once (a request due while all are busy
+// starts as soon as one is free), and latency runs from each request's scheduled time, so a stall
+// is charged to every request it delays. The open-loop table adds "late", the measured requests
+// that started more than 1 ms behind schedule; requests still not started when the window ends
+// are not sent, and a row notes how many (the rate was not sustained). -rates 1000,2000,4000 runs
+// the open loop at each rate in turn, after the closed loop unless -closed=false; with -rate the
+// closed loop runs only if -closed is given.
+//
 // Usage:
 //
 //	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 32]
 //	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE]
+//	               [-rate N | -rates N,N,…] [-closed=true|false]
 //
 // -cpuprofile writes a CPU profile of the measured window of the agentbus phase (the whole
-// process: load generator, ingress, NATS server and workflow host). Build a binary first so that
-// pprof has symbols:
+// process: load generator, ingress, NATS server and workflow host). When several agentbus phases
+// run, the closed loop's goes to FILE and the open loop's at rate N to FILE.rateN. Build a binary
+// first so that pprof has symbols:
 //
 //	go build -o /tmp/bench ./bench && /tmp/bench -cpuprofile /tmp/agentbus.cpu
 //	go tool pprof -top -nodecount=40 /tmp/bench /tmp/agentbus.cpu
@@ -39,6 +52,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -54,12 +68,15 @@ func main() {
 	var cpuprofile string
 	flag.DurationVar(&o.Duration, "duration", 10*time.Second, "measured duration of each phase")
 	flag.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before each phase")
-	flag.IntVar(&o.Clients, "clients", 64, "concurrent client goroutines")
+	flag.IntVar(&o.Clients, "clients", 64, "concurrent client goroutines (open loop: most requests in flight at once)")
 	flag.IntVar(&o.Instances, "instances", 1000, "workflow instances to spread requests over")
 	flag.IntVar(&o.Partitions, "partitions", 32, "inbox partitions of the bus")
 	body := flag.String("body", `{"ping":1}`, "request body")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
 	phase := flag.String("phase", "both", "phases to run: both, bare or agentbus")
+	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
+	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
+	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
 	flag.Parse()
 	o.Body = []byte(*body)
 
@@ -75,45 +92,117 @@ func main() {
 	if err := o.validate(); err != nil {
 		fatalf("%v", err)
 	}
+	closedGiven := false
+	flag.Visit(func(f *flag.Flag) { closedGiven = closedGiven || f.Name == "closed" })
+	var rates []float64
+	runClosed := true
+	switch {
+	case *rate != 0 && *ratesList != "":
+		fatalf("give -rate or -rates, not both")
+	case *rate != 0:
+		if !(*rate > 0 && *rate <= maxRate) {
+			fatalf("-rate %v: must be a positive number of requests per second", *rate)
+		}
+		rates = []float64{*rate}
+		runClosed = closedGiven && *closed
+	case *ratesList != "":
+		var err error
+		if rates, err = parseRates(*ratesList); err != nil {
+			fatalf("-rates: %v", err)
+		}
+		runClosed = *closed
+	case !*closed:
+		fatalf("-closed=false without -rate or -rates leaves nothing to run")
+	}
 	if cpuprofile != "" && *phase == phaseBare {
 		fatalf("-cpuprofile profiles the agentbus phase, which -phase bare does not run")
+	}
+
+	// The runs, in order: the closed loop's phases, then for each rate the open loop's.
+	var runs []run
+	if runClosed {
+		for _, name := range phases {
+			runs = append(runs, run{phase: name})
+		}
+	}
+	for _, r := range rates {
+		for _, name := range phases {
+			runs = append(runs, run{phase: name, rate: r})
+		}
+	}
+	agentbusRuns := 0
+	for _, r := range runs {
+		if r.phase == phaseAgentbus {
+			agentbusRuns++
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body))
+	load := "closed loop"
+	if len(rates) > 0 {
+		load = "open loop at " + strings.Join(fmtRates(rates), ", ") + " req/s"
+		if runClosed {
+			load = "closed loop, then " + load
+		}
+	}
+	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB load=%s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
 
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()
 
 	results := map[string]result{}
 	failed := false
-	for _, name := range phases {
+	for _, r := range runs {
 		po := o
-		if name == phaseAgentbus && cpuprofile != "" {
-			po.OnMeasure = cpuProfiler(cpuprofile)
+		po.Rate = r.rate
+		if r.phase == phaseAgentbus && cpuprofile != "" {
+			file := cpuprofile
+			if agentbusRuns > 1 && r.rate > 0 {
+				file += ".rate" + fmtRate(r.rate)
+			}
+			po.OnMeasure = cpuProfiler(file)
 		}
-		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", name, o.Warmup, o.Duration)
+		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", r, o.Warmup, o.Duration)
 		runtime.GC() // do not bill one phase's garbage to the next
-		res, err := runTarget(ctx, name, po, client)
+		res, err := runTarget(ctx, r.phase, po, client)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", name, err)
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", r, err)
 			failed = true
 			if res.Requests == 0 {
 				continue
 			}
 		}
-		results[name] = res
+		results[r.String()] = res
 		if ctx.Err() != nil {
 			break
 		}
 	}
 
 	fmt.Println()
-	printTable(os.Stdout, phases, results)
-	if printErrors(os.Stdout, phases, results) {
+	var labels []string
+	if runClosed {
+		if len(rates) > 0 {
+			fmt.Printf("closed loop, %d clients:\n", o.Clients)
+		}
+		printTable(os.Stdout, phases, results)
+		labels = append(labels, phases...)
+	}
+	if len(rates) > 0 {
+		if runClosed {
+			fmt.Println()
+		}
+		fmt.Printf("open loop, fixed offered load, at most %d in flight; latency from each request's scheduled start:\n", o.Clients)
+		printRateTable(os.Stdout, phases, rates, results)
+		for _, r := range rates {
+			for _, name := range phases {
+				labels = append(labels, run{name, r}.String())
+			}
+		}
+	}
+	if printErrors(os.Stdout, labels, results) {
 		failed = true
 	}
 	if ctx.Err() != nil {
@@ -123,6 +212,47 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
+}
+
+// maxRate bounds -rate and -rates; far beyond what loopback HTTP can do.
+const maxRate = 1e9
+
+// run is one phase of the command: a closed loop when rate is 0, else an open loop at rate.
+type run struct {
+	phase string
+	rate  float64
+}
+
+// String is the run's label and key in the results: the phase, and "@rate" for an open loop.
+func (r run) String() string {
+	if r.rate == 0 {
+		return r.phase
+	}
+	return r.phase + "@" + fmtRate(r.rate)
+}
+
+// parseRates parses a comma-separated list of positive request rates.
+func parseRates(list string) ([]float64, error) {
+	var rates []float64
+	for f := range strings.SplitSeq(list, ",") {
+		f = strings.TrimSpace(f)
+		r, err := strconv.ParseFloat(f, 64)
+		if err != nil || !(r > 0 && r <= maxRate) {
+			return nil, fmt.Errorf("%q: want positive numbers of requests per second", f)
+		}
+		rates = append(rates, r)
+	}
+	return rates, nil
+}
+
+func fmtRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+
+func fmtRates(rates []float64) []string {
+	out := make([]string, len(rates))
+	for i, r := range rates {
+		out[i] = fmtRate(r)
+	}
+	return out
 }
 
 // printTable prints one row per phase that ran, then the ratio and targets when both did.
@@ -149,6 +279,41 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 	}
 	if okA {
 		fmt.Fprintf(w, "agentbus p99: %s   (target < %s: %s)\n", fmtDur(ab.P99), fmtDur(targetP99), verdict(ab.P99 < targetP99))
+	}
+}
+
+// printRateTable prints one row per phase and rate of the open loop, grouped by rate, then the
+// agentbus p99 at each rate against the target.
+func printRateTable(w io.Writer, phases []string, rates []float64, results map[string]result) {
+	fmt.Fprintf(w, "%-9s %8s %10s %9s %9s %9s %9s %9s %8s %8s %7s\n", "phase", "rate", "req/s", "p50", "p90", "p99", "max", "requests", "errors", "late", "resp B")
+	unsent := false
+	for _, rate := range rates {
+		for _, name := range phases {
+			r, ok := results[run{name, rate}.String()]
+			if !ok {
+				fmt.Fprintf(w, "%-9s %8s (did not run)\n", name, fmtRate(rate))
+				continue
+			}
+			note := ""
+			if r.Interrupted {
+				note = fmt.Sprintf("  (interrupted after %s)", r.Elapsed.Round(time.Millisecond))
+			}
+			if r.Unsent > 0 {
+				note += fmt.Sprintf("  (%d due not sent)", r.Unsent)
+				unsent = true
+			}
+			fmt.Fprintf(w, "%-9s %8s %10.0f %9s %9s %9s %9s %9d %8d %8d %7.0f%s\n", name, fmtRate(rate), r.RPS(),
+				fmtDur(r.P50), fmtDur(r.P90), fmtDur(r.P99), fmtDur(r.Max), r.Requests, r.Errors, r.Late, r.AvgRespBytes(), note)
+		}
+	}
+	fmt.Fprintf(w, "late: measured requests that started more than %s after their scheduled time (every client busy, or the load generator behind)\n", fmtDur(lateAfter))
+	if unsent {
+		fmt.Fprintln(w, "due not sent: the rate was not sustained; requests still waiting for a free client when the window ended were dropped and their latencies are missing")
+	}
+	for _, rate := range rates {
+		if ab, ok := results[run{phaseAgentbus, rate}.String()]; ok {
+			fmt.Fprintf(w, "agentbus p99 at %s req/s: %s   (target < %s: %s)\n", fmtRate(rate), fmtDur(ab.P99), fmtDur(targetP99), verdict(ab.P99 < targetP99 && ab.Unsent == 0))
+		}
 	}
 }
 

@@ -97,7 +97,9 @@ func InboxTransform(partitions int) (source, destination string) {
 }
 
 // Partition is the filter subject of the consumer of an agent's partition p.
-func Partition(agent string, p int) string { return fmt.Sprintf("%s.%s.%d.>", inboxPrefix, Token(agent), p) }
+func Partition(agent string, p int) string {
+	return fmt.Sprintf("%s.%s.%d.>", inboxPrefix, Token(agent), p)
+}
 
 // PartitionConsumer is the durable name of the consumer of an agent's partition p. Agent names
 // may be long, so the name carries a hash of it.
