@@ -30,6 +30,8 @@ type Config struct {
 	DedupeWindow time.Duration
 	// InboxMaxAge bounds how long an unprocessed request is kept. Zero means 7 days.
 	InboxMaxAge time.Duration
+	// HistoryMaxAge is how long conversation history is kept. Zero means 180 days.
+	HistoryMaxAge time.Duration
 }
 
 // Defaults for Config's zero values.
@@ -37,6 +39,7 @@ const (
 	DefaultPartitions   = 32
 	DefaultDedupeWindow = 10 * time.Minute
 	DefaultInboxMaxAge  = 7 * 24 * time.Hour
+	DefaultHistoryAge   = 180 * 24 * time.Hour
 	// HostTTL is how long a host heartbeat stays in the hosts bucket.
 	HostTTL = 30 * time.Second
 )
@@ -53,6 +56,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InboxMaxAge == 0 {
 		c.InboxMaxAge = DefaultInboxMaxAge
+	}
+	if c.HistoryMaxAge == 0 {
+		c.HistoryMaxAge = DefaultHistoryAge
 	}
 	return c
 }
@@ -79,12 +85,14 @@ func (c Config) PartitionCount() int { return c.withDefaults().Partitions }
 type Resources struct {
 	JS        jetstream.JetStream
 	Inbox     jetstream.Stream
+	Messages  jetstream.Stream
 	Keys      jetstream.KeyValue
 	Tenants   jetstream.KeyValue
 	Instances jetstream.KeyValue
 	Registry  jetstream.KeyValue
 	Hosts     jetstream.KeyValue
 	Results   jetstream.KeyValue
+	Topics    jetstream.KeyValue
 	Files     jetstream.ObjectStore
 	Claims    jetstream.ObjectStore
 	Config    Config
@@ -146,6 +154,21 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)
 	}
+	r.Messages, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        subject.MessagesStream,
+		Description: "agentbus conversation history, one subject per thread",
+		Subjects:    []string{subject.MessagesSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.HistoryMaxAge,
+		// Redelivered requests store their messages again under the same id: dedupe them.
+		Duplicates:  cfg.DedupeWindow,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", subject.MessagesStream, err)
+	}
 	kvs := []struct {
 		dst *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
@@ -156,6 +179,7 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}},
 		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}},
 		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}},
+		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg

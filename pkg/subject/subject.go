@@ -29,6 +29,8 @@ const (
 	RegistryBucket = "AGENTBUS_REGISTRY"
 	// HostsBucket holds live workflow hosts' heartbeats.
 	HostsBucket = "AGENTBUS_HOSTS"
+	// TopicsBucket lists the topics (message scopes) seen in each conversation thread.
+	TopicsBucket = "AGENTBUS_TOPICS"
 	// ResultsBucket caches replies by tenant and requestId for idempotent retries.
 	ResultsBucket = "AGENTBUS_RESULTS"
 	// FilesStore is the object store for uploaded files.
@@ -44,6 +46,10 @@ const (
 	HeaderReplyTo = "Agentbus-Reply-To"
 	// HeaderMsgID is JetStream's de-duplication header; its value is DedupeID(tenant, requestId).
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderPrev lists, on a stored history message, the stream sequences of the thread's
+	// previous messages, newest first, comma-separated: the newest page of a thread is read
+	// from the last message and these, without scanning the stream.
+	HeaderPrev = "Agentbus-Prev"
 )
 
 const (
@@ -145,6 +151,31 @@ func ParseStoredInbox(subj string) (StoredInbox, error) {
 // Thread is the history subject of one conversation thread.
 func Thread(tenant, workflowID, participant string) string {
 	return msgPrefix + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+}
+
+// ThreadID is the opaque, URL-safe id of a conversation thread (a workflow and a participant).
+func ThreadID(workflowID, participant string) string {
+	return Token(workflowID) + "." + Token(participant)
+}
+
+// ParseThreadID reverses ThreadID.
+func ParseThreadID(id string) (workflowID, participant string, err error) {
+	wf, p, ok := strings.Cut(id, ".")
+	if !ok {
+		return "", "", fmt.Errorf("thread id %q has no '.'", id)
+	}
+	if workflowID, err = ParseToken(wf); err != nil {
+		return "", "", err
+	}
+	if participant, err = ParseToken(p); err != nil {
+		return "", "", err
+	}
+	return workflowID, participant, nil
+}
+
+// TopicsKey is the KV key of a thread's topic list.
+func TopicsKey(tenant, workflowID, participant string) string {
+	return tenant + "." + Token(workflowID) + "." + Token(participant)
 }
 
 // MessagesSubjects is the subject filter of the history stream.
