@@ -35,6 +35,9 @@ type Agent struct {
 	name          string
 	workflowTypes []string
 	webhooks      map[string]WebhookHandler
+	chat          Handler
+	data          map[string]Handler // by lowercased method name
+	file          Handler
 	onStart       func(ctx context.Context, inst *Instance) error
 }
 
@@ -58,7 +61,7 @@ func New(name string, opts ...Option) *Agent {
 	if err := ident.ValidName(name); err != nil {
 		panic(fmt.Sprintf("agent: name %q %v", name, err))
 	}
-	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler)}
+	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler), data: make(map[string]Handler)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -96,5 +99,10 @@ func (a *Agent) registration() registry.Agent {
 		reg.Webhooks = append(reg.Webhooks, m)
 	}
 	slices.Sort(reg.Webhooks)
+	for m := range a.data {
+		reg.DataMethods = append(reg.DataMethods, m)
+	}
+	slices.Sort(reg.DataMethods)
+	reg.Chat, reg.File = a.chat != nil, a.file != nil
 	return reg
 }

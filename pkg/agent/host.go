@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -96,6 +97,8 @@ type Host struct {
 	agents map[string]*Agent
 
 	live    *liveSet
+	history *history.Store
+	files   jetstream.ObjectStore
 	claims  *bus.Blobs
 	results jetstream.KeyValue
 	sem     chan struct{}
@@ -145,6 +148,8 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	h.live = newLiveSet(instance.NewStore(res.Instances), h.log)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
+	h.history = history.NewStore(res.Messages, res.Topics, js)
+	h.files = res.Files
 	h.results = res.Results
 
 	regs := make([]registry.Agent, 0, len(h.agents))
@@ -327,62 +332,6 @@ func (h *Host) process(ctx context.Context, m jetstream.Msg) bool {
 	return true
 }
 
-// handle runs the request's handler on its instance, replies and records the run. It returns an
-// error only when the host is shutting down before the request could be finished.
-func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) error {
-	a := h.agents[req.GetAgentName()]
-	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) {
-		h.reply(ctx, log, req, replyTo, platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), "")
-		return nil
-	}
-	var handler WebhookHandler
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		handler = a.webhooks[req.GetMethod()]
-	}
-	if handler == nil {
-		h.reply(ctx, log, req, replyTo, platformError(http.StatusNotFound, "unknown-method", "the agent has no such method"), "")
-		return nil
-	}
-
-	body := req.GetBody()
-	if ref := req.GetBodyRef(); ref != nil {
-		if err := retry(ctx, log, "reading request body", func() (err error) {
-			body, err = h.claims.Get(ctx, ref)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-
-	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
-	defer h.live.release(l)
-	var inst *Instance
-	if err := retry(ctx, log, "starting instance", func() (err error) {
-		inst, err = h.startOrLoad(ctx, log, a, l)
-		return err
-	}); err != nil {
-		return err
-	}
-	runID := inst.RunID()
-
-	wr := &WebhookRequest{
-		Method:        req.GetMethod(),
-		Params:        nonNil(req.GetParams()),
-		Body:          body,
-		ContentType:   req.GetContentType(),
-		Header:        nonNil(req.GetMetadata()),
-		RequestID:     req.GetRequestId(),
-		ParticipantID: req.GetParticipantId(),
-		inst:          inst,
-	}
-	wr.respond = func(resp Response) { h.reply(ctx, log, req, replyTo, resp, runID) }
-	resp := callWebhook(ctx, log, handler, wr)
-	wr.Respond(resp)
-
-	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
-}
-
 // startOrLoad returns the running instance of the request's workflow, starting a new run when
 // there is none or the last one completed (update-with-start). When several hosts race to
 // start, compare-and-set lets exactly one win; the others load its run.
@@ -468,30 +417,22 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, 
 	}
 }
 
-// reply sends resp to the waiting caller (if any) and keeps it in the result cache when the
-// request is idempotent. Failures are logged: the caller then times out, and the handler's
-// effects stand.
-func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string, resp Response, runID string) {
+// reply sends rep to the waiting caller (if any) and keeps it in the result cache when the
+// request is idempotent. Content too large for one message goes by claim check. Failures are
+// logged: the caller then times out, and the handler's effects stand.
+func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string, rep *agentbusv1.Reply) {
 	if replyTo == "" && !req.GetKeepResult() {
 		return
 	}
-	rep := &agentbusv1.Reply{
-		RequestId:   req.GetRequestId(),
-		StatusCode:  int32(resp.StatusCode),
-		ContentType: resp.ContentType,
-		RunId:       runID,
-		Error:       resp.platformError,
-		Fingerprint: req.GetFingerprint(),
-	}
-	if h.claims.Fits(len(resp.Content)) {
-		rep.Content = resp.Content
-	} else {
-		ref, err := h.claims.Put(ctx, subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "reply"), resp.Content)
+	rep.RequestId, rep.Fingerprint = req.GetRequestId(), req.GetFingerprint()
+	if !h.claims.Fits(len(rep.Content)) {
+		ref, err := h.claims.Put(ctx, subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "reply"), rep.Content)
 		if err != nil {
 			log.Error("storing large reply", "err", err)
-			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: http.StatusBadGateway, Error: "reply-too-large", RunId: runID, Fingerprint: req.GetFingerprint()}
+			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: http.StatusBadGateway, Error: "reply-too-large",
+				Content: []byte("the reply was too large to deliver"), RunId: rep.GetRunId(), Fingerprint: req.GetFingerprint()}
 		} else {
-			rep.ContentRef = ref
+			rep.Content, rep.ContentRef = nil, ref
 		}
 	}
 	data, err := proto.Marshal(rep)
@@ -509,6 +450,12 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 			log.Error("publishing reply", "err", err)
 		}
 	}
+}
+
+// webhookReply is the bus reply carrying a webhook handler's response.
+func webhookReply(resp Response, runID string) *agentbusv1.Reply {
+	return &agentbusv1.Reply{StatusCode: int32(resp.StatusCode), Content: resp.Content, ContentType: resp.ContentType,
+		RunId: runID, Error: resp.platformError}
 }
 
 // callWebhook runs the handler, turning a panic into a 500 that names no internals.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
@@ -38,6 +39,9 @@ type liveInstance struct {
 	// dirty means rec holds event counts or activity times not written yet; they are written
 	// with the next write of the record, or when the host drops it.
 	dirty bool
+
+	// cursors are the history append cursors of the instance's conversations, by participant.
+	cursors map[string]*history.Cursor
 
 	// users and idleSince are guarded by the host's live map lock.
 	users     int
@@ -180,4 +184,33 @@ func (l *liveInstance) flush(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// cursor returns the history append cursor of a conversation of the instance, reading it from the
+// stream the first time. Only the conversation's own (serial) handling uses it.
+func (l *liveInstance) cursor(ctx context.Context, store *history.Store, tenant, participant string) (*history.Cursor, error) {
+	l.mu.Lock()
+	cur := l.cursors[participant]
+	l.mu.Unlock()
+	if cur != nil {
+		return cur, nil
+	}
+	c, err := store.Cursor(ctx, tenant, l.key.workflowID, participant)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cursors == nil {
+		l.cursors = make(map[string]*history.Cursor)
+	}
+	l.cursors[participant] = &c
+	return &c, nil
+}
+
+// dropCursor forgets a conversation's cursor after a conflict, so that the next use reloads it.
+func (l *liveInstance) dropCursor(participant string) {
+	l.mu.Lock()
+	delete(l.cursors, participant)
+	l.mu.Unlock()
 }

@@ -41,43 +41,54 @@ func fingerprint(req *agentbusv1.Request) string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// call publishes req durably and waits up to timeout for its reply. Once the publish is
-// acknowledged the request is the bus's: it is processed even if the wait ends.
-func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
+// publish puts req durably on the inbox; replyTo names the waiter, if any. Bodies too large for
+// one message go by claim check. Once it returns nil the request is the bus's: it is processed
+// even if nobody waits. It reports whether the requestId was seen before (a duplicate).
+func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo string) (duplicate bool, err error) {
 	req.CreatedAtMs = time.Now().UnixMilli()
 	req.Fingerprint = fingerprint(req)
 	// The request must reach the bus even if the caller goes away while it is being sent.
-	pubCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if !s.claims.Fits(len(req.Body)) {
-		ref, err := s.claims.Put(pubCtx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), req.Body)
+		ref, err := s.claims.Put(ctx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), req.Body)
 		if err != nil {
-			return nil, fmt.Errorf("storing request body: %w", err)
+			return false, fmt.Errorf("storing request body: %w", err)
 		}
 		req.Body, req.BodyRef = nil, ref
 	}
 	data, err := proto.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("encoding request: %w", err)
+		return false, fmt.Errorf("encoding request: %w", err)
 	}
-	waiter := s.replies.Wait()
-	defer waiter.Done()
 	msg := &nats.Msg{
 		Subject: subject.Inbox(req.AgentName, req.TenantId, req.WorkflowId, req.ParticipantId),
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	msg.Header.Set(subject.HeaderReplyTo, waiter.Subject)
-	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
-	ack, err := s.js.PublishMsg(pubCtx, msg)
-	if err != nil {
-		return nil, fmt.Errorf("publishing request: %w", err)
+	if replyTo != "" {
+		msg.Header.Set(subject.HeaderReplyTo, replyTo)
 	}
+	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
+	ack, err := s.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("publishing request: %w", err)
+	}
+	return ack.Duplicate, nil
+}
 
+// call publishes req and waits up to timeout for its reply.
+func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
+	waiter := s.replies.Wait()
+	defer waiter.Done()
+	duplicate, err := s.publish(ctx, req, waiter.Subject)
+	if err != nil {
+		return nil, err
+	}
 	wctx, wcancel := context.WithTimeout(ctx, timeout)
 	defer wcancel()
 	var rep *agentbusv1.Reply
-	if ack.Duplicate {
+	if duplicate {
 		// The same requestId was accepted before: answer with that request's result.
 		rep, err = s.awaitResult(wctx, req.TenantId, req.RequestId)
 	} else {
@@ -93,14 +104,16 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 		return nil, errKeyReused
 	}
 	if ref := rep.GetContentRef(); ref != nil {
-		content, err := s.claims.Get(pubCtx, ref)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		content, err := s.claims.Get(rctx, ref)
 		if err != nil {
 			s.log.Error("reading large reply", "requestId", req.RequestId, "err", err)
 			return nil, errReplyLost
 		}
 		rep.Content, rep.ContentRef = content, nil
 		if !req.KeepResult {
-			_ = s.claims.Delete(pubCtx, ref)
+			_ = s.claims.Delete(rctx, ref)
 		}
 	}
 	return rep, nil

@@ -34,8 +34,11 @@ type Config struct {
 	AdminKey string
 	// WebhookTimeout bounds how long a webhook call waits for its handler. Default 30s.
 	WebhookTimeout time.Duration
-	// MaxBodyBytes bounds request bodies. Default 32 MiB.
+	// MaxBodyBytes bounds webhook request bodies. Default 32 MiB.
 	MaxBodyBytes int64
+	// MaxFileBytes bounds uploaded files (decoded). Default 25 MiB. The send endpoint takes
+	// bodies large enough for such a file in base64.
+	MaxFileBytes int64
 	// InstanceID names this ingress instance in reply subjects. Default: a random id.
 	InstanceID string
 	// Logger receives the ingress's logs; nil discards them.
@@ -46,6 +49,7 @@ type Config struct {
 const (
 	DefaultWebhookTimeout = 30 * time.Second
 	DefaultMaxBodyBytes   = 32 << 20
+	DefaultMaxFileBytes   = 25 << 20
 )
 
 // Validate reports a configuration that cannot work.
@@ -53,7 +57,7 @@ func (c Config) Validate() error {
 	if c.Conn == nil {
 		return errors.New("ingress: Conn is required")
 	}
-	if c.WebhookTimeout < 0 || c.MaxBodyBytes < 0 {
+	if c.WebhookTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 {
 		return errors.New("ingress: negative timeout or body limit")
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
@@ -68,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxFileBytes == 0 {
+		c.MaxFileBytes = DefaultMaxFileBytes
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = uuid.NewString()[:8]
@@ -138,6 +145,10 @@ func (s *Server) KeyKnown(secret string) bool {
 	return err == nil
 }
 
+// sendBodyLimit is the largest send body: a file of MaxFileBytes in base64, plus room for the
+// other fields.
+func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
+
 // Close stops the watches and the reply subscription.
 func (s *Server) Close() error {
 	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
@@ -150,6 +161,8 @@ func (s *Server) routes() http.Handler {
 	// gets a problem+json 405 rather than ServeMux's plain-text one.
 	mux.HandleFunc("/healthz", allow(http.MethodGet, s.healthz))
 	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.webhook))
+	mux.HandleFunc("/api/v1/admin/tenants/{tenantId}/messaging/send", allow(http.MethodPost, s.send))
+	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.send))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
 	})

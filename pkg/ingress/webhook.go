@@ -79,20 +79,9 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, "forbidden", "the workflow belongs to another tenant")
 		return
 	}
-	agent, ok := s.dir.Agent(wf.Agent)
-	switch {
-	case !ok:
-		fail(http.StatusNotFound, "unknown-agent", "no agent named "+quote(wf.Agent)+" is registered")
-		return
-	case !agent.HasWorkflowType(wf.WorkflowType):
-		fail(http.StatusNotFound, "unknown-workflow-type", "agent "+quote(wf.Agent)+" has no workflow type "+quote(wf.WorkflowType))
-		return
-	case !agent.HasWebhook(method):
-		fail(http.StatusNotFound, "unknown-method", "agent "+quote(wf.Agent)+" has no webhook method "+quote(method))
-		return
-	case !s.dir.Live(wf.Agent):
-		problem.Write(w, problem.Problem{Status: http.StatusServiceUnavailable, Slug: "no-host", RetryAfter: 5, RequestID: requestID,
-			Detail: "no workflow host running agent " + quote(wf.Agent) + " is alive; try again later"})
+	if p := s.checkTarget(wf, agentbusv1.Kind_KIND_WEBHOOK, method); p != nil {
+		p.RequestID = requestID
+		problem.Write(w, *p)
 		return
 	}
 

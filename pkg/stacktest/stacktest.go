@@ -27,6 +27,10 @@ type Options struct {
 	WebhookTimeout time.Duration
 	// Partitions of the inbox; default 4 (fewer consumers keep tests quick).
 	Partitions int
+	// AdminKey is accepted as a system-admin key when set.
+	AdminKey string
+	// MaxFileBytes of the ingress; default 25 MiB.
+	MaxFileBytes int64
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh t.TempDir(). Reuse it to restart on the same data.
@@ -69,7 +73,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
-		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout},
+		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes},
 		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second, ContinueAsNewEvents: opts.ContinueAsNewEvents},
 		Logger:   Logger(),
 	})

@@ -13,6 +13,21 @@
 //   - count: increments the instance's counter: {"count": n, "runId": …}.
 //   - complete: answers {"completed": true, "runId": …} and completes the instance.
 //   - state: answers {"runId": …, "state": …} without changing anything.
+//
+// Chat: answers "You said: {text}" (the offline model; a language model comes with the converse
+// endpoint).
+//
+// Data methods (names match case-insensitively):
+//   - echo: returns its parameters.
+//   - sum: {"values":[…]} → {"sum": n}.
+//   - count: as the webhook method.
+//   - history: {"size": n, "scope": s} → {"messages": […]}, the thread's newest messages.
+//   - sleep: {"ms": n} sleeps, then {"slept": n}.
+//   - fail: {"status": n, "message": s} fails with that status (default 500).
+//
+// File: replies "Received {fileName} ({n} bytes)" with data {fileName, contentType, size, sha256};
+// "No file data received." when there was no content and "Invalid file format. Please ensure the
+// file is base64 encoded." when it was not base64 (spec 4.1 rules 3 and 4).
 package echo
 
 import (
@@ -21,6 +36,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -53,7 +69,114 @@ func New() *agent.Agent {
 	a.WebhookFunc("count", count)
 	a.WebhookFunc("complete", complete)
 	a.WebhookFunc("state", state)
+
+	a.ChatFunc(chat)
+	agent.Method(a, "echo", func(_ context.Context, params map[string]any) (map[string]any, error) {
+		if params == nil {
+			params = map[string]any{}
+		}
+		return params, nil
+	})
+	agent.Method(a, "sum", sum)
+	agent.Method(a, "count", countData)
+	agent.Method(a, "history", historyData)
+	agent.Method(a, "sleep", sleepData)
+	agent.Method(a, "fail", failData)
+	a.FileFunc(file)
 	return a
+}
+
+// File reply texts of spec 4.1 rules 3 and 4.
+const (
+	NoFileText      = "No file data received."
+	InvalidFileText = "Invalid file format. Please ensure the file is base64 encoded."
+)
+
+func chat(_ context.Context, m *agent.Message) (agent.Reply, error) {
+	return agent.Say("You said: " + m.Text), nil
+}
+
+type sumIn struct {
+	Values []float64 `json:"values"`
+}
+
+func sum(_ context.Context, in sumIn) (map[string]float64, error) {
+	var total float64
+	for _, v := range in.Values {
+		total += v
+	}
+	return map[string]float64{"sum": total}, nil
+}
+
+func countData(ctx context.Context, _ struct{}) (map[string]any, error) {
+	inst := agent.MessageFrom(ctx).Instance()
+	s, err := agent.UpdateState(ctx, inst, func(s *State) error { s.Count++; return nil })
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"count": s.Count, "runId": inst.RunID()}, nil
+}
+
+type historyIn struct {
+	Size  int    `json:"size"`
+	Scope string `json:"scope"`
+}
+
+func historyData(ctx context.Context, in historyIn) (map[string]any, error) {
+	msgs, _, err := agent.MessageFrom(ctx).History(ctx, agent.HistoryOptions{Size: in.Size, Scope: in.Scope})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"messages": msgs}, nil
+}
+
+type sleepIn struct {
+	MS int `json:"ms"`
+}
+
+func sleepData(ctx context.Context, in sleepIn) (map[string]int, error) {
+	d := min(time.Duration(max(in.MS, 0))*time.Millisecond, maxSleep)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return map[string]int{"slept": int(d / time.Millisecond)}, nil
+}
+
+type failIn struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+}
+
+func failData(_ context.Context, in failIn) (struct{}, error) {
+	if in.Status < 400 || in.Status > 599 {
+		in.Status = http.StatusInternalServerError
+	}
+	if in.Message == "" {
+		in.Message = "fail was asked to fail"
+	}
+	return struct{}{}, agent.Errorf(in.Status, "%s", in.Message)
+}
+
+func file(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+	f := m.File
+	switch {
+	case f == nil || f.Empty:
+		return agent.Say(NoFileText), nil
+	case f.Invalid:
+		return agent.Say(InvalidFileText), nil
+	}
+	b, err := f.Bytes(ctx)
+	if err != nil {
+		return agent.NoReply, err
+	}
+	sum := sha256.Sum256(b)
+	return agent.SayAndAnswer(fmt.Sprintf("Received %s (%d bytes)", f.Name, len(b)), map[string]any{
+		"fileName": f.Name, "contentType": f.ContentType, "size": len(b), "sha256": hex.EncodeToString(sum[:]),
+	}), nil
 }
 
 // echoReply is echo's answer. Body is set when the body is valid UTF-8 (an empty body too),

@@ -179,7 +179,13 @@ type Request struct {
 	KeepResult bool `protobuf:"varint,19,opt,name=keep_result,json=keepResult,proto3" json:"keep_result,omitempty"`
 	// Identifies what was asked (kind, workflow, method), so that a requestId reused for a
 	// different request is told apart from a retry.
-	Fingerprint   string `protobuf:"bytes,20,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Fingerprint string `protobuf:"bytes,20,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Data: the method's parameters as JSON. Chat and File: the message's data, if any.
+	Data []byte `protobuf:"bytes,21,opt,name=data,proto3" json:"data,omitempty"`
+	// File: the uploaded file, stored by ingress in AGENTBUS_FILES.
+	File *FileRef `protobuf:"bytes,22,opt,name=file,proto3" json:"file,omitempty"`
+	// Id of the incoming message as stored in history (given by ingress, answered by send).
+	MessageId     string `protobuf:"bytes,23,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,6 +360,126 @@ func (x *Request) GetFingerprint() string {
 	return ""
 }
 
+func (x *Request) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Request) GetFile() *FileRef {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *Request) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// FileRef describes an uploaded file. Ingress decodes and checks the content; the handler is told
+// when there was none or it was not valid base64, so that it can answer as the spec asks.
+type FileRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Object name in AGENTBUS_FILES; empty when no bytes were stored.
+	Object      string `protobuf:"bytes,1,opt,name=object,proto3" json:"object,omitempty"`
+	FileName    string `protobuf:"bytes,2,opt,name=file_name,json=fileName,proto3" json:"file_name,omitempty"`
+	ContentType string `protobuf:"bytes,3,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Size in bytes of the decoded content.
+	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Hex SHA-256 of the decoded content.
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// No content was sent.
+	Empty bool `protobuf:"varint,6,opt,name=empty,proto3" json:"empty,omitempty"`
+	// The content was not valid base64.
+	Invalid       bool `protobuf:"varint,7,opt,name=invalid,proto3" json:"invalid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileRef) Reset() {
+	*x = FileRef{}
+	mi := &file_agentbus_v1_bus_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileRef) ProtoMessage() {}
+
+func (x *FileRef) ProtoReflect() protoreflect.Message {
+	mi := &file_agentbus_v1_bus_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
+func (*FileRef) Descriptor() ([]byte, []int) {
+	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FileRef) GetObject() string {
+	if x != nil {
+		return x.Object
+	}
+	return ""
+}
+
+func (x *FileRef) GetFileName() string {
+	if x != nil {
+		return x.FileName
+	}
+	return ""
+}
+
+func (x *FileRef) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *FileRef) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileRef) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *FileRef) GetEmpty() bool {
+	if x != nil {
+		return x.Empty
+	}
+	return false
+}
+
+func (x *FileRef) GetInvalid() bool {
+	if x != nil {
+		return x.Invalid
+	}
+	return false
+}
+
 // Reply is what a host publishes to the waiting ingress instance, and what the result cache
 // keeps for an idempotent retry.
 type Reply struct {
@@ -369,14 +495,17 @@ type Reply struct {
 	// client-safe detail.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// The fingerprint of the request this replies to.
-	Fingerprint   string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Fingerprint string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Chat, Data and File replies: the stored outgoing message (spec 2.1) as JSON, or empty when
+	// the handler sent no reply.
+	Message       []byte `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_agentbus_v1_bus_proto_msgTypes[2]
+	mi := &file_agentbus_v1_bus_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +517,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_agentbus_v1_bus_proto_msgTypes[2]
+	mi := &file_agentbus_v1_bus_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +530,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{2}
+	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Reply) GetRequestId() string {
@@ -460,6 +589,13 @@ func (x *Reply) GetFingerprint() string {
 	return ""
 }
 
+func (x *Reply) GetMessage() []byte {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
 var File_agentbus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentbus_v1_bus_proto_rawDesc = "" +
@@ -468,7 +604,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb8\x06\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\x95\a\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -494,13 +630,25 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\fcontent_type\x18\x12 \x01(\tR\vcontentType\x12\x1f\n" +
 	"\vkeep_result\x18\x13 \x01(\bR\n" +
 	"keepResult\x12 \n" +
-	"\vfingerprint\x18\x14 \x01(\tR\vfingerprint\x1a9\n" +
+	"\vfingerprint\x18\x14 \x01(\tR\vfingerprint\x12\x12\n" +
+	"\x04data\x18\x15 \x01(\fR\x04data\x12(\n" +
+	"\x04file\x18\x16 \x01(\v2\x14.agentbus.v1.FileRefR\x04file\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x17 \x01(\tR\tmessageId\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
+	"\aFileRef\x12\x16\n" +
+	"\x06object\x18\x01 \x01(\tR\x06object\x12\x1b\n" +
+	"\tfile_name\x18\x02 \x01(\tR\bfileName\x12!\n" +
+	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05empty\x18\x06 \x01(\bR\x05empty\x12\x18\n" +
+	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xa4\x02\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -512,7 +660,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\fcontent_type\x18\x05 \x01(\tR\vcontentType\x12\x15\n" +
 	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
-	"\vfingerprint\x18\b \x01(\tR\vfingerprint*[\n" +
+	"\vfingerprint\x18\b \x01(\tR\vfingerprint\x12\x18\n" +
+	"\amessage\x18\t \x01(\fR\amessage*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +
@@ -533,26 +682,28 @@ func file_agentbus_v1_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_agentbus_v1_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_agentbus_v1_bus_proto_goTypes = []any{
 	(Kind)(0),       // 0: agentbus.v1.Kind
 	(*BlobRef)(nil), // 1: agentbus.v1.BlobRef
 	(*Request)(nil), // 2: agentbus.v1.Request
-	(*Reply)(nil),   // 3: agentbus.v1.Reply
-	nil,             // 4: agentbus.v1.Request.ParamsEntry
-	nil,             // 5: agentbus.v1.Request.MetadataEntry
+	(*FileRef)(nil), // 3: agentbus.v1.FileRef
+	(*Reply)(nil),   // 4: agentbus.v1.Reply
+	nil,             // 5: agentbus.v1.Request.ParamsEntry
+	nil,             // 6: agentbus.v1.Request.MetadataEntry
 }
 var file_agentbus_v1_bus_proto_depIdxs = []int32{
 	0, // 0: agentbus.v1.Request.kind:type_name -> agentbus.v1.Kind
-	4, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
+	5, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
 	1, // 2: agentbus.v1.Request.body_ref:type_name -> agentbus.v1.BlobRef
-	5, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
-	1, // 4: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
+	3, // 4: agentbus.v1.Request.file:type_name -> agentbus.v1.FileRef
+	1, // 5: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_agentbus_v1_bus_proto_init() }
@@ -566,7 +717,7 @@ func file_agentbus_v1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentbus_v1_bus_proto_rawDesc), len(file_agentbus_v1_bus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,308 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// maxStoredBody bounds how much of a webhook body or answer is kept in history; the rest is
+// summarised by size (bodies may be megabytes, history messages are not).
+const maxStoredBody = 64 << 10
+
+// handle runs the request's handler on its instance, stores the incoming and outgoing messages in
+// history, replies and records the run. It returns an error only when the host is shutting down
+// before the request could be finished.
+func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) error {
+	a := h.agents[req.GetAgentName()]
+	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) {
+		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), ""))
+		return nil
+	}
+	var (
+		webhook WebhookHandler
+		handler Handler
+	)
+	switch req.GetKind() {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		webhook = a.webhooks[req.GetMethod()]
+	case agentbusv1.Kind_KIND_CHAT:
+		handler = a.chat
+	case agentbusv1.Kind_KIND_DATA:
+		handler = a.data[strings.ToLower(req.GetMethod())]
+	case agentbusv1.Kind_KIND_FILE:
+		handler = a.file
+	}
+	if webhook == nil && handler == nil {
+		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-method", "the agent has no such method"), ""))
+		return nil
+	}
+
+	body := req.GetBody()
+	if ref := req.GetBodyRef(); ref != nil {
+		if err := retry(ctx, log, "reading request body", func() (err error) {
+			body, err = h.claims.Get(ctx, ref)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+
+	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
+	defer h.live.release(l)
+	var inst *Instance
+	if err := retry(ctx, log, "starting instance", func() (err error) {
+		inst, err = h.startOrLoad(ctx, log, a, l)
+		return err
+	}); err != nil {
+		return err
+	}
+	runID := inst.RunID()
+
+	in := incomingMessage(req, body)
+	if err := retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, in) }); err != nil {
+		return err
+	}
+
+	var (
+		rep *agentbusv1.Reply
+		out *history.Message
+	)
+	if webhook != nil {
+		wr := &WebhookRequest{
+			Method:        req.GetMethod(),
+			Params:        nonNil(req.GetParams()),
+			Body:          body,
+			ContentType:   req.GetContentType(),
+			Header:        nonNil(req.GetMetadata()),
+			RequestID:     req.GetRequestId(),
+			ParticipantID: req.GetParticipantId(),
+			inst:          inst,
+		}
+		// The answer goes out at once (it may be early, by Respond); history records it.
+		var answered Response
+		wr.respond = func(resp Response) {
+			answered = resp
+			h.reply(ctx, log, req, replyTo, webhookReply(resp, runID))
+		}
+		wr.Respond(callWebhook(ctx, log, webhook, wr))
+		out = webhookOutgoing(req, answered)
+	} else {
+		m := h.message(req, in, inst)
+		reply, err := callHandler(ctx, log, handler, m)
+		rep, out = messageReply(req, reply, err, log)
+		rep.RunId = runID
+	}
+	if out != nil {
+		if err := retry(ctx, log, "storing the reply", func() error { return h.store(ctx, l, req, out) }); err != nil {
+			return err
+		}
+		if rep != nil && rep.Error == "" {
+			rep.Message, _ = json.Marshal(out)
+		}
+	}
+	if rep != nil {
+		h.reply(ctx, log, req, replyTo, rep)
+	}
+	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// store appends m to the request's thread, reloading the thread's append cursor when another
+// writer got there first.
+func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Request, m *history.Message) error {
+	tenant, wf, p := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()
+	cur, err := l.cursor(ctx, h.history, tenant, p)
+	if err != nil {
+		return err
+	}
+	err = h.history.Append(ctx, tenant, wf, p, cur, m)
+	if errors.Is(err, history.ErrConflict) {
+		l.dropCursor(p)
+	}
+	return err
+}
+
+// message builds what a Chat, Data or File handler sees.
+func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Instance) *Message {
+	m := &Message{
+		Type:          in.MessageType,
+		Text:          req.GetText(),
+		Data:          json.RawMessage(req.GetData()),
+		Hint:          req.GetHint(),
+		Scope:         req.GetScope(),
+		RequestID:     req.GetRequestId(),
+		ParticipantID: req.GetParticipantId(),
+		ID:            in.ID,
+		inst:          inst,
+	}
+	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
+		m.Text = req.GetMethod()
+	}
+	if f := req.GetFile(); f != nil {
+		m.File = &File{Name: f.GetFileName(), ContentType: f.GetContentType(), Size: f.GetSize(), SHA256: f.GetSha256(),
+			Tenant: req.GetTenantId(), Empty: f.GetEmpty(), Invalid: f.GetInvalid(), object: f.GetObject(), store: h.files}
+	}
+	tenant, wf, p, seq := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId(), in.Seq
+	m.history = func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
+		before := opt.Before
+		if before == 0 || before > seq {
+			before = seq // never the message being handled, nor anything after it
+		}
+		return h.history.Page(ctx, tenant, wf, p, history.PageOptions{Size: opt.Size, Before: before, Scope: opt.Scope})
+	}
+	return m
+}
+
+// callHandler runs a Chat, Data or File handler, turning a panic into an error.
+func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) (reply Reply, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("handler panicked", "panic", p, "stack", string(debug.Stack()))
+			reply, err = NoReply, errors.New("handler panicked")
+		}
+	}()
+	return hd.ServeMessage(context.WithValue(ctx, messageKey{}, m), m)
+}
+
+// messageReply turns a handler's reply or error into the bus reply and the outgoing message to
+// store (nil when the handler sent no reply).
+func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) (*agentbusv1.Reply, *history.Message) {
+	if err != nil {
+		status, detail := http.StatusInternalServerError, "the handler failed"
+		var he *Error
+		if errors.As(err, &he) {
+			status, detail = he.Status, he.Message
+			if status < 400 || status > 599 {
+				status = http.StatusInternalServerError
+			}
+		} else {
+			log.Error("handler failed", "err", err)
+		}
+		data, _ := json.Marshal(map[string]any{"error": map[string]any{"status": status, "message": detail}})
+		out := outgoing(req, &detail, data)
+		return &agentbusv1.Reply{StatusCode: int32(status), Error: "handler-error", Content: []byte(detail), ContentType: "text/plain; charset=utf-8"}, out
+	}
+	if reply.Text == nil && reply.Data == nil {
+		return &agentbusv1.Reply{StatusCode: http.StatusOK}, nil
+	}
+	var data json.RawMessage
+	if reply.Data != nil {
+		b, err := json.Marshal(reply.Data)
+		if err != nil {
+			log.Error("encoding reply data", "err", err)
+			detail := "the handler's reply could not be encoded"
+			return &agentbusv1.Reply{StatusCode: http.StatusInternalServerError, Error: "handler-error", Content: []byte(detail)}, nil
+		}
+		data = b
+	}
+	return &agentbusv1.Reply{StatusCode: http.StatusOK}, outgoing(req, reply.Text, data)
+}
+
+// incomingMessage is the stored form of the request.
+func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
+	m := &history.Message{
+		ID:            req.GetMessageId(),
+		CreatedAt:     time.UnixMilli(req.GetCreatedAtMs()).UTC(),
+		Direction:     history.In,
+		MessageType:   messageType(req.GetKind()),
+		Hint:          req.GetHint(),
+		RequestID:     req.GetRequestId(),
+		ParticipantID: req.GetParticipantId(),
+		WorkflowID:    req.GetWorkflowId(),
+		Scope:         req.GetScope(),
+	}
+	if m.ID == "" {
+		// Ingress names the message; a request without a name gets one derived from its id, so
+		// that a redelivery stores it only once.
+		m.ID = uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId())).String()
+	}
+	switch req.GetKind() {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		method := req.GetMethod()
+		m.Text = &method
+		m.Data, _ = json.Marshal(map[string]any{"params": nonNil(req.GetParams()), "body": bodySummary(body)})
+	case agentbusv1.Kind_KIND_DATA:
+		method := req.GetMethod()
+		m.Text = &method
+		m.Data = jsonOrNil(req.GetData())
+	case agentbusv1.Kind_KIND_FILE:
+		text := req.GetText()
+		m.Text = &text
+		if f := req.GetFile(); f != nil {
+			m.Data, _ = json.Marshal(map[string]any{"fileName": f.GetFileName(), "contentType": f.GetContentType(), "fileSize": f.GetSize(), "sha256": f.GetSha256()})
+		}
+	default:
+		text := req.GetText()
+		m.Text = &text
+		m.Data = jsonOrNil(req.GetData())
+	}
+	return m
+}
+
+// outgoing is the stored form of a reply: it carries the request's id, scope and hint, so that a
+// thread read by topic shows both sides.
+func outgoing(req *agentbusv1.Request, text *string, data json.RawMessage) *history.Message {
+	return &history.Message{
+		ID:            uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId()+"\x00out")).String(),
+		CreatedAt:     time.Now().UTC(),
+		Direction:     history.Out,
+		MessageType:   messageType(req.GetKind()),
+		Text:          text,
+		Data:          data,
+		Hint:          req.GetHint(),
+		RequestID:     req.GetRequestId(),
+		ParticipantID: req.GetParticipantId(),
+		WorkflowID:    req.GetWorkflowId(),
+		Scope:         req.GetScope(),
+	}
+}
+
+func webhookOutgoing(req *agentbusv1.Request, resp Response) *history.Message {
+	data, _ := json.Marshal(map[string]any{"statusCode": resp.StatusCode, "contentType": resp.ContentType, "content": bodySummary(resp.Content)})
+	return outgoing(req, nil, data)
+}
+
+// bodySummary is how a raw body is kept in history: as text when it is short UTF-8, else its
+// size (and, when short, base64).
+func bodySummary(b []byte) any {
+	switch {
+	case len(b) > maxStoredBody:
+		return map[string]any{"truncated": true, "size": len(b)}
+	case utf8.Valid(b):
+		return string(b)
+	default:
+		return map[string]any{"base64": base64.StdEncoding.EncodeToString(b), "size": len(b)}
+	}
+}
+
+func jsonOrNil(b []byte) json.RawMessage {
+	if len(b) == 0 || !json.Valid(b) {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func messageType(k agentbusv1.Kind) history.MessageType {
+	switch k {
+	case agentbusv1.Kind_KIND_DATA:
+		return history.Data
+	case agentbusv1.Kind_KIND_FILE:
+		return history.File
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		return history.Webhook
+	default:
+		return history.Chat
+	}
+}

@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/agentbus/agentbus/pkg/history"
+)
+
+// Message types, as numbered in stored messages (spec 2.1, DESIGN §6).
+const (
+	ChatMessage    = history.Chat
+	DataMessage    = history.Data
+	FileMessage    = history.File
+	WebhookMessage = history.Webhook
+)
+
+// Message is an incoming Chat, Data or File message as its handler sees it.
+type Message struct {
+	// Type is ChatMessage, DataMessage or FileMessage.
+	Type history.MessageType
+	// Text is the chat text, the Data method name, or a File message's caption or file name.
+	Text string
+	// Data holds a Data message's parameters (JSON); for other types, the data sent, if any.
+	Data json.RawMessage
+	// File describes the uploaded file of a File message; nil otherwise.
+	File *File
+	// Hint is the sender's processing hint.
+	Hint string
+	// Scope is the message's topic within the thread.
+	Scope string
+	// RequestID correlates the message and its reply.
+	RequestID string
+	// ParticipantID is the sender, lowercased.
+	ParticipantID string
+	// ID is the stored message's id.
+	ID string
+
+	inst    *Instance
+	history func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
+}
+
+// Instance returns the workflow instance the message runs on.
+func (m *Message) Instance() *Instance { return m.inst }
+
+// HistoryOptions select a page of a thread's history.
+type HistoryOptions struct {
+	// Size of the page: default 20, at most 100.
+	Size int
+	// Before continues from the cursor an earlier page returned; 0 starts at the newest message.
+	Before uint64
+	// Scope keeps only messages of this topic when not empty.
+	Scope string
+}
+
+// History returns the conversation's stored messages, newest first, without the message being
+// handled, and the cursor of the next (older) page, 0 when there is none.
+func (m *Message) History(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
+	if m.history == nil {
+		return nil, 0, errors.New("agent: no history for this message")
+	}
+	return m.history(ctx, opt)
+}
+
+// Reply is a handler's answer to a message: text, data, both, or neither (no reply is sent or
+// stored).
+type Reply struct {
+	Text *string
+	// Data is encoded as JSON.
+	Data any
+}
+
+// Say is a text reply.
+func Say(text string) Reply { return Reply{Text: &text} }
+
+// Answer is a data reply.
+func Answer(data any) Reply { return Reply{Data: data} }
+
+// SayAndAnswer is a reply with text and data.
+func SayAndAnswer(text string, data any) Reply { return Reply{Text: &text, Data: data} }
+
+// NoReply sends and stores nothing.
+var NoReply = Reply{}
+
+// Error is an error a handler returns to choose the status and the client-safe message of the
+// answer. Any other error becomes a 500 whose detail names no internals.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d %s", e.Status, e.Message) }
+
+// Errorf returns an *Error with the given status.
+func Errorf(status int, format string, args ...any) error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// Handler answers Chat, Data and File messages.
+type Handler interface {
+	ServeMessage(ctx context.Context, m *Message) (Reply, error)
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, m *Message) (Reply, error)
+
+// ServeMessage calls f.
+func (f HandlerFunc) ServeMessage(ctx context.Context, m *Message) (Reply, error) { return f(ctx, m) }
+
+type messageKey struct{}
+
+// MessageFrom returns the message a handler's context belongs to, for handlers registered with
+// Method that get only their parameters; nil outside a handler.
+func MessageFrom(ctx context.Context) *Message {
+	m, _ := ctx.Value(messageKey{}).(*Message)
+	return m
+}
+
+// Chat registers the handler of Chat messages. It panics when one is registered already.
+func (a *Agent) Chat(h Handler) {
+	if a.chat != nil {
+		panic(fmt.Sprintf("agent %s: chat handler registered twice", a.name))
+	}
+	a.chat = h
+}
+
+// ChatFunc registers a function as the handler of Chat messages.
+func (a *Agent) ChatFunc(f func(ctx context.Context, m *Message) (Reply, error)) {
+	a.Chat(HandlerFunc(f))
+}
+
+// Data registers the handler of a Data method. Method names match case-insensitively. It panics
+// when the method is registered already.
+func (a *Agent) Data(method string, h Handler) {
+	key := strings.ToLower(method)
+	if key == "" || h == nil {
+		panic("agent: Data needs a method name and a handler")
+	}
+	if _, dup := a.data[key]; dup {
+		panic(fmt.Sprintf("agent %s: data method %q registered twice", a.name, method))
+	}
+	a.data[key] = h
+}
+
+// DataFunc registers a function as the handler of a Data method.
+func (a *Agent) DataFunc(method string, f func(ctx context.Context, m *Message) (Reply, error)) {
+	a.Data(method, HandlerFunc(f))
+}
+
+// File registers the handler of File messages (uploads). It panics when one is registered
+// already.
+func (a *Agent) File(h Handler) {
+	if a.file != nil {
+		panic(fmt.Sprintf("agent %s: file handler registered twice", a.name))
+	}
+	a.file = h
+}
+
+// FileFunc registers a function as the handler of File messages.
+func (a *Agent) FileFunc(f func(ctx context.Context, m *Message) (Reply, error)) {
+	a.File(HandlerFunc(f))
+}
+
+// Method registers a typed Data method: the message's parameters are decoded into In (bad
+// parameters are answered with 400 and the decoding error), and fn's Out is the reply's data.
+// The Message is available through MessageFrom(ctx).
+func Method[In, Out any](a *Agent, name string, fn func(ctx context.Context, in In) (Out, error)) {
+	a.Data(name, HandlerFunc(func(ctx context.Context, m *Message) (Reply, error) {
+		var in In
+		if len(m.Data) > 0 && string(m.Data) != "null" {
+			dec := json.NewDecoder(strings.NewReader(string(m.Data)))
+			if err := dec.Decode(&in); err != nil {
+				return NoReply, Errorf(http.StatusBadRequest, "bad parameters for %s: %v", name, err)
+			}
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return NoReply, err
+		}
+		return Answer(out), nil
+	}))
+}

@@ -1,0 +1,82 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// followCleanup bounds the deletion of a follow's consumer after its ctx ended.
+const followCleanup = 2 * time.Second
+
+// Follow delivers the thread's messages stored after sequence after (0: from now on), in order,
+// until ctx ends; the channel is closed then, or earlier if the follow fails, and a caller that
+// wants to go on follows again from the last Seq it received. Messages that cannot be decoded are
+// skipped.
+//
+// A follow is an ordered consumer of the thread's subject, which recovers by itself from lost
+// messages and server restarts without gaps.
+func (s *Store) Follow(ctx context.Context, tenant, workflowID, participant string, after uint64) (<-chan Message, error) {
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.Thread(tenant, workflowID, participant)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("following thread: %w", err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		if info := cons.CachedInfo(); info != nil {
+			_ = s.js.DeleteConsumer(context.WithoutCancel(ctx), info.Stream, info.Name)
+		}
+		return nil, fmt.Errorf("following thread: %w", err)
+	}
+	ch := make(chan Message)
+	go func() {
+		defer close(ch)
+		defer s.stopFollow(ctx, cons, it)
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				return
+			}
+			md, err := msg.Metadata()
+			if err != nil {
+				continue
+			}
+			var m Message
+			if err := json.Unmarshal(msg.Data(), &m); err != nil {
+				continue
+			}
+			m.Seq = md.Sequence.Stream
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// stopFollow stops the iterator and deletes its consumer on the server, which would otherwise
+// stay until its inactivity threshold.
+func (s *Store) stopFollow(ctx context.Context, cons jetstream.Consumer, it jetstream.MessagesContext) {
+	it.Stop()
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followCleanup)
+	defer cancel()
+	_ = s.js.DeleteConsumer(ctx, info.Stream, info.Name)
+}

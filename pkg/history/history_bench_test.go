@@ -1,0 +1,173 @@
+package history_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Layout of the benchmark stream: benchTotal messages, of which every tenth (i%10 == 3) is the
+// big thread's, one in 10,000 (i%10000 == 5000) the small thread's, and the rest are spread
+// round robin over benchOthers other threads, so that both measured threads are interleaved with
+// everything else.
+const (
+	benchTotal  = 1_000_000
+	benchOthers = 10_000
+	bigThread   = "big"
+	smallThread = "small"
+)
+
+func benchThread(i int) string {
+	switch {
+	case i%10000 == 5000:
+		return smallThread
+	case i%10 == 3:
+		return bigThread
+	}
+	return "other-" + strconv.Itoa(i%benchOthers)
+}
+
+// BenchmarkNewestPage measures reading the newest page of 20 of a 100-message and a
+// 100,000-message thread in a stream of 1,000,000 messages, and the page after it. The stream is
+// filled once per run, before the sub-benchmarks; a run takes about a minute.
+//
+//	go test ./pkg/history -run '^$' -bench NewestPage -benchtime 2000x
+func BenchmarkNewestPage(b *testing.B) {
+	ctx := context.Background()
+	srv := natstest.Server(b, "")
+	nc := natstest.Conn(b, srv)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	counts := fillBench(b, js)
+	info, err := res.Messages.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("filled %d messages (%d MB, %d subjects; thread %q has %d, %q %d) in %s",
+		info.State.Msgs, info.State.Bytes>>20, info.State.NumSubjects,
+		bigThread, counts[bigThread], smallThread, counts[smallThread], time.Since(start).Round(time.Millisecond))
+
+	store := history.NewStore(res.Messages, res.Topics, js)
+	for _, th := range []string{smallThread, bigThread} {
+		first, next, err := store.Page(ctx, tenant, wf, th, history.PageOptions{})
+		if err != nil || len(first) != 20 || next == 0 {
+			b.Fatalf("newest page of %s: %d messages, next %d, %v", th, len(first), next, err)
+		}
+		for i, m := range first {
+			if want := fmt.Sprintf("%s-%d", th, counts[th]-1-i); m.ID != want {
+				b.Fatalf("newest page of %s has %s at %d, want %s", th, m.ID, i, want)
+			}
+		}
+		for _, bm := range []struct {
+			name   string
+			before uint64
+		}{{"newest", 0}, {"older", next}} {
+			b.Run(fmt.Sprintf("thread=%d/page=%s", counts[th], bm.name), func(b *testing.B) {
+				opt := history.PageOptions{Before: bm.before}
+				for range 20 { // warm the server's caches of these blocks
+					if _, _, err := store.Page(ctx, tenant, wf, th, opt); err != nil {
+						b.Fatal(err)
+					}
+				}
+				lat := make([]time.Duration, 0, b.N)
+				b.ResetTimer()
+				for b.Loop() {
+					t0 := time.Now()
+					page, _, err := store.Page(ctx, tenant, wf, th, opt)
+					lat = append(lat, time.Since(t0))
+					if err != nil || len(page) != 20 {
+						b.Fatalf("page: %d messages, %v", len(page), err)
+					}
+				}
+				slices.Sort(lat)
+				q := func(p float64) float64 {
+					return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3
+				}
+				b.ReportMetric(q(0.50), "p50-µs")
+				b.ReportMetric(q(0.99), "p99-µs")
+			})
+		}
+	}
+}
+
+// fillBench publishes benchTotal messages asynchronously with the headers Append would write.
+// The stream is new and has no other writer, so message i gets sequence i+1; every ack is
+// checked against that.
+func fillBench(b *testing.B, js jetstream.JetStream) map[string]int {
+	b.Helper()
+	counts := map[string]int{}
+	cursors := map[string]*history.Cursor{}
+	const chunk = 20_000
+	futures := make([]jetstream.PubAckFuture, 0, chunk)
+	text := "a message of a typical chat length, about as long as one sentence"
+	hdr := make([]byte, 0, 12*history.PrevDepth)
+	for i := range benchTotal {
+		th := benchThread(i)
+		n := counts[th]
+		counts[th]++
+		cur := cursors[th]
+		if cur == nil {
+			cur = &history.Cursor{}
+			cursors[th] = cur
+		}
+		body, err := json.Marshal(history.Message{
+			ID: fmt.Sprintf("%s-%d", th, n), CreatedAt: time.Now(), MessageType: history.Chat, Text: &text,
+			RequestID: "r-" + strconv.Itoa(i), ParticipantID: th, WorkflowID: wf,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := &nats.Msg{Subject: subject.Thread(tenant, wf, th), Data: body, Header: nats.Header{}}
+		if cur.LastSeq != 0 {
+			hdr = strconv.AppendUint(hdr[:0], cur.LastSeq, 10)
+			for _, p := range cur.Prev[:min(len(cur.Prev), history.PrevDepth-1)] {
+				hdr = strconv.AppendUint(append(hdr, ','), p, 10)
+			}
+			m.Header.Set(subject.HeaderPrev, string(hdr))
+		}
+		f, err := js.PublishMsgAsync(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		futures = append(futures, f)
+		seq := uint64(i + 1)
+		if cur.LastSeq != 0 {
+			cur.Prev = append([]uint64{cur.LastSeq}, cur.Prev[:min(len(cur.Prev), history.PrevDepth-1)]...)
+		}
+		cur.LastSeq = seq
+		if len(futures) == chunk || i == benchTotal-1 {
+			first := seq - uint64(len(futures)) + 1
+			for j, f := range futures {
+				select {
+				case ack := <-f.Ok():
+					if ack.Sequence != first+uint64(j) {
+						b.Fatalf("message %d stored at %d, want %d", first+uint64(j)-1, ack.Sequence, first+uint64(j))
+					}
+				case err := <-f.Err():
+					b.Fatalf("publishing: %v", err)
+				}
+			}
+			futures = futures[:0]
+		}
+	}
+	return counts
+}

@@ -1,0 +1,129 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Direction says who sent a message.
+type Direction int
+
+// Directions.
+const (
+	// In is a message sent to the agent.
+	In Direction = 0
+	// Out is a message the agent sent.
+	Out Direction = 1
+)
+
+// MessageType is the kind of a message (spec 2.1, DESIGN §6).
+type MessageType int
+
+// Message types. 3 is reserved.
+const (
+	Chat    MessageType = 0
+	Data    MessageType = 1
+	File    MessageType = 2
+	Webhook MessageType = 4
+)
+
+// timeLayout is how CreatedAt is written: RFC 3339 in UTC with exactly three fractional digits,
+// so that every stored message has the same, sortable shape.
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Message is one stored message with the fields of spec 2.1. Its JSON form is what clients see
+// in history responses.
+type Message struct {
+	// ID is unique; the writer gives it (a UUID), and storing the same ID again within the
+	// stream's dedupe window stores nothing.
+	ID string `json:"id"`
+	// CreatedAt is written in UTC with millisecond precision.
+	CreatedAt   time.Time   `json:"createdAt"`
+	Direction   Direction   `json:"direction"`
+	MessageType MessageType `json:"messageType"`
+	// Text is null in JSON when nil.
+	Text *string `json:"text"`
+	// Data is null in JSON when nil or empty.
+	Data          json.RawMessage `json:"data"`
+	Hint          string          `json:"hint,omitempty"`
+	RequestID     string          `json:"requestId"`
+	ParticipantID string          `json:"participantId"`
+	WorkflowID    string          `json:"workflowId"`
+	Scope         string          `json:"scope,omitempty"`
+	// Seq is the message's stream sequence, set when it is read or appended. It is not part of
+	// the JSON form; Page returns it as the cursor of the next page.
+	Seq uint64 `json:"-"`
+}
+
+// wireMessage is Message's JSON form, with the time as the fixed-width string.
+type wireMessage struct {
+	ID            string          `json:"id"`
+	CreatedAt     string          `json:"createdAt"`
+	Direction     Direction       `json:"direction"`
+	MessageType   MessageType     `json:"messageType"`
+	Text          *string         `json:"text"`
+	Data          json.RawMessage `json:"data"`
+	Hint          string          `json:"hint,omitempty"`
+	RequestID     string          `json:"requestId"`
+	ParticipantID string          `json:"participantId"`
+	WorkflowID    string          `json:"workflowId"`
+	Scope         string          `json:"scope,omitempty"`
+}
+
+// MarshalJSON writes createdAt in UTC with milliseconds and a nil or empty Data as null.
+func (m Message) MarshalJSON() ([]byte, error) {
+	w := wireMessage{
+		ID:            m.ID,
+		CreatedAt:     m.CreatedAt.UTC().Format(timeLayout),
+		Direction:     m.Direction,
+		MessageType:   m.MessageType,
+		Text:          m.Text,
+		Data:          m.Data,
+		Hint:          m.Hint,
+		RequestID:     m.RequestID,
+		ParticipantID: m.ParticipantID,
+		WorkflowID:    m.WorkflowID,
+		Scope:         m.Scope,
+	}
+	if len(w.Data) == 0 {
+		// An empty, non-nil RawMessage would make encoding/json fail.
+		w.Data = nil
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the JSON form; a null data becomes a nil Data.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var w wireMessage
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	var t time.Time
+	if w.CreatedAt != "" {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, w.CreatedAt); err != nil {
+			return fmt.Errorf("decoding createdAt: %w", err)
+		}
+	}
+	data := w.Data
+	if bytes.Equal(data, []byte("null")) {
+		data = nil
+	}
+	*m = Message{
+		ID:            w.ID,
+		CreatedAt:     t,
+		Direction:     w.Direction,
+		MessageType:   w.MessageType,
+		Text:          w.Text,
+		Data:          data,
+		Hint:          w.Hint,
+		RequestID:     w.RequestID,
+		ParticipantID: w.ParticipantID,
+		WorkflowID:    w.WorkflowID,
+		Scope:         w.Scope,
+		Seq:           m.Seq,
+	}
+	return nil
+}

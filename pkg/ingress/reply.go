@@ -1,0 +1,77 @@
+package ingress
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+	"unicode/utf8"
+
+	"github.com/agentbus/agentbus/pkg/problem"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// responseMessage is the reply as synchronous endpoints show it (spec 2.4).
+type responseMessage struct {
+	ID          string          `json:"id"`
+	Text        *string         `json:"text"`
+	Data        json.RawMessage `json:"data"`
+	MessageType int             `json:"messageType"`
+	CreatedAt   string          `json:"createdAt"`
+	Scope       string          `json:"scope,omitempty"`
+	Hint        string          `json:"hint,omitempty"`
+}
+
+// syncAnswer is the answer of send with wait=true: the ids and the handler's reply, null when
+// the handler sent none.
+type syncAnswer struct {
+	sendIDs
+	Response *responseMessage `json:"response"`
+}
+
+// writeMessageReply answers a synchronous send (or converse) with the handler's reply, or with a
+// problem when the handler failed.
+func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) {
+	status := int(rep.GetStatusCode())
+	if rep.GetError() != "" {
+		if status < 400 || status > 599 {
+			status = http.StatusInternalServerError
+		}
+		problem.Write(w, problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()})
+		return
+	}
+	ans := syncAnswer{sendIDs: ids}
+	switch {
+	case req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK:
+		content := any(string(rep.GetContent()))
+		if !utf8.Valid(rep.GetContent()) {
+			content = map[string]any{"base64": rep.GetContent()}
+		}
+		data, _ := json.Marshal(map[string]any{"statusCode": status, "contentType": rep.GetContentType(), "content": content})
+		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: time.Now().UTC().Format(timeFormat),
+			Scope: req.GetScope(), Hint: req.GetHint()}
+	case len(rep.GetMessage()) > 0:
+		var m struct {
+			ID          string          `json:"id"`
+			Text        *string         `json:"text"`
+			Data        json.RawMessage `json:"data"`
+			MessageType int             `json:"messageType"`
+			CreatedAt   string          `json:"createdAt"`
+			Scope       string          `json:"scope"`
+			Hint        string          `json:"hint"`
+		}
+		if err := json.Unmarshal(rep.GetMessage(), &m); err != nil {
+			s.log.Error("decoding reply message", "err", err)
+			problem.Write(w, problem.Problem{Status: http.StatusBadGateway, Slug: "bad-reply", Detail: "the handler's reply could not be read", RequestID: rep.GetRequestId()})
+			return
+		}
+		if string(m.Data) == "null" {
+			m.Data = nil
+		}
+		r := responseMessage(m)
+		ans.Response = &r
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// timeFormat is ISO 8601 with milliseconds, as stored messages use.
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"

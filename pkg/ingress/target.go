@@ -1,0 +1,48 @@
+package ingress
+
+import (
+	"net/http"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/problem"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// checkTarget refuses at once what no host could handle: an agent, workflow type or method no
+// agent registered (404), or an agent no live host runs (503). It returns nil when the request
+// may go on.
+func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method string) *problem.Problem {
+	notFound := func(slug, detail string) *problem.Problem {
+		return &problem.Problem{Status: http.StatusNotFound, Slug: slug, Detail: detail}
+	}
+	agent, ok := s.dir.Agent(wf.Agent)
+	if !ok {
+		return notFound("unknown-agent", "no agent named "+quote(wf.Agent)+" is registered")
+	}
+	if !agent.HasWorkflowType(wf.WorkflowType) {
+		return notFound("unknown-workflow-type", "agent "+quote(wf.Agent)+" has no workflow type "+quote(wf.WorkflowType))
+	}
+	switch kind {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		if !agent.HasWebhook(method) {
+			return notFound("unknown-method", "agent "+quote(wf.Agent)+" has no webhook method "+quote(method))
+		}
+	case agentbusv1.Kind_KIND_DATA:
+		if !agent.HasDataMethod(method) {
+			return notFound("unknown-method", "agent "+quote(wf.Agent)+" has no data method "+quote(method))
+		}
+	case agentbusv1.Kind_KIND_CHAT:
+		if !agent.Chat {
+			return notFound("unknown-method", "agent "+quote(wf.Agent)+" does not take chat messages")
+		}
+	case agentbusv1.Kind_KIND_FILE:
+		if !agent.File {
+			return notFound("unknown-method", "agent "+quote(wf.Agent)+" does not take files")
+		}
+	}
+	if !s.dir.Live(wf.Agent) {
+		return &problem.Problem{Status: http.StatusServiceUnavailable, Slug: "no-host", RetryAfter: 5,
+			Detail: "no workflow host running agent " + quote(wf.Agent) + " is alive; try again later"}
+	}
+	return nil
+}
