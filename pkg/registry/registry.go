@@ -44,7 +44,9 @@ func (a Agent) HasWorkflowType(t string) bool { return slices.Contains(a.Workflo
 func (a Agent) HasWebhook(m string) bool { return slices.Contains(a.Webhooks, m) }
 
 // HasDataMethod reports whether the agent has this Data method; names match case-insensitively.
-func (a Agent) HasDataMethod(m string) bool { return slices.Contains(a.DataMethods, strings.ToLower(m)) }
+func (a Agent) HasDataMethod(m string) bool {
+	return slices.Contains(a.DataMethods, strings.ToLower(m))
+}
 
 // Host is one workflow host's heartbeat.
 type Host struct {
