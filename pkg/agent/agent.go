@@ -9,6 +9,18 @@
 //		return agent.Text(http.StatusOK, "hello "+r.Params["name"])
 //	})
 //
+// Chat, Data and File messages (sent through the admin send endpoint, or converse) reach a
+// Handler, which answers with a Reply: text, data, both, or nothing. Data methods are named and
+// may be typed, decoding their parameters and encoding their result for the author:
+//
+//	agent.Method(a, "sum", func(ctx context.Context, in SumParams) (SumResult, error) { … })
+//	a.ChatFunc(func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+//		return agent.Say("You said: " + m.Text), nil
+//	})
+//
+// Every message in and out is kept in the conversation's history, which handlers read with
+// Message.History. A handler chooses the status of a failure by returning an *Error.
+//
 // A Host runs agents against NATS: it pulls requests from the agentbus inbox, keeps each workflow
 // instance's record and state in JetStream, calls the handlers and publishes their replies. A
 // program that imports this package and calls Host.Run is a workflow host; ingress needs no
