@@ -89,8 +89,12 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 	defer wcancel()
 	var rep *agentbusv1.Reply
 	if duplicate {
-		// The same requestId was accepted before: answer with that request's result.
+		// The same requestId was accepted before: answer with that request's result, if it was
+		// the same request.
 		rep, err = s.awaitResult(wctx, req.TenantId, req.RequestId)
+		if err == nil && rep.GetFingerprint() != req.Fingerprint {
+			return nil, errKeyReused
+		}
 	} else {
 		rep, err = waiter.Receive(wctx)
 	}
@@ -99,9 +103,6 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 			return nil, errClientGone
 		}
 		return nil, errTimeout
-	}
-	if rep.GetFingerprint() != req.Fingerprint {
-		return nil, errKeyReused
 	}
 	if ref := rep.GetContentRef(); ref != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

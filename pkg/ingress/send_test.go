@@ -266,3 +266,52 @@ func TestSendIdempotentRequestID(t *testing.T) {
 		t.Fatalf("count after a repeated requestId = %s, want 2", next.Response.Data)
 	}
 }
+
+// What send stores, as the agent reads it back: both sides of each exchange, newest first,
+// without the message being handled.
+func TestSendStoresHistory(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	chat := sendWait(t, s, msg("type", "Chat", "text", "first", "topic", "t1", "hint", "h1", "requestId", "r-chat", "activationName", "hist"))
+	sendWait(t, s, msg("type", "Data", "text", "sum", "data", map[string]any{"values": []int{2}}, "topic", "t2", "activationName", "hist"))
+	a := sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"size": 10}, "activationName", "hist"))
+	var got struct {
+		Messages []struct {
+			ID            string          `json:"id"`
+			Direction     int             `json:"direction"`
+			MessageType   int             `json:"messageType"`
+			Text          *string         `json:"text"`
+			Data          json.RawMessage `json:"data"`
+			RequestID     string          `json:"requestId"`
+			ParticipantID string          `json:"participantId"`
+			WorkflowID    string          `json:"workflowId"`
+			Scope         string          `json:"scope"`
+			Hint          string          `json:"hint"`
+			CreatedAt     string          `json:"createdAt"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(a.Response.Data, &got); err != nil {
+		t.Fatalf("history reply %s: %v", a.Response.Data, err)
+	}
+	if len(got.Messages) != 4 {
+		t.Fatalf("history has %d messages, want 4 (the history call itself excluded): %s", len(got.Messages), a.Response.Data)
+	}
+	m := got.Messages
+	// Newest first: sum out, sum in, chat out, chat in.
+	if m[0].Direction != 1 || m[0].MessageType != 1 || string(m[0].Data) != `{"sum":2}` || m[0].Scope != "t2" ||
+		m[1].Direction != 0 || m[1].MessageType != 1 || *m[1].Text != "sum" {
+		t.Fatalf("data exchange stored as %s", mustJSON(m[:2]))
+	}
+	if m[2].Direction != 1 || m[2].MessageType != 0 || *m[2].Text != "You said: first" || m[2].RequestID != "r-chat" || m[2].Scope != "t1" || m[2].Hint != "h1" ||
+		m[3].Direction != 0 || *m[3].Text != "first" || m[3].RequestID != "r-chat" || m[3].ID != chat.MessageID || m[3].ParticipantID != "alice" ||
+		m[3].WorkflowID != "default:Echo:Supervisor Workflow:hist" || m[3].CreatedAt == "" {
+		t.Fatalf("chat exchange stored as %s", mustJSON(m[2:]))
+	}
+	if m[2].ID != chat.Response.ID {
+		t.Fatalf("reply id %s, stored %s", chat.Response.ID, m[2].ID)
+	}
+	// Scope filter through the SDK.
+	a = sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"scope": "t1"}, "activationName", "hist"))
+	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got.Messages) != 2 || got.Messages[0].Scope != "t1" {
+		t.Fatalf("history by scope: %s", a.Response.Data)
+	}
+}
