@@ -28,6 +28,8 @@ type Config struct {
 	Partitions          int
 	Replicas            int
 	WebhookTimeout      time.Duration
+	HistoryMaxAge       time.Duration
+	MaxFileBytes        int64
 	ContinueAsNewEvents int
 	SyncAlways          bool
 	LLMBaseURL          string
@@ -68,6 +70,22 @@ func (c *Config) settings() []setting {
 				return fmt.Errorf("webhook-timeout: %q is not a duration such as 30s", v)
 			}
 			c.WebhookTimeout = d
+			return nil
+		}},
+		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("history-max-age: %q is not a positive duration such as 720h", v)
+			}
+			c.HistoryMaxAge = d
+			return nil
+		}},
+		{"AGENTBUS_MAX_FILE_BYTES", "max-file-bytes", "26214400", "largest uploaded file in bytes (25 MiB)", func(v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return fmt.Errorf("max-file-bytes: %q is not a positive whole number", v)
+			}
+			c.MaxFileBytes = n
 			return nil
 		}},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},

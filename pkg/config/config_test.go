@@ -35,6 +35,8 @@ func TestDefaults(t *testing.T) {
 		Partitions:          32,
 		Replicas:            1,
 		WebhookTimeout:      30 * time.Second,
+		HistoryMaxAge:       180 * 24 * time.Hour,
+		MaxFileBytes:        25 << 20,
 		ContinueAsNewEvents: 1000,
 		LogLevel:            slog.LevelInfo,
 	}

@@ -47,9 +47,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	defer nc.Close()
 	icfg := ingress.Config{
 		Conn:           nc,
-		Bus:            bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas},
+		Bus:            bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
 		AdminKey:       cfg.AdminKey,
 		WebhookTimeout: cfg.WebhookTimeout,
+		MaxFileBytes:   cfg.MaxFileBytes,
 		Logger:         log,
 	}
 	srv, err := ingress.New(ctx, icfg)

@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	host, err := agent.NewHost(agent.HostConfig{
 		Conn:                nc,
 		Agents:              []*agent.Agent{echo.New()},
-		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas},
+		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
 		ContinueAsNewEvents: cfg.ContinueAsNewEvents,
 		Logger:              log,
 	})
