@@ -184,9 +184,9 @@ type clientStats struct {
 // In a closed loop (o.Rate == 0) each goroutine sends its next request as soon as the previous
 // one is answered, and latency runs from a request's start to the end of its response.
 //
-// In an open loop (o.Rate > 0) request i is due at o.Rate·i seconds after the phase starts; each
-// goroutine claims the next due request, waits for its time (or starts it at once if it is
-// already overdue because every goroutine was busy) and sends it. Latency runs from the
+// In an open loop (o.Rate > 0) request i is due i/o.Rate seconds after the phase starts; when it
+// is due, a dispatcher hands it to a free goroutine, or if all are busy to the first that frees
+// up, which sends it. Latency runs from the
 // scheduled time, not the actual start, so that a stall delaying the requests behind it is
 // charged to them (no coordinated omission). Requests not started by the end of the window are
 // not sent; result.Unsent counts them.
@@ -235,8 +235,28 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 
 	sched := schedule{rate: o.Rate}
-	var claimed, sent atomic.Uint64 // open loop: requests claimed by and sent by goroutines
+	var sent atomic.Uint64 // open loop: requests sent, warm-up included
+	slots := make(chan time.Time)
 	var wg sync.WaitGroup
+	if o.Rate > 0 {
+		// The dispatcher hands each request, when due, to whichever goroutine is free first, or,
+		// if none is, to the first that frees up. It sleeps precisely (see sleepUntilPrecise) so
+		// that coarse timers do not pass for latency.
+		wg.Go(func() {
+			defer close(slots)
+			for i := uint64(0); ; i++ {
+				due := start.Add(sched.at(i))
+				if !due.Before(measureEnd) || !sleepUntilPrecise(ctx, due) || !time.Now().Before(measureEnd) {
+					return
+				}
+				select {
+				case slots <- due:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
 	for c := range stats {
 		s := &stats[c]
 		s.lat = make([]time.Duration, 0, perClient)
@@ -253,23 +273,9 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 			continue
 		}
 		wg.Go(func() {
-			timer := time.NewTimer(time.Hour)
-			defer timer.Stop()
-			for {
-				due := start.Add(sched.at(claimed.Add(1) - 1))
-				if !due.Before(measureEnd) {
-					return
-				}
-				if wait := time.Until(due); wait > 0 {
-					timer.Reset(wait)
-					select {
-					case <-timer.C:
-					case <-ctx.Done():
-						return
-					}
-				}
+			for due := range slots {
 				if !time.Now().Before(measureEnd) || ctx.Err() != nil {
-					return
+					continue // handed over too late; counted in Unsent
 				}
 				sent.Add(1)
 				send(s, due)
@@ -374,6 +380,22 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	}
 	i := int(math.Ceil(float64(len(sorted))*p)) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// sleepUntilPrecise sleeps until t, more precisely than a timer; false if ctx ended first. Go's
+// timers wake an otherwise idle process up to about a millisecond late (the netpoller waits in
+// whole milliseconds), which an open loop would count as latency.
+func sleepUntilPrecise(ctx context.Context, t time.Time) bool {
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		d := time.Until(t)
+		if d <= 0 {
+			return true
+		}
+		sleep(min(d, 20*time.Millisecond)) // short enough to notice ctx ending
+	}
 }
 
 // sleepUntil sleeps until t; false if ctx ended first.

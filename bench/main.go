@@ -140,14 +140,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	load := "closed loop"
+	load := "" // the closed loop alone keeps the header it always had
 	if len(rates) > 0 {
 		load = "open loop at " + strings.Join(fmtRates(rates), ", ") + " req/s"
 		if runClosed {
 			load = "closed loop, then " + load
 		}
+		load = " load=" + load
 	}
-	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB load=%s\n",
+	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
 
 	client := newClient(o.Clients)

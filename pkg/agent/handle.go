@@ -72,8 +72,18 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 	runID := inst.RunID()
 
 	in := incomingMessage(req, body)
-	if err := retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, in) }); err != nil {
-		return err
+	storeIn := func() error {
+		return retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, in) })
+	}
+	// A webhook handler does not read history, so its call need not wait for the incoming
+	// message to be stored: the two run side by side, and the reply to the caller goes out as
+	// soon as the handler answers. Other handlers read history without the message being
+	// handled, which needs its sequence first.
+	inStored := make(chan error, 1)
+	if webhook != nil {
+		go func() { inStored <- storeIn() }()
+	} else {
+		inStored <- storeIn()
 	}
 
 	var (
@@ -100,10 +110,17 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		wr.Respond(callWebhook(ctx, log, webhook, wr))
 		out = webhookOutgoing(req, answered)
 	} else {
+		if err := <-inStored; err != nil {
+			return err
+		}
+		inStored <- nil
 		m := h.message(req, in, inst)
 		reply, err := callHandler(ctx, log, handler, m)
 		rep, out = messageReply(req, reply, err, log)
 		rep.RunId = runID
+	}
+	if err := <-inStored; err != nil {
+		return err
 	}
 	if out != nil {
 		if err := retry(ctx, log, "storing the reply", func() error { return h.store(ctx, l, req, out) }); err != nil {
