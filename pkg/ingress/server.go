@@ -163,6 +163,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.webhook))
 	mux.HandleFunc("/api/v1/admin/tenants/{tenantId}/messaging/send", allow(http.MethodPost, s.send))
 	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.send))
+	mux.HandleFunc("/api/user/rest/converse", allow(http.MethodPost, s.converse))
 	s.historyRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})

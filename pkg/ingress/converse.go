@@ -1,0 +1,194 @@
+package ingress
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// converseParticipant is the participant of a converse call that names none.
+const converseParticipant = "user"
+
+// maxConverseBody bounds a Data call's parameters.
+const maxConverseBody = 1 << 20
+
+// converse serves POST /api/user/rest/converse?workflow=…&type=Chat|Data&text=…[&participantId=…]
+// (spec 4.2): the synchronous way to talk to an agent. Required: workflow, type and text (the chat
+// text or the Data method); participantId defaults to "user". Data takes its parameters as a
+// JSON object body. Auth: Authorization: Bearer, or the apikey query parameter.
+func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
+	requestID := r.Header.Get("Idempotency-Key")
+	keep := requestID != ""
+	if !keep {
+		requestID = uuid.NewString()
+	}
+	w.Header().Set("X-Request-Id", requestID)
+	fail := func(status int, slug, detail string) {
+		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
+	}
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-query", "the query string is not valid URL encoding")
+		return
+	}
+	key, p := s.authenticateUser(r, query)
+	if p != nil {
+		p.RequestID = requestID
+		problem.Write(w, *p)
+		return
+	}
+	tenant := key.Tenant
+	if key.Role == keys.RoleSystemAdmin {
+		tenant = query.Get("tenantId")
+		if !ident.ValidTenant(tenant) {
+			fail(http.StatusBadRequest, "invalid-tenant", "a system key needs a valid tenantId query parameter")
+			return
+		}
+		if _, err := s.keys.GetTenant(r.Context(), tenant); err != nil {
+			fail(http.StatusNotFound, "unknown-tenant", "no such tenant")
+			return
+		}
+	} else if t, given := query["tenantId"]; given && t[0] != tenant {
+		fail(http.StatusForbidden, "forbidden", "tenantId does not match the API key's tenant")
+		return
+	}
+	if len(requestID) > maxIdempotencyKey {
+		fail(http.StatusBadRequest, "invalid-idempotency-key", fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey))
+		return
+	}
+	for _, name := range []string{"workflow", "type", "text"} {
+		if strings.TrimSpace(query.Get(name)) == "" {
+			fail(http.StatusBadRequest, "missing-parameter", name+" is required")
+			return
+		}
+	}
+	var kind agentbusv1.Kind
+	switch query.Get("type") {
+	case "Chat":
+		kind = agentbusv1.Kind_KIND_CHAT
+	case "Data":
+		kind = agentbusv1.Kind_KIND_DATA
+	default:
+		fail(http.StatusBadRequest, "invalid-parameter", "type must be Chat or Data")
+		return
+	}
+	text := query.Get("text")
+	if len(text) > maxTextLen {
+		fail(http.StatusBadRequest, "invalid-parameter", "text is too long")
+		return
+	}
+	wf, err := ident.Resolve(query.Get("workflow"), tenant)
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-workflow", err.Error())
+		return
+	}
+	if wf.Tenant != tenant {
+		fail(http.StatusForbidden, "forbidden", "the workflow belongs to another tenant")
+		return
+	}
+	participant, err := ident.Participant(query.Get("participantId"))
+	if err != nil {
+		fail(http.StatusBadRequest, "invalid-participant", err.Error())
+		return
+	}
+	if participant == "" {
+		participant = converseParticipant
+	}
+	_, timeout, perr := waitParams(r)
+	if perr != "" {
+		fail(http.StatusBadRequest, "invalid-query", perr)
+		return
+	}
+
+	var data []byte
+	if kind == agentbusv1.Kind_KIND_DATA {
+		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConverseBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				fail(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is larger than %d bytes", maxConverseBody))
+				return
+			}
+			fail(http.StatusBadRequest, "unreadable-body", "the request body could not be read")
+			return
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) > 0 {
+			if !json.Valid(raw) || raw[0] != '{' {
+				fail(http.StatusBadRequest, "invalid-json", "a Data call's body must be a JSON object holding the method's parameters")
+				return
+			}
+			data = raw
+		}
+	}
+	if p := s.checkTarget(wf, kind, text); p != nil {
+		p.RequestID = requestID
+		problem.Write(w, *p)
+		return
+	}
+	req := &agentbusv1.Request{
+		RequestId:      requestID,
+		TenantId:       tenant,
+		WorkflowId:     wf.ID(),
+		AgentName:      wf.Agent,
+		WorkflowType:   wf.WorkflowType,
+		ActivationName: wf.Activation,
+		ParticipantId:  participant,
+		Kind:           kind,
+		Text:           text,
+		Data:           data,
+		Scope:          query.Get("topic"),
+		Hint:           query.Get("hint"),
+		KeepResult:     keep,
+		MessageId:      uuid.NewString(),
+	}
+	if kind == agentbusv1.Kind_KIND_DATA {
+		req.Method = text
+	}
+	ids := sendIDs{MessageID: req.MessageId, RequestID: requestID, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, participant)}
+	rep, err := s.call(r.Context(), req, timeout)
+	if err != nil {
+		s.writeCallError(w, r, req, err)
+		return
+	}
+	s.writeMessageReply(w, req, ids, rep)
+}
+
+// authenticateUser checks the key of a user endpoint: Authorization: Bearer, or the apikey query
+// parameter; when both are given, both must be valid and the header's wins.
+func (s *Server) authenticateUser(r *http.Request, query url.Values) (keys.Key, *problem.Problem) {
+	header, apikey := r.Header.Get("Authorization"), query.Get("apikey")
+	if header == "" && apikey == "" {
+		return keys.Key{}, &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(keys.ErrUnknownKey, "the Authorization header or the apikey query parameter")}
+	}
+	var (
+		key  keys.Key
+		have bool
+	)
+	for _, cred := range []string{bearer(header), apikey} {
+		if cred == "" {
+			continue
+		}
+		k, err := s.auth.Authenticate(cred)
+		if err != nil {
+			return keys.Key{}, &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(err, "the Authorization header or the apikey query parameter")}
+		}
+		if !have {
+			key, have = k, true
+		}
+	}
+	return key, nil
+}

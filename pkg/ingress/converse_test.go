@@ -1,0 +1,78 @@
+package ingress_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"testing"
+
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+func converse(t *testing.T, s *stacktest.Stack, query url.Values, body string, hdr ...string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+func TestConverse(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "Bob", "text", "hi there"), "", "Authorization", "Bearer "+s.Key)
+	a := answerOf(t, status, b)
+	var shape map[string]any
+	_ = json.Unmarshal(b, &shape)
+	resp := shape["response"].(map[string]any)
+	if resp["text"] != "You said: hi there" || resp["data"] != nil || resp["messageType"] != 0.0 || a.RequestID == "" || a.ThreadID == "" {
+		t.Fatalf("chat answer %s", b)
+	}
+	if _, present := resp["data"]; !present {
+		t.Fatalf("chat answer has no data field (must be null): %s", b)
+	}
+
+	status, _, b = converse(t, s, q("workflow", "Echo:Conversational", "type", "Data", "text", "sum", "apikey", s.Key), `{"values":[1,2,3.5]}`)
+	_ = json.Unmarshal(b, &shape)
+	resp = shape["response"].(map[string]any)
+	if status != 200 || resp["text"] != nil || resp["messageType"] != 1.0 || resp["data"].(map[string]any)["sum"] != 6.5 {
+		t.Fatalf("data answer %d %s", status, b)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		query url.Values
+		body  string
+		want  int
+	}{
+		{"no key", q("workflow", "Echo", "type", "Chat", "text", "x"), "", 401},
+		{"missing workflow", q("type", "Chat", "text", "x", "apikey", s.Key), "", 400},
+		{"missing text", q("workflow", "Echo", "type", "Chat", "apikey", s.Key), "", 400},
+		{"bad type", q("workflow", "Echo", "type", "File", "text", "x", "apikey", s.Key), "", 400},
+		{"unknown method", q("workflow", "Echo", "type", "Data", "text", "nope", "apikey", s.Key), "{}", 404},
+		{"bad params", q("workflow", "Echo", "type", "Data", "text", "sum", "apikey", s.Key), `{"values":"x"}`, 400},
+		{"body not an object", q("workflow", "Echo", "type", "Data", "text", "sum", "apikey", s.Key), `[1]`, 400},
+		{"fail", q("workflow", "Echo", "type", "Data", "text", "fail", "apikey", s.Key), `{"status":409,"message":"busy"}`, 409},
+		{"other tenant's workflow", q("workflow", "other:Echo:Supervisor Workflow:default", "type", "Chat", "text", "x", "apikey", s.Key), "", 403},
+		{"timeout out of range", q("workflow", "Echo", "type", "Chat", "text", "x", "apikey", s.Key, "timeoutSeconds", "301"), "", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, ct, b := converse(t, s, tc.query, tc.body)
+			problemOf(t, status, ct, b, tc.want)
+		})
+	}
+}
