@@ -44,7 +44,7 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid-query", "the query string is not valid URL encoding")
 		return
 	}
-	key, p := s.authenticateUser(r, query)
+	key, p := s.authenticateRead(r, query)
 	if p != nil {
 		p.RequestID = requestID
 		problem.Write(w, *p)
@@ -167,28 +167,3 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 	s.writeMessageReply(w, req, ids, rep)
 }
 
-// authenticateUser checks the key of a user endpoint: Authorization: Bearer, or the apikey query
-// parameter; when both are given, both must be valid and the header's wins.
-func (s *Server) authenticateUser(r *http.Request, query url.Values) (keys.Key, *problem.Problem) {
-	header, apikey := r.Header.Get("Authorization"), query.Get("apikey")
-	if header == "" && apikey == "" {
-		return keys.Key{}, &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(keys.ErrUnknownKey, "the Authorization header or the apikey query parameter")}
-	}
-	var (
-		key  keys.Key
-		have bool
-	)
-	for _, cred := range []string{bearer(header), apikey} {
-		if cred == "" {
-			continue
-		}
-		k, err := s.auth.Authenticate(cred)
-		if err != nil {
-			return keys.Key{}, &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(err, "the Authorization header or the apikey query parameter")}
-		}
-		if !have {
-			key, have = k, true
-		}
-	}
-	return key, nil
-}

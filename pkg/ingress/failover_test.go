@@ -57,6 +57,9 @@ func TestHostsWithDifferentAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stop() })
+	if err := s.WaitLive(context.Background(), "Greeter"); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 20 {
 		wf := fmt.Sprintf("default:Greeter:Supervisor Workflow:g%d", i)
 		if status, _, b := call(t, s.URL, wf, "hello", q("apikey", s.Key, "name", "ann"), nil); status != 200 || string(b) != "hello ann" {

@@ -231,38 +231,7 @@ type sendIDs struct {
 // authenticateSend checks the Authorization header and the body's authorization field: the
 // header wins when both are valid, and an invalid one of them is refused.
 func (s *Server) authenticateSend(r *http.Request, bodyAuth string) (keys.Key, *problem.Problem) {
-	unauthorized := func(err error) *problem.Problem {
-		return &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(err, "the Authorization header or the authorization field")}
-	}
-	header := r.Header.Get("Authorization")
-	if header == "" && bodyAuth == "" {
-		return keys.Key{}, unauthorized(keys.ErrUnknownKey)
-	}
-	var (
-		key  keys.Key
-		have bool
-	)
-	for _, cred := range []string{header, bodyAuth} {
-		if cred == "" {
-			continue
-		}
-		k, err := s.auth.Authenticate(bearer(cred))
-		if err != nil {
-			return keys.Key{}, unauthorized(err)
-		}
-		if !have {
-			key, have = k, true
-		}
-	}
-	return key, nil
-}
-
-// bearer strips an optional "Bearer " scheme.
-func bearer(cred string) string {
-	if len(cred) > 7 && strings.EqualFold(cred[:7], "bearer ") {
-		return strings.TrimSpace(cred[7:])
-	}
-	return strings.TrimSpace(cred)
+	return s.authenticate("the Authorization header or the authorization field", r.Header.Get("Authorization"), bodyAuth)
 }
 
 // sendTenant finds the tenant of an admin call: the path's, or X-Tenant-Id; it must be the key's

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -97,6 +98,9 @@ type Server struct {
 	replies *bus.Replies
 	claims  *bus.Blobs
 	handler http.Handler
+
+	closing   chan struct{} // closed by CloseStreams
+	closeOnce sync.Once
 }
 
 // New connects the ingress to the bus: it creates missing resources and loads keys and the
@@ -106,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("ingress", cfg.InstanceID)}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("ingress", cfg.InstanceID), closing: make(chan struct{})}
 	var err error
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
@@ -149,8 +153,14 @@ func (s *Server) KeyKnown(secret string) bool {
 // other fields.
 func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
 
-// Close stops the watches and the reply subscription.
+// CloseStreams ends the long-lived answers (Server-Sent Events), so that an HTTP server shutting
+// down need not wait for them; clients reconnect to another instance and resume. Register it with
+// http.Server.RegisterOnShutdown.
+func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// Close ends streams, and stops the watches and the reply subscription.
 func (s *Server) Close() error {
+	s.CloseStreams()
 	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
 
@@ -210,16 +220,18 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// NewHTTPServer returns an http.Server for h with timeouts that fit cfg: slow clients cannot hold
-// connections, and a webhook may wait its whole timeout for the handler.
-func NewHTTPServer(h http.Handler, cfg Config) *http.Server {
-	cfg = cfg.withDefaults()
-	return &http.Server{
-		Handler:           h,
+// HTTPServer returns an http.Server for the API with timeouts that fit the configuration: slow
+// clients cannot hold connections, a webhook may wait its whole timeout for the handler, and a
+// shutdown ends open event streams instead of waiting for them.
+func (s *Server) HTTPServer() *http.Server {
+	hs := &http.Server{
+		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       5 * time.Minute, // bodies up to MaxBodyBytes on slow links
-		WriteTimeout:      cfg.WebhookTimeout + 30*time.Second,
+		ReadTimeout:       5 * time.Minute, // bodies up to the file limit on slow links
+		WriteTimeout:      max(s.cfg.WebhookTimeout, maxWaitSecs*time.Second) + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	hs.RegisterOnShutdown(s.CloseStreams)
+	return hs
 }

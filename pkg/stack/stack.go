@@ -121,7 +121,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
 		}
-		s.httpSrv = ingress.NewHTTPServer(s.Ingress.Handler(), ic)
+		s.httpSrv = s.Ingress.HTTPServer()
 		s.httpDone = make(chan error, 1)
 		s.URL = "http://" + ln.Addr().String()
 		go func() { s.httpDone <- s.httpSrv.Serve(ln) }()

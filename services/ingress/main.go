@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
 	}
-	hs := ingress.NewHTTPServer(srv.Handler(), icfg)
+	hs := srv.HTTPServer()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	log.Info("ingress listening", "addr", ln.Addr().String())
