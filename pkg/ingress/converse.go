@@ -166,4 +166,3 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeMessageReply(w, req, ids, rep)
 }
-
