@@ -115,6 +115,11 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		}
 		inStored <- nil
 		m := h.message(req, in, inst)
+		if req.GetStream() && replyTo != "" {
+			m.delta = func(text string) {
+				h.reply(ctx, log, req, replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
+			}
+		}
 		reply, err := callHandler(ctx, log, handler, m)
 		rep, out = messageReply(req, reply, err, log)
 		rep.RunId = runID

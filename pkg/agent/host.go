@@ -421,7 +421,7 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, 
 // request is idempotent. Content too large for one message goes by claim check. Failures are
 // logged: the caller then times out, and the handler's effects stand.
 func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string, rep *agentbusv1.Reply) {
-	if replyTo == "" && !req.GetKeepResult() {
+	if replyTo == "" && (!req.GetKeepResult() || rep.GetPartial()) {
 		return
 	}
 	rep.RequestId, rep.Fingerprint = req.GetRequestId(), req.GetFingerprint()
@@ -440,7 +440,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		log.Error("encoding reply", "err", err)
 		return
 	}
-	if req.GetKeepResult() {
+	if req.GetKeepResult() && !rep.GetPartial() {
 		if _, err := h.results.Put(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()), data); err != nil {
 			log.Error("caching result", "err", err)
 		}

@@ -42,6 +42,16 @@ type Message struct {
 
 	inst    *Instance
 	history func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
+	delta   func(text string)
+}
+
+// Delta sends a piece of the reply's text to a caller that asked for the reply streamed (converse
+// with Accept: text/event-stream), while the handler produces it, for example a language model's
+// tokens. Callers that did not ask get only the final Reply, which should hold the whole text.
+func (m *Message) Delta(text string) {
+	if m.delta != nil && text != "" {
+		m.delta(text)
+	}
 }
 
 // Instance returns the workflow instance the message runs on.

@@ -24,7 +24,7 @@ type Replies struct {
 	next     atomic.Uint64
 
 	mu      sync.Mutex
-	waiters map[string]chan *agentbusv1.Reply
+	waiters map[string]*Waiter
 }
 
 // NewReplies subscribes to the reply subjects of the ingress instance named instance.
@@ -32,7 +32,7 @@ func NewReplies(nc *nats.Conn, instance string, log *slog.Logger) (*Replies, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Replies{instance: instance, log: log, waiters: make(map[string]chan *agentbusv1.Reply)}
+	r := &Replies{instance: instance, log: log, waiters: make(map[string]*Waiter)}
 	sub, err := nc.Subscribe(subject.ReplyPrefix(instance), r.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to replies: %w", err)
@@ -45,22 +45,26 @@ func NewReplies(nc *nats.Conn, instance string, log *slog.Logger) (*Replies, err
 	return r, nil
 }
 
-// Waiter is one pending request's place to receive its reply.
+// Waiter is one pending request's place to receive its reply: partial replies of a streamed
+// request first, in order, then the final one.
 type Waiter struct {
 	r       *Replies
 	token   string
 	Subject string
-	C       <-chan *agentbusv1.Reply
+
+	mu     sync.Mutex
+	queue  []*agentbusv1.Reply
+	notify chan struct{} // has a token while queue is not empty
 }
 
 // Wait registers a new waiter; call Done when no longer waiting.
 func (r *Replies) Wait() *Waiter {
 	token := strconv.FormatUint(r.next.Add(1), 36)
-	ch := make(chan *agentbusv1.Reply, 1)
+	w := &Waiter{r: r, token: token, Subject: subject.Reply(r.instance, token), notify: make(chan struct{}, 1)}
 	r.mu.Lock()
-	r.waiters[token] = ch
+	r.waiters[token] = w
 	r.mu.Unlock()
-	return &Waiter{r: r, token: token, Subject: subject.Reply(r.instance, token), C: ch}
+	return w
 }
 
 // Done forgets the waiter; a reply arriving later is dropped (it is still in the result cache
@@ -71,13 +75,43 @@ func (w *Waiter) Done() {
 	w.r.mu.Unlock()
 }
 
-// Receive waits for the reply or for ctx to end.
+// Receive waits for the next reply (partial or final) or for ctx to end.
 func (w *Waiter) Receive(ctx context.Context) (*agentbusv1.Reply, error) {
+	for {
+		w.mu.Lock()
+		if len(w.queue) > 0 {
+			rep := w.queue[0]
+			w.queue[0] = nil
+			w.queue = w.queue[1:]
+			w.mu.Unlock()
+			return rep, nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-w.notify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Final waits for the final reply, dropping partial ones.
+func (w *Waiter) Final(ctx context.Context) (*agentbusv1.Reply, error) {
+	for {
+		rep, err := w.Receive(ctx)
+		if err != nil || !rep.GetPartial() {
+			return rep, err
+		}
+	}
+}
+
+func (w *Waiter) push(rep *agentbusv1.Reply) {
+	w.mu.Lock()
+	w.queue = append(w.queue, rep)
+	w.mu.Unlock()
 	select {
-	case rep := <-w.C:
-		return rep, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case w.notify <- struct{}{}:
+	default:
 	}
 }
 
@@ -87,10 +121,9 @@ func (r *Replies) deliver(m *nats.Msg) {
 		return
 	}
 	r.mu.Lock()
-	ch := r.waiters[token]
-	delete(r.waiters, token)
+	w := r.waiters[token]
 	r.mu.Unlock()
-	if ch == nil {
+	if w == nil {
 		return // the caller gave up; nothing waits
 	}
 	rep := new(agentbusv1.Reply)
@@ -98,7 +131,7 @@ func (r *Replies) deliver(m *nats.Msg) {
 		r.log.Error("decoding reply", "err", err)
 		rep = &agentbusv1.Reply{StatusCode: 502, Error: "bad-reply"}
 	}
-	ch <- rep
+	w.push(rep)
 }
 
 // Close unsubscribes.

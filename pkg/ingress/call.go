@@ -96,7 +96,7 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 			return nil, errKeyReused
 		}
 	} else {
-		rep, err = waiter.Receive(wctx)
+		rep, err = waiter.Final(wctx)
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -26,7 +26,8 @@ const converseParticipant = "user"
 const maxConverseBody = 1 << 20
 
 // converse serves POST /api/user/rest/converse?workflow=…&type=Chat|Data&text=…[&participantId=…]
-// (spec 4.2): the synchronous way to talk to an agent. Required: workflow, type and text (the chat
+// (spec 4.2): the synchronous way to talk to an agent. With Accept: text/event-stream the reply
+// is streamed as Server-Sent Events while the handler produces it. Required: workflow, type and text (the chat
 // text or the Data method); participantId defaults to "user". Data takes its parameters as a
 // JSON object body. Auth: Authorization: Bearer, or the apikey query parameter.
 func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
@@ -159,6 +160,10 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		req.Method = text
 	}
 	ids := sendIDs{MessageID: req.MessageId, RequestID: requestID, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, participant)}
+	if wantsEventStream(r) && !keep {
+		s.streamCall(w, r, req, ids, timeout)
+		return
+	}
 	rep, err := s.call(r.Context(), req, timeout)
 	if err != nil {
 		s.writeCallError(w, r, req, err)

@@ -31,15 +31,24 @@ type syncAnswer struct {
 // writeMessageReply answers a synchronous send (or converse) with the handler's reply, or with a
 // problem when the handler failed.
 func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) {
+	ans, p := s.messageAnswer(req, ids, rep)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// messageAnswer is what a synchronous caller gets for rep: the answer, or a problem.
+func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) (*syncAnswer, *problem.Problem) {
 	status := int(rep.GetStatusCode())
 	if rep.GetError() != "" {
 		if status < 400 || status > 599 {
 			status = http.StatusInternalServerError
 		}
-		problem.Write(w, problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()})
-		return
+		return nil, &problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()}
 	}
-	ans := syncAnswer{sendIDs: ids}
+	ans := &syncAnswer{sendIDs: ids}
 	switch {
 	case req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK:
 		content := any(string(rep.GetContent()))
@@ -50,27 +59,17 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: time.Now().UTC().Format(timeFormat),
 			Scope: req.GetScope(), Hint: req.GetHint()}
 	case len(rep.GetMessage()) > 0:
-		var m struct {
-			ID          string          `json:"id"`
-			Text        *string         `json:"text"`
-			Data        json.RawMessage `json:"data"`
-			MessageType int             `json:"messageType"`
-			CreatedAt   string          `json:"createdAt"`
-			Scope       string          `json:"scope"`
-			Hint        string          `json:"hint"`
-		}
+		var m responseMessage
 		if err := json.Unmarshal(rep.GetMessage(), &m); err != nil {
 			s.log.Error("decoding reply message", "err", err)
-			problem.Write(w, problem.Problem{Status: http.StatusBadGateway, Slug: "bad-reply", Detail: "the handler's reply could not be read", RequestID: rep.GetRequestId()})
-			return
+			return nil, &problem.Problem{Status: http.StatusBadGateway, Slug: "bad-reply", Detail: "the handler's reply could not be read", RequestID: rep.GetRequestId()}
 		}
 		if string(m.Data) == "null" {
 			m.Data = nil
 		}
-		r := responseMessage(m)
-		ans.Response = &r
+		ans.Response = &m
 	}
-	writeJSON(w, http.StatusOK, ans)
+	return ans, nil
 }
 
 // timeFormat is ISO 8601 with milliseconds, as stored messages use.

@@ -185,7 +185,10 @@ type Request struct {
 	// File: the uploaded file, stored by ingress in AGENTBUS_FILES.
 	File *FileRef `protobuf:"bytes,22,opt,name=file,proto3" json:"file,omitempty"`
 	// Id of the incoming message as stored in history (given by ingress, answered by send).
-	MessageId     string `protobuf:"bytes,23,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	MessageId string `protobuf:"bytes,23,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// The caller wants the reply streamed: the host sends partial replies (deltas) before the
+	// final one.
+	Stream        bool `protobuf:"varint,24,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +384,13 @@ func (x *Request) GetMessageId() string {
 	return ""
 }
 
+func (x *Request) GetStream() bool {
+	if x != nil {
+		return x.Stream
+	}
+	return false
+}
+
 // FileRef describes an uploaded file. Ingress decodes and checks the content; the handler is told
 // when there was none or it was not valid base64, so that it can answer as the spec asks.
 type FileRef struct {
@@ -498,7 +508,11 @@ type Reply struct {
 	Fingerprint string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// Chat, Data and File replies: the stored outgoing message (spec 2.1) as JSON, or empty when
 	// the handler sent no reply.
-	Message       []byte `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	Message []byte `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
+	// A partial reply of a streamed request: a piece of the answer's text. The final reply has
+	// partial false.
+	Partial       bool   `protobuf:"varint,10,opt,name=partial,proto3" json:"partial,omitempty"`
+	Delta         string `protobuf:"bytes,11,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -596,6 +610,20 @@ func (x *Reply) GetMessage() []byte {
 	return nil
 }
 
+func (x *Reply) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
+}
+
+func (x *Reply) GetDelta() string {
+	if x != nil {
+		return x.Delta
+	}
+	return ""
+}
+
 var File_agentbus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentbus_v1_bus_proto_rawDesc = "" +
@@ -604,7 +632,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\x95\a\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xad\a\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -634,7 +662,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04data\x18\x15 \x01(\fR\x04data\x12(\n" +
 	"\x04file\x18\x16 \x01(\v2\x14.agentbus.v1.FileRefR\x04file\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x17 \x01(\tR\tmessageId\x1a9\n" +
+	"message_id\x18\x17 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06stream\x18\x18 \x01(\bR\x06stream\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -648,7 +677,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05empty\x18\x06 \x01(\bR\x05empty\x12\x18\n" +
-	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xa4\x02\n" +
+	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xd4\x02\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -661,7 +690,10 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
 	"\vfingerprint\x18\b \x01(\tR\vfingerprint\x12\x18\n" +
-	"\amessage\x18\t \x01(\fR\amessage*[\n" +
+	"\amessage\x18\t \x01(\fR\amessage\x12\x18\n" +
+	"\apartial\x18\n" +
+	" \x01(\bR\apartial\x12\x14\n" +
+	"\x05delta\x18\v \x01(\tR\x05delta*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +

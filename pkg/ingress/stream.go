@@ -1,0 +1,85 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/problem"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// wantsEventStream reports whether the caller asked for Server-Sent Events.
+func wantsEventStream(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, _ := strings.Cut(strings.TrimSpace(part), ";"); strings.EqualFold(mt, "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// streamCall publishes req asking for a streamed reply and relays it as Server-Sent Events:
+// "delta" events ({"delta": "…"}) while the handler produces its answer, then one "message" event
+// holding the same answer the JSON endpoint gives, or one "error" event holding a problem.
+func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids sendIDs, timeout time.Duration) {
+	req.Stream = true
+	waiter := s.replies.Wait()
+	defer waiter.Done()
+	if _, err := s.publish(r.Context(), req, waiter.Subject); err != nil {
+		s.writeCallError(w, r, req, err)
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the handler, up to timeout
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	event := func(name string, v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	problemEvent := func(p problem.Problem) {
+		if p.Title == "" {
+			p.Title = http.StatusText(p.Status)
+		}
+		event("error", map[string]any{"type": problem.TypePrefix + p.Slug, "title": p.Title, "status": p.Status, "detail": p.Detail, "requestId": req.RequestId})
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	for {
+		rep, err := waiter.Receive(ctx)
+		if err != nil {
+			if r.Context().Err() == nil {
+				problemEvent(problem.Problem{Status: http.StatusGatewayTimeout, Slug: "handler-timeout",
+					Detail: "the handler did not answer in time; the request was accepted and will still be processed"})
+			}
+			return
+		}
+		if rep.GetPartial() {
+			if !event("delta", map[string]string{"delta": rep.GetDelta()}) {
+				return
+			}
+			continue
+		}
+		ans, p := s.messageAnswer(req, ids, rep)
+		if p != nil {
+			problemEvent(*p)
+			return
+		}
+		event("message", ans)
+		return
+	}
+}
