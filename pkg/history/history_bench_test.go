@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -19,12 +20,11 @@ import (
 )
 
 // Layout of the benchmark stream: benchTotal messages, of which every tenth (i%10 == 3) is the
-// big thread's, one in 10,000 (i%10000 == 5000) the small thread's, and the rest are spread
-// round robin over benchOthers other threads, so that both measured threads are interleaved with
-// everything else.
+// big thread's, one in 10,000 (i%10000 == 5000) the small thread's, and the rest belong to
+// thread other-(i%10000): 8,999 threads of 100 messages. Both measured threads are interleaved
+// with everything else.
 const (
 	benchTotal  = 1_000_000
-	benchOthers = 10_000
 	bigThread   = "big"
 	smallThread = "small"
 )
@@ -36,12 +36,13 @@ func benchThread(i int) string {
 	case i%10 == 3:
 		return bigThread
 	}
-	return "other-" + strconv.Itoa(i%benchOthers)
+	return "other-" + strconv.Itoa(i%10000)
 }
 
 // BenchmarkNewestPage measures reading the newest page of 20 of a 100-message and a
-// 100,000-message thread in a stream of 1,000,000 messages, and the page after it. The stream is
-// filled once per run, before the sub-benchmarks; a run takes about a minute.
+// 100,000-message thread in a stream of 1,000,000 messages, and the page after it, in-process and
+// over loopback TCP. The stream is filled once per run, before the sub-benchmarks (about 30 s on
+// two cores); a run takes about a minute.
 //
 //	go test ./pkg/history -run '^$' -bench NewestPage -benchtime 2000x
 func BenchmarkNewestPage(b *testing.B) {
@@ -66,9 +67,32 @@ func BenchmarkNewestPage(b *testing.B) {
 		info.State.Msgs, info.State.Bytes>>20, info.State.NumSubjects,
 		bigThread, counts[bigThread], smallThread, counts[smallThread], time.Since(start).Round(time.Millisecond))
 
-	store := history.NewStore(res.Messages, res.Topics, js)
+	runtime.GC() // the fill's garbage is not the reads'
+
+	// The embedded server is read both in-process (net.Pipe, as the tests and the standalone
+	// binary do) and over loopback TCP (as services next to a NATS server do).
+	tcp, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tcp.Close()
+	tcpJS, err := jetstream.New(tcp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tcpStream, err := tcpJS.Stream(ctx, subject.MessagesStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stores := []struct {
+		name  string
+		store *history.Store
+	}{
+		{"inprocess", history.NewStore(res.Messages, res.Topics, js)},
+		{"tcp", history.NewStore(tcpStream, res.Topics, tcpJS)},
+	}
 	for _, th := range []string{smallThread, bigThread} {
-		first, next, err := store.Page(ctx, tenant, wf, th, history.PageOptions{})
+		first, next, err := stores[0].store.Page(ctx, tenant, wf, th, history.PageOptions{})
 		if err != nil || len(first) != 20 || next == 0 {
 			b.Fatalf("newest page of %s: %d messages, next %d, %v", th, len(first), next, err)
 		}
@@ -77,36 +101,42 @@ func BenchmarkNewestPage(b *testing.B) {
 				b.Fatalf("newest page of %s has %s at %d, want %s", th, m.ID, i, want)
 			}
 		}
-		for _, bm := range []struct {
-			name   string
-			before uint64
-		}{{"newest", 0}, {"older", next}} {
-			b.Run(fmt.Sprintf("thread=%d/page=%s", counts[th], bm.name), func(b *testing.B) {
-				opt := history.PageOptions{Before: bm.before}
-				for range 20 { // warm the server's caches of these blocks
-					if _, _, err := store.Page(ctx, tenant, wf, th, opt); err != nil {
-						b.Fatal(err)
-					}
-				}
-				lat := make([]time.Duration, 0, b.N)
-				b.ResetTimer()
-				for b.Loop() {
-					t0 := time.Now()
-					page, _, err := store.Page(ctx, tenant, wf, th, opt)
-					lat = append(lat, time.Since(t0))
-					if err != nil || len(page) != 20 {
-						b.Fatalf("page: %d messages, %v", len(page), err)
-					}
-				}
-				slices.Sort(lat)
-				q := func(p float64) float64 {
-					return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3
-				}
-				b.ReportMetric(q(0.50), "p50-µs")
-				b.ReportMetric(q(0.99), "p99-µs")
-			})
+		for _, st := range stores {
+			for _, bm := range []struct {
+				name   string
+				before uint64
+			}{{"newest", 0}, {"older", next}} {
+				b.Run(fmt.Sprintf("thread=%d/page=%s/conn=%s", counts[th], bm.name, st.name), func(b *testing.B) {
+					benchPage(b, st.store, th, history.PageOptions{Before: bm.before})
+				})
+			}
 		}
 	}
+}
+
+// benchPage reads one page of a thread b.N times and reports its latency quantiles.
+func benchPage(b *testing.B, store *history.Store, thread string, opt history.PageOptions) {
+	ctx := context.Background()
+	for range 20 { // warm the server's caches of these blocks
+		if _, _, err := store.Page(ctx, tenant, wf, thread, opt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		page, _, err := store.Page(ctx, tenant, wf, thread, opt)
+		lat = append(lat, time.Since(t0))
+		if err != nil || len(page) != 20 {
+			b.Fatalf("page: %d messages, %v", len(page), err)
+		}
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 {
+		return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
 }
 
 // fillBench publishes benchTotal messages asynchronously with the headers Append would write.

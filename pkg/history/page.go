@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +18,9 @@ const (
 	DefaultPageSize = 20
 	MaxPageSize     = 100
 )
+
+// readTimeout bounds a Page whose ctx has no deadline.
+const readTimeout = 10 * time.Second
 
 // PageOptions select a page of a thread.
 type PageOptions struct {
@@ -44,6 +48,12 @@ type PageOptions struct {
 // Messages removed by the stream's MaxAge end the thread: the stream drops oldest first, so
 // nothing older remains. A Before that is a message of another thread gives ErrBadCursor.
 func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string, opt PageOptions) ([]Message, uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// One deadline for the page spares nats.go a timer per get.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, readTimeout)
+		defer cancel()
+	}
 	size := opt.Size
 	if size <= 0 {
 		size = DefaultPageSize
