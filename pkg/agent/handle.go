@@ -254,7 +254,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	case agentbusv1.Kind_KIND_WEBHOOK:
 		method := req.GetMethod()
 		m.Text = &method
-		m.Data, _ = json.Marshal(map[string]any{"params": nonNil(req.GetParams()), "body": bodySummary(body)})
+		m.Data, _ = json.Marshal(webhookCall{Params: nonNil(req.GetParams()), Body: bodySummary(body)})
 	case agentbusv1.Kind_KIND_DATA:
 		method := req.GetMethod()
 		m.Text = &method
@@ -292,8 +292,21 @@ func outgoing(req *agentbusv1.Request, text *string, data json.RawMessage) *hist
 }
 
 func webhookOutgoing(req *agentbusv1.Request, resp Response) *history.Message {
-	data, _ := json.Marshal(map[string]any{"statusCode": resp.StatusCode, "contentType": resp.ContentType, "content": bodySummary(resp.Content)})
+	data, _ := json.Marshal(webhookAnswer{StatusCode: resp.StatusCode, ContentType: resp.ContentType, Content: bodySummary(resp.Content)})
 	return outgoing(req, nil, data)
+}
+
+// webhookCall is how a webhook call is kept in history.
+type webhookCall struct {
+	Params map[string]string `json:"params"`
+	Body   any               `json:"body"`
+}
+
+// webhookAnswer is how a webhook handler's answer is kept in history.
+type webhookAnswer struct {
+	StatusCode  int    `json:"statusCode"`
+	ContentType string `json:"contentType"`
+	Content     any    `json:"content"`
 }
 
 // bodySummary is how a raw body is kept in history: as text when it is short UTF-8, else its
