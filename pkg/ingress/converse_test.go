@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -74,5 +75,37 @@ func TestConverse(t *testing.T) {
 			status, ct, b := converse(t, s, tc.query, tc.body)
 			problemOf(t, status, ct, b, tc.want)
 		})
+	}
+}
+
+// Data methods keep the instance's state across calls and across a restart of the host.
+func TestConverseCountSurvivesHostRestart(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	count := func() float64 {
+		t.Helper()
+		status, _, b := converse(t, s, q("workflow", "Echo", "type", "Data", "text", "COUNT", "apikey", s.Key), "")
+		a := answerOf(t, status, b)
+		var c struct{ Count float64 }
+		if err := json.Unmarshal(a.Response.Data, &c); err != nil {
+			t.Fatal(err)
+		}
+		return c.Count
+	}
+	if count() != 1 || count() != 2 {
+		t.Fatal("count does not persist across calls")
+	}
+	if err := s.StopHost(); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := s.AddHost(context.Background(), "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	if err := s.WaitLive(context.Background(), "Echo"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(); got != 3 {
+		t.Fatalf("count after the host restarted = %v, want 3", got)
 	}
 }
