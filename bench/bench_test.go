@@ -24,6 +24,7 @@ func TestBenchSmoke(t *testing.T) {
 		Instances:  10,
 		Partitions: 4,
 		Body:       []byte(`{"ping":1}`),
+		Target:     targetWebhook,
 	}
 	client := newClient(o.Clients)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -55,6 +56,99 @@ func TestBenchSmoke(t *testing.T) {
 	checkGoroutines(t, before)
 }
 
+// TestBenchTargets runs both phases of every target briefly and checks that every request
+// succeeded and that the bare phase answered as much as the agentbus phase. Twelve instances
+// give activation names of two lengths, and answers of two sizes for all but webhook.
+func TestBenchTargets(t *testing.T) {
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			o := options{
+				Duration:   200 * time.Millisecond,
+				Warmup:     50 * time.Millisecond,
+				Clients:    2,
+				Instances:  12,
+				Partitions: 4,
+				Body:       []byte(`{"ping":1}`),
+				Target:     target,
+			}
+			client := newClient(o.Clients)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			results := map[string]result{}
+			for _, phase := range []string{phaseBare, phaseAgentbus} {
+				res, err := runTarget(ctx, phase, o, client)
+				if err != nil {
+					t.Fatalf("%s: %v", phase, err)
+				}
+				if res.Errors != 0 {
+					t.Errorf("%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
+				}
+				if res.Requests == 0 || res.RPS() <= 0 {
+					t.Errorf("%s: no requests measured: %+v", phase, res)
+				}
+				results[phase] = res
+			}
+			// The phases answer the same sizes to the same requests, but each ends part-way
+			// through its round of instances.
+			if a, b := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(); math.Abs(a-b) > 0.5 || a == 0 {
+				t.Errorf("response sizes differ: agentbus %.2f B, bare %.2f B", a, b)
+			}
+			var out bytes.Buffer
+			printTable(&out, []string{phaseBare, phaseAgentbus}, results)
+			t.Log("\n" + out.String())
+			client.CloseIdleConnections()
+			checkGoroutines(t, before)
+		})
+	}
+}
+
+// TestBareAnswersLikeAgentbus sends every request of each target to both phases' servers once and
+// checks that the bare phase answers each with the agentbus phase's status and as many bytes.
+func TestBareAnswersLikeAgentbus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := newClient(1)
+	defer client.CloseIdleConnections()
+	for _, target := range targets {
+		o := options{Instances: 12, Partitions: 4, Body: []byte(`{"ping":1}`), Target: target}
+		sizes := map[string][]int{}
+		for _, phase := range []string{phaseAgentbus, phaseBare} {
+			var (
+				ep   endpoint
+				stop func() error
+				err  error
+			)
+			if phase == phaseBare {
+				ep, stop, err = startBare(ctx, o)
+			} else {
+				ep, stop, err = startAgentbus(ctx, o)
+			}
+			if err != nil {
+				t.Fatalf("%s %s: %v", target, phase, err)
+			}
+			for _, r := range ep.reqs {
+				body, _, err := probe(ctx, client, ep, r)
+				if err != nil {
+					t.Errorf("%s %s: %v", target, phase, err)
+				}
+				sizes[phase] = append(sizes[phase], len(body))
+			}
+			client.CloseIdleConnections()
+			if err := stop(); err != nil {
+				t.Errorf("%s %s: stopping: %v", target, phase, err)
+			}
+		}
+		if !slices.Equal(sizes[phaseAgentbus], sizes[phaseBare]) {
+			t.Errorf("%s: answer sizes by instance differ:\nagentbus %v\nbare     %v", target, sizes[phaseAgentbus], sizes[phaseBare])
+		}
+		if target != targetWebhook && slices.Min(sizes[phaseAgentbus]) == slices.Max(sizes[phaseAgentbus]) {
+			t.Errorf("%s: all answers %d bytes; want longer ones for longer activation names", target, sizes[phaseAgentbus][0])
+		}
+		t.Logf("%s: %v", target, sizes[phaseBare])
+	}
+}
+
 // TestBenchRateSmoke runs both phases briefly as an open loop at a rate well within reach and
 // checks that every request succeeded, that about rate × duration were measured and that none
 // was dropped.
@@ -67,6 +161,7 @@ func TestBenchRateSmoke(t *testing.T) {
 		Instances:  10,
 		Partitions: 4,
 		Body:       []byte(`{"ping":1}`),
+		Target:     targetWebhook,
 		Rate:       200,
 	}
 	want := o.Rate * o.Duration.Seconds() // 60
@@ -127,7 +222,7 @@ func TestOpenLoopChargesStalls(t *testing.T) {
 	o := options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Clients: 1, Rate: 200}
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()
-	res := runPhase(context.Background(), phaseBare, o, client, []string{srv.URL})
+	res := runPhase(context.Background(), phaseBare, o, client, endpoint{reqs: []request{{url: srv.URL}}, status: http.StatusOK})
 	t.Logf("%+v", res)
 	if res.Errors != 0 || res.Requests == 0 {
 		t.Fatalf("%d errors of %d requests: %v", res.Errors, res.Requests, res.topErrors(5))

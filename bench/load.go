@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,12 +41,18 @@ type options struct {
 	Instances  int
 	Partitions int
 	Body       []byte
+	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
+	// targetConverse.
+	Target string
 	// Rate, when positive, makes the phase an open loop: requests are due on a fixed schedule of
 	// Rate per second, and Clients bounds how many are in flight at once. Zero is a closed loop.
 	Rate float64
 	// OnMeasure, when set, is called as the measured window starts; the function it returns is
 	// called as the window ends.
 	OnMeasure func() (end func())
+	// answers, when set, are what the bare phase answers; else it computes them (webhook) or
+	// measures them from the stack (the others).
+	answers *answers
 }
 
 func (o options) validate() error {
@@ -62,8 +69,17 @@ func (o options) validate() error {
 		return errors.New("-partitions must be from 1 to 1024")
 	case o.Rate < 0 || math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0):
 		return errors.New("rates must be positive numbers of requests per second")
+	case !slices.Contains(targets, o.Target):
+		return fmt.Errorf("-target %q: want %s", o.Target, strings.Join(targets, ", "))
+	case o.Target != targetWebhook && !isJSONObject(o.Body):
+		return fmt.Errorf("-body must be a JSON object for -target %s: it holds the echo method's parameters", o.Target)
 	}
 	return nil
+}
+
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return json.Valid(b) && len(b) > 0 && b[0] == '{'
 }
 
 // newClient returns the HTTP client shared by all phases: keep-alive connections to loopback,
@@ -88,22 +104,22 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		return result{Phase: phase}, err
 	}
 	var (
-		urls []string
+		ep   endpoint
 		stop func() error
 		err  error
 	)
 	switch phase {
 	case phaseBare:
-		urls, stop, err = startBare(o)
+		ep, stop, err = startBare(ctx, o)
 	case phaseAgentbus:
-		urls, stop, err = startAgentbus(ctx, o)
+		ep, stop, err = startAgentbus(ctx, o)
 	default:
 		return result{Phase: phase}, fmt.Errorf("unknown phase %q", phase)
 	}
 	if err != nil {
 		return result{Phase: phase}, err
 	}
-	res := runPhase(ctx, phase, o, client, urls)
+	res := runPhase(ctx, phase, o, client, ep)
 	// Connections to this server are useless from now on; close them before the server stops.
 	client.CloseIdleConnections()
 	if err := stop(); err != nil {
@@ -177,7 +193,7 @@ type clientStats struct {
 	_         [64]byte // keep neighbours' counters off this cache line
 }
 
-// runPhase sends POSTs of o.Body to urls, round-robin, from o.Clients goroutines: o.Warmup
+// runPhase sends ep's requests, round-robin, from o.Clients goroutines: o.Warmup
 // unmeasured, then o.Duration measured. Requests in flight when the window ends get drainGrace
 // to finish. It returns once every client goroutine has returned.
 //
@@ -192,7 +208,7 @@ type clientStats struct {
 // not sent; result.Unsent counts them.
 //
 // Either way a request is measured if it starts within the measured window.
-func runPhase(ctx context.Context, phase string, o options, client *http.Client, urls []string) result {
+func runPhase(ctx context.Context, phase string, o options, client *http.Client, ep endpoint) result {
 	start := time.Now()
 	measureStart := start.Add(o.Warmup)
 	measureEnd := measureStart.Add(o.Duration)
@@ -208,13 +224,13 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	perClient := min(int(o.Duration.Seconds()*perSecond)/o.Clients+1024, 1<<20)
 	stats := make([]clientStats, o.Clients)
 
-	// send sends one request to the next URL and records it if it is measured; due is when it
+	// send sends the next request and records it if it is measured; due is when it
 	// was meant to start, from which its latency runs.
 	var next atomic.Uint64
 	send := func(s *clientStats, due time.Time) {
 		t0 := time.Now()
-		target := urls[(next.Add(1)-1)%uint64(len(urls))]
-		n, err := post(ctx, client, target, o.Body)
+		r := ep.reqs[(next.Add(1)-1)%uint64(len(ep.reqs))]
+		n, err := post(ctx, client, ep, r)
 		d := time.Since(due)
 		if t0.Before(measureStart) || (err != nil && parent.Err() != nil) {
 			return // warm-up, or cut short by an interrupt
@@ -345,23 +361,40 @@ func (s schedule) dueBefore(d time.Duration) uint64 {
 	return n
 }
 
-// post sends one request and reads the whole response; any answer but a 200 is an error.
-func post(ctx context.Context, client *http.Client, target string, body []byte) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+// newRequest is the HTTP request of r.
+func newRequest(ctx context.Context, ep endpoint, r request) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(r.body))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	if ep.auth != "" {
+		req.Header.Set("Authorization", ep.auth)
+	}
+	return req, nil
+}
+
+// unwrapURLError drops the *url.Error wrapper, which repeats the URL, key included.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// post sends one request and reads the whole response; any answer but ep.status is an error.
+func post(ctx context.Context, client *http.Client, ep endpoint, r request) (int64, error) {
+	req, err := newRequest(ctx, ep, r)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the wrapper repeats the URL, key included
-		}
 		return 0, err
 	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, unwrapURLError(err)
+	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != ep.status {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return 0, fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))

@@ -1,20 +1,44 @@
-// Command bench measures webhook echo round trips through the whole agentbus stack over loopback
-// HTTP and, in the same run and with the same load, a bare net/http handler that answers with a
-// body of the same size, then prints throughput, latency percentiles and the ratio of the two.
+// Command bench measures echo round trips through the whole agentbus stack over loopback HTTP
+// and, in the same run and with the same load, a bare net/http handler that answers with the same
+// status and a body of the same size, then prints throughput, latency percentiles and the ratio
+// of the two.
 //
 // The agentbus phase starts the stack in-process (package stack: embedded NATS with JetStream on a
 // temporary store, the workflow host running the Echo agent, and the ingress on 127.0.0.1), seeds
-// a tenant-admin key and sends
+// a tenant-admin key and sends, spreading requests round-robin over -instances workflow instances
+// (activations bench-0, bench-1, …), the requests of -target:
 //
-//	POST /api/user/webhooks/default:Echo:Supervisor%20Workflow:bench-{i}/echo?apikey=…&n=1
+//   - webhook (the default): Echo's echo webhook, answered 200 with {params, body, size, sha256}
 //
-// spreading requests round-robin over -instances workflow instances. The bare phase serves the
-// same load from a plain handler on 127.0.0.1, so the ratio shows what agentbus costs on top of
-// Go's HTTP stack on the same machine. Load generator and servers share the machine's CPUs.
+//     POST /api/user/webhooks/default:Echo:Supervisor%20Workflow:bench-{i}/echo?apikey=…&n=1
+//
+//   - send: a Data message to Echo's echo method, answered 202 {messageId, requestId, workflowId,
+//     threadId} at once, before Echo has handled it
+//
+//     POST /api/v1/admin/tenants/default/messaging/send
+//     Authorization: Bearer …
+//     {"agentName":"Echo","activationName":"bench-{i}","participantId":"bench","type":"Data","text":"echo","data":{"ping":1}}
+//
+//   - send-wait: the same with ?wait=true, answered 200 with Echo's reply
+//
+//   - converse: a Data call of Echo's echo method, answered 200 {…, response: {…}}
+//
+//     POST /api/user/rest/converse?workflow=default:Echo:Supervisor%20Workflow:bench-{i}&type=Data&text=echo&participantId=bench
+//     Authorization: Bearer …
+//     {"ping":1}
+//
+// -body is the webhook's body, or the echo method's parameters (a JSON object) of the others.
+//
+// The bare phase serves the same load from a plain handler on 127.0.0.1, so the ratio shows what
+// agentbus costs on top of Go's HTTP stack on the same machine. It answers with the agentbus
+// phase's status and headers and a body as long as the agentbus phase's answer to the same
+// request: computed for webhook; for the others measured once at startup, from one real call per
+// length of activation name to a stack started for the purpose. Load generator and servers share
+// the machine's CPUs.
 //
 // Each phase runs -warmup unmeasured, then -duration measured, and stops by itself. Every
-// response must be a 200; anything else is counted, shown and makes the command exit with
-// status 1.
+// response must have the target's status (202 for send, else 200); anything else is counted,
+// shown and makes the command exit with status 1.
 //
 // By default the load is a closed loop: -clients goroutines each send their next request as soon
 // as the previous one is answered. Its latency mostly reflects saturation (by Little's law the
@@ -32,6 +56,7 @@
 //	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 32]
 //	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
+//	               [-target webhook|send|send-wait|converse]
 //
 // -cpuprofile writes a CPU profile of the measured window of the agentbus phase (the whole
 // process: load generator, ingress, NATS server and workflow host). When several agentbus phases
@@ -52,6 +77,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +103,7 @@ func main() {
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
+	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", "))
 	flag.Parse()
 	o.Body = []byte(*body)
 
@@ -140,6 +167,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	// The bare phase answers as the agentbus phase would; measure that once for all its runs.
+	if o.Target != targetWebhook && slices.Contains(phases, phaseBare) {
+		fmt.Fprintf(os.Stderr, "measuring the agentbus answers of %s…\n", o.Target)
+		var err error
+		if o.answers, err = probeAnswers(ctx, o); err != nil {
+			fatalf("%v", err)
+		}
+	}
+
 	load := "" // the closed loop alone keeps the header it always had
 	if len(rates) > 0 {
 		load = "open loop at " + strings.Join(fmtRates(rates), ", ") + " req/s"
@@ -148,8 +184,8 @@ func main() {
 		}
 		load = " load=" + load
 	}
-	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
+	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d target=%s clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Target, o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
 
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -23,19 +24,118 @@ import (
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
-// benchParams are the query parameters (besides the key) of every request.
+// Targets: the endpoint of the stack that the load goes to (the bare phase imitates it).
+const (
+	targetWebhook  = "webhook"   // POST /api/user/webhooks/{workflow}/echo?apikey=…&n=1, body o.Body
+	targetSend     = "send"      // POST /api/v1/admin/tenants/default/messaging/send: a Data message, 202 at once
+	targetSendWait = "send-wait" // the same with ?wait=true: 200 with Echo's reply
+	targetConverse = "converse"  // POST /api/user/rest/converse?workflow=…&type=Data&text=echo: 200 with Echo's reply
+)
+
+// targets lists the targets in the order the usage gives them.
+var targets = []string{targetWebhook, targetSend, targetSendWait, targetConverse}
+
+// benchParams are the query parameters (besides the key) of every webhook request.
 var benchParams = map[string]string{"n": "1"}
 
+// benchTenant and benchParticipant are the tenant the load addresses and the participant that
+// send and converse name.
+const (
+	benchTenant      = "default"
+	benchParticipant = "bench"
+)
+
 // workflowID is the workflow the i-th instance of the load is addressed to.
-func workflowID(i int) string { return fmt.Sprintf("default:Echo:Supervisor Workflow:bench-%d", i) }
+func workflowID(i int) string { return "default:Echo:Supervisor Workflow:" + activation(i) }
+
+// activation is the activation name of the i-th instance of the load.
+func activation(i int) string { return fmt.Sprintf("bench-%d", i) }
+
+// request is one request of the load.
+type request struct {
+	url  string
+	body []byte
+}
+
+// endpoint is what a phase's load goes to: one request per instance, sent round-robin, each with
+// the same Authorization header and to be answered with the same status.
+type endpoint struct {
+	reqs   []request
+	auth   string // Authorization header; empty for none
+	status int    // the status every answer must have
+}
+
+// shape is what tells the requests of a load apart by size alone: the length of the request
+// target (path and query) plus that of the body. Requests to instances whose activation names are
+// equally long have the same shape and get equally long answers.
+func shape(requestURI string, bodyLen int64) int64 { return int64(len(requestURI)) + bodyLen }
+
+func (r request) shape() (int64, error) {
+	u, err := url.Parse(r.url)
+	if err != nil {
+		return 0, err
+	}
+	return shape(u.RequestURI(), int64(len(r.body))), nil
+}
+
+// newEndpoint builds the load of o.Target against the server at base with key: the agentbus
+// phase's with the real key, the bare phase's with a made-up one of the same length, so that
+// both send requests of the same sizes.
+func newEndpoint(o options, base, key string) (endpoint, error) {
+	ep := endpoint{reqs: make([]request, o.Instances), auth: "Bearer " + key, status: http.StatusOK}
+	switch o.Target {
+	case targetWebhook:
+		ep.auth = ""
+		query := url.Values{"apikey": {key}}
+		for k, v := range benchParams {
+			query.Set(k, v)
+		}
+		qs := query.Encode()
+		for i := range ep.reqs {
+			ep.reqs[i] = request{url: base + "/api/user/webhooks/" + url.PathEscape(workflowID(i)) + "/echo?" + qs, body: o.Body}
+		}
+	case targetSend, targetSendWait:
+		target := base + "/api/v1/admin/tenants/" + benchTenant + "/messaging/send"
+		if o.Target == targetSendWait {
+			target += "?wait=true"
+		} else {
+			ep.status = http.StatusAccepted
+		}
+		for i := range ep.reqs {
+			body, err := json.Marshal(struct {
+				AgentName      string          `json:"agentName"`
+				ActivationName string          `json:"activationName"`
+				ParticipantID  string          `json:"participantId"`
+				Type           string          `json:"type"`
+				Text           string          `json:"text"`
+				Data           json.RawMessage `json:"data"`
+			}{echo.Name, activation(i), benchParticipant, "Data", "echo", o.Body})
+			if err != nil {
+				return endpoint{}, fmt.Errorf("-body must be a JSON object for -target %s: %w", o.Target, err)
+			}
+			ep.reqs[i] = request{url: target, body: body}
+		}
+	case targetConverse:
+		for i := range ep.reqs {
+			// The workflow as the usage spells it: colons kept, the space as %20.
+			ep.reqs[i] = request{
+				url:  base + "/api/user/rest/converse?workflow=" + url.PathEscape(workflowID(i)) + "&type=Data&text=echo&participantId=" + benchParticipant,
+				body: o.Body,
+			}
+		}
+	default:
+		return endpoint{}, fmt.Errorf("unknown target %q", o.Target)
+	}
+	return ep, nil
+}
 
 // startAgentbus starts the whole stack in-process on a temporary store, seeds a tenant-admin key
-// and returns the webhook URLs of o.Instances Echo instances and a function that stops the stack
-// and removes the store.
-func startAgentbus(ctx context.Context, o options) (urls []string, stop func() error, err error) {
+// and returns the load of o.Target against o.Instances Echo instances and a function that stops
+// the stack and removes the store.
+func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() error, err error) {
 	dir, err := os.MkdirTemp("", "agentbus-bench-")
 	if err != nil {
-		return nil, nil, err
+		return endpoint{}, nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -48,7 +148,7 @@ func startAgentbus(ctx context.Context, o options) (urls []string, stop func() e
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("starting the stack: %w", err)
+		return endpoint{}, nil, fmt.Errorf("starting the stack: %w", err)
 	}
 	stop = func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -61,56 +161,162 @@ func startAgentbus(ctx context.Context, o options) (urls []string, stop func() e
 		}
 	}()
 
-	if err = st.Keys.EnsureTenant(sctx, "default"); err != nil {
-		return nil, nil, fmt.Errorf("creating tenant: %w", err)
+	if err = st.Keys.EnsureTenant(sctx, benchTenant); err != nil {
+		return endpoint{}, nil, fmt.Errorf("creating tenant: %w", err)
 	}
-	key, _, err := st.Keys.Create(sctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "bench"})
+	key, _, err := st.Keys.Create(sctx, keys.NewKey{Tenant: benchTenant, Role: keys.RoleTenantAdmin, Name: "bench"})
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating key: %w", err)
+		return endpoint{}, nil, fmt.Errorf("creating key: %w", err)
 	}
 	// Keys reach the ingress through its watch of the keys bucket.
 	for !st.Ingress.KeyKnown(key) {
 		if !sleepUntil(sctx, time.Now().Add(2*time.Millisecond)) {
 			err = fmt.Errorf("waiting for the key to reach the ingress: %w", sctx.Err())
-			return nil, nil, err
+			return endpoint{}, nil, err
 		}
 	}
-
-	query := url.Values{"apikey": {key}}
-	for k, v := range benchParams {
-		query.Set(k, v)
+	if ep, err = newEndpoint(o, st.URL, key); err != nil {
+		return endpoint{}, nil, err
 	}
-	qs := query.Encode()
-	urls = make([]string, o.Instances)
-	for i := range urls {
-		urls[i] = st.URL + "/api/user/webhooks/" + url.PathEscape(workflowID(i)) + "/echo?" + qs
-	}
-	return urls, stop, nil
+	return ep, stop, nil
 }
 
-// startBare serves, on a loopback port, a plain handler that reads the body and answers 200 with
-// the JSON that Echo's echo method would give for o.Body (computed once), and returns o.Instances
-// URLs of the same shape as the agentbus phase's and a function that stops the server.
-func startBare(o options) (urls []string, stop func() error, err error) {
-	answer, err := echoAnswer(o.Body, benchParams)
+// answers are what the bare phase answers: the agentbus phase's status and headers, and a body as
+// long as the agentbus phase's answer to a request of each shape.
+type answers struct {
+	status int
+	header http.Header      // without Date and Content-Length, which net/http sets
+	bodies map[int64][]byte // by request shape
+}
+
+// webhookAnswers are the answers of the webhook target, computed: the JSON that Echo's echo
+// method gives for o.Body, whatever the shape, with the headers the ingress sends (a
+// 36-character request id and the content type).
+func webhookAnswers(o options) (*answers, error) {
+	body, err := echoAnswer(o.Body, benchParams)
+	if err != nil {
+		return nil, err
+	}
+	a := &answers{
+		status: http.StatusOK,
+		header: http.Header{"X-Request-Id": {"00000000-0000-4000-8000-000000000000"}, "Content-Type": {"application/json"}},
+		bodies: map[int64][]byte{},
+	}
+	ep, err := newEndpoint(o, "http://127.0.0.1:1", keys.Generate())
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range ep.reqs {
+		s, err := r.shape()
+		if err != nil {
+			return nil, err
+		}
+		a.bodies[s] = body
+	}
+	return a, nil
+}
+
+// probeAnswers measures the answers of o.Target from the real thing: it starts the stack, sends
+// one request of each shape, keeps what came back and stops the stack. The answers of send and
+// converse hold ids whose lengths follow the activation name's, and the handler's reply.
+func probeAnswers(ctx context.Context, o options) (a *answers, err error) {
+	ep, stop, err := startAgentbus(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	client := newClient(1)
+	defer func() {
+		client.CloseIdleConnections()
+		if serr := stop(); serr != nil && err == nil {
+			err = fmt.Errorf("stopping the stack: %w", serr)
+		}
+	}()
+	a = &answers{status: ep.status, bodies: map[int64][]byte{}}
+	for _, r := range ep.reqs {
+		s, err := r.shape()
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := a.bodies[s]; ok {
+			continue
+		}
+		body, header, err := probe(ctx, client, ep, r)
+		if err != nil {
+			return nil, fmt.Errorf("measuring the answer of %s: %w", o.Target, err)
+		}
+		if a.header == nil {
+			header.Del("Date")
+			header.Del("Content-Length")
+			a.header = header
+		}
+		a.bodies[s] = body
+	}
+	return a, nil
+}
+
+// probe sends one request of ep and returns the answer's body and headers.
+func probe(ctx context.Context, client *http.Client, ep endpoint, r request) ([]byte, http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := newRequest(ctx, ep, r)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Same header set as the ingress sends: a 36-character request id and the content type.
-	const requestID = "00000000-0000-4000-8000-000000000000"
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, unwrapURLError(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading body: %w", err)
+	}
+	if resp.StatusCode != ep.status {
+		return nil, nil, fmt.Errorf("status %d, want %d: %s", resp.StatusCode, ep.status, bytes.TrimSpace(body[:min(len(body), 300)]))
+	}
+	return body, resp.Header, nil
+}
+
+// startBare serves, on a loopback port, a plain handler that reads the body and answers with the
+// status, headers and a body as long as the agentbus phase's answer (o.answers, computed or
+// measured when not given), and returns the load of o.Target against it, of the same shape as
+// the agentbus phase's, and a function that stops the server.
+//
+// The handler tells requests to instances with activation names of different lengths apart by
+// their shape, which costs it nothing: it counts the body's bytes anyway.
+func startBare(ctx context.Context, o options) (ep endpoint, stop func() error, err error) {
+	ans := o.answers
+	if ans == nil {
+		if o.Target == targetWebhook {
+			ans, err = webhookAnswers(o)
+		} else {
+			ans, err = probeAnswers(ctx, o)
+		}
+		if err != nil {
+			return endpoint{}, nil, err
+		}
+	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		w.Header().Set("X-Request-Id", requestID)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(answer)
+		body, ok := ans.bodies[shape(r.RequestURI, n)]
+		if !ok {
+			http.Error(w, "bench: no answer for a request of this shape", http.StatusInternalServerError)
+			return
+		}
+		header := w.Header()
+		for k, v := range ans.header {
+			header[k] = v
+		}
+		w.WriteHeader(ans.status)
+		_, _ = w.Write(body)
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return endpoint{}, nil, err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	done := make(chan error, 1)
@@ -124,18 +330,29 @@ func startBare(o options) (urls []string, stop func() error, err error) {
 		}
 		return err
 	}
+	defer func() {
+		if err != nil {
+			_ = stop()
+		}
+	}()
 
-	base := "http://" + ln.Addr().String()
-	query := url.Values{"apikey": {keys.Generate()}} // same URL length as the agentbus phase
-	for k, v := range benchParams {
-		query.Set(k, v)
+	// A made-up key of the real one's length keeps the requests' sizes the same.
+	if ep, err = newEndpoint(o, "http://"+ln.Addr().String(), keys.Generate()); err != nil {
+		return endpoint{}, nil, err
 	}
-	qs := query.Encode()
-	urls = make([]string, o.Instances)
-	for i := range urls {
-		urls[i] = base + "/api/user/webhooks/" + url.PathEscape(workflowID(i)) + "/echo?" + qs
+	if ep.status != ans.status {
+		return endpoint{}, nil, fmt.Errorf("answers of status %d for a target that wants %d", ans.status, ep.status)
 	}
-	return urls, stop, nil
+	for _, r := range ep.reqs {
+		s, err := r.shape()
+		if err != nil {
+			return endpoint{}, nil, err
+		}
+		if _, ok := ans.bodies[s]; !ok {
+			return endpoint{}, nil, fmt.Errorf("no answer measured for requests of shape %d (%s)", s, r.url)
+		}
+	}
+	return ep, stop, nil
 }
 
 // echoAnswer is the body Echo's echo method answers for body and params.
