@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stack"
@@ -54,11 +55,16 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
 	}
 	log := cfg.Logger(stderr)
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey})
+	if err != nil {
+		return fmt.Errorf("configuring the language model: %w", err)
+	}
+	log.Info("chat model", "model", model.Name(), "offline", cfg.LLMBaseURL == "")
 	st, err := stack.Start(ctx, stack.Config{
 		DataDir:    cfg.DataDir,
 		NATSListen: cfg.NATSListen,
 		HTTPAddr:   cfg.HTTPAddr,
-		Agents:     []*agent.Agent{echo.New()},
+		Agents:     []*agent.Agent{echo.New(echo.WithModel(model))},
 		Bus:        bus.Config{Partitions: cfg.Partitions, Replicas: 1, HistoryMaxAge: cfg.HistoryMaxAge},
 		Ingress:    ingress.Config{AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes},
 		Host:       agent.HostConfig{ContinueAsNewEvents: cfg.ContinueAsNewEvents},

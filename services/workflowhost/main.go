@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 func main() {
@@ -39,6 +40,11 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey})
+	if err != nil {
+		return fmt.Errorf("configuring the language model: %w", err)
+	}
+	log.Info("chat model", "model", model.Name(), "offline", cfg.LLMBaseURL == "")
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-workflowhost", log)
 	if err != nil {
 		return err
@@ -46,7 +52,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	defer nc.Close()
 	host, err := agent.NewHost(agent.HostConfig{
 		Conn:                nc,
-		Agents:              []*agent.Agent{echo.New()},
+		Agents:              []*agent.Agent{echo.New(echo.WithModel(model))},
 		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
 		ContinueAsNewEvents: cfg.ContinueAsNewEvents,
 		Logger:              log,

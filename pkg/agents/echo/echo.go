@@ -14,8 +14,9 @@
 //   - complete: answers {"completed": true, "runId": …} and completes the instance.
 //   - state: answers {"runId": …, "state": …} without changing anything.
 //
-// Chat: answers "You said: {text}" (the offline model; a language model comes with the converse
-// endpoint).
+// Chat: answers through the configured language model (WithModel), sending the thread's recent
+// history as context and streaming the answer's pieces to callers that asked for them. Without a
+// model it uses the offline model, which answers "You said: {text}".
 //
 // Data methods (names match case-insensitively):
 //   - echo: returns its parameters.
@@ -36,6 +37,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -43,6 +45,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // Name is the agent's name.
@@ -58,8 +62,20 @@ type State struct {
 // maxSleep bounds sleep and ack work so that a caller cannot park a conversation for long.
 const maxSleep = 5 * time.Minute
 
+// Option configures the Echo agent.
+type Option func(*options)
+
+type options struct{ model llm.Model }
+
+// WithModel makes Echo's chat answer through model instead of the offline model.
+func WithModel(model llm.Model) Option { return func(o *options) { o.model = model } }
+
 // New returns the Echo agent with workflow types "Supervisor Workflow" and "Conversational".
-func New() *agent.Agent {
+func New(opts ...Option) *agent.Agent {
+	o := options{model: llm.Offline()}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	a := agent.New(Name, agent.WorkflowTypes("Supervisor Workflow", "Conversational"))
 	a.WebhookFunc("echo", echo)
 	a.WebhookFunc("verify", verify)
@@ -70,7 +86,7 @@ func New() *agent.Agent {
 	a.WebhookFunc("complete", complete)
 	a.WebhookFunc("state", state)
 
-	a.ChatFunc(chat)
+	a.ChatFunc(chat(o.model))
 	agent.Method(a, "echo", func(_ context.Context, params map[string]any) (map[string]any, error) {
 		if params == nil {
 			params = map[string]any{}
@@ -92,8 +108,44 @@ const (
 	InvalidFileText = "Invalid file format. Please ensure the file is base64 encoded."
 )
 
-func chat(_ context.Context, m *agent.Message) (agent.Reply, error) {
-	return agent.Say("You said: " + m.Text), nil
+// systemPrompt opens every conversation with the model.
+const systemPrompt = "You are Echo, the reference agent of agentbus. Answer briefly and helpfully."
+
+// historyContext is how many of the thread's newest messages go to the model as context.
+const historyContext = 20
+
+func chat(model llm.Model) func(context.Context, *agent.Message) (agent.Reply, error) {
+	return func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		past, _, err := m.History(ctx, agent.HistoryOptions{Size: historyContext})
+		if err != nil {
+			return agent.NoReply, err
+		}
+		req := llm.Request{Messages: make([]llm.Message, 0, len(past)+2)}
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem, Content: systemPrompt})
+		for i := len(past) - 1; i >= 0; i-- { // oldest first
+			p := past[i]
+			if p.MessageType != agent.ChatMessage || p.Text == nil || *p.Text == "" {
+				continue
+			}
+			role := llm.RoleUser
+			if p.Direction == history.Out {
+				role = llm.RoleAssistant
+			}
+			req.Messages = append(req.Messages, llm.Message{Role: role, Content: *p.Text})
+		}
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleUser, Content: m.Text})
+		answer, err := model.Stream(ctx, req, func(delta string) error {
+			m.Delta(delta)
+			return nil
+		})
+		switch {
+		case errors.Is(err, llm.ErrTimeout):
+			return agent.NoReply, agent.Errorf(http.StatusGatewayTimeout, "the language model did not answer in time")
+		case err != nil:
+			return agent.NoReply, agent.Errorf(http.StatusBadGateway, "the language model failed to answer")
+		}
+		return agent.Say(answer), nil
+	}
 }
 
 type sumIn struct {
