@@ -51,14 +51,6 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 	}
 
 	body := req.GetBody()
-	if ref := req.GetBodyRef(); ref != nil {
-		if err := retry(ctx, log, "reading request body", func() (err error) {
-			body, err = h.claims.Get(ctx, ref)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
 
 	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
 	defer h.live.release(l)
@@ -132,7 +124,8 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 			return err
 		}
 		if rep != nil && rep.Error == "" {
-			rep.Message, _ = json.Marshal(out)
+			rep.Content, _ = json.Marshal(out)
+			rep.ContentType = "application/json"
 		}
 	}
 	if rep != nil {
@@ -149,11 +142,41 @@ func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Reque
 	if err != nil {
 		return err
 	}
-	err = h.history.Append(ctx, tenant, wf, p, cur, m)
+	// History keeps a shortened copy of a message too large to store; the caller still gets m.
+	stored := *m
+	fitForHistory(&stored)
+	err = h.history.Append(ctx, tenant, wf, p, cur, &stored)
+	m.ID, m.CreatedAt, m.Seq = stored.ID, stored.CreatedAt, stored.Seq
 	if errors.Is(err, history.ErrConflict) {
 		l.dropCursor(p)
 	}
 	return err
+}
+
+// maxStoredMessage bounds a stored message's text and data, so that it always fits in one NATS
+// message (1 MiB by default, and JSON escaping can make text up to six times longer). A message
+// that could not be stored would block its conversation.
+const maxStoredMessage = 128 << 10
+
+// fitForHistory shrinks a message too large to store: its text is cut, and its data replaced by
+// a note of its size. The handler still got the whole message; only history keeps less.
+func fitForHistory(m *history.Message) {
+	if len(m.Data) > maxStoredMessage {
+		m.Data, _ = json.Marshal(map[string]any{"truncated": true, "size": len(m.Data)})
+	}
+	if m.Text == nil {
+		return
+	}
+	text := *m.Text
+	// JSON escaping may make text up to six times longer: measure it encoded.
+	for limit := maxStoredMessage; ; limit /= 2 {
+		enc, _ := json.Marshal(text)
+		if len(enc) <= 2*maxStoredMessage {
+			break
+		}
+		text = strings.ToValidUTF8(text[:min(limit, len(text))], "") + "…"
+	}
+	m.Text = &text
 }
 
 // message builds what a Chat, Data or File handler sees.

@@ -316,6 +316,20 @@ func (h *Host) process(ctx context.Context, m jetstream.Msg) bool {
 	}
 	replyTo := m.Headers().Get(subject.HeaderReplyTo)
 	log := h.log.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId())
+	claim := req.GetEnvelopeRef()
+	if claim != nil {
+		full := new(agentbusv1.Request)
+		if err := retry(ctx, log, "reading the claimed request", func() error {
+			data, err := h.claims.Get(ctx, claim)
+			if err != nil {
+				return err
+			}
+			return proto.Unmarshal(data, full)
+		}); err != nil {
+			return false
+		}
+		req = full
+	}
 
 	if err := h.handle(ctx, log, req, replyTo); err != nil {
 		log.Warn("request not handled; leaving it for redelivery", "err", err)
@@ -324,8 +338,8 @@ func (h *Host) process(ctx context.Context, m jetstream.Msg) bool {
 	if err := m.Ack(); err != nil {
 		log.Warn("acknowledging request", "err", err)
 	}
-	if ref := req.GetBodyRef(); ref != nil {
-		if err := h.claims.Delete(ctx, ref); err != nil {
+	if claim != nil {
+		if err := h.claims.Delete(ctx, claim); err != nil {
 			log.Warn("deleting request claim", "err", err)
 		}
 	}

@@ -193,9 +193,11 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	}
 	r.Files, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      subject.FilesStore,
-		Description: "files and payloads too large for one message",
+		Description: "uploaded files",
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
+		// A file is kept as long as the history that mentions it.
+		TTL: cfg.HistoryMaxAge,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating object store %s: %w", subject.FilesStore, err)

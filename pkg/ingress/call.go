@@ -41,8 +41,8 @@ func fingerprint(req *agentbusv1.Request) string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// publish puts req durably on the inbox; replyTo names the waiter, if any. Bodies too large for
-// one message go by claim check. Once it returns nil the request is the bus's: it is processed
+// publish puts req durably on the inbox; replyTo names the waiter, if any. A request too large
+// for one message goes by claim check. Once it returns nil the request is the bus's: it is processed
 // even if nobody waits. It reports whether the requestId was seen before (a duplicate).
 func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo string) (duplicate bool, err error) {
 	req.CreatedAtMs = time.Now().UnixMilli()
@@ -50,16 +50,26 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 	// The request must reach the bus even if the caller goes away while it is being sent.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if !s.claims.Fits(len(req.Body)) {
-		ref, err := s.claims.Put(ctx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), req.Body)
-		if err != nil {
-			return false, fmt.Errorf("storing request body: %w", err)
-		}
-		req.Body, req.BodyRef = nil, ref
-	}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return false, fmt.Errorf("encoding request: %w", err)
+	}
+	if !s.claims.Fits(len(data)) {
+		// Too large for one message: the request goes by claim check, and the inbox carries
+		// what routing and de-duplication need.
+		ref, err := s.claims.Put(ctx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), data)
+		if err != nil {
+			return false, fmt.Errorf("storing request: %w", err)
+		}
+		stub := &agentbusv1.Request{
+			RequestId: req.RequestId, TenantId: req.TenantId, WorkflowId: req.WorkflowId, AgentName: req.AgentName,
+			WorkflowType: req.WorkflowType, ActivationName: req.ActivationName, ParticipantId: req.ParticipantId,
+			Kind: req.Kind, Method: req.Method, Fingerprint: req.Fingerprint, KeepResult: req.KeepResult,
+			MessageId: req.MessageId, CreatedAtMs: req.CreatedAtMs, Stream: req.Stream, EnvelopeRef: ref,
+		}
+		if data, err = proto.Marshal(stub); err != nil {
+			return false, fmt.Errorf("encoding request: %w", err)
+		}
 	}
 	msg := &nats.Msg{
 		Subject: subject.Inbox(req.AgentName, req.TenantId, req.WorkflowId, req.ParticipantId),
@@ -104,20 +114,30 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 		}
 		return nil, errTimeout
 	}
-	if ref := rep.GetContentRef(); ref != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		content, err := s.claims.Get(rctx, ref)
-		if err != nil {
-			s.log.Error("reading large reply", "requestId", req.RequestId, "err", err)
-			return nil, errReplyLost
-		}
-		rep.Content, rep.ContentRef = content, nil
-		if !req.KeepResult {
-			_ = s.claims.Delete(rctx, ref)
-		}
+	if err := s.resolveContent(ctx, req, rep); err != nil {
+		return nil, err
 	}
 	return rep, nil
+}
+
+// resolveContent reads a reply's content that travelled by claim check.
+func (s *Server) resolveContent(ctx context.Context, req *agentbusv1.Request, rep *agentbusv1.Reply) error {
+	ref := rep.GetContentRef()
+	if ref == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	content, err := s.claims.Get(ctx, ref)
+	if err != nil {
+		s.log.Error("reading large reply", "requestId", req.RequestId, "err", err)
+		return errReplyLost
+	}
+	rep.Content, rep.ContentRef = content, nil
+	if !req.KeepResult {
+		_ = s.claims.Delete(ctx, ref)
+	}
+	return nil
 }
 
 // awaitResult waits for the cached result of an earlier request with the same requestId.

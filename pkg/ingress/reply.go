@@ -58,9 +58,9 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentb
 		data, _ := json.Marshal(map[string]any{"statusCode": status, "contentType": rep.GetContentType(), "content": content})
 		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: time.Now().UTC().Format(timeFormat),
 			Scope: req.GetScope(), Hint: req.GetHint()}
-	case len(rep.GetMessage()) > 0:
+	case len(rep.GetContent()) > 0:
 		var m responseMessage
-		if err := json.Unmarshal(rep.GetMessage(), &m); err != nil {
+		if err := json.Unmarshal(rep.GetContent(), &m); err != nil {
 			s.log.Error("decoding reply message", "err", err)
 			return nil, &problem.Problem{Status: http.StatusBadGateway, Slug: "bad-reply", Detail: "the handler's reply could not be read", RequestID: rep.GetRequestId()}
 		}

@@ -315,3 +315,25 @@ func TestSendStoresHistory(t *testing.T) {
 		t.Fatalf("history by scope: %s", a.Response.Data)
 	}
 }
+
+// Messages too large for one history entry are handled in full, stored shortened, and do not
+// block their conversation; replies too large for one NATS message arrive whole.
+func TestSendLargeMessages(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	huge := strings.Repeat("<", 200_000) // JSON-escaped six times larger
+	a := sendWait(t, s, msg("type", "Chat", "text", huge, "activationName", "large"))
+	if a.Response == nil || len(*a.Response.Text) <= len(huge) {
+		t.Fatalf("chat of a huge text answered %d bytes", len(mustJSON(a.Response)))
+	}
+	big := map[string]any{"blob": strings.Repeat("x", 1_500_000)}
+	a = sendWait(t, s, msg("type", "Data", "text", "echo", "data", big, "activationName", "large"))
+	var got map[string]string
+	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got["blob"]) != 1_500_000 {
+		t.Fatalf("1.5 MB echo came back with %d bytes", len(got["blob"]))
+	}
+	// The conversation goes on, and history holds shortened copies.
+	a = sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"size": 10}, "activationName", "large"))
+	if len(a.Response.Data) > 1<<20 || !strings.Contains(string(a.Response.Data), `"truncated":true`) {
+		t.Fatalf("history of large messages: %d bytes", len(a.Response.Data))
+	}
+}

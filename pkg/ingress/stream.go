@@ -74,6 +74,11 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 			}
 			continue
 		}
+		if err := s.resolveContent(ctx, req, rep); err != nil {
+			problemEvent(problem.Problem{Status: http.StatusBadGateway, Slug: "reply-unavailable",
+				Detail: "the handler answered, but its reply could not be read back"})
+			return
+		}
 		ans, p := s.messageAnswer(req, ids, rep)
 		if p != nil {
 			problemEvent(*p)

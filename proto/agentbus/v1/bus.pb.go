@@ -162,9 +162,11 @@ type Request struct {
 	Method string `protobuf:"bytes,9,opt,name=method,proto3" json:"method,omitempty"`
 	// Webhook: query parameters except apikey and tenantId.
 	Params map[string]string `protobuf:"bytes,10,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Raw body, unless it travels by reference in body_ref.
-	Body    []byte   `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
-	BodyRef *BlobRef `protobuf:"bytes,12,opt,name=body_ref,json=bodyRef,proto3" json:"body_ref,omitempty"`
+	// Raw body.
+	Body []byte `protobuf:"bytes,11,opt,name=body,proto3" json:"body,omitempty"`
+	// Set when the whole request was too large for one NATS message: the complete Request is in
+	// the claims store, and this message carries only its routing fields.
+	EnvelopeRef *BlobRef `protobuf:"bytes,12,opt,name=envelope_ref,json=envelopeRef,proto3" json:"envelope_ref,omitempty"`
 	// Webhook: inbound HTTP headers (Authorization, Proxy-Authorization and Cookie removed),
 	// canonical names.
 	Metadata map[string]string `protobuf:"bytes,13,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -300,9 +302,9 @@ func (x *Request) GetBody() []byte {
 	return nil
 }
 
-func (x *Request) GetBodyRef() *BlobRef {
+func (x *Request) GetEnvelopeRef() *BlobRef {
 	if x != nil {
-		return x.BodyRef
+		return x.EnvelopeRef
 	}
 	return nil
 }
@@ -493,22 +495,21 @@ func (x *FileRef) GetInvalid() bool {
 // Reply is what a host publishes to the waiting ingress instance, and what the result cache
 // keeps for an idempotent retry.
 type Reply struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	RequestId   string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	StatusCode  int32                  `protobuf:"varint,2,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
-	Content     []byte                 `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
-	ContentRef  *BlobRef               `protobuf:"bytes,4,opt,name=content_ref,json=contentRef,proto3" json:"content_ref,omitempty"`
-	ContentType string                 `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	RunId       string                 `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RequestId  string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	StatusCode int32                  `protobuf:"varint,2,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	// Webhook replies: the handler's response body. Chat, Data and File replies: the stored
+	// outgoing message as JSON. Errors: a client-safe detail.
+	Content     []byte   `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	ContentRef  *BlobRef `protobuf:"bytes,4,opt,name=content_ref,json=contentRef,proto3" json:"content_ref,omitempty"`
+	ContentType string   `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	RunId       string   `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Set when the platform, not the handler, failed the request (for example an unknown method
 	// found only at the host): a problem type slug such as "handler-panic". Content then holds a
 	// client-safe detail.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// The fingerprint of the request this replies to.
 	Fingerprint string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	// Chat, Data and File replies: the stored outgoing message (spec 2.1) as JSON, or empty when
-	// the handler sent no reply.
-	Message []byte `protobuf:"bytes,9,opt,name=message,proto3" json:"message,omitempty"`
 	// A partial reply of a streamed request: a piece of the answer's text. The final reply has
 	// partial false.
 	Partial       bool   `protobuf:"varint,10,opt,name=partial,proto3" json:"partial,omitempty"`
@@ -603,13 +604,6 @@ func (x *Reply) GetFingerprint() string {
 	return ""
 }
 
-func (x *Reply) GetMessage() []byte {
-	if x != nil {
-		return x.Message
-	}
-	return nil
-}
-
 func (x *Reply) GetPartial() bool {
 	if x != nil {
 		return x.Partial
@@ -632,7 +626,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xad\a\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb5\a\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -648,8 +642,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x06method\x18\t \x01(\tR\x06method\x128\n" +
 	"\x06params\x18\n" +
 	" \x03(\v2 .agentbus.v1.Request.ParamsEntryR\x06params\x12\x12\n" +
-	"\x04body\x18\v \x01(\fR\x04body\x12/\n" +
-	"\bbody_ref\x18\f \x01(\v2\x14.agentbus.v1.BlobRefR\abodyRef\x12>\n" +
+	"\x04body\x18\v \x01(\fR\x04body\x127\n" +
+	"\fenvelope_ref\x18\f \x01(\v2\x14.agentbus.v1.BlobRefR\venvelopeRef\x12>\n" +
 	"\bmetadata\x18\r \x03(\v2\".agentbus.v1.Request.MetadataEntryR\bmetadata\x12\"\n" +
 	"\rcreated_at_ms\x18\x0e \x01(\x03R\vcreatedAtMs\x12\x12\n" +
 	"\x04text\x18\x0f \x01(\tR\x04text\x12\x14\n" +
@@ -677,7 +671,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05empty\x18\x06 \x01(\bR\x05empty\x12\x18\n" +
-	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xd4\x02\n" +
+	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xc0\x02\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -690,10 +684,10 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x06run_id\x18\x06 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
 	"\vfingerprint\x18\b \x01(\tR\vfingerprint\x12\x18\n" +
-	"\amessage\x18\t \x01(\fR\amessage\x12\x18\n" +
 	"\apartial\x18\n" +
 	" \x01(\bR\apartial\x12\x14\n" +
-	"\x05delta\x18\v \x01(\tR\x05delta*[\n" +
+	"\x05delta\x18\v \x01(\tR\x05deltaJ\x04\b\t\x10\n" +
+	"*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +
@@ -727,7 +721,7 @@ var file_agentbus_v1_bus_proto_goTypes = []any{
 var file_agentbus_v1_bus_proto_depIdxs = []int32{
 	0, // 0: agentbus.v1.Request.kind:type_name -> agentbus.v1.Kind
 	5, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
-	1, // 2: agentbus.v1.Request.body_ref:type_name -> agentbus.v1.BlobRef
+	1, // 2: agentbus.v1.Request.envelope_ref:type_name -> agentbus.v1.BlobRef
 	6, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
 	3, // 4: agentbus.v1.Request.file:type_name -> agentbus.v1.FileRef
 	1, // 5: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
