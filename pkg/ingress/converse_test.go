@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -107,5 +108,28 @@ func TestConverseCountSurvivesHostRestart(t *testing.T) {
 	}
 	if got := count(); got != 3 {
 		t.Fatalf("count after the host restarted = %v, want 3", got)
+	}
+}
+
+// A method's own error is answered as a problem and kept in the thread's history too.
+func TestConverseErrorStoredInHistory(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	status, ct, b := converse(t, s, q("workflow", "Echo", "type", "Data", "text", "fail", "participantId", "erin", "apikey", s.Key), `{"status":422,"message":"cannot do that"}`)
+	problemOf(t, status, ct, b, 422)
+	status, _, b = converse(t, s, q("workflow", "Echo", "type", "Data", "text", "history", "participantId", "erin", "apikey", s.Key), `{"size":5}`)
+	a := answerOf(t, status, b)
+	var got struct {
+		Messages []struct {
+			Direction int             `json:"direction"`
+			Text      *string         `json:"text"`
+			Data      json.RawMessage `json:"data"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got.Messages) != 2 {
+		t.Fatalf("history %s", a.Response.Data)
+	}
+	out := got.Messages[0]
+	if out.Direction != 1 || out.Text == nil || *out.Text != "cannot do that" || !strings.Contains(string(out.Data), `"status":422`) {
+		t.Fatalf("stored error %s", a.Response.Data)
 	}
 }
