@@ -1,8 +1,15 @@
 package ingress
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/ident"
 
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -49,3 +56,64 @@ func bearer(cred string) string {
 // headerOrQueryKey is where user endpoints look for a key: an EventSource or a webhook caller
 // cannot always set headers.
 const headerOrQueryKey = "the Authorization header or the apikey query parameter"
+
+// userCall is what every user endpoint (webhook, converse) establishes first.
+type userCall struct {
+	requestID string
+	// keep: the caller chose the requestId (Idempotency-Key), so the result is kept for retries.
+	keep   bool
+	query  url.Values
+	key    keys.Key
+	tenant string
+}
+
+// startUserCall reads the request id (Idempotency-Key, else a new UUID, also sent back as
+// X-Request-Id), the query, the key (from where, via creds) and the tenant: the key's, or for a
+// system key the tenantId query parameter; a tenantId that differs from the key's is refused.
+// On failure it has written the problem and returns false.
+func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds func(url.Values) (string, []string)) (userCall, bool) {
+	c := userCall{requestID: r.Header.Get("Idempotency-Key")}
+	c.keep = c.requestID != ""
+	if !c.keep {
+		c.requestID = uuid.NewString()
+	}
+	w.Header().Set("X-Request-Id", c.requestID)
+	fail := func(p problem.Problem) (userCall, bool) {
+		p.RequestID = c.requestID
+		problem.Write(w, p)
+		return c, false
+	}
+	var err error
+	if c.query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
+		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: "the query string is not valid URL encoding"})
+	}
+	where, given := creds(c.query)
+	key, p := s.authenticate(where, given...)
+	if p != nil {
+		return fail(*p)
+	}
+	c.key, c.tenant = key, key.Tenant
+	tenantID, tenantGiven := c.query["tenantId"]
+	switch {
+	case key.Role == keys.RoleSystemAdmin:
+		// A system key serves every tenant; the call must say which.
+		c.tenant = c.query.Get("tenantId")
+		if !ident.ValidTenant(c.tenant) {
+			return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: "a system key needs a valid tenantId query parameter"})
+		}
+		if _, err := s.keys.GetTenant(r.Context(), c.tenant); err != nil {
+			if errors.Is(err, keys.ErrUnknownTenant) {
+				return fail(problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+			}
+			s.log.Error("reading tenant", "err", err)
+			return fail(problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1})
+		}
+	case tenantGiven && tenantID[0] != c.tenant:
+		return fail(problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "tenantId does not match the API key's tenant"})
+	}
+	if len(c.requestID) > maxIdempotencyKey {
+		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-idempotency-key",
+			Detail: fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey)})
+	}
+	return c, true
+}

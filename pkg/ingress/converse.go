@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentbus/agentbus/pkg/ident"
-	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -31,44 +30,15 @@ const maxConverseBody = 1 << 20
 // text or the Data method); participantId defaults to "user". Data takes its parameters as a
 // JSON object body. Auth: Authorization: Bearer, or the apikey query parameter.
 func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
-	requestID := r.Header.Get("Idempotency-Key")
-	keep := requestID != ""
-	if !keep {
-		requestID = uuid.NewString()
+	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {
+		return headerOrQueryKey, []string{r.Header.Get("Authorization"), q.Get("apikey")}
+	})
+	if !ok {
+		return
 	}
-	w.Header().Set("X-Request-Id", requestID)
+	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
 	fail := func(status int, slug, detail string) {
 		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
-	}
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-query", "the query string is not valid URL encoding")
-		return
-	}
-	key, p := s.authenticateRead(r, query)
-	if p != nil {
-		p.RequestID = requestID
-		problem.Write(w, *p)
-		return
-	}
-	tenant := key.Tenant
-	if key.Role == keys.RoleSystemAdmin {
-		tenant = query.Get("tenantId")
-		if !ident.ValidTenant(tenant) {
-			fail(http.StatusBadRequest, "invalid-tenant", "a system key needs a valid tenantId query parameter")
-			return
-		}
-		if _, err := s.keys.GetTenant(r.Context(), tenant); err != nil {
-			fail(http.StatusNotFound, "unknown-tenant", "no such tenant")
-			return
-		}
-	} else if t, given := query["tenantId"]; given && t[0] != tenant {
-		fail(http.StatusForbidden, "forbidden", "tenantId does not match the API key's tenant")
-		return
-	}
-	if len(requestID) > maxIdempotencyKey {
-		fail(http.StatusBadRequest, "invalid-idempotency-key", fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey))
-		return
 	}
 	for _, name := range []string{"workflow", "type", "text"} {
 		if strings.TrimSpace(query.Get(name)) == "" {

@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -26,47 +24,16 @@ const maxIdempotencyKey = 200
 // webhook serves POST /api/user/webhooks/{workflow}/{method}?apikey=…[&tenantId=…][&name=value…]
 // (spec 4.3): the caller receives the handler's own status, content and content type.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
-	requestID := r.Header.Get("Idempotency-Key")
-	keep := requestID != ""
-	if !keep {
-		requestID = uuid.NewString()
+	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {
+		return "the apikey query parameter", []string{q.Get("apikey")}
+	})
+	if !ok {
+		return
 	}
-	w.Header().Set("X-Request-Id", requestID)
+	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
+	_, tenantGiven := query["tenantId"]
 	fail := func(status int, slug, detail string) {
 		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
-	}
-
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-query", "the query string is not valid URL encoding")
-		return
-	}
-	key, err := s.auth.Authenticate(query.Get("apikey"))
-	if err != nil {
-		fail(http.StatusUnauthorized, "unauthorized", authDetail(err, "the apikey query parameter"))
-		return
-	}
-	tenant := key.Tenant
-	_, tenantGiven := query["tenantId"]
-	switch {
-	case key.Role == keys.RoleSystemAdmin:
-		// A system key serves every tenant; the call must say which.
-		tenant = query.Get("tenantId")
-		if !ident.ValidTenant(tenant) {
-			fail(http.StatusBadRequest, "invalid-tenant", "a system key needs a valid tenantId query parameter")
-			return
-		}
-		if _, err := s.keys.GetTenant(r.Context(), tenant); err != nil {
-			fail(http.StatusNotFound, "unknown-tenant", "no such tenant")
-			return
-		}
-	case tenantGiven && query.Get("tenantId") != tenant:
-		fail(http.StatusForbidden, "forbidden", "tenantId does not match the API key's tenant")
-		return
-	}
-	if len(requestID) > maxIdempotencyKey {
-		fail(http.StatusBadRequest, "invalid-idempotency-key", fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey))
-		return
 	}
 
 	ref, method := r.PathValue("workflow"), r.PathValue("method")
