@@ -10,11 +10,8 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
-	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -57,8 +54,8 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	text := query.Get("text")
-	if len(text) > maxTextLen {
-		fail(http.StatusBadRequest, "invalid-parameter", "text is too long")
+	if len(text) > maxTextLen || len(query.Get("topic")) > maxTopicLen || len(query.Get("hint")) > maxHintLen {
+		fail(http.StatusBadRequest, "invalid-parameter", "text, topic or hint is too long")
 		return
 	}
 	wf, err := ident.Resolve(query.Get("workflow"), tenant)
@@ -110,26 +107,9 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	req := &agentbusv1.Request{
-		RequestId:      requestID,
-		TenantId:       tenant,
-		WorkflowId:     wf.ID(),
-		AgentName:      wf.Agent,
-		WorkflowType:   wf.WorkflowType,
-		ActivationName: wf.Activation,
-		ParticipantId:  participant,
-		Kind:           kind,
-		Text:           text,
-		Data:           data,
-		Scope:          query.Get("topic"),
-		Hint:           query.Get("hint"),
-		KeepResult:     keep,
-		MessageId:      uuid.NewString(),
-	}
-	if kind == agentbusv1.Kind_KIND_DATA {
-		req.Method = text
-	}
-	ids := sendIDs{MessageID: req.MessageId, RequestID: requestID, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, participant)}
+	req := newMessageRequest(wf, participant, kind, text, requestID, keep)
+	req.Data, req.Scope, req.Hint = data, query.Get("topic"), query.Get("hint")
+	ids := idsOf(req)
 	if wantsEventStream(r) && !keep {
 		s.streamCall(w, r, req, ids, timeout)
 		return

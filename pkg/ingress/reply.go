@@ -6,7 +6,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -19,6 +23,33 @@ type responseMessage struct {
 	CreatedAt   string          `json:"createdAt"`
 	Scope       string          `json:"scope,omitempty"`
 	Hint        string          `json:"hint,omitempty"`
+}
+
+// newMessageRequest is the envelope of a Chat, Data, File or Webhook message to a workflow: a new
+// message id, the workflow's routing fields, and the text as the method of Data and Webhook.
+func newMessageRequest(wf ident.Workflow, participant string, kind agentbusv1.Kind, text, requestID string, keep bool) *agentbusv1.Request {
+	req := &agentbusv1.Request{
+		RequestId:      requestID,
+		TenantId:       wf.Tenant,
+		WorkflowId:     wf.ID(),
+		AgentName:      wf.Agent,
+		WorkflowType:   wf.WorkflowType,
+		ActivationName: wf.Activation,
+		ParticipantId:  participant,
+		Kind:           kind,
+		Text:           text,
+		KeepResult:     keep,
+		MessageId:      uuid.NewString(),
+	}
+	if kind == agentbusv1.Kind_KIND_DATA || kind == agentbusv1.Kind_KIND_WEBHOOK {
+		req.Method = text
+	}
+	return req
+}
+
+// idsOf names what a message request is, as the answers show it.
+func idsOf(req *agentbusv1.Request) sendIDs {
+	return sendIDs{MessageID: req.MessageId, RequestID: req.RequestId, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, req.ParticipantId)}
 }
 
 // syncAnswer is the answer of send with wait=true: the ids and the handler's reply, null when

@@ -21,7 +21,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
-	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -62,6 +61,8 @@ const (
 	defaultWait = 60 * time.Second
 	maxWaitSecs = 300
 	maxTextLen  = 1 << 20
+	maxTopicLen = 256
+	maxHintLen  = 4096
 )
 
 // send serves POST /api/v1/admin/tenants/{tenantId}/messaging/send (and the same without the
@@ -108,7 +109,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	keep := requestID != ""
 	if !keep {
 		requestID = uuid.NewString()
-	} else if len(requestID) > maxIdempotencyKey {
+	}
+	w.Header().Set("X-Request-Id", requestID)
+	if len(requestID) > maxIdempotencyKey {
 		fail(http.StatusBadRequest, "invalid-field", fmt.Sprintf("requestId is longer than %d characters", maxIdempotencyKey))
 		return
 	}
@@ -142,7 +145,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid-field", "participantId must be 1-256 characters of text")
 		return
 	}
-	if len(body.Text) > maxTextLen || len(body.Topic) > 256 || len(body.Hint) > 4096 {
+	if len(body.Text) > maxTextLen || len(body.Topic) > maxTopicLen || len(body.Hint) > maxHintLen {
 		fail(http.StatusBadRequest, "invalid-field", "text, topic or hint is too long")
 		return
 	}
@@ -161,24 +164,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	req := &agentbusv1.Request{
-		RequestId:      requestID,
-		TenantId:       tenant,
-		WorkflowId:     wf.ID(),
-		AgentName:      wf.Agent,
-		WorkflowType:   wf.WorkflowType,
-		ActivationName: wf.Activation,
-		ParticipantId:  participant,
-		Kind:           kind,
-		Text:           body.Text,
-		Scope:          body.Topic,
-		Hint:           body.Hint,
-		KeepResult:     keep,
-		MessageId:      uuid.NewString(),
-	}
+	req := newMessageRequest(wf, participant, kind, body.Text, requestID, keep)
+	req.Scope, req.Hint = body.Topic, body.Hint
 	switch kind {
 	case agentbusv1.Kind_KIND_DATA, agentbusv1.Kind_KIND_WEBHOOK:
-		req.Method = body.Text
 		if kind == agentbusv1.Kind_KIND_WEBHOOK {
 			req.Body = webhookBody(body.Data)
 			req.ContentType = "application/json"
@@ -203,7 +192,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		req.File = ref
 	}
 
-	ids := sendIDs{MessageID: req.MessageId, RequestID: requestID, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, participant)}
+	ids := idsOf(req)
 	if !wait {
 		if _, err := s.publish(r.Context(), req, ""); err != nil {
 			s.writeCallError(w, r, req, err)
