@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -40,17 +39,8 @@ func setup(t *testing.T) env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	srv := natstest.Server(t, "")
-	nc := natstest.Conn(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	if err != nil {
-		t.Fatalf("bus.Ensure: %v", err)
-	}
-	return env{ctx: ctx, store: history.NewStore(res.Messages, res.Topics, js), res: res}
+	res := natstest.Bus(t, bus.Config{})
+	return env{ctx: ctx, store: history.NewStore(res.Messages, res.Topics, res.JS), res: res}
 }
 
 // another is a second Store on the same bus, as another host would have.

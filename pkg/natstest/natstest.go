@@ -3,10 +3,14 @@
 package natstest
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
@@ -34,4 +38,24 @@ func Conn(t testing.TB, s *natsembed.Server) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Bus starts an embedded NATS server for the test and creates agentbus's streams, buckets and
+// object stores on it (one inbox partition unless cfg says otherwise).
+func Bus(t testing.TB, cfg bus.Config) *bus.Resources {
+	t.Helper()
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	js, err := jetstream.New(Conn(t, Server(t, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := bus.Ensure(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("creating agentbus resources: %v", err)
+	}
+	return res
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -18,16 +16,7 @@ func setup(t *testing.T) (context.Context, *bus.Resources) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
-	srv := natstest.Server(t, "")
-	nc := natstest.Conn(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	if err != nil {
-		t.Fatalf("bus.Ensure: %v", err)
-	}
+	res := natstest.Bus(t, bus.Config{})
 	return ctx, res
 }
 
