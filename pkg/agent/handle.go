@@ -232,6 +232,9 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 			if status < 400 || status > 599 {
 				status = http.StatusInternalServerError
 			}
+			if he.Err != nil {
+				log.Warn("handler failed", "status", status, "err", he.Err)
+			}
 		} else {
 			log.Error("handler failed", "err", err)
 		}

@@ -101,9 +101,19 @@ var NoReply = Reply{}
 type Error struct {
 	Status  int
 	Message string
+	// Err is the cause, if any: logged by the host, never shown to the client.
+	Err error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%d %s", e.Status, e.Message) }
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%d %s: %v", e.Status, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%d %s", e.Status, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Errorf returns an *Error with the given status.
 func Errorf(status int, format string, args ...any) error {

@@ -55,7 +55,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
 	}
 	log := cfg.Logger(stderr)
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey})
+	// The model's own timeout is shorter than a synchronous caller's default wait (60 s), so the
+	// caller gets the model's 504 rather than a bare handler timeout.
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey, Timeout: 45 * time.Second})
 	if err != nil {
 		return fmt.Errorf("configuring the language model: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -40,7 +41,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey})
+	// The model's own timeout is shorter than a synchronous caller's default wait (60 s), so the
+	// caller gets the model's 504 rather than a bare handler timeout.
+	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey, Timeout: 45 * time.Second})
 	if err != nil {
 		return fmt.Errorf("configuring the language model: %w", err)
 	}

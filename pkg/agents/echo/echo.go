@@ -140,9 +140,9 @@ func chat(model llm.Model) func(context.Context, *agent.Message) (agent.Reply, e
 		})
 		switch {
 		case errors.Is(err, llm.ErrTimeout):
-			return agent.NoReply, agent.Errorf(http.StatusGatewayTimeout, "the language model did not answer in time")
+			return agent.NoReply, &agent.Error{Status: http.StatusGatewayTimeout, Message: "the language model did not answer in time", Err: err}
 		case err != nil:
-			return agent.NoReply, agent.Errorf(http.StatusBadGateway, "the language model failed to answer")
+			return agent.NoReply, &agent.Error{Status: http.StatusBadGateway, Message: "the language model failed to answer", Err: err}
 		}
 		return agent.Say(answer), nil
 	}
