@@ -175,6 +175,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.send))
 	mux.HandleFunc("/api/user/rest/converse", allow(http.MethodPost, s.converse))
 	s.historyRoutes(mux)
+	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
 	})

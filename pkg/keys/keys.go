@@ -2,8 +2,10 @@
 //
 // A key is stored only as the hex SHA-256 of its secret (the KV key) with its record (id, tenant,
 // role, name, creator, creation and revocation times); the secret itself is shown once, when it
-// is created, and never kept. Authentication reads a map kept current by watching the bucket, so
-// revocation reaches every ingress instance as soon as the watch delivers it.
+// is created, and never kept. A second entry, id.{keyId}, holds the hash, so that a key can be
+// found, revoked and rotated by its id without reading the whole bucket. Authentication reads a
+// map kept current by watching the bucket, so revocation reaches every ingress instance as soon
+// as the watch delivers it.
 //
 // It does not do HTTP; ingress maps its errors to 401/403.
 package keys
@@ -18,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +72,9 @@ type Key struct {
 type Tenant struct {
 	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"createdAt"`
+	// DeletedAt is set while DeleteTenant revokes the tenant's keys; such a tenant is unknown to
+	// every reader, and its record goes once the keys are revoked.
+	DeletedAt *time.Time `json:"deletedAt,omitempty"`
 }
 
 // Generate returns a new high-entropy key secret: the prefix and 256 random bits.
@@ -97,7 +103,7 @@ func NewStore(keysKV, tenantsKV jetstream.KeyValue) *Store {
 	return &Store{keys: keysKV, tenants: tenantsKV}
 }
 
-// CreateTenant adds a tenant; ErrTenantExists if it is there.
+// CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted.
 func (s *Store) CreateTenant(ctx context.Context, id string) (Tenant, error) {
 	if !ident.ValidTenant(id) {
 		return Tenant{}, ident.ErrInvalidTenant
@@ -126,18 +132,98 @@ func (s *Store) GetTenant(ctx context.Context, id string) (Tenant, error) {
 	if !ident.ValidTenant(id) {
 		return Tenant{}, ErrUnknownTenant
 	}
-	e, err := s.tenants.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	t, _, err := s.tenant(ctx, id)
+	if err != nil {
+		return Tenant{}, err
+	}
+	if t.DeletedAt != nil {
 		return Tenant{}, ErrUnknownTenant
 	}
+	return t, nil
+}
+
+// tenant reads a tenant record, deleted or not, with its revision.
+func (s *Store) tenant(ctx context.Context, id string) (Tenant, uint64, error) {
+	e, err := s.tenants.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Tenant{}, 0, ErrUnknownTenant
+	}
 	if err != nil {
-		return Tenant{}, fmt.Errorf("reading tenant: %w", err)
+		return Tenant{}, 0, fmt.Errorf("reading tenant: %w", err)
 	}
 	var t Tenant
 	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return Tenant{}, fmt.Errorf("decoding tenant: %w", err)
+		return Tenant{}, 0, fmt.Errorf("decoding tenant: %w", err)
 	}
-	return t, nil
+	return t, e.Revision(), nil
+}
+
+// ListTenants returns every tenant, ordered by id.
+func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
+	lister, err := s.tenants.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing tenants: %w", err)
+	}
+	var ids []string
+	for id := range lister.Keys() {
+		ids = append(ids, id)
+	}
+	out := make([]Tenant, 0, len(ids))
+	for _, id := range ids {
+		t, _, err := s.tenant(ctx, id)
+		if errors.Is(err, ErrUnknownTenant) {
+			continue // deleted since it was listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t.DeletedAt == nil {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b Tenant) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// DeleteTenant removes a tenant and revokes all its keys; ErrUnknownTenant if there is none.
+//
+// The tenant is first marked deleted, so that it is unknown from then on (no key is created for
+// it any more), then its keys are revoked, then its record goes. If it fails part way the tenant
+// stays marked and unknown to readers, and calling DeleteTenant again finishes the work.
+func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+	if !ident.ValidTenant(id) {
+		return ErrUnknownTenant
+	}
+	for {
+		t, rev, err := s.tenant(ctx, id)
+		if err != nil {
+			return err
+		}
+		if t.DeletedAt != nil {
+			break
+		}
+		now := time.Now().UTC()
+		t.DeletedAt = &now
+		b, _ := json.Marshal(t)
+		if _, err := s.tenants.Update(ctx, id, b, rev); err == nil {
+			break
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("marking tenant deleted: %w", err)
+		}
+	}
+	stored, err := s.list(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, e := range stored {
+		if _, err := s.revoke(ctx, e.hash, "", false); err != nil && !errors.Is(err, ErrUnknownKey) {
+			return err
+		}
+	}
+	if err := s.tenants.Delete(ctx, id); err != nil {
+		return fmt.Errorf("deleting tenant: %w", err)
+	}
+	return nil
 }
 
 // NewKey describes a key to create.
@@ -156,7 +242,8 @@ func (s *Store) Create(ctx context.Context, nk NewKey) (string, Key, error) {
 }
 
 // Seed stores a key with a chosen secret (for example the standalone's dev key). Seeding the same
-// secret again keeps the existing record.
+// secret again keeps the existing record (and indexes it by id if it was stored before the index
+// existed).
 func (s *Store) Seed(ctx context.Context, secret string, nk NewKey) (Key, error) {
 	if !nk.Role.Valid() {
 		return Key{}, fmt.Errorf("role %q is not valid", nk.Role)
@@ -167,16 +254,124 @@ func (s *Store) Seed(ctx context.Context, secret string, nk NewKey) (Key, error)
 	if len(secret) < 16 {
 		return Key{}, errors.New("key secret must be at least 16 characters")
 	}
+	h := Hash(secret)
+	if k, err := s.byHash(ctx, h); err == nil {
+		return k, s.index(ctx, k.ID, h)
+	} else if !errors.Is(err, ErrUnknownKey) {
+		return Key{}, err
+	}
 	k := Key{ID: uuid.NewString(), Tenant: nk.Tenant, Role: nk.Role, Name: nk.Name, CreatedBy: nk.CreatedBy, CreatedAt: time.Now().UTC()}
 	b, _ := json.Marshal(k)
-	h := Hash(secret)
+	// The index goes first: a record is never without it. An index whose record was not
+	// stored points at a hash without a record of that id, which Get treats as unknown.
+	if err := s.index(ctx, k.ID, h); err != nil {
+		return Key{}, err
+	}
 	if _, err := s.keys.Create(ctx, h, b); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		_ = s.keys.Purge(ctx, indexKey(k.ID))
+		if errors.Is(err, jetstream.ErrKeyExists) { // seeded concurrently
 			return s.byHash(ctx, h)
 		}
 		return Key{}, fmt.Errorf("storing key: %w", err)
 	}
 	return k, nil
+}
+
+// indexKey is the KV key of a key's id index entry. It is not a hash, so the Authenticator and
+// Keys pass it by.
+func indexKey(id string) string { return "id." + id }
+
+// index stores the id index entry of the key with hash h, unless it is there.
+func (s *Store) index(ctx context.Context, id, h string) error {
+	if _, err := s.keys.Create(ctx, indexKey(id), []byte(h)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("indexing key: %w", err)
+	}
+	return nil
+}
+
+// validID reports whether id has the form of the key ids Seed makes, so that no other string
+// reaches the bucket as a KV key.
+func validID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}
+
+// hashOf finds the hash of the key with this id through the index.
+func (s *Store) hashOf(ctx context.Context, id string) (string, error) {
+	if !validID(id) {
+		return "", ErrUnknownKey
+	}
+	e, err := s.keys.Get(ctx, indexKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", ErrUnknownKey
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading key index: %w", err)
+	}
+	h := string(e.Value())
+	if !looksLikeHash(h) {
+		return "", ErrUnknownKey
+	}
+	return h, nil
+}
+
+// Get returns the record of the key with this id; ErrUnknownKey if there is none.
+func (s *Store) Get(ctx context.Context, id string) (Key, error) {
+	h, err := s.hashOf(ctx, id)
+	if err != nil {
+		return Key{}, err
+	}
+	k, err := s.byHash(ctx, h)
+	if err != nil {
+		return Key{}, err
+	}
+	if k.ID != id {
+		return Key{}, ErrUnknownKey
+	}
+	return k, nil
+}
+
+// RevokeID marks the key with this id revoked and returns its record. Revoking a revoked key
+// again keeps the first revocation time.
+func (s *Store) RevokeID(ctx context.Context, id string) (Key, error) {
+	h, err := s.hashOf(ctx, id)
+	if err != nil {
+		return Key{}, err
+	}
+	return s.revoke(ctx, h, id, false)
+}
+
+// Rotate replaces the key with this id: it creates a key of the same tenant, role and name,
+// created by createdBy, then revokes the old one. It returns the new secret (shown once), the
+// new record and the revoked old one. A key already revoked is not rotated (ErrRevoked), so
+// that of two concurrent rotations only one yields a working key.
+func (s *Store) Rotate(ctx context.Context, id, createdBy string) (string, Key, Key, error) {
+	h, err := s.hashOf(ctx, id)
+	if err != nil {
+		return "", Key{}, Key{}, err
+	}
+	old, err := s.byHash(ctx, h)
+	if err != nil {
+		return "", Key{}, Key{}, err
+	}
+	if old.ID != id {
+		return "", Key{}, Key{}, ErrUnknownKey
+	}
+	if old.RevokedAt != nil {
+		return "", Key{}, Key{}, ErrRevoked
+	}
+	secret, k, err := s.Create(ctx, NewKey{Tenant: old.Tenant, Role: old.Role, Name: old.Name, CreatedBy: createdBy})
+	if err != nil {
+		return "", Key{}, Key{}, err
+	}
+	if old, err = s.revoke(ctx, h, id, true); err != nil {
+		// Another rotation or a revocation came first: the new key must not outlive it.
+		if _, rerr := s.revoke(ctx, Hash(secret), k.ID, false); rerr != nil {
+			return "", Key{}, Key{}, errors.Join(err, fmt.Errorf("revoking the replacement: %w", rerr))
+		}
+		return "", Key{}, Key{}, err
+	}
+	return secret, k, old, nil
 }
 
 func (s *Store) byHash(ctx context.Context, h string) (Key, error) {
@@ -192,44 +387,85 @@ func (s *Store) byHash(ctx context.Context, h string) (Key, error) {
 
 // Revoke marks the key with the given secret revoked.
 func (s *Store) Revoke(ctx context.Context, secret string) error {
-	h := Hash(secret)
+	_, err := s.revoke(ctx, Hash(secret), "", false)
+	return err
+}
+
+// revoke marks the record under hash h revoked and returns it. id, when given, must be the
+// record's. With fresh, a key already revoked is ErrRevoked; without, revoking it again keeps
+// the first revocation time.
+func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, error) {
 	for {
 		e, err := s.keys.Get(ctx, h)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return ErrUnknownKey
+			return Key{}, ErrUnknownKey
 		}
 		if err != nil {
-			return fmt.Errorf("reading key: %w", err)
+			return Key{}, fmt.Errorf("reading key: %w", err)
 		}
 		k, err := decodeKey(e.Value())
 		if err != nil {
-			return err
+			return Key{}, err
+		}
+		if id != "" && k.ID != id {
+			return Key{}, ErrUnknownKey
 		}
 		if k.RevokedAt != nil {
-			return nil
+			if fresh {
+				return Key{}, ErrRevoked
+			}
+			return k, nil
 		}
 		now := time.Now().UTC()
 		k.RevokedAt = &now
 		b, _ := json.Marshal(k)
 		if _, err := s.keys.Update(ctx, h, b, e.Revision()); err == nil {
-			return nil
+			return k, nil
 		} else if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("revoking key: %w", err)
+			return Key{}, fmt.Errorf("revoking key: %w", err)
 		}
 	}
 }
 
-// Keys returns every stored key record of a tenant ("" for all).
+// Keys returns every stored key record of a tenant ("" for all), oldest first.
 func (s *Store) Keys(ctx context.Context, tenant string) ([]Key, error) {
+	stored, err := s.list(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Key, 0, len(stored))
+	for _, e := range stored {
+		out = append(out, e.key)
+	}
+	slices.SortStableFunc(out, func(a, b Key) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// storedKey is a key record with the hash it is stored under.
+type storedKey struct {
+	hash string
+	key  Key
+}
+
+// list reads every key record of a tenant ("" for all).
+func (s *Store) list(ctx context.Context, tenant string) ([]storedKey, error) {
 	lister, err := s.keys.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}
-	var out []Key
+	var hashes []string
 	for h := range lister.Keys() {
-		if !looksLikeHash(h) {
-			continue // not a key record
+		if looksLikeHash(h) { // else not a key record (the id index, say)
+			hashes = append(hashes, h)
 		}
+	}
+	var out []storedKey
+	for _, h := range hashes {
 		k, err := s.byHash(ctx, h)
 		if errors.Is(err, ErrUnknownKey) {
 			continue
@@ -243,7 +479,7 @@ func (s *Store) Keys(ctx context.Context, tenant string) ([]Key, error) {
 			return nil, err
 		}
 		if tenant == "" || k.Tenant == tenant {
-			out = append(out, k)
+			out = append(out, storedKey{hash: h, key: k})
 		}
 	}
 	return out, nil

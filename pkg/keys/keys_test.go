@@ -355,6 +355,8 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var entries int
+	ids := make(map[string]string)
+	records := make(map[string]map[string]any)
 	for k := range lister.Keys() {
 		entries++
 		e, err := res.Keys.Get(ctx, k)
@@ -383,6 +385,11 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 				}
 			}
 		}
+		if id, ok := strings.CutPrefix(k, "id."); ok {
+			// The id index holds the hash of the key with that id, nothing else.
+			ids[id] = string(e.Value())
+			continue
+		}
 		if len(k) != 64 || strings.Trim(k, "0123456789abcdef") != "" {
 			t.Errorf("entry key %q is not a hex SHA-256", k)
 		}
@@ -390,9 +397,15 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			t.Errorf("entry %q is not a JSON record: %v", k, err)
 		}
+		records[k] = rec
 	}
-	if entries != len(secrets) {
-		t.Errorf("bucket holds %d entries, want %d", entries, len(secrets))
+	if entries != 2*len(secrets) {
+		t.Errorf("bucket holds %d entries, want %d (a record and an index entry per key)", entries, 2*len(secrets))
+	}
+	for id, h := range ids {
+		if rec, ok := records[h]; !ok || rec["id"] != id {
+			t.Errorf("index entry id.%s = %q, which is not the hash of that key's record", id, h)
+		}
 	}
 	for _, s := range secrets {
 		if _, err := res.Keys.Get(ctx, keys.Hash(s)); err != nil {
@@ -554,4 +567,305 @@ func TestAuthenticatorIgnoresForeignEntries(t *testing.T) {
 	if _, err := auth.Authenticate(bad); !errors.Is(err, keys.ErrUnknownKey) {
 		t.Errorf("key with a bad record: err = %v, want ErrUnknownKey", err)
 	}
+}
+
+func TestGetByID(t *testing.T) {
+	ctx, _, store, _ := setup(t)
+	_, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "ci", CreatedBy: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Get(ctx, rec.ID)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if got.ID != rec.ID || got.Tenant != "acme" || got.Name != "ci" || got.CreatedBy != "admin" || !got.CreatedAt.Equal(rec.CreatedAt) {
+		t.Errorf("Get = %+v, want %+v", got, rec)
+	}
+	for _, tt := range []struct {
+		name string
+		id   string
+	}{
+		{name: "empty", id: ""},
+		{name: "unknown uuid", id: "5b0c6f5e-2d39-4d3e-9c8e-0f7b1f2a3c4d"},
+		{name: "upper-case form of a known id", id: strings.ToUpper(rec.ID)},
+		{name: "urn form of a known id", id: "urn:uuid:" + rec.ID},
+		{name: "not a KV key", id: "a b*>"},
+		{name: "the hash", id: keys.Hash("x")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if k, err := store.Get(ctx, tt.id); !errors.Is(err, keys.ErrUnknownKey) {
+				t.Errorf("Get(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
+			}
+			if k, err := store.RevokeID(ctx, tt.id); !errors.Is(err, keys.ErrUnknownKey) {
+				t.Errorf("RevokeID(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
+			}
+			if _, k, _, err := store.Rotate(ctx, tt.id, "admin"); !errors.Is(err, keys.ErrUnknownKey) {
+				t.Errorf("Rotate(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
+			}
+		})
+	}
+}
+
+func TestIndexPointingElsewhereIsUnknown(t *testing.T) {
+	ctx, res, store, _ := setup(t)
+	_, a, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, b, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A damaged index entry naming another key's hash must not reach that key.
+	if _, err := res.Keys.Put(ctx, "id."+a.ID, []byte(keys.Hash(other))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RevokeID(ctx, a.ID); !errors.Is(err, keys.ErrUnknownKey) {
+		t.Errorf("RevokeID through a wrong index entry: err = %v, want ErrUnknownKey", err)
+	}
+	if k, err := store.Get(ctx, b.ID); err != nil || k.RevokedAt != nil {
+		t.Errorf("the other key = %+v, %v; want it untouched", k, err)
+	}
+}
+
+func TestRevokeID(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	secret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authenticates(t, auth, secret)
+	revoked, err := store.RevokeID(ctx, rec.ID)
+	if err != nil {
+		t.Fatalf("RevokeID: %v", err)
+	}
+	if revoked.ID != rec.ID || revoked.RevokedAt == nil {
+		t.Errorf("RevokeID = %+v, want the record with revokedAt", revoked)
+	}
+	eventually(t, time.Second, func() error {
+		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
+			return errors.New("revoked key: err = " + errString(err))
+		}
+		return nil
+	})
+	again, err := store.RevokeID(ctx, rec.ID)
+	if err != nil {
+		t.Fatalf("second RevokeID: %v", err)
+	}
+	if !again.RevokedAt.Equal(*revoked.RevokedAt) {
+		t.Errorf("second RevokeID moved revokedAt from %v to %v", revoked.RevokedAt, again.RevokedAt)
+	}
+}
+
+func TestRotate(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	oldSecret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleTenantAdmin, Name: "ci", CreatedBy: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authenticates(t, auth, oldSecret)
+	secret, k, old, err := store.Rotate(ctx, rec.ID, rec.ID)
+	if err != nil {
+		t.Fatalf("Rotate: %v", err)
+	}
+	if secret == oldSecret || !strings.HasPrefix(secret, keys.Prefix) {
+		t.Errorf("Rotate secret = %q", secret)
+	}
+	if k.ID == rec.ID || k.Tenant != "acme" || k.Role != keys.RoleTenantAdmin || k.Name != "ci" || k.CreatedBy != rec.ID || k.RevokedAt != nil {
+		t.Errorf("new record = %+v", k)
+	}
+	if old.ID != rec.ID || old.RevokedAt == nil {
+		t.Errorf("old record = %+v, want it revoked", old)
+	}
+	authenticates(t, auth, secret)
+	eventually(t, time.Second, func() error {
+		if _, err := auth.Authenticate(oldSecret); !errors.Is(err, keys.ErrRevoked) {
+			return errors.New("rotated key: err = " + errString(err))
+		}
+		return nil
+	})
+	// The old key is revoked: rotating it again must not yield another working key.
+	if _, _, _, err := store.Rotate(ctx, rec.ID, rec.ID); !errors.Is(err, keys.ErrRevoked) {
+		t.Errorf("Rotate of a revoked key: err = %v, want ErrRevoked", err)
+	}
+	all, err := store.Keys(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 {
+		t.Errorf("Keys after rotating = %+v, want the old and the new key", all)
+	}
+}
+
+func TestRotateConcurrently(t *testing.T) {
+	ctx, _, store, _ := setup(t)
+	_, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, _, _, err := store.Rotate(ctx, rec.ID, "admin")
+			errs <- err
+		}()
+	}
+	var won int
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, keys.ErrRevoked):
+			t.Errorf("Rotate: %v", err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d concurrent rotations succeeded, want 1", won)
+	}
+	all, err := store.Keys(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	for _, k := range all {
+		if k.RevokedAt == nil {
+			live++
+		}
+	}
+	if live != 1 {
+		t.Errorf("%d live keys after concurrent rotations, want 1: %+v", live, all)
+	}
+}
+
+func TestSeedIndexesOldRecords(t *testing.T) {
+	ctx, res, store, _ := setup(t)
+	const secret = "dev-key-0123456789abcdef"
+	first, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record stored before the id index existed has no index entry.
+	if err := res.Keys.Purge(ctx, "id."+first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(ctx, first.ID); !errors.Is(err, keys.ErrUnknownKey) {
+		t.Fatalf("Get without an index entry: err = %v, want ErrUnknownKey", err)
+	}
+	if _, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"}); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := store.Get(ctx, first.ID); err != nil || k.ID != first.ID {
+		t.Errorf("Get after seeding again = %+v, %v; want %+v", k, err, first)
+	}
+}
+
+func TestDeleteTenant(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	for _, id := range []string{"acme", "other", "acme-2"} {
+		if _, err := store.CreateTenant(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenants, err := store.ListTenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := tenantIDs(tenants); !slices.Equal(ids, []string{"acme", "acme-2", "other"}) {
+		t.Errorf("ListTenants = %v, want acme, acme-2, other", ids)
+	}
+	var acme []string
+	for range 3 {
+		s, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		acme = append(acme, s)
+	}
+	otherKey, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme-2", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(slices.Clone(acme), otherKey) {
+		authenticates(t, auth, s)
+	}
+
+	if err := store.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatalf("DeleteTenant: %v", err)
+	}
+	if _, err := store.GetTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
+		t.Errorf("GetTenant after delete: err = %v, want ErrUnknownTenant", err)
+	}
+	tenants, err = store.ListTenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := tenantIDs(tenants); !slices.Equal(ids, []string{"acme-2", "other"}) {
+		t.Errorf("ListTenants after delete = %v, want acme-2, other", ids)
+	}
+	for _, s := range acme {
+		eventually(t, time.Second, func() error {
+			if _, err := auth.Authenticate(s); !errors.Is(err, keys.ErrRevoked) {
+				return errors.New("key of a deleted tenant: err = " + errString(err))
+			}
+			return nil
+		})
+	}
+	if _, err := auth.Authenticate(otherKey); err != nil {
+		t.Errorf("deleting acme affected acme-2's key: %v", err)
+	}
+	if err := store.DeleteTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
+		t.Errorf("second DeleteTenant: err = %v, want ErrUnknownTenant", err)
+	}
+	for _, id := range []string{"nobody", "", "ac me"} {
+		if err := store.DeleteTenant(ctx, id); !errors.Is(err, keys.ErrUnknownTenant) {
+			t.Errorf("DeleteTenant(%q): err = %v, want ErrUnknownTenant", id, err)
+		}
+	}
+	// The id is free again, and the old keys stay revoked.
+	if _, err := store.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatalf("CreateTenant after delete: %v", err)
+	}
+	if _, err := auth.Authenticate(acme[0]); !errors.Is(err, keys.ErrRevoked) {
+		t.Errorf("old key after the tenant came back: err = %v, want ErrRevoked", err)
+	}
+}
+
+func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
+	ctx, res, store, auth := setup(t)
+	if _, err := store.CreateTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A deletion that stopped after marking the tenant: unknown to readers, still there to finish.
+	if _, err := res.Tenants.Put(ctx, "acme", []byte(`{"id":"acme","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GetTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
+		t.Errorf("GetTenant of a marked tenant: err = %v, want ErrUnknownTenant", err)
+	}
+	if _, err := store.CreateTenant(ctx, "acme"); !errors.Is(err, keys.ErrTenantExists) {
+		t.Errorf("CreateTenant while deleting: err = %v, want ErrTenantExists", err)
+	}
+	if err := store.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatalf("DeleteTenant of a marked tenant: %v", err)
+	}
+	eventually(t, time.Second, func() error {
+		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
+			return errors.New("key of a deleted tenant: err = " + errString(err))
+		}
+		return nil
+	})
+}
+
+func tenantIDs(ts []keys.Tenant) []string {
+	var ids []string
+	for _, t := range ts {
+		ids = append(ids, t.ID)
+	}
+	return ids
 }

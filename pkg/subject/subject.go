@@ -19,7 +19,8 @@ const (
 	InboxStream = "AGENTBUS_INBOX"
 	// MessagesStream holds conversation history, one subject per thread.
 	MessagesStream = "AGENTBUS_MESSAGES"
-	// KeysBucket maps SHA-256 hashes of API keys to their records.
+	// KeysBucket maps SHA-256 hashes of API keys to their records, and key ids (id.{keyId}) to
+	// those hashes.
 	KeysBucket = "AGENTBUS_KEYS"
 	// TenantsBucket holds tenant records by tenant id.
 	TenantsBucket = "AGENTBUS_TENANTS"

@@ -1,0 +1,484 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// Admin API limits.
+const (
+	// maxAdminBody bounds the JSON bodies of the admin endpoints; theirs are a few fields.
+	maxAdminBody = 64 << 10
+	// maxKeyName bounds a key's name, in bytes.
+	maxKeyName = 128
+)
+
+// Paths of the admin API.
+const (
+	tenantsPath    = "/api/v1/admin/tenants"
+	systemKeysPath = "/api/v1/admin/keys"
+)
+
+// adminRoutes registers tenant and key management. Tenants are managed by system admins; a
+// tenant's keys by its tenant admins and by system admins; tenant-less system-admin keys, under
+// /api/v1/admin/keys, by system admins. Keys go in the Authorization header only: a key in a
+// URL ends up in proxy and access logs.
+func (s *Server) adminRoutes(mux *http.ServeMux) {
+	mux.Handle(tenantsPath, methods{http.MethodGet: s.listTenants, http.MethodPost: s.createTenant})
+	mux.Handle(tenantsPath+"/{tenantId}", methods{http.MethodGet: s.getTenant, http.MethodDelete: s.deleteTenant})
+	for _, prefix := range []string{tenantsPath + "/{tenantId}/keys", systemKeysPath} {
+		mux.Handle(prefix, methods{http.MethodGet: s.listKeys, http.MethodPost: s.createKey})
+		mux.Handle(prefix+"/{keyId}", methods{http.MethodGet: s.getKey, http.MethodDelete: s.revokeKey})
+		mux.HandleFunc(prefix+"/{keyId}/rotate", allow(http.MethodPost, s.rotateKey))
+	}
+}
+
+// methods serves each HTTP method with its handler and answers the others 405, with Allow.
+type methods map[string]http.HandlerFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h, ok := m[r.Method]; ok {
+		h(w, r)
+		return
+	}
+	allowed := make([]string, 0, len(m))
+	for method := range m {
+		allowed = append(allowed, method)
+	}
+	slices.Sort(allowed)
+	list := strings.Join(allowed, ", ")
+	w.Header().Set("Allow", list)
+	problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
+}
+
+// tenantAnswer is a tenant as the admin API shows it.
+type tenantAnswer struct {
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+func tenantOf(t keys.Tenant) tenantAnswer { return tenantAnswer{ID: t.ID, CreatedAt: t.CreatedAt} }
+
+// newKeyAnswer is a key just created or rotated: its secret, shown this once, and its record.
+type newKeyAnswer struct {
+	Secret string `json:"key"`
+	keys.Key
+	// Replaces is the id of the key a rotation revoked.
+	Replaces string `json:"replaces,omitempty"`
+}
+
+// adminCaller authenticates an admin request from the Authorization header and refuses user
+// keys. On failure it has written the problem and returns false.
+func (s *Server) adminCaller(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
+	key, p := s.authenticate("the Authorization header", r.Header.Get("Authorization"))
+	if p != nil {
+		problem.Write(w, *p)
+		return keys.Key{}, false
+	}
+	if key.Role != keys.RoleSystemAdmin && key.Role != keys.RoleTenantAdmin {
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs an admin key"})
+		return keys.Key{}, false
+	}
+	return key, true
+}
+
+// systemCaller is adminCaller for the endpoints of system admins only.
+func (s *Server) systemCaller(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
+	key, ok := s.adminCaller(w, r)
+	if ok && key.Role != keys.RoleSystemAdmin {
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs a system-admin key"})
+		return keys.Key{}, false
+	}
+	return key, ok
+}
+
+// keyScope authenticates a key endpoint and finds whose keys it manages: the path tenant's
+// (for its tenant admins and system admins), or, on /api/v1/admin/keys, the tenant-less
+// system keys (for system admins). On failure it has written the problem and returns false.
+func (s *Server) keyScope(w http.ResponseWriter, r *http.Request) (caller keys.Key, tenant string, ok bool) {
+	caller, ok = s.adminCaller(w, r)
+	if !ok {
+		return keys.Key{}, "", false
+	}
+	if strings.HasPrefix(r.Pattern, systemKeysPath) {
+		if caller.Role != keys.RoleSystemAdmin {
+			problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs a system-admin key"})
+			return keys.Key{}, "", false
+		}
+		if r.Header.Get("X-Tenant-Id") != "" {
+			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "tenant-mismatch",
+				Detail: "/api/v1/admin/keys manages system keys; a tenant's keys are under /api/v1/admin/tenants/{tenantId}/keys"})
+			return keys.Key{}, "", false
+		}
+		return caller, "", true
+	}
+	tenant, p := s.sendTenant(r, caller)
+	if p != nil {
+		problem.Write(w, *p)
+		return keys.Key{}, "", false
+	}
+	return caller, tenant, true
+}
+
+// mayManage reports whether caller may create, revoke or rotate keys of this role: only system
+// admins touch system-admin keys, so a tenant admin cannot raise itself.
+func mayManage(caller keys.Key, role keys.Role) bool {
+	return caller.Role == keys.RoleSystemAdmin || role != keys.RoleSystemAdmin
+}
+
+// storeFailed answers a failure of the key or tenant store; the cause is only logged.
+func (s *Server) storeFailed(w http.ResponseWriter, what string, err error) {
+	s.log.Error(what, "err", err)
+	problem.Write(w, problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1})
+}
+
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.systemCaller(w, r); !ok {
+		return
+	}
+	ts, err := s.keys.ListTenants(r.Context())
+	if err != nil {
+		s.storeFailed(w, "listing tenants", err)
+		return
+	}
+	out := make([]tenantAnswer, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, tenantOf(t))
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Tenants []tenantAnswer `json:"tenants"`
+	}{out})
+}
+
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.systemCaller(w, r); !ok {
+		return
+	}
+	var body struct {
+		ID string `json:"id"`
+	}
+	if p := decodeAdminBody(w, r, &body); p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	t, err := s.keys.CreateTenant(r.Context(), body.ID)
+	switch {
+	case errors.Is(err, ident.ErrInvalidTenant):
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: "id: " + ident.ErrInvalidTenant.Error()})
+		return
+	case errors.Is(err, keys.ErrTenantExists):
+		problem.Write(w, problem.Problem{Status: http.StatusConflict, Slug: "tenant-exists", Detail: "a tenant with this id exists"})
+		return
+	case err != nil:
+		s.storeFailed(w, "creating tenant", err)
+		return
+	}
+	w.Header().Set("Location", tenantsPath+"/"+t.ID)
+	writeJSON(w, http.StatusCreated, tenantOf(t))
+}
+
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
+	caller, ok := s.adminCaller(w, r)
+	if !ok {
+		return
+	}
+	tenant, p := s.sendTenant(r, caller)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	t, err := s.keys.GetTenant(r.Context(), tenant)
+	if errors.Is(err, keys.ErrUnknownTenant) { // deleted since sendTenant looked
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, "reading tenant", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, tenantOf(t))
+}
+
+// deleteTenant removes a tenant and revokes its keys. Its messages, instances and files stay
+// until they expire. The tenant's existence is left to DeleteTenant to judge: a deletion that
+// failed part way leaves a tenant that readers no longer see, and calling again finishes it.
+func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
+	caller, ok := s.systemCaller(w, r)
+	if !ok {
+		return
+	}
+	tenant, header := r.PathValue("tenantId"), r.Header.Get("X-Tenant-Id")
+	if header != "" && header != tenant {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "tenant-mismatch", Detail: "the path tenant and X-Tenant-Id differ"})
+		return
+	}
+	if !ident.ValidTenant(tenant) {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: ident.ErrInvalidTenant.Error()})
+		return
+	}
+	err := s.keys.DeleteTenant(r.Context(), tenant)
+	if errors.Is(err, keys.ErrUnknownTenant) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+		return
+	}
+	if err != nil {
+		s.storeFailed(w, "deleting tenant", err)
+		return
+	}
+	s.log.Info("tenant deleted", "tenant", tenant, "by", caller.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
+	_, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	ks, err := s.keys.Keys(r.Context(), tenant)
+	if err != nil {
+		s.storeFailed(w, "listing keys", err)
+		return
+	}
+	out := make([]keys.Key, 0, len(ks))
+	for _, k := range ks {
+		if k.Tenant == tenant { // Keys("") is every key; the system scope is the tenant-less ones
+			out = append(out, k)
+		}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Keys []keys.Key `json:"keys"`
+	}{out})
+}
+
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	var body struct {
+		Name string    `json:"name"`
+		Role keys.Role `json:"role"`
+	}
+	if p := decodeAdminBody(w, r, &body); p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	invalid := func(detail string) {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: detail})
+	}
+	switch {
+	case !body.Role.Valid():
+		invalid("role must be user, tenant-admin or system-admin")
+		return
+	case !mayManage(caller, body.Role):
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins create system-admin keys"})
+		return
+	case tenant != "" && body.Role == keys.RoleSystemAdmin:
+		invalid("system-admin keys belong to no tenant: create them with POST " + systemKeysPath)
+		return
+	case tenant == "" && body.Role != keys.RoleSystemAdmin:
+		invalid("keys of a tenant are created with POST " + tenantsPath + "/{tenantId}/keys")
+		return
+	case !validKeyName(body.Name):
+		invalid("name must be at most 128 bytes of text without control characters")
+		return
+	}
+	secret, k, err := s.keys.Create(r.Context(), keys.NewKey{Tenant: tenant, Role: body.Role, Name: body.Name, CreatedBy: caller.ID})
+	if err != nil {
+		s.storeFailed(w, "creating key", err)
+		return
+	}
+	if !s.tenantStillThere(w, r.Context(), k) {
+		return
+	}
+	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", caller.ID)
+	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: k})
+}
+
+// tenantStillThere closes the race between creating a key and deleting its tenant: a tenant
+// being deleted is unknown from the moment its deletion starts, before its keys are revoked,
+// so a key created while it was still known is either revoked by the deletion or revoked here.
+// On failure it has written the problem and returns false.
+func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k keys.Key) bool {
+	if k.Tenant == "" {
+		return true
+	}
+	_, err := s.keys.GetTenant(ctx, k.Tenant)
+	if err == nil {
+		return true
+	}
+	if _, rerr := s.keys.RevokeID(ctx, k.ID); rerr != nil {
+		s.log.Error("revoking a key of a deleted tenant", "key", k.ID, "err", rerr)
+	}
+	if errors.Is(err, keys.ErrUnknownTenant) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+	} else {
+		s.storeFailed(w, "reading tenant", err)
+	}
+	return false
+}
+
+// writeNewKey answers 201 with a new key; the secret must not be cached anywhere on the way.
+func writeNewKey(w http.ResponseWriter, r *http.Request, a newKeyAnswer) {
+	prefix := systemKeysPath
+	if t := r.PathValue("tenantId"); t != "" {
+		prefix = tenantsPath + "/" + t + "/keys"
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Location", prefix+"/"+a.ID)
+	writeJSON(w, http.StatusCreated, a)
+}
+
+// scopedKey reads the key the path names, which must be of the scope's tenant: a key of
+// another tenant is as unknown as a key that does not exist. On failure it has written the
+// problem and returns false.
+func (s *Server) scopedKey(w http.ResponseWriter, r *http.Request, tenant string) (keys.Key, bool) {
+	k, err := s.keys.Get(r.Context(), r.PathValue("keyId"))
+	if err == nil && k.Tenant != tenant {
+		err = keys.ErrUnknownKey
+	}
+	if errors.Is(err, keys.ErrUnknownKey) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-key", Detail: "no such key"})
+		return keys.Key{}, false
+	}
+	if err != nil {
+		s.storeFailed(w, "reading key", err)
+		return keys.Key{}, false
+	}
+	return k, true
+}
+
+func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
+	_, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	k, ok := s.scopedKey(w, r, tenant)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, k)
+}
+
+// revokeKey revokes a key. It takes effect on every ingress through the watch of the keys
+// bucket. Revoking a revoked key again is not an error and keeps the first revocation time.
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	k, ok := s.scopedKey(w, r, tenant)
+	if !ok {
+		return
+	}
+	if !mayManage(caller, k.Role) {
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins revoke system-admin keys"})
+		return
+	}
+	if _, err := s.keys.RevokeID(r.Context(), k.ID); err != nil {
+		s.storeFailed(w, "revoking key", err)
+		return
+	}
+	s.log.Info("key revoked", "tenant", tenant, "key", k.ID, "by", caller.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// rotateKey replaces a key with a new one of the same name and role, and revokes the old one.
+func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	k, ok := s.scopedKey(w, r, tenant)
+	if !ok {
+		return
+	}
+	if !mayManage(caller, k.Role) {
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins rotate system-admin keys"})
+		return
+	}
+	secret, nk, old, err := s.keys.Rotate(r.Context(), k.ID, caller.ID)
+	switch {
+	case errors.Is(err, keys.ErrRevoked):
+		problem.Write(w, problem.Problem{Status: http.StatusConflict, Slug: "key-revoked", Detail: "the key is revoked; create a new one instead"})
+		return
+	case errors.Is(err, keys.ErrUnknownKey):
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-key", Detail: "no such key"})
+		return
+	case err != nil:
+		s.storeFailed(w, "rotating key", err)
+		return
+	}
+	if !s.tenantStillThere(w, r.Context(), nk) {
+		return
+	}
+	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", caller.ID)
+	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID})
+}
+
+// validKeyName reports whether a key name is short printable text.
+func validKeyName(name string) bool {
+	if len(name) > maxKeyName || !utf8.ValidString(name) {
+		return false
+	}
+	return !strings.ContainsFunc(name, unicode.IsControl)
+}
+
+// decodeAdminBody reads a body that must be exactly one JSON object with only the fields of v.
+// Unknown fields are refused, so that a misspelt field is not silently dropped.
+func decodeAdminBody(w http.ResponseWriter, r *http.Request, v any) *problem.Problem {
+	invalid := func(detail string) *problem.Problem {
+		return &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-json", Detail: "the body must be one JSON object: " + detail}
+	}
+	tooLargeProblem := &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "body-too-large", Detail: fmt.Sprintf("the body is larger than %d bytes", maxAdminBody)}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err = dec.Token(); err == io.EOF {
+			return nil
+		}
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return tooLargeProblem
+		}
+		return invalid("more than one value")
+	}
+	var (
+		tooLarge *http.MaxBytesError
+		typeErr  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &tooLarge):
+		return tooLargeProblem
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return invalid("not an object")
+		}
+		return invalid("field " + quote(typeErr.Field) + " has the wrong type")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		// encoding/json has no type for this error; the field name is the client's, so it is
+		// shown bounded.
+		name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		if uerr != nil {
+			return invalid("unknown field")
+		}
+		return invalid("unknown field " + quote(name))
+	default:
+		return invalid(jsonProblem(err))
+	}
+}

@@ -1,0 +1,613 @@
+package ingress_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+const systemKey = "system-admin-key-0123456789"
+
+// adminReq sends an admin API request with key as a Bearer token (none when empty) and body as
+// JSON (a string is sent as is; nil sends nothing). hdr are extra header name/value pairs.
+func adminReq(t *testing.T, s *stacktest.Stack, method, path, key string, body any, hdr ...string) (int, http.Header, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		rd = strings.NewReader(mustJSON(b))
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// adminOK sends an admin request that must answer want with JSON, and decodes it into out
+// (unless nil).
+func adminOK(t *testing.T, s *stacktest.Stack, method, path, key string, body any, want int, out any) http.Header {
+	t.Helper()
+	status, h, b := adminReq(t, s, method, path, key, body)
+	if status != want {
+		t.Fatalf("%s %s: status %d, want %d: %s", method, path, status, want, b)
+	}
+	if out != nil {
+		if ct := h.Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("%s %s: content type %q", method, path, ct)
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decoding %s: %v", method, path, b, err)
+		}
+	}
+	return h
+}
+
+// newKey is the answer of key creation and rotation.
+type newKey struct {
+	Key       string     `json:"key"`
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	Tenant    string     `json:"tenant"`
+	CreatedBy string     `json:"createdBy"`
+	CreatedAt time.Time  `json:"createdAt"`
+	RevokedAt *time.Time `json:"revokedAt"`
+	Replaces  string     `json:"replaces"`
+}
+
+func createKey(t *testing.T, s *stacktest.Stack, tenant, by, name, role string) newKey {
+	t.Helper()
+	path := "/api/v1/admin/keys"
+	if tenant != "" {
+		path = "/api/v1/admin/tenants/" + tenant + "/keys"
+	}
+	var k newKey
+	h := adminOK(t, s, http.MethodPost, path, by, map[string]string{"name": name, "role": role}, http.StatusCreated, &k)
+	if !strings.HasPrefix(k.Key, keys.Prefix) || k.ID == "" || k.Name != name || k.Role != role || k.Tenant != tenant || k.CreatedAt.IsZero() || k.RevokedAt != nil {
+		t.Fatalf("created key = %+v", k)
+	}
+	if h.Get("Cache-Control") != "no-store" || h.Get("Location") != path+"/"+k.ID {
+		t.Errorf("created key headers: Cache-Control %q, Location %q", h.Get("Cache-Control"), h.Get("Location"))
+	}
+	return k
+}
+
+// callEcho calls the Echo webhook of the key's tenant and returns the status.
+func callEcho(t *testing.T, s *stacktest.Stack, key string) int {
+	t.Helper()
+	status, _, _ := call(t, s.URL, "Echo", "echo", q("apikey", key), []byte(`{}`))
+	return status
+}
+
+// echoBecomes polls the Echo webhook with key until it answers want, for at most within.
+func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := callEcho(t, s, key)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook answered %d, not %d, within %v", got, want, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitKnown(t *testing.T, s *stacktest.Stack, secrets ...string) {
+	t.Helper()
+	for _, k := range secrets {
+		if err := s.WaitKnown(context.Background(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type keyList struct {
+	Keys []map[string]any `json:"keys"`
+}
+
+func TestAdminFlow(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+
+	var tenant struct {
+		ID        string    `json:"id"`
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	h := adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, &tenant)
+	if tenant.ID != "acme" || tenant.CreatedAt.IsZero() || h.Get("Location") != "/api/v1/admin/tenants/acme" {
+		t.Fatalf("created tenant = %+v, Location %q", tenant, h.Get("Location"))
+	}
+	var tenants struct {
+		Tenants []struct {
+			ID string `json:"id"`
+		} `json:"tenants"`
+	}
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants", systemKey, nil, http.StatusOK, &tenants)
+	var ids []string
+	for _, tn := range tenants.Tenants {
+		ids = append(ids, tn.ID)
+	}
+	if !slices.Equal(ids, []string{"acme", "default", "other"}) {
+		t.Errorf("tenants = %v, want acme, default, other", ids)
+	}
+
+	// The system admin makes a tenant admin, which makes a user key.
+	ta := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
+	if ta.CreatedBy != "admin" {
+		t.Errorf("tenant admin createdBy = %q, want admin (the AGENTBUS_ADMIN_KEY's id)", ta.CreatedBy)
+	}
+	waitKnown(t, s, ta.Key)
+	var got newKey
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme", ta.Key, nil, http.StatusOK, &tenant)
+	user := createKey(t, s, "acme", ta.Key, "ci", "user")
+	if user.CreatedBy != ta.ID {
+		t.Errorf("user key createdBy = %q, want the tenant admin's id %q", user.CreatedBy, ta.ID)
+	}
+	waitKnown(t, s, user.Key)
+
+	// The user key calls its tenant's webhook, and no admin endpoint.
+	if st := callEcho(t, s, user.Key); st != http.StatusOK {
+		t.Fatalf("user key on the Echo webhook: %d", st)
+	}
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/admin/tenants/acme/keys"},
+		{http.MethodPost, "/api/v1/admin/tenants/acme/keys"},
+		{http.MethodGet, "/api/v1/admin/tenants"},
+		{http.MethodGet, "/api/v1/admin/tenants/acme"},
+		{http.MethodDelete, "/api/v1/admin/tenants/acme/keys/" + user.ID},
+	} {
+		status, h, b := adminReq(t, s, r.method, r.path, user.Key, `{"name":"x","role":"user"}`)
+		problemOf(t, status, h.Get("Content-Type"), b, http.StatusForbidden)
+	}
+
+	// Listing shows the records and nothing secret.
+	status, _, raw := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys", ta.Key, nil)
+	if status != http.StatusOK {
+		t.Fatalf("listing keys: %d %s", status, raw)
+	}
+	for _, secret := range []string{ta.Key, user.Key} {
+		for _, needle := range []string{secret, strings.TrimPrefix(secret, keys.Prefix), keys.Hash(secret)} {
+			if strings.Contains(string(raw), needle) {
+				t.Errorf("key listing %s holds secret material %q", raw, needle)
+			}
+		}
+	}
+	var list keyList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Keys) != 2 {
+		t.Fatalf("listed %d keys, want 2: %s", len(list.Keys), raw)
+	}
+	for _, k := range list.Keys {
+		for field := range k {
+			if !slices.Contains([]string{"id", "tenant", "role", "name", "createdBy", "createdAt", "revokedAt"}, field) {
+				t.Errorf("key record has field %q: %v", field, k)
+			}
+		}
+		if k["tenant"] != "acme" {
+			t.Errorf("listed a key of tenant %v", k["tenant"])
+		}
+	}
+
+	// Revocation reaches the ingress within a second.
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
+	echoBecomes(t, s, user.Key, http.StatusUnauthorized, time.Second)
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
+	if got.RevokedAt == nil {
+		t.Errorf("revoked key record = %+v, want revokedAt", got)
+	}
+	firstRevoked := *got.RevokedAt
+	// Revoking again is not an error, and keeps the first time.
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
+	if !got.RevokedAt.Equal(firstRevoked) {
+		t.Errorf("second revoke moved revokedAt from %v to %v", firstRevoked, got.RevokedAt)
+	}
+
+	// Rotation: a new secret with the same name and role; the old one stops working.
+	old := createKey(t, s, "acme", ta.Key, "deploy", "user")
+	waitKnown(t, s, old.Key)
+	var rotated newKey
+	h = adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil, http.StatusCreated, &rotated)
+	if !strings.HasPrefix(rotated.Key, keys.Prefix) || rotated.Key == old.Key || rotated.ID == old.ID || rotated.Name != "deploy" ||
+		rotated.Role != "user" || rotated.Tenant != "acme" || rotated.CreatedBy != ta.ID || rotated.Replaces != old.ID {
+		t.Errorf("rotated = %+v, want a new key replacing %s", rotated, old.ID)
+	}
+	if h.Get("Cache-Control") != "no-store" {
+		t.Errorf("rotation answer Cache-Control = %q", h.Get("Cache-Control"))
+	}
+	echoBecomes(t, s, old.Key, http.StatusUnauthorized, time.Second)
+	echoBecomes(t, s, rotated.Key, http.StatusOK, time.Second)
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+old.ID, ta.Key, nil, http.StatusOK, &got)
+	if got.RevokedAt == nil {
+		t.Errorf("rotated-out key = %+v, want revokedAt", got)
+	}
+	status, hdr, b := adminReq(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil)
+	if p := problemOf(t, status, hdr.Get("Content-Type"), b, http.StatusConflict); p["type"] != "urn:agentbus:problem:key-revoked" {
+		t.Errorf("rotating a revoked key: %v", p)
+	}
+
+	// Deleting the tenant revokes its keys and makes it unknown.
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil, http.StatusNoContent, nil)
+	echoBecomes(t, s, rotated.Key, http.StatusUnauthorized, time.Second)
+	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(ta.Key); {
+		if time.Now().After(deadline) {
+			t.Fatal("the tenant admin's key still works a second after its tenant was deleted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/admin/tenants/acme"},
+		{http.MethodDelete, "/api/v1/admin/tenants/acme"},
+		{http.MethodGet, "/api/v1/admin/tenants/acme/keys"},
+	} {
+		status, h, b := adminReq(t, s, r.method, r.path, systemKey, nil)
+		problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
+	}
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants", systemKey, nil, http.StatusOK, &tenants)
+	for _, tn := range tenants.Tenants {
+		if tn.ID == "acme" {
+			t.Errorf("deleted tenant still listed: %+v", tenants)
+		}
+	}
+	// Its id can be used again; the old keys stay revoked.
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
+	if s.Ingress.KeyKnown(ta.Key) || s.Ingress.KeyKnown(rotated.Key) {
+		t.Error("a key of the deleted tenant works again after the tenant id was reused")
+	}
+}
+
+func TestAdminDeleteTenantFinishesInterruptedDeletion(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ctx := context.Background()
+	// A deletion that stopped after marking the tenant, before revoking its keys.
+	if _, err := s.Res.Tenants.Put(ctx, "other", []byte(`{"id":"other","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/other", systemKey, nil)
+	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil, http.StatusNoContent, nil)
+	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(s.OtherKey); {
+		if time.Now().After(deadline) {
+			t.Fatal("the key of a deleted tenant still works after 1s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	status, h, b = adminReq(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil)
+	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
+}
+
+func TestAdminSystemKeys(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	sys := createKey(t, s, "", systemKey, "automation", "system-admin")
+	waitKnown(t, s, sys.Key)
+
+	// A created system-admin key is as good as AGENTBUS_ADMIN_KEY.
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", sys.Key, map[string]string{"id": "made-by-key"}, http.StatusCreated, nil)
+	ta := createKey(t, s, "made-by-key", sys.Key, "ops", "tenant-admin")
+	if ta.CreatedBy != sys.ID {
+		t.Errorf("createdBy = %q, want %q", ta.CreatedBy, sys.ID)
+	}
+	sys2 := createKey(t, s, "", sys.Key, "second", "system-admin")
+
+	var list keyList
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/keys", systemKey, nil, http.StatusOK, &list)
+	var ids []string
+	for _, k := range list.Keys {
+		ids = append(ids, k["id"].(string))
+	}
+	slices.Sort(ids)
+	want := []string{sys.ID, sys2.ID}
+	slices.Sort(want)
+	if !slices.Equal(ids, want) {
+		t.Errorf("system keys = %v, want only %v", ids, want)
+	}
+	// A system key is not reachable through a tenant's path, nor a tenant's key through the
+	// system path.
+	for _, path := range []string{"/api/v1/admin/tenants/made-by-key/keys/" + sys2.ID, "/api/v1/admin/keys/" + ta.ID} {
+		status, h, b := adminReq(t, s, http.MethodDelete, path, systemKey, nil)
+		problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
+	}
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/keys/"+sys.ID, sys2.Key, nil, http.StatusNoContent, nil)
+	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(sys.Key); {
+		if time.Now().After(deadline) {
+			t.Fatal("a revoked system key still works after 1s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants", sys.Key, nil)
+	problemOf(t, status, h.Get("Content-Type"), b, http.StatusUnauthorized)
+}
+
+func TestAdminRefusals(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ctx := context.Background()
+	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: "theirs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mine, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, revokedRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "revoked"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Keys.RevokeID(ctx, revokedRec.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitKnown(t, s, user)
+
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+		tenants        = "/api/v1/admin/tenants"
+		ownKeys        = "/api/v1/admin/tenants/default/keys"
+		otherKeys      = "/api/v1/admin/tenants/other/keys"
+		sysKeys        = "/api/v1/admin/keys"
+	)
+	userKey := `{"name":"n","role":"user"}`
+	for _, tc := range []struct {
+		name   string
+		method string
+		path   string
+		key    string
+		body   string
+		hdr    []string
+		want   int
+		slug   string
+	}{
+		// Who may call.
+		{name: "no key", method: get, path: tenants, want: 401, slug: "unauthorized"},
+		{name: "unknown key", method: get, path: ownKeys, key: keys.Generate(), want: 401, slug: "unauthorized"},
+		{name: "key in the query is not taken", method: get, path: ownKeys + "?apikey=" + s.Key, want: 401, slug: "unauthorized"},
+		{name: "a key id is not a key", method: get, path: ownKeys, key: revokedRec.ID, want: 401, slug: "unauthorized"},
+		{name: "user lists keys", method: get, path: ownKeys, key: user, want: 403, slug: "forbidden"},
+		{name: "user creates a key", method: post, path: ownKeys, key: user, body: userKey, want: 403, slug: "forbidden"},
+		{name: "user revokes a key", method: del, path: ownKeys + "/" + mine.ID, key: user, want: 403, slug: "forbidden"},
+		{name: "user rotates a key", method: post, path: ownKeys + "/" + mine.ID + "/rotate", key: user, want: 403, slug: "forbidden"},
+		{name: "user lists tenants", method: get, path: tenants, key: user, want: 403, slug: "forbidden"},
+		{name: "tenant admin creates a tenant", method: post, path: tenants, key: s.Key, body: `{"id":"mine"}`, want: 403, slug: "forbidden"},
+		{name: "tenant admin lists tenants", method: get, path: tenants, key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin deletes its tenant", method: del, path: tenants + "/default", key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin lists system keys", method: get, path: sysKeys, key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin creates a system key", method: post, path: sysKeys, key: s.Key, body: `{"name":"n","role":"system-admin"}`, want: 403, slug: "forbidden"},
+		{name: "tenant admin creates a system-admin key in its tenant", method: post, path: ownKeys, key: s.Key, body: `{"name":"n","role":"system-admin"}`, want: 403, slug: "forbidden"},
+
+		// Tenants (DESIGN §6).
+		{name: "tenant admin reads another tenant", method: get, path: tenants + "/other", key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin lists another tenant's keys", method: get, path: otherKeys, key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin creates a key in another tenant", method: post, path: otherKeys, key: s.Key, body: userKey, want: 403, slug: "forbidden"},
+		{name: "tenant admin revokes another tenant's key", method: del, path: otherKeys + "/" + otherRec.ID, key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin rotates another tenant's key", method: post, path: otherKeys + "/" + otherRec.ID + "/rotate", key: s.Key, want: 403, slug: "forbidden"},
+		{name: "tenant admin on an unknown tenant does not learn it is unknown", method: get, path: "/api/v1/admin/tenants/nobody/keys", key: s.Key, want: 403, slug: "forbidden"},
+		{name: "another tenant's key through one's own path", method: del, path: ownKeys + "/" + otherRec.ID, key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "another tenant's key rotated through one's own path", method: post, path: ownKeys + "/" + otherRec.ID + "/rotate", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "unknown tenant", method: get, path: "/api/v1/admin/tenants/nobody/keys", key: systemKey, want: 404, slug: "unknown-tenant"},
+		{name: "unknown tenant create key", method: post, path: "/api/v1/admin/tenants/nobody/keys", key: systemKey, body: userKey, want: 404, slug: "unknown-tenant"},
+		{name: "delete unknown tenant", method: del, path: tenants + "/nobody", key: systemKey, want: 404, slug: "unknown-tenant"},
+		{name: "delete invalid tenant", method: del, path: tenants + "/ac.me", key: systemKey, want: 400, slug: "invalid-tenant"},
+		{name: "invalid path tenant", method: get, path: "/api/v1/admin/tenants/ac%20me/keys", key: systemKey, want: 400, slug: "invalid-tenant"},
+		{name: "invalid path tenant, tenant admin", method: get, path: "/api/v1/admin/tenants/ac.me/keys", key: s.Key, want: 400, slug: "invalid-tenant"},
+		{name: "X-Tenant-Id differs from the path", method: get, path: ownKeys, key: s.Key, hdr: []string{"X-Tenant-Id", "other"}, want: 400, slug: "tenant-mismatch"},
+		{name: "X-Tenant-Id on system keys", method: get, path: sysKeys, key: systemKey, hdr: []string{"X-Tenant-Id", "default"}, want: 400, slug: "tenant-mismatch"},
+
+		// Bodies and fields.
+		{name: "bad JSON", method: post, path: ownKeys, key: s.Key, body: `{"name":`, want: 400, slug: "invalid-json"},
+		{name: "empty body", method: post, path: ownKeys, key: s.Key, want: 400, slug: "invalid-json"},
+		{name: "array body", method: post, path: ownKeys, key: s.Key, body: `[]`, want: 400, slug: "invalid-json"},
+		{name: "two values", method: post, path: ownKeys, key: s.Key, body: userKey + userKey, want: 400, slug: "invalid-json"},
+		{name: "unknown field", method: post, path: ownKeys, key: s.Key, body: `{"name":"n","rol":"user"}`, want: 400, slug: "invalid-json"},
+		{name: "wrong field type", method: post, path: ownKeys, key: s.Key, body: `{"name":1,"role":"user"}`, want: 400, slug: "invalid-json"},
+		{name: "body too large", method: post, path: ownKeys, key: s.Key, body: `{"name":"` + strings.Repeat("a", 70<<10) + `"}`, want: 413, slug: "body-too-large"},
+		{name: "bad role", method: post, path: ownKeys, key: s.Key, body: `{"name":"n","role":"root"}`, want: 400, slug: "invalid-field"},
+		{name: "role in another case", method: post, path: ownKeys, key: s.Key, body: `{"name":"n","role":"User"}`, want: 400, slug: "invalid-field"},
+		{name: "no role", method: post, path: ownKeys, key: s.Key, body: `{"name":"n"}`, want: 400, slug: "invalid-field"},
+		{name: "name too long", method: post, path: ownKeys, key: s.Key, body: `{"name":"` + strings.Repeat("a", 129) + `","role":"user"}`, want: 400, slug: "invalid-field"},
+		{name: "name with a control character", method: post, path: ownKeys, key: s.Key, body: `{"name":"a\nb","role":"user"}`, want: 400, slug: "invalid-field"},
+		{name: "system-admin key in a tenant", method: post, path: ownKeys, key: systemKey, body: `{"name":"n","role":"system-admin"}`, want: 400, slug: "invalid-field"},
+		{name: "tenant key without a tenant", method: post, path: sysKeys, key: systemKey, body: userKey, want: 400, slug: "invalid-field"},
+		{name: "bad tenant id", method: post, path: tenants, key: systemKey, body: `{"id":"ac me"}`, want: 400, slug: "invalid-tenant"},
+		{name: "empty tenant id", method: post, path: tenants, key: systemKey, body: `{}`, want: 400, slug: "invalid-tenant"},
+		{name: "long tenant id", method: post, path: tenants, key: systemKey, body: `{"id":"` + strings.Repeat("a", 65) + `"}`, want: 400, slug: "invalid-tenant"},
+		{name: "duplicate tenant", method: post, path: tenants, key: systemKey, body: `{"id":"default"}`, want: 409, slug: "tenant-exists"},
+		{name: "unknown key id", method: del, path: ownKeys + "/5b0c6f5e-2d39-4d3e-9c8e-0f7b1f2a3c4d", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "malformed key id", method: del, path: ownKeys + "/not-an-id", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "key id with a dot", method: get, path: ownKeys + "/a.b", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "rotate unknown key", method: post, path: ownKeys + "/5b0c6f5e-2d39-4d3e-9c8e-0f7b1f2a3c4d/rotate", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "rotate a revoked key", method: post, path: ownKeys + "/" + revokedRec.ID + "/rotate", key: s.Key, want: 409, slug: "key-revoked"},
+
+		// Methods and paths.
+		{name: "PUT tenants", method: http.MethodPut, path: tenants, key: systemKey, want: 405, slug: "method-not-allowed"},
+		{name: "GET rotate", method: get, path: ownKeys + "/" + mine.ID + "/rotate", key: s.Key, want: 405, slug: "method-not-allowed"},
+		{name: "POST a key id", method: post, path: ownKeys + "/" + mine.ID, key: s.Key, want: 405, slug: "method-not-allowed"},
+		{name: "trailing slash", method: get, path: tenants + "/", key: systemKey, want: 404, slug: "not-found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body any
+			if tc.body != "" {
+				body = tc.body
+			}
+			status, h, b := adminReq(t, s, tc.method, tc.path, tc.key, body, tc.hdr...)
+			p := problemOf(t, status, h.Get("Content-Type"), b, tc.want)
+			if p["type"] != "urn:agentbus:problem:"+tc.slug {
+				t.Errorf("type %v, want slug %s", p["type"], tc.slug)
+			}
+			if tc.want == 405 && h.Get("Allow") == "" {
+				t.Error("405 without Allow")
+			}
+			if tc.want == 401 && h.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+
+	// Nothing refused changed anything.
+	ks, err := s.Keys.Keys(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range ks {
+		if k.ID == mine.ID && k.RevokedAt != nil || k.ID == otherRec.ID && k.RevokedAt != nil {
+			t.Errorf("a refused request revoked %+v", k)
+		}
+	}
+	if len(ks) != 6 {
+		t.Errorf("%d keys after refused requests, want the 6 the test made", len(ks))
+	}
+	if _, err := s.Keys.GetTenant(ctx, "mine"); err == nil {
+		t.Error("a refused request created a tenant")
+	}
+}
+
+func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ctx := context.Background()
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
+	ta := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
+	waitKnown(t, s, ta.Key)
+	user := createKey(t, s, "acme", ta.Key, "ci", "user")
+	sys := createKey(t, s, "", systemKey, "automation", "system-admin")
+	var rotated newKey
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+user.ID+"/rotate", ta.Key, nil, http.StatusCreated, &rotated)
+	revoked := createKey(t, s, "acme", ta.Key, "gone", "user")
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+revoked.ID, ta.Key, nil, http.StatusNoContent, nil)
+	secrets := []string{s.Key, s.OtherKey, ta.Key, user.Key, sys.Key, rotated.Key, revoked.Key}
+
+	lister, err := s.Res.Keys.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries int
+	for k := range lister.Keys() {
+		entries++
+		// The bucket keeps history: every revision counts, not only the latest.
+		hist, err := s.Res.Keys.History(ctx, k)
+		if err != nil {
+			t.Fatalf("History(%q): %v", k, err)
+		}
+		for _, secret := range secrets {
+			for _, needle := range []string{secret, strings.TrimPrefix(secret, keys.Prefix)} {
+				if strings.Contains(k, needle) {
+					t.Errorf("entry key %q holds a secret", k)
+				}
+				for _, e := range hist {
+					if strings.Contains(string(e.Value()), needle) {
+						t.Errorf("entry %q revision %d holds a secret: %s", k, e.Revision(), e.Value())
+					}
+				}
+			}
+		}
+	}
+	// A record and an id index entry for each key.
+	if want := 2 * len(secrets); entries != want {
+		t.Errorf("bucket holds %d entries, want %d", entries, want)
+	}
+	for _, secret := range secrets {
+		if _, err := s.Res.Keys.Get(ctx, keys.Hash(secret)); err != nil {
+			t.Errorf("no record under a key's hash: %v", err)
+		}
+	}
+}
+
+// TestAdminMethodsAllow checks the Allow header lists every method of a path.
+func TestAdminMethodsAllow(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	for path, want := range map[string]string{
+		"/api/v1/admin/tenants":                       "GET, POST",
+		"/api/v1/admin/tenants/default":               "DELETE, GET",
+		"/api/v1/admin/tenants/default/keys":          "GET, POST",
+		"/api/v1/admin/keys/1":                        "DELETE, GET",
+		"/api/v1/admin/tenants/default/keys/1/rotate": "POST",
+	} {
+		status, h, _ := adminReq(t, s, http.MethodPatch, path, systemKey, nil)
+		if status != http.StatusMethodNotAllowed || h.Get("Allow") != want {
+			t.Errorf("PATCH %s: %d, Allow %q; want 405, Allow %q", path, status, h.Get("Allow"), want)
+		}
+	}
+}
+
+// TestAdminRevocationReachesEveryIngress revokes a key through one ingress and sees a second
+// ingress, on its own NATS connection as another process would be, refuse it within a second.
+func TestAdminRevocationReachesEveryIngress(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := s.NATS.Connect("second ingress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	second, err := ingress.New(ctx, ingress.Config{Conn: nc, Bus: bus.Config{Partitions: 4}, AdminKey: systemKey, Logger: stacktest.Logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := second.Close(); err != nil {
+			t.Errorf("closing the second ingress: %v", err)
+		}
+	})
+	srv := httptest.NewServer(second.Handler())
+	t.Cleanup(srv.Close)
+	echoAt := func(key string) int {
+		status, _, _ := call(t, srv.URL, "Echo", "echo", q("apikey", key), []byte(`{}`))
+		return status
+	}
+
+	user := createKey(t, s, "default", s.Key, "ci", "user")
+	for deadline := time.Now().Add(time.Second); !second.KeyKnown(user.Key); {
+		if time.Now().After(deadline) {
+			t.Fatal("a new key did not reach the second ingress within 1s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if st := echoAt(user.Key); st != http.StatusOK {
+		t.Fatalf("new key on the second ingress: %d", st)
+	}
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/keys/"+user.ID, s.Key, nil, http.StatusNoContent, nil)
+	revoked := time.Now()
+	for echoAt(user.Key) != http.StatusUnauthorized {
+		if time.Since(revoked) > time.Second {
+			t.Fatal("the second ingress still accepts a key revoked through the first after 1s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("revocation seen by the second ingress after %v", time.Since(revoked))
+}
