@@ -1,0 +1,200 @@
+// Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
+// API keys, sends messages, converses with agents (optionally streamed) and tails a thread.
+//
+//	agentbus [global flags] <command> <subcommand> [flags] [args]
+//
+// Global flags, each with an environment variable:
+//
+//	-url     AGENTBUS_URL     the ingress (default http://127.0.0.1:8080)
+//	-key     AGENTBUS_KEY     the API key, sent as Authorization: Bearer (prefer the variable:
+//	                          a flag is visible to other users in the process list)
+//	-tenant  AGENTBUS_TENANT  the tenant of admin and history calls (default "default")
+//	-json                     print the API's JSON answers as they are
+//
+// The key is never printed and never put in a URL. Errors the API answers (problem+json) are
+// printed as "error: <title> (<status>): <detail>" on stderr, and the exit code is 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, new(usageError)):
+		os.Exit(2)
+	default:
+		os.Exit(1)
+	}
+}
+
+// usageError is a command line that makes no sense; the usage was printed with it.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// cli is one invocation: the global settings and where output goes.
+type cli struct {
+	url    string
+	key    string
+	tenant string
+	// tenantSet: -tenant or AGENTBUS_TENANT was given, so converse names it (tenantId) too.
+	tenantSet bool
+	json      bool
+
+	stdout, stderr io.Writer
+	http           *http.Client
+}
+
+const usage = `usage: agentbus [-url URL] [-key KEY] [-tenant ID] [-json] <command> [flags] [args]
+
+commands:
+  tenant create ID | tenant list | tenant delete ID
+  key create [--name N] [--role user|tenant-admin|system-admin]
+  key list | key revoke KEYID | key rotate KEYID          (--system: the tenant-less system keys)
+  send --agent A [--activation X] --participant P [--type Chat|Data|File|Webhook]
+       [--text T] [--data JSON] [--file PATH] [--topic T] [--hint H] [--wait] [--timeout S]
+  converse --workflow W [--type Chat|Data] --text T [--participant P] [--data JSON] [--stream]
+  tail (--workflow W | --agent A [--activation X]) --participant P
+
+environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
+`
+
+// run is the whole command: args without the program name, env to read AGENTBUS_* from. Errors
+// are printed to stderr here; the caller only chooses the exit code.
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
+	err := runCommand(ctx, args, env, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "error: %v\n\n%s", err, usage)
+	default:
+		fmt.Fprintf(stderr, "error: %v\n", err)
+	}
+	return err
+}
+
+func runCommand(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
+	c := &cli{stdout: stdout, stderr: stderr}
+	getenv := func(name, def string) (string, bool) {
+		if v, ok := env(name); ok && v != "" {
+			return v, true
+		}
+		return def, false
+	}
+	c.url, _ = getenv("AGENTBUS_URL", "http://127.0.0.1:8080")
+	c.key, _ = getenv("AGENTBUS_KEY", "")
+	c.tenant, c.tenantSet = getenv("AGENTBUS_TENANT", "default")
+
+	fs := c.flags("agentbus")
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		return usageError{"no command given"}
+	}
+	if args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	c.http = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse // never carry the key to another place
+	}}
+
+	cmd, rest := args[0], args[1:]
+	sub := func(table map[string]func(context.Context, []string) error) error {
+		if len(rest) == 0 {
+			return usageError{cmd + " needs a subcommand"}
+		}
+		f, ok := table[rest[0]]
+		if !ok {
+			return usageError{fmt.Sprintf("unknown command %q", cmd+" "+rest[0])}
+		}
+		return f(ctx, rest[1:])
+	}
+	switch cmd {
+	case "tenant", "tenants":
+		return sub(map[string]func(context.Context, []string) error{
+			"create": c.tenantCreate, "list": c.tenantList, "ls": c.tenantList, "delete": c.tenantDelete, "rm": c.tenantDelete,
+		})
+	case "key", "keys":
+		return sub(map[string]func(context.Context, []string) error{
+			"create": c.keyCreate, "list": c.keyList, "ls": c.keyList, "revoke": c.keyRevoke, "rotate": c.keyRotate,
+		})
+	case "send":
+		return c.send(ctx, rest)
+	case "converse":
+		return c.converse(ctx, rest)
+	case "tail":
+		return c.tail(ctx, rest)
+	default:
+		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+}
+
+// flags is a flag set holding the global flags, so that they may also follow the subcommand.
+func (c *cli) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.StringVar(&c.url, "url", c.url, "the agentbus ingress (AGENTBUS_URL)")
+	fs.StringVar(&c.key, "key", c.key, "the API key (AGENTBUS_KEY; prefer the variable)")
+	fs.Func("tenant", "the tenant (AGENTBUS_TENANT, default \"default\")", func(v string) error {
+		c.tenant, c.tenantSet = v, true
+		return nil
+	})
+	fs.BoolVar(&c.json, "json", c.json, "print the raw JSON answers")
+	return fs
+}
+
+// parse parses a subcommand's flags, which may come before, between and after its arguments,
+// and checks the number of arguments.
+func parse(fs *flag.FlagSet, args []string, nargs int, argNames string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	if len(pos) != nargs {
+		if nargs == 0 {
+			return nil, usageError{fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), strings.Join(pos, " "))}
+		}
+		return nil, usageError{fmt.Sprintf("usage: agentbus %s %s", fs.Name(), argNames)}
+	}
+	return pos, nil
+}
+
+// shortTime shows an API time in the local zone, to the second.
+func shortTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
