@@ -233,7 +233,11 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 				status = http.StatusInternalServerError
 			}
 			if he.Err != nil {
-				log.Warn("handler failed", "status", status, "err", he.Err)
+				level := slog.LevelWarn
+				if status < 500 {
+					level = slog.LevelDebug // the caller's mistake, answered as such
+				}
+				log.Log(context.Background(), level, "handler failed", "status", status, "err", he.Err)
 			}
 		} else {
 			log.Error("handler failed", "err", err)

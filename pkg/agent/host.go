@@ -477,7 +477,7 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("webhook handler panicked", "method", r.Method, "panic", p, "stack", string(debug.Stack()))
-			resp = platformError(http.StatusInternalServerError, "handler-panic", "the handler failed")
+			resp = platformError(http.StatusInternalServerError, "handler-error", "the handler failed")
 		}
 	}()
 	return hd.ServeWebhook(ctx, r).normalized()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/problem"
 )
 
 // Message types, as numbered in stored messages (spec 2.1, DESIGN §6).
@@ -194,7 +195,7 @@ func Method[In, Out any](a *Agent, name string, fn func(ctx context.Context, in 
 		if len(m.Data) > 0 && string(m.Data) != "null" {
 			dec := json.NewDecoder(strings.NewReader(string(m.Data)))
 			if err := dec.Decode(&in); err != nil {
-				return NoReply, Errorf(http.StatusBadRequest, "bad parameters for %s: %v", name, err)
+				return NoReply, &Error{Status: http.StatusBadRequest, Message: "bad parameters for " + name + ": " + problem.JSONDetail(err), Err: err}
 			}
 		}
 		out, err := fn(ctx, in)

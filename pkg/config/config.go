@@ -11,10 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/ident"
 )
 
 // Config holds every setting. Each service uses the ones it needs.
@@ -30,12 +33,58 @@ type Config struct {
 	WebhookTimeout      time.Duration
 	HistoryMaxAge       time.Duration
 	MaxFileBytes        int64
+	RateLimit           float64
+	RateBurst           int
+	TenantRateLimits    map[string]Rate
+	MaxWaitingPerTenant int
 	ContinueAsNewEvents int
 	SyncAlways          bool
 	LLMBaseURL          string
 	LLMModel            string
 	LLMAPIKey           string
 	LogLevel            slog.Level
+}
+
+// Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
+// Burst (0: twice PerSecond).
+type Rate struct {
+	PerSecond float64
+	Burst     int
+}
+
+// parseTenantRates reads "tenant=rate[:burst],…", for example "acme=200:400,beta=5:10".
+func parseTenantRates(v string) (map[string]Rate, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	bad := func(item string) error {
+		return fmt.Errorf("rate-limit-tenants: %q is not tenant=rate:burst, such as acme=200:400", item)
+	}
+	rates := make(map[string]Rate)
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		tenant, spec, ok := strings.Cut(item, "=")
+		tenant = strings.TrimSpace(tenant)
+		if !ok || !ident.ValidTenant(tenant) {
+			return nil, bad(item)
+		}
+		if _, dup := rates[tenant]; dup {
+			return nil, fmt.Errorf("rate-limit-tenants: tenant %q is given twice", tenant)
+		}
+		perSec, burst, hasBurst := strings.Cut(spec, ":")
+		var r Rate
+		var err error
+		if r.PerSecond, err = strconv.ParseFloat(strings.TrimSpace(perSec), 64); err != nil || r.PerSecond < 0 || math.IsInf(r.PerSecond, 0) {
+			return nil, bad(item)
+		}
+		if hasBurst {
+			if r.Burst, err = strconv.Atoi(strings.TrimSpace(burst)); err != nil || r.Burst < 1 {
+				return nil, bad(item)
+			}
+		}
+		rates[tenant] = r
+	}
+	return rates, nil
 }
 
 type setting struct {
@@ -86,6 +135,38 @@ func (c *Config) settings() []setting {
 				return fmt.Errorf("max-file-bytes: %q is not a positive whole number", v)
 			}
 			c.MaxFileBytes = n
+			return nil
+		}},
+		{"AGENTBUS_RATE_LIMIT", "rate-limit", "50", "requests a second per API key; 0 means no limit", func(v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) {
+				return fmt.Errorf("rate-limit: %q is not a number of requests a second, 0 or more", v)
+			}
+			c.RateLimit = f
+			return nil
+		}},
+		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("rate-burst: %q is not a positive whole number", v)
+			}
+			c.RateBurst = n
+			return nil
+		}},
+		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", func(v string) error {
+			rates, err := parseTenantRates(v)
+			if err != nil {
+				return err
+			}
+			c.TenantRateLimits = rates
+			return nil
+		}},
+		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("max-waiting-per-tenant: %q is not a positive whole number", v)
+			}
+			c.MaxWaitingPerTenant = n
 			return nil
 		}},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},

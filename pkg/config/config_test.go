@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +38,13 @@ func TestDefaults(t *testing.T) {
 		WebhookTimeout:      30 * time.Second,
 		HistoryMaxAge:       180 * 24 * time.Hour,
 		MaxFileBytes:        25 << 20,
+		RateLimit:           50,
+		RateBurst:           100,
+		MaxWaitingPerTenant: 1000,
 		ContinueAsNewEvents: 1000,
 		LogLevel:            slog.LevelInfo,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults = %+v, want %+v", c, want)
 	}
 }
@@ -132,6 +136,24 @@ func TestOverrides(t *testing.T) {
 			check: func(c config.Config) bool { return c.LogLevel == slog.LevelWarn },
 		},
 		{
+			name: "env limits",
+			vars: map[string]string{
+				"AGENTBUS_RATE_LIMIT": "2.5", "AGENTBUS_RATE_BURST": "7",
+				"AGENTBUS_RATE_LIMIT_TENANTS": " acme=200:400, beta=0:1,gamma=5", "AGENTBUS_MAX_WAITING_PER_TENANT": "3",
+			},
+			check: func(c config.Config) bool {
+				return c.RateLimit == 2.5 && c.RateBurst == 7 && c.MaxWaitingPerTenant == 3 &&
+					reflect.DeepEqual(c.TenantRateLimits, map[string]config.Rate{
+						"acme": {PerSecond: 200, Burst: 400}, "beta": {PerSecond: 0, Burst: 1}, "gamma": {PerSecond: 5},
+					})
+			},
+		},
+		{
+			name:  "rate limit off",
+			args:  []string{"-rate-limit=0"},
+			check: func(c config.Config) bool { return c.RateLimit == 0 && c.RateBurst == 100 },
+		},
+		{
 			name:  "unrelated env left alone",
 			vars:  map[string]string{"AGENTBUS_PARTITIONS": "16"},
 			check: func(c config.Config) bool { return c.Partitions == 16 && c.HTTPAddr == "127.0.0.1:8080" },
@@ -172,6 +194,15 @@ func TestBadValues(t *testing.T) {
 		{name: "env partitions too many", vars: map[string]string{"AGENTBUS_PARTITIONS": "1025"}, mention: []string{"partitions"}},
 		{name: "flag replicas zero", args: []string{"-replicas=0"}, mention: []string{"replicas"}},
 		{name: "zero webhook timeout", vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "0s"}, mention: []string{"webhook-timeout"}},
+		{name: "negative rate limit", vars: map[string]string{"AGENTBUS_RATE_LIMIT": "-1"}, mention: []string{"AGENTBUS_RATE_LIMIT"}},
+		{name: "rate limit not a number", args: []string{"-rate-limit", "fast"}, mention: []string{"rate-limit"}},
+		{name: "zero burst", vars: map[string]string{"AGENTBUS_RATE_BURST": "0"}, mention: []string{"AGENTBUS_RATE_BURST"}},
+		{name: "tenant rate without equals", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme:200"}, mention: []string{"AGENTBUS_RATE_LIMIT_TENANTS", "acme:200"}},
+		{name: "tenant rate bad burst", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=200:0"}, mention: []string{"acme=200:0"}},
+		{name: "tenant rate negative", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=-5:10"}, mention: []string{"acme=-5:10"}},
+		{name: "tenant rate bad tenant", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "a b=5:10"}, mention: []string{"rate-limit-tenants"}},
+		{name: "tenant rate twice", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=5:10,acme=6:10"}, mention: []string{"twice"}},
+		{name: "zero waiting cap", vars: map[string]string{"AGENTBUS_MAX_WAITING_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_WAITING_PER_TENANT"}},
 		{name: "short admin key", vars: map[string]string{"AGENTBUS_ADMIN_KEY": "short"}, mention: []string{"admin key"}},
 		{name: "short dev key", args: []string{"-dev-api-key", "short"}, mention: []string{"dev API key"}},
 	}

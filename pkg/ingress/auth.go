@@ -17,7 +17,8 @@ import (
 
 // authenticate checks the credentials a request carries (where names them for the client). Every
 // credential given must be valid, else 401; when several are, the first wins, so callers list the
-// Authorization header first.
+// Authorization header first. The key's rate limit is applied here, so every authenticated
+// endpoint has it and an unknown key still gets 401 rather than 429.
 func (s *Server) authenticate(where string, creds ...string) (keys.Key, *problem.Problem) {
 	unauthorized := func(err error) *problem.Problem {
 		return &problem.Problem{Status: http.StatusUnauthorized, Slug: "unauthorized", Detail: authDetail(err, where)}
@@ -40,6 +41,9 @@ func (s *Server) authenticate(where string, creds ...string) (keys.Key, *problem
 	}
 	if !have {
 		return keys.Key{}, unauthorized(keys.ErrUnknownKey)
+	}
+	if p := s.limit(key); p != nil {
+		return keys.Key{}, p
 	}
 	return key, nil
 }
@@ -70,6 +74,7 @@ type userCall struct {
 // startUserCall reads the request id (Idempotency-Key, else a new UUID, also sent back as
 // X-Request-Id), the query, the key (from where, via creds) and the tenant: the key's, or for a
 // system key the tenantId query parameter; a tenantId that differs from the key's is refused.
+// A synchronous call is then counted among the tenant's waiting requests (holdWaiting).
 // On failure it has written the problem and returns false.
 func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds func(url.Values) (string, []string)) (userCall, bool) {
 	c := userCall{requestID: r.Header.Get("Idempotency-Key")}
@@ -94,10 +99,14 @@ func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds fun
 	}
 	c.key, c.tenant = key, key.Tenant
 	tenantID, tenantGiven := c.query["tenantId"]
+	header := r.Header.Get("X-Tenant-Id")
 	switch {
 	case key.Role == keys.RoleSystemAdmin:
 		// A system key serves every tenant; the call must say which.
 		c.tenant = c.query.Get("tenantId")
+		if !tenantGiven {
+			c.tenant = header
+		}
 		if !ident.ValidTenant(c.tenant) {
 			return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: "a system key needs a valid tenantId query parameter"})
 		}
@@ -111,9 +120,15 @@ func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds fun
 	case tenantGiven && tenantID[0] != c.tenant:
 		return fail(problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "tenantId does not match the API key's tenant"})
 	}
+	if header != "" && header != c.tenant {
+		return fail(problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "X-Tenant-Id does not match the call's tenant"})
+	}
 	if len(c.requestID) > maxIdempotencyKey {
 		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-idempotency-key",
 			Detail: fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey)})
+	}
+	if p := s.holdWaiting(r, c.tenant); p != nil {
+		return fail(*p)
 	}
 	return c, true
 }

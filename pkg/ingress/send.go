@@ -158,6 +158,13 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid-query", perr)
 		return
 	}
+	if wait {
+		if p := s.holdWaiting(r, tenant); p != nil {
+			p.RequestID = requestID
+			problem.Write(w, *p)
+			return
+		}
+	}
 	if p := s.checkTarget(wf, kind, body.Text); p != nil {
 		p.RequestID = requestID
 		problem.Write(w, *p)
@@ -239,6 +246,9 @@ func (s *Server) sendTenant(r *http.Request, key keys.Key) (string, *problem.Pro
 	}
 	if tenant == "" {
 		return "", bad(http.StatusBadRequest, "missing-tenant", "the tenant is required in the path or X-Tenant-Id")
+	}
+	if q, given := r.URL.Query()["tenantId"]; given && q[0] != tenant {
+		return "", bad(http.StatusForbidden, "forbidden", "the tenantId query parameter names another tenant")
 	}
 	if !ident.ValidTenant(tenant) {
 		return "", bad(http.StatusBadRequest, "invalid-tenant", ident.ErrInvalidTenant.Error())
@@ -369,22 +379,7 @@ func isJSONObject(b json.RawMessage) bool {
 }
 
 // jsonProblem describes a JSON decoding error without internals.
-func jsonProblem(err error) string {
-	var syntax *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return "more than one value"
-	case errors.As(err, &syntax):
-		return fmt.Sprintf("syntax error at byte %d", syntax.Offset)
-	case errors.As(err, &typeErr):
-		return fmt.Sprintf("field %s must be %s", typeErr.Field, typeErr.Type.String())
-	case errors.Is(err, io.EOF):
-		return "empty body"
-	default:
-		return "not valid JSON"
-	}
-}
+func jsonProblem(err error) string { return problem.JSONDetail(err) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)

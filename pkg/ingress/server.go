@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -40,6 +41,18 @@ type Config struct {
 	// MaxFileBytes bounds uploaded files (decoded). Default 25 MiB. The send endpoint takes
 	// bodies large enough for such a file in base64.
 	MaxFileBytes int64
+	// RateLimit is every API key's request rate (a token bucket per key id). The zero value
+	// means no limit; the services set AGENTBUS_RATE_LIMIT and AGENTBUS_RATE_BURST.
+	RateLimit Rate
+	// TenantRateLimits override RateLimit for the keys of a tenant; a zero Rate there means no
+	// limit for that tenant.
+	TenantRateLimits map[string]Rate
+	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
+	// (webhook, converse, and send with wait=true). Default 1000.
+	MaxWaitingPerTenant int
+	// ReadHeaderTimeout bounds how long HTTPServer's clients may take to send the request
+	// headers. Default 10s.
+	ReadHeaderTimeout time.Duration
 	// InstanceID names this ingress instance in reply subjects. Default: a random id.
 	InstanceID string
 	// Logger receives the ingress's logs; nil discards them.
@@ -58,8 +71,19 @@ func (c Config) Validate() error {
 	if c.Conn == nil {
 		return errors.New("ingress: Conn is required")
 	}
-	if c.WebhookTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 {
+	if c.WebhookTimeout < 0 || c.MaxBodyBytes < 0 || c.MaxFileBytes < 0 || c.ReadHeaderTimeout < 0 {
 		return errors.New("ingress: negative timeout or body limit")
+	}
+	if c.MaxWaitingPerTenant < 0 {
+		return errors.New("ingress: negative MaxWaitingPerTenant")
+	}
+	for tenant, r := range c.TenantRateLimits {
+		if r.Burst < 0 || math.IsNaN(r.PerSecond) {
+			return fmt.Errorf("ingress: invalid rate limit of tenant %q", tenant)
+		}
+	}
+	if c.RateLimit.Burst < 0 || math.IsNaN(c.RateLimit.PerSecond) {
+		return errors.New("ingress: invalid rate limit")
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return errors.New("ingress: admin key must be at least 16 characters")
@@ -76,6 +100,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFileBytes == 0 {
 		c.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.MaxWaitingPerTenant == 0 {
+		c.MaxWaitingPerTenant = DefaultMaxWaitingPerTenant
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if c.InstanceID == "" {
 		c.InstanceID = uuid.NewString()[:8]
@@ -98,6 +128,8 @@ type Server struct {
 	replies *bus.Replies
 	claims  *bus.Blobs
 	handler http.Handler
+	limits  *limiter
+	waiting *waiting
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
@@ -110,7 +142,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("ingress", cfg.InstanceID), closing: make(chan struct{})}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger.With("ingress", cfg.InstanceID),
+		closing: make(chan struct{}),
+		limits:  newLimiter(cfg.RateLimit, cfg.TenantRateLimits),
+		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
+	}
 	var err error
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
@@ -170,10 +208,10 @@ func (s *Server) routes() http.Handler {
 	// hold any character, %2F included. Methods are checked by allow, so that a wrong method
 	// gets a problem+json 405 rather than ServeMux's plain-text one.
 	mux.HandleFunc("/healthz", allow(http.MethodGet, s.healthz))
-	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.webhook))
-	mux.HandleFunc("/api/v1/admin/tenants/{tenantId}/messaging/send", allow(http.MethodPost, s.send))
-	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.send))
-	mux.HandleFunc("/api/user/rest/converse", allow(http.MethodPost, s.converse))
+	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.syncCall(s.webhook)))
+	mux.HandleFunc("/api/v1/admin/tenants/{tenantId}/messaging/send", allow(http.MethodPost, s.syncCall(s.send)))
+	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.syncCall(s.send)))
+	mux.HandleFunc("/api/user/rest/converse", allow(http.MethodPost, s.syncCall(s.converse)))
 	s.historyRoutes(mux)
 	s.adminRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -227,7 +265,7 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 func (s *Server) HTTPServer() *http.Server {
 	hs := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       5 * time.Minute, // bodies up to the file limit on slow links
 		WriteTimeout:      max(s.cfg.WebhookTimeout, maxWaitSecs*time.Second) + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,

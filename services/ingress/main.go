@@ -46,12 +46,15 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	}
 	defer nc.Close()
 	icfg := ingress.Config{
-		Conn:           nc,
-		Bus:            bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
-		AdminKey:       cfg.AdminKey,
-		WebhookTimeout: cfg.WebhookTimeout,
-		MaxFileBytes:   cfg.MaxFileBytes,
-		Logger:         log,
+		Conn:                nc,
+		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
+		AdminKey:            cfg.AdminKey,
+		WebhookTimeout:      cfg.WebhookTimeout,
+		MaxFileBytes:        cfg.MaxFileBytes,
+		RateLimit:           ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
+		TenantRateLimits:    tenantRates(cfg.TenantRateLimits),
+		MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
+		Logger:              log,
 	}
 	srv, err := ingress.New(ctx, icfg)
 	if err != nil {
@@ -83,4 +86,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	return nil
+}
+
+// tenantRates converts the per-tenant rate limits of the settings.
+func tenantRates(in map[string]config.Rate) map[string]ingress.Rate {
+	out := make(map[string]ingress.Rate, len(in))
+	for tenant, r := range in {
+		out[tenant] = ingress.Rate(r)
+	}
+	return out
 }

@@ -68,7 +68,11 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		HTTPAddr:   cfg.HTTPAddr,
 		Agents:     []*agent.Agent{echo.New(echo.WithModel(model))},
 		Bus:        bus.Config{Partitions: cfg.Partitions, Replicas: 1, HistoryMaxAge: cfg.HistoryMaxAge},
-		Ingress:    ingress.Config{AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes},
+		Ingress: ingress.Config{
+			AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes,
+			RateLimit:        ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
+			TenantRateLimits: tenantRates(cfg.TenantRateLimits), MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
+		},
 		Host:       agent.HostConfig{ContinueAsNewEvents: cfg.ContinueAsNewEvents},
 		SyncAlways: cfg.SyncAlways,
 		Logger:     log,
@@ -145,4 +149,13 @@ func natsAddr(cfg config.Config) string {
 		return "in-process only"
 	}
 	return "nats://" + cfg.NATSListen
+}
+
+// tenantRates converts the per-tenant rate limits of the settings.
+func tenantRates(in map[string]config.Rate) map[string]ingress.Rate {
+	out := make(map[string]ingress.Rate, len(in))
+	for tenant, r := range in {
+		out[tenant] = ingress.Rate(r)
+	}
+	return out
 }

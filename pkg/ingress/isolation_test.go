@@ -1,0 +1,451 @@
+package ingress_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// The isolation matrix (issue 5 item 2, docs/security.md): a key of tenant A ("default") aimed
+// at tenant B ("other") by every route there is gets a refusal and none of B's data; a user key
+// on an admin endpoint gets 403; a revoked key gets 401 everywhere.
+
+// isoSystemKey is the system-admin key of the isolation stack.
+const isoSystemKey = "isolation-system-key-0123456789"
+
+// isoCase is one request of the matrix.
+type isoCase struct {
+	name   string
+	method string
+	// path holds the query too.
+	path string
+	hdr  []string
+	body string
+	// want are the acceptable statuses, the expected one first.
+	want []int
+}
+
+// isoDo sends a request and returns status, content type and body. An event stream is read up
+// to its first event or comment, then dropped.
+func isoDo(t *testing.T, base, method, path, body string, hdr ...string) (int, string, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "text/event-stream") {
+		var b bytes.Buffer
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if sc.Text() == "" && b.Len() > 0 {
+				break
+			}
+			b.WriteString(sc.Text() + "\n")
+		}
+		return resp.StatusCode, ct, b.Bytes()
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, ct, b
+}
+
+// isoQuery encodes name/value pairs as a query string with its '?'.
+func isoQuery(kv ...string) string { return "?" + q(kv...).Encode() }
+
+func isoBearer(k string) []string { return []string{"Authorization", "Bearer " + k} }
+
+// isoTenantB is what B holds that A must never see.
+type isoTenantB struct {
+	marker   string
+	secrets  []string // B's key secrets
+	userKey  keys.Key // a user key of B named after the marker
+	cursor   string   // a history cursor of B's thread
+	lastID   string   // a message id of B's thread
+	messages int      // messages in B's thread after seeding
+}
+
+// Addressing B's seeded thread, and A's thread of the same names.
+const (
+	isoWFB        = "other:Echo:Supervisor Workflow:default"
+	isoWFA        = "default:Echo:Supervisor Workflow:default"
+	isoThreadUser = "victim"
+)
+
+// seedB stores the marker in B's history (a webhook call, a chat with the marker as topic and a
+// file named after it) and names one of B's keys after it.
+func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
+	t.Helper()
+	ctx := context.Background()
+	rnd := make([]byte, 8)
+	_, _ = rand.Read(rnd)
+	b := isoTenantB{marker: "B-ONLY-MARKER-" + hex.EncodeToString(rnd)}
+	userSecret, userKey, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: b.marker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.userKey, b.secrets = userKey, []string{s.OtherKey, userSecret}
+
+	status, _, body := call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey, "participantId", isoThreadUser, "note", b.marker), []byte("body "+b.marker))
+	if status != http.StatusOK {
+		t.Fatalf("seeding B by webhook: %d %s", status, body)
+	}
+	for _, m := range []map[string]any{
+		{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": "Chat", "text": "chat " + b.marker, "topic": b.marker},
+		{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": "File", "text": b.marker + ".txt",
+			"data": base64.StdEncoding.EncodeToString([]byte("file " + b.marker))},
+	} {
+		status, _, body := send(t, s, "other", "wait=true", m, isoBearer(s.OtherKey)...)
+		if status != http.StatusOK {
+			t.Fatalf("seeding B by send: %d %s", status, body)
+		}
+	}
+	// Six messages: each call and its reply. The host answers before it stores the reply.
+	path := historyPath("other")
+	thread := q("workflowId", isoWFB, "participantId", isoThreadUser, "pageSize", "100")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		a := readHistory(t, s.URL, path, thread, isoBearer(s.OtherKey)...)
+		if len(a.Messages) >= 6 {
+			b.messages, b.lastID = len(a.Messages), a.Messages[0].ID
+			// The positive control: B itself sees the marker, so its absence from A's answers
+			// means something.
+			if !strings.Contains(mustJSON(a), b.marker) {
+				t.Fatalf("B's history does not show the marker: %+v", a)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's thread has %d messages, want 6", len(a.Messages))
+		}
+	}
+	a := readHistory(t, s.URL, path, with(thread, "pageSize", "1"), isoBearer(s.OtherKey)...)
+	if a.Next == nil || len(a.Messages) != 1 {
+		t.Fatalf("B's first page: %+v", a)
+	}
+	b.cursor = *a.Next
+	return b
+}
+
+// checkIsoCase runs one case and checks the status and that nothing of B is in the answer.
+func checkIsoCase(t *testing.T, s *stacktest.Stack, b isoTenantB, tc isoCase) {
+	t.Helper()
+	status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+	if !slices.Contains(tc.want, status) {
+		t.Fatalf("%s %s: status %d, want %v: %.300s", tc.method, tc.path, status, tc.want, body)
+	}
+	if status >= 400 && ct != "application/problem+json" {
+		t.Fatalf("refusal with content type %q", ct)
+	}
+	for _, secret := range append([]string{b.marker, b.userKey.ID}, b.secrets...) {
+		if bytes.Contains(body, []byte(secret)) {
+			t.Fatalf("the answer holds B's data %q: %.300s", secret, body)
+		}
+	}
+}
+
+func TestIsolationMatrix(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	ctx := context.Background()
+	b := seedB(t, s)
+	userA, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "a-user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitKnown(t, s, userA)
+	A := s.Key
+
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+		webhooks       = "/api/user/webhooks/"
+		converse       = "/api/user/rest/converse"
+		sendB          = "/api/v1/admin/tenants/other/messaging/send"
+		sendA          = "/api/v1/admin/tenants/default/messaging/send"
+		sendBare       = "/api/v1/admin/messaging/send"
+		tenants        = "/api/v1/admin/tenants"
+		keysB          = "/api/v1/admin/tenants/other/keys"
+		keysA          = "/api/v1/admin/tenants/default/keys"
+		sysKeys        = "/api/v1/admin/keys"
+	)
+	refused, hidden, mismatch := []int{403}, []int{404}, []int{400}
+	wfB := url.PathEscape(isoWFB)
+	sendBody := func(typ, text string, extra ...string) string {
+		m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": typ, "text": text}
+		for i := 0; i+1 < len(extra); i += 2 {
+			m[extra[i]] = extra[i+1]
+		}
+		return mustJSON(m)
+	}
+	fileBody := sendBody("File", "a.txt", "data", base64.StdEncoding.EncodeToString([]byte("hello")))
+	historyData := `{"size":100}`
+
+	cases := []isoCase{
+		// Webhook: POST /api/user/webhooks/{workflow}/{method}?apikey=…
+		{"webhook/tenantId query", post, webhooks + "Echo/state" + isoQuery("apikey", A, "tenantId", "other"), nil, "", refused},
+		{"webhook/tenantId query of an unknown tenant", post, webhooks + "Echo/state" + isoQuery("apikey", A, "tenantId", "nobody"), nil, "", refused},
+		{"webhook/workflow id tenant segment", post, webhooks + wfB + "/state" + isoQuery("apikey", A), nil, "", refused},
+		{"webhook/workflow id tenant segment, user key", post, webhooks + wfB + "/echo" + isoQuery("apikey", userA, "participantId", isoThreadUser), nil, "", refused},
+		{"webhook/workflow id tenant segment and tenantId", post, webhooks + wfB + "/state" + isoQuery("apikey", A, "tenantId", "other"), nil, "", refused},
+		{"webhook/X-Tenant-Id", post, webhooks + "Echo/state" + isoQuery("apikey", A), []string{"X-Tenant-Id", "other"}, "", refused},
+
+		// Converse: POST /api/user/rest/converse?workflow=…&type=…&text=…
+		{"converse/tenantId query, bearer", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser, "tenantId", "other"), isoBearer(A), historyData, refused},
+		{"converse/tenantId query, apikey", post, converse + isoQuery("apikey", A, "workflow", "Echo", "type", "Chat", "text", "hi", "tenantId", "other"), nil, "", refused},
+		{"converse/workflow id tenant segment, Data history", post, converse + isoQuery("workflow", isoWFB, "type", "Data", "text", "history", "participantId", isoThreadUser), isoBearer(A), historyData, refused},
+		{"converse/workflow id tenant segment, Chat", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "what did they say?", "participantId", isoThreadUser), isoBearer(A), "", refused},
+		{"converse/workflow id tenant segment, user key by apikey", post, converse + isoQuery("apikey", userA, "workflow", isoWFB, "type", "Data", "text", "history", "participantId", isoThreadUser), nil, historyData, refused},
+		{"converse/workflow id tenant segment, event stream", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "hi", "participantId", isoThreadUser), append(isoBearer(A), "Accept", "text/event-stream"), "", refused},
+		{"converse/X-Tenant-Id", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser), append(isoBearer(A), "X-Tenant-Id", "other"), historyData, refused},
+
+		// Send: POST /api/v1/admin/[tenants/{tenantId}/]messaging/send
+		{"send/path tenant", post, sendB, isoBearer(A), sendBody("Chat", "hi"), refused},
+		{"send/path tenant, wait=true Data history", post, sendB + "?wait=true", isoBearer(A), sendBody("Data", "history"), refused},
+		{"send/path tenant, key in the authorization field", post, sendB, nil, sendBody("Chat", "hi", "authorization", A), refused},
+		{"send/path tenant of an unknown tenant", post, "/api/v1/admin/tenants/nobody/messaging/send", isoBearer(A), sendBody("Chat", "hi"), refused},
+		{"send/X-Tenant-Id", post, sendBare, append(isoBearer(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), refused},
+		{"send/X-Tenant-Id, key in the authorization field", post, sendBare, []string{"X-Tenant-Id", "other"}, sendBody("Chat", "hi", "authorization", A), refused},
+		{"send/path own tenant, X-Tenant-Id other", post, sendA, append(isoBearer(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), mismatch},
+		{"send/path other tenant, X-Tenant-Id own", post, sendB, append(isoBearer(A), "X-Tenant-Id", "default"), sendBody("Chat", "hi"), mismatch},
+		{"send/file upload, path tenant", post, sendB + "?wait=true", isoBearer(A), fileBody, refused},
+		{"send/file upload, X-Tenant-Id", post, sendBare, append(isoBearer(A), "X-Tenant-Id", "other"), fileBody, refused},
+		{"send/tenantId query", post, sendA + isoQuery("tenantId", "other", "wait", "true"), isoBearer(A), sendBody("Data", "history"), refused},
+	}
+
+	// History, topics and listen: GET /api/v1/admin/[tenants/{tenantId}/]messaging/{endpoint}
+	threadB := []string{"workflowId", isoWFB, "participantId", isoThreadUser}
+	threadA := []string{"workflowId", isoWFA, "participantId", isoThreadUser}
+	byNames := []string{"agentName", "Echo", "activationName", "default", "participantId", isoThreadUser}
+	for _, ep := range []string{"history", "topics", "listen"} {
+		pathB := "/api/v1/admin/tenants/other/messaging/" + ep
+		pathA := "/api/v1/admin/tenants/default/messaging/" + ep
+		bare := "/api/v1/admin/messaging/" + ep
+		cases = append(cases,
+			isoCase{ep + "/path tenant, bearer", get, pathB + isoQuery(threadB...), isoBearer(A), "", refused},
+			isoCase{ep + "/path tenant, apikey", get, pathB + isoQuery(append(threadB, "apikey", A)...), nil, "", refused},
+			isoCase{ep + "/path tenant, user key", get, pathB + isoQuery(threadB...), isoBearer(userA), "", refused},
+			isoCase{ep + "/path tenant by agent and activation", get, pathB + isoQuery(byNames...), isoBearer(A), "", refused},
+			isoCase{ep + "/path tenant of an unknown tenant", get, "/api/v1/admin/tenants/nobody/messaging/" + ep + isoQuery(threadA...), isoBearer(A), "", refused},
+			isoCase{ep + "/X-Tenant-Id", get, bare + isoQuery(threadB...), append(isoBearer(A), "X-Tenant-Id", "other"), "", refused},
+			isoCase{ep + "/X-Tenant-Id, apikey", get, bare + isoQuery(append(threadB, "apikey", userA)...), []string{"X-Tenant-Id", "other"}, "", refused},
+			isoCase{ep + "/path own tenant, X-Tenant-Id other", get, pathA + isoQuery(threadA...), append(isoBearer(A), "X-Tenant-Id", "other"), "", mismatch},
+			isoCase{ep + "/workflowId tenant segment", get, pathA + isoQuery(threadB...), isoBearer(A), "", refused},
+			isoCase{ep + "/workflowId tenant segment, X-Tenant-Id own", get, bare + isoQuery(threadB...), append(isoBearer(A), "X-Tenant-Id", "default"), "", refused},
+			isoCase{ep + "/tenantId query", get, pathA + isoQuery(append(threadA, "tenantId", "other")...), isoBearer(A), "", refused},
+			// The same agent, activation and participant names in A's own tenant are A's thread.
+			isoCase{ep + "/same names in own tenant", get, pathA + isoQuery(byNames...), isoBearer(userA), "", []int{200}},
+		)
+	}
+	cases = append(cases,
+		isoCase{"history/B's cursor on A's thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery(append(threadA, "before", b.cursor)...), isoBearer(A), "", []int{400}},
+		isoCase{"listen/B's message id as Last-Event-ID on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(threadA...), append(isoBearer(A), "Last-Event-ID", b.lastID), "", []int{200}},
+		isoCase{"listen/B's message id as lastEventId on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(append(threadA, "lastEventId", b.lastID)...), isoBearer(A), "", []int{200}},
+	)
+
+	// Tenant and key management, by A's tenant admin.
+	bid := b.userKey.ID
+	userKeyBody := `{"name":"n","role":"user"}`
+	cases = append(cases,
+		isoCase{"admin/list tenants", get, tenants, isoBearer(A), "", refused},
+		isoCase{"admin/create tenant", post, tenants, isoBearer(A), `{"id":"a-made-this"}`, refused},
+		isoCase{"admin/read tenant", get, tenants + "/other", isoBearer(A), "", refused},
+		isoCase{"admin/read unknown tenant", get, tenants + "/nobody", isoBearer(A), "", refused},
+		isoCase{"admin/read own tenant, X-Tenant-Id other", get, tenants + "/default", append(isoBearer(A), "X-Tenant-Id", "other"), "", mismatch},
+		isoCase{"admin/delete tenant", del, tenants + "/other", isoBearer(A), "", refused},
+		isoCase{"admin/list keys", get, keysB, isoBearer(A), "", refused},
+		isoCase{"admin/list keys, X-Tenant-Id own", get, keysB, append(isoBearer(A), "X-Tenant-Id", "default"), "", mismatch},
+		isoCase{"admin/create key", post, keysB, isoBearer(A), userKeyBody, refused},
+		isoCase{"admin/read key", get, keysB + "/" + bid, isoBearer(A), "", refused},
+		isoCase{"admin/revoke key", del, keysB + "/" + bid, isoBearer(A), "", refused},
+		isoCase{"admin/rotate key", post, keysB + "/" + bid + "/rotate", isoBearer(A), "", refused},
+		isoCase{"admin/read B's key under own tenant", get, keysA + "/" + bid, isoBearer(A), "", hidden},
+		isoCase{"admin/revoke B's key under own tenant", del, keysA + "/" + bid, isoBearer(A), "", hidden},
+		isoCase{"admin/rotate B's key under own tenant", post, keysA + "/" + bid + "/rotate", isoBearer(A), "", hidden},
+		isoCase{"admin/list system keys", get, sysKeys, isoBearer(A), "", refused},
+		isoCase{"admin/create system key", post, sysKeys, isoBearer(A), `{"name":"n","role":"system-admin"}`, refused},
+		isoCase{"admin/read B's key as a system key", get, sysKeys + "/" + bid, isoBearer(A), "", refused},
+		isoCase{"admin/revoke B's key as a system key", del, sysKeys + "/" + bid, isoBearer(A), "", refused},
+		isoCase{"admin/rotate B's key as a system key", post, sysKeys + "/" + bid + "/rotate", isoBearer(A), "", refused},
+		isoCase{"admin/list own keys shows none of B's", get, keysA, isoBearer(A), "", []int{200}},
+	)
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { checkIsoCase(t, s, b, tc) })
+	}
+
+	// Nothing A tried changed B: its thread, tenant and keys are as they were.
+	a := readHistory(t, s.URL, historyPath("other"), q(append(threadB, "pageSize", "100")...), isoBearer(s.OtherKey)...)
+	if len(a.Messages) != b.messages {
+		t.Errorf("B's thread has %d messages after the matrix, want %d", len(a.Messages), b.messages)
+	}
+	for _, k := range b.secrets {
+		if !s.Ingress.KeyKnown(k) {
+			t.Errorf("a key of B stopped working")
+		}
+	}
+	if _, err := s.Keys.GetTenant(ctx, "other"); err != nil {
+		t.Errorf("tenant B: %v", err)
+	}
+	if _, err := s.Keys.GetTenant(ctx, "a-made-this"); err == nil {
+		t.Errorf("a tenant admin created a tenant")
+	}
+}
+
+// isoEveryEndpoint is one call to every authenticated endpoint of tenant "default" (or the
+// system scope) with key, in each place the endpoint reads a key from.
+func isoEveryEndpoint(key, ownKeyID string) []isoCase {
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+	)
+	chat := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"})
+	chatWithKey := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi", "authorization": key})
+	thread := []string{"workflowId", isoWFA, "participantId", "p"}
+	cs := []isoCase{
+		{name: "webhook, apikey", method: post, path: "/api/user/webhooks/Echo/echo" + isoQuery("apikey", key)},
+		{name: "converse, bearer", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: isoBearer(key)},
+		{name: "converse, apikey", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi", "apikey", key)},
+		{name: "converse, event stream", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: append(isoBearer(key), "Accept", "text/event-stream")},
+		{name: "send, path tenant", method: post, path: "/api/v1/admin/tenants/default/messaging/send", hdr: isoBearer(key), body: chat},
+		{name: "send, X-Tenant-Id", method: post, path: "/api/v1/admin/messaging/send", hdr: append(isoBearer(key), "X-Tenant-Id", "default"), body: chat},
+		{name: "send, authorization field", method: post, path: "/api/v1/admin/tenants/default/messaging/send", body: chatWithKey},
+	}
+	for _, ep := range []string{"history", "topics", "listen"} {
+		cs = append(cs,
+			isoCase{name: ep + ", bearer", method: get, path: "/api/v1/admin/tenants/default/messaging/" + ep + isoQuery(thread...), hdr: isoBearer(key)},
+			isoCase{name: ep + ", apikey", method: get, path: "/api/v1/admin/tenants/default/messaging/" + ep + isoQuery(append(thread, "apikey", key)...)},
+			isoCase{name: ep + ", X-Tenant-Id", method: get, path: "/api/v1/admin/messaging/" + ep + isoQuery(thread...), hdr: append(isoBearer(key), "X-Tenant-Id", "default")},
+		)
+	}
+	return append(cs, isoAdminEndpoints(key, ownKeyID)...)
+}
+
+// isoAdminEndpoints is one call to every admin endpoint with key.
+func isoAdminEndpoints(key, ownKeyID string) []isoCase {
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+		own            = "/api/v1/admin/tenants/default/keys"
+		sys            = "/api/v1/admin/keys"
+	)
+	h := isoBearer(key)
+	return []isoCase{
+		{name: "admin list tenants", method: get, path: "/api/v1/admin/tenants", hdr: h},
+		{name: "admin create tenant", method: post, path: "/api/v1/admin/tenants", hdr: h, body: `{"id":"never-made"}`},
+		{name: "admin read tenant", method: get, path: "/api/v1/admin/tenants/default", hdr: h},
+		{name: "admin delete tenant", method: del, path: "/api/v1/admin/tenants/never-made", hdr: h},
+		{name: "admin list keys", method: get, path: own, hdr: h},
+		{name: "admin create key", method: post, path: own, hdr: h, body: `{"name":"n","role":"user"}`},
+		{name: "admin read key", method: get, path: own + "/" + ownKeyID, hdr: h},
+		{name: "admin revoke key", method: del, path: own + "/" + ownKeyID, hdr: h},
+		{name: "admin rotate key", method: post, path: own + "/" + ownKeyID + "/rotate", hdr: h},
+		{name: "admin list system keys", method: get, path: sys, hdr: h},
+		{name: "admin create system key", method: post, path: sys, hdr: h, body: `{"name":"n","role":"system-admin"}`},
+		{name: "admin read system key", method: get, path: sys + "/" + ownKeyID, hdr: h},
+		{name: "admin revoke system key", method: del, path: sys + "/" + ownKeyID, hdr: h},
+		{name: "admin rotate system key", method: post, path: sys + "/" + ownKeyID + "/rotate", hdr: h},
+	}
+}
+
+func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	ctx := context.Background()
+	user, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitKnown(t, s, user)
+	cases := isoAdminEndpoints(user, rec.ID)
+	// Sending through the admin send endpoint needs an admin key too; reading history does not.
+	chat := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"})
+	cases = append(cases,
+		isoCase{name: "send, path tenant", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send", hdr: isoBearer(user), body: chat},
+		isoCase{name: "send, authorization field", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send",
+			body: mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi", "authorization": user})},
+	)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+			p := problemOf(t, status, ct, body, http.StatusForbidden)
+			if p["type"] != "urn:agentbus:problem:forbidden" {
+				t.Fatalf("type %v", p["type"])
+			}
+		})
+	}
+	// The user key is untouched and still works where users may go.
+	if k, err := s.Keys.Get(ctx, rec.ID); err != nil || k.RevokedAt != nil {
+		t.Fatalf("user key after the refusals: %+v %v", k, err)
+	}
+	if _, err := s.Keys.GetTenant(ctx, "never-made"); err == nil {
+		t.Fatal("a user key created a tenant")
+	}
+	if status := callEcho(t, s, user); status != http.StatusOK {
+		t.Fatalf("user key on its webhook: %d", status)
+	}
+}
+
+func TestIsolationRevokedKeyEverywhere(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	ctx := context.Background()
+	for _, role := range []keys.Role{keys.RoleTenantAdmin, keys.RoleUser, keys.RoleSystemAdmin} {
+		t.Run(string(role), func(t *testing.T) {
+			tenant := "default"
+			if role == keys.RoleSystemAdmin {
+				tenant = ""
+			}
+			secret, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "revoked"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitKnown(t, s, secret)
+			if err := s.Keys.Revoke(ctx, secret); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(secret); time.Sleep(2 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("revocation not seen within 1s")
+				}
+			}
+			for _, tc := range isoEveryEndpoint(secret, rec.ID) {
+				t.Run(tc.name, func(t *testing.T) {
+					status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+					p := problemOf(t, status, ct, body, http.StatusUnauthorized)
+					if p["type"] != "urn:agentbus:problem:unauthorized" {
+						t.Fatalf("type %v", p["type"])
+					}
+					if bytes.Contains(body, []byte(secret)) {
+						t.Fatal("the answer shows the key")
+					}
+				})
+			}
+		})
+	}
+	if _, err := s.Keys.GetTenant(ctx, "never-made"); err == nil {
+		t.Fatal("a revoked key created a tenant")
+	}
+}

@@ -1,0 +1,191 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// Rate is a token bucket: PerSecond requests a second on average, and up to Burst at once.
+type Rate struct {
+	// PerSecond is the refill rate. Zero or less means no limit.
+	PerSecond float64
+	// Burst is the bucket size. Zero means twice PerSecond, at least 1.
+	Burst int
+}
+
+func (r Rate) withDefaults() Rate {
+	if r.PerSecond > 0 && r.Burst <= 0 {
+		r.Burst = max(1, int(math.Ceil(2*r.PerSecond)))
+	}
+	return r
+}
+
+// Defaults of the limits.
+const (
+	DefaultMaxWaitingPerTenant = 1000
+	DefaultReadHeaderTimeout   = 10 * time.Second
+)
+
+// limiterSweepEvery is how often buckets that have refilled are dropped. A full bucket is what
+// a new key gets, so dropping one loses nothing; keys idle for longer than the refill time cost
+// no memory.
+const limiterSweepEvery = time.Minute
+
+// limiter holds one token bucket per API key id. It runs no goroutine: allow sweeps the map
+// now and then, under the same lock.
+type limiter struct {
+	def     Rate
+	tenants map[string]Rate
+
+	mu        sync.Mutex
+	buckets   map[string]*rate.Limiter
+	lastSweep time.Time
+}
+
+func newLimiter(def Rate, tenants map[string]Rate) *limiter {
+	l := &limiter{def: def.withDefaults(), tenants: make(map[string]Rate, len(tenants)), buckets: make(map[string]*rate.Limiter)}
+	for t, r := range tenants {
+		l.tenants[t] = r.withDefaults()
+	}
+	return l
+}
+
+// rateOf is the rate of a key: its tenant's override, else the default.
+func (l *limiter) rateOf(k keys.Key) Rate {
+	if r, ok := l.tenants[k.Tenant]; ok {
+		return r
+	}
+	return l.def
+}
+
+// allow takes a token from the key's bucket. When there is none it returns how long until there
+// will be one.
+func (l *limiter) allow(k keys.Key, now time.Time) (bool, time.Duration) {
+	r := l.rateOf(k)
+	if r.PerSecond <= 0 {
+		return true, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.lastSweep) >= limiterSweepEvery {
+		l.sweep(now)
+	}
+	b, ok := l.buckets[k.ID]
+	if !ok {
+		b = rate.NewLimiter(rate.Limit(r.PerSecond), r.Burst)
+		l.buckets[k.ID] = b
+	}
+	res := b.ReserveN(now, 1)
+	if !res.OK() {
+		return false, time.Second
+	}
+	if d := res.DelayFrom(now); d > 0 {
+		// Refused requests do not count: give the token back.
+		res.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// sweep drops the buckets that have refilled. l.mu is held.
+func (l *limiter) sweep(now time.Time) {
+	l.lastSweep = now
+	for id, b := range l.buckets {
+		if b.TokensAt(now) >= float64(b.Burst()) {
+			delete(l.buckets, id)
+		}
+	}
+}
+
+// limit applies the key's rate limit; over it, the answer is a 429 problem.
+func (s *Server) limit(k keys.Key) *problem.Problem {
+	ok, wait := s.limits.allow(k, time.Now())
+	if ok {
+		return nil
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	return &problem.Problem{
+		Status: http.StatusTooManyRequests, Slug: "rate-limited", RetryAfter: secs,
+		Detail: fmt.Sprintf("too many requests with this API key; retry in %d s", secs),
+	}
+}
+
+// waiting counts each tenant's synchronous requests waiting for a reply, so that one tenant
+// cannot hold the ingress's memory and connections; tenants at zero leave the map.
+type waiting struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func (c *waiting) enter(tenant string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[tenant] >= c.max {
+		return false
+	}
+	c.n[tenant]++
+	return true
+}
+
+func (c *waiting) leave(tenant string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[tenant] <= 1 {
+		delete(c.n, tenant)
+		return
+	}
+	c.n[tenant]--
+}
+
+// waitSlot is a synchronous request's place among its tenant's waiting requests: syncCall puts
+// an empty one in the request's context, holdWaiting fills it once the tenant is known, and
+// syncCall gives it back when the handler returns.
+type waitSlot struct {
+	tenant string
+	held   bool
+}
+
+type waitSlotKey struct{}
+
+// syncCall marks the routes whose answer may wait for a handler's reply (webhook, converse,
+// send), so that holdWaiting, called by their handler once the tenant is known, counts them.
+// startUserCall calls it for webhook and converse.
+func (s *Server) syncCall(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		slot := &waitSlot{}
+		defer func() {
+			if slot.held {
+				s.waiting.leave(slot.tenant)
+			}
+		}()
+		h(w, r.WithContext(context.WithValue(r.Context(), waitSlotKey{}, slot)))
+	}
+}
+
+// holdWaiting counts r among tenant's waiting requests until its handler returns, if r is a
+// synchronous call (see syncCall). It is called after authentication and before anything is
+// published: over the cap the answer is a 503 problem and nothing was enqueued.
+func (s *Server) holdWaiting(r *http.Request, tenant string) *problem.Problem {
+	slot, ok := r.Context().Value(waitSlotKey{}).(*waitSlot)
+	if !ok || slot.held {
+		return nil
+	}
+	if !s.waiting.enter(tenant) {
+		return &problem.Problem{
+			Status: http.StatusServiceUnavailable, Slug: "too-many-waiting", RetryAfter: 1,
+			Detail: fmt.Sprintf("the tenant already has %d requests waiting for a reply; retry shortly", s.waiting.max),
+		}
+	}
+	slot.tenant, slot.held = tenant, true
+	return nil
+}

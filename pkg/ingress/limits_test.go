@@ -1,0 +1,311 @@
+package ingress_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// limitedStack is a whole stack (Echo agent, ingress on a loopback listener) with the given
+// ingress limits; stacktest.Options does not carry them. keys holds a tenant-admin key of each
+// tenant named.
+type limitedStack struct {
+	*stack.Stack
+	keys map[string]string
+}
+
+func startLimited(t *testing.T, ic ingress.Config, tenants ...string) *limitedStack {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Config{
+		DataDir:  t.TempDir(),
+		HTTPAddr: "127.0.0.1:0",
+		Agents:   []*agent.Agent{echo.New()},
+		Bus:      bus.Config{Partitions: 2},
+		Ingress:  ic,
+		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
+		Logger:   stacktest.Logger(),
+	})
+	if err != nil {
+		t.Fatalf("starting stack: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := st.Stop(ctx); err != nil {
+			t.Errorf("stopping stack: %v", err)
+		}
+	})
+	s := &limitedStack{Stack: st, keys: map[string]string{}}
+	for _, tenant := range tenants {
+		if err := st.Keys.EnsureTenant(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+		if s.keys[tenant], _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WaitKnown(ctx, s.keys[tenant]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// do sends a request and returns its status, headers and body.
+func do(t *testing.T, method, u, key string, body io.Reader) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// listKeys is a cheap authenticated request: GET the tenant's keys.
+func (s *limitedStack) listKeys(t *testing.T, tenant, key string) (int, http.Header, []byte) {
+	t.Helper()
+	return do(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/"+tenant+"/keys", key, nil)
+}
+
+// wantRateLimited checks a 429 rate-limited problem whose Retry-After lies in [1, most] seconds.
+func wantRateLimited(t *testing.T, status int, h http.Header, b []byte, most int) {
+	t.Helper()
+	p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusTooManyRequests)
+	if p["type"] != "urn:agentbus:problem:rate-limited" {
+		t.Fatalf("problem type %v, want rate-limited", p["type"])
+	}
+	secs, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || secs < 1 || secs > most {
+		t.Fatalf("Retry-After %q, want 1 to %d seconds", h.Get("Retry-After"), most)
+	}
+}
+
+func TestRateLimitPerKey(t *testing.T) {
+	// 0.2/s: a token every 5 s, so nothing refills during the test.
+	s := startLimited(t, ingress.Config{
+		RateLimit: ingress.Rate{PerSecond: 0.2, Burst: 3},
+		TenantRateLimits: map[string]ingress.Rate{
+			"acme": {PerSecond: 0.2, Burst: 6},
+			"free": {}, // no limit
+		},
+	}, "default", "acme", "free")
+	ctx := context.Background()
+
+	t.Run("default rate", func(t *testing.T) {
+		key := s.keys["default"]
+		for i := range 3 {
+			if status, _, b := s.listKeys(t, "default", key); status != http.StatusOK {
+				t.Fatalf("request %d within the burst: %d %s", i+1, status, b)
+			}
+		}
+		status, h, b := s.listKeys(t, "default", key)
+		wantRateLimited(t, status, h, b, 5)
+		if h.Get("Retry-After") != "5" {
+			t.Errorf("Retry-After %q, want 5 (one token at 0.2/s)", h.Get("Retry-After"))
+		}
+
+		// The bucket is the key's, whatever the endpoint: a webhook is refused too.
+		wh := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
+		status, h, b = do(t, http.MethodPost, wh, "", nil)
+		wantRateLimited(t, status, h, b, 5)
+
+		// Authentication comes first: a wrong key is still 401, not 429.
+		status, h, b = s.listKeys(t, "default", key+"x")
+		problemOf(t, status, h.Get("Content-Type"), b, http.StatusUnauthorized)
+
+		// Another key of the same tenant has its own bucket.
+		other, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "second"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitKnown(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		if status, _, b := s.listKeys(t, "default", other); status != http.StatusOK {
+			t.Fatalf("second key of the tenant: %d %s", status, b)
+		}
+	})
+
+	t.Run("tenant override", func(t *testing.T) {
+		key := s.keys["acme"]
+		for i := range 6 {
+			if status, _, b := s.listKeys(t, "acme", key); status != http.StatusOK {
+				t.Fatalf("request %d within acme's burst of 6: %d %s", i+1, status, b)
+			}
+		}
+		status, h, b := s.listKeys(t, "acme", key)
+		wantRateLimited(t, status, h, b, 5)
+	})
+
+	t.Run("tenant without limit", func(t *testing.T) {
+		key := s.keys["free"]
+		for i := range 20 {
+			if status, _, b := s.listKeys(t, "free", key); status != http.StatusOK {
+				t.Fatalf("request %d of an unlimited tenant: %d %s", i+1, status, b)
+			}
+		}
+	})
+}
+
+func TestMaxWaitingPerTenant(t *testing.T) {
+	s := startLimited(t, ingress.Config{MaxWaitingPerTenant: 1}, "default", "other")
+	key := s.keys["default"]
+	webhook := func(workflow, method string, kv ...string) string {
+		return s.URL + "/api/user/webhooks/" + url.PathEscape(workflow) + "/" + method + "?" + q(append([]string{"apikey", key}, kv...)...).Encode()
+	}
+
+	// The slow call retries while a probe holds the place (probes hold it only for a moment).
+	slow := make(chan int, 1)
+	go func() {
+		for {
+			resp, err := http.Post(webhook("Echo:Conversational", "sleep", "ms", "2000", "participantId", "slow"), "", nil)
+			if err != nil {
+				slow <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				slow <- resp.StatusCode
+				return
+			}
+		}
+	}()
+
+	// Once the slow call holds the tenant's only place, a second synchronous call is refused.
+	// The probe names no method the agent has: admitted, it is a quick 404 with no effect.
+	probe := webhook("Echo:Conversational", "no-such-method")
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for {
+		status, h, b := do(t, http.MethodPost, probe, "", nil)
+		if status == http.StatusServiceUnavailable {
+			p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusServiceUnavailable)
+			if p["type"] != "urn:agentbus:problem:too-many-waiting" || h.Get("Retry-After") != "1" {
+				t.Fatalf("refusal %v with Retry-After %q, want too-many-waiting and 1", p, h.Get("Retry-After"))
+			}
+			break
+		}
+		if status != http.StatusNotFound {
+			t.Fatalf("probe: %d %s", status, b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second concurrent call was never refused")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// A refused call is not enqueued: this count never runs.
+	counter := webhook("default:Echo:Supervisor Workflow:capped", "count")
+	status, h, b := do(t, http.MethodPost, counter, "", nil)
+	problemOf(t, status, h.Get("Content-Type"), b, http.StatusServiceUnavailable)
+	// Other tenants have their own places.
+	other := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", s.keys["other"]).Encode()
+	if status, _, b := do(t, http.MethodPost, other, "", nil); status != http.StatusOK {
+		t.Fatalf("other tenant while default waits: %d %s", status, b)
+	}
+
+	if status := <-slow; status != http.StatusOK {
+		t.Fatalf("slow call: %d", status)
+	}
+	// The place is given back: the count runs now, and it is the first.
+	status, _, b = do(t, http.MethodPost, counter, "", nil)
+	if status != http.StatusOK {
+		t.Fatalf("count after the slow call: %d %s", status, b)
+	}
+	if got := decode(t, b)["count"]; got != 1.0 {
+		t.Fatalf("count = %v, want 1: the refused call must not have been processed", got)
+	}
+}
+
+func TestBodyTooLarge(t *testing.T) {
+	s := startLimited(t, ingress.Config{MaxBodyBytes: 1024}, "default")
+	key := s.keys["default"]
+	tests := []struct {
+		name string
+		url  string
+		body string
+	}{
+		{
+			name: "webhook over MaxBodyBytes",
+			url:  s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode(),
+			body: strings.Repeat("a", 1025),
+		},
+		{
+			name: "converse Data over 1 MiB",
+			url:  s.URL + "/api/user/rest/converse?" + q("apikey", key, "workflow", "Echo:Conversational", "type", "Data", "text", "sum").Encode(),
+			body: `{"a":"` + strings.Repeat("a", 1<<20) + `"}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, h, b := do(t, http.MethodPost, tt.url, "", strings.NewReader(tt.body))
+			p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusRequestEntityTooLarge)
+			if p["type"] != "urn:agentbus:problem:body-too-large" {
+				t.Fatalf("problem type %v, want body-too-large", p["type"])
+			}
+		})
+	}
+	// At the limit the body is accepted.
+	u := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
+	if status, _, b := do(t, http.MethodPost, u, "", strings.NewReader(strings.Repeat("a", 1024))); status != http.StatusOK {
+		t.Fatalf("body of exactly MaxBodyBytes: %d %s", status, b)
+	}
+}
+
+func TestSlowHeadersCutOff(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	s := startLimited(t, ingress.Config{ReadHeaderTimeout: timeout})
+	// The server's clock starts when it accepts the connection, so ours starts before dialling.
+	start := time.Now()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A request line and one header, then nothing: the server must not wait for the rest.
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: agentbus\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	// The server closes the connection, possibly after a 408; either way reading ends in EOF.
+	rd := bufio.NewReader(conn)
+	if line, err := rd.ReadString('\n'); err == nil && !strings.Contains(line, "408") {
+		t.Fatalf("server answered %q to an unfinished request", line)
+	}
+	_, err = io.Copy(io.Discard, rd)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("connection still open after %v", time.Since(start))
+	}
+	if elapsed := time.Since(start); elapsed < timeout || elapsed > 3*time.Second {
+		t.Fatalf("connection closed after %v, want about %v", elapsed, timeout)
+	}
+}

@@ -1,0 +1,286 @@
+package ingress_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/stack"
+)
+
+// Secrets out of logs (issue 5 item 4): keys given in the apikey query parameter, the
+// Authorization header or the send body's authorization field never reach the logs (every
+// component, debug level) or an answer, whether the call succeeds or fails.
+
+// secLog is a log sink safe for concurrent writes and reads.
+type secLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *secLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *secLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+const secSystemKey = "secrets-system-key-0123456789abcdef"
+
+// leakyAgent shows a webhook handler everything it is given, and panics on demand.
+func leakyAgent() *agent.Agent {
+	a := agent.New("Leaky")
+	a.WebhookFunc("show", func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+		return agent.JSON(http.StatusOK, map[string]any{"header": r.Header, "params": r.Params, "body": string(r.Body), "participant": r.ParticipantID})
+	})
+	a.WebhookFunc("panic", func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+		panic("webhook handler blew up")
+	})
+	a.DataFunc("panic", func(_ context.Context, m *agent.Message) (agent.Reply, error) {
+		panic("data handler blew up")
+	})
+	a.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) {
+		panic("chat handler blew up")
+	})
+	return a
+}
+
+// secStack starts a whole stack whose every component logs at debug level into the returned
+// sink, with a short webhook timeout.
+func secStack(t *testing.T) (*stack.Stack, *secLog) {
+	t.Helper()
+	sink := &secLog{}
+	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Config{
+		DataDir:  t.TempDir(),
+		HTTPAddr: "127.0.0.1:0",
+		Agents:   []*agent.Agent{echo.New(), leakyAgent()},
+		Bus:      bus.Config{Partitions: 4},
+		Ingress:  ingress.Config{WebhookTimeout: 300 * time.Millisecond, AdminKey: secSystemKey},
+		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
+		Logger:   logger,
+	})
+	if err != nil {
+		t.Fatalf("starting stack: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := st.Stop(ctx); err != nil {
+			t.Errorf("stopping stack: %v", err)
+		}
+	})
+	for _, tenant := range []string{"default", "other"} {
+		if err := st.Keys.EnsureTenant(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, sink
+}
+
+func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
+	st, sink := secStack(t)
+	ctx := context.Background()
+	mk := func(tenant string, role keys.Role) string {
+		secret, _, err := st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "secrets test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.WaitKnown(ctx, secret); err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	admin, user, otherAdmin := mk("default", keys.RoleTenantAdmin), mk("default", keys.RoleUser), mk("other", keys.RoleTenantAdmin)
+	revoked := mk("default", keys.RoleTenantAdmin)
+	if err := st.Keys.Revoke(ctx, revoked); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Second); st.Ingress.KeyKnown(revoked); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("revocation not seen within 1s")
+		}
+	}
+	secrets := []string{admin, user, otherAdmin, revoked}
+
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+		wh             = "/api/user/webhooks/"
+		conv           = "/api/user/rest/converse"
+		sendPath       = "/api/v1/admin/tenants/default/messaging/send"
+	)
+	msg := func(fields ...string) string {
+		m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"}
+		for i := 0; i+1 < len(fields); i += 2 {
+			m[fields[i]] = fields[i+1]
+		}
+		return mustJSON(m)
+	}
+	withData := func(body string, data any) string {
+		var m map[string]any
+		_ = json.Unmarshal([]byte(body), &m)
+		m["data"] = data
+		return mustJSON(m)
+	}
+	auth := isoBearer
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		hdr    []string
+		body   string
+		want   int
+	}{
+		// The apikey query parameter (webhook; converse and history take it too).
+		{"webhook ok", post, wh + "Echo/echo" + isoQuery("apikey", user, "x", "1"), append(auth(admin), "Cookie", "session="+admin), `{"a":1}`, 200},
+		{"webhook handler sees no credentials", post, wh + "Leaky/show" + isoQuery("apikey", user, "y", "2"),
+			append(auth(admin), "Proxy-Authorization", "Bearer "+otherAdmin, "Cookie", "k="+admin), "body", 200},
+		{"webhook key twice", post, wh + "Echo/echo" + isoQuery("apikey", user, "apikey", user), nil, "", 200},
+		{"webhook unknown agent", post, wh + "Nobody/echo" + isoQuery("apikey", user), nil, "", 404},
+		{"webhook unknown method", post, wh + "Echo/nope" + isoQuery("apikey", user), nil, "", 404},
+		{"webhook bad workflow", post, wh + "a:b:c/echo" + isoQuery("apikey", user), nil, "", 400},
+		{"webhook other tenant", post, wh + "Echo/echo" + isoQuery("apikey", user, "tenantId", "other"), nil, "", 403},
+		{"webhook revoked key", post, wh + "Echo/echo" + isoQuery("apikey", revoked), nil, "", 401},
+		{"webhook bad query encoding", post, wh + "Echo/echo?apikey=" + user + "&x=%zz", nil, "", 400},
+		{"webhook Idempotency-Key too long", post, wh + "Echo/echo" + isoQuery("apikey", user), []string{"Idempotency-Key", strings.Repeat("k", 300)}, "", 400},
+		{"webhook timeout", post, wh + "default:Echo:Supervisor Workflow:slow/sleep" + isoQuery("apikey", user, "ms", "800"), nil, "", 504},
+		{"webhook handler panic", post, wh + "Leaky/panic" + isoQuery("apikey", user), nil, "", 500},
+
+		// The Authorization header and the apikey query parameter of converse.
+		{"converse chat, header", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello"), auth(user), "", 200},
+		{"converse chat, apikey", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello", "apikey", user), nil, "", 200},
+		{"converse chat stream", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello"), append(auth(user), "Accept", "text/event-stream"), "", 200},
+		{"converse bad JSON", post, conv + isoQuery("workflow", "Echo", "type", "Data", "text", "echo"), auth(user), `{"key":"` + user + `"`, 400},
+		{"converse bad type", post, conv + isoQuery("workflow", "Echo", "type", "Nope", "text", "echo", "apikey", user), nil, "", 400},
+		{"converse unknown agent", post, conv + isoQuery("workflow", "Nobody", "type", "Chat", "text", "hello"), auth(user), "", 404},
+		{"converse timeout", post, conv + isoQuery("workflow", "Echo:Conversational", "type", "Data", "text", "sleep", "timeoutSeconds", "1"), auth(user), `{"ms":1500}`, 504},
+		{"converse data handler panic", post, conv + isoQuery("workflow", "Leaky", "type", "Data", "text", "panic", "apikey", user), nil, "{}", 500},
+		{"converse chat handler panic", post, conv + isoQuery("workflow", "Leaky", "type", "Chat", "text", "hi"), auth(user), "", 500},
+		{"converse revoked key", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello"), auth(revoked), "", 401},
+		{"converse header and apikey differ", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello", "apikey", revoked), auth(user), "", 401},
+
+		// The send body's authorization field, and the Authorization header of send.
+		{"send ok, field", post, sendPath + "?wait=true", nil, msg("authorization", admin), 200},
+		{"send ok, header", post, sendPath, auth(admin), msg(), 202},
+		{"send bad JSON, field", post, sendPath, nil, `{"authorization":"` + admin + `","type":`, 400},
+		{"send two objects, field", post, sendPath, nil, `{"authorization":"` + admin + `"} {"authorization":"` + admin + `"}`, 400},
+		{"send wrong field type, field", post, sendPath, nil, `{"authorization":"` + admin + `","agentName":5}`, 400},
+		{"send authorization of the wrong type", post, sendPath, auth(admin), `{"authorization":["` + admin + `"]}`, 400},
+		{"send unknown agent, field", post, sendPath, nil, msg("authorization", admin, "agentName", "Nobody"), 404},
+		{"send timeout, field", post, sendPath + "?wait=true&timeoutSeconds=1", nil,
+			withData(msg("authorization", admin, "type", "Data", "text", "sleep", "activationName", "slow-send"), map[string]int{"ms": 1500}), 504},
+		{"send handler panic, header", post, sendPath + "?wait=true", auth(admin), msg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
+		{"send invalid file, field", post, sendPath + "?wait=true", nil, withData(msg("authorization", admin, "type", "File", "text", "f.txt"), "%%%not base64"), 200},
+		{"send user key, field", post, sendPath, nil, msg("authorization", user), 403},
+		{"send revoked key, field", post, sendPath, nil, msg("authorization", revoked), 401},
+		{"send revoked field, good header", post, sendPath, auth(admin), msg("authorization", revoked), 401},
+		{"send other tenant, field", post, sendPath, nil, msg("authorization", otherAdmin), 403},
+
+		// History holds what the calls stored; it must hold no key.
+		{"history of the webhook thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery("workflowId", isoWFA, "participantId", "webhook", "pageSize", "100"), auth(user), "", 200},
+		{"history of the leaky thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery("workflowId", "default:Leaky:Supervisor Workflow:default", "participantId", "webhook", "pageSize", "100", "apikey", user), nil, "", 200},
+		{"history of the send thread", get, "/api/v1/admin/messaging/history" + isoQuery("workflowId", isoWFA, "participantId", "p", "pageSize", "100"), append(auth(admin), "X-Tenant-Id", "default"), "", 200},
+		{"history bad cursor", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery("workflowId", isoWFA, "participantId", "p", "before", "zz", "apikey", user), nil, "", 400},
+
+		// Admin endpoints with the system key and a tenant admin's.
+		{"admin list tenants", get, "/api/v1/admin/tenants", auth(secSystemKey), "", 200},
+		{"admin bad JSON", post, "/api/v1/admin/tenants", auth(secSystemKey), `{"id":`, 400},
+		{"admin unknown field", post, "/api/v1/admin/tenants/default/keys", auth(admin), `{"name":"n","role":"user","secret":"x"}`, 400},
+		{"admin list keys", get, "/api/v1/admin/tenants/default/keys", auth(admin), "", 200},
+		{"admin user key", get, "/api/v1/admin/tenants/default/keys", auth(user), "", 403},
+		{"admin revoked key", get, "/api/v1/admin/tenants/default/keys", auth(revoked), "", 401},
+		{"admin key in the query is not taken", get, "/api/v1/admin/tenants/default/keys" + isoQuery("apikey", admin), nil, "", 401},
+	}
+	var answers [][]byte
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, _, body := isoDo(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
+			if status != tc.want {
+				t.Fatalf("status %d, want %d: %.300s", status, tc.want, body)
+			}
+			answers = append(answers, body)
+		})
+	}
+
+	// Keys made and rotated through the admin API are shown once, in their creation answer,
+	// and never logged.
+	type created struct {
+		Key string `json:"key"`
+		ID  string `json:"id"`
+	}
+	var made created
+	status, _, body := isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
+	if status != http.StatusCreated || json.Unmarshal(body, &made) != nil || made.Key == "" {
+		t.Fatalf("creating a key: %d %s", status, body)
+	}
+	var rotated created
+	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
+	if status != http.StatusCreated || json.Unmarshal(body, &rotated) != nil || rotated.Key == "" {
+		t.Fatalf("rotating a key: %d %s", status, body)
+	}
+	var sysMade created
+	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
+	if status != http.StatusCreated || json.Unmarshal(body, &sysMade) != nil || sysMade.Key == "" {
+		t.Fatalf("creating a system key: %d %s", status, body)
+	}
+	secrets = append(secrets, made.Key, rotated.Key, sysMade.Key)
+	for _, tc := range []struct{ method, path string }{
+		{get, "/api/v1/admin/tenants/default/keys"},
+		{get, "/api/v1/admin/tenants/default/keys/" + made.ID},
+		{get, "/api/v1/admin/keys"},
+		{del, "/api/v1/admin/tenants/default/keys/" + rotated.ID},
+		{del, "/api/v1/admin/keys/" + sysMade.ID},
+	} {
+		status, _, body := isoDo(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
+		if status >= 300 {
+			t.Fatalf("%s %s: %d %s", tc.method, tc.path, status, body)
+		}
+		answers = append(answers, body)
+	}
+
+	// The timed-out requests are still processed; let them finish so their logs are in.
+	time.Sleep(1600 * time.Millisecond)
+
+	logs := sink.String()
+	// Positive controls: the logs hold the failures above, so their silence about keys counts.
+	for _, want := range []string{"level=DEBUG", "handler panicked", "key created"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the logs do not show %q; is the capture working?", want)
+		}
+	}
+	forbidden := []string{secSystemKey}
+	for _, s := range secrets {
+		forbidden = append(forbidden, s, strings.TrimPrefix(s, keys.Prefix))
+	}
+	for i, f := range forbidden {
+		if strings.Contains(logs, f) {
+			t.Errorf("the logs hold secret #%d", i)
+		}
+		for _, a := range answers {
+			if bytes.Contains(a, []byte(f)) {
+				t.Errorf("an answer holds secret #%d: %.300s", i, a)
+			}
+		}
+	}
+	if t.Failed() && testing.Verbose() {
+		t.Logf("logs:\n%s", logs)
+	}
+}
