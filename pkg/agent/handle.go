@@ -266,7 +266,7 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	m := &history.Message{
 		ID:            req.GetMessageId(),
-		CreatedAt:     time.UnixMilli(req.GetCreatedAtMs()).UTC(),
+		CreatedAt:     createdAt(req.GetCreatedAtMs()),
 		Direction:     history.In,
 		MessageType:   messageType(req.GetKind()),
 		Hint:          req.GetHint(),
@@ -350,6 +350,15 @@ func bodySummary(b []byte) any {
 	default:
 		return map[string]any{"base64": base64.StdEncoding.EncodeToString(b), "size": len(b)}
 	}
+}
+
+// createdAt is when ingress accepted a request, or now when the envelope names no usable time.
+func createdAt(ms int64) time.Time {
+	t := time.UnixMilli(ms).UTC()
+	if ms <= 0 || !history.Storable(t) {
+		return time.Now().UTC()
+	}
+	return t
 }
 
 func jsonOrNil(b []byte) json.RawMessage {

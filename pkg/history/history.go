@@ -112,7 +112,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if m.ID == "" {
 			m.ID = uuid.NewString()
 		}
-		if m.CreatedAt.IsZero() {
+		if m.CreatedAt.IsZero() || !Storable(m.CreatedAt) {
 			m.CreatedAt = time.Now()
 		}
 		m.CreatedAt = m.CreatedAt.UTC().Truncate(time.Millisecond)

@@ -72,6 +72,13 @@ type wireMessage struct {
 	Scope         string          `json:"scope,omitempty"`
 }
 
+// Storable reports whether t can be a message's createdAt: its year in UTC has four digits, as
+// ISO 8601 timestamps need.
+func Storable(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 0 && y <= 9999
+}
+
 // MarshalJSON writes createdAt in UTC with milliseconds and a nil or empty Data as null.
 func (m Message) MarshalJSON() ([]byte, error) {
 	w := wireMessage{
@@ -105,6 +112,9 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		var err error
 		if t, err = time.Parse(time.RFC3339Nano, w.CreatedAt); err != nil {
 			return fmt.Errorf("decoding createdAt: %w", err)
+		}
+		if !Storable(t) {
+			return fmt.Errorf("decoding createdAt: %q is outside the years 0000-9999 in UTC", w.CreatedAt)
 		}
 	}
 	data := w.Data
