@@ -239,20 +239,6 @@ func FuzzWebhookQuery(f *testing.F) {
 	})
 }
 
-// webhookParams repeats the webhook handler's loop that turns the query into the handler's
-// parameters (the handler inlines it).
-func webhookParams(query url.Values) map[string]string {
-	_, tenantGiven := query["tenantId"]
-	params := make(map[string]string, len(query))
-	for name, values := range query {
-		if name == "apikey" || (name == "tenantId" && tenantGiven) {
-			continue
-		}
-		params[name] = values[0]
-	}
-	return params
-}
-
 // serverAccepts repeats net/http's server check on header names and values (httpguts'
 // ValidHeaderFieldName and ValidHeaderFieldValue), which http.ReadRequest alone does not make:
 // the server answers 400 to a request that fails it.

@@ -31,7 +31,6 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
-	_, tenantGiven := query["tenantId"]
 	fail := func(status int, slug, detail string) {
 		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
 	}
@@ -72,13 +71,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	params := make(map[string]string, len(query))
-	for name, values := range query {
-		if name == "apikey" || (name == "tenantId" && tenantGiven) {
-			continue
-		}
-		params[name] = values[0]
-	}
+	params := webhookParams(query)
 	req := &agentbusv1.Request{
 		RequestId:      requestID,
 		TenantId:       tenant,
@@ -101,6 +94,19 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeReply(w, rep)
+}
+
+// webhookParams are the parameters a webhook handler receives (spec 4.3): every query parameter
+// but apikey, and but tenantId when given; a repeated parameter's first value.
+func webhookParams(query url.Values) map[string]string {
+	params := make(map[string]string, len(query))
+	for name, values := range query {
+		if name == "apikey" || name == "tenantId" {
+			continue
+		}
+		params[name] = values[0]
+	}
+	return params
 }
 
 // headerMetadata passes the caller's headers to the handler, less credentials.
