@@ -124,7 +124,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 			return err
 		}
 		if rep != nil && rep.Error == "" {
-			rep.Content, _ = json.Marshal(out)
+			rep.Content, _ = out.MarshalJSON()
 			rep.ContentType = "application/json"
 		}
 	}

@@ -122,7 +122,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if m.ParticipantID == "" {
 			m.ParticipantID = participant
 		}
-		body, err := json.Marshal(m)
+		body, err := m.MarshalJSON() // directly: json.Marshal would validate the output once more
 		if err != nil {
 			return fmt.Errorf("encoding message: %w", err)
 		}
