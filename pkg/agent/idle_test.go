@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// An idle workflow instance costs its host no memory and no goroutine: after a burst of requests
+// to many instances, the host holds none of them once they have been idle for liveIdle.
+func TestIdleInstancesCostNothing(t *testing.T) {
+	srv := natstest.Server(t, "")
+	a := New("Counter")
+	a.WebhookFunc("hit", func(ctx context.Context, r *WebhookRequest) Response {
+		if _, err := UpdateState(ctx, r.Instance(), func(n *int) error { *n++; return nil }); err != nil {
+			return Status(http.StatusInternalServerError)
+		}
+		return Status(http.StatusOK)
+	})
+	h, err := NewHost(HostConfig{Conn: natstest.Conn(t, srv), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	<-h.Ready()
+
+	// 200 instances, each hit once; replies come back on a subscription of our own.
+	nc := natstest.Conn(t, srv)
+	replies := make(chan *nats.Msg, 256)
+	sub, err := nc.ChanSubscribe("test.replies.>", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	goroutinesIdle := runtime.NumGoroutine()
+	const n = 200
+	for i := range n {
+		wf := fmt.Sprintf("acme:Counter:Supervisor Workflow:i%d", i)
+		req := &agentbusv1.Request{RequestId: fmt.Sprint(i), TenantId: "acme", WorkflowId: wf, AgentName: "Counter",
+			WorkflowType: "Supervisor Workflow", ActivationName: fmt.Sprintf("i%d", i), ParticipantId: "webhook",
+			Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "hit", CreatedAtMs: time.Now().UnixMilli()}
+		data, _ := proto.Marshal(req)
+		msg := &nats.Msg{Subject: subject.Inbox("Counter", "acme", wf, "webhook"), Data: data, Header: nats.Header{}}
+		msg.Header.Set(subject.HeaderReplyTo, fmt.Sprintf("test.replies.%d", i))
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		select {
+		case <-replies:
+		case <-time.After(20 * time.Second):
+			t.Fatal("not every request was answered")
+		}
+	}
+	if got := h.live.size(); got == 0 {
+		t.Fatal("no instance was held while busy: the test does not see the cache")
+	}
+
+	// Once idle for liveIdle (and a sweep), nothing is held: no instance, no conversation queue,
+	// and the goroutine count is back where it was before the burst.
+	deadline := time.Now().Add(3*liveIdle + 2*time.Second)
+	for {
+		h.mu.Lock()
+		queues := len(h.queues)
+		h.mu.Unlock()
+		if h.live.size() == 0 && queues == 0 && runtime.NumGoroutine() <= goroutinesIdle+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after going idle the host still holds %d instances, %d queues, %d goroutines (idle host: %d)",
+				h.live.size(), queues, runtime.NumGoroutine(), goroutinesIdle)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
