@@ -455,7 +455,13 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		return
 	}
 	if req.GetKeepResult() && !rep.GetPartial() {
-		if _, err := h.results.Put(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()), data); err != nil {
+		// A retry with the same requestId is answered from this cache (the inbox drops it as a
+		// duplicate), so it must be written: keep trying while the bus recovers.
+		key := subject.ResultKey(req.GetTenantId(), req.GetRequestId())
+		if err := retry(ctx, log, "caching the result", func() error {
+			_, err := h.results.Put(ctx, key, data)
+			return err
+		}); err != nil {
 			log.Error("caching result", "err", err)
 		}
 	}

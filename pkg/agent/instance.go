@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nuid"
+
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
@@ -99,10 +101,16 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 			return nil
 		}
 		if !errors.Is(err, instance.ErrConflict) {
-			return fmt.Errorf("saving state: %w", err)
+			// Not written (writeLocked checked): try again while the bus recovers, on the state
+			// as stored now.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("saving state: %w", err)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		if err := l.reloadLocked(ctx); err != nil {
-			return err
+		if err := retryUntil(ctx, func() error { return l.reloadLocked(ctx) }); err != nil {
+			return fmt.Errorf("saving state: %w", err)
 		}
 	}
 }
@@ -147,12 +155,40 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 	if !l.found {
 		rec.Revision = 0
 	}
+	rec.WriteID = nuid.Next()
 	saved, err := l.store.Put(ctx, rec)
+	if err != nil && !errors.Is(err, instance.ErrConflict) {
+		// The outcome is unknown (a timeout while the cluster elects a leader, say): the write
+		// may have landed. Read the record back, retrying while the bus recovers, and keep what
+		// is stored; only a write that did not land is an error (the caller tries again).
+		rerr := retryUntil(ctx, func() error { return l.reloadLocked(ctx) })
+		if rerr == nil && l.found && l.rec.WriteID == rec.WriteID {
+			return nil
+		}
+		return err
+	}
 	if err != nil {
 		return err
 	}
 	l.rec, l.found, l.dirty = saved, true, false
 	return nil
+}
+
+// retryUntil calls fn until it succeeds or ctx ends, backing off up to a second.
+func retryUntil(ctx context.Context, fn func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
 
 // reloadLocked reads the record from the bucket, dropping unwritten counts.

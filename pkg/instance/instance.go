@@ -44,6 +44,9 @@ type Record struct {
 	CompletedAt  *time.Time      `json:"completedAt,omitempty"`
 	Events       int64           `json:"events"`
 	State        json.RawMessage `json:"state,omitempty"`
+	// WriteID names the write that stored this version, so that a writer whose write timed out
+	// can tell whether it landed.
+	WriteID string `json:"writeId,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
 }

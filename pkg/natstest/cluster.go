@@ -1,0 +1,166 @@
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Cluster is an embedded NATS cluster with JetStream, all in the test's process: servers n1, n2,
+// n3... routed to each other on loopback, each with its own temporary store.
+type Cluster struct {
+	// Servers of the cluster, n1 first. A killed server stays in the slice, shut down.
+	Servers []*server.Server
+
+	mu     sync.Mutex
+	killed []bool
+}
+
+// NewCluster starts a cluster of size servers (3 makes R3 streams possible) and waits until
+// JetStream has a meta leader and every server has JetStream enabled. It shuts down when the
+// test ends.
+func NewCluster(t testing.TB, size int) *Cluster {
+	t.Helper()
+	if size < 1 {
+		t.Fatalf("cluster size %d", size)
+	}
+	ports := freePorts(t, size)
+	routes := make([]string, size)
+	for i, p := range ports {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	}
+	c := &Cluster{killed: make([]bool, size)}
+	t.Cleanup(c.shutdown)
+	for i := range size {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       -1,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster: server.ClusterOpts{
+				Name: "agentbus",
+				Host: "127.0.0.1",
+				Port: ports[i],
+			},
+			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+		}
+		ns, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("creating NATS server n%d: %v", i+1, err)
+		}
+		ns.Start()
+		c.Servers = append(c.Servers, ns)
+	}
+	for i, ns := range c.Servers {
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("NATS server n%d not ready within 10s", i+1)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !c.formed() {
+		if time.Now().After(deadline) {
+			t.Fatal("JetStream cluster did not form within 20s")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return c
+}
+
+// formed reports whether every server runs JetStream, sees all its peers, and one is meta leader.
+func (c *Cluster) formed() bool {
+	leader := false
+	for _, ns := range c.Servers {
+		if !ns.JetStreamEnabled() || ns.NumRoutes() < len(c.Servers)-1 {
+			return false
+		}
+		if ns.JetStreamIsLeader() {
+			leader = true
+		}
+	}
+	if !leader {
+		return false
+	}
+	for _, ns := range c.Servers {
+		if !ns.JetStreamIsCurrent() {
+			return false
+		}
+	}
+	return true
+}
+
+// freePorts finds n free loopback ports (closed again, so another process could take one in
+// between; good enough for tests).
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
+
+// URLs returns the client URLs of all servers, comma-separated, as bus.Connect takes them.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Servers))
+	for i, ns := range c.Servers {
+		urls[i] = ns.ClientURL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Name returns the server name of server i ("n1" for 0).
+func (c *Cluster) Name(i int) string { return c.Servers[i].Name() }
+
+// Index returns the index of the server named name, or -1.
+func (c *Cluster) Index(name string) int {
+	for i, ns := range c.Servers {
+		if ns.Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill shuts server i down, as if its node died, and waits until it has stopped.
+func (c *Cluster) Kill(i int) {
+	c.mu.Lock()
+	c.killed[i] = true
+	c.mu.Unlock()
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
+}
+
+// Killed reports whether Kill took server i down.
+func (c *Cluster) Killed(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.killed[i]
+}
+
+func (c *Cluster) shutdown() {
+	for _, ns := range c.Servers {
+		ns.Shutdown()
+	}
+	for _, ns := range c.Servers {
+		ns.WaitForShutdown()
+	}
+}
