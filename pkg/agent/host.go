@@ -331,6 +331,17 @@ func (h *Host) process(ctx context.Context, m jetstream.Msg) bool {
 		req = full
 	}
 
+	// A redelivered request may have been handled already (its acknowledgement lost when a
+	// NATS node failed): when its result was kept, answer with it instead of running it again.
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 && req.GetKeepResult() {
+		if h.answerFromCache(ctx, log, req, replyTo) {
+			if err := m.Ack(); err != nil {
+				log.Warn("acknowledging request", "err", err)
+			}
+			return true
+		}
+	}
+
 	if err := h.handle(ctx, log, req, replyTo); err != nil {
 		log.Warn("request not handled; leaving it for redelivery", "err", err)
 		return false
@@ -470,6 +481,25 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 			log.Error("publishing reply", "err", err)
 		}
 	}
+}
+
+// answerFromCache sends the kept result of an already handled request, if there is one.
+func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) bool {
+	e, err := h.results.Get(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
+	if err != nil {
+		return false // not handled yet (or the cache cannot be read): handle it
+	}
+	rep := new(agentbusv1.Reply)
+	if err := proto.Unmarshal(e.Value(), rep); err != nil || rep.GetFingerprint() != req.GetFingerprint() {
+		return false
+	}
+	log.Debug("redelivered request answered from the result cache")
+	if replyTo != "" {
+		if err := h.cfg.Conn.Publish(replyTo, e.Value()); err != nil {
+			log.Warn("publishing cached reply", "err", err)
+		}
+	}
+	return true
 }
 
 // webhookReply is the bus reply carrying a webhook handler's response.
