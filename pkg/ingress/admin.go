@@ -374,19 +374,27 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, k)
 }
 
-// revokeKey revokes a key. It takes effect on every ingress through the watch of the keys
-// bucket. Revoking a revoked key again is not an error and keeps the first revocation time.
-func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, ok := s.keyScope(w, r)
-	if !ok {
+// manageableKey finds the key a revoke or rotate call names, within the caller's scope, and
+// checks the caller may change it (verb names the change in the refusal).
+func (s *Server) manageableKey(w http.ResponseWriter, r *http.Request, verb string) (caller keys.Key, tenant string, k keys.Key, ok bool) {
+	if caller, tenant, ok = s.keyScope(w, r); !ok {
 		return
 	}
-	k, ok := s.scopedKey(w, r, tenant)
-	if !ok {
+	if k, ok = s.scopedKey(w, r, tenant); !ok {
 		return
 	}
 	if !mayManage(caller, k.Role) {
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins revoke system-admin keys"})
+		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins " + verb + " system-admin keys"})
+		return caller, tenant, k, false
+	}
+	return caller, tenant, k, true
+}
+
+// revokeKey revokes a key. It takes effect on every ingress through the watch of the keys
+// bucket. Revoking a revoked key again is not an error and keeps the first revocation time.
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, k, ok := s.manageableKey(w, r, "revoke")
+	if !ok {
 		return
 	}
 	if _, err := s.keys.RevokeID(r.Context(), k.ID); err != nil {
@@ -399,16 +407,8 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 
 // rotateKey replaces a key with a new one of the same name and role, and revokes the old one.
 func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, ok := s.keyScope(w, r)
+	caller, tenant, k, ok := s.manageableKey(w, r, "rotate")
 	if !ok {
-		return
-	}
-	k, ok := s.scopedKey(w, r, tenant)
-	if !ok {
-		return
-	}
-	if !mayManage(caller, k.Role) {
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins rotate system-admin keys"})
 		return
 	}
 	secret, nk, old, err := s.keys.Rotate(r.Context(), k.ID, caller.ID)
