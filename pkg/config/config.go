@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // Config holds every setting. Each service uses the ones it needs.
@@ -245,4 +246,19 @@ func (c Config) Validate() error {
 // Logger returns a text logger on w at the configured level.
 func (c Config) Logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
+}
+
+// chatModelTimeout is shorter than a synchronous caller's default wait (60 s), so that a caller
+// gets the model's own 504 rather than a bare handler timeout.
+const chatModelTimeout = 45 * time.Second
+
+// ChatModel builds the chat model the AGENTBUS_LLM_* settings name (the offline model when no
+// base URL is set) and logs which one it is.
+func (c Config) ChatModel(log *slog.Logger) (llm.Model, error) {
+	model, err := llm.New(llm.Config{BaseURL: c.LLMBaseURL, Model: c.LLMModel, APIKey: c.LLMAPIKey, Timeout: chatModelTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("configuring the language model: %w", err)
+	}
+	log.Info("chat model", "model", model.Name(), "offline", c.LLMBaseURL == "")
+	return model, nil
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
-	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
@@ -55,13 +54,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
 	}
 	log := cfg.Logger(stderr)
-	// The model's own timeout is shorter than a synchronous caller's default wait (60 s), so the
-	// caller gets the model's 504 rather than a bare handler timeout.
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey, Timeout: 45 * time.Second})
+	model, err := cfg.ChatModel(log)
 	if err != nil {
-		return fmt.Errorf("configuring the language model: %w", err)
+		return err
 	}
-	log.Info("chat model", "model", model.Name(), "offline", cfg.LLMBaseURL == "")
 	st, err := stack.Start(ctx, stack.Config{
 		DataDir:    cfg.DataDir,
 		NATSListen: cfg.NATSListen,

@@ -14,13 +14,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
-	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 func main() {
@@ -41,13 +39,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
-	// The model's own timeout is shorter than a synchronous caller's default wait (60 s), so the
-	// caller gets the model's 504 rather than a bare handler timeout.
-	model, err := llm.New(llm.Config{BaseURL: cfg.LLMBaseURL, Model: cfg.LLMModel, APIKey: cfg.LLMAPIKey, Timeout: 45 * time.Second})
+	model, err := cfg.ChatModel(log)
 	if err != nil {
-		return fmt.Errorf("configuring the language model: %w", err)
+		return err
 	}
-	log.Info("chat model", "model", model.Name(), "offline", cfg.LLMBaseURL == "")
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-workflowhost", log)
 	if err != nil {
 		return err
