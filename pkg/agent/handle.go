@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -23,9 +24,12 @@ import (
 const maxStoredBody = 64 << 10
 
 // handle runs the request's handler on its instance, stores the incoming and outgoing messages in
-// history, replies and records the run. It returns an error only when the host is shutting down
-// before the request could be finished.
-func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) error {
+// history, replies and records the run. A handler that panics or fails with a Retryable error is
+// run again after a backoff while attempts are left; then the request is kept as a dead letter
+// and answered so. handle returns an error only when the host is shutting down before the
+// request could be finished.
+func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error {
+	req, replyTo := in.req, in.replyTo
 	a := h.agents[req.GetAgentName()]
 	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) {
 		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), ""))
@@ -50,8 +54,6 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		return nil
 	}
 
-	body := req.GetBody()
-
 	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
 	defer h.live.release(l)
 	var inst *Instance
@@ -63,9 +65,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 	}
 	runID := inst.RunID()
 
-	in := incomingMessage(req, body)
+	incoming := incomingMessage(req, req.GetBody())
 	storeIn := func() error {
-		return retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, in) })
+		return retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, incoming) })
 	}
 	// A webhook handler does not read history, so its call need not wait for the incoming
 	// message to be stored: the two run side by side, and the reply to the caller goes out as
@@ -81,42 +83,24 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 	var (
 		rep *agentbusv1.Reply
 		out *history.Message
+		err error
 	)
 	if webhook != nil {
-		wr := &WebhookRequest{
-			Method:        req.GetMethod(),
-			Params:        nonNil(req.GetParams()),
-			Body:          body,
-			ContentType:   req.GetContentType(),
-			Header:        nonNil(req.GetMetadata()),
-			RequestID:     req.GetRequestId(),
-			ParticipantID: req.GetParticipantId(),
-			inst:          inst,
-		}
-		// The answer goes out at once (it may be early, by Respond); history records it.
-		var answered Response
-		wr.respond = func(resp Response) {
-			answered = resp
-			h.reply(ctx, log, req, replyTo, webhookReply(resp, runID))
-		}
-		wr.Respond(callWebhook(ctx, log, webhook, wr))
-		out = webhookOutgoing(req, answered)
+		out, err = h.runWebhook(ctx, log, in, webhook, inst, runID)
 	} else {
 		if err := <-inStored; err != nil {
 			return err
 		}
 		inStored <- nil
-		m := h.message(req, in, inst)
-		if req.GetStream() && replyTo != "" {
-			m.delta = func(text string) {
-				h.reply(ctx, log, req, replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
-			}
+		rep, out, err = h.runMessage(ctx, log, in, handler, h.message(req, incoming, inst))
+		if rep != nil {
+			rep.RunId = runID
 		}
-		reply, err := callHandler(ctx, log, handler, m)
-		rep, out = messageReply(req, reply, err, log)
-		rep.RunId = runID
 	}
-	if err := <-inStored; err != nil {
+	if serr := <-inStored; err == nil {
+		err = serr
+	}
+	if err != nil {
 		return err
 	}
 	if out != nil {
@@ -132,6 +116,80 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, req *agentbusv1.Req
 		h.reply(ctx, log, req, replyTo, rep)
 	}
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// runWebhook calls a webhook handler until it answers or its attempts are used up, and returns
+// the outgoing message to store. The answer goes to the caller as soon as there is one (early,
+// when the handler calls Respond).
+func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd WebhookHandler, inst *Instance, runID string) (*history.Message, error) {
+	req := in.req
+	var answered Response
+	respond := func(resp Response) {
+		answered = resp
+		h.reply(ctx, log, req, in.replyTo, webhookReply(resp, runID))
+	}
+	for {
+		wr := &WebhookRequest{
+			Method:        req.GetMethod(),
+			Params:        nonNil(req.GetParams()),
+			Body:          req.GetBody(),
+			ContentType:   req.GetContentType(),
+			Header:        nonNil(req.GetMetadata()),
+			RequestID:     req.GetRequestId(),
+			ParticipantID: req.GetParticipantId(),
+			inst:          inst,
+			respond:       respond,
+		}
+		resp := callWebhook(ctx, log, hd, wr)
+		if resp.retry == nil {
+			wr.Respond(resp)
+			return webhookOutgoing(req, answered, "out"), nil
+		}
+		if !in.tries.exhausted() {
+			log.Warn("webhook handler failed; retrying", "method", req.GetMethod(), "attempt", in.tries.n, "err", resp.retry)
+			if err := in.tries.wait(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := h.deadLetter(ctx, log, in, resp.retry.Error()); err != nil {
+			return nil, err
+		}
+		dead := deadLetterResponse(in)
+		respond(dead)
+		return webhookOutgoing(req, dead, "dead"), nil
+	}
+}
+
+// runMessage calls a Chat, Data or File handler until it answers or its attempts are used up,
+// and returns the reply to send and the outgoing message to store.
+func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd Handler, m *Message) (*agentbusv1.Reply, *history.Message, error) {
+	req := in.req
+	if req.GetStream() && in.replyTo != "" {
+		m.delta = func(text string) {
+			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
+		}
+	}
+	for {
+		reply, err := callHandler(ctx, log, hd, m)
+		if !IsRetryable(err) {
+			rep, out := messageReply(req, reply, err, log)
+			return rep, out, nil
+		}
+		if !in.tries.exhausted() {
+			log.Warn("handler failed; retrying", "type", messageType(req.GetKind()), "attempt", in.tries.n, "err", err)
+			if err := in.tries.wait(ctx); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if err := h.deadLetter(ctx, log, in, err.Error()); err != nil {
+			return nil, nil, err
+		}
+		dead := deadLetterResponse(in)
+		rep, out := errorReply(req, dead.StatusCode, dead.platformError, string(dead.Content), "dead")
+		return rep, out, nil
+	}
 }
 
 // store appends m to the request's thread, reloading the thread's append cursor when another
@@ -197,7 +255,7 @@ func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Insta
 	}
 	if f := req.GetFile(); f != nil {
 		m.File = &File{Name: f.GetFileName(), ContentType: f.GetContentType(), Size: f.GetSize(), SHA256: f.GetSha256(),
-			Tenant: req.GetTenantId(), Empty: f.GetEmpty(), Invalid: f.GetInvalid(), object: f.GetObject(), store: h.files}
+			Tenant: req.GetTenantId(), Empty: f.GetEmpty(), Invalid: f.GetInvalid(), object: f.GetObject(), store: h.res.Files}
 	}
 	tenant, wf, p, seq := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId(), in.Seq
 	m.history = func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
@@ -210,12 +268,12 @@ func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Insta
 	return m
 }
 
-// callHandler runs a Chat, Data or File handler, turning a panic into an error.
+// callHandler runs a Chat, Data or File handler, turning a panic into a retryable error.
 func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) (reply Reply, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("handler panicked", "panic", p, "stack", string(debug.Stack()))
-			reply, err = NoReply, errors.New("handler panicked")
+			reply, err = NoReply, Retryable(fmt.Errorf("panic: %v", p))
 		}
 	}()
 	return hd.ServeMessage(context.WithValue(ctx, messageKey{}, m), m)
@@ -242,9 +300,7 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 		} else {
 			log.Error("handler failed", "err", err)
 		}
-		data, _ := json.Marshal(map[string]any{"error": map[string]any{"status": status, "message": detail}})
-		out := outgoing(req, &detail, data)
-		return &agentbusv1.Reply{StatusCode: int32(status), Error: "handler-error", Content: []byte(detail), ContentType: "text/plain; charset=utf-8"}, out
+		return errorReply(req, status, "handler-error", detail, "out")
 	}
 	if reply.Text == nil && reply.Data == nil {
 		return &agentbusv1.Reply{StatusCode: http.StatusOK}, nil
@@ -259,7 +315,21 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 		}
 		data = b
 	}
-	return &agentbusv1.Reply{StatusCode: http.StatusOK}, outgoing(req, reply.Text, data)
+	return &agentbusv1.Reply{StatusCode: http.StatusOK}, outgoing(req, "out", reply.Text, data)
+}
+
+// errorReply is the bus reply of a failed message (a problem of type slug) and the outgoing
+// message that keeps the failure in history; part names the outgoing message (see outgoing).
+func errorReply(req *agentbusv1.Request, status int, slug, detail, part string) (*agentbusv1.Reply, *history.Message) {
+	data, _ := json.Marshal(map[string]any{"error": map[string]any{"status": status, "message": detail}})
+	out := outgoing(req, part, &detail, data)
+	return &agentbusv1.Reply{StatusCode: int32(status), Error: slug, Content: []byte(detail), ContentType: "text/plain; charset=utf-8"}, out
+}
+
+// deadLetterResponse is the answer of a request kept as a dead letter.
+func deadLetterResponse(in *inbound) Response {
+	return platformError(http.StatusInternalServerError, "dead-lettered",
+		fmt.Sprintf("the handler failed on all %d attempts; the request was kept as dead letter %d, for an operator to replay or discard", in.tries.n, in.deadID))
 }
 
 // incomingMessage is the stored form of the request.
@@ -304,10 +374,12 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 }
 
 // outgoing is the stored form of a reply: it carries the request's id, scope and hint, so that a
-// thread read by topic shows both sides.
-func outgoing(req *agentbusv1.Request, text *string, data json.RawMessage) *history.Message {
+// thread read by topic shows both sides. Its id derives from the request and part ("out" for the
+// handler's answer, "dead" for a dead letter's), so that a redelivery does not store it twice
+// while a replayed dead letter's answer is stored beside the dead letter's.
+func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawMessage) *history.Message {
 	return &history.Message{
-		ID:            uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId()+"\x00out")).String(),
+		ID:            uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId()+"\x00"+part)).String(),
 		CreatedAt:     time.Now().UTC(),
 		Direction:     history.Out,
 		MessageType:   messageType(req.GetKind()),
@@ -321,9 +393,9 @@ func outgoing(req *agentbusv1.Request, text *string, data json.RawMessage) *hist
 	}
 }
 
-func webhookOutgoing(req *agentbusv1.Request, resp Response) *history.Message {
+func webhookOutgoing(req *agentbusv1.Request, resp Response, part string) *history.Message {
 	data, _ := json.Marshal(webhookAnswer{StatusCode: resp.StatusCode, ContentType: resp.ContentType, Content: bodySummary(resp.Content)})
-	return outgoing(req, nil, data)
+	return outgoing(req, part, nil, data)
 }
 
 // webhookCall is how a webhook call is kept in history.

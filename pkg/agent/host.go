@@ -8,15 +8,17 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -30,17 +32,30 @@ type HostConfig struct {
 	Conn *nats.Conn
 	// Agents the host runs. Required; names must be unique.
 	Agents []*Agent
-	// ID names the host in heartbeats and logs. Default: the hostname and a random suffix.
+	// ID names the host in heartbeats and logs, and decides which partitions it owns: it must be
+	// unique among the live hosts. Default: the hostname and the process id (AGENTBUS_HOST_ID).
 	ID string
 	// Bus sizes the streams and buckets, which the host creates if they are missing.
 	Bus bus.Config
 	// ContinueAsNewEvents is the run length after which an instance rolls over to a new run id,
 	// carrying its state. Default 1000; negative disables it.
 	ContinueAsNewEvents int
+	// IdleTimeout completes an instance that has had no message for this long: the next message
+	// starts a new run with fresh state. Default 7 days; negative never.
+	IdleTimeout time.Duration
+	// MaxDeliveries is how many times a request is tried (a handler that panics or fails with a
+	// Retryable error, a host that crashes while handling it) before it is kept as a dead letter.
+	// Default 5.
+	MaxDeliveries int
+	// RetryBackoff is the wait before the first retry; each further retry waits twice as long,
+	// up to a minute. Default 1s.
+	RetryBackoff time.Duration
 	// MaxConcurrent caps handlers running at once. Default 1024.
 	MaxConcurrent int
-	// AckWait is how long the bus waits for a host before redelivering a request elsewhere;
-	// long handlers extend it while they run. Default 30s.
+	// AckWait is how long the bus waits for news of a request before it gives the request to
+	// another host: a host tells the bus about every request it holds (queued or running) every
+	// third of it, so a live host keeps its requests however long they take, and the requests of
+	// a host that died come back after at most AckWait. Default 10s.
 	AckWait time.Duration
 	// ShutdownGrace is how long Run waits for running handlers after its context ends before
 	// cancelling theirs. Default 30s.
@@ -64,22 +79,58 @@ func (c HostConfig) Validate() error {
 		}
 		seen[a.name] = true
 	}
+	if c.MaxDeliveries < 0 || c.RetryBackoff < 0 || c.AckWait < 0 {
+		return errors.New("host: negative MaxDeliveries, RetryBackoff or AckWait")
+	}
 	return c.Bus.Validate()
 }
 
+// hostsInProcess numbers the hosts of this process that got a default id, so that two of them
+// (tests, a program running several) do not share one.
+var hostsInProcess atomic.Int64
+
+// DefaultHostID is the default host id: the hostname and the process id.
+func DefaultHostID() string {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "host"
+	}
+	id := name + "-" + strconv.Itoa(os.Getpid())
+	if n := hostsInProcess.Add(1); n > 1 {
+		id += "-" + strconv.FormatInt(n, 10)
+	}
+	return id
+}
+
+// Defaults of HostConfig.
+const (
+	DefaultIdleTimeout   = 7 * 24 * time.Hour
+	DefaultMaxDeliveries = 5
+	DefaultRetryBackoff  = time.Second
+	DefaultAckWait       = 10 * time.Second
+)
+
 func (c HostConfig) withDefaults() HostConfig {
 	if c.ID == "" {
-		name, _ := os.Hostname()
-		c.ID = name + "-" + uuid.NewString()[:8]
+		c.ID = DefaultHostID()
 	}
 	if c.ContinueAsNewEvents == 0 {
 		c.ContinueAsNewEvents = 1000
 	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 1024
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = 30 * time.Second
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 30 * time.Second
@@ -90,35 +141,38 @@ func (c HostConfig) withDefaults() HostConfig {
 	return c
 }
 
-// Host runs agents: it consumes the inbox, keeps instances and calls handlers.
+// Host runs agents: it owns a share of each agent's inbox partitions, pulls requests from them,
+// keeps instances and calls handlers.
 type Host struct {
 	cfg    HostConfig
 	log    *slog.Logger
 	agents map[string]*Agent
 
+	js      jetstream.JetStream
+	res     *bus.Resources
+	dir     *registry.Directory
 	live    *liveSet
 	history *history.Store
-	files   jetstream.ObjectStore
 	claims  *bus.Blobs
-	results jetstream.KeyValue
+	dead    *deadletter.Store
 	sem     chan struct{}
 
-	ready chan struct{}
+	started  time.Time
+	ready    chan struct{}
+	stopping chan struct{} // closed when shutdown begins: waits for retries end
+	// hctx is the context handlers run in: it outlives Run's context by the shutdown grace.
+	hctx context.Context
 
-	mu     sync.Mutex
-	queues map[string][]jetstream.Msg // per conversation, while it has work
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	parts   map[partKey]*partition     // partitions pulled now, or being handed over
+	convs   map[string]*conversation   // conversations with requests held, by stored subject
+	held    map[uint64]*delivery       // requests held, queued or running, by inbox sequence
+	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
+	// resolving is set while the goroutine that watches blocked conversations runs.
+	resolving bool
+	wg        sync.WaitGroup // conversation goroutines
+	bg        sync.WaitGroup // handovers and the resolver
 }
-
-const (
-	// priorityGroup is the pinned-client group every host pulls partitions with.
-	priorityGroup = "hosts"
-	// pullExpiry keeps pull requests short so that a live host renews its pin well within
-	// pinnedTTL even when idle.
-	pullExpiry = 5 * time.Second
-	// pinnedTTL is how long a crashed host keeps its partitions before another host may pull.
-	pinnedTTL = 15 * time.Second
-)
 
 // NewHost checks cfg and returns a Host; Run starts it.
 func NewHost(cfg HostConfig) (*Host, error) {
@@ -126,18 +180,78 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	h := &Host{cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
-		queues: make(map[string][]jetstream.Msg), sem: make(chan struct{}, cfg.MaxConcurrent), ready: make(chan struct{})}
+	h := &Host{
+		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
+		sem: make(chan struct{}, cfg.MaxConcurrent), ready: make(chan struct{}), stopping: make(chan struct{}),
+		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
+		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
+	}
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
 	}
 	return h, nil
 }
 
-// Run creates the bus resources it needs, registers the agents, and handles requests until ctx
-// ends; then it stops pulling, lets running handlers finish (up to ShutdownGrace), hands its
-// partitions back and returns. It returns an error only if it could not start.
+// ID returns the host's id.
+func (h *Host) ID() string { return h.cfg.ID }
+
+// Run creates the bus resources it needs, registers the agents, joins the hosts of its agents and
+// handles requests of the partitions it owns until ctx ends. Then it hands its partitions over
+// to the other hosts, lets running handlers finish (up to ShutdownGrace) and returns. It returns
+// an error only if it could not start.
 func (h *Host) Run(ctx context.Context) error {
+	if err := h.start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = h.dir.Close() }()
+
+	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	h.hctx = hctx
+
+	bgCtx, stopBackground := context.WithCancel(hctx)
+	var loops sync.WaitGroup
+	loops.Go(func() { h.live.run(bgCtx) })
+	loops.Go(func() { h.keepAlive(bgCtx) })
+	defer func() { stopBackground(); loops.Wait() }()
+
+	if err := h.rebalance(ctx); err != nil {
+		h.stop(ctx, cancelHandlers)
+		return err
+	}
+	if err := h.waitStarted(ctx); err != nil {
+		h.stop(ctx, cancelHandlers)
+		return err
+	}
+	h.log.Info("workflow host running", "agents", h.agentNames(), "partitions", h.res.Config.PartitionCount(), "owned", h.owned())
+	close(h.ready)
+
+	beat := time.NewTicker(registry.HeartbeatInterval)
+	defer beat.Stop()
+	// Membership also changes by a heartbeat growing old, which no watch reports.
+	check := time.NewTicker(registry.HeartbeatInterval / 4)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.stop(ctx, cancelHandlers)
+			return nil
+		case <-beat.C:
+			if err := h.beat(ctx); err != nil && ctx.Err() == nil {
+				h.log.Warn("heartbeat", "err", err)
+			}
+		case <-h.dir.Changed():
+		case <-check.C:
+		}
+		if err := h.rebalance(ctx); err != nil && ctx.Err() == nil {
+			h.log.Warn("dividing partitions", "err", err)
+		}
+	}
+}
+
+// start creates the bus resources, registers the agents and starts watching the hosts.
+func (h *Host) start(ctx context.Context) error {
 	js, err := jetstream.New(h.cfg.Conn)
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
@@ -146,89 +260,46 @@ func (h *Host) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h.live = newLiveSet(instance.NewStore(res.Instances), h.log)
+	h.js, h.res, h.started = js, res, time.Now().UTC()
+	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
-	h.files = res.Files
-	h.results = res.Results
+	h.dead = deadletter.NewStore(res, h.claims)
 
 	regs := make([]registry.Agent, 0, len(h.agents))
-	names := make([]string, 0, len(h.agents))
 	for _, a := range h.cfg.Agents {
 		regs = append(regs, a.registration())
-		names = append(names, a.name)
 	}
 	if err := registry.Register(ctx, res.Registry, regs); err != nil {
 		return err
 	}
-
-	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
-	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
-
-	// One puller per partition of each agent; pullCtx stops them.
-	pullCtx, stopPulling := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopPulling()
-	var (
-		pullers  []*puller
-		pullWG   sync.WaitGroup
-		startErr error
-	)
-	for _, a := range h.cfg.Agents {
-		for p := range res.Config.PartitionCount() {
-			pullers = append(pullers, &puller{h: h, js: js, agent: a.name, p: p, name: subject.PartitionConsumer(a.name, p)})
-		}
-	}
-	started := make(chan error, len(pullers))
-	for _, pl := range pullers {
-		pullWG.Go(func() { pl.run(pullCtx, hctx, started) })
-	}
-	for range pullers {
-		startErr = errors.Join(startErr, <-started)
-	}
-	stopConsumers := func() {
-		stopPulling()
-		pullWG.Wait()
-	}
-	if startErr != nil {
-		stopConsumers()
-		return startErr
-	}
-
-	sweepCtx, stopSweep := context.WithCancel(hctx)
-	sweepDone := make(chan struct{})
-	go func() { h.live.run(sweepCtx); close(sweepDone) }()
-	defer func() { stopSweep(); <-sweepDone }()
-
-	beat := registry.Host{ID: h.cfg.ID, Agents: names, StartedAt: time.Now().UTC()}
-	if err := registry.Beat(ctx, res.Hosts, beat); err != nil {
-		stopConsumers()
+	if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
 		return err
 	}
-	h.log.Info("workflow host running", "agents", names, "partitions", res.Config.PartitionCount())
-	close(h.ready)
-
-	ticker := time.NewTicker(registry.HeartbeatInterval)
-	defer ticker.Stop()
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-ticker.C:
-			if err := registry.Beat(ctx, res.Hosts, beat); err != nil && ctx.Err() == nil {
-				h.log.Warn("heartbeat", "err", err)
-			}
-		}
+	if err := h.beat(ctx); err != nil {
+		_ = h.dir.Close()
+		return err
 	}
+	return nil
+}
 
-	// Shut down: leave first so ingress stops sending here, then drain what was pulled.
+// stop shuts the host down: it leaves, so that the other hosts take its partitions at once,
+// hands every partition over (requests not started go back to the bus), waits for running
+// handlers up to the grace period, and writes what is only counted in memory.
+func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
+	close(h.stopping)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := registry.Leave(lctx, res.Hosts, h.cfg.ID); err != nil {
+	if err := registry.Leave(lctx, h.res.Hosts, h.cfg.ID); err != nil {
 		h.log.Warn("leaving", "err", err)
 	}
-	stopConsumers()
+	h.mu.Lock()
+	for _, part := range h.parts {
+		h.releaseLocked(part)
+	}
+	h.mu.Unlock()
+	h.bg.Wait() // handovers done: nothing is pulled or queued any more
+
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	select {
@@ -238,208 +309,35 @@ loop:
 		cancelHandlers()
 		<-done
 	}
-	// Write what is only counted in memory, then hand the partitions over at once instead of
-	// after the pin expires.
-	stopSweep()
-	<-sweepDone
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer ucancel()
-	h.live.sweep(uctx, true)
-	for _, pl := range pullers {
-		if err := res.Inbox.UnpinConsumer(uctx, pl.name, priorityGroup); err != nil {
-			h.log.Debug("unpinning", "consumer", pl.name, "err", err)
-		}
-	}
+	h.bg.Wait()
+	h.live.sweep(lctx, true)
 	h.log.Info("workflow host stopped")
-	return nil
 }
 
 // Ready is closed once Run consumes the inbox and has announced the host as alive.
 func (h *Host) Ready() <-chan struct{} { return h.ready }
 
-// dispatch queues m behind earlier requests of its conversation; a conversation with work has
-// one goroutine, an idle one has none.
-func (h *Host) dispatch(ctx context.Context, m jetstream.Msg) {
-	key := m.Subject() // one stored inbox subject per (tenant, workflow, participant)
+// Partitions returns the partitions the host pulls now, by agent.
+func (h *Host) Partitions() map[string][]int {
 	h.mu.Lock()
-	q, busy := h.queues[key]
-	h.queues[key] = append(q, m)
-	if !busy {
-		h.wg.Add(1)
-	}
-	h.mu.Unlock()
-	if !busy {
-		go h.drain(ctx, key)
-	}
+	defer h.mu.Unlock()
+	return h.ownedLocked()
 }
 
-func (h *Host) drain(ctx context.Context, key string) {
-	defer h.wg.Done()
-	for {
-		h.mu.Lock()
-		q := h.queues[key]
-		if len(q) == 0 {
-			delete(h.queues, key)
-			h.mu.Unlock()
-			return
-		}
-		m := q[0]
-		q[0] = nil
-		h.queues[key] = q[1:]
-		h.mu.Unlock()
+func (h *Host) owned() map[string][]int { return h.Partitions() }
 
-		h.sem <- struct{}{}
-		ok := h.process(ctx, m)
-		<-h.sem
-		if !ok {
-			// Later requests of this conversation must not overtake m: leave them unacknowledged
-			// so the bus redelivers them after m, in order.
-			h.mu.Lock()
-			delete(h.queues, key)
-			h.mu.Unlock()
-			return
-		}
+func (h *Host) agentNames() []string {
+	names := make([]string, 0, len(h.cfg.Agents))
+	for _, a := range h.cfg.Agents {
+		names = append(names, a.name)
 	}
+	return names
 }
 
-// process handles one request and acknowledges it. It returns false if it gave up (shutdown)
-// without acknowledging.
-func (h *Host) process(ctx context.Context, m jetstream.Msg) bool {
-	stop := keepAlive(m, h.cfg.AckWait)
-	defer stop()
-
-	req := new(agentbusv1.Request)
-	if err := proto.Unmarshal(m.Data(), req); err != nil {
-		h.log.Error("dropping undecodable request", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-		return true
-	}
-	replyTo := m.Headers().Get(subject.HeaderReplyTo)
-	log := h.log.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId())
-	claim := req.GetEnvelopeRef()
-	if claim != nil {
-		full := new(agentbusv1.Request)
-		if err := retry(ctx, log, "reading the claimed request", func() error {
-			data, err := h.claims.Get(ctx, claim)
-			if err != nil {
-				return err
-			}
-			return proto.Unmarshal(data, full)
-		}); err != nil {
-			return false
-		}
-		req = full
-	}
-
-	// A redelivered request may have been handled already (its acknowledgement lost when a
-	// NATS node failed): when its result was kept, answer with it instead of running it again.
-	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 && req.GetKeepResult() {
-		if h.answerFromCache(ctx, log, req, replyTo) {
-			if err := m.Ack(); err != nil {
-				log.Warn("acknowledging request", "err", err)
-			}
-			return true
-		}
-	}
-
-	if err := h.handle(ctx, log, req, replyTo); err != nil {
-		log.Warn("request not handled; leaving it for redelivery", "err", err)
-		return false
-	}
-	if err := m.Ack(); err != nil {
-		log.Warn("acknowledging request", "err", err)
-	}
-	if claim != nil {
-		if err := h.claims.Delete(ctx, claim); err != nil {
-			log.Warn("deleting request claim", "err", err)
-		}
-	}
-	return true
-}
-
-// startOrLoad returns the running instance of the request's workflow, starting a new run when
-// there is none or the last one completed (update-with-start). When several hosts race to
-// start, compare-and-set lets exactly one win; the others load its run.
-func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *liveInstance) (*Instance, error) {
-	l.mu.Lock()
-	started := false
-	for {
-		if !l.loaded {
-			if err := l.reloadLocked(ctx); err != nil {
-				l.mu.Unlock()
-				return nil, err
-			}
-		}
-		if l.found && l.rec.Status == instance.Running {
-			break
-		}
-		now := time.Now().UTC()
-		fresh := instance.Record{
-			Tenant: l.key.tenant, WorkflowID: l.key.workflowID, RunID: uuid.NewString(),
-			Status: instance.Running, StartedAt: now, LastActiveAt: now, Revision: l.rec.Revision,
-		}
-		err := l.writeLocked(ctx, fresh)
-		if err == nil {
-			started = true
-			log.Debug("started run", "runId", fresh.RunID)
-			break
-		}
-		if !errors.Is(err, instance.ErrConflict) {
-			l.mu.Unlock()
-			return nil, err
-		}
-		l.loaded = false // someone else started it: read theirs
-	}
-	l.mu.Unlock()
-	inst := &Instance{live: l}
-	if started && a.onStart != nil {
-		if err := a.onStart(ctx, inst); err != nil {
-			log.Error("start hook failed", "err", err)
-		}
-	}
-	return inst, nil
-}
-
-// finishRun counts the event, completes the run if asked, and rolls over long runs
-// (continue-as-new). Counting alone is not written at once: it goes with the next write of the
-// record or when the host drops the idle instance.
-func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, runID string) error {
-	l := inst.live
-	complete := inst.completing()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for {
-		if l.rec.RunID != runID || l.rec.Status != instance.Running {
-			return nil // the run ended meanwhile (another participant completed it)
-		}
-		now := time.Now().UTC()
-		rec := l.rec
-		rec.Events++
-		rec.LastActiveAt = now
-		switch {
-		case complete:
-			rec.Status = instance.Completed
-			rec.CompletedAt = &now
-		case h.cfg.ContinueAsNewEvents > 0 && rec.Events >= int64(h.cfg.ContinueAsNewEvents):
-			log.Info("continue-as-new", "oldRunId", rec.RunID, "events", rec.Events)
-			rec.RunID = uuid.NewString()
-			rec.Events = 0
-			rec.StartedAt = now
-		default:
-			l.rec, l.dirty = rec, true
-			return nil
-		}
-		err := l.writeLocked(ctx, rec)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, instance.ErrConflict) {
-			return err
-		}
-		if err := l.reloadLocked(ctx); err != nil {
-			return err
-		}
-	}
+// beat writes the host's heartbeat: its agents and the partitions it pulls.
+func (h *Host) beat(ctx context.Context) error {
+	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.owned()}
+	return registry.Beat(ctx, h.res.Hosts, hb)
 }
 
 // reply sends rep to the waiting caller (if any) and keeps it in the result cache when the
@@ -470,7 +368,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		// duplicate), so it must be written: keep trying while the bus recovers.
 		key := subject.ResultKey(req.GetTenantId(), req.GetRequestId())
 		if err := retry(ctx, log, "caching the result", func() error {
-			_, err := h.results.Put(ctx, key, data)
+			_, err := h.res.Results.Put(ctx, key, data)
 			return err
 		}); err != nil {
 			log.Error("caching result", "err", err)
@@ -485,7 +383,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 
 // answerFromCache sends the kept result of an already handled request, if there is one.
 func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) bool {
-	e, err := h.results.Get(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
+	e, err := h.res.Results.Get(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
 	if err != nil {
 		return false // not handled yet (or the cache cannot be read): handle it
 	}
@@ -508,45 +406,41 @@ func webhookReply(resp Response, runID string) *agentbusv1.Reply {
 		RunId: runID, Error: resp.platformError}
 }
 
-// callWebhook runs the handler, turning a panic into a 500 that names no internals.
+// callWebhook runs the handler, turning a panic into a retryable failure.
 func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *WebhookRequest) (resp Response) {
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("webhook handler panicked", "method", r.Method, "panic", p, "stack", string(debug.Stack()))
-			resp = platformError(http.StatusInternalServerError, "handler-error", "the handler failed")
+			resp = Retry(fmt.Errorf("panic: %v", p))
 		}
 	}()
-	return hd.ServeWebhook(ctx, r).normalized()
+	resp = hd.ServeWebhook(ctx, r)
+	if resp.retry != nil {
+		return resp
+	}
+	return resp.normalized()
+}
+
+// deadLetter keeps the request as a dead letter with its last error, retrying while the bus
+// recovers, and then answers the caller and notes it in the thread's history when no handler
+// did (the request never ran).
+func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, cause string) error {
+	var id uint64
+	if err := retry(ctx, log, "storing a dead letter", func() (err error) {
+		id, err = h.dead.Add(ctx, in.req, in.data, in.seq, in.tries.n, cause)
+		return err
+	}); err != nil {
+		return err
+	}
+	in.deadLettered, in.deadID = true, id
+	log.Error("request kept as a dead letter", "deadLetter", id, "attempts", in.tries.n, "err", cause)
+	return nil
 }
 
 // platformError is a reply the platform makes on a handler's behalf; ingress turns it into a
 // problem+json answer.
 func platformError(status int, slug, detail string) Response {
 	return Response{StatusCode: status, Content: []byte(detail), ContentType: "text/plain; charset=utf-8", platformError: slug}
-}
-
-// keepAlive tells the bus the request is still being worked on, so a long handler is not
-// redelivered to another host. The returned func stops it.
-func keepAlive(m jetstream.Msg, ackWait time.Duration) func() {
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	t = time.AfterFunc(ackWait/3, func() {
-		_ = m.InProgress()
-		mu.Lock()
-		if !stopped {
-			t.Reset(ackWait / 3)
-		}
-		mu.Unlock()
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-	}
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off between attempts: a NATS hiccup

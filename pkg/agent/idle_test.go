@@ -81,7 +81,7 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 	deadline := time.Now().Add(3*liveIdle + 2*time.Second)
 	for {
 		h.mu.Lock()
-		queues := len(h.queues)
+		queues := len(h.convs) + len(h.held)
 		h.mu.Unlock()
 		if h.live.size() == 0 && queues == 0 && runtime.NumGoroutine() <= goroutinesIdle+2 {
 			break

@@ -31,8 +31,9 @@ type Instance struct {
 // each other's state changes, and a busy instance is not read from the bucket on each request.
 // The host drops it once the instance has been idle for liveIdle.
 type liveInstance struct {
-	store *instance.Store
-	key   liveKey
+	store  *instance.Store
+	key    liveKey
+	hostID string
 
 	mu     sync.Mutex
 	loaded bool
@@ -54,6 +55,9 @@ type liveKey struct{ tenant, workflowID string }
 
 // WorkflowID returns the instance's workflow id, {tenantId}:{agentName}:{workflowType}:{activationName}.
 func (i *Instance) WorkflowID() string { return i.live.key.workflowID }
+
+// HostID returns the id of the workflow host the handler runs on (HostConfig.ID).
+func (i *Instance) HostID() string { return i.live.hostID }
 
 // Tenant returns the tenant the instance belongs to.
 func (i *Instance) Tenant() string { return i.live.key.tenant }

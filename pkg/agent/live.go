@@ -16,15 +16,16 @@ const liveIdle = 2 * time.Second
 // liveSet holds the instances in use on a host. Partitions are keyed by workflow, so one host
 // holds all conversations of an instance and its copy stays the one that writes.
 type liveSet struct {
-	store *instance.Store
-	log   *slog.Logger
+	store  *instance.Store
+	log    *slog.Logger
+	hostID string
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
 }
 
-func newLiveSet(store *instance.Store, log *slog.Logger) *liveSet {
-	return &liveSet{store: store, log: log, m: make(map[liveKey]*liveInstance)}
+func newLiveSet(store *instance.Store, log *slog.Logger, hostID string) *liveSet {
+	return &liveSet{store: store, log: log, hostID: hostID, m: make(map[liveKey]*liveInstance)}
 }
 
 // acquire returns the instance's live copy (not loaded yet when new); release it after use.
@@ -34,7 +35,7 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 	defer s.mu.Unlock()
 	l := s.m[k]
 	if l == nil {
-		l = &liveInstance{store: s.store, key: k}
+		l = &liveInstance{store: s.store, key: k, hostID: s.hostID}
 		s.m[k] = l
 	}
 	l.users++

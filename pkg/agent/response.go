@@ -13,8 +13,11 @@ type Response struct {
 	// ContentType defaults to application/json when empty.
 	ContentType string
 
-	// platformError is set on replies the platform makes for a handler (unknown method, panic).
+	// platformError is set on replies the platform makes for a handler (unknown method, dead
+	// letter).
 	platformError string
+	// retry is set by Retry: the call failed and is to be run again.
+	retry error
 }
 
 // DefaultContentType is the content type of a Response that names none.

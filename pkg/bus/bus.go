@@ -95,7 +95,9 @@ type Resources struct {
 	Topics    jetstream.KeyValue
 	Files     jetstream.ObjectStore
 	Claims    jetstream.ObjectStore
-	Config    Config
+	// DeadLetters keeps requests that failed every attempt.
+	DeadLetters jetstream.Stream
+	Config      Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -168,6 +170,22 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.MessagesStream, err)
+	}
+	r.DeadLetters, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        subject.DeadLettersStream,
+		Description: "agentbus requests whose handler failed every attempt, until replayed or discarded",
+		Subjects:    []string{subject.DeadLetterSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		// As long as a request may wait in the inbox: a dead letter may refer to a claim-checked
+		// request, which is kept that long.
+		MaxAge:      cfg.InboxMaxAge,
+		Duplicates:  cfg.DedupeWindow,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", subject.DeadLettersStream, err)
 	}
 	kvs := []struct {
 		dst *jetstream.KeyValue

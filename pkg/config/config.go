@@ -39,6 +39,11 @@ type Config struct {
 	TenantRateLimits    map[string]Rate
 	MaxWaitingPerTenant int
 	ContinueAsNewEvents int
+	HostID              string
+	IdleTimeout         time.Duration
+	MaxDeliveries       int
+	RetryBackoff        time.Duration
+	MetricsAddr         string
 	SyncAlways          bool
 	LLMBaseURL          string
 	LLMModel            string
@@ -171,6 +176,32 @@ func (c *Config) settings() []setting {
 			return nil
 		}},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
+		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
+		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("idle-timeout: %q is not a duration such as 24h, or 0", v)
+			}
+			c.IdleTimeout = d
+			return nil
+		}},
+		{"AGENTBUS_MAX_DELIVERIES", "max-deliveries", "5", "attempts of a failing request (a panic, a retryable error, a host crash) before it goes to the dead letters", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("max-deliveries: %q is not a positive whole number", v)
+			}
+			c.MaxDeliveries = n
+			return nil
+		}},
+		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("retry-backoff: %q is not a positive duration such as 1s", v)
+			}
+			c.RetryBackoff = d
+			return nil
+		}},
+		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz and /readyz on this address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -241,6 +272,15 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("dev API key must be at least 16 characters"))
 	}
 	return errors.Join(errs...)
+}
+
+// HostIdleTimeout is the IdleTimeout setting as agent.HostConfig takes it, where zero means the
+// default and a negative value never.
+func (c Config) HostIdleTimeout() time.Duration {
+	if c.IdleTimeout == 0 {
+		return -1
+	}
+	return c.IdleTimeout
 }
 
 // Logger returns a text logger on w at the configured level.

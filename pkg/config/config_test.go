@@ -42,6 +42,9 @@ func TestDefaults(t *testing.T) {
 		RateBurst:           100,
 		MaxWaitingPerTenant: 1000,
 		ContinueAsNewEvents: 1000,
+		IdleTimeout:         7 * 24 * time.Hour,
+		MaxDeliveries:       5,
+		RetryBackoff:        time.Second,
 		LogLevel:            slog.LevelInfo,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -98,6 +101,20 @@ func TestOverrides(t *testing.T) {
 			name:  "env continue-as-new",
 			vars:  map[string]string{"AGENTBUS_CONTINUE_AS_NEW_EVENTS": "-1"},
 			check: func(c config.Config) bool { return c.ContinueAsNewEvents == -1 },
+		},
+		{
+			name:  "idle timeout 0 means never",
+			vars:  map[string]string{"AGENTBUS_IDLE_TIMEOUT": "0"},
+			check: func(c config.Config) bool { return c.IdleTimeout == 0 && c.HostIdleTimeout() < 0 },
+		},
+		{
+			name: "host settings",
+			vars: map[string]string{"AGENTBUS_HOST_ID": "host-a", "AGENTBUS_IDLE_TIMEOUT": "30m", "AGENTBUS_MAX_DELIVERIES": "3",
+				"AGENTBUS_RETRY_BACKOFF": "250ms", "AGENTBUS_METRICS_ADDR": "127.0.0.1:9090"},
+			check: func(c config.Config) bool {
+				return c.HostID == "host-a" && c.IdleTimeout == 30*time.Minute && c.HostIdleTimeout() == 30*time.Minute &&
+					c.MaxDeliveries == 3 && c.RetryBackoff == 250*time.Millisecond && c.MetricsAddr == "127.0.0.1:9090"
+			},
 		},
 		{
 			name: "env strings",
@@ -202,6 +219,9 @@ func TestBadValues(t *testing.T) {
 		{name: "tenant rate negative", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=-5:10"}, mention: []string{"acme=-5:10"}},
 		{name: "tenant rate bad tenant", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "a b=5:10"}, mention: []string{"rate-limit-tenants"}},
 		{name: "tenant rate twice", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=5:10,acme=6:10"}, mention: []string{"twice"}},
+		{name: "negative idle timeout", vars: map[string]string{"AGENTBUS_IDLE_TIMEOUT": "-1h"}, mention: []string{"AGENTBUS_IDLE_TIMEOUT"}},
+		{name: "zero deliveries", vars: map[string]string{"AGENTBUS_MAX_DELIVERIES": "0"}, mention: []string{"AGENTBUS_MAX_DELIVERIES"}},
+		{name: "zero retry backoff", args: []string{"-retry-backoff", "0s"}, mention: []string{"retry-backoff"}},
 		{name: "zero waiting cap", vars: map[string]string{"AGENTBUS_MAX_WAITING_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_WAITING_PER_TENANT"}},
 		{name: "short admin key", vars: map[string]string{"AGENTBUS_ADMIN_KEY": "short"}, mention: []string{"admin key"}},
 		{name: "short dev key", args: []string{"-dev-api-key", "short"}, mention: []string{"dev API key"}},

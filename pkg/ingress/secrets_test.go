@@ -75,8 +75,9 @@ func secStack(t *testing.T) (*stack.Stack, *secLog) {
 		Agents:   []*agent.Agent{echo.New(), leakyAgent()},
 		Bus:      bus.Config{Partitions: 4},
 		Ingress:  ingress.Config{WebhookTimeout: 300 * time.Millisecond, AdminKey: secSystemKey},
-		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
-		Logger:   logger,
+		// Retries of the panicking handler end well within the short webhook timeout.
+		Host:   agent.HostConfig{ShutdownGrace: 10 * time.Second, RetryBackoff: 10 * time.Millisecond},
+		Logger: logger,
 	})
 	if err != nil {
 		t.Fatalf("starting stack: %v", err)

@@ -51,6 +51,14 @@ type Record struct {
 	Revision uint64 `json:"-"`
 }
 
+// IdleFor reports whether a running instance has had no activity for longer than timeout (a
+// positive one), and so counts as completed: an idle instance is not rewritten when its time
+// runs out, which would cost a timer or a scan per instance; the next message to it starts a
+// new run instead, and readers of the record apply the same rule.
+func (r Record) IdleFor(timeout time.Duration, now time.Time) bool {
+	return timeout > 0 && r.Status == Running && !r.LastActiveAt.IsZero() && now.Sub(r.LastActiveAt) > timeout
+}
+
 // Store reads and writes instance records.
 type Store struct {
 	kv jetstream.KeyValue

@@ -2,9 +2,11 @@
 // hosts are alive to run them.
 //
 // Hosts write it: each agent's workflow types and methods (kept until changed), and a heartbeat
-// per host naming the agents it runs (expiring). Ingress reads it through a Directory kept
-// current by watches, so that an unknown agent or method is refused at once (404) and a known
-// one with no live host is refused with 503 instead of waiting for a timeout.
+// per host naming the agents it runs and the inbox partitions it owns (expiring). Ingress reads
+// it through a Directory kept current by watches, so that an unknown agent or method is refused
+// at once (404) and a known one with no live host is refused with 503 instead of waiting for a
+// timeout. Workflow hosts read the same Directory to learn which hosts of their agents are alive,
+// the membership their partitions are divided by (package placement).
 package registry
 
 import (
@@ -23,9 +25,13 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// HeartbeatInterval is how often a host refreshes its heartbeat. A host whose heartbeat is older
-// than three intervals is taken for dead.
-const HeartbeatInterval = 2 * time.Second
+// HeartbeatInterval is how often a host refreshes its heartbeat.
+const HeartbeatInterval = time.Second
+
+// DeadAfter is how long after its last heartbeat a host is taken for dead: three intervals, so
+// that one late beat on a loaded machine is not a death, while the partitions of a crashed host
+// find a new owner within a few seconds.
+const DeadAfter = 3 * HeartbeatInterval
 
 // Agent is what an agent registered.
 type Agent struct {
@@ -53,7 +59,13 @@ type Host struct {
 	ID        string    `json:"id"`
 	Agents    []string  `json:"agents"`
 	StartedAt time.Time `json:"startedAt"`
+	// Partitions are the inbox partitions the host pulls, by agent: those it owns, and those it
+	// is still handing over. Another host takes over a partition that no live host lists.
+	Partitions map[string][]int `json:"partitions,omitempty"`
 }
+
+// Owns reports whether the heartbeat lists the agent's partition p.
+func (h Host) Owns(agent string, p int) bool { return slices.Contains(h.Partitions[agent], p) }
 
 // Register writes the agents' registrations.
 func Register(ctx context.Context, kv jetstream.KeyValue, agents []Agent) error {
@@ -98,6 +110,8 @@ type Directory struct {
 	agents map[string]Agent // by name
 	hosts  map[string]seenHost
 
+	changed chan struct{} // signalled when a heartbeat arrives or leaves
+
 	watchers []jetstream.KeyWatcher
 	wg       sync.WaitGroup
 }
@@ -112,10 +126,10 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost)}
+	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1)}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
-		apply func(jetstream.KeyValueEntry)
+		apply func(e jetstream.KeyValueEntry, initial bool)
 	}{{registryKV, d.applyAgent}, {hostsKV, d.applyHost}} {
 		w, err := kv.kv.WatchAll(context.WithoutCancel(ctx))
 		if err != nil {
@@ -136,7 +150,7 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	return d, nil
 }
 
-func (d *Directory) follow(w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), ready chan struct{}) {
+func (d *Directory) follow(w jetstream.KeyWatcher, apply func(e jetstream.KeyValueEntry, initial bool), ready chan struct{}) {
 	defer d.wg.Done()
 	loaded := false
 	for e := range w.Updates() {
@@ -147,14 +161,14 @@ func (d *Directory) follow(w jetstream.KeyWatcher, apply func(jetstream.KeyValue
 			}
 			continue
 		}
-		apply(e)
+		apply(e, !loaded)
 	}
 	if !loaded {
 		close(ready)
 	}
 }
 
-func (d *Directory) applyAgent(e jetstream.KeyValueEntry) {
+func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 	name, err := subject.ParseToken(e.Key())
 	if err != nil {
 		return
@@ -173,7 +187,12 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry) {
 	d.agents[name] = a
 }
 
-func (d *Directory) applyHost(e jetstream.KeyValueEntry) {
+// applyHost records a heartbeat, or a host's leaving. A heartbeat that arrives as it happens is
+// dated by the local clock (clocks of hosts are not trusted); one read when the watch starts may
+// be old, and is dated back by its age as the server stored it, so that the heartbeat of a host
+// that died a moment ago does not count as fresh.
+func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
+	defer d.signal()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
@@ -185,8 +204,25 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry) {
 		d.log.Error("ignoring bad heartbeat", "err", err)
 		return
 	}
-	d.hosts[e.Key()] = seenHost{host: h, seen: d.now()}
+	seen := d.now()
+	if age := seen.Sub(e.Created()); initial && age > 0 {
+		seen = seen.Add(-min(age, 2*DeadAfter))
+	}
+	d.hosts[e.Key()] = seenHost{host: h, seen: seen}
 }
+
+// signal notes a change for Changed, without blocking.
+func (d *Directory) signal() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed receives a value after heartbeats arrived or hosts left; one value may stand for many
+// changes. A host also dies by its heartbeat growing old, which sends nothing: callers that act
+// on membership check LiveHosts on a timer too.
+func (d *Directory) Changed() <-chan struct{} { return d.changed }
 
 // Agent returns an agent's registration.
 func (d *Directory) Agent(name string) (Agent, bool) {
@@ -198,7 +234,7 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 
 // Live reports whether some host with a fresh heartbeat runs the agent.
 func (d *Directory) Live(agent string) bool {
-	cutoff := d.now().Add(-3 * HeartbeatInterval)
+	cutoff := d.now().Add(-DeadAfter)
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
@@ -207,6 +243,21 @@ func (d *Directory) Live(agent string) bool {
 		}
 	}
 	return false
+}
+
+// LiveHosts returns the heartbeats of the live hosts that run the agent, ordered by host id.
+func (d *Directory) LiveHosts(agent string) []Host {
+	cutoff := d.now().Add(-DeadAfter)
+	d.mu.RLock()
+	var out []Host
+	for _, h := range d.hosts {
+		if h.seen.After(cutoff) && slices.Contains(h.host.Agents, agent) {
+			out = append(out, h.host)
+		}
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // Close stops the watches.

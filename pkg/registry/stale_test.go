@@ -49,8 +49,8 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	}
 
 	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{}}
-	d.applyHost(entry)
+	d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{}, changed: make(chan struct{}, 1)}
+	d.applyHost(entry, false)
 
 	tests := []struct {
 		name    string
@@ -73,7 +73,7 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	}
 
 	// The next beat revives it.
-	d.applyHost(entry)
+	d.applyHost(entry, false)
 	if !d.Live("Echo") {
 		t.Error("Echo not live after a fresh beat")
 	}

@@ -74,8 +74,9 @@ func Start(t testing.TB, opts Options) *Stack {
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes},
-		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second, ContinueAsNewEvents: opts.ContinueAsNewEvents},
-		Logger:   Logger(),
+		// Retries are quick in tests, so that a request that fails reaches its dead letter soon.
+		Host:   agent.HostConfig{ShutdownGrace: 10 * time.Second, ContinueAsNewEvents: opts.ContinueAsNewEvents, RetryBackoff: 10 * time.Millisecond},
+		Logger: Logger(),
 	})
 	if err != nil {
 		t.Fatalf("starting stack: %v", err)

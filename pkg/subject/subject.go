@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -39,6 +40,9 @@ const (
 	// ClaimsStore is the object store for request bodies and replies too large for one NATS
 	// message (claim checks); entries expire on their own.
 	ClaimsStore = "AGENTBUS_CLAIMS"
+	// DeadLettersStream keeps requests whose handler failed on every attempt, with the last
+	// error, until an operator replays or discards them.
+	DeadLettersStream = "AGENTBUS_DEADLETTERS"
 )
 
 // Header names carried on bus messages.
@@ -51,11 +55,19 @@ const (
 	// previous messages, newest first, comma-separated: the newest page of a thread is read
 	// from the last message and these, without scanning the stream.
 	HeaderPrev = "Agentbus-Prev"
+	// HeaderPinID is set by the server on every message a pinned-client consumer delivers: the
+	// id of the pin the message was delivered under. A new id means the partition changed hands.
+	HeaderPinID = "Nats-Pin-Id"
+	// HeaderError carries, on a dead letter, the last error of the request's handler.
+	HeaderError = "Agentbus-Error"
+	// HeaderAttempts carries, on a dead letter, how many times the request was tried.
+	HeaderAttempts = "Agentbus-Attempts"
 )
 
 const (
 	inboxPrefix = "agentbus.in"
 	msgPrefix   = "agentbus.msg"
+	deadPrefix  = "agentbus.dead"
 	replyPrefix = "_INBOX.agentbus"
 )
 
@@ -207,6 +219,56 @@ func AgentKey(agentName string) string { return Token(agentName) }
 
 // HostKey is the hosts KV key of a workflow host.
 func HostKey(hostID string) string { return Token(hostID) }
+
+// DeadLetter is the subject a dead request of an agent's conversation is kept on.
+func DeadLetter(tenant, agent, workflowID, participant string) string {
+	return deadPrefix + "." + tenant + "." + Token(agent) + "." + Token(workflowID) + "." + Token(participant)
+}
+
+// DeadLetterSubjects is the subject filter of the dead-letter stream.
+func DeadLetterSubjects() string { return deadPrefix + ".>" }
+
+// TenantDeadLetters is the filter of one tenant's dead letters.
+func TenantDeadLetters(tenant string) string { return deadPrefix + "." + tenant + ".>" }
+
+// AgentDeadLetters is the filter of one tenant's dead letters of one agent.
+func AgentDeadLetters(tenant, agent string) string {
+	return deadPrefix + "." + tenant + "." + Token(agent) + ".>"
+}
+
+// MatchesFilter reports whether a literal subject matches a subject filter, which may hold the
+// wildcards * (one token) and > (the rest, at the end).
+func MatchesFilter(subj, filter string) bool {
+	st, ft := strings.Split(subj, "."), strings.Split(filter, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">" && i == len(ft)-1:
+			return len(st) > i
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(st) == len(ft)
+}
+
+// DeadLetterMsgID de-duplicates the dead letter of one delivery of an inbox message, so that a host
+// that dies between storing a dead letter and acknowledging the request stores it only once.
+func DeadLetterMsgID(tenant string, inboxSeq uint64) string {
+	return "dead:" + tenant + ":" + strconv.FormatUint(inboxSeq, 10)
+}
+
+// ReplayMsgID is the inbox de-duplication id of a dead letter sent again: the request keeps its
+// requestId, whose own id may still be inside the dedupe window.
+func ReplayMsgID(tenant, requestID string, deadLetterID uint64) string {
+	return DedupeID(tenant, requestID) + ":replay:" + strconv.FormatUint(deadLetterID, 10)
+}
+
+// StreamMsgGetAPI is the JetStream API subject that reads a stream's message from its leader.
+// Direct gets may be answered by a follower that lags behind; a workflow host taking over a
+// partition must see every request still in the stream.
+func StreamMsgGetAPI(stream string) string { return "$JS.API.STREAM.MSG.GET." + stream }
 
 // ClaimName is the object name of a claim-checked payload ("request" or "reply") of a request.
 func ClaimName(tenant, requestID, part string) string {

@@ -1,0 +1,285 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// delivery is one request the host holds: queued behind its conversation, or being handled.
+type delivery struct {
+	seq  uint64
+	part *partition
+	conv *conversation
+
+	// Guarded by Host.mu.
+	msg      jetstream.Msg // the latest delivery of the request (a redelivery replaces it)
+	running  bool
+	progress time.Time // when the bus last heard the request is being worked on
+}
+
+// conversation is one workflow instance and participant (one stored inbox subject) while the
+// host holds requests of it. Its requests run one at a time, in inbox order; an idle
+// conversation costs nothing.
+type conversation struct {
+	key string
+
+	// Guarded by Host.mu.
+	queue   []*delivery // ascending sequence; the head may be running
+	running bool        // a goroutine drains it
+	blocked bool        // the head waits for an earlier request held elsewhere
+}
+
+func compareSeq(a, b uint64) int { return cmp.Compare(a, b) }
+
+// arrive takes a request the partition's consumer delivered.
+func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		h.log.Error("dropping a delivery without metadata", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	seq := md.Sequence.Stream
+	pin := m.Headers().Get(subject.HeaderPinID)
+	h.mu.Lock()
+	if part.releasing {
+		h.mu.Unlock()
+		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
+		return
+	}
+	if d := h.held[seq]; d != nil {
+		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
+		// copy, answering to the latest delivery.
+		d.msg, d.progress = m, time.Now()
+		h.mu.Unlock()
+		return
+	}
+	if pin != "" && pin != part.pin {
+		h.mu.Unlock()
+		if !h.takeOver(ctx, part, pin) {
+			_ = m.Nak()
+			return
+		}
+		h.mu.Lock()
+	}
+	// A request held elsewhere that comes here is no longer waited for: it is queued in order.
+	if seqs := part.others[m.Subject()]; len(seqs) > 0 {
+		if i, found := slices.BinarySearch(seqs, seq); found {
+			part.others[m.Subject()] = slices.Delete(seqs, i, i+1)
+		}
+	}
+	c := h.convs[m.Subject()]
+	if c == nil {
+		c = &conversation{key: m.Subject()}
+		h.convs[c.key] = c
+	}
+	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now()}
+	h.held[seq] = d
+	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
+	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
+		i = 1 // never ahead of the request being handled
+	}
+	c.queue = slices.Insert(c.queue, i, d)
+	h.scheduleLocked(c)
+	h.mu.Unlock()
+}
+
+// waitsLocked reports whether the conversation's head must wait for an earlier request of the
+// conversation that is held elsewhere.
+func (h *Host) waitsLocked(c *conversation) bool {
+	head := c.queue[0]
+	seqs := head.part.others[c.key]
+	return len(seqs) > 0 && seqs[0] < head.seq
+}
+
+// scheduleLocked starts draining a conversation whose head may run now.
+func (h *Host) scheduleLocked(c *conversation) {
+	if c.running || len(c.queue) == 0 {
+		return
+	}
+	if h.waitsLocked(c) {
+		h.blockLocked(c)
+		return
+	}
+	if c.blocked {
+		c.blocked = false
+		delete(h.blocked, c)
+	}
+	c.running = true
+	h.wg.Add(1)
+	go h.drain(c)
+}
+
+// blockLocked parks a conversation until the request it waits for is resolved.
+func (h *Host) blockLocked(c *conversation) {
+	if !c.blocked {
+		c.blocked = true
+		h.blocked[c] = struct{}{}
+	}
+	if !h.resolving {
+		h.resolving = true
+		h.bg.Go(h.resolve)
+	}
+}
+
+// drain handles the conversation's requests in order while they may run.
+func (h *Host) drain(c *conversation) {
+	defer h.wg.Done()
+	for {
+		h.mu.Lock()
+		if len(c.queue) == 0 {
+			c.running = false
+			h.forgetLocked(c)
+			h.mu.Unlock()
+			return
+		}
+		if h.waitsLocked(c) {
+			c.running = false
+			h.blockLocked(c)
+			h.mu.Unlock()
+			return
+		}
+		d := c.queue[0]
+		d.running = true
+		h.mu.Unlock()
+
+		h.sem <- struct{}{}
+		gaveBack := !h.process(h.hctx, d)
+		<-h.sem
+
+		h.mu.Lock()
+		h.dropLocked(d)
+		if gaveBack {
+			// It goes back to the bus and comes back after the requests queued behind it, which
+			// must therefore wait for it as for a request held elsewhere.
+			seqs := d.part.others[c.key]
+			i, _ := slices.BinarySearch(seqs, d.seq)
+			if d.part.others != nil {
+				d.part.others[c.key] = slices.Insert(seqs, i, d.seq)
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+// dropLocked forgets a request the host no longer holds.
+func (h *Host) dropLocked(d *delivery) {
+	delete(h.held, d.seq)
+	c := d.conv
+	if i := slices.Index(c.queue, d); i >= 0 {
+		c.queue = slices.Delete(c.queue, i, i+1)
+	}
+	if len(c.queue) == 0 && !c.running {
+		h.forgetLocked(c)
+	}
+}
+
+// forgetLocked drops an empty conversation.
+func (h *Host) forgetLocked(c *conversation) {
+	if c.blocked {
+		c.blocked = false
+		delete(h.blocked, c)
+	}
+	if h.convs[c.key] == c {
+		delete(h.convs, c.key)
+	}
+}
+
+// resolve watches the blocked conversations: every resolveEvery it asks the inbox's leader
+// whether the requests they wait for are still there; one that is gone was acknowledged by the
+// host that held it, and the conversation goes on. It ends when nothing is blocked.
+func (h *Host) resolve() {
+	type wait struct {
+		c    *conversation
+		part *partition
+		seq  uint64
+	}
+	t := time.NewTicker(resolveEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.hctx.Done():
+			h.mu.Lock()
+			h.resolving = false
+			h.mu.Unlock()
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		var waits []wait
+		for c := range h.blocked {
+			if len(c.queue) == 0 || !h.waitsLocked(c) {
+				h.scheduleLocked(c)
+				continue
+			}
+			part := c.queue[0].part
+			waits = append(waits, wait{c, part, part.others[c.key][0]})
+		}
+		if len(waits) == 0 {
+			h.resolving = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+
+		ctx, cancel := context.WithTimeout(h.hctx, 5*time.Second)
+		var gone []wait
+		for _, w := range waits {
+			_, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, w.seq, "")
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				gone = append(gone, w)
+			}
+		}
+		cancel()
+		h.mu.Lock()
+		for _, w := range gone {
+			seqs := w.part.others[w.c.key]
+			if i, found := slices.BinarySearch(seqs, w.seq); found {
+				w.part.others[w.c.key] = slices.Delete(seqs, i, i+1)
+			}
+			if len(w.part.others[w.c.key]) == 0 {
+				delete(w.part.others, w.c.key)
+			}
+			h.scheduleLocked(w.c)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// keepAlive tells the bus, every third of the ack wait, that each request the host holds is
+// being worked on, so that neither a long handler nor a long queue makes the bus give the
+// request to another host. One loop serves every held request.
+func (h *Host) keepAlive(ctx context.Context) {
+	every := h.cfg.AckWait / 3
+	t := time.NewTicker(max(every/2, 10*time.Millisecond))
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		due = due[:0]
+		h.mu.Lock()
+		for _, d := range h.held {
+			if now.Sub(d.progress) >= every {
+				d.progress = now
+				due = append(due, d.msg)
+			}
+		}
+		h.mu.Unlock()
+		for _, m := range due {
+			_ = m.InProgress()
+		}
+	}
+}

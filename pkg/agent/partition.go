@@ -1,0 +1,413 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/placement"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// How partitions change hands (docs/architecture.md, "Hosts and partitions").
+//
+// Every host computes the same division of each agent's partitions among the agent's live hosts
+// (package placement) and pulls only the partitions it owns. A partition's consumer uses a
+// pinned-client priority group, so the server delivers to one host at a time, and marks every
+// message with the id of the pin it was delivered under.
+//
+// A host that loses a partition stops pulling it, gives the requests it has not started back to
+// the bus, and unpins the consumer; its running handlers go on and acknowledge when done. The host
+// that gains it sees a new pin id on the first request it gets, and before it runs anything of the
+// partition it reads which earlier requests are still unacknowledged in the inbox: they are held
+// by the previous owner (running, or about to be redelivered after a crash). A conversation with
+// such a request waits until it is acknowledged (it vanishes from the inbox) or redelivered here,
+// so the requests of one conversation are never handled by two hosts at once, nor out of order.
+
+// partKey names one partition of one agent.
+type partKey struct {
+	agent string
+	n     int
+}
+
+// partition is a partition the host pulls, or is handing over.
+type partition struct {
+	key     partKey
+	durable string
+	filter  string
+	stop    context.CancelFunc
+	// started receives the outcome of the first attempt to consume.
+	started chan error
+
+	// Guarded by Host.mu.
+	releasing bool
+	cons      jetstream.Consumer
+	// pin is the pin id the requests held from this partition were delivered under; a request
+	// with another one starts a new tenure (see snapshot).
+	pin string
+	// others are, by conversation (stored subject), the sequences of requests unacknowledged in
+	// the inbox when this tenure began and not held here, ascending: each one holds back the
+	// conversation's later requests until it is acknowledged elsewhere or redelivered here.
+	others map[string][]uint64
+	// unpinChecked is false while a stale pin of a dead host may stand in the way.
+	unpinChecked bool
+}
+
+// consumerConfig is the configuration of a partition's durable consumer.
+func (h *Host) consumerConfig(part *partition) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       part.durable,
+		FilterSubject: part.filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       h.cfg.AckWait,
+		MaxDeliver:    -1, // an accepted request is never dropped: the host dead-letters it
+		MaxAckPending: 4096,
+		// The server delivers a partition to one host at a time.
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{priorityGroup},
+		PinnedTTL:      pinnedTTL,
+		// The inbox is a work queue: acknowledged requests leave the stream, so a consumer that
+		// loses its state in a full restart only re-reads what is still unacknowledged. Keeping
+		// the state in memory spares a file write per partition ten times a second.
+		MemoryStorage: true,
+	}
+}
+
+const (
+	// priorityGroup is the pinned-client group every host pulls partitions with.
+	priorityGroup = "hosts"
+	// pullExpiry keeps pull requests short so that a live host renews its pin well within
+	// pinnedTTL even when idle.
+	pullExpiry = 5 * time.Second
+	// pinnedTTL is how long the pin of a host that stopped pulling stands. A host that gains the
+	// partition of a dead host unpins it at once; this is the fallback.
+	pinnedTTL = 15 * time.Second
+	// resolveEvery is how often a blocked conversation looks whether the earlier requests it
+	// waits for have been acknowledged elsewhere.
+	resolveEvery = 100 * time.Millisecond
+)
+
+// rebalance divides the partitions of each agent among its live hosts and starts or hands over
+// partitions to match, then announces what the host pulls.
+func (h *Host) rebalance(ctx context.Context) error {
+	changed := false
+	h.mu.Lock()
+	select {
+	case <-h.stopping:
+		h.mu.Unlock()
+		return nil
+	default:
+	}
+	for _, a := range h.cfg.Agents {
+		live := h.dir.LiveHosts(a.name)
+		ids := []string{h.cfg.ID}
+		for _, hb := range live {
+			ids = append(ids, hb.ID)
+		}
+		owners := placement.Assign(a.name, h.res.Config.PartitionCount(), ids)
+		for p, owner := range owners {
+			key := partKey{a.name, p}
+			part := h.parts[key]
+			switch {
+			case owner == h.cfg.ID && part == nil:
+				h.gainLocked(key)
+				changed = true
+			case owner != h.cfg.ID && part != nil && !part.releasing:
+				h.releaseLocked(part)
+				changed = true
+			}
+			// A partition the host owns but a dead host (or one that let it go) may still be
+			// pinned to: look once nobody else claims it.
+			if part != nil && !part.releasing {
+				claimed := false
+				for _, hb := range live {
+					if hb.ID != h.cfg.ID && hb.Owns(a.name, p) {
+						claimed = true
+					}
+				}
+				switch {
+				case claimed:
+					part.unpinChecked = false
+				case !part.unpinChecked && part.cons != nil:
+					part.unpinChecked = true
+					h.bg.Go(func() { h.unpinStale(ctx, part) })
+				}
+			}
+		}
+	}
+	h.mu.Unlock()
+	if changed {
+		return h.beat(ctx)
+	}
+	return nil
+}
+
+// waitStarted waits until every partition pulled now has tried to consume once, and returns the
+// errors of those that could not.
+func (h *Host) waitStarted(ctx context.Context) error {
+	h.mu.Lock()
+	var parts []*partition
+	for _, part := range h.parts {
+		parts = append(parts, part)
+	}
+	h.mu.Unlock()
+	var errs []error
+	for _, part := range parts {
+		select {
+		case err := <-part.started:
+			errs = append(errs, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gainLocked starts pulling a partition the host now owns.
+func (h *Host) gainLocked(key partKey) {
+	pctx, stop := context.WithCancel(h.hctx)
+	part := &partition{key: key, durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
+		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1)}
+	h.parts[key] = part
+	h.bg.Go(func() { h.pull(pctx, part) })
+	h.log.Debug("partition gained", "agent", key.agent, "partition", key.n)
+}
+
+// releaseLocked hands a partition over: stop pulling, give back what was not started, unpin.
+// The partition stays listed (and in the heartbeat) until that is done.
+func (h *Host) releaseLocked(part *partition) {
+	if part.releasing {
+		return
+	}
+	part.releasing = true
+	part.stop()
+	h.bg.Go(func() { h.handOver(part) })
+}
+
+// handOver finishes a release once the partition's pulling has stopped.
+func (h *Host) handOver(part *partition) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.hctx), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	h.mu.Lock()
+	// pull has returned: nothing more arrives from this partition. Requests not started go
+	// back, in order; running ones finish here and acknowledge.
+	var back []*delivery
+	for _, d := range h.held {
+		if d.part == part && !d.running {
+			back = append(back, d)
+		}
+	}
+	slices.SortFunc(back, func(a, b *delivery) int { return compareSeq(a.seq, b.seq) })
+	for _, d := range back {
+		h.dropLocked(d)
+	}
+	part.others = nil
+	cons, pin := part.cons, part.pin
+	h.mu.Unlock()
+	for _, d := range back {
+		if err := d.msg.Nak(); err != nil {
+			h.log.Debug("giving a request back", "seq", d.seq, "err", err)
+		}
+	}
+	// Unpin only a pin of ours: another host may already hold the partition.
+	if cons != nil && pin != "" {
+		if info, err := cons.Info(ctx); err == nil && pinnedID(info) == pin {
+			if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+				h.log.Debug("unpinning", "consumer", part.durable, "err", err)
+			}
+		}
+	}
+	h.mu.Lock()
+	if h.parts[part.key] == part {
+		delete(h.parts, part.key)
+	}
+	h.mu.Unlock()
+	h.log.Debug("partition handed over", "agent", part.key.agent, "partition", part.key.n, "gaveBack", len(back), "took", time.Since(start))
+	select {
+	case <-h.stopping:
+	default:
+		if err := h.beat(ctx); err != nil {
+			h.log.Debug("heartbeat after handover", "err", err)
+		}
+	}
+}
+
+// unpinStale unpins a partition the host owns when another client holds its pin: the pin of a
+// host that died (or of an earlier life of this host), which would otherwise stand for pinnedTTL.
+func (h *Host) unpinStale(ctx context.Context, part *partition) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h.mu.Lock()
+	cons, pin := part.cons, part.pin
+	h.mu.Unlock()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		h.mu.Lock()
+		part.unpinChecked = false // look again on the next round
+		h.mu.Unlock()
+		return
+	}
+	if id := pinnedID(info); id != "" && id != pin {
+		h.log.Debug("unpinning a stale pin", "consumer", part.durable)
+		if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+			h.log.Debug("unpinning", "consumer", part.durable, "err", err)
+		}
+	}
+}
+
+func pinnedID(info *jetstream.ConsumerInfo) string {
+	for _, g := range info.PriorityGroups {
+		if g.Group == priorityGroup {
+			return g.PinnedClientID
+		}
+	}
+	return ""
+}
+
+// pull keeps a partition consumed until ctx ends: it creates the partition's durable consumer
+// and pulls from it, and when the consumption stops on its own (the consumer was deleted, the
+// server restarted without it) it creates it again. On ctx's end it drains what was pulled.
+func (h *Host) pull(ctx context.Context, part *partition) {
+	backoff := 100 * time.Millisecond
+	for first := true; ; first = false {
+		cc, err := h.consume(ctx, part)
+		if first {
+			part.started <- err
+		}
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			select {
+			case <-ctx.Done():
+				cc.Drain()
+				<-cc.Closed()
+				return
+			case <-cc.Closed():
+			}
+			h.log.Warn("inbox consumption stopped; starting it again", "agent", part.key.agent, "partition", part.key.n)
+			h.mu.Lock()
+			part.pin = "" // a new consumer has new pins: the next request starts a new tenure
+			h.mu.Unlock()
+		} else if ctx.Err() == nil {
+			h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// consume creates the partition's consumer and begins pulling into arrive.
+func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeContext, error) {
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, subject.InboxStream, h.consumerConfig(part))
+	if err != nil {
+		return nil, fmt.Errorf("creating consumer of %s partition %d: %w", part.key.agent, part.key.n, err)
+	}
+	h.mu.Lock()
+	part.cons = cons
+	h.mu.Unlock()
+	cc, err := cons.Consume(func(m jetstream.Msg) { h.arrive(ctx, part, m) },
+		jetstream.PullMaxMessages(128),
+		jetstream.PullPriorityGroup(priorityGroup),
+		jetstream.PullExpiry(pullExpiry),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrPinIDMismatch) {
+				h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consuming %s partition %d: %w", part.key.agent, part.key.n, err)
+	}
+	return cc, nil
+}
+
+// snapshot reads, from the inbox's leader, the requests of the partition that are delivered but
+// not acknowledged: those the previous owners hold. It is called with the first request of a new
+// tenure in hand, so no earlier request can be delivered anywhere else any more.
+func (h *Host) snapshot(ctx context.Context, part *partition) (map[string][]uint64, error) {
+	h.mu.Lock()
+	cons := part.cons
+	h.mu.Unlock()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading partition state: %w", err)
+	}
+	others := make(map[string][]uint64)
+	for seq, last := info.AckFloor.Stream+1, info.Delivered.Stream; seq <= last; {
+		m, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, seq, part.filter)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading unacknowledged requests: %w", err)
+		}
+		if m.Sequence > last {
+			break
+		}
+		others[m.Subject] = append(others[m.Subject], m.Sequence)
+		seq = m.Sequence + 1
+	}
+	return others, nil
+}
+
+// takeOver begins a new tenure of part under pin: it snapshots the requests held elsewhere,
+// retrying while the bus recovers. It returns false when the partition is being let go.
+func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
+	backoff := 50 * time.Millisecond
+	for {
+		others, err := h.snapshot(ctx, part)
+		if err == nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if part.releasing {
+				return false
+			}
+			for key, seqs := range others {
+				seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[s] != nil })
+				if len(seqs) == 0 {
+					delete(others, key)
+				} else {
+					others[key] = seqs
+				}
+			}
+			part.pin, part.others = pin, others
+			if len(others) > 0 {
+				h.log.Debug("partition taken over", "agent", part.key.agent, "partition", part.key.n, "heldElsewhere", len(others))
+			}
+			// Queued conversations may now wait for requests held elsewhere.
+			for _, c := range h.convs {
+				if len(c.queue) > 0 && c.queue[0].part == part && !c.running {
+					h.scheduleLocked(c)
+				}
+			}
+			return true
+		}
+		h.log.Warn("taking a partition over", "agent", part.key.agent, "partition", part.key.n, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// ownedLocked lists the partitions pulled now, by agent.
+func (h *Host) ownedLocked() map[string][]int {
+	out := make(map[string][]int)
+	for key := range h.parts {
+		out[key.agent] = append(out[key.agent], key.n)
+	}
+	for _, ps := range out {
+		slices.Sort(ps)
+	}
+	return out
+}

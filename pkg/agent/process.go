@@ -1,0 +1,142 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// process handles one request and acknowledges it. It returns false if it gave the request back
+// to the bus unfinished (the host is shutting down), to be delivered again.
+func (h *Host) process(ctx context.Context, d *delivery) bool {
+	h.mu.Lock()
+	m := d.msg
+	h.mu.Unlock()
+	md, err := m.Metadata()
+	if err != nil {
+		h.log.Error("dropping a delivery without metadata", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return true
+	}
+	req := new(agentbusv1.Request)
+	if err := proto.Unmarshal(m.Data(), req); err != nil {
+		h.log.Error("dropping undecodable request", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return true
+	}
+	replyTo := m.Headers().Get(subject.HeaderReplyTo)
+	log := h.log.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId())
+	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
+	in := &inbound{seq: d.seq, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
+
+	claim := req.GetEnvelopeRef()
+	if claim != nil {
+		full, err := h.readClaim(ctx, log, claim)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			// Its stored copy expired or was removed: it can never run, and must not hold up
+			// its conversation.
+			return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
+		case err != nil:
+			return h.giveBack(log, d)
+		}
+		in.req = full
+	}
+
+	// A redelivered request may have been handled already (its acknowledgement lost when a
+	// NATS node failed): when its result was kept, answer with it instead of running it again.
+	if md.NumDelivered > 1 && in.req.GetKeepResult() && h.answerFromCache(ctx, log, in.req, replyTo) {
+		return h.finish(ctx, log, d, nil)
+	}
+	if tries.n > tries.max {
+		// Delivered more often than it may be tried: the hosts that had it died with it, which a
+		// request that crashes its host does every time.
+		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", md.NumDelivered-1)
+		return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
+	}
+
+	if err := h.handle(ctx, log, in); err != nil {
+		log.Warn("request not finished; giving it back", "err", err)
+		return h.giveBack(log, d)
+	}
+	if !h.finish(ctx, log, d, nil) {
+		return false
+	}
+	if claim != nil && !in.deadLettered {
+		if err := h.claims.Delete(ctx, claim); err != nil {
+			log.Warn("deleting request claim", "err", err)
+		}
+	}
+	return true
+}
+
+// inbound is a request being processed: what the inbox delivered and how often it was tried.
+type inbound struct {
+	seq     uint64
+	data    []byte // the inbox message's payload, as delivered
+	req     *agentbusv1.Request
+	replyTo string
+	tries   *attempts
+	// deadLettered is set once the request was kept as a dead letter (its claim stays), as
+	// deadID.
+	deadLettered bool
+	deadID       uint64
+}
+
+// readClaim reads the whole request a claim check stands for, retrying while the bus recovers.
+func (h *Host) readClaim(ctx context.Context, log *slog.Logger, ref *agentbusv1.BlobRef) (*agentbusv1.Request, error) {
+	full := new(agentbusv1.Request)
+	missing := false
+	err := retry(ctx, log, "reading the claimed request", func() error {
+		data, err := h.claims.Get(ctx, ref)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			missing = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return proto.Unmarshal(data, full)
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case missing:
+		return nil, jetstream.ErrObjectNotFound
+	}
+	return full, nil
+}
+
+// finish acknowledges a request the host is done with; a dead-lettering that failed (err) gives
+// it back instead.
+func (h *Host) finish(_ context.Context, log *slog.Logger, d *delivery, err error) bool {
+	if err != nil {
+		log.Warn("request not finished; giving it back", "err", err)
+		return h.giveBack(log, d)
+	}
+	h.mu.Lock()
+	m := d.msg
+	h.mu.Unlock()
+	if err := m.Ack(); err != nil {
+		log.Warn("acknowledging request", "err", err)
+	}
+	return true
+}
+
+// giveBack returns a request to the bus unfinished, for the partition's owner to take again.
+func (h *Host) giveBack(log *slog.Logger, d *delivery) bool {
+	h.mu.Lock()
+	m := d.msg
+	h.mu.Unlock()
+	if err := m.Nak(); err != nil {
+		log.Debug("giving a request back", "err", err)
+	}
+	return false
+}

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Retryable marks err as a passing failure, such as a model or an API that did not answer: a Chat,
+// Data or File handler that returns it is run again after a backoff, and once the request has
+// been tried HostConfig.MaxDeliveries times it is kept as a dead letter and the caller is told
+// so. The conversation's later messages wait meanwhile, so that they are still handled in order.
+//
+// Any other error is the handler's answer: it is stored and sent, and not retried. A panic is
+// retried like a Retryable error. Webhook handlers return Retry instead.
+func Retryable(err error) error {
+	if err == nil {
+		err = errors.New("retryable failure")
+	}
+	return &retryableError{err}
+}
+
+// Retry is a webhook handler's passing failure (see Retryable): the call is run again after a
+// backoff instead of being answered, and dead-lettered once its attempts are used up.
+func Retry(err error) Response {
+	if err == nil {
+		err = errors.New("retryable failure")
+	}
+	return Response{retry: err}
+}
+
+// IsRetryable reports whether err, or an error it wraps, was marked by Retryable.
+func IsRetryable(err error) bool {
+	var r *retryableError
+	return errors.As(err, &r)
+}
+
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string { return "retryable: " + e.err.Error() }
+func (e *retryableError) Unwrap() error { return e.err }
+
+// errStopping means the host is shutting down before a request could be finished: it goes back
+// to the bus, which delivers it to the partition's next owner.
+var errStopping = errors.New("host shutting down")
+
+// attempts counts the tries of one request. The count starts at the bus's delivery count, so a
+// request that crashed its hosts is counted too, and goes on locally with each retry.
+type attempts struct {
+	n, max   int
+	backoff  time.Duration
+	stopping <-chan struct{}
+}
+
+// maxBackoff caps the doubling of the retry backoff.
+const maxBackoff = time.Minute
+
+// exhausted reports whether no attempt is left after the current one.
+func (a *attempts) exhausted() bool { return a.n >= a.max }
+
+// wait sleeps before the next attempt and counts it. It returns errStopping when the host begins
+// to shut down first, ctx's error when ctx ends.
+func (a *attempts) wait(ctx context.Context) error {
+	d := a.backoff << min(a.n-1, 16)
+	d = min(d, maxBackoff)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		a.n++
+		return nil
+	case <-a.stopping:
+		return errStopping
+	case <-ctx.Done():
+		return fmt.Errorf("waiting to retry: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/instance"
+)
+
+// startOrLoad returns the running instance of the request's workflow, starting a new run when
+// there is none, the last one completed, or it has been idle for longer than the idle timeout
+// (update-with-start). When several hosts race to start, compare-and-set lets exactly one win;
+// the others load its run.
+func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *liveInstance) (*Instance, error) {
+	l.mu.Lock()
+	started := false
+	for {
+		if !l.loaded {
+			if err := l.reloadLocked(ctx); err != nil {
+				l.mu.Unlock()
+				return nil, err
+			}
+		}
+		if l.found && l.rec.Status == instance.Running && !l.rec.IdleFor(h.cfg.IdleTimeout, time.Now()) {
+			break
+		}
+		if l.found && l.rec.Status == instance.Running {
+			log.Info("completing an idle run", "runId", l.rec.RunID, "lastActiveAt", l.rec.LastActiveAt)
+		}
+		now := time.Now().UTC()
+		fresh := instance.Record{
+			Tenant: l.key.tenant, WorkflowID: l.key.workflowID, RunID: uuid.NewString(),
+			Status: instance.Running, StartedAt: now, LastActiveAt: now, Revision: l.rec.Revision,
+		}
+		err := l.writeLocked(ctx, fresh)
+		if err == nil {
+			started = true
+			log.Debug("started run", "runId", fresh.RunID)
+			break
+		}
+		if !errors.Is(err, instance.ErrConflict) {
+			l.mu.Unlock()
+			return nil, err
+		}
+		l.loaded = false // someone else started it: read theirs
+	}
+	l.mu.Unlock()
+	inst := &Instance{live: l}
+	if started && a.onStart != nil {
+		if err := a.onStart(ctx, inst); err != nil {
+			log.Error("start hook failed", "err", err)
+		}
+	}
+	return inst, nil
+}
+
+// finishRun counts the event, completes the run if asked, and rolls over long runs
+// (continue-as-new). Counting alone is not written at once: it goes with the next write of the
+// record or when the host drops the idle instance.
+func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, runID string) error {
+	l := inst.live
+	complete := inst.completing()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if l.rec.RunID != runID || l.rec.Status != instance.Running {
+			return nil // the run ended meanwhile (another participant completed it)
+		}
+		now := time.Now().UTC()
+		rec := l.rec
+		rec.Events++
+		rec.LastActiveAt = now
+		switch {
+		case complete:
+			rec.Status = instance.Completed
+			rec.CompletedAt = &now
+		case h.cfg.ContinueAsNewEvents > 0 && rec.Events >= int64(h.cfg.ContinueAsNewEvents):
+			log.Info("continue-as-new", "oldRunId", rec.RunID, "events", rec.Events)
+			rec.RunID = uuid.NewString()
+			rec.Events = 0
+			rec.StartedAt = now
+		default:
+			l.rec, l.dirty = rec, true
+			return nil
+		}
+		err := l.writeLocked(ctx, rec)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, instance.ErrConflict) {
+			return err
+		}
+		if err := l.reloadLocked(ctx); err != nil {
+			return err
+		}
+	}
+}

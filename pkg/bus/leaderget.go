@@ -1,0 +1,76 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// msgGetRequest and msgGetResponse are the JetStream API's STREAM.MSG.GET request and answer.
+type msgGetRequest struct {
+	Seq        uint64 `json:"seq,omitempty"`
+	NextBySubj string `json:"next_by_subj,omitempty"`
+}
+
+type msgGetResponse struct {
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error,omitempty"`
+	Message *struct {
+		Subject  string    `json:"subject"`
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs,omitempty"`
+		Data     []byte    `json:"data,omitempty"`
+		Time     time.Time `json:"time"`
+	} `json:"message,omitempty"`
+}
+
+// LeaderGet reads a message of a stream from the stream's leader: the message at seq or, when
+// nextBySubject is set, the first message at or after seq whose subject matches that filter
+// (wildcards allowed). It answers jetstream.ErrMsgNotFound when there is none.
+//
+// Unlike a direct get, which any replica may answer from a state that lags behind, it sees every
+// message the stream holds at the time of the call, so its answer may be relied on for ordering.
+func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, nextBySubject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(msgGetRequest{Seq: seq, NextBySubj: nextBySubject})
+	if err != nil {
+		return nil, fmt.Errorf("encoding message get: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
+	if err != nil {
+		return nil, fmt.Errorf("reading message %d of %s: %w", seq, stream, err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, fmt.Errorf("decoding message %d of %s: %w", seq, stream, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) || resp.Error.Code == 404 {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return nil, fmt.Errorf("reading message %d of %s: %s (%d)", seq, stream, resp.Error.Description, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, fmt.Errorf("reading message %d of %s: empty answer", seq, stream)
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("decoding headers of message %d of %s: %w", seq, stream, err)
+		}
+	}
+	return m, nil
+}

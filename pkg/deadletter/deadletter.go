@@ -1,0 +1,307 @@
+// Package deadletter keeps the requests whose handler failed on every attempt: a workflow host
+// moves such a request, with its last error, from the inbox to the AGENTBUS_DEADLETTERS stream,
+// so that it no longer holds up its conversation, and an operator lists the dead letters of a
+// tenant, looks at one, and sends it again (replay) or throws it away (discard).
+//
+// A dead letter is the inbox message as it was, so a replay is the same request, with the same
+// requestId, published to the inbox again. It does not decide who may see dead letters; the
+// ingress checks the caller's tenant first.
+package deadletter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// Errors callers test for.
+var (
+	// ErrNotFound means the tenant has no dead letter with that id.
+	ErrNotFound = errors.New("no such dead letter")
+	// ErrGone means the dead letter's request was too large for one message and its stored copy
+	// has expired, so it cannot be sent again.
+	ErrGone = errors.New("the dead letter's request has expired")
+)
+
+// Letter is one dead letter.
+type Letter struct {
+	// ID is the dead letter's sequence in the stream: stable, and increasing with time.
+	ID            uint64            `json:"id"`
+	TenantID      string            `json:"tenantId"`
+	AgentName     string            `json:"agentName"`
+	WorkflowID    string            `json:"workflowId"`
+	ParticipantID string            `json:"participantId"`
+	RequestID     string            `json:"requestId"`
+	Type          string            `json:"type"`
+	Method        string            `json:"method,omitempty"`
+	Text          string            `json:"text,omitempty"`
+	Params        map[string]string `json:"params,omitempty"`
+	Data          json.RawMessage   `json:"data,omitempty"`
+	// BodySize is the size of a webhook call's body, which is not shown.
+	BodySize int `json:"bodySize,omitempty"`
+	// Error is the handler's last error, as the host logged it.
+	Error    string `json:"error"`
+	Attempts int    `json:"attempts"`
+	// ReceivedAt is when the ingress accepted the request, DeadAt when it was given up.
+	ReceivedAt time.Time `json:"receivedAt"`
+	DeadAt     time.Time `json:"deadAt"`
+}
+
+// maxErrorLen bounds the error kept with a dead letter (a header; a panic's text may be long).
+const maxErrorLen = 1024
+
+// Store reads and writes dead letters.
+type Store struct {
+	stream jetstream.Stream
+	js     jetstream.JetStream
+	claims *bus.Blobs
+}
+
+// NewStore returns a Store over the bus's dead-letter stream.
+func NewStore(res *bus.Resources, claims *bus.Blobs) *Store {
+	return &Store{stream: res.DeadLetters, js: res.JS, claims: claims}
+}
+
+// Add keeps a request as a dead letter: data is the inbox message's payload as delivered (a
+// request too large for one message stays in the claims store, which Add does not touch),
+// inboxSeq its sequence in the inbox, cause the last error. A second Add of the same delivery
+// within the dedupe window stores nothing new and returns the first one's id.
+func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, inboxSeq uint64, attempts int, cause string) (uint64, error) {
+	msg := &nats.Msg{
+		Subject: subject.DeadLetter(req.GetTenantId(), req.GetAgentName(), req.GetWorkflowId(), req.GetParticipantId()),
+		Data:    data,
+		Header:  nats.Header{},
+	}
+	msg.Header.Set(subject.HeaderError, headerSafe(cause))
+	msg.Header.Set(subject.HeaderAttempts, strconv.Itoa(attempts))
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.DeadLetterMsgID(req.GetTenantId(), inboxSeq)))
+	if err != nil {
+		return 0, fmt.Errorf("storing dead letter: %w", err)
+	}
+	return ack.Sequence, nil
+}
+
+// headerSafe makes an error text fit a header value: one line, valid UTF-8, bounded.
+func headerSafe(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxErrorLen {
+		cut := maxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+// ListOptions select a page of dead letters.
+type ListOptions struct {
+	// After continues after this id (the Next of the previous page); 0 starts at the oldest.
+	After uint64
+	// Limit is the page size: default 50, at most 200.
+	Limit int
+	// Agent keeps only the dead letters of this agent when not empty.
+	Agent string
+}
+
+// Page sizes of List.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 200
+)
+
+// List returns a page of the tenant's dead letters, oldest first, and the id to continue after
+// (0 when there are no more).
+func (s *Store) List(ctx context.Context, tenant string, opt ListOptions) ([]Letter, uint64, error) {
+	limit := opt.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	filter := subject.TenantDeadLetters(tenant)
+	if opt.Agent != "" {
+		filter = subject.AgentDeadLetters(tenant, opt.Agent)
+	}
+	var out []Letter
+	for seq := opt.After + 1; ; {
+		raw, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, 0, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing dead letters: %w", err)
+		}
+		if len(out) == limit {
+			return out, out[len(out)-1].ID, nil
+		}
+		l, err := letterOf(raw)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, l)
+		seq = raw.Sequence + 1
+	}
+}
+
+// Get returns one of the tenant's dead letters.
+func (s *Store) Get(ctx context.Context, tenant string, id uint64) (Letter, error) {
+	raw, err := s.get(ctx, tenant, id)
+	if err != nil {
+		return Letter{}, err
+	}
+	return letterOf(raw)
+}
+
+func (s *Store) get(ctx context.Context, tenant string, id uint64) (*jetstream.RawStreamMsg, error) {
+	if id == 0 {
+		return nil, ErrNotFound
+	}
+	raw, err := s.stream.GetMsg(ctx, id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading dead letter: %w", err)
+	}
+	// Another tenant's dead letter is not found, as one that does not exist.
+	if !subject.MatchesFilter(raw.Subject, subject.TenantDeadLetters(tenant)) {
+		return nil, ErrNotFound
+	}
+	return raw, nil
+}
+
+// Replay publishes the dead letter's request to the inbox again, to be handled as if it had just
+// arrived (a fresh count of attempts), and then removes the dead letter. The request keeps its
+// requestId; nobody waits for its reply, which is stored in history (and in the result cache
+// when the caller had sent an idempotency key).
+func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, error) {
+	raw, err := s.get(ctx, tenant, id)
+	if err != nil {
+		return Letter{}, err
+	}
+	l, err := letterOf(raw)
+	if err != nil {
+		return Letter{}, err
+	}
+	req := new(agentbusv1.Request)
+	if err := proto.Unmarshal(raw.Data, req); err != nil {
+		return Letter{}, fmt.Errorf("decoding dead letter %d: %w", id, err)
+	}
+	if ref := req.GetEnvelopeRef(); ref != nil {
+		if _, err := s.claims.Get(ctx, ref); err != nil {
+			if errors.Is(err, jetstream.ErrObjectNotFound) {
+				return Letter{}, ErrGone
+			}
+			return Letter{}, fmt.Errorf("checking the dead letter's stored request: %w", err)
+		}
+	}
+	msg := &nats.Msg{Subject: subject.Inbox(req.GetAgentName(), req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()), Data: raw.Data}
+	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
+		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
+	}
+	if err := s.stream.DeleteMsg(ctx, id); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Letter{}, fmt.Errorf("removing the replayed dead letter: %w", err)
+	}
+	return l, nil
+}
+
+// Discard removes a dead letter, and the stored copy of its request when it was too large for
+// one message.
+func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
+	raw, err := s.get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if err := s.stream.DeleteMsg(ctx, id); err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return ErrNotFound
+		}
+		return fmt.Errorf("removing dead letter: %w", err)
+	}
+	req := new(agentbusv1.Request)
+	if proto.Unmarshal(raw.Data, req) == nil && req.GetEnvelopeRef() != nil {
+		if err := s.claims.Delete(ctx, req.GetEnvelopeRef()); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("removing the dead letter's stored request: %w", err)
+		}
+	}
+	return nil
+}
+
+// PurgeTenant removes every dead letter of a tenant (the tenant is being deleted).
+func (s *Store) PurgeTenant(ctx context.Context, tenant string) error {
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.TenantDeadLetters(tenant))); err != nil {
+		return fmt.Errorf("purging dead letters of %s: %w", tenant, err)
+	}
+	return nil
+}
+
+// letterOf reads a stored dead letter. A request kept by claim check shows its routing fields.
+func letterOf(raw *jetstream.RawStreamMsg) (Letter, error) {
+	req := new(agentbusv1.Request)
+	if err := proto.Unmarshal(raw.Data, req); err != nil {
+		return Letter{}, fmt.Errorf("decoding dead letter %d: %w", raw.Sequence, err)
+	}
+	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
+	l := Letter{
+		ID:            raw.Sequence,
+		TenantID:      req.GetTenantId(),
+		AgentName:     req.GetAgentName(),
+		WorkflowID:    req.GetWorkflowId(),
+		ParticipantID: req.GetParticipantId(),
+		RequestID:     req.GetRequestId(),
+		Type:          TypeName(req.GetKind()),
+		Params:        req.GetParams(),
+		BodySize:      len(req.GetBody()),
+		Error:         raw.Header.Get(subject.HeaderError),
+		Attempts:      attempts,
+		DeadAt:        raw.Time.UTC(),
+	}
+	if ms := req.GetCreatedAtMs(); ms > 0 {
+		l.ReceivedAt = time.UnixMilli(ms).UTC()
+	}
+	switch req.GetKind() {
+	case agentbusv1.Kind_KIND_DATA, agentbusv1.Kind_KIND_WEBHOOK:
+		l.Method = req.GetMethod()
+	default:
+		l.Text = req.GetText()
+	}
+	if d := req.GetData(); len(d) > 0 && json.Valid(d) {
+		l.Data = json.RawMessage(d)
+	}
+	return l, nil
+}
+
+// TypeName is the message type name of a request kind, as the API names types.
+func TypeName(k agentbusv1.Kind) string {
+	switch k {
+	case agentbusv1.Kind_KIND_CHAT:
+		return "Chat"
+	case agentbusv1.Kind_KIND_DATA:
+		return "Data"
+	case agentbusv1.Kind_KIND_FILE:
+		return "File"
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		return "Webhook"
+	default:
+		return "Unknown"
+	}
+}
