@@ -112,8 +112,10 @@ type Directory struct {
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
 
-	watchers []jetstream.KeyWatcher
-	wg       sync.WaitGroup
+	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
+	stopWatch context.CancelFunc
+	watchers  []jetstream.KeyWatcher
+	wg        sync.WaitGroup
 }
 
 type seenHost struct {
@@ -126,12 +128,14 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1)}
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
+		stopWatch: stopWatch}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
 		apply func(e jetstream.KeyValueEntry, initial bool)
 	}{{registryKV, d.applyAgent}, {hostsKV, d.applyHost}} {
-		w, err := kv.kv.WatchAll(context.WithoutCancel(ctx))
+		w, err := kv.kv.WatchAll(watchCtx)
 		if err != nil {
 			_ = d.Close()
 			return nil, fmt.Errorf("watching %s: %w", kv.kv.Bucket(), err)
@@ -267,6 +271,9 @@ func (d *Directory) Close() error {
 		if err := w.Stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if d.stopWatch != nil {
+		d.stopWatch()
 	}
 	d.wg.Wait()
 	return errors.Join(errs...)

@@ -41,7 +41,7 @@ type Config struct {
 	Bus bus.Config
 	// Ingress settings; Conn, Bus and Logger are filled in.
 	Ingress ingress.Config
-	// Host settings; Conn, Agents, Bus and Logger are filled in.
+	// Host settings; Conn, Agents, Bus and Logger are filled in. ID names the first host only.
 	Host agent.HostConfig
 	// SyncAlways fsyncs every JetStream write.
 	SyncAlways bool
@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 
 	s.cfg = cfg
 	if len(cfg.Agents) > 0 {
-		if s.stopHost, err = s.AddHost(ctx, ""); err != nil {
+		if s.stopHost, err = s.AddHost(ctx, cfg.Host.ID); err != nil {
 			return nil, err
 		}
 	}

@@ -35,6 +35,9 @@ type Options struct {
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh t.TempDir(). Reuse it to restart on the same data.
 	Dir string
+	// Host settings of every host of the stack (Conn, Agents, Bus, Logger and ID are filled in).
+	// Zero fields get the stack's test defaults: a 10 s shutdown grace and 10 ms retry backoff.
+	Host agent.HostConfig
 }
 
 // Stack is a running stack.
@@ -66,6 +69,17 @@ func Start(t testing.TB, opts Options) *Stack {
 	if opts.Dir == "" {
 		opts.Dir = t.TempDir()
 	}
+	hc := opts.Host
+	if hc.ShutdownGrace == 0 {
+		hc.ShutdownGrace = 10 * time.Second
+	}
+	if hc.RetryBackoff == 0 {
+		// Retries are quick in tests, so that a request that fails reaches its dead letter soon.
+		hc.RetryBackoff = 10 * time.Millisecond
+	}
+	if opts.ContinueAsNewEvents != 0 {
+		hc.ContinueAsNewEvents = opts.ContinueAsNewEvents
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := stack.Start(ctx, stack.Config{
@@ -74,9 +88,8 @@ func Start(t testing.TB, opts Options) *Stack {
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes},
-		// Retries are quick in tests, so that a request that fails reaches its dead letter soon.
-		Host:   agent.HostConfig{ShutdownGrace: 10 * time.Second, ContinueAsNewEvents: opts.ContinueAsNewEvents, RetryBackoff: 10 * time.Millisecond},
-		Logger: Logger(),
+		Host:     hc,
+		Logger:   Logger(),
 	})
 	if err != nil {
 		t.Fatalf("starting stack: %v", err)

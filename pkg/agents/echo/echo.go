@@ -13,6 +13,7 @@
 //   - count: increments the instance's counter: {"count": n, "runId": …}.
 //   - complete: answers {"completed": true, "runId": …} and completes the instance.
 //   - state: answers {"runId": …, "state": …} without changing anything.
+//   - host: answers {"hostId": …, "runId": …}: which workflow host serves the instance now.
 //
 // Chat: answers through the configured language model (WithModel), sending the thread's recent
 // history as context and streaming the answer's pieces to callers that asked for them. Without a
@@ -85,6 +86,7 @@ func New(opts ...Option) *agent.Agent {
 	a.WebhookFunc("count", count)
 	a.WebhookFunc("complete", complete)
 	a.WebhookFunc("state", state)
+	a.WebhookFunc("host", host)
 
 	a.ChatFunc(chat(o.model))
 	agent.Method(a, "echo", func(_ context.Context, params map[string]any) (map[string]any, error) {
@@ -317,6 +319,10 @@ func state(_ context.Context, r *agent.WebhookRequest) agent.Response {
 		return agent.Status(http.StatusInternalServerError)
 	}
 	return agent.JSON(http.StatusOK, map[string]any{"runId": r.Instance().RunID(), "state": s})
+}
+
+func host(_ context.Context, r *agent.WebhookRequest) agent.Response {
+	return agent.JSON(http.StatusOK, map[string]string{"hostId": r.Instance().HostID(), "runId": r.Instance().RunID()})
 }
 
 // sleptMs is the pause sleep asked for, in milliseconds.

@@ -1,0 +1,196 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// flaky is an agent whose handlers fail on purpose: always (boom), the first few times (flaky),
+// or until told to mend (mendable).
+type flaky struct {
+	flakyCalls atomic.Int32
+	mended     atomic.Bool
+	mendedRuns atomic.Int32
+}
+
+func (f *flaky) agent() *agent.Agent {
+	a := agent.New("Flaky")
+	a.WebhookFunc("boom", func(context.Context, *agent.WebhookRequest) agent.Response { panic("boom: internal detail") })
+	a.WebhookFunc("flaky", func(context.Context, *agent.WebhookRequest) agent.Response {
+		if n := f.flakyCalls.Add(1); n < 3 {
+			return agent.Retry(errors.New("upstream not ready"))
+		}
+		return agent.JSON(http.StatusOK, map[string]int32{"calls": f.flakyCalls.Load()})
+	})
+	a.WebhookFunc("mendable", func(context.Context, *agent.WebhookRequest) agent.Response {
+		if !f.mended.Load() {
+			return agent.Retry(errors.New("not mended yet"))
+		}
+		f.mendedRuns.Add(1)
+		return agent.Text(http.StatusOK, "mended")
+	})
+	a.WebhookFunc("ok", func(context.Context, *agent.WebhookRequest) agent.Response { return agent.Text(http.StatusOK, "ok") })
+	agent.Method(a, "boom", func(context.Context, struct{}) (struct{}, error) {
+		return struct{}{}, agent.Retryable(errors.New("model unavailable"))
+	})
+	return a
+}
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func problemOf(t *testing.T, b []byte) problemBody {
+	t.Helper()
+	var p problemBody
+	require.NoError(t, json.Unmarshal(b, &p), "problem %s", b)
+	return p
+}
+
+// A handler that keeps failing is tried MaxDeliveries times, then kept as a dead letter with its
+// last error; the caller gets a problem saying so, the thread records it, and the conversation's
+// next call runs at once. A handler that fails twice and then answers is answered normally.
+func TestRetriesThenDeadLetter(t *testing.T) {
+	f := &flaky{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{f.agent()}, Host: agent.HostConfig{MaxDeliveries: 3}})
+	dead := deadletter.NewStore(s.Res, bus.NewBlobs(s.Res.Claims, 1<<20))
+	ctx := context.Background()
+
+	status, h, b := post(t, s, "Flaky", "boom", "")
+	require.Equal(t, http.StatusInternalServerError, status, "%s", b)
+	assert.Equal(t, "application/problem+json", h.Get("Content-Type"))
+	p := problemOf(t, b)
+	assert.Equal(t, "urn:agentbus:problem:dead-lettered", p.Type)
+	assert.Contains(t, p.Detail, "all 3 attempts")
+	assert.NotContains(t, string(b), "internal detail", "the panic's text reached the caller")
+
+	start := time.Now()
+	status, _, b = post(t, s, "Flaky", "ok", "")
+	assert.Equal(t, http.StatusOK, status, "%s", b)
+	assert.Less(t, time.Since(start), 2*time.Second, "the dead letter held up its conversation")
+
+	letters, next, err := dead.List(ctx, "default", deadletter.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+	assert.Zero(t, next)
+	l := letters[0]
+	assert.Equal(t, "Flaky", l.AgentName)
+	assert.Equal(t, "Webhook", l.Type)
+	assert.Equal(t, "boom", l.Method)
+	assert.Equal(t, 3, l.Attempts)
+	assert.Contains(t, l.Error, "panic: boom")
+	assert.Equal(t, "default:Flaky:Supervisor Workflow:default", l.WorkflowID)
+	assert.Contains(t, p.Detail, "dead letter "+jsonNumber(l.ID))
+
+	// Another tenant does not see it.
+	others, _, err := dead.List(ctx, "other", deadletter.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, others)
+	_, err = dead.Get(ctx, "other", l.ID)
+	assert.ErrorIs(t, err, deadletter.ErrNotFound)
+
+	// The thread shows the call and its dead letter.
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	msgs, _, err := history.NewStore(s.Res.Messages, s.Res.Topics, js).Page(ctx, "default", l.WorkflowID, "webhook", history.PageOptions{Size: 10})
+	require.NoError(t, err)
+	var sawDead bool
+	for _, m := range msgs {
+		if m.RequestID == l.RequestID && m.Direction == history.Out && strings.Contains(string(m.Data), "dead letter") {
+			sawDead = true
+		}
+	}
+	assert.True(t, sawDead, "history has no dead-letter answer: %+v", msgs)
+
+	status, _, b = post(t, s, "Flaky", "flaky", "")
+	assert.Equal(t, http.StatusOK, status, "%s", b)
+	assert.JSONEq(t, `{"calls":3}`, string(b))
+
+	// A Data method's retryable error ends the same way.
+	q := url.Values{"workflow": {"Flaky"}, "type": {"Data"}, "text": {"boom"}, "apikey": {s.Key}}
+	resp, err := http.Post(s.URL+"/api/user/rest/converse?"+q.Encode(), "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var dp problemBody
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dp))
+	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	assert.Equal(t, "urn:agentbus:problem:dead-lettered", dp.Type)
+}
+
+func jsonNumber(n uint64) string { b, _ := json.Marshal(n); return string(b) }
+
+// A dead letter replayed once its handler is mended runs again and leaves the dead letters; a
+// discarded one is gone.
+func TestDeadLetterReplayAndDiscard(t *testing.T) {
+	f := &flaky{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{f.agent(), echo.New()}, Host: agent.HostConfig{MaxDeliveries: 2}})
+	dead := deadletter.NewStore(s.Res, bus.NewBlobs(s.Res.Claims, 1<<20))
+	ctx := context.Background()
+
+	status, _, b := post(t, s, "default:Flaky:Supervisor Workflow:replay", "mendable", "")
+	require.Equal(t, http.StatusInternalServerError, status, "%s", b)
+	status, _, _ = post(t, s, "default:Flaky:Supervisor Workflow:discard", "mendable", "")
+	require.Equal(t, http.StatusInternalServerError, status)
+	letters, _, err := dead.List(ctx, "default", deadletter.ListOptions{Agent: "Flaky"})
+	require.NoError(t, err)
+	require.Len(t, letters, 2)
+	none, _, err := dead.List(ctx, "default", deadletter.ListOptions{Agent: "Echo"})
+	require.NoError(t, err)
+	assert.Empty(t, none)
+
+	f.mended.Store(true)
+	replayed, err := dead.Replay(ctx, "default", letters[0].ID)
+	require.NoError(t, err)
+	assert.Equal(t, letters[0].RequestID, replayed.RequestID)
+	waitFor(t, 10*time.Second, "the replayed request ran", func() bool { return f.mendedRuns.Load() == 1 })
+	_, err = dead.Get(ctx, "default", letters[0].ID)
+	assert.ErrorIs(t, err, deadletter.ErrNotFound)
+
+	require.NoError(t, dead.Discard(ctx, "default", letters[1].ID))
+	assert.ErrorIs(t, dead.Discard(ctx, "default", letters[1].ID), deadletter.ErrNotFound)
+	left, _, err := dead.List(ctx, "default", deadletter.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, left)
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, int32(1), f.mendedRuns.Load(), "the discarded request ran")
+}
+
+// An instance with no message for the idle timeout is completed: the next message starts a new
+// run with fresh state.
+func TestIdleInstanceStartsANewRun(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{Host: agent.HostConfig{IdleTimeout: 700 * time.Millisecond}})
+	wf := "default:Echo:Supervisor Workflow:idle"
+	_, _, b := post(t, s, wf, "count", "")
+	first := countOf(t, b)
+	_, _, b = post(t, s, wf, "count", "")
+	second := countOf(t, b)
+	assert.Equal(t, 2, second.Count)
+	assert.Equal(t, first.RunID, second.RunID)
+
+	time.Sleep(time.Second)
+	_, _, b = post(t, s, wf, "count", "")
+	third := countOf(t, b)
+	assert.Equal(t, 1, third.Count, "the idle run's state carried over")
+	assert.NotEqual(t, first.RunID, third.RunID, "the idle run was not completed")
+}

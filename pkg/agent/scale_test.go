@@ -1,0 +1,347 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/placement"
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// hostOf asks Echo's host method which host serves an instance.
+func hostOf(t *testing.T, s *stacktest.Stack, activation string) string {
+	t.Helper()
+	status, _, b := post(t, s, "default:Echo:Supervisor Workflow:"+activation, "host", "")
+	require.Equal(t, http.StatusOK, status, "host call: %s", b)
+	var r struct {
+		HostID string `json:"hostId"`
+	}
+	require.NoError(t, json.Unmarshal(b, &r))
+	require.NotEmpty(t, r.HostID)
+	return r.HostID
+}
+
+// heartbeats reads every host's heartbeat from the bus.
+func heartbeats(t *testing.T, s *stacktest.Stack) map[string]registry.Host {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := map[string]registry.Host{}
+	lister, err := s.Res.Hosts.ListKeys(ctx)
+	require.NoError(t, err)
+	for key := range lister.Keys() {
+		e, err := s.Res.Hosts.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var h registry.Host
+		require.NoError(t, json.Unmarshal(e.Value(), &h))
+		out[h.ID] = h
+	}
+	return out
+}
+
+// settled reports whether the live heartbeats divide the agent's partitions as placement says,
+// each partition claimed by exactly one host.
+func settled(t *testing.T, s *stacktest.Stack, agentName string, partitions int, ids []string) bool {
+	t.Helper()
+	hbs := heartbeats(t, s)
+	want := placement.Assign(agentName, partitions, ids)
+	for p, owner := range want {
+		for id, hb := range hbs {
+			if hb.Owns(agentName, p) != (id == owner) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// Three hosts of one agent divide its partitions evenly and each serves its share of the
+// instances; a fourth that joins owns its share within two seconds, and the instances it took
+// are served by it from then on.
+func TestHostsShareAndRebalance(t *testing.T) {
+	const partitions = 32
+	s := stacktest.Start(t, stacktest.Options{Partitions: partitions, Host: agent.HostConfig{ID: "host-a"}})
+	for _, id := range []string{"host-b", "host-c"} {
+		stop, err := s.AddHost(context.Background(), id)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = stop() })
+	}
+	ids := []string{"host-a", "host-b", "host-c"}
+	waitFor(t, 5*time.Second, "three hosts divide the partitions", func() bool { return settled(t, s, echo.Name, partitions, ids) })
+	for id, hb := range heartbeats(t, s) {
+		n := len(hb.Partitions[echo.Name])
+		assert.True(t, n == partitions/3 || n == partitions/3+1, "host %s owns %d partitions", id, n)
+	}
+
+	const instances = 150
+	served := map[string]int{}
+	before := map[string]string{}
+	for i := range instances {
+		a := fmt.Sprintf("spread-%d", i)
+		h := hostOf(t, s, a)
+		served[h]++
+		before[a] = h
+		assert.Equal(t, h, hostOf(t, s, a), "instance %s moved between two calls", a)
+	}
+	t.Logf("instances served per host: %v", served)
+	require.Len(t, served, 3)
+	for id, n := range served {
+		assert.GreaterOrEqual(t, n, instances*20/100, "host %s serves too few", id)
+		assert.LessOrEqual(t, n, instances*46/100, "host %s serves too many", id)
+	}
+
+	stop, err := s.AddHost(context.Background(), "host-d")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = stop() })
+	took := waitFor(t, 5*time.Second, "the newcomer owns its share", func() bool {
+		return settled(t, s, echo.Name, partitions, append(ids, "host-d"))
+	})
+	t.Logf("partitions settled %v after the fourth host was ready", took)
+	assert.Less(t, took, 2*time.Second, "a joining host owns its share within 2 s")
+
+	// Most instances that move go to the newcomer; a few move between the old hosts, whose
+	// shares shrink (see package placement).
+	toNewcomer, between := 0, 0
+	for a, h := range before {
+		switch now := hostOf(t, s, a); {
+		case now == "host-d":
+			toNewcomer++
+		case now != h:
+			between++
+		}
+	}
+	t.Logf("of %d instances, %d moved to the newcomer and %d between the old hosts", instances, toNewcomer, between)
+	assert.Positive(t, toNewcomer)
+	assert.LessOrEqual(t, between, toNewcomer/2)
+}
+
+// seqAgent records every call it starts and ends, per conversation, so that tests can check
+// the order requests ran in and on which host.
+type seqAgent struct {
+	mu     sync.Mutex
+	events []seqEvent
+}
+
+type seqEvent struct {
+	host, participant, n string
+	end                  bool
+	at                   time.Time
+}
+
+func (sa *seqAgent) add(e seqEvent) {
+	sa.mu.Lock()
+	sa.events = append(sa.events, e)
+	sa.mu.Unlock()
+}
+
+// starts returns, for a participant, the n of each call started, in order, with the host.
+func (sa *seqAgent) starts(participant string) (ns, hosts []string) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	for _, e := range sa.events {
+		if e.participant == participant && !e.end {
+			ns, hosts = append(ns, e.n), append(hosts, e.host)
+		}
+	}
+	return ns, hosts
+}
+
+func (sa *seqAgent) agent() *agent.Agent {
+	a := agent.New("Seq")
+	a.WebhookFunc("step", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		host := r.Instance().HostID()
+		sa.add(seqEvent{host: host, participant: r.ParticipantID, n: r.Params["n"], at: time.Now()})
+		if d, err := time.ParseDuration(r.Params["sleep"]); err == nil {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		sa.add(seqEvent{host: host, participant: r.ParticipantID, n: r.Params["n"], end: true, at: time.Now()})
+		return agent.Text(http.StatusOK, r.Params["n"])
+	})
+	return a
+}
+
+// step publishes a Seq step request of a conversation to the inbox, as the ingress does, and
+// returns once JetStream has it: steps published one after the other are in that order.
+func step(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
+	t.Helper()
+	nc := natstest.Conn(t, s.NATS)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	wf := "default:Seq:Supervisor Workflow:default"
+	req := &agentbusv1.Request{RequestId: fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano()), TenantId: "default",
+		WorkflowId: wf, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "step", Params: map[string]string{"n": n, "sleep": sleep}, CreatedAtMs: time.Now().UnixMilli()}
+	data, err := proto.Marshal(req)
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), subject.Inbox("Seq", "default", wf, participant), data)
+	require.NoError(t, err)
+}
+
+// startHost runs a host on a connection of its own, which the test may close to make the host
+// vanish as a crashed process does.
+func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.Host, *nats.Conn, context.CancelFunc) {
+	t.Helper()
+	nc, err := s.NATS.Connect(cfg.ID)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	cfg.Conn = nc
+	cfg.Bus = s.Res.Config
+	cfg.Logger = stacktest.Logger()
+	h, err := agent.NewHost(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		done <- err
+		t.Fatalf("host %s did not start: %v", cfg.ID, err)
+	}
+	return h, nc, cancel
+}
+
+// idOwning returns a host id that placement gives the agent's partition p, next to other.
+func idOwning(agentName string, partitions, p int, other string) string {
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("host-%d", i)
+		if placement.Assign(agentName, partitions, []string{other, id})[p] == id {
+			return id
+		}
+	}
+}
+
+// A host dies while handling a request; a later request of the same conversation is sent before
+// the survivor takes the partition over. The survivor runs the dead host's request first (once
+// the bus redelivers it), then the later one: the conversation is not reordered.
+func TestCrashedHostsRequestRunsFirst(t *testing.T) {
+	sa := &seqAgent{}
+	// The ack wait is longer than the takeover (a heartbeat 3 s old), so that the dead host's
+	// request is still pending when the survivor starts pulling.
+	const ackWait = 6 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
+	doomed := idOwning("Seq", 1, 0, "survivor")
+	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sa.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
+		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"survivor", doomed})
+	})
+
+	step(t, s, "x", "1", "2s")
+	waitFor(t, 5*time.Second, "the first step runs on the doomed host", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) == 1 && hosts[0] == doomed
+	})
+	crashed := time.Now()
+	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
+	cancel()
+	step(t, s, "x", "2", "")
+
+	waitFor(t, 30*time.Second, "both steps ran on the survivor", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) >= 3 && hosts[len(hosts)-1] == "survivor"
+	})
+	ns, hosts := sa.starts("x")
+	t.Logf("steps started: %v on %v; survivor finished %v after the crash", ns, hosts, time.Since(crashed))
+	var survivor []string
+	for i, h := range hosts {
+		if h == "survivor" {
+			survivor = append(survivor, ns[i])
+		}
+	}
+	assert.Equal(t, []string{"1", "2"}, survivor, "the survivor ran the conversation out of order")
+}
+
+// A host that stops cleanly while a handler runs lets it finish there, gives the requests queued
+// behind it back, and the next owner runs them after it, in order, each once.
+func TestCleanHandoverKeepsOrder(t *testing.T) {
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{ID: "stays"}})
+	leaving := idOwning("Seq", 1, 0, "stays")
+	h, _, cancel := startHost(t, s, agent.HostConfig{ID: leaving, Agents: []*agent.Agent{sa.agent()}})
+	waitFor(t, 5*time.Second, "the leaving host owns the partition", func() bool {
+		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"stays", leaving})
+	})
+
+	step(t, s, "y", "1", "1s")
+	waitFor(t, 5*time.Second, "the first step runs", func() bool { ns, _ := sa.starts("y"); return len(ns) == 1 })
+	for i := 2; i <= 4; i++ {
+		step(t, s, "y", fmt.Sprint(i), "")
+	}
+	time.Sleep(100 * time.Millisecond) // delivered, and queued behind the first, on the leaving host
+	cancel()
+
+	waitFor(t, 15*time.Second, "all steps ran", func() bool { ns, _ := sa.starts("y"); return len(ns) == 4 })
+	time.Sleep(200 * time.Millisecond)
+	ns, hosts := sa.starts("y")
+	assert.Equal(t, []string{"1", "2", "3", "4"}, ns, "steps ran out of order or twice")
+	assert.Equal(t, leaving, hosts[0], "the running step moved")
+	for _, h := range hosts[1:] {
+		assert.Equal(t, "stays", h)
+	}
+	// No step of the conversation started before the previous one ended.
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	running := 0
+	for _, e := range sa.events {
+		if e.participant != "y" {
+			continue
+		}
+		if e.end {
+			running--
+		} else {
+			running++
+		}
+		assert.LessOrEqual(t, running, 1, "two steps of one conversation ran at once")
+	}
+}
+
+// A handler that runs longer than the ack wait keeps its request, and so does a request queued
+// behind it: neither is delivered twice.
+func TestLongHandlerKeepsItsRequest(t *testing.T) {
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{AckWait: 300 * time.Millisecond}})
+	step(t, s, "z", "1", "1500ms")
+	step(t, s, "z", "2", "")
+	waitFor(t, 10*time.Second, "both steps ran", func() bool { ns, _ := sa.starts("z"); return len(ns) >= 2 })
+	time.Sleep(time.Second) // a redelivery would show by now
+	ns, _ := sa.starts("z")
+	assert.Equal(t, []string{"1", "2"}, ns)
+}
