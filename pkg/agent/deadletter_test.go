@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -28,6 +29,7 @@ import (
 // or until told to mend (mendable).
 type flaky struct {
 	flakyCalls atomic.Int32
+	tallyCalls atomic.Int32
 	mended     atomic.Bool
 	mendedRuns atomic.Int32
 }
@@ -47,6 +49,17 @@ func (f *flaky) agent() *agent.Agent {
 		}
 		f.mendedRuns.Add(1)
 		return agent.Text(http.StatusOK, "mended")
+	})
+	// tally counts in the state, and fails after counting on its first two attempts.
+	a.WebhookFunc("tally", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		s, err := agent.UpdateState(ctx, r.Instance(), func(s *struct{ Tally int }) error { s.Tally++; return nil })
+		if err != nil {
+			return agent.Status(http.StatusInternalServerError)
+		}
+		if f.tallyCalls.Add(1)%3 != 0 {
+			return agent.Retry(errors.New("failed after counting"))
+		}
+		return agent.JSON(http.StatusOK, map[string]int{"tally": s.Tally})
 	})
 	a.WebhookFunc("ok", func(context.Context, *agent.WebhookRequest) agent.Response { return agent.Text(http.StatusOK, "ok") })
 	agent.Method(a, "boom", func(context.Context, struct{}) (struct{}, error) {
@@ -136,6 +149,19 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&dp))
 	assert.Equal(t, http.StatusInternalServerError, resp.StatusCode)
 	assert.Equal(t, "urn:agentbus:problem:dead-lettered", dp.Type)
+}
+
+// A request that changed the state and then failed is run again from the state it found: its
+// change counts once however often it is tried.
+func TestRetriedRequestChangesStateOnce(t *testing.T) {
+	f := &flaky{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{f.agent()}, Host: agent.HostConfig{MaxDeliveries: 3}})
+	for want := 1; want <= 3; want++ {
+		status, _, b := post(t, s, "Flaky", "tally", "")
+		require.Equal(t, http.StatusOK, status, "%s", b)
+		assert.JSONEq(t, fmt.Sprintf(`{"tally":%d}`, want), string(b), "call %d after two failed attempts", want)
+	}
+	assert.EqualValues(t, 9, f.tallyCalls.Load())
 }
 
 func jsonNumber(n uint64) string { b, _ := json.Marshal(n); return string(b) }

@@ -55,3 +55,38 @@ func TestQueuedRequestSurvivesRestart(t *testing.T) {
 		t.Fatalf("state after restart: %s", b)
 	}
 }
+
+// A request with a caller-chosen requestId that the inbox stored twice (as a NATS cluster can
+// when its stream leader fails while the first copy is being accepted) runs once: the second
+// copy is answered with the first one's kept result.
+func TestRequestStoredTwiceRunsOnce(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	wf := "default:Echo:Supervisor Workflow:twice"
+	req := &agentbusv1.Request{
+		RequestId: "twice-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: "twice", ParticipantId: "webhook",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
+	}
+	data, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := s.NATS.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for _, id := range []string{"copy-1", "copy-2"} {
+		msg := &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data, Header: nats.Header{}}
+		msg.Header.Set(subject.HeaderMsgID, id) // two stored copies, as if the dedupe missed
+		if _, err := js.PublishMsg(context.Background(), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The state call queues behind both copies in the same conversation.
+	_, _, b := post(t, s, wf, "state", "")
+	if !strings.Contains(string(b), `"count":1`) {
+		t.Fatalf("state after a request stored twice: %s", b)
+	}
+}

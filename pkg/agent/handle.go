@@ -63,6 +63,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	}); err != nil {
 		return err
 	}
+	inst.requestID = req.GetRequestId()
 	runID := inst.RunID()
 
 	incoming := incomingMessage(req, req.GetBody())
@@ -129,6 +130,9 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 		h.reply(ctx, log, req, in.replyTo, webhookReply(resp, runID))
 	}
 	for {
+		if err := h.rerun(ctx, log, in, inst); err != nil {
+			return nil, err
+		}
 		wr := &WebhookRequest{
 			Method:        req.GetMethod(),
 			Params:        nonNil(req.GetParams()),
@@ -171,6 +175,9 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		}
 	}
 	for {
+		if err := h.rerun(ctx, log, in, m.inst); err != nil {
+			return nil, nil, err
+		}
 		reply, err := callHandler(ctx, log, hd, m)
 		if !IsRetryable(err) {
 			rep, out := messageReply(req, reply, err, log)
@@ -190,6 +197,15 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		rep, out := errorReply(req, dead.StatusCode, dead.platformError, string(dead.Content), "dead")
 		return rep, out, nil
 	}
+}
+
+// rerun prepares an attempt after the first (a redelivery or a retry): the state goes back to
+// where the request found it, retrying while the bus recovers.
+func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *Instance) error {
+	if in.tries.n <= 1 {
+		return nil
+	}
+	return retry(ctx, log, "undoing an earlier attempt", func() error { return inst.rewind(ctx) })
 }
 
 // store appends m to the request's thread, reloading the thread's append cursor when another

@@ -381,23 +381,28 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 	}
 }
 
-// answerFromCache sends the kept result of an already handled request, if there is one.
-func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) bool {
+// answerFromCache sends the kept result of an already handled request, if there is one. It
+// reports whether it answered, or an error when the cache could not be read: the request must
+// then wait, since running it again might repeat it.
+func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) (bool, error) {
 	e, err := h.res.Results.Get(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil // not handled yet
+	}
 	if err != nil {
-		return false // not handled yet (or the cache cannot be read): handle it
+		return false, fmt.Errorf("reading the result cache: %w", err)
 	}
 	rep := new(agentbusv1.Reply)
 	if err := proto.Unmarshal(e.Value(), rep); err != nil || rep.GetFingerprint() != req.GetFingerprint() {
-		return false
+		return false, nil
 	}
-	log.Debug("redelivered request answered from the result cache")
+	log.Debug("request answered from the result cache")
 	if replyTo != "" {
 		if err := h.cfg.Conn.Publish(replyTo, e.Value()); err != nil {
 			log.Warn("publishing cached reply", "err", err)
 		}
 	}
-	return true
+	return true, nil
 }
 
 // webhookReply is the bus reply carrying a webhook handler's response.

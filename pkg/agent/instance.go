@@ -21,6 +21,10 @@ import (
 // be used after the handler returned.
 type Instance struct {
 	live *liveInstance
+	// requestID is the request the handler runs for: its state changes are marked with it.
+	requestID string
+	// wrote is set once this attempt changed the state.
+	wrote bool
 
 	mu       sync.Mutex
 	complete bool
@@ -93,15 +97,27 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
-		next, err := fn(l.rec.State)
+		base := l.rec.State
+		a := l.rec.Applying
+		if a != nil && a.RequestID == i.requestID && !i.wrote {
+			// An earlier attempt or stored copy of this request changed the state already (and
+			// was not rewound, or the rewind read a stale record): build on the state it found,
+			// so that the change counts once.
+			base = a.Before
+		}
+		next, err := fn(base)
 		if err != nil {
 			return err
 		}
 		rec := l.rec
 		rec.State = next
 		rec.LastActiveAt = time.Now().UTC()
+		if a == nil || a.RequestID != i.requestID {
+			rec.Applying = &instance.Applying{RequestID: i.requestID, Before: l.rec.State}
+		}
 		err = l.writeLocked(ctx, rec)
 		if err == nil {
+			i.wrote = true
 			return nil
 		}
 		if !errors.Is(err, instance.ErrConflict) {
@@ -115,6 +131,40 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 		}
 		if err := retryUntil(ctx, func() error { return l.reloadLocked(ctx) }); err != nil {
 			return fmt.Errorf("saving state: %w", err)
+		}
+	}
+}
+
+// rewind undoes the state change of an earlier attempt of the handler's request before it runs
+// again: when the request was the last to change the state, the state goes back to what it was
+// before, so that a request that crashed its host after changing the state, or that failed and
+// is retried, changes it once. (When a request of another conversation of the instance changed
+// the state since, the earlier attempt's change stays: it cannot be told apart any more.)
+func (i *Instance) rewind(ctx context.Context) error {
+	l := i.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The copy in memory may be older than what the earlier attempt wrote on another host.
+	if err := l.reloadLocked(ctx); err != nil {
+		return err
+	}
+	for {
+		a := l.rec.Applying
+		if a == nil || a.RequestID != i.requestID {
+			return nil
+		}
+		rec := l.rec
+		rec.State = a.Before
+		rec.Applying = nil
+		err := l.writeLocked(ctx, rec)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, instance.ErrConflict) {
+			return fmt.Errorf("undoing an earlier attempt's state change: %w", err)
+		}
+		if err := retryUntil(ctx, func() error { return l.reloadLocked(ctx) }); err != nil {
+			return fmt.Errorf("undoing an earlier attempt's state change: %w", err)
 		}
 	}
 }

@@ -50,10 +50,20 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 		in.req = full
 	}
 
-	// A redelivered request may have been handled already (its acknowledgement lost when a
-	// NATS node failed): when its result was kept, answer with it instead of running it again.
-	if md.NumDelivered > 1 && in.req.GetKeepResult() && h.answerFromCache(ctx, log, in.req, replyTo) {
-		return h.finish(ctx, log, d, nil)
+	// A request with a caller-chosen requestId may have been handled already: redelivered
+	// because its acknowledgement was lost, or stored twice because the stream's leader failed
+	// while the caller's first attempt was being accepted (a NATS cluster checks Nats-Msg-Id
+	// on the leader only, so a retry reaching a new leader before it applied the first copy
+	// is stored again). Its kept result is the answer; it does not run again.
+	if in.req.GetKeepResult() {
+		answered, err := h.answerFromCache(ctx, log, in.req, replyTo)
+		if err != nil {
+			log.Warn("request not started; giving it back", "err", err)
+			return h.giveBack(log, d)
+		}
+		if answered {
+			return h.finish(ctx, log, d, nil)
+		}
 	}
 	if tries.n > tries.max {
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a

@@ -190,14 +190,19 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	kvs := []struct {
 		dst *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
+		// fromLeader makes every read go to the bucket's stream leader. NATS answers KV reads
+		// from any replica by default ("direct get"), and a replica may not have applied the
+		// latest write yet, notably just after a node restarts or the leader changes. The
+		// buckets whose reads decide whether a request already ran must not read stale.
+		fromLeader bool
 	}{
-		{&r.Keys, jetstream.KeyValueConfig{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5}},
-		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}},
-		{&r.Instances, jetstream.KeyValueConfig{Bucket: subject.InstancesBucket, Description: "workflow instances and agent state"}},
-		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}},
-		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}},
-		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}},
-		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}},
+		{&r.Keys, jetstream.KeyValueConfig{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5}, false},
+		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}, false},
+		{&r.Instances, jetstream.KeyValueConfig{Bucket: subject.InstancesBucket, Description: "workflow instances and agent state"}, true},
+		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}, false},
+		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}, false},
+		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}, true},
+		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg
@@ -205,7 +210,12 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		if c.Storage == 0 {
 			c.Storage = jetstream.FileStorage
 		}
-		if *kv.dst, err = js.CreateOrUpdateKeyValue(ctx, c); err != nil {
+		if kv.fromLeader {
+			*kv.dst, err = leaderReadBucket(ctx, js, c)
+		} else {
+			*kv.dst, err = js.CreateOrUpdateKeyValue(ctx, c)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
 		}
 	}
@@ -232,4 +242,40 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, fmt.Errorf("creating object store %s: %w", subject.ClaimsStore, err)
 	}
 	return r, nil
+}
+
+// leaderReadBucket creates or updates a KV bucket whose reads all go to its stream's leader: its
+// stream is declared as nats.go declares a bucket's, but without direct gets, and the handle
+// bound to it then reads with the stream's message-get API, which only the leader answers.
+func leaderReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	history := int64(1)
+	if c.History > 0 {
+		history = int64(c.History)
+	}
+	dupes := 2 * time.Minute
+	if c.TTL > 0 && c.TTL < dupes {
+		dupes = c.TTL
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              "KV_" + c.Bucket,
+		Description:       c.Description,
+		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            c.TTL,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           c.Storage,
+		Replicas:          c.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        dupes,
+		Discard:           jetstream.DiscardNew,
+		AllowDirect:       false,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return js.KeyValue(ctx, c.Bucket)
 }

@@ -44,11 +44,21 @@ type Record struct {
 	CompletedAt  *time.Time      `json:"completedAt,omitempty"`
 	Events       int64           `json:"events"`
 	State        json.RawMessage `json:"state,omitempty"`
+	// Applying names the request that last changed State and keeps the state it started from,
+	// so that a request that is run again (its host crashed after the change, or its handler
+	// failed and is retried) starts from the same state and its change counts once.
+	Applying *Applying `json:"applying,omitempty"`
 	// WriteID names the write that stored this version, so that a writer whose write timed out
 	// can tell whether it landed.
 	WriteID string `json:"writeId,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+}
+
+// Applying is the request that last changed an instance's state, and the state before it.
+type Applying struct {
+	RequestID string          `json:"requestId"`
+	Before    json.RawMessage `json:"before,omitempty"`
 }
 
 // IdleFor reports whether a running instance has had no activity for longer than timeout (a
