@@ -33,10 +33,10 @@ const (
 	systemKeysPath = "/api/v1/admin/keys"
 )
 
-// adminRoutes registers tenant and key management. Tenants are managed by system admins; a
-// tenant's keys by its tenant admins and by system admins; tenant-less system-admin keys, under
-// /api/v1/admin/keys, by system admins. Keys go in the Authorization header only: a key in a
-// URL ends up in proxy and access logs.
+// adminRoutes registers tenant and key management, and a tenant's dead letters. Tenants are
+// managed by system admins; a tenant's keys and dead letters by its tenant admins and by system
+// admins; tenant-less system-admin keys, under /api/v1/admin/keys, by system admins. Keys go in
+// the Authorization header only: a key in a URL ends up in proxy and access logs.
 func (s *Server) adminRoutes(mux *http.ServeMux) {
 	mux.Handle(tenantsPath, methods{http.MethodGet: s.listTenants, http.MethodPost: s.createTenant})
 	mux.Handle(tenantsPath+"/{tenantId}", methods{http.MethodGet: s.getTenant, http.MethodDelete: s.deleteTenant})
@@ -45,6 +45,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		mux.Handle(prefix+"/{keyId}", methods{http.MethodGet: s.getKey, http.MethodDelete: s.revokeKey})
 		mux.HandleFunc(prefix+"/{keyId}/rotate", allow(http.MethodPost, s.rotateKey))
 	}
+	s.deadLetterRoutes(mux)
 }
 
 // methods serves each HTTP method with its handler and answers the others 405, with Allow.
@@ -108,7 +109,8 @@ func (s *Server) systemCaller(w http.ResponseWriter, r *http.Request) (keys.Key,
 
 // keyScope authenticates a key endpoint and finds whose keys it manages: the path tenant's
 // (for its tenant admins and system admins), or, on /api/v1/admin/keys, the tenant-less
-// system keys (for system admins). On failure it has written the problem and returns false.
+// system keys (for system admins). The other endpoints of a tenant's admins (its dead letters)
+// are scoped by it too. On failure it has written the problem and returns false.
 func (s *Server) keyScope(w http.ResponseWriter, r *http.Request) (caller keys.Key, tenant string, ok bool) {
 	caller, ok = s.adminCaller(w, r)
 	if !ok {
@@ -213,9 +215,10 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, tenantOf(t))
 }
 
-// deleteTenant removes a tenant and revokes its keys. Its messages, instances and files stay
-// until they expire. The tenant's existence is left to DeleteTenant to judge: a deletion that
-// failed part way leaves a tenant that readers no longer see, and calling again finishes it.
+// deleteTenant removes a tenant and its dead letters, and revokes its keys. Its messages, instances
+// and files stay until they expire. The tenant's existence is left to DeleteTenant to judge: a
+// deletion that failed part way leaves a tenant that readers no longer see, and calling again
+// finishes it.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	caller, ok := s.systemCaller(w, r)
 	if !ok {
@@ -228,6 +231,13 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ident.ValidTenant(tenant) {
 		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: ident.ErrInvalidTenant.Error()})
+		return
+	}
+	// Dead letters go first: if that fails the tenant is still there to delete again, whereas
+	// once it is gone nobody could reach them. For an unknown tenant this removes only what a
+	// deleted tenant of that id left behind.
+	if err := s.dead.PurgeTenant(r.Context(), tenant); err != nil {
+		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
 	err := s.keys.DeleteTenant(r.Context(), tenant)

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -127,6 +128,7 @@ type Server struct {
 	dir     *registry.Directory
 	replies *bus.Replies
 	claims  *bus.Blobs
+	dead    *deadletter.Store
 	handler http.Handler
 	limits  *limiter
 	waiting *waiting
@@ -158,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.keys = keys.NewStore(s.res.Keys, s.res.Tenants)
 	s.claims = bus.NewBlobs(s.res.Claims, cfg.Conn.MaxPayload())
+	s.dead = deadletter.NewStore(s.res, s.claims)
 	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
 		return nil, err
 	}

@@ -1,5 +1,6 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
-// API keys, sends messages, converses with agents (optionally streamed) and tails a thread.
+// API keys, sends messages, converses with agents (optionally streamed), tails a thread, and
+// lists, replays and discards dead letters.
 //
 //	agentbus [global flags] <command> <subcommand> [flags] [args]
 //
@@ -71,6 +72,8 @@ commands:
        [--text T] [--data JSON] [--file PATH] [--topic T] [--hint H] [--wait] [--timeout S]
   converse --workflow W [--type Chat|Data] --text T [--participant P] [--data JSON] [--stream]
   tail (--workflow W | --agent A [--activation X]) --participant P
+  deadletter list [--agent A] [--after ID] [--limit N] | deadletter show ID
+  deadletter replay ID | deadletter discard ID
 
 environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
 `
@@ -140,6 +143,11 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 	case "key", "keys":
 		return sub(map[string]func(context.Context, []string) error{
 			"create": c.keyCreate, "list": c.keyList, "ls": c.keyList, "revoke": c.keyRevoke, "rotate": c.keyRotate,
+		})
+	case "deadletter", "deadletters":
+		return sub(map[string]func(context.Context, []string) error{
+			"list": c.deadLetterList, "ls": c.deadLetterList, "show": c.deadLetterShow,
+			"replay": c.deadLetterReplay, "discard": c.deadLetterDiscard, "rm": c.deadLetterDiscard,
 		})
 	case "send":
 		return c.send(ctx, rest)

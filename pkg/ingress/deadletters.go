@@ -1,0 +1,171 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// deadLettersPath is where a tenant's dead letters are, under its admin path.
+const deadLettersPath = tenantsPath + "/{tenantId}/deadletters"
+
+// deadLetterRoutes registers the dead-letter endpoints. They are a tenant's admin endpoints,
+// authorised as its key endpoints are: its tenant admins and system admins, keys in the
+// Authorization header only.
+func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
+	mux.HandleFunc(deadLettersPath, allow(http.MethodGet, s.listDeadLetters))
+	mux.Handle(deadLettersPath+"/{id}", methods{http.MethodGet: s.getDeadLetter, http.MethodDelete: s.discardDeadLetter})
+	mux.HandleFunc(deadLettersPath+"/{id}/replay", allow(http.MethodPost, s.replayDeadLetter))
+}
+
+// deadLetterPage is the answer of the list endpoint. Next, when not 0, is the after of the
+// next page.
+type deadLetterPage struct {
+	DeadLetters []deadletter.Letter `json:"deadLetters"`
+	Next        uint64              `json:"next,omitempty"`
+}
+
+// replayAnswer says which dead letter was sent again, and the request it became again.
+type replayAnswer struct {
+	Replayed   uint64 `json:"replayed"`
+	RequestID  string `json:"requestId"`
+	WorkflowID string `json:"workflowId"`
+}
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	_, tenant, ok := s.keyScope(w, r)
+	if !ok {
+		return
+	}
+	opt, p := deadLetterListOptions(r)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	letters, next, err := s.dead.List(r.Context(), tenant, opt)
+	if err != nil {
+		s.deadLetterFailed(w, "listing dead letters", tenant, 0, err)
+		return
+	}
+	if letters == nil {
+		letters = []deadletter.Letter{} // an empty list, not null
+	}
+	writeJSON(w, http.StatusOK, deadLetterPage{DeadLetters: letters, Next: next})
+}
+
+func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
+	_, tenant, id, ok := s.deadLetterTarget(w, r)
+	if !ok {
+		return
+	}
+	l, err := s.dead.Get(r.Context(), tenant, id)
+	if err != nil {
+		s.deadLetterFailed(w, "reading dead letter", tenant, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}
+
+// replayDeadLetter sends a dead letter's request to the inbox again. Nobody waits for it: its
+// answer goes to the thread's history, as the answer of any asynchronous send does.
+func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, id, ok := s.deadLetterTarget(w, r)
+	if !ok {
+		return
+	}
+	l, err := s.dead.Replay(r.Context(), tenant, id)
+	if err != nil {
+		s.deadLetterFailed(w, "replaying dead letter", tenant, id, err)
+		return
+	}
+	s.log.Info("dead letter replayed", "tenant", tenant, "deadLetter", id, "requestId", l.RequestID, "by", caller.ID)
+	writeJSON(w, http.StatusAccepted, replayAnswer{Replayed: id, RequestID: l.RequestID, WorkflowID: l.WorkflowID})
+}
+
+func (s *Server) discardDeadLetter(w http.ResponseWriter, r *http.Request) {
+	caller, tenant, id, ok := s.deadLetterTarget(w, r)
+	if !ok {
+		return
+	}
+	if err := s.dead.Discard(r.Context(), tenant, id); err != nil {
+		s.deadLetterFailed(w, "discarding dead letter", tenant, id, err)
+		return
+	}
+	s.log.Info("dead letter discarded", "tenant", tenant, "deadLetter", id, "by", caller.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deadLetterTarget authenticates a call about one dead letter and reads its id from the path.
+// On failure it has written the problem and returns false.
+func (s *Server) deadLetterTarget(w http.ResponseWriter, r *http.Request) (caller keys.Key, tenant string, id uint64, ok bool) {
+	if caller, tenant, ok = s.keyScope(w, r); !ok {
+		return
+	}
+	// Ids are stream sequences, which start at 1.
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-dead-letter-id",
+			Detail: "a dead letter id is a whole number from 1, as the list shows it"})
+		return caller, "", 0, false
+	}
+	return caller, tenant, id, true
+}
+
+// deadLetterListOptions reads the list endpoint's query: after, limit and agent, each optional
+// (an empty value is as if it were not given).
+func deadLetterListOptions(r *http.Request) (deadletter.ListOptions, *problem.Problem) {
+	bad := func(detail string) (deadletter.ListOptions, *problem.Problem) {
+		return deadletter.ListOptions{}, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: detail}
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return bad("the query string is not valid URL encoding")
+	}
+	opt := deadletter.ListOptions{Limit: deadletter.DefaultLimit}
+	if v := q.Get("after"); v != "" {
+		// Bounded below the largest sequence, so that the store's after+1 cannot wrap to 0 and
+		// start again at the oldest.
+		after, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || after > math.MaxInt64 {
+			return bad(fmt.Sprintf("after must be a dead letter id: a whole number from 0 to %d", int64(math.MaxInt64)))
+		}
+		opt.After = after
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > deadletter.MaxLimit {
+			return bad(fmt.Sprintf("limit must be a whole number from 1 to %d", deadletter.MaxLimit))
+		}
+		opt.Limit = n
+	}
+	if v := q.Get("agent"); v != "" {
+		if err := ident.ValidName(v); err != nil {
+			return bad("agent " + err.Error())
+		}
+		opt.Agent = v
+	}
+	return opt, nil
+}
+
+// deadLetterFailed answers a failure of the dead-letter store. Only the causes callers can act
+// on are told; any other is logged, with what was being done, and answered as internal.
+func (s *Server) deadLetterFailed(w http.ResponseWriter, what, tenant string, id uint64, err error) {
+	switch {
+	case errors.Is(err, deadletter.ErrNotFound):
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "dead-letter-not-found", Detail: "the tenant has no dead letter with this id"})
+	case errors.Is(err, deadletter.ErrGone):
+		problem.Write(w, problem.Problem{Status: http.StatusGone, Slug: "dead-letter-expired",
+			Detail: "the dead letter's request was too large for one message and its stored copy has expired, so it cannot be sent again; discard it"})
+	default:
+		s.log.Error(what, "tenant", tenant, "deadLetter", id, "err", err)
+		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+	}
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+)
+
+// deadLetter is a dead letter as the API shows it.
+type deadLetter struct {
+	ID            uint64            `json:"id"`
+	TenantID      string            `json:"tenantId"`
+	AgentName     string            `json:"agentName"`
+	WorkflowID    string            `json:"workflowId"`
+	ParticipantID string            `json:"participantId"`
+	RequestID     string            `json:"requestId"`
+	Type          string            `json:"type"`
+	Method        string            `json:"method"`
+	Text          string            `json:"text"`
+	Params        map[string]string `json:"params"`
+	Data          json.RawMessage   `json:"data"`
+	BodySize      int               `json:"bodySize"`
+	Error         string            `json:"error"`
+	Attempts      int               `json:"attempts"`
+	ReceivedAt    string            `json:"receivedAt"`
+	DeadAt        string            `json:"deadAt"`
+}
+
+// kind is the dead letter's type, with its method when it has one.
+func (l deadLetter) kind() string {
+	if l.Method == "" {
+		return l.Type
+	}
+	return l.Type + "/" + l.Method
+}
+
+// deadLettersPath is where the current tenant's dead letters are, or with id one of them.
+func (c *cli) deadLettersPath(id string) string {
+	p := c.tenantPath() + "/deadletters"
+	if id != "" {
+		p += "/" + url.PathEscape(id)
+	}
+	return p
+}
+
+func (c *cli) deadLetterList(ctx context.Context, args []string) error {
+	fs := c.flags("deadletter list")
+	agentName := fs.String("agent", "", "only the dead letters of this agent")
+	after := fs.Uint64("after", 0, "continue after this dead letter id (the previous page's next)")
+	limit := fs.Int("limit", 0, "at most this many dead letters (1-200; default the server's 50)")
+	if _, err := parse(fs, args, 0, ""); err != nil {
+		return err
+	}
+	query := url.Values{}
+	if *agentName != "" {
+		query.Set("agent", *agentName)
+	}
+	if *after != 0 {
+		query.Set("after", strconv.FormatUint(*after, 10))
+	}
+	if *limit != 0 {
+		query.Set("limit", strconv.Itoa(*limit))
+	}
+	var ans struct {
+		DeadLetters []deadLetter `json:"deadLetters"`
+		Next        uint64       `json:"next"`
+	}
+	raw, err := c.call(ctx, http.MethodGet, c.deadLettersPath(""), query, nil, &ans)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tDEAD\tAGENT\tWORKFLOW\tPARTICIPANT\tTYPE\tATTEMPTS\tERROR")
+	for _, l := range ans.DeadLetters {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.AgentName, 40), cell(l.WorkflowID, 80),
+			cell(l.ParticipantID, 40), cell(l.kind(), 40), l.Attempts, cell(l.Error, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if ans.Next != 0 {
+		// On stderr, so that stdout stays the table alone.
+		fmt.Fprintf(c.stderr, "more: agentbus deadletter list --after %d\n", ans.Next)
+	}
+	return nil
+}
+
+func (c *cli) deadLetterShow(ctx context.Context, args []string) error {
+	pos, err := parse(c.flags("deadletter show"), args, 1, "ID")
+	if err != nil {
+		return err
+	}
+	var l deadLetter
+	raw, err := c.call(ctx, http.MethodGet, c.deadLettersPath(pos[0]), nil, nil, &l)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	row := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", name, cell(value, 4096))
+		}
+	}
+	row("id", strconv.FormatUint(l.ID, 10))
+	row("tenant", l.TenantID)
+	row("agent", l.AgentName)
+	row("workflow", l.WorkflowID)
+	row("participant", l.ParticipantID)
+	row("request", l.RequestID)
+	row("type", l.Type)
+	row("method", l.Method)
+	row("attempts", strconv.Itoa(l.Attempts))
+	row("received", shortTime(l.ReceivedAt))
+	row("dead", shortTime(l.DeadAt))
+	row("error", l.Error)
+	row("text", l.Text)
+	if len(l.Params) > 0 {
+		b, _ := json.Marshal(l.Params)
+		row("params", string(b))
+	}
+	row("data", string(l.Data))
+	if l.BodySize > 0 {
+		row("body", fmt.Sprintf("%d bytes (not shown)", l.BodySize))
+	}
+	return tw.Flush()
+}
+
+func (c *cli) deadLetterReplay(ctx context.Context, args []string) error {
+	pos, err := parse(c.flags("deadletter replay"), args, 1, "ID")
+	if err != nil {
+		return err
+	}
+	var ans struct {
+		Replayed   uint64 `json:"replayed"`
+		RequestID  string `json:"requestId"`
+		WorkflowID string `json:"workflowId"`
+	}
+	raw, err := c.call(ctx, http.MethodPost, c.deadLettersPath(pos[0])+"/replay", nil, nil, &ans)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "dead letter %d replayed: request %s to %s\n", ans.Replayed, ans.RequestID, ans.WorkflowID)
+	return nil
+}
+
+func (c *cli) deadLetterDiscard(ctx context.Context, args []string) error {
+	pos, err := parse(c.flags("deadletter discard"), args, 1, "ID")
+	if err != nil {
+		return err
+	}
+	if _, err := c.call(ctx, http.MethodDelete, c.deadLettersPath(pos[0]), nil, nil, nil); err != nil {
+		return err
+	}
+	if !c.json {
+		fmt.Fprintf(c.stdout, "dead letter %s discarded\n", pos[0])
+	}
+	return nil
+}
+
+// cell makes a value that a handler chose (an error, a panic's value, a name) fit one table
+// cell: one line of at most n bytes, without control characters, which would otherwise reach
+// the operator's terminal as escape sequences.
+func cell(s string, n int) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, oneLine(s, n))
+}
