@@ -10,6 +10,7 @@ require (
 	github.com/openai/openai-go/v3 v3.96.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.5 // tests: parse docker-compose.yml and deploy/k8s manifests (deploy/deploy_test.go)
 	golang.org/x/time v0.16.0
 	google.golang.org/protobuf v1.36.11
 )
@@ -26,7 +27,6 @@ require (
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

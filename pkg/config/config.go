@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -43,6 +45,7 @@ type Config struct {
 	IdleTimeout         time.Duration
 	MaxDeliveries       int
 	RetryBackoff        time.Duration
+	AckWait             time.Duration
 	MetricsAddr         string
 	SyncAlways          bool
 	LLMBaseURL          string
@@ -201,6 +204,14 @@ func (c *Config) settings() []setting {
 			c.RetryBackoff = d
 			return nil
 		}},
+		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				return fmt.Errorf("ack-wait: %q is not a duration of at least 1s", v)
+			}
+			c.AckWait = d
+			return nil
+		}},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz and /readyz on this address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
@@ -281,6 +292,24 @@ func (c Config) HostIdleTimeout() time.Duration {
 		return -1
 	}
 	return c.IdleTimeout
+}
+
+// Bus is the bus sizing every process of a deployment must share.
+func (c Config) Bus() bus.Config {
+	return bus.Config{Partitions: c.Partitions, Replicas: c.Replicas, HistoryMaxAge: c.HistoryMaxAge}
+}
+
+// Host is the workflow host's configuration from the settings; the caller fills in Conn,
+// Agents and Logger (and Bus, from Bus).
+func (c Config) Host() agent.HostConfig {
+	return agent.HostConfig{
+		ID:                  c.HostID,
+		ContinueAsNewEvents: c.ContinueAsNewEvents,
+		IdleTimeout:         c.HostIdleTimeout(),
+		MaxDeliveries:       c.MaxDeliveries,
+		RetryBackoff:        c.RetryBackoff,
+		AckWait:             c.AckWait,
+	}
 }
 
 // Logger returns a text logger on w at the configured level.

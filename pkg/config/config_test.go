@@ -45,6 +45,7 @@ func TestDefaults(t *testing.T) {
 		IdleTimeout:         7 * 24 * time.Hour,
 		MaxDeliveries:       5,
 		RetryBackoff:        time.Second,
+		AckWait:             10 * time.Second,
 		LogLevel:            slog.LevelInfo,
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -220,6 +221,7 @@ func TestBadValues(t *testing.T) {
 		{name: "tenant rate bad tenant", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "a b=5:10"}, mention: []string{"rate-limit-tenants"}},
 		{name: "tenant rate twice", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=5:10,acme=6:10"}, mention: []string{"twice"}},
 		{name: "negative idle timeout", vars: map[string]string{"AGENTBUS_IDLE_TIMEOUT": "-1h"}, mention: []string{"AGENTBUS_IDLE_TIMEOUT"}},
+		{name: "short ack wait", vars: map[string]string{"AGENTBUS_ACK_WAIT": "100ms"}, mention: []string{"AGENTBUS_ACK_WAIT"}},
 		{name: "zero deliveries", vars: map[string]string{"AGENTBUS_MAX_DELIVERIES": "0"}, mention: []string{"AGENTBUS_MAX_DELIVERIES"}},
 		{name: "zero retry backoff", args: []string{"-retry-backoff", "0s"}, mention: []string{"retry-backoff"}},
 		{name: "zero waiting cap", vars: map[string]string{"AGENTBUS_MAX_WAITING_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_WAITING_PER_TENANT"}},

@@ -2,6 +2,9 @@
 // (AGENTBUS_NATS_URL). It is stateless: run as many instances as the load needs.
 //
 // Settings are the AGENTBUS_* variables of docs/configuration.md; flags mirror them (-h).
+// `ingress healthcheck` asks an ingress in the same container for /healthz on
+// AGENTBUS_HTTP_ADDR and exits 0 when it answers 200, 1 otherwise: the health check of images
+// without a shell (docker-compose.yml).
 package main
 
 import (
@@ -35,6 +38,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(ctx, args[1:], lookupEnv, stderr)
+	}
 	cfg, err := config.Load("ingress", args, lookupEnv, stderr)
 	if err != nil {
 		return err
@@ -47,7 +53,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	defer nc.Close()
 	icfg := ingress.Config{
 		Conn:                nc,
-		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
+		Bus:                 cfg.Bus(),
 		AdminKey:            cfg.AdminKey,
 		WebhookTimeout:      cfg.WebhookTimeout,
 		MaxFileBytes:        cfg.MaxFileBytes,

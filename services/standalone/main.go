@@ -63,13 +63,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		NATSListen: cfg.NATSListen,
 		HTTPAddr:   cfg.HTTPAddr,
 		Agents:     []*agent.Agent{echo.New(echo.WithModel(model))},
-		Bus:        bus.Config{Partitions: cfg.Partitions, Replicas: 1, HistoryMaxAge: cfg.HistoryMaxAge},
+		Bus:        standaloneBus(cfg),
 		Ingress: ingress.Config{
 			AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes,
 			RateLimit:        ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
 			TenantRateLimits: tenantRates(cfg.TenantRateLimits), MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
 		},
-		Host:       agent.HostConfig{ContinueAsNewEvents: cfg.ContinueAsNewEvents},
+		Host:       cfg.Host(),
 		SyncAlways: cfg.SyncAlways,
 		Logger:     log,
 	})
@@ -138,6 +138,13 @@ Try the Echo agent:
 
 `, st.URL, devTenant, secret)
 	return nil
+}
+
+// standaloneBus is the bus of the settings on the one embedded server: one replica.
+func standaloneBus(cfg config.Config) bus.Config {
+	b := cfg.Bus()
+	b.Replicas = 1
+	return b
 }
 
 func natsAddr(cfg config.Config) string {

@@ -3,6 +3,10 @@
 //
 // It is also the model for an agent author's own host: import pkg/agent, register agents, and
 // call Host.Run, exactly as run does below.
+//
+// With AGENTBUS_METRICS_ADDR set it serves GET /healthz and /readyz there, for orchestrators.
+// `workflowhost healthcheck` asks a host in the same container for /readyz and exits 0 when it
+// is ready, 1 otherwise: the health check of images without a shell (docker-compose.yml).
 package main
 
 import (
@@ -34,6 +38,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return healthcheck(ctx, args[1:], lookupEnv, stderr)
+	}
 	cfg, err := config.Load("workflowhost", args, lookupEnv, stderr)
 	if err != nil {
 		return err
@@ -48,15 +55,19 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
-	host, err := agent.NewHost(agent.HostConfig{
-		Conn:                nc,
-		Agents:              []*agent.Agent{echo.New(echo.WithModel(model))},
-		Bus:                 bus.Config{Partitions: cfg.Partitions, Replicas: cfg.Replicas, HistoryMaxAge: cfg.HistoryMaxAge},
-		ContinueAsNewEvents: cfg.ContinueAsNewEvents,
-		Logger:              log,
-	})
+	hc := cfg.Host()
+	hc.Conn, hc.Agents, hc.Bus, hc.Logger = nc, []*agent.Agent{echo.New(echo.WithModel(model))}, cfg.Bus(), log
+	host, err := agent.NewHost(hc)
 	if err != nil {
 		return err
+	}
+	if cfg.MetricsAddr != "" {
+		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Ready()), log)
+		if err != nil {
+			return err
+		}
+		// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
+		defer stopHealth()
 	}
 	return host.Run(ctx)
 }

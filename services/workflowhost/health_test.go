@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+func TestHealthHandler(t *testing.T) {
+	tests := []struct {
+		name        string
+		method      string
+		path        string
+		status      nats.Status
+		ready       bool
+		wantCode    int
+		wantBody    string
+		wantProblem bool
+	}{
+		{name: "live while connected", path: "/healthz", status: nats.CONNECTED, wantCode: 200, wantBody: `{"status":"ok"}`},
+		{name: "live does not wait for ready", path: "/healthz", status: nats.CONNECTED, ready: true, wantCode: 200, wantBody: `{"status":"ok"}`},
+		{name: "not live while reconnecting", path: "/healthz", status: nats.RECONNECTING, ready: true, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "not live when closed", path: "/healthz", status: nats.CLOSED, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "ready", path: "/readyz", status: nats.CONNECTED, ready: true, wantCode: 200, wantBody: `{"status":"ready"}`},
+		{name: "starting", path: "/readyz", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"starting"}`},
+		{name: "starting and disconnected", path: "/readyz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"starting"}`},
+		{name: "ready but disconnected", path: "/readyz", status: nats.RECONNECTING, ready: true, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "HEAD", method: http.MethodHead, path: "/readyz", status: nats.CONNECTED, ready: true, wantCode: 200},
+		{name: "unknown path", path: "/metrics", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "root", path: "/", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "POST", method: http.MethodPost, path: "/healthz", status: nats.CONNECTED, ready: true, wantCode: 405, wantProblem: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ready := make(chan struct{})
+			if tt.ready {
+				close(ready)
+			}
+			h := healthHandler(func() nats.Status { return tt.status }, ready)
+			method := tt.method
+			if method == "" {
+				method = http.MethodGet
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(method, tt.path, nil))
+
+			assert.Equal(t, tt.wantCode, rec.Code)
+			if tt.wantProblem {
+				assert.Equal(t, problem.ContentType, rec.Header().Get("Content-Type"))
+				assert.Contains(t, rec.Body.String(), fmt.Sprintf(`"status":%d`, tt.wantCode))
+				assert.Contains(t, rec.Body.String(), problem.TypePrefix)
+				return
+			}
+			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+			assert.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+			if tt.wantBody != "" {
+				assert.JSONEq(t, tt.wantBody, rec.Body.String())
+			}
+		})
+	}
+}
+
+func TestHealthcheck(t *testing.T) {
+	paths := make(chan string, 10)
+	ready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths <- r.URL.Path
+		_, _ = w.Write([]byte(`{"status":"ready"}`))
+	}))
+	t.Cleanup(ready.Close)
+	starting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"status":"starting"}`))
+	}))
+	t.Cleanup(starting.Close)
+	_, readyPort, err := net.SplitHostPort(ready.Listener.Addr().String())
+	require.NoError(t, err)
+
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string // "" means healthy
+	}{
+		{name: "ready", args: []string{"healthcheck"}, env: map[string]string{"AGENTBUS_METRICS_ADDR": ready.Listener.Addr().String()}},
+		{name: "listening on every interface", args: []string{"healthcheck"}, env: map[string]string{"AGENTBUS_METRICS_ADDR": "0.0.0.0:" + readyPort}},
+		{name: "flag", args: []string{"healthcheck", "-metrics-addr", ready.Listener.Addr().String()}},
+		{name: "starting", args: []string{"healthcheck"}, env: map[string]string{"AGENTBUS_METRICS_ADDR": starting.Listener.Addr().String()}, wantErr: `503 Service Unavailable: {"status":"starting"}`},
+		{name: "no health endpoint configured", args: []string{"healthcheck"}, wantErr: "AGENTBUS_METRICS_ADDR is not set"},
+		{name: "NATS URL not needed", args: []string{"healthcheck"}, env: map[string]string{"AGENTBUS_METRICS_ADDR": ready.Listener.Addr().String(), "AGENTBUS_NATS_URL": ""}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
+			err := run(context.Background(), tt.args, lookup, io.Discard)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				assert.Equal(t, "/readyz", <-paths)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+			assert.NotContains(t, err.Error(), "\n", "main prints it as one line")
+		})
+	}
+}
+
+// syncBuffer collects what run logs; the host logs from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var healthAddrRE = regexp.MustCompile(`msg="health endpoint listening" addr=(\S+)`)
+
+// TestRunServesHealth runs the whole workflow host against an embedded NATS with
+// AGENTBUS_METRICS_ADDR set: /readyz turns 200 once the host runs, the healthcheck subcommand
+// agrees, and the endpoint is gone when run returns.
+func TestRunServesHealth(t *testing.T) {
+	ns := natstest.Server(t, "")
+	env := map[string]string{
+		"AGENTBUS_NATS_URL":     ns.ClientURL(),
+		"AGENTBUS_METRICS_ADDR": "127.0.0.1:0",
+		"AGENTBUS_PARTITIONS":   "2",
+		"AGENTBUS_HOST_ID":      "health-test",
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, logs)
+	}()
+
+	var addr string
+	require.Eventually(t, func() bool {
+		if m := healthAddrRE.FindStringSubmatch(logs.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	}, 30*time.Second, 20*time.Millisecond, "no health endpoint in the log:\n%s", logs.String())
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	get := func(path string) int {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, get("/healthz"))
+	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "never ready:\n%s", logs.String())
+	assert.Equal(t, http.StatusNotFound, get("/other"))
+
+	check := map[string]string{"AGENTBUS_METRICS_ADDR": addr}
+	assert.NoError(t, run(ctx, []string{"healthcheck"}, func(k string) (string, bool) { v, ok := check[k]; return v, ok }, io.Discard))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(40 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	_, err := net.DialTimeout("tcp", addr, time.Second)
+	assert.Error(t, err, "the health endpoint must close with run")
+}
