@@ -44,6 +44,11 @@ type options struct {
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
 	Target string
+	// URL, when set, is an agentbus already running (its ingress base URL), which the agentbus
+	// phase loads instead of starting one in-process, with Key, a tenant-admin key of tenant
+	// "default". Its processes, not this one's, then do the work: the multi-process tests load
+	// stacks of separate processes this way.
+	URL, Key string
 	// Rate, when positive, makes the phase an open loop: requests are due on a fixed schedule of
 	// Rate per second, and Clients bounds how many are in flight at once. Zero is a closed loop.
 	Rate float64
@@ -73,6 +78,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-target %q: want %s", o.Target, strings.Join(targets, ", "))
 	case o.Target != targetWebhook && !isJSONObject(o.Body):
 		return fmt.Errorf("-body must be a JSON object for -target %s: it holds the echo method's parameters", o.Target)
+	case (o.URL == "") != (o.Key == ""):
+		return errors.New("-url and -key go together")
 	}
 	return nil
 }

@@ -56,7 +56,12 @@
 //	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 32]
 //	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
-//	               [-target webhook|send|send-wait|converse]
+//	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
+//
+// -url loads an agentbus that is already running (an ingress base URL) instead of starting one:
+// -key (or AGENTBUS_BENCH_KEY) is then a tenant-admin key of tenant "default", whose Echo
+// instances bench-{i} the load goes to. The send and converse targets measure the bare phase's
+// answers from that agentbus too.
 //
 // -cpuprofile writes a CPU profile of the measured window of the agentbus phase (the whole
 // process: load generator, ingress, NATS server and workflow host). When several agentbus phases
@@ -104,6 +109,8 @@ func main() {
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
 	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", "))
+	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
+	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
 	flag.Parse()
 	o.Body = []byte(*body)
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -133,6 +134,10 @@ func newEndpoint(o options, base, key string) (endpoint, error) {
 // and returns the load of o.Target against o.Instances Echo instances and a function that stops
 // the stack and removes the store.
 func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() error, err error) {
+	if o.URL != "" {
+		ep, err := newEndpoint(o, strings.TrimSuffix(o.URL, "/"), o.Key)
+		return ep, func() error { return nil }, err
+	}
 	dir, err := os.MkdirTemp("", "agentbus-bench-")
 	if err != nil {
 		return endpoint{}, nil, err

@@ -1,0 +1,140 @@
+package proctest_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/proctest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// On a cluster of three NATS server processes with every stream and bucket replicated three
+// times (and fsync on every write), the node leading the inbox stream is killed with SIGKILL
+// under a load of idempotent count calls, five times, and started again on its data each time.
+// No accepted call is lost or counted twice, nothing is dead-lettered, and the clients' error
+// window after each kill is printed.
+func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
+	bins := needProcesses(t)
+	cluster := proctest.StartCluster(t, bins, 3, true)
+	sys := newSystem(t, bins, cluster.URLs(), "AGENTBUS_REPLICAS=3")
+	ids := []string{"host-1", "host-2"}
+	for _, id := range ids {
+		sys.startHost(id)
+	}
+	sys.waitSettled(ids, time.Minute)
+	sys.waitServing(30 * time.Second)
+
+	ctx := proctest.Context(t, 10*time.Minute)
+	sys.requireReplicas(ctx, t, 3)
+
+	const instances = 32
+	counts := startCountLoad(sys, "leader", instances, 8)
+	time.Sleep(2 * time.Second)
+
+	const kills = 5
+	var windows []time.Duration
+	for round := range kills {
+		leader := sys.streamLeader(ctx, t, subject.InboxStream)
+		node := cluster.Node(leader)
+		require.NotNil(t, node, "inbox leader %q is not one of the cluster's nodes", leader)
+		before := counts.accepted()
+		killed := time.Now()
+		node.Kill()
+		time.Sleep(3 * time.Second)
+		node.Restart(t)
+		sys.waitCurrent(ctx, t, subject.InboxStream, 3)
+		time.Sleep(2 * time.Second)
+		n, last := counts.failedBetween(killed, time.Now())
+		window := time.Duration(0)
+		if n > 0 {
+			window = last.Sub(killed)
+		}
+		windows = append(windows, window)
+		t.Logf("kill %d: inbox leader %s; %d client attempts failed, the last %v after the kill; %d calls accepted meanwhile",
+			round+1, leader, n, window.Round(time.Millisecond), counts.accepted()-before)
+	}
+	counts.finish()
+
+	slices.Sort(windows)
+	t.Logf("clients' error window after killing the inbox leader: median %v, worst %v over %d kills; %d count calls accepted, %d attempts failed and were retried",
+		windows[len(windows)/2].Round(time.Millisecond), windows[len(windows)-1].Round(time.Millisecond), kills, counts.accepted(), len(counts.failures))
+	if reasons := counts.failureReasons(); reasons != "" {
+		t.Logf("failed attempts: %s", reasons)
+	}
+	counts.verify(t)
+	sys.noDeadLetters(t, 3)
+	sys.requireReplicas(ctx, t, 3)
+}
+
+// streamLeader returns the server name of a stream's leader, waiting while it has none.
+func (s *system) streamLeader(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	for {
+		info, err := s.streamInfo(ctx, name)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+			return info.Cluster.Leader
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("stream %s has no leader: %v", name, ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// streamInfo asks for a stream's info with a short timeout of its own: a request sent while the
+// test's connection is moving to another node may never be answered.
+func (s *system) streamInfo(ctx context.Context, name string) (*jetstream.StreamInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return st.Info(ctx)
+}
+
+// waitCurrent waits until a stream has a leader and all its replicas are current again.
+func (s *system) waitCurrent(ctx context.Context, t *testing.T, name string, replicas int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		info, err := s.streamInfo(ctx, name)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == replicas-1 {
+			current := true
+			for _, r := range info.Cluster.Replicas {
+				current = current && r.Current && !r.Offline
+			}
+			if current {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("stream %s did not catch up: %v", name, ctx.Err())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// requireReplicas checks that every stream, and so every KV bucket and object store, keeps the
+// given number of replicas.
+func (s *system) requireReplicas(ctx context.Context, t *testing.T, replicas int) {
+	t.Helper()
+	lister := s.js.ListStreams(ctx)
+	var names []string
+	for info := range lister.Info() {
+		names = append(names, info.Config.Name)
+		assert.Equal(t, replicas, info.Config.Replicas, "stream %s", info.Config.Name)
+	}
+	require.NoError(t, lister.Err())
+	for _, want := range []string{subject.InboxStream, subject.MessagesStream, subject.DeadLettersStream,
+		"KV_" + subject.InstancesBucket, "KV_" + subject.HostsBucket, "KV_" + subject.KeysBucket} {
+		assert.Contains(t, names, want)
+	}
+}

@@ -1,0 +1,129 @@
+package proctest_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/proctest"
+)
+
+// Under a load of idempotent count calls and of ordered messages, one of three workflow host
+// processes is killed with SIGKILL, ten times in a row, and started again each time. Afterwards
+// every instance counted exactly its accepted calls (each answer 1..n once), every conversation's
+// history shows its messages in the order they were sent, nothing is dead-lettered, and the time
+// from each kill until the survivors answered the dead host's instances is printed.
+func TestProcessesSurviveHostKills(t *testing.T) {
+	bins := needProcesses(t)
+	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
+	sys := newSystem(t, bins, nats.URL)
+	ids := []string{"host-1", "host-2", "host-3"}
+	for _, id := range ids {
+		sys.startHost(id)
+	}
+	sys.waitSettled(ids, 30*time.Second)
+	sys.waitServing(10 * time.Second)
+
+	const instances = 48
+	counts := startCountLoad(sys, "crash", instances, 16)
+	order := startOrderLoad(sys, "order", 16, 25*time.Millisecond)
+	time.Sleep(2 * time.Second)
+
+	const kills = 10
+	var recoveries []time.Duration
+	for round := range kills {
+		victim := ids[round%len(ids)]
+		theirs := sys.instancesOf(victim, "crash", instances)
+		sys.hosts[victim].Kill()
+		took := sys.waitServedElsewhere(victim, theirs, 2*time.Minute)
+		worst := slices.Max(append(took, 0))
+		recoveries = append(recoveries, worst)
+		t.Logf("kill %d: %s (%d of its instances probed) — survivors answered them all %v after the kill (fastest %v); %d calls accepted so far",
+			round+1, victim, len(theirs), worst.Round(time.Millisecond), slices.Min(append(took, worst)).Round(time.Millisecond), counts.accepted())
+		sys.startHost(victim)
+		sys.waitSettled(ids, time.Minute)
+		time.Sleep(time.Second)
+	}
+	counts.finish()
+	order.finish()
+
+	slices.Sort(recoveries)
+	t.Logf("kill → survivors answer the dead host's instances: median %v, worst %v over %d kills",
+		recoveries[len(recoveries)/2].Round(time.Millisecond), recoveries[len(recoveries)-1].Round(time.Millisecond), kills)
+	t.Logf("%d count calls accepted, %d of their attempts failed and were retried", counts.accepted(), len(counts.failures))
+	if reasons := counts.failureReasons(); reasons != "" {
+		t.Logf("failed attempts: %s", reasons)
+	}
+	counts.verify(t)
+	order.verify(t)
+	sys.noDeadLetters(t, 1)
+}
+
+// instancesOf returns the instances prefix-0 … prefix-(n-1) that host serves now.
+func (s *system) instancesOf(host, prefix string, n int) []string {
+	s.t.Helper()
+	ctx := proctest.Context(s.t, time.Minute)
+	var (
+		mu   sync.Mutex
+		mine []string
+		wg   sync.WaitGroup
+	)
+	for i := range n {
+		a := fmt.Sprintf("%s-%d", prefix, i)
+		wg.Go(func() {
+			h, err := s.hostOf(ctx, a)
+			if err == nil && h == host {
+				mu.Lock()
+				mine = append(mine, a)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return mine
+}
+
+// waitServedElsewhere calls each instance until a host other than dead answers it, and returns,
+// per instance, the time from now until then.
+func (s *system) waitServedElsewhere(dead string, instances []string, within time.Duration) []time.Duration {
+	s.t.Helper()
+	ctx := proctest.Context(s.t, within)
+	start := time.Now()
+	took := make([]time.Duration, len(instances))
+	var wg sync.WaitGroup
+	for i, a := range instances {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if h, err := s.hostOf(ctx, a); err == nil && h != dead {
+					took[i] = time.Since(start)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			s.t.Errorf("instance %s not answered by another host within %v", a, within)
+		})
+	}
+	wg.Wait()
+	return took
+}
+
+// noDeadLetters checks that no request was given up.
+func (s *system) noDeadLetters(t *testing.T, replicas int) {
+	t.Helper()
+	ctx := proctest.Context(t, 30*time.Second)
+	res, err := bus.Ensure(ctx, s.js, bus.Config{Partitions: partitions, Replicas: replicas})
+	require.NoError(t, err)
+	letters, _, err := deadletter.NewStore(res, bus.NewBlobs(res.Claims, 1<<20)).List(ctx, "default", deadletter.ListOptions{})
+	require.NoError(t, err)
+	for _, l := range letters {
+		t.Logf("dead letter %d: %s %s %s after %d attempts: %s", l.ID, l.WorkflowID, l.Type, l.Method, l.Attempts, l.Error)
+	}
+	assert.Empty(t, letters, "requests were dead-lettered")
+}

@@ -1,0 +1,397 @@
+// Package proctest runs agentbus as separate processes on loopback, for tests that must kill a
+// real process (SIGKILL) rather than stop a goroutine: it builds the binaries (nats-server from
+// the nats-server module agentbus depends on, ingress, workflowhost and bench), starts NATS
+// servers, alone or as a cluster, ingress and workflow hosts with their own stores and logs, and
+// kills, stops and restarts them.
+//
+// Every process it starts is killed when the test ends; a failed test prints the end of each
+// process's log. It is not for production use, and it needs the go command.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bins are the paths of the built binaries.
+type Bins struct {
+	NATS, Ingress, Host, Bench string
+}
+
+var (
+	buildOnce sync.Once
+	built     Bins
+	buildErr  error
+	buildDir  string
+)
+
+// Build builds the binaries once per test process, into a temporary directory that Cleanup
+// removes. repoRoot is the module's root directory.
+func Build(repoRoot string) (Bins, error) {
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "agentbus-proctest-")
+		if buildErr != nil {
+			return
+		}
+		built = Bins{
+			NATS:    filepath.Join(buildDir, "nats-server"),
+			Ingress: filepath.Join(buildDir, "ingress"),
+			Host:    filepath.Join(buildDir, "workflowhost"),
+			Bench:   filepath.Join(buildDir, "bench"),
+		}
+		for out, pkg := range map[string]string{
+			built.NATS:    "github.com/nats-io/nats-server/v2",
+			built.Ingress: "./services/ingress",
+			built.Host:    "./services/workflowhost",
+			built.Bench:   "./bench",
+		} {
+			cmd := exec.Command("go", "build", "-o", out, pkg)
+			cmd.Dir = repoRoot
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %w\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	return built, buildErr
+}
+
+// Cleanup removes the built binaries; call it from TestMain after the tests ran.
+func Cleanup() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
+// FreePort returns a free loopback TCP port (closed again, so another process could take it in
+// between; good enough for tests).
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Proc is a process started by the test.
+type Proc struct {
+	Name string
+	bin  string
+	args []string
+	env  []string
+	log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts bin as a process named name (for logs), with args and, on top of the test's
+// environment, env ("KEY=value"). Its output goes to a log file in a temporary directory.
+func Start(t testing.TB, name, bin string, args, env []string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, bin: bin, args: args, env: env, log: filepath.Join(t.TempDir(), name+".log")}
+	if err := p.start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("--- end of %s's log (%s):\n%s", name, p.log, p.Tail(40))
+		}
+	})
+	return p
+}
+
+func (p *Proc) start() error {
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== %s start %s\n", p.Name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	return nil
+}
+
+// Pid returns the process id of the current run.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// Running reports whether the current run has not exited.
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL, as a crash or an OOM kill would, and waits until the process is gone.
+func (p *Proc) Kill() {
+	p.signal(syscall.SIGKILL, time.Minute)
+}
+
+// Stop sends SIGTERM and waits up to timeout for a clean exit, then kills. It reports whether
+// the process exited by itself.
+func (p *Proc) Stop(timeout time.Duration) bool {
+	return p.signal(syscall.SIGTERM, timeout)
+}
+
+func (p *Proc) signal(sig syscall.Signal, timeout time.Duration) bool {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		return false
+	}
+}
+
+// Restart starts the process again, with the same arguments, after it exited.
+func (p *Proc) Restart(t testing.TB) {
+	t.Helper()
+	if p.Running() {
+		t.Fatalf("restarting %s while it runs", p.Name)
+	}
+	if err := p.start(); err != nil {
+		t.Fatalf("restarting %s: %v", p.Name, err)
+	}
+}
+
+// RSS returns the resident memory of the process in bytes, from /proc (Linux).
+func (p *Proc) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0, fmt.Errorf("reading process status: %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("reading VmRSS %q: %w", v, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in process status")
+}
+
+// Tail returns the last n lines of the process's log.
+func (p *Proc) Tail(n int) string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// Log returns the whole log of the process.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// WaitHTTP polls url until it answers 200, failing the test after within.
+func WaitHTTP(t testing.TB, url string, within time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready within %v (last: %v)", url, within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// NATS is a nats-server process of the test.
+type NATS struct {
+	*Proc
+	ServerName string
+	Port       int
+	HTTPPort   int
+	// URL is its client URL.
+	URL string
+}
+
+// NATSOptions configure a NATS server process.
+type NATSOptions struct {
+	// Name of the server, n1 when empty.
+	Name string
+	// Dir is its JetStream store: keep it to restart on the same data. Default: a temporary one.
+	Dir string
+	// ClusterPort and Routes make it a cluster member (cluster "agentbus").
+	ClusterPort int
+	Routes      []string
+	// SyncAlways fsyncs every write, as the production configs do.
+	SyncAlways bool
+}
+
+// StartNATS starts a nats-server with JetStream on loopback and waits until it is healthy.
+func StartNATS(t testing.TB, bins Bins, o NATSOptions) *NATS {
+	t.Helper()
+	if o.Name == "" {
+		o.Name = "n1"
+	}
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	n := &NATS{ServerName: o.Name, Port: FreePort(t), HTTPPort: FreePort(t)}
+	n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.Port)
+	var conf strings.Builder
+	fmt.Fprintf(&conf, "server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n", o.Name, n.Port, n.HTTPPort)
+	fmt.Fprintf(&conf, "jetstream {\n  store_dir: %q\n", o.Dir)
+	if o.SyncAlways {
+		conf.WriteString("  sync_interval: always\n")
+	}
+	conf.WriteString("}\n")
+	if o.ClusterPort != 0 {
+		fmt.Fprintf(&conf, "cluster {\n  name: agentbus\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", o.ClusterPort, strings.Join(o.Routes, ", "))
+	}
+	path := filepath.Join(t.TempDir(), o.Name+".conf")
+	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.Proc = Start(t, "nats-"+o.Name, bins.NATS, []string{"-c", path}, nil)
+	if o.ClusterPort == 0 {
+		n.WaitHealthy(t, 20*time.Second)
+	}
+	return n
+}
+
+// WaitHealthy waits until the server reports JetStream healthy.
+func (n *NATS) WaitHealthy(t testing.TB, within time.Duration) {
+	t.Helper()
+	WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-enabled-only=true", n.HTTPPort), within)
+}
+
+// Cluster is a NATS cluster of processes.
+type Cluster struct {
+	Nodes []*NATS
+}
+
+// StartCluster starts size NATS servers n1, n2, … routed to each other and waits until
+// JetStream has a meta leader.
+func StartCluster(t testing.TB, bins Bins, size int, syncAlways bool) *Cluster {
+	t.Helper()
+	ports := make([]int, size)
+	routes := make([]string, size)
+	for i := range ports {
+		ports[i] = FreePort(t)
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+	}
+	c := &Cluster{}
+	for i := range size {
+		c.Nodes = append(c.Nodes, StartNATS(t, bins, NATSOptions{Name: fmt.Sprintf("n%d", i+1), ClusterPort: ports[i], Routes: routes, SyncAlways: syncAlways}))
+	}
+	for _, n := range c.Nodes {
+		WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-meta-only=true", n.HTTPPort), 30*time.Second)
+	}
+	return c
+}
+
+// URLs returns the client URLs of all nodes, comma-separated.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		urls[i] = n.URL
+	}
+	return strings.Join(urls, ",")
+}
+
+// Node returns the node with the given server name, or nil.
+func (c *Cluster) Node(name string) *NATS {
+	for _, n := range c.Nodes {
+		if n.ServerName == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Ingress is an ingress process of the test.
+type Ingress struct {
+	*Proc
+	URL string
+}
+
+// StartIngress starts an ingress against natsURL with the given extra environment and waits
+// until it serves.
+func StartIngress(t testing.TB, bins Bins, name, natsURL string, env ...string) *Ingress {
+	t.Helper()
+	port := FreePort(t)
+	in := &Ingress{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	in.Proc = Start(t, name, bins.Ingress, nil, append([]string{
+		"AGENTBUS_NATS_URL=" + natsURL, "AGENTBUS_HTTP_ADDR=" + fmt.Sprintf("127.0.0.1:%d", port),
+	}, env...))
+	WaitHTTP(t, in.URL+"/healthz", 30*time.Second)
+	return in
+}
+
+// StartHost starts a workflow host with the given id against natsURL. It does not wait: the
+// test watches the host's heartbeat.
+func StartHost(t testing.TB, bins Bins, id, natsURL string, env ...string) *Proc {
+	t.Helper()
+	return Start(t, id, bins.Host, nil, append([]string{"AGENTBUS_NATS_URL=" + natsURL, "AGENTBUS_HOST_ID=" + id}, env...))
+}
+
+// Context returns a context that ends with the test or after d.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,264 @@
+package proctest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/placement"
+	"github.com/agentbus/agentbus/pkg/proctest"
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	proctest.Cleanup()
+	os.Exit(code)
+}
+
+// needProcesses skips the test unless AGENTBUS_PROCESS_TEST is set: these tests build the
+// binaries and run a stack of processes for tens of seconds (.ci/run sets it).
+func needProcesses(t *testing.T) proctest.Bins {
+	t.Helper()
+	if testing.Short() || os.Getenv("AGENTBUS_PROCESS_TEST") == "" {
+		t.Skip("runs agentbus as separate processes; set AGENTBUS_PROCESS_TEST=1")
+	}
+	bins, err := proctest.Build("../..")
+	require.NoError(t, err)
+	return bins
+}
+
+const (
+	adminKey   = "proctest-system-admin-key-0123456789"
+	partitions = 32
+	echoWF     = "default:Echo:Supervisor Workflow:"
+)
+
+// system is one agentbus deployment of processes: NATS (a server or a cluster), one ingress,
+// workflow hosts, and the test's own NATS connection to look at heartbeats.
+type system struct {
+	t       *testing.T
+	bins    proctest.Bins
+	natsURL string
+	env     []string
+	ingress *proctest.Ingress
+	hosts   map[string]*proctest.Proc
+	key     string
+	client  *http.Client
+	js      jetstream.JetStream
+	hostsKV jetstream.KeyValue
+	mu      sync.Mutex
+}
+
+// newSystem starts an ingress against natsURL, creates tenant "default" with a tenant-admin key,
+// and connects the test to NATS. env goes to every process (ingress and hosts).
+func newSystem(t *testing.T, bins proctest.Bins, natsURL string, env ...string) *system {
+	t.Helper()
+	s := &system{t: t, bins: bins, natsURL: natsURL, hosts: map[string]*proctest.Proc{},
+		env:    append([]string{fmt.Sprintf("AGENTBUS_PARTITIONS=%d", partitions), "AGENTBUS_LOG_LEVEL=info"}, env...),
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	s.ingress = proctest.StartIngress(t, bins, "ingress", natsURL, append(s.env,
+		"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0", "AGENTBUS_WEBHOOK_TIMEOUT=20s", "AGENTBUS_MAX_WAITING_PER_TENANT=100000")...)
+
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	s.js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := proctest.Context(t, 30*time.Second)
+	s.hostsKV, err = s.js.KeyValue(ctx, subject.HostsBucket)
+	require.NoError(t, err)
+
+	status, b := s.do(ctx, http.MethodPost, "/api/v1/admin/tenants", adminKey, `{"id":"default"}`)
+	require.Contains(t, []int{http.StatusCreated, http.StatusOK, http.StatusConflict}, status, "creating the tenant: %s", b)
+	status, b = s.do(ctx, http.MethodPost, "/api/v1/admin/tenants/default/keys", adminKey, `{"name":"proctest","role":"tenant-admin"}`)
+	require.Equal(t, http.StatusCreated, status, "creating a key: %s", b)
+	var k struct {
+		Key string `json:"key"`
+	}
+	require.NoError(t, json.Unmarshal(b, &k))
+	s.key = k.Key
+	return s
+}
+
+// do sends an admin API request with a bearer key.
+func (s *system) do(ctx context.Context, method, path, key, body string) (int, []byte) {
+	s.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, s.ingress.URL+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// startHost starts workflow host id, or restarts it when it ran before.
+func (s *system) startHost(id string, env ...string) {
+	s.t.Helper()
+	s.mu.Lock()
+	p := s.hosts[id]
+	s.mu.Unlock()
+	if p != nil {
+		p.Restart(s.t)
+		return
+	}
+	p = proctest.StartHost(s.t, s.bins, id, s.natsURL, append(s.env, env...)...)
+	s.mu.Lock()
+	s.hosts[id] = p
+	s.mu.Unlock()
+}
+
+// heartbeats returns the heartbeats in the hosts bucket, by host id.
+func (s *system) heartbeats(ctx context.Context) map[string]registry.Host {
+	out := map[string]registry.Host{}
+	lister, err := s.hostsKV.ListKeys(ctx)
+	if err != nil {
+		return out
+	}
+	for key := range lister.Keys() {
+		e, err := s.hostsKV.Get(ctx, key)
+		if err != nil {
+			continue
+		}
+		var h registry.Host
+		if json.Unmarshal(e.Value(), &h) == nil {
+			out[h.ID] = h
+		}
+	}
+	return out
+}
+
+// settled reports whether the heartbeats of hosts ids divide Echo's partitions as placement
+// says, each partition listed by exactly one of them.
+func (s *system) settled(ctx context.Context, ids []string) bool {
+	hbs := s.heartbeats(ctx)
+	want := placement.Assign("Echo", partitions, ids)
+	for p, owner := range want {
+		for _, id := range ids {
+			hb, ok := hbs[id]
+			if !ok || hb.Owns("Echo", p) != (id == owner) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// waitSettled waits until hosts ids have settled the partitions and returns how long it took.
+func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
+	s.t.Helper()
+	ctx := proctest.Context(s.t, within+5*time.Second)
+	start := time.Now()
+	for !s.settled(ctx, ids) {
+		if time.Since(start) > within {
+			hbs := s.heartbeats(ctx)
+			for id, hb := range hbs {
+				s.t.Logf("heartbeat %s: %v", id, hb.Partitions["Echo"])
+			}
+			s.t.Fatalf("hosts %v did not settle the partitions within %v", ids, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// webhook calls a webhook method of an Echo instance and returns the status and body.
+func (s *system) webhook(ctx context.Context, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
+	if query == nil {
+		query = url.Values{}
+	}
+	query.Set("apikey", s.key)
+	u := s.ingress.URL + "/api/user/webhooks/" + url.PathEscape(echoWF+activation) + "/" + method + "?" + query.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("calling %s: %w", method, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// unwrapURL drops url.Error's wrapper, which repeats the URL and so the key.
+func unwrapURL(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
+}
+
+// hostOf asks Echo's host method which host serves an instance.
+func (s *system) hostOf(ctx context.Context, activation string) (string, error) {
+	status, b, err := s.webhook(ctx, activation, "host", nil)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK {
+		return "", fmt.Errorf("host: %d %s", status, b)
+	}
+	var r struct {
+		HostID string `json:"hostId"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return "", err
+	}
+	return r.HostID, nil
+}
+
+// waitServing waits until every Echo partition can be served: a call to an instance answers.
+func (s *system) waitServing(within time.Duration) {
+	s.t.Helper()
+	ctx := proctest.Context(s.t, within)
+	for {
+		if _, err := s.hostOf(ctx, "ready-probe"); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			s.t.Fatalf("no host answered within %v", within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// send posts a message through the admin send endpoint and returns the status and body.
+func (s *system) send(ctx context.Context, body any) (int, []byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ingress.URL+"/api/v1/admin/tenants/default/messaging/send", bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, unwrapURL(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
