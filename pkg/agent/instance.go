@@ -260,6 +260,13 @@ func (l *liveInstance) reloadLocked(ctx context.Context) error {
 	return nil
 }
 
+// needsFlush reports whether the record has counts not written yet.
+func (l *liveInstance) needsFlush() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dirty && l.found
+}
+
 // flush writes unwritten counts. A conflict means someone else wrote the record meanwhile; the
 // counts are dropped then (they only pace continue-as-new).
 func (l *liveInstance) flush(ctx context.Context) error {

@@ -64,12 +64,27 @@ func (s *liveSet) sweep(ctx context.Context, all bool) {
 		}
 	}
 	s.mu.Unlock()
+	// One write per instance: written one after the other they would fall behind a host that
+	// sees thousands of new instances a second, and the idle ones would pile up in memory.
+	sem := make(chan struct{}, flushConcurrency)
+	var wg sync.WaitGroup
 	for _, l := range idle {
-		if err := l.flush(ctx); err != nil {
-			s.log.Warn("writing instance counts", "workflowId", l.key.workflowID, "err", err)
+		if !l.needsFlush() {
+			continue
 		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := l.flush(ctx); err != nil {
+				s.log.Warn("writing instance counts", "workflowId", l.key.workflowID, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 }
+
+// flushConcurrency bounds the instance writes a sweep has in flight.
+const flushConcurrency = 32
 
 // run sweeps until ctx ends.
 func (s *liveSet) run(ctx context.Context) {
