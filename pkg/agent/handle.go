@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -16,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/jsonenc"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -370,7 +373,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	case agentbusv1.Kind_KIND_WEBHOOK:
 		method := req.GetMethod()
 		m.Text = &method
-		m.Data, _ = json.Marshal(webhookCall{Params: nonNil(req.GetParams()), Body: bodySummary(body)})
+		m.Data = appendWebhookCall(make([]byte, 0, 64+len(body)), req.GetParams(), body)
 	case agentbusv1.Kind_KIND_DATA:
 		method := req.GetMethod()
 		m.Text = &method
@@ -410,33 +413,56 @@ func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawM
 }
 
 func webhookOutgoing(req *agentbusv1.Request, resp Response, part string) *history.Message {
-	data, _ := json.Marshal(webhookAnswer{StatusCode: resp.StatusCode, ContentType: resp.ContentType, Content: bodySummary(resp.Content)})
-	return outgoing(req, part, nil, data)
+	return outgoing(req, part, nil, appendWebhookAnswer(make([]byte, 0, 64+len(resp.Content)), resp))
 }
 
-// webhookCall is how a webhook call is kept in history.
-type webhookCall struct {
-	Params map[string]string `json:"params"`
-	Body   any               `json:"body"`
+// appendWebhookCall appends how a webhook call is kept in history:
+// {"params":{…},"body":…}, with the parameters in name order and the body as appendBodySummary
+// writes it.
+func appendWebhookCall(dst []byte, params map[string]string, body []byte) []byte {
+	dst = append(dst, `{"params":{`...)
+	for i, name := range slices.Sorted(maps.Keys(params)) {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = jsonenc.AppendString(dst, name)
+		dst = append(dst, ':')
+		dst = jsonenc.AppendString(dst, params[name])
+	}
+	dst = append(dst, `},"body":`...)
+	dst = appendBodySummary(dst, body)
+	return append(dst, '}')
 }
 
-// webhookAnswer is how a webhook handler's answer is kept in history.
-type webhookAnswer struct {
-	StatusCode  int    `json:"statusCode"`
-	ContentType string `json:"contentType"`
-	Content     any    `json:"content"`
+// appendWebhookAnswer appends how a webhook handler's answer is kept in history:
+// {"statusCode":…,"contentType":…,"content":…}, the content as appendBodySummary writes it.
+func appendWebhookAnswer(dst []byte, resp Response) []byte {
+	dst = append(dst, `{"statusCode":`...)
+	dst = jsonenc.AppendInt(dst, int64(resp.StatusCode))
+	dst = append(dst, `,"contentType":`...)
+	dst = jsonenc.AppendString(dst, resp.ContentType)
+	dst = append(dst, `,"content":`...)
+	dst = appendBodySummary(dst, resp.Content)
+	return append(dst, '}')
 }
 
-// bodySummary is how a raw body is kept in history: as text when it is short UTF-8, else its
-// size (and, when short, base64).
-func bodySummary(b []byte) any {
+// appendBodySummary appends how a raw body is kept in history: as text when it is short UTF-8,
+// else its size (and, when short, base64): {"size":…,"truncated":true} or
+// {"base64":…,"size":…}.
+func appendBodySummary(dst, b []byte) []byte {
 	switch {
 	case len(b) > maxStoredBody:
-		return map[string]any{"truncated": true, "size": len(b)}
+		dst = append(dst, `{"size":`...)
+		dst = jsonenc.AppendInt(dst, int64(len(b)))
+		return append(dst, `,"truncated":true}`...)
 	case utf8.Valid(b):
-		return string(b)
+		return jsonenc.AppendString(dst, string(b))
 	default:
-		return map[string]any{"base64": base64.StdEncoding.EncodeToString(b), "size": len(b)}
+		dst = append(dst, `{"base64":"`...)
+		dst = base64.StdEncoding.AppendEncode(dst, b)
+		dst = append(dst, `","size":`...)
+		dst = jsonenc.AppendInt(dst, int64(len(b)))
+		return append(dst, '}')
 	}
 }
 

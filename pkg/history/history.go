@@ -156,12 +156,11 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 		cur.LastSeq, cur.Prev = ack.Sequence, prev
 	}
-	key := subject.TopicsKey(tenant, workflowID, participant)
 	for _, m := range msgs {
 		if m.Scope == "" {
 			continue
 		}
-		if err := s.addTopic(ctx, key, m.Scope); err != nil {
+		if err := s.addTopic(ctx, subject.TopicsKey(tenant, workflowID, participant), m.Scope); err != nil {
 			return err
 		}
 	}

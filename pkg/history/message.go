@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/jsonenc"
 )
 
 // Direction says who sent a message.
@@ -81,24 +83,46 @@ func Storable(t time.Time) bool {
 
 // MarshalJSON writes createdAt in UTC with milliseconds and a nil or empty Data as null.
 func (m Message) MarshalJSON() ([]byte, error) {
-	w := wireMessage{
-		ID:            m.ID,
-		CreatedAt:     m.CreatedAt.UTC().Format(timeLayout),
-		Direction:     m.Direction,
-		MessageType:   m.MessageType,
-		Text:          m.Text,
-		Data:          m.Data,
-		Hint:          m.Hint,
-		RequestID:     m.RequestID,
-		ParticipantID: m.ParticipantID,
-		WorkflowID:    m.WorkflowID,
-		Scope:         m.Scope,
+	return m.AppendJSON(make([]byte, 0, 256+len(m.Data)))
+}
+
+// AppendJSON appends the message's JSON form (MarshalJSON's) to dst. It writes what
+// encoding/json writes for the wire form, without reflection: every call stores two messages.
+func (m Message) AppendJSON(dst []byte) ([]byte, error) {
+	b := append(dst, `{"id":`...)
+	b = jsonenc.AppendString(b, m.ID)
+	b = append(b, `,"createdAt":"`...)
+	b = m.CreatedAt.UTC().AppendFormat(b, timeLayout)
+	b = append(b, `","direction":`...)
+	b = jsonenc.AppendInt(b, int64(m.Direction))
+	b = append(b, `,"messageType":`...)
+	b = jsonenc.AppendInt(b, int64(m.MessageType))
+	b = append(b, `,"text":`...)
+	if m.Text == nil {
+		b = append(b, "null"...)
+	} else {
+		b = jsonenc.AppendString(b, *m.Text)
 	}
-	if len(w.Data) == 0 {
-		// An empty, non-nil RawMessage would make encoding/json fail.
-		w.Data = nil
+	b = append(b, `,"data":`...)
+	b, err := jsonenc.AppendRaw(b, m.Data)
+	if err != nil {
+		return dst, fmt.Errorf("encoding data: %w", err)
 	}
-	return json.Marshal(w)
+	if m.Hint != "" {
+		b = append(b, `,"hint":`...)
+		b = jsonenc.AppendString(b, m.Hint)
+	}
+	b = append(b, `,"requestId":`...)
+	b = jsonenc.AppendString(b, m.RequestID)
+	b = append(b, `,"participantId":`...)
+	b = jsonenc.AppendString(b, m.ParticipantID)
+	b = append(b, `,"workflowId":`...)
+	b = jsonenc.AppendString(b, m.WorkflowID)
+	if m.Scope != "" {
+		b = append(b, `,"scope":`...)
+		b = jsonenc.AppendString(b, m.Scope)
+	}
+	return append(b, '}'), nil
 }
 
 // UnmarshalJSON reads the JSON form; a null data becomes a nil Data.

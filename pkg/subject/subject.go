@@ -80,6 +80,40 @@ func Token(id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
+// appendToken appends Token(id) to b.
+func appendToken(b []byte, id string) []byte {
+	if id == "" {
+		return append(b, '_')
+	}
+	return base64.RawURLEncoding.AppendEncode(b, []byte(id))
+}
+
+// join builds, with one buffer, the dot-separated subject or key of plain (token-safe) parts
+// followed by the tokens of ids: the subjects built on every call.
+func join(plain []string, ids ...string) string {
+	n := 0
+	for _, p := range plain {
+		n += len(p) + 1
+	}
+	for _, id := range ids {
+		n += base64.RawURLEncoding.EncodedLen(len(id)) + 2
+	}
+	b := make([]byte, 0, n)
+	for i, p := range plain {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		b = append(b, p...)
+	}
+	for i, id := range ids {
+		if i > 0 || len(plain) > 0 {
+			b = append(b, '.')
+		}
+		b = appendToken(b, id)
+	}
+	return string(b)
+}
+
 // ParseToken reverses Token.
 func ParseToken(tok string) (string, error) {
 	if tok == "_" {
@@ -97,7 +131,13 @@ func ParseToken(tok string) (string, error) {
 // safe. The agent comes first so that each agent has its own partitions, pulled only by hosts
 // that run it.
 func Inbox(agent, tenant, workflowID, participant string) string {
-	return inboxPrefix + "." + Token(agent) + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+	b := make([]byte, 0, len(inboxPrefix)+len(tenant)+4*(len(agent)+len(workflowID)+len(participant))/3+12)
+	b = append(b, inboxPrefix...)
+	b = appendToken(append(b, '.'), agent)
+	b = append(append(append(b, '.'), tenant...), '.')
+	b = appendToken(b, workflowID)
+	b = appendToken(append(b, '.'), participant)
+	return string(b)
 }
 
 // InboxSubjects is the subject filter of the inbox stream.
@@ -163,7 +203,7 @@ func ParseStoredInbox(subj string) (StoredInbox, error) {
 
 // Thread is the history subject of one conversation thread.
 func Thread(tenant, workflowID, participant string) string {
-	return msgPrefix + "." + tenant + "." + Token(workflowID) + "." + Token(participant)
+	return join([]string{msgPrefix, tenant}, workflowID, participant)
 }
 
 // ThreadID is the opaque, URL-safe id of a conversation thread (a workflow and a participant).
@@ -188,7 +228,7 @@ func ParseThreadID(id string) (workflowID, participant string, err error) {
 
 // TopicsKey is the KV key of a thread's topic list.
 func TopicsKey(tenant, workflowID, participant string) string {
-	return tenant + "." + Token(workflowID) + "." + Token(participant)
+	return join([]string{tenant}, workflowID, participant)
 }
 
 // MessagesSubjects is the subject filter of the history stream.
@@ -209,7 +249,7 @@ func ReplyWaiter(instance, subj string) (string, bool) {
 func DedupeID(tenant, requestID string) string { return tenant + ":" + requestID }
 
 // InstanceKey is the KV key of a workflow instance record.
-func InstanceKey(tenant, workflowID string) string { return tenant + "." + Token(workflowID) }
+func InstanceKey(tenant, workflowID string) string { return join([]string{tenant}, workflowID) }
 
 // ResultKey is the KV key of a cached reply.
 func ResultKey(tenant, requestID string) string { return tenant + "." + Token(requestID) }

@@ -65,3 +65,23 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		_, _ = subject.ParseStoredInbox(a) // arbitrary input: no panic
 	})
 }
+
+// The subjects and keys built on every call are the dot-joined tokens of their ids.
+func FuzzSubjectsJoinTokens(f *testing.F) {
+	f.Add("Echo", "acme", "acme:Echo:Supervisor Workflow:a.b", "webhook")
+	f.Add("", "t", "", "")
+	f.Fuzz(func(t *testing.T, agent, tenant, wf, p string) {
+		tok := subject.Token
+		checks := [][2]string{
+			{subject.Inbox(agent, tenant, wf, p), "agentbus.in." + tok(agent) + "." + tenant + "." + tok(wf) + "." + tok(p)},
+			{subject.Thread(tenant, wf, p), "agentbus.msg." + tenant + "." + tok(wf) + "." + tok(p)},
+			{subject.TopicsKey(tenant, wf, p), tenant + "." + tok(wf) + "." + tok(p)},
+			{subject.InstanceKey(tenant, wf), tenant + "." + tok(wf)},
+		}
+		for _, c := range checks {
+			if c[0] != c[1] {
+				t.Fatalf("got %q, want %q", c[0], c[1])
+			}
+		}
+	})
+}
