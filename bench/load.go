@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -154,7 +155,18 @@ type result struct {
 	// but had not started when it did: the offered rate was not sustained, and their latencies,
 	// the longest of all, are missing from the percentiles.
 	Late, Unsent int
-	errs         map[string]int
+	// Mallocs counts the heap allocations of this process during the measured window: the load
+	// generator's, and, for an in-process agentbus, the ingress's, NATS server's and host's.
+	Mallocs uint64
+	errs    map[string]int
+}
+
+// AllocsPerCall is Mallocs per request of the measured window.
+func (r result) AllocsPerCall() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.Mallocs) / float64(r.Requests)
 }
 
 // RPS is successful requests per second: requests started in the measured window over its length.
@@ -306,16 +318,23 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		})
 	}
 
-	if o.OnMeasure != nil {
-		if sleepUntil(ctx, measureStart) {
-			end := o.OnMeasure()
-			sleepUntil(ctx, measureEnd)
-			end()
+	// Allocations are counted over the measured window, in this whole process.
+	var mallocs uint64
+	if sleepUntil(ctx, measureStart) {
+		end := func() {}
+		if o.OnMeasure != nil {
+			end = o.OnMeasure()
 		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		sleepUntil(ctx, measureEnd)
+		runtime.ReadMemStats(&after)
+		end()
+		mallocs = after.Mallocs - before.Mallocs
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {

@@ -57,11 +57,15 @@
 //	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
+//	               [-min-ratio R]
 //
 // -url loads an agentbus that is already running (an ingress base URL) instead of starting one:
 // -key (or AGENTBUS_BENCH_KEY) is then a tenant-admin key of tenant "default", whose Echo
 // instances bench-{i} the load goes to. The send and converse targets measure the bare phase's
 // answers from that agentbus too.
+//
+// -min-ratio R makes the command exit with status 1 when the closed loop's ratio is below R: CI
+// runs a short bench with -min-ratio 0.15 to catch a collapse (not drift: machines vary).
 //
 // -cpuprofile writes a CPU profile of the measured window of the agentbus phase (the whole
 // process: load generator, ingress, NATS server and workflow host). When several agentbus phases
@@ -108,6 +112,7 @@ func main() {
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
+	minRatio := flag.Float64("min-ratio", 0, "exit with status 1 when the closed loop's agentbus/bare ratio is below `R` (a regression guard; 0: off)")
 	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", "))
 	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
 	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
@@ -232,6 +237,13 @@ func main() {
 			fmt.Printf("closed loop, %d clients:\n", o.Clients)
 		}
 		printTable(os.Stdout, phases, results)
+		if *minRatio > 0 {
+			ab, bare := results[phaseAgentbus], results[phaseBare]
+			if bare.RPS() == 0 || ab.RPS()/bare.RPS() < *minRatio {
+				fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", *minRatio)
+				failed = true
+			}
+		}
 		labels = append(labels, phases...)
 	}
 	if len(rates) > 0 {
@@ -323,6 +335,12 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 	}
 	if okA {
 		fmt.Fprintf(w, "agentbus p99: %s   (target < %s: %s)\n", fmtDur(ab.P99), fmtDur(targetP99), verdict(ab.P99 < targetP99))
+	}
+	if okA && okB {
+		// The bare phase's allocations are the load generator's and net/http's; what agentbus
+		// allocates on top is the difference (with -url, the other processes' are not counted).
+		fmt.Fprintf(w, "allocations per call: agentbus %.0f, bare %.0f, agentbus's own %.0f\n",
+			ab.AllocsPerCall(), bare.AllocsPerCall(), ab.AllocsPerCall()-bare.AllocsPerCall())
 	}
 }
 
