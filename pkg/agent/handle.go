@@ -127,6 +127,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 // when the handler calls Respond).
 func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd WebhookHandler, inst *Instance, runID string) (*history.Message, error) {
 	req := in.req
+	hm := h.metrics.handler(req)
 	var answered Response
 	respond := func(resp Response) {
 		answered = resp
@@ -147,12 +148,16 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 			inst:          inst,
 			respond:       respond,
 		}
+		start := time.Now()
 		resp := callWebhook(ctx, log, hd, wr)
+		hm.observe(start)
 		if resp.retry == nil {
 			wr.Respond(resp)
+			hm.answered(answered.StatusCode)
 			return webhookOutgoing(req, answered, "out"), nil
 		}
 		if !in.tries.exhausted() {
+			hm.count(outcomeRetried)
 			log.Warn("webhook handler failed; retrying", "method", req.GetMethod(), "attempt", in.tries.n, "err", resp.retry)
 			if err := in.tries.wait(ctx); err != nil {
 				return nil, err
@@ -162,6 +167,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.deadLetter(ctx, log, in, resp.retry.Error()); err != nil {
 			return nil, err
 		}
+		hm.count(outcomeDeadLettered)
 		dead := deadLetterResponse(in)
 		respond(dead)
 		return webhookOutgoing(req, dead, "dead"), nil
@@ -172,6 +178,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 // and returns the reply to send and the outgoing message to store.
 func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd Handler, m *Message) (*agentbusv1.Reply, *history.Message, error) {
 	req := in.req
+	hm := h.metrics.handler(req)
 	if req.GetStream() && in.replyTo != "" {
 		m.delta = func(text string) {
 			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
@@ -181,12 +188,16 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.rerun(ctx, log, in, m.inst); err != nil {
 			return nil, nil, err
 		}
+		start := time.Now()
 		reply, err := callHandler(ctx, log, hd, m)
+		hm.observe(start)
 		if !IsRetryable(err) {
 			rep, out := messageReply(req, reply, err, log)
+			hm.answered(int(rep.GetStatusCode()))
 			return rep, out, nil
 		}
 		if !in.tries.exhausted() {
+			hm.count(outcomeRetried)
 			log.Warn("handler failed; retrying", "type", messageType(req.GetKind()), "attempt", in.tries.n, "err", err)
 			if err := in.tries.wait(ctx); err != nil {
 				return nil, nil, err
@@ -196,6 +207,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.deadLetter(ctx, log, in, err.Error()); err != nil {
 			return nil, nil, err
 		}
+		hm.count(outcomeDeadLettered)
 		dead := deadLetterResponse(in)
 		rep, out := errorReply(req, dead.StatusCode, dead.platformError, string(dead.Content), "dead")
 		return rep, out, nil

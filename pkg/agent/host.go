@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -62,6 +63,10 @@ type HostConfig struct {
 	ShutdownGrace time.Duration
 	// Logger receives the host's logs; nil discards them.
 	Logger *slog.Logger
+	// Metrics receives the host's Prometheus metrics (docs/metrics.md); nil keeps none. Hosts of
+	// one process may share one: they count into the same series. The host serves nothing;
+	// whoever owns the registry exposes it (services/workflowhost on AGENTBUS_METRICS_ADDR).
+	Metrics prometheus.Registerer
 }
 
 // Validate reports a configuration that cannot work.
@@ -156,6 +161,7 @@ type Host struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	sem     chan struct{}
+	metrics *hostMetrics // nil without HostConfig.Metrics
 
 	started  time.Time
 	ready    chan struct{}
@@ -189,6 +195,13 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
 	}
+	if cfg.Metrics != nil {
+		m, err := newHostMetrics(cfg.Metrics, cfg.Agents)
+		if err != nil {
+			return nil, fmt.Errorf("registering host metrics: %w", err)
+		}
+		h.metrics = m
+	}
 	return h, nil
 }
 
@@ -214,6 +227,9 @@ func (h *Host) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { h.live.run(bgCtx) })
 	loops.Go(func() { h.keepAlive(bgCtx) })
+	if h.metrics != nil {
+		loops.Go(func() { h.reportPending(bgCtx) })
+	}
 	defer func() { stopBackground(); loops.Wait() }()
 
 	if err := h.rebalance(ctx); err != nil {
@@ -261,7 +277,7 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.js, h.res, h.started = js, res, time.Now().UTC()
-	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID)
+	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge())
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
@@ -397,6 +413,7 @@ func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agent
 		return false, nil
 	}
 	log.Debug("request answered from the result cache")
+	h.metrics.handler(req).count(outcomeCached)
 	if replyTo != "" {
 		if err := h.cfg.Conn.Publish(replyTo, e.Value()); err != nil {
 			log.Warn("publishing cached reply", "err", err)
@@ -438,6 +455,7 @@ func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, ca
 		return err
 	}
 	in.deadLettered, in.deadID = true, id
+	h.metrics.deadLettered(in.agent)
 	log.Error("request kept as a dead letter", "deadLetter", id, "attempts", in.tries.n, "err", cause)
 	return nil
 }

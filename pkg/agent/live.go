@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
@@ -19,13 +21,15 @@ type liveSet struct {
 	store  *instance.Store
 	log    *slog.Logger
 	hostID string
+	// count follows len(m); nil without metrics.
+	count prometheus.Gauge
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
 }
 
-func newLiveSet(store *instance.Store, log *slog.Logger, hostID string) *liveSet {
-	return &liveSet{store: store, log: log, hostID: hostID, m: make(map[liveKey]*liveInstance)}
+func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge) *liveSet {
+	return &liveSet{store: store, log: log, hostID: hostID, count: count, m: make(map[liveKey]*liveInstance)}
 }
 
 // acquire returns the instance's live copy (not loaded yet when new); release it after use.
@@ -37,6 +41,9 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 	if l == nil {
 		l = &liveInstance{store: s.store, key: k, hostID: s.hostID}
 		s.m[k] = l
+		if s.count != nil {
+			s.count.Inc()
+		}
 	}
 	l.users++
 	return l
@@ -62,6 +69,9 @@ func (s *liveSet) sweep(ctx context.Context, all bool) {
 			delete(s.m, k)
 			idle = append(idle, l)
 		}
+	}
+	if s.count != nil {
+		s.count.Sub(float64(len(idle)))
 	}
 	s.mu.Unlock()
 	// One write per instance: written one after the other they would fall behind a host that

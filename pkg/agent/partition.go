@@ -174,6 +174,7 @@ func (h *Host) gainLocked(key partKey) {
 	part := &partition{key: key, durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
 		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1)}
 	h.parts[key] = part
+	h.metrics.partitionGained(key)
 	h.bg.Go(func() { h.pull(pctx, part) })
 	h.log.Debug("partition gained", "agent", key.agent, "partition", key.n)
 }
@@ -226,6 +227,7 @@ func (h *Host) handOver(part *partition) {
 	h.mu.Lock()
 	if h.parts[part.key] == part {
 		delete(h.parts, part.key)
+		h.metrics.partitionReleased(part.key)
 	}
 	h.mu.Unlock()
 	h.log.Debug("partition handed over", "agent", part.key.agent, "partition", part.key.n, "gaveBack", len(back), "took", time.Since(start))

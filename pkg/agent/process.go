@@ -33,8 +33,11 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 	}
 	replyTo := m.Headers().Get(subject.HeaderReplyTo)
 	log := h.log.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId())
+	if md.NumDelivered > 1 {
+		h.metrics.redelivered(d.part.key.agent)
+	}
 	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
-	in := &inbound{seq: d.seq, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
+	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
 
 	claim := req.GetEnvelopeRef()
 	if claim != nil {
@@ -43,7 +46,11 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 		case errors.Is(err, jetstream.ErrObjectNotFound):
 			// Its stored copy expired or was removed: it can never run, and must not hold up
 			// its conversation.
-			return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
+			err := h.deadLetter(ctx, log, in, "the request's stored copy is missing")
+			if err == nil {
+				h.metrics.handler(in.req).count(outcomeDeadLettered)
+			}
+			return h.finish(ctx, log, d, err)
 		case err != nil:
 			return h.giveBack(log, d)
 		}
@@ -69,7 +76,11 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
 		// request that crashes its host does every time.
 		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", md.NumDelivered-1)
-		return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
+		err := h.deadLetter(ctx, log, in, cause)
+		if err == nil {
+			h.metrics.handler(in.req).count(outcomeDeadLettered)
+		}
+		return h.finish(ctx, log, d, err)
 	}
 
 	if err := h.handle(ctx, log, in); err != nil {
@@ -90,6 +101,7 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 // inbound is a request being processed: what the inbox delivered and how often it was tried.
 type inbound struct {
 	seq     uint64
+	agent   string // the agent of the partition it came from
 	data    []byte // the inbox message's payload, as delivered
 	req     *agentbusv1.Request
 	replyTo string

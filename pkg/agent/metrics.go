@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentbus/agentbus/pkg/metrics"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// The host's metrics (docs/metrics.md). Every label value comes from what the host registered
+// (agent names, methods, partition numbers), never from a request, so the series stay bounded.
+// The series of each registered handler are made up front: a request then costs a map lookup, a
+// histogram Observe and a counter Inc, and no NATS round trip.
+//
+// Hosts of one process may share a registry (the standalone, tests with several hosts): they
+// count into the same series, and the gauges add up to what the process's hosts hold.
+
+// outcome is how a handler's request ended, the outcome label of agentbus_handler_outcomes_total.
+type outcome int
+
+const (
+	outcomeOK           outcome = iota // the handler answered
+	outcomeError                       // the handler answered an error (see errorStatus)
+	outcomeRetried                     // the handler failed passingly and is run again
+	outcomeDeadLettered                // the request was kept as a dead letter
+	outcomeCached                      // a redelivery answered from the result cache
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "error", "retried", "dead_lettered", "cached"}
+
+// handlerBuckets spans quick webhooks to model calls that take a minute.
+var handlerBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// pendingEvery is how often the host reads the unprocessed requests of the partitions it owns.
+const pendingEvery = 5 * time.Second
+
+// hostMetrics are a host's metrics; nil (no HostConfig.Metrics) counts nothing.
+type hostMetrics struct {
+	handlers     map[handlerKey]*handlerMetrics
+	redeliveries map[string]prometheus.Counter // by agent
+	deadLetters  map[string]prometheus.Counter // by agent
+	owned        map[string]prometheus.Gauge   // by agent
+	live         prometheus.Gauge
+	pending      *prometheus.GaugeVec // agent, partition
+}
+
+// handlerKey names one registered handler: method is the webhook's or the lowercased Data
+// method's name, empty for Chat and File, which have one handler each.
+type handlerKey struct {
+	agent  string
+	kind   agentbusv1.Kind
+	method string
+}
+
+// handlerMetrics are the series of one handler.
+type handlerMetrics struct {
+	duration prometheus.Observer
+	outcomes [numOutcomes]prometheus.Counter
+}
+
+func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, error) {
+	duration, err := metrics.Register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "agentbus_handler_duration_seconds",
+		Help:    "How long agent handlers ran, per attempt.",
+		Buckets: handlerBuckets,
+	}, []string{"agent", "kind", "method"}))
+	if err != nil {
+		return nil, err
+	}
+	outcomes, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentbus_handler_outcomes_total",
+		Help: "How handled requests ended: ok, error (the handler answered an error), retried, dead_lettered, cached (answered from the result cache).",
+	}, []string{"agent", "kind", "method", "outcome"}))
+	if err != nil {
+		return nil, err
+	}
+	redeliveries, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentbus_redeliveries_total",
+		Help: "Requests the bus delivered more than once (a host stopped or crashed with them, or gave them back).",
+	}, []string{"agent"}))
+	if err != nil {
+		return nil, err
+	}
+	deadLetters, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentbus_dead_letters_total",
+		Help: "Requests kept as dead letters.",
+	}, []string{"agent"}))
+	if err != nil {
+		return nil, err
+	}
+	owned, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "agentbus_partitions_owned",
+		Help: "Inbox partitions the host consumes now.",
+	}, []string{"agent"}))
+	if err != nil {
+		return nil, err
+	}
+	live, err := metrics.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "agentbus_instances_live",
+		Help: "Workflow instances the host holds in memory.",
+	}))
+	if err != nil {
+		return nil, err
+	}
+	pending, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "agentbus_inbox_pending",
+		Help: "Requests of a partition the host owns that are not processed yet: waiting in the inbox or delivered and not acknowledged.",
+	}, []string{"agent", "partition"}))
+	if err != nil {
+		return nil, err
+	}
+
+	m := &hostMetrics{
+		handlers:     make(map[handlerKey]*handlerMetrics),
+		redeliveries: make(map[string]prometheus.Counter),
+		deadLetters:  make(map[string]prometheus.Counter),
+		owned:        make(map[string]prometheus.Gauge),
+		live:         live,
+		pending:      pending,
+	}
+	for _, a := range agents {
+		m.redeliveries[a.name] = redeliveries.WithLabelValues(a.name)
+		m.deadLetters[a.name] = deadLetters.WithLabelValues(a.name)
+		m.owned[a.name] = owned.WithLabelValues(a.name)
+		for _, k := range a.handlerKeys() {
+			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kindLabel(k.kind), k.method)}
+			for o, name := range outcomeNames {
+				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kindLabel(k.kind), k.method, name)
+			}
+			m.handlers[k] = hm
+		}
+	}
+	return m, nil
+}
+
+// handlerKeys lists the agent's registered handlers.
+func (a *Agent) handlerKeys() []handlerKey {
+	var keys []handlerKey
+	for method := range a.webhooks {
+		keys = append(keys, handlerKey{a.name, agentbusv1.Kind_KIND_WEBHOOK, method})
+	}
+	for method := range a.data {
+		keys = append(keys, handlerKey{a.name, agentbusv1.Kind_KIND_DATA, method})
+	}
+	if a.chat != nil {
+		keys = append(keys, handlerKey{a.name, agentbusv1.Kind_KIND_CHAT, ""})
+	}
+	if a.file != nil {
+		keys = append(keys, handlerKey{a.name, agentbusv1.Kind_KIND_FILE, ""})
+	}
+	return keys
+}
+
+// handler returns the series of the handler req is for, or nil when the host has none such.
+func (m *hostMetrics) handler(req *agentbusv1.Request) *handlerMetrics {
+	if m == nil {
+		return nil
+	}
+	k := handlerKey{agent: req.GetAgentName(), kind: req.GetKind()}
+	switch k.kind {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		k.method = req.GetMethod()
+	case agentbusv1.Kind_KIND_DATA:
+		k.method = strings.ToLower(req.GetMethod())
+	}
+	return m.handlers[k]
+}
+
+func kindLabel(k agentbusv1.Kind) string {
+	switch k {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		return "webhook"
+	case agentbusv1.Kind_KIND_DATA:
+		return "data"
+	case agentbusv1.Kind_KIND_FILE:
+		return "file"
+	default:
+		return "chat"
+	}
+}
+
+// observe records one run of the handler, which started at start.
+func (hm *handlerMetrics) observe(start time.Time) {
+	if hm != nil {
+		hm.duration.Observe(time.Since(start).Seconds())
+	}
+}
+
+func (hm *handlerMetrics) count(o outcome) {
+	if hm != nil {
+		hm.outcomes[o].Inc()
+	}
+}
+
+// answered counts a handler's answer: an error status (4xx, 5xx) is an error outcome.
+func (hm *handlerMetrics) answered(status int) {
+	if status >= 400 {
+		hm.count(outcomeError)
+	} else {
+		hm.count(outcomeOK)
+	}
+}
+
+func (m *hostMetrics) redelivered(agent string) {
+	if m != nil {
+		if c := m.redeliveries[agent]; c != nil {
+			c.Inc()
+		}
+	}
+}
+
+func (m *hostMetrics) deadLettered(agent string) {
+	if m != nil {
+		if c := m.deadLetters[agent]; c != nil {
+			c.Inc()
+		}
+	}
+}
+
+// partitionGained and partitionReleased follow the partitions the host consumes; released also
+// drops the partition's pending series, which only its owner reports.
+func (m *hostMetrics) partitionGained(key partKey) {
+	if m != nil {
+		m.owned[key.agent].Inc()
+	}
+}
+
+func (m *hostMetrics) partitionReleased(key partKey) {
+	if m != nil {
+		m.owned[key.agent].Dec()
+		m.pending.DeleteLabelValues(key.agent, strconv.Itoa(key.n))
+	}
+}
+
+// liveGauge is the gauge of instances held in memory, nil without metrics.
+func (m *hostMetrics) liveGauge() prometheus.Gauge {
+	if m == nil {
+		return nil
+	}
+	return m.live
+}
+
+// reportPending reads, every pendingEvery until ctx ends, how many requests of each partition
+// the host owns are not processed yet. Those are consumer info requests, one per partition:
+// cheap next to the requests themselves, and not on their path.
+func (h *Host) reportPending(ctx context.Context) {
+	t := time.NewTicker(pendingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.readPending(ctx)
+		}
+	}
+}
+
+func (h *Host) readPending(ctx context.Context) {
+	h.mu.Lock()
+	var parts []*partition
+	for _, part := range h.parts {
+		if !part.releasing && part.cons != nil {
+			parts = append(parts, part)
+		}
+	}
+	h.mu.Unlock()
+	for _, part := range parts {
+		h.mu.Lock()
+		cons := part.cons
+		h.mu.Unlock()
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		info, err := cons.Info(ictx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			h.log.Debug("reading partition state for metrics", "agent", part.key.agent, "partition", part.key.n, "err", err)
+			continue
+		}
+		// Set only while the partition is still owned: handOver deletes the series under h.mu.
+		h.mu.Lock()
+		if h.parts[part.key] == part && !part.releasing {
+			h.metrics.pending.WithLabelValues(part.key.agent, strconv.Itoa(part.key.n)).Set(float64(info.NumPending) + float64(info.NumAckPending))
+		}
+		h.mu.Unlock()
+	}
+}
