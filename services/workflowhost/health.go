@@ -17,13 +17,17 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
-// healthHandler answers an orchestrator's probes. /healthz (liveness) follows the NATS
-// connection only: a host that lost NATS reconnects by itself, and restarting it would not bring
-// NATS back. /readyz also waits until the host consumes its partitions, so that a rolling update
-// waits for the new host before it stops the next old one.
-func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}) http.Handler {
+// healthHandler answers an orchestrator's probes and Prometheus. /healthz (liveness) follows the
+// NATS connection only: a host that lost NATS reconnects by itself, and restarting it would not
+// bring NATS back. /readyz also waits until the host consumes its partitions, so that a rolling
+// update waits for the new host before it stops the next old one. /metrics is served by metrics
+// (docs/metrics.md); nil answers 404 there.
+func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}, metrics http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var check func() (int, string)
+		notFound := func() {
+			problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+		}
+		var check func() (int, string) // nil for /metrics
 		switch r.URL.Path {
 		case "/healthz":
 			check = func() (int, string) {
@@ -44,13 +48,22 @@ func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}) http.Ha
 				}
 				return http.StatusOK, "ready"
 			}
+		case "/metrics":
+			if metrics == nil {
+				notFound()
+				return
+			}
 		default:
-			problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+			notFound()
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
 			problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes GET, HEAD"})
+			return
+		}
+		if check == nil {
+			metrics.ServeHTTP(w, r)
 			return
 		}
 		code, status := check()
@@ -67,23 +80,23 @@ func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}) http.Ha
 // or slow connections cannot pile up on the host.
 const healthReadHeaderTimeout = 5 * time.Second
 
-// serveHealth serves h on addr (AGENTBUS_METRICS_ADDR) until stop is called.
+// serveHealth serves h (probes and metrics) on addr (AGENTBUS_METRICS_ADDR) until stop is called.
 func serveHealth(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %s for health checks: %w", addr, err)
+		return nil, fmt.Errorf("listening on %s for health checks and metrics: %w", addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: healthReadHeaderTimeout}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("serving health checks", "err", err)
+			log.Error("serving health checks and metrics", "err", err)
 		}
 	}()
 	log.Info("health endpoint listening", "addr", ln.Addr().String())
 	return func() {
-		// Probes answer at once; a second is plenty for one in flight.
+		// Probes and scrapes answer at once; a second is plenty for one in flight.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
@@ -28,6 +30,7 @@ func TestHealthHandler(t *testing.T) {
 		path        string
 		status      nats.Status
 		ready       bool
+		metrics     bool // serve a registry with agentbus_test_total on /metrics
 		wantCode    int
 		wantBody    string
 		wantProblem bool
@@ -41,7 +44,10 @@ func TestHealthHandler(t *testing.T) {
 		{name: "starting and disconnected", path: "/readyz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"starting"}`},
 		{name: "ready but disconnected", path: "/readyz", status: nats.RECONNECTING, ready: true, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
 		{name: "HEAD", method: http.MethodHead, path: "/readyz", status: nats.CONNECTED, ready: true, wantCode: 200},
-		{name: "unknown path", path: "/metrics", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "unknown path", path: "/other", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "metrics not served", path: "/metrics", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "metrics", path: "/metrics", metrics: true, status: nats.CONNECTED, wantCode: 200, wantBody: "agentbus_test_total 1"},
+		{name: "POST metrics", method: http.MethodPost, path: "/metrics", metrics: true, status: nats.CONNECTED, wantCode: 405, wantProblem: true},
 		{name: "root", path: "/", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
 		{name: "POST", method: http.MethodPost, path: "/healthz", status: nats.CONNECTED, ready: true, wantCode: 405, wantProblem: true},
 	}
@@ -51,7 +57,15 @@ func TestHealthHandler(t *testing.T) {
 			if tt.ready {
 				close(ready)
 			}
-			h := healthHandler(func() nats.Status { return tt.status }, ready)
+			var mh http.Handler
+			if tt.metrics {
+				reg := prometheus.NewRegistry()
+				c := prometheus.NewCounter(prometheus.CounterOpts{Name: "agentbus_test_total", Help: "test"})
+				reg.MustRegister(c)
+				c.Inc()
+				mh = metrics.Handler(reg)
+			}
+			h := healthHandler(func() nats.Status { return tt.status }, ready, mh)
 			method := tt.method
 			if method == "" {
 				method = http.MethodGet
@@ -64,6 +78,11 @@ func TestHealthHandler(t *testing.T) {
 				assert.Equal(t, problem.ContentType, rec.Header().Get("Content-Type"))
 				assert.Contains(t, rec.Body.String(), fmt.Sprintf(`"status":%d`, tt.wantCode))
 				assert.Contains(t, rec.Body.String(), problem.TypePrefix)
+				return
+			}
+			if tt.metrics {
+				assert.Contains(t, rec.Header().Get("Content-Type"), "text/plain")
+				assert.Contains(t, rec.Body.String(), tt.wantBody)
 				return
 			}
 			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
@@ -178,6 +197,7 @@ func TestRunServesHealth(t *testing.T) {
 	assert.Equal(t, http.StatusOK, get("/healthz"))
 	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "never ready:\n%s", logs.String())
 	assert.Equal(t, http.StatusNotFound, get("/other"))
+	assertServesMetrics(t, client, "http://"+addr+"/metrics")
 
 	check := map[string]string{"AGENTBUS_METRICS_ADDR": addr}
 	assert.NoError(t, run(ctx, []string{"healthcheck"}, func(k string) (string, bool) { v, ok := check[k]; return v, ok }, io.Discard))
@@ -191,4 +211,19 @@ func TestRunServesHealth(t *testing.T) {
 	}
 	_, err := net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the health endpoint must close with run")
+}
+
+// assertServesMetrics scrapes url and finds the host's, the Go runtime's and the process's
+// metrics.
+func assertServesMetrics(t *testing.T, client *http.Client, url string) {
+	t.Helper()
+	resp, err := client.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	for _, name := range []string{`agentbus_partitions_owned{agent="Echo"} 2`, "agentbus_instances_live", "go_goroutines", "process_cpu_seconds_total"} {
+		assert.Contains(t, string(b), name)
+	}
 }

@@ -4,7 +4,8 @@
 // It is also the model for an agent author's own host: import pkg/agent, register agents, and
 // call Host.Run, exactly as run does below.
 //
-// With AGENTBUS_METRICS_ADDR set it serves GET /healthz and /readyz there, for orchestrators.
+// With AGENTBUS_METRICS_ADDR set it serves GET /healthz and /readyz there, for orchestrators,
+// and GET /metrics for Prometheus: the host's metrics and the Go runtime's (docs/metrics.md).
 // `workflowhost healthcheck` asks a host in the same container for /readyz and exits 0 when it
 // is ready, 1 otherwise: the health check of images without a shell (docker-compose.yml).
 package main
@@ -19,10 +20,14 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/metrics"
 )
 
 func main() {
@@ -57,12 +62,17 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	defer nc.Close()
 	hc := cfg.Host()
 	hc.Conn, hc.Agents, hc.Bus, hc.Logger = nc, []*agent.Agent{echo.New(echo.WithModel(model))}, cfg.Bus(), log
+	var reg *prometheus.Registry
+	if cfg.MetricsAddr != "" {
+		reg = newRegistry()
+		hc.Metrics = reg
+	}
 	host, err := agent.NewHost(hc)
 	if err != nil {
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Ready()), log)
+		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Ready(), metrics.Handler(reg)), log)
 		if err != nil {
 			return err
 		}
@@ -70,4 +80,12 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		defer stopHealth()
 	}
 	return host.Run(ctx)
+}
+
+// newRegistry is the registry the host serves on /metrics, holding the Go runtime's and the
+// process's metrics besides the host's own.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
