@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,39 +31,6 @@ const (
 	tenantsPath    = "/api/v1/admin/tenants"
 	systemKeysPath = "/api/v1/admin/keys"
 )
-
-// adminRoutes registers tenant and key management, and a tenant's dead letters. Tenants are
-// managed by system admins; a tenant's keys and dead letters by its tenant admins and by system
-// admins; tenant-less system-admin keys, under /api/v1/admin/keys, by system admins. Keys go in
-// the Authorization header only: a key in a URL ends up in proxy and access logs.
-func (s *Server) adminRoutes(mux *http.ServeMux) {
-	mux.Handle(tenantsPath, methods{http.MethodGet: s.listTenants, http.MethodPost: s.createTenant})
-	mux.Handle(tenantsPath+"/{tenantId}", methods{http.MethodGet: s.getTenant, http.MethodDelete: s.deleteTenant})
-	for _, prefix := range []string{tenantsPath + "/{tenantId}/keys", systemKeysPath} {
-		mux.Handle(prefix, methods{http.MethodGet: s.listKeys, http.MethodPost: s.createKey})
-		mux.Handle(prefix+"/{keyId}", methods{http.MethodGet: s.getKey, http.MethodDelete: s.revokeKey})
-		mux.HandleFunc(prefix+"/{keyId}/rotate", allow(http.MethodPost, s.rotateKey))
-	}
-	s.deadLetterRoutes(mux)
-}
-
-// methods serves each HTTP method with its handler and answers the others 405, with Allow.
-type methods map[string]http.HandlerFunc
-
-func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h, ok := m[r.Method]; ok {
-		h(w, r)
-		return
-	}
-	allowed := make([]string, 0, len(m))
-	for method := range m {
-		allowed = append(allowed, method)
-	}
-	slices.Sort(allowed)
-	list := strings.Join(allowed, ", ")
-	w.Header().Set("Allow", list)
-	problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
-}
 
 // tenantAnswer is a tenant as the admin API shows it.
 type tenantAnswer struct {

@@ -127,6 +127,7 @@ func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds fun
 		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-idempotency-key",
 			Detail: fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey)})
 	}
+	noteTenant(r, c.tenant)
 	if p := s.holdWaiting(r, c.tenant); p != nil {
 		return fail(*p)
 	}

@@ -173,6 +173,7 @@ func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *age
 	switch {
 	case errors.Is(err, errTimeout):
 		p.Status, p.Slug = http.StatusGatewayTimeout, "handler-timeout"
+		s.metrics.timeouts.Inc()
 		p.Detail = "the handler did not answer in time; the request was accepted and will still be processed"
 	case errors.Is(err, errKeyReused):
 		p.Status, p.Slug = http.StatusUnprocessableEntity, "request-id-reused"

@@ -14,18 +14,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
-// deadLettersPath is where a tenant's dead letters are, under its admin path.
-const deadLettersPath = tenantsPath + "/{tenantId}/deadletters"
-
-// deadLetterRoutes registers the dead-letter endpoints. They are a tenant's admin endpoints,
-// authorised as its key endpoints are: its tenant admins and system admins, keys in the
-// Authorization header only.
-func (s *Server) deadLetterRoutes(mux *http.ServeMux) {
-	mux.HandleFunc(deadLettersPath, allow(http.MethodGet, s.listDeadLetters))
-	mux.Handle(deadLettersPath+"/{id}", methods{http.MethodGet: s.getDeadLetter, http.MethodDelete: s.discardDeadLetter})
-	mux.HandleFunc(deadLettersPath+"/{id}/replay", allow(http.MethodPost, s.replayDeadLetter))
-}
-
 // deadLetterPage is the answer of the list endpoint. Next, when not 0, is the after of the
 // next page.
 type deadLetterPage struct {

@@ -37,16 +37,6 @@ const (
 	sseWriteTimeout = 30 * time.Second
 )
 
-// historyRoutes registers the history endpoints: a page of a thread, its topics and a live
-// event stream, each with the tenant in the path or, on the tenant-less variant, X-Tenant-Id.
-func (s *Server) historyRoutes(mux *http.ServeMux) {
-	for _, prefix := range []string{"/api/v1/admin/tenants/{tenantId}/messaging/", "/api/v1/admin/messaging/"} {
-		mux.HandleFunc(prefix+"history", allow(http.MethodGet, s.historyPage))
-		mux.HandleFunc(prefix+"topics", allow(http.MethodGet, s.historyTopics))
-		mux.HandleFunc(prefix+"listen", allow(http.MethodGet, s.historyListen))
-	}
-}
-
 // thread is the conversation thread a history request names, with its query.
 type thread struct {
 	Tenant      string

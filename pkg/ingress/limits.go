@@ -166,6 +166,7 @@ func (s *Server) syncCall(h http.HandlerFunc) http.HandlerFunc {
 		defer func() {
 			if slot.held {
 				s.waiting.leave(slot.tenant)
+				s.metrics.waiting.Dec()
 			}
 		}()
 		h(w, r.WithContext(context.WithValue(r.Context(), waitSlotKey{}, slot)))
@@ -187,5 +188,6 @@ func (s *Server) holdWaiting(r *http.Request, tenant string) *problem.Problem {
 		}
 	}
 	slot.tenant, slot.held = tenant, true
+	s.metrics.waiting.Inc()
 	return nil
 }

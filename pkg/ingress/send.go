@@ -263,6 +263,7 @@ func (s *Server) sendTenant(r *http.Request, key keys.Key) (string, *problem.Pro
 		s.log.Error("reading tenant", "err", err)
 		return "", &problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1}
 	}
+	noteTenant(r, tenant)
 	return tenant, nil
 }
 

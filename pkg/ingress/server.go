@@ -13,12 +13,18 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/mux"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
@@ -58,6 +64,11 @@ type Config struct {
 	InstanceID string
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
+	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
+	// own. GET /metrics serves it when it is also a prometheus.Gatherer, as a
+	// *prometheus.Registry is; otherwise whoever owns it exposes the metrics, and GET /metrics
+	// answers 404.
+	Metrics prometheus.Registerer
 }
 
 // Defaults.
@@ -132,6 +143,7 @@ type Server struct {
 	handler http.Handler
 	limits  *limiter
 	waiting *waiting
+	metrics *apiMetrics
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
@@ -152,6 +164,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
 	}
 	var err error
+	if s.metrics, err = newMetrics(cfg.Metrics); err != nil {
+		return nil, err
+	}
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
@@ -205,34 +220,154 @@ func (s *Server) Close() error {
 	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
 
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
-	// ServeMux matches path segments before unescaping them, so a URL-encoded workflow id may
-	// hold any character, %2F included. Methods are checked by allow, so that a wrong method
-	// gets a problem+json 405 rather than ServeMux's plain-text one.
-	mux.HandleFunc("/healthz", allow(http.MethodGet, s.healthz))
-	mux.HandleFunc("/api/user/webhooks/{workflow}/{method}", allow(http.MethodPost, s.syncCall(s.webhook)))
-	mux.HandleFunc("/api/v1/admin/tenants/{tenantId}/messaging/send", allow(http.MethodPost, s.syncCall(s.send)))
-	mux.HandleFunc("/api/v1/admin/messaging/send", allow(http.MethodPost, s.syncCall(s.send)))
-	mux.HandleFunc("/api/user/rest/converse", allow(http.MethodPost, s.syncCall(s.converse)))
-	s.historyRoutes(mux)
-	s.adminRoutes(mux)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
-	})
-	return recoverer(s.log, mux)
+// route is one line of the API: a method and a path template (gorilla/mux syntax), and the
+// handler that answers it.
+type route struct {
+	method, path string
+	handler      http.HandlerFunc
 }
 
-// allow answers 405 to every method but the given one.
-func allow(method string, h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			w.Header().Set("Allow", method)
-			problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + method})
+// api is the whole HTTP API, one line per method and path.
+//
+// Webhook and converse take a key in the Authorization header or the apikey query parameter;
+// every admin endpoint takes it in the Authorization header only, since a key in a URL ends up
+// in proxy and access logs. Tenants are managed by system admins; a tenant's keys and dead
+// letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
+// /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
+// path or, on their tenant-less variant, in X-Tenant-Id. /healthz and /metrics take no key.
+func (s *Server) api() []route {
+	const (
+		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+	)
+	return []route{
+		{get, "/healthz", s.healthz},
+		{get, "/metrics", s.serveMetrics},
+
+		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
+		{post, "/api/user/rest/converse", s.syncCall(s.converse)},
+
+		{post, "/api/v1/admin/tenants/{tenantId}/messaging/send", s.syncCall(s.send)},
+		{get, "/api/v1/admin/tenants/{tenantId}/messaging/history", s.historyPage},
+		{get, "/api/v1/admin/tenants/{tenantId}/messaging/topics", s.historyTopics},
+		{get, "/api/v1/admin/tenants/{tenantId}/messaging/listen", s.historyListen},
+		{post, "/api/v1/admin/messaging/send", s.syncCall(s.send)},
+		{get, "/api/v1/admin/messaging/history", s.historyPage},
+		{get, "/api/v1/admin/messaging/topics", s.historyTopics},
+		{get, "/api/v1/admin/messaging/listen", s.historyListen},
+
+		{get, "/api/v1/admin/tenants", s.listTenants},
+		{post, "/api/v1/admin/tenants", s.createTenant},
+		{get, "/api/v1/admin/tenants/{tenantId}", s.getTenant},
+		{del, "/api/v1/admin/tenants/{tenantId}", s.deleteTenant},
+
+		{get, "/api/v1/admin/tenants/{tenantId}/keys", s.listKeys},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys", s.createKey},
+		{get, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", s.getKey},
+		{del, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", s.revokeKey},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}/rotate", s.rotateKey},
+		{get, "/api/v1/admin/keys", s.listKeys},
+		{post, "/api/v1/admin/keys", s.createKey},
+		{get, "/api/v1/admin/keys/{keyId}", s.getKey},
+		{del, "/api/v1/admin/keys/{keyId}", s.revokeKey},
+		{post, "/api/v1/admin/keys/{keyId}/rotate", s.rotateKey},
+
+		{get, "/api/v1/admin/tenants/{tenantId}/deadletters", s.listDeadLetters},
+		{get, "/api/v1/admin/tenants/{tenantId}/deadletters/{id}", s.getDeadLetter},
+		{del, "/api/v1/admin/tenants/{tenantId}/deadletters/{id}", s.discardDeadLetter},
+		{post, "/api/v1/admin/tenants/{tenantId}/deadletters/{id}/replay", s.replayDeadLetter},
+	}
+}
+
+// routes builds the router of the API.
+func (s *Server) routes() http.Handler {
+	router := mux.NewRouter()
+	// Routes match the path as sent, before unescaping, so a URL-encoded workflow id may hold
+	// any character, %2F included; pathValues unescapes what handlers read.
+	router.UseEncodedPath()
+	// cleanPaths redirects unclean paths as net/http's ServeMux does (307, which keeps the
+	// method and body), rather than with mux's 301.
+	router.SkipClean(true)
+	for _, rt := range s.api() {
+		router.Handle(rt.path, pathValues(rt.handler)).Methods(rt.method)
+	}
+	router.Use(s.metrics.measure)
+	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+	})
+	router.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		list := strings.Join(allowed(router, r), ", ")
+		w.Header().Set("Allow", list)
+		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
+	})
+	return recoverer(s.log, cleanPaths(router))
+}
+
+// cleanPaths redirects a request whose path has an empty, "." or ".." segment to the cleaned
+// path, exactly as net/http's ServeMux does.
+func cleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			next.ServeHTTP(w, r)
 			return
+		}
+		escaped := r.URL.EscapedPath()
+		if clean := cleanPath(escaped); clean != escaped {
+			u := &url.URL{Path: clean, RawQuery: r.URL.RawQuery}
+			http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is net/http's: path.Clean, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// pathValues hands the handler the route's path variables as r.PathValue, unescaped, and the
+// route's template as r.Pattern, as net/http's ServeMux does; handlers need nothing of mux.
+func pathValues(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		for name, v := range mux.Vars(r) {
+			u, err := url.PathUnescape(v)
+			if err != nil {
+				// net/http refuses such a URL before routing; this is a guard, not a path.
+				problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-path", Detail: "the path is not valid URL encoding"})
+				return
+			}
+			r.SetPathValue(name, u)
+		}
+		if cur := mux.CurrentRoute(r); cur != nil {
+			r.Pattern, _ = cur.GetPathTemplate()
 		}
 		h(w, r)
 	}
+}
+
+// allowed lists, sorted, the methods of the routes whose path matches r.
+func allowed(router *mux.Router, r *http.Request) []string {
+	var methods []string
+	_ = router.Walk(func(rt *mux.Route, _ *mux.Router, _ []*mux.Route) error {
+		var m mux.RouteMatch
+		if rt.Match(r, &m) || errors.Is(m.MatchErr, mux.ErrMethodMismatch) {
+			ms, _ := rt.GetMethods()
+			methods = append(methods, ms...)
+		}
+		return nil
+	})
+	slices.Sort(methods)
+	return slices.Compact(methods)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

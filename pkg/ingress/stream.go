@@ -63,6 +63,7 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 		rep, err := waiter.Receive(ctx)
 		if err != nil {
 			if r.Context().Err() == nil {
+				s.metrics.timeouts.Inc()
 				problemEvent(problem.Problem{Status: http.StatusGatewayTimeout, Slug: "handler-timeout",
 					Detail: "the handler did not answer in time; the request was accepted and will still be processed"})
 			}

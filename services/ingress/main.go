@@ -20,6 +20,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
@@ -51,6 +54,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
+	// GET /metrics on the HTTP address serves this registry: the ingress's metrics and the
+	// process's.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	icfg := ingress.Config{
 		Conn:                nc,
 		Bus:                 cfg.Bus(),
@@ -61,6 +68,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		TenantRateLimits:    tenantRates(cfg.TenantRateLimits),
 		MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
 		Logger:              log,
+		Metrics:             reg,
 	}
 	srv, err := ingress.New(ctx, icfg)
 	if err != nil {

@@ -1,0 +1,164 @@
+package ingress
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// metricTenants is how many distinct tenants keep their name in the tenant label; later ones
+// are counted as metrics.Other, so that the number of series stays bounded.
+const metricTenants = 20
+
+// noTenant is the tenant label of a request that named no tenant, or was refused before its
+// tenant was known.
+const noTenant = "none"
+
+// apiMetrics are the ingress's Prometheus metrics.
+type apiMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	waiting  prometheus.Gauge
+	timeouts prometheus.Counter
+	tenants  *metrics.BoundedLabel
+	// handler serves GET /metrics; nil when the Registerer cannot be gathered.
+	handler http.Handler
+}
+
+// newMetrics registers the ingress's metrics with reg; nil means a registry of their own.
+func newMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &apiMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentbus_http_requests_total",
+			Help: "HTTP requests answered by the ingress, by route template, status class and tenant.",
+		}, []string{"route", "code", "tenant"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "agentbus_http_request_duration_seconds",
+			Help: "Time the ingress took to answer an HTTP request, by route template; an event stream counts until it ends.",
+			// Synchronous calls wait up to the webhook timeout (30 s by default) for the handler.
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentbus_ingress_sync_calls_waiting",
+			Help: "Synchronous calls (webhook, converse, send with wait) waiting for a handler's reply.",
+		}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentbus_ingress_handler_timeouts_total",
+			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
+		}),
+		tenants: metrics.NewBoundedLabel(metricTenants),
+	}
+	// Several ingress servers of one process (tests) may share a registry and count together.
+	var err error
+	if m.requests, err = metrics.Register(reg, m.requests); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.duration, err = metrics.Register(reg, m.duration); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.waiting, err = metrics.Register(reg, m.waiting); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.timeouts, err = metrics.Register(reg, m.timeouts); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		m.handler = metrics.Handler(g)
+	}
+	return m, nil
+}
+
+// serveMetrics answers GET /metrics in the Prometheus text format. It takes no key: operators
+// keep it off public networks.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metrics.handler == nil {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "metrics are not served here"})
+		return
+	}
+	s.metrics.handler.ServeHTTP(w, r)
+}
+
+// requestTenant is where a handler notes the tenant of its request, once known, for the
+// request's metrics; measure puts one in every routed request's context.
+type requestTenant struct{ name string }
+
+type requestTenantKey struct{}
+
+// noteTenant records the request's tenant for its metrics. Handlers call it once the tenant is
+// authenticated and known to exist, so that callers cannot fill the label with made-up names.
+func noteTenant(r *http.Request, tenant string) {
+	if t, ok := r.Context().Value(requestTenantKey{}).(*requestTenant); ok {
+		t.name = tenant
+	}
+}
+
+// measure is the router's middleware that counts and times each routed request under its route
+// template, never its raw path, so that ids in paths do not become series.
+func (m *apiMetrics) measure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		route := "unknown"
+		if cur := mux.CurrentRoute(r); cur != nil {
+			route, _ = cur.GetPathTemplate()
+		}
+		tenant := &requestTenant{}
+		rec := &statusRecorder{ResponseWriter: w}
+		returned := false
+		defer func() {
+			status := rec.status
+			switch {
+			case !returned: // panicked: the recoverer answers 500
+				status = http.StatusInternalServerError
+			case status == 0:
+				status = http.StatusOK
+			}
+			name := noTenant
+			if tenant.name != "" {
+				name = m.tenants.Value(tenant.name)
+			}
+			m.requests.WithLabelValues(route, statusClass(status), name).Inc()
+			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}()
+		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestTenantKey{}, tenant)))
+		returned = true
+	})
+}
+
+// statusClass is the label of a status: "2xx", "4xx", …
+func statusClass(status int) string { return strconv.Itoa(status/100) + "xx" }
+
+// statusRecorder remembers the status a handler answered with. Unwrap lets
+// http.ResponseController reach the connection (flushes and deadlines of event streams).
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 && status >= 200 { // 1xx answers are not the final one
+		r.status = status
+	}
+	r.ResponseWriter.WriteHeader(status)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *statusRecorder) Flush() { _ = http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
