@@ -3,7 +3,6 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,59 +17,6 @@ import (
 )
 
 const systemKey = "system-admin-key-0123456789"
-
-// adminReq sends an admin API request with key as a Bearer token (none when empty) and body as
-// JSON (a string is sent as is; nil sends nothing). hdr are extra header name/value pairs.
-func adminReq(t *testing.T, s *stacktest.Stack, method, path, key string, body any, hdr ...string) (int, http.Header, []byte) {
-	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		rd = strings.NewReader(mustJSON(b))
-	}
-	req, err := http.NewRequest(method, s.URL+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
-}
-
-// adminOK sends an admin request that must answer want with JSON, and decodes it into out
-// (unless nil).
-func adminOK(t *testing.T, s *stacktest.Stack, method, path, key string, body any, want int, out any) http.Header {
-	t.Helper()
-	status, h, b := adminReq(t, s, method, path, key, body)
-	if status != want {
-		t.Fatalf("%s %s: status %d, want %d: %s", method, path, status, want, b)
-	}
-	if out != nil {
-		if ct := h.Get("Content-Type"); ct != "application/json" {
-			t.Fatalf("%s %s: content type %q", method, path, ct)
-		}
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: decoding %s: %v", method, path, b, err)
-		}
-	}
-	return h
-}
 
 // newKey is the answer of key creation and rotation.
 type newKey struct {

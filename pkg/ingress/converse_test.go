@@ -1,38 +1,14 @@
 package ingress_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
-
-func converse(t *testing.T, s *stacktest.Stack, query url.Values, body string, hdr ...string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), bytes.NewReader([]byte(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
-}
 
 func TestConverse(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})

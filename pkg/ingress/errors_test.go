@@ -3,51 +3,26 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// problemOf checks that an answer is problem+json with the status and returns its body.
-func problemOf(t *testing.T, status int, ct string, b []byte, want int) map[string]any {
-	t.Helper()
-	if status != want {
-		t.Fatalf("status %d, want %d: %s", status, want, b)
-	}
-	if ct != "application/problem+json" {
-		t.Fatalf("content type %q, want application/problem+json", ct)
-	}
-	var p map[string]any
-	if err := json.Unmarshal(b, &p); err != nil {
-		t.Fatalf("problem body %q: %v", b, err)
-	}
-	if p["status"] != float64(want) || !strings.HasPrefix(p["type"].(string), "urn:agentbus:problem:") || p["title"] == "" {
-		t.Fatalf("problem body %v", p)
-	}
-	return p
-}
-
 func TestWebhookRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	revoked, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "to revoke"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Keys.Revoke(context.Background(), revoked); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(revoked); {
-		if time.Now().After(deadline) {
-			t.Fatal("revocation not seen within 1s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.Keys.Revoke(context.Background(), revoked))
+	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(revoked) }, time.Second, 2*time.Millisecond,
+		"revocation not seen within 1s")
 
 	for _, tc := range []struct {
 		name     string
@@ -73,33 +48,24 @@ func TestWebhookRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			status, ct, b := call(t, s.URL, tc.workflow, tc.method, tc.query, []byte("{}"))
 			p := problemOf(t, status, ct, b, tc.want)
-			if p["type"] != "urn:agentbus:problem:"+tc.slug {
-				t.Fatalf("type %v, want %s", p["type"], tc.slug)
-			}
-			if strings.Contains(string(b), "abk_") {
-				t.Fatal("the answer shows key material")
-			}
+			assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
+			assert.NotContains(t, string(b), "abk_", "the answer shows key material")
 		})
 	}
 
 	// The same workflow id with the caller's own tenant works; a workflow id of tenant "other"
 	// works with other's key.
-	if status, _, b := call(t, s.URL, "other:Echo:Supervisor Workflow:default", "echo", q("apikey", s.OtherKey), nil); status != 200 {
-		t.Fatalf("other tenant with own key: %d %s", status, b)
-	}
+	status, _, b := call(t, s.URL, "other:Echo:Supervisor Workflow:default", "echo", q("apikey", s.OtherKey), nil)
+	assert.Equal(t, http.StatusOK, status, "other tenant with own key: %s", b)
 }
 
 func TestWebhookNoLiveHost(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	if err := s.StopHost(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.StopHost())
 	start := time.Now()
 	status, ct, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil)
 	problemOf(t, status, ct, b, 503)
-	if time.Since(start) > time.Second {
-		t.Fatalf("503 took %v; it must come at once", time.Since(start))
-	}
+	assert.Less(t, time.Since(start), time.Second, "the 503 must come at once")
 }
 
 func TestWebhookTimeoutStillProcessed(t *testing.T) {
@@ -107,34 +73,25 @@ func TestWebhookTimeoutStillProcessed(t *testing.T) {
 	wf := "Echo:Conversational"
 	status, ct, b := call(t, s.URL, wf, "sleep", q("apikey", s.Key, "ms", "600"), nil, "Idempotency-Key", "sleep-1")
 	p := problemOf(t, status, ct, b, 504)
-	if p["requestId"] != "sleep-1" {
-		t.Fatalf("504 names request %v, want sleep-1", p["requestId"])
-	}
+	assert.Equal(t, "sleep-1", p["requestId"], "the 504 names the request")
 	// The request was accepted: it still runs, and its state change shows once it has.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, _, b = call(t, s.URL, wf, "state", q("apikey", s.Key), nil)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, _, b := call(t, s.URL, wf, "state", q("apikey", s.Key), nil)
 		var st struct{ State struct{ Sleeps int } }
-		if err := json.Unmarshal(b, &st); err != nil {
-			t.Fatalf("state: %s", b)
-		}
-		if st.State.Sleeps == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sleep never completed: %s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		require.NoError(c, json.Unmarshal(b, &st), "state: %s", b)
+		assert.Equal(c, 1, st.State.Sleeps, "sleep never completed: %s", b)
+	}, 5*time.Second, 50*time.Millisecond)
 	// A retry with the same Idempotency-Key gets the first result and does not sleep again.
 	status, _, b = call(t, s.URL, wf, "sleep", q("apikey", s.Key, "ms", "600"), nil, "Idempotency-Key", "sleep-1")
-	if status != 200 || !strings.Contains(string(b), `"slept":600`) {
-		t.Fatalf("retry: %d %s", status, b)
-	}
+	assert.Equal(t, http.StatusOK, status, "retry: %s", b)
+	assert.Contains(t, string(b), `"slept":600`, "retry")
 	_, _, b = call(t, s.URL, wf, "state", q("apikey", s.Key), nil)
-	if !strings.Contains(string(b), `"sleeps":1`) {
-		t.Fatalf("the retry ran the handler again: %s", b)
-	}
+	assert.Contains(t, string(b), `"sleeps":1`, "the retry ran the handler again")
+
+	status, _, b = doRequest(t, http.MethodGet, s.URL+"/metrics", nil)
+	require.Equal(t, http.StatusOK, status)
+	// The state reads that came while the instance slept timed out too.
+	assert.Regexp(t, `(?m)^agentbus_ingress_handler_timeouts_total [1-9]`, string(b))
 }
 
 func TestWebhookIdempotencyKey(t *testing.T) {
@@ -142,47 +99,52 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 	wf := "default:Echo:Supervisor Workflow:idem"
 	_, _, first := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
 	_, _, again := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
-	if string(first) != string(again) {
-		t.Fatalf("retry answered %s, first %s", again, first)
-	}
+	assert.Equal(t, string(first), string(again), "a retry answers as the first call")
 	_, _, next := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k2")
-	if decode(t, next)["count"] != 2.0 {
-		t.Fatalf("count after a retried request = %s, want 2", next)
-	}
+	assert.Equal(t, 2.0, decode(t, next)["count"], "count after a retried request")
 	// The same key for a different request is refused, not answered with the first result.
 	status, ct, b := call(t, s.URL, wf, "echo", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
 	problemOf(t, status, ct, b, 422)
 	// Keys are per tenant: the same key in another tenant is a different request.
 	_, _, b = call(t, s.URL, "other:Echo:Supervisor Workflow:idem", "count", q("apikey", s.OtherKey), nil, "Idempotency-Key", "k1")
-	if decode(t, b)["count"] != 1.0 {
-		t.Fatalf("other tenant's first count = %s", b)
-	}
+	assert.Equal(t, 1.0, decode(t, b)["count"], "other tenant's first count")
 }
 
 func TestRoutingEdges(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	// An activation name with a slash and a space, URL-encoded, is one path segment.
 	status, _, b := call(t, s.URL, "default:Echo:Supervisor Workflow:a/b c", "count", q("apikey", s.Key), nil)
-	if status != 200 || decode(t, b)["count"] != 1.0 {
-		t.Fatalf("encoded activation: %d %s", status, b)
-	}
+	require.Equal(t, http.StatusOK, status, "encoded activation: %s", b)
+	assert.Equal(t, 1.0, decode(t, b)["count"], "encoded activation")
 	for _, tc := range []struct {
 		name, method, path string
 		want               int
+		allow              string
 	}{
-		{"unknown path", http.MethodGet, "/nope", 404},
-		{"webhook with GET", http.MethodGet, "/api/user/webhooks/Echo/echo", 405},
-		{"missing method segment", http.MethodPost, "/api/user/webhooks/Echo", 404},
+		{name: "unknown path", method: http.MethodGet, path: "/nope", want: 404},
+		{name: "webhook with GET", method: http.MethodGet, path: "/api/user/webhooks/Echo/echo", want: 405, allow: "POST"},
+		{name: "healthz with POST", method: http.MethodPost, path: "/healthz", want: 405, allow: "GET"},
+		{name: "metrics with HEAD", method: http.MethodHead, path: "/metrics", want: 405, allow: "GET"},
+		{name: "missing method segment", method: http.MethodPost, path: "/api/user/webhooks/Echo", want: 404},
+		{name: "trailing slash", method: http.MethodPost, path: "/api/user/webhooks/Echo/echo/", want: 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, s.URL+tc.path, nil)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
+			status, h, b := doRequest(t, tc.method, s.URL+tc.path, nil)
+			if tc.method == http.MethodHead {
+				// A HEAD answer has no body to check.
+				assert.Equal(t, tc.want, status)
+			} else {
+				problemOf(t, status, h.Get("Content-Type"), b, tc.want)
 			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			problemOf(t, resp.StatusCode, resp.Header.Get("Content-Type"), b, tc.want)
+			assert.Equal(t, tc.allow, h.Get("Allow"), "Allow")
 		})
 	}
+
+	// A path that is not clean is redirected with 307, which keeps the method and body.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Post(s.URL+"/api/user/webhooks//Echo/./echo?apikey=k", "application/json", strings.NewReader("{}"))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
+	assert.Equal(t, "/api/user/webhooks/Echo/echo?apikey=k", resp.Header.Get("Location"))
 }

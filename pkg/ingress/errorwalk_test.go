@@ -45,7 +45,7 @@ func TestErrorWalk(t *testing.T) {
 		sysKeys                    = "/api/v1/admin/keys"
 	)
 	K, S := s.Key, isoSystemKey
-	auth, sys := isoBearer(K), isoBearer(S)
+	auth, sys := bearerHeader(K), bearerHeader(S)
 	long := strings.Repeat("x", 300)
 	huge := strings.Repeat("y", 10000)
 	unknownID := "00000000-0000-4000-8000-000000000000"
@@ -200,7 +200,7 @@ func TestErrorWalk(t *testing.T) {
 
 		// Tenant and key management.
 		{"admin no key", get, tenants, nil, "", 401},
-		{"admin key id as key", get, ownKeys, isoBearer(revokedRec.ID), "", 401},
+		{"admin key id as key", get, ownKeys, bearerHeader(revokedRec.ID), "", 401},
 		{"create tenant bad JSON", post, tenants, sys, `{"id":`, 400},
 		{"create tenant empty body", post, tenants, sys, "", 400},
 		{"create tenant array", post, tenants, sys, `[]`, 400},

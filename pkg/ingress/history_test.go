@@ -46,29 +46,6 @@ type historyAnswer struct {
 	Topics        []string        `json:"topics"`
 }
 
-// get GETs path on the stack with the query and header pairs and returns status, content type
-// and body.
-func get(t *testing.T, base, path string, query url.Values, hdr ...string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+path+"?"+query.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
-}
-
 // readHistory reads a history or topics answer that must succeed.
 func readHistory(t *testing.T, base, path string, query url.Values, hdr ...string) historyAnswer {
 	t.Helper()

@@ -82,8 +82,6 @@ func isoDo(t *testing.T, base, method, path, body string, hdr ...string) (int, s
 // isoQuery encodes name/value pairs as a query string with its '?'.
 func isoQuery(kv ...string) string { return "?" + q(kv...).Encode() }
 
-func isoBearer(k string) []string { return []string{"Authorization", "Bearer " + k} }
-
 // isoTenantB is what B holds that A must never see.
 type isoTenantB struct {
 	marker   string
@@ -124,7 +122,7 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 		{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": "File", "text": b.marker + ".txt",
 			"data": base64.StdEncoding.EncodeToString([]byte("file " + b.marker))},
 	} {
-		status, _, body := send(t, s, "other", "wait=true", m, isoBearer(s.OtherKey)...)
+		status, _, body := send(t, s, "other", "wait=true", m, bearerHeader(s.OtherKey)...)
 		if status != http.StatusOK {
 			t.Fatalf("seeding B by send: %d %s", status, body)
 		}
@@ -133,7 +131,7 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 	path := historyPath("other")
 	thread := q("workflowId", isoWFB, "participantId", isoThreadUser, "pageSize", "100")
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		a := readHistory(t, s.URL, path, thread, isoBearer(s.OtherKey)...)
+		a := readHistory(t, s.URL, path, thread, bearerHeader(s.OtherKey)...)
 		if len(a.Messages) >= 6 {
 			b.messages, b.lastID = len(a.Messages), a.Messages[0].ID
 			// The positive control: B itself sees the marker, so its absence from A's answers
@@ -147,7 +145,7 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 			t.Fatalf("B's thread has %d messages, want 6", len(a.Messages))
 		}
 	}
-	a := readHistory(t, s.URL, path, with(thread, "pageSize", "1"), isoBearer(s.OtherKey)...)
+	a := readHistory(t, s.URL, path, with(thread, "pageSize", "1"), bearerHeader(s.OtherKey)...)
 	if a.Next == nil || len(a.Messages) != 1 {
 		t.Fatalf("B's first page: %+v", a)
 	}
@@ -217,26 +215,26 @@ func TestIsolationMatrix(t *testing.T) {
 		{"webhook/X-Tenant-Id", post, webhooks + "Echo/state" + isoQuery("apikey", A), []string{"X-Tenant-Id", "other"}, "", refused},
 
 		// Converse: POST /api/user/rest/converse?workflow=…&type=…&text=…
-		{"converse/tenantId query, bearer", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser, "tenantId", "other"), isoBearer(A), historyData, refused},
+		{"converse/tenantId query, bearer", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser, "tenantId", "other"), bearerHeader(A), historyData, refused},
 		{"converse/tenantId query, apikey", post, converse + isoQuery("apikey", A, "workflow", "Echo", "type", "Chat", "text", "hi", "tenantId", "other"), nil, "", refused},
-		{"converse/workflow id tenant segment, Data history", post, converse + isoQuery("workflow", isoWFB, "type", "Data", "text", "history", "participantId", isoThreadUser), isoBearer(A), historyData, refused},
-		{"converse/workflow id tenant segment, Chat", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "what did they say?", "participantId", isoThreadUser), isoBearer(A), "", refused},
+		{"converse/workflow id tenant segment, Data history", post, converse + isoQuery("workflow", isoWFB, "type", "Data", "text", "history", "participantId", isoThreadUser), bearerHeader(A), historyData, refused},
+		{"converse/workflow id tenant segment, Chat", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "what did they say?", "participantId", isoThreadUser), bearerHeader(A), "", refused},
 		{"converse/workflow id tenant segment, user key by apikey", post, converse + isoQuery("apikey", userA, "workflow", isoWFB, "type", "Data", "text", "history", "participantId", isoThreadUser), nil, historyData, refused},
-		{"converse/workflow id tenant segment, event stream", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "hi", "participantId", isoThreadUser), append(isoBearer(A), "Accept", "text/event-stream"), "", refused},
-		{"converse/X-Tenant-Id", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser), append(isoBearer(A), "X-Tenant-Id", "other"), historyData, refused},
+		{"converse/workflow id tenant segment, event stream", post, converse + isoQuery("workflow", isoWFB, "type", "Chat", "text", "hi", "participantId", isoThreadUser), append(bearerHeader(A), "Accept", "text/event-stream"), "", refused},
+		{"converse/X-Tenant-Id", post, converse + isoQuery("workflow", "Echo", "type", "Data", "text", "history", "participantId", isoThreadUser), append(bearerHeader(A), "X-Tenant-Id", "other"), historyData, refused},
 
 		// Send: POST /api/v1/admin/[tenants/{tenantId}/]messaging/send
-		{"send/path tenant", post, sendB, isoBearer(A), sendBody("Chat", "hi"), refused},
-		{"send/path tenant, wait=true Data history", post, sendB + "?wait=true", isoBearer(A), sendBody("Data", "history"), refused},
+		{"send/path tenant", post, sendB, bearerHeader(A), sendBody("Chat", "hi"), refused},
+		{"send/path tenant, wait=true Data history", post, sendB + "?wait=true", bearerHeader(A), sendBody("Data", "history"), refused},
 		{"send/path tenant, key in the authorization field", post, sendB, nil, sendBody("Chat", "hi", "authorization", A), refused},
-		{"send/path tenant of an unknown tenant", post, "/api/v1/admin/tenants/nobody/messaging/send", isoBearer(A), sendBody("Chat", "hi"), refused},
-		{"send/X-Tenant-Id", post, sendBare, append(isoBearer(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), refused},
+		{"send/path tenant of an unknown tenant", post, "/api/v1/admin/tenants/nobody/messaging/send", bearerHeader(A), sendBody("Chat", "hi"), refused},
+		{"send/X-Tenant-Id", post, sendBare, append(bearerHeader(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), refused},
 		{"send/X-Tenant-Id, key in the authorization field", post, sendBare, []string{"X-Tenant-Id", "other"}, sendBody("Chat", "hi", "authorization", A), refused},
-		{"send/path own tenant, X-Tenant-Id other", post, sendA, append(isoBearer(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), mismatch},
-		{"send/path other tenant, X-Tenant-Id own", post, sendB, append(isoBearer(A), "X-Tenant-Id", "default"), sendBody("Chat", "hi"), mismatch},
-		{"send/file upload, path tenant", post, sendB + "?wait=true", isoBearer(A), fileBody, refused},
-		{"send/file upload, X-Tenant-Id", post, sendBare, append(isoBearer(A), "X-Tenant-Id", "other"), fileBody, refused},
-		{"send/tenantId query", post, sendA + isoQuery("tenantId", "other", "wait", "true"), isoBearer(A), sendBody("Data", "history"), refused},
+		{"send/path own tenant, X-Tenant-Id other", post, sendA, append(bearerHeader(A), "X-Tenant-Id", "other"), sendBody("Chat", "hi"), mismatch},
+		{"send/path other tenant, X-Tenant-Id own", post, sendB, append(bearerHeader(A), "X-Tenant-Id", "default"), sendBody("Chat", "hi"), mismatch},
+		{"send/file upload, path tenant", post, sendB + "?wait=true", bearerHeader(A), fileBody, refused},
+		{"send/file upload, X-Tenant-Id", post, sendBare, append(bearerHeader(A), "X-Tenant-Id", "other"), fileBody, refused},
+		{"send/tenantId query", post, sendA + isoQuery("tenantId", "other", "wait", "true"), bearerHeader(A), sendBody("Data", "history"), refused},
 	}
 
 	// History, topics and listen: GET /api/v1/admin/[tenants/{tenantId}/]messaging/{endpoint}
@@ -248,52 +246,52 @@ func TestIsolationMatrix(t *testing.T) {
 		pathA := "/api/v1/admin/tenants/default/messaging/" + ep
 		bare := "/api/v1/admin/messaging/" + ep
 		cases = append(cases,
-			isoCase{ep + "/path tenant, bearer", get, pathB + isoQuery(threadB...), isoBearer(A), "", refused},
+			isoCase{ep + "/path tenant, bearer", get, pathB + isoQuery(threadB...), bearerHeader(A), "", refused},
 			isoCase{ep + "/path tenant, apikey", get, pathB + isoQuery(append(threadB, "apikey", A)...), nil, "", refused},
-			isoCase{ep + "/path tenant, user key", get, pathB + isoQuery(threadB...), isoBearer(userA), "", refused},
-			isoCase{ep + "/path tenant by agent and activation", get, pathB + isoQuery(byNames...), isoBearer(A), "", refused},
-			isoCase{ep + "/path tenant of an unknown tenant", get, "/api/v1/admin/tenants/nobody/messaging/" + ep + isoQuery(threadA...), isoBearer(A), "", refused},
-			isoCase{ep + "/X-Tenant-Id", get, bare + isoQuery(threadB...), append(isoBearer(A), "X-Tenant-Id", "other"), "", refused},
+			isoCase{ep + "/path tenant, user key", get, pathB + isoQuery(threadB...), bearerHeader(userA), "", refused},
+			isoCase{ep + "/path tenant by agent and activation", get, pathB + isoQuery(byNames...), bearerHeader(A), "", refused},
+			isoCase{ep + "/path tenant of an unknown tenant", get, "/api/v1/admin/tenants/nobody/messaging/" + ep + isoQuery(threadA...), bearerHeader(A), "", refused},
+			isoCase{ep + "/X-Tenant-Id", get, bare + isoQuery(threadB...), append(bearerHeader(A), "X-Tenant-Id", "other"), "", refused},
 			isoCase{ep + "/X-Tenant-Id, apikey", get, bare + isoQuery(append(threadB, "apikey", userA)...), []string{"X-Tenant-Id", "other"}, "", refused},
-			isoCase{ep + "/path own tenant, X-Tenant-Id other", get, pathA + isoQuery(threadA...), append(isoBearer(A), "X-Tenant-Id", "other"), "", mismatch},
-			isoCase{ep + "/workflowId tenant segment", get, pathA + isoQuery(threadB...), isoBearer(A), "", refused},
-			isoCase{ep + "/workflowId tenant segment, X-Tenant-Id own", get, bare + isoQuery(threadB...), append(isoBearer(A), "X-Tenant-Id", "default"), "", refused},
-			isoCase{ep + "/tenantId query", get, pathA + isoQuery(append(threadA, "tenantId", "other")...), isoBearer(A), "", refused},
+			isoCase{ep + "/path own tenant, X-Tenant-Id other", get, pathA + isoQuery(threadA...), append(bearerHeader(A), "X-Tenant-Id", "other"), "", mismatch},
+			isoCase{ep + "/workflowId tenant segment", get, pathA + isoQuery(threadB...), bearerHeader(A), "", refused},
+			isoCase{ep + "/workflowId tenant segment, X-Tenant-Id own", get, bare + isoQuery(threadB...), append(bearerHeader(A), "X-Tenant-Id", "default"), "", refused},
+			isoCase{ep + "/tenantId query", get, pathA + isoQuery(append(threadA, "tenantId", "other")...), bearerHeader(A), "", refused},
 			// The same agent, activation and participant names in A's own tenant are A's thread.
-			isoCase{ep + "/same names in own tenant", get, pathA + isoQuery(byNames...), isoBearer(userA), "", []int{200}},
+			isoCase{ep + "/same names in own tenant", get, pathA + isoQuery(byNames...), bearerHeader(userA), "", []int{200}},
 		)
 	}
 	cases = append(cases,
-		isoCase{"history/B's cursor on A's thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery(append(threadA, "before", b.cursor)...), isoBearer(A), "", []int{400}},
-		isoCase{"listen/B's message id as Last-Event-ID on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(threadA...), append(isoBearer(A), "Last-Event-ID", b.lastID), "", []int{200}},
-		isoCase{"listen/B's message id as lastEventId on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(append(threadA, "lastEventId", b.lastID)...), isoBearer(A), "", []int{200}},
+		isoCase{"history/B's cursor on A's thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery(append(threadA, "before", b.cursor)...), bearerHeader(A), "", []int{400}},
+		isoCase{"listen/B's message id as Last-Event-ID on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(threadA...), append(bearerHeader(A), "Last-Event-ID", b.lastID), "", []int{200}},
+		isoCase{"listen/B's message id as lastEventId on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(append(threadA, "lastEventId", b.lastID)...), bearerHeader(A), "", []int{200}},
 	)
 
 	// Tenant and key management, by A's tenant admin.
 	bid := b.userKey.ID
 	userKeyBody := `{"name":"n","role":"user"}`
 	cases = append(cases,
-		isoCase{"admin/list tenants", get, tenants, isoBearer(A), "", refused},
-		isoCase{"admin/create tenant", post, tenants, isoBearer(A), `{"id":"a-made-this"}`, refused},
-		isoCase{"admin/read tenant", get, tenants + "/other", isoBearer(A), "", refused},
-		isoCase{"admin/read unknown tenant", get, tenants + "/nobody", isoBearer(A), "", refused},
-		isoCase{"admin/read own tenant, X-Tenant-Id other", get, tenants + "/default", append(isoBearer(A), "X-Tenant-Id", "other"), "", mismatch},
-		isoCase{"admin/delete tenant", del, tenants + "/other", isoBearer(A), "", refused},
-		isoCase{"admin/list keys", get, keysB, isoBearer(A), "", refused},
-		isoCase{"admin/list keys, X-Tenant-Id own", get, keysB, append(isoBearer(A), "X-Tenant-Id", "default"), "", mismatch},
-		isoCase{"admin/create key", post, keysB, isoBearer(A), userKeyBody, refused},
-		isoCase{"admin/read key", get, keysB + "/" + bid, isoBearer(A), "", refused},
-		isoCase{"admin/revoke key", del, keysB + "/" + bid, isoBearer(A), "", refused},
-		isoCase{"admin/rotate key", post, keysB + "/" + bid + "/rotate", isoBearer(A), "", refused},
-		isoCase{"admin/read B's key under own tenant", get, keysA + "/" + bid, isoBearer(A), "", hidden},
-		isoCase{"admin/revoke B's key under own tenant", del, keysA + "/" + bid, isoBearer(A), "", hidden},
-		isoCase{"admin/rotate B's key under own tenant", post, keysA + "/" + bid + "/rotate", isoBearer(A), "", hidden},
-		isoCase{"admin/list system keys", get, sysKeys, isoBearer(A), "", refused},
-		isoCase{"admin/create system key", post, sysKeys, isoBearer(A), `{"name":"n","role":"system-admin"}`, refused},
-		isoCase{"admin/read B's key as a system key", get, sysKeys + "/" + bid, isoBearer(A), "", refused},
-		isoCase{"admin/revoke B's key as a system key", del, sysKeys + "/" + bid, isoBearer(A), "", refused},
-		isoCase{"admin/rotate B's key as a system key", post, sysKeys + "/" + bid + "/rotate", isoBearer(A), "", refused},
-		isoCase{"admin/list own keys shows none of B's", get, keysA, isoBearer(A), "", []int{200}},
+		isoCase{"admin/list tenants", get, tenants, bearerHeader(A), "", refused},
+		isoCase{"admin/create tenant", post, tenants, bearerHeader(A), `{"id":"a-made-this"}`, refused},
+		isoCase{"admin/read tenant", get, tenants + "/other", bearerHeader(A), "", refused},
+		isoCase{"admin/read unknown tenant", get, tenants + "/nobody", bearerHeader(A), "", refused},
+		isoCase{"admin/read own tenant, X-Tenant-Id other", get, tenants + "/default", append(bearerHeader(A), "X-Tenant-Id", "other"), "", mismatch},
+		isoCase{"admin/delete tenant", del, tenants + "/other", bearerHeader(A), "", refused},
+		isoCase{"admin/list keys", get, keysB, bearerHeader(A), "", refused},
+		isoCase{"admin/list keys, X-Tenant-Id own", get, keysB, append(bearerHeader(A), "X-Tenant-Id", "default"), "", mismatch},
+		isoCase{"admin/create key", post, keysB, bearerHeader(A), userKeyBody, refused},
+		isoCase{"admin/read key", get, keysB + "/" + bid, bearerHeader(A), "", refused},
+		isoCase{"admin/revoke key", del, keysB + "/" + bid, bearerHeader(A), "", refused},
+		isoCase{"admin/rotate key", post, keysB + "/" + bid + "/rotate", bearerHeader(A), "", refused},
+		isoCase{"admin/read B's key under own tenant", get, keysA + "/" + bid, bearerHeader(A), "", hidden},
+		isoCase{"admin/revoke B's key under own tenant", del, keysA + "/" + bid, bearerHeader(A), "", hidden},
+		isoCase{"admin/rotate B's key under own tenant", post, keysA + "/" + bid + "/rotate", bearerHeader(A), "", hidden},
+		isoCase{"admin/list system keys", get, sysKeys, bearerHeader(A), "", refused},
+		isoCase{"admin/create system key", post, sysKeys, bearerHeader(A), `{"name":"n","role":"system-admin"}`, refused},
+		isoCase{"admin/read B's key as a system key", get, sysKeys + "/" + bid, bearerHeader(A), "", refused},
+		isoCase{"admin/revoke B's key as a system key", del, sysKeys + "/" + bid, bearerHeader(A), "", refused},
+		isoCase{"admin/rotate B's key as a system key", post, sysKeys + "/" + bid + "/rotate", bearerHeader(A), "", refused},
+		isoCase{"admin/list own keys shows none of B's", get, keysA, bearerHeader(A), "", []int{200}},
 	)
 
 	for _, tc := range cases {
@@ -301,7 +299,7 @@ func TestIsolationMatrix(t *testing.T) {
 	}
 
 	// Nothing A tried changed B: its thread, tenant and keys are as they were.
-	a := readHistory(t, s.URL, historyPath("other"), q(append(threadB, "pageSize", "100")...), isoBearer(s.OtherKey)...)
+	a := readHistory(t, s.URL, historyPath("other"), q(append(threadB, "pageSize", "100")...), bearerHeader(s.OtherKey)...)
 	if len(a.Messages) != b.messages {
 		t.Errorf("B's thread has %d messages after the matrix, want %d", len(a.Messages), b.messages)
 	}
@@ -329,18 +327,18 @@ func isoEveryEndpoint(key, ownKeyID string) []isoCase {
 	thread := []string{"workflowId", isoWFA, "participantId", "p"}
 	cs := []isoCase{
 		{name: "webhook, apikey", method: post, path: "/api/user/webhooks/Echo/echo" + isoQuery("apikey", key)},
-		{name: "converse, bearer", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: isoBearer(key)},
+		{name: "converse, bearer", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: bearerHeader(key)},
 		{name: "converse, apikey", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi", "apikey", key)},
-		{name: "converse, event stream", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: append(isoBearer(key), "Accept", "text/event-stream")},
-		{name: "send, path tenant", method: post, path: "/api/v1/admin/tenants/default/messaging/send", hdr: isoBearer(key), body: chat},
-		{name: "send, X-Tenant-Id", method: post, path: "/api/v1/admin/messaging/send", hdr: append(isoBearer(key), "X-Tenant-Id", "default"), body: chat},
+		{name: "converse, event stream", method: post, path: "/api/user/rest/converse" + isoQuery("workflow", "Echo", "type", "Chat", "text", "hi"), hdr: append(bearerHeader(key), "Accept", "text/event-stream")},
+		{name: "send, path tenant", method: post, path: "/api/v1/admin/tenants/default/messaging/send", hdr: bearerHeader(key), body: chat},
+		{name: "send, X-Tenant-Id", method: post, path: "/api/v1/admin/messaging/send", hdr: append(bearerHeader(key), "X-Tenant-Id", "default"), body: chat},
 		{name: "send, authorization field", method: post, path: "/api/v1/admin/tenants/default/messaging/send", body: chatWithKey},
 	}
 	for _, ep := range []string{"history", "topics", "listen"} {
 		cs = append(cs,
-			isoCase{name: ep + ", bearer", method: get, path: "/api/v1/admin/tenants/default/messaging/" + ep + isoQuery(thread...), hdr: isoBearer(key)},
+			isoCase{name: ep + ", bearer", method: get, path: "/api/v1/admin/tenants/default/messaging/" + ep + isoQuery(thread...), hdr: bearerHeader(key)},
 			isoCase{name: ep + ", apikey", method: get, path: "/api/v1/admin/tenants/default/messaging/" + ep + isoQuery(append(thread, "apikey", key)...)},
-			isoCase{name: ep + ", X-Tenant-Id", method: get, path: "/api/v1/admin/messaging/" + ep + isoQuery(thread...), hdr: append(isoBearer(key), "X-Tenant-Id", "default")},
+			isoCase{name: ep + ", X-Tenant-Id", method: get, path: "/api/v1/admin/messaging/" + ep + isoQuery(thread...), hdr: append(bearerHeader(key), "X-Tenant-Id", "default")},
 		)
 	}
 	return append(cs, isoAdminEndpoints(key, ownKeyID)...)
@@ -353,7 +351,7 @@ func isoAdminEndpoints(key, ownKeyID string) []isoCase {
 		own            = "/api/v1/admin/tenants/default/keys"
 		sys            = "/api/v1/admin/keys"
 	)
-	h := isoBearer(key)
+	h := bearerHeader(key)
 	return []isoCase{
 		{name: "admin list tenants", method: get, path: "/api/v1/admin/tenants", hdr: h},
 		{name: "admin create tenant", method: post, path: "/api/v1/admin/tenants", hdr: h, body: `{"id":"never-made"}`},
@@ -384,7 +382,7 @@ func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
 	// Sending through the admin send endpoint needs an admin key too; reading history does not.
 	chat := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"})
 	cases = append(cases,
-		isoCase{name: "send, path tenant", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send", hdr: isoBearer(user), body: chat},
+		isoCase{name: "send, path tenant", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send", hdr: bearerHeader(user), body: chat},
 		isoCase{name: "send, authorization field", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send",
 			body: mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi", "authorization": user})},
 	)

@@ -68,28 +68,6 @@ func startLimited(t *testing.T, ic ingress.Config, tenants ...string) *limitedSt
 	return s
 }
 
-// do sends a request and returns its status, headers and body.
-func do(t *testing.T, method, u, key string, body io.Reader) (int, http.Header, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, u, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, b
-}
-
 // listKeys is a cheap authenticated request: GET the tenant's keys.
 func (s *limitedStack) listKeys(t *testing.T, tenant, key string) (int, http.Header, []byte) {
 	t.Helper()

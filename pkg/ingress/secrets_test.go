@@ -141,7 +141,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		m["data"] = data
 		return mustJSON(m)
 	}
-	auth := isoBearer
+	auth := bearerHeader
 	cases := []struct {
 		name   string
 		method string

@@ -1,60 +1,16 @@
 package ingress_test
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
-
-// send POSTs a JSON body to the send endpoint of tenant (path) and returns status, content type
-// and body. query is appended as is ("wait=true").
-func send(t *testing.T, s *stacktest.Stack, tenant, query string, body any, hdr ...string) (int, string, []byte) {
-	t.Helper()
-	var raw []byte
-	switch b := body.(type) {
-	case string:
-		raw = []byte(b)
-	default:
-		var err error
-		if raw, err = json.Marshal(body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	u := s.URL + "/api/v1/admin/tenants/" + tenant + "/messaging/send"
-	if tenant == "" {
-		u = s.URL + "/api/v1/admin/messaging/send"
-	}
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
-}
 
 type syncAnswer struct {
 	MessageID  string `json:"messageId"`
@@ -142,11 +98,6 @@ func sendWait(t *testing.T, s *stacktest.Stack, body any) syncAnswer {
 	t.Helper()
 	status, _, b := send(t, s, "default", "wait=true", body, "Authorization", "Bearer "+s.Key)
 	return answerOf(t, status, b)
-}
-
-func mustJSON(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 func TestSendFiles(t *testing.T) {
