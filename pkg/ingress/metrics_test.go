@@ -18,6 +18,9 @@ func TestMetricsCountByRouteTemplate(t *testing.T) {
 	status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), []byte(`{}`))
 	require.Equal(t, http.StatusOK, status, "webhook: %s", b)
 
+	status, _, b = doCT(t, http.MethodGet, s.URL+"/api/user/webhooks/Echo/echo/extra", nil)
+	require.Equal(t, http.StatusNotFound, status, "unknown path: %s", b)
+
 	status, h, b := doRequest(t, http.MethodGet, s.URL+"/metrics", nil)
 	require.Equal(t, http.StatusOK, status, "metrics: %s", b)
 	assert.True(t, strings.HasPrefix(h.Get("Content-Type"), "text/plain"), "content type %q", h.Get("Content-Type"))
@@ -27,5 +30,6 @@ func TestMetricsCountByRouteTemplate(t *testing.T) {
 	assert.Contains(t, text, `agentbus_http_request_duration_seconds_count{`+route+`} 1`+"\n")
 	assert.Contains(t, text, "agentbus_ingress_sync_calls_waiting 0\n")
 	assert.Contains(t, text, "agentbus_ingress_handler_timeouts_total 0\n")
+	assert.Contains(t, text, `agentbus_http_requests_total{code="4xx",route="unknown",tenant="none"} 1`+"\n")
 	assert.NotContains(t, text, "/api/user/webhooks/Echo/echo", "a raw path became a label")
 }

@@ -291,14 +291,16 @@ func (s *Server) routes() http.Handler {
 		router.Handle(rt.path, pathValues(rt.handler)).Methods(rt.method)
 	}
 	router.Use(s.metrics.measure)
-	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Requests no route takes are counted too, under route "unknown" (mux runs middleware only
+	// for routes that match).
+	router.NotFoundHandler = s.metrics.measure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
-	})
-	router.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	}))
+	router.MethodNotAllowedHandler = s.metrics.measure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list := strings.Join(allowed(router, r), ", ")
 		w.Header().Set("Allow", list)
 		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
-	})
+	}))
 	return recoverer(s.log, cleanPaths(router))
 }
 
