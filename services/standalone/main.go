@@ -18,6 +18,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -58,6 +61,11 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	if err != nil {
 		return err
 	}
+	// One registry for the ingress and the host: GET /metrics on the HTTP address serves it all.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hc := cfg.Host()
+	hc.Metrics = reg
 	st, err := stack.Start(ctx, stack.Config{
 		DataDir:    cfg.DataDir,
 		NATSListen: cfg.NATSListen,
@@ -68,8 +76,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 			AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes,
 			RateLimit:        ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
 			TenantRateLimits: tenantRates(cfg.TenantRateLimits), MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
+			Metrics: reg,
 		},
-		Host:       cfg.Host(),
+		Host:       hc,
 		SyncAlways: cfg.SyncAlways,
 		Logger:     log,
 	})

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // lineSink hands the lines run prints to the test as they come.
@@ -141,5 +144,37 @@ func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The standalone serves one registry on /metrics: the ingress's, the host's and the process's.
+func TestMetrics(t *testing.T) {
+	const key = "abk_test-dev-key-0123456789"
+	env := map[string]string{
+		"AGENTBUS_DATA_DIR":    t.TempDir(),
+		"AGENTBUS_HTTP_ADDR":   "127.0.0.1:0",
+		"AGENTBUS_NATS_LISTEN": "",
+		"AGENTBUS_DEV_API_KEY": key,
+		"AGENTBUS_PARTITIONS":  "2",
+	}
+	base, stop := start(t, env)
+	defer stop()
+	count(t, base, key)
+	count(t, base, key)
+
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	for _, want := range []string{
+		"agentbus_http_requests_total{",
+		`agentbus_handler_duration_seconds_count{agent="Echo",kind="webhook",method="count"} 2`,
+		`agentbus_handler_outcomes_total{agent="Echo",kind="webhook",method="count",outcome="ok"} 2`,
+		`agentbus_partitions_owned{agent="Echo"} 2`,
+		"go_goroutines",
+	} {
+		assert.Contains(t, string(b), want)
 	}
 }
