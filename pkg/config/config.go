@@ -212,7 +212,7 @@ func (c *Config) settings() []setting {
 			c.AckWait = d
 			return nil
 		}},
-		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz and /readyz on this address; empty means none", str(&c.MetricsAddr)},
+		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz, /readyz and /metrics on this address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
