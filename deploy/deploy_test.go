@@ -424,7 +424,7 @@ func TestK8sProbes(t *testing.T) {
 	}{
 		{name: "workflowhost liveness", deployment: "workflowhost", probe: func(c container) *probe { return c.LivenessProbe }, path: "/healthz", addrVar: "AGENTBUS_METRICS_ADDR"},
 		{name: "workflowhost readiness", deployment: "workflowhost", probe: func(c container) *probe { return c.ReadinessProbe }, path: "/readyz", addrVar: "AGENTBUS_METRICS_ADDR"},
-		{name: "ingress readiness", deployment: "ingress", probe: func(c container) *probe { return c.ReadinessProbe }, path: "/healthz", addrVar: "AGENTBUS_HTTP_ADDR"},
+		{name: "ingress readiness", deployment: "ingress", probe: func(c container) *probe { return c.ReadinessProbe }, path: "/readyz", addrVar: "AGENTBUS_HTTP_ADDR"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,7 @@ type Config struct {
 	Partitions          int
 	Replicas            int
 	WebhookTimeout      time.Duration
+	ShutdownTimeout     time.Duration
 	HistoryMaxAge       time.Duration
 	MaxFileBytes        int64
 	RateLimit           float64
@@ -128,6 +129,14 @@ func (c *Config) settings() []setting {
 				return fmt.Errorf("webhook-timeout: %q is not a duration such as 30s", v)
 			}
 			c.WebhookTimeout = d
+			return nil
+		}},
+		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "0", "ingress: how long a shutdown waits for synchronous calls in flight; 0 means the webhook timeout plus 5s", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("shutdown-timeout: %q is not a duration such as 35s, or 0", v)
+			}
+			c.ShutdownTimeout = d
 			return nil
 		}},
 		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", func(v string) error {
@@ -292,6 +301,16 @@ func (c Config) HostIdleTimeout() time.Duration {
 		return -1
 	}
 	return c.IdleTimeout
+}
+
+// IngressShutdownTimeout is how long an ingress that shuts down waits for its synchronous calls:
+// ShutdownTimeout, or when that is zero the webhook timeout plus 5 s, so that a webhook call
+// that arrived just before the signal still gets its answer.
+func (c Config) IngressShutdownTimeout() time.Duration {
+	if c.ShutdownTimeout == 0 {
+		return c.WebhookTimeout + 5*time.Second
+	}
+	return c.ShutdownTimeout
 }
 
 // Bus is the bus sizing every process of a deployment must share.

@@ -99,6 +99,19 @@ func TestOverrides(t *testing.T) {
 			check: func(c config.Config) bool { return c.WebhookTimeout == 5*time.Second },
 		},
 		{
+			name: "shutdown timeout 0 means the webhook timeout plus 5s",
+			vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "20s"},
+			check: func(c config.Config) bool {
+				return c.ShutdownTimeout == 0 && c.IngressShutdownTimeout() == 25*time.Second
+			},
+		},
+		{
+			name:  "flag shutdown timeout",
+			vars:  map[string]string{"AGENTBUS_SHUTDOWN_TIMEOUT": "1m"},
+			args:  []string{"-shutdown-timeout", "12s"},
+			check: func(c config.Config) bool { return c.IngressShutdownTimeout() == 12*time.Second },
+		},
+		{
 			name:  "env continue-as-new",
 			vars:  map[string]string{"AGENTBUS_CONTINUE_AS_NEW_EVENTS": "-1"},
 			check: func(c config.Config) bool { return c.ContinueAsNewEvents == -1 },

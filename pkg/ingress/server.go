@@ -147,6 +147,7 @@ type Server struct {
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
+	ready     readiness
 }
 
 // New connects the ingress to the bus: it creates missing resources and loads keys and the
@@ -234,13 +235,15 @@ type route struct {
 // in proxy and access logs. Tenants are managed by system admins; a tenant's keys and dead
 // letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
 // /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
-// path or, on their tenant-less variant, in X-Tenant-Id. /healthz and /metrics take no key.
+// path or, on their tenant-less variant, in X-Tenant-Id. /healthz, /readyz and /metrics take no
+// key.
 func (s *Server) api() []route {
 	const (
 		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
 	)
 	return []route{
 		{get, "/healthz", s.healthz},
+		{get, "/readyz", s.readyz},
 		{get, "/metrics", s.serveMetrics},
 
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
@@ -401,7 +404,8 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 
 // HTTPServer returns an http.Server for the API with timeouts that fit the configuration: slow
 // clients cannot hold connections, a webhook may wait its whole timeout for the handler, and a
-// shutdown ends open event streams instead of waiting for them.
+// shutdown marks the server draining (Drain) and ends open event streams instead of waiting for
+// them.
 func (s *Server) HTTPServer() *http.Server {
 	hs := &http.Server{
 		Handler:           s.handler,
@@ -411,6 +415,7 @@ func (s *Server) HTTPServer() *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	hs.RegisterOnShutdown(s.Drain)
 	hs.RegisterOnShutdown(s.CloseStreams)
 	return hs
 }

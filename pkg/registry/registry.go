@@ -278,3 +278,17 @@ func (d *Directory) Close() error {
 	d.wg.Wait()
 	return errors.Join(errs...)
 }
+
+// AnyLive reports whether some host, of any agent, has a fresh heartbeat: whether anything at
+// all would handle a request now. Ingress readiness asks it.
+func (d *Directory) AnyLive() bool {
+	cutoff := d.now().Add(-DeadAfter)
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, h := range d.hosts {
+		if h.seen.After(cutoff) {
+			return true
+		}
+	}
+	return false
+}

@@ -14,11 +14,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -90,16 +88,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	// Drain: stop accepting, let waiting requests finish (they may wait a whole webhook timeout).
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.WebhookTimeout+5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		return fmt.Errorf("draining HTTP: %w", err)
-	}
-	if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return drain(hs, srv, done, cfg.IngressShutdownTimeout(), log)
 }
 
 // tenantRates converts the per-tenant rate limits of the settings.

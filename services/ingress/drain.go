@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/ingress"
+)
+
+// drain shuts the HTTP server down after SIGTERM or SIGINT: /readyz answers 503 draining, the
+// listener closes (new connections are refused, idle ones closed), event streams end (their
+// clients reconnect to another instance and resume), and synchronous calls in flight get up to
+// timeout to receive their answers. Calls still waiting then are cut off; their requests stay
+// on the bus and are processed, and a retry with the same Idempotency-Key or requestId gets
+// the result. A shutdown is not a failure: drain returns nil unless serving itself failed.
+func drain(hs *http.Server, srv *ingress.Server, served <-chan error, timeout time.Duration, log *slog.Logger) error {
+	srv.Drain()
+	log.Info("ingress draining", "timeout", timeout)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		log.Warn("ingress: calls still waiting at the shutdown timeout were cut off", "timeout", timeout, "err", err)
+		_ = hs.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	log.Info("ingress drained", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
