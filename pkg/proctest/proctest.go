@@ -96,9 +96,10 @@ type Proc struct {
 	env  []string
 	log  string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{}
+	state *os.ProcessState // of the last run, once it exited
 }
 
 // Start starts bin as a process named name (for logs), with args and, on top of the test's
@@ -132,7 +133,14 @@ func (p *Proc) start() error {
 		return err
 	}
 	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.state = cmd.ProcessState
+		p.mu.Unlock()
+		close(done)
+	}()
 	p.mu.Lock()
 	p.cmd, p.done = cmd, done
 	p.mu.Unlock()
@@ -168,6 +176,31 @@ func (p *Proc) Kill() {
 // the process exited by itself.
 func (p *Proc) Stop(timeout time.Duration) bool {
 	return p.signal(syscall.SIGTERM, timeout)
+}
+
+// Terminate sends SIGTERM, as an orchestrator stopping the process does, and returns at once;
+// Wait tells how the process ended.
+func (p *Proc) Terminate() {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// Wait waits up to timeout for the current run to exit and returns its exit code (-1 when a
+// signal ended it). ok is false when it still runs after timeout.
+func (p *Proc) Wait(timeout time.Duration) (code int, ok bool) {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state.ExitCode(), true
 }
 
 func (p *Proc) signal(sig syscall.Signal, timeout time.Duration) bool {
