@@ -245,6 +245,7 @@ func (s *Server) api() []route {
 		{get, "/healthz", s.healthz},
 		{get, "/readyz", s.readyz},
 		{get, "/metrics", s.serveMetrics},
+		{get, "/openapi.json", s.serveOpenAPI},
 
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
 		{post, "/api/user/rest/converse", s.syncCall(s.converse)},

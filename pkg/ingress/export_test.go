@@ -1,0 +1,14 @@
+package ingress
+
+// RouteTable is the method and path template of every line of the route table, for the tests of
+// the OpenAPI document. The handlers are not called, so a zero Server does.
+func RouteTable() [][2]string {
+	var table [][2]string
+	for _, rt := range (&Server{}).api() {
+		table = append(table, [2]string{rt.method, rt.path})
+	}
+	return table
+}
+
+// OpenAPIDocument is the document GET /openapi.json serves.
+func OpenAPIDocument() []byte { return openAPIDocument }
