@@ -151,6 +151,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 		start := time.Now()
 		resp := callWebhook(ctx, log, hd, wr)
 		hm.observe(start)
+		recordAttempt(ctx, resp.retry)
 		if resp.retry == nil {
 			wr.Respond(resp)
 			hm.answered(answered.StatusCode)
@@ -191,6 +192,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		start := time.Now()
 		reply, err := callHandler(ctx, log, hd, m)
 		hm.observe(start)
+		recordAttempt(ctx, err)
 		if !IsRetryable(err) {
 			rep, out := messageReply(req, reply, err, log)
 			hm.answered(int(rep.GetStatusCode()))

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -24,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -67,6 +70,10 @@ type HostConfig struct {
 	// one process may share one: they count into the same series. The host serves nothing;
 	// whoever owns the registry exposes it (services/workflowhost on AGENTBUS_METRICS_ADDR).
 	Metrics prometheus.Registerer
+	// Tracer receives a consumer span per handled request, the child of the ingress's span that
+	// the request's headers name, and handlers run in its context; nil means
+	// otel.GetTracerProvider(). A no-op provider turns tracing off at no cost per request.
+	Tracer trace.TracerProvider
 }
 
 // Validate reports a configuration that cannot work.
@@ -162,6 +169,7 @@ type Host struct {
 	dead    *deadletter.Store
 	sem     chan struct{}
 	metrics *hostMetrics // nil without HostConfig.Metrics
+	tracer  trace.Tracer // nil when tracing is off
 
 	started  time.Time
 	ready    chan struct{}
@@ -191,6 +199,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		sem: make(chan struct{}, cfg.MaxConcurrent), ready: make(chan struct{}), stopping: make(chan struct{}),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
+		tracer: tracing.Tracer(cfg.Tracer),
 	}
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
@@ -455,6 +464,7 @@ func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, ca
 		return err
 	}
 	in.deadLettered, in.deadID = true, id
+	trace.SpanFromContext(ctx).SetStatus(codes.Error, "dead-lettered: "+cause)
 	h.metrics.deadLettered(in.agent)
 	log.Error("request kept as a dead letter", "deadLetter", id, "attempts", in.tries.n, "err", cause)
 	return nil

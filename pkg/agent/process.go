@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -15,7 +16,7 @@ import (
 
 // process handles one request and acknowledges it. It returns false if it gave the request back
 // to the bus unfinished (the host is shutting down), to be delivered again.
-func (h *Host) process(ctx context.Context, d *delivery) bool {
+func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	h.mu.Lock()
 	m := d.msg
 	h.mu.Unlock()
@@ -38,6 +39,11 @@ func (h *Host) process(ctx context.Context, d *delivery) bool {
 	}
 	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
 	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
+	if h.tracer != nil {
+		var span trace.Span
+		ctx, span = h.startSpan(ctx, m.Headers(), in)
+		defer func() { endSpan(span, in, finished) }()
+	}
 
 	claim := req.GetEnvelopeRef()
 	if claim != nil {

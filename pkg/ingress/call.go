@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -80,6 +81,8 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 		msg.Header.Set(subject.HeaderReplyTo, replyTo)
 	}
 	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
+	// The host's handler span continues the request's trace.
+	tracing.Inject(ctx, msg.Header)
 	ack, err := s.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return false, fmt.Errorf("publishing request: %w", err)

@@ -9,9 +9,11 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // metricTenants is how many distinct tenants keep their name in the tenant label; later ones
@@ -31,10 +33,13 @@ type apiMetrics struct {
 	tenants  *metrics.BoundedLabel
 	// handler serves GET /metrics; nil when the Registerer cannot be gathered.
 	handler http.Handler
+	// tracer starts the requests' server spans; nil when tracing is off.
+	tracer trace.Tracer
 }
 
-// newMetrics registers the ingress's metrics with reg; nil means a registry of their own.
-func newMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
+// newMetrics registers the ingress's metrics with reg; nil means a registry of their own. Spans
+// of requests go to tp (see Config.Tracer).
+func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -58,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*apiMetrics, error) {
 			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
 		}),
 		tenants: metrics.NewBoundedLabel(metricTenants),
+		tracer:  tracing.Tracer(tp),
 	}
 	// Several ingress servers of one process (tests) may share a registry and count together.
 	var err error
@@ -104,7 +110,8 @@ func noteTenant(r *http.Request, tenant string) {
 }
 
 // measure is the router's middleware that counts and times each routed request under its route
-// template, never its raw path, so that ids in paths do not become series.
+// template, never its raw path, so that ids in paths do not become series. It also runs the
+// request in its server span when tracing is on (startSpan), as the handlers that publish need.
 func (m *apiMetrics) measure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -113,6 +120,11 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 			route, _ = cur.GetPathTemplate()
 		}
 		tenant := &requestTenant{}
+		ctx := context.WithValue(r.Context(), requestTenantKey{}, tenant)
+		var span trace.Span
+		if m.tracer != nil {
+			ctx, span = m.startSpan(ctx, r, route)
+		}
 		rec := &statusRecorder{ResponseWriter: w}
 		returned := false
 		defer func() {
@@ -129,8 +141,11 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 			}
 			m.requests.WithLabelValues(route, statusClass(status), name).Inc()
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			if span != nil {
+				endSpan(span, status, tenant.name)
+			}
 		}()
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestTenantKey{}, tenant)))
+		next.ServeHTTP(rec, r.WithContext(ctx))
 		returned = true
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
@@ -69,6 +70,10 @@ type Config struct {
 	// *prometheus.Registry is; otherwise whoever owns it exposes the metrics, and GET /metrics
 	// answers 404.
 	Metrics prometheus.Registerer
+	// Tracer receives a server span per HTTP request, whose context travels with the published
+	// request to the workflow host; nil means otel.GetTracerProvider(). A no-op provider turns
+	// tracing off at no cost per request.
+	Tracer trace.TracerProvider
 }
 
 // Defaults.
@@ -165,7 +170,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
 	}
 	var err error
-	if s.metrics, err = newMetrics(cfg.Metrics); err != nil {
+	if s.metrics, err = newMetrics(cfg.Metrics, cfg.Tracer); err != nil {
 		return nil, err
 	}
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {

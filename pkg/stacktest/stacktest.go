@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -38,6 +40,9 @@ type Options struct {
 	// Host settings of every host of the stack (Conn, Agents, Bus, Logger and ID are filled in).
 	// Zero fields get the stack's test defaults: a 10 s shutdown grace and 10 ms retry backoff.
 	Host agent.HostConfig
+	// Tracer receives the spans of the ingress and, unless Host.Tracer is set, of the hosts;
+	// nil means otel's global provider.
+	Tracer trace.TracerProvider
 }
 
 // Stack is a running stack.
@@ -77,6 +82,9 @@ func Start(t testing.TB, opts Options) *Stack {
 		// Retries are quick in tests, so that a request that fails reaches its dead letter soon.
 		hc.RetryBackoff = 10 * time.Millisecond
 	}
+	if hc.Tracer == nil {
+		hc.Tracer = opts.Tracer
+	}
 	if opts.ContinueAsNewEvents != 0 {
 		hc.ContinueAsNewEvents = opts.ContinueAsNewEvents
 	}
@@ -87,7 +95,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
-		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes},
+		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer},
 		Host:     hc,
 		Logger:   Logger(),
 	})

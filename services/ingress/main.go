@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 func main() {
@@ -47,6 +48,15 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
+	stopTracing, err := tracing.Setup(ctx, "agentbus-ingress")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("stopping tracing", "err", err)
+		}
+	}()
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-ingress", log)
 	if err != nil {
 		return err

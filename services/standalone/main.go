@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 func main() {
@@ -57,6 +58,15 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
 	}
 	log := cfg.Logger(stderr)
+	stopTracing, err := tracing.Setup(ctx, "agentbus")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("stopping tracing", "err", err)
+		}
+	}()
 	model, err := cfg.ChatModel(log)
 	if err != nil {
 		return err

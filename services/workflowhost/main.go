@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 func main() {
@@ -51,6 +52,15 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
+	stopTracing, err := tracing.Setup(ctx, "agentbus-workflowhost")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("stopping tracing", "err", err)
+		}
+	}()
 	model, err := cfg.ChatModel(log)
 	if err != nil {
 		return err

@@ -1,0 +1,84 @@
+package ingress_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// TestTraceFromCallerToHandler follows one webhook call's trace: the caller's traceparent is the
+// parent of the ingress's server span, whose context travels in the NATS headers to the host's
+// handler span.
+func TestTraceFromCallerToHandler(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
+
+	const (
+		traceID  = "4bf92f3577b34da6a3ce929d0e0e4736"
+		callerID = "00f067aa0ba902b7"
+	)
+	wf := "default:Echo:Supervisor Workflow:traced"
+	status, _, b := call(t, s.URL, wf, "echo", q("apikey", s.Key), []byte(`{"a":1}`),
+		"traceparent", "00-"+traceID+"-"+callerID+"-01")
+	require.Equal(t, http.StatusOK, status, "%s", b)
+
+	// The host ends its span once the request is acknowledged, which may be after the answer.
+	var server, handler tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		var found int
+		for _, sp := range exp.GetSpans() {
+			switch sp.SpanKind {
+			case trace.SpanKindServer:
+				server, found = sp, found+1
+			case trace.SpanKindConsumer:
+				handler, found = sp, found+1
+			}
+		}
+		return found == 2
+	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+
+	assert.Equal(t, "POST /api/user/webhooks/{workflow}/{method}", server.Name)
+	assert.Equal(t, traceID, server.SpanContext.TraceID().String(), "server span's trace")
+	assert.Equal(t, callerID, server.Parent.SpanID().String(), "server span's parent is the caller's")
+	assert.True(t, server.Parent.IsRemote(), "server span's parent is remote")
+	assert.Equal(t, map[attribute.Key]attribute.Value{
+		"http.request.method":       attribute.StringValue("POST"),
+		"http.route":                attribute.StringValue("/api/user/webhooks/{workflow}/{method}"),
+		"http.response.status_code": attribute.IntValue(200),
+		"agentbus.tenant":           attribute.StringValue("default"),
+	}, attrs(server.Attributes), "server span's attributes")
+
+	assert.Equal(t, "handle Echo webhook echo", handler.Name)
+	assert.Equal(t, traceID, handler.SpanContext.TraceID().String(), "handler span's trace")
+	assert.Equal(t, server.SpanContext.SpanID(), handler.Parent.SpanID(), "handler span's parent is the server span")
+	got := attrs(handler.Attributes)
+	assert.NotEmpty(t, got["agentbus.request_id"].AsString(), "requestId")
+	delete(got, "agentbus.request_id")
+	assert.Equal(t, map[attribute.Key]attribute.Value{
+		"agentbus.agent":       attribute.StringValue("Echo"),
+		"agentbus.kind":        attribute.StringValue("webhook"),
+		"agentbus.method":      attribute.StringValue("echo"),
+		"agentbus.workflow_id": attribute.StringValue(wf),
+		"agentbus.attempt":     attribute.IntValue(1),
+	}, got, "handler span's attributes")
+	assert.Equal(t, "Unset", handler.Status.Code.String(), "handler span's status")
+}
+
+func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value, len(kvs))
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
