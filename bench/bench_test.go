@@ -155,9 +155,11 @@ func TestBareAnswersLikeAgentbus(t *testing.T) {
 func TestBenchRateSmoke(t *testing.T) {
 	before := runtime.NumGoroutine()
 	o := options{
-		Duration:   300 * time.Millisecond,
-		Warmup:     100 * time.Millisecond,
-		Clients:    4,
+		Duration: 300 * time.Millisecond,
+		Warmup:   100 * time.Millisecond,
+		// Enough in flight that a stall of the race-instrumented stack on a busy machine
+		// (tens of milliseconds) does not leave a due request unsent.
+		Clients:    16,
 		Instances:  10,
 		Partitions: 4,
 		Body:       []byte(`{"ping":1}`),
