@@ -58,11 +58,15 @@
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
 //	               [-min-ratio R]
+//	go run ./bench -target all [-rates N,N,…]   # webhook, send and converse, then webhook's open loop
 //
 // -url loads an agentbus that is already running (an ingress base URL) instead of starting one:
 // -key (or AGENTBUS_BENCH_KEY) is then a tenant-admin key of tenant "default", whose Echo
 // instances bench-{i} the load goes to. The send and converse targets measure the bare phase's
 // answers from that agentbus too.
+//
+// -target all runs the closed loop of webhook, send and converse in turn (each with its bare
+// phase), then webhook's open loop at -rates, and ends with the three ratios side by side.
 //
 // -min-ratio R makes the command exit with status 1 when the closed loop's ratio is below R: CI
 // runs a short bench with -min-ratio 0.15 to catch a collapse (not drift: machines vary).
@@ -113,7 +117,7 @@ func main() {
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
 	minRatio := flag.Float64("min-ratio", 0, "exit with status 1 when the closed loop's agentbus/bare ratio is below `R` (a regression guard; 0: off)")
-	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", "))
+	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", ")+", or all (webhook, send and converse, then webhook's open loop)")
 	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
 	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
 	flag.Parse()
@@ -127,6 +131,10 @@ func main() {
 		phases = []string{*phase}
 	default:
 		fatalf("-phase %q: want both, bare or agentbus", *phase)
+	}
+	all := o.Target == "all"
+	if all {
+		o.Target = targetWebhook // each target is set in turn below
 	}
 	if err := o.validate(); err != nil {
 		fatalf("%v", err)
@@ -153,10 +161,66 @@ func main() {
 	case !*closed:
 		fatalf("-closed=false without -rate or -rates leaves nothing to run")
 	}
+	if all && cpuprofile != "" {
+		fatalf("-cpuprofile profiles one target; give -target")
+	}
 	if cpuprofile != "" && *phase == phaseBare {
 		fatalf("-cpuprofile profiles the agentbus phase, which -phase bare does not run")
 	}
 
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	if !all {
+		_, failed := execute(ctx, o, phases, rates, runClosed, cpuprofile, *minRatio)
+		exit(ctx, failed)
+		return
+	}
+	// -target all: each target's closed loop, then the open loop of webhook, then the ratios.
+	ratios := map[string]float64{}
+	failed := false
+	for _, t := range suiteTargets {
+		to := o
+		to.Target = t
+		var tr []float64
+		if t == targetWebhook {
+			tr = rates
+		}
+		guard := 0.0
+		if t == targetWebhook {
+			guard = *minRatio
+		}
+		ratio, f := execute(ctx, to, phases, tr, true, "", guard)
+		ratios[t], failed = ratio, failed || f
+		fmt.Println()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	fmt.Println("ratios agentbus/bare req/s, closed loop, same run:")
+	for _, t := range suiteTargets {
+		fmt.Printf("  %-9s %.3f   (target >= %.2f: %s)\n", t, ratios[t], targetRatio, verdict(ratios[t] >= targetRatio))
+	}
+	exit(ctx, failed)
+}
+
+// suiteTargets are what -target all runs, in order.
+var suiteTargets = []string{targetWebhook, targetSend, targetConverse}
+
+// exit ends the command: 130 when interrupted, 1 when a run failed.
+func exit(ctx context.Context, failed bool) {
+	if ctx.Err() != nil {
+		fmt.Println("\ninterrupted: figures cover only part of the run")
+		os.Exit(130)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// execute runs one target's closed loop (when runClosed) and open loops at rates, for the given
+// phases, prints their tables and returns the closed loop's ratio and whether anything failed.
+func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, cpuprofile string, minRatio float64) (float64, bool) {
 	// The runs, in order: the closed loop's phases, then for each rate the open loop's.
 	var runs []run
 	if runClosed {
@@ -175,9 +239,6 @@ func main() {
 			agentbusRuns++
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 
 	// The bare phase answers as the agentbus phase would; measure that once for all its runs.
 	if o.Target != targetWebhook && slices.Contains(phases, phaseBare) {
@@ -237,10 +298,10 @@ func main() {
 			fmt.Printf("closed loop, %d clients:\n", o.Clients)
 		}
 		printTable(os.Stdout, phases, results)
-		if *minRatio > 0 {
+		if minRatio > 0 {
 			ab, bare := results[phaseAgentbus], results[phaseBare]
-			if bare.RPS() == 0 || ab.RPS()/bare.RPS() < *minRatio {
-				fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", *minRatio)
+			if bare.RPS() == 0 || ab.RPS()/bare.RPS() < minRatio {
+				fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", minRatio)
 				failed = true
 			}
 		}
@@ -261,13 +322,11 @@ func main() {
 	if printErrors(os.Stdout, labels, results) {
 		failed = true
 	}
-	if ctx.Err() != nil {
-		fmt.Println("\ninterrupted: figures cover only part of the run")
-		os.Exit(130)
+	ratio := 0.0
+	if ab, bare := results[phaseAgentbus], results[phaseBare]; bare.RPS() > 0 {
+		ratio = ab.RPS() / bare.RPS()
 	}
-	if failed {
-		os.Exit(1)
-	}
+	return ratio, failed
 }
 
 // maxRate bounds -rate and -rates; far beyond what loopback HTTP can do.
