@@ -168,7 +168,6 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.deadLetter(ctx, log, in, resp.retry.Error()); err != nil {
 			return nil, err
 		}
-		hm.count(outcomeDeadLettered)
 		dead := deadLetterResponse(in)
 		respond(dead)
 		return webhookOutgoing(req, dead, "dead"), nil
@@ -209,7 +208,6 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.deadLetter(ctx, log, in, err.Error()); err != nil {
 			return nil, nil, err
 		}
-		hm.count(outcomeDeadLettered)
 		dead := deadLetterResponse(in)
 		rep, out := errorReply(req, dead.StatusCode, dead.platformError, string(dead.Content), "dead")
 		return rep, out, nil

@@ -129,9 +129,9 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 		m.deadLetters[a.name] = deadLetters.WithLabelValues(a.name)
 		m.owned[a.name] = owned.WithLabelValues(a.name)
 		for _, k := range a.handlerKeys() {
-			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kindLabel(k.kind), k.method)}
+			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kindName(k.kind), k.method)}
 			for o, name := range outcomeNames {
-				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kindLabel(k.kind), k.method, name)
+				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kindName(k.kind), k.method, name)
 			}
 			m.handlers[k] = hm
 		}
@@ -170,19 +170,6 @@ func (m *hostMetrics) handler(req *agentbusv1.Request) *handlerMetrics {
 		k.method = strings.ToLower(req.GetMethod())
 	}
 	return m.handlers[k]
-}
-
-func kindLabel(k agentbusv1.Kind) string {
-	switch k {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		return "webhook"
-	case agentbusv1.Kind_KIND_DATA:
-		return "data"
-	case agentbusv1.Kind_KIND_FILE:
-		return "file"
-	default:
-		return "chat"
-	}
 }
 
 // observe records one run of the handler, which started at start.

@@ -52,11 +52,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		case errors.Is(err, jetstream.ErrObjectNotFound):
 			// Its stored copy expired or was removed: it can never run, and must not hold up
 			// its conversation.
-			err := h.deadLetter(ctx, log, in, "the request's stored copy is missing")
-			if err == nil {
-				h.metrics.handler(in.req).count(outcomeDeadLettered)
-			}
-			return h.finish(ctx, log, d, err)
+			return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
 		case err != nil:
 			return h.giveBack(log, d)
 		}
@@ -82,11 +78,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
 		// request that crashes its host does every time.
 		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", md.NumDelivered-1)
-		err := h.deadLetter(ctx, log, in, cause)
-		if err == nil {
-			h.metrics.handler(in.req).count(outcomeDeadLettered)
-		}
-		return h.finish(ctx, log, d, err)
+		return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
 	}
 
 	if err := h.handle(ctx, log, in); err != nil {

@@ -60,7 +60,8 @@ func recordAttempt(ctx context.Context, err error) {
 	}
 }
 
-// kindName names a request's kind in spans: "webhook", "chat", "data" or "file".
+// kindName names a request's kind in spans and metric labels: "webhook", "chat", "data" or
+// "file".
 func kindName(k agentbusv1.Kind) string {
 	switch k {
 	case agentbusv1.Kind_KIND_WEBHOOK:
