@@ -80,38 +80,20 @@ func Token(id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-// appendToken appends Token(id) to b.
-func appendToken(b []byte, id string) []byte {
-	if id == "" {
-		return append(b, '_')
-	}
-	return base64.RawURLEncoding.AppendEncode(b, []byte(id))
-}
+// tokens builds the subjects and keys made on every call in one buffer: a first plain part,
+// then dot-separated plain (token-safe) parts as they are and ids as their Tokens.
+type tokens []byte
 
-// join builds, with one buffer, the dot-separated subject or key of plain (token-safe) parts
-// followed by the tokens of ids: the subjects built on every call.
-func join(plain []string, ids ...string) string {
-	n := 0
-	for _, p := range plain {
-		n += len(p) + 1
+func startTokens(first string) tokens { return append(make(tokens, 0, 128), first...) }
+
+func (t tokens) plain(s string) tokens { return append(append(t, '.'), s...) }
+
+func (t tokens) id(id string) tokens {
+	t = append(t, '.')
+	if id == "" {
+		return append(t, '_')
 	}
-	for _, id := range ids {
-		n += base64.RawURLEncoding.EncodedLen(len(id)) + 2
-	}
-	b := make([]byte, 0, n)
-	for i, p := range plain {
-		if i > 0 {
-			b = append(b, '.')
-		}
-		b = append(b, p...)
-	}
-	for i, id := range ids {
-		if i > 0 || len(plain) > 0 {
-			b = append(b, '.')
-		}
-		b = appendToken(b, id)
-	}
-	return string(b)
+	return base64.RawURLEncoding.AppendEncode(t, []byte(id))
 }
 
 // ParseToken reverses Token.
@@ -131,13 +113,7 @@ func ParseToken(tok string) (string, error) {
 // safe. The agent comes first so that each agent has its own partitions, pulled only by hosts
 // that run it.
 func Inbox(agent, tenant, workflowID, participant string) string {
-	b := make([]byte, 0, len(inboxPrefix)+len(tenant)+4*(len(agent)+len(workflowID)+len(participant))/3+12)
-	b = append(b, inboxPrefix...)
-	b = appendToken(append(b, '.'), agent)
-	b = append(append(append(b, '.'), tenant...), '.')
-	b = appendToken(b, workflowID)
-	b = appendToken(append(b, '.'), participant)
-	return string(b)
+	return string(startTokens(inboxPrefix).id(agent).plain(tenant).id(workflowID).id(participant))
 }
 
 // InboxSubjects is the subject filter of the inbox stream.
@@ -203,7 +179,7 @@ func ParseStoredInbox(subj string) (StoredInbox, error) {
 
 // Thread is the history subject of one conversation thread.
 func Thread(tenant, workflowID, participant string) string {
-	return join([]string{msgPrefix, tenant}, workflowID, participant)
+	return string(startTokens(msgPrefix).plain(tenant).id(workflowID).id(participant))
 }
 
 // ThreadID is the opaque, URL-safe id of a conversation thread (a workflow and a participant).
@@ -228,7 +204,7 @@ func ParseThreadID(id string) (workflowID, participant string, err error) {
 
 // TopicsKey is the KV key of a thread's topic list.
 func TopicsKey(tenant, workflowID, participant string) string {
-	return join([]string{tenant}, workflowID, participant)
+	return string(startTokens(tenant).id(workflowID).id(participant))
 }
 
 // MessagesSubjects is the subject filter of the history stream.
@@ -249,7 +225,9 @@ func ReplyWaiter(instance, subj string) (string, bool) {
 func DedupeID(tenant, requestID string) string { return tenant + ":" + requestID }
 
 // InstanceKey is the KV key of a workflow instance record.
-func InstanceKey(tenant, workflowID string) string { return join([]string{tenant}, workflowID) }
+func InstanceKey(tenant, workflowID string) string {
+	return string(startTokens(tenant).id(workflowID))
+}
 
 // ResultKey is the KV key of a cached reply.
 func ResultKey(tenant, requestID string) string { return tenant + "." + Token(requestID) }
