@@ -182,13 +182,13 @@ func main() {
 	for _, t := range suiteTargets {
 		to := o
 		to.Target = t
-		var tr []float64
+		// The open loop and the regression guard are webhook's.
+		var (
+			tr    []float64
+			guard float64
+		)
 		if t == targetWebhook {
-			tr = rates
-		}
-		guard := 0.0
-		if t == targetWebhook {
-			guard = *minRatio
+			tr, guard = rates, *minRatio
 		}
 		ratio, f := execute(ctx, to, phases, tr, true, "", guard)
 		ratios[t], failed = ratio, failed || f
