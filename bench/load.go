@@ -224,7 +224,8 @@ type clientStats struct {
 // up, which sends it. Latency runs from the
 // scheduled time, not the actual start, so that a stall delaying the requests behind it is
 // charged to them (no coordinated omission). Requests not started by the end of the window are
-// not sent; result.Unsent counts them.
+// not sent; result.Unsent counts those among them that were due more than lateAfter before the
+// end (one due in the window's last instant and not yet picked up says nothing about the rate).
 //
 // Either way a request is measured if it starts within the measured window.
 func runPhase(ctx context.Context, phase string, o options, client *http.Client, ep endpoint) result {
@@ -270,7 +271,9 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 
 	sched := schedule{rate: o.Rate}
-	var sent atomic.Uint64 // open loop: requests sent, warm-up included
+	// Open loop: requests sent that were due before unsentCutoff, warm-up included.
+	unsentCutoff := measureEnd.Add(-lateAfter)
+	var sent atomic.Uint64
 	slots := make(chan time.Time)
 	var wg sync.WaitGroup
 	if o.Rate > 0 {
@@ -312,7 +315,9 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 				if !time.Now().Before(measureEnd) || ctx.Err() != nil {
 					continue // handed over too late; counted in Unsent
 				}
-				sent.Add(1)
+				if due.Before(unsentCutoff) {
+					sent.Add(1)
+				}
 				send(s, due)
 			}
 		})
@@ -353,7 +358,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		}
 	}
 	if o.Rate > 0 && !res.Interrupted {
-		res.Unsent = int(sched.dueBefore(o.Warmup+o.Duration) - sent.Load())
+		res.Unsent = int(sched.dueBefore(unsentCutoff.Sub(start)) - sent.Load())
 	}
 	res.Requests = len(all) + res.Errors
 	slices.Sort(all)
