@@ -51,6 +51,7 @@ type Agent struct {
 	data          map[string]Handler // by lowercased method name
 	file          Handler
 	onStart       func(ctx context.Context, inst *Instance) error
+	tenants       []string // empty: every tenant
 }
 
 // Option configures an Agent.
@@ -67,6 +68,13 @@ func OnStart(fn func(ctx context.Context, inst *Instance) error) Option {
 	return func(a *Agent) { a.onStart = fn }
 }
 
+// Tenants restricts the agent to the named tenants: callers of other tenants neither see it
+// (in the agent list or the MCP tools) nor reach it (404, as for an agent that does not exist).
+// By default every tenant may call an agent.
+func Tenants(tenants ...string) Option {
+	return func(a *Agent) { a.tenants = slices.Clone(tenants) }
+}
+
 // New returns an agent. It panics on an invalid name, as http.ServeMux panics on a bad pattern:
 // both are programming errors.
 func New(name string, opts ...Option) *Agent {
@@ -80,6 +88,11 @@ func New(name string, opts ...Option) *Agent {
 	for _, t := range a.workflowTypes {
 		if err := ident.ValidName(t); err != nil {
 			panic(fmt.Sprintf("agent %s: workflow type %q %v", name, t, err))
+		}
+	}
+	for _, t := range a.tenants {
+		if !ident.ValidTenant(t) {
+			panic(fmt.Sprintf("agent %s: tenant %q is not a valid tenant id", name, t))
 		}
 	}
 	return a
@@ -106,7 +119,7 @@ func (a *Agent) WebhookFunc(method string, f func(ctx context.Context, r *Webhoo
 }
 
 func (a *Agent) registration() registry.Agent {
-	reg := registry.Agent{Name: a.name, WorkflowTypes: slices.Clone(a.workflowTypes)}
+	reg := registry.Agent{Name: a.name, WorkflowTypes: slices.Clone(a.workflowTypes), Tenants: slices.Clone(a.tenants)}
 	for m := range a.webhooks {
 		reg.Webhooks = append(reg.Webhooks, m)
 	}

@@ -314,6 +314,21 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusInternalServerError, http.MethodPost, "/api/user/webhooks/Failing/fail?apikey="+key, "", nil)
 	})
 
+	t.Run("mcp", func(t *testing.T) {
+		c := &contractClient{t: t, base: s.URL, http: client}
+		hdr := []string{"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2025-06-18"}
+		m := c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"contract","version":"1"}}}`, hdr...)
+		assert.Contains(t, m, "result")
+		c.want(http.StatusAccepted, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, hdr...)
+		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Echo.sum","arguments":{"values":[1,2]}}}`, hdr...)
+		assert.Contains(t, m, "result")
+		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"Echo.nope"}}`, hdr...)
+		assert.Contains(t, m, "error")
+		c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
+		c.want(http.StatusUnauthorized, http.MethodPost, "/mcp", "", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, hdr...)
+		c.want(http.StatusMethodNotAllowed, http.MethodGet, "/mcp", key, nil)
+	})
+
 	t.Run("converse", func(t *testing.T) {
 		c := &contractClient{t: t, base: s.URL, http: client}
 		p := func(kv ...string) string { return "/api/user/rest/converse?" + q(kv...).Encode() }

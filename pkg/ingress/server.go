@@ -146,9 +146,11 @@ type Server struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	handler http.Handler
-	limits  *limiter
-	waiting *waiting
-	metrics *apiMetrics
+	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
+	mcpHandler http.Handler
+	limits     *limiter
+	waiting    *waiting
+	metrics    *apiMetrics
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
@@ -194,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = s.dir.Close()
 		return nil, err
 	}
+	s.mcpHandler = s.newMCPHandler()
 	s.handler = s.routes()
 	return s, nil
 }
@@ -254,6 +257,7 @@ func (s *Server) api() []route {
 
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
 		{post, "/api/user/rest/converse", s.syncCall(s.converse)},
+		{post, "/mcp", s.syncCall(s.mcp)},
 
 		{post, "/api/v1/admin/tenants/{tenantId}/messaging/send", s.syncCall(s.send)},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/history", s.historyPage},

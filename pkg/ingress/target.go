@@ -16,7 +16,7 @@ func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method str
 		return &problem.Problem{Status: http.StatusNotFound, Slug: slug, Detail: detail}
 	}
 	agent, ok := s.dir.Agent(wf.Agent)
-	if !ok {
+	if !ok || !agent.VisibleTo(wf.Tenant) {
 		return notFound("unknown-agent", "no agent named "+quote(wf.Agent)+" is registered")
 	}
 	if !agent.HasWorkflowType(wf.WorkflowType) {

@@ -41,6 +41,33 @@ type Agent struct {
 	DataMethods   []string `json:"dataMethods,omitempty"`
 	Chat          bool     `json:"chat,omitempty"`
 	File          bool     `json:"file,omitempty"`
+	// Methods describe the Data methods that have a description or a parameter schema.
+	Methods []Method `json:"methods,omitempty"`
+	// Tenants that may call the agent; empty means every tenant.
+	Tenants []string `json:"tenants,omitempty"`
+}
+
+// Method describes a Data method for callers that need more than its name (tools offered to a
+// language model, MCP clients).
+type Method struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+}
+
+// Method returns the description of a Data method; names match case-insensitively.
+func (a Agent) Method(name string) (Method, bool) {
+	for _, m := range a.Methods {
+		if strings.EqualFold(m.Name, name) {
+			return m, true
+		}
+	}
+	return Method{}, false
+}
+
+// VisibleTo reports whether callers of the tenant may see and call the agent.
+func (a Agent) VisibleTo(tenant string) bool {
+	return len(a.Tenants) == 0 || slices.Contains(a.Tenants, tenant)
 }
 
 // HasWorkflowType reports whether the agent runs workflows of this type.
@@ -234,6 +261,20 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 	a, ok := d.agents[name]
 	d.mu.RUnlock()
 	return a, ok
+}
+
+// VisibleAgents returns the registrations of the agents the tenant may call, ordered by name.
+func (d *Directory) VisibleAgents(tenant string) []Agent {
+	d.mu.RLock()
+	out := make([]Agent, 0, len(d.agents))
+	for _, a := range d.agents {
+		if a.VisibleTo(tenant) {
+			out = append(out, a)
+		}
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Live reports whether some host with a fresh heartbeat runs the agent.

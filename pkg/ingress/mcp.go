@@ -1,0 +1,327 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/registry"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// The MCP endpoint (POST /mcp) offers the Data methods of the agents a tenant may call as Model
+// Context Protocol tools, over the Streamable HTTP transport of the official Go SDK. It is
+// stateless: every POST carries its API key and is answered on its own, so any ingress instance
+// can serve any request and nothing is kept between them.
+//
+// A tool is named {agent}.{method}. Its arguments are the method's parameters plus two reserved
+// ones that address the conversation: workflow (as converse takes it; default the agent's first
+// workflow type, activation "default") and participantId (default "user"). tools/call runs the
+// method through the bus exactly as converse Data does: same ordering, state and history.
+
+// Arguments of every MCP tool that address the conversation instead of going to the method.
+const (
+	mcpWorkflowArg    = "workflow"
+	mcpParticipantArg = "participantId"
+)
+
+// mcpServerVersion is what initialize reports as the server's version.
+const mcpServerVersion = "1.0.0"
+
+// mcpCallKey carries the authenticated call from mcp into the SDK's handlers.
+type mcpCallKey struct{}
+
+// newMCPHandler returns the handler the MCP endpoint hands authenticated requests to.
+func (s *Server) newMCPHandler() http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		c, ok := r.Context().Value(mcpCallKey{}).(userCall)
+		if !ok {
+			return nil // not reached: mcp authenticates first
+		}
+		return s.mcpServer(c.tenant)
+	}, &mcp.StreamableHTTPOptions{
+		Stateless:           true,
+		JSONResponse:        true,
+		MaxRequestBodyBytes: maxConverseBody,
+		Logger:              s.log,
+	})
+}
+
+// mcp serves POST /mcp. Auth: Authorization: Bearer (a system key names the tenant in
+// X-Tenant-Id). A tools/call waits for its reply like converse does and counts among the
+// tenant's waiting requests.
+func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.startUserCall(w, r, func(url.Values) (string, []string) {
+		return "the Authorization header", []string{r.Header.Get("Authorization")}
+	})
+	if !ok {
+		return
+	}
+	pw := &mcpProblemWriter{ResponseWriter: w, requestID: c.requestID}
+	s.mcpHandler.ServeHTTP(pw, r.WithContext(context.WithValue(r.Context(), mcpCallKey{}, c)))
+	pw.finish()
+}
+
+// maxMCPErrorDetail bounds the detail taken from the SDK's plain-text error answers.
+const maxMCPErrorDetail = 300
+
+// mcpProblemWriter turns the MCP SDK's plain-text error answers at the HTTP level (a message
+// that is no JSON-RPC, a method it does not handle, a missing Accept header) into problem+json,
+// as every other endpoint answers. JSON-RPC answers pass through untouched.
+type mcpProblemWriter struct {
+	http.ResponseWriter
+	requestID string
+	status    int // an error answer being turned into a problem
+	detail    []byte
+}
+
+func (w *mcpProblemWriter) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.status = code
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *mcpProblemWriter) Write(b []byte) (int, error) {
+	if w.status != 0 {
+		if room := maxMCPErrorDetail - len(w.detail); room > 0 {
+			w.detail = append(w.detail, b[:min(len(b), room)]...)
+		}
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes of streamed answers).
+func (w *mcpProblemWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// finish writes the problem of an error answer held back.
+func (w *mcpProblemWriter) finish() {
+	if w.status == 0 {
+		return
+	}
+	slug := strings.ToLower(strings.ReplaceAll(http.StatusText(w.status), " ", "-"))
+	if w.status == http.StatusBadRequest {
+		slug = "invalid-mcp-request"
+	}
+	problem.Write(w.ResponseWriter, problem.Problem{Status: w.status, Slug: slug, Detail: strings.TrimSpace(string(w.detail)), RequestID: w.requestID})
+}
+
+// mcpServer returns an MCP server whose tools are the Data methods of the agents the tenant may
+// call. It is built per request: the registry may change between requests, and building it
+// costs a few allocations per tool.
+func (s *Server) mcpServer(tenant string) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "agentbus", Version: mcpServerVersion}, &mcp.ServerOptions{Logger: s.log})
+	for _, a := range s.dir.VisibleAgents(tenant) {
+		for _, method := range a.DataMethods {
+			tool, ok := mcpTool(a, method)
+			if !ok {
+				s.log.Warn("Data method not offered as an MCP tool: its parameters use a reserved name", "agent", a.Name, "method", method)
+				continue
+			}
+			srv.AddTool(tool, s.mcpCall(a.Name, method))
+		}
+	}
+	return srv
+}
+
+// mcpTool describes an agent's Data method as a tool: its parameter schema with the addressing
+// arguments added. It reports false when the method's own parameters use a reserved name.
+func mcpTool(a registry.Agent, method string) (*mcp.Tool, bool) {
+	schema := map[string]any{"type": "object"}
+	description := fmt.Sprintf("Calls the Data method %q of the agent %s.", method, a.Name)
+	if m, ok := a.Method(method); ok {
+		if m.Description != "" {
+			description = m.Description
+		}
+		if len(m.InputSchema) > 0 {
+			var own map[string]any
+			if json.Unmarshal(m.InputSchema, &own) == nil {
+				schema = own
+			}
+		}
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	for _, reserved := range []string{mcpWorkflowArg, mcpParticipantArg} {
+		if _, taken := props[reserved]; taken {
+			return nil, false
+		}
+	}
+	props[mcpWorkflowArg] = map[string]any{
+		"type":        "string",
+		"description": fmt.Sprintf("The workflow instance to call, as converse takes it: %s, %s:{workflowType} (activation \"default\") or a full workflow id {tenantId}:%s:{workflowType}:{activation}; default %s:%s.", a.Name, a.Name, a.Name, a.Name, defaultWorkflowType(a)),
+	}
+	props[mcpParticipantArg] = map[string]any{
+		"type":        "string",
+		"description": "The participant whose conversation the call belongs to; default " + converseParticipant + ".",
+	}
+	schema["type"], schema["properties"] = "object", props
+	return &mcp.Tool{Name: a.Name + "." + method, Description: description, InputSchema: schema}, true
+}
+
+// defaultWorkflowType is the workflow type a tool call addresses when it names no workflow.
+func defaultWorkflowType(a registry.Agent) string {
+	if len(a.WorkflowTypes) == 0 {
+		return ident.DefaultWorkflowType
+	}
+	return a.WorkflowTypes[0]
+}
+
+// mcpCall returns the handler of the tool of agent's Data method.
+func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		c, _ := ctx.Value(mcpCallKey{}).(userCall)
+		args := map[string]json.RawMessage{}
+		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &args); err != nil {
+				return nil, invalidParams("the arguments must be a JSON object")
+			}
+		}
+		wf, participant, err := mcpAddress(args, agent, c.tenant, s.dir)
+		if err != nil {
+			return nil, invalidParams(err.Error())
+		}
+		delete(args, mcpWorkflowArg)
+		delete(args, mcpParticipantArg)
+		params, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("encoding arguments: %w", err)
+		}
+		if p := s.checkTarget(wf, agentbusv1.Kind_KIND_DATA, method); p != nil {
+			return nil, &jsonrpc.Error{Code: mcpErrorCode(p.Status), Message: p.Detail}
+		}
+		requestID, keep := c.requestID, c.keep
+		if !keep {
+			requestID = uuid.NewString() // one HTTP request may call several tools
+		}
+		call := newMessageRequest(wf, participant, agentbusv1.Kind_KIND_DATA, method, requestID, keep)
+		call.Data = params
+		rep, err := s.call(ctx, call, defaultWait)
+		if err != nil {
+			return nil, s.mcpCallError(call, err)
+		}
+		ans, p := s.messageAnswer(call, idsOf(call), rep)
+		if p != nil {
+			// The method failed: a tool error the model can read, not a protocol error.
+			detail := fmt.Sprintf("%s (%d %s)", p.Detail, p.Status, p.Slug)
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: detail}}}, nil
+		}
+		return mcpResult(ans), nil
+	}
+}
+
+// mcpAddress reads the conversation a tool call addresses from its reserved arguments.
+func mcpAddress(args map[string]json.RawMessage, agent, tenant string, dir *registry.Directory) (ident.Workflow, string, error) {
+	str := func(name string) (string, error) {
+		raw, ok := args[name]
+		if !ok || string(raw) == "null" {
+			return "", nil
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return "", fmt.Errorf("%s must be a string", name)
+		}
+		return v, nil
+	}
+	ref, err := str(mcpWorkflowArg)
+	if err != nil {
+		return ident.Workflow{}, "", err
+	}
+	if strings.TrimSpace(ref) == "" {
+		a, _ := dir.Agent(agent)
+		ref = agent + ":" + defaultWorkflowType(a)
+	}
+	wf, err := ident.Resolve(ref, tenant)
+	if err != nil {
+		return ident.Workflow{}, "", fmt.Errorf("workflow: %w", err)
+	}
+	if wf.Tenant != tenant {
+		return ident.Workflow{}, "", errors.New("workflow: the workflow belongs to another tenant")
+	}
+	if wf.Agent != agent {
+		return ident.Workflow{}, "", fmt.Errorf("workflow: the tool belongs to agent %s, the workflow to %s", agent, wf.Agent)
+	}
+	pid, err := str(mcpParticipantArg)
+	if err != nil {
+		return ident.Workflow{}, "", err
+	}
+	participant, err := ident.Participant(pid)
+	if err != nil {
+		return ident.Workflow{}, "", fmt.Errorf("participantId: %w", err)
+	}
+	if participant == "" {
+		participant = converseParticipant
+	}
+	return wf, participant, nil
+}
+
+// mcpResult is a Data method's answer as a tool result: its data as structured content (and as
+// JSON text, for clients that read only text), and its text, if any.
+func mcpResult(ans *syncAnswer) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{Content: []mcp.Content{}}
+	if ans.Response == nil {
+		return res
+	}
+	if len(ans.Response.Data) > 0 && string(ans.Response.Data) != "null" {
+		res.StructuredContent = json.RawMessage(ans.Response.Data)
+		res.Content = append(res.Content, &mcp.TextContent{Text: string(ans.Response.Data)})
+	}
+	if t := ans.Response.Text; t != nil && *t != "" {
+		res.Content = append(res.Content, &mcp.TextContent{Text: *t})
+	}
+	return res
+}
+
+// JSON-RPC error codes of the MCP endpoint beyond the standard ones: the implementation-defined
+// server error range (-32000 to -32099).
+const (
+	mcpCodeNotFound    = -32004 // the agent, workflow type or method is unknown
+	mcpCodeUnavailable = -32003 // no live host, or the bus could not take the call; retry
+	mcpCodeTimeout     = -32001 // accepted, but no answer in time; it is still processed
+)
+
+// mcpErrorCode maps a problem status of checkTarget to a JSON-RPC error code.
+func mcpErrorCode(status int) int64 {
+	if status == http.StatusNotFound {
+		return mcpCodeNotFound
+	}
+	return mcpCodeUnavailable
+}
+
+// invalidParams is the JSON-RPC error of bad tool arguments.
+func invalidParams(msg string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
+}
+
+// mcpCallError turns the failure of a tool's call on the bus into a JSON-RPC error, with the
+// same wording as the HTTP endpoints' problems and nothing internal.
+func (s *Server) mcpCallError(req *agentbusv1.Request, err error) error {
+	switch {
+	case errors.Is(err, errTimeout):
+		s.metrics.timeouts.Inc()
+		return &jsonrpc.Error{Code: mcpCodeTimeout, Message: "the handler did not answer in time; the call was accepted and will still be processed"}
+	case errors.Is(err, errKeyReused):
+		return invalidParams("this Idempotency-Key was used for a different request within the dedupe window")
+	case errors.Is(err, errReplyLost):
+		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the handler answered, but its reply could not be read back; retry with the same Idempotency-Key"}
+	case errors.Is(err, errClientGone):
+		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the client went away"}
+	default:
+		s.log.Error("MCP tool call failed", "requestId", req.RequestId, "err", err)
+		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the call could not be accepted; try again"}
+	}
+}
