@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -130,9 +131,9 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if cur.LastSeq != 0 {
 			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))
 		}
-		ack, err := s.js.PublishMsg(ctx, nm,
-			jetstream.WithMsgID(msgIDPrefix+m.ID),
-			jetstream.WithExpectLastSequencePerSubject(cur.LastSeq))
+		nm.Header.Set(jetstream.MsgIDHeader, msgIDPrefix+m.ID)
+		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
+		ack, err := bus.Publish(ctx, s.js.Conn(), nm)
 		if err != nil {
 			if isWrongLastSeq(err) {
 				return ErrConflict

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -83,7 +84,7 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
 	// The host's handler span continues the request's trace.
 	tracing.Inject(ctx, msg.Header)
-	ack, err := s.js.PublishMsg(ctx, msg)
+	ack, err := bus.Publish(ctx, s.js.Conn(), msg)
 	if err != nil {
 		return false, fmt.Errorf("publishing request: %w", err)
 	}

@@ -1,0 +1,4 @@
+package bus
+
+// ParsePubAckFast exposes parsePubAckFast to the package's external tests.
+var ParsePubAckFast = parsePubAckFast

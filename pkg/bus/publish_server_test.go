@@ -1,0 +1,56 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// TestPublishAgainstServer: a real server's acknowledgements, a new message and a duplicate,
+// take the hand-written path and read as nats.go reads them; its errors keep their API codes.
+func TestPublishAgainstServer(t *testing.T) {
+	srv := natstest.Server(t, "")
+	nc := natstest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "PUBTEST", Subjects: []string{"pubtest.>"}})
+	require.NoError(t, err)
+
+	msg := func(id string) *nats.Msg {
+		m := nats.NewMsg("pubtest.a")
+		m.Data = []byte("x")
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		return m
+	}
+	for i, want := range []jetstream.PubAck{{Stream: "PUBTEST", Sequence: 1}, {Stream: "PUBTEST", Sequence: 1, Duplicate: true}} {
+		raw, err := nc.RequestMsgWithContext(ctx, msg("one"))
+		require.NoError(t, err)
+		fast, ok := bus.ParsePubAckFast(raw.Data)
+		require.True(t, ok, "ack %d %q not read by the fast path", i, raw.Data)
+		assert.Equal(t, want, *fast)
+	}
+	ack, err := bus.Publish(ctx, nc, msg("two"))
+	require.NoError(t, err)
+	assert.Equal(t, jetstream.PubAck{Stream: "PUBTEST", Sequence: 2}, *ack)
+
+	m := msg("three")
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "1")
+	_, err = bus.Publish(ctx, nc, m)
+	var apiErr *jetstream.APIError
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	assert.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+
+	_, err = bus.Publish(ctx, nc, nats.NewMsg("nostream.a"))
+	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+}
