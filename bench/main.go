@@ -104,7 +104,7 @@ const (
 
 func main() {
 	var o options
-	var cpuprofile string
+	var cpuprofile, memprofile string
 	flag.DurationVar(&o.Duration, "duration", 10*time.Second, "measured duration of each phase")
 	flag.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before each phase")
 	flag.IntVar(&o.Clients, "clients", 64, "concurrent client goroutines (open loop: most requests in flight at once)")
@@ -112,6 +112,7 @@ func main() {
 	flag.IntVar(&o.Partitions, "partitions", 32, "inbox partitions of the bus")
 	body := flag.String("body", `{"ping":1}`, "request body")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
+	flag.StringVar(&memprofile, "memprofile", "", "write the allocation profile of the whole run to `file` when it ends (with -phase agentbus: the agentbus phase, its warm-up and the stack's start)")
 	phase := flag.String("phase", "both", "phases to run: both, bare or agentbus")
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
@@ -173,6 +174,7 @@ func main() {
 
 	if !all {
 		_, failed := execute(ctx, o, phases, rates, runClosed, cpuprofile, *minRatio)
+		writeAllocProfile(memprofile)
 		exit(ctx, failed)
 		return
 	}
@@ -472,6 +474,24 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
 	default:
 		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
+
+// writeAllocProfile writes the allocation profile (every allocation sampled since the start)
+// to file, if one is given. Read it with go tool pprof -sample_index=alloc_objects.
+func writeAllocProfile(file string) {
+	if file == "" {
+		return
+	}
+	f, err := os.Create(file)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: memprofile: %v\n", err)
 	}
 }
 
