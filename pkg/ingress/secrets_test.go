@@ -213,7 +213,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	var answers [][]byte
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, _, body := isoDo(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
+			status, _, body := doPeek(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
 			if status != tc.want {
 				t.Fatalf("status %d, want %d: %.300s", status, tc.want, body)
 			}
@@ -228,17 +228,17 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		ID  string `json:"id"`
 	}
 	var made created
-	status, _, body := isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
+	status, _, body := doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
 	if status != http.StatusCreated || json.Unmarshal(body, &made) != nil || made.Key == "" {
 		t.Fatalf("creating a key: %d %s", status, body)
 	}
 	var rotated created
-	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
 	if status != http.StatusCreated || json.Unmarshal(body, &rotated) != nil || rotated.Key == "" {
 		t.Fatalf("rotating a key: %d %s", status, body)
 	}
 	var sysMade created
-	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
 	if status != http.StatusCreated || json.Unmarshal(body, &sysMade) != nil || sysMade.Key == "" {
 		t.Fatalf("creating a system key: %d %s", status, body)
 	}
@@ -250,7 +250,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{del, "/api/v1/admin/tenants/default/keys/" + rotated.ID},
 		{del, "/api/v1/admin/keys/" + sysMade.ID},
 	} {
-		status, _, body := isoDo(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
+		status, _, body := doPeek(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
 		if status >= 300 {
 			t.Fatalf("%s %s: %d %s", tc.method, tc.path, status, body)
 		}
