@@ -2,17 +2,26 @@ package agent_test
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // series returns the metrics of family name whose labels include want.
@@ -152,4 +161,73 @@ func TestHostMetricsSharedRegistry(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, "%s", b)
 	}
 	assert.EqualValues(t, 4, value(t, reg, "agentbus_handler_outcomes_total", outcome("Echo", "webhook", "echo", "ok")))
+}
+
+// A keyed request whose result is already cached (here a second stored copy, as a NATS cluster
+// can keep when its stream leader fails) is answered from the cache without running: it counts
+// as cached, and the handler runs, and is observed, once.
+func TestHostMetricsCached(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := stacktest.Start(t, stacktest.Options{Host: agent.HostConfig{Metrics: reg}})
+	wf := "default:Echo:Supervisor Workflow:cached"
+	data, err := proto.Marshal(&agentbusv1.Request{
+		RequestId: "cached-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: "cached", ParticipantId: "webhook",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
+	})
+	require.NoError(t, err)
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	for _, id := range []string{"copy-1", "copy-2"} {
+		msg := &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data, Header: nats.Header{}}
+		msg.Header.Set(subject.HeaderMsgID, id) // two stored copies, as if the dedupe missed
+		_, err := js.PublishMsg(t.Context(), msg)
+		require.NoError(t, err)
+	}
+	// The state call queues behind both copies in the same conversation.
+	status, _, b := post(t, s, wf, "state", "")
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	require.True(t, strings.Contains(string(b), `"count":1`), "the second copy ran again: state %s", b)
+
+	count := map[string]string{"agent": "Echo", "kind": "webhook", "method": "count"}
+	assert.EqualValues(t, 1, value(t, reg, "agentbus_handler_outcomes_total", outcome("Echo", "webhook", "count", "cached")),
+		"the second copy is answered from the cache")
+	assert.EqualValues(t, 1, value(t, reg, "agentbus_handler_outcomes_total", outcome("Echo", "webhook", "count", "ok")),
+		"the first copy ran")
+	assert.EqualValues(t, 1, observations(t, reg, "agentbus_handler_duration_seconds", count), "one run: a cached answer is no run")
+	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Echo"}),
+		"a second stored copy is a new delivery, not a redelivery")
+}
+
+// A host that crashes while its handler runs leaves the request unacknowledged; JetStream
+// delivers it again to the partition's next owner, which counts one redelivery and runs it.
+func TestHostMetricsRedelivered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	sa := &seqAgent{}
+	const ackWait = time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait, Metrics: reg}})
+	doomed := idOwning("Seq", 1, 0, "survivor")
+	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sa.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
+		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"survivor", doomed})
+	})
+
+	step(t, s, "r", "1", "2s")
+	waitFor(t, 5*time.Second, "the step runs on the doomed host", func() bool {
+		ns, hosts := sa.starts("r")
+		return len(ns) == 1 && hosts[0] == doomed
+	})
+	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Seq"}), "before the crash")
+	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
+	cancel()
+
+	ok := outcome("Seq", "webhook", "step", "ok")
+	waitFor(t, 30*time.Second, "the survivor ran the step", func() bool {
+		return value(t, reg, "agentbus_handler_outcomes_total", ok) == 1
+	})
+	_, hosts := sa.starts("r")
+	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the step ran on the doomed host, then once on the survivor")
+	assert.EqualValues(t, 1, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Seq"}),
+		"the survivor got the request a second time")
 }

@@ -35,6 +35,7 @@ type Config struct {
 	Replicas            int
 	WebhookTimeout      time.Duration
 	ShutdownTimeout     time.Duration
+	DrainDelay          time.Duration
 	HistoryMaxAge       time.Duration
 	MaxFileBytes        int64
 	RateLimit           float64
@@ -137,6 +138,14 @@ func (c *Config) settings() []setting {
 				return fmt.Errorf("shutdown-timeout: %q is not a duration such as 35s, or 0", v)
 			}
 			c.ShutdownTimeout = d
+			return nil
+		}},
+		{"AGENTBUS_DRAIN_DELAY", "drain-delay", "0", "ingress: how long after SIGTERM /readyz answers 503 draining while requests are still served, before the listener closes, so that load balancers stop sending first", func(v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("drain-delay: %q is not a duration such as 5s, or 0", v)
+			}
+			c.DrainDelay = d
 			return nil
 		}},
 		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", func(v string) error {

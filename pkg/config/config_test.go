@@ -112,6 +112,21 @@ func TestOverrides(t *testing.T) {
 			check: func(c config.Config) bool { return c.IngressShutdownTimeout() == 12*time.Second },
 		},
 		{
+			name:  "drain delay off by default",
+			check: func(c config.Config) bool { return c.DrainDelay == 0 },
+		},
+		{
+			name:  "env drain delay",
+			vars:  map[string]string{"AGENTBUS_DRAIN_DELAY": "5s"},
+			check: func(c config.Config) bool { return c.DrainDelay == 5*time.Second },
+		},
+		{
+			name:  "flag drain delay over env",
+			vars:  map[string]string{"AGENTBUS_DRAIN_DELAY": "5s"},
+			args:  []string{"-drain-delay", "1500ms"},
+			check: func(c config.Config) bool { return c.DrainDelay == 1500*time.Millisecond },
+		},
+		{
 			name:  "env continue-as-new",
 			vars:  map[string]string{"AGENTBUS_CONTINUE_AS_NEW_EVENTS": "-1"},
 			check: func(c config.Config) bool { return c.ContinueAsNewEvents == -1 },
@@ -233,6 +248,8 @@ func TestBadValues(t *testing.T) {
 		{name: "tenant rate negative", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=-5:10"}, mention: []string{"acme=-5:10"}},
 		{name: "tenant rate bad tenant", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "a b=5:10"}, mention: []string{"rate-limit-tenants"}},
 		{name: "tenant rate twice", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=5:10,acme=6:10"}, mention: []string{"twice"}},
+		{name: "negative drain delay", vars: map[string]string{"AGENTBUS_DRAIN_DELAY": "-1s"}, mention: []string{"AGENTBUS_DRAIN_DELAY"}},
+		{name: "drain delay without unit", args: []string{"-drain-delay", "5"}, mention: []string{"drain-delay"}},
 		{name: "negative idle timeout", vars: map[string]string{"AGENTBUS_IDLE_TIMEOUT": "-1h"}, mention: []string{"AGENTBUS_IDLE_TIMEOUT"}},
 		{name: "short ack wait", vars: map[string]string{"AGENTBUS_ACK_WAIT": "100ms"}, mention: []string{"AGENTBUS_ACK_WAIT"}},
 		{name: "zero deliveries", vars: map[string]string{"AGENTBUS_MAX_DELIVERIES": "0"}, mention: []string{"AGENTBUS_MAX_DELIVERIES"}},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -192,7 +193,8 @@ func (s *Store) get(ctx context.Context, tenant string, id uint64) (*jetstream.R
 // Replay publishes the dead letter's request to the inbox again, to be handled as if it had just
 // arrived (a fresh count of attempts), and then removes the dead letter. The request keeps its
 // requestId; nobody waits for its reply, which is stored in history (and in the result cache
-// when the caller had sent an idempotency key).
+// when the caller had sent an idempotency key). The republished message carries ctx's trace
+// context, so that the handler's span is a child of the replay's.
 func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, error) {
 	raw, err := s.get(ctx, tenant, id)
 	if err != nil {
@@ -214,7 +216,11 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 			return Letter{}, fmt.Errorf("checking the dead letter's stored request: %w", err)
 		}
 	}
-	msg := &nats.Msg{Subject: subject.Inbox(req.GetAgentName(), req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()), Data: raw.Data}
+	msg := &nats.Msg{Subject: subject.Inbox(req.GetAgentName(), req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()),
+		Data: raw.Data, Header: nats.Header{}}
+	// The replay's handler run continues the trace of whoever replayed it (the ingress's span of
+	// the replay request), not the dead request's, which ended when it was given up.
+	tracing.Inject(ctx, msg.Header)
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
 		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
 	}

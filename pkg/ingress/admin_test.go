@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
@@ -39,12 +42,15 @@ func createKey(t *testing.T, s *stacktest.Stack, tenant, by, name, role string) 
 	}
 	var k newKey
 	h := adminOK(t, s, http.MethodPost, path, by, map[string]string{"name": name, "role": role}, http.StatusCreated, &k)
-	if !strings.HasPrefix(k.Key, keys.Prefix) || k.ID == "" || k.Name != name || k.Role != role || k.Tenant != tenant || k.CreatedAt.IsZero() || k.RevokedAt != nil {
-		t.Fatalf("created key = %+v", k)
-	}
-	if h.Get("Cache-Control") != "no-store" || h.Get("Location") != path+"/"+k.ID {
-		t.Errorf("created key headers: Cache-Control %q, Location %q", h.Get("Cache-Control"), h.Get("Location"))
-	}
+	require.True(t, strings.HasPrefix(k.Key, keys.Prefix), "created key = %+v", k)
+	require.NotEmpty(t, k.ID, "created key = %+v", k)
+	require.Equal(t, name, k.Name, "created key = %+v", k)
+	require.Equal(t, role, k.Role, "created key = %+v", k)
+	require.Equal(t, tenant, k.Tenant, "created key = %+v", k)
+	require.False(t, k.CreatedAt.IsZero(), "created key = %+v", k)
+	require.Nil(t, k.RevokedAt, "created key = %+v", k)
+	assert.Equal(t, "no-store", h.Get("Cache-Control"), "created key headers")
+	assert.Equal(t, path+"/"+k.ID, h.Get("Location"), "created key headers")
 	return k
 }
 
@@ -61,11 +67,9 @@ func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within 
 	deadline := time.Now().Add(within)
 	for {
 		got := callEcho(t, s, key)
-		if got == want {
+		if got == want || time.Now().After(deadline) {
+			require.Equal(t, want, got, "webhook answer within %v", within)
 			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("webhook answered %d, not %d, within %v", got, want, within)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -74,9 +78,7 @@ func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within 
 func waitKnown(t *testing.T, s *stacktest.Stack, secrets ...string) {
 	t.Helper()
 	for _, k := range secrets {
-		if err := s.WaitKnown(context.Background(), k); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.WaitKnown(context.Background(), k))
 	}
 }
 
@@ -92,9 +94,9 @@ func TestAdminFlow(t *testing.T) {
 		CreatedAt time.Time `json:"createdAt"`
 	}
 	h := adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, &tenant)
-	if tenant.ID != "acme" || tenant.CreatedAt.IsZero() || h.Get("Location") != "/api/v1/admin/tenants/acme" {
-		t.Fatalf("created tenant = %+v, Location %q", tenant, h.Get("Location"))
-	}
+	require.Equal(t, "acme", tenant.ID, "created tenant = %+v", tenant)
+	require.False(t, tenant.CreatedAt.IsZero(), "created tenant = %+v", tenant)
+	assert.Equal(t, "/api/v1/admin/tenants/acme", h.Get("Location"), "created tenant's Location")
 	var tenants struct {
 		Tenants []struct {
 			ID string `json:"id"`
@@ -105,28 +107,20 @@ func TestAdminFlow(t *testing.T) {
 	for _, tn := range tenants.Tenants {
 		ids = append(ids, tn.ID)
 	}
-	if !slices.Equal(ids, []string{"acme", "default", "other"}) {
-		t.Errorf("tenants = %v, want acme, default, other", ids)
-	}
+	assert.Equal(t, []string{"acme", "default", "other"}, ids, "tenants")
 
 	// The system admin makes a tenant admin, which makes a user key.
 	ta := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
-	if ta.CreatedBy != "admin" {
-		t.Errorf("tenant admin createdBy = %q, want admin (the AGENTBUS_ADMIN_KEY's id)", ta.CreatedBy)
-	}
+	assert.Equal(t, "admin", ta.CreatedBy, "tenant admin createdBy: the AGENTBUS_ADMIN_KEY's id")
 	waitKnown(t, s, ta.Key)
 	var got newKey
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme", ta.Key, nil, http.StatusOK, &tenant)
 	user := createKey(t, s, "acme", ta.Key, "ci", "user")
-	if user.CreatedBy != ta.ID {
-		t.Errorf("user key createdBy = %q, want the tenant admin's id %q", user.CreatedBy, ta.ID)
-	}
+	assert.Equal(t, ta.ID, user.CreatedBy, "user key createdBy: the tenant admin's id")
 	waitKnown(t, s, user.Key)
 
 	// The user key calls its tenant's webhook, and no admin endpoint.
-	if st := callEcho(t, s, user.Key); st != http.StatusOK {
-		t.Fatalf("user key on the Echo webhook: %d", st)
-	}
+	require.Equal(t, http.StatusOK, callEcho(t, s, user.Key), "user key on the Echo webhook")
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/admin/tenants/acme/keys"},
 		{http.MethodPost, "/api/v1/admin/tenants/acme/keys"},
@@ -140,81 +134,61 @@ func TestAdminFlow(t *testing.T) {
 
 	// Listing shows the records and nothing secret.
 	status, _, raw := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys", ta.Key, nil)
-	if status != http.StatusOK {
-		t.Fatalf("listing keys: %d %s", status, raw)
-	}
+	require.Equal(t, http.StatusOK, status, "listing keys: %s", raw)
 	for _, secret := range []string{ta.Key, user.Key} {
 		for _, needle := range []string{secret, strings.TrimPrefix(secret, keys.Prefix), keys.Hash(secret)} {
-			if strings.Contains(string(raw), needle) {
-				t.Errorf("key listing %s holds secret material %q", raw, needle)
-			}
+			assert.NotContains(t, string(raw), needle, "the key listing holds secret material")
 		}
 	}
 	var list keyList
-	if err := json.Unmarshal(raw, &list); err != nil {
-		t.Fatal(err)
-	}
-	if len(list.Keys) != 2 {
-		t.Fatalf("listed %d keys, want 2: %s", len(list.Keys), raw)
-	}
+	require.NoError(t, json.Unmarshal(raw, &list), "%s", raw)
+	require.Len(t, list.Keys, 2, "listed keys: %s", raw)
 	for _, k := range list.Keys {
 		for field := range k {
-			if !slices.Contains([]string{"id", "tenant", "role", "name", "createdBy", "createdAt", "revokedAt"}, field) {
-				t.Errorf("key record has field %q: %v", field, k)
-			}
+			assert.Contains(t, []string{"id", "tenant", "role", "name", "createdBy", "createdAt", "revokedAt"}, field, "key record has an unexpected field: %v", k)
 		}
-		if k["tenant"] != "acme" {
-			t.Errorf("listed a key of tenant %v", k["tenant"])
-		}
+		assert.Equal(t, "acme", k["tenant"], "listed a key of another tenant")
 	}
 
 	// Revocation reaches the ingress within a second.
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
 	echoBecomes(t, s, user.Key, http.StatusUnauthorized, time.Second)
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
-	if got.RevokedAt == nil {
-		t.Errorf("revoked key record = %+v, want revokedAt", got)
-	}
+	require.NotNil(t, got.RevokedAt, "revoked key record = %+v, want revokedAt", got)
 	firstRevoked := *got.RevokedAt
 	// Revoking again is not an error, and keeps the first time.
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
-	if !got.RevokedAt.Equal(firstRevoked) {
-		t.Errorf("second revoke moved revokedAt from %v to %v", firstRevoked, got.RevokedAt)
-	}
+	require.NotNil(t, got.RevokedAt, "key record after the second revoke = %+v", got)
+	assert.True(t, got.RevokedAt.Equal(firstRevoked), "second revoke moved revokedAt from %v to %v", firstRevoked, got.RevokedAt)
 
 	// Rotation: a new secret with the same name and role; the old one stops working.
 	old := createKey(t, s, "acme", ta.Key, "deploy", "user")
 	waitKnown(t, s, old.Key)
 	var rotated newKey
 	h = adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil, http.StatusCreated, &rotated)
-	if !strings.HasPrefix(rotated.Key, keys.Prefix) || rotated.Key == old.Key || rotated.ID == old.ID || rotated.Name != "deploy" ||
-		rotated.Role != "user" || rotated.Tenant != "acme" || rotated.CreatedBy != ta.ID || rotated.Replaces != old.ID {
-		t.Errorf("rotated = %+v, want a new key replacing %s", rotated, old.ID)
-	}
-	if h.Get("Cache-Control") != "no-store" {
-		t.Errorf("rotation answer Cache-Control = %q", h.Get("Cache-Control"))
-	}
+	assert.True(t, strings.HasPrefix(rotated.Key, keys.Prefix), "rotated = %+v", rotated)
+	assert.NotEqual(t, old.Key, rotated.Key, "rotation kept the secret")
+	assert.NotEqual(t, old.ID, rotated.ID, "rotation kept the id")
+	assert.Equal(t, "deploy", rotated.Name, "rotated = %+v", rotated)
+	assert.Equal(t, "user", rotated.Role, "rotated = %+v", rotated)
+	assert.Equal(t, "acme", rotated.Tenant, "rotated = %+v", rotated)
+	assert.Equal(t, ta.ID, rotated.CreatedBy, "rotated = %+v", rotated)
+	assert.Equal(t, old.ID, rotated.Replaces, "rotated = %+v", rotated)
+	assert.Equal(t, "no-store", h.Get("Cache-Control"), "rotation answer Cache-Control")
 	echoBecomes(t, s, old.Key, http.StatusUnauthorized, time.Second)
 	echoBecomes(t, s, rotated.Key, http.StatusOK, time.Second)
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+old.ID, ta.Key, nil, http.StatusOK, &got)
-	if got.RevokedAt == nil {
-		t.Errorf("rotated-out key = %+v, want revokedAt", got)
-	}
+	assert.NotNil(t, got.RevokedAt, "rotated-out key = %+v, want revokedAt", got)
 	status, hdr, b := adminReq(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil)
-	if p := problemOf(t, status, hdr.Get("Content-Type"), b, http.StatusConflict); p["type"] != "urn:agentbus:problem:key-revoked" {
-		t.Errorf("rotating a revoked key: %v", p)
-	}
+	p := problemOf(t, status, hdr.Get("Content-Type"), b, http.StatusConflict)
+	assert.Equal(t, "urn:agentbus:problem:key-revoked", p["type"], "rotating a revoked key: %v", p)
 
 	// Deleting the tenant revokes its keys and makes it unknown.
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil, http.StatusNoContent, nil)
 	echoBecomes(t, s, rotated.Key, http.StatusUnauthorized, time.Second)
-	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(ta.Key); {
-		if time.Now().After(deadline) {
-			t.Fatal("the tenant admin's key still works a second after its tenant was deleted")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(ta.Key) }, time.Second, 5*time.Millisecond,
+		"the tenant admin's key still works a second after its tenant was deleted")
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/admin/tenants/acme"},
 		{http.MethodDelete, "/api/v1/admin/tenants/acme"},
@@ -225,33 +199,25 @@ func TestAdminFlow(t *testing.T) {
 	}
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants", systemKey, nil, http.StatusOK, &tenants)
 	for _, tn := range tenants.Tenants {
-		if tn.ID == "acme" {
-			t.Errorf("deleted tenant still listed: %+v", tenants)
-		}
+		assert.NotEqual(t, "acme", tn.ID, "deleted tenant still listed: %+v", tenants)
 	}
 	// Its id can be used again; the old keys stay revoked.
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
-	if s.Ingress.KeyKnown(ta.Key) || s.Ingress.KeyKnown(rotated.Key) {
-		t.Error("a key of the deleted tenant works again after the tenant id was reused")
-	}
+	assert.False(t, s.Ingress.KeyKnown(ta.Key), "a key of the deleted tenant works again after the tenant id was reused")
+	assert.False(t, s.Ingress.KeyKnown(rotated.Key), "a key of the deleted tenant works again after the tenant id was reused")
 }
 
 func TestAdminDeleteTenantFinishesInterruptedDeletion(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	// A deletion that stopped after marking the tenant, before revoking its keys.
-	if _, err := s.Res.Tenants.Put(ctx, "other", []byte(`{"id":"other","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Res.Tenants.Put(ctx, "other", []byte(`{"id":"other","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`))
+	require.NoError(t, err)
 	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/other", systemKey, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil, http.StatusNoContent, nil)
-	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(s.OtherKey); {
-		if time.Now().After(deadline) {
-			t.Fatal("the key of a deleted tenant still works after 1s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(s.OtherKey) }, time.Second, 5*time.Millisecond,
+		"the key of a deleted tenant still works after 1s")
 	status, h, b = adminReq(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 }
@@ -264,9 +230,7 @@ func TestAdminSystemKeys(t *testing.T) {
 	// A created system-admin key is as good as AGENTBUS_ADMIN_KEY.
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", sys.Key, map[string]string{"id": "made-by-key"}, http.StatusCreated, nil)
 	ta := createKey(t, s, "made-by-key", sys.Key, "ops", "tenant-admin")
-	if ta.CreatedBy != sys.ID {
-		t.Errorf("createdBy = %q, want %q", ta.CreatedBy, sys.ID)
-	}
+	assert.Equal(t, sys.ID, ta.CreatedBy, "createdBy")
 	sys2 := createKey(t, s, "", sys.Key, "second", "system-admin")
 
 	var list keyList
@@ -278,9 +242,7 @@ func TestAdminSystemKeys(t *testing.T) {
 	slices.Sort(ids)
 	want := []string{sys.ID, sys2.ID}
 	slices.Sort(want)
-	if !slices.Equal(ids, want) {
-		t.Errorf("system keys = %v, want only %v", ids, want)
-	}
+	assert.Equal(t, want, ids, "system keys, and only they")
 	// A system key is not reachable through a tenant's path, nor a tenant's key through the
 	// system path.
 	for _, path := range []string{"/api/v1/admin/tenants/made-by-key/keys/" + sys2.ID, "/api/v1/admin/keys/" + ta.ID} {
@@ -288,12 +250,8 @@ func TestAdminSystemKeys(t *testing.T) {
 		problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	}
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/keys/"+sys.ID, sys2.Key, nil, http.StatusNoContent, nil)
-	for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(sys.Key); {
-		if time.Now().After(deadline) {
-			t.Fatal("a revoked system key still works after 1s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(sys.Key) }, time.Second, 5*time.Millisecond,
+		"a revoked system key still works after 1s")
 	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants", sys.Key, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusUnauthorized)
 }
@@ -302,24 +260,15 @@ func TestAdminRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, otherRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: "theirs"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, mine, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "mine"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, revokedRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "revoked"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Keys.RevokeID(ctx, revokedRec.ID); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = s.Keys.RevokeID(ctx, revokedRec.ID)
+	require.NoError(t, err)
 	waitKnown(t, s, user)
 
 	const (
@@ -413,34 +362,27 @@ func TestAdminRefusals(t *testing.T) {
 			}
 			status, h, b := adminReq(t, s, tc.method, tc.path, tc.key, body, tc.hdr...)
 			p := problemOf(t, status, h.Get("Content-Type"), b, tc.want)
-			if p["type"] != "urn:agentbus:problem:"+tc.slug {
-				t.Errorf("type %v, want slug %s", p["type"], tc.slug)
+			assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"], "problem type")
+			if tc.want == 405 {
+				assert.NotEmpty(t, h.Get("Allow"), "405 without Allow")
 			}
-			if tc.want == 405 && h.Get("Allow") == "" {
-				t.Error("405 without Allow")
-			}
-			if tc.want == 401 && h.Get("WWW-Authenticate") == "" {
-				t.Error("401 without WWW-Authenticate")
+			if tc.want == 401 {
+				assert.NotEmpty(t, h.Get("WWW-Authenticate"), "401 without WWW-Authenticate")
 			}
 		})
 	}
 
 	// Nothing refused changed anything.
 	ks, err := s.Keys.Keys(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, k := range ks {
-		if k.ID == mine.ID && k.RevokedAt != nil || k.ID == otherRec.ID && k.RevokedAt != nil {
-			t.Errorf("a refused request revoked %+v", k)
+		if k.ID == mine.ID || k.ID == otherRec.ID {
+			assert.Nil(t, k.RevokedAt, "a refused request revoked %+v", k)
 		}
 	}
-	if len(ks) != 6 {
-		t.Errorf("%d keys after refused requests, want the 6 the test made", len(ks))
-	}
-	if _, err := s.Keys.GetTenant(ctx, "mine"); err == nil {
-		t.Error("a refused request created a tenant")
-	}
+	assert.Len(t, ks, 6, "keys after refused requests: the 6 the test made")
+	_, err = s.Keys.GetTenant(ctx, "mine")
+	assert.Error(t, err, "a refused request created a tenant")
 }
 
 func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {
@@ -458,38 +400,27 @@ func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {
 	secrets := []string{s.Key, s.OtherKey, ta.Key, user.Key, sys.Key, rotated.Key, revoked.Key}
 
 	lister, err := s.Res.Keys.ListKeys(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var entries int
 	for k := range lister.Keys() {
 		entries++
 		// The bucket keeps history: every revision counts, not only the latest.
 		hist, err := s.Res.Keys.History(ctx, k)
-		if err != nil {
-			t.Fatalf("History(%q): %v", k, err)
-		}
+		require.NoError(t, err, "History(%q)", k)
 		for _, secret := range secrets {
 			for _, needle := range []string{secret, strings.TrimPrefix(secret, keys.Prefix)} {
-				if strings.Contains(k, needle) {
-					t.Errorf("entry key %q holds a secret", k)
-				}
+				assert.NotContains(t, k, needle, "entry key %q holds a secret", k)
 				for _, e := range hist {
-					if strings.Contains(string(e.Value()), needle) {
-						t.Errorf("entry %q revision %d holds a secret: %s", k, e.Revision(), e.Value())
-					}
+					assert.NotContains(t, string(e.Value()), needle, "entry %q revision %d holds a secret", k, e.Revision())
 				}
 			}
 		}
 	}
 	// A record and an id index entry for each key.
-	if want := 2 * len(secrets); entries != want {
-		t.Errorf("bucket holds %d entries, want %d", entries, want)
-	}
+	assert.Equal(t, 2*len(secrets), entries, "bucket entries: a record and an id index entry for each key")
 	for _, secret := range secrets {
-		if _, err := s.Res.Keys.Get(ctx, keys.Hash(secret)); err != nil {
-			t.Errorf("no record under a key's hash: %v", err)
-		}
+		_, err := s.Res.Keys.Get(ctx, keys.Hash(secret))
+		assert.NoError(t, err, "no record under a key's hash")
 	}
 }
 
@@ -504,9 +435,8 @@ func TestAdminMethodsAllow(t *testing.T) {
 		"/api/v1/admin/tenants/default/keys/1/rotate": "POST",
 	} {
 		status, h, _ := adminReq(t, s, http.MethodPatch, path, systemKey, nil)
-		if status != http.StatusMethodNotAllowed || h.Get("Allow") != want {
-			t.Errorf("PATCH %s: %d, Allow %q; want 405, Allow %q", path, status, h.Get("Allow"), want)
-		}
+		assert.Equal(t, http.StatusMethodNotAllowed, status, "PATCH %s", path)
+		assert.Equal(t, want, h.Get("Allow"), "PATCH %s", path)
 	}
 }
 
@@ -517,19 +447,11 @@ func TestAdminRevocationReachesEveryIngress(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	nc, err := s.NATS.Connect("second ingress")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	second, err := ingress.New(ctx, ingress.Config{Conn: nc, Bus: bus.Config{Partitions: 4}, AdminKey: systemKey, Logger: stacktest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := second.Close(); err != nil {
-			t.Errorf("closing the second ingress: %v", err)
-		}
-	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, second.Close(), "closing the second ingress") })
 	srv := httptest.NewServer(second.Handler())
 	t.Cleanup(srv.Close)
 	echoAt := func(key string) int {
@@ -538,21 +460,13 @@ func TestAdminRevocationReachesEveryIngress(t *testing.T) {
 	}
 
 	user := createKey(t, s, "default", s.Key, "ci", "user")
-	for deadline := time.Now().Add(time.Second); !second.KeyKnown(user.Key); {
-		if time.Now().After(deadline) {
-			t.Fatal("a new key did not reach the second ingress within 1s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	if st := echoAt(user.Key); st != http.StatusOK {
-		t.Fatalf("new key on the second ingress: %d", st)
-	}
+	require.Eventually(t, func() bool { return second.KeyKnown(user.Key) }, time.Second, 2*time.Millisecond,
+		"a new key did not reach the second ingress within 1s")
+	require.Equal(t, http.StatusOK, echoAt(user.Key), "new key on the second ingress")
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/keys/"+user.ID, s.Key, nil, http.StatusNoContent, nil)
 	revoked := time.Now()
 	for echoAt(user.Key) != http.StatusUnauthorized {
-		if time.Since(revoked) > time.Second {
-			t.Fatal("the second ingress still accepts a key revoked through the first after 1s")
-		}
+		require.Less(t, time.Since(revoked), time.Second, "the second ingress still accepts a key revoked through the first after 1s")
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("revocation seen by the second ingress after %v", time.Since(revoked))

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -59,67 +61,47 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 	defer cancel()
 
 	ncI, err := bus.Connect(cl.URLs(), "ingress", stacktest.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(ncI.Close)
 	srv, err := ingress.New(ctx, ingress.Config{Conn: ncI, Bus: busCfg, WebhookTimeout: 5 * time.Second, Logger: stacktest.Logger()})
-	if err != nil {
-		t.Fatalf("starting ingress: %v", err)
-	}
+	require.NoError(t, err, "starting ingress")
 	t.Cleanup(func() { _ = srv.Close() })
 
 	ncH, err := bus.Connect(cl.URLs(), "host", stacktest.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(ncH.Close)
 	host, err := agent.NewHost(agent.HostConfig{Conn: ncH, Agents: []*agent.Agent{echo.New()}, Bus: busCfg,
 		ShutdownGrace: 10 * time.Second, Logger: stacktest.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	hctx, stopHost := context.WithCancel(context.Background())
 	hostDone := make(chan error, 1)
 	go func() { hostDone <- host.Run(hctx) }()
 	t.Cleanup(func() {
 		stopHost()
-		if err := <-hostDone; err != nil {
-			t.Errorf("host: %v", err)
-		}
+		assert.NoError(t, <-hostDone, "host")
 	})
 	select {
 	case <-host.Ready():
 	case err := <-hostDone:
 		hostDone <- err
-		t.Fatalf("host did not start: %v", err)
+		require.Failf(t, "host did not start", "%v", err)
 	case <-ctx.Done():
-		t.Fatal("host not ready in time")
+		require.FailNow(t, "host not ready in time")
 	}
 
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 
 	js, err := jetstream.New(ncI)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	res, err := bus.Ensure(ctx, js, busCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ks := keys.NewStore(res.Keys, res.Tenants)
-	if err := ks.EnsureTenant(ctx, "default"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, ks.EnsureTenant(ctx, "default"))
 	key, _, err := ks.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for !srv.KeyKnown(key) || !srv.AgentLive("Echo") {
-		if ctx.Err() != nil {
-			t.Fatalf("key known %v, Echo live %v", srv.KeyKnown(key), srv.AgentLive("Echo"))
-		}
+		require.NoError(t, ctx.Err(), "key known %v, Echo live %v", srv.KeyKnown(key), srv.AgentLive("Echo"))
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("stack ready after %v", time.Since(begin))
@@ -179,15 +161,15 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 		<-killNow
 		ictx, icancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer icancel()
+		// Not the test's goroutine: assert, and return on failure.
 		info, err := res.Inbox.Info(ictx)
-		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
-			t.Errorf("finding the inbox leader: %v %+v", err, info)
+		if !assert.NoError(t, err, "finding the inbox leader") ||
+			!assert.True(t, info.Cluster != nil && info.Cluster.Leader != "", "finding the inbox leader: %+v", info) {
 			return
 		}
 		killed = info.Cluster.Leader
 		i := cl.Index(killed)
-		if i < 0 {
-			t.Errorf("inbox leader %q is not a cluster server", killed)
+		if !assert.GreaterOrEqual(t, i, 0, "inbox leader %q is not a cluster server", killed) {
 			return
 		}
 		killedAt = time.Now()
@@ -253,7 +235,7 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				dumpInbox(t, res)
-				t.Fatalf("call %d still failing after the retry deadline: %d %v %.200s", i, r.status, r.err, r.body)
+				require.FailNowf(t, "a call still fails after the retry deadline", "call %d: %d %v %.200s", i, r.status, r.err, r.body)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -268,9 +250,7 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 		}
 	}
 	sort.Ints(counts)
-	if len(final500) > 0 {
-		t.Errorf("%d accepted calls ended with a stored 500 from the handler, returned again on every retry: %v (first answers %v)", len(final500), final500, firstStatus(results, final500))
-	}
+	assert.Empty(t, final500, "accepted calls ended with a stored 500 from the handler, returned again on every retry (first answers %v)", firstStatus(results, final500))
 	for i, c := range counts {
 		if len(final500) == 0 && c != i+1 {
 			seen := map[int]int{}
@@ -289,7 +269,7 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 				}
 			}
 			sort.Ints(dup)
-			t.Fatalf("counts returned are not 1..%d: duplicated or out of range %v, missing %v", n, dup, missing)
+			require.FailNowf(t, fmt.Sprintf("counts returned are not 1..%d", n), "duplicated or out of range %v, missing %v", dup, missing)
 		}
 	}
 
@@ -300,15 +280,12 @@ func TestNoAcceptedRequestLostWhenANodeDies(t *testing.T) {
 		if last.err == nil && last.status == http.StatusOK {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("final call: %d %v %.200s", last.status, last.err, last.body)
-		}
+		require.False(t, time.Now().After(deadline), "final call: %d %v %.200s", last.status, last.err, last.body)
 		time.Sleep(200 * time.Millisecond)
 	}
+	require.NotEmpty(t, counts, "no call was answered 200")
 	t.Logf("200 answers carried %d distinct counts, highest %d", len(counts), counts[len(counts)-1])
-	if last.count != n+1 {
-		t.Fatalf("final count = %d, want %d: requests lost or executed twice", last.count, n+1)
-	}
+	require.Equal(t, n+1, last.count, "final count: requests lost or executed twice")
 	t.Logf("total %v; final count %d", time.Since(begin), last.count)
 }
 

@@ -3,9 +3,12 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/url"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -14,22 +17,22 @@ func TestConverse(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "Bob", "text", "hi there"), "", "Authorization", "Bearer "+s.Key)
 	a := answerOf(t, status, b)
-	var shape map[string]any
-	_ = json.Unmarshal(b, &shape)
-	resp := shape["response"].(map[string]any)
-	if resp["text"] != "You said: hi there" || resp["data"] != nil || resp["messageType"] != 0.0 || a.RequestID == "" || a.ThreadID == "" {
-		t.Fatalf("chat answer %s", b)
-	}
-	if _, present := resp["data"]; !present {
-		t.Fatalf("chat answer has no data field (must be null): %s", b)
-	}
+	resp, ok := decode(t, b)["response"].(map[string]any)
+	require.True(t, ok, "chat answer without response: %s", b)
+	assert.Equal(t, "You said: hi there", resp["text"], "chat answer %s", b)
+	assert.Equal(t, 0.0, resp["messageType"], "chat answer %s", b)
+	assert.NotEmpty(t, a.RequestID, "chat answer %s", b)
+	assert.NotEmpty(t, a.ThreadID, "chat answer %s", b)
+	assert.Contains(t, resp, "data", "chat answer has no data field (must be null): %s", b)
+	assert.Nil(t, resp["data"], "chat answer %s", b)
 
 	status, _, b = converse(t, s, q("workflow", "Echo:Conversational", "type", "Data", "text", "sum", "apikey", s.Key), `{"values":[1,2,3.5]}`)
-	_ = json.Unmarshal(b, &shape)
-	resp = shape["response"].(map[string]any)
-	if status != 200 || resp["text"] != nil || resp["messageType"] != 1.0 || resp["data"].(map[string]any)["sum"] != 6.5 {
-		t.Fatalf("data answer %d %s", status, b)
-	}
+	require.Equal(t, http.StatusOK, status, "data answer %s", b)
+	resp, ok = decode(t, b)["response"].(map[string]any)
+	require.True(t, ok, "data answer without response: %s", b)
+	assert.Nil(t, resp["text"], "data answer %s", b)
+	assert.Equal(t, 1.0, resp["messageType"], "data answer %s", b)
+	assert.Equal(t, map[string]any{"sum": 6.5}, resp["data"], "data answer %s", b)
 
 	for _, tc := range []struct {
 		name  string
@@ -63,28 +66,17 @@ func TestConverseCountSurvivesHostRestart(t *testing.T) {
 		status, _, b := converse(t, s, q("workflow", "Echo", "type", "Data", "text", "COUNT", "apikey", s.Key), "")
 		a := answerOf(t, status, b)
 		var c struct{ Count float64 }
-		if err := json.Unmarshal(a.Response.Data, &c); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal(a.Response.Data, &c), "%s", a.Response.Data)
 		return c.Count
 	}
-	if count() != 1 || count() != 2 {
-		t.Fatal("count does not persist across calls")
-	}
-	if err := s.StopHost(); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, 1.0, count(), "first count")
+	require.Equal(t, 2.0, count(), "count does not persist across calls")
+	require.NoError(t, s.StopHost())
 	stop, err := s.AddHost(context.Background(), "second")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
-	if err := s.WaitLive(context.Background(), "Echo"); err != nil {
-		t.Fatal(err)
-	}
-	if got := count(); got != 3 {
-		t.Fatalf("count after the host restarted = %v, want 3", got)
-	}
+	require.NoError(t, s.WaitLive(context.Background(), "Echo"))
+	assert.Equal(t, 3.0, count(), "count after the host restarted")
 }
 
 // A method's own error is answered as a problem and kept in the thread's history too.
@@ -101,11 +93,11 @@ func TestConverseErrorStoredInHistory(t *testing.T) {
 			Data      json.RawMessage `json:"data"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got.Messages) != 2 {
-		t.Fatalf("history %s", a.Response.Data)
-	}
+	require.NoError(t, json.Unmarshal(a.Response.Data, &got), "history %s", a.Response.Data)
+	require.Len(t, got.Messages, 2, "history %s", a.Response.Data)
 	out := got.Messages[0]
-	if out.Direction != 1 || out.Text == nil || *out.Text != "cannot do that" || !strings.Contains(string(out.Data), `"status":422`) {
-		t.Fatalf("stored error %s", a.Response.Data)
-	}
+	assert.Equal(t, 1, out.Direction, "stored error %s", a.Response.Data)
+	require.NotNil(t, out.Text, "stored error %s", a.Response.Data)
+	assert.Equal(t, "cannot do that", *out.Text, "stored error %s", a.Response.Data)
+	assert.Contains(t, string(out.Data), `"status":422`, "stored error %s", a.Response.Data)
 }

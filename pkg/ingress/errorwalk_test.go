@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/keys"
@@ -27,12 +30,9 @@ func TestErrorWalk(t *testing.T) {
 		Agents: []*agent.Agent{echo.New(), leakyAgent()}})
 	ctx := context.Background()
 	_, revokedRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "revoked"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Keys.RevokeID(ctx, revokedRec.ID); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	_, err = s.Keys.RevokeID(ctx, revokedRec.ID)
+	require.NoError(t, err)
 
 	const (
 		get, post, put, del, patch = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch
@@ -234,30 +234,23 @@ func TestErrorWalk(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
-			if status != tc.want {
-				t.Fatalf("status %d, want %d: %.300s", status, tc.want, body)
-			}
-			if ct != "application/problem+json" {
-				t.Fatalf("content type %q: %.300s", ct, body)
-			}
+			status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+			require.Equal(t, tc.want, status, "status: %.300s", body)
+			require.Equal(t, "application/problem+json", ct, "content type: %.300s", body)
 			var p struct {
 				Type   string `json:"type"`
 				Title  string `json:"title"`
 				Status int    `json:"status"`
 				Detail string `json:"detail"`
 			}
-			if err := json.Unmarshal(body, &p); err != nil {
-				t.Fatalf("problem body %q: %v", body, err)
-			}
-			if !strings.HasPrefix(p.Type, "urn:agentbus:problem:") || len(p.Type) == len("urn:agentbus:problem:") || p.Title == "" || p.Status != status {
-				t.Fatalf("problem body %s", body)
-			}
+			require.NoError(t, json.Unmarshal(body, &p), "problem body %q", body)
+			slug, found := strings.CutPrefix(p.Type, "urn:agentbus:problem:")
+			assert.True(t, found && slug != "", "problem type %q: %s", p.Type, body)
+			assert.NotEmpty(t, p.Title, "problem body %s", body)
+			assert.Equal(t, status, p.Status, "problem body %s", body)
 			checked := strings.ToLower(string(body))
 			for _, leak := range walkLeaks {
-				if strings.Contains(checked, strings.ToLower(leak)) {
-					t.Fatalf("the answer shows internals (%q): %s", leak, body)
-				}
+				assert.NotContains(t, checked, strings.ToLower(leak), "the answer shows internals: %s", body)
 			}
 		})
 	}

@@ -3,10 +3,13 @@ package ingress_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -19,29 +22,21 @@ import (
 func TestWebhookHostHandover(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	stopB, err := s.AddHost(context.Background(), "host-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = stopB() })
 	wf := "default:Echo:Supervisor Workflow:handover"
 	for i := 1; i <= 3; i++ {
 		_, _, b := call(t, s.URL, wf, "count", q("apikey", s.Key), nil)
-		if got := decode(t, b)["count"]; got != float64(i) {
-			t.Fatalf("count %d with two hosts = %v", i, got)
-		}
+		require.Equal(t, float64(i), decode(t, b)["count"], "count %d with two hosts", i)
 	}
-	if err := s.StopHost(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.StopHost())
 	start := time.Now()
 	status, _, b := call(t, s.URL, wf, "count", q("apikey", s.Key), nil)
-	if status != 200 || decode(t, b)["count"] != 4.0 {
-		t.Fatalf("after the first host stopped: %d %s", status, b)
-	}
-	t.Logf("first answer after handover took %v", time.Since(start))
-	if time.Since(start) > 5*time.Second {
-		t.Fatalf("handover took %v", time.Since(start))
-	}
+	took := time.Since(start)
+	require.Equal(t, http.StatusOK, status, "after the first host stopped: %s", b)
+	assert.Equal(t, 4.0, decode(t, b)["count"], "after the first host stopped: %s", b)
+	t.Logf("first answer after handover took %v", took)
+	assert.LessOrEqual(t, took, 5*time.Second, "handover took too long")
 }
 
 // Hosts that run different agents share one bus: each agent's requests reach only a host that
@@ -53,22 +48,17 @@ func TestHostsWithDifferentAgents(t *testing.T) {
 		return agent.Text(200, "hello "+r.Params["name"])
 	})
 	stop, err := s.AddHost(context.Background(), "greeter-host", greeter)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = stop() })
-	if err := s.WaitLive(context.Background(), "Greeter"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.WaitLive(context.Background(), "Greeter"))
 	for i := range 20 {
 		wf := fmt.Sprintf("default:Greeter:Supervisor Workflow:g%d", i)
-		if status, _, b := call(t, s.URL, wf, "hello", q("apikey", s.Key, "name", "ann"), nil); status != 200 || string(b) != "hello ann" {
-			t.Fatalf("greeter %d: %d %s", i, status, b)
-		}
+		status, _, b := call(t, s.URL, wf, "hello", q("apikey", s.Key, "name", "ann"), nil)
+		require.Equal(t, http.StatusOK, status, "greeter %d: %s", i, b)
+		require.Equal(t, "hello ann", string(b), "greeter %d", i)
 		wf = fmt.Sprintf("default:Echo:Supervisor Workflow:e%d", i)
-		if status, _, b := call(t, s.URL, wf, "echo", q("apikey", s.Key), nil); status != 200 {
-			t.Fatalf("echo %d: %d %s", i, status, b)
-		}
+		status, _, b = call(t, s.URL, wf, "echo", q("apikey", s.Key), nil)
+		require.Equal(t, http.StatusOK, status, "echo %d: %s", i, b)
 	}
 }
 
@@ -76,21 +66,15 @@ func TestHostsWithDifferentAgents(t *testing.T) {
 func TestDeletedConsumerComesBack(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteConsumer(context.Background(), subject.InboxStream, subject.PartitionConsumer("Echo", 0)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, js.DeleteConsumer(context.Background(), subject.InboxStream, subject.PartitionConsumer("Echo", 0)))
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil, "Idempotency-Key", "after-delete")
-		if status == 200 {
+		if status == http.StatusOK {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer after the consumer was deleted: %d %s", status, b)
-		}
+		require.False(t, time.Now().After(deadline), "no answer after the consumer was deleted: %d %s", status, b)
 		time.Sleep(100 * time.Millisecond)
 	}
 }

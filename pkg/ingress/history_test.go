@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -50,13 +52,10 @@ type historyAnswer struct {
 func readHistory(t *testing.T, base, path string, query url.Values, hdr ...string) historyAnswer {
 	t.Helper()
 	status, ct, b := get(t, base, path, query, hdr...)
-	if status != http.StatusOK || ct != "application/json" {
-		t.Fatalf("GET %s?%s: %d %s %s", path, query.Encode(), status, ct, b)
-	}
+	require.Equal(t, http.StatusOK, status, "GET %s?%s: %s", path, query.Encode(), b)
+	require.Equal(t, "application/json", ct, "GET %s?%s", path, query.Encode())
 	var a historyAnswer
-	if err := json.Unmarshal(b, &a); err != nil {
-		t.Fatalf("decoding %s: %v", b, err)
-	}
+	require.NoError(t, json.Unmarshal(b, &a), "decoding %s", b)
 	return a
 }
 
@@ -69,9 +68,7 @@ func webhookCalls(t *testing.T, s *stacktest.Stack, participant string, requestI
 	t.Helper()
 	for _, id := range requestIDs {
 		status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key, "participantId", participant), []byte("hello"), "Idempotency-Key", id)
-		if status != http.StatusOK {
-			t.Fatalf("webhook %s: %d %s", id, status, b)
-		}
+		require.Equal(t, http.StatusOK, status, "webhook %s: %s", id, b)
 	}
 }
 
@@ -85,9 +82,7 @@ func waitThread(t *testing.T, s *stacktest.Stack, participant string, n int) []s
 		if len(a.Messages) >= n {
 			return a.Messages
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread of %s has %d messages, want %d", participant, len(a.Messages), n)
-		}
+		require.False(t, time.Now().After(deadline), "thread of %s has %d messages, want %d", participant, len(a.Messages), n)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -110,31 +105,29 @@ func TestHistoryPages(t *testing.T) {
 
 	t.Run("newest page", func(t *testing.T) {
 		a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "ALICE"), auth...)
-		if a.WorkflowID != echoWF || a.ParticipantID != "alice" || a.ThreadID != subject.ThreadID(echoWF, "alice") {
-			t.Fatalf("answer names %s / %s / %s", a.WorkflowID, a.ParticipantID, a.ThreadID)
-		}
-		if a.Page != 1 || a.PageSize != 20 || a.Next != nil {
-			t.Fatalf("page %d size %d next %v, want 1, 20, none", a.Page, a.PageSize, a.Next)
-		}
-		if len(a.Messages) != 10 {
-			t.Fatalf("%d messages, want 10", len(a.Messages))
-		}
+		require.Equal(t, echoWF, a.WorkflowID, "the answer's workflow")
+		require.Equal(t, "alice", a.ParticipantID, "the answer's participant")
+		require.Equal(t, subject.ThreadID(echoWF, "alice"), a.ThreadID, "the answer's thread")
+		require.Equal(t, 1, a.Page, "page")
+		require.Equal(t, 20, a.PageSize, "page size")
+		require.Nil(t, a.Next, "next of the only page")
+		require.Len(t, a.Messages, 10)
 		seen := map[string]bool{}
 		for i, m := range a.Messages {
 			// Newest first: each call's outgoing message, then its incoming one.
 			wantReq, wantDir := fmt.Sprintf("r-%d", 4-i/2), 1-i%2
-			if m.RequestID != wantReq || m.Direction != wantDir {
-				t.Errorf("message %d is %s direction %d, want %s direction %d", i, m.RequestID, m.Direction, wantReq, wantDir)
-			}
-			if m.MessageType != 4 || m.WorkflowID != echoWF || m.ParticipantID != "alice" || m.ID == "" || seen[m.ID] {
-				t.Errorf("message %d: %+v", i, m)
-			}
+			assert.Equal(t, wantReq, m.RequestID, "message %d's request", i)
+			assert.Equal(t, wantDir, m.Direction, "message %d's direction", i)
+			assert.Equal(t, 4, m.MessageType, "message %d: %+v", i, m)
+			assert.Equal(t, echoWF, m.WorkflowID, "message %d: %+v", i, m)
+			assert.Equal(t, "alice", m.ParticipantID, "message %d: %+v", i, m)
+			assert.NotEmpty(t, m.ID, "message %d: %+v", i, m)
+			assert.False(t, seen[m.ID], "message %d repeats an id: %+v", i, m)
 			seen[m.ID] = true
-			if _, err := time.Parse(time.RFC3339, m.CreatedAt); err != nil {
-				t.Errorf("message %d createdAt %q: %v", i, m.CreatedAt, err)
-			}
-			if m.Direction == 0 && (m.Text == nil || *m.Text != "echo") {
-				t.Errorf("incoming message %d has text %v, want the method", i, m.Text)
+			_, err := time.Parse(time.RFC3339, m.CreatedAt)
+			assert.NoError(t, err, "message %d createdAt %q", i, m.CreatedAt)
+			if m.Direction == 0 {
+				assert.True(t, m.Text != nil && *m.Text == "echo", "incoming message %d has text %v, want the method", i, m.Text)
 			}
 		}
 	})
@@ -148,12 +141,10 @@ func TestHistoryPages(t *testing.T) {
 			{"1", 0, 3, true}, {"2", 3, 6, true}, {"3", 6, 9, true}, {"4", 9, 10, false}, {"5", 10, 10, false},
 		} {
 			a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "3", "page", tc.page), auth...)
-			if got, want := messageIDs(a.Messages), messageIDs(all[tc.from:tc.to]); !slices.Equal(got, want) {
-				t.Errorf("page %s = %v, want %v", tc.page, got, want)
-			}
-			if (a.Next != nil) != tc.next || a.PageSize != 3 || fmt.Sprint(a.Page) != tc.page {
-				t.Errorf("page %s: page %d size %d next %v", tc.page, a.Page, a.PageSize, a.Next)
-			}
+			assert.Equal(t, messageIDs(all[tc.from:tc.to]), messageIDs(a.Messages), "page %s", tc.page)
+			assert.Equal(t, tc.next, a.Next != nil, "page %s: has a next", tc.page)
+			assert.Equal(t, 3, a.PageSize, "page %s: size", tc.page)
+			assert.Equal(t, tc.page, fmt.Sprint(a.Page), "page %s: number", tc.page)
 		}
 	})
 
@@ -161,22 +152,16 @@ func TestHistoryPages(t *testing.T) {
 		var got []string
 		query := q("workflowId", echoWF, "participantId", "alice", "pageSize", "4")
 		for page := 1; ; page++ {
-			if page > 5 {
-				t.Fatal("paging does not end")
-			}
+			require.LessOrEqual(t, page, 5, "paging does not end")
 			a := readHistory(t, s.URL, historyPath("default"), query, auth...)
-			if a.Page != page {
-				t.Errorf("page %d answered as page %d", page, a.Page)
-			}
+			assert.Equal(t, page, a.Page, "page number")
 			got = append(got, messageIDs(a.Messages)...)
 			if a.Next == nil {
 				break
 			}
 			query.Set("before", *a.Next)
 		}
-		if want := messageIDs(all); !slices.Equal(got, want) {
-			t.Fatalf("walked %v, want %v", got, want)
-		}
+		assert.Equal(t, messageIDs(all), got, "the walk")
 	})
 
 	t.Run("addressing", func(t *testing.T) {
@@ -195,19 +180,18 @@ func TestHistoryPages(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				a := readHistory(t, s.URL, tc.path, tc.q, tc.hdr...)
-				if got := messageIDs(a.Messages); !slices.Equal(got, want) || a.WorkflowID != echoWF {
-					t.Fatalf("read %s %v, want %v", a.WorkflowID, got, want)
-				}
+				assert.Equal(t, echoWF, a.WorkflowID)
+				assert.Equal(t, want, messageIDs(a.Messages))
 			})
 		}
 		other := readHistory(t, s.URL, historyPath("default"), q("workflowId", "default:Echo:Conversational:default", "participantId", "alice"), auth...)
-		if len(other.Messages) != 0 || other.Next != nil {
-			t.Fatalf("another workflow's thread has %d messages", len(other.Messages))
-		}
+		assert.Empty(t, other.Messages, "another workflow's thread")
+		assert.Nil(t, other.Next, "another workflow's thread")
 	})
 
 	t.Run("bad paging", func(t *testing.T) {
 		first := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "1"), auth...)
+		require.NotNil(t, first.Next, "first page of one")
 		aliceCursor := *first.Next
 		for _, tc := range []struct {
 			name string
@@ -229,9 +213,8 @@ func TestHistoryPages(t *testing.T) {
 					query[k] = v
 				}
 				status, ct, b := get(t, s.URL, historyPath("default"), query, auth...)
-				if p := problemOf(t, status, ct, b, 400); p["type"] != "urn:agentbus:problem:"+tc.slug {
-					t.Fatalf("type %v, want %s", p["type"], tc.slug)
-				}
+				p := problemOf(t, status, ct, b, http.StatusBadRequest)
+				assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
 			})
 		}
 	})
@@ -241,12 +224,8 @@ func TestHistoryRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	ctx := context.Background()
 	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "reader"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WaitKnown(ctx, user); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, s.WaitKnown(ctx, user))
 	bearerKey := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
 	thread := q("workflowId", echoWF, "participantId", "alice")
 
@@ -283,15 +262,10 @@ func TestHistoryRefusals(t *testing.T) {
 				t.Run(tc.name, func(t *testing.T) {
 					status, ct, b := get(t, s.URL, tc.path, tc.q, tc.hdr...)
 					p := problemOf(t, status, ct, b, tc.want)
-					if p["type"] != "urn:agentbus:problem:"+tc.slug {
-						t.Fatalf("type %v, want %s", p["type"], tc.slug)
-					}
-					if detail, _ := p["detail"].(string); !strings.Contains(detail, tc.detail) {
-						t.Fatalf("detail %q does not name %s", detail, tc.detail)
-					}
-					if strings.Contains(string(b), "abk_") {
-						t.Fatal("the answer shows key material")
-					}
+					assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
+					detail, _ := p["detail"].(string)
+					assert.Contains(t, detail, tc.detail, "the detail does not name it")
+					assert.NotContains(t, string(b), "abk_", "the answer shows key material")
 				})
 			}
 			t.Run("user key reads", func(t *testing.T) {
@@ -301,18 +275,9 @@ func TestHistoryRefusals(t *testing.T) {
 				readHistory(t, s.URL, path, thread, bearerKey(user)...)
 			})
 			t.Run("POST", func(t *testing.T) {
-				req, _ := http.NewRequest(http.MethodPost, s.URL+path+"?"+thread.Encode(), nil)
-				req.Header.Set("Authorization", "Bearer "+s.Key)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				problemOf(t, resp.StatusCode, resp.Header.Get("Content-Type"), b, 405)
-				if resp.Header.Get("Allow") != http.MethodGet {
-					t.Fatalf("Allow = %q", resp.Header.Get("Allow"))
-				}
+				status, h, b := doRequest(t, http.MethodPost, s.URL+path+"?"+thread.Encode(), nil, bearerKey(s.Key)...)
+				problemOf(t, status, h.Get("Content-Type"), b, http.StatusMethodNotAllowed)
+				assert.Equal(t, http.MethodGet, h.Get("Allow"))
 			})
 		})
 	}
@@ -328,26 +293,13 @@ func with(v url.Values, name, value string) url.Values {
 	return out
 }
 
-// sendChat sends a Chat message through the send endpoint and waits for its reply; it skips the
-// test when the send endpoint does not answer yet.
+// sendChat sends a Chat message with a topic through the send endpoint and waits for its reply.
 func sendChat(t *testing.T, s *stacktest.Stack, participant, text, topic string) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": participant, "type": "Chat", "text": text, "topic": topic})
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Skipf("the send endpoint does not work yet (%d %.200s): topics need scoped messages", resp.StatusCode, b)
-	}
+	status, _, b := send(t, s, "default", "wait=true",
+		map[string]string{"agentName": "Echo", "activationName": "default", "participantId": participant, "type": "Chat", "text": text, "topic": topic},
+		bearerHeader(s.Key)...)
+	require.Equal(t, http.StatusOK, status, "sending a chat with topic %q: %.200s", topic, b)
 }
 
 func TestHistoryTopics(t *testing.T) {
@@ -359,42 +311,36 @@ func TestHistoryTopics(t *testing.T) {
 	// A thread of webhook calls only has no topics: an empty list, not null.
 	webhookCalls(t, s, "carol", "w-0")
 	a := readHistory(t, s.URL, topicsPath, thread, auth...)
-	if a.Topics == nil || len(a.Topics) != 0 || a.ThreadID != subject.ThreadID(echoWF, "carol") || a.ParticipantID != "carol" {
-		t.Fatalf("topics answer %+v, want an empty list", a)
-	}
+	require.NotNil(t, a.Topics, "topics answer %+v, want an empty list, not null", a)
+	require.Empty(t, a.Topics, "topics answer %+v, want an empty list", a)
+	require.Equal(t, subject.ThreadID(echoWF, "carol"), a.ThreadID, "topics answer %+v", a)
+	require.Equal(t, "carol", a.ParticipantID, "topics answer %+v", a)
 
 	sendChat(t, s, "Carol", "one", "t2")
 	sendChat(t, s, "carol", "two", "t1")
 	sendChat(t, s, "carol", "three", "t2")
 	sendChat(t, s, "carol", "four", "")
 	a = readHistory(t, s.URL, topicsPath, thread, auth...)
-	if !slices.Equal(a.Topics, []string{"t1", "t2"}) {
-		t.Fatalf("topics = %v, want [t1 t2]", a.Topics)
-	}
+	require.Equal(t, []string{"t1", "t2"}, a.Topics, "topics")
 
 	// A topic keeps both sides of its messages, newest first, and pages within the topic.
 	page := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "t2"), auth...)
 	var texts []string
 	for _, m := range page.Messages {
-		if m.Scope != "t2" || m.MessageType != 0 {
-			t.Errorf("topic t2 page has %+v", m)
-		}
+		assert.Equal(t, "t2", m.Scope, "topic t2 page has %+v", m)
+		assert.Equal(t, 0, m.MessageType, "topic t2 page has %+v", m)
+		require.NotNil(t, m.Text, "topic t2 page has %+v", m)
 		texts = append(texts, fmt.Sprintf("%d:%s", m.Direction, *m.Text))
 	}
-	if want := []string{"1:You said: three", "0:three", "1:You said: one", "0:one"}; !slices.Equal(texts, want) {
-		t.Fatalf("topic t2 = %v, want %v", texts, want)
-	}
+	require.Equal(t, []string{"1:You said: three", "0:three", "1:You said: one", "0:one"}, texts, "topic t2")
 	first := readHistory(t, s.URL, historyPath("default"), with(with(thread, "topic", "t2"), "pageSize", "3"), auth...)
-	if len(first.Messages) != 3 || first.Next == nil {
-		t.Fatalf("first page of t2 has %d messages, next %v", len(first.Messages), first.Next)
-	}
+	require.Len(t, first.Messages, 3, "first page of t2")
+	require.NotNil(t, first.Next, "first page of t2")
 	rest := readHistory(t, s.URL, historyPath("default"), with(with(with(thread, "topic", "t2"), "pageSize", "3"), "before", *first.Next), auth...)
-	if got := messageIDs(append(first.Messages, rest.Messages...)); !slices.Equal(got, messageIDs(page.Messages)) || rest.Next != nil {
-		t.Fatalf("t2 by pages = %v, want %v", got, messageIDs(page.Messages))
-	}
-	if none := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "nope"), auth...); len(none.Messages) != 0 {
-		t.Fatalf("unknown topic has %d messages", len(none.Messages))
-	}
+	assert.Equal(t, messageIDs(page.Messages), messageIDs(append(first.Messages, rest.Messages...)), "t2 by pages")
+	assert.Nil(t, rest.Next, "t2's last page")
+	none := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "nope"), auth...)
+	assert.Empty(t, none.Messages, "unknown topic")
 }
 
 // sseEvent is one event or comment of an event stream.
@@ -416,23 +362,16 @@ type stream struct {
 func listen(t *testing.T, s *stacktest.Stack, query url.Values, hdr ...string) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/listen?"+query.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/listen?"+query.Encode(), nil, hdr...))
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		require.NoError(t, err)
 	}
 	st := &stream{Resp: resp, Events: make(chan sseEvent, 100), cancel: cancel, done: make(chan struct{})}
 	t.Cleanup(st.Close)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("listen: %d %s", resp.StatusCode, b)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "listen: %s", b)
 	}
 	go func() {
 		defer close(st.done)
@@ -480,25 +419,17 @@ func (st *stream) next(t *testing.T) (sseEvent, storedMessage) {
 	for {
 		select {
 		case ev, ok := <-st.Events:
-			if !ok {
-				t.Fatal("the stream ended")
-			}
+			require.True(t, ok, "the stream ended")
 			if ev.Comment != "" {
 				continue
 			}
 			var m storedMessage
-			if ev.Event != "message" {
-				t.Fatalf("event %q, want message", ev.Event)
-			}
-			if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
-				t.Fatalf("event data %q: %v", ev.Data, err)
-			}
-			if ev.ID != m.ID {
-				t.Fatalf("event id %q, message id %q", ev.ID, m.ID)
-			}
+			require.Equal(t, "message", ev.Event, "event type")
+			require.NoError(t, json.Unmarshal([]byte(ev.Data), &m), "event data %q", ev.Data)
+			require.Equal(t, m.ID, ev.ID, "the event's id is its message's")
 			return ev, m
 		case <-timeout:
-			t.Fatal("no event within 10s")
+			require.FailNow(t, "no event within 10s")
 		}
 	}
 }
@@ -508,12 +439,10 @@ func (st *stream) comment(t *testing.T) string {
 	t.Helper()
 	select {
 	case ev := <-st.Events:
-		if ev.Comment == "" {
-			t.Fatalf("first event %+v, want a comment", ev)
-		}
+		require.NotEmpty(t, ev.Comment, "first event %+v, want a comment", ev)
 		return ev.Comment
 	case <-time.After(10 * time.Second):
-		t.Fatal("no comment within 10s")
+		require.FailNow(t, "no comment within 10s")
 	}
 	return ""
 }
@@ -525,9 +454,7 @@ func (st *stream) quiet(t *testing.T, d time.Duration) {
 	for {
 		select {
 		case ev := <-st.Events:
-			if ev.Comment == "" {
-				t.Fatalf("unexpected event %+v", ev)
-			}
+			require.NotEmpty(t, ev.Comment, "unexpected event %+v", ev)
 		case <-timeout:
 			return
 		}
@@ -543,38 +470,35 @@ func TestHistoryListen(t *testing.T) {
 	waitThread(t, s, "dave", 2)
 
 	first := listen(t, s, thread, auth...)
-	if ct, cc := first.Resp.Header.Get("Content-Type"), first.Resp.Header.Get("Cache-Control"); ct != "text/event-stream" || cc != "no-cache" {
-		t.Fatalf("Content-Type %q, Cache-Control %q", ct, cc)
-	}
+	require.Equal(t, "text/event-stream", first.Resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-cache", first.Resp.Header.Get("Cache-Control"))
 	webhookCalls(t, s, "Dave", "a")
 	var got []storedMessage
 	for range 2 {
 		_, m := first.next(t)
 		got = append(got, m)
 	}
-	if got[0].RequestID != "a" || got[0].Direction != 0 || got[1].RequestID != "a" || got[1].Direction != 1 || got[0].ParticipantID != "dave" || got[0].MessageType != 4 {
-		t.Fatalf("events %+v", got)
-	}
-	if stored := waitThread(t, s, "dave", 4); !slices.Equal(messageIDs(stored[:2]), []string{got[1].ID, got[0].ID}) {
-		t.Fatalf("event ids %v are not the stored %v", messageIDs(got), messageIDs(stored[:2]))
-	}
+	assert.Equal(t, "a", got[0].RequestID, "events %+v", got)
+	assert.Equal(t, 0, got[0].Direction, "events %+v", got)
+	assert.Equal(t, "dave", got[0].ParticipantID, "events %+v", got)
+	assert.Equal(t, 4, got[0].MessageType, "events %+v", got)
+	assert.Equal(t, "a", got[1].RequestID, "events %+v", got)
+	assert.Equal(t, 1, got[1].Direction, "events %+v", got)
+	stored := waitThread(t, s, "dave", 4)
+	require.Equal(t, messageIDs(stored[:2]), []string{got[1].ID, got[0].ID}, "the event ids are not the stored ones")
 	first.Close()
 
 	// Missed while disconnected: b and c; resuming delivers exactly those, then live ones.
 	webhookCalls(t, s, "dave", "b", "c")
 	resumed := listen(t, s, thread, append(auth, "Last-Event-ID", got[1].ID)...)
-	if c := resumed.comment(t); c != "listening" {
-		t.Fatalf("comment %q", c)
-	}
+	require.Equal(t, "listening", resumed.comment(t), "comment")
 	webhookCalls(t, s, "dave", "d")
 	var reqs []string
 	for range 6 {
 		_, m := resumed.next(t)
 		reqs = append(reqs, fmt.Sprintf("%s/%d", m.RequestID, m.Direction))
 	}
-	if want := []string{"b/0", "b/1", "c/0", "c/1", "d/0", "d/1"}; !slices.Equal(reqs, want) {
-		t.Fatalf("resumed with %v, want %v", reqs, want)
-	}
+	require.Equal(t, []string{"b/0", "b/1", "c/0", "c/1", "d/0", "d/1"}, reqs, "resumed with")
 	resumed.quiet(t, 200*time.Millisecond)
 	resumed.Close()
 
@@ -586,21 +510,17 @@ func TestHistoryListen(t *testing.T) {
 			_, m := st.next(t)
 			ids = append(ids, m.ID)
 		}
-		if want := []string{stored[2].ID, stored[1].ID, stored[0].ID}; !slices.Equal(ids, want) {
-			t.Fatalf("resumed with %v, want %v", ids, want)
-		}
+		assert.Equal(t, []string{stored[2].ID, stored[1].ID, stored[0].ID}, ids, "resumed with")
 	})
 
 	t.Run("unknown Last-Event-ID", func(t *testing.T) {
 		st := listen(t, s, thread, append(auth, "Last-Event-ID", "no-such-id")...)
-		if c := st.comment(t); c != "last-event-id not found" {
-			t.Fatalf("comment %q", c)
-		}
+		require.Equal(t, "last-event-id not found", st.comment(t), "comment")
 		webhookCalls(t, s, "dave", "e")
 		for dir := range 2 {
-			if _, m := st.next(t); m.RequestID != "e" || m.Direction != dir {
-				t.Fatalf("event %d after an unknown id is %+v, want e's, direction %d", dir, m, dir)
-			}
+			_, m := st.next(t)
+			assert.Equal(t, "e", m.RequestID, "event %d after an unknown id is %+v", dir, m)
+			assert.Equal(t, dir, m.Direction, "event %d after an unknown id is %+v", dir, m)
 		}
 	})
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
@@ -71,9 +72,8 @@ func FuzzSendBody(f *testing.F) {
 		enc := base64.StdEncoding.EncodeToString(file)
 		for _, in := range []string{enc, wrapLines(enc, 76), base64.RawURLEncoding.EncodeToString(file)} {
 			got, ok := decodeBase64(in)
-			if !ok || !bytes.Equal(got, file) {
-				t.Fatalf("decodeBase64(%q) = %x, %v; want %x", in, got, ok, file)
-			}
+			require.True(t, ok, "decodeBase64(%q) fails", in)
+			require.Equal(t, file, got, "decodeBase64(%q)", in)
 		}
 
 		var body sendBody
@@ -82,13 +82,11 @@ func FuzzSendBody(f *testing.F) {
 			checkClientText(t, "jsonProblem", jsonProblem(err))
 		} else {
 			checkWebhookBody(t, body.Data)
-			if isJSONObject(body.Data) != (len(bytes.TrimSpace(body.Data)) > 0 && bytes.TrimSpace(body.Data)[0] == '{') {
-				t.Fatalf("isJSONObject(%q) is wrong", body.Data)
-			}
+			trimmed := bytes.TrimSpace(body.Data)
+			require.Equal(t, len(trimmed) > 0 && trimmed[0] == '{', isJSONObject(body.Data), "isJSONObject(%q) is wrong", body.Data)
 			if b, ok := decodeBase64(body.Text); ok {
-				if again, ok := decodeBase64(base64.StdEncoding.EncodeToString(b)); !ok || !bytes.Equal(again, b) {
-					t.Fatalf("decodeBase64(%q) = %x does not re-encode", body.Text, b)
-				}
+				again, ok := decodeBase64(base64.StdEncoding.EncodeToString(b))
+				require.True(t, ok && bytes.Equal(again, b), "decodeBase64(%q) = %x does not re-encode", body.Text, b)
 			}
 			checkStoreFile(t, ctx, s, store, body)
 		}
@@ -99,17 +97,15 @@ func FuzzSendBody(f *testing.F) {
 			ref, p := checkStoreFile(t, ctx, s, store, sendBody{Text: "f.bin", Data: data})
 			switch {
 			case len(file) == 0:
-				if p != nil || !ref.Empty {
-					t.Fatalf("empty file: ref %+v, problem %+v", ref, p)
-				}
+				require.Nil(t, p, "empty file: ref %+v", ref)
+				require.True(t, ref.Empty, "empty file: ref %+v", ref)
 			case int64(len(file)) > s.cfg.MaxFileBytes:
-				if p == nil || p.Status != http.StatusRequestEntityTooLarge {
-					t.Fatalf("%d-byte file over the %d limit: ref %+v, problem %+v", len(file), s.cfg.MaxFileBytes, ref, p)
-				}
+				require.NotNil(t, p, "%d-byte file over the %d limit: ref %+v", len(file), s.cfg.MaxFileBytes, ref)
+				require.Equal(t, http.StatusRequestEntityTooLarge, p.Status, "%d-byte file over the %d limit: problem %+v", len(file), s.cfg.MaxFileBytes, p)
 			default:
-				if p != nil || ref.Empty || ref.Invalid || !bytes.Equal(store.last, file) {
-					t.Fatalf("file %x: ref %+v, problem %+v, stored %x", file, ref, p, store.last)
-				}
+				require.Nil(t, p, "file %x: ref %+v", file, ref)
+				require.False(t, ref.Empty || ref.Invalid, "file %x: ref %+v", file, ref)
+				require.Equal(t, file, store.last, "file %x: stored", file)
 			}
 		}
 	})
@@ -141,20 +137,17 @@ func FuzzConverseParams(f *testing.F) {
 		wait, timeout, perr := waitParams(r)
 		if perr != "" {
 			checkClientText(t, "waitParams", perr)
-			if wait || timeout != 0 {
-				t.Fatalf("waitParams(%q) failed but gave %v, %v", rawQuery, wait, timeout)
-			}
-		} else if timeout < time.Second || timeout > maxWaitSecs*time.Second {
-			t.Fatalf("waitParams(%q) timeout %v out of range", rawQuery, timeout)
+			require.False(t, wait || timeout != 0, "waitParams(%q) failed but gave %v, %v", rawQuery, wait, timeout)
+		} else {
+			require.True(t, timeout >= time.Second && timeout <= maxWaitSecs*time.Second, "waitParams(%q) timeout %v out of range", rawQuery, timeout)
 		}
 		const tenant = "acme"
 		if wf, err := ident.Resolve(query.Get("workflow"), tenant); err == nil {
-			if _, err := ident.ParseWorkflowID(wf.ID()); err != nil {
-				t.Fatalf("workflow %q resolved to %q, which does not parse: %v", query.Get("workflow"), wf.ID(), err)
-			}
+			_, err := ident.ParseWorkflowID(wf.ID())
+			require.NoError(t, err, "workflow %q resolved to %q, which does not parse", query.Get("workflow"), wf.ID())
 		}
-		if p, err := ident.Participant(query.Get("participantId")); err == nil && p != strings.ToLower(p) {
-			t.Fatalf("participant %q not lowercased", p)
+		if p, err := ident.Participant(query.Get("participantId")); err == nil {
+			require.Equal(t, strings.ToLower(p), p, "participant not lowercased")
 		}
 	})
 }
@@ -207,34 +200,26 @@ func FuzzWebhookQuery(f *testing.F) {
 		if !called {
 			return // not found or redirected (e.g. "." and ".." segments)
 		}
-		if gotWorkflow != workflow || gotMethod != method {
-			t.Fatalf("path segments %q, %q came back as %q, %q", workflow, method, gotWorkflow, gotMethod)
-		}
-		if wf, err := ident.Resolve(gotWorkflow, "acme"); err == nil && strings.ContainsAny(wf.ID(), "\x00\r\n") {
-			t.Fatalf("workflow %q resolved to unsafe id %q", gotWorkflow, wf.ID())
+		require.Equal(t, workflow, gotWorkflow, "path segment workflow")
+		require.Equal(t, method, gotMethod, "path segment method")
+		if wf, err := ident.Resolve(gotWorkflow, "acme"); err == nil {
+			require.False(t, strings.ContainsAny(wf.ID(), "\x00\r\n"), "workflow %q resolved to unsafe id %q", gotWorkflow, wf.ID())
 		}
 
 		query, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			return // startUserCall answers 400 invalid-query
 		}
-		if !contains(query["apikey"], fuzzSecret) {
-			t.Fatalf("query %q lost the apikey parameter: %v", r.URL.RawQuery, query)
-		}
+		require.True(t, contains(query["apikey"], fuzzSecret), "query %q lost the apikey parameter: %v", r.URL.RawQuery, query)
 		for name, value := range webhookParams(query) {
-			if name == "apikey" || strings.Contains(value, fuzzSecret) {
-				t.Fatalf("webhook params leak the API key: %q=%q", name, value)
-			}
+			require.False(t, name == "apikey" || strings.Contains(value, fuzzSecret), "webhook params leak the API key: %q=%q", name, value)
 		}
 		md := headerMetadata(r.Header)
 		for name, value := range md {
-			switch canonicalHeader(name) {
-			case "Authorization", "Cookie", "Proxy-Authorization":
-				t.Fatalf("metadata carries credential header %q=%q", name, value)
-			}
-			if strings.Contains(value, fuzzSecret) || strings.Contains(name, fuzzSecret) {
-				t.Fatalf("metadata leaks the API key in %q=%q (request header %q: %q)", name, value, hname, hval)
-			}
+			require.NotContains(t, []string{"Authorization", "Cookie", "Proxy-Authorization"}, canonicalHeader(name),
+				"metadata carries credential header %q=%q", name, value)
+			require.False(t, strings.Contains(value, fuzzSecret) || strings.Contains(name, fuzzSecret),
+				"metadata leaks the API key in %q=%q (request header %q: %q)", name, value, hname, hval)
 		}
 	})
 }
@@ -281,37 +266,24 @@ func checkStoreFile(t *testing.T, ctx context.Context, s *Server, store *fuzzObj
 	store.last, store.puts = nil, 0
 	ref, prob := s.storeFile(ctx, "acme", body)
 	if prob != nil {
-		if ref != nil {
-			t.Fatalf("storeFile gave both %+v and %+v", ref, prob)
-		}
-		if prob.Status != http.StatusBadRequest && prob.Status != http.StatusRequestEntityTooLarge {
-			t.Fatalf("storeFile status %d for data %q", prob.Status, body.Data)
-		}
+		require.Nil(t, ref, "storeFile gave both a reference and %+v", prob)
+		require.Contains(t, []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge}, prob.Status, "storeFile status for data %q", body.Data)
 		checkClientText(t, "storeFile", prob.Detail)
-		if store.puts != 0 {
-			t.Fatalf("storeFile stored an object and failed: %+v", prob)
-		}
+		require.Zero(t, store.puts, "storeFile stored an object and failed: %+v", prob)
 		return nil, prob
 	}
-	if ref == nil {
-		t.Fatalf("storeFile(%q) gave neither a reference nor a problem", body.Data)
-	}
+	require.NotNil(t, ref, "storeFile(%q) gave neither a reference nor a problem", body.Data)
 	if ref.Empty || ref.Invalid {
-		if store.puts != 0 || ref.Object != "" || ref.Size != 0 {
-			t.Fatalf("storeFile(%q): empty/invalid ref %+v but stored %d objects", body.Data, ref, store.puts)
-		}
+		require.True(t, store.puts == 0 && ref.Object == "" && ref.Size == 0,
+			"storeFile(%q): empty/invalid ref %+v but stored %d objects", body.Data, ref, store.puts)
 	} else {
 		sum := sha256.Sum256(store.last)
-		switch {
-		case store.puts != 1:
-			t.Fatalf("storeFile(%q) made %d puts", body.Data, store.puts)
-		case ref.Size != int64(len(store.last)) || ref.Size == 0 || ref.Size > s.cfg.MaxFileBytes:
-			t.Fatalf("storeFile(%q) ref size %d, stored %d bytes", body.Data, ref.Size, len(store.last))
-		case ref.Sha256 != hex.EncodeToString(sum[:]):
-			t.Fatalf("storeFile(%q) sha256 mismatch", body.Data)
-		case !strings.HasPrefix(ref.Object, "acme/") || ref.Object != store.name:
-			t.Fatalf("storeFile(%q) object %q stored as %q", body.Data, ref.Object, store.name)
-		}
+		require.Equal(t, 1, store.puts, "storeFile(%q) puts", body.Data)
+		require.True(t, ref.Size == int64(len(store.last)) && ref.Size != 0 && ref.Size <= s.cfg.MaxFileBytes,
+			"storeFile(%q) ref size %d, stored %d bytes", body.Data, ref.Size, len(store.last))
+		require.Equal(t, hex.EncodeToString(sum[:]), ref.Sha256, "storeFile(%q) sha256 mismatch", body.Data)
+		require.True(t, strings.HasPrefix(ref.Object, "acme/"), "storeFile(%q) object %q", body.Data, ref.Object)
+		require.Equal(t, store.name, ref.Object, "storeFile(%q) object stored under another name", body.Data)
 	}
 	return ref, nil
 }
@@ -324,17 +296,11 @@ func checkWebhookBody(t *testing.T, data json.RawMessage) {
 	var str string
 	switch {
 	case len(data) == 0 || string(data) == "null":
-		if got != nil {
-			t.Fatalf("webhookBody(%q) = %q, want nil", data, got)
-		}
+		require.Nil(t, got, "webhookBody(%q)", data)
 	case json.Unmarshal(data, &str) == nil:
-		if string(got) != str {
-			t.Fatalf("webhookBody(%q) = %q, want %q", data, got, str)
-		}
+		require.Equal(t, str, string(got), "webhookBody(%q): the JSON string's text", data)
 	default:
-		if !bytes.Equal(got, data) {
-			t.Fatalf("webhookBody(%q) = %q, want the JSON itself", data, got)
-		}
+		require.True(t, bytes.Equal(got, data), "webhookBody(%q) = %q, want the JSON itself", data, got)
 	}
 }
 
@@ -342,9 +308,7 @@ func checkWebhookBody(t *testing.T, data json.RawMessage) {
 func checkClientText(t *testing.T, what, s string) {
 	t.Helper()
 	for _, bad := range []string{"json:", "ingress.", "sendBody", "fileObject", "agentbusv1", "runtime", "goroutine", "%!"} {
-		if strings.Contains(s, bad) {
-			t.Fatalf("%s: client text %q shows internals (%q)", what, s, bad)
-		}
+		require.NotContains(t, s, bad, "%s: client text shows internals", what)
 	}
 }
 

@@ -1,19 +1,17 @@
 package ingress_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"net/url"
-	"slices"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -36,47 +34,6 @@ type isoCase struct {
 	body string
 	// want are the acceptable statuses, the expected one first.
 	want []int
-}
-
-// isoDo sends a request and returns status, content type and body. An event stream is read up
-// to its first event or comment, then dropped.
-func isoDo(t *testing.T, base, method, path, body string, hdr ...string) (int, string, []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	ct := resp.Header.Get("Content-Type")
-	if strings.HasPrefix(ct, "text/event-stream") {
-		var b bytes.Buffer
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if sc.Text() == "" && b.Len() > 0 {
-				break
-			}
-			b.WriteString(sc.Text() + "\n")
-		}
-		return resp.StatusCode, ct, b.Bytes()
-	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, ct, b
 }
 
 // isoQuery encodes name/value pairs as a query string with its '?'.
@@ -105,27 +62,22 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 	t.Helper()
 	ctx := context.Background()
 	rnd := make([]byte, 8)
-	_, _ = rand.Read(rnd)
+	_, err := rand.Read(rnd)
+	require.NoError(t, err)
 	b := isoTenantB{marker: "B-ONLY-MARKER-" + hex.EncodeToString(rnd)}
 	userSecret, userKey, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: b.marker})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b.userKey, b.secrets = userKey, []string{s.OtherKey, userSecret}
 
 	status, _, body := call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey, "participantId", isoThreadUser, "note", b.marker), []byte("body "+b.marker))
-	if status != http.StatusOK {
-		t.Fatalf("seeding B by webhook: %d %s", status, body)
-	}
+	require.Equal(t, http.StatusOK, status, "seeding B by webhook: %s", body)
 	for _, m := range []map[string]any{
 		{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": "Chat", "text": "chat " + b.marker, "topic": b.marker},
 		{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": "File", "text": b.marker + ".txt",
 			"data": base64.StdEncoding.EncodeToString([]byte("file " + b.marker))},
 	} {
 		status, _, body := send(t, s, "other", "wait=true", m, bearerHeader(s.OtherKey)...)
-		if status != http.StatusOK {
-			t.Fatalf("seeding B by send: %d %s", status, body)
-		}
+		require.Equal(t, http.StatusOK, status, "seeding B by send: %s", body)
 	}
 	// Six messages: each call and its reply. The host answers before it stores the reply.
 	path := historyPath("other")
@@ -136,19 +88,14 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 			b.messages, b.lastID = len(a.Messages), a.Messages[0].ID
 			// The positive control: B itself sees the marker, so its absence from A's answers
 			// means something.
-			if !strings.Contains(mustJSON(a), b.marker) {
-				t.Fatalf("B's history does not show the marker: %+v", a)
-			}
+			require.Contains(t, mustJSON(a), b.marker, "B's history does not show the marker")
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B's thread has %d messages, want 6", len(a.Messages))
-		}
+		require.False(t, time.Now().After(deadline), "B's thread has %d messages, want 6", len(a.Messages))
 	}
 	a := readHistory(t, s.URL, path, with(thread, "pageSize", "1"), bearerHeader(s.OtherKey)...)
-	if a.Next == nil || len(a.Messages) != 1 {
-		t.Fatalf("B's first page: %+v", a)
-	}
+	require.Len(t, a.Messages, 1, "B's first page: %+v", a)
+	require.NotNil(t, a.Next, "B's first page: %+v", a)
 	b.cursor = *a.Next
 	return b
 }
@@ -156,17 +103,13 @@ func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 // checkIsoCase runs one case and checks the status and that nothing of B is in the answer.
 func checkIsoCase(t *testing.T, s *stacktest.Stack, b isoTenantB, tc isoCase) {
 	t.Helper()
-	status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
-	if !slices.Contains(tc.want, status) {
-		t.Fatalf("%s %s: status %d, want %v: %.300s", tc.method, tc.path, status, tc.want, body)
-	}
-	if status >= 400 && ct != "application/problem+json" {
-		t.Fatalf("refusal with content type %q", ct)
+	status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+	require.Contains(t, tc.want, status, "%s %s: status, want one of %v: %.300s", tc.method, tc.path, tc.want, body)
+	if status >= 400 {
+		assert.Equal(t, "application/problem+json", ct, "refusal's content type")
 	}
 	for _, secret := range append([]string{b.marker, b.userKey.ID}, b.secrets...) {
-		if bytes.Contains(body, []byte(secret)) {
-			t.Fatalf("the answer holds B's data %q: %.300s", secret, body)
-		}
+		assert.NotContains(t, string(body), secret, "the answer holds B's data")
 	}
 }
 
@@ -175,9 +118,7 @@ func TestIsolationMatrix(t *testing.T) {
 	ctx := context.Background()
 	b := seedB(t, s)
 	userA, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "a-user"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitKnown(t, s, userA)
 	A := s.Key
 
@@ -300,20 +241,14 @@ func TestIsolationMatrix(t *testing.T) {
 
 	// Nothing A tried changed B: its thread, tenant and keys are as they were.
 	a := readHistory(t, s.URL, historyPath("other"), q(append(threadB, "pageSize", "100")...), bearerHeader(s.OtherKey)...)
-	if len(a.Messages) != b.messages {
-		t.Errorf("B's thread has %d messages after the matrix, want %d", len(a.Messages), b.messages)
-	}
+	assert.Len(t, a.Messages, b.messages, "B's thread after the matrix")
 	for _, k := range b.secrets {
-		if !s.Ingress.KeyKnown(k) {
-			t.Errorf("a key of B stopped working")
-		}
+		assert.True(t, s.Ingress.KeyKnown(k), "a key of B stopped working")
 	}
-	if _, err := s.Keys.GetTenant(ctx, "other"); err != nil {
-		t.Errorf("tenant B: %v", err)
-	}
-	if _, err := s.Keys.GetTenant(ctx, "a-made-this"); err == nil {
-		t.Errorf("a tenant admin created a tenant")
-	}
+	_, err = s.Keys.GetTenant(ctx, "other")
+	assert.NoError(t, err, "tenant B")
+	_, err = s.Keys.GetTenant(ctx, "a-made-this")
+	assert.Error(t, err, "a tenant admin created a tenant")
 }
 
 // isoEveryEndpoint is one call to every authenticated endpoint of tenant "default" (or the
@@ -374,9 +309,7 @@ func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
 	ctx := context.Background()
 	user, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	waitKnown(t, s, user)
 	cases := isoAdminEndpoints(user, rec.ID)
 	// Sending through the admin send endpoint needs an admin key too; reading history does not.
@@ -388,23 +321,18 @@ func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
 	)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+			status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
 			p := problemOf(t, status, ct, body, http.StatusForbidden)
-			if p["type"] != "urn:agentbus:problem:forbidden" {
-				t.Fatalf("type %v", p["type"])
-			}
+			assert.Equal(t, "urn:agentbus:problem:forbidden", p["type"])
 		})
 	}
 	// The user key is untouched and still works where users may go.
-	if k, err := s.Keys.Get(ctx, rec.ID); err != nil || k.RevokedAt != nil {
-		t.Fatalf("user key after the refusals: %+v %v", k, err)
-	}
-	if _, err := s.Keys.GetTenant(ctx, "never-made"); err == nil {
-		t.Fatal("a user key created a tenant")
-	}
-	if status := callEcho(t, s, user); status != http.StatusOK {
-		t.Fatalf("user key on its webhook: %d", status)
-	}
+	k, err := s.Keys.Get(ctx, rec.ID)
+	require.NoError(t, err, "user key after the refusals")
+	assert.Nil(t, k.RevokedAt, "user key after the refusals: %+v", k)
+	_, err = s.Keys.GetTenant(ctx, "never-made")
+	assert.Error(t, err, "a user key created a tenant")
+	assert.Equal(t, http.StatusOK, callEcho(t, s, user), "user key on its webhook")
 }
 
 func TestIsolationRevokedKeyEverywhere(t *testing.T) {
@@ -417,33 +345,21 @@ func TestIsolationRevokedKeyEverywhere(t *testing.T) {
 				tenant = ""
 			}
 			secret, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "revoked"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			waitKnown(t, s, secret)
-			if err := s.Keys.Revoke(ctx, secret); err != nil {
-				t.Fatal(err)
-			}
-			for deadline := time.Now().Add(time.Second); s.Ingress.KeyKnown(secret); time.Sleep(2 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("revocation not seen within 1s")
-				}
-			}
+			require.NoError(t, s.Keys.Revoke(ctx, secret))
+			require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(secret) }, time.Second, 2*time.Millisecond,
+				"revocation not seen within 1s")
 			for _, tc := range isoEveryEndpoint(secret, rec.ID) {
 				t.Run(tc.name, func(t *testing.T) {
-					status, ct, body := isoDo(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
+					status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
 					p := problemOf(t, status, ct, body, http.StatusUnauthorized)
-					if p["type"] != "urn:agentbus:problem:unauthorized" {
-						t.Fatalf("type %v", p["type"])
-					}
-					if bytes.Contains(body, []byte(secret)) {
-						t.Fatal("the answer shows the key")
-					}
+					assert.Equal(t, "urn:agentbus:problem:unauthorized", p["type"])
+					assert.NotContains(t, string(body), secret, "the answer shows the key")
 				})
 			}
 		})
 	}
-	if _, err := s.Keys.GetTenant(ctx, "never-made"); err == nil {
-		t.Fatal("a revoked key created a tenant")
-	}
+	_, err := s.Keys.GetTenant(ctx, "never-made")
+	assert.Error(t, err, "a revoked key created a tenant")
 }

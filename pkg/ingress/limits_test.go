@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -43,27 +46,18 @@ func startLimited(t *testing.T, ic ingress.Config, tenants ...string) *limitedSt
 		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
 		Logger:   stacktest.Logger(),
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
+	require.NoError(t, err, "starting stack")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := st.Stop(ctx); err != nil {
-			t.Errorf("stopping stack: %v", err)
-		}
+		assert.NoError(t, st.Stop(ctx), "stopping stack")
 	})
 	s := &limitedStack{Stack: st, keys: map[string]string{}}
 	for _, tenant := range tenants {
-		if err := st.Keys.EnsureTenant(ctx, tenant); err != nil {
-			t.Fatal(err)
-		}
-		if s.keys[tenant], _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"}); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.WaitKnown(ctx, s.keys[tenant]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, st.Keys.EnsureTenant(ctx, tenant))
+		s.keys[tenant], _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"})
+		require.NoError(t, err)
+		require.NoError(t, st.WaitKnown(ctx, s.keys[tenant]))
 	}
 	return s
 }
@@ -78,13 +72,10 @@ func (s *limitedStack) listKeys(t *testing.T, tenant, key string) (int, http.Hea
 func wantRateLimited(t *testing.T, status int, h http.Header, b []byte, most int) {
 	t.Helper()
 	p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusTooManyRequests)
-	if p["type"] != "urn:agentbus:problem:rate-limited" {
-		t.Fatalf("problem type %v, want rate-limited", p["type"])
-	}
+	require.Equal(t, "urn:agentbus:problem:rate-limited", p["type"], "problem type")
 	secs, err := strconv.Atoi(h.Get("Retry-After"))
-	if err != nil || secs < 1 || secs > most {
-		t.Fatalf("Retry-After %q, want 1 to %d seconds", h.Get("Retry-After"), most)
-	}
+	require.NoError(t, err, "Retry-After %q, want 1 to %d seconds", h.Get("Retry-After"), most)
+	require.True(t, secs >= 1 && secs <= most, "Retry-After %q, want 1 to %d seconds", h.Get("Retry-After"), most)
 }
 
 func TestRateLimitPerKey(t *testing.T) {
@@ -101,15 +92,12 @@ func TestRateLimitPerKey(t *testing.T) {
 	t.Run("default rate", func(t *testing.T) {
 		key := s.keys["default"]
 		for i := range 3 {
-			if status, _, b := s.listKeys(t, "default", key); status != http.StatusOK {
-				t.Fatalf("request %d within the burst: %d %s", i+1, status, b)
-			}
+			status, _, b := s.listKeys(t, "default", key)
+			require.Equal(t, http.StatusOK, status, "request %d within the burst: %s", i+1, b)
 		}
 		status, h, b := s.listKeys(t, "default", key)
 		wantRateLimited(t, status, h, b, 5)
-		if h.Get("Retry-After") != "5" {
-			t.Errorf("Retry-After %q, want 5 (one token at 0.2/s)", h.Get("Retry-After"))
-		}
+		assert.Equal(t, "5", h.Get("Retry-After"), "Retry-After: one token at 0.2/s")
 
 		// The bucket is the key's, whatever the endpoint: a webhook is refused too.
 		wh := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
@@ -122,23 +110,17 @@ func TestRateLimitPerKey(t *testing.T) {
 
 		// Another key of the same tenant has its own bucket.
 		other, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "second"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.WaitKnown(ctx, other); err != nil {
-			t.Fatal(err)
-		}
-		if status, _, b := s.listKeys(t, "default", other); status != http.StatusOK {
-			t.Fatalf("second key of the tenant: %d %s", status, b)
-		}
+		require.NoError(t, err)
+		require.NoError(t, s.WaitKnown(ctx, other))
+		status, _, b = s.listKeys(t, "default", other)
+		assert.Equal(t, http.StatusOK, status, "second key of the tenant: %s", b)
 	})
 
 	t.Run("tenant override", func(t *testing.T) {
 		key := s.keys["acme"]
 		for i := range 6 {
-			if status, _, b := s.listKeys(t, "acme", key); status != http.StatusOK {
-				t.Fatalf("request %d within acme's burst of 6: %d %s", i+1, status, b)
-			}
+			status, _, b := s.listKeys(t, "acme", key)
+			require.Equal(t, http.StatusOK, status, "request %d within acme's burst of 6: %s", i+1, b)
 		}
 		status, h, b := s.listKeys(t, "acme", key)
 		wantRateLimited(t, status, h, b, 5)
@@ -147,9 +129,8 @@ func TestRateLimitPerKey(t *testing.T) {
 	t.Run("tenant without limit", func(t *testing.T) {
 		key := s.keys["free"]
 		for i := range 20 {
-			if status, _, b := s.listKeys(t, "free", key); status != http.StatusOK {
-				t.Fatalf("request %d of an unlimited tenant: %d %s", i+1, status, b)
-			}
+			status, _, b := s.listKeys(t, "free", key)
+			require.Equal(t, http.StatusOK, status, "request %d of an unlimited tenant: %s", i+1, b)
 		}
 	})
 }
@@ -187,17 +168,12 @@ func TestMaxWaitingPerTenant(t *testing.T) {
 		status, h, b := do(t, http.MethodPost, probe, "", nil)
 		if status == http.StatusServiceUnavailable {
 			p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusServiceUnavailable)
-			if p["type"] != "urn:agentbus:problem:too-many-waiting" || h.Get("Retry-After") != "1" {
-				t.Fatalf("refusal %v with Retry-After %q, want too-many-waiting and 1", p, h.Get("Retry-After"))
-			}
+			require.Equal(t, "urn:agentbus:problem:too-many-waiting", p["type"], "refusal %v", p)
+			require.Equal(t, "1", h.Get("Retry-After"), "refusal's Retry-After")
 			break
 		}
-		if status != http.StatusNotFound {
-			t.Fatalf("probe: %d %s", status, b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the second concurrent call was never refused")
-		}
+		require.Equal(t, http.StatusNotFound, status, "probe: %s", b)
+		require.False(t, time.Now().After(deadline), "the second concurrent call was never refused")
 		time.Sleep(5 * time.Millisecond)
 	}
 	// A refused call is not enqueued: this count never runs.
@@ -206,21 +182,14 @@ func TestMaxWaitingPerTenant(t *testing.T) {
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusServiceUnavailable)
 	// Other tenants have their own places.
 	other := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", s.keys["other"]).Encode()
-	if status, _, b := do(t, http.MethodPost, other, "", nil); status != http.StatusOK {
-		t.Fatalf("other tenant while default waits: %d %s", status, b)
-	}
+	status, _, b = do(t, http.MethodPost, other, "", nil)
+	assert.Equal(t, http.StatusOK, status, "other tenant while default waits: %s", b)
 
-	if status := <-slow; status != http.StatusOK {
-		t.Fatalf("slow call: %d", status)
-	}
+	require.Equal(t, http.StatusOK, <-slow, "slow call")
 	// The place is given back: the count runs now, and it is the first.
 	status, _, b = do(t, http.MethodPost, counter, "", nil)
-	if status != http.StatusOK {
-		t.Fatalf("count after the slow call: %d %s", status, b)
-	}
-	if got := decode(t, b)["count"]; got != 1.0 {
-		t.Fatalf("count = %v, want 1: the refused call must not have been processed", got)
-	}
+	require.Equal(t, http.StatusOK, status, "count after the slow call: %s", b)
+	assert.Equal(t, 1.0, decode(t, b)["count"], "count: the refused call must not have been processed")
 }
 
 func TestBodyTooLarge(t *testing.T) {
@@ -246,16 +215,13 @@ func TestBodyTooLarge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			status, h, b := do(t, http.MethodPost, tt.url, "", strings.NewReader(tt.body))
 			p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusRequestEntityTooLarge)
-			if p["type"] != "urn:agentbus:problem:body-too-large" {
-				t.Fatalf("problem type %v, want body-too-large", p["type"])
-			}
+			assert.Equal(t, "urn:agentbus:problem:body-too-large", p["type"], "problem type")
 		})
 	}
 	// At the limit the body is accepted.
 	u := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
-	if status, _, b := do(t, http.MethodPost, u, "", strings.NewReader(strings.Repeat("a", 1024))); status != http.StatusOK {
-		t.Fatalf("body of exactly MaxBodyBytes: %d %s", status, b)
-	}
+	status, _, b := do(t, http.MethodPost, u, "", strings.NewReader(strings.Repeat("a", 1024)))
+	assert.Equal(t, http.StatusOK, status, "body of exactly MaxBodyBytes: %s", b)
 }
 
 func TestSlowHeadersCutOff(t *testing.T) {
@@ -264,26 +230,21 @@ func TestSlowHeadersCutOff(t *testing.T) {
 	// The server's clock starts when it accepts the connection, so ours starts before dialling.
 	start := time.Now()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	// A request line and one header, then nothing: the server must not wait for the rest.
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: agentbus\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	_, err = io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: agentbus\r\n")
+	require.NoError(t, err)
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	// The server closes the connection, possibly after a 408; either way reading ends in EOF.
 	rd := bufio.NewReader(conn)
-	if line, err := rd.ReadString('\n'); err == nil && !strings.Contains(line, "408") {
-		t.Fatalf("server answered %q to an unfinished request", line)
+	if line, err := rd.ReadString('\n'); err == nil {
+		require.Contains(t, line, "408", "the server answered an unfinished request")
 	}
 	_, err = io.Copy(io.Discard, rd)
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("connection still open after %v", time.Since(start))
-	}
-	if elapsed := time.Since(start); elapsed < timeout || elapsed > 3*time.Second {
-		t.Fatalf("connection closed after %v, want about %v", elapsed, timeout)
-	}
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "connection still open after %v", time.Since(start))
+	elapsed := time.Since(start)
+	assert.GreaterOrEqual(t, elapsed, timeout, "connection closed before the header timeout")
+	assert.LessOrEqual(t, elapsed, 3*time.Second, "connection closed after %v, want about %v", elapsed, timeout)
 }

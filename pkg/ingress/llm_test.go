@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -78,22 +81,22 @@ func TestChatThroughLanguageModel(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "fake-model", Timeout: time.Second, MaxRetries: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(echo.WithModel(model))}})
 	chat := func(text string, hdr ...string) (int, string, []byte) {
 		return converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "carol", "text", text, "apikey", s.Key), "", hdr...)
 	}
 
+	text := func(status int, b []byte) string {
+		t.Helper()
+		a := answerOf(t, status, b)
+		require.True(t, a.Response != nil && a.Response.Text != nil, "answer %s", b)
+		return *a.Response.Text
+	}
 	status, _, b := chat("first question")
-	if a := answerOf(t, status, b); *a.Response.Text != "reply to: first question" {
-		t.Fatalf("answer %s", b)
-	}
+	require.Equal(t, "reply to: first question", text(status, b), "answer %s", b)
 	status, _, b = chat("second question")
-	if a := answerOf(t, status, b); *a.Response.Text != "reply to: second question" {
-		t.Fatalf("answer %s", b)
-	}
+	require.Equal(t, "reply to: second question", text(status, b), "answer %s", b)
 	// The model got the conversation so far: system prompt, the first exchange, the new question.
 	req := fake.last()
 	var roles, contents []string
@@ -101,34 +104,30 @@ func TestChatThroughLanguageModel(t *testing.T) {
 		roles = append(roles, m.Role)
 		contents = append(contents, m.Content)
 	}
-	if req.Model != "fake-model" || strings.Join(roles, ",") != "system,user,assistant,user" ||
-		contents[1] != "first question" || contents[2] != "reply to: first question" || contents[3] != "second question" {
-		t.Fatalf("the model was asked %+v", req)
-	}
+	assert.Equal(t, "fake-model", req.Model, "the model was asked %+v", req)
+	require.Equal(t, []string{"system", "user", "assistant", "user"}, roles, "the model was asked %+v", req)
+	assert.Equal(t, []string{"first question", "reply to: first question", "second question"}, contents[1:], "the model was asked %+v", req)
 
 	// Streamed: deltas, then the final stored message, whose text the deltas make up.
-	req2, _ := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?"+q("workflow", "Echo", "type", "Chat", "participantId", "dan", "text", "tell a story", "apikey", s.Key).Encode(), nil)
-	req2.Header.Set("Accept", "text/event-stream")
+	req2 := newRequest(t, t.Context(), http.MethodPost, s.URL+"/api/user/rest/converse?"+q("workflow", "Echo", "type", "Chat", "participantId", "dan", "text", "tell a story", "apikey", s.Key).Encode(), nil,
+		"Accept", "text/event-stream")
 	resp, err := http.DefaultClient.Do(req2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	events := readStream(t, resp)
 	resp.Body.Close()
+	require.GreaterOrEqual(t, len(events), 3, "stream %+v: deltas and the message", events)
 	var joined strings.Builder
 	for _, e := range events[:len(events)-1] {
 		var d struct{ Delta string }
-		_ = json.Unmarshal([]byte(e.data), &d)
+		require.NoError(t, json.Unmarshal([]byte(e.data), &d), "stream %+v", events)
 		joined.WriteString(d.Delta)
 	}
 	var final syncAnswer
-	if err := json.Unmarshal([]byte(events[len(events)-1].data), &final); err != nil || len(events) < 3 ||
-		final.Response == nil || *final.Response.Text != "reply to: tell a story" || joined.String() != *final.Response.Text {
-		t.Fatalf("stream %+v", events)
-	}
-	if !fake.last().Stream {
-		t.Fatal("a streamed converse did not stream from the model")
-	}
+	require.NoError(t, json.Unmarshal([]byte(events[len(events)-1].data), &final), "stream %+v", events)
+	require.True(t, final.Response != nil && final.Response.Text != nil, "stream %+v", events)
+	assert.Equal(t, "reply to: tell a story", *final.Response.Text, "stream %+v", events)
+	assert.Equal(t, *final.Response.Text, joined.String(), "the deltas make up the final text")
+	assert.True(t, fake.last().Stream, "a streamed converse did not stream from the model")
 
 	// Model failures are clear problems.
 	status, ct, b := chat("fail")

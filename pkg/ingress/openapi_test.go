@@ -153,7 +153,7 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	opts := &openapi3filter.Options{AuthenticationFunc: requireCredential, IncludeResponseStatus: true, MultiError: true}
 	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: pathParams, Route: route, Options: opts}
 	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil && resp.StatusCode < 400 {
-		c.t.Errorf("%s: the document refuses the request (%v), but the server answered %d", what, err, resp.StatusCode)
+		assert.Failf(c.t, "the document refuses a request the server accepted", "%s: %v; the server answered %d", what, err, resp.StatusCode)
 	}
 
 	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}
@@ -162,9 +162,8 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		sseOpts := *opts
 		sseOpts.ExcludeResponseBody = true
 		out.Options = &sseOpts
-		if r := route.Operation.Responses.Status(resp.StatusCode); r == nil || r.Value.Content.Get(mt) == nil {
-			c.t.Errorf("%s: %d %s is not documented", what, resp.StatusCode, mt)
-		}
+		r := route.Operation.Responses.Status(resp.StatusCode)
+		assert.True(c.t, r != nil && r.Value.Content.Get(mt) != nil, "%s: %d %s is not documented", what, resp.StatusCode, mt)
 	} else {
 		b, err := c.readBody(resp)
 		if err != nil {
@@ -172,9 +171,7 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 		out.SetBodyBytes(b)
 	}
-	if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
-		c.t.Errorf("%s: the answer %d does not fit the document: %v", what, resp.StatusCode, err)
-	}
+	assert.NoError(c.t, openapi3filter.ValidateResponse(req.Context(), out), "%s: the answer %d does not fit the document", what, resp.StatusCode)
 	return resp, nil
 }
 
@@ -193,30 +190,25 @@ func (c *contractTransport) checkUnrouted(what string, routeErr error, resp *htt
 	if errors.Is(routeErr, routers.ErrMethodNotAllowed) {
 		name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
 	}
-	if resp.StatusCode != status {
-		c.t.Errorf("%s: no operation (%v), but the server answered %d", what, routeErr, resp.StatusCode)
+	if !assert.Equal(c.t, status, resp.StatusCode, "%s: no operation (%v), but the server answered", what, routeErr) {
 		return
 	}
 	want := c.doc.Components.Responses[name].Value
 	for h, ref := range want.Headers {
-		if ref.Value.Required && resp.Header.Get(h) == "" {
-			c.t.Errorf("%s: no %s header", what, h)
+		if ref.Value.Required {
+			assert.NotEmpty(c.t, resp.Header.Get(h), "%s: no %s header", what, h)
 		}
 	}
 	ct := resp.Header.Get("Content-Type")
 	mt := want.Content.Get(ct)
-	if mt == nil {
-		c.t.Errorf("%s: content type %q is not documented for %s", what, ct, name)
+	if !assert.NotNil(c.t, mt, "%s: content type %q is not documented for %s", what, ct, name) {
 		return
 	}
 	var v any
-	if err := json.Unmarshal(body, &v); err != nil {
-		c.t.Errorf("%s: %v", what, err)
+	if !assert.NoError(c.t, json.Unmarshal(body, &v), what) {
 		return
 	}
-	if err := mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
-		c.t.Errorf("%s: the answer does not fit %s: %v", what, name, err)
-	}
+	assert.NoError(c.t, mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), "%s: the answer does not fit %s", what, name)
 }
 
 // contractClient sends requests to a stack through a contractTransport.

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -79,20 +82,14 @@ func secStack(t *testing.T) (*stack.Stack, *secLog) {
 		Host:   agent.HostConfig{ShutdownGrace: 10 * time.Second, RetryBackoff: 10 * time.Millisecond},
 		Logger: logger,
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
+	require.NoError(t, err, "starting stack")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := st.Stop(ctx); err != nil {
-			t.Errorf("stopping stack: %v", err)
-		}
+		assert.NoError(t, st.Stop(ctx), "stopping stack")
 	})
 	for _, tenant := range []string{"default", "other"} {
-		if err := st.Keys.EnsureTenant(ctx, tenant); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, st.Keys.EnsureTenant(ctx, tenant))
 	}
 	return st, sink
 }
@@ -102,24 +99,15 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	ctx := context.Background()
 	mk := func(tenant string, role keys.Role) string {
 		secret, _, err := st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "secrets test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.WaitKnown(ctx, secret); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, st.WaitKnown(ctx, secret))
 		return secret
 	}
 	admin, user, otherAdmin := mk("default", keys.RoleTenantAdmin), mk("default", keys.RoleUser), mk("other", keys.RoleTenantAdmin)
 	revoked := mk("default", keys.RoleTenantAdmin)
-	if err := st.Keys.Revoke(ctx, revoked); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(time.Second); st.Ingress.KeyKnown(revoked); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("revocation not seen within 1s")
-		}
-	}
+	require.NoError(t, st.Keys.Revoke(ctx, revoked))
+	require.Eventually(t, func() bool { return !st.Ingress.KeyKnown(revoked) }, time.Second, 2*time.Millisecond,
+		"revocation not seen within 1s")
 	secrets := []string{admin, user, otherAdmin, revoked}
 
 	const (
@@ -137,7 +125,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	}
 	withData := func(body string, data any) string {
 		var m map[string]any
-		_ = json.Unmarshal([]byte(body), &m)
+		require.NoError(t, json.Unmarshal([]byte(body), &m))
 		m["data"] = data
 		return mustJSON(m)
 	}
@@ -213,11 +201,9 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	var answers [][]byte
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, _, body := isoDo(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
-			if status != tc.want {
-				t.Fatalf("status %d, want %d: %.300s", status, tc.want, body)
-			}
+			status, _, body := doPeek(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
 			answers = append(answers, body)
+			require.Equal(t, tc.want, status, "status: %.300s", body)
 		})
 	}
 
@@ -228,20 +214,20 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		ID  string `json:"id"`
 	}
 	var made created
-	status, _, body := isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
-	if status != http.StatusCreated || json.Unmarshal(body, &made) != nil || made.Key == "" {
-		t.Fatalf("creating a key: %d %s", status, body)
-	}
+	status, _, body := doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
+	require.Equal(t, http.StatusCreated, status, "creating a key: %s", body)
+	require.NoError(t, json.Unmarshal(body, &made), "creating a key: %s", body)
+	require.NotEmpty(t, made.Key, "creating a key: %s", body)
 	var rotated created
-	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
-	if status != http.StatusCreated || json.Unmarshal(body, &rotated) != nil || rotated.Key == "" {
-		t.Fatalf("rotating a key: %d %s", status, body)
-	}
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
+	require.Equal(t, http.StatusCreated, status, "rotating a key: %s", body)
+	require.NoError(t, json.Unmarshal(body, &rotated), "rotating a key: %s", body)
+	require.NotEmpty(t, rotated.Key, "rotating a key: %s", body)
 	var sysMade created
-	status, _, body = isoDo(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
-	if status != http.StatusCreated || json.Unmarshal(body, &sysMade) != nil || sysMade.Key == "" {
-		t.Fatalf("creating a system key: %d %s", status, body)
-	}
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
+	require.Equal(t, http.StatusCreated, status, "creating a system key: %s", body)
+	require.NoError(t, json.Unmarshal(body, &sysMade), "creating a system key: %s", body)
+	require.NotEmpty(t, sysMade.Key, "creating a system key: %s", body)
 	secrets = append(secrets, made.Key, rotated.Key, sysMade.Key)
 	for _, tc := range []struct{ method, path string }{
 		{get, "/api/v1/admin/tenants/default/keys"},
@@ -250,11 +236,9 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{del, "/api/v1/admin/tenants/default/keys/" + rotated.ID},
 		{del, "/api/v1/admin/keys/" + sysMade.ID},
 	} {
-		status, _, body := isoDo(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
-		if status >= 300 {
-			t.Fatalf("%s %s: %d %s", tc.method, tc.path, status, body)
-		}
+		status, _, body := doPeek(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
 		answers = append(answers, body)
+		require.Less(t, status, 300, "%s %s: %s", tc.method, tc.path, body)
 	}
 
 	// The timed-out requests are still processed; let them finish so their logs are in.
@@ -263,22 +247,17 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	logs := sink.String()
 	// Positive controls: the logs hold the failures above, so their silence about keys counts.
 	for _, want := range []string{"level=DEBUG", "handler panicked", "key created"} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("the logs do not show %q; is the capture working?", want)
-		}
+		assert.True(t, strings.Contains(logs, want), "the logs do not show %q; is the capture working?", want)
 	}
 	forbidden := []string{secSystemKey}
 	for _, s := range secrets {
 		forbidden = append(forbidden, s, strings.TrimPrefix(s, keys.Prefix))
 	}
 	for i, f := range forbidden {
-		if strings.Contains(logs, f) {
-			t.Errorf("the logs hold secret #%d", i)
-		}
+		// Not assert.NotContains, which would print the secret and the logs.
+		assert.False(t, strings.Contains(logs, f), "the logs hold secret #%d", i)
 		for _, a := range answers {
-			if bytes.Contains(a, []byte(f)) {
-				t.Errorf("an answer holds secret #%d: %.300s", i, a)
-			}
+			assert.False(t, bytes.Contains(a, []byte(f)), "an answer holds secret #%d: %.300s", i, a)
 		}
 	}
 	if t.Failed() && testing.Verbose() {

@@ -6,8 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -30,13 +34,9 @@ type syncAnswer struct {
 
 func answerOf(t *testing.T, status int, b []byte) syncAnswer {
 	t.Helper()
-	if status != 200 {
-		t.Fatalf("status %d: %s", status, b)
-	}
+	require.Equal(t, http.StatusOK, status, "%s", b)
 	var a syncAnswer
-	if err := json.Unmarshal(b, &a); err != nil {
-		t.Fatalf("answer %s: %v", b, err)
-	}
+	require.NoError(t, json.Unmarshal(b, &a), "answer %s", b)
 	return a
 }
 
@@ -54,41 +54,45 @@ func TestSendTypes(t *testing.T) {
 
 	// Accepted at once: 202 with the ids.
 	status, ct, b := send(t, s, "default", "", msg("type", "Chat", "text", "queued"), auth...)
-	if status != 202 || ct != "application/json" {
-		t.Fatalf("202: %d %s %s", status, ct, b)
-	}
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+	assert.Equal(t, "application/json", ct, "202")
 	var ids syncAnswer
-	if err := json.Unmarshal(b, &ids); err != nil || ids.MessageID == "" || ids.RequestID == "" || ids.ThreadID == "" ||
-		ids.WorkflowID != "default:Echo:Supervisor Workflow:default" {
-		t.Fatalf("202 body %s", b)
-	}
+	require.NoError(t, json.Unmarshal(b, &ids), "202 body %s", b)
+	assert.NotEmpty(t, ids.MessageID, "202 body %s", b)
+	assert.NotEmpty(t, ids.RequestID, "202 body %s", b)
+	assert.NotEmpty(t, ids.ThreadID, "202 body %s", b)
+	assert.Equal(t, "default:Echo:Supervisor Workflow:default", ids.WorkflowID, "202 body %s", b)
 
 	a := sendWait(t, s, msg("type", "Chat", "text", "hello", "topic", "greetings", "hint", "be brief"))
 	r := a.Response
-	if r == nil || r.Text == nil || *r.Text != "You said: hello" || string(r.Data) != "null" && len(r.Data) != 0 || r.MessageType != 0 ||
-		r.Scope != "greetings" || r.Hint != "be brief" || r.ID == "" || r.CreatedAt == "" {
-		t.Fatalf("chat reply %+v", r)
-	}
+	require.True(t, r != nil && r.Text != nil, "chat reply %+v", r)
+	assert.Equal(t, "You said: hello", *r.Text, "chat reply")
+	assert.True(t, string(r.Data) == "null" || len(r.Data) == 0, "chat reply data %s, want none", r.Data)
+	assert.Equal(t, 0, r.MessageType, "chat reply")
+	assert.Equal(t, "greetings", r.Scope, "chat reply")
+	assert.Equal(t, "be brief", r.Hint, "chat reply")
+	assert.NotEmpty(t, r.ID, "chat reply")
+	assert.NotEmpty(t, r.CreatedAt, "chat reply")
 
 	a = sendWait(t, s, msg("type", "Data", "text", "SUM", "data", map[string]any{"values": []int{1, 2, 3}}))
-	if a.Response == nil || a.Response.Text != nil || string(a.Response.Data) != `{"sum":6}` || a.Response.MessageType != 1 {
-		t.Fatalf("data reply %s", mustJSON(a.Response))
-	}
+	require.NotNil(t, a.Response, "data reply")
+	assert.Nil(t, a.Response.Text, "data reply %s", mustJSON(a.Response))
+	assert.Equal(t, `{"sum":6}`, string(a.Response.Data), "data reply")
+	assert.Equal(t, 1, a.Response.MessageType, "data reply %s", mustJSON(a.Response))
 
 	a = sendWait(t, s, msg("type", "Webhook", "text", "echo", "data", map[string]any{"a": 1}))
 	var wh struct {
 		StatusCode int    `json:"statusCode"`
 		Content    string `json:"content"`
 	}
-	if a.Response == nil || json.Unmarshal(a.Response.Data, &wh) != nil || wh.StatusCode != 200 || !strings.Contains(wh.Content, `"body":"{\"a\":1}"`) {
-		t.Fatalf("webhook reply %s", mustJSON(a.Response))
-	}
+	require.NotNil(t, a.Response, "webhook reply")
+	require.NoError(t, json.Unmarshal(a.Response.Data, &wh), "webhook reply %s", mustJSON(a.Response))
+	assert.Equal(t, http.StatusOK, wh.StatusCode, "webhook reply %s", mustJSON(a.Response))
+	assert.Contains(t, wh.Content, `"body":"{\"a\":1}"`, "webhook reply")
 
 	status, ct, b = send(t, s, "default", "wait=true", msg("type", "Data", "text", "fail", "data", map[string]any{"status": 418, "message": "short and stout"}), auth...)
 	p := problemOf(t, status, ct, b, 418)
-	if p["detail"] != "short and stout" {
-		t.Fatalf("fail problem %v", p)
-	}
+	assert.Equal(t, "short and stout", p["detail"], "fail problem %v", p)
 	status, ct, b = send(t, s, "default", "wait=true", msg("type", "Data", "text", "sum", "data", map[string]any{"values": "nope"}), auth...)
 	problemOf(t, status, ct, b, 400)
 }
@@ -104,9 +108,8 @@ func TestSendFiles(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{MaxFileBytes: 12 << 20})
 	auth := []string{"Authorization", "Bearer " + s.Key}
 	big := make([]byte, 10<<20)
-	if _, err := rand.Read(big); err != nil {
-		t.Fatal(err)
-	}
+	_, err := rand.Read(big)
+	require.NoError(t, err)
 	sum := sha256.Sum256(big)
 	for _, tc := range []struct {
 		name     string
@@ -128,16 +131,17 @@ func TestSendFiles(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := sendWait(t, s, tc.body)
-			if a.Response == nil || a.Response.Text == nil || *a.Response.Text != tc.wantText {
-				t.Fatalf("reply %s, want text %q", mustJSON(a.Response), tc.wantText)
-			}
+			require.True(t, a.Response != nil && a.Response.Text != nil, "reply %s, want text %q", mustJSON(a.Response), tc.wantText)
+			assert.Equal(t, tc.wantText, *a.Response.Text, "reply text")
 			if tc.wantName != "" {
 				var d struct {
 					FileName string `json:"fileName"`
 					SHA256   string `json:"sha256"`
 				}
-				if err := json.Unmarshal(a.Response.Data, &d); err != nil || d.FileName != tc.wantName || tc.wantSHA != "" && d.SHA256 != tc.wantSHA {
-					t.Fatalf("reply data %s", a.Response.Data)
+				require.NoError(t, json.Unmarshal(a.Response.Data, &d), "reply data %s", a.Response.Data)
+				assert.Equal(t, tc.wantName, d.FileName, "reply data %s", a.Response.Data)
+				if tc.wantSHA != "" {
+					assert.Equal(t, tc.wantSHA, d.SHA256, "file changed in transit")
 				}
 			}
 		})
@@ -185,22 +189,19 @@ func TestSendRefusals(t *testing.T) {
 			}
 			status, ct, b := send(t, s, tc.tenant, query, tc.body, tc.hdr...)
 			p := problemOf(t, status, ct, b, tc.want)
-			if tc.detail != "" && !strings.Contains(p["detail"].(string), tc.detail) {
-				t.Fatalf("detail %q does not name %q", p["detail"], tc.detail)
+			if tc.detail != "" {
+				assert.Contains(t, p["detail"], tc.detail, "the detail does not name it")
 			}
 		})
 	}
 	// The body's authorization field alone works; X-Tenant-Id works without a path tenant.
-	if status, _, b := send(t, s, "default", "", msg("type", "Chat", "text", "hi", "authorization", "Bearer "+s.Key)); status != 202 {
-		t.Fatalf("body authorization: %d %s", status, b)
-	}
-	if status, _, b := send(t, s, "", "", ok, append([]string{"X-Tenant-Id", "default"}, auth...)...); status != 202 {
-		t.Fatalf("X-Tenant-Id: %d %s", status, b)
-	}
+	status, _, b := send(t, s, "default", "", msg("type", "Chat", "text", "hi", "authorization", "Bearer "+s.Key))
+	assert.Equal(t, http.StatusAccepted, status, "body authorization: %s", b)
+	status, _, b = send(t, s, "", "", ok, append([]string{"X-Tenant-Id", "default"}, auth...)...)
+	assert.Equal(t, http.StatusAccepted, status, "X-Tenant-Id: %s", b)
 	// A system key may send to any existing tenant.
-	if status, _, b := send(t, s, "other", "", ok, "Authorization", "Bearer system-admin-key-0123456789"); status != 202 {
-		t.Fatalf("system key: %d %s", status, b)
-	}
+	status, _, b = send(t, s, "other", "", ok, "Authorization", "Bearer system-admin-key-0123456789")
+	assert.Equal(t, http.StatusAccepted, status, "system key: %s", b)
 }
 
 func TestSendIdempotentRequestID(t *testing.T) {
@@ -208,14 +209,15 @@ func TestSendIdempotentRequestID(t *testing.T) {
 	body := msg("type", "Data", "text", "count", "requestId", "req-1", "activationName", "idem")
 	first := sendWait(t, s, body)
 	again := sendWait(t, s, body)
-	if string(first.Response.Data) != string(again.Response.Data) || first.RequestID != "req-1" {
-		t.Fatalf("retry answered %s, first %s", again.Response.Data, first.Response.Data)
-	}
+	assert.Equal(t, "req-1", first.RequestID)
+	require.NotNil(t, first.Response)
+	require.NotNil(t, again.Response)
+	assert.Equal(t, string(first.Response.Data), string(again.Response.Data), "the retry's answer differs from the first's")
 	next := sendWait(t, s, msg("type", "Data", "text", "count", "activationName", "idem"))
 	var c struct{ Count int }
-	if err := json.Unmarshal(next.Response.Data, &c); err != nil || c.Count != 2 {
-		t.Fatalf("count after a repeated requestId = %s, want 2", next.Response.Data)
-	}
+	require.NotNil(t, next.Response)
+	require.NoError(t, json.Unmarshal(next.Response.Data, &c), "%s", next.Response.Data)
+	assert.Equal(t, 2, c.Count, "count after a repeated requestId: %s", next.Response.Data)
 }
 
 // What send stores, as the agent reads it back: both sides of each exchange, newest first,
@@ -240,31 +242,46 @@ func TestSendStoresHistory(t *testing.T) {
 			CreatedAt     string          `json:"createdAt"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal(a.Response.Data, &got); err != nil {
-		t.Fatalf("history reply %s: %v", a.Response.Data, err)
-	}
-	if len(got.Messages) != 4 {
-		t.Fatalf("history has %d messages, want 4 (the history call itself excluded): %s", len(got.Messages), a.Response.Data)
-	}
+	require.NoError(t, json.Unmarshal(a.Response.Data, &got), "history reply %s", a.Response.Data)
+	require.Len(t, got.Messages, 4, "history, the history call itself excluded: %s", a.Response.Data)
 	m := got.Messages
+	text := func(p *string) string {
+		if p == nil {
+			return "<none>"
+		}
+		return *p
+	}
 	// Newest first: sum out, sum in, chat out, chat in.
-	if m[0].Direction != 1 || m[0].MessageType != 1 || string(m[0].Data) != `{"sum":2}` || m[0].Scope != "t2" ||
-		m[1].Direction != 0 || m[1].MessageType != 1 || *m[1].Text != "sum" {
-		t.Fatalf("data exchange stored as %s", mustJSON(m[:2]))
-	}
-	if m[2].Direction != 1 || m[2].MessageType != 0 || *m[2].Text != "You said: first" || m[2].RequestID != "r-chat" || m[2].Scope != "t1" || m[2].Hint != "h1" ||
-		m[3].Direction != 0 || *m[3].Text != "first" || m[3].RequestID != "r-chat" || m[3].ID != chat.MessageID || m[3].ParticipantID != "alice" ||
-		m[3].WorkflowID != "default:Echo:Supervisor Workflow:hist" || m[3].CreatedAt == "" {
-		t.Fatalf("chat exchange stored as %s", mustJSON(m[2:]))
-	}
-	if m[2].ID != chat.Response.ID {
-		t.Fatalf("reply id %s, stored %s", chat.Response.ID, m[2].ID)
-	}
+	data := mustJSON(m[:2])
+	assert.Equal(t, 1, m[0].Direction, "data exchange stored as %s", data)
+	assert.Equal(t, 1, m[0].MessageType, "data exchange stored as %s", data)
+	assert.Equal(t, `{"sum":2}`, string(m[0].Data), "data exchange stored as %s", data)
+	assert.Equal(t, "t2", m[0].Scope, "data exchange stored as %s", data)
+	assert.Equal(t, 0, m[1].Direction, "data exchange stored as %s", data)
+	assert.Equal(t, 1, m[1].MessageType, "data exchange stored as %s", data)
+	assert.Equal(t, "sum", text(m[1].Text), "data exchange stored as %s", data)
+
+	chats := mustJSON(m[2:])
+	assert.Equal(t, 1, m[2].Direction, "chat exchange stored as %s", chats)
+	assert.Equal(t, 0, m[2].MessageType, "chat exchange stored as %s", chats)
+	assert.Equal(t, "You said: first", text(m[2].Text), "chat exchange stored as %s", chats)
+	assert.Equal(t, "r-chat", m[2].RequestID, "chat exchange stored as %s", chats)
+	assert.Equal(t, "t1", m[2].Scope, "chat exchange stored as %s", chats)
+	assert.Equal(t, "h1", m[2].Hint, "chat exchange stored as %s", chats)
+	assert.Equal(t, 0, m[3].Direction, "chat exchange stored as %s", chats)
+	assert.Equal(t, "first", text(m[3].Text), "chat exchange stored as %s", chats)
+	assert.Equal(t, "r-chat", m[3].RequestID, "chat exchange stored as %s", chats)
+	assert.Equal(t, chat.MessageID, m[3].ID, "chat exchange stored as %s", chats)
+	assert.Equal(t, "alice", m[3].ParticipantID, "chat exchange stored as %s", chats)
+	assert.Equal(t, "default:Echo:Supervisor Workflow:hist", m[3].WorkflowID, "chat exchange stored as %s", chats)
+	assert.NotEmpty(t, m[3].CreatedAt, "chat exchange stored as %s", chats)
+	require.NotNil(t, chat.Response)
+	assert.Equal(t, chat.Response.ID, m[2].ID, "the stored reply's id is the one answered")
 	// Scope filter through the SDK.
 	a = sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"scope": "t1"}, "activationName", "hist"))
-	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got.Messages) != 2 || got.Messages[0].Scope != "t1" {
-		t.Fatalf("history by scope: %s", a.Response.Data)
-	}
+	require.NoError(t, json.Unmarshal(a.Response.Data, &got), "history by scope: %s", a.Response.Data)
+	require.Len(t, got.Messages, 2, "history by scope: %s", a.Response.Data)
+	assert.Equal(t, "t1", got.Messages[0].Scope, "history by scope: %s", a.Response.Data)
 }
 
 // Messages too large for one history entry are handled in full, stored shortened, and do not
@@ -273,18 +290,17 @@ func TestSendLargeMessages(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	huge := strings.Repeat("<", 200_000) // JSON-escaped six times larger
 	a := sendWait(t, s, msg("type", "Chat", "text", huge, "activationName", "large"))
-	if a.Response == nil || len(*a.Response.Text) <= len(huge) {
-		t.Fatalf("chat of a huge text answered %d bytes", len(mustJSON(a.Response)))
-	}
+	require.True(t, a.Response != nil && a.Response.Text != nil, "chat of a huge text answered %d bytes", len(mustJSON(a.Response)))
+	assert.Greater(t, len(*a.Response.Text), len(huge), "chat of a huge text: the reply is shorter than the text")
 	big := map[string]any{"blob": strings.Repeat("x", 1_500_000)}
 	a = sendWait(t, s, msg("type", "Data", "text", "echo", "data", big, "activationName", "large"))
 	var got map[string]string
-	if err := json.Unmarshal(a.Response.Data, &got); err != nil || len(got["blob"]) != 1_500_000 {
-		t.Fatalf("1.5 MB echo came back with %d bytes", len(got["blob"]))
-	}
+	require.NotNil(t, a.Response)
+	require.NoError(t, json.Unmarshal(a.Response.Data, &got), "1.5 MB echo")
+	assert.Len(t, got["blob"], 1_500_000, "1.5 MB echo came back changed")
 	// The conversation goes on, and history holds shortened copies.
 	a = sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"size": 10}, "activationName", "large"))
-	if len(a.Response.Data) > 1<<20 || !strings.Contains(string(a.Response.Data), `"truncated":true`) {
-		t.Fatalf("history of large messages: %d bytes", len(a.Response.Data))
-	}
+	require.NotNil(t, a.Response)
+	assert.LessOrEqual(t, len(a.Response.Data), 1<<20, "history of large messages: too large")
+	assert.Contains(t, string(a.Response.Data), `"truncated":true`, "history of large messages: not shortened")
 }

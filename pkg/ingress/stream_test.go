@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -55,45 +58,43 @@ func TestConverseStreams(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{teller, echo.New()}})
 
 	stream := func(typ, text string) []streamEvent {
-		req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?"+q("workflow", "Teller", "type", typ, "text", text, "apikey", s.Key).Encode(), nil)
-		req.Header.Set("Accept", "text/event-stream")
+		t.Helper()
+		req := newRequest(t, context.Background(), http.MethodPost, s.URL+"/api/user/rest/converse?"+q("workflow", "Teller", "type", typ, "text", text, "apikey", s.Key).Encode(), nil,
+			"Accept", "text/event-stream")
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-			t.Fatalf("stream answer %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-		}
+		require.Equal(t, http.StatusOK, resp.StatusCode, "stream answer")
+		require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"), "stream answer")
 		return readStream(t, resp)
 	}
 
 	events := stream("Chat", "tell me")
+	require.Len(t, events, 5, "four deltas and the message: %+v", events)
 	var joined strings.Builder
 	for _, e := range events[:len(events)-1] {
 		var d struct{ Delta string }
-		if e.name != "delta" || json.Unmarshal([]byte(e.data), &d) != nil {
-			t.Fatalf("event %+v, want a delta", e)
-		}
+		require.Equal(t, "delta", e.name, "event %+v, want a delta", e)
+		require.NoError(t, json.Unmarshal([]byte(e.data), &d), "event %+v, want a delta", e)
 		joined.WriteString(d.Delta)
 	}
 	last := events[len(events)-1]
 	var final syncAnswer
-	if last.name != "message" || json.Unmarshal([]byte(last.data), &final) != nil || final.Response == nil || final.Response.Text == nil {
-		t.Fatalf("last event %+v", last)
-	}
-	if len(events) != 5 || joined.String() != *final.Response.Text || *final.Response.Text != "once upon a time" {
-		t.Fatalf("deltas %q (%d events), final %q", joined.String(), len(events), *final.Response.Text)
-	}
+	require.Equal(t, "message", last.name, "last event %+v", last)
+	require.NoError(t, json.Unmarshal([]byte(last.data), &final), "last event %+v", last)
+	require.True(t, final.Response != nil && final.Response.Text != nil, "last event %+v", last)
+	assert.Equal(t, "once upon a time", *final.Response.Text, "final text")
+	assert.Equal(t, *final.Response.Text, joined.String(), "deltas add up to the final text")
 
 	events = stream("Data", "boom")
-	if len(events) != 1 || events[0].name != "error" || !strings.Contains(events[0].data, `"status":418`) {
-		t.Fatalf("error stream %+v", events)
-	}
+	require.Len(t, events, 1, "error stream %+v", events)
+	assert.Equal(t, "error", events[0].name, "error stream %+v", events)
+	assert.Contains(t, events[0].data, `"status":418`, "error stream %+v", events)
 
 	// Without Accept: text/event-stream the same call answers plain JSON.
 	status, ct, b := converse(t, s, q("workflow", "Teller", "type", "Chat", "text", "tell me", "apikey", s.Key), "")
-	if a := answerOf(t, status, b); ct != "application/json" || *a.Response.Text != "once upon a time" {
-		t.Fatalf("plain answer %s %s", ct, b)
-	}
+	a := answerOf(t, status, b)
+	assert.Equal(t, "application/json", ct, "plain answer %s", b)
+	require.True(t, a.Response != nil && a.Response.Text != nil, "plain answer %s", b)
+	assert.Equal(t, "once upon a time", *a.Response.Text, "plain answer %s", b)
 }

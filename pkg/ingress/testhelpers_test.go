@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -169,4 +171,35 @@ func adminOK(t *testing.T, s *stacktest.Stack, method, path, key string, body an
 func do(t *testing.T, method, u, key string, body io.Reader) (int, http.Header, []byte) {
 	t.Helper()
 	return doRequest(t, method, u, body, bearerHeader(key)...)
+}
+
+// doPeek sends a request with body as is (none when empty) and returns status, content type and
+// body. An event stream is read up to its first event or comment, then dropped, so that every
+// route can be called the same way.
+func doPeek(t *testing.T, base, method, path, body string, hdr ...string) (int, string, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	resp, err := http.DefaultClient.Do(newRequest(t, ctx, method, base+path, rd, hdr...))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	if strings.HasPrefix(ct, "text/event-stream") {
+		var b bytes.Buffer
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if sc.Text() == "" && b.Len() > 0 {
+				break
+			}
+			b.WriteString(sc.Text() + "\n")
+		}
+		return resp.StatusCode, ct, b.Bytes()
+	}
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, ct, b
 }

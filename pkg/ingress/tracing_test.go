@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -72,6 +73,64 @@ func TestTraceFromCallerToHandler(t *testing.T) {
 		"agentbus.workflow_id": attribute.StringValue(wf),
 		"agentbus.attempt":     attribute.IntValue(1),
 	}, got, "handler span's attributes")
+	assert.Equal(t, "Unset", handler.Status.Code.String(), "handler span's status")
+}
+
+// A replayed dead letter continues the trace of the replay request: the host's handler span is a
+// child of the ingress's server span of POST .../deadletters/{id}/replay, which continues the
+// operator's traceparent.
+func TestTraceOfDeadLetterReplay(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	flaky := &failing{name: "Flaky"}
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{flaky.agent()},
+		Host: agent.HostConfig{MaxDeliveries: 2}, Tracer: tp})
+	require.NoError(t, s.WaitLive(t.Context(), "Flaky"))
+	id := killLetter(t, s, s.Key, "default:Flaky:Supervisor Workflow:traced", "mendable")
+	flaky.mended.Store(true)
+	// The dead request's own spans ended when the host gave it up.
+	require.Eventually(t, func() bool {
+		for _, sp := range exp.GetSpans() {
+			if sp.SpanKind == trace.SpanKindConsumer {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "the dead request's handler span")
+	exp.Reset()
+
+	const (
+		traceID    = "0af7651916cd43dd8448eb211c80319c"
+		operatorID = "b7ad6b7169203331"
+	)
+	status, _, b := adminReq(t, s, http.MethodPost, deadLetterOf("default", id)+"/replay", s.Key, nil,
+		"traceparent", "00-"+traceID+"-"+operatorID+"-01")
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+
+	var server, handler tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		var found int
+		for _, sp := range exp.GetSpans() {
+			switch sp.SpanKind {
+			case trace.SpanKindServer:
+				server, found = sp, found+1
+			case trace.SpanKindConsumer:
+				handler, found = sp, found+1
+			}
+		}
+		return found == 2
+	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+	assert.EqualValues(t, 1, flaky.runs.Load(), "the replayed request ran")
+
+	assert.Equal(t, "POST /api/v1/admin/tenants/{tenantId}/deadletters/{id}/replay", server.Name)
+	assert.Equal(t, traceID, server.SpanContext.TraceID().String(), "replay span's trace")
+	assert.Equal(t, operatorID, server.Parent.SpanID().String(), "replay span's parent is the operator's")
+
+	assert.Equal(t, "handle Flaky webhook mendable", handler.Name)
+	assert.Equal(t, traceID, handler.SpanContext.TraceID().String(), "handler span's trace is the replay's")
+	assert.Equal(t, server.SpanContext.SpanID(), handler.Parent.SpanID(), "handler span's parent is the replay span")
+	assert.True(t, handler.Parent.IsRemote(), "handler span's parent came over the bus")
 	assert.Equal(t, "Unset", handler.Status.Code.String(), "handler span's status")
 }
 

@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	return drain(hs, srv, done, cfg.IngressShutdownTimeout(), log)
+	return drain(hs, srv, done, cfg.DrainDelay, cfg.IngressShutdownTimeout(), log)
 }
 
 // tenantRates converts the per-tenant rate limits of the settings.
