@@ -57,7 +57,11 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	}
 	if d := h.held[seq]; d != nil {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
-		// copy, answering to the latest delivery.
+		// copy, answering to the latest delivery. One already running has read its delivery and
+		// counted it: this one is counted here.
+		if d.running {
+			h.metrics.redelivered(part.key.agent)
+		}
 		d.msg, d.progress = m, time.Now()
 		h.mu.Unlock()
 		return
