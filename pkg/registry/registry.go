@@ -236,6 +236,18 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 	return a, ok
 }
 
+// Agents returns every registered agent, ordered by name.
+func (d *Directory) Agents() []Agent {
+	d.mu.RLock()
+	out := make([]Agent, 0, len(d.agents))
+	for _, a := range d.agents {
+		out = append(out, a)
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // Live reports whether some host with a fresh heartbeat runs the agent.
 func (d *Directory) Live(agent string) bool {
 	cutoff := d.now().Add(-DeadAfter)
