@@ -240,8 +240,8 @@ type route struct {
 // in proxy and access logs. Tenants are managed by system admins; a tenant's keys and dead
 // letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
 // /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
-// path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any key of a
-// tenant, in either place. /healthz, /readyz, /metrics, /openapi.json and the playground page
+// path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,
+// in the header or the query. /healthz, /readyz, /metrics, /openapi.json and the playground page
 // (/ui, which asks the user for a key and then calls the API like any client) take no key.
 func (s *Server) api() []route {
 	const (
