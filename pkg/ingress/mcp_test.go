@@ -137,6 +137,15 @@ func TestMCPTenantIsolation(t *testing.T) {
 	status, _, body := doCT(t, http.MethodPost, st.URL+"/api/user/rest/converse?"+q("workflow", "Vault", "type", "Data", "text", "secret").Encode(), nil, bearerHeader(st.OtherKey)...)
 	assert.Equal(t, http.StatusNotFound, status, "%s", body)
 
+	// Nor in the agent list; the tenant that may call it sees it, but not who else may.
+	status, _, body = get(t, st.URL, "/api/user/agents", nil, bearerHeader(st.OtherKey)...)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.NotContains(t, string(body), `"Vault"`)
+	status, _, body = get(t, st.URL, "/api/user/agents", nil, bearerHeader(st.Key)...)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), `"Vault"`)
+	assert.NotContains(t, string(body), `"tenants"`)
+
 	own := mcpSession(t, ctx, st, st.Key)
 	res, err := own.CallTool(ctx, &mcp.CallToolParams{Name: "Vault.secret", Arguments: map[string]any{}})
 	require.NoError(t, err)

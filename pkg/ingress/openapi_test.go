@@ -29,6 +29,13 @@ import (
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
+// The playground's files are text; the validator needs to be told how to read them.
+func init() {
+	for _, ct := range []string{"text/html", "text/javascript", "text/css", "image/svg+xml"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
+}
+
 // loadOpenAPI loads the embedded OpenAPI document and validates it.
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
@@ -284,6 +291,38 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusNotFound, http.MethodGet, "/nope", "", nil)
 		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/healthz", "", nil)
 		c.want(http.StatusMethodNotAllowed, http.MethodDelete, "/openapi.json", "", nil)
+	})
+
+	t.Run("playground", func(t *testing.T) {
+		c := &contractClient{t: t, base: s.URL, http: client}
+		// The client follows the redirects of / and /ui/; the transport checks both answers.
+		for _, p := range []string{"/", "/ui", "/ui/"} {
+			status, h, b := c.do(http.MethodGet, p, "", nil)
+			assert.Equal(t, http.StatusOK, status, p)
+			assert.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), p)
+			assert.Contains(t, string(b), "agentbus playground", p)
+		}
+		for _, f := range []string{"app.js", "style.css", "favicon.svg"} {
+			c.want(http.StatusOK, http.MethodGet, "/ui/"+f, "", nil)
+		}
+		_, h, _ := c.do(http.MethodGet, "/ui/app.js", "", nil)
+		c.want(http.StatusNotModified, http.MethodGet, "/ui/app.js", "", nil, "If-None-Match", h.Get("ETag"))
+		c.want(http.StatusNotFound, http.MethodGet, "/ui/nope.js", "", nil)
+		c.want(http.StatusNotFound, http.MethodGet, "/ui/index.html", "", nil)
+		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/ui", "", nil)
+	})
+
+	t.Run("agents", func(t *testing.T) {
+		c := &contractClient{t: t, base: s.URL, http: client}
+		m := c.want(http.StatusOK, http.MethodGet, "/api/user/agents", key, nil)
+		assert.Equal(t, "default", m["tenant"])
+		assert.Len(t, m["agents"], 2)
+		m = c.want(http.StatusOK, http.MethodGet, "/api/user/agents?apikey="+url.QueryEscape(systemKey), "", nil)
+		assert.NotContains(t, m, "tenant")
+		c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents", "", nil)
+		c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents?apikey=wrong", key, nil)
+		c.want(http.StatusBadRequest, http.MethodGet, "/api/user/agents?a=%zz", key, nil)
+		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/api/user/agents", key, nil)
 	})
 
 	t.Run("webhook", func(t *testing.T) {

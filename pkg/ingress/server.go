@@ -243,8 +243,9 @@ type route struct {
 // in proxy and access logs. Tenants are managed by system admins; a tenant's keys and dead
 // letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
 // /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
-// path or, on their tenant-less variant, in X-Tenant-Id. /healthz, /readyz and /metrics take no
-// key.
+// path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,
+// in the header or the query. /healthz, /readyz, /metrics, /openapi.json and the playground page
+// (/ui, which asks the user for a key and then calls the API like any client) take no key.
 func (s *Server) api() []route {
 	const (
 		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
@@ -255,8 +256,14 @@ func (s *Server) api() []route {
 		{get, "/metrics", s.serveMetrics},
 		{get, "/openapi.json", s.serveOpenAPI},
 
+		{get, "/", s.toPlayground},
+		{get, playgroundPath, s.playgroundPage},
+		{get, playgroundPath + "/", s.toPlayground},
+		{get, playgroundPath + "/{file}", s.playgroundFile},
+
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
 		{post, "/api/user/rest/converse", s.syncCall(s.converse)},
+		{get, "/api/user/agents", s.listAgents},
 		{post, "/mcp", s.syncCall(s.mcp)},
 
 		{post, "/api/v1/admin/tenants/{tenantId}/messaging/send", s.syncCall(s.send)},

@@ -263,12 +263,18 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 	return a, ok
 }
 
-// VisibleAgents returns the registrations of the agents the tenant may call, ordered by name.
+// Agents returns every registered agent, ordered by name.
+func (d *Directory) Agents() []Agent {
+	return d.VisibleAgents("")
+}
+
+// VisibleAgents returns the registrations of the agents the tenant may call, ordered by name;
+// tenant "" means every agent.
 func (d *Directory) VisibleAgents(tenant string) []Agent {
 	d.mu.RLock()
 	out := make([]Agent, 0, len(d.agents))
 	for _, a := range d.agents {
-		if a.VisibleTo(tenant) {
+		if tenant == "" || a.VisibleTo(tenant) {
 			out = append(out, a)
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -205,4 +208,26 @@ func TestDirectorySeesExistingHeartbeat(t *testing.T) {
 	if !d.Live("Echo") {
 		t.Error("heartbeat written before NewDirectory not loaded on return")
 	}
+}
+
+func TestDirectoryAgentsSortedByName(t *testing.T) {
+	ctx, res := setup(t)
+	zed := registry.Agent{Name: "Zed", WorkflowTypes: []string{"Supervisor Workflow"}}
+	alpha := registry.Agent{Name: "alpha", WorkflowTypes: []string{"Supervisor Workflow"}, Chat: true}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{zed, echo, alpha}))
+	d := newDirectory(t, ctx, res)
+	got := d.Agents()
+	names := make([]string, 0, len(got))
+	for _, a := range got {
+		names = append(names, a.Name)
+	}
+	// Byte order, as strings.Compare sorts: upper case first.
+	assert.Equal(t, []string{"Echo", "Zed", "alpha"}, names)
+	assert.Equal(t, echo, got[0])
+	assert.True(t, got[2].Chat)
+
+	// A registration that arrives later is listed too.
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{{Name: "Beta", WorkflowTypes: []string{"Conversational"}}}))
+	eventually(t, 5*time.Second, "Beta listed", func() bool { return len(d.Agents()) == 4 })
+	assert.Equal(t, "Beta", d.Agents()[0].Name)
 }

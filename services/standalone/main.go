@@ -125,7 +125,8 @@ func seedDevKey(ctx context.Context, st *stack.Stack, cfg config.Config, out io.
 		if err := st.WaitKnown(ctx, cfg.DevAPIKey); err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "agentbus is listening on %s; tenant %q accepts the key in AGENTBUS_DEV_API_KEY.\n", st.URL, devTenant)
+		fmt.Fprintf(out, "agentbus is listening on %[1]s; tenant %[2]q accepts the key in AGENTBUS_DEV_API_KEY.\n"+
+			"Playground (paste the key there): %[1]s/ui\n", st.URL, devTenant)
 		return nil
 	}
 	existing, err := st.Keys.Keys(ctx, devTenant)
@@ -134,8 +135,8 @@ func seedDevKey(ctx context.Context, st *stack.Stack, cfg config.Config, out io.
 	}
 	for _, k := range existing {
 		if k.Name == devKeyName && k.RevokedAt == nil {
-			fmt.Fprintf(out, "agentbus is listening on %s. The dev key of tenant %q was printed at the first start;\n"+
-				"to choose one instead, set AGENTBUS_DEV_API_KEY.\n", st.URL, devTenant)
+			fmt.Fprintf(out, "agentbus is listening on %[1]s. The dev key of tenant %[2]q was printed at the first start;\n"+
+				"to choose one instead, set AGENTBUS_DEV_API_KEY. Playground: %[1]s/ui\n", st.URL, devTenant)
 			return nil
 		}
 	}
@@ -154,6 +155,8 @@ Dev API key for tenant %[2]q (shown only this once; keys are stored as hashes):
 Try the Echo agent:
 
     curl -s -X POST '%[1]s/api/user/webhooks/Echo/echo?apikey=%[3]s&hello=world' -d '{"ping":1}'
+
+or open the playground in a browser and paste the key: %[1]s/ui
 
 `, st.URL, devTenant, secret)
 	return nil

@@ -1,0 +1,31 @@
+package ingress
+
+import (
+	"net/http"
+
+	"github.com/agentbus/agentbus/pkg/playground"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// playgroundPath is where the playground page is served; its files are below it.
+const playgroundPath = "/ui"
+
+// playgroundPage serves GET /ui, the playground page (package playground). It takes no key: the
+// page asks for one and uses the API like any client.
+func (s *Server) playgroundPage(w http.ResponseWriter, r *http.Request) {
+	playground.Serve(w, r, "")
+}
+
+// playgroundFile serves GET /ui/{file}, the page's script, style sheet and icon.
+func (s *Server) playgroundFile(w http.ResponseWriter, r *http.Request) {
+	if !playground.Serve(w, r, r.PathValue("file")) {
+		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+	}
+}
+
+// toPlayground redirects GET / and GET /ui/ to the playground, so that a newcomer who opens the
+// ingress's address in a browser finds it. The redirect is not permanent: / may serve something
+// else one day.
+func (s *Server) toPlayground(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, playgroundPath, http.StatusFound)
+}

@@ -1,0 +1,12 @@
+package playground_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// The browser test stops what it starts: the stack, the browser and chromedp's goroutines.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

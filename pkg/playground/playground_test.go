@@ -1,0 +1,110 @@
+package playground_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/playground"
+)
+
+// serve answers a GET of name through playground.Serve.
+func serve(t *testing.T, name string, hdr ...string) (*httptest.ResponseRecorder, bool) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "/ui/"+name, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	return w, playground.Serve(w, r, name)
+}
+
+func TestServeSendsSecurityHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, contentType string
+	}{
+		{name: "page", file: "", contentType: "text/html; charset=utf-8"},
+		{name: "script", file: "app.js", contentType: "text/javascript; charset=utf-8"},
+		{name: "style sheet", file: "style.css", contentType: "text/css; charset=utf-8"},
+		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, ok := serve(t, tc.file)
+			require.True(t, ok)
+			assert.Equal(t, http.StatusOK, w.Code)
+			h := w.Header()
+			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
+			assert.Equal(t, playground.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
+			assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
+			assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
+			assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"))
+			assert.NotEmpty(t, w.Body.Bytes())
+
+			// A browser that has the file revalidates it and gets 304 without a body.
+			etag := h.Get("ETag")
+			require.NotEmpty(t, etag)
+			w, ok = serve(t, tc.file, "If-None-Match", etag)
+			require.True(t, ok)
+			assert.Equal(t, http.StatusNotModified, w.Code)
+			assert.Empty(t, w.Body.Bytes())
+		})
+	}
+}
+
+func TestServeRefusesOtherNames(t *testing.T) {
+	for _, name := range []string{"index.html", "nope.js", "../playground.go", "static", "static/app.js"} {
+		w, ok := serve(t, name)
+		assert.False(t, ok, name)
+		assert.Empty(t, w.Header(), "%s: nothing written", name)
+	}
+}
+
+// The policy allows scripts and styles only from the ingress's origin: nothing inline, no eval,
+// no framing. The page must work under it, so it may hold no inline script, style or handler.
+func TestPolicyIsStrictAndPageNeedsNoInlineCode(t *testing.T) {
+	csp := playground.ContentSecurityPolicy
+	for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"} {
+		assert.Contains(t, csp, want)
+	}
+	for _, unsafe := range []string{"unsafe-inline", "unsafe-eval", "*", "data:", "http:"} {
+		assert.NotContains(t, csp, unsafe)
+	}
+
+	w, ok := serve(t, "")
+	require.True(t, ok)
+	page := w.Body.String()
+	for _, tag := range regexp.MustCompile(`(?i)<script\b[^>]*>`).FindAllString(page, -1) {
+		assert.Regexp(t, `\ssrc="/ui/[a-z]+\.js"`, tag, "a script without src is inline")
+	}
+	assert.NotRegexp(t, `(?i)<style\b`, page)
+	assert.NotRegexp(t, `(?i)\sstyle\s*=`, page)
+	assert.NotRegexp(t, `(?i)\son[a-z]+\s*=`, page, "inline event handler")
+	assert.NotRegexp(t, `(?i)javascript:`, page)
+
+	// Every file the page refers to is served.
+	for _, m := range regexp.MustCompile(`(?:src|href)="/ui/([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		_, ok := serve(t, m[1])
+		assert.True(t, ok, "the page refers to /ui/%s", m[1])
+	}
+
+	// The script never renders received text as HTML, and never puts the key in a URL but the
+	// webhook's (where the webhook contract wants it).
+	w, ok = serve(t, "app.js")
+	require.True(t, ok)
+	script := w.Body.String()
+	assert.NotContains(t, script, "innerHTML")
+	assert.NotContains(t, script, "insertAdjacentHTML")
+	assert.NotContains(t, script, "eval(")
+	start := strings.Index(script, "async function sendWebhook(")
+	require.GreaterOrEqual(t, start, 0)
+	end := start + strings.Index(script[start:], "\n  }\n")
+	require.Greater(t, end, start)
+	for _, i := range regexp.MustCompile(`apikey`).FindAllStringIndex(script, -1) {
+		assert.True(t, i[0] > start && i[0] < end, "apikey outside sendWebhook at byte %d", i[0])
+	}
+}
