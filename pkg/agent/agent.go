@@ -48,7 +48,7 @@ type Agent struct {
 	workflowTypes []string
 	webhooks      map[string]WebhookHandler
 	chat          Handler
-	data          map[string]Handler // by lowercased method name
+	data          map[string]*dataMethod // by lowercased method name
 	file          Handler
 	onStart       func(ctx context.Context, inst *Instance) error
 }
@@ -73,7 +73,7 @@ func New(name string, opts ...Option) *Agent {
 	if err := ident.ValidName(name); err != nil {
 		panic(fmt.Sprintf("agent: name %q %v", name, err))
 	}
-	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler), data: make(map[string]Handler)}
+	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler), data: make(map[string]*dataMethod)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -115,6 +115,10 @@ func (a *Agent) registration() registry.Agent {
 		reg.DataMethods = append(reg.DataMethods, m)
 	}
 	slices.Sort(reg.DataMethods)
+	for _, key := range reg.DataMethods {
+		dm := a.data[key]
+		reg.Methods = append(reg.Methods, registry.Method{Name: dm.name, Description: dm.description, InputSchema: dm.inputSchema()})
+	}
 	reg.Chat, reg.File = a.chat != nil, a.file != nil
 	return reg
 }

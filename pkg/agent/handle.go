@@ -48,7 +48,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	case agentbusv1.Kind_KIND_CHAT:
 		handler = a.chat
 	case agentbusv1.Kind_KIND_DATA:
-		handler = a.data[strings.ToLower(req.GetMethod())]
+		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
+			handler = dm.handler
+		}
 	case agentbusv1.Kind_KIND_FILE:
 		handler = a.file
 	}
