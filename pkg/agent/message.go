@@ -45,8 +45,9 @@ type Message struct {
 	ID string
 
 	inst    *Instance
-	history func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
+	history historyFunc
 	delta   func(text string)
+	tools   *toolEnv // nil outside a Host
 }
 
 // Delta sends a piece of the reply's text to a caller that asked for the reply streamed (converse
