@@ -82,6 +82,9 @@ func Tools(methods ...string) ChatOption {
 // more than one turn has text, the reply holds all of it, separated by a blank line. A model
 // that is not an llm.ToolModel never calls tools.
 func ChatWithTools(model llm.Model, opts ...ChatOption) Handler {
+	if model == nil {
+		panic("agent: ChatWithTools needs a model")
+	}
 	c := &toolChat{model: model}
 	for _, o := range opts {
 		o(c)

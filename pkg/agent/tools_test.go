@@ -1,0 +1,81 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// chat sends a Chat message through converse and returns the status and the reply's text or
+// the problem's detail.
+func chat(t *testing.T, s *stacktest.Stack, workflow, participant, text string) (int, string) {
+	t.Helper()
+	q := url.Values{"workflow": {workflow}, "type": {"Chat"}, "participantId": {participant}, "text": {text}, "apikey": {s.Key}}
+	resp, err := http.Post(s.URL+"/api/user/rest/converse?"+q.Encode(), "", nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var body struct {
+		Detail   string `json:"detail"`
+		Response *struct {
+			Text string `json:"text"`
+		} `json:"response"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	if body.Response != nil {
+		return resp.StatusCode, body.Response.Text
+	}
+	return resp.StatusCode, body.Detail
+}
+
+// A tool call runs inside the chat's turn, as a Data call of the same conversation: it reads
+// the thread up to itself (the chat message included) and is not queued behind the chat.
+func TestToolCallSeesTheChat(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	status, got := chat(t, s, "Echo", "eve", `call history {"size":1}`)
+	require.Equal(t, http.StatusOK, status, got)
+	prefix := "history returned "
+	require.True(t, strings.HasPrefix(got, prefix), got)
+	var res struct {
+		Messages []struct {
+			Text string `json:"text"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(got, prefix)), &res))
+	require.Len(t, res.Messages, 1)
+	assert.Equal(t, `call history {"size":1}`, res.Messages[0].Text)
+}
+
+// A tool that panics or fails with an internal error is answered to the model with the
+// client-safe message; the chat itself succeeds and is not retried.
+func TestToolFailureGoesToTheModel(t *testing.T) {
+	a := agent.New("Fragile")
+	agent.Method(a, "boom", func(context.Context, struct{}) (int, error) { panic("kaboom") })
+	agent.Method(a, "oops", func(context.Context, struct{}) (int, error) { return 0, errSecret })
+	a.Chat(agent.ChatWithTools(llm.Offline()))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a, echo.New()}})
+
+	status, got := chat(t, s, "Fragile", "fay", "call boom")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, `boom returned {"error":{"message":"the handler failed","status":500}}`, got)
+	status, got = chat(t, s, "Fragile", "fay", "call oops")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, `oops returned {"error":{"message":"the handler failed","status":500}}`, got)
+	assert.NotContains(t, got, "secret")
+}
+
+var errSecret = &secretError{}
+
+type secretError struct{}
+
+func (*secretError) Error() string { return "secret database password in error" }
