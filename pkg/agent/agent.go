@@ -21,6 +21,13 @@
 // Every message in and out is kept in the conversation's history, which handlers read with
 // Message.History. A handler chooses the status of a failure by returning an *Error.
 //
+// A chat can let a language model call the agent's own Data methods as tools. The methods are
+// described with method options, their parameters' JSON Schema is derived from In (or given with
+// Schema), and ChatWithTools runs the model, the calls it asks for and the rounds after them:
+//
+//	agent.Method(a, "sum", sum, agent.Describe("Adds numbers"))
+//	a.Chat(agent.ChatWithTools(model, agent.SystemPrompt("…"), agent.MaxRounds(8)))
+//
 // A Host runs agents against NATS: it pulls requests from the agentbus inbox, keeps each workflow
 // instance's record and state in JetStream, calls the handlers and publishes their replies. A
 // program that imports this package and calls Host.Run is a workflow host; ingress needs no
