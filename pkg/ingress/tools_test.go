@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -241,4 +244,80 @@ func TestEchoRegistersMethodDescriptions(t *testing.T) {
 	echoM, ok := reg.Method("echo")
 	require.True(t, ok)
 	assert.JSONEq(t, `{"type":"object"}`, string(echoM.InputSchema))
+}
+
+// toolServer is an OpenAI-compatible server whose model calls Echo's sum once, streamed in
+// pieces, and then answers with the tool's result. It records the request bodies.
+type toolServer struct {
+	mu     sync.Mutex
+	bodies []map[string]any
+}
+
+func (f *toolServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req map[string]any
+	if json.NewDecoder(r.Body).Decode(&req) != nil {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.bodies = append(f.bodies, req)
+	f.mu.Unlock()
+	msgs := req["messages"].([]any)
+	last := msgs[len(msgs)-1].(map[string]any)
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(delta map[string]any, finish any) {
+		b, _ := json.Marshal(map[string]any{"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		w.(http.Flusher).Flush()
+	}
+	if last["role"] == "tool" {
+		chunk(map[string]any{"content": "The sum is "}, nil)
+		chunk(map[string]any{"content": last["content"].(string)}, nil)
+		chunk(map[string]any{}, "stop")
+	} else {
+		tc := func(m map[string]any) map[string]any { return map[string]any{"tool_calls": []any{m}} }
+		chunk(tc(map[string]any{"index": 0, "id": "call_x1", "type": "function", "function": map[string]any{"name": "sum", "arguments": `{"values":`}}), nil)
+		chunk(tc(map[string]any{"index": 0, "function": map[string]any{"arguments": `[20,22]}`}}), nil)
+		chunk(map[string]any{}, "tool_calls")
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// Echo with a model behind an OpenAI-compatible server: the tools are offered on the wire, the
+// call streamed in pieces runs, and its result goes back as a role "tool" message.
+func TestChatToolsThroughRemoteModel(t *testing.T) {
+	fake := &toolServer{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 5 * time.Second, MaxRetries: -1})
+	require.NoError(t, err)
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(echo.WithModel(model))}})
+
+	assert.Equal(t, `The sum is {"sum":42}`, chatText(t, s, "Echo", "gus", "what is 20 plus 22?"))
+
+	fake.mu.Lock()
+	bodies := fake.bodies
+	fake.mu.Unlock()
+	require.Len(t, bodies, 2)
+	var names []string
+	for _, tool := range bodies[0]["tools"].([]any) {
+		tool := tool.(map[string]any)
+		assert.Equal(t, "function", tool["type"])
+		fn := tool["function"].(map[string]any)
+		names = append(names, fn["name"].(string))
+		assert.NotEmpty(t, fn["description"])
+		assert.Equal(t, "object", fn["parameters"].(map[string]any)["type"])
+	}
+	assert.Equal(t, []string{"count", "echo", "fail", "history", "sleep", "sum"}, names)
+	msgs := bodies[1]["messages"].([]any)
+	assert.Equal(t, map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{
+		"id": "call_x1", "type": "function", "function": map[string]any{"name": "sum", "arguments": `{"values":[20,22]}`}}}}, msgs[len(msgs)-2])
+	assert.Equal(t, map[string]any{"role": "tool", "tool_call_id": "call_x1", "content": `{"sum":42}`}, msgs[len(msgs)-1])
+
+	thread := threadOf(t, s, "default:Echo:Supervisor Workflow:default", "gus", 10)
+	require.Len(t, thread, 4)
+	assert.Equal(t, "call_x1", thread[1].Metadata[history.MetaToolCallID])
+	assert.JSONEq(t, `{"sum":42}`, string(thread[1].Data))
+	assert.JSONEq(t, `{"values":[20,22]}`, string(thread[2].Data))
 }
