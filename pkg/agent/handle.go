@@ -103,6 +103,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			agent:   a,
 			req:     req,
 			log:     log,
+			tracer:  h.tracer,
 			history: func(seq uint64) historyFunc { return h.historyBefore(req, seq) },
 			store: func(ctx context.Context, hm *history.Message) error {
 				return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, l, req, hm) })

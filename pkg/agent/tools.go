@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -111,6 +112,7 @@ type toolEnv struct {
 	agent   *Agent
 	req     *agentbusv1.Request
 	log     *slog.Logger
+	tracer  trace.Tracer // nil when tracing is off
 	history func(seq uint64) historyFunc
 	// store appends a message to the thread, retrying while the bus recovers.
 	store func(ctx context.Context, m *history.Message) error
@@ -283,6 +285,11 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 		env.event(&agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}})
 	}
 
+	if env.tracer != nil {
+		var span trace.Span
+		ctx, span = env.tracer.Start(ctx, "tool "+method, trace.WithAttributes(attrMethod.String(method)))
+		defer span.End()
+	}
 	var reply Reply
 	var err error
 	switch {
@@ -306,6 +313,7 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 		reply, err = callHandler(ctx, env.log, dm.handler, tm)
 	}
 
+	recordAttempt(ctx, err)
 	out := toolResult(req, reply, err, env.log)
 	out.ID = messageID(req, part+".out")
 	out.MessageType = history.Data
