@@ -154,6 +154,11 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 		if len(ans.ToolCalls) == 0 {
 			return Say(strings.Join(texts, "\n\n")), nil
 		}
+		for i := range ans.ToolCalls {
+			if ans.ToolCalls[i].ID == "" { // some compatible servers leave it out
+				ans.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", round, i)
+			}
+		}
 		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Content: ans.Text, ToolCalls: ans.ToolCalls})
 		for i, call := range ans.ToolCalls {
 			result, err := runTool(ctx, m, methods[call.Name], call, fmt.Sprintf("tool.%d.%d", round, i))

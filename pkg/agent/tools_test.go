@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -79,3 +80,53 @@ var errSecret = &secretError{}
 type secretError struct{}
 
 func (*secretError) Error() string { return "secret database password in error" }
+
+// scripted is a model that answers with its turns in order and records what it was asked.
+type scripted struct {
+	turns []llm.Answer
+	mu    sync.Mutex
+	reqs  []llm.Request
+}
+
+func (m *scripted) Name() string                                          { return "scripted" }
+func (m *scripted) Complete(context.Context, llm.Request) (string, error) { return "", errSecret }
+func (m *scripted) Stream(context.Context, llm.Request, func(string) error) (string, error) {
+	return "", errSecret
+}
+func (m *scripted) Generate(_ context.Context, req llm.Request, onDelta func(string) error) (llm.Answer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reqs = append(m.reqs, req)
+	a := m.turns[0]
+	m.turns = m.turns[1:]
+	if a.Text != "" {
+		_ = onDelta(a.Text)
+	}
+	return a, nil
+}
+
+// A call without an id (some servers leave it out) gets one, so that its result can name it;
+// text from several turns is joined.
+func TestToolCallWithoutID(t *testing.T) {
+	model := &scripted{turns: []llm.Answer{
+		{Text: "Let me add.", ToolCalls: []llm.ToolCall{{Name: "sum", Arguments: `{"values":[1,2]}`}}},
+		{Text: "It is 3."},
+	}}
+	a := agent.New("Adder")
+	agent.Method(a, "sum", func(_ context.Context, in struct {
+		Values []int `json:"values"`
+	}) (int, error) {
+		return in.Values[0] + in.Values[1], nil
+	})
+	a.Chat(agent.ChatWithTools(model, agent.HistorySize(-1)))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}})
+
+	status, got := chat(t, s, "Adder", "hal", "add 1 and 2")
+	require.Equal(t, http.StatusOK, status, got)
+	assert.Equal(t, "Let me add.\n\nIt is 3.", got)
+	require.Len(t, model.reqs, 2)
+	msgs := model.reqs[1].Messages
+	require.Len(t, msgs, 3, "no system prompt, no history: the chat, the call, its result")
+	assert.Equal(t, llm.Message{Role: llm.RoleAssistant, Content: "Let me add.", ToolCalls: []llm.ToolCall{{ID: "call_1_0", Name: "sum", Arguments: `{"values":[1,2]}`}}}, msgs[1])
+	assert.Equal(t, llm.Message{Role: llm.RoleTool, ToolCallID: "call_1_0", Content: "3"}, msgs[2])
+}

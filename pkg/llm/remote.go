@@ -266,8 +266,10 @@ func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
 			a.Content.OfString = openai.String(msg.Content)
 		}
 		for _, tc := range msg.ToolCalls {
-			if tc.ID == "" || !ValidToolName(tc.Name) {
-				return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("tool call %q to %q needs an id and a valid name", tc.ID, tc.Name)
+			// The name is not checked against ValidToolName: it is the model's own, and an
+			// unknown one was answered as such in the tool's result.
+			if tc.ID == "" || tc.Name == "" {
+				return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("tool call %q to %q needs an id and a name", tc.ID, tc.Name)
 			}
 			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
