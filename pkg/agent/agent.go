@@ -21,6 +21,13 @@
 // Every message in and out is kept in the conversation's history, which handlers read with
 // Message.History. A handler chooses the status of a failure by returning an *Error.
 //
+// A chat can let a language model call the agent's own Data methods as tools. The methods are
+// described with method options, their parameters' JSON Schema is derived from In (or given with
+// Schema), and ChatWithTools runs the model, the calls it asks for and the rounds after them:
+//
+//	agent.Method(a, "sum", sum, agent.Describe("Adds numbers"))
+//	a.Chat(agent.ChatWithTools(model, agent.SystemPrompt("…"), agent.MaxRounds(8)))
+//
 // A Host runs agents against NATS: it pulls requests from the agentbus inbox, keeps each workflow
 // instance's record and state in JetStream, calls the handlers and publishes their replies. A
 // program that imports this package and calls Host.Run is a workflow host; ingress needs no
@@ -48,7 +55,7 @@ type Agent struct {
 	workflowTypes []string
 	webhooks      map[string]WebhookHandler
 	chat          Handler
-	data          map[string]Handler // by lowercased method name
+	data          map[string]*dataMethod // by lowercased method name
 	file          Handler
 	onStart       func(ctx context.Context, inst *Instance) error
 	tenants       []string // empty: every tenant
@@ -81,7 +88,7 @@ func New(name string, opts ...Option) *Agent {
 	if err := ident.ValidName(name); err != nil {
 		panic(fmt.Sprintf("agent: name %q %v", name, err))
 	}
-	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler), data: make(map[string]Handler)}
+	a := &Agent{name: name, workflowTypes: []string{ident.DefaultWorkflowType}, webhooks: make(map[string]WebhookHandler), data: make(map[string]*dataMethod)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -128,6 +135,10 @@ func (a *Agent) registration() registry.Agent {
 		reg.DataMethods = append(reg.DataMethods, m)
 	}
 	slices.Sort(reg.DataMethods)
+	for _, key := range reg.DataMethods {
+		dm := a.data[key]
+		reg.Methods = append(reg.Methods, registry.Method{Name: dm.name, Description: dm.description, InputSchema: dm.inputSchema()})
+	}
 	reg.Chat, reg.File = a.chat != nil, a.file != nil
 	return reg
 }

@@ -48,7 +48,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	case agentbusv1.Kind_KIND_CHAT:
 		handler = a.chat
 	case agentbusv1.Kind_KIND_DATA:
-		handler = a.data[strings.ToLower(req.GetMethod())]
+		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
+			handler = dm.handler
+		}
 	case agentbusv1.Kind_KIND_FILE:
 		handler = a.file
 	}
@@ -96,7 +98,18 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			return err
 		}
 		inStored <- nil
-		rep, out, err = h.runMessage(ctx, log, in, handler, h.message(req, incoming, inst))
+		m := h.message(req, incoming, inst)
+		m.tools = &toolEnv{
+			agent:   a,
+			req:     req,
+			log:     log,
+			tracer:  h.tracer,
+			history: func(seq uint64) historyFunc { return h.historyBefore(req, seq) },
+			store: func(ctx context.Context, hm *history.Message) error {
+				return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, l, req, hm) })
+			},
+		}
+		rep, out, err = h.runMessage(ctx, log, in, handler, m)
 		if rep != nil {
 			rep.RunId = runID
 		}
@@ -182,6 +195,12 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 	if req.GetStream() && in.replyTo != "" {
 		m.delta = func(text string) {
 			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
+		}
+		if m.tools != nil {
+			m.tools.event = func(rep *agentbusv1.Reply) {
+				rep.Partial, rep.StatusCode = true, http.StatusOK
+				h.reply(ctx, log, req, in.replyTo, rep)
+			}
 		}
 	}
 	for {
@@ -288,15 +307,24 @@ func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Insta
 		m.File = &File{Name: f.GetFileName(), ContentType: f.GetContentType(), Size: f.GetSize(), SHA256: f.GetSha256(),
 			Tenant: req.GetTenantId(), Empty: f.GetEmpty(), Invalid: f.GetInvalid(), object: f.GetObject(), store: h.res.Files}
 	}
-	tenant, wf, p, seq := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId(), in.Seq
-	m.history = func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
+	m.history = h.historyBefore(req, in.Seq)
+	return m
+}
+
+// historyFunc reads a page of a message's thread (Message.History).
+type historyFunc func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
+
+// historyBefore reads the request's thread before the message stored at seq: never the message
+// being handled, nor anything after it.
+func (h *Host) historyBefore(req *agentbusv1.Request, seq uint64) historyFunc {
+	tenant, wf, p := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()
+	return func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
 		before := opt.Before
 		if before == 0 || before > seq {
-			before = seq // never the message being handled, nor anything after it
+			before = seq
 		}
 		return h.history.Page(ctx, tenant, wf, p, history.PageOptions{Size: opt.Size, Before: before, Scope: opt.Scope})
 	}
-	return m
 }
 
 // callHandler runs a Chat, Data or File handler, turning a panic into a retryable error.

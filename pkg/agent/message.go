@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
@@ -42,8 +45,9 @@ type Message struct {
 	ID string
 
 	inst    *Instance
-	history func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
+	history historyFunc
 	delta   func(text string)
+	tools   *toolEnv // nil outside a Host
 }
 
 // Delta sends a piece of the reply's text to a caller that asked for the reply streamed (converse
@@ -155,8 +159,9 @@ func (a *Agent) ChatFunc(f func(ctx context.Context, m *Message) (Reply, error))
 }
 
 // Data registers the handler of a Data method. Method names match case-insensitively. It panics
-// when the method is registered already.
-func (a *Agent) Data(method string, h Handler) {
+// when the method is registered already. Options describe the method to a language model that
+// calls it as a tool (ChatWithTools) and to the registry's readers.
+func (a *Agent) Data(method string, h Handler, opts ...MethodOption) {
 	key := strings.ToLower(method)
 	if key == "" || h == nil {
 		panic("agent: Data needs a method name and a handler")
@@ -164,12 +169,44 @@ func (a *Agent) Data(method string, h Handler) {
 	if _, dup := a.data[key]; dup {
 		panic(fmt.Sprintf("agent %s: data method %q registered twice", a.name, method))
 	}
-	a.data[key] = h
+	dm := &dataMethod{name: method, handler: h}
+	for _, o := range opts {
+		o(dm)
+	}
+	a.data[key] = dm
 }
 
 // DataFunc registers a function as the handler of a Data method.
-func (a *Agent) DataFunc(method string, f func(ctx context.Context, m *Message) (Reply, error)) {
-	a.Data(method, HandlerFunc(f))
+func (a *Agent) DataFunc(method string, f func(ctx context.Context, m *Message) (Reply, error), opts ...MethodOption) {
+	a.Data(method, HandlerFunc(f), opts...)
+}
+
+// dataMethod is a registered Data method.
+type dataMethod struct {
+	name        string // as registered
+	handler     Handler
+	description string
+	schema      json.RawMessage // nil: any object
+}
+
+// MethodOption describes a Data method.
+type MethodOption func(*dataMethod)
+
+// Describe gives a Data method a description: what it does and when to use it, for a language
+// model deciding whether to call it as a tool.
+func Describe(description string) MethodOption {
+	return func(m *dataMethod) { m.description = description }
+}
+
+// Schema sets the JSON Schema of a Data method's parameters object, overriding the one Method
+// derives from its parameter type. It panics unless schema is a JSON object.
+func Schema(schema json.RawMessage) MethodOption {
+	var obj map[string]any
+	if err := json.Unmarshal(schema, &obj); err != nil || obj == nil {
+		panic(fmt.Sprintf("agent: Schema needs a JSON Schema object, got %.40q", schema))
+	}
+	schema = slices.Clone(schema)
+	return func(m *dataMethod) { m.schema = schema }
 }
 
 // File registers the handler of File messages (uploads). It panics when one is registered
@@ -189,7 +226,23 @@ func (a *Agent) FileFunc(f func(ctx context.Context, m *Message) (Reply, error))
 // Method registers a typed Data method: the message's parameters are decoded into In (bad
 // parameters are answered with 400 and the decoding error), and fn's Out is the reply's data.
 // The Message is available through MessageFrom(ctx).
-func Method[In, Out any](a *Agent, name string, fn func(ctx context.Context, in In) (Out, error)) {
+//
+// The parameters' JSON Schema, which a language model sees when the method is offered as a tool,
+// is derived from In as package jsonschema describes (json tags name the properties; a field is
+// optional when it is a pointer or tagged omitempty); Schema overrides it. Method panics when In
+// is a type JSON cannot decode into and no Schema is given.
+func Method[In, Out any](a *Agent, name string, fn func(ctx context.Context, in In) (Out, error), opts ...MethodOption) {
+	var probe dataMethod
+	for _, o := range opts {
+		o(&probe)
+	}
+	if probe.schema == nil {
+		schema, err := jsonschema.JSON(reflect.TypeFor[In]())
+		if err != nil {
+			panic(fmt.Sprintf("agent %s: method %q: %v; give its schema with agent.Schema", a.name, name, err))
+		}
+		opts = append([]MethodOption{func(m *dataMethod) { m.schema = schema }}, opts...)
+	}
 	a.Data(name, HandlerFunc(func(ctx context.Context, m *Message) (Reply, error) {
 		var in In
 		if len(m.Data) > 0 && string(m.Data) != "null" {
@@ -203,5 +256,16 @@ func Method[In, Out any](a *Agent, name string, fn func(ctx context.Context, in 
 			return NoReply, err
 		}
 		return Answer(out), nil
-	}))
+	}), opts...)
+}
+
+// anyObject is the schema of a method that gave none.
+var anyObject = json.RawMessage(`{"type":"object"}`)
+
+// inputSchema is the method's parameters schema, any object when it has none.
+func (m *dataMethod) inputSchema() json.RawMessage {
+	if m.schema == nil {
+		return slices.Clone(anyObject)
+	}
+	return m.schema
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/jsonenc"
@@ -31,6 +33,10 @@ const (
 	Webhook MessageType = 4
 )
 
+// MetaToolCallID is the Metadata key of the id of the tool call a message belongs to: the Data
+// message a chat's model asked for (incoming) and its result (outgoing) carry the same id.
+const MetaToolCallID = "toolCallId"
+
 // timeLayout is how CreatedAt is written: RFC 3339 in UTC with exactly three fractional digits,
 // so that every stored message has the same, sortable shape.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
@@ -54,6 +60,9 @@ type Message struct {
 	ParticipantID string          `json:"participantId"`
 	WorkflowID    string          `json:"workflowId"`
 	Scope         string          `json:"scope,omitempty"`
+	// Metadata describes the message beyond spec 2.1's fields, omitted when empty. A tool call
+	// of a chat and its result (package agent's ChatWithTools) carry MetaToolCallID.
+	Metadata map[string]string `json:"metadata,omitempty"`
 	// Seq is the message's stream sequence, set when it is read or appended. It is not part of
 	// the JSON form; Page returns it as the cursor of the next page.
 	Seq uint64 `json:"-"`
@@ -61,17 +70,18 @@ type Message struct {
 
 // wireMessage is Message's JSON form, with the time as the fixed-width string.
 type wireMessage struct {
-	ID            string          `json:"id"`
-	CreatedAt     string          `json:"createdAt"`
-	Direction     Direction       `json:"direction"`
-	MessageType   MessageType     `json:"messageType"`
-	Text          *string         `json:"text"`
-	Data          json.RawMessage `json:"data"`
-	Hint          string          `json:"hint,omitempty"`
-	RequestID     string          `json:"requestId"`
-	ParticipantID string          `json:"participantId"`
-	WorkflowID    string          `json:"workflowId"`
-	Scope         string          `json:"scope,omitempty"`
+	ID            string            `json:"id"`
+	CreatedAt     string            `json:"createdAt"`
+	Direction     Direction         `json:"direction"`
+	MessageType   MessageType       `json:"messageType"`
+	Text          *string           `json:"text"`
+	Data          json.RawMessage   `json:"data"`
+	Hint          string            `json:"hint,omitempty"`
+	RequestID     string            `json:"requestId"`
+	ParticipantID string            `json:"participantId"`
+	WorkflowID    string            `json:"workflowId"`
+	Scope         string            `json:"scope,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
 // Storable reports whether t can be a message's createdAt: its year in UTC has four digits, as
@@ -122,6 +132,18 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 		b = append(b, `,"scope":`...)
 		b = jsonenc.AppendString(b, m.Scope)
 	}
+	if len(m.Metadata) > 0 {
+		b = append(b, `,"metadata":{`...)
+		for i, k := range slices.Sorted(maps.Keys(m.Metadata)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.AppendString(b, k)
+			b = append(b, ':')
+			b = jsonenc.AppendString(b, m.Metadata[k])
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}'), nil
 }
 
@@ -157,6 +179,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		ParticipantID: w.ParticipantID,
 		WorkflowID:    w.WorkflowID,
 		Scope:         w.Scope,
+		Metadata:      w.Metadata,
 		Seq:           m.Seq,
 	}
 	return nil

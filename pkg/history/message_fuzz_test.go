@@ -28,6 +28,9 @@ func FuzzMessageJSON(f *testing.F) {
 		`{"text":"\ud800","id":"\xff"}`,
 		`{"data":"str","direction":-7,"messageType":3}`,
 		`{"data":[]}`,
+		`{"messageType":1,"text":"sum","data":{"values":[2,3]},"metadata":{"toolCallId":"call_1","b":"<x>","a":""}}`,
+		`{"metadata":{}}`,
+		`{"metadata":null}`,
 		`[]`,
 		`null`,
 		`{"createdAt":"not a time"}`,
@@ -61,6 +64,9 @@ func FuzzMessageJSON(f *testing.F) {
 		}
 		if (back.Text == nil) != (m.Text == nil) || (m.Text != nil && *back.Text != *m.Text) {
 			t.Fatalf("text %v came back as %v", m.Text, back.Text)
+		}
+		if len(m.Metadata)+len(back.Metadata) > 0 && !reflect.DeepEqual(m.Metadata, back.Metadata) {
+			t.Fatalf("metadata %v came back as %v", m.Metadata, back.Metadata)
 		}
 		if !sameJSON(t, m.Data, back.Data) {
 			t.Fatalf("data %q came back as %q", m.Data, back.Data)

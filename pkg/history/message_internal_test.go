@@ -19,9 +19,15 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 			Data: json.RawMessage(data), Hint: hint, RequestID: req, ParticipantID: part, WorkflowID: wf, Scope: scope}
 		if hasText {
 			m.Text = &text
+			// Metadata from the same inputs, so that the seed corpus keeps its shape: a
+			// message with text and a hint carries the hint as metadata too.
+			if hint != "" {
+				m.Metadata = map[string]string{MetaToolCallID: hint, text: scope}
+			}
 		}
 		w := wireMessage{ID: m.ID, CreatedAt: m.CreatedAt.UTC().Format(timeLayout), Direction: m.Direction, MessageType: m.MessageType,
-			Text: m.Text, Data: m.Data, Hint: m.Hint, RequestID: m.RequestID, ParticipantID: m.ParticipantID, WorkflowID: m.WorkflowID, Scope: m.Scope}
+			Text: m.Text, Data: m.Data, Hint: m.Hint, RequestID: m.RequestID, ParticipantID: m.ParticipantID, WorkflowID: m.WorkflowID, Scope: m.Scope,
+			Metadata: m.Metadata}
 		if len(w.Data) == 0 {
 			w.Data = nil
 		}

@@ -125,6 +125,9 @@ func (s *Server) mcpServer(tenant string) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agentbus", Version: mcpServerVersion}, &mcp.ServerOptions{Logger: s.log})
 	for _, a := range s.dir.VisibleAgents(tenant) {
 		for _, method := range a.DataMethods {
+			if m, ok := a.Method(method); ok {
+				method = m.Name // as the agent registered it, not lowercased
+			}
 			tool, ok := mcpTool(a, method)
 			if !ok {
 				s.log.Warn("Data method not offered as an MCP tool: its parameters use a reserved name", "agent", a.Name, "method", method)

@@ -84,6 +84,8 @@ func TestMCPSession(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(schema, &s))
 	assert.Equal(t, "object", s.Type)
+	assert.NotContains(t, list.Tools[i].Description, "Calls the Data method", "Echo describes sum")
+	assert.Contains(t, s.Properties, "values", "the method's own parameters, derived from its Go type")
 	assert.Contains(t, s.Properties, "workflow")
 	assert.Contains(t, s.Properties, "participantId")
 

@@ -365,6 +365,12 @@ func TestOpenAPIContract(t *testing.T) {
 		p := func(kv ...string) string { return "/api/user/rest/converse?" + q(kv...).Encode() }
 		m := c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "hello", "participantId", "ada"), key, nil)
 		assert.Equal(t, "You said: hello", m["response"].(map[string]any)["text"])
+		// A chat whose model calls a tool stores the call and its result with metadata.
+		m = c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[2,3]}`, "participantId", "ada"), key, nil)
+		assert.Equal(t, `sum returned {"sum":5}`, m["response"].(map[string]any)["text"])
+		page := c.want(http.StatusOK, http.MethodGet, "/api/v1/admin/tenants/default/messaging/history?"+
+			q("workflowId", "default:Echo:Supervisor Workflow:default", "participantId", "ada", "pageSize", "3").Encode(), key, nil)
+		assert.Contains(t, mustJSON(page["messages"]), `"metadata":{"toolCallId":`)
 		c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "sum", "apikey", key), "", map[string]any{"values": []int{1, 2}})
 		status, h, b := c.do(http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "streamed"), key, nil, "Accept", "text/event-stream")
 		assert.Equal(t, http.StatusOK, status, "%s", b)

@@ -23,8 +23,10 @@ func wantsEventStream(r *http.Request) bool {
 }
 
 // streamCall publishes req asking for a streamed reply and relays it as Server-Sent Events:
-// "delta" events ({"delta": "…"}) while the handler produces its answer, then one "message" event
-// holding the same answer the JSON endpoint gives, or one "error" event holding a problem.
+// "delta" events ({"delta": "…"}) while the handler produces its answer, and "tool_call" and
+// "tool_result" events while a chat's model has the agent's Data methods run (partialEvent), then
+// one "message" event holding the same answer the JSON endpoint gives, or one "error" event
+// holding a problem.
 func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids sendIDs, timeout time.Duration) {
 	req.Stream = true
 	waiter := s.replies.Wait()
@@ -70,7 +72,8 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 			return
 		}
 		if rep.GetPartial() {
-			if !event("delta", map[string]string{"delta": rep.GetDelta()}) {
+			name, v := partialEvent(rep)
+			if !event(name, v) {
 				return
 			}
 			continue
@@ -88,4 +91,41 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 		event("message", ans)
 		return
 	}
+}
+
+// toolCallEvent is the data of a "tool_call" event: a Data method a chat's model asked for, sent
+// before it runs. Arguments is the JSON object the model wrote, or the text as a string when it
+// is not JSON.
+type toolCallEvent struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// toolResultEvent is the data of a "tool_result" event: the call's reply as stored in history
+// (a failed call's data is {"error":{"status":…,"message":…}}).
+type toolResultEvent struct {
+	ID   string          `json:"id"`
+	Name string          `json:"name"`
+	Text *string         `json:"text"`
+	Data json.RawMessage `json:"data"`
+}
+
+// partialEvent is the event name and data of a partial reply.
+func partialEvent(rep *agentbusv1.Reply) (string, any) {
+	if tc := rep.GetToolCall(); tc != nil {
+		args := json.RawMessage(tc.GetArguments())
+		if !json.Valid(args) {
+			args, _ = json.Marshal(tc.GetArguments())
+		}
+		return "tool_call", toolCallEvent{ID: tc.GetId(), Name: tc.GetName(), Arguments: args}
+	}
+	if tr := rep.GetToolResult(); tr != nil {
+		data := json.RawMessage(tr.GetData())
+		if len(data) == 0 || !json.Valid(data) {
+			data = json.RawMessage("null")
+		}
+		return "tool_result", toolResultEvent{ID: tr.GetId(), Name: tr.GetName(), Text: tr.Text, Data: data}
+	}
+	return "delta", map[string]string{"delta": rep.GetDelta()}
 }

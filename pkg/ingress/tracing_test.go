@@ -141,3 +141,28 @@ func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 	}
 	return m
 }
+
+// A tool call of a chat is a span under the chat's handler span.
+func TestTraceOfToolCall(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
+	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[1]}`, "apikey", s.Key), "")
+	require.Equal(t, http.StatusOK, status, "%s", b)
+
+	var handler, tool tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		for _, sp := range exp.GetSpans() {
+			switch sp.Name {
+			case "handle Echo chat":
+				handler = sp
+			case "tool sum":
+				tool = sp
+			}
+		}
+		return handler.Name != "" && tool.Name != ""
+	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+	assert.Equal(t, handler.SpanContext.SpanID(), tool.Parent.SpanID(), "the tool span's parent is the handler span")
+	assert.Equal(t, "sum", attrs(tool.Attributes)["agentbus.method"].AsString())
+}

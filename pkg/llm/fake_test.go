@@ -3,6 +3,7 @@ package llm_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -31,6 +32,8 @@ type chatRequest struct {
 type received struct {
 	Authorization string
 	Body          chatRequest
+	// Raw is the request body as sent, for checks of the wire format.
+	Raw []byte
 }
 
 // fakeServer speaks the OpenAI chat-completions API. By default it answers like the offline
@@ -60,14 +63,20 @@ func (f *fakeServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		f.t.Errorf("reading request: %v", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	var req chatRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+	if err := json.Unmarshal(raw, &req); err != nil {
 		f.t.Errorf("decoding request: %v", err)
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	f.mu.Lock()
-	f.reqs = append(f.reqs, received{Authorization: r.Header.Get("Authorization"), Body: req})
+	f.reqs = append(f.reqs, received{Authorization: r.Header.Get("Authorization"), Body: req, Raw: raw})
 	n := len(f.reqs)
 	f.mu.Unlock()
 	if f.respond != nil {

@@ -3,9 +3,12 @@
 // _API_KEY, DESIGN §7) or, when none is configured, the offline model, which answers
 // deterministically "You said: {text}" so that tests and newcomers need no model server (DESIGN §8).
 //
-// It sends plain text conversations and returns plain text answers, whole or streamed. It is not
-// a general OpenAI client: no tools, images, embeddings or usage accounting, and it keeps no
-// conversation state; callers pass the messages they want the model to see on every call.
+// It sends text conversations and returns text answers, whole or streamed, and lets the model call
+// tools (function calling): Generate offers a Request's Tools and returns the model's tool calls,
+// whose results go back as RoleTool messages. It does not run tools; package agent's
+// ChatWithTools does. It is not a general OpenAI client: no images, embeddings or usage
+// accounting, and it keeps no conversation state; callers pass the messages they want the model
+// to see on every call.
 package llm
 
 import (
@@ -32,11 +35,17 @@ const (
 type Message struct {
 	Role    Role
 	Content string
+	// ToolCalls are the calls an assistant message made (its Content may then be empty).
+	ToolCalls []ToolCall
+	// ToolCallID is the call a RoleTool message gives the result of.
+	ToolCallID string
 }
 
 // Request is one call to the model: the conversation so far, oldest message first.
 type Request struct {
 	Messages []Message
+	// Tools the model may call (Generate only; Complete and Stream send none).
+	Tools []Tool
 	// MaxTokens bounds the length of the answer; 0 leaves it to the server.
 	MaxTokens int
 	// Temperature is sent when set; nil leaves it to the server.

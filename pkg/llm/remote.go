@@ -1,16 +1,20 @@
 package llm
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 )
 
 // maxRetryDelay bounds the wait before a retry. A server asking for a longer wait (Retry-After)
@@ -65,38 +69,73 @@ func newRemote(c Config) *remote {
 func (m *remote) Name() string { return m.model }
 
 func (m *remote) Complete(ctx context.Context, req Request) (string, error) {
-	params, err := m.params(req)
-	if err != nil {
-		return "", err
+	req.Tools = nil
+	a, err := m.Generate(ctx, req, nil)
+	if err == nil && a.Text == "" {
+		return "", m.upstream("the answer has no content")
 	}
-	callCtx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
-	res, err := m.chat.New(callCtx, params)
-	if err != nil {
-		return "", m.fail(callCtx, err)
-	}
-	for _, ch := range res.Choices {
-		if ch.Index == 0 && ch.Message.Content != "" {
-			return ch.Message.Content, nil
-		}
-	}
-	return "", m.upstream("the answer has no content")
+	return a.Text, err
 }
 
 func (m *remote) Stream(ctx context.Context, req Request, onDelta func(string) error) (string, error) {
+	req.Tools = nil
+	if onDelta == nil {
+		onDelta = func(string) error { return nil }
+	}
+	a, err := m.Generate(ctx, req, onDelta)
+	if err == nil && a.Text == "" {
+		return "", m.upstream("the answer has no content")
+	}
+	return a.Text, err
+}
+
+func (m *remote) Generate(ctx context.Context, req Request, onDelta func(string) error) (Answer, error) {
 	params, err := m.params(req)
 	if err != nil {
-		return "", err
+		return Answer{}, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
+	if onDelta == nil {
+		return m.complete(callCtx, params)
+	}
+	return m.stream(callCtx, params, onDelta)
+}
+
+func (m *remote) complete(callCtx context.Context, params openai.ChatCompletionNewParams) (Answer, error) {
+	res, err := m.chat.New(callCtx, params)
+	if err != nil {
+		return Answer{}, m.fail(callCtx, err)
+	}
+	for _, ch := range res.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		a := Answer{Text: ch.Message.Content}
+		for _, tc := range ch.Message.ToolCalls {
+			if tc.Type != "" && tc.Type != "function" {
+				continue // custom tools are never offered
+			}
+			a.ToolCalls = append(a.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		if a.Text != "" || len(a.ToolCalls) > 0 {
+			return a, nil
+		}
+	}
+	return Answer{}, m.upstream("the answer has no content")
+}
+
+func (m *remote) stream(callCtx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (Answer, error) {
 	// NewStreaming retries (per MaxRetries) only until the server answers 200; reading the
 	// stream is never retried, so a delta is never delivered twice.
 	stream := m.chat.NewStreaming(callCtx, params)
 	defer stream.Close()
 
-	var b strings.Builder
-	finished := false
+	var (
+		b        strings.Builder
+		calls    toolCallDeltas
+		finished bool
+	)
 	for stream.Next() {
 		for _, ch := range stream.Current().Choices {
 			if ch.Index != 0 {
@@ -105,32 +144,75 @@ func (m *remote) Stream(ctx context.Context, req Request, onDelta func(string) e
 			if ch.FinishReason != "" {
 				finished = true
 			}
+			for _, tc := range ch.Delta.ToolCalls {
+				calls.add(tc)
+			}
 			if ch.Delta.Content == "" {
 				continue
 			}
 			b.WriteString(ch.Delta.Content)
-			if onDelta != nil {
-				if err := onDelta(ch.Delta.Content); err != nil {
-					return b.String(), err
-				}
+			if err := onDelta(ch.Delta.Content); err != nil {
+				return Answer{Text: b.String()}, err
 			}
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return b.String(), m.fail(callCtx, err)
+		return Answer{Text: b.String()}, m.fail(callCtx, err)
 	}
 	if callCtx.Err() != nil {
-		return b.String(), ctxError(callCtx, m.model)
+		return Answer{Text: b.String()}, ctxError(callCtx, m.model)
 	}
 	// A connection closed cleanly between two events ends the stream without an error; only
 	// the finish reason, which every compatible server sends last, tells it from a whole answer.
 	if !finished {
-		return b.String(), m.upstream("the stream ended before the answer was finished")
+		return Answer{Text: b.String()}, m.upstream("the stream ended before the answer was finished")
 	}
-	if b.Len() == 0 {
-		return "", m.upstream("the answer has no content")
+	a := Answer{Text: b.String(), ToolCalls: calls.done()}
+	if a.Text == "" && len(a.ToolCalls) == 0 {
+		return Answer{}, m.upstream("the answer has no content")
 	}
-	return b.String(), nil
+	return a, nil
+}
+
+// toolCallDeltas puts a streamed answer's tool calls together: each arrives in pieces, the first
+// with its id and name, all with the call's index, the arguments' text split across them.
+type toolCallDeltas struct {
+	calls []ToolCall
+	index []int64
+}
+
+func (d *toolCallDeltas) add(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+	i := slices.Index(d.index, tc.Index)
+	if i < 0 {
+		d.index = append(d.index, tc.Index)
+		d.calls = append(d.calls, ToolCall{})
+		i = len(d.calls) - 1
+	}
+	c := &d.calls[i]
+	if tc.ID != "" {
+		c.ID = tc.ID
+	}
+	if tc.Function.Name != "" {
+		c.Name = tc.Function.Name
+	}
+	c.Arguments += tc.Function.Arguments
+}
+
+// done returns the calls in index order.
+func (d *toolCallDeltas) done() []ToolCall {
+	if len(d.calls) == 0 {
+		return nil
+	}
+	order := make([]int, len(d.calls))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(d.index[a], d.index[b]) })
+	out := make([]ToolCall, len(order))
+	for i, j := range order {
+		out[i] = d.calls[j]
+	}
+	return out
 }
 
 func (m *remote) params(req Request) (openai.ChatCompletionNewParams, error) {
@@ -142,18 +224,20 @@ func (m *remote) params(req Request) (openai.ChatCompletionNewParams, error) {
 	}
 	msgs := make([]openai.ChatCompletionMessageParamUnion, len(req.Messages))
 	for i, msg := range req.Messages {
-		switch msg.Role {
-		case RoleSystem:
-			msgs[i] = openai.SystemMessage(msg.Content)
-		case RoleUser:
-			msgs[i] = openai.UserMessage(msg.Content)
-		case RoleAssistant:
-			msgs[i] = openai.AssistantMessage(msg.Content)
-		default:
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("llm: message %d has unknown role %q", i, msg.Role)
+		p, err := messageParam(msg)
+		if err != nil {
+			return openai.ChatCompletionNewParams{}, fmt.Errorf("llm: message %d: %w", i, err)
 		}
+		msgs[i] = p
 	}
 	p := openai.ChatCompletionNewParams{Model: m.model, Messages: msgs}
+	if len(req.Tools) > 0 {
+		tools, err := toolParams(req.Tools)
+		if err != nil {
+			return openai.ChatCompletionNewParams{}, err
+		}
+		p.Tools = tools
+	}
 	if req.MaxTokens > 0 {
 		// max_tokens rather than max_completion_tokens: every compatible server knows it.
 		p.MaxTokens = openai.Int(int64(req.MaxTokens))
@@ -162,6 +246,71 @@ func (m *remote) params(req Request) (openai.ChatCompletionNewParams, error) {
 		p.Temperature = openai.Float(*req.Temperature)
 	}
 	return p, nil
+}
+
+// messageParam maps a message onto the API's: an assistant message carries its tool calls
+// ("tool_calls", each "type": "function"), a tool result is a "role": "tool" message naming its
+// call by "tool_call_id".
+func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
+	switch msg.Role {
+	case RoleSystem:
+		return openai.SystemMessage(msg.Content), nil
+	case RoleUser:
+		return openai.UserMessage(msg.Content), nil
+	case RoleAssistant:
+		if len(msg.ToolCalls) == 0 {
+			return openai.AssistantMessage(msg.Content), nil
+		}
+		a := &openai.ChatCompletionAssistantMessageParam{}
+		if msg.Content != "" {
+			a.Content.OfString = openai.String(msg.Content)
+		}
+		for _, tc := range msg.ToolCalls {
+			// The name is not checked against ValidToolName: it is the model's own, and an
+			// unknown one was answered as such in the tool's result.
+			if tc.ID == "" || tc.Name == "" {
+				return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("tool call %q to %q needs an id and a name", tc.ID, tc.Name)
+			}
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID:       tc.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: a}, nil
+	case RoleTool:
+		if msg.ToolCallID == "" {
+			return openai.ChatCompletionMessageParamUnion{}, errors.New("tool result has no ToolCallID")
+		}
+		return openai.ToolMessage(msg.Content, msg.ToolCallID), nil
+	default:
+		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", msg.Role)
+	}
+}
+
+// toolParams maps tools onto the API's function tools: {"type": "function", "function": {name,
+// description, parameters}}.
+func toolParams(tools []Tool) ([]openai.ChatCompletionToolUnionParam, error) {
+	if err := checkTools(tools); err != nil {
+		return nil, err
+	}
+	out := make([]openai.ChatCompletionToolUnionParam, len(tools))
+	for i, t := range tools {
+		params := shared.FunctionParameters{"type": "object"}
+		if len(t.Parameters) > 0 {
+			params = nil
+			if err := json.Unmarshal(t.Parameters, &params); err != nil {
+				return nil, fmt.Errorf("llm: tool %q: %w", t.Name, err)
+			}
+		}
+		fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: params}
+		if t.Description != "" {
+			fn.Description = openai.String(t.Description)
+		}
+		out[i] = openai.ChatCompletionFunctionTool(fn)
+	}
+	return out, nil
 }
 
 // fail turns an error of the OpenAI client into ErrTimeout, ErrUpstream or the caller's

@@ -384,7 +384,9 @@ func TestRemoteInvalidRequest(t *testing.T) {
 		req  llm.Request
 	}{
 		{"no messages", llm.Request{}},
-		{"unknown role", llm.Request{Messages: []llm.Message{{Role: "tool", Content: "x"}}}},
+		{"unknown role", llm.Request{Messages: []llm.Message{{Role: "robot", Content: "x"}}}},
+		{"tool result without call id", llm.Request{Messages: []llm.Message{{Role: llm.RoleTool, Content: "x"}}}},
+		{"tool call without id", llm.Request{Messages: []llm.Message{{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{Name: "sum"}}}}}},
 		{"negative MaxTokens", llm.Request{Messages: hello().Messages, MaxTokens: -1}},
 	}
 	for _, tt := range tests {

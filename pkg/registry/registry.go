@@ -38,21 +38,26 @@ type Agent struct {
 	Name          string   `json:"name"`
 	WorkflowTypes []string `json:"workflowTypes"`
 	Webhooks      []string `json:"webhooks,omitempty"`
-	DataMethods   []string `json:"dataMethods,omitempty"`
-	Chat          bool     `json:"chat,omitempty"`
-	File          bool     `json:"file,omitempty"`
-	// Methods describe the Data methods that have a description or a parameter schema.
+	// DataMethods are the Data methods' names, lowercased and sorted.
+	DataMethods []string `json:"dataMethods,omitempty"`
+	// Methods describe the Data methods, in DataMethods' order, for clients that offer them as
+	// tools. A registration written by a host older than this field has none.
 	Methods []Method `json:"methods,omitempty"`
+	Chat    bool     `json:"chat,omitempty"`
+	File    bool     `json:"file,omitempty"`
 	// Tenants that may call the agent; empty means every tenant.
 	Tenants []string `json:"tenants,omitempty"`
 }
 
-// Method describes a Data method for callers that need more than its name (tools offered to a
-// language model, MCP clients).
+// Method describes a Data method: what a client needs to call it as a tool.
 type Method struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// Name as the agent registered it; calls match it case-insensitively.
+	Name string `json:"name"`
+	// Description says what the method does, for a language model or a person; may be empty.
+	Description string `json:"description,omitempty"`
+	// InputSchema is the JSON Schema of the parameters object (the Data call's body),
+	// {"type":"object"} when the agent gave none.
+	InputSchema json.RawMessage `json:"inputSchema"`
 }
 
 // Method returns the description of a Data method; names match case-insensitively.

@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -230,4 +231,39 @@ func TestDirectoryAgentsSortedByName(t *testing.T) {
 	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{{Name: "Beta", WorkflowTypes: []string{"Conversational"}}}))
 	eventually(t, 5*time.Second, "Beta listed", func() bool { return len(d.Agents()) == 4 })
 	assert.Equal(t, "Beta", d.Agents()[0].Name)
+}
+
+// Method descriptions travel with the registration; a registration written before they existed
+// still reads, without them.
+func TestMethodDescriptions(t *testing.T) {
+	ctx, res := setup(t)
+	withTools := registry.Agent{
+		Name:          "Calc",
+		WorkflowTypes: []string{"Supervisor Workflow"},
+		DataMethods:   []string{"echo", "sum"},
+		Methods: []registry.Method{
+			{Name: "echo", InputSchema: json.RawMessage(`{"type":"object"}`)},
+			{Name: "Sum", Description: "Adds numbers", InputSchema: json.RawMessage(`{"type":"object","properties":{"values":{"type":"array","items":{"type":"number"}}},"required":["values"]}`)},
+		},
+	}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{withTools}))
+	_, err := res.Registry.Put(ctx, subject.AgentKey("Old"), []byte(`{"name":"Old","workflowTypes":["Supervisor Workflow"],"dataMethods":["sum"]}`))
+	require.NoError(t, err)
+
+	d := newDirectory(t, ctx, res)
+	got, ok := d.Agent("Calc")
+	require.True(t, ok)
+	require.Len(t, got.Methods, 2)
+	m, ok := got.Method("sum")
+	require.True(t, ok, "names match case-insensitively")
+	assert.Equal(t, "Sum", m.Name)
+	assert.Equal(t, "Adds numbers", m.Description)
+	assert.JSONEq(t, string(withTools.Methods[1].InputSchema), string(m.InputSchema))
+	_, ok = got.Method("count")
+	assert.False(t, ok)
+
+	old, ok := d.Agent("Old")
+	require.True(t, ok)
+	assert.True(t, old.HasDataMethod("sum"))
+	assert.Empty(t, old.Methods)
 }

@@ -15,9 +15,13 @@
 //   - state: answers {"runId": …, "state": …} without changing anything.
 //   - host: answers {"hostId": …, "runId": …}: which workflow host serves the instance now.
 //
-// Chat: answers through the configured language model (WithModel), sending the thread's recent
-// history as context and streaming the answer's pieces to callers that asked for them. Without a
-// model it uses the offline model, which answers "You said: {text}".
+// Chat: answers through the configured language model (WithModel) with agent.ChatWithTools,
+// sending the thread's recent chat messages as context and streaming the answer's pieces to
+// callers that asked for them. The model may call Echo's Data methods below as tools (each has a
+// description and a schema of its parameters); the calls and their results are stored in the
+// thread. Without a model it uses the offline model, which answers "You said: {text}", and calls
+// a tool for "call {method} {json}": `call sum {"values":[2,3]}` stores the call of sum and its
+// result {"sum":5}, and answers `sum returned {"sum":5}`.
 //
 // Data methods (names match case-insensitively):
 //   - echo: returns its parameters.
@@ -38,7 +42,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -46,7 +49,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/agent"
-	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -88,18 +90,18 @@ func New(opts ...Option) *agent.Agent {
 	a.WebhookFunc("state", state)
 	a.WebhookFunc("host", host)
 
-	a.ChatFunc(chat(o.model))
+	a.Chat(agent.ChatWithTools(o.model, agent.SystemPrompt(systemPrompt)))
 	agent.Method(a, "echo", func(_ context.Context, params map[string]any) (map[string]any, error) {
 		if params == nil {
 			params = map[string]any{}
 		}
 		return params, nil
-	})
-	agent.Method(a, "sum", sum)
-	agent.Method(a, "count", countData)
-	agent.Method(a, "history", historyData)
-	agent.Method(a, "sleep", sleepData)
-	agent.Method(a, "fail", failData)
+	}, agent.Describe("Returns its parameters unchanged."))
+	agent.Method(a, "sum", sum, agent.Describe(`Adds numbers: {"values":[2,3]} returns {"sum":5}.`))
+	agent.Method(a, "count", countData, agent.Describe("Increments this conversation's counter and returns it with the run id."))
+	agent.Method(a, "history", historyData, agent.Describe("Returns the newest messages of this conversation's thread, newest first."))
+	agent.Method(a, "sleep", sleepData, agent.Describe("Waits ms milliseconds (at most 5 minutes), then returns how long it slept."))
+	agent.Method(a, "fail", failData, agent.Describe("Fails with the given status (400-599, default 500) and message; for trying error paths."))
 	a.FileFunc(file)
 	return a
 }
@@ -111,47 +113,11 @@ const (
 )
 
 // systemPrompt opens every conversation with the model.
-const systemPrompt = "You are Echo, the reference agent of agentbus. Answer briefly and helpfully."
-
-// historyContext is how many of the thread's newest messages go to the model as context.
-const historyContext = 20
-
-func chat(model llm.Model) func(context.Context, *agent.Message) (agent.Reply, error) {
-	return func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
-		past, _, err := m.History(ctx, agent.HistoryOptions{Size: historyContext})
-		if err != nil {
-			return agent.NoReply, err
-		}
-		req := llm.Request{Messages: make([]llm.Message, 0, len(past)+2)}
-		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem, Content: systemPrompt})
-		for i := len(past) - 1; i >= 0; i-- { // oldest first
-			p := past[i]
-			if p.MessageType != agent.ChatMessage || p.Text == nil || *p.Text == "" {
-				continue
-			}
-			role := llm.RoleUser
-			if p.Direction == history.Out {
-				role = llm.RoleAssistant
-			}
-			req.Messages = append(req.Messages, llm.Message{Role: role, Content: *p.Text})
-		}
-		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleUser, Content: m.Text})
-		answer, err := model.Stream(ctx, req, func(delta string) error {
-			m.Delta(delta)
-			return nil
-		})
-		switch {
-		case errors.Is(err, llm.ErrTimeout):
-			return agent.NoReply, &agent.Error{Status: http.StatusGatewayTimeout, Message: "the language model did not answer in time", Err: err}
-		case err != nil:
-			return agent.NoReply, &agent.Error{Status: http.StatusBadGateway, Message: "the language model failed to answer", Err: err}
-		}
-		return agent.Say(answer), nil
-	}
-}
+const systemPrompt = "You are Echo, the reference agent of agentbus. Answer briefly and helpfully. " +
+	"Use the tools when a question asks for what they do."
 
 type sumIn struct {
-	Values []float64 `json:"values"`
+	Values []float64 `json:"values" jsonschema:"the numbers to add"`
 }
 
 func sum(_ context.Context, in sumIn) (map[string]float64, error) {
@@ -172,8 +138,8 @@ func countData(ctx context.Context, _ struct{}) (map[string]any, error) {
 }
 
 type historyIn struct {
-	Size  int    `json:"size"`
-	Scope string `json:"scope"`
+	Size  int    `json:"size,omitempty" jsonschema:"how many messages, 1-100 (default 20)"`
+	Scope string `json:"scope,omitempty" jsonschema:"only messages of this topic"`
 }
 
 func historyData(ctx context.Context, in historyIn) (map[string]any, error) {
@@ -185,7 +151,7 @@ func historyData(ctx context.Context, in historyIn) (map[string]any, error) {
 }
 
 type sleepIn struct {
-	MS int `json:"ms"`
+	MS int `json:"ms" jsonschema:"milliseconds to wait"`
 }
 
 func sleepData(ctx context.Context, in sleepIn) (map[string]int, error) {
@@ -201,8 +167,8 @@ func sleepData(ctx context.Context, in sleepIn) (map[string]int, error) {
 }
 
 type failIn struct {
-	Status  int    `json:"status"`
-	Message string `json:"message"`
+	Status  int    `json:"status,omitempty" jsonschema:"HTTP status of the failure, 400-599"`
+	Message string `json:"message,omitempty"`
 }
 
 func failData(_ context.Context, in failIn) (struct{}, error) {

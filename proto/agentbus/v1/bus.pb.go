@@ -512,8 +512,13 @@ type Reply struct {
 	Fingerprint string `protobuf:"bytes,8,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// A partial reply of a streamed request: a piece of the answer's text. The final reply has
 	// partial false.
-	Partial       bool   `protobuf:"varint,10,opt,name=partial,proto3" json:"partial,omitempty"`
-	Delta         string `protobuf:"bytes,11,opt,name=delta,proto3" json:"delta,omitempty"`
+	Partial bool   `protobuf:"varint,10,opt,name=partial,proto3" json:"partial,omitempty"`
+	Delta   string `protobuf:"bytes,11,opt,name=delta,proto3" json:"delta,omitempty"`
+	// A partial reply of a streamed Chat request whose handler lets the model call tools
+	// (package agent's ChatWithTools): a tool call, sent before it runs.
+	ToolCall *ToolCall `protobuf:"bytes,12,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
+	// A partial reply of a streamed Chat request: the result of a tool call, sent after it ran.
+	ToolResult    *ToolResult `protobuf:"bytes,13,opt,name=tool_result,json=toolResult,proto3" json:"tool_result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +623,156 @@ func (x *Reply) GetDelta() string {
 	return ""
 }
 
+func (x *Reply) GetToolCall() *ToolCall {
+	if x != nil {
+		return x.ToolCall
+	}
+	return nil
+}
+
+func (x *Reply) GetToolResult() *ToolResult {
+	if x != nil {
+		return x.ToolResult
+	}
+	return nil
+}
+
+// ToolCall is a call of an agent's Data method that a language model asked for.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id, as the model named it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The Data method's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments the model wrote (a JSON object, unless the model erred).
+	Arguments     string `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_agentbus_v1_bus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_agentbus_v1_bus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArguments() string {
+	if x != nil {
+		return x.Arguments
+	}
+	return ""
+}
+
+// ToolResult is the answer of a tool call: the Data method's reply, as stored in history.
+type ToolResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The reply's data as JSON; empty when it has none. A failed call holds
+	// {"error":{"status":…,"message":…}}.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The reply's text, when it has one.
+	Text          *string `protobuf:"bytes,4,opt,name=text,proto3,oneof" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolResult) Reset() {
+	*x = ToolResult{}
+	mi := &file_agentbus_v1_bus_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolResult) ProtoMessage() {}
+
+func (x *ToolResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agentbus_v1_bus_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
+func (*ToolResult) Descriptor() ([]byte, []int) {
+	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ToolResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolResult) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ToolResult) GetText() string {
+	if x != nil && x.Text != nil {
+		return *x.Text
+	}
+	return ""
+}
+
 var File_agentbus_v1_bus_proto protoreflect.FileDescriptor
 
 const file_agentbus_v1_bus_proto_rawDesc = "" +
@@ -671,7 +826,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05empty\x18\x06 \x01(\bR\x05empty\x12\x18\n" +
-	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xc0\x02\n" +
+	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xae\x03\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -686,8 +841,22 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\vfingerprint\x18\b \x01(\tR\vfingerprint\x12\x18\n" +
 	"\apartial\x18\n" +
 	" \x01(\bR\apartial\x12\x14\n" +
-	"\x05delta\x18\v \x01(\tR\x05deltaJ\x04\b\t\x10\n" +
-	"*[\n" +
+	"\x05delta\x18\v \x01(\tR\x05delta\x122\n" +
+	"\ttool_call\x18\f \x01(\v2\x15.agentbus.v1.ToolCallR\btoolCall\x128\n" +
+	"\vtool_result\x18\r \x01(\v2\x17.agentbus.v1.ToolResultR\n" +
+	"toolResultJ\x04\b\t\x10\n" +
+	"\"L\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\targuments\x18\x03 \x01(\tR\targuments\"f\n" +
+	"\n" +
+	"ToolResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x17\n" +
+	"\x04text\x18\x04 \x01(\tH\x00R\x04text\x88\x01\x01B\a\n" +
+	"\x05_text*[\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +
@@ -708,28 +877,32 @@ func file_agentbus_v1_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_agentbus_v1_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_agentbus_v1_bus_proto_goTypes = []any{
-	(Kind)(0),       // 0: agentbus.v1.Kind
-	(*BlobRef)(nil), // 1: agentbus.v1.BlobRef
-	(*Request)(nil), // 2: agentbus.v1.Request
-	(*FileRef)(nil), // 3: agentbus.v1.FileRef
-	(*Reply)(nil),   // 4: agentbus.v1.Reply
-	nil,             // 5: agentbus.v1.Request.ParamsEntry
-	nil,             // 6: agentbus.v1.Request.MetadataEntry
+	(Kind)(0),          // 0: agentbus.v1.Kind
+	(*BlobRef)(nil),    // 1: agentbus.v1.BlobRef
+	(*Request)(nil),    // 2: agentbus.v1.Request
+	(*FileRef)(nil),    // 3: agentbus.v1.FileRef
+	(*Reply)(nil),      // 4: agentbus.v1.Reply
+	(*ToolCall)(nil),   // 5: agentbus.v1.ToolCall
+	(*ToolResult)(nil), // 6: agentbus.v1.ToolResult
+	nil,                // 7: agentbus.v1.Request.ParamsEntry
+	nil,                // 8: agentbus.v1.Request.MetadataEntry
 }
 var file_agentbus_v1_bus_proto_depIdxs = []int32{
 	0, // 0: agentbus.v1.Request.kind:type_name -> agentbus.v1.Kind
-	5, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
+	7, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
 	1, // 2: agentbus.v1.Request.envelope_ref:type_name -> agentbus.v1.BlobRef
-	6, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
+	8, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
 	3, // 4: agentbus.v1.Request.file:type_name -> agentbus.v1.FileRef
 	1, // 5: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	5, // 6: agentbus.v1.Reply.tool_call:type_name -> agentbus.v1.ToolCall
+	6, // 7: agentbus.v1.Reply.tool_result:type_name -> agentbus.v1.ToolResult
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_agentbus_v1_bus_proto_init() }
@@ -737,13 +910,14 @@ func file_agentbus_v1_bus_proto_init() {
 	if File_agentbus_v1_bus_proto != nil {
 		return
 	}
+	file_agentbus_v1_bus_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentbus_v1_bus_proto_rawDesc), len(file_agentbus_v1_bus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

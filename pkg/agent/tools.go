@@ -1,0 +1,391 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/llm"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// Defaults of ChatWithTools.
+const (
+	// DefaultMaxRounds bounds how often the model is asked for its next turn while answering
+	// one chat message.
+	DefaultMaxRounds = 8
+	// DefaultHistorySize is how many of the thread's newest messages are searched for the
+	// earlier chat messages the model gets as context.
+	DefaultHistorySize = 20
+)
+
+// ErrToolRounds means the model still asked for tool calls in the last round ChatWithTools
+// allows (MaxRounds). The chat is answered with an *Error (502) that wraps it.
+var ErrToolRounds = errors.New("agent: the language model was still calling tools in its last round")
+
+// ChatOption configures ChatWithTools.
+type ChatOption func(*toolChat)
+
+// SystemPrompt opens every conversation with the model.
+func SystemPrompt(text string) ChatOption { return func(c *toolChat) { c.system = text } }
+
+// MaxRounds bounds the model's turns per chat message: each turn either answers or asks for tool
+// calls, whose results the next turn sees. n <= 0 means DefaultMaxRounds.
+func MaxRounds(n int) ChatOption { return func(c *toolChat) { c.maxRounds = n } }
+
+// HistorySize is how many of the thread's newest stored messages are read for context, of which
+// the Chat messages with text go to the model. 0 means DefaultHistorySize; negative means none.
+func HistorySize(n int) ChatOption { return func(c *toolChat) { c.historySize = n } }
+
+// Tools offers only the named Data methods to the model (matched case-insensitively); by default
+// it is offered all of them. Names the agent does not have are ignored.
+func Tools(methods ...string) ChatOption {
+	return func(c *toolChat) {
+		c.only = make(map[string]bool, len(methods))
+		for _, m := range methods {
+			c.only[strings.ToLower(m)] = true
+		}
+	}
+}
+
+// ChatWithTools returns a Chat handler that answers through model and lets the model call the
+// agent's own Data methods as tools:
+//
+//	a := agent.New("Calc")
+//	agent.Method(a, "sum", sum, agent.Describe("Adds numbers: {\"values\":[…]} → {\"sum\":n}"))
+//	a.Chat(agent.ChatWithTools(model, agent.SystemPrompt("You are a calculator.")))
+//
+// Each tool is a Data method: its name (letters, digits, '_' and '-' kept, anything else
+// replaced by '_', at most 64 bytes), its description (Describe) and its parameters' JSON Schema
+// (derived by Method, or Schema). The model gets the system prompt, the thread's earlier chat
+// messages and the message being handled. When it asks for tool calls, each runs as an ordinary
+// Data call of the method on the same instance, in the same conversation turn: same state
+// (UpdateState), same history, one call after another. The call is stored in the thread as an
+// incoming Data message (text the method, data the arguments) and its reply as the outgoing
+// one, both with metadata {"toolCallId": …}; a failed call's reply is {"error":{status,message}}
+// as for any Data call. The result goes back to the model, a failure included (the client-safe
+// message only), and so does an unknown tool's. This repeats until the model answers with text,
+// at most MaxRounds turns; a model still calling tools then fails the chat with a 502 *Error
+// wrapping ErrToolRounds.
+//
+// Streamed to a converse caller (Accept: text/event-stream), each call comes as a "tool_call"
+// event before it runs and a "tool_result" event after, and the text as "delta" events; when
+// more than one turn has text, the reply holds all of it, separated by a blank line. A model
+// that is not an llm.ToolModel never calls tools.
+func ChatWithTools(model llm.Model, opts ...ChatOption) Handler {
+	if model == nil {
+		panic("agent: ChatWithTools needs a model")
+	}
+	c := &toolChat{model: model}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.maxRounds <= 0 {
+		c.maxRounds = DefaultMaxRounds
+	}
+	if c.historySize == 0 {
+		c.historySize = DefaultHistorySize
+	}
+	return c
+}
+
+type toolChat struct {
+	model       llm.Model
+	system      string
+	maxRounds   int
+	historySize int
+	only        map[string]bool // nil: every Data method
+}
+
+// toolEnv is what a Host gives a message's handler for running tool calls.
+type toolEnv struct {
+	agent   *Agent
+	req     *agentbusv1.Request
+	log     *slog.Logger
+	tracer  trace.Tracer // nil when tracing is off
+	history func(seq uint64) historyFunc
+	// store appends a message to the thread, retrying while the bus recovers.
+	store func(ctx context.Context, m *history.Message) error
+	// event sends a partial reply to a streaming caller; nil when the caller does not stream.
+	event func(rep *agentbusv1.Reply)
+}
+
+// ServeMessage answers m, running the rounds of tool calls the model asks for.
+func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) {
+	env := m.tools
+	if env == nil {
+		return NoReply, errors.New("agent: ChatWithTools needs the message from a Host")
+	}
+	tools, methods := c.toolsOf(env.agent)
+	req, err := c.conversation(ctx, m)
+	if err != nil {
+		return NoReply, err
+	}
+	req.Tools = tools
+
+	var texts []string // of the turns that had text
+	for round := 1; round <= c.maxRounds; round++ {
+		// A turn's text follows the earlier turns' after a blank line, in the deltas too.
+		sep := len(texts) > 0
+		ans, err := llm.Generate(ctx, c.model, req, func(d string) error {
+			if sep {
+				sep = false
+				m.Delta("\n\n")
+			}
+			m.Delta(d)
+			return nil
+		})
+		if err != nil {
+			return NoReply, modelError(err)
+		}
+		if ans.Text != "" {
+			texts = append(texts, ans.Text)
+		}
+		if len(ans.ToolCalls) == 0 {
+			return Say(strings.Join(texts, "\n\n")), nil
+		}
+		for i := range ans.ToolCalls {
+			if ans.ToolCalls[i].ID == "" { // some compatible servers leave it out
+				ans.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", round, i)
+			}
+		}
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Content: ans.Text, ToolCalls: ans.ToolCalls})
+		for i, call := range ans.ToolCalls {
+			result, err := runTool(ctx, m, methods[call.Name], call, fmt.Sprintf("tool.%d.%d", round, i))
+			if err != nil {
+				return NoReply, err
+			}
+			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: result})
+		}
+	}
+	return NoReply, &Error{Status: http.StatusBadGateway,
+		Message: fmt.Sprintf("the language model did not answer within %d rounds of tool calls", c.maxRounds),
+		Err:     ErrToolRounds}
+}
+
+// modelError is the client-safe answer to a model's failure.
+func modelError(err error) error {
+	if errors.Is(err, llm.ErrTimeout) {
+		return &Error{Status: http.StatusGatewayTimeout, Message: "the language model did not answer in time", Err: err}
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return &Error{Status: http.StatusBadGateway, Message: "the language model failed to answer", Err: err}
+}
+
+// toolsOf lists the Data methods offered as tools, in name order, and the methods by tool name.
+func (c *toolChat) toolsOf(a *Agent) ([]llm.Tool, map[string]*dataMethod) {
+	keys := make([]string, 0, len(a.data))
+	for key := range a.data {
+		if c.only == nil || c.only[key] {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	tools := make([]llm.Tool, 0, len(keys))
+	methods := make(map[string]*dataMethod, len(keys))
+	for _, key := range keys {
+		dm := a.data[key]
+		name := ToolName(dm.name)
+		if _, dup := methods[name]; dup {
+			continue // two names that differ only in replaced characters: the first keeps it
+		}
+		methods[name] = dm
+		tools = append(tools, llm.Tool{Name: name, Description: dm.description, Parameters: dm.inputSchema()})
+	}
+	return tools, methods
+}
+
+// ToolName is the tool name a Data method is offered under: the method's name with every byte
+// other than an ASCII letter, digit, '_' or '-' replaced by '_', cut to 64 bytes, as the OpenAI
+// API requires of tool names.
+func ToolName(method string) string {
+	b := []byte(method)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b)
+}
+
+// conversation is what the model gets first: the system prompt, the thread's earlier chat
+// messages (oldest first) and m.
+func (c *toolChat) conversation(ctx context.Context, m *Message) (llm.Request, error) {
+	var req llm.Request
+	if c.system != "" {
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem, Content: c.system})
+	}
+	if c.historySize > 0 {
+		past, _, err := m.History(ctx, HistoryOptions{Size: c.historySize})
+		if err != nil {
+			return llm.Request{}, fmt.Errorf("reading the conversation: %w", err)
+		}
+		for i := len(past) - 1; i >= 0; i-- {
+			p := past[i]
+			if p.MessageType != ChatMessage || p.Text == nil || *p.Text == "" {
+				continue
+			}
+			role := llm.RoleUser
+			if p.Direction == history.Out {
+				role = llm.RoleAssistant
+			}
+			req.Messages = append(req.Messages, llm.Message{Role: role, Content: *p.Text})
+		}
+	}
+	req.Messages = append(req.Messages, llm.Message{Role: llm.RoleUser, Content: m.Text})
+	return req, nil
+}
+
+// runTool runs one tool call as a Data call of dm on chat's instance, stores the call and its
+// reply in the thread, reports both to a streaming caller, and returns what the model is told.
+// part names the stored messages, so that a retried chat stores them once. An error means the
+// call could not be stored (the host is stopping); the call's own failures are its result.
+func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCall, part string) (string, error) {
+	env := chat.tools
+	req := env.req
+	method := call.Name
+	if dm != nil {
+		method = dm.name
+	}
+	args := strings.TrimSpace(call.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	in := &history.Message{
+		ID:            messageID(req, part+".in"),
+		CreatedAt:     time.Now().UTC(),
+		Direction:     history.In,
+		MessageType:   history.Data,
+		Text:          &method,
+		Data:          jsonOrNil([]byte(args)),
+		Hint:          req.GetHint(),
+		RequestID:     req.GetRequestId(),
+		ParticipantID: req.GetParticipantId(),
+		WorkflowID:    req.GetWorkflowId(),
+		Scope:         req.GetScope(),
+		Metadata:      map[string]string{history.MetaToolCallID: call.ID},
+	}
+	if err := env.store(ctx, in); err != nil {
+		return "", err
+	}
+	if env.event != nil {
+		env.event(&agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}})
+	}
+
+	if env.tracer != nil {
+		var span trace.Span
+		ctx, span = env.tracer.Start(ctx, "tool "+method, trace.WithAttributes(attrMethod.String(method)))
+		defer span.End()
+	}
+	var reply Reply
+	var err error
+	switch {
+	case dm == nil:
+		err = Errorf(http.StatusNotFound, "no tool named %q", call.Name)
+	case in.Data == nil:
+		err = Errorf(http.StatusBadRequest, "the arguments of %s are not valid JSON", method)
+	default:
+		tm := &Message{
+			Type:          DataMessage,
+			Text:          method,
+			Data:          in.Data,
+			Hint:          chat.Hint,
+			Scope:         chat.Scope,
+			RequestID:     chat.RequestID,
+			ParticipantID: chat.ParticipantID,
+			ID:            in.ID,
+			inst:          chat.inst,
+			history:       env.history(in.Seq),
+		}
+		reply, err = callHandler(ctx, env.log, dm.handler, tm)
+	}
+
+	recordAttempt(ctx, err)
+	out := toolResult(req, reply, err, env.log)
+	out.ID = messageID(req, part+".out")
+	out.MessageType = history.Data
+	out.Metadata = map[string]string{history.MetaToolCallID: call.ID}
+	if err := env.store(ctx, out); err != nil {
+		return "", err
+	}
+	if env.event != nil {
+		text := out.Text
+		if text != nil && len(*text) > maxEventBytes {
+			cut := strings.ToValidUTF8((*text)[:maxEventBytes], "") + "…"
+			text = &cut
+		}
+		env.event(&agentbusv1.Reply{ToolResult: &agentbusv1.ToolResult{Id: call.ID, Name: method, Data: eventSized(out.Data), Text: text}})
+	}
+	switch {
+	case out.Data != nil:
+		return string(out.Data), nil
+	case out.Text != nil:
+		return *out.Text, nil
+	default:
+		return "null", nil
+	}
+}
+
+// toolResult is the outgoing message of a tool call's reply or failure, as a Data call's would
+// be stored; a failure keeps only its client-safe message (the cause is logged).
+func toolResult(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) *history.Message {
+	if err != nil {
+		status, detail := http.StatusInternalServerError, "the handler failed"
+		if he := (*Error)(nil); errors.As(err, &he) && he.Status >= 400 && he.Status <= 599 {
+			status, detail = he.Status, he.Message
+		}
+		if status >= 500 {
+			log.Warn("tool call failed", "status", status, "err", err)
+		}
+		_, out := errorReply(req, status, "handler-error", detail, "tool")
+		return out
+	}
+	var data json.RawMessage
+	if reply.Data != nil {
+		b, err := json.Marshal(reply.Data)
+		if err != nil {
+			log.Error("encoding a tool call's reply", "err", err)
+			_, out := errorReply(req, http.StatusInternalServerError, "handler-error", "the handler's reply could not be encoded", "tool")
+			return out
+		}
+		data = b
+	}
+	return outgoing(req, "tool", reply.Text, data)
+}
+
+// maxEventBytes bounds the arguments, data and text a tool event carries to a streaming caller,
+// so that the event fits in one NATS message; the history keeps more (maxStoredMessage).
+const maxEventBytes = 64 << 10
+
+// eventSized returns b, or when it is longer than maxEventBytes the JSON note of its size.
+func eventSized(b []byte) []byte {
+	if len(b) <= maxEventBytes {
+		return b
+	}
+	note, _ := json.Marshal(map[string]any{"truncated": true, "size": len(b)})
+	return note
+}
+
+// messageID is the id of a message a request stores besides its incoming message and reply,
+// derived from the request so that a retry stores it once.
+func messageID(req *agentbusv1.Request, part string) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId()+"\x00"+part)).String()
+}
