@@ -215,6 +215,18 @@ func TestPlaygroundInBrowser(t *testing.T) {
 	assert.Equal(t, "You said: "+msg, text(t, ctx, "answer"))
 	screenshot(t, ctx, "playground-chat.png")
 
+	// A chat whose model calls one of Echo's Data methods as a tool: the thread marks the call
+	// and its result, and the answer names the result.
+	err = chromedp.Do(ctx,
+		replace("#chat-text", `call sum {"values":[2,3]}`),
+		chromedp.Click(chromedp.ID("send")),
+		waitFor(`[...document.querySelectorAll('#thread li.tool[data-direction="in"]')].some(li => li.textContent.includes('sum'))`),
+		waitFor(`[...document.querySelectorAll('#thread li.tool[data-direction="out"]')].some(li => li.textContent.includes('"sum": 5'))`),
+		waitFor(`document.getElementById('answer').textContent.includes('5')`),
+	)
+	require.NoError(t, err, "a chat with a tool call; the page's problems: %v", problems())
+	screenshot(t, ctx, "playground-tools.png")
+
 	// A Data call shows its result in the thread as JSON; a webhook call shows the handler's answer.
 	err = chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`input[name=kind][value=Data]`)),

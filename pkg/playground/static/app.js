@@ -398,17 +398,25 @@
   }
 
   // renderMessage shows one stored message: direction, type, time, text, and data as JSON.
-  // A Data message's text is its method; tool calls travel as Data messages and show the same.
+  // A Data message's text is its method. A chat's tool calls are Data messages that carry the
+  // call's id in metadata.toolCallId: the call (incoming) and its result (outgoing) are marked.
   function renderMessage(m) {
     const out = m.direction === 1;
     const type = TYPE_NAMES[m.messageType] || `type ${m.messageType}`;
-    const li = el('li', `msg ${out ? 'out' : 'in'} type-${type.toLowerCase()}`);
+    const toolCall = m.metadata && m.metadata.toolCallId;
+    const li = el('li', `msg ${out ? 'out' : 'in'} type-${type.toLowerCase()}${toolCall ? ' tool' : ''}`);
     li.dataset.id = m.id;
     li.dataset.direction = out ? 'out' : 'in';
     li.dataset.type = type;
 
     const meta = el('div', 'meta');
-    meta.appendChild(el('span', 'dir', out ? '← from agent' : '→ to agent'));
+    if (toolCall) {
+      li.dataset.toolCall = toolCall;
+      meta.appendChild(el('span', 'dir', out ? '← tool result' : '→ tool call by the model'));
+      meta.appendChild(el('span', 'type badge', 'tool'));
+    } else {
+      meta.appendChild(el('span', 'dir', out ? '← from agent' : '→ to agent'));
+    }
     meta.appendChild(el('span', 'type badge', type));
     const when = el('time', '', (m.createdAt || '').replace('T', ' ').replace('Z', ' UTC'));
     when.dateTime = m.createdAt || '';
@@ -509,6 +517,12 @@
       const v = JSON.parse(ev.data);
       if (ev.event === 'delta') {
         text += v.delta || '';
+        $('answer').textContent = text;
+      } else if (ev.event === 'tool_call') {
+        text += `[tool call ${v.name} ${JSON.stringify(v.arguments)}]\n`;
+        $('answer').textContent = text;
+      } else if (ev.event === 'tool_result') {
+        text += `[tool result ${v.name}: ${v.data !== undefined && v.data !== null ? JSON.stringify(v.data) : (v.text || '')}]\n`;
         $('answer').textContent = text;
       } else if (ev.event === 'message') {
         showAnswer(`200 streamed (request ${v.requestId || requestId})`, replyText(v.response), 'ok');
