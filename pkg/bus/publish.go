@@ -28,8 +28,16 @@ const (
 // jetstream.ErrNoStreamResponse.
 //
 // Options go in m's headers, as the server reads them: jetstream.MsgIDHeader,
-// jetstream.ExpectedLastSubjSeqHeader and so on.
-func Publish(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.PubAck, error) {
+// jetstream.ExpectedLastSubjSeqHeader and so on. As with PublishMsg, a ctx without a deadline
+// gets js's default timeout: an acknowledgement lost with a server that died must not block the
+// publisher for ever.
+func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	nc := js.Conn()
 	resp, err := nc.RequestMsgWithContext(ctx, m)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(publishRetryWait)

@@ -40,17 +40,29 @@ func TestPublishAgainstServer(t *testing.T) {
 		require.True(t, ok, "ack %d %q not read by the fast path", i, raw.Data)
 		assert.Equal(t, want, *fast)
 	}
-	ack, err := bus.Publish(ctx, nc, msg("two"))
+	ack, err := bus.Publish(ctx, js, msg("two"))
 	require.NoError(t, err)
 	assert.Equal(t, jetstream.PubAck{Stream: "PUBTEST", Sequence: 2}, *ack)
 
 	m := msg("three")
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "1")
-	_, err = bus.Publish(ctx, nc, m)
+	_, err = bus.Publish(ctx, js, m)
 	var apiErr *jetstream.APIError
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	assert.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
 
-	_, err = bus.Publish(ctx, nc, nats.NewMsg("nostream.a"))
+	_, err = bus.Publish(ctx, js, nats.NewMsg("nostream.a"))
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+
+	// Without a deadline, an acknowledgement that never comes ends with js's default timeout.
+	// A responder that swallows requests stands in for a server that died after taking one.
+	sub, err := nc.Subscribe("blackhole.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	short, err := jetstream.New(nc, jetstream.WithDefaultTimeout(200*time.Millisecond))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = bus.Publish(context.Background(), short, nats.NewMsg("blackhole.a"))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 5*time.Second)
 }

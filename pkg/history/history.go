@@ -133,7 +133,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 		nm.Header.Set(jetstream.MsgIDHeader, msgIDPrefix+m.ID)
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
-		ack, err := bus.Publish(ctx, s.js.Conn(), nm)
+		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
 			if isWrongLastSeq(err) {
 				return ErrConflict

@@ -84,7 +84,7 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
 	// The host's handler span continues the request's trace.
 	tracing.Inject(ctx, msg.Header)
-	ack, err := bus.Publish(ctx, s.js.Conn(), msg)
+	ack, err := bus.Publish(ctx, s.js, msg)
 	if err != nil {
 		return false, fmt.Errorf("publishing request: %w", err)
 	}
