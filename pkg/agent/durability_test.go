@@ -2,12 +2,13 @@ package agent_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -20,9 +21,7 @@ import (
 func TestQueuedRequestSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	s := stacktest.Start(t, stacktest.Options{Dir: dir})
-	if err := s.StopHost(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.StopHost())
 	wf := "default:Echo:Supervisor Workflow:durable"
 	req := &agentbusv1.Request{
 		RequestId: "queued-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
@@ -30,30 +29,21 @@ func TestQueuedRequestSurvivesRestart(t *testing.T) {
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count",
 	}
 	data, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	nc, err := s.NATS.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	js, _ := jetstream.New(nc)
-	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data})
+	require.NoError(t, err)
 	nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s.Stop(ctx))
 
 	s = stacktest.Start(t, stacktest.Options{Dir: dir})
 	// The state call queues behind the restored count in the same conversation.
 	_, _, b := post(t, s, wf, "state", "")
-	if !strings.Contains(string(b), `"count":1`) {
-		t.Fatalf("state after restart: %s", b)
-	}
+	assert.Contains(t, string(b), `"count":1`, "state after restart")
 }
 
 // A request with a caller-chosen requestId that the inbox stored twice (as a NATS cluster can
@@ -68,25 +58,18 @@ func TestRequestStoredTwiceRunsOnce(t *testing.T) {
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
 	}
 	data, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	nc, err := s.NATS.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	for _, id := range []string{"copy-1", "copy-2"} {
 		msg := &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data, Header: nats.Header{}}
 		msg.Header.Set(subject.HeaderMsgID, id) // two stored copies, as if the dedupe missed
-		if _, err := js.PublishMsg(context.Background(), msg); err != nil {
-			t.Fatal(err)
-		}
+		_, err := js.PublishMsg(context.Background(), msg)
+		require.NoError(t, err)
 	}
 	// The state call queues behind both copies in the same conversation.
 	_, _, b := post(t, s, wf, "state", "")
-	if !strings.Contains(string(b), `"count":1`) {
-		t.Fatalf("state after a request stored twice: %s", b)
-	}
+	assert.Contains(t, string(b), `"count":1`, "state after a request stored twice")
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/history"
@@ -29,9 +30,7 @@ func FuzzEnvelopeDecode(f *testing.F) {
 		{Kind: agentbusv1.Kind_KIND_CHAT, CreatedAtMs: -1},
 	} {
 		b, err := proto.Marshal(req)
-		if err != nil {
-			f.Fatal(err)
-		}
+		require.NoError(f, err)
 		f.Add(b)
 	}
 	for _, rep := range []*agentbusv1.Reply{
@@ -56,30 +55,25 @@ func FuzzEnvelopeDecode(f *testing.F) {
 		checkProtoRoundTrip(t, req, new(agentbusv1.Request))
 
 		m := incomingMessage(req, req.GetBody())
-		if m == nil || m.ID == "" || m.Direction != history.In || m.Text == nil {
-			t.Fatalf("incomingMessage(%v) = %+v", req, m)
-		}
-		if len(m.Data) > 0 && !json.Valid(m.Data) {
-			t.Fatalf("incomingMessage(%v) data %q is not JSON", req, m.Data)
+		require.NotNil(t, m, "incomingMessage(%v)", req)
+		require.NotEmpty(t, m.ID, "incomingMessage(%v) = %+v", req, m)
+		require.Equal(t, history.In, m.Direction, "incomingMessage(%v) = %+v", req, m)
+		require.NotNil(t, m.Text, "incomingMessage(%v) = %+v", req, m)
+		if len(m.Data) > 0 {
+			require.True(t, json.Valid(m.Data), "incomingMessage(%v) data %q is not JSON", req, m.Data)
 		}
 		b, err := json.Marshal(m)
-		if err != nil {
-			t.Fatalf("json.Marshal(incomingMessage(%v)): %v", req, err)
-		}
-		if !json.Valid(b) {
-			t.Fatalf("json.Marshal(incomingMessage(%v)) = %q is not valid JSON", req, b)
-		}
-		if !strings.Contains(string(b), `"createdAt"`) {
-			t.Fatalf("stored message %s has no createdAt", b)
-		}
+		require.NoError(t, err, "json.Marshal(incomingMessage(%v))", req)
+		require.True(t, json.Valid(b), "json.Marshal(incomingMessage(%v)) = %q is not valid JSON", req, b)
+		require.True(t, strings.Contains(string(b), `"createdAt"`), "stored message %s has no createdAt", b)
 		// What the host stores, history reads back.
 		var back history.Message
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatalf("history cannot read the stored message %s (request created_at_ms %d): %v", b, req.GetCreatedAtMs(), err)
-		}
-		if back.ID != m.ID || back.RequestID != m.RequestID || back.WorkflowID != m.WorkflowID || *back.Text != *m.Text {
-			t.Fatalf("stored message %s read back as %+v", b, back)
-		}
+		require.NoError(t, json.Unmarshal(b, &back), "history cannot read the stored message %s (request created_at_ms %d)", b, req.GetCreatedAtMs())
+		require.Equal(t, m.ID, back.ID, "stored message %s read back as %+v", b, back)
+		require.Equal(t, m.RequestID, back.RequestID, "stored message %s read back as %+v", b, back)
+		require.Equal(t, m.WorkflowID, back.WorkflowID, "stored message %s read back as %+v", b, back)
+		require.NotNil(t, back.Text, "stored message %s read back as %+v", b, back)
+		require.Equal(t, *m.Text, *back.Text, "stored message %s read back as %+v", b, back)
 	})
 }
 
@@ -88,13 +82,8 @@ func FuzzEnvelopeDecode(f *testing.F) {
 func checkProtoRoundTrip(t *testing.T, m, fresh proto.Message) {
 	t.Helper()
 	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatalf("re-encoding decoded %T: %v", m, err)
-	}
-	if err := proto.Unmarshal(b, fresh); err != nil {
-		t.Fatalf("decoding re-encoded %T: %v", m, err)
-	}
-	if !proto.Equal(m, fresh) {
-		t.Fatalf("%T changed over a re-encode: %v vs %v", m, m, fresh)
-	}
+	require.NoError(t, err, "re-encoding decoded %T", m)
+	require.NoError(t, proto.Unmarshal(b, fresh), "decoding re-encoded %T", m)
+	// proto.Equal, not assert.Equal: generated messages carry internal state.
+	require.True(t, proto.Equal(m, fresh), "%T changed over a re-encode: %v vs %v", m, m, fresh)
 }

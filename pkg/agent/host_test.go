@@ -8,21 +8,23 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
+// post may run on goroutines other than the test's: it reports a failed request with assert.
 func post(t *testing.T, s *stacktest.Stack, workflow, method, query string) (int, http.Header, []byte) {
 	t.Helper()
 	u := s.URL + "/api/user/webhooks/" + url.PathEscape(workflow) + "/" + method + "?apikey=" + s.Key + "&" + query
 	resp, err := http.Post(u, "application/json", nil)
-	if err != nil {
-		t.Error(err)
+	if !assert.NoError(t, err) {
 		return 0, nil, nil
 	}
 	defer resp.Body.Close()
@@ -38,9 +40,7 @@ type countReply struct {
 func countOf(t *testing.T, b []byte) countReply {
 	t.Helper()
 	var c countReply
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatalf("count reply %q: %v", b, err)
-	}
+	require.NoError(t, json.Unmarshal(b, &c), "count reply %q", b)
 	return c
 }
 
@@ -51,39 +51,37 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		_, _, b := post(t, s, wf, "count", "")
 		c := countOf(t, b)
-		if c.Count != i {
-			t.Fatalf("count %d = %d: state was not carried over", i, c.Count)
-		}
+		require.Equal(t, i, c.Count, "count %d: state was not carried over", i)
 		runs = append(runs, c.RunID)
 	}
 	// The third event ends the run; the fourth call runs on its continuation.
-	if runs[0] != runs[1] || runs[1] != runs[2] || runs[3] == runs[2] {
-		t.Fatalf("run ids %v: want the same three, then a new one", runs)
-	}
+	require.Equal(t, runs[0], runs[1], "run ids %v: want the same three, then a new one", runs)
+	require.Equal(t, runs[1], runs[2], "run ids %v: want the same three, then a new one", runs)
+	require.NotEqual(t, runs[2], runs[3], "run ids %v: want the same three, then a new one", runs)
 }
 
 func TestConcurrentStartersShareOneRun(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	const n = 20
 	var wg sync.WaitGroup
-	runs := make([]string, n)
+	bodies := make([][]byte, n)
 	for i := range n {
 		wg.Go(func() {
 			// Different participants: different conversations, handled concurrently.
-			_, _, b := post(t, s, "default:Echo:Supervisor Workflow:race", "count", fmt.Sprintf("participantId=p%d", i))
-			runs[i] = countOf(t, b).RunID
+			_, _, bodies[i] = post(t, s, "default:Echo:Supervisor Workflow:race", "count", fmt.Sprintf("participantId=p%d", i))
 		})
 	}
 	wg.Wait()
+	// The replies are decoded here: countOf stops the test, which only the test's goroutine may do.
+	runs := make([]string, n)
+	for i, b := range bodies {
+		runs[i] = countOf(t, b).RunID
+	}
 	for _, r := range runs {
-		if r != runs[0] {
-			t.Fatalf("concurrent first calls started several runs: %v", runs)
-		}
+		require.Equal(t, runs[0], r, "concurrent first calls started several runs: %v", runs)
 	}
 	_, _, b := post(t, s, "default:Echo:Supervisor Workflow:race", "count", "")
-	if c := countOf(t, b); c.Count != n+1 {
-		t.Fatalf("count after %d concurrent increments = %d: an update was lost", n, c.Count)
-	}
+	require.Equal(t, n+1, countOf(t, b).Count, "count after %d concurrent increments: an update was lost", n)
 }
 
 func TestHandlerFailuresAndLargeReplies(t *testing.T) {
@@ -104,27 +102,23 @@ func TestHandlerFailuresAndLargeReplies(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a, echo.New()}})
 
 	status, h, b := post(t, s, "Edge", "panic", "")
-	if status != 500 || h.Get("Content-Type") != "application/problem+json" || strings.Contains(string(b), "secret") {
-		t.Fatalf("panic: %d %s %s", status, h.Get("Content-Type"), b)
-	}
+	require.Equal(t, 500, status, "panic: %s", b)
+	require.Equal(t, "application/problem+json", h.Get("Content-Type"), "panic")
+	require.NotContains(t, string(b), "secret", "panic")
 	status, h, _ = post(t, s, "Edge", "badstatus", "")
-	if status != 502 || h.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("status 99: %d", status)
-	}
+	require.Equal(t, 502, status, "status 99")
+	require.Equal(t, "application/problem+json", h.Get("Content-Type"), "status 99")
 	status, _, b = post(t, s, "Edge", "big", "")
-	if status != 200 || len(b) != 3<<20 {
-		t.Fatalf("big reply: %d, %d bytes", status, len(b))
-	}
+	require.Equal(t, 200, status, "big reply")
+	require.Equal(t, 3<<20, len(b), "big reply: bytes")
 	status, _, b = post(t, s, "Edge", "twice", "")
-	if status != 201 || string(b) != "first" {
-		t.Fatalf("respond twice: %d %s", status, b)
-	}
+	require.Equal(t, 201, status, "respond twice: %s", b)
+	require.Equal(t, "first", string(b), "respond twice")
 	status, h, b = post(t, s, "Edge", "default", "")
-	if status != 200 || h.Get("Content-Type") != "application/json" || string(b) != `{"ok":true}` {
-		t.Fatalf("defaults: %d %s %s", status, h.Get("Content-Type"), b)
-	}
+	require.Equal(t, 200, status, "defaults: %s", b)
+	require.Equal(t, "application/json", h.Get("Content-Type"), "defaults")
+	require.Equal(t, `{"ok":true}`, string(b), "defaults")
 	// The host goes on serving after a panic.
-	if status, _, _ = post(t, s, "Echo", "echo", ""); status != 200 {
-		t.Fatalf("echo after panic: %d", status)
-	}
+	status, _, _ = post(t, s, "Echo", "echo", "")
+	require.Equal(t, 200, status, "echo after panic")
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -29,17 +31,13 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		return Status(http.StatusOK)
 	})
 	h, err := NewHost(HostConfig{Conn: natstest.Conn(t, srv), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, <-done)
 	})
 	<-h.Ready()
 
@@ -47,9 +45,7 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 	nc := natstest.Conn(t, srv)
 	replies := make(chan *nats.Msg, 256)
 	sub, err := nc.ChanSubscribe("test.replies.>", replies)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	goroutinesIdle := runtime.NumGoroutine()
 	const n = 200
@@ -61,20 +57,16 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		data, _ := proto.Marshal(req)
 		msg := &nats.Msg{Subject: subject.Inbox("Counter", "acme", wf, "webhook"), Data: data, Header: nats.Header{}}
 		msg.Header.Set(subject.HeaderReplyTo, fmt.Sprintf("test.replies.%d", i))
-		if err := nc.PublishMsg(msg); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, nc.PublishMsg(msg))
 	}
 	for range n {
 		select {
 		case <-replies:
 		case <-time.After(20 * time.Second):
-			t.Fatal("not every request was answered")
+			require.FailNow(t, "not every request was answered")
 		}
 	}
-	if got := h.live.size(); got == 0 {
-		t.Fatal("no instance was held while busy: the test does not see the cache")
-	}
+	require.NotZero(t, h.live.size(), "no instance was held while busy: the test does not see the cache")
 
 	// Once idle for liveIdle (and a sweep), nothing is held: no instance, no conversation queue,
 	// and the goroutine count is back where it was before the burst.
@@ -86,10 +78,8 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		if h.live.size() == 0 && queues == 0 && runtime.NumGoroutine() <= goroutinesIdle+2 {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after going idle the host still holds %d instances, %d queues, %d goroutines (idle host: %d)",
-				h.live.size(), queues, runtime.NumGoroutine(), goroutinesIdle)
-		}
+		require.False(t, time.Now().After(deadline), "after going idle the host still holds %d instances, %d queues, %d goroutines (idle host: %d)",
+			h.live.size(), queues, runtime.NumGoroutine(), goroutinesIdle)
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -80,9 +80,7 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	t.Helper()
 	start := time.Now()
 	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("not within %v: %s", within, what)
-		}
+		require.LessOrEqual(t, time.Since(start), within, "not within %v: %s", within, what)
 		time.Sleep(10 * time.Millisecond)
 	}
 	return time.Since(start)
@@ -233,7 +231,7 @@ func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.H
 	case <-h.Ready():
 	case err := <-done:
 		done <- err
-		t.Fatalf("host %s did not start: %v", cfg.ID, err)
+		require.FailNowf(t, "host did not start", "host %s: %v", cfg.ID, err)
 	}
 	return h, nc, cancel
 }

@@ -2,13 +2,14 @@ package config_test
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"log/slog"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/config"
 )
@@ -26,9 +27,7 @@ func load(t *testing.T, args []string, vars map[string]string) (config.Config, e
 
 func TestDefaults(t *testing.T) {
 	c, err := load(t, nil, nil)
-	if err != nil {
-		t.Fatalf("Load with nothing set: %v", err)
-	}
+	require.NoError(t, err, "Load with nothing set")
 	want := config.Config{
 		HTTPAddr:            "127.0.0.1:8080",
 		DataDir:             "./data",
@@ -48,9 +47,7 @@ func TestDefaults(t *testing.T) {
 		AckWait:             10 * time.Second,
 		LogLevel:            slog.LevelInfo,
 	}
-	if !reflect.DeepEqual(c, want) {
-		t.Errorf("defaults = %+v, want %+v", c, want)
-	}
+	assert.Equal(t, want, c, "defaults")
 }
 
 func TestOverrides(t *testing.T) {
@@ -58,91 +55,99 @@ func TestOverrides(t *testing.T) {
 		name  string
 		vars  map[string]string
 		args  []string
-		check func(config.Config) bool
+		check func(*testing.T, config.Config)
 	}{
 		{
 			name:  "env overrides http addr",
 			vars:  map[string]string{"AGENTBUS_HTTP_ADDR": ":9000"},
-			check: func(c config.Config) bool { return c.HTTPAddr == ":9000" },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, ":9000", c.HTTPAddr) },
 		},
 		{
 			name:  "flag overrides env",
 			vars:  map[string]string{"AGENTBUS_HTTP_ADDR": ":9000"},
 			args:  []string{"-http-addr", ":9100"},
-			check: func(c config.Config) bool { return c.HTTPAddr == ":9100" },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, ":9100", c.HTTPAddr) },
 		},
 		{
 			name:  "flag with equals and double dash",
 			args:  []string{"--partitions=7"},
-			check: func(c config.Config) bool { return c.Partitions == 7 },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 7, c.Partitions) },
 		},
 		{
 			name:  "env partitions",
 			vars:  map[string]string{"AGENTBUS_PARTITIONS": "64"},
-			check: func(c config.Config) bool { return c.Partitions == 64 },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 64, c.Partitions) },
 		},
 		{
 			name:  "flag partitions over env",
 			vars:  map[string]string{"AGENTBUS_PARTITIONS": "64"},
 			args:  []string{"-partitions", "4"},
-			check: func(c config.Config) bool { return c.Partitions == 4 },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 4, c.Partitions) },
 		},
 		{
 			name:  "env webhook timeout",
 			vars:  map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "1m30s"},
-			check: func(c config.Config) bool { return c.WebhookTimeout == 90*time.Second },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 90*time.Second, c.WebhookTimeout) },
 		},
 		{
 			name:  "flag webhook timeout over env",
 			vars:  map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "1m"},
 			args:  []string{"-webhook-timeout", "5s"},
-			check: func(c config.Config) bool { return c.WebhookTimeout == 5*time.Second },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 5*time.Second, c.WebhookTimeout) },
 		},
 		{
 			name: "shutdown timeout 0 means the webhook timeout plus 5s",
 			vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "20s"},
-			check: func(c config.Config) bool {
-				return c.ShutdownTimeout == 0 && c.IngressShutdownTimeout() == 25*time.Second
+			check: func(t *testing.T, c config.Config) {
+				assert.Zero(t, c.ShutdownTimeout)
+				assert.Equal(t, 25*time.Second, c.IngressShutdownTimeout())
 			},
 		},
 		{
 			name:  "flag shutdown timeout",
 			vars:  map[string]string{"AGENTBUS_SHUTDOWN_TIMEOUT": "1m"},
 			args:  []string{"-shutdown-timeout", "12s"},
-			check: func(c config.Config) bool { return c.IngressShutdownTimeout() == 12*time.Second },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 12*time.Second, c.IngressShutdownTimeout()) },
 		},
 		{
 			name:  "drain delay off by default",
-			check: func(c config.Config) bool { return c.DrainDelay == 0 },
+			check: func(t *testing.T, c config.Config) { assert.Zero(t, c.DrainDelay) },
 		},
 		{
 			name:  "env drain delay",
 			vars:  map[string]string{"AGENTBUS_DRAIN_DELAY": "5s"},
-			check: func(c config.Config) bool { return c.DrainDelay == 5*time.Second },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 5*time.Second, c.DrainDelay) },
 		},
 		{
 			name:  "flag drain delay over env",
 			vars:  map[string]string{"AGENTBUS_DRAIN_DELAY": "5s"},
 			args:  []string{"-drain-delay", "1500ms"},
-			check: func(c config.Config) bool { return c.DrainDelay == 1500*time.Millisecond },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 1500*time.Millisecond, c.DrainDelay) },
 		},
 		{
 			name:  "env continue-as-new",
 			vars:  map[string]string{"AGENTBUS_CONTINUE_AS_NEW_EVENTS": "-1"},
-			check: func(c config.Config) bool { return c.ContinueAsNewEvents == -1 },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, -1, c.ContinueAsNewEvents) },
 		},
 		{
-			name:  "idle timeout 0 means never",
-			vars:  map[string]string{"AGENTBUS_IDLE_TIMEOUT": "0"},
-			check: func(c config.Config) bool { return c.IdleTimeout == 0 && c.HostIdleTimeout() < 0 },
+			name: "idle timeout 0 means never",
+			vars: map[string]string{"AGENTBUS_IDLE_TIMEOUT": "0"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Zero(t, c.IdleTimeout)
+				assert.Negative(t, c.HostIdleTimeout())
+			},
 		},
 		{
 			name: "host settings",
 			vars: map[string]string{"AGENTBUS_HOST_ID": "host-a", "AGENTBUS_IDLE_TIMEOUT": "30m", "AGENTBUS_MAX_DELIVERIES": "3",
 				"AGENTBUS_RETRY_BACKOFF": "250ms", "AGENTBUS_METRICS_ADDR": "127.0.0.1:9090"},
-			check: func(c config.Config) bool {
-				return c.HostID == "host-a" && c.IdleTimeout == 30*time.Minute && c.HostIdleTimeout() == 30*time.Minute &&
-					c.MaxDeliveries == 3 && c.RetryBackoff == 250*time.Millisecond && c.MetricsAddr == "127.0.0.1:9090"
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, "host-a", c.HostID)
+				assert.Equal(t, 30*time.Minute, c.IdleTimeout)
+				assert.Equal(t, 30*time.Minute, c.HostIdleTimeout())
+				assert.Equal(t, 3, c.MaxDeliveries)
+				assert.Equal(t, 250*time.Millisecond, c.RetryBackoff)
+				assert.Equal(t, "127.0.0.1:9090", c.MetricsAddr)
 			},
 		},
 		{
@@ -153,33 +158,40 @@ func TestOverrides(t *testing.T) {
 				"AGENTBUS_ADMIN_KEY": "admin-key-0123456789", "AGENTBUS_LLM_BASE_URL": "http://llm/v1",
 				"AGENTBUS_LLM_MODEL": "m", "AGENTBUS_LLM_API_KEY": "k",
 			},
-			check: func(c config.Config) bool {
-				return c.NATSURL == "nats://a:4222,nats://b:4222" && c.DataDir == "/var/lib/agentbus" &&
-					c.NATSListen == "0.0.0.0:4333" && c.DevAPIKey == "dev-key-0123456789" &&
-					c.AdminKey == "admin-key-0123456789" && c.LLMBaseURL == "http://llm/v1" &&
-					c.LLMModel == "m" && c.LLMAPIKey == "k"
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, "nats://a:4222,nats://b:4222", c.NATSURL)
+				assert.Equal(t, "/var/lib/agentbus", c.DataDir)
+				assert.Equal(t, "0.0.0.0:4333", c.NATSListen)
+				assert.Equal(t, "dev-key-0123456789", c.DevAPIKey)
+				assert.Equal(t, "admin-key-0123456789", c.AdminKey)
+				assert.Equal(t, "http://llm/v1", c.LLMBaseURL)
+				assert.Equal(t, "m", c.LLMModel)
+				assert.Equal(t, "k", c.LLMAPIKey)
 			},
 		},
 		{
 			name:  "empty flag clears nats listen",
 			args:  []string{"-nats-listen="},
-			check: func(c config.Config) bool { return c.NATSListen == "" },
+			check: func(t *testing.T, c config.Config) { assert.Empty(t, c.NATSListen) },
 		},
 		{
-			name:  "env replicas and sync-always",
-			vars:  map[string]string{"AGENTBUS_REPLICAS": "3", "AGENTBUS_SYNC_ALWAYS": "true"},
-			check: func(c config.Config) bool { return c.Replicas == 3 && c.SyncAlways },
+			name: "env replicas and sync-always",
+			vars: map[string]string{"AGENTBUS_REPLICAS": "3", "AGENTBUS_SYNC_ALWAYS": "true"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 3, c.Replicas)
+				assert.True(t, c.SyncAlways)
+			},
 		},
 		{
 			name:  "env log level",
 			vars:  map[string]string{"AGENTBUS_LOG_LEVEL": "debug"},
-			check: func(c config.Config) bool { return c.LogLevel == slog.LevelDebug },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, slog.LevelDebug, c.LogLevel) },
 		},
 		{
 			name:  "flag log level over env",
 			vars:  map[string]string{"AGENTBUS_LOG_LEVEL": "debug"},
 			args:  []string{"-log-level", "warn"},
-			check: func(c config.Config) bool { return c.LogLevel == slog.LevelWarn },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, slog.LevelWarn, c.LogLevel) },
 		},
 		{
 			name: "env limits",
@@ -187,32 +199,39 @@ func TestOverrides(t *testing.T) {
 				"AGENTBUS_RATE_LIMIT": "2.5", "AGENTBUS_RATE_BURST": "7",
 				"AGENTBUS_RATE_LIMIT_TENANTS": " acme=200:400, beta=0:1,gamma=5", "AGENTBUS_MAX_WAITING_PER_TENANT": "3",
 			},
-			check: func(c config.Config) bool {
-				return c.RateLimit == 2.5 && c.RateBurst == 7 && c.MaxWaitingPerTenant == 3 &&
-					reflect.DeepEqual(c.TenantRateLimits, map[string]config.Rate{
-						"acme": {PerSecond: 200, Burst: 400}, "beta": {PerSecond: 0, Burst: 1}, "gamma": {PerSecond: 5},
-					})
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 2.5, c.RateLimit)
+				assert.Equal(t, 7, c.RateBurst)
+				assert.Equal(t, 3, c.MaxWaitingPerTenant)
+				assert.Equal(t, map[string]config.Rate{
+					"acme": {PerSecond: 200, Burst: 400}, "beta": {PerSecond: 0, Burst: 1}, "gamma": {PerSecond: 5},
+				}, c.TenantRateLimits)
 			},
 		},
 		{
-			name:  "rate limit off",
-			args:  []string{"-rate-limit=0"},
-			check: func(c config.Config) bool { return c.RateLimit == 0 && c.RateBurst == 100 },
+			name: "rate limit off",
+			args: []string{"-rate-limit=0"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Zero(t, c.RateLimit)
+				assert.Equal(t, 100, c.RateBurst)
+			},
 		},
 		{
-			name:  "unrelated env left alone",
-			vars:  map[string]string{"AGENTBUS_PARTITIONS": "16"},
-			check: func(c config.Config) bool { return c.Partitions == 16 && c.HTTPAddr == "127.0.0.1:8080" },
+			name: "unrelated env left alone",
+			vars: map[string]string{"AGENTBUS_PARTITIONS": "16"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 16, c.Partitions)
+				assert.Equal(t, "127.0.0.1:8080", c.HTTPAddr)
+			},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := load(t, tt.args, tt.vars)
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
-			if !tt.check(c) {
-				t.Errorf("Load(%v, %v) = %+v", tt.args, tt.vars, c)
+			require.NoError(t, err, "Load")
+			tt.check(t, c)
+			if t.Failed() {
+				t.Logf("Load(%v, %v) = %+v", tt.args, tt.vars, c)
 			}
 		})
 	}
@@ -261,13 +280,9 @@ func TestBadValues(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := load(t, tt.args, tt.vars)
-			if err == nil {
-				t.Fatalf("Load(%v, %v) succeeded, want an error", tt.args, tt.vars)
-			}
+			require.Error(t, err, "Load(%v, %v) succeeded, want an error", tt.args, tt.vars)
 			for _, m := range tt.mention {
-				if !strings.Contains(err.Error(), m) {
-					t.Errorf("error %q does not mention %q", err, m)
-				}
+				assert.ErrorContains(t, err, m, "error does not mention %q", m)
 			}
 		})
 	}
@@ -286,14 +301,10 @@ func TestHelp(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
 			_, err := config.Load("agentbus", tt.args, env(nil), &out)
-			if !errors.Is(err, flag.ErrHelp) {
-				t.Fatalf("Load(%v) err = %v, want flag.ErrHelp", tt.args, err)
-			}
+			require.ErrorIs(t, err, flag.ErrHelp, "Load(%v)", tt.args)
 			usage := out.String()
 			for _, want := range []string{"-http-addr", "AGENTBUS_HTTP_ADDR", "-partitions", "AGENTBUS_PARTITIONS", "127.0.0.1:8080"} {
-				if !strings.Contains(usage, want) {
-					t.Errorf("usage does not mention %q:\n%s", want, usage)
-				}
+				assert.Contains(t, usage, want, "usage does not mention %q", want)
 			}
 		})
 	}
@@ -302,9 +313,7 @@ func TestHelp(t *testing.T) {
 func TestValidate(t *testing.T) {
 	valid := func() config.Config {
 		c, err := config.Load("test", nil, env(nil), &bytes.Buffer{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return c
 	}
 	tests := []struct {
@@ -332,8 +341,10 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := valid()
 			tt.mutate(&c)
-			if err := c.Validate(); (err != nil) != tt.wantErr {
-				t.Errorf("Validate() = %v, wantErr %v", err, tt.wantErr)
+			if tt.wantErr {
+				assert.Error(t, c.Validate(), "Validate()")
+			} else {
+				assert.NoError(t, c.Validate(), "Validate()")
 			}
 		})
 	}
@@ -342,13 +353,9 @@ func TestValidate(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := config.Config{Partitions: 0, Replicas: 0, WebhookTimeout: 0, AdminKey: "short"}
 	err := c.Validate()
-	if err == nil {
-		t.Fatal("Validate() = nil")
-	}
+	require.Error(t, err, "Validate()")
 	for _, want := range []string{"partitions", "replicas", "webhook-timeout", "admin key"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate() = %q, does not mention %q", err, want)
-		}
+		assert.ErrorContains(t, err, want, "Validate() does not mention %q", want)
 	}
 }
 
@@ -366,19 +373,13 @@ func TestLogger(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := load(t, []string{"-log-level", tt.level}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var buf bytes.Buffer
 			log := c.Logger(&buf)
 			log.Debug("dbg-line")
 			log.Info("info-line")
-			if got := strings.Contains(buf.String(), "dbg-line"); got != tt.wantDebug {
-				t.Errorf("debug logged = %v, want %v", got, tt.wantDebug)
-			}
-			if got := strings.Contains(buf.String(), "info-line"); got != tt.wantInfo {
-				t.Errorf("info logged = %v, want %v", got, tt.wantInfo)
-			}
+			assert.Equal(t, tt.wantDebug, strings.Contains(buf.String(), "dbg-line"), "debug logged")
+			assert.Equal(t, tt.wantInfo, strings.Contains(buf.String(), "info-line"), "info logged")
 		})
 	}
 }

@@ -3,14 +3,13 @@ package history_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -56,9 +55,7 @@ func chat(id, text string) *history.Message {
 func appendN(t *testing.T, e env, participant, prefix string, n int, scope func(int) string) []*history.Message {
 	t.Helper()
 	cur, err := e.store.Cursor(e.ctx, tenant, wf, participant)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var all []*history.Message
 	for i := 0; i < n; i += 10 {
 		var batch []*history.Message
@@ -69,9 +66,7 @@ func appendN(t *testing.T, e env, participant, prefix string, n int, scope func(
 			}
 			batch = append(batch, m)
 		}
-		if err := e.store.Append(e.ctx, tenant, wf, participant, &cur, batch...); err != nil {
-			t.Fatalf("append: %v", err)
-		}
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, participant, &cur, batch...), "append")
 		all = append(all, batch...)
 	}
 	return all
@@ -82,27 +77,20 @@ func walk(t *testing.T, e env, participant string, opt history.PageOptions) []hi
 	t.Helper()
 	var all []history.Message
 	for pages := 0; ; pages++ {
-		if pages > 1000 {
-			t.Fatal("paging does not end")
-		}
+		require.LessOrEqual(t, pages, 1000, "paging does not end")
 		page, next, err := e.store.Page(e.ctx, tenant, wf, participant, opt)
-		if err != nil {
-			t.Fatalf("page before %d: %v", opt.Before, err)
-		}
+		require.NoError(t, err, "page before %d", opt.Before)
 		size := opt.Size
 		if size == 0 {
 			size = history.DefaultPageSize
 		}
-		if len(page) > size {
-			t.Fatalf("page of %d messages, size %d", len(page), size)
-		}
+		require.LessOrEqual(t, len(page), size, "page of %d messages, size %d", len(page), size)
 		all = append(all, page...)
 		if next == 0 {
 			return all
 		}
-		if len(page) == 0 || next != page[len(page)-1].Seq {
-			t.Fatalf("next = %d, want the oldest Seq of the page", next)
-		}
+		require.NotEmpty(t, page, "next = %d on an empty page", next)
+		require.Equal(t, page[len(page)-1].Seq, next, "next, want the oldest Seq of the page")
 		opt.Before = next
 	}
 }
@@ -135,88 +123,80 @@ func TestAppendAndNewestPage(t *testing.T) {
 		{ID: "m3", Direction: history.Out, MessageType: history.Webhook, RequestID: "r2"},
 	}
 	var cur history.Cursor
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, msgs...); err != nil {
-		t.Fatal(err)
-	}
-	if cur.LastSeq != msgs[2].Seq || !slices.Equal(cur.Prev, []uint64{msgs[1].Seq, msgs[0].Seq}) {
-		t.Fatalf("cursor = %+v after appending seqs %d %d %d", cur, msgs[0].Seq, msgs[1].Seq, msgs[2].Seq)
-	}
-	if loaded, err := e.store.Cursor(e.ctx, tenant, wf, user); err != nil || loaded.LastSeq != cur.LastSeq || !slices.Equal(loaded.Prev, cur.Prev) {
-		t.Fatalf("Cursor = %+v, %v; want %+v", loaded, err, cur)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs...))
+	require.Equal(t, msgs[2].Seq, cur.LastSeq, "cursor = %+v after appending seqs %d %d %d", cur, msgs[0].Seq, msgs[1].Seq, msgs[2].Seq)
+	require.Equal(t, []uint64{msgs[1].Seq, msgs[0].Seq}, cur.Prev, "cursor = %+v after appending seqs %d %d %d", cur, msgs[0].Seq, msgs[1].Seq, msgs[2].Seq)
+	loaded, err := e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err, "Cursor")
+	require.Equal(t, cur.LastSeq, loaded.LastSeq, "Cursor = %+v, want %+v", loaded, cur)
+	require.Equal(t, cur.Prev, loaded.Prev, "Cursor = %+v, want %+v", loaded, cur)
 
 	page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next != 0 {
-		t.Errorf("next = %d, want 0", next)
-	}
-	if got, want := ids(page), []string{"m3", "m2", "m1"}; !slices.Equal(got, want) {
-		t.Fatalf("page = %v, want %v", got, want)
-	}
+	require.NoError(t, err)
+	assert.Zero(t, next, "next")
+	require.Equal(t, []string{"m3", "m2", "m1"}, ids(page), "page")
 	m1 := page[2]
-	if !m1.CreatedAt.Equal(created.Truncate(time.Millisecond)) || m1.Hint != "be brief" || m1.Scope != "billing" ||
-		m1.Text == nil || *m1.Text != "hello" || m1.Data != nil || m1.RequestID != "r1" || m1.Seq != msgs[0].Seq {
-		t.Errorf("m1 read back as %+v", m1)
+	assert.True(t, m1.CreatedAt.Equal(created.Truncate(time.Millisecond)), "m1 read back as %+v", m1)
+	assert.Equal(t, "be brief", m1.Hint, "m1 read back as %+v", m1)
+	assert.Equal(t, "billing", m1.Scope, "m1 read back as %+v", m1)
+	if assert.NotNil(t, m1.Text, "m1 read back as %+v", m1) {
+		assert.Equal(t, "hello", *m1.Text, "m1 read back as %+v", m1)
 	}
+	assert.Nil(t, m1.Data, "m1 read back as %+v", m1)
+	assert.Equal(t, "r1", m1.RequestID, "m1 read back as %+v", m1)
+	assert.Equal(t, msgs[0].Seq, m1.Seq, "m1 read back as %+v", m1)
 	// Append fills the thread's ids and a creation time.
-	if m3 := page[0]; m3.WorkflowID != wf || m3.ParticipantID != user || m3.CreatedAt.IsZero() {
-		t.Errorf("m3 read back as %+v", m3)
-	}
+	m3 := page[0]
+	assert.Equal(t, wf, m3.WorkflowID, "m3 read back as %+v", m3)
+	assert.Equal(t, user, m3.ParticipantID, "m3 read back as %+v", m3)
+	assert.False(t, m3.CreatedAt.IsZero(), "m3 read back as %+v", m3)
 
-	stamp := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
+	stamp := `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`
 	tests := []struct {
 		name  string
 		msg   history.Message
-		check func(map[string]any) error
+		check func(*testing.T, map[string]any)
 	}{
-		{"chat has text and null data", page[2], func(j map[string]any) error {
-			if j["text"] != "hello" || j["data"] != nil || j["createdAt"] != "2025-03-04T04:06:07.891Z" ||
-				j["scope"] != "billing" || j["hint"] != "be brief" || j["direction"] != 0.0 || j["messageType"] != 0.0 {
-				return errors.New("wrong fields")
-			}
-			return nil
+		{"chat has text and null data", page[2], func(t *testing.T, j map[string]any) {
+			assert.Equal(t, "hello", j["text"], "text")
+			assert.Nil(t, j["data"], "data")
+			assert.Equal(t, "2025-03-04T04:06:07.891Z", j["createdAt"], "createdAt")
+			assert.Equal(t, "billing", j["scope"], "scope")
+			assert.Equal(t, "be brief", j["hint"], "hint")
+			assert.Equal(t, 0.0, j["direction"], "direction")
+			assert.Equal(t, 0.0, j["messageType"], "messageType")
 		}},
-		{"data has null text and an object", page[1], func(j map[string]any) error {
-			if j["text"] != nil || j["data"].(map[string]any)["sum"] != 3.0 || j["messageType"] != 1.0 || j["direction"] != 1.0 {
-				return errors.New("wrong fields")
+		{"data has null text and an object", page[1], func(t *testing.T, j map[string]any) {
+			assert.Nil(t, j["text"], "text")
+			if assert.IsType(t, map[string]any{}, j["data"], "data") {
+				assert.Equal(t, 3.0, j["data"].(map[string]any)["sum"], "data.sum")
 			}
-			if _, ok := j["scope"]; ok {
-				return errors.New("empty scope is not omitted")
-			}
-			return nil
+			assert.Equal(t, 1.0, j["messageType"], "messageType")
+			assert.Equal(t, 1.0, j["direction"], "direction")
+			assert.NotContains(t, j, "scope", "empty scope is not omitted")
 		}},
-		{"webhook has both null", page[0], func(j map[string]any) error {
-			if j["text"] != nil || j["data"] != nil || j["messageType"] != 4.0 {
-				return errors.New("wrong fields")
+		{"webhook has both null", page[0], func(t *testing.T, j map[string]any) {
+			assert.Nil(t, j["text"], "text")
+			assert.Nil(t, j["data"], "data")
+			assert.Equal(t, 4.0, j["messageType"], "messageType")
+			if assert.IsType(t, "", j["createdAt"], "createdAt") {
+				assert.Regexp(t, stamp, j["createdAt"], "createdAt")
 			}
-			if !stamp.MatchString(j["createdAt"].(string)) {
-				return fmt.Errorf("createdAt %q", j["createdAt"])
-			}
-			return nil
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := json.Marshal(tt.msg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var j map[string]any
-			if err := json.Unmarshal(b, &j); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, json.Unmarshal(b, &j))
 			for _, k := range []string{"id", "createdAt", "direction", "messageType", "text", "data", "requestId", "participantId", "workflowId"} {
-				if _, ok := j[k]; !ok {
-					t.Errorf("%s missing", k)
-				}
+				assert.Contains(t, j, k, "%s missing", k)
 			}
-			if _, ok := j["Seq"]; ok {
-				t.Error("Seq is in the JSON form")
-			}
-			if err := tt.check(j); err != nil {
-				t.Errorf("%v: %s", err, b)
+			assert.NotContains(t, j, "Seq", "Seq is in the JSON form")
+			tt.check(t, j)
+			if t.Failed() {
+				t.Logf("JSON: %s", b)
 			}
 		})
 	}
@@ -225,17 +205,17 @@ func TestAppendAndNewestPage(t *testing.T) {
 func TestEmptyThread(t *testing.T) {
 	e := setup(t)
 	page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{})
-	if err != nil || len(page) != 0 || next != 0 {
-		t.Fatalf("Page = %v, %d, %v; want empty", page, next, err)
-	}
+	require.NoError(t, err, "Page")
+	require.Empty(t, page, "Page: want empty")
+	require.Zero(t, next, "Page's next: want 0")
 	cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
-	if err != nil || cur.LastSeq != 0 || cur.Prev != nil {
-		t.Fatalf("Cursor = %+v, %v; want zero", cur, err)
-	}
+	require.NoError(t, err, "Cursor")
+	require.Zero(t, cur.LastSeq, "Cursor = %+v; want zero", cur)
+	require.Nil(t, cur.Prev, "Cursor = %+v; want zero", cur)
 	topics, err := e.store.Topics(e.ctx, tenant, wf, user)
-	if err != nil || topics == nil || len(topics) != 0 {
-		t.Fatalf("Topics = %#v, %v; want empty", topics, err)
-	}
+	require.NoError(t, err, "Topics")
+	require.NotNil(t, topics, "Topics: want empty, not nil")
+	require.Empty(t, topics, "Topics: want empty")
 }
 
 func TestPagingThroughTheThread(t *testing.T) {
@@ -245,21 +225,17 @@ func TestPagingThroughTheThread(t *testing.T) {
 	for _, size := range []int{20, 1, 7, 31, 32, 33, 100} {
 		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
 			all := walk(t, e, user, history.PageOptions{Size: size})
-			if got := ids(all); !slices.Equal(got, want) {
-				t.Fatalf("walked %d messages %v…, want %d", len(got), got[:min(5, len(got))], len(want))
-			}
+			require.Equal(t, want, ids(all), "walked messages")
 			for i := 1; i < len(all); i++ {
-				if all[i].Seq >= all[i-1].Seq {
-					t.Fatalf("message %d has Seq %d after %d", i, all[i].Seq, all[i-1].Seq)
-				}
+				require.Less(t, all[i].Seq, all[i-1].Seq, "message %d has Seq %d after %d", i, all[i].Seq, all[i-1].Seq)
 			}
 		})
 	}
 	t.Run("size above the maximum", func(t *testing.T) {
 		page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{Size: 1000})
-		if err != nil || len(page) != history.MaxPageSize || next != page[len(page)-1].Seq {
-			t.Fatalf("Page = %d messages, next %d, %v", len(page), next, err)
-		}
+		require.NoError(t, err)
+		require.Len(t, page, history.MaxPageSize)
+		require.Equal(t, page[len(page)-1].Seq, next, "next")
 	})
 }
 
@@ -282,17 +258,21 @@ func TestBeforeCursor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{Size: 3, Before: tt.before})
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tt.wantErr)
 			}
-			if got := ids(page); !slices.Equal(got, tt.want) && len(got)+len(tt.want) > 0 {
-				t.Fatalf("page = %v, want %v", got, tt.want)
+			if len(tt.want) == 0 {
+				require.Empty(t, page, "page")
+			} else {
+				require.Equal(t, tt.want, ids(page), "page")
 			}
-			if len(tt.want) == 3 && next != page[2].Seq {
-				t.Errorf("next = %d, want %d", next, page[2].Seq)
+			if len(tt.want) == 3 {
+				assert.Equal(t, page[2].Seq, next, "next")
 			}
-			if len(tt.want) < 3 && next != 0 {
-				t.Errorf("next = %d, want 0", next)
+			if len(tt.want) < 3 {
+				assert.Zero(t, next, "next")
 			}
 		})
 	}
@@ -333,8 +313,10 @@ func TestScopeFilter(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			all := walk(t, e, user, history.PageOptions{Size: tt.size, Scope: tt.scope})
-			if got, want := ids(all), wantOf(tt.scope); !slices.Equal(got, want) {
-				t.Fatalf("got %v, want %v", got, want)
+			if want := wantOf(tt.scope); len(want) == 0 {
+				require.Empty(t, all)
+			} else {
+				require.Equal(t, want, ids(all))
 			}
 		})
 	}
@@ -345,9 +327,8 @@ func TestTopics(t *testing.T) {
 	appendN(t, e, user, "m", 20, func(i int) string { return []string{"support", "", "billing", "support"}[i%4] })
 	appendN(t, e, "bob", "b", 1, func(int) string { return "other" })
 	got, err := e.store.Topics(e.ctx, tenant, wf, user)
-	if err != nil || !slices.Equal(got, []string{"billing", "support"}) {
-		t.Fatalf("Topics = %v, %v", got, err)
-	}
+	require.NoError(t, err, "Topics")
+	require.Equal(t, []string{"billing", "support"}, got, "Topics")
 
 	// Hosts with their own caches adding scopes at once lose none.
 	var wg sync.WaitGroup
@@ -362,20 +343,16 @@ func TestTopics(t *testing.T) {
 	close(errs)
 	stored := 0
 	for err := range errs {
-		switch {
-		case err == nil:
+		if err == nil {
 			stored++
-		case !errors.Is(err, history.ErrConflict):
-			t.Fatal(err)
+		} else {
+			require.ErrorIs(t, err, history.ErrConflict)
 		}
 	}
-	if stored != 1 {
-		t.Fatalf("%d appends on an empty cursor succeeded, want 1", stored)
-	}
+	require.Equal(t, 1, stored, "appends on an empty cursor that succeeded")
 	got, err = e.store.Topics(e.ctx, tenant, wf, "carol")
-	if err != nil || len(got) != 1 {
-		t.Fatalf("Topics = %v, %v; want the one stored message's scope", got, err)
-	}
+	require.NoError(t, err, "Topics")
+	require.Len(t, got, 1, "Topics: want the one stored message's scope")
 }
 
 func TestTopicsConcurrentWriters(t *testing.T) {
@@ -388,16 +365,14 @@ func TestTopicsConcurrentWriters(t *testing.T) {
 			s := e.another()
 			for {
 				cur, err := s.Cursor(e.ctx, tenant, wf, user)
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				err = s.Append(e.ctx, tenant, wf, user, &cur, &history.Message{ID: fmt.Sprint(i), Scope: fmt.Sprintf("t%d", i)})
 				if err == nil {
 					return
 				}
-				if !errors.Is(err, history.ErrConflict) {
-					t.Error(err)
+				if !assert.ErrorIs(t, err, history.ErrConflict) {
 					return
 				}
 			}
@@ -405,83 +380,49 @@ func TestTopicsConcurrentWriters(t *testing.T) {
 	}
 	wg.Wait()
 	got, err := e.store.Topics(e.ctx, tenant, wf, user)
-	want := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}
-	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("Topics = %v, %v; want %v", got, err, want)
-	}
+	require.NoError(t, err, "Topics")
+	require.Equal(t, []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"}, got, "Topics")
 	all := walk(t, e, user, history.PageOptions{})
-	if len(all) != 8 {
-		t.Fatalf("thread has %d messages, want 8", len(all))
-	}
+	require.Len(t, all, 8, "thread's messages")
 }
 
 func TestConflict(t *testing.T) {
 	e := setup(t)
 	first, err := e.store.Cursor(e.ctx, tenant, wf, user)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	second := first
-	if err := e.store.Append(e.ctx, tenant, wf, user, &first, chat("a", "a")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &first, chat("a", "a")))
 	before := second
-	if err := e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")); !errors.Is(err, history.ErrConflict) {
-		t.Fatalf("stale append err = %v, want ErrConflict", err)
-	}
-	if second.LastSeq != before.LastSeq {
-		t.Fatalf("a failed append moved the cursor to %d", second.LastSeq)
-	}
+	require.ErrorIs(t, e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")), history.ErrConflict, "stale append")
+	require.Equal(t, before.LastSeq, second.LastSeq, "a failed append moved the cursor")
 	// Once appended, the first writer's cursor stays good; the second reloads.
-	if err := e.store.Append(e.ctx, tenant, wf, user, &first, chat("c", "c")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")); !errors.Is(err, history.ErrConflict) {
-		t.Fatalf("stale append err = %v, want ErrConflict", err)
-	}
-	if second, err = e.store.Cursor(e.ctx, tenant, wf, user); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")); err != nil {
-		t.Fatal(err)
-	}
-	if got := ids(walk(t, e, user, history.PageOptions{})); !slices.Equal(got, []string{"b", "c", "a"}) {
-		t.Fatalf("thread = %v", got)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &first, chat("c", "c")))
+	require.ErrorIs(t, e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")), history.ErrConflict, "stale append")
+	second, err = e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &second, chat("b", "b")))
+	require.Equal(t, []string{"b", "c", "a"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 }
 
 func TestDedupe(t *testing.T) {
 	e := setup(t)
 	var cur history.Cursor
 	orig := chat("same", "once")
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, orig, chat("next", "next")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, orig, chat("next", "next")))
 	after := cur
 
 	// A redelivered request stores its messages again with a reloaded cursor.
 	again, again2 := chat("same", "once"), chat("next", "next")
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, again, again2); err != nil {
-		t.Fatal(err)
-	}
-	if again.Seq != orig.Seq {
-		t.Errorf("duplicate got Seq %d, want the stored %d", again.Seq, orig.Seq)
-	}
-	if cur.LastSeq != after.LastSeq || !slices.Equal(cur.Prev, after.Prev) {
-		t.Errorf("duplicates moved the cursor from %+v to %+v", after, cur)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, again, again2))
+	assert.Equal(t, orig.Seq, again.Seq, "duplicate's Seq, want the stored one")
+	assert.Equal(t, after.LastSeq, cur.LastSeq, "duplicates moved the cursor from %+v to %+v", after, cur)
+	assert.Equal(t, after.Prev, cur.Prev, "duplicates moved the cursor from %+v to %+v", after, cur)
 	// A cursor from before the first store is stale: reloaded, the retry stores nothing new.
 	var stale history.Cursor
 	err := e.store.Append(e.ctx, tenant, wf, user, &stale, chat("same", "once"))
-	if !errors.Is(err, history.ErrConflict) {
-		t.Fatalf("stale duplicate err = %v, want ErrConflict", err)
-	}
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, chat("new", "new")); err != nil {
-		t.Fatal(err)
-	}
-	if got := ids(walk(t, e, user, history.PageOptions{})); !slices.Equal(got, []string{"new", "next", "same"}) {
-		t.Fatalf("thread = %v", got)
-	}
+	require.ErrorIs(t, err, history.ErrConflict, "stale duplicate")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("new", "new")))
+	require.Equal(t, []string{"new", "next", "same"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 }
 
 func TestThreadsIsolated(t *testing.T) {
@@ -495,26 +436,16 @@ func TestThreadsIsolated(t *testing.T) {
 			curs[key] = &history.Cursor{}
 		}
 		m := chat(fmt.Sprintf("%d-%s", i%3, fmt.Sprint(i)), "x")
-		if err := e.store.Append(e.ctx, tenant, th.wf, th.participant, curs[key], m); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.store.Append(e.ctx, tenant, th.wf, th.participant, curs[key], m))
 	}
 	// Another tenant with the same workflow id and participant.
-	if err := e.store.Append(e.ctx, "other", wf, user, &history.Cursor{}, chat("t-0", "x")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.store.Append(e.ctx, "other", wf, user, &history.Cursor{}, chat("t-0", "x")))
 	for i, th := range threads {
 		page, _, err := e.store.Page(e.ctx, tenant, th.wf, th.participant, history.PageOptions{Size: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(page) != 30 {
-			t.Errorf("thread %d has %d messages, want 30", i, len(page))
-		}
+		require.NoError(t, err)
+		assert.Len(t, page, 30, "thread %d's messages", i)
 		for _, m := range page {
-			if m.ID[0] != byte('0'+i) {
-				t.Errorf("thread %d has message %s", i, m.ID)
-			}
+			assert.Equal(t, byte('0'+i), m.ID[0], "thread %d has message %s", i, m.ID)
 		}
 	}
 }
@@ -523,47 +454,34 @@ func TestExpiredMessagesEndTheThread(t *testing.T) {
 	e := setup(t)
 	msgs := appendN(t, e, user, "m", 40, nil)
 	// MaxAge drops the oldest messages; deleting one stands for that.
-	if err := e.res.Messages.DeleteMsg(e.ctx, msgs[9].Seq); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.res.Messages.DeleteMsg(e.ctx, msgs[9].Seq))
 	all := walk(t, e, user, history.PageOptions{Size: 7})
-	if got, want := ids(all), reversedIDs(msgs[10:]); !slices.Equal(got, want) {
-		t.Fatalf("thread = %v, want %v", got, want)
-	}
+	require.Equal(t, reversedIDs(msgs[10:]), ids(all), "thread")
 }
 
 func TestFollow(t *testing.T) {
 	e := setup(t)
 	var cur history.Cursor
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, chat("old", "old")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("old", "old")))
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	live, err := e.store.Follow(ctx, tenant, wf, user, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var (
 		sent []*history.Message
 		bob  history.Cursor
 	)
 	for i := range 5 {
 		m := chat(fmt.Sprintf("live-%d", i), "x")
-		if err := e.store.Append(e.ctx, tenant, wf, user, &cur, m); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
 		// Other threads' messages are not followed.
-		if err := e.store.Append(e.ctx, tenant, wf, "bob", &bob, chat(fmt.Sprintf("bob-%d", i), "x")); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, "bob", &bob, chat(fmt.Sprintf("bob-%d", i), "x")))
 		sent = append(sent, m)
 	}
 	got := receive(t, live, 3)
 	for i, m := range got {
-		if m.ID != sent[i].ID || m.Seq != sent[i].Seq {
-			t.Fatalf("followed %s@%d, want %s@%d", m.ID, m.Seq, sent[i].ID, sent[i].Seq)
-		}
+		require.Equal(t, sent[i].ID, m.ID, "followed %s@%d, want %s@%d", m.ID, m.Seq, sent[i].ID, sent[i].Seq)
+		require.Equal(t, sent[i].Seq, m.Seq, "followed %s@%d, want %s@%d", m.ID, m.Seq, sent[i].ID, sent[i].Seq)
 	}
 	cancel()
 	// The channel closes after ctx ends, whatever it still had to deliver.
@@ -572,7 +490,7 @@ func TestFollow(t *testing.T) {
 		select {
 		case _, open = <-live:
 		case <-deadline:
-			t.Fatal("channel not closed after cancel")
+			require.FailNow(t, "channel not closed after cancel")
 		}
 	}
 
@@ -580,28 +498,18 @@ func TestFollow(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(e.ctx)
 	defer cancel2()
 	resumed, err := e.store.Follow(ctx2, tenant, wf, user, got[len(got)-1].Seq)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	last := chat("after", "x")
-	if err := e.store.Append(e.ctx, tenant, wf, user, &cur, last); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, last))
 	rest := receive(t, resumed, 3)
-	if want := []string{"live-3", "live-4", "after"}; !slices.Equal(ids(rest), want) {
-		t.Fatalf("resumed with %v, want %v", ids(rest), want)
-	}
+	require.Equal(t, []string{"live-3", "live-4", "after"}, ids(rest), "resumed with")
 	cancel2()
 	for range resumed {
 	}
 	// Both follows removed their consumers when they ended.
 	info, err := e.res.Messages.Info(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Consumers != 0 {
-		t.Fatalf("%d consumers left after the follows ended", info.State.Consumers)
-	}
+	require.NoError(t, err)
+	require.Zero(t, info.State.Consumers, "consumers left after the follows ended")
 }
 
 func receive(t *testing.T, ch <-chan history.Message, n int) []history.Message {
@@ -611,12 +519,10 @@ func receive(t *testing.T, ch <-chan history.Message, n int) []history.Message {
 	for len(out) < n {
 		select {
 		case m, ok := <-ch:
-			if !ok {
-				t.Fatalf("channel closed after %d messages", len(out))
-			}
+			require.True(t, ok, "channel closed after %d messages", len(out))
 			out = append(out, m)
 		case <-deadline:
-			t.Fatalf("received %d messages, want %d", len(out), n)
+			require.FailNowf(t, "not all messages received", "received %d messages, want %d", len(out), n)
 		}
 	}
 	return out
@@ -627,25 +533,22 @@ func TestMessageJSONRoundTrip(t *testing.T) {
 	in := history.Message{ID: "x", CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 6_000_000, time.UTC), Text: &text,
 		Data: json.RawMessage(`{"a":[1,2]}`), RequestID: "r", ParticipantID: "p", WorkflowID: "w", Scope: "s", Hint: "h"}
 	b, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	const want = `{"id":"x","createdAt":"2025-01-02T03:04:05.006Z","direction":0,"messageType":0,"text":"hi","data":{"a":[1,2]},"hint":"h","requestId":"r","participantId":"p","workflowId":"w","scope":"s"}`
-	if string(b) != want {
-		t.Fatalf("JSON = %s\nwant   %s", b, want)
-	}
+	// The exact bytes, field order included, not only the same JSON value.
+	require.Equal(t, want, string(b), "JSON")
 	var out history.Message
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	if !out.CreatedAt.Equal(in.CreatedAt) || *out.Text != text || string(out.Data) != string(in.Data) || out.Scope != "s" {
-		t.Fatalf("read back %+v", out)
-	}
+	require.NoError(t, json.Unmarshal(b, &out))
+	require.True(t, out.CreatedAt.Equal(in.CreatedAt), "read back %+v", out)
+	require.NotNil(t, out.Text, "read back %+v", out)
+	require.Equal(t, text, *out.Text, "read back %+v", out)
+	require.Equal(t, string(in.Data), string(out.Data), "read back %+v", out)
+	require.Equal(t, "s", out.Scope, "read back %+v", out)
 	var empty history.Message
-	if err := json.Unmarshal([]byte(`{"data":null,"text":null}`), &empty); err != nil || empty.Data != nil || empty.Text != nil {
-		t.Fatalf("null fields read back as %+v, %v", empty, err)
-	}
-	if b, err := json.Marshal(history.Message{Data: json.RawMessage{}}); err != nil || !regexp.MustCompile(`"data":null`).Match(b) {
-		t.Fatalf("empty data marshals as %s, %v", b, err)
-	}
+	require.NoError(t, json.Unmarshal([]byte(`{"data":null,"text":null}`), &empty), "null fields")
+	require.Nil(t, empty.Data, "null fields read back as %+v", empty)
+	require.Nil(t, empty.Text, "null fields read back as %+v", empty)
+	b, err = json.Marshal(history.Message{Data: json.RawMessage{}})
+	require.NoError(t, err, "empty data marshals")
+	require.Contains(t, string(b), `"data":null`, "empty data marshals as")
 }

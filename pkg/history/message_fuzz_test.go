@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/history"
 )
 
@@ -43,39 +45,35 @@ func FuzzMessageJSON(f *testing.F) {
 			return
 		}
 		b, err := json.Marshal(m)
-		if err != nil {
-			t.Fatalf("Marshal of %q read as %+v: %v", in, m, err)
-		}
-		if !json.Valid(b) {
-			t.Fatalf("Marshal wrote invalid JSON %q", b)
-		}
+		require.NoError(t, err, "Marshal of %q read as %+v", in, m)
+		require.True(t, json.Valid(b), "Marshal wrote invalid JSON %q", b)
 		var back history.Message
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatalf("%q read as createdAt %v, written as %s, does not read back: %v", in, m.CreatedAt, b, err)
-		}
+		require.NoError(t, json.Unmarshal(b, &back), "%q read as createdAt %v, written as %s, does not read back", in, m.CreatedAt, b)
 		want := m.CreatedAt.UTC().Truncate(time.Millisecond)
-		if !back.CreatedAt.Equal(want) {
-			t.Fatalf("createdAt %v came back as %v (written %s)", m.CreatedAt, back.CreatedAt, b)
+		require.True(t, back.CreatedAt.Equal(want), "createdAt %v came back as %v (written %s)", m.CreatedAt, back.CreatedAt, b)
+		require.Equal(t, m.ID, back.ID, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.Direction, back.Direction, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.MessageType, back.MessageType, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.Hint, back.Hint, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.RequestID, back.RequestID, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.ParticipantID, back.ParticipantID, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.WorkflowID, back.WorkflowID, "%q read as %+v came back as %+v", in, m, back)
+		require.Equal(t, m.Scope, back.Scope, "%q read as %+v came back as %+v", in, m, back)
+		if m.Text == nil {
+			require.Nil(t, back.Text, "text came back")
+		} else {
+			require.NotNil(t, back.Text, "text %q came back as none", *m.Text)
+			require.Equal(t, *m.Text, *back.Text, "text")
 		}
-		if back.ID != m.ID || back.Direction != m.Direction || back.MessageType != m.MessageType || back.Hint != m.Hint ||
-			back.RequestID != m.RequestID || back.ParticipantID != m.ParticipantID || back.WorkflowID != m.WorkflowID ||
-			back.Scope != m.Scope {
-			t.Fatalf("%q read as %+v came back as %+v", in, m, back)
+		// Nil and empty metadata are the same: none.
+		if len(m.Metadata)+len(back.Metadata) > 0 {
+			require.Equal(t, m.Metadata, back.Metadata, "metadata")
 		}
-		if (back.Text == nil) != (m.Text == nil) || (m.Text != nil && *back.Text != *m.Text) {
-			t.Fatalf("text %v came back as %v", m.Text, back.Text)
-		}
-		if len(m.Metadata)+len(back.Metadata) > 0 && !reflect.DeepEqual(m.Metadata, back.Metadata) {
-			t.Fatalf("metadata %v came back as %v", m.Metadata, back.Metadata)
-		}
-		if !sameJSON(t, m.Data, back.Data) {
-			t.Fatalf("data %q came back as %q", m.Data, back.Data)
-		}
+		require.True(t, sameJSON(t, m.Data, back.Data), "data %q came back as %q", m.Data, back.Data)
 		// Written once, the form is stable: writing again gives the same bytes.
 		again, err := json.Marshal(back)
-		if err != nil || !bytes.Equal(again, b) {
-			t.Fatalf("second write %s differs from first %s (%v)", again, b, err)
-		}
+		require.NoError(t, err, "second write")
+		require.Equal(t, string(b), string(again), "second write differs from first")
 	})
 }
 
@@ -92,9 +90,7 @@ func sameJSON(t *testing.T, a, b json.RawMessage) bool {
 	}{{a, &va}, {b, &vb}} {
 		d := json.NewDecoder(bytes.NewReader(x.raw))
 		d.UseNumber()
-		if err := d.Decode(x.v); err != nil {
-			t.Fatalf("data %q is not JSON: %v", x.raw, err)
-		}
+		require.NoError(t, d.Decode(x.v), "data %q is not JSON", x.raw)
 	}
 	return reflect.DeepEqual(va, vb)
 }

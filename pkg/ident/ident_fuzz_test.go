@@ -6,6 +6,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/ident"
 )
 
@@ -35,9 +37,7 @@ func FuzzResolveWorkflow(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ref, tenant string) {
 		w, err := ident.Resolve(ref, tenant)
 		if err != nil {
-			if w != (ident.Workflow{}) {
-				t.Fatalf("Resolve(%q, %q) failed (%v) but returned %+v", ref, tenant, err, w)
-			}
+			require.Zero(t, w, "Resolve(%q, %q) failed (%v) but returned a Workflow", ref, tenant, err)
 			return
 		}
 		for _, seg := range []string{w.Agent, w.WorkflowType, w.Activation} {
@@ -45,33 +45,22 @@ func FuzzResolveWorkflow(f *testing.F) {
 		}
 		if strings.Count(ref, ":") == 3 {
 			// A full workflow id: the tenant segment is the id's, and must be valid.
-			if !ident.ValidTenant(w.Tenant) {
-				t.Fatalf("Resolve(%q) accepted invalid tenant %q", ref, w.Tenant)
-			}
-			if w.ID() != ref {
-				t.Fatalf("Resolve(%q).ID() = %q, want the id itself", ref, w.ID())
-			}
-		} else if w.Tenant != tenant {
-			t.Fatalf("Resolve(%q, %q) gave tenant %q", ref, tenant, w.Tenant)
+			require.True(t, ident.ValidTenant(w.Tenant), "Resolve(%q) accepted invalid tenant %q", ref, w.Tenant)
+			require.Equal(t, ref, w.ID(), "Resolve(%q).ID(), want the id itself", ref)
+		} else {
+			require.Equal(t, tenant, w.Tenant, "Resolve(%q, %q) gave another tenant", ref, tenant)
 		}
 		if !ident.ValidTenant(w.Tenant) {
 			// Short references take the caller's tenant as is; the caller validated it. The
 			// ID then does not parse, which is all that can be said.
-			if _, err := ident.ParseWorkflowID(w.ID()); err == nil {
-				t.Fatalf("ParseWorkflowID(%q) accepted invalid tenant %q", w.ID(), w.Tenant)
-			}
+			_, err := ident.ParseWorkflowID(w.ID())
+			require.Error(t, err, "ParseWorkflowID(%q) accepted invalid tenant %q", w.ID(), w.Tenant)
 			return
 		}
 		back, err := ident.ParseWorkflowID(w.ID())
-		if err != nil {
-			t.Fatalf("ParseWorkflowID(%q) of Resolve(%q, %q): %v", w.ID(), ref, tenant, err)
-		}
-		if back != w {
-			t.Fatalf("ParseWorkflowID(%q) = %+v, want %+v", w.ID(), back, w)
-		}
-		if back.TypeName() != w.Agent+":"+w.WorkflowType {
-			t.Fatalf("TypeName() = %q", back.TypeName())
-		}
+		require.NoError(t, err, "ParseWorkflowID(%q) of Resolve(%q, %q)", w.ID(), ref, tenant)
+		require.Equal(t, w, back, "ParseWorkflowID(%q)", w.ID())
+		require.Equal(t, w.Agent+":"+w.WorkflowType, back.TypeName(), "TypeName()")
 	})
 }
 
@@ -86,35 +75,23 @@ func FuzzParticipant(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(p) > 256 {
-			t.Fatalf("Participant(%q) = %q: longer than 256 bytes", id, p)
-		}
-		if !utf8.ValidString(p) {
-			t.Fatalf("Participant(%q) = %q: invalid UTF-8", id, p)
-		}
+		require.LessOrEqual(t, len(p), 256, "Participant(%q) = %q: longer than 256 bytes", id, p)
+		require.True(t, utf8.ValidString(p), "Participant(%q) = %q: invalid UTF-8", id, p)
 		for _, r := range p {
-			if unicode.IsControl(r) {
-				t.Fatalf("Participant(%q) = %q: control character", id, p)
-			}
+			require.False(t, unicode.IsControl(r), "Participant(%q) = %q: control character %q", id, p, r)
 		}
-		if p != strings.TrimSpace(p) {
-			t.Fatalf("Participant(%q) = %q: not trimmed", id, p)
-		}
+		require.Equal(t, strings.TrimSpace(p), p, "Participant(%q): not trimmed", id)
 	})
 }
 
 // checkSegment fails when an accepted workflow id segment is unsafe.
 func checkSegment(t *testing.T, ref, seg string) {
 	t.Helper()
-	if seg == "" || len(seg) > 256 {
-		t.Fatalf("Resolve(%q) accepted segment of length %d", ref, len(seg))
-	}
-	if !utf8.ValidString(seg) {
-		t.Fatalf("Resolve(%q) accepted invalid UTF-8 segment %q", ref, seg)
-	}
+	require.NotEmpty(t, seg, "Resolve(%q) accepted an empty segment", ref)
+	require.LessOrEqual(t, len(seg), 256, "Resolve(%q) accepted segment of length %d", ref, len(seg))
+	require.True(t, utf8.ValidString(seg), "Resolve(%q) accepted invalid UTF-8 segment %q", ref, seg)
 	for _, r := range seg {
-		if r == ':' || unicode.IsControl(r) {
-			t.Fatalf("Resolve(%q) accepted segment %q with %q", ref, seg, r)
-		}
+		require.NotEqual(t, ':', r, "Resolve(%q) accepted segment %q with %q", ref, seg, r)
+		require.False(t, unicode.IsControl(r), "Resolve(%q) accepted segment %q with %q", ref, seg, r)
 	}
 }

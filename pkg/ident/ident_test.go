@@ -1,9 +1,11 @@
 package ident_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/ident"
 )
@@ -38,9 +40,7 @@ func TestValidTenant(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ident.ValidTenant(tt.id); got != tt.want {
-				t.Errorf("ValidTenant(%q) = %v, want %v", tt.id, got, tt.want)
-			}
+			assert.Equal(t, tt.want, ident.ValidTenant(tt.id), "ValidTenant(%q)", tt.id)
 		})
 	}
 }
@@ -128,41 +128,23 @@ func TestResolve(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ident.Resolve(tt.ref, tt.tenant)
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("Resolve(%q) error = %v, want %v", tt.ref, err, tt.wantErr)
-				}
-				if got != (ident.Workflow{}) {
-					t.Errorf("Resolve(%q) returned %+v with an error, want zero Workflow", tt.ref, got)
-				}
+				require.ErrorIs(t, err, tt.wantErr, "Resolve(%q) error", tt.ref)
+				assert.Zero(t, got, "Resolve(%q) returned a Workflow with an error, want zero Workflow", tt.ref)
 				return
 			}
-			if err != nil {
-				t.Fatalf("Resolve(%q): %v", tt.ref, err)
-			}
-			if got != tt.want {
-				t.Errorf("Resolve(%q) = %+v, want %+v", tt.ref, got, tt.want)
-			}
+			require.NoError(t, err, "Resolve(%q)", tt.ref)
+			assert.Equal(t, tt.want, got, "Resolve(%q)", tt.ref)
 		})
 	}
 }
 
 func TestResolveDefaults(t *testing.T) {
-	if ident.DefaultWorkflowType != "Supervisor Workflow" {
-		t.Errorf("DefaultWorkflowType = %q, want %q (DESIGN §3)", ident.DefaultWorkflowType, "Supervisor Workflow")
-	}
-	if ident.DefaultActivation != "default" {
-		t.Errorf("DefaultActivation = %q, want %q (DESIGN §3)", ident.DefaultActivation, "default")
-	}
+	assert.Equal(t, "Supervisor Workflow", ident.DefaultWorkflowType, "DefaultWorkflowType (DESIGN §3)")
+	assert.Equal(t, "default", ident.DefaultActivation, "DefaultActivation (DESIGN §3)")
 	w, err := ident.Resolve("Echo", "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := w.ID(), "acme:Echo:Supervisor Workflow:default"; got != want {
-		t.Errorf("ID() = %q, want %q", got, want)
-	}
-	if got, want := w.TypeName(), "Echo:Supervisor Workflow"; got != want {
-		t.Errorf("TypeName() = %q, want %q", got, want)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "acme:Echo:Supervisor Workflow:default", w.ID(), "ID()")
+	assert.Equal(t, "Echo:Supervisor Workflow", w.TypeName(), "TypeName()")
 }
 
 func TestParseWorkflowID(t *testing.T) {
@@ -192,17 +174,11 @@ func TestParseWorkflowID(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ident.ParseWorkflowID(tt.id)
 			if tt.wantErr != nil {
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("ParseWorkflowID(%q) error = %v, want %v", tt.id, err, tt.wantErr)
-				}
+				require.ErrorIs(t, err, tt.wantErr, "ParseWorkflowID(%q) error", tt.id)
 				return
 			}
-			if err != nil {
-				t.Fatalf("ParseWorkflowID(%q): %v", tt.id, err)
-			}
-			if got != tt.want {
-				t.Errorf("ParseWorkflowID(%q) = %+v, want %+v", tt.id, got, tt.want)
-			}
+			require.NoError(t, err, "ParseWorkflowID(%q)", tt.id)
+			assert.Equal(t, tt.want, got, "ParseWorkflowID(%q)", tt.id)
 		})
 	}
 }
@@ -221,19 +197,11 @@ func TestWorkflowIDRoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ident.ParseWorkflowID(tt.w.ID())
-			if err != nil {
-				t.Fatalf("ParseWorkflowID(%q): %v", tt.w.ID(), err)
-			}
-			if got != tt.w {
-				t.Errorf("round trip = %+v, want %+v", got, tt.w)
-			}
+			require.NoError(t, err, "ParseWorkflowID(%q)", tt.w.ID())
+			assert.Equal(t, tt.w, got, "round trip")
 			again, err := ident.Resolve(tt.w.ID(), "someone-else")
-			if err != nil {
-				t.Fatalf("Resolve(%q): %v", tt.w.ID(), err)
-			}
-			if again != tt.w {
-				t.Errorf("Resolve of the id = %+v, want %+v", again, tt.w)
-			}
+			require.NoError(t, err, "Resolve(%q)", tt.w.ID())
+			assert.Equal(t, tt.w, again, "Resolve of the id")
 		})
 	}
 }
@@ -261,8 +229,10 @@ func TestValidName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := ident.ValidName(tt.s)
-			if (err != nil) != tt.wantErr {
-				t.Errorf("ValidName(%q) = %v, wantErr %v", tt.s, err, tt.wantErr)
+			if tt.wantErr {
+				assert.Error(t, err, "ValidName(%q)", tt.s)
+			} else {
+				assert.NoError(t, err, "ValidName(%q)", tt.s)
 			}
 		})
 	}
@@ -273,12 +243,9 @@ func TestValidName(t *testing.T) {
 // that starts terminal escape sequences, or U+0085 NEL, a line break) pass.
 func TestValidNameC1Controls(t *testing.T) {
 	for _, s := range []string{"a\u0085b", "a\u009b31m", "\u0080"} {
-		if err := ident.ValidName(s); err == nil {
-			t.Errorf("ValidName(%q) = nil, want an error for a control character", s)
-		}
-		if _, err := ident.Participant(s); err == nil {
-			t.Errorf("Participant(%q) = nil error, want an error for a control character", s)
-		}
+		assert.Error(t, ident.ValidName(s), "ValidName(%q), want an error for a control character", s)
+		_, err := ident.Participant(s)
+		assert.Error(t, err, "Participant(%q), want an error for a control character", s)
 	}
 }
 
@@ -309,20 +276,12 @@ func TestParticipant(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ident.Participant(tt.id)
 			if tt.wantErr {
-				if err == nil {
-					t.Fatalf("Participant(%q) = %q, want an error", tt.id, got)
-				}
-				if got != "" {
-					t.Errorf("Participant(%q) returned %q with an error, want empty", tt.id, got)
-				}
+				require.Error(t, err, "Participant(%q) = %q, want an error", tt.id, got)
+				assert.Empty(t, got, "Participant(%q) returned a value with an error, want empty", tt.id)
 				return
 			}
-			if err != nil {
-				t.Fatalf("Participant(%q): %v", tt.id, err)
-			}
-			if got != tt.want {
-				t.Errorf("Participant(%q) = %q, want %q", tt.id, got, tt.want)
-			}
+			require.NoError(t, err, "Participant(%q)", tt.id)
+			assert.Equal(t, tt.want, got, "Participant(%q)", tt.id)
 		})
 	}
 }
@@ -330,16 +289,10 @@ func TestParticipant(t *testing.T) {
 func TestParticipantCaseInsensitive(t *testing.T) {
 	variants := []string{"Alice", "ALICE", "alice", " aLiCe "}
 	want, err := ident.Participant(variants[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, v := range variants[1:] {
 		got, err := ident.Participant(v)
-		if err != nil {
-			t.Fatalf("Participant(%q): %v", v, err)
-		}
-		if got != want {
-			t.Errorf("Participant(%q) = %q, want %q like Participant(%q)", v, got, want, variants[0])
-		}
+		require.NoError(t, err, "Participant(%q)", v)
+		assert.Equal(t, want, got, "Participant(%q), want it like Participant(%q)", v, variants[0])
 	}
 }

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
@@ -36,54 +37,39 @@ func TestPutCreatesAndConflicts(t *testing.T) {
 	ctx, s := setup(t)
 	const wf = "acme:Echo:Supervisor Workflow:default"
 	r, err := s.Put(ctx, newRecord("acme", wf))
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if r.Revision == 0 {
-		t.Fatal("created record has revision 0")
-	}
+	require.NoError(t, err, "create")
+	require.NotZero(t, r.Revision, "created record has revision 0")
 	// A second starter that also saw no record loses.
-	if _, err := s.Put(ctx, newRecord("acme", wf)); !errors.Is(err, instance.ErrConflict) {
-		t.Fatalf("second create err = %v, want ErrConflict", err)
-	}
+	_, err = s.Put(ctx, newRecord("acme", wf))
+	require.ErrorIs(t, err, instance.ErrConflict, "second create")
 
 	// An update at the current revision wins and moves the revision on.
 	r.Events = 2
 	r2, err := s.Put(ctx, r)
-	if err != nil {
-		t.Fatalf("update: %v", err)
-	}
-	if r2.Revision <= r.Revision {
-		t.Errorf("revision after update = %d, want > %d", r2.Revision, r.Revision)
-	}
+	require.NoError(t, err, "update")
+	assert.Greater(t, r2.Revision, r.Revision, "revision after update")
 	// An update from the stale read loses and leaves the record alone.
 	r.Events = 99
-	if _, err := s.Put(ctx, r); !errors.Is(err, instance.ErrConflict) {
-		t.Fatalf("stale update err = %v, want ErrConflict", err)
-	}
+	_, err = s.Put(ctx, r)
+	require.ErrorIs(t, err, instance.ErrConflict, "stale update")
 	got, err := s.Get(ctx, "acme", wf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Events != 2 || got.Revision != r2.Revision {
-		t.Errorf("after the stale update: events %d rev %d, want 2 rev %d", got.Events, got.Revision, r2.Revision)
-	}
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, got.Events, "events after the stale update")
+	assert.Equal(t, r2.Revision, got.Revision, "revision after the stale update")
 }
 
 func TestUpdateOfMissingRecordConflicts(t *testing.T) {
 	ctx, s := setup(t)
 	r := newRecord("acme", "acme:Echo:Conversational:gone")
 	r.Revision = 42
-	if _, err := s.Put(ctx, r); !errors.Is(err, instance.ErrConflict) {
-		t.Errorf("update of a missing record err = %v, want ErrConflict", err)
-	}
+	_, err := s.Put(ctx, r)
+	assert.ErrorIs(t, err, instance.ErrConflict, "update of a missing record")
 }
 
 func TestGetMissing(t *testing.T) {
 	ctx, s := setup(t)
-	if _, err := s.Put(ctx, newRecord("acme", "acme:Echo:Conversational:a")); err != nil {
-		t.Fatal(err)
-	}
+	_, err := s.Put(ctx, newRecord("acme", "acme:Echo:Conversational:a"))
+	require.NoError(t, err)
 	tests := []struct {
 		name   string
 		tenant string
@@ -95,9 +81,8 @@ func TestGetMissing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := s.Get(ctx, tt.tenant, tt.wf); !errors.Is(err, instance.ErrNotFound) {
-				t.Errorf("Get(%q, %q) err = %v, want ErrNotFound", tt.tenant, tt.wf, err)
-			}
+			_, err := s.Get(ctx, tt.tenant, tt.wf)
+			assert.ErrorIs(t, err, instance.ErrNotFound, "Get(%q, %q)", tt.tenant, tt.wf)
 		})
 	}
 }
@@ -128,67 +113,49 @@ func TestRoundTrip(t *testing.T) {
 			}
 			in.Events = 1000
 			put, err := s.Put(ctx, in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got, err := s.Get(ctx, "acme", tt.wf)
-			if err != nil {
-				t.Fatal(err)
+			require.NoError(t, err)
+			assert.Equal(t, put.Revision, got.Revision, "Get revision, Put returned %d", put.Revision)
+			assert.Equal(t, in.Tenant, got.Tenant, "Get = %+v, want %+v", got, in)
+			assert.Equal(t, in.WorkflowID, got.WorkflowID, "Get = %+v, want %+v", got, in)
+			assert.Equal(t, in.RunID, got.RunID, "Get = %+v, want %+v", got, in)
+			assert.Equal(t, in.Status, got.Status, "Get = %+v, want %+v", got, in)
+			assert.Equal(t, in.Events, got.Events, "Get = %+v, want %+v", got, in)
+			assert.True(t, got.StartedAt.Equal(in.StartedAt), "Get = %+v, want %+v", got, in)
+			assert.True(t, got.LastActiveAt.Equal(in.LastActiveAt), "Get = %+v, want %+v", got, in)
+			if in.CompletedAt == nil {
+				assert.Nil(t, got.CompletedAt, "CompletedAt, want none")
+			} else if assert.NotNil(t, got.CompletedAt, "CompletedAt, want %v", in.CompletedAt) {
+				assert.True(t, got.CompletedAt.Equal(*in.CompletedAt), "CompletedAt = %v, want %v", got.CompletedAt, in.CompletedAt)
 			}
-			if got.Revision != put.Revision {
-				t.Errorf("Get revision %d, Put returned %d", got.Revision, put.Revision)
-			}
-			if got.Tenant != in.Tenant || got.WorkflowID != in.WorkflowID || got.RunID != in.RunID ||
-				got.Status != in.Status || got.Events != in.Events ||
-				!got.StartedAt.Equal(in.StartedAt) || !got.LastActiveAt.Equal(in.LastActiveAt) {
-				t.Errorf("Get = %+v, want %+v", got, in)
-			}
-			if (got.CompletedAt == nil) != (in.CompletedAt == nil) || (in.CompletedAt != nil && !got.CompletedAt.Equal(*in.CompletedAt)) {
-				t.Errorf("CompletedAt = %v, want %v", got.CompletedAt, in.CompletedAt)
-			}
-			if !jsonEqual(t, got.State, in.State) {
-				t.Errorf("State = %s, want %s", got.State, in.State)
-			}
+			assertState(t, in.State, got.State)
 		})
 	}
 }
 
-// jsonEqual compares two JSON documents by value; nil and empty both mean no state.
-func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
+// assertState compares two JSON documents by value; nil and empty both mean no state.
+func assertState(t *testing.T, want, got json.RawMessage) {
 	t.Helper()
-	if len(bytes.TrimSpace(a)) == 0 || len(bytes.TrimSpace(b)) == 0 {
-		return len(bytes.TrimSpace(a)) == len(bytes.TrimSpace(b))
+	if len(bytes.TrimSpace(want)) == 0 {
+		assert.Empty(t, bytes.TrimSpace(got), "State = %s, want none", got)
+		return
 	}
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("decoding %s: %v", a, err)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("decoding %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
+	assert.JSONEq(t, string(want), string(got), "State")
 }
 
 func TestRecordJSONOmitsRevision(t *testing.T) {
 	r := newRecord("acme", "wf")
 	r.Revision = 7
 	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, json.Unmarshal(b, &m))
 	for _, k := range []string{"revision", "Revision"} {
-		if _, ok := m[k]; ok {
-			t.Errorf("stored JSON %s has %q", b, k)
-		}
+		assert.NotContains(t, m, k, "stored JSON %s has %q", b, k)
 	}
 	for _, k := range []string{"tenant", "workflowId", "runId", "status", "startedAt", "lastActiveAt", "events", "state"} {
-		if _, ok := m[k]; !ok {
-			t.Errorf("stored JSON %s lacks %q", b, k)
-		}
+		assert.Contains(t, m, k, "stored JSON %s lacks %q", b, k)
 	}
 }
 
@@ -196,12 +163,11 @@ func TestPutInvalidState(t *testing.T) {
 	ctx, s := setup(t)
 	r := newRecord("acme", "acme:Echo:Conversational:bad")
 	r.State = json.RawMessage(`{not json`)
-	if _, err := s.Put(ctx, r); err == nil || errors.Is(err, instance.ErrConflict) {
-		t.Errorf("Put with invalid state JSON err = %v, want an encoding error", err)
-	}
-	if _, err := s.Get(ctx, "acme", r.WorkflowID); !errors.Is(err, instance.ErrNotFound) {
-		t.Errorf("record with invalid state was stored: Get err = %v", err)
-	}
+	_, err := s.Put(ctx, r)
+	assert.Error(t, err, "Put with invalid state JSON, want an encoding error")
+	assert.NotErrorIs(t, err, instance.ErrConflict, "Put with invalid state JSON, want an encoding error")
+	_, err = s.Get(ctx, "acme", r.WorkflowID)
+	assert.ErrorIs(t, err, instance.ErrNotFound, "record with invalid state was stored: Get")
 }
 
 func TestConcurrentStartersOneWins(t *testing.T) {
@@ -217,16 +183,12 @@ func TestConcurrentStartersOneWins(t *testing.T) {
 	wg.Wait()
 	var won, lost int
 	for _, err := range errs {
-		switch {
-		case err == nil:
+		if err == nil {
 			won++
-		case errors.Is(err, instance.ErrConflict):
+		} else if assert.ErrorIs(t, err, instance.ErrConflict, "unexpected error") {
 			lost++
-		default:
-			t.Errorf("unexpected error: %v", err)
 		}
 	}
-	if won != 1 || lost != starters-1 {
-		t.Errorf("%d starters won and %d lost, want 1 and %d", won, lost, starters-1)
-	}
+	assert.Equal(t, 1, won, "starters that won")
+	assert.Equal(t, starters-1, lost, "starters that lost")
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
@@ -24,13 +27,9 @@ func setup(t *testing.T) (context.Context, *bus.Resources, *keys.Store, *keys.Au
 	t.Cleanup(cancel)
 	res := natstest.Bus(t, bus.Config{})
 	auth, err := keys.NewAuthenticator(ctx, res.Keys, adminKey, nil)
-	if err != nil {
-		t.Fatalf("NewAuthenticator: %v", err)
-	}
+	require.NoError(t, err, "NewAuthenticator")
 	t.Cleanup(func() {
-		if err := auth.Close(); err != nil {
-			t.Errorf("closing authenticator: %v", err)
-		}
+		assert.NoError(t, auth.Close(), "closing authenticator")
 	})
 	return ctx, res, keys.NewStore(res.Keys, res.Tenants), auth
 }
@@ -45,7 +44,7 @@ func eventually(t *testing.T, within time.Duration, f func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %v", within, err)
+			require.NoError(t, err, "not within %v", within)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -67,16 +66,13 @@ func TestGenerate(t *testing.T) {
 	seen := make(map[string]bool)
 	for range 100 {
 		s := keys.Generate()
-		if !strings.HasPrefix(s, "abk_") || keys.Prefix != "abk_" {
-			t.Fatalf("Generate() = %q, want prefix abk_", s)
-		}
+		require.Equal(t, "abk_", keys.Prefix, "keys.Prefix")
+		require.True(t, strings.HasPrefix(s, "abk_"), "Generate() = %q, want prefix abk_", s)
 		// 256 random bits in unpadded base64url are 43 characters.
-		if body := strings.TrimPrefix(s, keys.Prefix); len(body) != 43 || strings.ContainsAny(body, "+/=") {
-			t.Errorf("Generate() = %q: body %q is not 43 base64url characters", s, body)
-		}
-		if seen[s] {
-			t.Fatalf("Generate() returned %q twice", s)
-		}
+		body := strings.TrimPrefix(s, keys.Prefix)
+		assert.Len(t, body, 43, "Generate() = %q: body %q is not 43 base64url characters", s, body)
+		assert.False(t, strings.ContainsAny(body, "+/="), "Generate() = %q: body %q is not 43 base64url characters", s, body)
+		require.False(t, seen[s], "Generate() returned %q twice", s)
 		seen[s] = true
 	}
 }
@@ -84,9 +80,7 @@ func TestGenerate(t *testing.T) {
 func TestHash(t *testing.T) {
 	// SHA-256("abc"), FIPS 180-2.
 	const want = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-	if got := keys.Hash("abc"); got != want {
-		t.Errorf("Hash(abc) = %q, want %q", got, want)
-	}
+	assert.Equal(t, want, keys.Hash("abc"), "Hash(abc)")
 }
 
 func TestRoleValid(t *testing.T) {
@@ -104,9 +98,7 @@ func TestRoleValid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.role.Valid(); got != tt.want {
-				t.Errorf("Role(%q).Valid() = %v, want %v", tt.role, got, tt.want)
-			}
+			assert.Equal(t, tt.want, tt.role.Valid(), "Role(%q).Valid()", tt.role)
 		})
 	}
 }
@@ -114,82 +106,60 @@ func TestRoleValid(t *testing.T) {
 func TestCreateAuthenticates(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	secret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "ci", CreatedBy: "admin"})
-	if err != nil {
-		t.Fatalf("Create: %v", err)
-	}
-	if !strings.HasPrefix(secret, keys.Prefix) {
-		t.Errorf("secret %q lacks prefix %q", secret, keys.Prefix)
-	}
-	if rec.ID == "" || rec.Tenant != "acme" || rec.Role != keys.RoleUser || rec.Name != "ci" || rec.CreatedBy != "admin" || rec.CreatedAt.IsZero() || rec.RevokedAt != nil {
-		t.Errorf("Create record = %+v", rec)
-	}
+	require.NoError(t, err, "Create")
+	assert.True(t, strings.HasPrefix(secret, keys.Prefix), "secret %q lacks prefix %q", secret, keys.Prefix)
+	assert.NotEmpty(t, rec.ID, "Create record = %+v", rec)
+	assert.Equal(t, "acme", rec.Tenant, "Create record = %+v", rec)
+	assert.Equal(t, keys.RoleUser, rec.Role, "Create record = %+v", rec)
+	assert.Equal(t, "ci", rec.Name, "Create record = %+v", rec)
+	assert.Equal(t, "admin", rec.CreatedBy, "Create record = %+v", rec)
+	assert.False(t, rec.CreatedAt.IsZero(), "Create record = %+v", rec)
+	assert.Nil(t, rec.RevokedAt, "Create record = %+v", rec)
 	got := authenticates(t, auth, secret)
-	if got.ID != rec.ID || got.Tenant != "acme" || got.Role != keys.RoleUser {
-		t.Errorf("Authenticate = %+v, want %+v", got, rec)
-	}
+	assert.Equal(t, rec.ID, got.ID, "Authenticate = %+v, want %+v", got, rec)
+	assert.Equal(t, "acme", got.Tenant, "Authenticate = %+v, want %+v", got, rec)
+	assert.Equal(t, keys.RoleUser, got.Role, "Authenticate = %+v, want %+v", got, rec)
 }
 
 func TestAuthenticatorLoadsExistingKeys(t *testing.T) {
 	ctx, res, store, _ := setup(t)
 	secret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleTenantAdmin})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A second authenticator started after the key exists has it on return, without polling.
 	auth2, err := keys.NewAuthenticator(ctx, res.Keys, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = auth2.Close() })
 	got, err := auth2.Authenticate(secret)
-	if err != nil {
-		t.Fatalf("Authenticate right after NewAuthenticator: %v", err)
-	}
-	if got.ID != rec.ID {
-		t.Errorf("Authenticate = %+v, want %+v", got, rec)
-	}
-	if _, err := auth2.Authenticate(adminKey); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Errorf("admin key with no admin configured: err = %v, want ErrUnknownKey", err)
-	}
+	require.NoError(t, err, "Authenticate right after NewAuthenticator")
+	assert.Equal(t, rec.ID, got.ID, "Authenticate = %+v, want %+v", got, rec)
+	_, err = auth2.Authenticate(adminKey)
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "admin key with no admin configured")
 }
 
 func TestRevoke(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, secret)
 	authenticates(t, auth, other)
 
-	if err := store.Revoke(ctx, secret); err != nil {
-		t.Fatalf("Revoke: %v", err)
-	}
+	require.NoError(t, store.Revoke(ctx, secret), "Revoke")
 	eventually(t, time.Second, func() error {
 		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
 			return errors.New("revoked key still accepted: err = " + errString(err))
 		}
 		return nil
 	})
-	if _, err := auth.Authenticate(other); err != nil {
-		t.Errorf("revoking one key affected another: %v", err)
-	}
+	_, err = auth.Authenticate(other)
+	assert.NoError(t, err, "revoking one key affected another")
 	// Revoking again is a no-op, and keeps the first revocation time.
 	before, err := store.Keys(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Revoke(ctx, secret); err != nil {
-		t.Errorf("second Revoke: %v", err)
-	}
+	require.NoError(t, err)
+	assert.NoError(t, store.Revoke(ctx, secret), "second Revoke")
 	after, err := store.Keys(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	revokedAt := func(ks []keys.Key) map[string]*time.Time {
 		m := make(map[string]*time.Time)
 		for _, k := range ks {
@@ -200,13 +170,11 @@ func TestRevoke(t *testing.T) {
 	b, a := revokedAt(before), revokedAt(after)
 	for id, t0 := range b {
 		t1 := a[id]
-		if (t0 == nil) != (t1 == nil) || (t0 != nil && !t0.Equal(*t1)) {
-			t.Errorf("key %s: revokedAt %v changed to %v by a second Revoke", id, t0, t1)
+		if assert.Equal(t, t0 == nil, t1 == nil, "key %s: revokedAt %v changed to %v by a second Revoke", id, t0, t1) && t0 != nil {
+			assert.True(t, t0.Equal(*t1), "key %s: revokedAt %v changed to %v by a second Revoke", id, t0, t1)
 		}
 	}
-	if err := store.Revoke(ctx, keys.Generate()); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Errorf("Revoke of an unknown key: err = %v, want ErrUnknownKey", err)
-	}
+	assert.ErrorIs(t, store.Revoke(ctx, keys.Generate()), keys.ErrUnknownKey, "Revoke of an unknown key")
 }
 
 func errString(err error) string {
@@ -229,9 +197,8 @@ func TestAuthenticateUnknown(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if k, err := auth.Authenticate(tt.secret); !errors.Is(err, keys.ErrUnknownKey) {
-				t.Errorf("Authenticate(%q) = %+v, %v; want ErrUnknownKey", tt.secret, k, err)
-			}
+			k, err := auth.Authenticate(tt.secret)
+			assert.ErrorIs(t, err, keys.ErrUnknownKey, "Authenticate(%q) = %+v", tt.secret, k)
 		})
 	}
 }
@@ -239,52 +206,38 @@ func TestAuthenticateUnknown(t *testing.T) {
 func TestStoredHashDoesNotAuthenticate(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, secret)
 	// Someone who reads the bucket learns hashes; a hash must not work as a key.
-	if _, err := auth.Authenticate(keys.Hash(secret)); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Errorf("Authenticate(hash) err = %v, want ErrUnknownKey", err)
-	}
+	_, err = auth.Authenticate(keys.Hash(secret))
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "Authenticate(hash)")
 }
 
 func TestAdminKey(t *testing.T) {
 	_, _, _, auth := setup(t)
 	k, err := auth.Authenticate(adminKey)
-	if err != nil {
-		t.Fatalf("Authenticate(admin key): %v", err)
-	}
-	if k.Role != keys.RoleSystemAdmin {
-		t.Errorf("admin key role = %q, want %q", k.Role, keys.RoleSystemAdmin)
-	}
+	require.NoError(t, err, "Authenticate(admin key)")
+	assert.Equal(t, keys.RoleSystemAdmin, k.Role, "admin key role")
 }
 
 func TestSeed(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	const secret = "dev-key-0123456789abcdef"
 	first, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"})
-	if err != nil {
-		t.Fatalf("first Seed: %v", err)
-	}
+	require.NoError(t, err, "first Seed")
 	second, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: "changed"})
-	if err != nil {
-		t.Fatalf("second Seed: %v", err)
-	}
-	if second.ID != first.ID || second.Tenant != "default" || second.Role != keys.RoleTenantAdmin || second.Name != "dev" {
-		t.Errorf("second Seed = %+v, want the first record %+v", second, first)
-	}
+	require.NoError(t, err, "second Seed")
+	assert.Equal(t, first.ID, second.ID, "second Seed = %+v, want the first record %+v", second, first)
+	assert.Equal(t, "default", second.Tenant, "second Seed = %+v, want the first record %+v", second, first)
+	assert.Equal(t, keys.RoleTenantAdmin, second.Role, "second Seed = %+v, want the first record %+v", second, first)
+	assert.Equal(t, "dev", second.Name, "second Seed = %+v, want the first record %+v", second, first)
 	got := authenticates(t, auth, secret)
-	if got.ID != first.ID || got.Tenant != "default" || got.Role != keys.RoleTenantAdmin {
-		t.Errorf("Authenticate = %+v, want %+v", got, first)
-	}
+	assert.Equal(t, first.ID, got.ID, "Authenticate = %+v, want %+v", got, first)
+	assert.Equal(t, "default", got.Tenant, "Authenticate = %+v, want %+v", got, first)
+	assert.Equal(t, keys.RoleTenantAdmin, got.Role, "Authenticate = %+v, want %+v", got, first)
 	all, err := store.Keys(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 1 {
-		t.Errorf("Keys after seeding twice = %d records, want 1: %+v", len(all), all)
-	}
+	require.NoError(t, err)
+	assert.Len(t, all, 1, "Keys after seeding twice")
 }
 
 func TestSeedInvalid(t *testing.T) {
@@ -305,25 +258,18 @@ func TestSeedInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := store.Seed(ctx, tt.secret, tt.nk)
-			if err == nil {
-				t.Fatal("Seed succeeded, want an error")
-			}
-			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Errorf("Seed err = %v, want %v", err, tt.wantErr)
+			require.Error(t, err, "Seed succeeded, want an error")
+			if tt.wantErr != nil {
+				assert.ErrorIs(t, err, tt.wantErr, "Seed err")
 			}
 		})
 	}
 	all, err := store.Keys(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 0 {
-		t.Errorf("failed Seeds stored %d records: %+v", len(all), all)
-	}
+	require.NoError(t, err)
+	assert.Empty(t, all, "failed Seeds stored records")
 	// A system-admin key belongs to no tenant.
-	if _, err := store.Seed(ctx, keys.Generate(), keys.NewKey{Role: keys.RoleSystemAdmin}); err != nil {
-		t.Errorf("Seed of a tenantless system-admin key: %v", err)
-	}
+	_, err = store.Seed(ctx, keys.Generate(), keys.NewKey{Role: keys.RoleSystemAdmin})
+	assert.NoError(t, err, "Seed of a tenantless system-admin key")
 }
 
 func TestKeysAtRestAreHashesOnly(t *testing.T) {
@@ -335,39 +281,28 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 		{Tenant: "other", Role: keys.RoleUser, Name: "three"},
 	} {
 		s, _, err := store.Create(ctx, nk)
-		if err != nil {
-			t.Fatalf("Create %d: %v", i, err)
-		}
+		require.NoError(t, err, "Create %d", i)
 		secrets = append(secrets, s)
 	}
 	const seeded = "seeded-dev-key-0123456789"
-	if _, err := store.Seed(ctx, seeded, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := store.Seed(ctx, seeded, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin})
+	require.NoError(t, err)
 	secrets = append(secrets, seeded)
 	// A revoked record is rewritten; it must not bring the secret in either.
-	if err := store.Revoke(ctx, secrets[0]); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, store.Revoke(ctx, secrets[0]))
 
 	lister, err := res.Keys.ListKeys(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var entries int
 	ids := make(map[string]string)
 	records := make(map[string]map[string]any)
 	for k := range lister.Keys() {
 		entries++
 		e, err := res.Keys.Get(ctx, k)
-		if err != nil {
-			t.Fatalf("Get(%q): %v", k, err)
-		}
+		require.NoError(t, err, "Get(%q)", k)
 		// The bucket keeps history: check every revision, not only the latest.
 		hist, err := res.Keys.History(ctx, k)
-		if err != nil {
-			t.Fatalf("History(%q): %v", k, err)
-		}
+		require.NoError(t, err, "History(%q)", k)
 		values := [][]byte{e.Value()}
 		for _, h := range hist {
 			values = append(values, h.Value())
@@ -375,13 +310,9 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 		for _, s := range secrets {
 			body := strings.TrimPrefix(s, keys.Prefix)
 			for _, needle := range []string{s, body} {
-				if strings.Contains(k, needle) {
-					t.Errorf("entry key %q contains secret %q", k, needle)
-				}
+				assert.NotContains(t, k, needle, "entry key %q contains secret %q", k, needle)
 				for _, v := range values {
-					if strings.Contains(string(v), needle) {
-						t.Errorf("entry %q value %s contains secret %q", k, v, needle)
-					}
+					assert.NotContains(t, string(v), needle, "entry %q value %s contains secret %q", k, v, needle)
 				}
 			}
 		}
@@ -390,58 +321,41 @@ func TestKeysAtRestAreHashesOnly(t *testing.T) {
 			ids[id] = string(e.Value())
 			continue
 		}
-		if len(k) != 64 || strings.Trim(k, "0123456789abcdef") != "" {
-			t.Errorf("entry key %q is not a hex SHA-256", k)
-		}
+		assert.Len(t, k, 64, "entry key %q is not a hex SHA-256", k)
+		assert.Empty(t, strings.Trim(k, "0123456789abcdef"), "entry key %q is not a hex SHA-256", k)
 		var rec map[string]any
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			t.Errorf("entry %q is not a JSON record: %v", k, err)
-		}
+		assert.NoError(t, json.Unmarshal(e.Value(), &rec), "entry %q is not a JSON record", k)
 		records[k] = rec
 	}
-	if entries != 2*len(secrets) {
-		t.Errorf("bucket holds %d entries, want %d (a record and an index entry per key)", entries, 2*len(secrets))
-	}
+	assert.Equal(t, 2*len(secrets), entries, "bucket entries (a record and an index entry per key)")
 	for id, h := range ids {
-		if rec, ok := records[h]; !ok || rec["id"] != id {
-			t.Errorf("index entry id.%s = %q, which is not the hash of that key's record", id, h)
+		rec, ok := records[h]
+		if assert.True(t, ok, "index entry id.%s = %q, which is not the hash of a key's record", id, h) {
+			assert.Equal(t, id, rec["id"], "index entry id.%s = %q, which is not the hash of that key's record", id, h)
 		}
 	}
 	for _, s := range secrets {
-		if _, err := res.Keys.Get(ctx, keys.Hash(s)); err != nil {
-			t.Errorf("no entry under the hash of a secret: %v", err)
-		}
+		_, err := res.Keys.Get(ctx, keys.Hash(s))
+		assert.NoError(t, err, "no entry under the hash of a secret")
 	}
 }
 
 func TestTenants(t *testing.T) {
 	ctx, _, store, _ := setup(t)
 	created, err := store.CreateTenant(ctx, "acme")
-	if err != nil {
-		t.Fatalf("CreateTenant: %v", err)
-	}
-	if created.ID != "acme" || created.CreatedAt.IsZero() {
-		t.Errorf("CreateTenant = %+v", created)
-	}
-	if _, err := store.CreateTenant(ctx, "acme"); !errors.Is(err, keys.ErrTenantExists) {
-		t.Errorf("duplicate CreateTenant err = %v, want ErrTenantExists", err)
-	}
-	if err := store.EnsureTenant(ctx, "acme"); err != nil {
-		t.Errorf("EnsureTenant of an existing tenant: %v", err)
-	}
-	if err := store.EnsureTenant(ctx, "fresh"); err != nil {
-		t.Errorf("EnsureTenant of a new tenant: %v", err)
-	}
+	require.NoError(t, err, "CreateTenant")
+	assert.Equal(t, "acme", created.ID, "CreateTenant = %+v", created)
+	assert.False(t, created.CreatedAt.IsZero(), "CreateTenant = %+v", created)
+	_, err = store.CreateTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrTenantExists, "duplicate CreateTenant")
+	assert.NoError(t, store.EnsureTenant(ctx, "acme"), "EnsureTenant of an existing tenant")
+	assert.NoError(t, store.EnsureTenant(ctx, "fresh"), "EnsureTenant of a new tenant")
 	got, err := store.GetTenant(ctx, "acme")
-	if err != nil {
-		t.Fatalf("GetTenant: %v", err)
-	}
-	if got.ID != "acme" || !got.CreatedAt.Equal(created.CreatedAt) {
-		t.Errorf("GetTenant = %+v, want %+v", got, created)
-	}
-	if _, err := store.GetTenant(ctx, "fresh"); err != nil {
-		t.Errorf("GetTenant of an ensured tenant: %v", err)
-	}
+	require.NoError(t, err, "GetTenant")
+	assert.Equal(t, "acme", got.ID, "GetTenant = %+v, want %+v", got, created)
+	assert.True(t, got.CreatedAt.Equal(created.CreatedAt), "GetTenant = %+v, want %+v", got, created)
+	_, err = store.GetTenant(ctx, "fresh")
+	assert.NoError(t, err, "GetTenant of an ensured tenant")
 
 	invalid := []struct {
 		name string
@@ -456,29 +370,24 @@ func TestTenants(t *testing.T) {
 	}
 	for _, tt := range invalid {
 		t.Run("create "+tt.name, func(t *testing.T) {
-			if _, err := store.CreateTenant(ctx, tt.id); !errors.Is(err, ident.ErrInvalidTenant) {
-				t.Errorf("CreateTenant(%q) err = %v, want ErrInvalidTenant", tt.id, err)
-			}
-			if err := store.EnsureTenant(ctx, tt.id); err == nil {
-				t.Errorf("EnsureTenant(%q) succeeded", tt.id)
-			}
+			_, err := store.CreateTenant(ctx, tt.id)
+			assert.ErrorIs(t, err, ident.ErrInvalidTenant, "CreateTenant(%q)", tt.id)
+			assert.Error(t, store.EnsureTenant(ctx, tt.id), "EnsureTenant(%q) succeeded", tt.id)
 		})
 		t.Run("get "+tt.name, func(t *testing.T) {
-			if _, err := store.GetTenant(ctx, tt.id); !errors.Is(err, keys.ErrUnknownTenant) {
-				t.Errorf("GetTenant(%q) err = %v, want ErrUnknownTenant", tt.id, err)
-			}
+			_, err := store.GetTenant(ctx, tt.id)
+			assert.ErrorIs(t, err, keys.ErrUnknownTenant, "GetTenant(%q)", tt.id)
 		})
 	}
-	if _, err := store.GetTenant(ctx, "nobody"); !errors.Is(err, keys.ErrUnknownTenant) {
-		t.Errorf("GetTenant(unknown) err = %v, want ErrUnknownTenant", err)
-	}
+	_, err = store.GetTenant(ctx, "nobody")
+	assert.ErrorIs(t, err, keys.ErrUnknownTenant, "GetTenant(unknown)")
 }
 
 func TestKeysByTenant(t *testing.T) {
 	ctx, _, store, _ := setup(t)
-	if got, err := store.Keys(ctx, "acme"); err != nil || len(got) != 0 {
-		t.Errorf("Keys on an empty bucket = %+v, %v; want none, nil", got, err)
-	}
+	got, err := store.Keys(ctx, "acme")
+	assert.NoError(t, err, "Keys on an empty bucket")
+	assert.Empty(t, got, "Keys on an empty bucket")
 	want := map[string][]string{}
 	for _, nk := range []keys.NewKey{
 		{Tenant: "acme", Role: keys.RoleUser},
@@ -488,9 +397,7 @@ func TestKeysByTenant(t *testing.T) {
 		{Role: keys.RoleSystemAdmin},
 	} {
 		_, k, err := store.Create(ctx, nk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		want[nk.Tenant] = append(want[nk.Tenant], k.ID)
 	}
 	tests := []struct {
@@ -507,22 +414,15 @@ func TestKeysByTenant(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := store.Keys(ctx, tt.tenant)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			var ids []string
 			for _, k := range got {
-				if tt.tenant != "" && k.Tenant != tt.tenant {
-					t.Errorf("Keys(%q) returned a key of tenant %q", tt.tenant, k.Tenant)
+				if tt.tenant != "" {
+					assert.Equal(t, tt.tenant, k.Tenant, "Keys(%q) returned a key of another tenant", tt.tenant)
 				}
 				ids = append(ids, k.ID)
 			}
-			slices.Sort(ids)
-			w := slices.Clone(tt.want)
-			slices.Sort(w)
-			if !slices.Equal(ids, w) {
-				t.Errorf("Keys(%q) ids = %v, want %v", tt.tenant, ids, w)
-			}
+			assert.ElementsMatch(t, tt.want, ids, "Keys(%q) ids", tt.tenant)
 		})
 	}
 }
@@ -530,58 +430,47 @@ func TestKeysByTenant(t *testing.T) {
 func TestDeletedKeyIsUnknown(t *testing.T) {
 	ctx, res, store, auth := setup(t)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, secret)
-	if err := res.Keys.Purge(ctx, keys.Hash(secret)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, res.Keys.Purge(ctx, keys.Hash(secret)))
 	eventually(t, time.Second, func() error {
 		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrUnknownKey) {
 			return errors.New("purged key: err = " + errString(err))
 		}
 		return nil
 	})
-	if got, err := store.Keys(ctx, "acme"); err != nil || len(got) != 0 {
-		t.Errorf("Keys after purge = %+v, %v; want none", got, err)
-	}
+	got, err := store.Keys(ctx, "acme")
+	assert.NoError(t, err, "Keys after purge")
+	assert.Empty(t, got, "Keys after purge")
 }
 
 func TestAuthenticatorIgnoresForeignEntries(t *testing.T) {
 	ctx, res, store, auth := setup(t)
 	// An entry that is not a hash (say, bucket metadata) and a hash-named entry with a bad
 	// record must neither break the watch nor authenticate anything.
-	if _, err := res.Keys.Put(ctx, "meta.version", []byte("1")); err != nil {
-		t.Fatal(err)
-	}
+	_, err := res.Keys.Put(ctx, "meta.version", []byte("1"))
+	require.NoError(t, err)
 	bad := keys.Generate()
-	if _, err := res.Keys.Put(ctx, keys.Hash(bad), []byte("not json")); err != nil {
-		t.Fatal(err)
-	}
+	_, err = res.Keys.Put(ctx, keys.Hash(bad), []byte("not json"))
+	require.NoError(t, err)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, secret) // the watch still runs after the foreign entries
-	if _, err := auth.Authenticate(bad); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Errorf("key with a bad record: err = %v, want ErrUnknownKey", err)
-	}
+	_, err = auth.Authenticate(bad)
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "key with a bad record")
 }
 
 func TestGetByID(t *testing.T) {
 	ctx, _, store, _ := setup(t)
 	_, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "ci", CreatedBy: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	got, err := store.Get(ctx, rec.ID)
-	if err != nil {
-		t.Fatalf("Get: %v", err)
-	}
-	if got.ID != rec.ID || got.Tenant != "acme" || got.Name != "ci" || got.CreatedBy != "admin" || !got.CreatedAt.Equal(rec.CreatedAt) {
-		t.Errorf("Get = %+v, want %+v", got, rec)
-	}
+	require.NoError(t, err, "Get")
+	assert.Equal(t, rec.ID, got.ID, "Get = %+v, want %+v", got, rec)
+	assert.Equal(t, "acme", got.Tenant, "Get = %+v, want %+v", got, rec)
+	assert.Equal(t, "ci", got.Name, "Get = %+v, want %+v", got, rec)
+	assert.Equal(t, "admin", got.CreatedBy, "Get = %+v, want %+v", got, rec)
+	assert.True(t, got.CreatedAt.Equal(rec.CreatedAt), "Get = %+v, want %+v", got, rec)
 	for _, tt := range []struct {
 		name string
 		id   string
@@ -594,15 +483,12 @@ func TestGetByID(t *testing.T) {
 		{name: "the hash", id: keys.Hash("x")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if k, err := store.Get(ctx, tt.id); !errors.Is(err, keys.ErrUnknownKey) {
-				t.Errorf("Get(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
-			}
-			if k, err := store.RevokeID(ctx, tt.id); !errors.Is(err, keys.ErrUnknownKey) {
-				t.Errorf("RevokeID(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
-			}
-			if _, k, _, err := store.Rotate(ctx, tt.id, "admin"); !errors.Is(err, keys.ErrUnknownKey) {
-				t.Errorf("Rotate(%q) = %+v, %v; want ErrUnknownKey", tt.id, k, err)
-			}
+			k, err := store.Get(ctx, tt.id)
+			assert.ErrorIs(t, err, keys.ErrUnknownKey, "Get(%q) = %+v", tt.id, k)
+			k, err = store.RevokeID(ctx, tt.id)
+			assert.ErrorIs(t, err, keys.ErrUnknownKey, "RevokeID(%q) = %+v", tt.id, k)
+			_, k, _, err = store.Rotate(ctx, tt.id, "admin")
+			assert.ErrorIs(t, err, keys.ErrUnknownKey, "Rotate(%q) = %+v", tt.id, k)
 		})
 	}
 }
@@ -610,39 +496,29 @@ func TestGetByID(t *testing.T) {
 func TestIndexPointingElsewhereIsUnknown(t *testing.T) {
 	ctx, res, store, _ := setup(t)
 	_, a, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	other, b, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A damaged index entry naming another key's hash must not reach that key.
-	if _, err := res.Keys.Put(ctx, "id."+a.ID, []byte(keys.Hash(other))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.RevokeID(ctx, a.ID); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Errorf("RevokeID through a wrong index entry: err = %v, want ErrUnknownKey", err)
-	}
-	if k, err := store.Get(ctx, b.ID); err != nil || k.RevokedAt != nil {
-		t.Errorf("the other key = %+v, %v; want it untouched", k, err)
-	}
+	_, err = res.Keys.Put(ctx, "id."+a.ID, []byte(keys.Hash(other)))
+	require.NoError(t, err)
+	_, err = store.RevokeID(ctx, a.ID)
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "RevokeID through a wrong index entry")
+	k, err := store.Get(ctx, b.ID)
+	assert.NoError(t, err, "the other key: want it untouched")
+	assert.Nil(t, k.RevokedAt, "the other key = %+v; want it untouched", k)
 }
 
 func TestRevokeID(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	secret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, secret)
 	revoked, err := store.RevokeID(ctx, rec.ID)
-	if err != nil {
-		t.Fatalf("RevokeID: %v", err)
-	}
-	if revoked.ID != rec.ID || revoked.RevokedAt == nil {
-		t.Errorf("RevokeID = %+v, want the record with revokedAt", revoked)
-	}
+	require.NoError(t, err, "RevokeID")
+	assert.Equal(t, rec.ID, revoked.ID, "RevokeID = %+v, want the record with revokedAt", revoked)
+	// revoked.RevokedAt is dereferenced below.
+	require.NotNil(t, revoked.RevokedAt, "RevokeID = %+v, want the record with revokedAt", revoked)
 	eventually(t, time.Second, func() error {
 		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
 			return errors.New("revoked key: err = " + errString(err))
@@ -650,34 +526,28 @@ func TestRevokeID(t *testing.T) {
 		return nil
 	})
 	again, err := store.RevokeID(ctx, rec.ID)
-	if err != nil {
-		t.Fatalf("second RevokeID: %v", err)
-	}
-	if !again.RevokedAt.Equal(*revoked.RevokedAt) {
-		t.Errorf("second RevokeID moved revokedAt from %v to %v", revoked.RevokedAt, again.RevokedAt)
-	}
+	require.NoError(t, err, "second RevokeID")
+	require.NotNil(t, again.RevokedAt, "second RevokeID = %+v, want the record with revokedAt", again)
+	assert.True(t, again.RevokedAt.Equal(*revoked.RevokedAt), "second RevokeID moved revokedAt from %v to %v", revoked.RevokedAt, again.RevokedAt)
 }
 
 func TestRotate(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	oldSecret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleTenantAdmin, Name: "ci", CreatedBy: "admin"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	authenticates(t, auth, oldSecret)
 	secret, k, old, err := store.Rotate(ctx, rec.ID, rec.ID)
-	if err != nil {
-		t.Fatalf("Rotate: %v", err)
-	}
-	if secret == oldSecret || !strings.HasPrefix(secret, keys.Prefix) {
-		t.Errorf("Rotate secret = %q", secret)
-	}
-	if k.ID == rec.ID || k.Tenant != "acme" || k.Role != keys.RoleTenantAdmin || k.Name != "ci" || k.CreatedBy != rec.ID || k.RevokedAt != nil {
-		t.Errorf("new record = %+v", k)
-	}
-	if old.ID != rec.ID || old.RevokedAt == nil {
-		t.Errorf("old record = %+v, want it revoked", old)
-	}
+	require.NoError(t, err, "Rotate")
+	assert.NotEqual(t, oldSecret, secret, "Rotate secret")
+	assert.True(t, strings.HasPrefix(secret, keys.Prefix), "Rotate secret = %q", secret)
+	assert.NotEqual(t, rec.ID, k.ID, "new record = %+v", k)
+	assert.Equal(t, "acme", k.Tenant, "new record = %+v", k)
+	assert.Equal(t, keys.RoleTenantAdmin, k.Role, "new record = %+v", k)
+	assert.Equal(t, "ci", k.Name, "new record = %+v", k)
+	assert.Equal(t, rec.ID, k.CreatedBy, "new record = %+v", k)
+	assert.Nil(t, k.RevokedAt, "new record = %+v", k)
+	assert.Equal(t, rec.ID, old.ID, "old record = %+v, want it revoked", old)
+	assert.NotNil(t, old.RevokedAt, "old record = %+v, want it revoked", old)
 	authenticates(t, auth, secret)
 	eventually(t, time.Second, func() error {
 		if _, err := auth.Authenticate(oldSecret); !errors.Is(err, keys.ErrRevoked) {
@@ -686,24 +556,17 @@ func TestRotate(t *testing.T) {
 		return nil
 	})
 	// The old key is revoked: rotating it again must not yield another working key.
-	if _, _, _, err := store.Rotate(ctx, rec.ID, rec.ID); !errors.Is(err, keys.ErrRevoked) {
-		t.Errorf("Rotate of a revoked key: err = %v, want ErrRevoked", err)
-	}
+	_, _, _, err = store.Rotate(ctx, rec.ID, rec.ID)
+	assert.ErrorIs(t, err, keys.ErrRevoked, "Rotate of a revoked key")
 	all, err := store.Keys(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 2 {
-		t.Errorf("Keys after rotating = %+v, want the old and the new key", all)
-	}
+	require.NoError(t, err)
+	assert.Len(t, all, 2, "Keys after rotating: want the old and the new key")
 }
 
 func TestRotateConcurrently(t *testing.T) {
 	ctx, _, store, _ := setup(t)
 	_, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	const n = 8
 	errs := make(chan error, n)
 	for range n {
@@ -714,96 +577,67 @@ func TestRotateConcurrently(t *testing.T) {
 	}
 	var won int
 	for range n {
-		switch err := <-errs; {
-		case err == nil:
+		if err := <-errs; err == nil {
 			won++
-		case !errors.Is(err, keys.ErrRevoked):
-			t.Errorf("Rotate: %v", err)
+		} else {
+			assert.ErrorIs(t, err, keys.ErrRevoked, "Rotate")
 		}
 	}
-	if won != 1 {
-		t.Errorf("%d concurrent rotations succeeded, want 1", won)
-	}
+	assert.Equal(t, 1, won, "concurrent rotations that succeeded")
 	all, err := store.Keys(ctx, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var live int
 	for _, k := range all {
 		if k.RevokedAt == nil {
 			live++
 		}
 	}
-	if live != 1 {
-		t.Errorf("%d live keys after concurrent rotations, want 1: %+v", live, all)
-	}
+	assert.Equal(t, 1, live, "live keys after concurrent rotations: %+v", all)
 }
 
 func TestSeedIndexesOldRecords(t *testing.T) {
 	ctx, res, store, _ := setup(t)
 	const secret = "dev-key-0123456789abcdef"
 	first, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A record stored before the id index existed has no index entry.
-	if err := res.Keys.Purge(ctx, "id."+first.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Get(ctx, first.ID); !errors.Is(err, keys.ErrUnknownKey) {
-		t.Fatalf("Get without an index entry: err = %v, want ErrUnknownKey", err)
-	}
-	if _, err := store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"}); err != nil {
-		t.Fatal(err)
-	}
-	if k, err := store.Get(ctx, first.ID); err != nil || k.ID != first.ID {
-		t.Errorf("Get after seeding again = %+v, %v; want %+v", k, err, first)
-	}
+	require.NoError(t, res.Keys.Purge(ctx, "id."+first.ID))
+	_, err = store.Get(ctx, first.ID)
+	require.ErrorIs(t, err, keys.ErrUnknownKey, "Get without an index entry")
+	_, err = store.Seed(ctx, secret, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "dev"})
+	require.NoError(t, err)
+	k, err := store.Get(ctx, first.ID)
+	assert.NoError(t, err, "Get after seeding again")
+	assert.Equal(t, first.ID, k.ID, "Get after seeding again = %+v, want %+v", k, first)
 }
 
 func TestDeleteTenant(t *testing.T) {
 	ctx, _, store, auth := setup(t)
 	for _, id := range []string{"acme", "other", "acme-2"} {
-		if _, err := store.CreateTenant(ctx, id); err != nil {
-			t.Fatal(err)
-		}
+		_, err := store.CreateTenant(ctx, id)
+		require.NoError(t, err)
 	}
 	tenants, err := store.ListTenants(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids := tenantIDs(tenants); !slices.Equal(ids, []string{"acme", "acme-2", "other"}) {
-		t.Errorf("ListTenants = %v, want acme, acme-2, other", ids)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme", "acme-2", "other"}, tenantIDs(tenants), "ListTenants")
 	var acme []string
 	for range 3 {
 		s, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		acme = append(acme, s)
 	}
 	otherKey, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme-2", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, s := range append(slices.Clone(acme), otherKey) {
 		authenticates(t, auth, s)
 	}
 
-	if err := store.DeleteTenant(ctx, "acme"); err != nil {
-		t.Fatalf("DeleteTenant: %v", err)
-	}
-	if _, err := store.GetTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
-		t.Errorf("GetTenant after delete: err = %v, want ErrUnknownTenant", err)
-	}
+	require.NoError(t, store.DeleteTenant(ctx, "acme"), "DeleteTenant")
+	_, err = store.GetTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrUnknownTenant, "GetTenant after delete")
 	tenants, err = store.ListTenants(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ids := tenantIDs(tenants); !slices.Equal(ids, []string{"acme-2", "other"}) {
-		t.Errorf("ListTenants after delete = %v, want acme-2, other", ids)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme-2", "other"}, tenantIDs(tenants), "ListTenants after delete")
 	for _, s := range acme {
 		eventually(t, time.Second, func() error {
 			if _, err := auth.Authenticate(s); !errors.Is(err, keys.ErrRevoked) {
@@ -812,48 +646,33 @@ func TestDeleteTenant(t *testing.T) {
 			return nil
 		})
 	}
-	if _, err := auth.Authenticate(otherKey); err != nil {
-		t.Errorf("deleting acme affected acme-2's key: %v", err)
-	}
-	if err := store.DeleteTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
-		t.Errorf("second DeleteTenant: err = %v, want ErrUnknownTenant", err)
-	}
+	_, err = auth.Authenticate(otherKey)
+	assert.NoError(t, err, "deleting acme affected acme-2's key")
+	assert.ErrorIs(t, store.DeleteTenant(ctx, "acme"), keys.ErrUnknownTenant, "second DeleteTenant")
 	for _, id := range []string{"nobody", "", "ac me"} {
-		if err := store.DeleteTenant(ctx, id); !errors.Is(err, keys.ErrUnknownTenant) {
-			t.Errorf("DeleteTenant(%q): err = %v, want ErrUnknownTenant", id, err)
-		}
+		assert.ErrorIs(t, store.DeleteTenant(ctx, id), keys.ErrUnknownTenant, "DeleteTenant(%q)", id)
 	}
 	// The id is free again, and the old keys stay revoked.
-	if _, err := store.CreateTenant(ctx, "acme"); err != nil {
-		t.Fatalf("CreateTenant after delete: %v", err)
-	}
-	if _, err := auth.Authenticate(acme[0]); !errors.Is(err, keys.ErrRevoked) {
-		t.Errorf("old key after the tenant came back: err = %v, want ErrRevoked", err)
-	}
+	_, err = store.CreateTenant(ctx, "acme")
+	require.NoError(t, err, "CreateTenant after delete")
+	_, err = auth.Authenticate(acme[0])
+	assert.ErrorIs(t, err, keys.ErrRevoked, "old key after the tenant came back")
 }
 
 func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
 	ctx, res, store, auth := setup(t)
-	if _, err := store.CreateTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
+	_, err := store.CreateTenant(ctx, "acme")
+	require.NoError(t, err)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// A deletion that stopped after marking the tenant: unknown to readers, still there to finish.
-	if _, err := res.Tenants.Put(ctx, "acme", []byte(`{"id":"acme","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.GetTenant(ctx, "acme"); !errors.Is(err, keys.ErrUnknownTenant) {
-		t.Errorf("GetTenant of a marked tenant: err = %v, want ErrUnknownTenant", err)
-	}
-	if _, err := store.CreateTenant(ctx, "acme"); !errors.Is(err, keys.ErrTenantExists) {
-		t.Errorf("CreateTenant while deleting: err = %v, want ErrTenantExists", err)
-	}
-	if err := store.DeleteTenant(ctx, "acme"); err != nil {
-		t.Fatalf("DeleteTenant of a marked tenant: %v", err)
-	}
+	_, err = res.Tenants.Put(ctx, "acme", []byte(`{"id":"acme","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`))
+	require.NoError(t, err)
+	_, err = store.GetTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrUnknownTenant, "GetTenant of a marked tenant")
+	_, err = store.CreateTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrTenantExists, "CreateTenant while deleting")
+	require.NoError(t, store.DeleteTenant(ctx, "acme"), "DeleteTenant of a marked tenant")
 	eventually(t, time.Second, func() error {
 		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
 			return errors.New("key of a deleted tenant: err = " + errString(err))

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -34,15 +35,15 @@ func TestConfigValidate(t *testing.T) {
 			t.Parallel()
 			err := tt.config.Validate()
 			_, newErr := llm.New(tt.config)
-			switch {
-			case tt.wantErr == "" && (err != nil || newErr != nil):
-				t.Errorf("Validate = %v, New = %v; want valid", err, newErr)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("Validate = %v, want an error containing %q", err, tt.wantErr)
-			case tt.wantErr != "" && newErr == nil:
-				t.Error("New accepted an invalid Config")
-			case err != nil && strings.Contains(err.Error(), testAPIKey):
-				t.Errorf("Validate error %q contains the key", err)
+			if tt.wantErr == "" {
+				assert.NoError(t, err, "Validate; want valid")
+				assert.NoError(t, newErr, "New; want valid")
+			} else {
+				assert.ErrorContains(t, err, tt.wantErr, "Validate")
+				assert.Error(t, newErr, "New accepted an invalid Config")
+			}
+			if err != nil {
+				assert.NotContains(t, err.Error(), testAPIKey, "Validate error contains the key")
 			}
 		})
 	}
@@ -55,11 +56,8 @@ func TestConfigDoesNotPrintKey(t *testing.T) {
 	slog.New(slog.NewJSONHandler(&logged, nil)).Info("llm", "config", c)
 	slog.New(slog.NewTextHandler(&logged, nil)).Info("llm", "config", c)
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), c.String(), logged.String()} {
-		if strings.Contains(s, testAPIKey) || strings.Contains(s, "secret") {
-			t.Errorf("%q shows a secret", s)
-		}
-		if !strings.Contains(s, "llama3.2") {
-			t.Errorf("%q does not name the model", s)
-		}
+		assert.NotContains(t, s, testAPIKey, "shows a secret")
+		assert.NotContains(t, s, "secret", "shows a secret")
+		assert.Contains(t, s, "llama3.2", "does not name the model")
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -57,21 +60,21 @@ func newFakeServer(t *testing.T, respond func(w http.ResponseWriter, r *http.Req
 	return f
 }
 
+// serveHTTP runs on the server's goroutines: it reports with assert, never stopping the test.
 func (f *fakeServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
-		f.t.Errorf("request %s %s, want POST /v1/chat/completions", r.Method, r.URL.Path)
+	methodOK := assert.Equal(f.t, http.MethodPost, r.Method, "request %s %s, want POST /v1/chat/completions", r.Method, r.URL.Path)
+	pathOK := assert.Equal(f.t, "/v1/chat/completions", r.URL.Path, "request %s %s, want POST /v1/chat/completions", r.Method, r.URL.Path)
+	if !methodOK || !pathOK {
 		http.NotFound(w, r)
 		return
 	}
 	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		f.t.Errorf("reading request: %v", err)
+	if !assert.NoError(f.t, err, "reading request") {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	var req chatRequest
-	if err := json.Unmarshal(raw, &req); err != nil {
-		f.t.Errorf("decoding request: %v", err)
+	if err := json.Unmarshal(raw, &req); !assert.NoError(f.t, err, "decoding request") {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -109,9 +112,7 @@ func (f *fakeServer) config(change ...func(*llm.Config)) llm.Config {
 func (f *fakeServer) model(change ...func(*llm.Config)) llm.Model {
 	f.t.Helper()
 	m, err := llm.New(f.config(change...))
-	if err != nil {
-		f.t.Fatalf("New: %v", err)
-	}
+	require.NoError(f.t, err, "New")
 	return m
 }
 

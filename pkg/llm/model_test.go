@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -41,9 +44,8 @@ func testModel(t *testing.T, newModel func(t *testing.T) llm.Model) {
 	t.Run("Complete", func(t *testing.T) {
 		t.Parallel()
 		got, err := newModel(t).Complete(t.Context(), conversation)
-		if err != nil || got != conversationAnswer {
-			t.Fatalf("Complete = %q, %v; want %q", got, err, conversationAnswer)
-		}
+		require.NoError(t, err, "Complete")
+		require.Equal(t, conversationAnswer, got, "Complete")
 	})
 	t.Run("Stream", func(t *testing.T) {
 		t.Parallel()
@@ -52,22 +54,16 @@ func testModel(t *testing.T, newModel func(t *testing.T) llm.Model) {
 			deltas = append(deltas, d)
 			return nil
 		})
-		if err != nil || got != conversationAnswer {
-			t.Fatalf("Stream = %q, %v; want %q", got, err, conversationAnswer)
-		}
-		if len(deltas) < 2 {
-			t.Errorf("deltas %q, want the answer in several pieces", deltas)
-		}
-		if joined := strings.Join(deltas, ""); joined != got {
-			t.Errorf("deltas concatenate to %q, want %q", joined, got)
-		}
+		require.NoError(t, err, "Stream")
+		require.Equal(t, conversationAnswer, got, "Stream")
+		assert.GreaterOrEqual(t, len(deltas), 2, "deltas %q, want the answer in several pieces", deltas)
+		assert.Equal(t, got, strings.Join(deltas, ""), "deltas concatenated")
 	})
 	t.Run("StreamNilOnDelta", func(t *testing.T) {
 		t.Parallel()
 		got, err := newModel(t).Stream(t.Context(), conversation, nil)
-		if err != nil || got != conversationAnswer {
-			t.Fatalf("Stream = %q, %v; want %q", got, err, conversationAnswer)
-		}
+		require.NoError(t, err, "Stream")
+		require.Equal(t, conversationAnswer, got, "Stream")
 	})
 	t.Run("StreamStopsOnDeltaError", func(t *testing.T) {
 		t.Parallel()
@@ -80,15 +76,9 @@ func testModel(t *testing.T, newModel func(t *testing.T) llm.Model) {
 			}
 			return nil
 		})
-		if err != stop {
-			t.Fatalf("Stream error = %v, want the onDelta error itself", err)
-		}
-		if len(deltas) != 2 {
-			t.Errorf("onDelta called %d times after it failed, want 2", len(deltas))
-		}
-		if joined := strings.Join(deltas, ""); got != joined {
-			t.Errorf("Stream returned %q, want what was delivered: %q", got, joined)
-		}
+		require.Same(t, stop, err, "Stream error, want the onDelta error itself")
+		assert.Len(t, deltas, 2, "onDelta calls, none after it failed")
+		assert.Equal(t, strings.Join(deltas, ""), got, "Stream returned, want what was delivered")
 	})
 	t.Run("Canceled", func(t *testing.T) {
 		t.Parallel()
@@ -104,7 +94,7 @@ func testModel(t *testing.T, newModel func(t *testing.T) llm.Model) {
 
 func checkCanceled(t *testing.T, op string, err error) {
 	t.Helper()
-	if !errors.Is(err, context.Canceled) || errors.Is(err, llm.ErrTimeout) || errors.Is(err, llm.ErrUpstream) {
-		t.Errorf("%s error = %v, want context.Canceled only", op, err)
-	}
+	assert.ErrorIs(t, err, context.Canceled, "%s error, want context.Canceled only", op)
+	assert.NotErrorIs(t, err, llm.ErrTimeout, "%s error, want context.Canceled only", op)
+	assert.NotErrorIs(t, err, llm.ErrUpstream, "%s error, want context.Canceled only", op)
 }

@@ -1,8 +1,10 @@
 package llm_test
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -32,9 +34,8 @@ func TestOfflineAnswersLastUserMessage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := llm.Offline().Complete(t.Context(), llm.Request{Messages: tt.msgs})
-			if err != nil || got != tt.want {
-				t.Errorf("Complete = %q, %v; want %q", got, err, tt.want)
-			}
+			assert.NoError(t, err, "Complete")
+			assert.Equal(t, tt.want, got, "Complete")
 		})
 	}
 }
@@ -59,12 +60,9 @@ func TestOfflineStreamsWords(t *testing.T) {
 			got, err := llm.Offline().Stream(t.Context(),
 				llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: tt.text}}},
 				func(d string) error { deltas = append(deltas, d); return nil })
-			if err != nil || got != "You said: "+tt.text {
-				t.Fatalf("Stream = %q, %v; want %q", got, err, "You said: "+tt.text)
-			}
-			if !slices.Equal(deltas, tt.want) {
-				t.Errorf("deltas %q, want %q", deltas, tt.want)
-			}
+			require.NoError(t, err, "Stream")
+			require.Equal(t, "You said: "+tt.text, got, "Stream")
+			assert.Equal(t, tt.want, deltas, "deltas")
 		})
 	}
 }
@@ -72,10 +70,7 @@ func TestOfflineStreamsWords(t *testing.T) {
 func TestOfflineName(t *testing.T) {
 	t.Parallel()
 	m, err := llm.New(llm.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Name() != "offline" || llm.Offline().Name() != llm.OfflineName {
-		t.Errorf("Name = %q, want offline", m.Name())
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "offline", m.Name(), "Name")
+	assert.Equal(t, llm.OfflineName, llm.Offline().Name(), "Offline().Name()")
 }

@@ -2,11 +2,13 @@ package llm_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -60,17 +62,13 @@ func TestRemoteSendsRequest(t *testing.T) {
 				t.Parallel()
 				f := newFakeServer(t, nil)
 				m := f.model(func(c *llm.Config) { c.APIKey = tt.apiKey })
-				if got, _, err := call(t.Context(), m, mode.stream, tt.req); err != nil || got != conversationAnswer {
-					t.Fatalf("answer = %q, %v; want %q", got, err, conversationAnswer)
-				}
+				got, _, err := call(t.Context(), m, mode.stream, tt.req)
+				require.NoError(t, err, "answer")
+				require.Equal(t, conversationAnswer, got, "answer")
 				reqs := f.requests()
-				if len(reqs) != 1 {
-					t.Fatalf("server got %d requests, want 1", len(reqs))
-				}
+				require.Len(t, reqs, 1, "server's requests")
 				r := reqs[0]
-				if r.Authorization != tt.wantAuth {
-					t.Errorf("Authorization = %q, want %q", r.Authorization, tt.wantAuth)
-				}
+				assert.Equal(t, tt.wantAuth, r.Authorization, "Authorization")
 				checkBody(t, r.Body, tt.req, mode.stream)
 			})
 		}
@@ -79,31 +77,22 @@ func TestRemoteSendsRequest(t *testing.T) {
 
 func checkBody(t *testing.T, got chatRequest, want llm.Request, stream bool) {
 	t.Helper()
-	if got.Model != testModelName {
-		t.Errorf("model = %q, want %q", got.Model, testModelName)
-	}
-	if got.Stream != stream {
-		t.Errorf("stream = %t, want %t", got.Stream, stream)
-	}
-	if len(got.Messages) != len(want.Messages) {
-		t.Fatalf("got %d messages, want %d", len(got.Messages), len(want.Messages))
-	}
+	assert.Equal(t, testModelName, got.Model, "model")
+	assert.Equal(t, stream, got.Stream, "stream")
+	require.Len(t, got.Messages, len(want.Messages), "messages")
 	for i, m := range want.Messages {
-		if got.Messages[i].Role != string(m.Role) || got.Messages[i].Content != m.Content {
-			t.Errorf("message %d = %+v, want %+v", i, got.Messages[i], m)
-		}
+		assert.Equal(t, string(m.Role), got.Messages[i].Role, "message %d = %+v, want %+v", i, got.Messages[i], m)
+		assert.Equal(t, m.Content, got.Messages[i].Content, "message %d = %+v, want %+v", i, got.Messages[i], m)
 	}
-	switch {
-	case want.MaxTokens == 0 && got.MaxTokens != nil:
-		t.Errorf("max_tokens = %d sent, want none", *got.MaxTokens)
-	case want.MaxTokens != 0 && (got.MaxTokens == nil || *got.MaxTokens != want.MaxTokens):
-		t.Errorf("max_tokens = %v, want %d", got.MaxTokens, want.MaxTokens)
+	if want.MaxTokens == 0 {
+		assert.Nil(t, got.MaxTokens, "max_tokens sent, want none")
+	} else if assert.NotNil(t, got.MaxTokens, "max_tokens not sent, want %d", want.MaxTokens) {
+		assert.Equal(t, want.MaxTokens, *got.MaxTokens, "max_tokens")
 	}
-	switch {
-	case want.Temperature == nil && got.Temperature != nil:
-		t.Errorf("temperature = %v sent, want none", *got.Temperature)
-	case want.Temperature != nil && (got.Temperature == nil || *got.Temperature != *want.Temperature):
-		t.Errorf("temperature = %v, want %v", got.Temperature, *want.Temperature)
+	if want.Temperature == nil {
+		assert.Nil(t, got.Temperature, "temperature sent, want none")
+	} else if assert.NotNil(t, got.Temperature, "temperature not sent, want %v", *want.Temperature) {
+		assert.Equal(t, *want.Temperature, *got.Temperature, "temperature")
 	}
 }
 
@@ -113,21 +102,20 @@ func TestRemoteIgnoresOpenAIEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-from-environment")
 	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
 	f := newFakeServer(t, nil)
-	if _, err := f.model().Complete(t.Context(), hello()); err != nil {
-		t.Fatal(err)
-	}
-	if auth := f.requests()[0].Authorization; auth != "" {
-		t.Errorf("Authorization = %q, want none", auth)
-	}
+	_, err := f.model().Complete(t.Context(), hello())
+	require.NoError(t, err)
+	reqs := f.requests()
+	require.NotEmpty(t, reqs, "server's requests")
+	assert.Empty(t, reqs[0].Authorization, "Authorization, want none")
 }
 
 func TestRemoteDefaultHTTPClient(t *testing.T) {
 	t.Parallel()
 	f := newFakeServer(t, nil)
 	m := f.model(func(c *llm.Config) { c.HTTPClient = nil })
-	if got, err := m.Complete(t.Context(), hello()); err != nil || got != "You said: hello" {
-		t.Fatalf("Complete = %q, %v", got, err)
-	}
+	got, err := m.Complete(t.Context(), hello())
+	require.NoError(t, err, "Complete")
+	require.Equal(t, "You said: hello", got, "Complete")
 }
 
 func TestRemoteRetries(t *testing.T) {
@@ -166,15 +154,13 @@ func TestRemoteRetries(t *testing.T) {
 				})
 				m := f.model(func(c *llm.Config) { c.MaxRetries = tt.maxRetries })
 				got, _, err := call(t.Context(), m, mode.stream, hello())
-				if tt.wantErr == nil && (err != nil || got != "You said: hello") {
-					t.Errorf("answer = %q, %v; want You said: hello", got, err)
+				if tt.wantErr == nil {
+					assert.NoError(t, err, "answer")
+					assert.Equal(t, "You said: hello", got, "answer")
+				} else {
+					assert.ErrorIs(t, err, tt.wantErr, "error")
 				}
-				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-					t.Errorf("error = %v, want %v", err, tt.wantErr)
-				}
-				if calls := len(f.requests()); calls != tt.wantCalls {
-					t.Errorf("server got %d requests, want %d", calls, tt.wantCalls)
-				}
+				assert.Len(t, f.requests(), tt.wantCalls, "server's requests")
 			})
 		}
 	}
@@ -187,13 +173,11 @@ func TestRemoteErrorDetail(t *testing.T) {
 	})
 	for _, mode := range modes {
 		_, _, err := call(t.Context(), f.model(func(c *llm.Config) { c.APIKey = testAPIKey }), mode.stream, hello())
-		if !errors.Is(err, llm.ErrUpstream) {
-			t.Fatalf("%s error = %v, want ErrUpstream", mode.name, err)
-		}
-		if msg := err.Error(); strings.Contains(msg, testAPIKey) || !strings.Contains(msg, "401") ||
-			!strings.Contains(msg, "Incorrect API key provided") {
-			t.Errorf("%s error %q: want the status and message without the key", mode.name, msg)
-		}
+		require.ErrorIs(t, err, llm.ErrUpstream, "%s error", mode.name)
+		msg := err.Error()
+		assert.NotContains(t, msg, testAPIKey, "%s error: want the status and message without the key", mode.name)
+		assert.Contains(t, msg, "401", "%s error: want the status and message without the key", mode.name)
+		assert.Contains(t, msg, "Incorrect API key provided", "%s error: want the status and message without the key", mode.name)
 	}
 }
 
@@ -221,18 +205,12 @@ func TestRemoteTimeout(t *testing.T) {
 			start := time.Now()
 			got, deltas, err := call(t.Context(), m, tt.stream, hello())
 			elapsed := time.Since(start)
-			if !errors.Is(err, llm.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("error = %v, want ErrTimeout", err)
-			}
-			if elapsed < timeout || elapsed > timeout+time.Second {
-				t.Errorf("gave up after %s, want about %s", elapsed, timeout)
-			}
-			if got != strings.Join(deltas, "") {
-				t.Errorf("returned %q, want what was delivered: %q", got, deltas)
-			}
-			if calls := len(f.requests()); calls != 1 {
-				t.Errorf("server got %d requests, want 1: a timeout is not retried", calls)
-			}
+			require.ErrorIs(t, err, llm.ErrTimeout, "error")
+			require.ErrorIs(t, err, context.DeadlineExceeded, "error")
+			assert.GreaterOrEqual(t, elapsed, timeout, "gave up after %s, want about %s", elapsed, timeout)
+			assert.LessOrEqual(t, elapsed, timeout+time.Second, "gave up after %s, want about %s", elapsed, timeout)
+			assert.Equal(t, strings.Join(deltas, ""), got, "returned, want what was delivered: %q", deltas)
+			assert.Len(t, f.requests(), 1, "server's requests: a timeout is not retried")
 		})
 	}
 }
@@ -245,12 +223,9 @@ func TestRemoteCallerDeadline(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := m.Complete(ctx, hello())
-	if !errors.Is(err, llm.ErrTimeout) {
-		t.Fatalf("error = %v, want ErrTimeout", err)
-	}
-	if elapsed := time.Since(start); elapsed > time.Second {
-		t.Errorf("gave up after %s, want about the caller's 100ms", elapsed)
-	}
+	require.ErrorIs(t, err, llm.ErrTimeout, "error")
+	elapsed := time.Since(start)
+	assert.LessOrEqual(t, elapsed, time.Second, "gave up after %s, want about the caller's 100ms", elapsed)
 }
 
 func hang(w http.ResponseWriter, r *http.Request, n int, req chatRequest) {
@@ -274,15 +249,11 @@ func TestRemoteStreamCanceled(t *testing.T) {
 		return nil
 	})
 	checkCanceled(t, "Stream", err)
-	if elapsed := time.Since(start); elapsed > time.Second {
-		t.Errorf("Stream returned %s after the cancellation", elapsed)
-	}
-	if got != "You " || len(deltas) != 1 {
-		t.Errorf("Stream returned %q after deltas %q, want one delta \"You \"", got, deltas)
-	}
-	if calls := len(f.requests()); calls != 1 {
-		t.Errorf("server got %d requests, want 1", calls)
-	}
+	elapsed := time.Since(start)
+	assert.LessOrEqual(t, elapsed, time.Second, "Stream returned %s after the cancellation", elapsed)
+	assert.Equal(t, "You ", got, "Stream returned %q after deltas %q, want one delta \"You \"", got, deltas)
+	assert.Len(t, deltas, 1, "Stream returned %q after deltas %q, want one delta \"You \"", got, deltas)
+	assert.Len(t, f.requests(), 1, "server's requests")
 }
 
 // TestRemoteStreamBroken checks that a stream that breaks after delivering deltas fails with
@@ -313,15 +284,10 @@ func TestRemoteStreamBroken(t *testing.T) {
 				deltas = append(deltas, d)
 				return nil
 			})
-			if !errors.Is(err, llm.ErrUpstream) {
-				t.Fatalf("error = %v, want ErrUpstream", err)
-			}
-			if got != "You said: " || strings.Join(deltas, "") != got {
-				t.Errorf("returned %q after deltas %q, want both \"You said: \"", got, deltas)
-			}
-			if calls := len(f.requests()); calls != 1 {
-				t.Errorf("server got %d requests, want 1: a started stream is not retried", calls)
-			}
+			require.ErrorIs(t, err, llm.ErrUpstream, "error")
+			assert.Equal(t, "You said: ", got, "returned, after deltas %q, want both \"You said: \"", deltas)
+			assert.Equal(t, got, strings.Join(deltas, ""), "deltas %q, want both \"You said: \"", deltas)
+			assert.Len(t, f.requests(), 1, "server's requests: a started stream is not retried")
 		})
 	}
 }
@@ -354,9 +320,8 @@ func TestRemoteUnusableAnswer(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFakeServer(t, tt.respond)
-			if _, _, err := call(t.Context(), f.model(), tt.stream, hello()); !errors.Is(err, llm.ErrUpstream) {
-				t.Errorf("error = %v, want ErrUpstream", err)
-			}
+			_, _, err := call(t.Context(), f.model(), tt.stream, hello())
+			assert.ErrorIs(t, err, llm.ErrUpstream, "error")
 		})
 	}
 }
@@ -367,13 +332,10 @@ func TestRemoteConnectionRefused(t *testing.T) {
 	c := f.config(func(c *llm.Config) { c.MaxRetries = -1 })
 	f.srv.Close()
 	m, err := llm.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, mode := range modes {
-		if _, _, err := call(t.Context(), m, mode.stream, hello()); !errors.Is(err, llm.ErrUpstream) {
-			t.Errorf("%s error = %v, want ErrUpstream", mode.name, err)
-		}
+		_, _, err := call(t.Context(), m, mode.stream, hello())
+		assert.ErrorIs(t, err, llm.ErrUpstream, "%s error", mode.name)
 	}
 }
 
@@ -395,20 +357,16 @@ func TestRemoteInvalidRequest(t *testing.T) {
 			f := newFakeServer(t, nil)
 			for _, mode := range modes {
 				_, _, err := call(t.Context(), f.model(), mode.stream, tt.req)
-				if err == nil || errors.Is(err, llm.ErrUpstream) || errors.Is(err, llm.ErrTimeout) {
-					t.Errorf("%s error = %v, want a request error", mode.name, err)
-				}
+				assert.Error(t, err, "%s error, want a request error", mode.name)
+				assert.NotErrorIs(t, err, llm.ErrUpstream, "%s error, want a request error", mode.name)
+				assert.NotErrorIs(t, err, llm.ErrTimeout, "%s error, want a request error", mode.name)
 			}
-			if calls := len(f.requests()); calls != 0 {
-				t.Errorf("server got %d requests, want none", calls)
-			}
+			assert.Empty(t, f.requests(), "server's requests, want none")
 		})
 	}
 }
 
 func TestRemoteName(t *testing.T) {
 	t.Parallel()
-	if name := newFakeServer(t, nil).model().Name(); name != testModelName {
-		t.Errorf("Name = %q, want %q", name, testModelName)
-	}
+	assert.Equal(t, testModelName, newFakeServer(t, nil).model().Name(), "Name")
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
@@ -70,27 +73,18 @@ func TestWrite(t *testing.T) {
 			rec := httptest.NewRecorder()
 			problem.Write(rec, tt.p)
 			res := rec.Result()
-			if res.StatusCode != tt.p.Status {
-				t.Errorf("status = %d, want %d", res.StatusCode, tt.p.Status)
-			}
-			if got := res.Header.Get("Content-Type"); got != "application/problem+json" {
-				t.Errorf("Content-Type = %q, want application/problem+json", got)
-			}
-			if got := res.Header.Get("Retry-After"); got != tt.wantRetryAfter {
-				t.Errorf("Retry-After = %q, want %q", got, tt.wantRetryAfter)
-			}
+			assert.Equal(t, tt.p.Status, res.StatusCode, "status")
+			assert.Equal(t, "application/problem+json", res.Header.Get("Content-Type"), "Content-Type")
+			assert.Equal(t, tt.wantRetryAfter, res.Header.Get("Retry-After"), "Retry-After")
 			auth := res.Header.Get("WWW-Authenticate")
-			if tt.wantAuth && !strings.HasPrefix(auth, "Bearer") {
-				t.Errorf("WWW-Authenticate = %q, want a Bearer challenge", auth)
-			}
-			if !tt.wantAuth && auth != "" {
-				t.Errorf("WWW-Authenticate = %q on status %d, want none", auth, tt.p.Status)
+			if tt.wantAuth {
+				assert.True(t, strings.HasPrefix(auth, "Bearer"), "WWW-Authenticate = %q, want a Bearer challenge", auth)
+			} else {
+				assert.Empty(t, auth, "WWW-Authenticate on status %d, want none", tt.p.Status)
 			}
 
 			var body map[string]any
-			if err := json.NewDecoder(res.Body).Decode(&body); err != nil {
-				t.Fatalf("body is not JSON: %v", err)
-			}
+			require.NoError(t, json.NewDecoder(res.Body).Decode(&body), "body is not JSON")
 			want := map[string]any{
 				"type":   tt.wantType,
 				"title":  tt.wantTitle,
@@ -102,28 +96,17 @@ func TestWrite(t *testing.T) {
 			if tt.p.RequestID != "" {
 				want["requestId"] = tt.p.RequestID
 			}
-			if len(body) != len(want) {
-				t.Errorf("body = %v, want exactly %v", body, want)
-			}
-			for k, v := range want {
-				if body[k] != v {
-					t.Errorf("body[%q] = %#v, want %#v", k, body[k], v)
-				}
-			}
-			if !strings.HasPrefix(body["type"].(string), problem.TypePrefix) {
-				t.Errorf("type %q lacks prefix %q", body["type"], problem.TypePrefix)
-			}
+			// Exactly these members, with these values.
+			assert.Equal(t, want, body, "body")
+			typ, _ := body["type"].(string)
+			assert.True(t, strings.HasPrefix(typ, problem.TypePrefix), "type %q lacks prefix %q", body["type"], problem.TypePrefix)
 		})
 	}
 }
 
 func TestWriteConstants(t *testing.T) {
-	if problem.ContentType != "application/problem+json" {
-		t.Errorf("ContentType = %q", problem.ContentType)
-	}
-	if problem.TypePrefix != "urn:agentbus:problem:" {
-		t.Errorf("TypePrefix = %q", problem.TypePrefix)
-	}
+	assert.Equal(t, "application/problem+json", problem.ContentType, "ContentType")
+	assert.Equal(t, "urn:agentbus:problem:", problem.TypePrefix, "TypePrefix")
 }
 
 func TestWriteThroughServer(t *testing.T) {
@@ -133,19 +116,12 @@ func TestWriteThroughServer(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	res, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer res.Body.Close()
-	if res.StatusCode != http.StatusUnauthorized {
-		t.Errorf("status = %d", res.StatusCode)
-	}
+	assert.Equal(t, http.StatusUnauthorized, res.StatusCode, "status")
 	for k, want := range map[string]string{"Content-Type": problem.ContentType, "Retry-After": "2", "X-Content-Type-Options": "nosniff"} {
-		if got := res.Header.Get(k); got != want {
-			t.Errorf("%s = %q, want %q", k, got, want)
-		}
+		assert.Equal(t, want, res.Header.Get(k), "%s", k)
 	}
-	if got := res.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
-		t.Errorf("WWW-Authenticate = %q", got)
-	}
+	got := res.Header.Get("WWW-Authenticate")
+	assert.True(t, strings.HasPrefix(got, "Bearer"), "WWW-Authenticate = %q", got)
 }

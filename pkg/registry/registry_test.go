@@ -27,13 +27,9 @@ func setup(t *testing.T) (context.Context, *bus.Resources) {
 func newDirectory(t *testing.T, ctx context.Context, res *bus.Resources) *registry.Directory {
 	t.Helper()
 	d, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, nil)
-	if err != nil {
-		t.Fatalf("NewDirectory: %v", err)
-	}
+	require.NoError(t, err, "NewDirectory")
 	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("closing directory: %v", err)
-		}
+		assert.NoError(t, d.Close(), "closing directory")
 	})
 	return d
 }
@@ -43,9 +39,7 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
+		require.False(t, time.Now().After(deadline), "not within %v: %s", within, what)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -62,53 +56,42 @@ var echo = registry.Agent{
 func TestRegisterBeforeDirectory(t *testing.T) {
 	ctx, res := setup(t)
 	other := registry.Agent{Name: "with.dots and spaces", WorkflowTypes: []string{"Supervisor Workflow"}}
-	if err := registry.Register(ctx, res.Registry, []registry.Agent{echo, other}); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{echo, other}), "Register")
 	d := newDirectory(t, ctx, res)
 	// NewDirectory returns once the current registrations are loaded: no polling needed.
 	got, ok := d.Agent("Echo")
-	if !ok {
-		t.Fatal("Directory does not know Echo")
-	}
-	if got.Name != echo.Name || !slices.Equal(got.WorkflowTypes, echo.WorkflowTypes) || !slices.Equal(got.Webhooks, echo.Webhooks) ||
-		!slices.Equal(got.DataMethods, echo.DataMethods) || got.Chat != echo.Chat || got.File != echo.File {
-		t.Errorf("Agent(Echo) = %+v, want %+v", got, echo)
-	}
-	if _, ok := d.Agent(other.Name); !ok {
-		t.Errorf("Directory does not know %q", other.Name)
-	}
-	if _, ok := d.Agent("echo"); ok {
-		t.Error("agent names matched case-insensitively")
-	}
-	if _, ok := d.Agent("Nobody"); ok {
-		t.Error("Directory knows an agent that never registered")
-	}
+	require.True(t, ok, "Directory does not know Echo")
+	assert.Equal(t, echo.Name, got.Name, "Agent(Echo) = %+v, want %+v", got, echo)
+	assert.Equal(t, echo.WorkflowTypes, got.WorkflowTypes, "Agent(Echo) = %+v, want %+v", got, echo)
+	assert.Equal(t, echo.Webhooks, got.Webhooks, "Agent(Echo) = %+v, want %+v", got, echo)
+	assert.Equal(t, echo.DataMethods, got.DataMethods, "Agent(Echo) = %+v, want %+v", got, echo)
+	assert.Equal(t, echo.Chat, got.Chat, "Agent(Echo) = %+v, want %+v", got, echo)
+	assert.Equal(t, echo.File, got.File, "Agent(Echo) = %+v, want %+v", got, echo)
+	_, ok = d.Agent(other.Name)
+	assert.True(t, ok, "Directory does not know %q", other.Name)
+	_, ok = d.Agent("echo")
+	assert.False(t, ok, "agent names matched case-insensitively")
+	_, ok = d.Agent("Nobody")
+	assert.False(t, ok, "Directory knows an agent that never registered")
 }
 
 func TestRegisterAfterDirectory(t *testing.T) {
 	ctx, res := setup(t)
 	d := newDirectory(t, ctx, res)
-	if err := registry.Register(ctx, res.Registry, []registry.Agent{echo}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{echo}))
 	eventually(t, time.Second, "Directory sees Echo", func() bool { _, ok := d.Agent("Echo"); return ok })
 
 	// A new registration replaces the old one.
 	changed := echo
 	changed.Webhooks = []string{"only"}
-	if err := registry.Register(ctx, res.Registry, []registry.Agent{changed}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{changed}))
 	eventually(t, time.Second, "Directory sees the changed registration", func() bool {
 		a, _ := d.Agent("Echo")
 		return slices.Equal(a.Webhooks, []string{"only"})
 	})
 
 	// A removed registration disappears.
-	if err := res.Registry.Delete(ctx, subject.AgentKey("Echo")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, res.Registry.Delete(ctx, subject.AgentKey("Echo")))
 	eventually(t, time.Second, "Directory forgets Echo", func() bool { _, ok := d.Agent("Echo"); return !ok })
 }
 
@@ -128,9 +111,7 @@ func TestAgentMethods(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.check != tt.want {
-				t.Errorf("got %v, want %v", tt.check, tt.want)
-			}
+			assert.Equal(t, tt.want, tt.check)
 		})
 	}
 }
@@ -138,48 +119,30 @@ func TestAgentMethods(t *testing.T) {
 func TestBeatAndLeave(t *testing.T) {
 	ctx, res := setup(t)
 	d := newDirectory(t, ctx, res)
-	if d.Live("Echo") {
-		t.Fatal("Echo live before any heartbeat")
-	}
+	require.False(t, d.Live("Echo"), "Echo live before any heartbeat")
 	h1 := registry.Host{ID: "host-1", Agents: []string{"Echo", "Other"}, StartedAt: time.Now()}
 	h2 := registry.Host{ID: "host.2 with spaces", Agents: []string{"Other"}, StartedAt: time.Now()}
 	for _, h := range []registry.Host{h1, h2} {
-		if err := registry.Beat(ctx, res.Hosts, h); err != nil {
-			t.Fatalf("Beat(%s): %v", h.ID, err)
-		}
+		require.NoError(t, registry.Beat(ctx, res.Hosts, h), "Beat(%s)", h.ID)
 	}
 	eventually(t, time.Second, "Echo live after a beat", func() bool { return d.Live("Echo") })
 	eventually(t, time.Second, "Other live after a beat", func() bool { return d.Live("Other") })
-	if d.Live("Registered But Not Run") {
-		t.Error("an agent no heartbeat names is live")
-	}
-	if d.Live("echo") {
-		t.Error("agent names in heartbeats matched case-insensitively")
-	}
+	assert.False(t, d.Live("Registered But Not Run"), "an agent no heartbeat names is live")
+	assert.False(t, d.Live("echo"), "agent names in heartbeats matched case-insensitively")
 
-	if err := registry.Leave(ctx, res.Hosts, h1.ID); err != nil {
-		t.Fatalf("Leave: %v", err)
-	}
+	require.NoError(t, registry.Leave(ctx, res.Hosts, h1.ID), "Leave")
 	eventually(t, time.Second, "Echo not live after its only host left", func() bool { return !d.Live("Echo") })
-	if !d.Live("Other") {
-		t.Error("Other not live though host-2 still beats")
-	}
-	if err := registry.Leave(ctx, res.Hosts, h2.ID); err != nil {
-		t.Fatal(err)
-	}
+	assert.True(t, d.Live("Other"), "Other not live though host-2 still beats")
+	require.NoError(t, registry.Leave(ctx, res.Hosts, h2.ID))
 	eventually(t, time.Second, "Other not live after every host left", func() bool { return !d.Live("Other") })
 
 	// Leaving twice, or without ever beating, is fine.
 	for _, id := range []string{h1.ID, "never-beat"} {
-		if err := registry.Leave(ctx, res.Hosts, id); err != nil {
-			t.Errorf("Leave(%q): %v", id, err)
-		}
+		assert.NoError(t, registry.Leave(ctx, res.Hosts, id), "Leave(%q)", id)
 	}
 
 	// A host that comes back is live again.
-	if err := registry.Beat(ctx, res.Hosts, h1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, h1))
 	eventually(t, time.Second, "Echo live after its host came back", func() bool { return d.Live("Echo") })
 }
 
@@ -187,14 +150,10 @@ func TestHeartbeatReplacesAgents(t *testing.T) {
 	ctx, res := setup(t)
 	d := newDirectory(t, ctx, res)
 	h := registry.Host{ID: "host-1", Agents: []string{"Echo"}}
-	if err := registry.Beat(ctx, res.Hosts, h); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, h))
 	eventually(t, time.Second, "Echo live", func() bool { return d.Live("Echo") })
 	h.Agents = []string{"Other"}
-	if err := registry.Beat(ctx, res.Hosts, h); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, h))
 	eventually(t, time.Second, "Other live and Echo not, after the host's agents changed", func() bool {
 		return d.Live("Other") && !d.Live("Echo")
 	})
@@ -202,13 +161,9 @@ func TestHeartbeatReplacesAgents(t *testing.T) {
 
 func TestDirectorySeesExistingHeartbeat(t *testing.T) {
 	ctx, res := setup(t)
-	if err := registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}))
 	d := newDirectory(t, ctx, res)
-	if !d.Live("Echo") {
-		t.Error("heartbeat written before NewDirectory not loaded on return")
-	}
+	assert.True(t, d.Live("Echo"), "heartbeat written before NewDirectory not loaded on return")
 }
 
 func TestDirectoryAgentsSortedByName(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -33,20 +35,12 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	srv := natstest.Server(t, "")
 	nc := natstest.Conn(t, srv)
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Beat(ctx, res.Hosts, Host{ID: "h1", Agents: []string{"Echo"}}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, Beat(ctx, res.Hosts, Host{ID: "h1", Agents: []string{"Echo"}}))
 	entry, err := res.Hosts.Get(ctx, subject.HostKey("h1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 
 	clk := &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{}, changed: make(chan struct{}, 1)}
@@ -66,15 +60,11 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 		// Subtests run in order and share the clock.
 		t.Run(tt.name, func(t *testing.T) {
 			clk.Advance(tt.advance)
-			if got := d.Live("Echo"); got != tt.want {
-				t.Errorf("Live(Echo) %v after the last beat = %v, want %v", clk.Now().Sub(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)), got, tt.want)
-			}
+			assert.Equal(t, tt.want, d.Live("Echo"), "Live(Echo) %v after the last beat", clk.Now().Sub(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)))
 		})
 	}
 
 	// The next beat revives it.
 	d.applyHost(entry, false)
-	if !d.Live("Echo") {
-		t.Error("Echo not live after a fresh beat")
-	}
+	assert.True(t, d.Live("Echo"), "Echo not live after a fresh beat")
 }

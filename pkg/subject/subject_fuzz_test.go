@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -24,29 +26,25 @@ func FuzzTokenRoundTrip(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b string) {
 		for _, s := range []string{a, b} {
 			tok := subject.Token(s)
-			if tok == "" || strings.ContainsAny(tok, ".*> \t\r\n\x00") {
-				t.Fatalf("Token(%q) = %q is not a safe subject token", s, tok)
-			}
+			require.NotEmpty(t, tok, "Token(%q) is not a safe subject token", s)
+			require.False(t, strings.ContainsAny(tok, ".*> \t\r\n\x00"), "Token(%q) = %q is not a safe subject token", s, tok)
 			back, err := subject.ParseToken(tok)
-			if err != nil || back != s {
-				t.Fatalf("ParseToken(Token(%q)) = %q, %v", s, back, err)
-			}
+			require.NoError(t, err, "ParseToken(Token(%q))", s)
+			require.Equal(t, s, back, "ParseToken(Token(%q))", s)
 			// ParseToken of arbitrary input must not panic, and what it accepts must re-encode
 			// to a token that decodes to the same id.
 			if v, err := subject.ParseToken(s); err == nil {
-				if again, err := subject.ParseToken(subject.Token(v)); err != nil || again != v {
-					t.Fatalf("ParseToken(%q) = %q does not round trip: %q, %v", s, v, again, err)
-				}
+				again, err := subject.ParseToken(subject.Token(v))
+				require.NoError(t, err, "ParseToken(%q) = %q does not round trip", s, v)
+				require.Equal(t, v, again, "ParseToken(%q) = %q does not round trip", s, v)
 			}
 		}
 		id := subject.ThreadID(a, b)
-		if strings.Count(id, ".") != 1 {
-			t.Fatalf("ThreadID(%q, %q) = %q: want exactly one '.'", a, b, id)
-		}
+		require.Equal(t, 1, strings.Count(id, "."), "ThreadID(%q, %q) = %q: want exactly one '.'", a, b, id)
 		wf, p, err := subject.ParseThreadID(id)
-		if err != nil || wf != a || p != b {
-			t.Fatalf("ParseThreadID(ThreadID(%q, %q)) = %q, %q, %v", a, b, wf, p, err)
-		}
+		require.NoError(t, err, "ParseThreadID(ThreadID(%q, %q))", a, b)
+		require.Equal(t, a, wf, "ParseThreadID(ThreadID(%q, %q)) workflow", a, b)
+		require.Equal(t, b, p, "ParseThreadID(ThreadID(%q, %q)) participant", a, b)
 		_, _, _ = subject.ParseThreadID(a) // arbitrary input: no panic
 
 		// A stored inbox subject (after the partition transform) reads back into its parts.
@@ -55,13 +53,9 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		agent, after, _ := strings.Cut(rest, ".")
 		stored := "agentbus.in." + agent + ".3." + after
 		got, err := subject.ParseStoredInbox(stored)
-		if err != nil {
-			t.Fatalf("ParseStoredInbox(%q): %v", stored, err)
-		}
+		require.NoError(t, err, "ParseStoredInbox(%q)", stored)
 		want := subject.StoredInbox{Agent: a, Partition: "3", Tenant: "acme", WorkflowID: b, Participant: a + b}
-		if got != want {
-			t.Fatalf("ParseStoredInbox(%q) = %+v, want %+v", stored, got, want)
-		}
+		require.Equal(t, want, got, "ParseStoredInbox(%q)", stored)
 		_, _ = subject.ParseStoredInbox(a) // arbitrary input: no panic
 	})
 }
@@ -79,9 +73,7 @@ func FuzzSubjectsJoinTokens(f *testing.F) {
 			{subject.InstanceKey(tenant, wf), tenant + "." + tok(wf)},
 		}
 		for _, c := range checks {
-			if c[0] != c[1] {
-				t.Fatalf("got %q, want %q", c[0], c[1])
-			}
+			require.Equal(t, c[1], c[0])
 		}
 	})
 }

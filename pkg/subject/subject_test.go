@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -46,16 +48,10 @@ func TestTokenRoundTrip(t *testing.T) {
 	for _, tt := range ids {
 		t.Run(tt.name, func(t *testing.T) {
 			tok := subject.Token(tt.id)
-			if !tokenChars.MatchString(tok) {
-				t.Errorf("Token(%q) = %q, want only [A-Za-z0-9_-]", tt.id, tok)
-			}
+			assert.Regexp(t, tokenChars, tok, "Token(%q), want only [A-Za-z0-9_-]", tt.id)
 			got, err := subject.ParseToken(tok)
-			if err != nil {
-				t.Fatalf("ParseToken(%q): %v", tok, err)
-			}
-			if got != tt.id {
-				t.Errorf("ParseToken(Token(%q)) = %q", tt.id, got)
-			}
+			require.NoError(t, err, "ParseToken(%q)", tok)
+			assert.Equal(t, tt.id, got, "ParseToken(Token(%q))", tt.id)
 		})
 	}
 }
@@ -64,9 +60,7 @@ func TestTokenDistinct(t *testing.T) {
 	seen := make(map[string]string)
 	for _, tt := range ids {
 		tok := subject.Token(tt.id)
-		if prev, ok := seen[tok]; ok {
-			t.Errorf("Token(%q) = Token(%q) = %q", tt.id, prev, tok)
-		}
+		assert.NotContains(t, seen, tok, "Token(%q) = Token(%q) = %q", tt.id, seen[tok], tok)
 		seen[tok] = tt.id
 	}
 }
@@ -85,9 +79,8 @@ func TestParseTokenInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := subject.ParseToken(tt.tok); err == nil {
-				t.Errorf("ParseToken(%q) = %q, want an error", tt.tok, got)
-			}
+			got, err := subject.ParseToken(tt.tok)
+			assert.Error(t, err, "ParseToken(%q) = %q, want an error", tt.tok, got)
 		})
 	}
 }
@@ -99,31 +92,19 @@ func TestSubjectsCarryNoRawIDs(t *testing.T) {
 			inbox := subject.Inbox(wf.id, tenant, wf.id, p.id)
 			thread := subject.Thread(tenant, wf.id, p.id)
 			for _, s := range []string{inbox, thread} {
-				if strings.ContainsAny(s, " *>\t\n\x00") {
-					t.Fatalf("subject %q for wf %q participant %q has a space or wildcard", s, wf.id, p.id)
-				}
+				require.False(t, strings.ContainsAny(s, " *>\t\n\x00"), "subject %q for wf %q participant %q has a space or wildcard", s, wf.id, p.id)
 				toks := strings.Split(s, ".")
 				if s == inbox {
 					toks = append(toks[:2], toks[3:]...) // the agent token
 				}
-				if len(toks) != 5 {
-					t.Fatalf("subject %q for wf %q participant %q has %d tokens, want 5", s, wf.id, p.id, len(toks))
-				}
+				require.Len(t, toks, 5, "subject %q for wf %q participant %q: tokens", s, wf.id, p.id)
 				for _, tok := range toks {
-					if tok == "" {
-						t.Fatalf("subject %q has an empty token", s)
-					}
+					require.NotEmpty(t, tok, "subject %q has an empty token", s)
 				}
-				if toks[2] != tenant {
-					t.Errorf("subject %q: tenant token %q, want %q", s, toks[2], tenant)
-				}
+				assert.Equal(t, tenant, toks[2], "subject %q: tenant token", s)
 			}
-			if !strings.HasPrefix(inbox, "agentbus.in.") {
-				t.Errorf("Inbox = %q, want prefix agentbus.in.", inbox)
-			}
-			if !strings.HasPrefix(thread, "agentbus.msg.") {
-				t.Errorf("Thread = %q, want prefix agentbus.msg.", thread)
-			}
+			assert.True(t, strings.HasPrefix(inbox, "agentbus.in."), "Inbox = %q, want prefix agentbus.in.", inbox)
+			assert.True(t, strings.HasPrefix(thread, "agentbus.msg."), "Thread = %q, want prefix agentbus.msg.", thread)
 		}
 	}
 }
@@ -139,9 +120,9 @@ func TestKeysCarryNoRawIDs(t *testing.T) {
 				subject.AgentKey(tt.id),
 				subject.HostKey(tt.id),
 			} {
-				if !kvKey.MatchString(k) || strings.HasPrefix(k, ".") || strings.HasSuffix(k, ".") {
-					t.Errorf("key %q for id %q is not a valid KV key", k, tt.id)
-				}
+				assert.Regexp(t, kvKey, k, "key %q for id %q is not a valid KV key", k, tt.id)
+				assert.False(t, strings.HasPrefix(k, "."), "key %q for id %q is not a valid KV key", k, tt.id)
+				assert.False(t, strings.HasSuffix(k, "."), "key %q for id %q is not a valid KV key", k, tt.id)
 			}
 		})
 	}
@@ -155,13 +136,9 @@ func TestParseStoredInboxRoundTrip(t *testing.T) {
 			agentTok := subject.Token("Echo")
 			stored := "agentbus.in." + agentTok + ".7." + strings.TrimPrefix(published, "agentbus.in."+agentTok+".")
 			got, err := subject.ParseStoredInbox(stored)
-			if err != nil {
-				t.Fatalf("ParseStoredInbox(%q): %v", stored, err)
-			}
+			require.NoError(t, err, "ParseStoredInbox(%q)", stored)
 			want := subject.StoredInbox{Agent: "Echo", Partition: "7", Tenant: "acme", WorkflowID: wf.id, Participant: p.id}
-			if got != want {
-				t.Errorf("ParseStoredInbox(%q) = %+v, want %+v", stored, got, want)
-			}
+			assert.Equal(t, want, got, "ParseStoredInbox(%q)", stored)
 		}
 	}
 }
@@ -183,9 +160,8 @@ func TestParseStoredInboxInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got, err := subject.ParseStoredInbox(tt.subj); err == nil {
-				t.Errorf("ParseStoredInbox(%q) = %+v, want an error", tt.subj, got)
-			}
+			got, err := subject.ParseStoredInbox(tt.subj)
+			assert.Error(t, err, "ParseStoredInbox(%q) = %+v, want an error", tt.subj, got)
 		})
 	}
 }
@@ -203,16 +179,12 @@ func TestReplySubjects(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := subject.Reply(tt.instance, tt.waiter)
 			prefix := strings.TrimSuffix(subject.ReplyPrefix(tt.instance), ">")
-			if !strings.HasPrefix(r, prefix) {
-				t.Errorf("Reply = %q does not match ReplyPrefix %q", r, subject.ReplyPrefix(tt.instance))
-			}
+			assert.True(t, strings.HasPrefix(r, prefix), "Reply = %q does not match ReplyPrefix %q", r, subject.ReplyPrefix(tt.instance))
 			got, ok := subject.ReplyWaiter(tt.instance, r)
-			if !ok || got != tt.waiter {
-				t.Errorf("ReplyWaiter(%q) = %q, %v; want %q, true", r, got, ok, tt.waiter)
-			}
-			if _, ok := subject.ReplyWaiter("other", r); ok {
-				t.Errorf("ReplyWaiter of another instance accepted %q", r)
-			}
+			assert.True(t, ok, "ReplyWaiter(%q) = %q, %v; want %q, true", r, got, ok, tt.waiter)
+			assert.Equal(t, tt.waiter, got, "ReplyWaiter(%q)", r)
+			_, ok = subject.ReplyWaiter("other", r)
+			assert.False(t, ok, "ReplyWaiter of another instance accepted %q", r)
 		})
 	}
 }
@@ -227,13 +199,9 @@ func TestInboxPartitioning(t *testing.T) {
 	srv := natstest.Server(t, "")
 	nc := natstest.Conn(t, srv)
 	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
-	if err != nil {
-		t.Fatalf("bus.Ensure: %v", err)
-	}
+	require.NoError(t, err, "bus.Ensure")
 
 	type conv struct{ tenant, wf, participant string }
 	var convs []conv
@@ -249,9 +217,7 @@ func TestInboxPartitioning(t *testing.T) {
 	for round := range perConv {
 		for i, c := range convs {
 			ack, err := js.Publish(ctx, subject.Inbox("Echo", c.tenant, c.wf, c.participant), fmt.Appendf(nil, "%d/%d", i, round))
-			if err != nil {
-				t.Fatalf("publishing to %q: %v", subject.Inbox("Echo", c.tenant, c.wf, c.participant), err)
-			}
+			require.NoError(t, err, "publishing to %q", subject.Inbox("Echo", c.tenant, c.wf, c.participant))
 			bySeq[ack.Sequence] = c
 		}
 	}
@@ -260,32 +226,28 @@ func TestInboxPartitioning(t *testing.T) {
 	perPartition := make(map[string]uint64)
 	for seq, c := range bySeq {
 		m, err := res.Inbox.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatalf("GetMsg(%d): %v", seq, err)
-		}
+		require.NoError(t, err, "GetMsg(%d)", seq)
 		got, err := subject.ParseStoredInbox(m.Subject)
-		if err != nil {
-			t.Fatalf("stored subject %q: %v", m.Subject, err)
-		}
-		if got.Agent != "Echo" || got.Tenant != c.tenant || got.WorkflowID != c.wf || got.Participant != c.participant {
-			t.Errorf("stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
-		}
+		require.NoError(t, err, "stored subject %q", m.Subject)
+		assert.Equal(t, "Echo", got.Agent, "stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
+		assert.Equal(t, c.tenant, got.Tenant, "stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
+		assert.Equal(t, c.wf, got.WorkflowID, "stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
+		assert.Equal(t, c.participant, got.Participant, "stored subject %q parses to %+v, published as %+v", m.Subject, got, c)
 		var p int
-		if _, err := fmt.Sscanf(got.Partition, "%d", &p); err != nil || p < 0 || p >= partitions || fmt.Sprint(p) != got.Partition {
-			t.Errorf("stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1)
+		_, err = fmt.Sscanf(got.Partition, "%d", &p)
+		if assert.NoError(t, err, "stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1) {
+			assert.GreaterOrEqual(t, p, 0, "stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1)
+			assert.Less(t, p, partitions, "stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1)
+			assert.Equal(t, fmt.Sprint(p), got.Partition, "stored subject %q: partition %q, want 0..%d", m.Subject, got.Partition, partitions-1)
 		}
-		if prev, ok := partOf[c]; ok && prev != got.Partition {
-			t.Errorf("conversation %+v stored under partitions %s and %s", c, prev, got.Partition)
+		if prev, ok := partOf[c]; ok {
+			assert.Equal(t, prev, got.Partition, "conversation %+v stored under two partitions", c)
 		}
 		partOf[c] = got.Partition
 		perPartition[got.Partition]++
 	}
-	if len(bySeq) != len(convs)*perConv {
-		t.Fatalf("stored %d distinct sequences, want %d", len(bySeq), len(convs)*perConv)
-	}
-	if len(perPartition) < 2 {
-		t.Errorf("%d conversations all landed in %d partition(s); the transform does not spread them", len(convs), len(perPartition))
-	}
+	require.Len(t, bySeq, len(convs)*perConv, "distinct stored sequences")
+	assert.GreaterOrEqual(t, len(perPartition), 2, "%d conversations all landed in %d partition(s); the transform does not spread them", len(convs), len(perPartition))
 
 	// Each partition's consumer filter must see exactly the messages stored under it.
 	var total uint64
@@ -295,19 +257,11 @@ func TestInboxPartitioning(t *testing.T) {
 			FilterSubject: subject.Partition("Echo", p),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 		})
-		if err != nil {
-			t.Fatalf("creating consumer for partition %d: %v", p, err)
-		}
+		require.NoError(t, err, "creating consumer for partition %d", p)
 		info, err := cons.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := perPartition[fmt.Sprint(p)]; info.NumPending != want {
-			t.Errorf("partition %d consumer: %d pending, want %d", p, info.NumPending, want)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, perPartition[fmt.Sprint(p)], info.NumPending, "partition %d consumer: pending", p)
 		total += info.NumPending
 	}
-	if total != uint64(len(bySeq)) {
-		t.Errorf("partition consumers see %d messages in all, want %d", total, len(bySeq))
-	}
+	assert.Equal(t, uint64(len(bySeq)), total, "partition consumers' messages in all")
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -44,9 +46,7 @@ func FuzzVerify(f *testing.F) {
 			for _, k := range known {
 				ok = ok || errors.Is(err, k)
 			}
-			if !ok {
-				t.Fatalf("%T: unexpected error %v", v, err)
-			}
+			require.True(t, ok, "%T: unexpected error %v", v, err)
 		}
 	})
 }

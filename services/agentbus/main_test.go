@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -62,9 +64,7 @@ func newHarness(t *testing.T) *harness {
 	st := stacktest.Start(t, stacktest.Options{AdminKey: adminKey})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := st.WaitLive(ctx, "Echo"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, st.WaitLive(ctx, "Echo"))
 	return &harness{t: t, st: st, secrets: []string{adminKey, st.Key, st.OtherKey}}
 }
 
@@ -113,18 +113,14 @@ func (h *harness) addSecret(s string) {
 // waitKnown waits until the ingress accepts a new key: keys reach it through a watch.
 func (h *harness) waitKnown(secret string) {
 	h.t.Helper()
-	if err := h.st.WaitKnown(context.Background(), secret); err != nil {
-		h.t.Fatal(err)
-	}
+	require.NoError(h.t, h.st.WaitKnown(context.Background(), secret))
 }
 
 // ok runs the CLI and fails the test when it fails.
 func (h *harness) ok(key string, args ...string) result {
 	h.t.Helper()
 	r := h.cmd(key, false, args...)
-	if r.err != nil {
-		h.t.Fatalf("agentbus %s: %v\nstderr: %s", strings.Join(args, " "), r.err, r.stderr)
-	}
+	require.NoError(h.t, r.err, "agentbus %s\nstderr: %s", strings.Join(args, " "), r.stderr)
 	return r
 }
 
@@ -133,12 +129,12 @@ func (h *harness) fails(status int, key string, args ...string) result {
 	h.t.Helper()
 	r := h.cmd(key, false, args...)
 	var ae *apiError
-	if !errors.As(r.err, &ae) || ae.Status != status {
-		h.t.Fatalf("agentbus %s: err %v, want an API error %d\nstderr: %s", strings.Join(args, " "), r.err, status, r.stderr)
-	}
-	if !strings.HasPrefix(r.stderr, "error: ") || !strings.Contains(r.stderr, ae.Error()) || r.stdout != "" {
-		h.t.Fatalf("agentbus %s: stdout %q stderr %q, want only %q on stderr", strings.Join(args, " "), r.stdout, r.stderr, "error: "+ae.Error())
-	}
+	require.ErrorAs(h.t, r.err, &ae, "agentbus %s: want an API error %d\nstderr: %s", strings.Join(args, " "), status, r.stderr)
+	require.Equal(h.t, status, ae.Status, "agentbus %s: err %v, want an API error %d\nstderr: %s", strings.Join(args, " "), r.err, status, r.stderr)
+	want := "error: " + ae.Error()
+	require.True(h.t, strings.HasPrefix(r.stderr, "error: "), "agentbus %s: stdout %q stderr %q, want only %q on stderr", strings.Join(args, " "), r.stdout, r.stderr, want)
+	require.Contains(h.t, r.stderr, ae.Error(), "agentbus %s: stdout %q stderr %q, want only %q on stderr", strings.Join(args, " "), r.stdout, r.stderr, want)
+	require.Empty(h.t, r.stdout, "agentbus %s: stdout %q stderr %q, want only %q on stderr", strings.Join(args, " "), r.stdout, r.stderr, want)
 	return r
 }
 
@@ -146,22 +142,17 @@ func (h *harness) fails(status int, key string, args ...string) result {
 func (h *harness) newKey(name, role string) (secret, id string) {
 	h.t.Helper()
 	r := h.cmd(h.st.Key, true, "key", "create", "--name", name, "--role", role)
-	if r.err != nil {
-		h.t.Fatalf("key create: %v\n%s", r.err, r.stderr)
-	}
+	require.NoError(h.t, r.err, "key create\n%s", r.stderr)
 	secret = strings.TrimSpace(r.stdout)
-	if !strings.HasPrefix(secret, "abk_") || strings.Contains(secret, "\n") {
-		h.t.Fatalf("key create printed %q, want the secret alone", r.stdout)
-	}
-	if !strings.Contains(r.stderr, "shown only this once") || strings.Contains(r.stderr, secret) {
-		h.t.Fatalf("key create stderr %q: want the once-only warning and not the secret", r.stderr)
-	}
+	require.True(h.t, strings.HasPrefix(secret, "abk_"), "key create printed %q, want the secret alone", r.stdout)
+	require.NotContains(h.t, secret, "\n", "key create printed %q, want the secret alone", r.stdout)
+	require.Contains(h.t, r.stderr, "shown only this once", "key create stderr: want the once-only warning")
+	require.NotContains(h.t, r.stderr, secret, "key create stderr: want not the secret")
 	h.addSecret(secret)
 	h.waitKnown(secret)
 	fields := strings.Fields(r.stderr)
-	if len(fields) < 2 || fields[0] != "key" {
-		h.t.Fatalf("key create stderr %q does not name the key", r.stderr)
-	}
+	require.GreaterOrEqual(h.t, len(fields), 2, "key create stderr %q does not name the key", r.stderr)
+	require.Equal(h.t, "key", fields[0], "key create stderr %q does not name the key", r.stderr)
 	return secret, fields[1]
 }
 
@@ -171,26 +162,20 @@ func TestCLI(t *testing.T) {
 	t.Run("tenants", func(t *testing.T) {
 		h.t = t
 		r := h.ok(adminKey, "tenant", "create", "acme")
-		if r.stdout != "tenant acme created\n" {
-			t.Errorf("tenant create printed %q", r.stdout)
-		}
+		assert.Equal(t, "tenant acme created\n", r.stdout, "tenant create printed")
 		r = h.ok(adminKey, "tenant", "list")
 		for _, want := range []string{"ID", "acme", "default", "other"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("tenant list lacks %q:\n%s", want, r.stdout)
-			}
+			assert.Contains(t, r.stdout, want, "tenant list lacks %q", want)
 		}
 		r = h.ok(adminKey, "-json", "tenant", "list")
 		var ans struct {
 			Tenants []struct{ ID string } `json:"tenants"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &ans); err != nil || len(ans.Tenants) < 3 {
-			t.Errorf("tenant list -json printed %q (%v)", r.stdout, err)
+		if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "tenant list -json printed %q", r.stdout) {
+			assert.GreaterOrEqual(t, len(ans.Tenants), 3, "tenant list -json printed %q", r.stdout)
 		}
 		r = h.fails(409, adminKey, "tenant", "create", "acme")
-		if !strings.Contains(r.stderr, "error: Conflict (409): a tenant with this id exists") {
-			t.Errorf("stderr %q", r.stderr)
-		}
+		assert.Contains(t, r.stderr, "error: Conflict (409): a tenant with this id exists", "stderr")
 		h.fails(403, h.st.Key, "tenant", "list")
 		h.ok(adminKey, "tenant", "delete", "acme")
 		h.fails(404, adminKey, "tenant", "delete", "acme")
@@ -200,31 +185,25 @@ func TestCLI(t *testing.T) {
 		h.t = t
 		secret, id := h.newKey("ci", "user")
 		r := h.ok(h.st.Key, "key", "list")
-		if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "ci") || !strings.Contains(r.stdout, "user") {
-			t.Errorf("key list lacks the new key:\n%s", r.stdout)
-		}
+		assert.Contains(t, r.stdout, id, "key list lacks the new key")
+		assert.Contains(t, r.stdout, "ci", "key list lacks the new key")
+		assert.Contains(t, r.stdout, "user", "key list lacks the new key")
 		// The new user key works; a user key may not manage keys.
 		h.ok(secret, "converse", "--workflow", "Echo", "--text", "hello")
 		h.fails(403, secret, "key", "list")
 
 		r = h.ok(h.st.Key, "key", "revoke", id)
-		if r.stdout != "key "+id+" revoked\n" {
-			t.Errorf("key revoke printed %q", r.stdout)
-		}
+		assert.Equal(t, "key "+id+" revoked\n", r.stdout, "key revoke printed")
 		// Revocation reaches the ingress through a watch, within a second.
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			rr := h.cmd(secret, false, "converse", "--workflow", "Echo", "--text", "hello")
 			var ae *apiError
 			if errors.As(rr.err, &ae) && ae.Status == 401 {
-				if !strings.HasPrefix(rr.stderr, "error: Unauthorized (401): ") {
-					t.Errorf("revoked key: stderr %q", rr.stderr)
-				}
+				assert.True(t, strings.HasPrefix(rr.stderr, "error: Unauthorized (401): "), "revoked key: stderr %q", rr.stderr)
 				break
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the revoked key still works: %v %q", rr.err, rr.stderr)
-			}
+			require.False(t, time.Now().After(deadline), "the revoked key still works: %v %q", rr.err, rr.stderr)
 			time.Sleep(50 * time.Millisecond)
 		}
 		r = h.ok(h.st.Key, "-json", "key", "list")
@@ -234,29 +213,23 @@ func TestCLI(t *testing.T) {
 				RevokedAt *string `json:"revokedAt"`
 			} `json:"keys"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
 		revoked := false
 		for _, k := range list.Keys {
 			revoked = revoked || (k.ID == id && k.RevokedAt != nil)
 		}
-		if !revoked {
-			t.Errorf("key list -json does not show %s revoked: %s", id, r.stdout)
-		}
+		assert.True(t, revoked, "key list -json does not show %s revoked: %s", id, r.stdout)
 
 		// Rotation prints the new secret once, like create.
 		_, id2 := h.newKey("rotating", "tenant-admin")
 		rr := h.cmd(h.st.Key, true, "key", "rotate", id2)
-		if rr.err != nil {
-			t.Fatalf("key rotate: %v\n%s", rr.err, rr.stderr)
-		}
+		require.NoError(t, rr.err, "key rotate\n%s", rr.stderr)
 		rotated := strings.TrimSpace(rr.stdout)
 		h.addSecret(rotated)
 		h.waitKnown(rotated)
-		if !strings.HasPrefix(rotated, "abk_") || !strings.Contains(rr.stderr, id2+" is revoked") || !strings.Contains(rr.stderr, "shown only this once") {
-			t.Errorf("key rotate: stdout %q stderr %q", rr.stdout, rr.stderr)
-		}
+		assert.True(t, strings.HasPrefix(rotated, "abk_"), "key rotate: stdout %q stderr %q", rr.stdout, rr.stderr)
+		assert.Contains(t, rr.stderr, id2+" is revoked", "key rotate: stdout %q", rr.stdout)
+		assert.Contains(t, rr.stderr, "shown only this once", "key rotate: stdout %q", rr.stdout)
 		h.ok(rotated, "key", "list")
 		h.fails(404, h.st.Key, "key", "revoke", "no-such-key")
 	})
@@ -264,25 +237,15 @@ func TestCLI(t *testing.T) {
 	t.Run("send", func(t *testing.T) {
 		h.t = t
 		r := h.ok(h.st.Key, "send", "--agent", "Echo", "--activation", "default", "--participant", "me", "--type", "Chat", "--text", "hi", "--wait")
-		if r.stdout != "You said: hi\n" {
-			t.Errorf("send --wait printed %q", r.stdout)
-		}
+		assert.Equal(t, "You said: hi\n", r.stdout, "send --wait printed")
 		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "later", "--topic", "t1")
-		if !strings.HasPrefix(r.stdout, "accepted: message ") {
-			t.Errorf("send printed %q", r.stdout)
-		}
+		assert.True(t, strings.HasPrefix(r.stdout, "accepted: message "), "send printed %q", r.stdout)
 		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--type", "Data", "--text", "sum", "--data", `{"values":[2,5]}`, "--wait")
-		if !strings.Contains(r.stdout, `"sum":7`) {
-			t.Errorf("send Data printed %q", r.stdout)
-		}
+		assert.Contains(t, r.stdout, `"sum":7`, "send Data printed")
 		path := filepath.Join(t.TempDir(), "notes.txt")
-		if err := os.WriteFile(path, []byte("hello file"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(path, []byte("hello file"), 0o600))
 		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--file", path, "--wait")
-		if !strings.Contains(r.stdout, "Received notes.txt (10 bytes)") {
-			t.Errorf("send --file printed %q", r.stdout)
-		}
+		assert.Contains(t, r.stdout, "Received notes.txt (10 bytes)", "send --file printed")
 		h.fails(404, h.st.Key, "send", "--agent", "Nobody", "--participant", "me", "--text", "hi")
 		// The key may also be given as a flag; it is still not printed.
 		h.ok("", "-key", h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "flag")
@@ -291,18 +254,16 @@ func TestCLI(t *testing.T) {
 	t.Run("converse", func(t *testing.T) {
 		h.t = t
 		r := h.ok(h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `{"values":[1,2]}`)
-		if !strings.Contains(r.stdout, `{"sum":3}`) {
-			t.Errorf("converse Data printed %q", r.stdout)
-		}
+		assert.Contains(t, r.stdout, `{"sum":3}`, "converse Data printed")
 		r = h.ok(h.st.Key, "-json", "converse", "--workflow", "Echo", "--text", "hi", "--participant", "ada")
 		var ans syncAnswer
-		if err := json.Unmarshal([]byte(r.stdout), &ans); err != nil || ans.Response == nil || *ans.Response.Text != "You said: hi" {
-			t.Errorf("converse -json printed %q (%v)", r.stdout, err)
+		if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "converse -json printed %q", r.stdout) &&
+			assert.NotNil(t, ans.Response, "converse -json printed %q", r.stdout) &&
+			assert.NotNil(t, ans.Response.Text, "converse -json printed %q", r.stdout) {
+			assert.Equal(t, "You said: hi", *ans.Response.Text, "converse -json printed %q", r.stdout)
 		}
 		r = h.ok(h.st.Key, "converse", "--workflow", "Echo", "--text", "hello there", "--stream")
-		if r.stdout != "You said: hello there\n" {
-			t.Errorf("converse --stream printed %q", r.stdout)
-		}
+		assert.Equal(t, "You said: hello there\n", r.stdout, "converse --stream printed")
 		h.fails(400, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `[1]`)
 		h.fails(404, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "nosuchmethod", "--stream")
 	})
@@ -322,18 +283,18 @@ func TestCLI(t *testing.T) {
 		cancel()
 		select {
 		case err := <-done:
-			if err != nil {
-				t.Errorf("tail: %v", err)
-			}
+			assert.NoError(t, err, "tail")
 		case <-time.After(10 * time.Second):
-			t.Fatal("tail did not stop when its context ended")
+			require.FailNow(t, "tail did not stop when its context ended")
 		}
 		h.record(stdout.String())
 		h.record(stderr.String())
 		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		if len(lines) != 2 || !strings.Contains(lines[0], " → Chat ") || !strings.HasSuffix(lines[0], "hi tail") ||
-			!strings.Contains(lines[1], " ← Chat ") || !strings.HasSuffix(lines[1], "You said: hi tail") {
-			t.Errorf("tail printed %q", stdout.String())
+		if assert.Len(t, lines, 2, "tail printed %q", stdout.String()) {
+			assert.Contains(t, lines[0], " → Chat ", "tail printed %q", stdout.String())
+			assert.True(t, strings.HasSuffix(lines[0], "hi tail"), "tail printed %q", stdout.String())
+			assert.Contains(t, lines[1], " ← Chat ", "tail printed %q", stdout.String())
+			assert.True(t, strings.HasSuffix(lines[1], "You said: hi tail"), "tail printed %q", stdout.String())
 		}
 		// A key of another tenant is refused at once, not retried.
 		h.fails(403, h.st.OtherKey, "tail", "--workflow", "Echo", "--participant", "watcher")
@@ -343,27 +304,21 @@ func TestCLI(t *testing.T) {
 		h.t = t
 		for _, args := range [][]string{{}, {"frobnicate"}, {"key"}, {"tenant", "create"}, {"send", "--text", "x"}} {
 			r := h.cmd(h.st.Key, false, args...)
-			if !errors.As(r.err, new(usageError)) || !strings.Contains(r.stderr, "usage: agentbus") {
-				t.Errorf("agentbus %q: err %v stderr %q", args, r.err, r.stderr)
-			}
+			assert.ErrorAs(t, r.err, new(usageError), "agentbus %q: stderr %q", args, r.stderr)
+			assert.Contains(t, r.stderr, "usage: agentbus", "agentbus %q: err %v", args, r.err)
 		}
 		r := h.cmd("", false, "key", "list")
-		if r.err == nil || !strings.Contains(r.stderr, "no API key") {
-			t.Errorf("without a key: err %v stderr %q", r.err, r.stderr)
-		}
+		assert.Error(t, r.err, "without a key: stderr %q", r.stderr)
+		assert.Contains(t, r.stderr, "no API key", "without a key: err %v", r.err)
 	})
 
 	t.Run("no key printed", func(t *testing.T) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if len(h.printed) < 20 {
-			t.Fatalf("only %d outputs recorded", len(h.printed))
-		}
+		require.GreaterOrEqual(t, len(h.printed), 20, "outputs recorded")
 		for _, out := range h.printed {
 			for _, s := range h.secrets {
-				if strings.Contains(out, s) {
-					t.Errorf("a key was printed: %q", out)
-				}
+				assert.NotContains(t, out, s, "a key was printed")
 			}
 		}
 	})
@@ -374,9 +329,7 @@ func waitFor(t *testing.T, b *syncBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(b.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited for %q; have %q", want, b.String())
-		}
+		require.False(t, time.Now().After(deadline), "waited for %q; have %q", want, b.String())
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -415,34 +368,24 @@ func TestTailReconnects(t *testing.T) {
 	}()
 	waitFor(t, &stdout, `{"sum":3}`)
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], " → Data    sum {\"values\":[1,2]}") || !strings.Contains(lines[1], " ← Data    [math] {\"sum\":3}") {
-		t.Errorf("tail printed %q", stdout.String())
+	if assert.Len(t, lines, 2, "tail printed %q", stdout.String()) {
+		assert.Contains(t, lines[0], " → Data    sum {\"values\":[1,2]}", "tail printed %q", stdout.String())
+		assert.Contains(t, lines[1], " ← Data    [math] {\"sum\":3}", "tail printed %q", stdout.String())
 	}
-	if !strings.Contains(stderr.String(), "reconnecting in 1s") || !strings.Contains(stderr.String(), "tail: reconnected") {
-		t.Errorf("tail stderr %q", stderr.String())
-	}
+	assert.Contains(t, stderr.String(), "reconnecting in 1s", "tail stderr")
+	assert.Contains(t, stderr.String(), "tail: reconnected", "tail stderr")
 	mu.Lock()
 	defer mu.Unlock()
-	if len(requests) != 2 {
-		t.Fatalf("%d requests, want 2", len(requests))
-	}
+	require.Len(t, requests, 2, "requests")
 	for i, r := range requests {
-		if r.URL.Path != "/api/v1/admin/tenants/acme/messaging/listen" || r.URL.Query().Get("workflowId") != "acme:Echo:Supervisor Workflow:x" ||
-			r.Header.Get("Authorization") != "Bearer abk_secret" || strings.Contains(r.URL.String(), "abk_secret") {
-			t.Errorf("request %d: %s %v", i, r.URL, r.Header)
-		}
+		assert.Equal(t, "/api/v1/admin/tenants/acme/messaging/listen", r.URL.Path, "request %d: %s %v", i, r.URL, r.Header)
+		assert.Equal(t, "acme:Echo:Supervisor Workflow:x", r.URL.Query().Get("workflowId"), "request %d: %s %v", i, r.URL, r.Header)
+		assert.Equal(t, "Bearer abk_secret", r.Header.Get("Authorization"), "request %d: %s %v", i, r.URL, r.Header)
+		assert.NotContains(t, r.URL.String(), "abk_secret", "request %d: %s %v", i, r.URL, r.Header)
 	}
-	if got := requests[0].Header.Get("Last-Event-ID"); got != "" {
-		t.Errorf("first request has Last-Event-ID %q", got)
-	}
-	if got := requests[1].Header.Get("Last-Event-ID"); got != "m1" {
-		t.Errorf("reconnection has Last-Event-ID %q, want m1", got)
-	}
-	if strings.Contains(stdout.String()+stderr.String(), "abk_secret") {
-		t.Error("the key was printed")
-	}
+	assert.Empty(t, requests[0].Header.Get("Last-Event-ID"), "first request's Last-Event-ID")
+	assert.Equal(t, "m1", requests[1].Header.Get("Last-Event-ID"), "reconnection's Last-Event-ID")
+	assert.NotContains(t, stdout.String()+stderr.String(), "abk_secret", "the key was printed")
 }

@@ -45,9 +45,7 @@ func start(t *testing.T, env map[string]string) (string, func()) {
 	go func() { done <- run(ctx, nil, lookup(env), out, io.Discard) }()
 	stop := func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
+		assert.NoError(t, <-done, "run")
 	}
 	deadline := time.After(30 * time.Second)
 	for {
@@ -57,10 +55,10 @@ func start(t *testing.T, env map[string]string) (string, func()) {
 				return m[1], stop
 			}
 		case err := <-done:
-			t.Fatalf("standalone exited: %v", err)
+			require.FailNowf(t, "standalone exited", "run: %v", err)
 		case <-deadline:
 			stop()
-			t.Fatal("standalone did not start")
+			require.FailNow(t, "standalone did not start")
 		}
 	}
 }
@@ -69,17 +67,14 @@ func count(t *testing.T, base, key string) (int, string) {
 	t.Helper()
 	u := base + "/api/user/webhooks/" + url.PathEscape("Echo:Conversational") + "/count?apikey=" + url.QueryEscape(key)
 	resp, err := http.Post(u, "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var got struct {
 		Count int    `json:"count"`
 		RunID string `json:"runId"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("count: %d %v", resp.StatusCode, err)
-	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got), "count: status %d", resp.StatusCode)
+	require.Equal(t, 200, resp.StatusCode, "count: status")
 	return got.Count, got.RunID
 }
 
@@ -96,16 +91,14 @@ func TestRestartKeepsState(t *testing.T) {
 	n1, run1 := count(t, base, key)
 	n2, _ := count(t, base, key)
 	stop()
-	if n1 != 1 || n2 != 2 {
-		t.Fatalf("counts before restart %d, %d", n1, n2)
-	}
+	require.Equal(t, 1, n1, "first count before restart")
+	require.Equal(t, 2, n2, "second count before restart")
 
 	base, stop = start(t, env)
 	defer stop()
 	n3, run3 := count(t, base, key)
-	if n3 != 3 || run3 != run1 {
-		t.Fatalf("after restart count %d on run %s, want 3 on run %s", n3, run3, run1)
-	}
+	require.Equal(t, 3, n3, "count after restart")
+	require.Equal(t, run1, run3, "run after restart")
 }
 
 func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
@@ -113,9 +106,7 @@ func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
 	env := map[string]string{"AGENTBUS_DATA_DIR": dir, "AGENTBUS_HTTP_ADDR": "127.0.0.1:0", "AGENTBUS_NATS_LISTEN": "", "AGENTBUS_PARTITIONS": "2"}
 	for i, wantKey := range []bool{true, false} {
 		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- run(ctx, nil, lookup(env), w, io.Discard); w.Close() }()
@@ -131,19 +122,17 @@ func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
 		key := regexp.MustCompile(`abk_[A-Za-z0-9_-]{43}`).FindString(text)
 		if (key != "") != wantKey {
 			cancel()
-			t.Fatalf("start %d printed %q (run: %v)", i+1, text, <-done)
+			require.Equal(t, wantKey, key != "", "start %d printed a key: %q (run: %v)", i+1, text, <-done)
 		}
 		if wantKey {
-			base := urlRE.FindStringSubmatch(text + " ")[1]
-			if n, _ := count(t, base, key); n != 1 {
-				t.Fatalf("printed key does not work: count %d", n)
-			}
+			m := urlRE.FindStringSubmatch(text + " ")
+			require.NotNil(t, m, "start %d printed no URL: %q", i+1, text)
+			n, _ := count(t, m[1], key)
+			require.Equal(t, 1, n, "printed key does not work: count")
 		}
 		cancel()
 		go func() { _, _ = io.Copy(io.Discard, r) }()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-done)
 	}
 }
 

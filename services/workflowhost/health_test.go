@@ -207,7 +207,7 @@ func TestRunServesHealth(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(40 * time.Second):
-		t.Fatal("run did not return after cancel")
+		require.FailNow(t, "run did not return after cancel")
 	}
 	_, err := net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the health endpoint must close with run")
