@@ -238,9 +238,9 @@ func TestValidName(t *testing.T) {
 	}
 }
 
-// TestValidNameC1Controls documents a gap: ValidName promises "printable text without ...
-// control characters", but the C1 controls U+0080-U+009F (for example U+009B, the 8-bit CSI
-// that starts terminal escape sequences, or U+0085 NEL, a line break) pass.
+// TestValidNameC1Controls: ValidName promises "printable text without ... control characters",
+// and that includes the C1 controls U+0080-U+009F (for example U+009B, the 8-bit CSI that starts
+// terminal escape sequences, or U+0085 NEL, a line break), which once passed.
 func TestValidNameC1Controls(t *testing.T) {
 	for _, s := range []string{"a\u0085b", "a\u009b31m", "\u0080"} {
 		assert.Error(t, ident.ValidName(s), "ValidName(%q), want an error for a control character", s)
