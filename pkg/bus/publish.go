@@ -32,13 +32,20 @@ const (
 // gets js's default timeout: an acknowledgement lost with a server that died must not block the
 // publisher for ever.
 func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
-		defer cancel()
-	}
 	nc := js.Conn()
-	resp, err := nc.RequestMsgWithContext(ctx, m)
+	request := func() (*nats.Msg, error) { return nc.RequestMsgWithContext(ctx, m) }
+	if _, ok := ctx.Deadline(); !ok {
+		// RequestMsg with a timeout takes a pooled timer; a context with one would cost several
+		// allocations per call. The context is still honoured before each attempt.
+		timeout := js.Options().DefaultTimeout
+		request = func() (*nats.Msg, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nc.RequestMsg(m, timeout)
+		}
+	}
+	resp, err := request()
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
 		t := time.NewTimer(publishRetryWait)
 		select {
@@ -46,7 +53,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 		case <-t.C:
 		}
 		t.Stop()
-		resp, err = nc.RequestMsgWithContext(ctx, m)
+		resp, err = request()
 	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
