@@ -22,7 +22,7 @@ func FuzzEnvelopeDecode(f *testing.F) {
 			WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "user", Kind: agentbusv1.Kind_KIND_CHAT,
 			Text: "hello", Data: []byte(`{"a":1}`), CreatedAtMs: 1700000000000, MessageId: "m1", Scope: "s", Hint: "h"},
 		{Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "order", Params: map[string]string{"x": "1", "": "\x00"},
-			Body: []byte{0xff, 0xfe, 0}, Metadata: map[string]string{"Content-Type": "text/plain"}, ContentType: "text/plain"},
+			Body: []byte{0xff, 0xfe, 0}, Headers: []byte("Content-Type: text/plain\n"), ContentType: "text/plain"},
 		{Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "m", Body: []byte(`<html>"quoted"</html>`)},
 		{Kind: agentbusv1.Kind_KIND_DATA, Method: "m", Data: []byte(`not json`)},
 		{Kind: agentbusv1.Kind_KIND_FILE, Text: "f.txt", File: &agentbusv1.FileRef{Object: "acme/1", FileName: "f.txt", Size: 5, Sha256: "00"}},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonenc"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -155,7 +156,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 			Params:        nonNil(req.GetParams()),
 			Body:          req.GetBody(),
 			ContentType:   req.GetContentType(),
-			Header:        nonNil(req.GetMetadata()),
+			Header:        bus.ParseHeaders(req.GetHeaders()),
 			RequestID:     req.GetRequestId(),
 			ParticipantID: req.GetParticipantId(),
 			inst:          inst,

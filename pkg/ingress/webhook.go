@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -84,7 +85,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		Method:         method,
 		Params:         params,
 		Body:           body,
-		Metadata:       headerMetadata(r.Header),
+		Headers:        headerBlock(r.Header),
 		ContentType:    r.Header.Get("Content-Type"),
 		KeepResult:     keep,
 	}
@@ -109,17 +110,29 @@ func webhookParams(query url.Values) map[string]string {
 	return params
 }
 
-// headerMetadata passes the caller's headers to the handler, less credentials.
-func headerMetadata(h http.Header) map[string]string {
-	md := make(map[string]string, len(h))
+// headerBlock passes the caller's headers to the handler, less credentials, as the envelope
+// carries them (bus.AppendHeader).
+func headerBlock(h http.Header) []byte {
+	size := 0
+	for name, values := range h {
+		size += len(name) + 3
+		for _, v := range values {
+			size += len(v) + 2
+		}
+	}
+	block := make([]byte, 0, size)
 	for name, values := range h {
 		switch name {
 		case "Authorization", "Cookie", "Proxy-Authorization":
 			continue
 		}
-		md[name] = strings.Join(values, ", ")
+		if len(values) == 1 {
+			block = bus.AppendHeader(block, name, values[0])
+			continue
+		}
+		block = bus.AppendHeader(block, name, strings.Join(values, ", "))
 	}
-	return md
+	return block
 }
 
 func authDetail(err error, where string) string {

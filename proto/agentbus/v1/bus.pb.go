@@ -167,9 +167,6 @@ type Request struct {
 	// Set when the whole request was too large for one NATS message: the complete Request is in
 	// the claims store, and this message carries only its routing fields.
 	EnvelopeRef *BlobRef `protobuf:"bytes,12,opt,name=envelope_ref,json=envelopeRef,proto3" json:"envelope_ref,omitempty"`
-	// Webhook: inbound HTTP headers (Authorization, Proxy-Authorization and Cookie removed),
-	// canonical names.
-	Metadata map[string]string `protobuf:"bytes,13,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Unix milliseconds when ingress accepted the request.
 	CreatedAtMs int64  `protobuf:"varint,14,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	Text        string `protobuf:"bytes,15,opt,name=text,proto3" json:"text,omitempty"`
@@ -190,7 +187,11 @@ type Request struct {
 	MessageId string `protobuf:"bytes,23,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The caller wants the reply streamed: the host sends partial replies (deltas) before the
 	// final one.
-	Stream        bool `protobuf:"varint,24,opt,name=stream,proto3" json:"stream,omitempty"`
+	Stream bool `protobuf:"varint,24,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Webhook: inbound HTTP headers (Authorization, Proxy-Authorization and Cookie removed), one
+	// line "Canonical-Name: value\n" per header, the values of a repeated header joined with ", "
+	// (package bus: AppendHeader, ParseHeaders).
+	Headers       []byte `protobuf:"bytes,25,opt,name=headers,proto3" json:"headers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,13 +310,6 @@ func (x *Request) GetEnvelopeRef() *BlobRef {
 	return nil
 }
 
-func (x *Request) GetMetadata() map[string]string {
-	if x != nil {
-		return x.Metadata
-	}
-	return nil
-}
-
 func (x *Request) GetCreatedAtMs() int64 {
 	if x != nil {
 		return x.CreatedAtMs
@@ -391,6 +385,13 @@ func (x *Request) GetStream() bool {
 		return x.Stream
 	}
 	return false
+}
+
+func (x *Request) GetHeaders() []byte {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
 }
 
 // FileRef describes an uploaded file. Ingress decodes and checks the content; the handler is told
@@ -781,7 +782,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb5\a\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xe2\x06\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -798,8 +799,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x06params\x18\n" +
 	" \x03(\v2 .agentbus.v1.Request.ParamsEntryR\x06params\x12\x12\n" +
 	"\x04body\x18\v \x01(\fR\x04body\x127\n" +
-	"\fenvelope_ref\x18\f \x01(\v2\x14.agentbus.v1.BlobRefR\venvelopeRef\x12>\n" +
-	"\bmetadata\x18\r \x03(\v2\".agentbus.v1.Request.MetadataEntryR\bmetadata\x12\"\n" +
+	"\fenvelope_ref\x18\f \x01(\v2\x14.agentbus.v1.BlobRefR\venvelopeRef\x12\"\n" +
 	"\rcreated_at_ms\x18\x0e \x01(\x03R\vcreatedAtMs\x12\x12\n" +
 	"\x04text\x18\x0f \x01(\tR\x04text\x12\x14\n" +
 	"\x05scope\x18\x10 \x01(\tR\x05scope\x12\x12\n" +
@@ -812,13 +812,11 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04file\x18\x16 \x01(\v2\x14.agentbus.v1.FileRefR\x04file\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x17 \x01(\tR\tmessageId\x12\x16\n" +
-	"\x06stream\x18\x18 \x01(\bR\x06stream\x1a9\n" +
+	"\x06stream\x18\x18 \x01(\bR\x06stream\x12\x18\n" +
+	"\aheaders\x18\x19 \x01(\fR\aheaders\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
-	"\rMetadataEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\bmetadata\"\xbd\x01\n" +
 	"\aFileRef\x12\x16\n" +
 	"\x06object\x18\x01 \x01(\tR\x06object\x12\x1b\n" +
 	"\tfile_name\x18\x02 \x01(\tR\bfileName\x12!\n" +
@@ -877,7 +875,7 @@ func file_agentbus_v1_bus_proto_rawDescGZIP() []byte {
 }
 
 var file_agentbus_v1_bus_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_agentbus_v1_bus_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_agentbus_v1_bus_proto_goTypes = []any{
 	(Kind)(0),          // 0: agentbus.v1.Kind
 	(*BlobRef)(nil),    // 1: agentbus.v1.BlobRef
@@ -887,22 +885,20 @@ var file_agentbus_v1_bus_proto_goTypes = []any{
 	(*ToolCall)(nil),   // 5: agentbus.v1.ToolCall
 	(*ToolResult)(nil), // 6: agentbus.v1.ToolResult
 	nil,                // 7: agentbus.v1.Request.ParamsEntry
-	nil,                // 8: agentbus.v1.Request.MetadataEntry
 }
 var file_agentbus_v1_bus_proto_depIdxs = []int32{
 	0, // 0: agentbus.v1.Request.kind:type_name -> agentbus.v1.Kind
 	7, // 1: agentbus.v1.Request.params:type_name -> agentbus.v1.Request.ParamsEntry
 	1, // 2: agentbus.v1.Request.envelope_ref:type_name -> agentbus.v1.BlobRef
-	8, // 3: agentbus.v1.Request.metadata:type_name -> agentbus.v1.Request.MetadataEntry
-	3, // 4: agentbus.v1.Request.file:type_name -> agentbus.v1.FileRef
-	1, // 5: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
-	5, // 6: agentbus.v1.Reply.tool_call:type_name -> agentbus.v1.ToolCall
-	6, // 7: agentbus.v1.Reply.tool_result:type_name -> agentbus.v1.ToolResult
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	3, // 3: agentbus.v1.Request.file:type_name -> agentbus.v1.FileRef
+	1, // 4: agentbus.v1.Reply.content_ref:type_name -> agentbus.v1.BlobRef
+	5, // 5: agentbus.v1.Reply.tool_call:type_name -> agentbus.v1.ToolCall
+	6, // 6: agentbus.v1.Reply.tool_result:type_name -> agentbus.v1.ToolResult
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_agentbus_v1_bus_proto_init() }
@@ -917,7 +913,7 @@ func file_agentbus_v1_bus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentbus_v1_bus_proto_rawDesc), len(file_agentbus_v1_bus_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
