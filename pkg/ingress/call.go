@@ -173,6 +173,12 @@ func (s *Server) awaitResult(ctx context.Context, tenant, requestID string) (*ag
 
 // writeCallError answers a request whose call failed.
 func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, err error) {
+	problem.Write(w, s.callProblem(r.URL.Path, req, err))
+}
+
+// callProblem is what the caller of a request whose call failed is told; path names the
+// endpoint in the log of an unexpected failure.
+func (s *Server) callProblem(path string, req *agentbusv1.Request, err error) problem.Problem {
 	p := problem.Problem{RequestID: req.RequestId}
 	switch {
 	case errors.Is(err, errTimeout):
@@ -189,10 +195,10 @@ func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *age
 		// Nobody reads this answer; 499-like, but keep to registered codes.
 		p.Status, p.Slug, p.Detail = http.StatusServiceUnavailable, "client-gone", "the client went away"
 	default:
-		s.log.Error("request failed", "requestId", req.RequestId, "path", r.URL.Path, "err", err)
+		s.log.Error("request failed", "requestId", req.RequestId, "path", path, "err", err)
 		p.Status, p.Slug, p.Detail, p.RetryAfter = http.StatusServiceUnavailable, "bus-unavailable", "the request could not be accepted; try again", 1
 	}
-	problem.Write(w, p)
+	return p
 }
 
 // writeReply sends a handler's reply as the HTTP answer.

@@ -35,6 +35,9 @@ const (
 	mcpParticipantArg = "participantId"
 )
 
+// mcpPath is the endpoint's path, as logs name it.
+const mcpPath = "/mcp"
+
 // mcpServerVersion is what initialize reports as the server's version.
 const mcpServerVersion = "1.0.0"
 
@@ -205,7 +208,7 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 			return nil, fmt.Errorf("encoding arguments: %w", err)
 		}
 		if p := s.checkTarget(wf, agentbusv1.Kind_KIND_DATA, method); p != nil {
-			return nil, &jsonrpc.Error{Code: mcpErrorCode(p.Status), Message: p.Detail}
+			return nil, mcpError(*p)
 		}
 		requestID, keep := c.requestID, c.keep
 		if !keep {
@@ -215,7 +218,7 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		call.Data = params
 		rep, err := s.call(ctx, call, defaultWait)
 		if err != nil {
-			return nil, s.mcpCallError(call, err)
+			return nil, mcpError(s.callProblem(mcpPath, call, err))
 		}
 		ans, p := s.messageAnswer(call, idsOf(call), rep)
 		if p != nil {
@@ -297,34 +300,22 @@ const (
 	mcpCodeTimeout     = -32001 // accepted, but no answer in time; it is still processed
 )
 
-// mcpErrorCode maps a problem status of checkTarget to a JSON-RPC error code.
-func mcpErrorCode(status int) int64 {
-	if status == http.StatusNotFound {
-		return mcpCodeNotFound
+// mcpError is the JSON-RPC error of a problem a tool call ran into before or while it was on the
+// bus (checkTarget, callProblem): the same wording as the HTTP endpoints' problems.
+func mcpError(p problem.Problem) error {
+	code := int64(mcpCodeUnavailable)
+	switch p.Status {
+	case http.StatusNotFound:
+		code = mcpCodeNotFound
+	case http.StatusGatewayTimeout:
+		code = mcpCodeTimeout
+	case http.StatusUnprocessableEntity:
+		code = jsonrpc.CodeInvalidParams
 	}
-	return mcpCodeUnavailable
+	return &jsonrpc.Error{Code: code, Message: p.Detail}
 }
 
 // invalidParams is the JSON-RPC error of bad tool arguments.
 func invalidParams(msg string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: msg}
-}
-
-// mcpCallError turns the failure of a tool's call on the bus into a JSON-RPC error, with the
-// same wording as the HTTP endpoints' problems and nothing internal.
-func (s *Server) mcpCallError(req *agentbusv1.Request, err error) error {
-	switch {
-	case errors.Is(err, errTimeout):
-		s.metrics.timeouts.Inc()
-		return &jsonrpc.Error{Code: mcpCodeTimeout, Message: "the handler did not answer in time; the call was accepted and will still be processed"}
-	case errors.Is(err, errKeyReused):
-		return invalidParams("this Idempotency-Key was used for a different request within the dedupe window")
-	case errors.Is(err, errReplyLost):
-		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the handler answered, but its reply could not be read back; retry with the same Idempotency-Key"}
-	case errors.Is(err, errClientGone):
-		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the client went away"}
-	default:
-		s.log.Error("MCP tool call failed", "requestId", req.RequestId, "err", err)
-		return &jsonrpc.Error{Code: mcpCodeUnavailable, Message: "the call could not be accepted; try again"}
-	}
 }

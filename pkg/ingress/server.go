@@ -257,7 +257,7 @@ func (s *Server) api() []route {
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
 		{post, "/api/user/rest/converse", s.syncCall(s.converse)},
 		{get, "/api/user/agents", s.listAgents},
-		{post, "/mcp", s.syncCall(s.mcp)},
+		{post, mcpPath, s.syncCall(s.mcp)},
 
 		{post, "/api/v1/admin/tenants/{tenantId}/messaging/send", s.syncCall(s.send)},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/history", s.historyPage},
