@@ -268,11 +268,6 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 	return a, ok
 }
 
-// Agents returns every registered agent, ordered by name.
-func (d *Directory) Agents() []Agent {
-	return d.VisibleAgents("")
-}
-
 // VisibleAgents returns the registrations of the agents the tenant may call, ordered by name;
 // tenant "" means every agent.
 func (d *Directory) VisibleAgents(tenant string) []Agent {

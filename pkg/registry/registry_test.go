@@ -172,7 +172,7 @@ func TestDirectoryAgentsSortedByName(t *testing.T) {
 	alpha := registry.Agent{Name: "alpha", WorkflowTypes: []string{"Supervisor Workflow"}, Chat: true}
 	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{zed, echo, alpha}))
 	d := newDirectory(t, ctx, res)
-	got := d.Agents()
+	got := d.VisibleAgents("")
 	names := make([]string, 0, len(got))
 	for _, a := range got {
 		names = append(names, a.Name)
@@ -184,8 +184,8 @@ func TestDirectoryAgentsSortedByName(t *testing.T) {
 
 	// A registration that arrives later is listed too.
 	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{{Name: "Beta", WorkflowTypes: []string{"Conversational"}}}))
-	eventually(t, 5*time.Second, "Beta listed", func() bool { return len(d.Agents()) == 4 })
-	assert.Equal(t, "Beta", d.Agents()[0].Name)
+	eventually(t, 5*time.Second, "Beta listed", func() bool { return len(d.VisibleAgents("")) == 4 })
+	assert.Equal(t, "Beta", d.VisibleAgents("")[0].Name)
 }
 
 // Method descriptions travel with the registration; a registration written before they existed
