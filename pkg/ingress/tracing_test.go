@@ -34,20 +34,7 @@ func TestTraceFromCallerToHandler(t *testing.T) {
 		"traceparent", "00-"+traceID+"-"+callerID+"-01")
 	require.Equal(t, http.StatusOK, status, "%s", b)
 
-	// The host ends its span once the request is acknowledged, which may be after the answer.
-	var server, handler tracetest.SpanStub
-	require.Eventually(t, func() bool {
-		var found int
-		for _, sp := range exp.GetSpans() {
-			switch sp.SpanKind {
-			case trace.SpanKindServer:
-				server, found = sp, found+1
-			case trace.SpanKindConsumer:
-				handler, found = sp, found+1
-			}
-		}
-		return found == 2
-	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+	server, handler := serverAndHandlerSpans(t, exp)
 
 	assert.Equal(t, "POST /api/user/webhooks/{workflow}/{method}", server.Name)
 	assert.Equal(t, traceID, server.SpanContext.TraceID().String(), "server span's trace")
@@ -108,19 +95,7 @@ func TestTraceOfDeadLetterReplay(t *testing.T) {
 		"traceparent", "00-"+traceID+"-"+operatorID+"-01")
 	require.Equal(t, http.StatusAccepted, status, "%s", b)
 
-	var server, handler tracetest.SpanStub
-	require.Eventually(t, func() bool {
-		var found int
-		for _, sp := range exp.GetSpans() {
-			switch sp.SpanKind {
-			case trace.SpanKindServer:
-				server, found = sp, found+1
-			case trace.SpanKindConsumer:
-				handler, found = sp, found+1
-			}
-		}
-		return found == 2
-	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+	server, handler := serverAndHandlerSpans(t, exp)
 	assert.EqualValues(t, 1, flaky.runs.Load(), "the replayed request ran")
 
 	assert.Equal(t, "POST /api/v1/admin/tenants/{tenantId}/deadletters/{id}/replay", server.Name)
@@ -165,4 +140,24 @@ func TestTraceOfToolCall(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
 	assert.Equal(t, handler.SpanContext.SpanID(), tool.Parent.SpanID(), "the tool span's parent is the handler span")
 	assert.Equal(t, "sum", attrs(tool.Attributes)["agentbus.method"].AsString())
+}
+
+// serverAndHandlerSpans waits for the exporter to hold one server span (the ingress's) and one
+// consumer span (the host's handler) and returns them. The host ends its span once the request
+// is acknowledged, which may be after the answer.
+func serverAndHandlerSpans(t *testing.T, exp *tracetest.InMemoryExporter) (server, handler tracetest.SpanStub) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var found int
+		for _, sp := range exp.GetSpans() {
+			switch sp.SpanKind {
+			case trace.SpanKindServer:
+				server, found = sp, found+1
+			case trace.SpanKindConsumer:
+				handler, found = sp, found+1
+			}
+		}
+		return found == 2
+	}, 10*time.Second, 10*time.Millisecond, "spans: %v", exp.GetSpans().Snapshots())
+	return server, handler
 }
