@@ -70,6 +70,11 @@ func parsePubAck(data []byte) (*jetstream.PubAck, error) {
 	if ack, ok := parsePubAckFast(data); ok {
 		return ack, nil
 	}
+	return parsePubAckJSON(data)
+}
+
+// parsePubAckJSON reads any acknowledgement through encoding/json, as nats.go does.
+func parsePubAckJSON(data []byte) (*jetstream.PubAck, error) {
 	var resp struct {
 		Error *jetstream.APIError `json:"error,omitempty"`
 		*jetstream.PubAck

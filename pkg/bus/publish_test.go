@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"encoding/json"
 	"errors"
 	"testing"
 
@@ -9,24 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// slowPubAck decodes an acknowledgement the way nats.go does.
-func slowPubAck(data []byte) (*jetstream.PubAck, error) {
-	var resp struct {
-		Error *jetstream.APIError `json:"error,omitempty"`
-		*jetstream.PubAck
-	}
-	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, jetstream.ErrInvalidJSAck
-	}
-	if resp.Error != nil {
-		return nil, resp.Error
-	}
-	if resp.PubAck == nil || resp.PubAck.Stream == "" {
-		return nil, jetstream.ErrInvalidJSAck
-	}
-	return resp.PubAck, nil
-}
 
 var pubAckSeeds = []string{
 	`{"stream":"AGENTBUS_HISTORY","seq":12}`,
@@ -73,7 +54,7 @@ func checkPubAck(t *testing.T, data []byte) {
 	if !ok {
 		return
 	}
-	slow, err := slowPubAck(data)
+	slow, err := parsePubAckJSON(data)
 	require.NoError(t, err, "fast path accepted %q", data)
 	require.Equal(t, slow, fast, "%q", data)
 }
