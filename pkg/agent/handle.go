@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -72,19 +73,12 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	inst.requestID = req.GetRequestId()
 	runID := inst.RunID()
 
-	incoming := incomingMessage(req, req.GetBody())
-	storeIn := func() error {
-		return retry(ctx, log, "storing the incoming message", func() error { return h.store(ctx, l, req, incoming) })
-	}
-	// A webhook handler does not read history, so its call need not wait for the incoming
-	// message to be stored: the two run side by side, and the reply to the caller goes out as
-	// soon as the handler answers. Other handlers read history without the message being
-	// handled, which needs its sequence first.
-	inStored := make(chan error, 1)
-	if webhook != nil {
-		go func() { inStored <- storeIn() }()
-	} else {
-		inStored <- storeIn()
+	x := &exchange{h: h, log: log, l: l, req: req, in: incomingMessage(req, req.GetBody())}
+	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {
+		// Followers of the thread see a chat message while the model answers it.
+		if _, err := x.storeIn(ctx); err != nil {
+			return err
+		}
 	}
 
 	var (
@@ -95,11 +89,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if webhook != nil {
 		out, err = h.runWebhook(ctx, log, in, webhook, inst, runID)
 	} else {
-		if err := <-inStored; err != nil {
-			return err
-		}
-		inStored <- nil
-		m := h.message(req, incoming, inst)
+		m := h.message(req, x, inst)
 		m.tools = &toolEnv{
 			agent:   a,
 			req:     req,
@@ -107,6 +97,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			tracer:  h.tracer,
 			history: func(seq uint64) historyFunc { return h.historyBefore(req, seq) },
 			store: func(ctx context.Context, hm *history.Message) error {
+				if _, err := x.storeIn(ctx); err != nil {
+					return err
+				}
 				return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, l, req, hm) })
 			},
 		}
@@ -115,14 +108,15 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			rep.RunId = runID
 		}
 	}
-	if serr := <-inStored; err == nil {
-		err = serr
-	}
 	if err != nil {
 		return err
 	}
-	if out != nil {
-		if err := retry(ctx, log, "storing the reply", func() error { return h.store(ctx, l, req, out) }); err != nil {
+	if out == nil {
+		if _, err := x.storeIn(ctx); err != nil {
+			return err
+		}
+	} else {
+		if err := x.storeOut(ctx, out); err != nil {
 			return err
 		}
 		if rep != nil && rep.Error == "" {
@@ -243,19 +237,71 @@ func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *I
 	return retry(ctx, log, "undoing an earlier attempt", func() error { return inst.rewind(ctx) })
 }
 
-// store appends m to the request's thread, reloading the thread's append cursor when another
-// writer got there first.
-func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Request, m *history.Message) error {
+// exchange stores a request's incoming message and its reply in the request's thread. The
+// incoming message waits to be stored with the reply, as one record (one store instead of two),
+// unless something needs it stored earlier: the handler reading the history before it, a tool
+// call stored after it, or a chat message, which the thread's followers see at once.
+type exchange struct {
+	h   *Host
+	log *slog.Logger
+	l   *liveInstance
+	req *agentbusv1.Request
+	in  *history.Message
+
+	mu       sync.Mutex
+	inStored bool
+}
+
+// storeIn stores the incoming message unless it is stored already, retrying while the bus
+// recovers, and returns its position.
+func (x *exchange) storeIn(ctx context.Context) (uint64, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.inStored {
+		if err := retry(ctx, x.log, "storing the incoming message", func() error { return x.h.store(ctx, x.l, x.req, x.in) }); err != nil {
+			return 0, err
+		}
+		x.inStored = true
+	}
+	return x.in.Pos, nil
+}
+
+// storeOut stores the reply, with the incoming message when that still waits, retrying while the
+// bus recovers.
+func (x *exchange) storeOut(ctx context.Context, out *history.Message) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	msgs := []*history.Message{out}
+	if !x.inStored {
+		msgs = []*history.Message{x.in, out}
+	}
+	if err := retry(ctx, x.log, "storing the reply", func() error { return x.h.store(ctx, x.l, x.req, msgs...) }); err != nil {
+		return err
+	}
+	x.inStored = true
+	return nil
+}
+
+// store appends msgs (one, or a request and its reply) to the request's thread as one record,
+// reloading the thread's append cursor when another writer got there first.
+func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Request, msgs ...*history.Message) error {
 	tenant, wf, p := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()
 	cur, err := l.cursor(ctx, h.history, tenant, p)
 	if err != nil {
 		return err
 	}
 	// History keeps a shortened copy of a message too large to store; the caller still gets m.
-	stored := *m
-	fitForHistory(&stored)
-	err = h.history.Append(ctx, tenant, wf, p, cur, &stored)
-	m.ID, m.CreatedAt, m.Seq = stored.ID, stored.CreatedAt, stored.Seq
+	stored := make([]history.Message, len(msgs))
+	ptrs := make([]*history.Message, len(msgs))
+	for i, m := range msgs {
+		stored[i] = *m
+		fitForHistory(&stored[i])
+		ptrs[i] = &stored[i]
+	}
+	err = h.history.Append(ctx, tenant, wf, p, cur, ptrs...)
+	for i, m := range msgs {
+		m.ID, m.CreatedAt, m.Pos = stored[i].ID, stored[i].CreatedAt, stored[i].Pos
+	}
 	if errors.Is(err, history.ErrConflict) {
 		l.dropCursor(p)
 	}
@@ -288,8 +334,9 @@ func fitForHistory(m *history.Message) {
 	m.Text = &text
 }
 
-// message builds what a Chat, Data or File handler sees.
-func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Instance) *Message {
+// message builds what a Chat, Data or File handler sees of the request x stores.
+func (h *Host) message(req *agentbusv1.Request, x *exchange, inst *Instance) *Message {
+	in := x.in
 	m := &Message{
 		Type:          in.MessageType,
 		Text:          req.GetText(),
@@ -308,21 +355,28 @@ func (h *Host) message(req *agentbusv1.Request, in *history.Message, inst *Insta
 		m.File = &File{Name: f.GetFileName(), ContentType: f.GetContentType(), Size: f.GetSize(), SHA256: f.GetSha256(),
 			Tenant: req.GetTenantId(), Empty: f.GetEmpty(), Invalid: f.GetInvalid(), object: f.GetObject(), store: h.res.Files}
 	}
-	m.history = h.historyBefore(req, in.Seq)
+	m.history = func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
+		// Reading before the message needs its position: it is stored now.
+		pos, err := x.storeIn(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		return h.historyBefore(req, pos)(ctx, opt)
+	}
 	return m
 }
 
 // historyFunc reads a page of a message's thread (Message.History).
 type historyFunc func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error)
 
-// historyBefore reads the request's thread before the message stored at seq: never the message
-// being handled, nor anything after it.
-func (h *Host) historyBefore(req *agentbusv1.Request, seq uint64) historyFunc {
+// historyBefore reads the request's thread before the message stored at position pos: never the
+// message being handled, nor anything after it.
+func (h *Host) historyBefore(req *agentbusv1.Request, pos uint64) historyFunc {
 	tenant, wf, p := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()
 	return func(ctx context.Context, opt HistoryOptions) ([]history.Message, uint64, error) {
 		before := opt.Before
-		if before == 0 || before > seq {
-			before = seq
+		if before == 0 || before > pos {
+			before = pos
 		}
 		return h.history.Page(ctx, tenant, wf, p, history.PageOptions{Size: opt.Size, Before: before, Scope: opt.Scope})
 	}

@@ -113,7 +113,7 @@ type toolEnv struct {
 	req     *agentbusv1.Request
 	log     *slog.Logger
 	tracer  trace.Tracer // nil when tracing is off
-	history func(seq uint64) historyFunc
+	history func(pos uint64) historyFunc
 	// store appends a message to the thread, retrying while the bus recovers.
 	store func(ctx context.Context, m *history.Message) error
 	// event sends a partial reply to a streaming caller; nil when the caller does not stream.
@@ -313,7 +313,7 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 			ParticipantID: chat.ParticipantID,
 			ID:            in.ID,
 			inst:          chat.inst,
-			history:       env.history(in.Seq),
+			history:       env.history(in.Pos),
 		}
 		reply, err = callHandler(ctx, env.log, dm.handler, tm)
 	}

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 // followCleanup bounds the deletion of a follow's consumer after its ctx ended.
 const followCleanup = 2 * time.Second
 
-// Follow delivers the thread's messages stored after sequence after (0: from now on), in order,
+// Follow delivers the thread's messages stored after position after (0: from now on), in order,
 // until ctx ends; the channel is closed then, or earlier if the follow fails, and a caller that
 // wants to go on follows again from the last Seq it received. Messages that cannot be decoded are
 // skipped.
@@ -27,7 +26,9 @@ func (s *Store) Follow(ctx context.Context, tenant, workflowID, participant stri
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	}
 	if after > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+		// From the record holding after, whose second message may be still to come.
+		start := recordSeq(after) + uint64(after&1)
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, cfg)
 	if err != nil {
@@ -53,15 +54,19 @@ func (s *Store) Follow(ctx context.Context, tenant, workflowID, participant stri
 			if err != nil {
 				continue
 			}
-			var m Message
-			if err := json.Unmarshal(msg.Data(), &m); err != nil {
+			msgs, err := decodeRecord(md.Sequence.Stream, msg.Data())
+			if err != nil {
 				continue
 			}
-			m.Seq = md.Sequence.Stream
-			select {
-			case ch <- m:
-			case <-ctx.Done():
-				return
+			for _, m := range msgs {
+				if after > 0 && m.Pos <= after {
+					continue
+				}
+				select {
+				case ch <- m:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()

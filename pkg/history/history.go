@@ -2,10 +2,12 @@
 // thread (a workflow instance and one participant) to the history stream, reads them back newest
 // first a page at a time, lists a thread's topics and follows a thread live.
 //
-// Each thread has one subject and one writer, the workflow host handling the conversation. The
-// writer puts on every message a header listing the stream sequences of the thread's previous
-// messages (DESIGN §4), so that the newest page is one last-by-subject get plus direct gets by
-// sequence, whatever the size of the stream: reading never scans other threads' messages.
+// Each thread has one subject and one writer, the workflow host handling the conversation. A
+// stream message (a record) holds one message, or the two of an exchange, a request and its
+// reply, stored at once. The writer puts on every record a header listing the stream sequences
+// of the thread's previous records (DESIGN §4), so that the newest page is one last-by-subject
+// get plus direct gets by sequence, whatever the size of the stream: reading never scans other
+// threads' messages.
 //
 // It is not a search index: filtering by scope walks the thread, and there is no query by time or
 // text. Nor does it decide who may read a thread; callers check the tenant first.
@@ -74,13 +76,30 @@ func NewStore(stream jetstream.Stream, topics jetstream.KeyValue, js jetstream.J
 // Cursor is the append state of one thread, held by the thread's single writer between appends.
 // The zero Cursor is that of an empty thread.
 type Cursor struct {
-	// LastSeq is the stream sequence of the thread's newest message; 0 when there is none.
+	// LastSeq is the stream sequence of the thread's newest record; 0 when there is none.
 	LastSeq uint64
 	// Prev are the sequences before LastSeq, newest first, at most PrevDepth.
 	Prev []uint64
+
+	// found holds the positions, by ID, of messages found stored when an append turned out to
+	// be a duplicate: later appends of them with this Cursor store nothing.
+	found map[string]uint64
 }
 
-// Cursor reads the append state of a thread from its newest message.
+// maxFound bounds Cursor.found; past it, it starts over.
+const maxFound = 16
+
+// remember notes the positions of messages found stored.
+func (c *Cursor) remember(msgs []Message) {
+	if c.found == nil || len(c.found) >= maxFound {
+		c.found = make(map[string]uint64, len(msgs))
+	}
+	for _, m := range msgs {
+		c.found[m.ID] = m.Pos
+	}
+}
+
+// Cursor reads the append state of a thread from its newest record.
 func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant string) (Cursor, error) {
 	raw, err := s.stream.GetLastMsgForSubject(ctx, subject.Thread(tenant, workflowID, participant))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -96,19 +115,30 @@ func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant stri
 	return Cursor{LastSeq: raw.Sequence, Prev: prev}, nil
 }
 
-// Append stores msgs at the end of the thread, in order, and advances cur past them. It sets each
-// message's Seq, rounds CreatedAt to the millisecond in UTC, and fills an empty ID (a new UUID,
-// which a redelivery cannot de-duplicate: writers should name their messages), CreatedAt (now),
-// WorkflowID or ParticipantID (the thread's).
+// Append stores msgs, one message or the two of an exchange (a request and its reply), at the end
+// of the thread as one record, and advances cur past it: an exchange costs one store. Two
+// messages too large to share a record are stored one after the other. Append sets each
+// message's Seq (its position in the thread), rounds CreatedAt to the millisecond in UTC, and
+// fills an empty ID (a new UUID, which a redelivery cannot de-duplicate: writers should name
+// their messages), CreatedAt (now), WorkflowID or ParticipantID (the thread's).
 //
 // Each publish expects the thread's last sequence to be cur.LastSeq; when it is not, Append
-// returns ErrConflict and cur stays at the last message it stored. A message whose ID was stored
-// within the stream's dedupe window is not stored again: it gets the stored message's Seq, and
-// cur does not move.
+// returns ErrConflict and cur stays at the last record it stored.
+//
+// A record is de-duplicated by its first message's ID: when that ID was stored within the
+// stream's dedupe window, nothing is stored again and cur does not move. The messages of msgs
+// the stored record holds get their positions from it; the others are stored as a further
+// record. The stored record's other messages are remembered in cur, so that appending one of
+// them later with cur stores nothing: a request stored with its reply by an earlier delivery,
+// then alone by a redelivery, keeps one copy of each.
 //
 // Scopes of the messages are added to the thread's topic list once all are stored.
 func (s *Store) Append(ctx context.Context, tenant, workflowID, participant string, cur *Cursor, msgs ...*Message) error {
+	if len(msgs) == 0 || len(msgs) > 2 {
+		return fmt.Errorf("appending to thread: %d messages, want one or two", len(msgs))
+	}
 	subj := subject.Thread(tenant, workflowID, participant)
+	todo := make([]*Message, 0, len(msgs))
 	for _, m := range msgs {
 		if m.ID == "" {
 			m.ID = uuid.NewString()
@@ -123,7 +153,19 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if m.ParticipantID == "" {
 			m.ParticipantID = participant
 		}
-		body, err := m.MarshalJSON() // directly: json.Marshal would validate the output once more
+		if pos, ok := cur.found[m.ID]; ok {
+			m.Pos = pos
+			continue
+		}
+		todo = append(todo, m)
+	}
+	for len(todo) > 0 {
+		rec := todo
+		body, err := encodeRecord(rec)
+		if err == nil && len(rec) > 1 && len(body) > maxExchangeBytes {
+			rec = todo[:1]
+			body, err = encodeRecord(rec)
+		}
 		if err != nil {
 			return fmt.Errorf("encoding message: %w", err)
 		}
@@ -131,7 +173,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if cur.LastSeq != 0 {
 			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))
 		}
-		nm.Header.Set(jetstream.MsgIDHeader, msgIDPrefix+m.ID)
+		nm.Header.Set(jetstream.MsgIDHeader, msgIDPrefix+rec[0].ID)
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
@@ -146,10 +188,15 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 			if ack.Sequence > cur.LastSeq {
 				return ErrConflict
 			}
-			m.Seq = ack.Sequence
+			if todo, err = s.deduplicated(ctx, subj, ack.Sequence, cur, todo); err != nil {
+				return err
+			}
 			continue
 		}
-		m.Seq = ack.Sequence
+		for i, m := range rec {
+			m.Pos = position(ack.Sequence, i)
+		}
+		todo = todo[len(rec):]
 		prev := make([]uint64, 0, PrevDepth)
 		if cur.LastSeq != 0 {
 			prev = append(prev, cur.LastSeq)
@@ -166,6 +213,35 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 	}
 	return nil
+}
+
+// deduplicated reads the record stored at seq under the ID of todo's first message, remembers its
+// messages in cur, gives the messages of todo it holds their positions, and returns the others.
+func (s *Store) deduplicated(ctx context.Context, subj string, seq uint64, cur *Cursor, todo []*Message) ([]*Message, error) {
+	raw, err := s.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("appending to thread: reading the stored copy %d: %w", seq, err)
+	}
+	if raw.Subject != subj {
+		return nil, fmt.Errorf("appending to thread: message %s was stored in another thread", todo[0].ID)
+	}
+	stored, err := decodeRecord(seq, raw.Data)
+	if err != nil {
+		return nil, fmt.Errorf("appending to thread: decoding the stored copy %d: %w", seq, err)
+	}
+	cur.remember(stored)
+	rest := todo[:0:0]
+	for _, m := range todo {
+		if pos, ok := cur.found[m.ID]; ok {
+			m.Pos = pos
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == len(todo) {
+		return nil, fmt.Errorf("appending to thread: the record stored under message %s does not hold it", todo[0].ID)
+	}
+	return rest, nil
 }
 
 // Topics returns the scopes seen in the thread, sorted.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,15 +52,16 @@ func chat(id, text string) *history.Message {
 	return &history.Message{ID: id, Direction: history.In, MessageType: history.Chat, Text: &text, RequestID: "r-" + id}
 }
 
-// appendN appends n chat messages named prefix-0 … prefix-(n-1), ten per call, with scope(i).
+// appendN appends n chat messages named prefix-0 … prefix-(n-1) with scope(i), as records of
+// two messages (exchanges) and one in turn, so that pages end inside records too.
 func appendN(t *testing.T, e env, participant, prefix string, n int, scope func(int) string) []*history.Message {
 	t.Helper()
 	cur, err := e.store.Cursor(e.ctx, tenant, wf, participant)
 	require.NoError(t, err)
 	var all []*history.Message
-	for i := 0; i < n; i += 10 {
+	for i, k := 0, 2; i < n; i, k = i+k, 3-k {
 		var batch []*history.Message
-		for j := i; j < min(i+10, n); j++ {
+		for j := i; j < min(i+k, n); j++ {
 			m := chat(fmt.Sprintf("%s-%d", prefix, j), fmt.Sprintf("text %d", j))
 			if scope != nil {
 				m.Scope = scope(j)
@@ -90,7 +92,7 @@ func walk(t *testing.T, e env, participant string, opt history.PageOptions) []hi
 			return all
 		}
 		require.NotEmpty(t, page, "next = %d on an empty page", next)
-		require.Equal(t, page[len(page)-1].Seq, next, "next, want the oldest Seq of the page")
+		require.Equal(t, page[len(page)-1].Pos, next, "next, want the oldest Seq of the page")
 		opt.Before = next
 	}
 }
@@ -122,10 +124,13 @@ func TestAppendAndNewestPage(t *testing.T) {
 			Data: json.RawMessage(`{"sum":3}`), RequestID: "r1"},
 		{ID: "m3", Direction: history.Out, MessageType: history.Webhook, RequestID: "r2"},
 	}
+	// An exchange (m1 and m2, one record) and one message (m3, another).
 	var cur history.Cursor
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs...))
-	require.Equal(t, msgs[2].Seq, cur.LastSeq, "cursor = %+v after appending seqs %d %d %d", cur, msgs[0].Seq, msgs[1].Seq, msgs[2].Seq)
-	require.Equal(t, []uint64{msgs[1].Seq, msgs[0].Seq}, cur.Prev, "cursor = %+v after appending seqs %d %d %d", cur, msgs[0].Seq, msgs[1].Seq, msgs[2].Seq)
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0], msgs[1]))
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2]))
+	require.Equal(t, msgs[0].Pos+1, msgs[1].Pos, "positions of an exchange's messages")
+	require.Equal(t, msgs[2].Pos/2, cur.LastSeq, "cursor = %+v after appending at %d %d %d", cur, msgs[0].Pos, msgs[1].Pos, msgs[2].Pos)
+	require.Equal(t, []uint64{msgs[0].Pos / 2}, cur.Prev, "cursor = %+v after appending at %d %d %d", cur, msgs[0].Pos, msgs[1].Pos, msgs[2].Pos)
 	loaded, err := e.store.Cursor(e.ctx, tenant, wf, user)
 	require.NoError(t, err, "Cursor")
 	require.Equal(t, cur.LastSeq, loaded.LastSeq, "Cursor = %+v, want %+v", loaded, cur)
@@ -144,7 +149,7 @@ func TestAppendAndNewestPage(t *testing.T) {
 	}
 	assert.Nil(t, m1.Data, "m1 read back as %+v", m1)
 	assert.Equal(t, "r1", m1.RequestID, "m1 read back as %+v", m1)
-	assert.Equal(t, msgs[0].Seq, m1.Seq, "m1 read back as %+v", m1)
+	assert.Equal(t, msgs[0].Pos, m1.Pos, "m1 read back as %+v", m1)
 	// Append fills the thread's ids and a creation time.
 	m3 := page[0]
 	assert.Equal(t, wf, m3.WorkflowID, "m3 read back as %+v", m3)
@@ -227,7 +232,7 @@ func TestPagingThroughTheThread(t *testing.T) {
 			all := walk(t, e, user, history.PageOptions{Size: size})
 			require.Equal(t, want, ids(all), "walked messages")
 			for i := 1; i < len(all); i++ {
-				require.Less(t, all[i].Seq, all[i-1].Seq, "message %d has Seq %d after %d", i, all[i].Seq, all[i-1].Seq)
+				require.Less(t, all[i].Pos, all[i-1].Pos, "message %d has Seq %d after %d", i, all[i].Pos, all[i-1].Pos)
 			}
 		})
 	}
@@ -235,7 +240,7 @@ func TestPagingThroughTheThread(t *testing.T) {
 		page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{Size: 1000})
 		require.NoError(t, err)
 		require.Len(t, page, history.MaxPageSize)
-		require.Equal(t, page[len(page)-1].Seq, next, "next")
+		require.Equal(t, page[len(page)-1].Pos, next, "next")
 	})
 }
 
@@ -249,11 +254,11 @@ func TestBeforeCursor(t *testing.T) {
 		want    []string
 		wantErr error
 	}{
-		{"middle of the thread", msgs[45].Seq, []string{"m-44", "m-43", "m-42"}, nil},
-		{"oldest message", msgs[0].Seq, nil, nil},
-		{"second message", msgs[1].Seq, []string{"m-0"}, nil},
-		{"past the end", other[0].Seq + 1000, nil, nil},
-		{"another thread's message", other[0].Seq, nil, history.ErrBadCursor},
+		{"middle of the thread", msgs[45].Pos, []string{"m-44", "m-43", "m-42"}, nil},
+		{"oldest message", msgs[0].Pos, nil, nil},
+		{"second message", msgs[1].Pos, []string{"m-0"}, nil},
+		{"past the end", other[0].Pos + 1000, nil, nil},
+		{"another thread's message", other[0].Pos, nil, history.ErrBadCursor},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -269,7 +274,7 @@ func TestBeforeCursor(t *testing.T) {
 				require.Equal(t, tt.want, ids(page), "page")
 			}
 			if len(tt.want) == 3 {
-				assert.Equal(t, page[2].Seq, next, "next")
+				assert.Equal(t, page[2].Pos, next, "next")
 			}
 			if len(tt.want) < 3 {
 				assert.Zero(t, next, "next")
@@ -414,7 +419,7 @@ func TestDedupe(t *testing.T) {
 	// A redelivered request stores its messages again with a reloaded cursor.
 	again, again2 := chat("same", "once"), chat("next", "next")
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, again, again2))
-	assert.Equal(t, orig.Seq, again.Seq, "duplicate's Seq, want the stored one")
+	assert.Equal(t, orig.Pos, again.Pos, "duplicate's Seq, want the stored one")
 	assert.Equal(t, after.LastSeq, cur.LastSeq, "duplicates moved the cursor from %+v to %+v", after, cur)
 	assert.Equal(t, after.Prev, cur.Prev, "duplicates moved the cursor from %+v to %+v", after, cur)
 	// A cursor from before the first store is stale: reloaded, the retry stores nothing new.
@@ -423,6 +428,76 @@ func TestDedupe(t *testing.T) {
 	require.ErrorIs(t, err, history.ErrConflict, "stale duplicate")
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("new", "new")))
 	require.Equal(t, []string{"new", "next", "same"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+}
+
+// A request stored alone by one delivery and with its reply by another (or the other way round)
+// keeps one copy of each message.
+func TestDedupeAcrossRecords(t *testing.T) {
+	reply := func(id string) *history.Message {
+		return &history.Message{ID: id, Direction: history.Out, MessageType: history.Data, Data: json.RawMessage(`{"ok":true}`)}
+	}
+	t.Run("alone, then with its reply", func(t *testing.T) {
+		e := setup(t)
+		var cur history.Cursor
+		in := chat("in", "hi")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in))
+		// A redelivery with a reloaded cursor stores the exchange: the reply is added alone.
+		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		in2, out := chat("in", "hi"), reply("out")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in2, out))
+		assert.Equal(t, in.Pos, in2.Pos, "the request's position, want the stored one")
+		assert.Greater(t, out.Pos, in.Pos, "the reply's position")
+		require.Equal(t, []string{"out", "in"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	})
+	t.Run("with its reply, then alone", func(t *testing.T) {
+		e := setup(t)
+		var cur history.Cursor
+		in, out := chat("in", "hi"), reply("out")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in, out))
+		// A redelivery stores the request before running the handler, then the reply.
+		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		in2, out2 := chat("in", "hi"), reply("out")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in2))
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, out2))
+		assert.Equal(t, in.Pos, in2.Pos, "the request's position, want the stored one")
+		assert.Equal(t, out.Pos, out2.Pos, "the reply's position, want the stored one")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("next", "x")))
+		require.Equal(t, []string{"next", "out", "in"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	})
+}
+
+// Two messages too large to share a record are stored as two.
+func TestLargeExchange(t *testing.T) {
+	e := setup(t)
+	big := strings.Repeat("x", 300<<10)
+	in, out := chat("in", big), chat("out", big)
+	var cur history.Cursor
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in, out))
+	assert.Equal(t, in.Pos/2+1, out.Pos/2, "records of the two messages")
+	page, _, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"out", "in"}, ids(page))
+}
+
+// Following from the first message of an exchange delivers its second.
+func TestFollowInsideAnExchange(t *testing.T) {
+	e := setup(t)
+	var cur history.Cursor
+	in, out := chat("in", "a"), chat("out", "b")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, in, out))
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	live, err := e.store.Follow(ctx, tenant, wf, user, in.Pos)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("next", "c")))
+	got := receive(t, live, 2)
+	require.Equal(t, []string{"out", "next"}, ids(got))
+	require.Equal(t, out.Pos, got[0].Pos)
+	cancel()
+	for range live {
+	}
 }
 
 func TestThreadsIsolated(t *testing.T) {
@@ -453,10 +528,11 @@ func TestThreadsIsolated(t *testing.T) {
 func TestExpiredMessagesEndTheThread(t *testing.T) {
 	e := setup(t)
 	msgs := appendN(t, e, user, "m", 40, nil)
-	// MaxAge drops the oldest messages; deleting one stands for that.
-	require.NoError(t, e.res.Messages.DeleteMsg(e.ctx, msgs[9].Seq))
+	// MaxAge drops the oldest records; deleting one stands for that. m-8 is a record alone
+	// (appendN), at sequence Pos/2.
+	require.NoError(t, e.res.Messages.DeleteMsg(e.ctx, msgs[8].Pos/2))
 	all := walk(t, e, user, history.PageOptions{Size: 7})
-	require.Equal(t, reversedIDs(msgs[10:]), ids(all), "thread")
+	require.Equal(t, reversedIDs(msgs[9:]), ids(all), "thread")
 }
 
 func TestFollow(t *testing.T) {
@@ -480,8 +556,8 @@ func TestFollow(t *testing.T) {
 	}
 	got := receive(t, live, 3)
 	for i, m := range got {
-		require.Equal(t, sent[i].ID, m.ID, "followed %s@%d, want %s@%d", m.ID, m.Seq, sent[i].ID, sent[i].Seq)
-		require.Equal(t, sent[i].Seq, m.Seq, "followed %s@%d, want %s@%d", m.ID, m.Seq, sent[i].ID, sent[i].Seq)
+		require.Equal(t, sent[i].ID, m.ID, "followed %s@%d, want %s@%d", m.ID, m.Pos, sent[i].ID, sent[i].Pos)
+		require.Equal(t, sent[i].Pos, m.Pos, "followed %s@%d, want %s@%d", m.ID, m.Pos, sent[i].ID, sent[i].Pos)
 	}
 	cancel()
 	// The channel closes after ctx ends, whatever it still had to deliver.
@@ -497,7 +573,7 @@ func TestFollow(t *testing.T) {
 	// Resuming after the last message received delivers the rest, then new ones.
 	ctx2, cancel2 := context.WithCancel(e.ctx)
 	defer cancel2()
-	resumed, err := e.store.Follow(ctx2, tenant, wf, user, got[len(got)-1].Seq)
+	resumed, err := e.store.Follow(ctx2, tenant, wf, user, got[len(got)-1].Pos)
 	require.NoError(t, err)
 	last := chat("after", "x")
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, last))

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,7 +26,7 @@ type PageOptions struct {
 	// Size is the most messages to return. Zero or less means DefaultPageSize; more than
 	// MaxPageSize means MaxPageSize.
 	Size int
-	// Before returns messages older than this sequence, the next cursor of an earlier page (or
+	// Before returns messages older than this position, the next cursor of an earlier page (or
 	// the Seq of any message of the thread). Zero starts at the newest message.
 	Before uint64
 	// Scope, when not empty, keeps only messages of this scope.
@@ -40,8 +39,8 @@ type PageOptions struct {
 // scope asked for.
 //
 // The newest page costs one last-by-subject get and direct gets by sequence, sent at once, of the
-// sequences its newest message lists; a page continuing from a cursor costs one more get. Pages
-// larger than PrevDepth take one more round trip per PrevDepth messages. With a Scope, Page walks
+// records its newest record lists; a page continuing from a cursor costs one more get. Pages
+// larger than PrevDepth records take one more round trip per PrevDepth records. With a Scope, Page walks
 // the thread until the page is full or the thread ends, so its cost grows with the number of
 // messages of other scopes it passes.
 //
@@ -65,10 +64,13 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 		head *jetstream.RawStreamMsg
 		err  error
 	)
-	if opt.Before == 0 {
+	switch {
+	case opt.Before == 0:
 		head, err = s.stream.GetLastMsgForSubject(ctx, subj)
-	} else {
-		head, err = s.stream.GetMsg(ctx, opt.Before)
+	case recordSeq(opt.Before) == 0:
+		return nil, 0, ErrBadCursor
+	default:
+		head, err = s.stream.GetMsg(ctx, recordSeq(opt.Before))
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return []Message{}, 0, nil
@@ -81,26 +83,36 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 	}
 
 	out := make([]Message, 0, size)
-	// take adds raw to the page if it matches; it reports a full page.
-	take := func(raw *jetstream.RawStreamMsg) (bool, error) {
-		var m Message
-		if err := json.Unmarshal(raw.Data, &m); err != nil {
+	// rest is set when the page filled up before the oldest message of the record it ended in.
+	rest := false
+	// take adds the messages of raw, newest first, that come before bound (0: all) and match
+	// to the page; it reports a full page.
+	take := func(raw *jetstream.RawStreamMsg, bound uint64) (bool, error) {
+		msgs, err := decodeRecord(raw.Sequence, raw.Data)
+		if err != nil {
 			return false, fmt.Errorf("reading thread: decoding message %d: %w", raw.Sequence, err)
 		}
-		m.Seq = raw.Sequence
-		if opt.Scope == "" || m.Scope == opt.Scope {
-			out = append(out, m)
+		for i := len(msgs) - 1; i >= 0; i-- {
+			m := msgs[i]
+			if bound != 0 && m.Pos >= bound {
+				continue
+			}
+			if opt.Scope == "" || m.Scope == opt.Scope {
+				out = append(out, m)
+			}
+			if len(out) == size {
+				rest = i > 0
+				return true, nil
+			}
 		}
-		return len(out) == size, nil
+		return false, nil
 	}
 
-	// last is the oldest message examined: its header continues the chain.
+	// last is the oldest record examined: its header continues the chain.
 	last := head
-	full := false
-	if opt.Before == 0 {
-		if full, err = take(head); err != nil {
-			return nil, 0, err
-		}
+	full, err := take(head, opt.Before)
+	if err != nil {
+		return nil, 0, err
 	}
 	chain, err := parsePrev(head.Header)
 	if err != nil {
@@ -109,6 +121,7 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 	for !full && len(chain) > 0 {
 		n := len(chain)
 		if opt.Scope == "" {
+			// A record holds at least one message.
 			n = min(n, size-len(out))
 		}
 		raws, err := s.getMany(ctx, subj, chain[:n])
@@ -117,7 +130,7 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 		}
 		for _, raw := range raws {
 			last = raw
-			if full, err = take(raw); err != nil {
+			if full, err = take(raw, 0); err != nil {
 				return nil, 0, err
 			}
 			if full {
@@ -140,7 +153,12 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 	if !full {
 		return out, 0, nil
 	}
-	// The page is full and ends at last; there is more if last has predecessors.
+	// The page is full; there is more if the record it ended in, or that record's
+	// predecessors, hold older messages.
+	next := out[len(out)-1].Pos
+	if rest {
+		return out, next, nil
+	}
 	older, err := parsePrev(last.Header)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading thread: message %d: %w", last.Sequence, err)
@@ -148,7 +166,7 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 	if len(older) == 0 {
 		return out, 0, nil
 	}
-	return out, last.Sequence, nil
+	return out, next, nil
 }
 
 // getMany direct-gets the messages at seqs (at most PrevDepth) at once. The result keeps the

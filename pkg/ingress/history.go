@@ -367,7 +367,7 @@ func findSeq(ctx context.Context, store *history.Store, th thread, id string) (u
 		}
 		for _, m := range msgs {
 			if m.ID == id {
-				return m.Seq, nil
+				return m.Pos, nil
 			}
 		}
 		if next == 0 {
