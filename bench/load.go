@@ -158,7 +158,19 @@ type result struct {
 	// Mallocs counts the heap allocations of this process during the measured window: the load
 	// generator's, and, for an in-process agentbus, the ingress's, NATS server's and host's.
 	Mallocs uint64
-	errs    map[string]int
+	// CPU is the CPU time (user and system) this process used during the measured window; zero
+	// where the platform does not tell.
+	CPU  time.Duration
+	errs map[string]int
+}
+
+// CPUPerCall is CPU per request of the measured window. On a shared machine it drifts less than
+// req/s: time the machine gives to other work is not counted.
+func (r result) CPUPerCall() time.Duration {
+	if r.Requests == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(r.Requests)
 }
 
 // AllocsPerCall is Mallocs per request of the measured window.
@@ -324,7 +336,10 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 
 	// Allocations are counted over the measured window, in this whole process.
-	var mallocs uint64
+	var (
+		mallocs uint64
+		cpu     time.Duration
+	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
 		if o.OnMeasure != nil {
@@ -332,14 +347,16 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		cpuBefore := processCPU()
 		sleepUntil(ctx, measureEnd)
+		cpu = processCPU() - cpuBefore
 		runtime.ReadMemStats(&after)
 		end()
 		mallocs = after.Mallocs - before.Mallocs
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, CPU: cpu, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {

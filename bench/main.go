@@ -402,6 +402,13 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 		// allocates on top is the difference (with -url, the other processes' are not counted).
 		fmt.Fprintf(w, "allocations per call: agentbus %.0f, bare %.0f, agentbus's own %.0f\n",
 			ab.AllocsPerCall(), bare.AllocsPerCall(), ab.AllocsPerCall()-bare.AllocsPerCall())
+		if ab.CPU > 0 && bare.CPU > 0 {
+			// What the machine gives to other processes is not in these: on a shared machine
+			// their ratio drifts less than the req/s ratio, which it approaches when both
+			// phases keep every CPU busy.
+			fmt.Fprintf(w, "CPU per call: agentbus %s, bare %s, ratio bare/agentbus %.3f\n",
+				fmtDur(ab.CPUPerCall()), fmtDur(bare.CPUPerCall()), float64(bare.CPUPerCall())/float64(ab.CPUPerCall()))
+		}
 	}
 }
 
