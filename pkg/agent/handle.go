@@ -323,7 +323,12 @@ func fitForHistory(m *history.Message) {
 		return
 	}
 	text := *m.Text
-	// JSON escaping may make text up to six times longer: measure it encoded.
+	// JSON escaping makes text at most six times longer, plus the quotes: a text that fits
+	// even so needs no measuring.
+	if 6*len(text)+2 <= 2*maxStoredMessage {
+		return
+	}
+	// Measure it encoded.
 	for limit := maxStoredMessage; ; limit /= 2 {
 		enc, _ := json.Marshal(text)
 		if len(enc) <= 2*maxStoredMessage {

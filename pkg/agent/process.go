@@ -33,7 +33,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		return true
 	}
 	replyTo := m.Headers().Get(subject.HeaderReplyTo)
-	log := h.log.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId())
+	log := requestLog(h.log, req)
 	if md.NumDelivered > 1 {
 		h.metrics.redelivered(d.part.key.agent)
 	}

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // Publish retries: as jetstream.JetStream.PublishMsg does, a publish that finds no responder
@@ -102,6 +104,18 @@ var (
 // parsePubAckFast reads the two forms of a successful acknowledgement that a stream without a
 // domain sends, {"stream":"NAME","seq":N} and {"stream":"NAME","seq":N,"duplicate": true}, or
 // reports false.
+// streamName returns b as a string, the package's constant for the streams every call publishes
+// to (no allocation).
+func streamName(b []byte) string {
+	switch string(b) {
+	case subject.InboxStream:
+		return subject.InboxStream
+	case subject.MessagesStream:
+		return subject.MessagesStream
+	}
+	return string(b)
+}
+
 func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 	rest, ok := bytes.CutPrefix(data, ackStreamPrefix)
 	if !ok {
@@ -116,7 +130,7 @@ func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 			return nil, false // escapes, control characters or non-ASCII: leave them to encoding/json
 		}
 	}
-	stream := string(rest[:end])
+	stream := streamName(rest[:end])
 	rest, ok = bytes.CutPrefix(rest[end+1:], ackSeqKey)
 	if !ok {
 		return nil, false
@@ -128,9 +142,13 @@ func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 	if n == 0 || (n > 1 && rest[0] == '0') {
 		return nil, false
 	}
-	seq, err := strconv.ParseUint(string(rest[:n]), 10, 64)
-	if err != nil {
-		return nil, false
+	var seq uint64
+	for _, c := range rest[:n] {
+		d := uint64(c - '0')
+		if seq > (math.MaxUint64-d)/10 {
+			return nil, false // overflows: leave it to encoding/json
+		}
+		seq = seq*10 + d
 	}
 	switch tail := rest[n:]; {
 	case len(tail) == 1 && tail[0] == '}':

@@ -12,6 +12,7 @@ import (
 var pubAckSeeds = []string{
 	`{"stream":"AGENTBUS_HISTORY","seq":12}`,
 	`{"stream":"AGENTBUS_INBOX","seq":7,"duplicate":true}`,
+	`{"stream":"AGENTBUS_MESSAGES","seq":99}`,
 	`{"stream":"S","domain":"hub","seq":3}`,
 	`{"stream":"S","seq":3,"domain":"hub","duplicate":true,"val":"5"}`,
 	`{"stream":"S","seq":18446744073709551615}`,

@@ -54,13 +54,15 @@ type Waiter struct {
 
 	mu     sync.Mutex
 	queue  []*agentbusv1.Reply
-	notify chan struct{} // has a token while queue is not empty
+	first  [1]*agentbusv1.Reply // queue's first backing array: most calls get one reply
+	notify chan struct{}        // has a token while queue is not empty
 }
 
 // Wait registers a new waiter; call Done when no longer waiting.
 func (r *Replies) Wait() *Waiter {
 	token := strconv.FormatUint(r.next.Add(1), 36)
 	w := &Waiter{r: r, token: token, Subject: subject.Reply(r.instance, token), notify: make(chan struct{}, 1)}
+	w.queue = w.first[:0]
 	r.mu.Lock()
 	r.waiters[token] = w
 	r.mu.Unlock()

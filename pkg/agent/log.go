@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// requestLog returns the logger of one request: base with the request's id and workflow id,
+// which are only formatted when a record is written. Most requests log nothing, and
+// Logger.With would format and copy them for every one.
+func requestLog(base *slog.Logger, req *agentbusv1.Request) *slog.Logger {
+	return slog.New(&requestHandler{base: base.Handler(), req: req})
+}
+
+// requestHandler adds a request's attributes to the records it hands to base, first, as
+// base.WithAttrs would have.
+type requestHandler struct {
+	base slog.Handler
+	req  *agentbusv1.Request
+}
+
+func (h *requestHandler) attrs() []slog.Attr {
+	return []slog.Attr{slog.String("requestId", h.req.GetRequestId()), slog.String("workflowId", h.req.GetWorkflowId())}
+}
+
+func (h *requestHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return h.base.Enabled(ctx, level)
+}
+
+func (h *requestHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(h.attrs()...)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(a)
+		return true
+	})
+	return h.base.Handle(ctx, out)
+}
+
+func (h *requestHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return h.base.WithAttrs(h.attrs()).WithAttrs(attrs)
+}
+
+func (h *requestHandler) WithGroup(name string) slog.Handler {
+	return h.base.WithAttrs(h.attrs()).WithGroup(name)
+}
