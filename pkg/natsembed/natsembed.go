@@ -76,8 +76,9 @@ func Start(cfg Config) (*Server, error) {
 	return &Server{Server: ns}, nil
 }
 
-// Connect opens a client connection: in-process when the server does not listen, else over
-// loopback. Extra options are applied after the defaults.
+// Connect opens an in-process client connection, whether or not the server also listens (over
+// loopback TCP the bench measured the same CPU per call). Extra options are applied after the
+// defaults.
 func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, opts...)
 	nc, err := nats.Connect("", all...)
