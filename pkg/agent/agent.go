@@ -108,6 +108,11 @@ func New(name string, opts ...Option) *Agent {
 // Name returns the agent's name.
 func (a *Agent) Name() string { return a.name }
 
+// servesTenant reports whether callers of the tenant may call the agent (see Tenants).
+func (a *Agent) servesTenant(tenant string) bool {
+	return len(a.tenants) == 0 || slices.Contains(a.tenants, tenant)
+}
+
 // Webhook registers the handler of a webhook method. Method names are matched exactly.
 // It panics if the method is registered already or the name is empty.
 func (a *Agent) Webhook(method string, h WebhookHandler) {

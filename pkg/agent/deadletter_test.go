@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -23,6 +25,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // flaky is an agent whose handlers fail on purpose: always (boom), the first few times (flaky),
@@ -219,4 +223,46 @@ func TestIdleInstanceStartsANewRun(t *testing.T) {
 	third := countOf(t, b)
 	assert.Equal(t, 1, third.Count, "the idle run's state carried over")
 	assert.NotEqual(t, first.RunID, third.RunID, "the idle run was not completed")
+}
+
+// A request of a tenant an agent is not for is refused by the host too, however it reached the
+// inbox (here published directly, as a dead letter replayed after the agent was restricted
+// would be), and its handler does not run.
+func TestHostRefusesTenantsTheAgentIsNotFor(t *testing.T) {
+	var calls atomic.Int32
+	vault := agent.New("Vault", agent.Tenants("default"))
+	vault.WebhookFunc("open", func(context.Context, *agent.WebhookRequest) agent.Response {
+		calls.Add(1)
+		return agent.Status(http.StatusOK)
+	})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{vault}})
+	nc := natstest.Conn(t, s.NATS)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	send := func(tenant string) *agentbusv1.Reply {
+		t.Helper()
+		reply := nats.NewInbox()
+		sub, err := nc.SubscribeSync(reply)
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+		wf := tenant + ":Vault:Supervisor Workflow:a"
+		req := &agentbusv1.Request{RequestId: "r-" + tenant, TenantId: tenant, WorkflowId: wf, AgentName: "Vault",
+			WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: "webhook",
+			Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "open"}
+		data, err := proto.Marshal(req)
+		require.NoError(t, err)
+		msg := &nats.Msg{Subject: subject.Inbox("Vault", tenant, wf, "webhook"), Data: data, Header: nats.Header{}}
+		msg.Header.Set(subject.HeaderReplyTo, reply)
+		_, err = js.PublishMsg(context.Background(), msg)
+		require.NoError(t, err)
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err, "no reply for tenant %s", tenant)
+		rep := new(agentbusv1.Reply)
+		require.NoError(t, proto.Unmarshal(m.Data, rep))
+		return rep
+	}
+	assert.EqualValues(t, http.StatusNotFound, send("other").GetStatusCode(), "the other tenant's request")
+	assert.Zero(t, calls.Load(), "the handler ran for the other tenant")
+	assert.EqualValues(t, http.StatusOK, send("default").GetStatusCode(), "the agent's tenant's request")
+	assert.EqualValues(t, 1, calls.Load())
 }

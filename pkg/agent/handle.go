@@ -36,7 +36,9 @@ const maxStoredBody = 64 << 10
 func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error {
 	req, replyTo := in.req, in.replyTo
 	a := h.agents[req.GetAgentName()]
-	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) {
+	// The ingress checks the tenant too; a request that reached the inbox otherwise (a dead
+	// letter replayed after the agent was restricted, an older ingress) is refused here.
+	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
 		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), ""))
 		return nil
 	}
