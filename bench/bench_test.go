@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// TestBenchSmoke runs both phases briefly and checks that every request succeeded and that the
-// phases leave no goroutines behind.
+// TestBenchSmoke runs the three phases briefly and checks that every request succeeded, that the
+// phases answered the same sizes, and that they leave no goroutines behind.
 func TestBenchSmoke(t *testing.T) {
 	before := runtime.NumGoroutine()
 	o := options{
@@ -30,7 +30,8 @@ func TestBenchSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	results := map[string]result{}
-	for _, phase := range []string{phaseBare, phaseAgentbus} {
+	phases := []string{phaseBare, phasePipeline, phaseAgentbus}
+	for _, phase := range phases {
 		res, err := runTarget(ctx, phase, o, client)
 		if err != nil {
 			t.Fatalf("%s: %v", phase, err)
@@ -46,11 +47,11 @@ func TestBenchSmoke(t *testing.T) {
 		}
 		results[phase] = res
 	}
-	if a, b := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(); a != b {
-		t.Errorf("response sizes differ: agentbus %.1f B, bare %.1f B", a, b)
+	if a, b, p := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(), results[phasePipeline].AvgRespBytes(); a != b || a != p {
+		t.Errorf("response sizes differ: agentbus %.1f B, bare %.1f B, pipeline %.1f B", a, b, p)
 	}
 	var out bytes.Buffer
-	printTable(&out, []string{phaseBare, phaseAgentbus}, results)
+	printTable(&out, phases, results)
 	t.Log("\n" + out.String())
 	client.CloseIdleConnections()
 	checkGoroutines(t, before)
@@ -277,6 +278,24 @@ func TestParseRates(t *testing.T) {
 	}
 	if s := (run{phaseAgentbus, 2000}).String(); s != "agentbus@2000" {
 		t.Errorf("run label %q", s)
+	}
+}
+
+func TestParsePhases(t *testing.T) {
+	for in, want := range map[string][]string{
+		"both":                   {phaseBare, phaseAgentbus},
+		"agentbus":               {phaseAgentbus},
+		"agentbus,pipeline,bare": {phaseBare, phasePipeline, phaseAgentbus},
+		"pipeline,agentbus":      {phasePipeline, phaseAgentbus},
+	} {
+		if got, err := parsePhases(in); err != nil || !slices.Equal(got, want) {
+			t.Errorf("parsePhases(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "all", "bare,", "bare,nope", "Bare"} {
+		if got, err := parsePhases(bad); err == nil {
+			t.Errorf("parsePhases(%q) = %v, want an error", bad, got)
+		}
 	}
 }
 

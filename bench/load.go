@@ -121,6 +121,8 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		ep, stop, err = startBare(ctx, o)
 	case phaseAgentbus:
 		ep, stop, err = startAgentbus(ctx, o)
+	case phasePipeline:
+		ep, stop, err = startPipeline(ctx, o)
 	default:
 		return result{Phase: phase}, fmt.Errorf("unknown phase %q", phase)
 	}

@@ -113,7 +113,7 @@ func main() {
 	body := flag.String("body", `{"ping":1}`, "request body")
 	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
 	flag.StringVar(&memprofile, "memprofile", "", "write the allocation profile of the whole run to `file` when it ends (with -phase agentbus: the agentbus phase, its warm-up and the stack's start)")
-	phase := flag.String("phase", "both", "phases to run: both, bare or agentbus")
+	phase := flag.String("phase", "both", "phases to run: both (bare and agentbus), or a comma-separated list of bare, pipeline (the floor: HTTP → JetStream → consumer → reply, webhook only) and agentbus")
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
@@ -124,14 +124,9 @@ func main() {
 	flag.Parse()
 	o.Body = []byte(*body)
 
-	var phases []string
-	switch *phase {
-	case "both":
-		phases = []string{phaseBare, phaseAgentbus}
-	case phaseBare, phaseAgentbus:
-		phases = []string{*phase}
-	default:
-		fatalf("-phase %q: want both, bare or agentbus", *phase)
+	phases, err := parsePhases(*phase)
+	if err != nil {
+		fatalf("-phase %q: %v", *phase, err)
 	}
 	all := o.Target == "all"
 	if all {
@@ -165,8 +160,11 @@ func main() {
 	if all && cpuprofile != "" {
 		fatalf("-cpuprofile profiles one target; give -target")
 	}
-	if cpuprofile != "" && *phase == phaseBare {
-		fatalf("-cpuprofile profiles the agentbus phase, which -phase bare does not run")
+	if cpuprofile != "" && !slices.Contains(phases, phaseAgentbus) {
+		fatalf("-cpuprofile profiles the agentbus phase, which -phase %s does not run", *phase)
+	}
+	if slices.Contains(phases, phasePipeline) && (all || o.Target != targetWebhook) {
+		fatalf("the %s phase serves the webhook target only", phasePipeline)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -204,6 +202,27 @@ func main() {
 		fmt.Printf("  %-9s %.3f   (target >= %.2f: %s)\n", t, ratios[t], targetRatio, verdict(ratios[t] >= targetRatio))
 	}
 	exit(ctx, failed)
+}
+
+// parsePhases reads -phase: "both", or a list of phases, run in the order bare, pipeline,
+// agentbus whatever the list's.
+func parsePhases(list string) ([]string, error) {
+	if list == "both" {
+		return []string{phaseBare, phaseAgentbus}, nil
+	}
+	given := strings.Split(list, ",")
+	var phases []string
+	for _, p := range []string{phaseBare, phasePipeline, phaseAgentbus} {
+		if slices.Contains(given, p) {
+			phases = append(phases, p)
+		}
+	}
+	for _, g := range given {
+		if !slices.Contains(phases, g) {
+			return nil, fmt.Errorf("%q is not a phase: want both, or a list of bare, pipeline and agentbus", g)
+		}
+	}
+	return phases, nil
 }
 
 // suiteTargets are what -target all runs, in order.
@@ -394,6 +413,14 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 		ratio := ab.RPS() / bare.RPS()
 		fmt.Fprintf(w, "ratio agentbus/bare req/s: %.3f   (target >= %.2f: %s)\n", ratio, targetRatio, verdict(ratio >= targetRatio))
 	}
+	if pipe, ok := results[phasePipeline]; ok && pipe.RPS() > 0 {
+		if okB && bare.RPS() > 0 {
+			fmt.Fprintf(w, "ratio pipeline/bare req/s: %.3f   (the floor)\n", pipe.RPS()/bare.RPS())
+		}
+		if okA {
+			fmt.Fprintf(w, "ratio agentbus/pipeline req/s: %.3f\n", ab.RPS()/pipe.RPS())
+		}
+	}
 	if okA {
 		fmt.Fprintf(w, "agentbus p99: %s   (target < %s: %s)\n", fmtDur(ab.P99), fmtDur(targetP99), verdict(ab.P99 < targetP99))
 	}
@@ -409,6 +436,10 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 			fmt.Fprintf(w, "CPU per call: agentbus %s, bare %s, ratio bare/agentbus %.3f\n",
 				fmtDur(ab.CPUPerCall()), fmtDur(bare.CPUPerCall()), float64(bare.CPUPerCall())/float64(ab.CPUPerCall()))
 		}
+	}
+	if pipe, ok := results[phasePipeline]; ok && pipe.CPU > 0 && okA && ab.CPU > 0 {
+		fmt.Fprintf(w, "CPU per call: pipeline %s, ratio pipeline/agentbus %.3f; allocations per call: pipeline %.0f\n",
+			fmtDur(pipe.CPUPerCall()), float64(pipe.CPUPerCall())/float64(ab.CPUPerCall()), pipe.AllocsPerCall())
 	}
 }
 
