@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -176,23 +175,12 @@ func startPipeline(ctx context.Context, o options) (ep endpoint, stop func() err
 			http.Error(w, "no reply", http.StatusGatewayTimeout)
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stopHTTP, err := serveLoopback(h)
 	if err != nil {
 		return endpoint{}, nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	closers = append(closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := srv.Shutdown(ctx)
-		if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		return err
-	})
+	closers = append(closers, stopHTTP)
 	// A made-up key of the real one's length keeps the requests' sizes the same.
-	ep, err = newEndpoint(o, "http://"+ln.Addr().String(), keys.Generate())
+	ep, err = newEndpoint(o, base, keys.Generate())
 	return ep, stop, err
 }

@@ -319,21 +319,9 @@ func startBare(ctx context.Context, o options) (ep endpoint, stop func() error, 
 		w.WriteHeader(ans.status)
 		_, _ = w.Write(body)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := serveLoopback(h)
 	if err != nil {
 		return endpoint{}, nil, err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	stop = func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		err := srv.Shutdown(ctx)
-		if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		return err
 	}
 	defer func() {
 		if err != nil {
@@ -342,7 +330,7 @@ func startBare(ctx context.Context, o options) (ep endpoint, stop func() error, 
 	}()
 
 	// A made-up key of the real one's length keeps the requests' sizes the same.
-	if ep, err = newEndpoint(o, "http://"+ln.Addr().String(), keys.Generate()); err != nil {
+	if ep, err = newEndpoint(o, base, keys.Generate()); err != nil {
 		return endpoint{}, nil, err
 	}
 	if ep.status != ans.status {
@@ -358,6 +346,28 @@ func startBare(ctx context.Context, o options) (ep endpoint, stop func() error, 
 		}
 	}
 	return ep, stop, nil
+}
+
+// serveLoopback serves h on a loopback port and returns its base URL and a function that shuts
+// the server down.
+func serveLoopback(h http.Handler) (base string, stop func() error, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	stop = func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := srv.Shutdown(ctx)
+		if serr := <-done; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		return err
+	}
+	return "http://" + ln.Addr().String(), stop, nil
 }
 
 // echoAnswer is the body Echo's echo method answers for body and params.
