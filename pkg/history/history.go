@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,8 +46,18 @@ var (
 	ErrBadCursor = errors.New("history cursor does not belong to the thread")
 )
 
-// msgIDPrefix marks history messages' JetStream de-duplication ids.
-const msgIDPrefix = "m:"
+// recordID is the JetStream de-duplication id of a record of the thread subj whose first message
+// has the given id: the thread is part of it, because message ids are unique per request, not per
+// thread (a caller may send one requestId to two workflows, and a reply's id derives from it).
+func recordID(subj, id string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(subj))
+	b := make([]byte, 0, 2+16+1+len(id))
+	b = append(b, "m:"...)
+	b = strconv.AppendUint(b, h.Sum64(), 16)
+	b = append(b, ':')
+	return string(append(b, id...))
+}
 
 // maxKnownTopicThreads bounds the topic cache; past it the cache starts over, which costs one
 // KV read per thread and scope seen again.
@@ -173,7 +184,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if cur.LastSeq != 0 {
 			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))
 		}
-		nm.Header.Set(jetstream.MsgIDHeader, msgIDPrefix+rec[0].ID)
+		nm.Header.Set(jetstream.MsgIDHeader, recordID(subj, rec[0].ID))
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {

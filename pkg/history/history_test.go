@@ -468,6 +468,22 @@ func TestDedupeAcrossRecords(t *testing.T) {
 	})
 }
 
+// A message id seen in one thread is no duplicate in another: a caller may send one requestId
+// to two workflows, and the ids of their replies derive from it.
+func TestSameIDInTwoThreads(t *testing.T) {
+	e := setup(t)
+	var a, b history.Cursor
+	ma, mb := chat("reply-of-r1", "a"), chat("reply-of-r1", "b")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &a, ma))
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, "bob", &b, mb))
+	assert.NotEqual(t, ma.Pos, mb.Pos)
+	for _, p := range []string{user, "bob"} {
+		page, _, err := e.store.Page(e.ctx, tenant, wf, p, history.PageOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"reply-of-r1"}, ids(page), "thread of %s", p)
+	}
+}
+
 // Two messages too large to share a record are stored as two.
 func TestLargeExchange(t *testing.T) {
 	e := setup(t)
