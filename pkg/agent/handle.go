@@ -97,7 +97,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			req:     req,
 			log:     log,
 			tracer:  h.tracer,
-			history: func(seq uint64) historyFunc { return h.historyBefore(req, seq) },
+			history: func(pos uint64) historyFunc { return h.historyBefore(req, pos) },
 			store: func(ctx context.Context, hm *history.Message) error {
 				if _, err := x.storeIn(ctx); err != nil {
 					return err
