@@ -249,12 +249,7 @@ func TestHostRefusesTenantsTheAgentIsNotFor(t *testing.T) {
 		req := &agentbusv1.Request{RequestId: "r-" + tenant, TenantId: tenant, WorkflowId: wf, AgentName: "Vault",
 			WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: "webhook",
 			Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "open"}
-		data, err := proto.Marshal(req)
-		require.NoError(t, err)
-		msg := &nats.Msg{Subject: subject.Inbox("Vault", tenant, wf, "webhook"), Data: data, Header: nats.Header{}}
-		msg.Header.Set(subject.HeaderReplyTo, reply)
-		_, err = js.PublishMsg(context.Background(), msg)
-		require.NoError(t, err)
+		enqueue(t, js, req, nats.Header{subject.HeaderReplyTo: {reply}})
 		m, err := sub.NextMsg(10 * time.Second)
 		require.NoError(t, err, "no reply for tenant %s", tenant)
 		rep := new(agentbusv1.Reply)

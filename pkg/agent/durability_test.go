@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -28,13 +27,10 @@ func TestQueuedRequestSurvivesRestart(t *testing.T) {
 		WorkflowType: "Supervisor Workflow", ActivationName: "durable", ParticipantId: "webhook",
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count",
 	}
-	data, err := proto.Marshal(req)
-	require.NoError(t, err)
 	nc, err := s.NATS.Connect("test")
 	require.NoError(t, err)
 	js, _ := jetstream.New(nc)
-	_, err = js.PublishMsg(context.Background(), &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data})
-	require.NoError(t, err)
+	enqueue(t, js, req, nil)
 	nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -57,17 +53,13 @@ func TestRequestStoredTwiceRunsOnce(t *testing.T) {
 		WorkflowType: "Supervisor Workflow", ActivationName: "twice", ParticipantId: "webhook",
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
 	}
-	data, err := proto.Marshal(req)
-	require.NoError(t, err)
 	nc, err := s.NATS.Connect("test")
 	require.NoError(t, err)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	for _, id := range []string{"copy-1", "copy-2"} {
-		msg := &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data, Header: nats.Header{}}
-		msg.Header.Set(subject.HeaderMsgID, id) // two stored copies, as if the dedupe missed
-		_, err := js.PublishMsg(context.Background(), msg)
-		require.NoError(t, err)
+		// Two stored copies, as if the dedupe missed.
+		enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {id}})
 	}
 	// The state call queues behind both copies in the same conversation.
 	_, _, b := post(t, s, wf, "state", "")

@@ -11,13 +11,30 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
+
+// enqueue stores req in the inbox as the ingress does, at its agent's, tenant's, workflow's and
+// participant's subject, with header (a reply subject, a de-duplication id; nil for none).
+func enqueue(t *testing.T, js jetstream.JetStream, req *agentbusv1.Request, header nats.Header) {
+	t.Helper()
+	data, err := proto.Marshal(req)
+	require.NoError(t, err)
+	msg := &nats.Msg{Subject: subject.Inbox(req.GetAgentName(), req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()),
+		Data: data, Header: header}
+	_, err = js.PublishMsg(t.Context(), msg)
+	require.NoError(t, err)
+}
 
 // post may run on goroutines other than the test's: it reports a failed request with assert.
 func post(t *testing.T, s *stacktest.Stack, workflow, method, query string) (int, http.Header, []byte) {

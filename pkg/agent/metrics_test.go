@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -170,19 +167,16 @@ func TestHostMetricsCached(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := stacktest.Start(t, stacktest.Options{Host: agent.HostConfig{Metrics: reg}})
 	wf := "default:Echo:Supervisor Workflow:cached"
-	data, err := proto.Marshal(&agentbusv1.Request{
+	req := &agentbusv1.Request{
 		RequestId: "cached-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
 		WorkflowType: "Supervisor Workflow", ActivationName: "cached", ParticipantId: "webhook",
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
-	})
-	require.NoError(t, err)
+	}
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)
 	for _, id := range []string{"copy-1", "copy-2"} {
-		msg := &nats.Msg{Subject: subject.Inbox("Echo", "default", wf, "webhook"), Data: data, Header: nats.Header{}}
-		msg.Header.Set(subject.HeaderMsgID, id) // two stored copies, as if the dedupe missed
-		_, err := js.PublishMsg(t.Context(), msg)
-		require.NoError(t, err)
+		// Two stored copies, as if the dedupe missed.
+		enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {id}})
 	}
 	// The state call queues behind both copies in the same conversation.
 	status, _, b := post(t, s, wf, "state", "")
@@ -207,11 +201,7 @@ func TestHostMetricsRedelivered(t *testing.T) {
 	const ackWait = time.Second
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait, Metrics: reg}})
-	doomed := idOwning("Seq", 1, 0, "survivor")
-	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sa.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
-	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"survivor", doomed})
-	})
+	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
 
 	step(t, s, "r", "1", "2s")
 	waitFor(t, 5*time.Second, "the step runs on the doomed host", func() bool {

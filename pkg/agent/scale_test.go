@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -22,7 +21,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/stacktest"
-	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -205,10 +203,7 @@ func step(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
 	req := &agentbusv1.Request{RequestId: fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano()), TenantId: "default",
 		WorkflowId: wf, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "step", Params: map[string]string{"n": n, "sleep": sleep}, CreatedAtMs: time.Now().UnixMilli()}
-	data, err := proto.Marshal(req)
-	require.NoError(t, err)
-	_, err = js.Publish(context.Background(), subject.Inbox("Seq", "default", wf, participant), data)
-	require.NoError(t, err)
+	enqueue(t, js, req, nil)
 }
 
 // startHost runs a host on a connection of its own, which the test may close to make the host
@@ -236,6 +231,20 @@ func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.H
 	return h, nc, cancel
 }
 
+// startSeqOwner starts, next to the stack's host other, a host of sa (cfg with its ID and Agents
+// filled in) whose id placement gives Seq's only partition, and waits until it owns it; it
+// returns the host's id, its connection and the cancel of its run.
+func startSeqOwner(t *testing.T, s *stacktest.Stack, sa *seqAgent, other string, cfg agent.HostConfig) (string, *nats.Conn, context.CancelFunc) {
+	t.Helper()
+	cfg.ID = idOwning("Seq", 1, 0, other)
+	cfg.Agents = []*agent.Agent{sa.agent()}
+	h, nc, cancel := startHost(t, s, cfg)
+	waitFor(t, 5*time.Second, "host "+cfg.ID+" owns the partition", func() bool {
+		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{other, cfg.ID})
+	})
+	return cfg.ID, nc, cancel
+}
+
 // idOwning returns a host id that placement gives the agent's partition p, next to other.
 func idOwning(agentName string, partitions, p int, other string) string {
 	for i := 0; ; i++ {
@@ -256,11 +265,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 	const ackWait = 6 * time.Second
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed := idOwning("Seq", 1, 0, "survivor")
-	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sa.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
-	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"survivor", doomed})
-	})
+	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
 
 	step(t, s, "x", "1", "2s")
 	waitFor(t, 5*time.Second, "the first step runs on the doomed host", func() bool {
@@ -292,11 +297,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 func TestCleanHandoverKeepsOrder(t *testing.T) {
 	sa := &seqAgent{}
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{ID: "stays"}})
-	leaving := idOwning("Seq", 1, 0, "stays")
-	h, _, cancel := startHost(t, s, agent.HostConfig{ID: leaving, Agents: []*agent.Agent{sa.agent()}})
-	waitFor(t, 5*time.Second, "the leaving host owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{"stays", leaving})
-	})
+	leaving, _, cancel := startSeqOwner(t, s, sa, "stays", agent.HostConfig{})
 
 	step(t, s, "y", "1", "1s")
 	waitFor(t, 5*time.Second, "the first step runs", func() bool { ns, _ := sa.starts("y"); return len(ns) == 1 })
