@@ -108,9 +108,10 @@ func New(name string, opts ...Option) *Agent {
 // Name returns the agent's name.
 func (a *Agent) Name() string { return a.name }
 
-// servesTenant reports whether callers of the tenant may call the agent (see Tenants).
+// servesTenant reports whether callers of the tenant may call the agent (see Tenants), by the
+// rule the ingress applies to the agent's registration.
 func (a *Agent) servesTenant(tenant string) bool {
-	return len(a.tenants) == 0 || slices.Contains(a.tenants, tenant)
+	return registry.Agent{Tenants: a.tenants}.VisibleTo(tenant)
 }
 
 // Webhook registers the handler of a webhook method. Method names are matched exactly.
