@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"unicode"
 )
 
 // A record is one message of the history stream. It holds one Message (its JSON object), or the
@@ -50,7 +49,7 @@ func encodeRecord(msgs []*Message) ([]byte, error) {
 
 // decodeRecord decodes the record at seq into its messages, oldest first, with their positions.
 func decodeRecord(seq uint64, data []byte) ([]Message, error) {
-	if i := bytes.IndexFunc(data, func(r rune) bool { return !unicode.IsSpace(r) }); i >= 0 && data[i] == '[' {
+	if bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("[")) {
 		var msgs []Message
 		if err := json.Unmarshal(data, &msgs); err != nil {
 			return nil, err
