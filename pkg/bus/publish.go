@@ -104,18 +104,6 @@ var (
 // parsePubAckFast reads the two forms of a successful acknowledgement that a stream without a
 // domain sends, {"stream":"NAME","seq":N} and {"stream":"NAME","seq":N,"duplicate": true}, or
 // reports false.
-// streamName returns b as a string, the package's constant for the streams every call publishes
-// to (no allocation).
-func streamName(b []byte) string {
-	switch string(b) {
-	case subject.InboxStream:
-		return subject.InboxStream
-	case subject.MessagesStream:
-		return subject.MessagesStream
-	}
-	return string(b)
-}
-
 func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 	rest, ok := bytes.CutPrefix(data, ackStreamPrefix)
 	if !ok {
@@ -135,20 +123,16 @@ func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 	if !ok {
 		return nil, false
 	}
-	n := 0
-	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
-		n++
-	}
-	if n == 0 || (n > 1 && rest[0] == '0') {
-		return nil, false
-	}
-	var seq uint64
-	for _, c := range rest[:n] {
-		d := uint64(c - '0')
+	n, seq := 0, uint64(0)
+	for ; n < len(rest) && rest[n] >= '0' && rest[n] <= '9'; n++ {
+		d := uint64(rest[n] - '0')
 		if seq > (math.MaxUint64-d)/10 {
 			return nil, false // overflows: leave it to encoding/json
 		}
 		seq = seq*10 + d
+	}
+	if n == 0 || (n > 1 && rest[0] == '0') {
+		return nil, false
 	}
 	switch tail := rest[n:]; {
 	case len(tail) == 1 && tail[0] == '}':
@@ -157,4 +141,16 @@ func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 		return &jetstream.PubAck{Stream: stream, Sequence: seq, Duplicate: true}, true
 	}
 	return nil, false
+}
+
+// streamName returns b as a string, the package's constant for the streams every call publishes
+// to (no allocation).
+func streamName(b []byte) string {
+	switch string(b) {
+	case subject.InboxStream:
+		return subject.InboxStream
+	case subject.MessagesStream:
+		return subject.MessagesStream
+	}
+	return string(b)
 }
