@@ -111,14 +111,13 @@ func appendStamp(b []byte, t time.Time) []byte {
 	return append(b, 'Z')
 }
 
-// appendDigits appends the n low decimal digits of v (v >= 0), with leading zeros.
+// appendDigits appends the n (at most 4) low decimal digits of v (v >= 0), with leading zeros.
 func appendDigits(b []byte, v, n int) []byte {
-	for i := n - 1; i >= 0; i-- {
-		d := v
-		for range i {
-			d /= 10
-		}
-		b = append(b, byte('0'+d%10))
+	start := len(b)
+	b = append(b, "0000"[:n]...)
+	for i := len(b) - 1; i >= start; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
 	}
 	return b
 }
