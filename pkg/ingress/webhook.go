@@ -126,11 +126,7 @@ func headerBlock(h http.Header) []byte {
 		case "Authorization", "Cookie", "Proxy-Authorization":
 			continue
 		}
-		if len(values) == 1 {
-			block = bus.AppendHeader(block, name, values[0])
-			continue
-		}
-		block = bus.AppendHeader(block, name, strings.Join(values, ", "))
+		block = bus.AppendHeader(block, name, strings.Join(values, ", ")) // one value: no copy
 	}
 	return block
 }
