@@ -103,6 +103,31 @@ type setting struct {
 	set                   func(string) error
 }
 
+// anyDuration is the least duration of an option that takes any.
+const anyDuration = time.Duration(math.MinInt64)
+
+// duration returns the setter of a duration option that must be at least min (anyDuration: any,
+// 0: none negative, time.Nanosecond: positive); example is a valid value its error shows.
+func duration(dst *time.Duration, name, example string, min time.Duration) func(string) error {
+	want := "a duration such as " + example
+	switch {
+	case min == 0:
+		want += ", or 0"
+	case min == time.Nanosecond:
+		want = "a positive duration such as " + example
+	case min > time.Nanosecond:
+		want = "a duration of at least " + min.String()
+	}
+	return func(v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < min {
+			return fmt.Errorf("%s: %q is not %s", name, v, want)
+		}
+		*dst = d
+		return nil
+	}
+}
+
 func (c *Config) settings() []setting {
 	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
 	num := func(dst *int, name string) func(string) error {
@@ -124,38 +149,10 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_ADMIN_KEY", "admin-key", "", "system-admin key accepted for all tenants (prefer the variable: flags show in ps)", str(&c.AdminKey)},
 		{"AGENTBUS_PARTITIONS", "partitions", "32", "inbox partitions", num(&c.Partitions, "partitions")},
 		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", num(&c.Replicas, "replicas")},
-		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("webhook-timeout: %q is not a duration such as 30s", v)
-			}
-			c.WebhookTimeout = d
-			return nil
-		}},
-		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "0", "ingress: how long a shutdown waits for synchronous calls in flight; 0 means the webhook timeout plus 5s", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("shutdown-timeout: %q is not a duration such as 35s, or 0", v)
-			}
-			c.ShutdownTimeout = d
-			return nil
-		}},
-		{"AGENTBUS_DRAIN_DELAY", "drain-delay", "0", "ingress: how long after SIGTERM /readyz answers 503 draining while requests are still served, before the listener closes, so that load balancers stop sending first", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("drain-delay: %q is not a duration such as 5s, or 0", v)
-			}
-			c.DrainDelay = d
-			return nil
-		}},
-		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("history-max-age: %q is not a positive duration such as 720h", v)
-			}
-			c.HistoryMaxAge = d
-			return nil
-		}},
+		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", duration(&c.WebhookTimeout, "webhook-timeout", "30s", anyDuration)},
+		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "0", "ingress: how long a shutdown waits for synchronous calls in flight; 0 means the webhook timeout plus 5s", duration(&c.ShutdownTimeout, "shutdown-timeout", "35s", 0)},
+		{"AGENTBUS_DRAIN_DELAY", "drain-delay", "0", "ingress: how long after SIGTERM /readyz answers 503 draining while requests are still served, before the listener closes, so that load balancers stop sending first", duration(&c.DrainDelay, "drain-delay", "5s", 0)},
+		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", duration(&c.HistoryMaxAge, "history-max-age", "720h", time.Nanosecond)},
 		{"AGENTBUS_MAX_FILE_BYTES", "max-file-bytes", "26214400", "largest uploaded file in bytes (25 MiB)", func(v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1 {
@@ -198,14 +195,7 @@ func (c *Config) settings() []setting {
 		}},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
-		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("idle-timeout: %q is not a duration such as 24h, or 0", v)
-			}
-			c.IdleTimeout = d
-			return nil
-		}},
+		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},
 		{"AGENTBUS_MAX_DELIVERIES", "max-deliveries", "5", "attempts of a failing request (a panic, a retryable error, a host crash) before it goes to the dead letters", func(v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -214,22 +204,8 @@ func (c *Config) settings() []setting {
 			c.MaxDeliveries = n
 			return nil
 		}},
-		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return fmt.Errorf("retry-backoff: %q is not a positive duration such as 1s", v)
-			}
-			c.RetryBackoff = d
-			return nil
-		}},
-		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", func(v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < time.Second {
-				return fmt.Errorf("ack-wait: %q is not a duration of at least 1s", v)
-			}
-			c.AckWait = d
-			return nil
-		}},
+		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
+		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz, /readyz and /metrics on this address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
