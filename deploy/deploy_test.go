@@ -231,7 +231,7 @@ func TestComposeInterpolation(t *testing.T) {
 		c, _ := loadCompose(t)
 		got, err := interpolate(c.Services["workflowhost-1"].Environment["AGENTBUS_PARTITIONS"], nil)
 		require.NoError(t, err)
-		assert.Equal(t, "32", got, "the binaries' default")
+		assert.Equal(t, "16", got, "the binaries' default")
 	})
 }
 

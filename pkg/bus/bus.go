@@ -23,8 +23,9 @@ type Config struct {
 	// Replicas of every stream and bucket: 1 for one server, 3 for a production cluster.
 	// Zero means 1.
 	Replicas int
-	// Partitions of the inbox. Zero means 32. Changing it on an existing stream re-maps only new
-	// requests; drain the inbox first.
+	// Partitions of the inbox. Zero means 16. The count of an inbox that holds requests cannot
+	// change (Ensure refuses): it would re-map only new requests, and hosts counting the other
+	// way would leave some unpulled. Drain the inbox, then restart every process with the new one.
 	Partitions int
 	// DedupeWindow is how long a requestId is remembered for idempotency. Zero means 10 minutes.
 	DedupeWindow time.Duration
@@ -36,7 +37,10 @@ type Config struct {
 
 // Defaults for Config's zero values.
 const (
-	DefaultPartitions   = 32
+	// DefaultPartitions bounds how many hosts share one agent's work. Each partition is a
+	// consumer on the inbox, and the server's work per request grows with their number
+	// (docs/performance.md: CPU per call 16 against 32 partitions).
+	DefaultPartitions   = 16
 	DefaultDedupeWindow = 10 * time.Minute
 	DefaultInboxMaxAge  = 7 * 24 * time.Hour
 	DefaultHistoryAge   = 180 * 24 * time.Hour
@@ -138,6 +142,9 @@ func transient(err error) bool {
 
 func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	r := &Resources{JS: js, Config: cfg}
+	if err := checkRepartition(ctx, js, cfg.Partitions); err != nil {
+		return nil, err
+	}
 	src, dst := subject.InboxTransform(cfg.Partitions)
 	var err error
 	r.Inbox, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -242,6 +249,34 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, fmt.Errorf("creating object store %s: %w", subject.ClaimsStore, err)
 	}
 	return r, nil
+}
+
+// ErrRepartition is returned by Ensure when the configured partition count differs from that of
+// an inbox that holds requests.
+var ErrRepartition = errors.New("inbox partition count differs")
+
+// checkRepartition refuses to change the partition count of an inbox that holds requests: the
+// requests already stored keep their partitions, and processes still running with the old count
+// would pull the wrong ones. An empty inbox may change.
+func checkRepartition(ctx context.Context, js jetstream.JetStream, partitions int) error {
+	s, err := js.Stream(ctx, subject.InboxStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", subject.InboxStream, err)
+	}
+	info := s.CachedInfo()
+	if info.Config.SubjectTransform == nil {
+		return nil
+	}
+	have, ok := subject.TransformPartitions(info.Config.SubjectTransform.Destination)
+	if !ok || have == partitions || info.State.Msgs == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the inbox holds %d requests in %d partitions and this process is configured for %d: "+
+		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
+		ErrRepartition, info.State.Msgs, have, partitions, have)
 }
 
 // leaderReadBucket creates or updates a KV bucket whose reads all go to its stream's leader: its

@@ -147,7 +147,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_NATS_LISTEN", "nats-listen", "127.0.0.1:4222", "standalone: also serve the embedded NATS here; empty keeps it in-process", str(&c.NATSListen)},
 		{"AGENTBUS_DEV_API_KEY", "dev-api-key", "", "standalone: seed this tenant-admin key for tenant default (else one is generated and printed once)", str(&c.DevAPIKey)},
 		{"AGENTBUS_ADMIN_KEY", "admin-key", "", "system-admin key accepted for all tenants (prefer the variable: flags show in ps)", str(&c.AdminKey)},
-		{"AGENTBUS_PARTITIONS", "partitions", "32", "inbox partitions", num(&c.Partitions, "partitions")},
+		{"AGENTBUS_PARTITIONS", "partitions", "16", "inbox partitions: at most this many hosts share one agent", num(&c.Partitions, "partitions")},
 		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", num(&c.Replicas, "replicas")},
 		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", duration(&c.WebhookTimeout, "webhook-timeout", "30s", anyDuration)},
 		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "0", "ingress: how long a shutdown waits for synchronous calls in flight; 0 means the webhook timeout plus 5s", duration(&c.ShutdownTimeout, "shutdown-timeout", "35s", 0)},

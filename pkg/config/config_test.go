@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 		HTTPAddr:            "127.0.0.1:8080",
 		DataDir:             "./data",
 		NATSListen:          "127.0.0.1:4222",
-		Partitions:          32,
+		Partitions:          16,
 		Replicas:            1,
 		WebhookTimeout:      30 * time.Second,
 		HistoryMaxAge:       180 * 24 * time.Hour,

@@ -131,6 +131,24 @@ func InboxTransform(partitions int) (source, destination string) {
 		fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2,3)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", inboxPrefix, partitions)
 }
 
+// TransformPartitions reads the partition count back from an inbox transform's destination, as
+// InboxTransform writes it; ok is false for any other destination.
+func TransformPartitions(destination string) (n int, ok bool) {
+	_, rest, found := strings.Cut(destination, "{{partition(")
+	if !found {
+		return 0, false
+	}
+	count, _, found := strings.Cut(rest, ",")
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
 // Partition is the filter subject of the consumer of an agent's partition p.
 func Partition(agent string, p int) string {
 	return fmt.Sprintf("%s.%s.%d.>", inboxPrefix, Token(agent), p)

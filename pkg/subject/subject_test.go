@@ -265,3 +265,16 @@ func TestInboxPartitioning(t *testing.T) {
 	}
 	assert.Equal(t, uint64(len(bySeq)), total, "partition consumers' messages in all")
 }
+
+func TestTransformPartitions(t *testing.T) {
+	for _, n := range []int{1, 16, 1024} {
+		_, dst := subject.InboxTransform(n)
+		got, ok := subject.TransformPartitions(dst)
+		assert.True(t, ok, "%s", dst)
+		assert.Equal(t, n, got, "%s", dst)
+	}
+	for _, dst := range []string{"", "agentbus.in.>", "{{partition(x,2,3)}}", "{{partition(0,2,3)}}", "{{partition(4"} {
+		_, ok := subject.TransformPartitions(dst)
+		assert.False(t, ok, "%q", dst)
+	}
+}
