@@ -118,8 +118,36 @@ func (h *Host) scheduleLocked(c *conversation) {
 		delete(h.blocked, c)
 	}
 	c.running = true
-	h.wg.Add(1)
-	go h.drain(c)
+	select {
+	case h.idle <- c:
+	default:
+		h.wg.Add(1)
+		go h.drainer(c)
+	}
+}
+
+// drainerIdle is how long a drainer waits for the next conversation before it ends. Reusing
+// drainers spares a new goroutine per burst of work, and the stack growth of each: handlers'
+// stacks are deep (docs/performance.md).
+const drainerIdle = time.Second
+
+// drainer drains c, then the conversations handed to it while it idles, until none comes for
+// drainerIdle or the host stops.
+func (h *Host) drainer(c *conversation) {
+	defer h.wg.Done()
+	idle := time.NewTimer(drainerIdle)
+	defer idle.Stop()
+	for {
+		h.drain(c)
+		idle.Reset(drainerIdle)
+		select {
+		case c = <-h.idle:
+		case <-idle.C:
+			return
+		case <-h.stopping:
+			return
+		}
+	}
 }
 
 // blockLocked parks a conversation until the request it waits for is resolved.
@@ -136,7 +164,6 @@ func (h *Host) blockLocked(c *conversation) {
 
 // drain handles the conversation's requests in order while they may run.
 func (h *Host) drain(c *conversation) {
-	defer h.wg.Done()
 	for {
 		h.mu.Lock()
 		if len(c.queue) == 0 {

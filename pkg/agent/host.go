@@ -168,8 +168,9 @@ type Host struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	sem     chan struct{}
-	metrics *hostMetrics // nil without HostConfig.Metrics
-	tracer  trace.Tracer // nil when tracing is off
+	idle    chan *conversation // idle drainers wait on it for the next conversation to drain
+	metrics *hostMetrics       // nil without HostConfig.Metrics
+	tracer  trace.Tracer       // nil when tracing is off
 
 	started  time.Time
 	ready    chan struct{}
@@ -184,7 +185,7 @@ type Host struct {
 	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
 	// resolving is set while the goroutine that watches blocked conversations runs.
 	resolving bool
-	wg        sync.WaitGroup // conversation goroutines
+	wg        sync.WaitGroup // drainers
 	bg        sync.WaitGroup // handovers and the resolver
 }
 
@@ -196,7 +197,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	cfg = cfg.withDefaults()
 	h := &Host{
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
-		sem: make(chan struct{}, cfg.MaxConcurrent), ready: make(chan struct{}), stopping: make(chan struct{}),
+		sem: make(chan struct{}, cfg.MaxConcurrent), idle: make(chan *conversation), ready: make(chan struct{}), stopping: make(chan struct{}),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer),
