@@ -170,16 +170,23 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 		todo = append(todo, m)
 	}
+	buf := recordBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledRecord {
+			recordBufs.Put(buf)
+		}
+	}()
 	for len(todo) > 0 {
 		rec := todo
-		body, err := encodeRecord(rec)
+		body, err := encodeRecord((*buf)[:0], rec)
 		if err == nil && len(rec) > 1 && len(body) > maxExchangeBytes {
 			rec = todo[:1]
-			body, err = encodeRecord(rec)
+			body, err = encodeRecord(body[:0], rec)
 		}
 		if err != nil {
 			return fmt.Errorf("encoding message: %w", err)
 		}
+		*buf = body[:0]
 		nm := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 		if cur.LastSeq != 0 {
 			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))

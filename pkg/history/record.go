@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // A record is one message of the history stream. It holds one Message (its JSON object), or the
@@ -24,17 +25,12 @@ func position(seq uint64, part int) uint64 { return seq<<1 | uint64(part) }
 // recordSeq is the stream sequence of the record holding the message at pos.
 func recordSeq(pos uint64) uint64 { return pos >> 1 }
 
-// encodeRecord encodes msgs (one or two) as one record.
-func encodeRecord(msgs []*Message) ([]byte, error) {
+// encodeRecord appends msgs (one or two) to dst as one record.
+func encodeRecord(dst []byte, msgs []*Message) ([]byte, error) {
 	if len(msgs) == 1 {
-		return msgs[0].MarshalJSON() // directly: json.Marshal would validate the output once more
+		return msgs[0].AppendJSON(dst) // directly: json.Marshal would validate the output once more
 	}
-	size := 2
-	for _, m := range msgs {
-		size += 256 + len(m.Data)
-	}
-	b := make([]byte, 0, size)
-	b = append(b, '[')
+	b := append(dst, '[')
 	for i, m := range msgs {
 		if i > 0 {
 			b = append(b, ',')
@@ -46,6 +42,13 @@ func encodeRecord(msgs []*Message) ([]byte, error) {
 	}
 	return append(b, ']'), nil
 }
+
+// recordBufs holds buffers to encode records in: publishing copies a record into the
+// connection's buffer, so its buffer serves the next one.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// maxPooledRecord bounds the buffers kept in recordBufs; larger ones are left to the GC.
+const maxPooledRecord = 64 << 10
 
 // decodeRecord decodes the record at seq into its messages, oldest first, with their positions.
 func decodeRecord(seq uint64, data []byte) ([]Message, error) {
