@@ -74,6 +74,13 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	}
 	inst.requestID = req.GetRequestId()
 	runID := inst.RunID()
+	if in.recoverFrom != nil {
+		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
+			return l.recoverCursor(ctx, h.history, req.GetTenantId(), req.GetParticipantId(), *in.recoverFrom)
+		}); err != nil {
+			return err
+		}
+	}
 
 	x := &exchange{h: h, log: log, l: l, req: req, in: incomingMessage(req, req.GetBody())}
 	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {

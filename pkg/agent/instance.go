@@ -305,6 +305,22 @@ func (l *liveInstance) cursor(ctx context.Context, store *history.Store, tenant,
 	return &c, nil
 }
 
+// recoverCursor reads a conversation's cursor anew, knowing the messages stored in its thread
+// from since on (history.Store.Recover): a redelivered request stores none of them again.
+func (l *liveInstance) recoverCursor(ctx context.Context, store *history.Store, tenant, participant string, since time.Time) error {
+	c, err := store.Recover(ctx, tenant, l.key.workflowID, participant, since)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cursors == nil {
+		l.cursors = make(map[string]*history.Cursor)
+	}
+	l.cursors[participant] = &c
+	return nil
+}
+
 // dropCursor forgets a conversation's cursor after a conflict, so that the next use reloads it.
 func (l *liveInstance) dropCursor(participant string) {
 	l.mu.Lock()

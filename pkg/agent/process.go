@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -39,6 +40,13 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	}
 	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
 	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
+	switch {
+	case m.Headers().Get(subject.HeaderReplay) != "":
+		in.recoverFrom = &time.Time{} // its earlier attempts ran before it was a dead letter
+	case md.NumDelivered > 1:
+		since := md.Timestamp.Add(-clockMargin)
+		in.recoverFrom = &since
+	}
 	if h.tracer != nil {
 		var span trace.Span
 		ctx, span = h.startSpan(ctx, m.Headers(), in)
@@ -104,11 +112,20 @@ type inbound struct {
 	req     *agentbusv1.Request
 	replyTo string
 	tries   *attempts
+	// recoverFrom is set when earlier deliveries may have stored messages of the request (it is
+	// redelivered, or replayed): the messages its thread got from then on are read back before
+	// any is stored, so that none is stored twice.
+	recoverFrom *time.Time
 	// deadLettered is set once the request was kept as a dead letter (its claim stays), as
 	// deadID.
 	deadLettered bool
 	deadID       uint64
 }
+
+// clockMargin is how much earlier than a redelivered request's inbox time a host looks for the
+// messages its earlier deliveries stored: the inbox's and the history's leaders may be different
+// servers, whose clocks differ a little.
+const clockMargin = time.Minute
 
 // readClaim reads the whole request a claim check stands for, retrying while the bus recovers.
 func (h *Host) readClaim(ctx context.Context, log *slog.Logger, ref *agentbusv1.BlobRef) (*agentbusv1.Request, error) {

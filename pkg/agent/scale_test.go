@@ -17,6 +17,8 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -189,6 +191,26 @@ func (sa *seqAgent) agent() *agent.Agent {
 		sa.add(seqEvent{host: host, participant: r.ParticipantID, n: r.Params["n"], end: true, at: time.Now()})
 		return agent.Text(http.StatusOK, r.Params["n"])
 	})
+	// Chat offers the tool nap to the offline model ("call nap {\"n\":\"1\",\"sleep\":\"1m\"}"): its
+	// first run of a step sleeps.
+	a.DataFunc("nap", func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		var p struct{ N, Sleep string }
+		if err := json.Unmarshal(m.Data, &p); err != nil {
+			return agent.Reply{}, err
+		}
+		host := m.Instance().HostID()
+		ran, _ := sa.starts(m.ParticipantID)
+		sa.add(seqEvent{host: host, participant: m.ParticipantID, n: p.N, at: time.Now()})
+		if d, err := time.ParseDuration(p.Sleep); err == nil && !slices.Contains(ran, p.N) {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		sa.add(seqEvent{host: host, participant: m.ParticipantID, n: p.N, end: true, at: time.Now()})
+		return agent.Answer(p.N), nil
+	})
+	a.Chat(agent.ChatWithTools(llm.Offline()))
 	return a
 }
 
@@ -199,12 +221,28 @@ func step(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
 	nc := natstest.Conn(t, s.NATS)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	wf := "default:Seq:Supervisor Workflow:default"
 	req := &agentbusv1.Request{RequestId: fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano()), TenantId: "default",
-		WorkflowId: wf, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
+		WorkflowId: seqWorkflow, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "step", Params: map[string]string{"n": n, "sleep": sleep}, CreatedAtMs: time.Now().UnixMilli()}
 	enqueue(t, js, req, nil)
 }
+
+// chatStep publishes a Seq chat step, as step does a webhook step: a chat message asking the
+// model to call the tool nap.
+func chatStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) string {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	id := fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano())
+	req := &agentbusv1.Request{RequestId: id, TenantId: "default",
+		WorkflowId: seqWorkflow, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
+		Kind: agentbusv1.Kind_KIND_CHAT, Text: fmt.Sprintf(`call nap {"n":%q,"sleep":%q}`, n, sleep), CreatedAtMs: time.Now().UnixMilli()}
+	enqueue(t, js, req, nil)
+	return id
+}
+
+// seqWorkflow is the workflow id of Seq's default instance.
+const seqWorkflow = "default:Seq:Supervisor Workflow:default"
 
 // startHost runs a host on a connection of its own, which the test may close to make the host
 // vanish as a crashed process does.
@@ -290,6 +328,60 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"1", "2"}, survivor, "the survivor ran the conversation out of order")
+}
+
+// A host dies while a chat request's tool call runs, after the request's incoming message and
+// the tool call were stored (two records); the survivor runs the request again. The thread holds
+// each message once: the survivor read back what the dead host had stored before storing
+// anything (a plain cursor knows only the newest record, and would store the chat message again).
+func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
+	sa := &seqAgent{}
+	const ackWait = 2 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
+	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	ctx := context.Background()
+	thread := func() []history.Message {
+		msgs, _, err := store.Page(ctx, "default", seqWorkflow, "x", history.PageOptions{Size: 10})
+		require.NoError(t, err)
+		return msgs
+	}
+
+	id := chatStep(t, s, "x", "1", "1m")
+	waitFor(t, 5*time.Second, "the doomed host stored the chat message and the tool call, and naps", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) == 1 && hosts[0] == doomed && len(thread()) == 2
+	})
+	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
+	cancel()
+
+	waitFor(t, 30*time.Second, "the survivor answered the chat message", func() bool {
+		msgs := thread()
+		return len(msgs) > 0 && msgs[0].MessageType == history.Chat && msgs[0].Direction == history.Out
+	})
+	time.Sleep(200 * time.Millisecond) // anything stored twice would be stored by now
+	var got []string
+	for _, m := range thread() {
+		assert.Equal(t, id, m.RequestID)
+		text := "-"
+		if m.Text != nil {
+			text = *m.Text
+		}
+		got = append(got, fmt.Sprintf("%d %d %s", m.Direction, m.MessageType, text))
+	}
+	want := []string{
+		fmt.Sprintf("%d %d nap returned \"1\"", history.Out, history.Chat),
+		fmt.Sprintf("%d %d -", history.Out, history.Data),
+		fmt.Sprintf("%d %d nap", history.In, history.Data),
+		fmt.Sprintf(`%d %d call nap {"n":"1","sleep":"1m"}`, history.In, history.Chat),
+	}
+	assert.Equal(t, want, got, "the thread, newest first")
+	_, hosts := sa.starts("x")
+	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the hosts that ran the tool")
 }
 
 // A host that stops cleanly while a handler runs lets it finish there, gives the requests queued

@@ -171,8 +171,8 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		MaxAge:      cfg.HistoryMaxAge,
-		// Redelivered requests store their messages again under the same id: dedupe them.
-		Duplicates:  cfg.DedupeWindow,
+		// Records carry no de-duplication id (package history keeps a message from being
+		// stored twice): the server keeps no id per call.
 		AllowDirect: true,
 	})
 	if err != nil {

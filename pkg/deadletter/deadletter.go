@@ -221,6 +221,7 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 	// The replay's handler run continues the trace of whoever replayed it (the ingress's span of
 	// the replay request), not the dead request's, which ended when it was given up.
 	tracing.Inject(ctx, msg.Header)
+	msg.Header.Set(subject.HeaderReplay, strconv.FormatUint(id, 10))
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
 		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
 	}

@@ -9,6 +9,12 @@
 // get plus direct gets by sequence, whatever the size of the stream: reading never scans other
 // threads' messages.
 //
+// A message is stored once even when its writer stores it again (a publish retried after its
+// acknowledgement was lost, a handler run again, a request redelivered): the writer's Cursor
+// knows the messages it stored last, and a redelivered request's writer reads the thread's
+// recent records back (Recover). Records carry no JetStream de-duplication id, which would
+// cost the server memory for every call over its whole window.
+//
 // It is not a search index: filtering by scope walks the thread, and there is no query by time or
 // text. Nor does it decide who may read a thread; callers check the tenant first.
 package history
@@ -18,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,26 +43,13 @@ const PrevDepth = 32
 
 // Errors callers test for.
 var (
-	// ErrConflict means the thread has messages the Cursor does not know of: another writer
-	// appended. Reload the Cursor and append again; messages already stored are de-duplicated
-	// by their ID.
+	// ErrConflict means the thread has records the Cursor does not know of: another writer
+	// appended, or an append whose acknowledgement was lost was stored after all. Reload the
+	// Cursor and append again: messages of the thread's newest record are not stored twice.
 	ErrConflict = errors.New("history thread changed concurrently")
 	// ErrBadCursor means a page cursor does not belong to the thread.
 	ErrBadCursor = errors.New("history cursor does not belong to the thread")
 )
-
-// recordID is the JetStream de-duplication id of a record of the thread subj whose first message
-// has the given id: the thread is part of it, because message ids are unique per request, not per
-// thread (a caller may send one requestId to two workflows, and a reply's id derives from it).
-func recordID(subj, id string) string {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(subj))
-	b := make([]byte, 0, 2+16+1+len(id))
-	b = append(b, "m:"...)
-	b = strconv.AppendUint(b, h.Sum64(), 16)
-	b = append(b, ':')
-	return string(append(b, id...))
-}
 
 // maxKnownTopicThreads bounds the topic cache; past it the cache starts over, which costs one
 // KV read per thread and scope seen again.
@@ -92,26 +84,60 @@ type Cursor struct {
 	// Prev are the sequences before LastSeq, newest first, at most PrevDepth.
 	Prev []uint64
 
-	// found holds the positions, by ID, of messages found stored when an append turned out to
-	// be a duplicate: later appends of them with this Cursor store nothing.
+	// recent are the messages last stored with this Cursor, or found in the thread's newest
+	// record when it was read, as a ring (nrecent written in all): appending one of them again
+	// stores nothing.
+	recent  [recentMessages]stored
+	nrecent int
+	// found holds the positions, by ID, of the messages Recover found stored.
 	found map[string]uint64
 }
 
-// maxFound bounds Cursor.found; past it, it starts over.
-const maxFound = 16
+// recentMessages is how many stored messages a Cursor remembers: those of a request's handler
+// run with its tool calls (2 per round, 8 rounds by default), so that a run made again after a
+// failure stores none of them twice.
+const recentMessages = 24
 
-// remember notes the positions of messages found stored.
-func (c *Cursor) remember(msgs []Message) {
-	if c.found == nil || len(c.found) >= maxFound {
-		c.found = make(map[string]uint64, len(msgs))
-	}
-	for _, m := range msgs {
-		c.found[m.ID] = m.Pos
-	}
+// stored is a message known to be in the thread.
+type stored struct {
+	id  string
+	pos uint64
 }
 
-// Cursor reads the append state of a thread from its newest record.
+// note remembers that the message id is stored at pos.
+func (c *Cursor) note(id string, pos uint64) {
+	c.recent[c.nrecent%len(c.recent)] = stored{id, pos}
+	c.nrecent++
+}
+
+// position returns where the message id is stored, if the Cursor knows.
+func (c *Cursor) position(id string) (uint64, bool) {
+	for _, m := range c.recent[:min(c.nrecent, len(c.recent))] {
+		if m.id == id {
+			return m.pos, true
+		}
+	}
+	pos, ok := c.found[id]
+	return pos, ok
+}
+
+// Cursor reads the append state of a thread from its newest record, whose messages it knows as
+// stored (a writer that reloads its Cursor after a lost acknowledgement finds them there).
 func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant string) (Cursor, error) {
+	return s.read(ctx, tenant, workflowID, participant, nil)
+}
+
+// Recover reads the append state of a thread like Cursor, and the messages of its records
+// stored from since on, at most PrevDepth records back: appending any of them with the Cursor
+// stores nothing. A redelivered request's writer recovers from the time the request was first
+// stored, so that what an earlier delivery stored stays one copy; the time is the server's, so
+// callers leave a margin for the clocks of a cluster's nodes.
+func (s *Store) Recover(ctx context.Context, tenant, workflowID, participant string, since time.Time) (Cursor, error) {
+	return s.read(ctx, tenant, workflowID, participant, &since)
+}
+
+// read reads a thread's Cursor, and with since the messages of its records stored from then on.
+func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, since *time.Time) (Cursor, error) {
 	raw, err := s.stream.GetLastMsgForSubject(ctx, subject.Thread(tenant, workflowID, participant))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Cursor{}, nil
@@ -123,25 +149,53 @@ func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant stri
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
-	return Cursor{LastSeq: raw.Sequence, Prev: prev}, nil
+	cur := Cursor{LastSeq: raw.Sequence, Prev: prev}
+	msgs, err := decodeRecord(raw.Sequence, raw.Data)
+	if err != nil {
+		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
+	}
+	for _, m := range msgs {
+		cur.note(m.ID, m.Pos)
+	}
+	if since == nil || raw.Time.Before(*since) {
+		return cur, nil
+	}
+	cur.found = make(map[string]uint64)
+	for _, seq := range prev {
+		raw, err := s.stream.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break // aged out
+		}
+		if err != nil {
+			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
+		}
+		if raw.Time.Before(*since) {
+			break
+		}
+		msgs, err := decodeRecord(seq, raw.Data)
+		if err != nil {
+			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
+		}
+		for _, m := range msgs {
+			cur.found[m.ID] = m.Pos
+		}
+	}
+	return cur, nil
 }
 
 // Append stores msgs, one message or the two of an exchange (a request and its reply), at the end
 // of the thread as one record, and advances cur past it: an exchange costs one store. Two
 // messages too large to share a record are stored one after the other. Append sets each
-// message's Seq (its position in the thread), rounds CreatedAt to the millisecond in UTC, and
-// fills an empty ID (a new UUID, which a redelivery cannot de-duplicate: writers should name
+// message's Pos (its position in the thread), rounds CreatedAt to the millisecond in UTC, and
+// fills an empty ID (a new UUID, which a redelivery cannot recognise: writers should name
 // their messages), CreatedAt (now), WorkflowID or ParticipantID (the thread's).
 //
 // Each publish expects the thread's last sequence to be cur.LastSeq; when it is not, Append
 // returns ErrConflict and cur stays at the last record it stored.
 //
-// A record is de-duplicated by its first message's ID: when that ID was stored within the
-// stream's dedupe window, nothing is stored again and cur does not move. The messages of msgs
-// the stored record holds get their positions from it; the others are stored as a further
-// record. The stored record's other messages are remembered in cur, so that appending one of
-// them later with cur stores nothing: a request stored with its reply by an earlier delivery,
-// then alone by a redelivery, keeps one copy of each.
+// A message cur knows as stored (see Cursor and Recover) is not stored again: it gets the
+// position it has, and the others of msgs are stored alone. So a request stored with its reply
+// by an earlier delivery, then alone by a redelivery, keeps one copy of each.
 //
 // Scopes of the messages are added to the thread's topic list once all are stored.
 func (s *Store) Append(ctx context.Context, tenant, workflowID, participant string, cur *Cursor, msgs ...*Message) error {
@@ -164,7 +218,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if m.ParticipantID == "" {
 			m.ParticipantID = participant
 		}
-		if pos, ok := cur.found[m.ID]; ok {
+		if pos, ok := cur.position(m.ID); ok {
 			m.Pos = pos
 			continue
 		}
@@ -191,7 +245,6 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if cur.LastSeq != 0 {
 			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))
 		}
-		nm.Header.Set(jetstream.MsgIDHeader, recordID(subj, rec[0].ID))
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
@@ -200,19 +253,9 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 			}
 			return fmt.Errorf("appending to thread: %w", err)
 		}
-		if ack.Duplicate {
-			// A single server checks the expected sequence before duplicates, a cluster after:
-			// a duplicate newer than the cursor means the cursor is stale either way.
-			if ack.Sequence > cur.LastSeq {
-				return ErrConflict
-			}
-			if todo, err = s.deduplicated(ctx, subj, ack.Sequence, cur, todo); err != nil {
-				return err
-			}
-			continue
-		}
 		for i, m := range rec {
 			m.Pos = position(ack.Sequence, i)
+			cur.note(m.ID, m.Pos)
 		}
 		todo = todo[len(rec):]
 		prev := make([]uint64, 0, PrevDepth)
@@ -231,35 +274,6 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 	}
 	return nil
-}
-
-// deduplicated reads the record stored at seq under the ID of todo's first message, remembers its
-// messages in cur, gives the messages of todo it holds their positions, and returns the others.
-func (s *Store) deduplicated(ctx context.Context, subj string, seq uint64, cur *Cursor, todo []*Message) ([]*Message, error) {
-	raw, err := s.stream.GetMsg(ctx, seq)
-	if err != nil {
-		return nil, fmt.Errorf("appending to thread: reading the stored copy %d: %w", seq, err)
-	}
-	if raw.Subject != subj {
-		return nil, fmt.Errorf("appending to thread: message %s was stored in another thread", todo[0].ID)
-	}
-	stored, err := decodeRecord(seq, raw.Data)
-	if err != nil {
-		return nil, fmt.Errorf("appending to thread: decoding the stored copy %d: %w", seq, err)
-	}
-	cur.remember(stored)
-	rest := todo[:0:0]
-	for _, m := range todo {
-		if pos, ok := cur.found[m.ID]; ok {
-			m.Pos = pos
-		} else {
-			rest = append(rest, m)
-		}
-	}
-	if len(rest) == len(todo) {
-		return nil, fmt.Errorf("appending to thread: the record stored under message %s does not hold it", todo[0].ID)
-	}
-	return rest, nil
 }
 
 // Topics returns the scopes seen in the thread, sorted.

@@ -416,13 +416,14 @@ func TestDedupe(t *testing.T) {
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, orig, chat("next", "next")))
 	after := cur
 
-	// A redelivered request stores its messages again with a reloaded cursor.
+	// A handler run again stores its messages again with the same cursor.
 	again, again2 := chat("same", "once"), chat("next", "next")
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, again, again2))
 	assert.Equal(t, orig.Pos, again.Pos, "duplicate's Seq, want the stored one")
 	assert.Equal(t, after.LastSeq, cur.LastSeq, "duplicates moved the cursor from %+v to %+v", after, cur)
 	assert.Equal(t, after.Prev, cur.Prev, "duplicates moved the cursor from %+v to %+v", after, cur)
-	// A cursor from before the first store is stale: reloaded, the retry stores nothing new.
+	// A cursor from before the first store is stale (an append whose acknowledgement was lost):
+	// reloaded, it knows the newest record, and the retry stores nothing new.
 	var stale history.Cursor
 	err := e.store.Append(e.ctx, tenant, wf, user, &stale, chat("same", "once"))
 	require.ErrorIs(t, err, history.ErrConflict, "stale duplicate")
@@ -466,6 +467,52 @@ func TestDedupeAcrossRecords(t *testing.T) {
 		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("next", "x")))
 		require.Equal(t, []string{"next", "out", "in"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
+}
+
+// A redelivered request's writer recovers the thread from when the request was first stored: the
+// messages an earlier delivery stored, several records deep, are not stored again; a plain
+// Cursor knows only the newest record's.
+func TestRecover(t *testing.T) {
+	e := setup(t)
+	var cur history.Cursor
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("before", "earlier request")))
+	in, call, result := chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result")
+	for _, m := range []*history.Message{in, call, result} {
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
+	}
+
+	plain, err := e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	again := chat("in", "hi")
+	sameResult := chat("result", "tool result")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &plain, sameResult))
+	assert.Equal(t, result.Pos, sameResult.Pos, "the newest record's message is known")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &plain, again))
+	assert.NotEqual(t, in.Pos, again.Pos, "a plain Cursor knows only the newest record")
+
+	e = setup(t)
+	cur = history.Cursor{}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("before", "earlier request")))
+	time.Sleep(20 * time.Millisecond)
+	since := time.Now()
+	in, call, result = chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result")
+	for _, m := range []*history.Message{in, call, result} {
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
+	}
+	rec, err := e.store.Recover(e.ctx, tenant, wf, user, since)
+	require.NoError(t, err)
+	in2, call2, result2, out := chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result"), chat("out", "answer")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &rec, in2, call2))
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &rec, result2, out))
+	assert.Equal(t, []uint64{in.Pos, call.Pos, result.Pos}, []uint64{in2.Pos, call2.Pos, result2.Pos}, "the stored positions")
+	require.Equal(t, []string{"out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+
+	// Recovering from a time after the thread's records knows only the newest record.
+	late, err := e.store.Recover(e.ctx, tenant, wf, user, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &late, chat("out", "answer")))
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &late, chat("in", "hi")))
+	require.Equal(t, []string{"in", "out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 }
 
 // A message id seen in one thread is no duplicate in another: a caller may send one requestId

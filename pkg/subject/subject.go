@@ -62,6 +62,9 @@ const (
 	HeaderError = "Agentbus-Error"
 	// HeaderAttempts carries, on a dead letter, how many times the request was tried.
 	HeaderAttempts = "Agentbus-Attempts"
+	// HeaderReplay marks a request sent again from the dead letters; its value is the dead
+	// letter's id. Its handler may have stored messages before it was given up.
+	HeaderReplay = "Agentbus-Replay"
 )
 
 const (
