@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
@@ -476,7 +474,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	if m.ID == "" {
 		// Ingress names the message; a request without a name gets one derived from its id, so
 		// that a redelivery stores it only once.
-		m.ID = uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId())).String()
+		m.ID = messageID(req, "")
 	}
 	switch req.GetKind() {
 	case agentbusv1.Kind_KIND_WEBHOOK:
@@ -507,7 +505,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 // while a replayed dead letter's answer is stored beside the dead letter's.
 func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawMessage) *history.Message {
 	return &history.Message{
-		ID:            uuid.NewSHA1(uuid.NameSpaceOID, []byte(req.GetTenantId()+"\x00"+req.GetRequestId()+"\x00"+part)).String(),
+		ID:            messageID(req, part),
 		CreatedAt:     time.Now().UTC(),
 		Direction:     history.Out,
 		MessageType:   messageType(req.GetKind()),
@@ -530,7 +528,13 @@ func webhookOutgoing(req *agentbusv1.Request, resp Response, part string) *histo
 // writes it.
 func appendWebhookCall(dst []byte, params map[string]string, body []byte) []byte {
 	dst = append(dst, `{"params":{`...)
-	for i, name := range slices.Sorted(maps.Keys(params)) {
+	var room [8]string
+	names := room[:0]
+	for name := range params {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for i, name := range names {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
