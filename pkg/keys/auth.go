@@ -2,6 +2,7 @@ package keys
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,14 +92,15 @@ func (a *Authenticator) Authenticate(secret string) (Key, error) {
 	if secret == "" {
 		return Key{}, ErrUnknownKey
 	}
-	h := Hash(secret)
-	if a.adminHash != "" && constantTimeEqual(h, a.adminHash) {
+	var room [hashLen]byte // every call authenticates: the hash stays on the stack
+	h := appendHash(room[:0], secret)
+	if a.adminHash != "" && subtle.ConstantTimeCompare(h, []byte(a.adminHash)) == 1 {
 		return Key{ID: "admin", Role: RoleSystemAdmin, Name: "AGENTBUS_ADMIN_KEY"}, nil
 	}
 	// The lookup is by the SHA-256 of the secret, so its timing tells nothing useful about
 	// stored secrets.
 	a.mu.RLock()
-	k, ok := a.byID[h]
+	k, ok := a.byID[string(h)]
 	a.mu.RUnlock()
 	if !ok {
 		return Key{}, ErrUnknownKey

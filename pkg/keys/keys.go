@@ -88,8 +88,17 @@ func Generate() string {
 
 // Hash is the stored form of a secret: hex SHA-256.
 func Hash(secret string) string {
+	var h [hashLen]byte
+	return string(appendHash(h[:0], secret))
+}
+
+// hashLen is the length of a Hash.
+const hashLen = 2 * sha256.Size
+
+// appendHash appends Hash(secret) to dst.
+func appendHash(dst []byte, secret string) []byte {
 	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
+	return hex.AppendEncode(dst, sum[:])
 }
 
 // Store reads and writes tenants and keys.
