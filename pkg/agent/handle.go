@@ -15,7 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonenc"
