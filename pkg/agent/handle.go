@@ -71,9 +71,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	}
 	inst.requestID = req.GetRequestId()
 	runID := inst.RunID()
-	if in.recoverFrom != nil {
+	if in.recover != recoverNone {
 		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
-			return l.recoverCursor(ctx, h.history, req.GetTenantId(), req.GetParticipantId(), *in.recoverFrom)
+			return l.recoverCursor(ctx, h.history, req, in.recover == recoverDeep)
 		}); err != nil {
 			return err
 		}

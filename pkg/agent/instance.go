@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // Instance is the workflow instance a handler runs on: its identity, its run, and the agent's
@@ -305,10 +306,11 @@ func (l *liveInstance) cursor(ctx context.Context, store *history.Store, tenant,
 	return &c, nil
 }
 
-// recoverCursor reads a conversation's cursor anew, knowing the messages stored in its thread
-// from since on (history.Store.Recover): a redelivered request stores none of them again.
-func (l *liveInstance) recoverCursor(ctx context.Context, store *history.Store, tenant, participant string, since time.Time) error {
-	c, err := store.Recover(ctx, tenant, l.key.workflowID, participant, since)
+// recoverCursor reads the cursor of req's conversation anew, knowing the messages its earlier
+// deliveries stored (history.Store.Recover): req stores none of them again.
+func (l *liveInstance) recoverCursor(ctx context.Context, store *history.Store, req *agentbusv1.Request, deep bool) error {
+	participant := req.GetParticipantId()
+	c, err := store.Recover(ctx, req.GetTenantId(), l.key.workflowID, participant, req.GetRequestId(), deep)
 	if err != nil {
 		return err
 	}

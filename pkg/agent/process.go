@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
@@ -42,10 +41,9 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
 	switch {
 	case m.Headers().Get(subject.HeaderReplay) != "":
-		in.recoverFrom = &time.Time{} // its earlier attempts ran before it was a dead letter
+		in.recover = recoverDeep // later requests of its conversation ran after its attempts
 	case md.NumDelivered > 1:
-		since := md.Timestamp.Add(-clockMargin)
-		in.recoverFrom = &since
+		in.recover = recoverTail
 	}
 	if h.tracer != nil {
 		var span trace.Span
@@ -112,20 +110,24 @@ type inbound struct {
 	req     *agentbusv1.Request
 	replyTo string
 	tries   *attempts
-	// recoverFrom is set when earlier deliveries may have stored messages of the request (it is
-	// redelivered, or replayed): the messages its thread got from then on are read back before
-	// any is stored, so that none is stored twice.
-	recoverFrom *time.Time
+	// recover is set when earlier deliveries may have stored messages of the request (it is
+	// redelivered, or replayed): they are read back before any is stored, so that none is stored
+	// twice (history.Store.Recover).
+	recover recovery
 	// deadLettered is set once the request was kept as a dead letter (its claim stays), as
 	// deadID.
 	deadLettered bool
 	deadID       uint64
 }
 
-// clockMargin is how much earlier than a redelivered request's inbox time a host looks for the
-// messages its earlier deliveries stored: the inbox's and the history's leaders may be different
-// servers, whose clocks differ a little.
-const clockMargin = time.Minute
+// recovery is how a request's host looks for messages its earlier deliveries stored.
+type recovery int
+
+const (
+	recoverNone recovery = iota // a first delivery
+	recoverTail                 // redelivered: they are the thread's newest records
+	recoverDeep                 // replayed: they are among the thread's last records
+)
 
 // readClaim reads the whole request a claim check stands for, retrying while the bus recovers.
 func (h *Host) readClaim(ctx context.Context, log *slog.Logger, ref *agentbusv1.BlobRef) (*agentbusv1.Request, error) {

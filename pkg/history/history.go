@@ -11,8 +11,8 @@
 //
 // A message is stored once even when its writer stores it again (a publish retried after its
 // acknowledgement was lost, a handler run again, a request redelivered): the writer's Cursor
-// knows the messages it stored last, and a redelivered request's writer reads the thread's
-// recent records back (Recover). Records carry no JetStream de-duplication id, which would
+// knows the messages it stored last, and a redelivered request's writer reads back the thread's
+// newest records that are the request's (Recover). Records carry no JetStream de-duplication id, which would
 // cost the server memory for every call over its whole window.
 //
 // It is not a search index: filtering by scope walks the thread, and there is no query by time or
@@ -89,7 +89,7 @@ type Cursor struct {
 	// stores nothing.
 	recent  [recentMessages]stored
 	nrecent int
-	// found holds the positions, by ID, of the messages Recover found stored.
+	// found holds the positions, by ID, of the messages Recover found stored for its request.
 	found map[string]uint64
 }
 
@@ -127,17 +127,40 @@ func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant stri
 	return s.read(ctx, tenant, workflowID, participant, nil)
 }
 
-// Recover reads the append state of a thread like Cursor, and the messages of its records
-// stored from since on, at most PrevDepth records back: appending any of them with the Cursor
-// stores nothing. A redelivered request's writer recovers from the time the request was first
-// stored, so that what an earlier delivery stored stays one copy; the time is the server's, so
-// callers leave a margin for the clocks of a cluster's nodes.
-func (s *Store) Recover(ctx context.Context, tenant, workflowID, participant string, since time.Time) (Cursor, error) {
-	return s.read(ctx, tenant, workflowID, participant, &since)
+// Recover reads the append state of a thread like Cursor, and the messages stored in it for the
+// request requestID: appending any of them with the Cursor stores nothing. A request delivered
+// again after its host died runs before any later request of its conversation, so what its
+// earlier deliveries stored are the thread's newest records, those that carry its id: Recover
+// reads back while they do, which costs nothing more than Cursor when they stored nothing. A
+// request replayed from the dead letters may have later requests' records after its own: deep
+// looks through the thread's last PrevDepth records.
+func (s *Store) Recover(ctx context.Context, tenant, workflowID, participant, requestID string, deep bool) (Cursor, error) {
+	return s.read(ctx, tenant, workflowID, participant, &recovery{requestID: requestID, deep: deep})
 }
 
-// read reads a thread's Cursor, and with since the messages of its records stored from then on.
-func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, since *time.Time) (Cursor, error) {
+// recovery is what Recover looks for.
+type recovery struct {
+	requestID string
+	deep      bool
+}
+
+// mine notes in cur the messages of msgs that are the request's, and reports whether any is.
+func (r *recovery) mine(cur *Cursor, msgs []Message) bool {
+	found := false
+	for _, m := range msgs {
+		if m.RequestID == r.requestID {
+			if cur.found == nil {
+				cur.found = make(map[string]uint64)
+			}
+			cur.found[m.ID] = m.Pos
+			found = true
+		}
+	}
+	return found
+}
+
+// read reads a thread's Cursor, and with rec the messages a request stored in it.
+func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, rec *recovery) (Cursor, error) {
 	raw, err := s.stream.GetLastMsgForSubject(ctx, subject.Thread(tenant, workflowID, participant))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Cursor{}, nil
@@ -157,10 +180,9 @@ func (s *Store) read(ctx context.Context, tenant, workflowID, participant string
 	for _, m := range msgs {
 		cur.note(m.ID, m.Pos)
 	}
-	if since == nil || raw.Time.Before(*since) {
+	if rec == nil || (!rec.mine(&cur, msgs) && !rec.deep) {
 		return cur, nil
 	}
-	cur.found = make(map[string]uint64)
 	for _, seq := range prev {
 		raw, err := s.stream.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -169,15 +191,12 @@ func (s *Store) read(ctx context.Context, tenant, workflowID, participant string
 		if err != nil {
 			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
 		}
-		if raw.Time.Before(*since) {
-			break
-		}
 		msgs, err := decodeRecord(seq, raw.Data)
 		if err != nil {
 			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
 		}
-		for _, m := range msgs {
-			cur.found[m.ID] = m.Pos
+		if !rec.mine(&cur, msgs) && !rec.deep {
+			break
 		}
 	}
 	return cur, nil

@@ -469,50 +469,78 @@ func TestDedupeAcrossRecords(t *testing.T) {
 	})
 }
 
-// A redelivered request's writer recovers the thread from when the request was first stored: the
-// messages an earlier delivery stored, several records deep, are not stored again; a plain
-// Cursor knows only the newest record's.
+// A redelivered request's writer recovers the messages the request stored: they are the thread's
+// newest records carrying its id, several records deep; a plain Cursor knows only the newest
+// record's. A replayed request's messages may lie behind later requests' (deep).
 func TestRecover(t *testing.T) {
-	e := setup(t)
-	var cur history.Cursor
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("before", "earlier request")))
-	in, call, result := chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result")
-	for _, m := range []*history.Message{in, call, result} {
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
+	of := func(req, id, text string) *history.Message {
+		m := chat(id, text)
+		m.RequestID = req
+		return m
+	}
+	// The request r stored its chat message, a tool call and its result, then its host died.
+	stored := func(t *testing.T) (env, []*history.Message) {
+		e := setup(t)
+		var cur history.Cursor
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, of("q", "before", "an earlier request")))
+		msgs := []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result")}
+		for _, m := range msgs {
+			require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
+		}
+		return e, msgs
+	}
+	again := func() []*history.Message {
+		return []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result"), of("r", "out", "answer")}
 	}
 
-	plain, err := e.store.Cursor(e.ctx, tenant, wf, user)
-	require.NoError(t, err)
-	again := chat("in", "hi")
-	sameResult := chat("result", "tool result")
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &plain, sameResult))
-	assert.Equal(t, result.Pos, sameResult.Pos, "the newest record's message is known")
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &plain, again))
-	assert.NotEqual(t, in.Pos, again.Pos, "a plain Cursor knows only the newest record")
-
-	e = setup(t)
-	cur = history.Cursor{}
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("before", "earlier request")))
-	time.Sleep(20 * time.Millisecond)
-	since := time.Now()
-	in, call, result = chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result")
-	for _, m := range []*history.Message{in, call, result} {
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
-	}
-	rec, err := e.store.Recover(e.ctx, tenant, wf, user, since)
-	require.NoError(t, err)
-	in2, call2, result2, out := chat("in", "hi"), chat("call", "tool call"), chat("result", "tool result"), chat("out", "answer")
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &rec, in2, call2))
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &rec, result2, out))
-	assert.Equal(t, []uint64{in.Pos, call.Pos, result.Pos}, []uint64{in2.Pos, call2.Pos, result2.Pos}, "the stored positions")
-	require.Equal(t, []string{"out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
-
-	// Recovering from a time after the thread's records knows only the newest record.
-	late, err := e.store.Recover(e.ctx, tenant, wf, user, time.Now().Add(time.Minute))
-	require.NoError(t, err)
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &late, chat("out", "answer")))
-	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &late, chat("in", "hi")))
-	require.Equal(t, []string{"in", "out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	t.Run("plain cursor", func(t *testing.T) {
+		e, first := stored(t)
+		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		msgs := again()
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2]))
+		assert.Equal(t, first[2].Pos, msgs[2].Pos, "the newest record's message is known")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0]))
+		assert.NotEqual(t, first[0].Pos, msgs[0].Pos, "an older record's message is not")
+	})
+	t.Run("redelivered", func(t *testing.T) {
+		e, first := stored(t)
+		cur, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
+		require.NoError(t, err)
+		msgs := again()
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0], msgs[1]))
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2], msgs[3]))
+		for i := range first {
+			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
+		}
+		require.Equal(t, []string{"out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	})
+	t.Run("replayed", func(t *testing.T) {
+		e, first := stored(t)
+		later, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &later, of("s", "later", "a later request")))
+		deep, err := e.store.Recover(e.ctx, tenant, wf, user, "r", true)
+		require.NoError(t, err)
+		msgs := again()
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &deep, msgs[0], msgs[1]))
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &deep, msgs[2], msgs[3]))
+		for i := range first {
+			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
+		}
+		require.Equal(t, []string{"out", "later", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	})
+	t.Run("tail stops at another request", func(t *testing.T) {
+		e, first := stored(t)
+		later, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &later, of("s", "later", "a later request")))
+		tail, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
+		require.NoError(t, err)
+		in := of("r", "in", "hi")
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &tail, in))
+		assert.NotEqual(t, first[0].Pos, in.Pos, "found behind another request's record")
+	})
 }
 
 // A message id seen in one thread is no duplicate in another: a caller may send one requestId
