@@ -492,6 +492,17 @@ func TestRecover(t *testing.T) {
 	again := func() []*history.Message {
 		return []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result"), of("r", "out", "answer")}
 	}
+	// runAgain stores the request's messages again with cur, as exchanges, and checks that those
+	// stored before kept their positions.
+	runAgain := func(t *testing.T, e env, cur *history.Cursor, first []*history.Message) {
+		t.Helper()
+		msgs := again()
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[0], msgs[1]))
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[2], msgs[3]))
+		for i := range first {
+			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
+		}
+	}
 
 	t.Run("plain cursor", func(t *testing.T) {
 		e, first := stored(t)
@@ -507,12 +518,7 @@ func TestRecover(t *testing.T) {
 		e, first := stored(t)
 		cur, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
 		require.NoError(t, err)
-		msgs := again()
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0], msgs[1]))
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2], msgs[3]))
-		for i := range first {
-			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
-		}
+		runAgain(t, e, &cur, first)
 		require.Equal(t, []string{"out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
 	t.Run("replayed", func(t *testing.T) {
@@ -522,12 +528,7 @@ func TestRecover(t *testing.T) {
 		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &later, of("s", "later", "a later request")))
 		deep, err := e.store.Recover(e.ctx, tenant, wf, user, "r", true)
 		require.NoError(t, err)
-		msgs := again()
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &deep, msgs[0], msgs[1]))
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &deep, msgs[2], msgs[3]))
-		for i := range first {
-			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
-		}
+		runAgain(t, e, &deep, first)
 		require.Equal(t, []string{"out", "later", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
 	t.Run("tail stops at another request", func(t *testing.T) {
