@@ -328,3 +328,38 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("percentile of nothing = %d", got)
 	}
 }
+
+// The open loop's summary names the highest offered rate whose p99 met the target, or says none
+// did; a rate that was not sustained does not count.
+func TestRateTableNamesHighestRateMet(t *testing.T) {
+	res := func(p99 time.Duration, unsent int) result {
+		return result{Requests: 100, P50: time.Millisecond, P90: time.Millisecond, P99: p99, Max: p99, Elapsed: time.Second, Unsent: unsent}
+	}
+	for _, tt := range []struct {
+		name    string
+		results map[float64]result
+		want    string
+	}{
+		{"middle", map[float64]result{1000: res(4*time.Millisecond, 0), 2000: res(8*time.Millisecond, 0), 3000: res(30*time.Millisecond, 0)},
+			"highest offered rate with agentbus p99 < 10.00ms: 2000 req/s (of the rates tried)"},
+		{"none", map[float64]result{1000: res(12*time.Millisecond, 0)},
+			"highest offered rate with agentbus p99 < 10.00ms: none of the rates tried"},
+		{"not sustained", map[float64]result{1000: res(4*time.Millisecond, 0), 2000: res(5*time.Millisecond, 3)},
+			"highest offered rate with agentbus p99 < 10.00ms: 1000 req/s (of the rates tried)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			results := map[string]result{}
+			var rates []float64
+			for rate, r := range tt.results {
+				results[run{phaseAgentbus, rate}.String()] = r
+				rates = append(rates, rate)
+			}
+			slices.Sort(rates)
+			var out bytes.Buffer
+			printRateTable(&out, []string{phaseAgentbus}, rates, results)
+			if !strings.Contains(out.String(), tt.want+"\n") {
+				t.Errorf("want %q in:\n%s", tt.want, out.String())
+			}
+		})
+	}
+}
