@@ -84,19 +84,20 @@ type Cursor struct {
 	// Prev are the sequences before LastSeq, newest first, at most PrevDepth.
 	Prev []uint64
 
-	// recent are the messages last stored with this Cursor, or found in the thread's newest
-	// record when it was read, as a ring (nrecent written in all): appending one of them again
-	// stores nothing.
-	recent  [recentMessages]stored
-	nrecent int
+	// stored are messages known to be in the thread, all of the request storedFor: those stored
+	// last with this Cursor, or those of the thread's newest record when it was read. Appending
+	// one of them again stores nothing (a publish retried after its acknowledgement was lost, a
+	// handler run again after a failure). Keeping one request's spares a Cursor cached for a busy
+	// conversation from growing with it.
+	stored    []stored
+	storedFor string
 	// found holds the positions, by ID, of the messages Recover found stored for its request.
 	found map[string]uint64
 }
 
-// recentMessages is how many stored messages a Cursor remembers: those of a request's handler
-// run with its tool calls (2 per round, 8 rounds by default), so that a run made again after a
-// failure stores none of them twice.
-const recentMessages = 24
+// maxStored bounds Cursor.stored: a request's messages, with its tool calls (2 per round, 8
+// rounds by default); past it the oldest are forgotten.
+const maxStored = 24
 
 // stored is a message known to be in the thread.
 type stored struct {
@@ -104,15 +105,26 @@ type stored struct {
 	pos uint64
 }
 
-// note remembers that the message id is stored at pos.
-func (c *Cursor) note(id string, pos uint64) {
-	c.recent[c.nrecent%len(c.recent)] = stored{id, pos}
-	c.nrecent++
+// noteRecord remembers that the messages of a record are stored, at their positions. A record of
+// another request than the one remembered starts the list over.
+func (c *Cursor) noteRecord(msgs []*Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	if r := msgs[0].RequestID; r != c.storedFor || r == "" {
+		c.stored, c.storedFor = c.stored[:0], r
+	}
+	for _, m := range msgs {
+		if len(c.stored) == maxStored {
+			c.stored = append(c.stored[:0], c.stored[1:]...)
+		}
+		c.stored = append(c.stored, stored{m.ID, m.Pos})
+	}
 }
 
 // position returns where the message id is stored, if the Cursor knows.
 func (c *Cursor) position(id string) (uint64, bool) {
-	for _, m := range c.recent[:min(c.nrecent, len(c.recent))] {
+	for _, m := range c.stored {
 		if m.id == id {
 			return m.pos, true
 		}
@@ -177,9 +189,11 @@ func (s *Store) read(ctx context.Context, tenant, workflowID, participant string
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
-	for _, m := range msgs {
-		cur.note(m.ID, m.Pos)
+	newest := make([]*Message, len(msgs))
+	for i := range msgs {
+		newest[i] = &msgs[i]
 	}
+	cur.noteRecord(newest)
 	if rec == nil || (!rec.mine(&cur, msgs) && !rec.deep) {
 		return cur, nil
 	}
@@ -274,8 +288,8 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 		for i, m := range rec {
 			m.Pos = position(ack.Sequence, i)
-			cur.note(m.ID, m.Pos)
 		}
+		cur.noteRecord(rec)
 		todo = todo[len(rec):]
 		prev := make([]uint64, 0, PrevDepth)
 		if cur.LastSeq != 0 {
