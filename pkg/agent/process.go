@@ -71,7 +71,13 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	// on the leader only, so a retry reaching a new leader before it applied the first copy
 	// is stored again). Its kept result is the answer; it does not run again.
 	if in.req.GetKeepResult() {
-		answered, err := h.answerFromCache(ctx, log, in.req, replyTo)
+		// Read while the bus recovers: a request given back at once would come back at once,
+		// and a NATS leader election would use its attempts up in milliseconds.
+		var answered bool
+		err := retry(ctx, log, "reading the result cache", func() (err error) {
+			answered, err = h.answerFromCache(ctx, log, in.req, replyTo)
+			return err
+		})
 		if err != nil {
 			log.Warn("request not started; giving it back", "err", err)
 			return h.giveBack(log, d)
