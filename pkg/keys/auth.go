@@ -15,7 +15,7 @@ import (
 // keys bucket: a key created, revoked or deleted anywhere is seen here as soon as NATS delivers
 // the change (well under a second on a healthy cluster).
 type Authenticator struct {
-	adminHash string
+	adminHash []byte // Hash of AGENTBUS_ADMIN_KEY; nil without one
 	log       *slog.Logger
 
 	mu   sync.RWMutex
@@ -33,7 +33,7 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 	}
 	a := &Authenticator{log: log, byID: make(map[string]Key), done: make(chan struct{})}
 	if adminKey != "" {
-		a.adminHash = Hash(adminKey)
+		a.adminHash = appendHash(nil, adminKey)
 	}
 	// The watch outlives ctx: it is bound to the Authenticator and stopped by Close.
 	w, err := keysKV.WatchAll(context.WithoutCancel(ctx))
@@ -94,7 +94,7 @@ func (a *Authenticator) Authenticate(secret string) (Key, error) {
 	}
 	var room [hashLen]byte // every call authenticates: the hash stays on the stack
 	h := appendHash(room[:0], secret)
-	if a.adminHash != "" && subtle.ConstantTimeCompare(h, []byte(a.adminHash)) == 1 {
+	if a.adminHash != nil && subtle.ConstantTimeCompare(h, a.adminHash) == 1 {
 		return Key{ID: "admin", Role: RoleSystemAdmin, Name: "AGENTBUS_ADMIN_KEY"}, nil
 	}
 	// The lookup is by the SHA-256 of the secret, so its timing tells nothing useful about

@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -505,9 +504,4 @@ func decodeKey(b []byte) (Key, error) {
 // looksLikeHash reports whether s is a stored hash rather than some other KV key.
 func looksLikeHash(s string) bool {
 	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
-}
-
-// constantTimeEqual compares two secrets without leaking where they differ.
-func constantTimeEqual(a, b string) bool {
-	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }
