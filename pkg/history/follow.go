@@ -15,7 +15,7 @@ const followCleanup = 2 * time.Second
 
 // Follow delivers the thread's messages stored after position after (0: from now on), in order,
 // until ctx ends; the channel is closed then, or earlier if the follow fails, and a caller that
-// wants to go on follows again from the last Seq it received. Messages that cannot be decoded are
+// wants to go on follows again from the last Pos it received. Messages that cannot be decoded are
 // skipped.
 //
 // A follow is an ordered consumer of the thread's subject, which recovers by itself from lost

@@ -12,8 +12,8 @@
 // A message is stored once even when its writer stores it again (a publish retried after its
 // acknowledgement was lost, a handler run again, a request redelivered): the writer's Cursor
 // knows the messages it stored last, and a redelivered request's writer reads back the thread's
-// newest records that are the request's (Recover). Records carry no JetStream de-duplication id, which would
-// cost the server memory for every call over its whole window.
+// newest records that are the request's (Recover). Records carry no JetStream de-duplication
+// id, which would cost the server memory for every call over its whole window.
 //
 // It is not a search index: filtering by scope walks the thread, and there is no query by time or
 // text. Nor does it decide who may read a thread; callers check the tenant first.

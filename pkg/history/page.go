@@ -27,14 +27,14 @@ type PageOptions struct {
 	// MaxPageSize means MaxPageSize.
 	Size int
 	// Before returns messages older than this position, the next cursor of an earlier page (or
-	// the Seq of any message of the thread). Zero starts at the newest message.
+	// the Pos of any message of the thread). Zero starts at the newest message.
 	Before uint64
 	// Scope, when not empty, keeps only messages of this scope.
 	Scope string
 }
 
 // Page returns a page of the thread's messages, newest first, and the cursor of the next (older)
-// page: the Seq of the oldest message returned, or 0 when there is nothing older. A cursor may
+// page: the Pos of the oldest message returned, or 0 when there is nothing older. A cursor may
 // still lead to an empty page, when the older messages have expired or none of them has the
 // scope asked for.
 //
