@@ -283,6 +283,20 @@ func startSeqOwner(t *testing.T, s *stacktest.Stack, sa *seqAgent, other string,
 	return cfg.ID, nc, cancel
 }
 
+// startDoomedOwner starts a stack whose host "survivor" runs Seq with ackWait, and a second host
+// that owns Seq's one partition; crash makes that host vanish as a crashed process does: no
+// heartbeat, no acknowledgement, no handover.
+func startDoomedOwner(t *testing.T, sa *seqAgent, ackWait time.Duration) (s *stacktest.Stack, doomed string, crash func()) {
+	t.Helper()
+	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
+	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	return s, doomed, func() {
+		nc.Close()
+		cancel()
+	}
+}
+
 // idOwning returns a host id that placement gives the agent's partition p, next to other.
 func idOwning(agentName string, partitions, p int, other string) string {
 	for i := 0; ; i++ {
@@ -300,10 +314,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 	sa := &seqAgent{}
 	// The ack wait is longer than the takeover (a heartbeat 3 s old), so that the dead host's
 	// request is still pending when the survivor starts pulling.
-	const ackWait = 6 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
-		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	s, doomed, crash := startDoomedOwner(t, sa, 6*time.Second)
 
 	step(t, s, "x", "1", "2s")
 	waitFor(t, 5*time.Second, "the first step runs on the doomed host", func() bool {
@@ -311,8 +322,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 		return len(ns) == 1 && hosts[0] == doomed
 	})
 	crashed := time.Now()
-	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
-	cancel()
+	crash()
 	step(t, s, "x", "2", "")
 
 	waitFor(t, 30*time.Second, "both steps ran on the survivor", func() bool {
@@ -336,10 +346,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 // anything (a plain cursor knows only the newest record, and would store the chat message again).
 func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
 	sa := &seqAgent{}
-	const ackWait = 2 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
-		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	s, doomed, crash := startDoomedOwner(t, sa, 2*time.Second)
 
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)
@@ -356,8 +363,7 @@ func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
 		ns, hosts := sa.starts("x")
 		return len(ns) == 1 && hosts[0] == doomed && len(thread()) == 2
 	})
-	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
-	cancel()
+	crash()
 
 	waitFor(t, 30*time.Second, "the survivor answered the chat message", func() bool {
 		msgs := thread()

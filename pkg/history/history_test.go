@@ -489,6 +489,14 @@ func TestRecover(t *testing.T) {
 		}
 		return e, msgs
 	}
+	// storedThenLater is stored, then a later request's record: a replay's situation.
+	storedThenLater := func(t *testing.T) (env, []*history.Message) {
+		e, msgs := stored(t)
+		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, of("s", "later", "a later request")))
+		return e, msgs
+	}
 	again := func() []*history.Message {
 		return []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result"), of("r", "out", "answer")}
 	}
@@ -522,20 +530,14 @@ func TestRecover(t *testing.T) {
 		require.Equal(t, []string{"out", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
 	t.Run("replayed", func(t *testing.T) {
-		e, first := stored(t)
-		later, err := e.store.Cursor(e.ctx, tenant, wf, user)
-		require.NoError(t, err)
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &later, of("s", "later", "a later request")))
+		e, first := storedThenLater(t)
 		deep, err := e.store.Recover(e.ctx, tenant, wf, user, "r", true)
 		require.NoError(t, err)
 		runAgain(t, e, &deep, first)
 		require.Equal(t, []string{"out", "later", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
 	t.Run("tail stops at another request", func(t *testing.T) {
-		e, first := stored(t)
-		later, err := e.store.Cursor(e.ctx, tenant, wf, user)
-		require.NoError(t, err)
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &later, of("s", "later", "a later request")))
+		e, first := storedThenLater(t)
 		tail, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
 		require.NoError(t, err)
 		in := of("r", "in", "hi")
