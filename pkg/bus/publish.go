@@ -33,6 +33,9 @@ const (
 // jetstream.ExpectedLastSubjSeqHeader and so on. As with PublishMsg, a ctx without a deadline
 // gets js's default timeout: an acknowledgement lost with a server that died must not block the
 // publisher for ever.
+//
+// It retries only while no stream answers (nats.ErrNoResponders: nothing was stored), never after
+// a timeout, so a message without a de-duplication id is stored at most once.
 func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
 	nc := js.Conn()
 	request := func() (*nats.Msg, error) { return nc.RequestMsgWithContext(ctx, m) }

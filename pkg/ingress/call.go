@@ -81,7 +81,12 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 	if replyTo != "" {
 		msg.Header.Set(subject.HeaderReplyTo, replyTo)
 	}
-	msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
+	if req.KeepResult {
+		// Only a requestId the caller chose can come again. One the ingress made up is new, and
+		// the publish is not retried once the server may have stored it (bus.Publish), so a
+		// de-duplication id would only cost the server a map entry for the whole window.
+		msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
+	}
 	// The host's handler span continues the request's trace.
 	tracing.Inject(ctx, msg.Header)
 	ack, err := bus.Publish(ctx, s.js, msg)

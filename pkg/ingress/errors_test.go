@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 func TestWebhookRefusals(t *testing.T) {
@@ -108,6 +110,39 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 	// Keys are per tenant: the same key in another tenant is a different request.
 	_, _, b = call(t, s.URL, "other:Echo:Supervisor Workflow:idem", "count", q("apikey", s.OtherKey), nil, "Idempotency-Key", "k1")
 	assert.Equal(t, 1.0, decode(t, b)["count"], "other tenant's first count")
+}
+
+// TestInboxDedupeIDOnlyForCallerKeys: only a requestId the caller chose carries a
+// de-duplication id to the inbox; one the ingress made up cannot come again, and the server
+// would keep its id for the whole dedupe window for nothing.
+func TestInboxDedupeIDOnlyForCallerKeys(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	sub, err := s.Res.JS.Conn().SubscribeSync(subject.InboxSubjects())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	next := func() *nats.Msg {
+		t.Helper()
+		m, err := sub.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the request never reached the inbox")
+		return m
+	}
+	wf := "default:Echo:Supervisor Workflow:dedupe"
+
+	status, _, b := call(t, s.URL, wf, "count", q("apikey", s.Key), nil)
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	assert.Empty(t, next().Header.Get(subject.HeaderMsgID), "a request without Idempotency-Key")
+
+	status, _, b = call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "dd-1")
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	assert.Equal(t, subject.DedupeID("default", "dd-1"), next().Header.Get(subject.HeaderMsgID), "a request with Idempotency-Key")
+
+	auth := []string{"Authorization", "Bearer " + s.Key}
+	status, _, b = send(t, s, "default", "", msg("type", "Data", "text", "count"), auth...)
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+	assert.Empty(t, next().Header.Get(subject.HeaderMsgID), "a send without requestId")
+	status, _, b = send(t, s, "default", "", msg("type", "Data", "text", "count", "requestId", "dd-2"), auth...)
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+	assert.Equal(t, subject.DedupeID("default", "dd-2"), next().Header.Get(subject.HeaderMsgID), "a send with requestId")
 }
 
 func TestRoutingEdges(t *testing.T) {
