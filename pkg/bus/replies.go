@@ -2,13 +2,16 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -16,9 +19,11 @@ import (
 )
 
 // Replies routes replies published by workflow hosts to the requests of this ingress instance
-// that wait for them. One subscription serves every waiter: the subject's last token names it.
+// that wait for them, and the inbox's acknowledgements of those requests (Waiter.Send). One
+// subscription serves every waiter: the subject's last tokens name it.
 type Replies struct {
 	instance string
+	nc       *nats.Conn
 	sub      *nats.Subscription
 	log      *slog.Logger
 	next     atomic.Uint64
@@ -32,7 +37,7 @@ func NewReplies(nc *nats.Conn, instance string, log *slog.Logger) (*Replies, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Replies{instance: instance, log: log, waiters: make(map[string]*Waiter)}
+	r := &Replies{instance: instance, nc: nc, log: log, waiters: make(map[string]*Waiter)}
 	sub, err := nc.Subscribe(subject.ReplyPrefix(instance), r.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to replies: %w", err)
@@ -52,11 +57,36 @@ type Waiter struct {
 	token   string
 	Subject string
 
-	mu     sync.Mutex
-	queue  []*agentbusv1.Reply
-	first  [1]*agentbusv1.Reply // queue's first backing array: most calls get one reply
-	notify chan struct{}        // has a token while queue is not empty
+	// accepted is what the inbox said of the request sent with Send (ackPending, ackAccepted,
+	// ackWanted); an acknowledgement that refuses it is ackFailure.
+	accepted atomic.Int32
+	msg      *nats.Msg // the request sent with Send, for a retry
+
+	mu         sync.Mutex
+	queue      []*agentbusv1.Reply
+	first      [1]*agentbusv1.Reply // queue's first backing array: most calls get one reply
+	ackFailure error                // the inbox refused the request, or ErrDuplicate
+	notify     chan struct{}        // has a token while queue or ackFailure is not empty
 }
+
+// What a waiter knows of its request's acknowledgement.
+const (
+	ackPending  = iota
+	ackAccepted // stored: the reply will come
+	ackWanted   // Await waits for the acknowledgement itself: its reply's time is up
+)
+
+// Errors of Await.
+var (
+	// ErrDuplicate means the inbox already held a request with the same de-duplication id: no
+	// reply comes for this one.
+	ErrDuplicate = errors.New("duplicate request")
+	// ErrNotAccepted means the inbox did not store the request (wrapped with the reason): it
+	// will not be processed.
+	ErrNotAccepted = errors.New("request not accepted")
+	// ErrReplyTimeout means the request was stored but its reply did not come in time.
+	ErrReplyTimeout = errors.New("timed out waiting for the reply")
+)
 
 // Wait registers a new waiter; call Done when no longer waiting.
 func (r *Replies) Wait() *Waiter {
@@ -81,14 +111,11 @@ func (w *Waiter) Done() {
 func (w *Waiter) Receive(ctx context.Context) (*agentbusv1.Reply, error) {
 	for {
 		w.mu.Lock()
-		if len(w.queue) > 0 {
-			rep := w.queue[0]
-			w.queue[0] = nil
-			w.queue = w.queue[1:]
-			w.mu.Unlock()
+		rep := w.take()
+		w.mu.Unlock()
+		if rep != nil {
 			return rep, nil
 		}
-		w.mu.Unlock()
 		select {
 		case <-w.notify:
 		case <-ctx.Done():
@@ -97,13 +124,144 @@ func (w *Waiter) Receive(ctx context.Context) (*agentbusv1.Reply, error) {
 	}
 }
 
-// Final waits for the final reply, dropping partial ones.
-func (w *Waiter) Final(ctx context.Context) (*agentbusv1.Reply, error) {
+// Send publishes m, a request for a stream, with the waiter's acknowledgement subject as its
+// reply subject, without waiting: Await reads the acknowledgement as it reads the reply. A
+// synchronous call so costs one wait, where Publish and then Receive cost two.
+func (w *Waiter) Send(m *nats.Msg) error {
+	m.Reply = subject.ReplyAck(w.r.instance, w.token)
+	w.msg = m
+	if err := w.r.nc.PublishMsg(m); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+	}
+	return nil
+}
+
+// Await waits for the final reply to the request sent with Send, dropping partial ones. The
+// request must be stored within accept (else ErrNotAccepted; a stream that has no server
+// answering yet is retried as Publish does) and answered within timeout of the call (else
+// ErrReplyTimeout, once it is known to be stored). It returns ErrDuplicate when the inbox held
+// the request already, and ctx's error when ctx ends first.
+func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
+	start := time.Now()
+	t := time.NewTimer(min(accept, timeout))
+	defer t.Stop()
+	retries := 0
+	late := false // the reply's time is up; only the acknowledgement is awaited
 	for {
-		rep, err := w.Receive(ctx)
-		if err != nil || !rep.GetPartial() {
-			return rep, err
+		w.mu.Lock()
+		rep, failure := w.take(), w.ackFailure
+		w.ackFailure = nil
+		w.mu.Unlock()
+		switch {
+		case rep != nil:
+			// A reply means the request was stored, whatever became of its acknowledgement.
+			if !rep.GetPartial() {
+				return rep, nil
+			}
+			continue
+		case failure == nil:
+		case errors.Is(failure, nats.ErrNoResponders) && retries < publishRetryAttempts:
+			retries++
+			if err := sleep(ctx, publishRetryWait); err != nil {
+				return nil, err
+			}
+			if err := w.r.nc.PublishMsg(w.msg); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
+			}
+			continue
+		case errors.Is(failure, ErrDuplicate):
+			return nil, failure
+		case errors.Is(failure, nats.ErrNoResponders):
+			return nil, fmt.Errorf("%w: %w", ErrNotAccepted, jetstream.ErrNoStreamResponse)
+		default:
+			return nil, fmt.Errorf("%w: %w", ErrNotAccepted, failure)
 		}
+		if late && w.accepted.Load() == ackAccepted {
+			return nil, ErrReplyTimeout
+		}
+		select {
+		case <-w.notify:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			elapsed := time.Since(start)
+			accepted := w.accepted.Load() == ackAccepted
+			switch {
+			case accepted && elapsed >= timeout:
+				return nil, ErrReplyTimeout
+			case accepted:
+				t.Reset(timeout - elapsed)
+			case elapsed >= accept:
+				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, nats.ErrTimeout)
+			default:
+				// The reply's time is up, but the request may still be stored: wait for the
+				// acknowledgement itself, which deliver now signals.
+				late = true
+				w.accepted.CompareAndSwap(ackPending, ackWanted)
+				t.Reset(accept - elapsed)
+			}
+		}
+	}
+}
+
+// take removes the first queued reply; w.mu is held.
+func (w *Waiter) take() *agentbusv1.Reply {
+	if len(w.queue) == 0 {
+		return nil
+	}
+	rep := w.queue[0]
+	w.queue[0] = nil
+	w.queue = w.queue[1:]
+	return rep
+}
+
+// acknowledged records the inbox's acknowledgement of the request: an accepted request is
+// noted without waking Await (its reply follows), unless Await waits for the acknowledgement
+// itself; a refusal or a duplicate wakes it.
+func (w *Waiter) acknowledged(m *nats.Msg) {
+	var failure error
+	if len(m.Data) == 0 && m.Header.Get(statusHeader) == noRespondersStatus {
+		failure = nats.ErrNoResponders
+	} else if ack, err := parsePubAck(m.Data); err != nil {
+		failure = err
+	} else if ack.Duplicate {
+		failure = ErrDuplicate
+	}
+	if failure == nil {
+		if w.accepted.Swap(ackAccepted) != ackWanted {
+			return
+		}
+	} else {
+		w.mu.Lock()
+		w.ackFailure = failure
+		w.mu.Unlock()
+	}
+	w.wake()
+}
+
+// The server answers a request nobody subscribes to with an empty message whose status header
+// says 503 (nats.go's unexported statusHdr and noResponders).
+const (
+	statusHeader       = "Status"
+	noRespondersStatus = "503"
+)
+
+func (w *Waiter) wake() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -111,14 +269,11 @@ func (w *Waiter) push(rep *agentbusv1.Reply) {
 	w.mu.Lock()
 	w.queue = append(w.queue, rep)
 	w.mu.Unlock()
-	select {
-	case w.notify <- struct{}{}:
-	default:
-	}
+	w.wake()
 }
 
 func (r *Replies) deliver(m *nats.Msg) {
-	token, ok := subject.ReplyWaiter(r.instance, m.Subject)
+	token, ack, ok := subject.ReplyWaiter(r.instance, m.Subject)
 	if !ok {
 		return
 	}
@@ -127,6 +282,10 @@ func (r *Replies) deliver(m *nats.Msg) {
 	r.mu.Unlock()
 	if w == nil {
 		return // the caller gave up; nothing waits
+	}
+	if ack {
+		w.acknowledged(m)
+		return
 	}
 	rep := new(agentbusv1.Reply)
 	if err := proto.Unmarshal(m.Data, rep); err != nil {

@@ -43,25 +43,44 @@ func fingerprint(req *agentbusv1.Request) string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// publish puts req durably on the inbox; replyTo names the waiter, if any. A request too large
-// for one message goes by claim check. Once it returns nil the request is the bus's: it is processed
-// even if nobody waits. It reports whether the requestId was seen before (a duplicate).
+// publishTimeout bounds how long the inbox may take to acknowledge a request.
+const publishTimeout = 10 * time.Second
+
+// publish puts req durably on the inbox; replyTo names the waiter, if any. Once it returns nil
+// the request is the bus's: it is processed even if nobody waits. It reports whether the
+// requestId was seen before (a duplicate).
 func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo string) (duplicate bool, err error) {
+	// The request must reach the bus even if the caller goes away while it is being sent.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	msg, err := s.inboxMsg(ctx, req, replyTo)
+	if err != nil {
+		return false, err
+	}
+	ack, err := bus.Publish(ctx, s.js, msg)
+	if err != nil {
+		return false, fmt.Errorf("publishing request: %w", err)
+	}
+	return ack.Duplicate, nil
+}
+
+// inboxMsg is the inbox message of req; replyTo names the waiter, if any. A request too large
+// for one message goes by claim check, stored here.
+func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo string) (*nats.Msg, error) {
 	req.CreatedAtMs = time.Now().UnixMilli()
 	req.Fingerprint = fingerprint(req)
-	// The request must reach the bus even if the caller goes away while it is being sent.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
 	data, err := proto.Marshal(req)
 	if err != nil {
-		return false, fmt.Errorf("encoding request: %w", err)
+		return nil, fmt.Errorf("encoding request: %w", err)
 	}
 	if !s.claims.Fits(len(data)) {
 		// Too large for one message: the request goes by claim check, and the inbox carries
 		// what routing and de-duplication need.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		defer cancel()
 		ref, err := s.claims.Put(ctx, subject.ClaimName(req.TenantId, req.RequestId, "request-"+nuid.Next()), data)
 		if err != nil {
-			return false, fmt.Errorf("storing request: %w", err)
+			return nil, fmt.Errorf("storing request: %w", err)
 		}
 		stub := &agentbusv1.Request{
 			RequestId: req.RequestId, TenantId: req.TenantId, WorkflowId: req.WorkflowId, AgentName: req.AgentName,
@@ -70,7 +89,7 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 			MessageId: req.MessageId, CreatedAtMs: req.CreatedAtMs, Stream: req.Stream, EnvelopeRef: ref,
 		}
 		if data, err = proto.Marshal(stub); err != nil {
-			return false, fmt.Errorf("encoding request: %w", err)
+			return nil, fmt.Errorf("encoding request: %w", err)
 		}
 	}
 	msg := &nats.Msg{
@@ -83,44 +102,49 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 	}
 	if req.KeepResult {
 		// Only a requestId the caller chose can come again. One the ingress made up is new, and
-		// the publish is not retried once the server may have stored it (bus.Publish), so a
-		// de-duplication id would only cost the server a map entry for the whole window.
+		// the publish is not retried once the server may have stored it (bus.Publish,
+		// bus.Waiter.Await), so a de-duplication id would only cost the server a map entry for
+		// the whole window.
 		msg.Header.Set(subject.HeaderMsgID, subject.DedupeID(req.TenantId, req.RequestId))
 	}
 	// The host's handler span continues the request's trace.
 	tracing.Inject(ctx, msg.Header)
-	ack, err := bus.Publish(ctx, s.js, msg)
-	if err != nil {
-		return false, fmt.Errorf("publishing request: %w", err)
-	}
-	return ack.Duplicate, nil
+	return msg, nil
 }
 
-// call publishes req and waits up to timeout for its reply.
+// call publishes req and waits up to timeout for its reply. It does not wait for the inbox's
+// acknowledgement on its own: the waiter reads it as it reads the reply (bus.Waiter.Await).
 func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
 	waiter := s.replies.Wait()
 	defer waiter.Done()
-	duplicate, err := s.publish(ctx, req, waiter.Subject)
+	msg, err := s.inboxMsg(ctx, req, waiter.Subject)
 	if err != nil {
 		return nil, err
 	}
-	wctx, wcancel := context.WithTimeout(ctx, timeout)
-	defer wcancel()
-	var rep *agentbusv1.Reply
-	if duplicate {
+	if err := waiter.Send(msg); err != nil {
+		return nil, fmt.Errorf("publishing request: %w", err)
+	}
+	rep, err := waiter.Await(ctx, publishTimeout, timeout)
+	if errors.Is(err, bus.ErrDuplicate) {
 		// The same requestId was accepted before: answer with that request's result, if it was
 		// the same request.
+		wctx, wcancel := context.WithTimeout(ctx, timeout)
+		defer wcancel()
 		rep, err = s.awaitResult(wctx, req.TenantId, req.RequestId)
 		if err == nil && rep.GetFingerprint() != req.Fingerprint {
 			return nil, errKeyReused
 		}
-	} else {
-		rep, err = waiter.Final(wctx)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, errClientGone
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errTimeout, err)
 		}
+	}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, errClientGone
+	case errors.Is(err, bus.ErrNotAccepted):
+		return nil, fmt.Errorf("publishing request: %w", err)
+	default:
 		return nil, errTimeout
 	}
 	if err := s.resolveContent(ctx, req, rep); err != nil {

@@ -237,9 +237,22 @@ func ReplyPrefix(instance string) string { return replyPrefix + "." + instance +
 // Reply is the subject one waiting request of an ingress instance is answered on.
 func Reply(instance, waiter string) string { return replyPrefix + "." + instance + "." + waiter }
 
-// ReplyWaiter returns the waiter token of a reply subject of the given instance.
-func ReplyWaiter(instance, subj string) (string, bool) {
-	return strings.CutPrefix(subj, replyPrefix+"."+instance+".")
+// ReplyAck is the subject where the inbox acknowledges the request of one waiter of an ingress
+// instance: the waiter's reply subject with one more token.
+func ReplyAck(instance, waiter string) string { return Reply(instance, waiter) + replyAckSuffix }
+
+// replyAckSuffix ends a waiter's acknowledgement subject; waiter tokens hold no dot.
+const replyAckSuffix = ".ack"
+
+// ReplyWaiter returns the waiter token of a reply or acknowledgement subject of the given
+// instance, and whether it is the acknowledgement subject.
+func ReplyWaiter(instance, subj string) (waiter string, ack, ok bool) {
+	waiter, ok = strings.CutPrefix(subj, replyPrefix+"."+instance+".")
+	if !ok {
+		return "", false, false
+	}
+	waiter, ack = strings.CutSuffix(waiter, replyAckSuffix)
+	return waiter, ack, true
 }
 
 // DedupeID is the JetStream message id that makes a requestId idempotent within a tenant.

@@ -180,11 +180,18 @@ func TestReplySubjects(t *testing.T) {
 			r := subject.Reply(tt.instance, tt.waiter)
 			prefix := strings.TrimSuffix(subject.ReplyPrefix(tt.instance), ">")
 			assert.True(t, strings.HasPrefix(r, prefix), "Reply = %q does not match ReplyPrefix %q", r, subject.ReplyPrefix(tt.instance))
-			got, ok := subject.ReplyWaiter(tt.instance, r)
+			got, ack, ok := subject.ReplyWaiter(tt.instance, r)
 			assert.True(t, ok, "ReplyWaiter(%q) = %q, %v; want %q, true", r, got, ok, tt.waiter)
 			assert.Equal(t, tt.waiter, got, "ReplyWaiter(%q)", r)
-			_, ok = subject.ReplyWaiter("other", r)
+			assert.False(t, ack, "ReplyWaiter(%q) read a reply as an acknowledgement", r)
+			_, _, ok = subject.ReplyWaiter("other", r)
 			assert.False(t, ok, "ReplyWaiter of another instance accepted %q", r)
+
+			a := subject.ReplyAck(tt.instance, tt.waiter)
+			assert.True(t, strings.HasPrefix(a, prefix), "ReplyAck = %q does not match ReplyPrefix %q", a, subject.ReplyPrefix(tt.instance))
+			got, ack, ok = subject.ReplyWaiter(tt.instance, a)
+			assert.True(t, ok && ack, "ReplyWaiter(%q) = %v, %v; want an acknowledgement", a, ack, ok)
+			assert.Equal(t, tt.waiter, got, "ReplyWaiter(%q)", a)
 		})
 	}
 }
