@@ -143,8 +143,12 @@ func (w *Waiter) Send(m *nats.Msg) error {
 // the request already, and ctx's error when ctx ends first.
 func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
 	start := time.Now()
-	t := time.NewTimer(min(accept, timeout))
-	defer t.Stop()
+	t := timers.Get().(*time.Timer)
+	t.Reset(min(accept, timeout))
+	defer func() {
+		t.Stop() // since Go 1.23 a stopped timer's channel holds no stale value: it can be reused
+		timers.Put(t)
+	}()
 	retries := 0
 	late := false // the reply's time is up; only the acknowledgement is awaited
 	for {
@@ -203,6 +207,13 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 		}
 	}
 }
+
+// timers are Await's stopped timers, one per call otherwise.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // take removes the first queued reply; w.mu is held.
 func (w *Waiter) take() *agentbusv1.Reply {

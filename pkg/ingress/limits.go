@@ -147,29 +147,32 @@ func (c *waiting) leave(tenant string) {
 	c.n[tenant]--
 }
 
-// waitSlot is a synchronous request's place among its tenant's waiting requests: syncCall puts
-// an empty one in the request's context, holdWaiting fills it once the tenant is known, and
-// syncCall gives it back when the handler returns.
+// waitSlot is a synchronous request's place among its tenant's waiting requests, in its
+// requestState: holdWaiting fills it once the tenant is known, and syncCall gives it back when
+// the handler returns.
 type waitSlot struct {
 	tenant string
 	held   bool
 }
-
-type waitSlotKey struct{}
 
 // syncCall marks the routes whose answer may wait for a handler's reply (webhook, converse,
 // send), so that holdWaiting, called by their handler once the tenant is known, counts them.
 // startUserCall calls it for webhook and converse.
 func (s *Server) syncCall(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		slot := &waitSlot{}
+		st, ok := stateOf(r)
+		if !ok { // not routed through measure
+			st = &requestState{}
+			r = r.WithContext(context.WithValue(r.Context(), requestStateKey{}, st))
+		}
+		st.sync = true
 		defer func() {
-			if slot.held {
-				s.waiting.leave(slot.tenant)
+			if st.wait.held {
+				s.waiting.leave(st.wait.tenant)
 				s.metrics.waiting.Dec()
 			}
 		}()
-		h(w, r.WithContext(context.WithValue(r.Context(), waitSlotKey{}, slot)))
+		h(w, r)
 	}
 }
 
@@ -177,10 +180,11 @@ func (s *Server) syncCall(h http.HandlerFunc) http.HandlerFunc {
 // synchronous call (see syncCall). It is called after authentication and before anything is
 // published: over the cap the answer is a 503 problem and nothing was enqueued.
 func (s *Server) holdWaiting(r *http.Request, tenant string) *problem.Problem {
-	slot, ok := r.Context().Value(waitSlotKey{}).(*waitSlot)
-	if !ok || slot.held {
+	st, ok := stateOf(r)
+	if !ok || !st.sync || st.wait.held {
 		return nil
 	}
+	slot := &st.wait
 	if !s.waiting.enter(tenant) {
 		return &problem.Problem{
 			Status: http.StatusServiceUnavailable, Slug: "too-many-waiting", RetryAfter: 1,

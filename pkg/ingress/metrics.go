@@ -95,17 +95,30 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.handler.ServeHTTP(w, r)
 }
 
-// requestTenant is where a handler notes the tenant of its request, once known, for the
-// request's metrics; measure puts one in every routed request's context.
-type requestTenant struct{ name string }
+// requestState is what the middleware and a handler share about one request; measure puts one in
+// every routed request's context (one context value, one copy of the request, for both uses).
+type requestState struct {
+	// tenant is the request's tenant, once known, for its metrics (noteTenant).
+	tenant string
+	// sync marks a call that may wait for a handler's reply (syncCall), and wait its place among
+	// the tenant's waiting calls (holdWaiting).
+	sync bool
+	wait waitSlot
+}
 
-type requestTenantKey struct{}
+type requestStateKey struct{}
+
+// stateOf returns r's requestState, if it went through measure.
+func stateOf(r *http.Request) (*requestState, bool) {
+	st, ok := r.Context().Value(requestStateKey{}).(*requestState)
+	return st, ok
+}
 
 // noteTenant records the request's tenant for its metrics. Handlers call it once the tenant is
 // authenticated and known to exist, so that callers cannot fill the label with made-up names.
 func noteTenant(r *http.Request, tenant string) {
-	if t, ok := r.Context().Value(requestTenantKey{}).(*requestTenant); ok {
-		t.name = tenant
+	if st, ok := stateOf(r); ok {
+		st.tenant = tenant
 	}
 }
 
@@ -119,8 +132,8 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 		if cur := mux.CurrentRoute(r); cur != nil {
 			route, _ = cur.GetPathTemplate()
 		}
-		tenant := &requestTenant{}
-		ctx := context.WithValue(r.Context(), requestTenantKey{}, tenant)
+		state := &requestState{}
+		ctx := context.WithValue(r.Context(), requestStateKey{}, state)
 		var span trace.Span
 		if m.tracer != nil {
 			ctx, span = m.startSpan(ctx, r, route)
@@ -136,13 +149,13 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 				status = http.StatusOK
 			}
 			name := noTenant
-			if tenant.name != "" {
-				name = m.tenants.Value(tenant.name)
+			if state.tenant != "" {
+				name = m.tenants.Value(state.tenant)
 			}
 			m.requests.WithLabelValues(route, statusClass(status), name).Inc()
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			if span != nil {
-				endSpan(span, status, tenant.name)
+				endSpan(span, status, state.tenant)
 			}
 		}()
 		next.ServeHTTP(rec, r.WithContext(ctx))
