@@ -12,20 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
 // TestPublishAgainstServer: a real server's acknowledgements, a new message and a duplicate,
 // take the hand-written path and read as nats.go reads them; its errors keep their API codes.
 func TestPublishAgainstServer(t *testing.T) {
-	srv := natstest.Server(t, "")
-	nc := natstest.Conn(t, srv)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "PUBTEST", Subjects: []string{"pubtest.>"}})
-	require.NoError(t, err)
+	nc, js, ctx := withStream(t, "PUBTEST", "pubtest.>")
 
 	msg := func(id string) *nats.Msg {
 		m := nats.NewMsg("pubtest.a")

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/natstest"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -22,14 +21,7 @@ import (
 // stream, no acknowledgement at all, an acknowledgement later than the reply's time, and a
 // caller that goes away.
 func TestWaiterAwait(t *testing.T) {
-	srv := natstest.Server(t, "")
-	nc := natstest.Conn(t, srv)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "WAITTEST", Subjects: []string{"waittest.>"}})
-	require.NoError(t, err)
+	nc, _, ctx := withStream(t, "WAITTEST", "waittest.>")
 	replies, err := bus.NewReplies(nc, "ing1", nil)
 	require.NoError(t, err)
 	defer func() { _ = replies.Close() }()
