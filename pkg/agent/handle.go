@@ -309,7 +309,7 @@ func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Reque
 		m.ID, m.CreatedAt, m.Pos = stored[i].ID, stored[i].CreatedAt, stored[i].Pos
 	}
 	if errors.Is(err, history.ErrConflict) {
-		l.dropCursor(p)
+		l.staleCursor(p)
 	}
 	return err
 }

@@ -50,6 +50,9 @@ type liveInstance struct {
 
 	// cursors are the history append cursors of the instance's conversations, by participant.
 	cursors map[string]*history.Cursor
+	// stale are cursors that met a conflict, until the next use reads the thread anew and
+	// carries what they knew to be stored (history.Cursor.Carry).
+	stale map[string]*history.Cursor
 
 	// users and idleSince are guarded by the host's live map lock.
 	users     int
@@ -299,6 +302,10 @@ func (l *liveInstance) cursor(ctx context.Context, store *history.Store, tenant,
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if old := l.stale[participant]; old != nil {
+		c.Carry(old)
+		delete(l.stale, participant)
+	}
 	if l.cursors == nil {
 		l.cursors = make(map[string]*history.Cursor)
 	}
@@ -316,6 +323,7 @@ func (l *liveInstance) recoverCursor(ctx context.Context, store *history.Store, 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	delete(l.stale, participant) // what it knew is what Recover read back
 	if l.cursors == nil {
 		l.cursors = make(map[string]*history.Cursor)
 	}
@@ -323,9 +331,22 @@ func (l *liveInstance) recoverCursor(ctx context.Context, store *history.Store, 
 	return nil
 }
 
-// dropCursor forgets a conversation's cursor after a conflict, so that the next use reloads it.
-func (l *liveInstance) dropCursor(participant string) {
+// staleCursor sets a conversation's cursor aside after a conflict: the next use reads the thread
+// anew and keeps what this one knew to be stored, so that a request retried after the conflict
+// stores none of its messages twice.
+func (l *liveInstance) staleCursor(participant string) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.cursors[participant]
+	if cur == nil {
+		return
+	}
 	delete(l.cursors, participant)
-	l.mu.Unlock()
+	if old := l.stale[participant]; old != nil {
+		cur.Carry(old) // a second conflict before a reload succeeded
+	}
+	if l.stale == nil {
+		l.stale = make(map[string]*history.Cursor)
+	}
+	l.stale[participant] = cur
 }

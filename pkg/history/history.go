@@ -133,6 +133,25 @@ func (c *Cursor) position(id string) (uint64, bool) {
 	return pos, ok
 }
 
+// Carry makes c, a Cursor read anew after old met ErrConflict, know what old knew to be stored:
+// the messages Recover found and those stored with old. They are in the thread whatever else
+// was appended since, and a request that goes on with c must not store them again (the newest
+// record, which c knows, may now be another writer's).
+func (c *Cursor) Carry(old *Cursor) {
+	if len(old.found) == 0 && len(old.stored) == 0 {
+		return
+	}
+	if c.found == nil {
+		c.found = make(map[string]uint64, len(old.found)+len(old.stored))
+	}
+	for id, pos := range old.found {
+		c.found[id] = pos
+	}
+	for _, m := range old.stored {
+		c.found[m.id] = m.pos
+	}
+}
+
 // Cursor reads the append state of a thread from its newest record, whose messages it knows as
 // stored (a writer that reloads its Cursor after a lost acknowledgement finds them there).
 func (s *Store) Cursor(ctx context.Context, tenant, workflowID, participant string) (Cursor, error) {

@@ -536,6 +536,24 @@ func TestRecover(t *testing.T) {
 		runAgain(t, e, &deep, first)
 		require.Equal(t, []string{"out", "later", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 	})
+	t.Run("conflict after recovery", func(t *testing.T) {
+		// The redelivered request found its messages, then another writer appended to the
+		// thread (a host that still held the partition): the cursor read anew after the
+		// conflict carries what the first one knew.
+		e, first := stored(t)
+		cur, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
+		require.NoError(t, err)
+		other, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &other, of("s", "other", "another writer")))
+		msgs := again()
+		require.ErrorIs(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2], msgs[3]), history.ErrConflict)
+		fresh, err := e.store.Cursor(e.ctx, tenant, wf, user)
+		require.NoError(t, err)
+		fresh.Carry(&cur)
+		runAgain(t, e, &fresh, first)
+		require.Equal(t, []string{"out", "other", "result", "call", "in", "before"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
+	})
 	t.Run("tail stops at another request", func(t *testing.T) {
 		e, first := storedThenLater(t)
 		tail, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
