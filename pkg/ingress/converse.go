@@ -3,14 +3,10 @@ package ingress
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -58,22 +54,11 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "invalid-parameter", "text, topic or hint is too long")
 		return
 	}
-	wf, err := ident.Resolve(query.Get("workflow"), tenant)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-workflow", err.Error())
+	wf, participant, p := resolveTarget(query.Get("workflow"), query.Get("participantId"), tenant, converseParticipant)
+	if p != nil {
+		p.RequestID = requestID
+		problem.Write(w, *p)
 		return
-	}
-	if wf.Tenant != tenant {
-		fail(http.StatusForbidden, "forbidden", "the workflow belongs to another tenant")
-		return
-	}
-	participant, err := ident.Participant(query.Get("participantId"))
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-participant", err.Error())
-		return
-	}
-	if participant == "" {
-		participant = converseParticipant
 	}
 	_, timeout, perr := waitParams(r)
 	if perr != "" {
@@ -83,14 +68,10 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 
 	var data []byte
 	if kind == agentbusv1.Kind_KIND_DATA {
-		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxConverseBody))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
-				fail(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is larger than %d bytes", maxConverseBody))
-				return
-			}
-			fail(http.StatusBadRequest, "unreadable-body", "the request body could not be read")
+		raw, p := readBody(w, r, maxConverseBody)
+		if p != nil {
+			p.RequestID = requestID
+			problem.Write(w, *p)
 			return
 		}
 		raw = bytes.TrimSpace(raw)

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -73,14 +72,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	fail := func(status int, slug, detail string) {
 		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.sendBodyLimit()))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			fail(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is larger than %d bytes", s.sendBodyLimit()))
-			return
-		}
-		fail(http.StatusBadRequest, "unreadable-body", "the request body could not be read")
+	raw, p := readBody(w, r, s.sendBodyLimit())
+	if p != nil {
+		problem.Write(w, *p)
 		return
 	}
 	var body sendBody

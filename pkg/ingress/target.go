@@ -1,6 +1,9 @@
 package ingress
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/agentbus/agentbus/pkg/ident"
@@ -45,4 +48,37 @@ func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method str
 			Detail: "no workflow host running agent " + quote(wf.Agent) + " is alive; try again later"}
 	}
 	return nil
+}
+
+// resolveTarget resolves a call's workflow reference within tenant and reads its participant,
+// def when the call names none: the checks every call addressing an instance by reference makes.
+func resolveTarget(ref, participantParam, tenant, def string) (ident.Workflow, string, *problem.Problem) {
+	wf, err := ident.Resolve(ref, tenant)
+	if err != nil {
+		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-workflow", Detail: err.Error()}
+	}
+	if wf.Tenant != tenant {
+		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "the workflow belongs to another tenant"}
+	}
+	participant, err := ident.Participant(participantParam)
+	if err != nil {
+		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-participant", Detail: err.Error()}
+	}
+	if participant == "" {
+		participant = def
+	}
+	return wf, participant, nil
+}
+
+// readBody reads a request body of at most limit bytes; a larger or unreadable one gets the
+// problem the caller is answered with.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem.Problem) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			return nil, &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "body-too-large", Detail: fmt.Sprintf("the body is larger than %d bytes", limit)}
+		}
+		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "unreadable-body", Detail: "the request body could not be read"}
+	}
+	return body, nil
 }

@@ -3,13 +3,11 @@ package ingress
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -32,43 +30,18 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
-	fail := func(status int, slug, detail string) {
-		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
+	method := r.PathValue("method")
+	wf, participant, p := resolveTarget(r.PathValue("workflow"), query.Get("participantId"), tenant, webhookParticipant)
+	if p == nil {
+		p = s.checkTarget(wf, agentbusv1.Kind_KIND_WEBHOOK, method)
 	}
-
-	ref, method := r.PathValue("workflow"), r.PathValue("method")
-	wf, err := ident.Resolve(ref, tenant)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-workflow", err.Error())
-		return
+	var body []byte
+	if p == nil {
+		body, p = readBody(w, r, s.cfg.MaxBodyBytes)
 	}
-	if wf.Tenant != tenant {
-		fail(http.StatusForbidden, "forbidden", "the workflow belongs to another tenant")
-		return
-	}
-	if p := s.checkTarget(wf, agentbusv1.Kind_KIND_WEBHOOK, method); p != nil {
+	if p != nil {
 		p.RequestID = requestID
 		problem.Write(w, *p)
-		return
-	}
-
-	participant, err := ident.Participant(query.Get("participantId"))
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-participant", err.Error())
-		return
-	}
-	if participant == "" {
-		participant = webhookParticipant
-	}
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			fail(http.StatusRequestEntityTooLarge, "body-too-large", fmt.Sprintf("the body is larger than %d bytes", s.cfg.MaxBodyBytes))
-			return
-		}
-		fail(http.StatusBadRequest, "unreadable-body", "the request body could not be read")
 		return
 	}
 
