@@ -167,6 +167,7 @@ type Host struct {
 	history *history.Store
 	claims  *bus.Blobs
 	dead    *deadletter.Store
+	keeper  *bus.InboxKeeper
 	sem     chan struct{}
 	idle    chan *conversation // idle drainers wait on it for the next conversation to drain
 	metrics *hostMetrics       // nil without HostConfig.Metrics
@@ -237,6 +238,7 @@ func (h *Host) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { h.live.run(bgCtx) })
 	loops.Go(func() { h.keepAlive(bgCtx) })
+	loops.Go(func() { h.keeper.Run(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}
@@ -291,6 +293,7 @@ func (h *Host) start(ctx context.Context) error {
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
+	h.keeper = bus.NewInboxKeeper(js)
 
 	regs := make([]registry.Agent, 0, len(h.agents))
 	for _, a := range h.cfg.Agents {

@@ -172,6 +172,7 @@ func (h *Host) finish(_ context.Context, log *slog.Logger, d *delivery, err erro
 	if err := m.Ack(); err != nil {
 		log.Warn("acknowledging request", "err", err)
 	}
+	h.keeper.Acked()
 	return true
 }
 

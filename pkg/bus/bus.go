@@ -159,6 +159,8 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		MaxAge:           cfg.InboxMaxAge,
 		Discard:          jetstream.DiscardNew,
 		AllowDirect:      true,
+		// For the markers of InboxKeeper, which expire by themselves.
+		AllowMsgTTL: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)
@@ -274,9 +276,18 @@ func checkRepartition(ctx context.Context, js jetstream.JetStream, partitions in
 	if !ok || have == partitions || info.State.Msgs == 0 {
 		return nil
 	}
+	// The inbox keeper's markers are not requests.
+	markers, err := s.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker))
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", subject.InboxStream, err)
+	}
+	requests := markers.State.Msgs - markers.State.Subjects[subject.InboxMarker]
+	if requests == 0 {
+		return nil
+	}
 	return fmt.Errorf("%w: the inbox holds %d requests in %d partitions and this process is configured for %d: "+
 		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
-		ErrRepartition, info.State.Msgs, have, partitions, have)
+		ErrRepartition, requests, have, partitions, have)
 }
 
 // leaderReadBucket creates or updates a KV bucket whose reads all go to its stream's leader: its

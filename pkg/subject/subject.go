@@ -122,6 +122,11 @@ func Inbox(agent, tenant, workflowID, participant string) string {
 // InboxSubjects is the subject filter of the inbox stream.
 func InboxSubjects() string { return inboxPrefix + ".>" }
 
+// InboxMarker is the subject of the inbox's marker messages (see bus.InboxKeeper). It is in the
+// inbox stream but has fewer tokens than a request subject, so that no partition transform
+// rewrites it and no partition consumer delivers it.
+const InboxMarker = inboxPrefix + ".marker"
+
 // InboxTransform returns the stream subject transform that spreads each agent's requests over n
 // partitions by hashing (tenant, workflow):
 // agentbus.in.{agent}.{tenant}.{wf}.{participant} is stored as

@@ -1,0 +1,92 @@
+package bus_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// TestInboxKeeper: requests handled one at a time empty the inbox after each. Without a marker
+// the NATS file store replaces its block file at every emptying; with the keeper's marker it
+// keeps writing the same file. The marker is never delivered, expires by itself, and an idle
+// keeper places no more.
+func TestInboxKeeper(t *testing.T) {
+	dir := t.TempDir()
+	srv := natstest.Server(t, dir)
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	cons, err := js.CreateOrUpdateConsumer(ctx, subject.InboxStream, jetstream.ConsumerConfig{
+		Durable:       subject.PartitionConsumer("Echo", 0),
+		FilterSubject: subject.Partition("Echo", 0),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	keeper := bus.NewInboxKeeper(js)
+
+	blocks := func() []string {
+		t.Helper()
+		files, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", subject.InboxStream, "msgs", "*.blk"))
+		require.NoError(t, err)
+		return files
+	}
+	requests := func() uint64 {
+		t.Helper()
+		info, err := res.Inbox.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker))
+		require.NoError(t, err)
+		return info.State.Msgs - info.State.Subjects[subject.InboxMarker]
+	}
+	// handle sends n requests, each handled and acknowledged before the next.
+	handle := func(n int) {
+		t.Helper()
+		for range n {
+			_, err := js.Publish(ctx, subject.Inbox("Echo", "default", "wf", "p"), []byte("request"))
+			require.NoError(t, err)
+			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			require.NoError(t, err)
+			require.NotEqual(t, subject.InboxMarker, m.Subject(), "a partition consumer never delivers a marker")
+			require.NoError(t, m.DoubleAck(ctx))
+			keeper.Acked()
+			require.Eventually(t, func() bool { return requests() == 0 }, 5*time.Second, time.Millisecond)
+		}
+	}
+
+	handle(3)
+	before := blocks()
+	handle(10)
+	require.NotEqual(t, before, blocks(), "the premise: without a marker every emptying replaces the block file")
+
+	kctx, stopKeeper := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); keeper.Run(kctx) }()
+	defer func() { stopKeeper(); <-done }()
+	require.Eventually(t, func() bool { return keeper.Placed() == 1 }, 5*time.Second, 5*time.Millisecond, "a first marker at once")
+	marker, err := res.Inbox.GetLastMsgForSubject(ctx, subject.InboxMarker)
+	require.NoError(t, err)
+	assert.Equal(t, bus.MarkerTTL.String(), marker.Header.Get("Nats-TTL"), "a marker expires by itself")
+
+	before = blocks()
+	handle(10)
+	assert.Equal(t, before, blocks(), "with a marker the block file stays")
+
+	require.Eventually(t, func() bool { return keeper.Placed() == 2 }, 3*bus.MarkerInterval, 5*time.Millisecond,
+		"a new marker after requests were acknowledged")
+	time.Sleep(bus.MarkerInterval + bus.MarkerInterval/2)
+	assert.Equal(t, uint64(2), keeper.Placed(), "an idle keeper places no marker")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.NumPending+uint64(info.NumAckPending), "markers are nobody's work")
+}
