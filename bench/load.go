@@ -160,6 +160,10 @@ type result struct {
 	// Mallocs counts the heap allocations of this process during the measured window: the load
 	// generator's, and, for an in-process agentbus, the ingress's, NATS server's and host's.
 	Mallocs uint64
+	// AllocBytes is the bytes those allocations took; GCs the garbage collections completed
+	// during the window.
+	AllocBytes uint64
+	GCs        uint32
 	// CPU is the CPU time (user and system) this process used during the measured window; zero
 	// where the platform does not tell.
 	CPU  time.Duration
@@ -181,6 +185,14 @@ func (r result) AllocsPerCall() float64 {
 		return 0
 	}
 	return float64(r.Mallocs) / float64(r.Requests)
+}
+
+// AllocBytesPerCall is AllocBytes per request of the measured window.
+func (r result) AllocBytesPerCall() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return float64(r.AllocBytes) / float64(r.Requests)
 }
 
 // RPS is successful requests per second: requests started in the measured window over its length.
@@ -339,8 +351,9 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 
 	// Allocations are counted over the measured window, in this whole process.
 	var (
-		mallocs uint64
-		cpu     time.Duration
+		mallocs, allocBytes uint64
+		gcs                 uint32
+		cpu                 time.Duration
 	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
@@ -355,10 +368,12 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		runtime.ReadMemStats(&after)
 		end()
 		mallocs = after.Mallocs - before.Mallocs
+		allocBytes = after.TotalAlloc - before.TotalAlloc
+		gcs = after.NumGC - before.NumGC
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, CPU: cpu, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, CPU: cpu, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {
