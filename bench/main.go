@@ -429,8 +429,9 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 	if okA && okB {
 		// The bare phase's allocations are the load generator's and net/http's; what agentbus
 		// allocates on top is the difference (with -url, the other processes' are not counted).
-		fmt.Fprintf(w, "allocations per call: agentbus %.0f, bare %.0f, agentbus's own %.0f\n",
-			ab.AllocsPerCall(), bare.AllocsPerCall(), ab.AllocsPerCall()-bare.AllocsPerCall())
+		fmt.Fprintf(w, "allocations per call: agentbus %.0f, bare %.0f, agentbus's own %.0f (%.1f KB of %.1f KB)\n",
+			ab.AllocsPerCall(), bare.AllocsPerCall(), ab.AllocsPerCall()-bare.AllocsPerCall(),
+			(ab.AllocBytesPerCall()-bare.AllocBytesPerCall())/1024, ab.AllocBytesPerCall()/1024)
 		if ab.CPU > 0 && bare.CPU > 0 {
 			// What the machine gives to other processes is not in these: on a shared machine
 			// their ratio drifts less than the req/s ratio, which it approaches when both
@@ -442,7 +443,7 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 	if okA && !okB && ab.CPU > 0 {
 		// Alone, the agentbus phase has no same-run baseline; its CPU per call still compares
 		// runs made one after another (alternate them: the machine drifts).
-		fmt.Fprintf(w, "CPU per call: agentbus %s; allocations per call: agentbus %.0f\n", fmtDur(ab.CPUPerCall()), ab.AllocsPerCall())
+		fmt.Fprintf(w, "CPU per call: agentbus %s; allocations per call: agentbus %.0f (%.1f KB)\n", fmtDur(ab.CPUPerCall()), ab.AllocsPerCall(), ab.AllocBytesPerCall()/1024)
 	}
 	if pipe, ok := results[phasePipeline]; ok && pipe.CPU > 0 && okA && ab.CPU > 0 {
 		fmt.Fprintf(w, "CPU per call: pipeline %s, ratio pipeline/agentbus %.3f; allocations per call: pipeline %.0f\n",
@@ -475,6 +476,7 @@ func printRateTable(w io.Writer, phases []string, rates []float64, results map[s
 		}
 	}
 	fmt.Fprintf(w, "late: measured requests that started more than %s after their scheduled time (every client busy, or the load generator behind)\n", fmtDur(lateAfter))
+	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request (at a fixed offered rate it compares builds better than the latencies do); GCs: garbage collections completed in the window")
 	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request; at a fixed offered rate it compares builds better than the latencies do")
 	if unsent {
 		fmt.Fprintln(w, "due not sent: the rate was not sustained; requests still waiting for a free client when the window ended were dropped and their latencies are missing")
