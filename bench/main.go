@@ -454,7 +454,7 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 // printRateTable prints one row per phase and rate of the open loop, grouped by rate, then the
 // agentbus p99 at each rate against the target.
 func printRateTable(w io.Writer, phases []string, rates []float64, results map[string]result) {
-	fmt.Fprintf(w, "%-9s %8s %10s %9s %9s %9s %9s %9s %8s %8s %7s %9s\n", "phase", "rate", "req/s", "p50", "p90", "p99", "max", "requests", "errors", "late", "resp B", "CPU/call")
+	fmt.Fprintf(w, "%-9s %8s %10s %9s %9s %9s %9s %9s %8s %8s %7s %9s %5s\n", "phase", "rate", "req/s", "p50", "p90", "p99", "max", "requests", "errors", "late", "resp B", "CPU/call", "GCs")
 	unsent := false
 	for _, rate := range rates {
 		for _, name := range phases {
@@ -471,13 +471,12 @@ func printRateTable(w io.Writer, phases []string, rates []float64, results map[s
 				note += fmt.Sprintf("  (%d due not sent)", r.Unsent)
 				unsent = true
 			}
-			fmt.Fprintf(w, "%-9s %8s %10.0f %9s %9s %9s %9s %9d %8d %8d %7.0f %9s%s\n", name, fmtRate(rate), r.RPS(),
-				fmtDur(r.P50), fmtDur(r.P90), fmtDur(r.P99), fmtDur(r.Max), r.Requests, r.Errors, r.Late, r.AvgRespBytes(), fmtDur(r.CPUPerCall()), note)
+			fmt.Fprintf(w, "%-9s %8s %10.0f %9s %9s %9s %9s %9d %8d %8d %7.0f %9s %5d%s\n", name, fmtRate(rate), r.RPS(),
+				fmtDur(r.P50), fmtDur(r.P90), fmtDur(r.P99), fmtDur(r.Max), r.Requests, r.Errors, r.Late, r.AvgRespBytes(), fmtDur(r.CPUPerCall()), r.GCs, note)
 		}
 	}
 	fmt.Fprintf(w, "late: measured requests that started more than %s after their scheduled time (every client busy, or the load generator behind)\n", fmtDur(lateAfter))
 	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request (at a fixed offered rate it compares builds better than the latencies do); GCs: garbage collections completed in the window")
-	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request; at a fixed offered rate it compares builds better than the latencies do")
 	if unsent {
 		fmt.Fprintln(w, "due not sent: the rate was not sustained; requests still waiting for a free client when the window ended were dropped and their latencies are missing")
 	}
