@@ -27,6 +27,7 @@ require (
 	github.com/chromedp/cdproto v0.159.0 // tests: the playground page in headless Chromium (pkg/playground)
 	github.com/chromedp/chromedp v0.23.0 // tests: the playground page in headless Chromium (pkg/playground)
 	github.com/modelcontextprotocol/go-sdk v1.8.0 // the official MCP SDK: POST /mcp (pkg/ingress/mcp.go)
+	golang.org/x/sys v0.49.0 // bench: timerfd, the open loop's precise sleep that leaves the scheduler's P free (bench/sleep_linux.go)
 )
 
 require (
@@ -69,7 +70,6 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect

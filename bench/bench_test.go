@@ -363,3 +363,30 @@ func TestRateTableNamesHighestRateMet(t *testing.T) {
 		})
 	}
 }
+
+// TestSleepWaitsAtLeast: the open loop's sleep never returns before its time, however short,
+// and sleeps from several goroutines do not disturb each other.
+func TestSleepWaitsAtLeast(t *testing.T) {
+	for _, d := range []time.Duration{0, time.Microsecond, 50 * time.Microsecond, 400 * time.Microsecond, 3 * time.Millisecond} {
+		for range 20 {
+			start := time.Now()
+			sleep(d)
+			if got := time.Since(start); got < d {
+				t.Fatalf("sleep(%s) returned after %s", d, got)
+			}
+		}
+	}
+	done := make(chan time.Duration)
+	for range 4 {
+		go func() {
+			start := time.Now()
+			sleep(2 * time.Millisecond)
+			done <- time.Since(start)
+		}()
+	}
+	for range 4 {
+		if got := <-done; got < 2*time.Millisecond {
+			t.Fatalf("a concurrent sleep(2ms) returned after %s", got)
+		}
+	}
+}
