@@ -293,7 +293,7 @@ func (h *Host) start(ctx context.Context) error {
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
-	h.keeper = bus.NewInboxKeeper(js)
+	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
 
 	regs := make([]registry.Agent, 0, len(h.agents))
 	for _, a := range h.cfg.Agents {

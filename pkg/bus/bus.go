@@ -159,8 +159,6 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		MaxAge:           cfg.InboxMaxAge,
 		Discard:          jetstream.DiscardNew,
 		AllowDirect:      true,
-		// For the markers of InboxKeeper, which expire by themselves.
-		AllowMsgTTL: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)

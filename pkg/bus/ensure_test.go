@@ -53,7 +53,7 @@ func TestEnsureKeepsPartitionsOfAFullInbox(t *testing.T) {
 	require.NoError(t, err, "the same count is fine with requests waiting")
 
 	require.NoError(t, res.Inbox.Purge(ctx))
-	_, err = js.Publish(ctx, subject.InboxMarker, nil, jetstream.WithMsgTTL(bus.MarkerTTL))
+	_, err = js.Publish(ctx, subject.InboxMarker, nil)
 	require.NoError(t, err)
 	_, err = bus.Ensure(ctx, js, bus.Config{Partitions: 8})
 	require.NoError(t, err, "a drained inbox may change, whatever markers it holds")

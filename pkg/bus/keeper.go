@@ -11,11 +11,10 @@ import (
 )
 
 // Marker timing of an InboxKeeper: a new marker after MarkerEvery acknowledgements, or after
-// MarkerInterval with at least one; a marker stays in the inbox for MarkerTTL.
+// MarkerInterval with at least one.
 const (
 	MarkerEvery    = 256
 	MarkerInterval = time.Second
-	MarkerTTL      = 3 * MarkerInterval
 )
 
 // InboxKeeper keeps a small marker message in the inbox stream while requests flow through it.
@@ -29,19 +28,23 @@ const (
 // other messages keeps that block from ever emptying. Once the block is full (4 MB) the store
 // starts another, which has no marker until the next one is placed: placing one every
 // MarkerEvery acknowledged requests (about 3 % of a block) bounds how much of the traffic runs
-// without, and MarkerInterval bounds it in time under light load. Markers carry a TTL and expire
-// by themselves, so a host that dies leaves nothing behind; they are on subject.InboxMarker,
-// which no partition consumer delivers. An idle inbox holds none.
+// without, and MarkerInterval bounds it in time under light load.
+//
+// Each new marker replaces the keeper's previous one, which it deletes, and Run deletes the last
+// when it returns: a running host keeps one marker in the inbox, a stopped one none, and one that
+// died leaves its last until the inbox's maximum age removes it. Markers are on
+// subject.InboxMarker, which no partition consumer delivers.
 type InboxKeeper struct {
 	js     jetstream.JetStream
+	inbox  jetstream.Stream
 	acks   atomic.Uint64
 	wake   chan struct{}
 	placed atomic.Uint64 // markers placed, for tests
 }
 
-// NewInboxKeeper returns a keeper of the inbox of js; call Run to start it.
-func NewInboxKeeper(js jetstream.JetStream) *InboxKeeper {
-	return &InboxKeeper{js: js, wake: make(chan struct{}, 1)}
+// NewInboxKeeper returns a keeper of the inbox stream; call Run to start it.
+func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream) *InboxKeeper {
+	return &InboxKeeper{js: js, inbox: inbox, wake: make(chan struct{}, 1)}
 }
 
 // Acked notes that a request was acknowledged.
@@ -54,20 +57,32 @@ func (k *InboxKeeper) Acked() {
 	}
 }
 
-// Run places a first marker, then one whenever requests were acknowledged (see InboxKeeper),
-// until ctx ends. A marker that cannot be placed is tried again later: it only saves work, and
-// requests flow without it.
+// Run places a first marker, then a new one whenever requests were acknowledged (see
+// InboxKeeper), until ctx ends; then it deletes its last. A marker that cannot be placed or
+// deleted is tried again later or left to the inbox's maximum age: markers only save work, and
+// requests flow without them.
 func (k *InboxKeeper) Run(ctx context.Context) {
+	var last uint64 // sequence of this keeper's newest marker; 0 for none
+	defer func() {
+		if last != 0 {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkerInterval)
+			defer cancel()
+			k.remove(dctx, last)
+		}
+	}()
 	tick := time.NewTicker(MarkerInterval)
 	defer tick.Stop()
 	at := k.acks.Load() - 1 // a first marker at once
 	for {
 		if n := k.acks.Load(); n != at {
 			pctx, cancel := context.WithTimeout(ctx, MarkerInterval)
-			if _, err := k.js.Publish(pctx, subject.InboxMarker, nil, jetstream.WithMsgTTL(MarkerTTL),
-				jetstream.WithExpectStream(subject.InboxStream)); err == nil {
+			if ack, err := k.js.Publish(pctx, subject.InboxMarker, nil, jetstream.WithExpectStream(subject.InboxStream)); err == nil {
 				k.placed.Add(1)
 				at = n
+				if last != 0 {
+					k.remove(pctx, last)
+				}
+				last = ack.Sequence
 			}
 			cancel()
 		}
@@ -79,3 +94,6 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 		}
 	}
 }
+
+// remove deletes the marker at seq; one that cannot be deleted is left to the inbox's maximum age.
+func (k *InboxKeeper) remove(ctx context.Context, seq uint64) { _ = k.inbox.DeleteMsg(ctx, seq) }

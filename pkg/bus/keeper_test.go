@@ -17,8 +17,8 @@ import (
 
 // TestInboxKeeper: requests handled one at a time empty the inbox after each. Without a marker
 // the NATS file store replaces its block file at every emptying; with the keeper's marker it
-// keeps writing the same file. The marker is never delivered, expires by itself, and an idle
-// keeper places no more.
+// keeps writing the same file. The marker is never delivered, each new one replaces the last, an
+// idle keeper places no more, and a stopped one leaves none.
 func TestInboxKeeper(t *testing.T) {
 	dir := t.TempDir()
 	srv := natstest.Server(t, dir)
@@ -35,7 +35,7 @@ func TestInboxKeeper(t *testing.T) {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 	})
 	require.NoError(t, err)
-	keeper := bus.NewInboxKeeper(js)
+	keeper := bus.NewInboxKeeper(js, res.Inbox)
 
 	blocks := func() []string {
 		t.Helper()
@@ -43,12 +43,16 @@ func TestInboxKeeper(t *testing.T) {
 		require.NoError(t, err)
 		return files
 	}
-	requests := func() uint64 {
+	// count returns the requests and the markers in the inbox.
+	count := func() (requests, markers uint64) {
 		t.Helper()
 		info, err := res.Inbox.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker))
 		require.NoError(t, err)
-		return info.State.Msgs - info.State.Subjects[subject.InboxMarker]
+		markers = info.State.Subjects[subject.InboxMarker]
+		return info.State.Msgs - markers, markers
 	}
+	requests := func() uint64 { r, _ := count(); return r }
+	markers := func() uint64 { _, m := count(); return m }
 	// handle sends n requests, each handled and acknowledged before the next.
 	handle := func(n int) {
 		t.Helper()
@@ -72,11 +76,8 @@ func TestInboxKeeper(t *testing.T) {
 	kctx, stopKeeper := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); keeper.Run(kctx) }()
-	defer func() { stopKeeper(); <-done }()
 	require.Eventually(t, func() bool { return keeper.Placed() == 1 }, 5*time.Second, 5*time.Millisecond, "a first marker at once")
-	marker, err := res.Inbox.GetLastMsgForSubject(ctx, subject.InboxMarker)
-	require.NoError(t, err)
-	assert.Equal(t, bus.MarkerTTL.String(), marker.Header.Get("Nats-TTL"), "a marker expires by itself")
+	assert.Equal(t, uint64(1), markers())
 
 	before = blocks()
 	handle(10)
@@ -84,9 +85,14 @@ func TestInboxKeeper(t *testing.T) {
 
 	require.Eventually(t, func() bool { return keeper.Placed() == 2 }, 3*bus.MarkerInterval, 5*time.Millisecond,
 		"a new marker after requests were acknowledged")
+	require.Eventually(t, func() bool { return markers() == 1 }, 5*time.Second, 5*time.Millisecond, "the new marker replaced the last")
 	time.Sleep(bus.MarkerInterval + bus.MarkerInterval/2)
 	assert.Equal(t, uint64(2), keeper.Placed(), "an idle keeper places no marker")
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, info.NumPending+uint64(info.NumAckPending), "markers are nobody's work")
+
+	stopKeeper()
+	<-done
+	assert.Zero(t, markers(), "a stopped keeper leaves no marker")
 }
