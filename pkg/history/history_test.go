@@ -20,7 +20,7 @@ import (
 
 // Every test stops what it starts: NATS servers and follows.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
 }
 
 const (

@@ -19,12 +19,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
 // Every test stops what it starts: the stack, the tail, the HTTP connections.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
 }
 
 const adminKey = "sys_admin_key_0123456789abcdef"
