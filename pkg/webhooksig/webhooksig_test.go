@@ -34,21 +34,51 @@ const (
 	slackSig    = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
 )
 
-// Stripe publishes no vector with its secret and payload, so this one is computed: with
-// `printf '%s' '1700000000.{"id":"evt_test_webhook","object":"event"}' |
-// openssl dgst -sha256 -hmac whsec_test_secret`, and again in TestStripeVectorIsIndependent.
+// Stripe's documentation shows a Stripe-Signature header without the secret and payload that
+// produced it, so the vector is the test fixture of Stripe's official .NET library
+// (github.com/stripe/stripe-dotnet, src/StripeTests/Services/Events/EventUtilityTest.cs with
+// src/StripeTests/Resources/event_test_signature.json, its trailing newline included): the
+// header as that test sends it, v0 and all. TestVectorsIndependently recomputes v1 the way
+// Stripe documents it (HMAC-SHA256 of t + "." + body under the endpoint secret, in hex), and so
+// does `(printf 1533204620. && cat event_test_signature.json) | openssl dgst -sha256 -hmac
+// webhook_secret`.
 const (
-	stripeSecret = "whsec_test_secret"
-	stripeTS     = "1700000000"
-	stripeBody   = `{"id":"evt_test_webhook","object":"event"}`
-	stripeV1     = "d95c6b7477fbd7e9f90b1b0ef5f9c7ac25abca5382460e0d988c2b2a5b71b990"
+	stripeSecret = "webhook_secret"
+	stripeTS     = "1533204620"
+	stripeBody   = `{
+  "id": "evt_123",
+  "object": "event",
+  "account": "acct_123",
+  "api_version": "2017-05-25",
+  "created": 1533204620,
+  "data": {
+    "object": {
+      "id": "cus_123",
+      "object": "customer",
+      "created": 123456789,
+      "email": "test@stripe.com",
+      "livemode": false,
+      "metadata": {}
+    }
+  },
+  "livemode": false,
+  "pending_webhooks": 1,
+  "request": {
+    "id": "req_123",
+    "idempotency_key": "idempotency-key-123"
+  },
+  "type": "customer.created"
+}
+`
+	stripeV1     = "2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7"
+	stripeHeader = "t=" + stripeTS + ",v1=" + stripeV1 + ",v0=63f3a72374a733066c4be69ed7f8e5ac85c22c9f0a6a612ab9a025a9e4ee7eef"
 )
 
 // Generic vectors, computed with `printf '%s' "$genericBody" | openssl dgst -sha256 -hmac
 // generic-secret` (hex) and the same with -binary | base64.
 const (
 	genericSecret = "generic-secret"
-	genericBody   = stripeBody
+	genericBody   = `{"id":"evt_test_webhook","object":"event"}`
 	genericHex    = "8f949157ff92cd536254468b3dc96930b2dd96265761ebef9c1e2d6e35907d09"
 	genericBase64 = "j5SRV/+SzVNiVEaLPclpMLLdliZXYevvnB4tbjWQfQk="
 )
@@ -180,13 +210,15 @@ func TestStripe(t *testing.T) {
 		return header("t=" + ts + ",v1=" + sig(ts))
 	}
 	runCases(t, []verifyCase{
-		{name: "computed vector", v: v, header: h, body: stripeBody},
+		{name: "stripe-dotnet's vector", v: v, header: header(stripeHeader), body: stripeBody},
+		{name: "v1 alone", v: v, header: h, body: stripeBody},
+		{name: "without the trailing newline", v: v, header: h, body: strings.TrimSuffix(stripeBody, "\n"), wantErr: webhooksig.ErrBadSignature},
 		{name: "lowercase header name", v: v, header: map[string]string{"stripe-signature": "t=" + stripeTS + ",v1=" + stripeV1}, body: stripeBody},
 		{name: "any v1 may match", v: v, header: header("t=" + stripeTS + ",v1=" + other + ",v1=" + stripeV1 + ",v0=" + other), body: stripeBody},
 		{name: "v0 and unknown schemes ignored", v: v, header: header("v0=" + stripeV1 + ",t=" + stripeTS + ",v9=x,v1=" + stripeV1), body: stripeBody},
 		{name: "spaces after commas", v: v, header: header("t=" + stripeTS + ", v1=" + stripeV1), body: stripeBody},
 		{name: "altered body", v: v, header: h, body: stripeBody + " ", wantErr: webhooksig.ErrBadSignature},
-		{name: "altered timestamp", v: v, header: header("t=1700000001,v1=" + stripeV1), body: stripeBody, wantErr: webhooksig.ErrBadSignature},
+		{name: "altered timestamp", v: v, header: header("t=1533204621,v1=" + stripeV1), body: stripeBody, wantErr: webhooksig.ErrBadSignature},
 		{name: "wrong secret", v: webhooksig.Stripe{Secret: []byte("whsec_other"), Now: at(stripeTS)}, header: h, body: stripeBody, wantErr: webhooksig.ErrBadSignature},
 		{name: "only v0 matches", v: v, header: header("t=" + stripeTS + ",v1=" + other + ",v0=" + stripeV1), body: stripeBody, wantErr: webhooksig.ErrBadSignature},
 		{name: "missing header", v: v, header: map[string]string{"Content-Type": "application/json"}, body: stripeBody, wantErr: webhooksig.ErrMissingSignature},
