@@ -186,8 +186,10 @@ type Host struct {
 	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
 	// resolving is set while the goroutine that watches blocked conversations runs.
 	resolving bool
-	wg        sync.WaitGroup // drainers
-	bg        sync.WaitGroup // handovers and the resolver
+	// beaten is when the host's heartbeat was last written.
+	beaten time.Time
+	wg     sync.WaitGroup // drainers
+	bg     sync.WaitGroup // handovers and the resolver
 }
 
 // NewHost checks cfg and returns a Host; Run starts it.
@@ -346,6 +348,35 @@ func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 // Ready is closed once Run consumes the inbox and has announced the host as alive.
 func (h *Host) Ready() <-chan struct{} { return h.ready }
 
+// Readiness reports whether the host does its share of the work now, for a readiness probe:
+// nil once it runs, consumes every partition it owns and keeps its heartbeat fresh; otherwise
+// an error saying what it waits for (starting, stopping, a partition whose consumer is being
+// created again, a heartbeat the hosts' bucket did not take). A host that is not ready keeps
+// working as far as it can: the probe only tells an orchestrator not to count on it.
+func (h *Host) Readiness() error {
+	select {
+	case <-h.ready:
+	default:
+		return errors.New("starting")
+	}
+	select {
+	case <-h.stopping:
+		return errors.New("stopping")
+	default:
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if age := time.Since(h.beaten); age > registry.DeadAfter {
+		return fmt.Errorf("heartbeat not written for %s", age.Round(time.Second))
+	}
+	for key, part := range h.parts {
+		if !part.releasing && !part.consuming {
+			return fmt.Errorf("partition %d of %s not consumed", key.n, key.agent)
+		}
+	}
+	return nil
+}
+
 // Partitions returns the partitions the host pulls now, by agent.
 func (h *Host) Partitions() map[string][]int {
 	h.mu.Lock()
@@ -366,7 +397,13 @@ func (h *Host) agentNames() []string {
 // beat writes the host's heartbeat: its agents and the partitions it pulls.
 func (h *Host) beat(ctx context.Context) error {
 	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.owned()}
-	return registry.Beat(ctx, h.res.Hosts, hb)
+	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.beaten = time.Now()
+	h.mu.Unlock()
+	return nil
 }
 
 // reply sends rep to the waiting caller (if any) and keeps it in the result cache when the

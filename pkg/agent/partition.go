@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -56,6 +57,8 @@ type partition struct {
 	others map[string][]uint64
 	// unpinChecked is false while a stale pin of a dead host may stand in the way.
 	unpinChecked bool
+	// consuming is true while the partition's consumer is pulled (Host.Readiness).
+	consuming bool
 }
 
 // consumerConfig is the configuration of a partition's durable consumer.
@@ -294,6 +297,10 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 			h.log.Warn("inbox consumption stopped; starting it again", "agent", part.key.agent, "partition", part.key.n)
 			h.mu.Lock()
 			part.pin = "" // a new consumer has new pins: the next request starts a new tenure
+			part.consuming = false
+			// The pin of the consumption that stopped may still stand on a consumer that was
+			// not deleted: the next rebalance unpins it rather than wait for pinnedTTL.
+			part.unpinChecked = false
 			h.mu.Unlock()
 		} else if ctx.Err() == nil {
 			h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
@@ -320,15 +327,33 @@ func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeC
 		jetstream.PullMaxMessages(128),
 		jetstream.PullPriorityGroup(priorityGroup),
 		jetstream.PullExpiry(pullExpiry),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrPinIDMismatch) {
 				h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
+			}
+			if errors.Is(err, nats.ErrNoResponders) && consumerGone(ctx, cons) {
+				// The consumer was deleted while no pull request was waiting, so the server
+				// never said so; the consumption would go on pulling from nothing. Stopping
+				// it makes pull create the consumer again.
+				cc.Drain()
 			}
 		}))
 	if err != nil {
 		return nil, fmt.Errorf("consuming %s partition %d: %w", part.key.agent, part.key.n, err)
 	}
+	h.mu.Lock()
+	part.consuming = true
+	h.mu.Unlock()
 	return cc, nil
+}
+
+// consumerGone reports whether the inbox says the consumer does not exist. Any other answer,
+// or none (a cluster electing the consumer's leader), counts as there.
+func consumerGone(ctx context.Context, cons jetstream.Consumer) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // snapshot reads, from the inbox's leader, the requests of the partition that are delivered but

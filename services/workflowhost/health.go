@@ -19,10 +19,12 @@ import (
 
 // healthHandler answers an orchestrator's probes and Prometheus. /healthz (liveness) follows the
 // NATS connection only: a host that lost NATS reconnects by itself, and restarting it would not
-// bring NATS back. /readyz also waits until the host consumes its partitions, so that a rolling
-// update waits for the new host before it stops the next old one. /metrics is served by metrics
+// bring NATS back. /readyz also asks the host (agent.Host.Readiness): 503 until it consumes its
+// partitions, so that a rolling update waits for the new host before it stops the next old one,
+// while a partition's consumer is being created again, when its heartbeat is not written, and
+// from SIGTERM on while it hands its partitions over. /metrics is served by metrics
 // (docs/metrics.md); nil answers 404 there.
-func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}, metrics http.Handler) http.Handler {
+func healthHandler(natsStatus func() nats.Status, readiness func() error, metrics http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		notFound := func() {
 			problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
@@ -38,10 +40,8 @@ func healthHandler(natsStatus func() nats.Status, ready <-chan struct{}, metrics
 			}
 		case "/readyz":
 			check = func() (int, string) {
-				select {
-				case <-ready:
-				default:
-					return http.StatusServiceUnavailable, "starting"
+				if err := readiness(); err != nil {
+					return http.StatusServiceUnavailable, err.Error()
 				}
 				if natsStatus() != nats.CONNECTED {
 					return http.StatusServiceUnavailable, "nats disconnected"

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,33 +30,38 @@ func TestHealthHandler(t *testing.T) {
 		method      string
 		path        string
 		status      nats.Status
-		ready       bool
-		metrics     bool // serve a registry with agentbus_test_total on /metrics
+		notReady    string // what the host's Readiness reports; empty: ready
+		metrics     bool   // serve a registry with agentbus_test_total on /metrics
 		wantCode    int
 		wantBody    string
 		wantProblem bool
 	}{
 		{name: "live while connected", path: "/healthz", status: nats.CONNECTED, wantCode: 200, wantBody: `{"status":"ok"}`},
-		{name: "live does not wait for ready", path: "/healthz", status: nats.CONNECTED, ready: true, wantCode: 200, wantBody: `{"status":"ok"}`},
-		{name: "not live while reconnecting", path: "/healthz", status: nats.RECONNECTING, ready: true, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "live does not wait for ready", path: "/healthz", notReady: "starting", status: nats.CONNECTED, wantCode: 200, wantBody: `{"status":"ok"}`},
+		{name: "not live while reconnecting", path: "/healthz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
 		{name: "not live when closed", path: "/healthz", status: nats.CLOSED, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
-		{name: "ready", path: "/readyz", status: nats.CONNECTED, ready: true, wantCode: 200, wantBody: `{"status":"ready"}`},
-		{name: "starting", path: "/readyz", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"starting"}`},
-		{name: "starting and disconnected", path: "/readyz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"starting"}`},
-		{name: "ready but disconnected", path: "/readyz", status: nats.RECONNECTING, ready: true, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
-		{name: "HEAD", method: http.MethodHead, path: "/readyz", status: nats.CONNECTED, ready: true, wantCode: 200},
-		{name: "unknown path", path: "/other", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
-		{name: "metrics not served", path: "/metrics", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
+		{name: "ready", path: "/readyz", status: nats.CONNECTED, wantCode: 200, wantBody: `{"status":"ready"}`},
+		{name: "starting", path: "/readyz", notReady: "starting", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"starting"}`},
+		{name: "starting and disconnected", path: "/readyz", notReady: "starting", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"starting"}`},
+		{name: "ready but disconnected", path: "/readyz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "HEAD", method: http.MethodHead, path: "/readyz", status: nats.CONNECTED, wantCode: 200},
+		{name: "stopping", path: "/readyz", notReady: "stopping", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"stopping"}`},
+		{name: "partition not consumed", path: "/readyz", notReady: "partition 3 of Echo not consumed", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"partition 3 of Echo not consumed"}`},
+		{name: "live while not ready", path: "/healthz", notReady: "stopping", status: nats.CONNECTED, wantCode: 200, wantBody: `{"status":"ok"}`},
+		{name: "unknown path", path: "/other", status: nats.CONNECTED, wantCode: 404, wantProblem: true},
+		{name: "metrics not served", path: "/metrics", status: nats.CONNECTED, wantCode: 404, wantProblem: true},
 		{name: "metrics", path: "/metrics", metrics: true, status: nats.CONNECTED, wantCode: 200, wantBody: "agentbus_test_total 1"},
 		{name: "POST metrics", method: http.MethodPost, path: "/metrics", metrics: true, status: nats.CONNECTED, wantCode: 405, wantProblem: true},
-		{name: "root", path: "/", status: nats.CONNECTED, ready: true, wantCode: 404, wantProblem: true},
-		{name: "POST", method: http.MethodPost, path: "/healthz", status: nats.CONNECTED, ready: true, wantCode: 405, wantProblem: true},
+		{name: "root", path: "/", status: nats.CONNECTED, wantCode: 404, wantProblem: true},
+		{name: "POST", method: http.MethodPost, path: "/healthz", status: nats.CONNECTED, wantCode: 405, wantProblem: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ready := make(chan struct{})
-			if tt.ready {
-				close(ready)
+			readiness := func() error {
+				if tt.notReady != "" {
+					return errors.New(tt.notReady)
+				}
+				return nil
 			}
 			var mh http.Handler
 			if tt.metrics {
@@ -65,7 +71,7 @@ func TestHealthHandler(t *testing.T) {
 				c.Inc()
 				mh = metrics.Handler(reg)
 			}
-			h := healthHandler(func() nats.Status { return tt.status }, ready, mh)
+			h := healthHandler(func() nats.Status { return tt.status }, readiness, mh)
 			method := tt.method
 			if method == "" {
 				method = http.MethodGet

@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Ready(), metrics.Handler(reg)), log)
+		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Readiness, metrics.Handler(reg)), log)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,57 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// A host is ready while it runs and consumes the partitions it owns: not before it starts,
+// again once a deleted consumer is created anew, and no longer from the moment it stops.
+func TestHostReadiness(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{Partitions: 2})
+	nc, err := s.NATS.Connect("ready-host")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	// An agent of its own, so that this host owns every partition of it.
+	a := agent.New("Ready")
+	a.Webhook("ping", agent.WebhookFunc(func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Text(200, "pong")
+	}))
+	h, err := agent.NewHost(agent.HostConfig{ID: "ready-host", Conn: nc, Bus: s.Res.Config, Agents: []*agent.Agent{a}, Logger: stacktest.Logger()})
+	require.NoError(t, err)
+	require.EqualError(t, h.Readiness(), "starting")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-h.Ready()
+	require.NoError(t, h.Readiness())
+
+	// A partition whose consumer vanished is not consumed until the host creates it again.
+	require.NoError(t, s.Res.Inbox.DeleteConsumer(ctx, subject.PartitionConsumer("Ready", 1)))
+	var notConsumed error
+	require.Eventually(t, func() bool {
+		err := h.Readiness()
+		if err != nil {
+			notConsumed = err
+		}
+		return err == nil && notConsumed != nil
+	}, 10*time.Second, time.Millisecond, "the host never missed the partition or never consumed it again")
+	assert.EqualError(t, notConsumed, "partition 1 of Ready not consumed")
+	_, err = s.Res.Inbox.Consumer(ctx, subject.PartitionConsumer("Ready", 1))
+	require.NoError(t, err, "the consumer was not created again")
+
+	cancel()
+	require.NoError(t, <-done)
+	done <- nil
+	assert.EqualError(t, h.Readiness(), "stopping")
+}
