@@ -76,8 +76,10 @@ func Tools(methods ...string) ChatOption {
 // one, both with metadata {"toolCallId": …}; a failed call's reply is {"error":{status,message}}
 // as for any Data call. The result goes back to the model, a failure included (the client-safe
 // message only), and so does an unknown tool's. This repeats until the model answers with text,
-// at most MaxRounds turns; a model still calling tools then fails the chat with a 502 *Error
-// wrapping ErrToolRounds.
+// at most MaxRounds turns; a model still calling tools in the last turn fails the chat with a
+// 502 *Error wrapping ErrToolRounds, and those last calls are not run (nor stored), since the
+// model could never see their results. A call the model gave no id gets one made of the chat
+// message's id, the round and its place, unique in the thread.
 //
 // Streamed to a converse caller (Accept: text/event-stream), each call comes as a "tool_call"
 // event before it runs and a "tool_result" event after, and the text as "delta" events; when
@@ -135,7 +137,7 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 	req.Tools = tools
 
 	var texts []string // of the turns that had text
-	for round := 1; round <= c.maxRounds; round++ {
+	for round := 1; ; round++ {
 		// A turn's text follows the earlier turns' after a blank line, in the deltas too.
 		sep := len(texts) > 0
 		ans, err := llm.Generate(ctx, c.model, req, func(d string) error {
@@ -155,9 +157,18 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 		if len(ans.ToolCalls) == 0 {
 			return Say(strings.Join(texts, "\n\n")), nil
 		}
+		if round == c.maxRounds {
+			// No turn is left to show the model these calls' results: running them would only
+			// cause their side effects.
+			env.log.Warn("the language model still asked for tools in its last round; they were not run",
+				"maxRounds", c.maxRounds, "tools", toolNames(ans.ToolCalls))
+			return NoReply, &Error{Status: http.StatusBadGateway,
+				Message: fmt.Sprintf("the language model did not answer within %d rounds of tool calls", c.maxRounds),
+				Err:     ErrToolRounds}
+		}
 		for i := range ans.ToolCalls {
 			if ans.ToolCalls[i].ID == "" { // some compatible servers leave it out
-				ans.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", round, i)
+				ans.ToolCalls[i].ID = callID(m.ID, round, i)
 			}
 		}
 		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Content: ans.Text, ToolCalls: ans.ToolCalls})
@@ -169,9 +180,21 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: result})
 		}
 	}
-	return NoReply, &Error{Status: http.StatusBadGateway,
-		Message: fmt.Sprintf("the language model did not answer within %d rounds of tool calls", c.maxRounds),
-		Err:     ErrToolRounds}
+}
+
+// callID names a call the model gave no id: the chat message's id, unique in the thread, with the
+// round and the call's place in it, so that no two calls of a thread share an id.
+func callID(chatID string, round, i int) string {
+	return fmt.Sprintf("call_%s_%d_%d", chatID, round, i)
+}
+
+// toolNames lists the tools calls ask for, for logs.
+func toolNames(calls []llm.ToolCall) []string {
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = c.Name
+	}
+	return names
 }
 
 // modelError is the client-safe answer to a model's failure.
@@ -230,7 +253,7 @@ func ToolName(method string) string {
 // conversation is what the model gets first: the system prompt, the thread's earlier chat
 // messages (oldest first) and m.
 func (c *toolChat) conversation(ctx context.Context, m *Message) (llm.Request, error) {
-	var req llm.Request
+	req := llm.Request{ID: m.ID}
 	if c.system != "" {
 		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleSystem, Content: c.system})
 	}

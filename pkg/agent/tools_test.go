@@ -3,10 +3,12 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -37,6 +40,25 @@ func chat(t *testing.T, s *stacktest.Stack, workflow, participant, text string) 
 		return resp.StatusCode, body.Response.Text
 	}
 	return resp.StatusCode, body.Detail
+}
+
+// thread reads the newest 50 messages of a participant's thread on the agent's default
+// workflow instance, through the history endpoint.
+func thread(t *testing.T, s *stacktest.Stack, agentName, participant string) []history.Message {
+	t.Helper()
+	q := url.Values{"workflowId": {"default:" + agentName + ":Supervisor Workflow:default"}, "participantId": {participant}, "pageSize": {"50"}}
+	req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/history?"+q.Encode(), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var page struct {
+		Messages []history.Message `json:"messages"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	return page.Messages
 }
 
 // A tool call runs inside the chat's turn, as a Data call of the same conversation: it reads
@@ -127,6 +149,76 @@ func TestToolCallWithoutID(t *testing.T) {
 	require.Len(t, model.reqs, 2)
 	msgs := model.reqs[1].Messages
 	require.Len(t, msgs, 3, "no system prompt, no history: the chat, the call, its result")
-	assert.Equal(t, llm.Message{Role: llm.RoleAssistant, Content: "Let me add.", ToolCalls: []llm.ToolCall{{ID: "call_1_0", Name: "sum", Arguments: `{"values":[1,2]}`}}}, msgs[1])
-	assert.Equal(t, llm.Message{Role: llm.RoleTool, ToolCallID: "call_1_0", Content: "3"}, msgs[2])
+	require.Len(t, msgs[1].ToolCalls, 1)
+	id := msgs[1].ToolCalls[0].ID
+	assert.Regexp(t, `^call_[0-9a-f-]{36}_1_0$`, id, "the chat message's id, the round, the place")
+	assert.Equal(t, llm.Message{Role: llm.RoleAssistant, Content: "Let me add.", ToolCalls: []llm.ToolCall{{ID: id, Name: "sum", Arguments: `{"values":[1,2]}`}}}, msgs[1])
+	assert.Equal(t, llm.Message{Role: llm.RoleTool, ToolCallID: id, Content: "3"}, msgs[2])
+	assert.Equal(t, "call_"+model.reqs[0].ID+"_1_0", id, "the model is told the chat message's id")
+}
+
+// alwaysTool is a model that asks for the tool "ping" on every turn and never answers.
+type alwaysTool struct{ turns atomic.Int32 }
+
+func (m *alwaysTool) Name() string                                          { return "always-tool" }
+func (m *alwaysTool) Complete(context.Context, llm.Request) (string, error) { return "", errSecret }
+func (m *alwaysTool) Stream(context.Context, llm.Request, func(string) error) (string, error) {
+	return "", errSecret
+}
+func (m *alwaysTool) Generate(context.Context, llm.Request, func(string) error) (llm.Answer, error) {
+	n := m.turns.Add(1)
+	return llm.Answer{ToolCalls: []llm.ToolCall{{ID: fmt.Sprintf("ping-%d", n), Name: "ping", Arguments: "{}"}}}, nil
+}
+
+// With the default bound, a model that always asks for a tool is asked DefaultMaxRounds times;
+// the calls of the first DefaultMaxRounds-1 turns run, and those of the last do not: no turn is
+// left to show the model their results.
+func TestToolRoundsDefaultBound(t *testing.T) {
+	model := &alwaysTool{}
+	var pings atomic.Int32
+	a := agent.New("Pinger")
+	agent.Method(a, "ping", func(context.Context, struct{}) (int32, error) { return pings.Add(1), nil })
+	a.Chat(agent.ChatWithTools(model))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}})
+
+	status, got := chat(t, s, "Pinger", "pat", "ping away")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Equal(t, "the language model did not answer within 8 rounds of tool calls", got)
+	assert.EqualValues(t, agent.DefaultMaxRounds, model.turns.Load(), "the model's turns")
+	assert.EqualValues(t, agent.DefaultMaxRounds-1, pings.Load(), "the tool calls that ran")
+
+	thread := thread(t, s, "Pinger", "pat")
+	require.Len(t, thread, 1+2*(agent.DefaultMaxRounds-1)+1, "the chat, each call run and its result, the error")
+	for _, m := range thread {
+		assert.NotEqual(t, fmt.Sprintf("ping-%d", agent.DefaultMaxRounds), m.Metadata[history.MetaToolCallID], "the last turn's call is not stored")
+	}
+}
+
+// The offline model's call ids come from the chat message, so a thread's calls never share one,
+// even when the model sees the same conversation every turn (no history here).
+func TestToolCallIDsUniqueInThread(t *testing.T) {
+	a := agent.New("Adder")
+	agent.Method(a, "sum", func(_ context.Context, in struct {
+		Values []int `json:"values"`
+	}) (int, error) {
+		return in.Values[0] + in.Values[1], nil
+	})
+	a.Chat(agent.ChatWithTools(llm.Offline(), agent.HistorySize(-1)))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}})
+
+	for range 3 {
+		status, got := chat(t, s, "Adder", "ida", `call sum {"values":[1,2]}`)
+		require.Equal(t, http.StatusOK, status, got)
+		assert.Equal(t, "sum returned 3", got)
+	}
+	ids := map[string]int{}
+	for _, m := range thread(t, s, "Adder", "ida") {
+		if id := m.Metadata[history.MetaToolCallID]; id != "" {
+			ids[id]++
+		}
+	}
+	assert.Len(t, ids, 3, "one id per call: %v", ids)
+	for id, n := range ids {
+		assert.Equal(t, 2, n, "%s names one call and its result", id)
+	}
 }

@@ -43,6 +43,10 @@ type Message struct {
 
 // Request is one call to the model: the conversation so far, oldest message first.
 type Request struct {
+	// ID names what is being answered, for example the id of the chat message; it is not sent to
+	// a server. The offline model makes its tool call ids from it, so that they are as unique as
+	// the IDs given.
+	ID       string
 	Messages []Message
 	// Tools the model may call (Generate only; Complete and Stream send none).
 	Tools []Tool

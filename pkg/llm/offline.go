@@ -18,9 +18,11 @@ const OfflineName = "offline"
 //
 // Through Generate it also calls tools, by a fixed rule: a last user message
 // "call {tool} {arguments}" (the arguments a JSON object, optional) naming one of the offered
-// tools is answered with one call of that tool, id "call_{n}". Once the conversation holds the
-// results after that message, the answer is "{tool} returned {result}" for each of them, joined
-// by "; ". Any other message gets "You said: …".
+// tools is answered with one call of that tool, id "call_{ID}" with the request's ID (so that
+// the calls answering different messages differ), or "call_{n}" with the message's position
+// when the request has none. Once the conversation holds the results after that message, the
+// answer is "{tool} returned {result}" for each of them, joined by "; ". Any other message gets
+// "You said: …".
 func Offline() ToolModel { return offline{} }
 
 type offline struct{}
@@ -106,7 +108,17 @@ func offlineToolCall(req Request) (ToolCall, bool) {
 	if !slices.ContainsFunc(req.Tools, func(t Tool) bool { return t.Name == name }) {
 		return ToolCall{}, false
 	}
-	return ToolCall{ID: fmt.Sprintf("call_%d", u+1), Name: name, Arguments: args}, true
+	return ToolCall{ID: offlineCallID(req.ID, u), Name: name, Arguments: args}, true
+}
+
+// offlineCallID names the call answering the message at index u. The index alone would repeat
+// in one thread: a caller that sends the newest 20 messages sends the last one at the same index
+// every turn.
+func offlineCallID(requestID string, u int) string {
+	if requestID == "" {
+		return fmt.Sprintf("call_%d", u+1)
+	}
+	return "call_" + requestID
 }
 
 func offlineAnswer(req Request) string {

@@ -89,6 +89,28 @@ func TestOfflineToolRule(t *testing.T) {
 	}
 }
 
+// A caller that sends a window of the newest messages sends the message to answer at the same
+// position every turn: the call ids come from the request's ID, so the turns' calls differ.
+func TestOfflineToolCallIDsFollowTheRequest(t *testing.T) {
+	t.Parallel()
+	window := []llm.Message{user("earlier"), {Role: llm.RoleAssistant, Content: "You said: earlier"}, user("call echo")}
+	ids := map[string]bool{}
+	for _, id := range []string{"msg-1", "msg-2"} {
+		got, err := llm.Offline().Generate(t.Context(), llm.Request{ID: id, Messages: window, Tools: []llm.Tool{echoTool}}, nil)
+		require.NoError(t, err)
+		require.Len(t, got.ToolCalls, 1)
+		assert.Equal(t, "call_"+id, got.ToolCalls[0].ID)
+		ids[got.ToolCalls[0].ID] = true
+	}
+	assert.Len(t, ids, 2, "two turns, two ids")
+
+	// Without an ID, the id is the message's position, as before.
+	got, err := llm.Offline().Generate(t.Context(), llm.Request{Messages: window, Tools: []llm.Tool{echoTool}}, nil)
+	require.NoError(t, err)
+	require.Len(t, got.ToolCalls, 1)
+	assert.Equal(t, "call_3", got.ToolCalls[0].ID)
+}
+
 // Complete and Stream are unchanged by tools: they answer text.
 func TestOfflineCompleteIgnoresTools(t *testing.T) {
 	t.Parallel()
