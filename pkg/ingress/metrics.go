@@ -16,8 +16,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
-// metricTenants is how many distinct tenants keep their name in the tenant label; later ones
-// are counted as metrics.Other, so that the number of series stays bounded.
+// metricTenants is how many tenants, the busiest, keep their name in the tenant label; the
+// others are counted as metrics.Other, so that the number of series stays bounded.
 const metricTenants = 20
 
 // noTenant is the tenant label of a request that named no tenant, or was refused before its
@@ -30,7 +30,7 @@ type apiMetrics struct {
 	duration *prometheus.HistogramVec
 	waiting  prometheus.Gauge
 	timeouts prometheus.Counter
-	tenants  *metrics.BoundedLabel
+	tenants  *metrics.TopLabel
 	// handler serves GET /metrics; nil when the Registerer cannot be gathered.
 	handler http.Handler
 	// tracer starts the requests' server spans; nil when tracing is off.
@@ -62,9 +62,13 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Name: "agentbus_ingress_handler_timeouts_total",
 			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
 		}),
-		tenants: metrics.NewBoundedLabel(metricTenants),
-		tracer:  tracing.Tracer(tp),
+		tracer: tracing.Tracer(tp),
 	}
+	// A tenant that loses its place to a busier one takes its series with it: its requests
+	// count as other from then on.
+	m.tenants = metrics.NewTopLabel(metricTenants, time.Minute, func(tenant string) {
+		m.requests.DeletePartialMatch(prometheus.Labels{"tenant": tenant})
+	})
 	// Several ingress servers of one process (tests) may share a registry and count together.
 	var err error
 	if m.requests, err = metrics.Register(reg, m.requests); err != nil {

@@ -1,11 +1,9 @@
 package metrics_test
 
 import (
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,40 +13,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/metrics"
 )
-
-func TestBoundedLabel(t *testing.T) {
-	b := metrics.NewBoundedLabel(2)
-	assert.Equal(t, "a", b.Value("a"))
-	assert.Equal(t, "b", b.Value("b"))
-	assert.Equal(t, metrics.Other, b.Value("c"))
-	assert.Equal(t, "a", b.Value("a"), "a name seen before the limit keeps its value")
-	assert.Equal(t, metrics.Other, b.Value("d"))
-}
-
-func TestBoundedLabelConcurrent(t *testing.T) {
-	const limit = 10
-	b := metrics.NewBoundedLabel(limit)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		kept = make(map[string]bool)
-	)
-	for g := range 8 {
-		wg.Go(func() {
-			for i := range 100 {
-				name := fmt.Sprintf("n%d", (g*7+i)%50)
-				if v := b.Value(name); v != metrics.Other {
-					assert.Equal(t, name, v)
-					mu.Lock()
-					kept[v] = true
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Wait()
-	assert.Len(t, kept, limit)
-}
 
 func TestRegisterShares(t *testing.T) {
 	reg := prometheus.NewRegistry()
