@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/llm"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -68,7 +70,10 @@ func Tools(methods ...string) ChatOption {
 //
 // Each tool is a Data method: its name (letters, digits, '_' and '-' kept, anything else
 // replaced by '_', at most 64 bytes), its description (Describe) and its parameters' JSON Schema
-// (derived by Method, or Schema). The model gets the system prompt, the thread's earlier chat
+// (derived by Method, or Schema). A tool's arguments are a JSON object, so a method whose
+// parameters are not one (Method with an int, a slice or a string) is not offered, as
+// jsonschema.ToolParameters decides; it stays callable as a Data method, and the first message
+// handled logs which methods were left out. The model gets the system prompt, the thread's earlier chat
 // messages and the message being handled. When it asks for tool calls, each runs as an ordinary
 // Data call of the method on the same instance, in the same conversation turn: same state
 // (UpdateState), same history, one call after another. The call is stored in the thread as an
@@ -108,6 +113,7 @@ type toolChat struct {
 	maxRounds   int
 	historySize int
 	only        map[string]bool // nil: every Data method
+	warnOnce    sync.Once       // for the methods left out
 }
 
 // toolEnv is what a Host gives a message's handler for running tool calls.
@@ -129,7 +135,13 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 	if env == nil {
 		return NoReply, errors.New("agent: ChatWithTools needs the message from a Host")
 	}
-	tools, methods := c.toolsOf(env.agent)
+	tools, methods, notObjects := c.toolsOf(env.agent)
+	if len(notObjects) > 0 {
+		c.warnOnce.Do(func() {
+			env.log.Warn("Data methods not offered to the model as tools: their parameters are not a JSON object",
+				"agent", env.agent.name, "methods", notObjects)
+		})
+	}
 	req, err := c.conversation(ctx, m)
 	if err != nil {
 		return NoReply, err
@@ -208,8 +220,9 @@ func modelError(err error) error {
 	return &Error{Status: http.StatusBadGateway, Message: "the language model failed to answer", Err: err}
 }
 
-// toolsOf lists the Data methods offered as tools, in name order, and the methods by tool name.
-func (c *toolChat) toolsOf(a *Agent) ([]llm.Tool, map[string]*dataMethod) {
+// toolsOf lists the Data methods offered as tools, in name order, the methods by tool name, and
+// the methods left out because their parameters are not a JSON object.
+func (c *toolChat) toolsOf(a *Agent) (tools []llm.Tool, methods map[string]*dataMethod, notObjects []string) {
 	keys := make([]string, 0, len(a.data))
 	for key := range a.data {
 		if c.only == nil || c.only[key] {
@@ -217,18 +230,25 @@ func (c *toolChat) toolsOf(a *Agent) ([]llm.Tool, map[string]*dataMethod) {
 		}
 	}
 	slices.Sort(keys)
-	tools := make([]llm.Tool, 0, len(keys))
-	methods := make(map[string]*dataMethod, len(keys))
+	tools = make([]llm.Tool, 0, len(keys))
+	methods = make(map[string]*dataMethod, len(keys))
 	for _, key := range keys {
 		dm := a.data[key]
+		params, ok := jsonschema.ToolParameters(dm.inputSchema())
+		if !ok {
+			// A tool's arguments are an object; wrapping the value in one would make the model,
+			// MCP clients and the method's other callers disagree on what it takes.
+			notObjects = append(notObjects, dm.name)
+			continue
+		}
 		name := ToolName(dm.name)
 		if _, dup := methods[name]; dup {
 			continue // two names that differ only in replaced characters: the first keeps it
 		}
 		methods[name] = dm
-		tools = append(tools, llm.Tool{Name: name, Description: dm.description, Parameters: dm.inputSchema()})
+		tools = append(tools, llm.Tool{Name: name, Description: dm.description, Parameters: params})
 	}
-	return tools, methods
+	return tools, methods, notObjects
 }
 
 // ToolName is the tool name a Data method is offered under: the method's name with every byte

@@ -79,7 +79,7 @@ func TestToolsOffered(t *testing.T) {
 	Method(a, "secret", func(context.Context, struct{}) (int, error) { return 0, nil })
 
 	names := func(c Handler) []string {
-		tools, methods := c.(*toolChat).toolsOf(a)
+		tools, methods, _ := c.(*toolChat).toolsOf(a)
 		var out []string
 		for _, tl := range tools {
 			out = append(out, tl.Name)
@@ -91,7 +91,7 @@ func TestToolsOffered(t *testing.T) {
 	assert.Equal(t, []string{"a_b", "secret", "sum"}, names(ChatWithTools(llm.Offline())))
 	assert.Equal(t, []string{"sum"}, names(ChatWithTools(llm.Offline(), Tools("SUM", "missing"))))
 
-	tools, _ := ChatWithTools(llm.Offline(), Tools("sum")).(*toolChat).toolsOf(a)
+	tools, _, _ := ChatWithTools(llm.Offline(), Tools("sum")).(*toolChat).toolsOf(a)
 	assert.Equal(t, llm.Tool{Name: "sum", Description: "Adds.", Parameters: json.RawMessage(`{"type":"object"}`)}, tools[0])
 
 	c := ChatWithTools(llm.Offline()).(*toolChat)
@@ -99,6 +99,42 @@ func TestToolsOffered(t *testing.T) {
 	assert.Equal(t, DefaultHistorySize, c.historySize)
 	assert.Panics(t, func() { ChatWithTools(nil) })
 }
+
+// A method whose parameters are not a JSON object is not offered: a tool's arguments are one.
+// One that takes any value is offered as taking any object.
+func TestToolsOfferOnlyObjectParameters(t *testing.T) {
+	t.Parallel()
+	a := New("Mixed")
+	Method(a, "double", func(_ context.Context, n int) (int, error) { return 2 * n, nil })
+	Method(a, "total", func(context.Context, []int) (int, error) { return 0, nil })
+	Method(a, "shout", func(context.Context, string) (string, error) { return "", nil })
+	Method(a, "typed", func(context.Context, Schemaless) (int, error) { return 0, nil }, Schema(json.RawMessage(`{"type":"integer"}`)))
+	Method(a, "raw", func(context.Context, json.RawMessage) (int, error) { return 0, nil })
+	Method(a, "sum", func(context.Context, addIn) (int, error) { return 0, nil })
+	a.DataFunc("plain", func(context.Context, *Message) (Reply, error) { return NoReply, nil })
+
+	tools, methods, left := ChatWithTools(llm.Offline()).(*toolChat).toolsOf(a)
+	var names []string
+	for _, tl := range tools {
+		names = append(names, tl.Name)
+		var schema map[string]any
+		require.NoError(t, json.Unmarshal(tl.Parameters, &schema), tl.Name)
+		assert.Equal(t, "object", schema["type"], tl.Name)
+	}
+	assert.Equal(t, []string{"plain", "raw", "sum"}, names)
+	assert.Len(t, methods, 3)
+	assert.Equal(t, []string{"double", "shout", "total", "typed"}, left)
+	assert.JSONEq(t, `{"type":"object"}`, string(tools[1].Parameters), "any value: any object")
+
+	// Named explicitly, it is still left out.
+	tools, _, left = ChatWithTools(llm.Offline(), Tools("double", "sum")).(*toolChat).toolsOf(a)
+	require.Len(t, tools, 1)
+	assert.Equal(t, "sum", tools[0].Name)
+	assert.Equal(t, []string{"double"}, left)
+}
+
+// Schemaless is a parameter type whose schema its method gives.
+type Schemaless struct{ N int }
 
 func TestChatWithToolsNeedsHost(t *testing.T) {
 	t.Parallel()

@@ -325,3 +325,30 @@ func hasOpt(opts, name string) bool {
 	}
 	return false
 }
+
+// ToolParameters returns schema as the parameters of a tool a language model may call. OpenAI's
+// function calling and MCP's inputSchema both take only a schema of a JSON object, so: a schema
+// of type "object" is returned as it is; a schema without a type (such as {}, any value, which
+// json.RawMessage and interfaces get) with "type":"object" added, since objects are among the
+// values it accepts; and any other schema (a number, a string, an array, a list of types), which
+// no arguments object matches, reports false.
+func ToolParameters(schema json.RawMessage) (json.RawMessage, bool) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(schema, &obj); err != nil || obj == nil {
+		return nil, false
+	}
+	typ, typed := obj["type"]
+	if !typed {
+		if len(obj) == 0 {
+			return json.RawMessage(`{"type":"object"}`), true
+		}
+		// Inserted first, so that the other keywords keep their order.
+		rest := bytes.TrimSpace(bytes.TrimSpace(schema)[1:])
+		return append(json.RawMessage(`{"type":"object",`), rest...), true
+	}
+	var name string
+	if json.Unmarshal(typ, &name) != nil || name != "object" {
+		return nil, false
+	}
+	return schema, true
+}

@@ -178,3 +178,46 @@ func TestOf(t *testing.T) {
 	assert.Equal(t, "values", s.Properties[0].Name)
 	assert.Equal(t, []string{"values"}, s.Required)
 }
+
+func TestToolParameters(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, schema string
+		want         string // "" when not offered
+	}{
+		{"object", `{"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}}`,
+			`{"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}}`},
+		{"any value", `{}`, `{"type":"object"}`},
+		{"any value, spaced", ` { } `, `{"type":"object"}`},
+		{"no type, other keywords kept in order", `{ "description":"free form", "minProperties":1}`,
+			`{"type":"object","description":"free form", "minProperties":1}`},
+		{"integer", `{"type":"integer"}`, ""},
+		{"array", `{"type":"array","items":{"type":"integer"}}`, ""},
+		{"string", `{"type":"string"}`, ""},
+		{"list of types", `{"type":["object","null"]}`, ""},
+		{"not an object", `[1]`, ""},
+		{"null", `null`, ""},
+		{"not JSON", `{`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := jsonschema.ToolParameters(json.RawMessage(tt.schema))
+			if tt.want == "" {
+				assert.False(t, ok, "%s", got)
+				return
+			}
+			require.True(t, ok)
+			assert.Equal(t, tt.want, string(got), "keywords in their order")
+			assert.True(t, json.Valid(got))
+		})
+	}
+
+	// What Method derives from a non-object parameter type is not offered.
+	for _, typ := range []reflect.Type{reflect.TypeFor[int](), reflect.TypeFor[[]int](), reflect.TypeFor[string]()} {
+		s, err := jsonschema.JSON(typ)
+		require.NoError(t, err)
+		_, ok := jsonschema.ToolParameters(s)
+		assert.False(t, ok, "%s: %s", typ, s)
+	}
+}
