@@ -1,6 +1,7 @@
 // Package grafana_test checks the Grafana dashboard statically: it is valid JSON, every panel
 // queries something, and every agentbus metric it queries is documented in docs/metrics.md, so
-// that a renamed metric cannot leave a panel silently empty.
+// that a renamed metric cannot leave a panel silently empty. The tests of pkg/agent and
+// pkg/ingress check, in turn, that every metric the code serves is documented there.
 package grafana_test
 
 import (
@@ -57,6 +58,7 @@ func TestDashboard(t *testing.T) {
 		"agentbus_http_requests_total", "agentbus_http_request_duration_seconds",
 		"agentbus_handler_duration_seconds", "agentbus_handler_outcomes_total", "agentbus_dead_letters_total",
 		"agentbus_inbox_pending", "agentbus_partitions_owned", "agentbus_instances_live",
+		"agentbus_redeliveries_total", "agentbus_ingress_sync_calls_waiting", "agentbus_ingress_handler_timeouts_total",
 	} {
 		assert.True(t, queried[name], "the dashboard has no panel of %s", name)
 	}

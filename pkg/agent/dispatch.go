@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // delivery is one request the host holds: queued behind its conversation, or being handled.
@@ -59,11 +61,14 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
 		// copy, answering to the latest delivery. One already running has read its delivery and
 		// counted it: this one is counted here.
-		if d.running {
-			h.metrics.redelivered(part.key.agent)
-		}
+		running := d.running
 		d.msg, d.progress = m, time.Now()
 		h.mu.Unlock()
+		if running && h.metrics != nil {
+			req := new(agentbusv1.Request)
+			_ = proto.Unmarshal(m.Data(), req) // one that does not decode counts as unknown
+			h.metrics.redelivered(part.key.agent, req)
+		}
 		return
 	}
 	if pin != "" && pin != part.pin {

@@ -506,7 +506,7 @@ func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, ca
 	}
 	in.deadLettered, in.deadID = true, id
 	trace.SpanFromContext(ctx).SetStatus(codes.Error, "dead-lettered: "+cause)
-	h.metrics.deadLettered(in.agent)
+	h.metrics.deadLettered(in.agent, in.req)
 	h.metrics.handler(in.req).count(outcomeDeadLettered)
 	log.Error("request kept as a dead letter", "deadLetter", id, "attempts", in.tries.n, "err", cause)
 	return nil

@@ -42,12 +42,13 @@ const pendingEvery = 5 * time.Second
 
 // hostMetrics are a host's metrics; nil (no HostConfig.Metrics) counts nothing.
 type hostMetrics struct {
-	handlers     map[handlerKey]*handlerMetrics
-	redeliveries map[string]prometheus.Counter // by agent
-	deadLetters  map[string]prometheus.Counter // by agent
-	owned        map[string]prometheus.Gauge   // by agent
-	live         prometheus.Gauge
-	pending      *prometheus.GaugeVec // agent, partition
+	handlers map[handlerKey]*handlerMetrics
+	// unhandled counts, by agent, the redeliveries and dead letters of requests for which the
+	// agent has no handler (kind "unknown").
+	unhandled map[string]*requestCounters
+	owned     map[string]prometheus.Gauge // by agent
+	live      prometheus.Gauge
+	pending   *prometheus.GaugeVec // agent, partition
 }
 
 // handlerKey names one registered handler: method is the webhook's or the lowercased Data
@@ -62,6 +63,12 @@ type handlerKey struct {
 type handlerMetrics struct {
 	duration prometheus.Observer
 	outcomes [numOutcomes]prometheus.Counter
+	requestCounters
+}
+
+// requestCounters count what happened to the requests of one handler on the bus.
+type requestCounters struct {
+	redeliveries, deadLetters prometheus.Counter
 }
 
 func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, error) {
@@ -83,14 +90,14 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 	redeliveries, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentbus_redeliveries_total",
 		Help: "Requests the bus delivered more than once (a host stopped or crashed with them, or gave them back).",
-	}, []string{"agent"}))
+	}, []string{"agent", "kind", "method"}))
 	if err != nil {
 		return nil, err
 	}
 	deadLetters, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentbus_dead_letters_total",
 		Help: "Requests kept as dead letters.",
-	}, []string{"agent"}))
+	}, []string{"agent", "kind", "method"}))
 	if err != nil {
 		return nil, err
 	}
@@ -117,21 +124,24 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 	}
 
 	m := &hostMetrics{
-		handlers:     make(map[handlerKey]*handlerMetrics),
-		redeliveries: make(map[string]prometheus.Counter),
-		deadLetters:  make(map[string]prometheus.Counter),
-		owned:        make(map[string]prometheus.Gauge),
-		live:         live,
-		pending:      pending,
+		handlers:  make(map[handlerKey]*handlerMetrics),
+		unhandled: make(map[string]*requestCounters),
+		owned:     make(map[string]prometheus.Gauge),
+		live:      live,
+		pending:   pending,
+	}
+	counters := func(agent, kind, method string) requestCounters {
+		return requestCounters{redeliveries.WithLabelValues(agent, kind, method), deadLetters.WithLabelValues(agent, kind, method)}
 	}
 	for _, a := range agents {
-		m.redeliveries[a.name] = redeliveries.WithLabelValues(a.name)
-		m.deadLetters[a.name] = deadLetters.WithLabelValues(a.name)
+		unhandled := counters(a.name, "unknown", "")
+		m.unhandled[a.name] = &unhandled
 		m.owned[a.name] = owned.WithLabelValues(a.name)
 		for _, k := range a.handlerKeys() {
-			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kindName(k.kind), k.method)}
+			kind := kindName(k.kind)
+			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kind, k.method), requestCounters: counters(k.agent, kind, k.method)}
 			for o, name := range outcomeNames {
-				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kindName(k.kind), k.method, name)
+				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kind, k.method, name)
 			}
 			m.handlers[k] = hm
 		}
@@ -194,19 +204,29 @@ func (hm *handlerMetrics) answered(status int) {
 	}
 }
 
-func (m *hostMetrics) redelivered(agent string) {
-	if m != nil {
-		if c := m.redeliveries[agent]; c != nil {
-			c.Inc()
-		}
+// counters returns the request counters of req's handler, or of the agent's requests without
+// one; nil when the host counts nothing or does not run the agent.
+func (m *hostMetrics) counters(agent string, req *agentbusv1.Request) *requestCounters {
+	if m == nil {
+		return nil
+	}
+	if hm := m.handler(req); hm != nil {
+		return &hm.requestCounters
+	}
+	return m.unhandled[agent]
+}
+
+// redelivered counts a request of the agent's partitions delivered more than once.
+func (m *hostMetrics) redelivered(agent string, req *agentbusv1.Request) {
+	if c := m.counters(agent, req); c != nil {
+		c.redeliveries.Inc()
 	}
 }
 
-func (m *hostMetrics) deadLettered(agent string) {
-	if m != nil {
-		if c := m.deadLetters[agent]; c != nil {
-			c.Inc()
-		}
+// deadLettered counts a request of the agent's partitions kept as a dead letter.
+func (m *hostMetrics) deadLettered(agent string, req *agentbusv1.Request) {
+	if c := m.counters(agent, req); c != nil {
+		c.deadLetters.Inc()
 	}
 }
 

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -105,8 +106,8 @@ func TestHostMetrics(t *testing.T) {
 	}
 	assert.EqualValues(t, 4, value(t, reg, "agentbus_partitions_owned", map[string]string{"agent": "Echo"}),
 		"the stack's only host owns all 4 partitions")
-	assert.Zero(t, value(t, reg, "agentbus_dead_letters_total", map[string]string{"agent": "Echo"}))
-	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Echo"}))
+	assert.Zero(t, value(t, reg, "agentbus_dead_letters_total", echo))
+	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", echo))
 
 	// The instance leaves memory once idle, and the gauge follows it down.
 	require.Eventually(t, func() bool { return value(t, reg, "agentbus_instances_live", nil) == 0 }, 10*time.Second, 50*time.Millisecond)
@@ -122,6 +123,16 @@ func TestHostMetrics(t *testing.T) {
 	problems, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+
+	// Every metric of the host is documented; deploy/grafana checks the dashboard's queries
+	// against the same page.
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	require.NoError(t, err)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		assert.Contains(t, string(doc), "`"+f.GetName()+"`", "docs/metrics.md does not document %s", f.GetName())
+	}
 }
 
 // A handler that keeps failing counts its retries and its dead letter; one that fails twice and
@@ -138,7 +149,9 @@ func TestHostMetricsDeadLetter(t *testing.T) {
 	counted(t, reg, "agentbus_handler_outcomes_total", outcome("Flaky", "webhook", "boom", "retried"), 2)
 	counted(t, reg, "agentbus_handler_outcomes_total", outcome("Flaky", "webhook", "boom", "dead_lettered"), 1)
 	assert.Zero(t, value(t, reg, "agentbus_handler_outcomes_total", outcome("Flaky", "webhook", "boom", "ok")))
-	counted(t, reg, "agentbus_dead_letters_total", map[string]string{"agent": "Flaky"}, 1)
+	counted(t, reg, "agentbus_dead_letters_total", boom, 1)
+	assert.Zero(t, value(t, reg, "agentbus_dead_letters_total", map[string]string{"agent": "Flaky", "kind": "webhook", "method": "ok"}),
+		"dead letters are counted by method")
 
 	status, _, b = post(t, s, "Flaky", "flaky", "")
 	require.Equal(t, http.StatusOK, status, "%s", b)
@@ -198,7 +211,7 @@ func TestHostMetricsCached(t *testing.T) {
 	counted(t, reg, "agentbus_handler_outcomes_total", outcome("Echo", "webhook", "count", "cached"), 1, "the second copy is answered from the cache")
 	counted(t, reg, "agentbus_handler_outcomes_total", outcome("Echo", "webhook", "count", "ok"), 1, "the first copy ran")
 	assert.EqualValues(t, 1, observations(t, reg, "agentbus_handler_duration_seconds", count), "one run: a cached answer is no run")
-	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Echo"}),
+	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", count),
 		"a second stored copy is a new delivery, not a redelivery")
 }
 
@@ -217,7 +230,8 @@ func TestHostMetricsRedelivered(t *testing.T) {
 		ns, hosts := sa.starts("r")
 		return len(ns) == 1 && hosts[0] == doomed
 	})
-	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Seq"}), "before the crash")
+	stepSeries := map[string]string{"agent": "Seq", "kind": "webhook", "method": "step"}
+	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", stepSeries), "before the crash")
 	nc.Close() // the process is gone: no heartbeat, no acknowledgement, no handover
 	cancel()
 
@@ -227,6 +241,6 @@ func TestHostMetricsRedelivered(t *testing.T) {
 	})
 	_, hosts := sa.starts("r")
 	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the step ran on the doomed host, then once on the survivor")
-	assert.EqualValues(t, 1, value(t, reg, "agentbus_redeliveries_total", map[string]string{"agent": "Seq"}),
+	assert.EqualValues(t, 1, value(t, reg, "agentbus_redeliveries_total", stepSeries),
 		"the survivor got the request a second time")
 }

@@ -35,7 +35,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	replyTo := m.Headers().Get(subject.HeaderReplyTo)
 	log := requestLog(h.log, req)
 	if md.NumDelivered > 1 {
-		h.metrics.redelivered(d.part.key.agent)
+		h.metrics.redelivered(d.part.key.agent, req)
 	}
 	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
 	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}

@@ -2,8 +2,11 @@ package ingress_test
 
 import (
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,4 +35,36 @@ func TestMetricsCountByRouteTemplate(t *testing.T) {
 	assert.Contains(t, text, "agentbus_ingress_handler_timeouts_total 0\n")
 	assert.Contains(t, text, `agentbus_http_requests_total{code="4xx",route="unknown",tenant="none"} 1`+"\n")
 	assert.NotContains(t, text, "/api/user/webhooks/Echo/echo", "a raw path became a label")
+
+	// Every agentbus metric served is documented, and the dashboard's test checks its queries
+	// against the same page (deploy/grafana).
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	require.NoError(t, err)
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (agentbus_[a-z_]+) `).FindAllStringSubmatch(text, -1) {
+		assert.Contains(t, string(doc), "`"+m[1]+"`", "docs/metrics.md does not document %s", m[1])
+	}
+}
+
+// TestMetricsSyncCallsWaiting follows a synchronous call on the waiting gauge: 1 while Echo's
+// sleep runs, 0 once it answered.
+func TestMetricsSyncCallsWaiting(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	gauge := func() string {
+		_, _, b := doRequest(t, http.MethodGet, s.URL+"/metrics", nil)
+		return regexp.MustCompile(`(?m)^agentbus_ingress_sync_calls_waiting \S+$`).FindString(string(b))
+	}
+	done := make(chan int, 1)
+	go func() { // no t in this goroutine: a failure is a status of 0
+		resp, err := http.Post(s.URL+"/api/user/webhooks/Echo/sleep?"+q("apikey", s.Key, "ms", "1500").Encode(), "application/json", nil)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	assert.Eventually(t, func() bool { return gauge() == "agentbus_ingress_sync_calls_waiting 1" }, 5*time.Second, 10*time.Millisecond,
+		"the waiting call is not counted")
+	assert.Equal(t, http.StatusOK, <-done)
+	assert.Equal(t, "agentbus_ingress_sync_calls_waiting 0", gauge())
 }
