@@ -22,7 +22,7 @@ import (
 )
 
 // browserNames are the Chromium builds the browser test looks for in PATH, in this order.
-// AGENTBUS_CHROMIUM names one elsewhere.
+// AGENTBUS_CHROMIUM names one elsewhere. .ci/run's find_browser looks for the same.
 var browserNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
 
 // findBrowser returns the path of a Chromium binary, or skips the test saying why.
@@ -216,15 +216,18 @@ func TestPlaygroundInBrowser(t *testing.T) {
 	screenshot(t, ctx, "playground-chat.png")
 
 	// A chat whose model calls one of Echo's Data methods as a tool: the thread marks the call
-	// and its result, and the answer names the result.
+	// and its result, and the streamed answer lists them above the text, also once the final
+	// message has replaced the streamed text.
 	err = chromedp.Do(ctx,
 		replace("#chat-text", `call sum {"values":[2,3]}`),
 		chromedp.Click(chromedp.ID("send")),
 		waitFor(`[...document.querySelectorAll('#thread li.tool[data-direction="in"]')].some(li => li.textContent.includes('sum'))`),
 		waitFor(`[...document.querySelectorAll('#thread li.tool[data-direction="out"]')].some(li => li.textContent.includes('"sum": 5'))`),
-		waitFor(`document.getElementById('answer').textContent.includes('5')`),
+		waitFor(`document.getElementById('answer-meta').textContent.startsWith('200 streamed') && document.getElementById('answer').textContent.includes('sum returned')`),
 	)
 	require.NoError(t, err, "a chat with a tool call; the page's problems: %v", problems())
+	assert.Equal(t, "[tool call sum {\"values\":[2,3]}]\n[tool result sum: {\"sum\":5}]\nsum returned {\"sum\":5}", text(t, ctx, "answer"),
+		"the tool lines stay above the final answer")
 	screenshot(t, ctx, "playground-tools.png")
 
 	// A Data call shows its result in the thread as JSON; a webhook call shows the handler's answer.

@@ -508,6 +508,9 @@
       if (kind === 'Chat') { $('chat-text').value = ''; }
       return;
     }
+    // The model's tool calls and their results stay listed above the text, also once the
+    // final message replaces the streamed text: they are how the answer came about.
+    let tools = '';
     let text = '';
     showAnswer(`streaming (request ${requestId})`, '');
     for await (const ev of sseEvents(resp.body)) {
@@ -517,15 +520,15 @@
       const v = JSON.parse(ev.data);
       if (ev.event === 'delta') {
         text += v.delta || '';
-        $('answer').textContent = text;
+        $('answer').textContent = tools + text;
       } else if (ev.event === 'tool_call') {
-        text += `[tool call ${v.name} ${JSON.stringify(v.arguments)}]\n`;
-        $('answer').textContent = text;
+        tools += `[tool call ${v.name} ${JSON.stringify(v.arguments)}]\n`;
+        $('answer').textContent = tools + text;
       } else if (ev.event === 'tool_result') {
-        text += `[tool result ${v.name}: ${v.data !== undefined && v.data !== null ? JSON.stringify(v.data) : (v.text || '')}]\n`;
-        $('answer').textContent = text;
+        tools += `[tool result ${v.name}: ${v.data !== undefined && v.data !== null ? JSON.stringify(v.data) : (v.text || '')}]\n`;
+        $('answer').textContent = tools + text;
       } else if (ev.event === 'message') {
-        showAnswer(`200 streamed (request ${v.requestId || requestId})`, replyText(v.response), 'ok');
+        showAnswer(`200 streamed (request ${v.requestId || requestId})`, tools + replyText(v.response), 'ok');
         $('chat-text').value = '';
       } else if (ev.event === 'error') {
         showAnswer(`error (request ${v.requestId || requestId})`, `${v.status} ${v.title}${v.detail ? ': ' + v.detail : ''}`, 'error');
