@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -96,7 +95,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return err
 	}
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 40*time.Second)
+		// As the ingress service drains: /readyz answers 503 at once, and synchronous calls in
+		// flight get AGENTBUS_SHUTDOWN_TIMEOUT to receive their answers.
+		st.Ingress.Drain()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.IngressShutdownTimeout())
 		defer cancel()
 		if err := st.Stop(sctx); err != nil {
 			log.Error("stopping", "err", err)
