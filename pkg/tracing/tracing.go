@@ -4,8 +4,8 @@
 //
 // It holds no spans of its own: the ingress starts the server span of each HTTP request and the
 // host the consumer span of each handler run, each with the tracer Tracer gives it. It is not a
-// general OpenTelemetry configuration: only an OTLP/HTTP trace exporter is supported, and metrics
-// stay with Prometheus (package metrics).
+// general OpenTelemetry configuration: only an OTLP trace exporter is supported (over HTTP or
+// gRPC), and metrics stay with Prometheus (package metrics).
 package tracing
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -107,18 +108,25 @@ func (c HeaderCarrier) Keys() []string {
 // agent authors' own otel.Tracer calls use it. Tracing is on when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set or OTEL_TRACES_EXPORTER is "otlp"; it is off
 // (a no-op provider) otherwise, and when OTEL_SDK_DISABLED is "true" or OTEL_TRACES_EXPORTER is
-// "none". Spans go in batches to an OTLP/HTTP exporter, which reads the rest of the
-// OTEL_EXPORTER_OTLP_* variables itself; OTEL_SERVICE_NAME defaults to serviceName.
+// "none". Spans go in batches to an OTLP exporter, over HTTP (http/protobuf, the default) or
+// gRPC as OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL says; the exporter
+// reads the rest of the OTEL_EXPORTER_OTLP_* variables itself. OTEL_SERVICE_NAME defaults to
+// serviceName.
 //
 // The returned shutdown flushes the spans not yet exported, for up to 5 s when its ctx has no
 // deadline; call it on exit.
 func Setup(ctx context.Context, serviceName string) (shutdown func(context.Context) error, err error) {
-	on, err := enabled(os.LookupEnv)
-	if err != nil || !on {
+	protocol, err := exporterProtocol(os.LookupEnv)
+	if err != nil || protocol == "" {
 		otel.SetTracerProvider(noop.NewTracerProvider())
 		return func(context.Context) error { return nil }, err
 	}
-	exp, err := otlptracehttp.New(ctx)
+	var exp sdktrace.SpanExporter
+	if protocol == protocolGRPC {
+		exp, err = otlptracegrpc.New(ctx)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tracing: creating the OTLP exporter: %w", err)
 	}
@@ -147,30 +155,39 @@ func Setup(ctx context.Context, serviceName string) (shutdown func(context.Conte
 	}, nil
 }
 
-// enabled tells from the environment whether tracing is on.
-func enabled(lookupEnv func(string) (string, bool)) (bool, error) {
+// The OTLP protocols an exporter can speak.
+const (
+	protocolHTTP = "http/protobuf"
+	protocolGRPC = "grpc"
+)
+
+// exporterProtocol tells from the environment whether tracing is on, and if so over which
+// OTLP protocol spans are exported; "" means off.
+func exporterProtocol(lookupEnv func(string) (string, bool)) (string, error) {
 	get := func(k string) string { v, _ := lookupEnv(k); return strings.TrimSpace(v) }
 	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") {
-		return false, nil
+		return "", nil
 	}
 	switch exporter := strings.ToLower(get("OTEL_TRACES_EXPORTER")); exporter {
 	case "none":
-		return false, nil
+		return "", nil
 	case "otlp":
 	case "":
 		if get("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-			return false, nil
+			return "", nil
 		}
 	default:
-		return false, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER %q is not supported (otlp or none)", exporter)
+		return "", fmt.Errorf("tracing: OTEL_TRACES_EXPORTER %q is not supported (otlp or none)", exporter)
 	}
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
-		if p := get(k); p != "" {
-			if p != "http/protobuf" {
-				return false, fmt.Errorf("tracing: %s %q is not supported (http/protobuf)", k, p)
-			}
-			break
+		switch p := get(k); p {
+		case "":
+			continue
+		case protocolHTTP, protocolGRPC:
+			return p, nil
+		default:
+			return "", fmt.Errorf("tracing: %s %q is not supported (http/protobuf or grpc)", k, p)
 		}
 	}
-	return true, nil
+	return protocolHTTP, nil
 }
