@@ -324,7 +324,8 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Allow", list)
 		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
 	}))
-	return recoverer(s.log, cleanPaths(router))
+	// Requests refused for their header size are counted under route "unknown", as above.
+	return recoverer(s.log, limitHeaders(s.metrics.measure(http.HandlerFunc(headersTooLarge)), cleanPaths(router)))
 }
 
 // cleanPaths redirects a request whose path has an empty, "." or ".." segment to the cleaned
@@ -433,7 +434,7 @@ func (s *Server) HTTPServer() *http.Server {
 		ReadTimeout:       5 * time.Minute, // bodies up to the file limit on slow links
 		WriteTimeout:      max(s.cfg.WebhookTimeout, maxWaitSecs*time.Second) + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    hardHeaderBytes, // limitHeaders refuses more than maxHeaderBytes
 	}
 	hs.RegisterOnShutdown(s.Drain)
 	hs.RegisterOnShutdown(s.CloseStreams)
