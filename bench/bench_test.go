@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBenchSmoke runs the three phases briefly and checks that every request succeeded, that the
@@ -33,23 +35,15 @@ func TestBenchSmoke(t *testing.T) {
 	phases := []string{phaseBare, phasePipeline, phaseAgentbus}
 	for _, phase := range phases {
 		res, err := runTarget(ctx, phase, o, client)
-		if err != nil {
-			t.Fatalf("%s: %v", phase, err)
-		}
-		if res.Requests == 0 || res.RPS() <= 0 {
-			t.Errorf("%s: no requests measured: %+v", phase, res)
-		}
-		if res.Errors != 0 {
-			t.Errorf("%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
-		}
-		if res.P50 <= 0 || res.P50 > res.P99 || res.P99 > res.Max {
-			t.Errorf("%s: inconsistent latencies p50=%s p99=%s max=%s", phase, res.P50, res.P99, res.Max)
-		}
+		require.NoError(t, err, phase)
+		assert.True(t, res.Requests > 0 && res.RPS() > 0, "%s: no requests measured: %+v", phase, res)
+		assert.Zero(t, res.Errors, "%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
+		assert.True(t, res.P50 > 0 && res.P50 <= res.P99 && res.P99 <= res.Max,
+			"%s: inconsistent latencies p50=%s p99=%s max=%s", phase, res.P50, res.P99, res.Max)
 		results[phase] = res
 	}
-	if a, b, p := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(), results[phasePipeline].AvgRespBytes(); a != b || a != p {
-		t.Errorf("response sizes differ: agentbus %.1f B, bare %.1f B, pipeline %.1f B", a, b, p)
-	}
+	a, b, p := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(), results[phasePipeline].AvgRespBytes()
+	assert.True(t, a == b && a == p, "response sizes differ: agentbus %.1f B, bare %.1f B, pipeline %.1f B", a, b, p)
 	var out bytes.Buffer
 	printTable(&out, phases, results)
 	t.Log("\n" + out.String())
@@ -79,22 +73,16 @@ func TestBenchTargets(t *testing.T) {
 			results := map[string]result{}
 			for _, phase := range []string{phaseBare, phaseAgentbus} {
 				res, err := runTarget(ctx, phase, o, client)
-				if err != nil {
-					t.Fatalf("%s: %v", phase, err)
-				}
-				if res.Errors != 0 {
-					t.Errorf("%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
-				}
-				if res.Requests == 0 || res.RPS() <= 0 {
-					t.Errorf("%s: no requests measured: %+v", phase, res)
-				}
+				require.NoError(t, err, phase)
+				assert.Zero(t, res.Errors, "%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
+				assert.True(t, res.Requests > 0 && res.RPS() > 0, "%s: no requests measured: %+v", phase, res)
 				results[phase] = res
 			}
 			// The phases answer the same sizes to the same requests, but each ends part-way
 			// through its round of instances.
-			if a, b := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes(); math.Abs(a-b) > 0.5 || a == 0 {
-				t.Errorf("response sizes differ: agentbus %.2f B, bare %.2f B", a, b)
-			}
+			a, b := results[phaseAgentbus].AvgRespBytes(), results[phaseBare].AvgRespBytes()
+			assert.NotZero(t, a, "response sizes: agentbus %.2f B, bare %.2f B", a, b)
+			assert.InDelta(t, a, b, 0.5, "response sizes differ: agentbus %.2f B, bare %.2f B", a, b)
 			var out bytes.Buffer
 			printTable(&out, []string{phaseBare, phaseAgentbus}, results)
 			t.Log("\n" + out.String())
@@ -125,26 +113,19 @@ func TestBareAnswersLikeAgentbus(t *testing.T) {
 			} else {
 				ep, stop, err = startAgentbus(ctx, o)
 			}
-			if err != nil {
-				t.Fatalf("%s %s: %v", target, phase, err)
-			}
+			require.NoError(t, err, "%s %s", target, phase)
 			for _, r := range ep.reqs {
 				body, _, err := probe(ctx, client, ep, r)
-				if err != nil {
-					t.Errorf("%s %s: %v", target, phase, err)
-				}
+				assert.NoError(t, err, "%s %s", target, phase)
 				sizes[phase] = append(sizes[phase], len(body))
 			}
 			client.CloseIdleConnections()
-			if err := stop(); err != nil {
-				t.Errorf("%s %s: stopping: %v", target, phase, err)
-			}
+			assert.NoError(t, stop(), "%s %s: stopping", target, phase)
 		}
-		if !slices.Equal(sizes[phaseAgentbus], sizes[phaseBare]) {
-			t.Errorf("%s: answer sizes by instance differ:\nagentbus %v\nbare     %v", target, sizes[phaseAgentbus], sizes[phaseBare])
-		}
-		if target != targetWebhook && slices.Min(sizes[phaseAgentbus]) == slices.Max(sizes[phaseAgentbus]) {
-			t.Errorf("%s: all answers %d bytes; want longer ones for longer activation names", target, sizes[phaseAgentbus][0])
+		assert.Equal(t, sizes[phaseAgentbus], sizes[phaseBare], "%s: answer sizes by instance differ (agentbus, bare)", target)
+		if target != targetWebhook {
+			assert.NotEqual(t, slices.Min(sizes[phaseAgentbus]), slices.Max(sizes[phaseAgentbus]),
+				"%s: all answers %d bytes; want longer ones for longer activation names", target, sizes[phaseAgentbus][0])
 		}
 		t.Logf("%s: %v", target, sizes[phaseBare])
 	}
@@ -174,27 +155,14 @@ func TestBenchRateSmoke(t *testing.T) {
 	results := map[string]result{}
 	for _, phase := range []string{phaseBare, phaseAgentbus} {
 		res, err := runTarget(ctx, phase, o, client)
-		if err != nil {
-			t.Fatalf("%s: %v", phase, err)
-		}
-		if res.Rate != o.Rate {
-			t.Errorf("%s: rate %v, want %v", phase, res.Rate, o.Rate)
-		}
-		if res.Errors != 0 {
-			t.Errorf("%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
-		}
-		if got := float64(res.Requests); math.Abs(got-want) > 0.3*want {
-			t.Errorf("%s: %d requests measured, want %.0f ± 30%%", phase, res.Requests, want)
-		}
-		if got := res.RPS(); math.Abs(got-o.Rate) > 0.3*o.Rate {
-			t.Errorf("%s: %.1f req/s achieved, want %.0f ± 30%%", phase, got, o.Rate)
-		}
-		if res.Unsent != 0 {
-			t.Errorf("%s: %d requests due but not sent", phase, res.Unsent)
-		}
-		if res.P50 <= 0 || res.P50 > res.P99 || res.P99 > res.Max {
-			t.Errorf("%s: inconsistent latencies p50=%s p99=%s max=%s", phase, res.P50, res.P99, res.Max)
-		}
+		require.NoError(t, err, phase)
+		assert.Equal(t, o.Rate, res.Rate, "%s: rate", phase)
+		assert.Zero(t, res.Errors, "%s: %d errors of %d requests: %v", phase, res.Errors, res.Requests, res.topErrors(5))
+		assert.InDelta(t, want, float64(res.Requests), 0.3*want, "%s: %d requests measured, want %.0f ± 30%%", phase, res.Requests, want)
+		assert.InDelta(t, o.Rate, res.RPS(), 0.3*o.Rate, "%s: %.1f req/s achieved, want %.0f ± 30%%", phase, res.RPS(), o.Rate)
+		assert.Zero(t, res.Unsent, "%s: %d requests due but not sent", phase, res.Unsent)
+		assert.True(t, res.P50 > 0 && res.P50 <= res.P99 && res.P99 <= res.Max,
+			"%s: inconsistent latencies p50=%s p99=%s max=%s", phase, res.P50, res.P99, res.Max)
 		results[run{phase, o.Rate}.String()] = res
 	}
 	var out bytes.Buffer
@@ -205,9 +173,9 @@ func TestBenchRateSmoke(t *testing.T) {
 			rows++
 		}
 	}
-	if rows != 2 || strings.Contains(out.String(), "interrupted") || strings.Contains(out.String(), "not sent") {
-		t.Errorf("want a plain row per phase, got %d:\n%s", rows, out.String())
-	}
+	assert.Equal(t, 2, rows, "want a plain row per phase:\n%s", out.String())
+	assert.NotContains(t, out.String(), "interrupted", "want a plain row per phase")
+	assert.NotContains(t, out.String(), "not sent", "want a plain row per phase")
 	t.Log("\n" + out.String())
 	client.CloseIdleConnections()
 	checkGoroutines(t, before)
@@ -227,58 +195,39 @@ func TestOpenLoopChargesStalls(t *testing.T) {
 	defer client.CloseIdleConnections()
 	res := runPhase(context.Background(), phaseBare, o, client, endpoint{reqs: []request{{url: srv.URL}}, status: http.StatusOK})
 	t.Logf("%+v", res)
-	if res.Errors != 0 || res.Requests == 0 {
-		t.Fatalf("%d errors of %d requests: %v", res.Errors, res.Requests, res.topErrors(5))
-	}
+	require.Zero(t, res.Errors, "%d errors of %d requests: %v", res.Errors, res.Requests, res.topErrors(5))
+	require.NotZero(t, res.Requests, "requests measured")
 	// At most 400 ms / 20 ms requests fit in the phase; 80 were due.
-	if res.Requests > 16 {
-		t.Errorf("%d requests measured; a 20 ms server cannot answer that many", res.Requests)
-	}
-	if res.Late != res.Requests {
-		t.Errorf("%d of %d requests late, want all", res.Late, res.Requests)
-	}
+	assert.LessOrEqual(t, res.Requests, 16, "requests measured; a 20 ms server cannot answer that many")
+	assert.Equal(t, res.Requests, res.Late, "requests late of %d, want all", res.Requests)
 	// The first measured request starts at 100 ms or later and was due at 25 ms at the latest.
-	if res.P50 < 75*time.Millisecond {
-		t.Errorf("p50 %s: latency does not run from the scheduled time", res.P50)
-	}
-	if res.Unsent < 80-20 {
-		t.Errorf("%d due requests not sent, want at least 60", res.Unsent)
-	}
+	assert.GreaterOrEqual(t, res.P50, 75*time.Millisecond, "p50: latency does not run from the scheduled time")
+	assert.GreaterOrEqual(t, res.Unsent, 80-20, "due requests not sent, want at least 60")
 }
 
 func TestSchedule(t *testing.T) {
 	s := schedule{rate: 3} // every 333.33… ms
 	for i, want := range []time.Duration{0, 333333333, 666666667, time.Second, 1333333333} {
-		if got := s.at(uint64(i)); got != want {
-			t.Errorf("at(%d) = %d, want %d", i, got, want)
-		}
+		assert.Equal(t, want, s.at(uint64(i)), "at(%d)", i)
 	}
 	for d, want := range map[time.Duration]uint64{
 		-1: 0, 0: 0, 1: 1, 333333333: 1, 333333334: 2, time.Second: 3, time.Second + 1: 4, 10 * time.Second: 30,
 	} {
-		if got := s.dueBefore(d); got != want {
-			t.Errorf("dueBefore(%d) = %d, want %d", d, got, want)
-		}
+		assert.Equal(t, want, s.dueBefore(d), "dueBefore(%d)", d)
 	}
 	s = schedule{rate: 4000}
-	if got := s.dueBefore(2*time.Second + 8*time.Second); got != 40000 {
-		t.Errorf("4000/s over 10 s: %d due, want 40000", got)
-	}
+	assert.Equal(t, uint64(40000), s.dueBefore(2*time.Second+8*time.Second), "4000/s over 10 s: due")
 }
 
 func TestParseRates(t *testing.T) {
 	got, err := parseRates("1000, 2000,4000,0.5")
-	if err != nil || !slices.Equal(got, []float64{1000, 2000, 4000, 0.5}) {
-		t.Errorf("parseRates = %v, %v", got, err)
-	}
+	assert.NoError(t, err, "parseRates")
+	assert.Equal(t, []float64{1000, 2000, 4000, 0.5}, got, "parseRates")
 	for _, bad := range []string{"", "1000,", "0", "-5", "x", "NaN", "Inf", "1e10"} {
-		if got, err := parseRates(bad); err == nil {
-			t.Errorf("parseRates(%q) = %v, want an error", bad, got)
-		}
+		got, err := parseRates(bad)
+		assert.Error(t, err, "parseRates(%q) = %v, want an error", bad, got)
 	}
-	if s := (run{phaseAgentbus, 2000}).String(); s != "agentbus@2000" {
-		t.Errorf("run label %q", s)
-	}
+	assert.Equal(t, "agentbus@2000", run{phaseAgentbus, 2000}.String(), "run label")
 }
 
 func TestParsePhases(t *testing.T) {
@@ -288,14 +237,13 @@ func TestParsePhases(t *testing.T) {
 		"agentbus,pipeline,bare": {phaseBare, phasePipeline, phaseAgentbus},
 		"pipeline,agentbus":      {phasePipeline, phaseAgentbus},
 	} {
-		if got, err := parsePhases(in); err != nil || !slices.Equal(got, want) {
-			t.Errorf("parsePhases(%q) = %v, %v; want %v", in, got, err, want)
-		}
+		got, err := parsePhases(in)
+		assert.NoError(t, err, "parsePhases(%q)", in)
+		assert.Equal(t, want, got, "parsePhases(%q)", in)
 	}
 	for _, bad := range []string{"", "all", "bare,", "bare,nope", "Bare"} {
-		if got, err := parsePhases(bad); err == nil {
-			t.Errorf("parsePhases(%q) = %v, want an error", bad, got)
-		}
+		got, err := parsePhases(bad)
+		assert.Error(t, err, "parsePhases(%q) = %v, want an error", bad, got)
 	}
 }
 
@@ -310,7 +258,7 @@ func checkGoroutines(t *testing.T, before int) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("%d goroutines before, %d after:\n%s", before, n, buf)
+		assert.Fail(t, "goroutines left behind", "%d goroutines before, %d after:\n%s", before, n, buf)
 	}
 }
 
@@ -320,13 +268,9 @@ func TestPercentile(t *testing.T) {
 		d = append(d, time.Duration(i))
 	}
 	for p, want := range map[float64]time.Duration{0.5: 50, 0.9: 90, 0.99: 99, 1: 100} {
-		if got := percentile(d, p); got != want {
-			t.Errorf("percentile(%v) = %d, want %d", p, got, want)
-		}
+		assert.Equal(t, want, percentile(d, p), "percentile(%v)", p)
 	}
-	if got := percentile(nil, 0.5); got != 0 {
-		t.Errorf("percentile of nothing = %d", got)
-	}
+	assert.Zero(t, percentile(nil, 0.5), "percentile of nothing")
 }
 
 // The open loop's summary names the highest offered rate whose p99 met the target, or says none
@@ -357,9 +301,7 @@ func TestRateTableNamesHighestRateMet(t *testing.T) {
 			slices.Sort(rates)
 			var out bytes.Buffer
 			printRateTable(&out, []string{phaseAgentbus}, rates, results)
-			if !strings.Contains(out.String(), tt.want+"\n") {
-				t.Errorf("want %q in:\n%s", tt.want, out.String())
-			}
+			assert.Contains(t, out.String(), tt.want+"\n")
 		})
 	}
 }
@@ -371,9 +313,7 @@ func TestSleepWaitsAtLeast(t *testing.T) {
 		for range 20 {
 			start := time.Now()
 			sleep(d)
-			if got := time.Since(start); got < d {
-				t.Fatalf("sleep(%s) returned after %s", d, got)
-			}
+			require.GreaterOrEqual(t, time.Since(start), d, "sleep(%s) returned too early", d)
 		}
 	}
 	done := make(chan time.Duration)
@@ -385,8 +325,6 @@ func TestSleepWaitsAtLeast(t *testing.T) {
 		}()
 	}
 	for range 4 {
-		if got := <-done; got < 2*time.Millisecond {
-			t.Fatalf("a concurrent sleep(2ms) returned after %s", got)
-		}
+		require.GreaterOrEqual(t, <-done, 2*time.Millisecond, "a concurrent sleep(2ms) returned too early")
 	}
 }
