@@ -80,7 +80,7 @@ func TestChatThroughLanguageModel(t *testing.T) {
 	fake := &fakeModel{}
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "fake-model", Timeout: time.Second, MaxRetries: -1})
+	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "fake-model", Timeout: time.Second, MaxRetries: -1, HTTPClient: srv.Client()})
 	require.NoError(t, err)
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(echo.WithModel(model))}})
 	chat := func(text string, hdr ...string) (int, string, []byte) {

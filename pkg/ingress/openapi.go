@@ -5,8 +5,10 @@ import (
 	"net/http"
 )
 
-// openAPIDocument describes every route of api(). It is written by hand; openapi_test.go checks it
-// against the route table and against whole-stack traffic, so that it cannot drift from the code.
+// openAPIDocument describes every route of api(). It is written by hand, and docs/openapi.json is
+// a copy. The package's tests check it against the route table and check every answer their
+// whole-stack traffic gets against it (openapitraffic_test.go), so that it cannot drift from the
+// code unnoticed.
 //
 //go:embed openapi.json
 var openAPIDocument []byte

@@ -3,13 +3,15 @@ package ingress_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
+	"maps"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -29,21 +31,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// The playground's files are text; the validator needs to be told how to read them.
-func init() {
-	for _, ct := range []string{"text/html", "text/javascript", "text/css", "image/svg+xml"} {
-		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
-	}
-}
-
 // loadOpenAPI loads the embedded OpenAPI document and validates it.
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(ingress.OpenAPIDocument())
-	require.NoError(t, err, "loading the OpenAPI document")
-	require.True(t, doc.IsOpenAPI31OrLater(), "the document is OpenAPI 3.1")
-	require.NoError(t, doc.Validate(loader.Context), "validating the OpenAPI document")
+	doc, err := loadDocument()
+	require.NoError(t, err)
 	return doc
 }
 
@@ -84,16 +76,23 @@ func TestOpenAPIDocumentCoversRouteTable(t *testing.T) {
 	}
 }
 
-// contractTransport checks every request and answer that goes through it against the OpenAPI
-// document: the answer must be documented for its operation (status, headers, content type and
-// body), and a request the document refuses must be refused by the server (4xx). Requests no
-// route takes must get the document's NotFound or MethodNotAllowed answer. It notes which
-// operations it saw.
+// TestOpenAPIDocumentCopyInDocs: docs/openapi.json, for readers of the repository, is the
+// embedded document, which is the source.
+func TestOpenAPIDocumentCopyInDocs(t *testing.T) {
+	const refresh = "refresh it from the module root with\n\tcp pkg/ingress/openapi.json docs/openapi.json"
+	copyInDocs, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.json"))
+	require.NoError(t, err, refresh)
+	assert.True(t, bytes.Equal(ingress.OpenAPIDocument(), copyInDocs),
+		"docs/openapi.json differs from pkg/ingress/openapi.json, its source; "+refresh)
+}
+
+// contractTransport checks every request that goes through it against the OpenAPI document: a
+// request the document refuses must be refused by the server (4xx). It hands the request to
+// traffic, which checks the answer as it checks every test's, and reports what traffic finds
+// through the test, besides. It notes which operations it saw.
 type contractTransport struct {
 	t      *testing.T
-	doc    *openapi3.T
 	router routers.Router
-	base   http.RoundTripper
 
 	mu   sync.Mutex
 	seen map[string]bool
@@ -103,7 +102,7 @@ func newContractTransport(t *testing.T, doc *openapi3.T) *contractTransport {
 	t.Helper()
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
-	return &contractTransport{t: t, doc: doc, router: router, base: http.DefaultTransport, seen: map[string]bool{}}
+	return &contractTransport{t: t, router: router, seen: map[string]bool{}}
 }
 
 // requireCredential is the document's security, checked for presence only: whether a key is
@@ -135,19 +134,15 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		_ = req.Body.Close()
 		req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	}
-	resp, err := c.base.RoundTrip(req)
+	resp, violation, err := traffic.roundTrip(req)
 	if err != nil {
 		return nil, err
 	}
-	what := req.Method + " " + req.URL.RequestURI()
+	what := req.Method + " " + redactedURL(req)
+	assert.NoError(c.t, violation, "%s: the answer %d does not fit the document", what, resp.StatusCode)
 
 	route, pathParams, routeErr := c.router.FindRoute(req)
 	if routeErr != nil {
-		b, err := c.readBody(resp)
-		if err != nil {
-			return nil, err
-		}
-		c.checkUnrouted(what, routeErr, resp, b)
 		return resp, nil
 	}
 	c.mu.Lock()
@@ -157,65 +152,12 @@ func (c *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	// The request is validated on a copy with the body as sent.
 	vreq := req.Clone(req.Context())
 	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
-	opts := &openapi3filter.Options{AuthenticationFunc: requireCredential, IncludeResponseStatus: true, MultiError: true}
+	opts := &openapi3filter.Options{AuthenticationFunc: requireCredential, MultiError: true}
 	in := &openapi3filter.RequestValidationInput{Request: vreq, PathParams: pathParams, Route: route, Options: opts}
 	if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil && resp.StatusCode < 400 {
 		assert.Failf(c.t, "the document refuses a request the server accepted", "%s: %v; the server answered %d", what, err, resp.StatusCode)
 	}
-
-	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "text/event-stream" {
-		// A stream is checked without its body, which ends only when the client leaves.
-		sseOpts := *opts
-		sseOpts.ExcludeResponseBody = true
-		out.Options = &sseOpts
-		r := route.Operation.Responses.Status(resp.StatusCode)
-		assert.True(c.t, r != nil && r.Value.Content.Get(mt) != nil, "%s: %d %s is not documented", what, resp.StatusCode, mt)
-	} else {
-		b, err := c.readBody(resp)
-		if err != nil {
-			return nil, err
-		}
-		out.SetBodyBytes(b)
-	}
-	assert.NoError(c.t, openapi3filter.ValidateResponse(req.Context(), out), "%s: the answer %d does not fit the document", what, resp.StatusCode)
 	return resp, nil
-}
-
-// readBody reads the whole answer and puts it back for the caller.
-func (c *contractTransport) readBody(resp *http.Response) ([]byte, error) {
-	b, err := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	return b, err
-}
-
-// checkUnrouted checks the answer to a request no operation takes against the document's
-// NotFound or MethodNotAllowed answer.
-func (c *contractTransport) checkUnrouted(what string, routeErr error, resp *http.Response, body []byte) {
-	name, status := "NotFound", http.StatusNotFound
-	if errors.Is(routeErr, routers.ErrMethodNotAllowed) {
-		name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
-	}
-	if !assert.Equal(c.t, status, resp.StatusCode, "%s: no operation (%v), but the server answered", what, routeErr) {
-		return
-	}
-	want := c.doc.Components.Responses[name].Value
-	for h, ref := range want.Headers {
-		if ref.Value.Required {
-			assert.NotEmpty(c.t, resp.Header.Get(h), "%s: no %s header", what, h)
-		}
-	}
-	ct := resp.Header.Get("Content-Type")
-	mt := want.Content.Get(ct)
-	if !assert.NotNil(c.t, mt, "%s: content type %q is not documented for %s", what, ct, name) {
-		return
-	}
-	var v any
-	if !assert.NoError(c.t, json.Unmarshal(body, &v), what) {
-		return
-	}
-	assert.NoError(c.t, mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), "%s: the answer does not fit %s", what, name)
 }
 
 // contractClient sends requests to a stack through a contractTransport.
@@ -275,7 +217,12 @@ func TestOpenAPIContract(t *testing.T) {
 	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Retry(errors.New("always down"))
 	})
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{echo.New(), failing}})
+	// A status outside 200-599 is no answer a client can be given: 502 invalid-handler-status.
+	failing.WebhookFunc("odd", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Status(99)
+	})
+	// A small file limit makes a send's 413 file-too-large cheap.
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024, Agents: []*agent.Agent{echo.New(), failing}})
 	doc := loadOpenAPI(t)
 	tr := newContractTransport(t, doc)
 	client := &http.Client{Transport: tr}
@@ -291,6 +238,7 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusNotFound, http.MethodGet, "/nope", "", nil)
 		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/healthz", "", nil)
 		c.want(http.StatusMethodNotAllowed, http.MethodDelete, "/openapi.json", "", nil)
+		c.want(http.StatusRequestHeaderFieldsTooLarge, http.MethodGet, "/healthz", "", nil, "X-Big", strings.Repeat("a", 70<<10))
 	})
 
 	t.Run("playground", func(t *testing.T) {
@@ -307,6 +255,8 @@ func TestOpenAPIContract(t *testing.T) {
 		}
 		_, h, _ := c.do(http.MethodGet, "/ui/app.js", "", nil)
 		c.want(http.StatusNotModified, http.MethodGet, "/ui/app.js", "", nil, "If-None-Match", h.Get("ETag"))
+		_, h, _ = c.do(http.MethodGet, "/ui", "", nil)
+		c.want(http.StatusNotModified, http.MethodGet, "/ui", "", nil, "If-None-Match", h.Get("ETag"))
 		c.want(http.StatusNotFound, http.MethodGet, "/ui/nope.js", "", nil)
 		c.want(http.StatusNotFound, http.MethodGet, "/ui/index.html", "", nil)
 		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/ui", "", nil)
@@ -343,6 +293,7 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusBadRequest, http.MethodPost, "/api/user/webhooks/Echo/verify?apikey="+key, "", nil)
 		// A handler that fails every attempt leaves a dead letter, used below.
 		c.want(http.StatusInternalServerError, http.MethodPost, "/api/user/webhooks/Failing/fail?apikey="+key, "", nil)
+		c.want(http.StatusBadGateway, http.MethodPost, "/api/user/webhooks/Failing/odd?apikey="+key, "", nil)
 	})
 
 	t.Run("mcp", func(t *testing.T) {
@@ -355,9 +306,18 @@ func TestOpenAPIContract(t *testing.T) {
 		assert.Contains(t, m, "result")
 		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"Echo.nope"}}`, hdr...)
 		assert.Contains(t, m, "error")
-		c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
 		c.want(http.StatusUnauthorized, http.MethodPost, "/mcp", "", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, hdr...)
 		c.want(http.StatusMethodNotAllowed, http.MethodGet, "/mcp", key, nil)
+		list := `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`
+		c.want(http.StatusForbidden, http.MethodPost, "/mcp", key, list, append(hdr, "X-Tenant-Id", "other")...)
+		c.want(http.StatusNotFound, http.MethodPost, "/mcp", systemKey, list, append(hdr, "X-Tenant-Id", "nobody")...)
+		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"pad":"`+strings.Repeat("x", 1<<20)+`"}}`, hdr...)
+		c.want(http.StatusUnsupportedMediaType, http.MethodPost, "/mcp", key, list, append(hdr, "Content-Type", "text/plain")...)
+		// From protocol version 2026-07-28 on, an unknown method is a JSON-RPC error in a 404.
+		m = c.want(http.StatusNotFound, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`,
+			"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "nope")
+		assert.Contains(t, m, "error")
+		c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
 	})
 
 	t.Run("converse", func(t *testing.T) {
@@ -403,6 +363,32 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusUnauthorized, http.MethodPost, p, "", msg)
 		c.want(http.StatusForbidden, http.MethodPost, "/api/v1/admin/tenants/other/messaging/send", key, msg)
 		c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/nobody/messaging/send", systemKey, msg)
+
+		// Both sends, the tenant in the path and in X-Tenant-Id, answer the same.
+		for _, path := range []string{p, "/api/v1/admin/messaging/send"} {
+			send := func(status int, query string, body map[string]any) {
+				t.Helper()
+				c.want(status, http.MethodPost, path+query, key, body, "X-Tenant-Id", "default")
+			}
+			with := func(kv ...any) map[string]any {
+				m := maps.Clone(msg)
+				for i := 0; i+1 < len(kv); i += 2 {
+					m[kv[i].(string)] = kv[i+1]
+				}
+				return m
+			}
+			send(http.StatusOK, "?wait=true", msg)
+			send(http.StatusNotFound, "", with("agentName", "Nobody"))
+			send(http.StatusRequestEntityTooLarge, "", with("type", "File", "text", "big.txt", "data", base64.StdEncoding.EncodeToString(make([]byte, 2048))))
+			// A requestId used again for another request.
+			id := "reused-" + path[len(path)-6:]
+			send(http.StatusOK, "?wait=true", with("requestId", id))
+			send(http.StatusUnprocessableEntity, "?wait=true", with("requestId", id, "type", "Data", "text", "sum", "data", map[string]any{"values": []int{1}}))
+			// Echo's fail method fails with the status it is given: the handler's problem.
+			for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTeapot} {
+				send(status, "?wait=true", with("type", "Data", "text", "fail", "data", map[string]any{"status": status}))
+			}
+		}
 	})
 
 	t.Run("history", func(t *testing.T) {
@@ -422,6 +408,11 @@ func TestOpenAPIContract(t *testing.T) {
 			c.want(http.StatusBadRequest, http.MethodGet, prefix+"topics?"+thread.Encode(), key, nil, "X-Tenant-Id", "bad tenant")
 			c.want(http.StatusUnauthorized, http.MethodGet, prefix+"listen?"+thread.Encode(), "", nil, hdr...)
 			c.want(http.StatusForbidden, http.MethodGet, prefix+"listen?"+thread.Encode(), other, nil, hdr...)
+			// A system key names a tenant that does not exist.
+			nobody := strings.Replace(prefix, "/default/", "/nobody/", 1)
+			for _, op := range []string{"history", "topics", "listen"} {
+				c.want(http.StatusNotFound, http.MethodGet, nobody+op+"?"+thread.Encode(), systemKey, nil, "X-Tenant-Id", "nobody")
+			}
 		}
 	})
 
@@ -432,6 +423,7 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusConflict, http.MethodPost, p, systemKey, map[string]string{"id": "acme"})
 		c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "no spaces"})
 		c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "x", "extra": "y"})
+		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"id": strings.Repeat("x", 64<<10)})
 		m := c.want(http.StatusOK, http.MethodGet, p, systemKey, nil)
 		assert.Len(t, m["tenants"], 3)
 		c.want(http.StatusForbidden, http.MethodGet, p, key, nil)
@@ -456,6 +448,13 @@ func TestOpenAPIContract(t *testing.T) {
 			rotated := c.want(http.StatusCreated, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
 			assert.Equal(t, id, rotated["replaces"])
 			c.want(http.StatusConflict, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
+			// X-Tenant-Id names another tenant than the path's, or any on the system keys' path.
+			for _, method := range []string{http.MethodGet, http.MethodDelete} {
+				c.want(http.StatusBadRequest, method, p+"/"+id, systemKey, nil, "X-Tenant-Id", "other")
+			}
+			c.want(http.StatusBadRequest, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil, "X-Tenant-Id", "other")
+			c.want(http.StatusNotFound, http.MethodPost, p+"/no-such-key/rotate", systemKey, nil)
+			c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"name": strings.Repeat("x", 64<<10), "role": role})
 			c.want(http.StatusNoContent, http.MethodDelete, p+"/"+rotated["id"].(string), systemKey, nil)
 			c.want(http.StatusNotFound, http.MethodGet, p+"/no-such-key", systemKey, nil)
 			c.want(http.StatusNotFound, http.MethodDelete, p+"/no-such-key", systemKey, nil)
@@ -482,6 +481,7 @@ func TestOpenAPIContract(t *testing.T) {
 		c.want(http.StatusBadRequest, http.MethodGet, p+"?limit=500", key, nil)
 		c.want(http.StatusForbidden, http.MethodGet, "/api/v1/admin/tenants/other/deadletters", key, nil)
 		c.want(http.StatusUnauthorized, http.MethodDelete, p+"/"+id, "", nil)
+		c.want(http.StatusUnauthorized, http.MethodGet, p+"/"+id, "", nil)
 		// The replayed request fails again and comes back as a new dead letter, discarded here.
 		require.Eventually(t, func() bool {
 			_, _, b := c.do(http.MethodGet, p+"?agent=Failing", key, nil)
