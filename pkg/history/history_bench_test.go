@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
@@ -50,19 +51,13 @@ func BenchmarkNewestPage(b *testing.B) {
 	srv := natstest.Server(b, "")
 	nc := natstest.Conn(b, srv)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	start := time.Now()
 	counts := fillBench(b, js)
 	info, err := res.Messages.Info(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	b.Logf("filled %d messages (%d MB, %d subjects; thread %q has %d, %q %d) in %s",
 		info.State.Msgs, info.State.Bytes>>20, info.State.NumSubjects,
 		bigThread, counts[bigThread], smallThread, counts[smallThread], time.Since(start).Round(time.Millisecond))
@@ -72,18 +67,12 @@ func BenchmarkNewestPage(b *testing.B) {
 	// The embedded server is read both in-process (net.Pipe, as the tests and the standalone
 	// binary do) and over loopback TCP (as services next to a NATS server do).
 	tcp, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer tcp.Close()
 	tcpJS, err := jetstream.New(tcp)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	tcpStream, err := tcpJS.Stream(ctx, subject.MessagesStream)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	stores := []struct {
 		name  string
 		store *history.Store
@@ -93,13 +82,11 @@ func BenchmarkNewestPage(b *testing.B) {
 	}
 	for _, th := range []string{smallThread, bigThread} {
 		first, next, err := stores[0].store.Page(ctx, tenant, wf, th, history.PageOptions{})
-		if err != nil || len(first) != 20 || next == 0 {
-			b.Fatalf("newest page of %s: %d messages, next %d, %v", th, len(first), next, err)
-		}
+		require.NoError(b, err, "newest page of %s", th)
+		require.Len(b, first, 20, "newest page of %s", th)
+		require.NotZero(b, next, "newest page of %s: next", th)
 		for i, m := range first {
-			if want := fmt.Sprintf("%s-%d", th, counts[th]-1-i); m.ID != want {
-				b.Fatalf("newest page of %s has %s at %d, want %s", th, m.ID, i, want)
-			}
+			require.Equal(b, fmt.Sprintf("%s-%d", th, counts[th]-1-i), m.ID, "newest page of %s at %d", th, i)
 		}
 		for _, st := range stores {
 			for _, bm := range []struct {
@@ -118,17 +105,18 @@ func BenchmarkNewestPage(b *testing.B) {
 func benchPage(b *testing.B, store *history.Store, thread string, opt history.PageOptions) {
 	ctx := context.Background()
 	for range 20 { // warm the server's caches of these blocks
-		if _, _, err := store.Page(ctx, tenant, wf, thread, opt); err != nil {
-			b.Fatal(err)
-		}
+		_, _, err := store.Page(ctx, tenant, wf, thread, opt)
+		require.NoError(b, err, "warming: page of %s", thread)
 	}
 	lat := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		t0 := time.Now()
 		page, _, err := store.Page(ctx, tenant, wf, thread, opt)
 		lat = append(lat, time.Since(t0))
+		// Checked before asserting: testify's bookkeeping would add to every measured read.
 		if err != nil || len(page) != 20 {
-			b.Fatalf("page: %d messages, %v", len(page), err)
+			require.NoError(b, err, "page of %s", thread)
+			require.Len(b, page, 20, "page of %s", thread)
 		}
 	}
 	slices.Sort(lat)
@@ -163,9 +151,7 @@ func fillBench(b *testing.B, js jetstream.JetStream) map[string]int {
 			ID: fmt.Sprintf("%s-%d", th, n), CreatedAt: time.Now(), MessageType: history.Chat, Text: &text,
 			RequestID: "r-" + strconv.Itoa(i), ParticipantID: th, WorkflowID: wf,
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		m := &nats.Msg{Subject: subject.Thread(tenant, wf, th), Data: body, Header: nats.Header{}}
 		if cur.LastSeq != 0 {
 			hdr = strconv.AppendUint(hdr[:0], cur.LastSeq, 10)
@@ -175,9 +161,7 @@ func fillBench(b *testing.B, js jetstream.JetStream) map[string]int {
 			m.Header.Set(subject.HeaderPrev, string(hdr))
 		}
 		f, err := js.PublishMsgAsync(m)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err, "publishing message %d", i)
 		futures = append(futures, f)
 		seq := uint64(i + 1)
 		if cur.LastSeq != 0 {
@@ -189,11 +173,9 @@ func fillBench(b *testing.B, js jetstream.JetStream) map[string]int {
 			for j, f := range futures {
 				select {
 				case ack := <-f.Ok():
-					if ack.Sequence != first+uint64(j) {
-						b.Fatalf("message %d stored at %d, want %d", first+uint64(j)-1, ack.Sequence, first+uint64(j))
-					}
+					require.Equal(b, first+uint64(j), ack.Sequence, "sequence of message %d", first+uint64(j)-1)
 				case err := <-f.Err():
-					b.Fatalf("publishing: %v", err)
+					require.Fail(b, "publishing", "message %d: %v", first+uint64(j)-1, err)
 				}
 			}
 			futures = futures[:0]
