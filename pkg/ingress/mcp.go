@@ -1,19 +1,24 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -46,12 +51,18 @@ type mcpCallKey struct{}
 
 // newMCPHandler returns the handler the MCP endpoint hands authenticated requests to.
 func (s *Server) newMCPHandler() http.Handler {
+	var warned sync.Map // the methods left out and why, each logged once: servers are built per request
+	leftOut := func(agent, method, why string) {
+		if _, seen := warned.LoadOrStore(agent+"\x00"+method+"\x00"+why, true); !seen {
+			s.log.Warn("Data method not offered as an MCP tool: "+why, "agent", agent, "method", method)
+		}
+	}
 	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		c, ok := r.Context().Value(mcpCallKey{}).(userCall)
 		if !ok {
 			return nil // not reached: mcp authenticates first
 		}
-		return s.mcpServer(c.tenant)
+		return s.mcpServer(c.tenant, leftOut)
 	}, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		JSONResponse:        true,
@@ -70,21 +81,79 @@ func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	pw := &mcpProblemWriter{ResponseWriter: w, requestID: c.requestID}
+	body, p := readBody(w, r, maxConverseBody)
+	if p != nil {
+		p.RequestID = c.requestID
+		problem.Write(w, *p)
+		return
+	}
+	call, rpcErr := readMCPMessage(r.Header.Get("Content-Type"), body)
+	if rpcErr != nil {
+		writeRPCError(w, http.StatusBadRequest, nil, rpcErr)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	pw := &mcpProblemWriter{ResponseWriter: w, requestID: c.requestID, call: call}
 	s.mcpHandler.ServeHTTP(pw, r.WithContext(context.WithValue(r.Context(), mcpCallKey{}, c)))
 	pw.finish()
+}
+
+// readMCPMessage reads a JSON body as the SDK will, to answer what JSON-RPC defines an answer
+// for instead of the SDK's plain-text refusal: a body that is not JSON (parse error) or not a
+// JSON-RPC message (invalid request). It returns the request the body holds, nil for a batch,
+// a response or a body that is not JSON by its Content-Type (the SDK refuses those with 415).
+func readMCPMessage(contentType string, body []byte) (*jsonrpc.Request, *jsonrpc.Error) {
+	if mt, _, err := mime.ParseMediaType(contentType); err != nil || mt != "application/json" {
+		return nil, nil
+	}
+	if !json.Valid(body) {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "parse error: the body is not JSON"}
+	}
+	if trimmed := bytes.TrimSpace(body); trimmed[0] == '[' {
+		return nil, nil // a batch: the SDK answers, or refuses it for the protocol version
+	}
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the body is not a JSON-RPC 2.0 message"}
+	}
+	req, _ := msg.(*jsonrpc.Request)
+	return req, nil
+}
+
+// rpcErrorResponse is a JSON-RPC error response whose id may be null, as JSON-RPC requires when
+// the request's id could not be read (jsonrpc.Response leaves a missing id out).
+type rpcErrorResponse struct {
+	JSONRPC string         `json:"jsonrpc"`
+	ID      any            `json:"id"`
+	Error   *jsonrpc.Error `json:"error"`
+}
+
+// writeRPCError answers a JSON-RPC error response with id (nil: null).
+func writeRPCError(w http.ResponseWriter, status int, id any, e *jsonrpc.Error) {
+	b, _ := json.Marshal(rpcErrorResponse{JSONRPC: "2.0", ID: id, Error: e}) // cannot fail: strings and numbers
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
 }
 
 // maxMCPErrorDetail bounds the detail taken from the SDK's plain-text error answers.
 const maxMCPErrorDetail = 300
 
-// mcpProblemWriter turns the MCP SDK's plain-text error answers at the HTTP level (a message
-// that is no JSON-RPC, a method it does not handle, a missing Accept header) into problem+json,
-// as every other endpoint answers. JSON-RPC answers pass through untouched.
+// sdkNotHandled begins the SDK's plain-text refusal of a message whose method it does not have:
+// the text of its jsonrpc2.ErrNotHandled, which the SDK does not export. TestMCPWire fails if a
+// new SDK words it otherwise (the answer would then be a problem again, not a wrong one).
+const sdkNotHandled = "JSON RPC not handled"
+
+// mcpProblemWriter turns the MCP SDK's plain-text error answers at the HTTP level into what
+// every other answer of the endpoint is: a JSON-RPC error for a method the server does not have
+// (the SDK answers protocol versions before 2026-07-28 with plain text there), and
+// problem+json for the rest (a missing Accept header, a wrong Content-Type), as every other
+// endpoint answers. JSON-RPC answers pass through untouched.
 type mcpProblemWriter struct {
 	http.ResponseWriter
 	requestID string
-	status    int // an error answer being turned into a problem
+	call      *jsonrpc.Request // the message, when it is one request or notification
+	status    int              // an error answer being turned into a problem
 	detail    []byte
 }
 
@@ -109,31 +178,44 @@ func (w *mcpProblemWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection (flushes of streamed answers).
 func (w *mcpProblemWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish writes the problem of an error answer held back.
+// finish writes the answer of an error answer held back.
 func (w *mcpProblemWriter) finish() {
 	if w.status == 0 {
+		return
+	}
+	detail := strings.TrimSpace(string(w.detail))
+	if w.status == http.StatusBadRequest && w.call != nil && strings.HasPrefix(detail, sdkNotHandled) {
+		// The specification's answer to a request is a JSON-RPC response, its error included;
+		// a notification gets none, so its refusal stays an HTTP error, with the error as body.
+		e := &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + quote(w.call.Method)}
+		w.Header().Del("X-Content-Type-Options") // the SDK's, for its plain text
+		if w.call.IsCall() {
+			writeRPCError(w.ResponseWriter, http.StatusOK, w.call.ID.Raw(), e)
+		} else {
+			writeRPCError(w.ResponseWriter, http.StatusBadRequest, nil, e)
+		}
 		return
 	}
 	slug := strings.ToLower(strings.ReplaceAll(http.StatusText(w.status), " ", "-"))
 	if w.status == http.StatusBadRequest {
 		slug = "invalid-mcp-request"
 	}
-	problem.Write(w.ResponseWriter, problem.Problem{Status: w.status, Slug: slug, Detail: strings.TrimSpace(string(w.detail)), RequestID: w.requestID})
+	problem.Write(w.ResponseWriter, problem.Problem{Status: w.status, Slug: slug, Detail: detail, RequestID: w.requestID})
 }
 
 // mcpServer returns an MCP server whose tools are the Data methods of the agents the tenant may
-// call. It is built per request: the registry may change between requests, and building it
-// costs a few allocations per tool.
-func (s *Server) mcpServer(tenant string) *mcp.Server {
+// call; leftOut hears of the methods it cannot offer. It is built per request: the registry may
+// change between requests, and building it costs a few allocations per tool.
+func (s *Server) mcpServer(tenant string, leftOut func(agent, method, why string)) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agentbus", Version: mcpServerVersion}, &mcp.ServerOptions{Logger: s.log})
 	for _, a := range s.dir.VisibleAgents(tenant) {
 		for _, method := range a.DataMethods {
 			if m, ok := a.Method(method); ok {
 				method = m.Name // as the agent registered it, not lowercased
 			}
-			tool, ok := mcpTool(a, method)
-			if !ok {
-				s.log.Warn("Data method not offered as an MCP tool: its parameters use a reserved name", "agent", a.Name, "method", method)
+			tool, why := mcpTool(a, method)
+			if tool == nil {
+				leftOut(a.Name, method, why)
 				continue
 			}
 			srv.AddTool(tool, s.mcpCall(a.Name, method))
@@ -143,8 +225,10 @@ func (s *Server) mcpServer(tenant string) *mcp.Server {
 }
 
 // mcpTool describes an agent's Data method as a tool: its parameter schema with the addressing
-// arguments added. It reports false when the method's own parameters use a reserved name.
-func mcpTool(a registry.Agent, method string) (*mcp.Tool, bool) {
+// arguments added. It returns nil and the reason for a method that cannot be one: its parameters
+// are not a JSON object (a tool's arguments are one, and so are a Data call's parameters on
+// every endpoint), or they use a reserved name.
+func mcpTool(a registry.Agent, method string) (*mcp.Tool, string) {
 	schema := map[string]any{"type": "object"}
 	description := fmt.Sprintf("Calls the Data method %q of the agent %s.", method, a.Name)
 	if m, ok := a.Method(method); ok {
@@ -152,8 +236,12 @@ func mcpTool(a registry.Agent, method string) (*mcp.Tool, bool) {
 			description = m.Description
 		}
 		if len(m.InputSchema) > 0 {
+			params, ok := jsonschema.ToolParameters(m.InputSchema)
+			if !ok {
+				return nil, "its parameters are not a JSON object"
+			}
 			var own map[string]any
-			if json.Unmarshal(m.InputSchema, &own) == nil {
+			if json.Unmarshal(params, &own) == nil {
 				schema = own
 			}
 		}
@@ -164,7 +252,7 @@ func mcpTool(a registry.Agent, method string) (*mcp.Tool, bool) {
 	}
 	for _, reserved := range []string{mcpWorkflowArg, mcpParticipantArg} {
 		if _, taken := props[reserved]; taken {
-			return nil, false
+			return nil, "its parameters use a reserved name"
 		}
 	}
 	props[mcpWorkflowArg] = map[string]any{
@@ -175,8 +263,8 @@ func mcpTool(a registry.Agent, method string) (*mcp.Tool, bool) {
 		"type":        "string",
 		"description": "The participant whose conversation the call belongs to; default " + converseParticipant + ".",
 	}
-	schema["type"], schema["properties"] = "object", props
-	return &mcp.Tool{Name: a.Name + "." + method, Description: description, InputSchema: schema}, true
+	schema["properties"] = props
+	return &mcp.Tool{Name: a.Name + "." + method, Description: description, InputSchema: schema}, ""
 }
 
 // defaultWorkflowType is the workflow type a tool call addresses when it names no workflow.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -222,18 +223,78 @@ func TestMCPWire(t *testing.T) {
 		})
 	}
 
-	// What the transport refuses is a problem, as on every endpoint: a method the server does
-	// not handle, a body that is no JSON-RPC.
-	for _, body := range []string{`{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`, `not json`} {
-		status, ct, out = mcpPost(t, st, st.Key, body)
-		assert.Equal(t, http.StatusBadRequest, status, body)
-		assert.Equal(t, "application/problem+json", ct, body)
-		assert.NotEmpty(t, out["detail"], body)
+	// What JSON-RPC has an error for is a JSON-RPC error: a method the server does not have is
+	// the request's answer (-32601); a body that is not JSON (-32700) or not a JSON-RPC message
+	// (-32600) has no id to answer, so it is refused (400) with the error and id null, and so
+	// is a notification of an unknown method, which expects no answer.
+	status, ct, out = mcpPost(t, st, st.Key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`)
+	assert.Equal(t, http.StatusOK, status)
+	assert.Equal(t, "application/json", ct)
+	assert.Equal(t, map[string]any{"jsonrpc": "2.0", "id": 8.0, "error": map[string]any{"code": -32601.0, "message": `method not found: "nope"`}}, out)
+	for _, c := range []struct {
+		name, body string
+		code       float64
+	}{
+		{"not JSON", `not json`, -32700},
+		{"cut short", `{"jsonrpc":"2.0","id":9,"method":"tools/list"`, -32700},
+		{"not JSON-RPC", `{"id":10,"method":"tools/list"}`, -32600},
+		{"a notification of an unknown method", `{"jsonrpc":"2.0","method":"notifications/nope"}`, -32601},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			status, ct, out := mcpPost(t, st, st.Key, c.body)
+			assert.Equal(t, http.StatusBadRequest, status, "%v", out)
+			assert.Equal(t, "application/json", ct)
+			assert.Equal(t, "2.0", out["jsonrpc"])
+			id, hasID := out["id"]
+			assert.True(t, hasID && id == nil, "id null: %v", out)
+			e, _ := out["error"].(map[string]any)
+			require.NotNil(t, e, "want a JSON-RPC error, got %v", out)
+			assert.Equal(t, c.code, e["code"], "%v", e)
+			assert.NotEmpty(t, e["message"])
+		})
 	}
+
+	// What the transport refuses before JSON-RPC is a problem, as on every endpoint: a request
+	// without the Accept header the transport requires.
+	status, ct, b := doCT(t, http.MethodPost, st.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":11,"method":"tools/list"}`),
+		append(bearerHeader(st.Key), "Content-Type", "application/json")...)
+	problemOf(t, status, ct, b, http.StatusBadRequest)
 
 	// Without a key: 401 problem+json, before any JSON-RPC.
 	status, ct, out = mcpPost(t, st, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
 	assert.Equal(t, http.StatusUnauthorized, status)
 	assert.Equal(t, "application/problem+json", ct)
 	assert.EqualValues(t, http.StatusUnauthorized, out["status"])
+}
+
+// A Data method whose parameters are not a JSON object (here an int) is no tool on any path: MCP
+// neither lists nor calls it, and the chat's model is not offered it (the offline model's rule
+// then does not call it). It is still a Data method; every endpoint passes a Data call's
+// parameters as an object, so without any it gets its zero value.
+func TestMethodsWithoutObjectParametersAreNoTools(t *testing.T) {
+	a := agent.New("Mixed")
+	agent.Method(a, "double", func(_ context.Context, n int) (int, error) { return 2 * n, nil })
+	agent.Method(a, "sum", func(_ context.Context, in struct {
+		Values []int `json:"values"`
+	}) (int, error) {
+		return in.Values[0] + in.Values[1], nil
+	})
+	a.Chat(agent.ChatWithTools(llm.Offline()))
+	st := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	session := mcpSession(t, ctx, st, st.Key)
+	list, err := session.ListTools(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Mixed.sum"}, toolNames(list.Tools))
+	_, err = session.CallTool(ctx, &mcp.CallToolParams{Name: "Mixed.double", Arguments: map[string]any{}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown tool")
+
+	assert.Equal(t, "You said: call double {}", chatText(t, st, "Mixed", "max", "call double {}"))
+	assert.Equal(t, "sum returned 5", chatText(t, st, "Mixed", "max", `call sum {"values":[2,3]}`))
+
+	status, _, b := converse(t, st, q("workflow", "Mixed", "type", "Data", "text", "double", "apikey", st.Key), "")
+	assert.JSONEq(t, "0", string(answerOf(t, status, b).Response.Data), "%s", b)
 }

@@ -317,7 +317,12 @@ func TestOpenAPIContract(t *testing.T) {
 		m = c.want(http.StatusNotFound, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`,
 			"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "nope")
 		assert.Contains(t, m, "error")
-		c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
+		// Before it, that error is the request's answer; a body that is not JSON has no id to
+		// answer, and is refused with the parse error.
+		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
+		assert.Contains(t, m, "error")
+		m = c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `not json`, hdr...)
+		assert.Contains(t, m, "error")
 	})
 
 	t.Run("converse", func(t *testing.T) {
