@@ -144,11 +144,11 @@ const maxMCPErrorDetail = 300
 // new SDK words it otherwise (the answer would then be a problem again, not a wrong one).
 const sdkNotHandled = "JSON RPC not handled"
 
-// mcpProblemWriter turns the MCP SDK's plain-text error answers at the HTTP level into what
-// every other answer of the endpoint is: a JSON-RPC error for a method the server does not have
-// (the SDK answers protocol versions before 2026-07-28 with plain text there), and
-// problem+json for the rest (a missing Accept header, a wrong Content-Type), as every other
-// endpoint answers. JSON-RPC answers pass through untouched.
+// mcpProblemWriter turns the MCP SDK's plain-text error answers at the HTTP level into a
+// JSON-RPC error for a method the server does not have (which the SDK refuses in plain text
+// before protocol version 2026-07-28), and into problem+json, as every other endpoint answers,
+// for the rest (a missing Accept header, a wrong Content-Type). JSON-RPC answers pass through
+// untouched.
 type mcpProblemWriter struct {
 	http.ResponseWriter
 	requestID string
@@ -178,7 +178,7 @@ func (w *mcpProblemWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection (flushes of streamed answers).
 func (w *mcpProblemWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish writes the answer of an error answer held back.
+// finish writes what an error answer held back becomes.
 func (w *mcpProblemWriter) finish() {
 	if w.status == 0 {
 		return
