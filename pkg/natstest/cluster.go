@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/stretchr/testify/require"
 )
 
 // Cluster is an embedded NATS cluster with JetStream, all in the test's process: servers n1, n2,
@@ -26,9 +27,7 @@ type Cluster struct {
 // test ends.
 func NewCluster(t testing.TB, size int) *Cluster {
 	t.Helper()
-	if size < 1 {
-		t.Fatalf("cluster size %d", size)
-	}
+	require.Positive(t, size, "cluster size")
 	ports := freePorts(t, size)
 	routes := make([]string, size)
 	for i, p := range ports {
@@ -53,24 +52,14 @@ func NewCluster(t testing.TB, size int) *Cluster {
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 		}
 		ns, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("creating NATS server n%d: %v", i+1, err)
-		}
+		require.NoError(t, err, "creating NATS server n%d", i+1)
 		ns.Start()
 		c.Servers = append(c.Servers, ns)
 	}
 	for i, ns := range c.Servers {
-		if !ns.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("NATS server n%d not ready within 10s", i+1)
-		}
+		require.True(t, ns.ReadyForConnections(10*time.Second), "NATS server n%d not ready within 10s", i+1)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !c.formed() {
-		if time.Now().After(deadline) {
-			t.Fatal("JetStream cluster did not form within 20s")
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	require.Eventually(t, c.formed, 20*time.Second, 25*time.Millisecond, "JetStream cluster did not form within 20s")
 	return c
 }
 
@@ -109,9 +98,7 @@ func freePorts(t testing.TB, n int) []int {
 	ports := make([]int, n)
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("finding a free port: %v", err)
-		}
+		require.NoError(t, err, "finding a free port")
 		ls = append(ls, l)
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natsembed"
@@ -22,9 +23,7 @@ func Server(t testing.TB, dir string) *natsembed.Server {
 		dir = t.TempDir()
 	}
 	s, err := natsembed.Start(natsembed.Config{StoreDir: dir, Listen: "127.0.0.1:-1"})
-	if err != nil {
-		t.Fatalf("starting NATS: %v", err)
-	}
+	require.NoError(t, err, "starting NATS")
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -33,9 +32,7 @@ func Server(t testing.TB, dir string) *natsembed.Server {
 func Conn(t testing.TB, s *natsembed.Server) *nats.Conn {
 	t.Helper()
 	nc, err := s.Connect(t.Name())
-	if err != nil {
-		t.Fatalf("connecting to NATS: %v", err)
-	}
+	require.NoError(t, err, "connecting to NATS")
 	t.Cleanup(nc.Close)
 	return nc
 }
@@ -48,14 +45,10 @@ func Bus(t testing.TB, cfg bus.Config) *bus.Resources {
 		cfg.Partitions = 1
 	}
 	js, err := jetstream.New(Conn(t, Server(t, "")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "creating a JetStream context")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	res, err := bus.Ensure(ctx, js, cfg)
-	if err != nil {
-		t.Fatalf("creating agentbus resources: %v", err)
-	}
+	require.NoError(t, err, "creating agentbus resources")
 	return res
 }
