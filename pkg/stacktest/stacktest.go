@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/agent"
@@ -99,29 +101,20 @@ func Start(t testing.TB, opts Options) *Stack {
 		Host:     hc,
 		Logger:   Logger(),
 	})
-	if err != nil {
-		t.Fatalf("starting stack: %v", err)
-	}
+	require.NoError(t, err, "starting stack")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := st.Stop(ctx); err != nil {
-			t.Errorf("stopping stack: %v", err)
-		}
+		assert.NoError(t, st.Stop(ctx), "stopping stack")
 	})
 	s := &Stack{Stack: st, Dir: opts.Dir}
 	for tenant, dst := range map[string]*string{"default": &s.Key, "other": &s.OtherKey} {
-		if err := st.Keys.EnsureTenant(ctx, tenant); err != nil {
-			t.Fatal(err)
-		}
-		if *dst, _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, st.Keys.EnsureTenant(ctx, tenant), "ensuring tenant %s", tenant)
+		*dst, _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"})
+		require.NoError(t, err, "creating a key of tenant %s", tenant)
 	}
 	for _, k := range []string{s.Key, s.OtherKey} {
-		if err := st.WaitKnown(ctx, k); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, st.WaitKnown(ctx, k), "waiting until the stack knows a new key")
 	}
 	return s
 }
