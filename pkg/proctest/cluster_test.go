@@ -80,9 +80,7 @@ func (s *system) streamLeader(ctx context.Context, t *testing.T, name string) st
 		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
 			return info.Cluster.Leader
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("stream %s has no leader: %v", name, ctx.Err())
-		}
+		require.NoError(t, ctx.Err(), "stream %s has no leader", name)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -115,9 +113,7 @@ func (s *system) waitCurrent(ctx context.Context, t *testing.T, name string, rep
 				return
 			}
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("stream %s did not catch up: %v", name, ctx.Err())
-		}
+		require.NoError(t, ctx.Err(), "stream %s did not catch up", name)
 		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -107,7 +107,7 @@ func (s *system) waitServedElsewhere(dead string, instances []string, within tim
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			s.t.Errorf("instance %s not answered by another host within %v", a, within)
+			assert.Failf(s.t, "not answered elsewhere", "instance %s not answered by another host within %v", a, within)
 		})
 	}
 	wg.Wait()

@@ -24,6 +24,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Bins are the paths of the built binaries.
@@ -81,9 +83,7 @@ func Cleanup() {
 func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
+	require.NoError(t, err, "finding a free port")
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
@@ -107,9 +107,7 @@ type Proc struct {
 func Start(t testing.TB, name, bin string, args, env []string) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, bin: bin, args: args, env: env, log: filepath.Join(t.TempDir(), name+".log")}
-	if err := p.start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
+	require.NoError(t, p.start(), "starting %s", name)
 	t.Cleanup(func() {
 		p.Kill()
 		if t.Failed() {
@@ -226,12 +224,8 @@ func (p *Proc) signal(sig syscall.Signal, timeout time.Duration) bool {
 // Restart starts the process again, with the same arguments, after it exited.
 func (p *Proc) Restart(t testing.TB) {
 	t.Helper()
-	if p.Running() {
-		t.Fatalf("restarting %s while it runs", p.Name)
-	}
-	if err := p.start(); err != nil {
-		t.Fatalf("restarting %s: %v", p.Name, err)
-	}
+	require.False(t, p.Running(), "restarting %s while it runs", p.Name)
+	require.NoError(t, p.start(), "restarting %s", p.Name)
 }
 
 // RSS returns the resident memory of the process in bytes, from /proc (Linux).
@@ -285,7 +279,7 @@ func WaitHTTP(t testing.TB, url string, within time.Duration) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within %v (last: %v)", url, within, err)
+			require.FailNowf(t, "not ready", "%s not ready within %v (last: %v)", url, within, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -336,9 +330,7 @@ func StartNATS(t testing.TB, bins Bins, o NATSOptions) *NATS {
 		fmt.Fprintf(&conf, "cluster {\n  name: agentbus\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", o.ClusterPort, strings.Join(o.Routes, ", "))
 	}
 	path := filepath.Join(t.TempDir(), o.Name+".conf")
-	if err := os.WriteFile(path, []byte(conf.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(conf.String()), 0o644), "writing the NATS config")
 	n.Proc = Start(t, "nats-"+o.Name, bins.NATS, []string{"-c", path}, nil)
 	if o.ClusterPort == 0 {
 		n.WaitHealthy(t, 20*time.Second)

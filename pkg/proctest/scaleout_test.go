@@ -79,8 +79,7 @@ func TestProcessesSpreadAndJoin(t *testing.T) {
 					a := fmt.Sprintf("spread-%d", i)
 					start := time.Now()
 					h, err := sys.hostOf(ctx, a)
-					if err != nil {
-						t.Errorf("host of %s during the join: %v", a, err)
+					if !assert.NoError(t, err, "host of %s during the join", a) {
 						continue
 					}
 					mu.Lock()

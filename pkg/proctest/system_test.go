@@ -172,7 +172,7 @@ func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
 			for id, hb := range hbs {
 				s.t.Logf("heartbeat %s: %v", id, hb.Partitions["Echo"])
 			}
-			s.t.Fatalf("hosts %v did not settle the partitions within %v", ids, within)
+			require.FailNowf(s.t, "not settled", "hosts %v did not settle the partitions within %v", ids, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -236,9 +236,7 @@ func (s *system) waitServing(within time.Duration) {
 		if _, err := s.hostOf(ctx, "ready-probe"); err == nil {
 			return
 		}
-		if ctx.Err() != nil {
-			s.t.Fatalf("no host answered within %v", within)
-		}
+		require.NoError(s.t, ctx.Err(), "no host answered within %v", within)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
