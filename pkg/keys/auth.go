@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,8 +22,9 @@ type Authenticator struct {
 	mu   sync.RWMutex
 	byID map[string]Key // by hash
 
-	watcher jetstream.KeyWatcher
-	done    chan struct{}
+	watcher   jetstream.KeyWatcher
+	stopWatch context.CancelFunc // ends the watch's subscription even when NATS is gone
+	done      chan struct{}
 }
 
 // NewAuthenticator starts watching the keys bucket and returns once the current keys are loaded.
@@ -35,12 +37,16 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 	if adminKey != "" {
 		a.adminHash = appendHash(nil, adminKey)
 	}
-	// The watch outlives ctx: it is bound to the Authenticator and stopped by Close.
-	w, err := keysKV.WatchAll(context.WithoutCancel(ctx))
+	// The watch outlives ctx: it is bound to the Authenticator and stopped by Close. Its own
+	// context lets Close end it when the connection closed first: nats.go then cannot
+	// unsubscribe, and its goroutine waiting on the context would stay forever.
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := keysKV.WatchAll(wctx)
 	if err != nil {
+		stopWatch()
 		return nil, fmt.Errorf("watching keys: %w", err)
 	}
-	a.watcher = w
+	a.watcher, a.stopWatch = w, stopWatch
 	ready := make(chan struct{})
 	go a.run(ready)
 	select {
@@ -48,6 +54,7 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 		return a, nil
 	case <-ctx.Done():
 		_ = w.Stop()
+		stopWatch()
 		<-a.done
 		return nil, fmt.Errorf("loading keys: %w", ctx.Err())
 	}
@@ -111,11 +118,12 @@ func (a *Authenticator) Authenticate(secret string) (Key, error) {
 	return k, nil
 }
 
-// Close stops the watch.
+// Close stops the watch. A connection closed before it has ended the watch already.
 func (a *Authenticator) Close() error {
 	err := a.watcher.Stop()
+	a.stopWatch()
 	<-a.done
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("stopping key watch: %w", err)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -687,4 +688,21 @@ func tenantIDs(ts []keys.Tenant) []string {
 		ids = append(ids, t.ID)
 	}
 	return ids
+}
+
+// An authenticator whose connection closed first (an ingress losing NATS as it stops) still
+// closes, and leaves no goroutine behind: TestMain's leak check would find one.
+func TestAuthenticatorClosesAfterItsConnection(t *testing.T) {
+	s := natstest.Server(t, t.TempDir())
+	nc := natstest.Conn(t, s)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	auth, err := keys.NewAuthenticator(ctx, res.Keys, "", nil)
+	require.NoError(t, err)
+	nc.Close()
+	assert.NoError(t, auth.Close())
 }

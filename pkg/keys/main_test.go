@@ -1,0 +1,14 @@
+package keys_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// Every test stops what it starts: NATS servers, connections and key watches.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
+}
