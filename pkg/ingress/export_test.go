@@ -12,3 +12,6 @@ func RouteTable() [][2]string {
 
 // OpenAPIDocument is the document GET /openapi.json serves.
 func OpenAPIDocument() []byte { return openAPIDocument }
+
+// CleanPath is the path the ingress redirects an unclean path to.
+var CleanPath = cleanPath

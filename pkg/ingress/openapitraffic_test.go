@@ -10,7 +10,6 @@ import (
 	"maps"
 	"mime"
 	"net/http"
-	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -119,7 +118,7 @@ func (v *trafficValidator) check(req *http.Request, resp *http.Response) (route 
 		// Refused for its size before any route is looked at.
 		return "(any path)", v.checkComponentAnswer(req, resp, "HeadersTooLarge")
 	}
-	if p := req.URL.EscapedPath(); cleanPath(p) != p {
+	if p := req.URL.EscapedPath(); ingress.CleanPath(p) != p {
 		return "(unclean path)", checkCleanRedirect(req, resp)
 	}
 	rt, params, routeErr := v.router.FindRoute(req)
@@ -214,7 +213,7 @@ func (v *trafficValidator) checkComponentAnswer(req *http.Request, resp *http.Re
 // checkCleanRedirect checks the answer to a path that is not in clean form: a 307 to the cleaned
 // path, as the document's description says.
 func checkCleanRedirect(req *http.Request, resp *http.Response) error {
-	want := cleanPath(req.URL.EscapedPath())
+	want := ingress.CleanPath(req.URL.EscapedPath())
 	if req.URL.RawQuery != "" {
 		want += "?" + req.URL.RawQuery
 	}
@@ -222,21 +221,6 @@ func checkCleanRedirect(req *http.Request, resp *http.Response) error {
 		return fmt.Errorf("an unclean path: want 307 to %q, got %d to %q", want, resp.StatusCode, resp.Header.Get("Location"))
 	}
 	return nil
-}
-
-// cleanPath is net/http's: path.Clean, keeping a trailing slash.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
 }
 
 // streaming reports whether an answer is a stream of events, which is not read here.
