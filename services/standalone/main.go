@@ -95,9 +95,8 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return err
 	}
 	defer func() {
-		// As the ingress service drains: /readyz answers 503 at once, and synchronous calls in
-		// flight get AGENTBUS_SHUTDOWN_TIMEOUT to receive their answers.
-		st.Ingress.Drain()
+		// The HTTP server's shutdown marks the ingress draining (/readyz 503) and ends event
+		// streams; synchronous calls in flight get AGENTBUS_SHUTDOWN_TIMEOUT for their answers.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.IngressShutdownTimeout())
 		defer cancel()
 		if err := st.Stop(sctx); err != nil {
