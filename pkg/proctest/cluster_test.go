@@ -122,15 +122,38 @@ func (s *system) waitCurrent(ctx context.Context, t *testing.T, name string, rep
 // given number of replicas.
 func (s *system) requireReplicas(ctx context.Context, t *testing.T, replicas int) {
 	t.Helper()
-	lister := s.js.ListStreams(ctx)
+	var infos []*jetstream.StreamInfo
+	err := retry(ctx, func() error {
+		infos = infos[:0]
+		lister := s.js.ListStreams(ctx)
+		for info := range lister.Info() {
+			infos = append(infos, info)
+		}
+		return lister.Err()
+	})
+	require.NoError(t, err, "listing streams")
 	var names []string
-	for info := range lister.Info() {
+	for _, info := range infos {
 		names = append(names, info.Config.Name)
 		assert.Equal(t, replicas, info.Config.Replicas, "stream %s", info.Config.Name)
 	}
-	require.NoError(t, lister.Err())
 	for _, want := range []string{subject.InboxStream, subject.MessagesStream, subject.DeadLettersStream,
 		"KV_" + subject.InstancesBucket, "KV_" + subject.HostsBucket, "KV_" + subject.KeysBucket} {
 		assert.Contains(t, names, want)
+	}
+}
+
+// retry calls f until it succeeds or ctx ends, and returns f's last error.
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

@@ -120,10 +120,17 @@ func (s *system) waitServedElsewhere(dead string, instances []string, within tim
 func (s *system) noDeadLetters(t *testing.T, replicas int) {
 	t.Helper()
 	ctx := proctest.Context(t, 90*time.Second)
-	res, err := bus.Ensure(ctx, s.js, bus.Config{Partitions: partitions, Replicas: replicas})
-	require.NoError(t, err)
-	letters, _, err := deadletter.NewStore(res, bus.NewBlobs(res.Claims, 1<<20)).List(ctx, "default", deadletter.ListOptions{})
-	require.NoError(t, err)
+	// Tried again until ctx ends: a cluster that has just elected leaders may not answer at once.
+	var letters []deadletter.Letter
+	err := retry(ctx, func() error {
+		res, err := bus.Ensure(ctx, s.js, bus.Config{Partitions: partitions, Replicas: replicas})
+		if err != nil {
+			return err
+		}
+		letters, _, err = deadletter.NewStore(res, bus.NewBlobs(res.Claims, 1<<20)).List(ctx, "default", deadletter.ListOptions{})
+		return err
+	})
+	require.NoError(t, err, "listing dead letters")
 	for _, l := range letters {
 		t.Logf("dead letter %d: %s %s %s after %d attempts: %s", l.ID, l.WorkflowID, l.Type, l.Method, l.Attempts, l.Error)
 	}

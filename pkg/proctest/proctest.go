@@ -4,15 +4,17 @@
 // servers, alone or as a cluster, ingress and workflow hosts with their own stores and logs, and
 // kills, stops and restarts them.
 //
-// Every process it starts is killed when the test ends; a failed test prints the end of each
-// process's log. It is not for production use, and it needs the go command.
+// Every process it starts is killed when the test ends. The processes of a test log to files in
+// a directory of their own, named in the test's output when the first one starts and kept when
+// the test fails; nothing is printed after a failure, so that the end of a failed test's output
+// is its failure message. It is not for production use, and it needs the go command.
 package proctest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -78,14 +80,66 @@ func Cleanup() {
 	}
 }
 
-// FreePort returns a free loopback TCP port (closed again, so another process could take it in
-// between; good enough for tests).
+// FreePort returns a free loopback TCP port for a process to listen on. Its ports come from
+// below the kernel's ephemeral range (ip_local_port_range), where neither a port-0 listener nor
+// the local end of an outgoing connection is ever placed: a port stays free while its process is
+// killed and restarted (on loopback, every connection's local end takes an ephemeral port, which
+// could otherwise be one a killed NATS node must bind again). No port is handed out twice in one
+// test process. It falls back to a kernel-chosen port when that range has no free port.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err, "finding a free port")
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi := 10000, ephemeralLow()
+	for range 200 {
+		if hi-lo < 1000 {
+			break
+		}
+		port := lo + rand.IntN(hi-lo)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsGiven[port] = true
+		return port
+	}
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err, "finding a free port")
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
+	}
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// ephemeralLow returns the lowest port of the kernel's ephemeral range (Linux's default 32768
+// where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
 
 // Proc is a process started by the test.
@@ -103,18 +157,43 @@ type Proc struct {
 }
 
 // Start starts bin as a process named name (for logs), with args and, on top of the test's
-// environment, env ("KEY=value"). Its output goes to a log file in a temporary directory.
+// environment, env ("KEY=value"). Its output goes to name.log in the test's log directory.
 func Start(t testing.TB, name, bin string, args, env []string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, bin: bin, args: args, env: env, log: filepath.Join(t.TempDir(), name+".log")}
+	p := &Proc{Name: name, bin: bin, args: args, env: env, log: filepath.Join(logDir(t), name+".log")}
 	require.NoError(t, p.start(), "starting %s", name)
+	t.Cleanup(p.Kill)
+	return p
+}
+
+var (
+	logDirsMu sync.Mutex
+	logDirs   = map[testing.TB]string{}
+)
+
+// logDir returns the directory the test's processes log to, creating it on the first call. It
+// outlives the test when the test fails.
+func logDir(t testing.TB) string {
+	t.Helper()
+	logDirsMu.Lock()
+	defer logDirsMu.Unlock()
+	if dir, ok := logDirs[t]; ok {
+		return dir
+	}
+	dir, err := os.MkdirTemp("", "agentbus-proctest-logs-")
+	require.NoError(t, err, "creating a log directory")
+	logDirs[t] = dir
+	t.Logf("processes log to %s (kept if the test fails)", dir)
+	// Registered before any process's Kill, so it runs after all of them.
 	t.Cleanup(func() {
-		p.Kill()
-		if t.Failed() {
-			t.Logf("--- end of %s's log (%s):\n%s", name, p.log, p.Tail(40))
+		logDirsMu.Lock()
+		delete(logDirs, t)
+		logDirsMu.Unlock()
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
 		}
 	})
-	return p
+	return dir
 }
 
 func (p *Proc) start() error {
@@ -244,19 +323,6 @@ func (p *Proc) RSS() (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmRSS in process status")
-}
-
-// Tail returns the last n lines of the process's log.
-func (p *Proc) Tail(n int) string {
-	b, err := os.ReadFile(p.log)
-	if err != nil {
-		return err.Error()
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }
 
 // Log returns the whole log of the process.
