@@ -13,7 +13,10 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
+	"runtime/metrics"
+	"runtime/trace"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,10 +167,23 @@ type result struct {
 	// during the window.
 	AllocBytes uint64
 	GCs        uint32
+	// GCCPU is the CPU time the runtime estimates its garbage collector took during the window
+	// (background marking, assists, pauses); Scan what the last cycle of the window had to mark:
+	// the pointer-holding heap, goroutine stacks and globals, in bytes.
+	GCCPU time.Duration
+	Scan  gcScan
 	// CPU is the CPU time (user and system) this process used during the measured window; zero
 	// where the platform does not tell.
 	CPU  time.Duration
 	errs map[string]int
+}
+
+// GCCPUPerCall is the garbage collector's CPU per request of the measured window.
+func (r result) GCCPUPerCall() time.Duration {
+	if r.Requests == 0 {
+		return 0
+	}
+	return r.GCCPU / time.Duration(r.Requests)
 }
 
 // CPUPerCall is CPU per request of the measured window. On a shared machine it drifts less than
@@ -294,6 +310,9 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		}
 		s.lat = append(s.lat, d)
 		s.respBytes += n
+		if d > targetP99/2 && trace.IsEnabled() {
+			trace.Log(ctx, "slow", strconv.FormatInt(d.Microseconds(), 10))
+		}
 	}
 
 	sched := schedule{rate: o.Rate}
@@ -353,7 +372,8 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	var (
 		mallocs, allocBytes uint64
 		gcs                 uint32
-		cpu                 time.Duration
+		cpu, gcCPU          time.Duration
+		scan                gcScan
 	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
@@ -362,10 +382,14 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
+		gcBefore, _ := readGC()
 		cpuBefore := processCPU()
 		sleepUntil(ctx, measureEnd)
 		cpu = processCPU() - cpuBefore
 		runtime.ReadMemStats(&after)
+		var gcAfter time.Duration
+		gcAfter, scan = readGC()
+		gcCPU = gcAfter - gcBefore
 		end()
 		mallocs = after.Mallocs - before.Mallocs
 		allocBytes = after.TotalAlloc - before.TotalAlloc
@@ -373,7 +397,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, CPU: cpu, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {
@@ -506,4 +530,35 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// gcScan is what a garbage collection cycle marked, in bytes.
+type gcScan struct{ Heap, Stacks, Globals uint64 }
+
+func (g gcScan) String() string {
+	mb := func(b uint64) float64 { return float64(b) / (1 << 20) }
+	return fmt.Sprintf("heap %.1f MB, stacks %.1f MB, globals %.1f MB", mb(g.Heap), mb(g.Stacks), mb(g.Globals))
+}
+
+// gcMetrics are the runtime/metrics readGC reads, in the order it reads them.
+var gcMetrics = []string{"/cpu/classes/gc/total:cpu-seconds", "/gc/scan/heap:bytes", "/gc/scan/stack:bytes", "/gc/scan/globals:bytes"}
+
+// readGC returns the garbage collector's CPU time so far, and what its last cycle scanned.
+func readGC() (time.Duration, gcScan) {
+	samples := make([]metrics.Sample, len(gcMetrics))
+	for i, name := range gcMetrics {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	u := func(i int) uint64 {
+		if samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return samples[i].Value.Uint64()
+	}
+	var cpu time.Duration
+	if samples[0].Value.Kind() == metrics.KindFloat64 {
+		cpu = time.Duration(samples[0].Value.Float64() * float64(time.Second))
+	}
+	return cpu, gcScan{Heap: u(1), Stacks: u(2), Globals: u(3)}
 }

@@ -54,7 +54,7 @@
 // Usage:
 //
 //	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 16]
-//	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE]
+//	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE] [-trace FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
 //	               [-min-ratio R]
@@ -78,6 +78,11 @@
 //
 //	go build -o /tmp/bench ./bench && /tmp/bench -cpuprofile /tmp/agentbus.cpu
 //	go tool pprof -top -nodecount=40 /tmp/bench /tmp/agentbus.cpu
+//
+// -trace writes an execution trace (runtime/trace) of the same window, named the same way, for
+// `go tool trace`: it shows what the slowest calls waited for (scheduling, garbage collection).
+// Each request slower than half the p99 target is logged in it (category "slow", its latency in
+// µs, at its end), so that the slow ones can be found on the timeline.
 package main
 
 import (
@@ -90,6 +95,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -106,14 +112,16 @@ const (
 
 func main() {
 	var o options
-	var cpuprofile, memprofile string
+	var prof profiles
+	var memprofile string
 	flag.DurationVar(&o.Duration, "duration", 10*time.Second, "measured duration of each phase")
 	flag.DurationVar(&o.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before each phase")
 	flag.IntVar(&o.Clients, "clients", 64, "concurrent client goroutines (open loop: most requests in flight at once)")
 	flag.IntVar(&o.Instances, "instances", 1000, "workflow instances to spread requests over")
 	flag.IntVar(&o.Partitions, "partitions", bus.DefaultPartitions, "inbox partitions of the bus")
 	body := flag.String("body", `{"ping":1}`, "request body")
-	flag.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
+	flag.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
+	flag.StringVar(&prof.trace, "trace", "", "write an execution trace of the agentbus phase's measured window to `file`, with each request slower than half the p99 target logged in it (category \"slow\", its latency in µs)")
 	flag.StringVar(&memprofile, "memprofile", "", "write the allocation profile of the whole run to `file` when it ends (with -phase agentbus: the agentbus phase, its warm-up and the stack's start)")
 	phase := flag.String("phase", "both", "phases to run: both (bare and agentbus), or a comma-separated list of bare, pipeline (the floor: HTTP → JetStream → consumer → reply, webhook only) and agentbus")
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
@@ -159,11 +167,11 @@ func main() {
 	case !*closed:
 		fatalf("-closed=false without -rate or -rates leaves nothing to run")
 	}
-	if all && cpuprofile != "" {
-		fatalf("-cpuprofile profiles one target; give -target")
+	if all && prof.any() {
+		fatalf("-cpuprofile and -trace profile one target; give -target")
 	}
-	if cpuprofile != "" && !slices.Contains(phases, phaseAgentbus) {
-		fatalf("-cpuprofile profiles the agentbus phase, which -phase %s does not run", *phase)
+	if prof.any() && !slices.Contains(phases, phaseAgentbus) {
+		fatalf("-cpuprofile and -trace profile the agentbus phase, which -phase %s does not run", *phase)
 	}
 	if slices.Contains(phases, phasePipeline) && (all || o.Target != targetWebhook) {
 		fatalf("the %s phase serves the webhook target only", phasePipeline)
@@ -173,7 +181,7 @@ func main() {
 	defer stop()
 
 	if !all {
-		_, failed := execute(ctx, o, phases, rates, runClosed, cpuprofile, *minRatio)
+		_, failed := execute(ctx, o, phases, rates, runClosed, prof, *minRatio)
 		writeAllocProfile(memprofile)
 		exit(ctx, failed)
 		return
@@ -192,7 +200,7 @@ func main() {
 		if t == targetWebhook {
 			tr, guard = rates, *minRatio
 		}
-		ratio, f := execute(ctx, to, phases, tr, true, "", guard)
+		ratio, f := execute(ctx, to, phases, tr, true, profiles{}, guard)
 		ratios[t], failed = ratio, failed || f
 		fmt.Println()
 		if ctx.Err() != nil {
@@ -243,7 +251,7 @@ func exit(ctx context.Context, failed bool) {
 
 // execute runs one target's closed loop (when runClosed) and open loops at rates, for the given
 // phases, prints their tables and returns the closed loop's ratio and whether anything failed.
-func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, cpuprofile string, minRatio float64) (float64, bool) {
+func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, prof profiles, minRatio float64) (float64, bool) {
 	// The runs, in order: the closed loop's phases, then for each rate the open loop's.
 	var runs []run
 	if runClosed {
@@ -291,12 +299,12 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 	for _, r := range runs {
 		po := o
 		po.Rate = r.rate
-		if r.phase == phaseAgentbus && cpuprofile != "" {
-			file := cpuprofile
+		if r.phase == phaseAgentbus && prof.any() {
+			suffix := ""
 			if agentbusRuns > 1 && r.rate > 0 {
-				file += ".rate" + fmtRate(r.rate)
+				suffix = ".rate" + fmtRate(r.rate)
 			}
-			po.OnMeasure = cpuProfiler(file)
+			po.OnMeasure = prof.hook(suffix)
 		}
 		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", r, o.Warmup, o.Duration)
 		runtime.GC() // do not bill one phase's garbage to the next
@@ -454,7 +462,7 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 // printRateTable prints one row per phase and rate of the open loop, grouped by rate, then the
 // agentbus p99 at each rate against the target.
 func printRateTable(w io.Writer, phases []string, rates []float64, results map[string]result) {
-	fmt.Fprintf(w, "%-9s %8s %10s %9s %9s %9s %9s %9s %8s %8s %7s %9s %5s\n", "phase", "rate", "req/s", "p50", "p90", "p99", "max", "requests", "errors", "late", "resp B", "CPU/call", "GCs")
+	fmt.Fprintf(w, "%-9s %8s %10s %9s %9s %9s %9s %9s %8s %8s %7s %9s %5s %9s\n", "phase", "rate", "req/s", "p50", "p90", "p99", "max", "requests", "errors", "late", "resp B", "CPU/call", "GCs", "GC/call")
 	unsent := false
 	for _, rate := range rates {
 		for _, name := range phases {
@@ -471,12 +479,17 @@ func printRateTable(w io.Writer, phases []string, rates []float64, results map[s
 				note += fmt.Sprintf("  (%d due not sent)", r.Unsent)
 				unsent = true
 			}
-			fmt.Fprintf(w, "%-9s %8s %10.0f %9s %9s %9s %9s %9d %8d %8d %7.0f %9s %5d%s\n", name, fmtRate(rate), r.RPS(),
-				fmtDur(r.P50), fmtDur(r.P90), fmtDur(r.P99), fmtDur(r.Max), r.Requests, r.Errors, r.Late, r.AvgRespBytes(), fmtDur(r.CPUPerCall()), r.GCs, note)
+			fmt.Fprintf(w, "%-9s %8s %10.0f %9s %9s %9s %9s %9d %8d %8d %7.0f %9s %5d %9s%s\n", name, fmtRate(rate), r.RPS(),
+				fmtDur(r.P50), fmtDur(r.P90), fmtDur(r.P99), fmtDur(r.Max), r.Requests, r.Errors, r.Late, r.AvgRespBytes(), fmtDur(r.CPUPerCall()), r.GCs, fmtDur(r.GCCPUPerCall()), note)
 		}
 	}
 	fmt.Fprintf(w, "late: measured requests that started more than %s after their scheduled time (every client busy, or the load generator behind)\n", fmtDur(lateAfter))
-	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request (at a fixed offered rate it compares builds better than the latencies do); GCs: garbage collections completed in the window")
+	fmt.Fprintln(w, "CPU/call: the process's CPU time over the measured window per request (at a fixed offered rate it compares builds better than the latencies do); GCs: garbage collections completed in the window; GC/call: the collector's share of CPU/call (the runtime's estimate)")
+	for _, rate := range rates {
+		if r, ok := results[run{phaseAgentbus, rate}.String()]; ok && r.GCs > 0 {
+			fmt.Fprintf(w, "agentbus at %s req/s: the last collection in the window marked %s\n", fmtRate(rate), r.Scan)
+		}
+	}
 	if unsent {
 		fmt.Fprintln(w, "due not sent: the rate was not sustained; requests still waiting for a free client when the window ended were dropped and their latencies are missing")
 	}
@@ -555,23 +568,48 @@ func writeAllocProfile(file string) {
 	}
 }
 
-// cpuProfiler returns an OnMeasure hook that profiles the measured window into file.
-func cpuProfiler(file string) func() func() {
+// profiles names the files the agentbus phase's measured window is profiled into; empty names
+// are not written.
+type profiles struct{ cpu, trace string }
+
+func (p profiles) any() bool { return p.cpu != "" || p.trace != "" }
+
+// hook returns an OnMeasure hook that starts the profiles, each into its file name with suffix,
+// and stops them as the window ends. A profile that cannot start is reported and skipped.
+func (p profiles) hook(suffix string) func() func() {
 	return func() func() {
-		f, err := os.Create(file)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: cpuprofile: %v\n", err)
-			return func() {}
+		var stops []func() error
+		if p.cpu != "" {
+			f, err := os.Create(p.cpu + suffix)
+			if err == nil {
+				if err = pprof.StartCPUProfile(f); err != nil {
+					_ = f.Close()
+				} else {
+					stops = append(stops, func() error { pprof.StopCPUProfile(); return f.Close() })
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: cpuprofile: %v\n", err)
+			}
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: cpuprofile: %v\n", err)
-			_ = f.Close()
-			return func() {}
+		if p.trace != "" {
+			f, err := os.Create(p.trace + suffix)
+			if err == nil {
+				if err = trace.Start(f); err != nil {
+					_ = f.Close()
+				} else {
+					stops = append(stops, func() error { trace.Stop(); return f.Close() })
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: trace: %v\n", err)
+			}
 		}
 		return func() {
-			pprof.StopCPUProfile()
-			if err := f.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: cpuprofile: %v\n", err)
+			for _, stop := range stops {
+				if err := stop(); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: writing a profile: %v\n", err)
+				}
 			}
 		}
 	}
