@@ -39,6 +39,12 @@ const lateAfter = time.Millisecond
 
 // options configure one phase.
 type options struct {
+	// GOGC is the garbage collector's target the process runs with, for the header. When
+	// stackGC is set, the phases that embed the NATS server (pipeline, agentbus) run with that
+	// target, the standalone's default, and the bare phase with Go's default, 100: each as it
+	// runs in production.
+	GOGC       string
+	stackGC    int
 	Duration   time.Duration
 	Warmup     time.Duration
 	Clients    int

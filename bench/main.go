@@ -94,6 +94,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -102,6 +103,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
 // Targets that the benchmark reports against.
@@ -175,6 +177,18 @@ func main() {
 	}
 	if slices.Contains(phases, phasePipeline) && (all || o.Target != targetWebhook) {
 		fatalf("the %s phase serves the webhook target only", phasePipeline)
+	}
+
+	// The in-process stack runs as the standalone does, with its garbage collector target (see
+	// options.stackGC).
+	o.GOGC = os.Getenv("GOGC")
+	switch {
+	case o.GOGC != "":
+	case o.URL == "":
+		o.stackGC = natsembed.DefaultGCPercent
+		o.GOGC = fmt.Sprintf("%d (bare phase: 100)", o.stackGC)
+	default:
+		o.GOGC = "100"
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -288,8 +302,8 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 		}
 		load = " load=" + load
 	}
-	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d target=%s clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.Target, o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
+	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d GOGC=%s target=%s clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.GOGC, o.Target, o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
 
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()
@@ -307,6 +321,13 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 			po.OnMeasure = prof.hook(suffix)
 		}
 		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", r, o.Warmup, o.Duration)
+		if o.stackGC > 0 {
+			gc := o.stackGC
+			if r.phase == phaseBare {
+				gc = 100
+			}
+			debug.SetGCPercent(gc)
+		}
 		runtime.GC() // do not bill one phase's garbage to the next
 		res, err := runTarget(ctx, r.phase, po, client)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -57,6 +58,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
 	}
 	log := cfg.Logger(stderr)
+	// The process holds the NATS server's store caches: it collects garbage less often than
+	// Go's default unless GOGC says otherwise (docs/configuration.md).
+	gogc := natsembed.SetGCPercent(lookupEnv)
 	stopTracing, err := tracing.Setup(ctx, "agentbus")
 	if err != nil {
 		return err
@@ -107,7 +111,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	if err := seedDevKey(ctx, st, cfg, stdout); err != nil {
 		return err
 	}
-	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg))
+	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg), "gogc", gogc)
 	<-ctx.Done()
 	log.Info("shutting down")
 	return nil

@@ -1,0 +1,29 @@
+package natsembed_test
+
+import (
+	"runtime/debug"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/agentbus/agentbus/pkg/natsembed"
+)
+
+func TestSetGCPercent(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
+
+	// GOGC given: the runtime took it at start, and it stays.
+	assert.Equal(t, "50", natsembed.SetGCPercent(env(map[string]string{"GOGC": "50"})))
+	assert.Equal(t, 100, debug.SetGCPercent(100), "GOGC given, the target must not change")
+
+	// No GOGC (or an empty one): the default.
+	assert.Equal(t, "400", natsembed.SetGCPercent(env(nil)))
+	assert.Equal(t, natsembed.DefaultGCPercent, debug.SetGCPercent(100))
+	assert.Equal(t, "400", natsembed.SetGCPercent(env(map[string]string{"GOGC": ""})))
+	assert.Equal(t, natsembed.DefaultGCPercent, debug.SetGCPercent(100))
+}
