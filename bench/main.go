@@ -600,31 +600,24 @@ func (p profiles) any() bool { return p.cpu != "" || p.trace != "" }
 func (p profiles) hook(suffix string) func() func() {
 	return func() func() {
 		var stops []func() error
-		if p.cpu != "" {
-			f, err := os.Create(p.cpu + suffix)
+		start := func(what, file string, begin func(io.Writer) error, end func()) {
+			f, err := os.Create(file)
 			if err == nil {
-				if err = pprof.StartCPUProfile(f); err != nil {
+				if err = begin(f); err != nil {
 					_ = f.Close()
 				} else {
-					stops = append(stops, func() error { pprof.StopCPUProfile(); return f.Close() })
+					stops = append(stops, func() error { end(); return f.Close() })
 				}
 			}
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "bench: cpuprofile: %v\n", err)
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
 			}
 		}
+		if p.cpu != "" {
+			start("cpuprofile", p.cpu+suffix, pprof.StartCPUProfile, pprof.StopCPUProfile)
+		}
 		if p.trace != "" {
-			f, err := os.Create(p.trace + suffix)
-			if err == nil {
-				if err = trace.Start(f); err != nil {
-					_ = f.Close()
-				} else {
-					stops = append(stops, func() error { trace.Stop(); return f.Close() })
-				}
-			}
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "bench: trace: %v\n", err)
-			}
+			start("trace", p.trace+suffix, trace.Start, trace.Stop)
 		}
 		return func() {
 			for _, stop := range stops {
