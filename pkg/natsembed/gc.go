@@ -11,7 +11,7 @@ import (
 // every few hundred milliseconds under load, and the slowest calls pile up around the
 // collections and the stores' block-buffer growth (docs/performance.md, "Tail latency"). At 400
 // the process collects about four times less often and keeps more freed memory for reuse, for
-// about twice the resident memory.
+// about 1.6 times the resident memory (130 → 211 MB in the benchmark's open loop).
 const DefaultGCPercent = 400
 
 // SetGCPercent sets the garbage collector's target to DefaultGCPercent unless GOGC is set
