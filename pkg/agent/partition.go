@@ -57,8 +57,44 @@ type partition struct {
 	others map[string][]uint64
 	// unpinChecked is false while a stale pin of a dead host may stand in the way.
 	unpinChecked bool
+	// acked are the requests of the partition the host acknowledged last, a ring whose next slot
+	// is ackedNext % ackedKept, with the subjects their acknowledgements went to. An
+	// acknowledgement in flight to a consumer leader that dies is lost: its request stays in the
+	// inbox until its ack wait ends, and the tenure that begins under the new leader finds it
+	// held elsewhere, holding its conversation back that long. takeOver acknowledges such a
+	// request again instead.
+	acked     [ackedKept]ackedRequest
+	ackedNext int
 	// consuming is true while the partition's consumer is pulled (Host.Readiness).
 	consuming bool
+}
+
+// ackedRequest is a request the host acknowledged: its inbox sequence and the subject its
+// acknowledgement went to.
+type ackedRequest struct {
+	seq   uint64
+	reply string
+}
+
+// ackedKept is how many of a partition's latest acknowledgements the host remembers. The ones
+// lost with a dying leader are among the last sent before the partition's deliveries stopped.
+const ackedKept = 32
+
+// noteAckedLocked remembers that the host acknowledged the request at seq through reply.
+func (part *partition) noteAckedLocked(seq uint64, reply string) {
+	part.acked[part.ackedNext%ackedKept] = ackedRequest{seq, reply}
+	part.ackedNext++
+}
+
+// ackedReplyLocked returns the subject the host acknowledged the request at seq through, if it
+// is among the ones it remembers.
+func (part *partition) ackedReplyLocked(seq uint64) (string, bool) {
+	for _, a := range part.acked {
+		if a.seq == seq && a.reply != "" {
+			return a.reply, true
+		}
+	}
+	return "", false
 }
 
 // consumerConfig is the configuration of a partition's durable consumer.
@@ -392,30 +428,19 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
 	for {
 		others, err := h.snapshot(ctx, part)
 		if err == nil {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if part.releasing {
-				return false
-			}
-			for key, seqs := range others {
-				seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[s] != nil })
-				if len(seqs) == 0 {
-					delete(others, key)
-				} else {
-					others[key] = seqs
+			taken, reacks := h.beginTenure(part, pin, others)
+			// Requests this host finished whose acknowledgement the bus never got: acknowledged
+			// again, they leave the inbox, and the conversations waiting for them go on at the
+			// next look of resolve instead of after the ack wait.
+			for _, reply := range reacks {
+				if err := h.cfg.Conn.Publish(reply, ackPayload); err != nil {
+					h.log.Debug("acknowledging a request again", "err", err)
 				}
 			}
-			part.pin, part.others = pin, others
-			if len(others) > 0 {
-				h.log.Debug("partition taken over", "agent", part.key.agent, "partition", part.key.n, "heldElsewhere", len(others))
+			if len(reacks) > 0 {
+				h.log.Debug("requests acknowledged again", "agent", part.key.agent, "partition", part.key.n, "count", len(reacks))
 			}
-			// Queued conversations may now wait for requests held elsewhere.
-			for _, c := range h.convs {
-				if len(c.queue) > 0 && c.queue[0].part == part && !c.running {
-					h.scheduleLocked(c)
-				}
-			}
-			return true
+			return taken
 		}
 		h.log.Warn("taking a partition over", "agent", part.key.agent, "partition", part.key.n, "err", err)
 		select {
@@ -425,6 +450,45 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// ackPayload is the body of a JetStream acknowledgement.
+var ackPayload = []byte("+ACK")
+
+// beginTenure makes others, the partition's unacknowledged requests less those held here, the
+// requests the new tenure under pin waits for. It returns false when the partition is being let
+// go, and the subjects to acknowledge again the requests among others that this host finished.
+func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint64) (bool, []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if part.releasing {
+		return false, nil
+	}
+	var reacks []string
+	for key, seqs := range others {
+		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[s] != nil })
+		for _, s := range seqs {
+			if reply, ok := part.ackedReplyLocked(s); ok {
+				reacks = append(reacks, reply)
+			}
+		}
+		if len(seqs) == 0 {
+			delete(others, key)
+		} else {
+			others[key] = seqs
+		}
+	}
+	part.pin, part.others = pin, others
+	if len(others) > 0 {
+		h.log.Debug("partition taken over", "agent", part.key.agent, "partition", part.key.n, "heldElsewhere", len(others))
+	}
+	// Queued conversations may now wait for requests held elsewhere.
+	for _, c := range h.convs {
+		if len(c.queue) > 0 && c.queue[0].part == part && !c.running {
+			h.scheduleLocked(c)
+		}
+	}
+	return true, reacks
 }
 
 // ownedLocked lists the partitions pulled now, by agent.

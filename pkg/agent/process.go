@@ -168,6 +168,7 @@ func (h *Host) finish(_ context.Context, log *slog.Logger, d *delivery, err erro
 	}
 	h.mu.Lock()
 	m := d.msg
+	d.part.noteAckedLocked(d.seq, m.Reply())
 	h.mu.Unlock()
 	if err := m.Ack(); err != nil {
 		log.Warn("acknowledging request", "err", err)

@@ -244,14 +244,17 @@ func chatStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) st
 // seqWorkflow is the workflow id of Seq's default instance.
 const seqWorkflow = "default:Seq:Supervisor Workflow:default"
 
-// startHost runs a host on a connection of its own, which the test may close to make the host
-// vanish as a crashed process does.
+// startHost runs a host on a connection of its own (cfg.Conn, or a new one), which the test may
+// close to make the host vanish as a crashed process does.
 func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.Host, *nats.Conn, context.CancelFunc) {
 	t.Helper()
-	nc, err := s.NATS.Connect(cfg.ID)
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	cfg.Conn = nc
+	if cfg.Conn == nil {
+		nc, err := s.NATS.Connect(cfg.ID)
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		cfg.Conn = nc
+	}
+	nc := cfg.Conn
 	cfg.Bus = s.Res.Config
 	cfg.Logger = stacktest.Logger()
 	h, err := agent.NewHost(cfg)

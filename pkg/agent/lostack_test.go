@@ -1,0 +1,129 @@
+package agent_test
+
+import (
+	"bytes"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// An acknowledgement that never reaches the bus (in flight to a consumer leader that died)
+// leaves its finished request in the inbox until the ack wait ends. The tenure that begins under
+// a new pin finds it there, not held by the host: the host, which finished it, acknowledges it
+// again, and the conversation's next request runs at once instead of after the ack wait, and
+// the finished one does not run twice.
+func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
+	sa := &seqAgent{}
+	const ackWait = 10 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
+	lossy := &ackDropper{srv: s.NATS.Server}
+	nc, err := nats.Connect("", nats.InProcessServer(lossy), nats.Name("lossy"))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
+
+	lossy.drop.Store(true)
+	step(t, s, "x", "1", "")
+	waitFor(t, 5*time.Second, "step 1 ran and its acknowledgement was lost", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 1 && lossy.dropped.Load() > 0
+	})
+	lossy.drop.Store(false)
+
+	// A new pin begins a new tenure, as a consumer leader's election does.
+	ctx := t.Context()
+	consumer := subject.PartitionConsumer("Seq", 0)
+	require.NoError(t, s.Res.Inbox.UnpinConsumer(ctx, consumer, "hosts"))
+	sent := time.Now()
+	step(t, s, "x", "2", "")
+	waitFor(t, ackWait/2, "step 2 ran before step 1's ack wait ended", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) >= 2
+	})
+	t.Logf("step 2 ran %v after it was sent", time.Since(sent).Round(time.Millisecond))
+	ns, _ := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
+	waitFor(t, 5*time.Second, "the inbox holds no unacknowledged request", func() bool {
+		c, err := s.Res.Inbox.Consumer(ctx, consumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+}
+
+// ackDropper provides in-process connections that lose the JetStream acknowledgements they
+// publish while drop is set.
+type ackDropper struct {
+	srv     *server.Server
+	drop    atomic.Bool
+	dropped atomic.Int64
+}
+
+func (d *ackDropper) InProcessConn() (net.Conn, error) {
+	c, err := d.srv.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	return &ackDroppingConn{Conn: c, d: d}, nil
+}
+
+// ackDroppingConn passes the client's protocol on command by command, without the publishes to
+// $JS.ACK. subjects while its dropper drops them.
+type ackDroppingConn struct {
+	net.Conn
+	d       *ackDropper
+	mu      sync.Mutex
+	pending []byte // the start of a command not all written yet
+}
+
+func (c *ackDroppingConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending = append(c.pending, b...)
+	var out []byte
+	for {
+		i := bytes.Index(c.pending, []byte("\r\n"))
+		if i < 0 {
+			break
+		}
+		n, drop := i+2, false
+		if f := bytes.Fields(c.pending[:i]); len(f) >= 3 && (string(f[0]) == "PUB" || string(f[0]) == "HPUB") {
+			size, err := strconv.Atoi(string(f[len(f)-1]))
+			if err != nil {
+				return 0, err
+			}
+			if len(c.pending) < n+size+2 {
+				break // the payload is still to come
+			}
+			n += size + 2
+			drop = c.d.drop.Load() && bytes.HasPrefix(f[1], []byte("$JS.ACK."))
+		}
+		if drop {
+			c.d.dropped.Add(1)
+		} else {
+			out = append(out, c.pending[:n]...)
+		}
+		c.pending = c.pending[n:]
+	}
+	if len(out) > 0 {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+	}
+	return len(b), nil
+}
