@@ -97,16 +97,17 @@ func (l *countLoad) call(activation, key string) {
 }
 
 // reason names why an attempt failed: the connection error, or the status with the problem's
-// title.
+// title and type (which tells the 503s apart).
 func reason(status int, body []byte, err error) string {
 	if err != nil {
 		return "connection: " + err.Error()
 	}
 	var p struct {
+		Type  string `json:"type"`
 		Title string `json:"title"`
 	}
 	_ = json.Unmarshal(body, &p)
-	return fmt.Sprintf("%d %s", status, p.Title)
+	return fmt.Sprintf("%d %s (%s)", status, p.Title, p.Type)
 }
 
 // failureReasons returns how many attempts failed for each reason, most frequent first.
