@@ -143,6 +143,14 @@ type Directory struct {
 	hosts  map[string]seenHost
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
+	// lastBeat is the local time the newest heartbeat of any host arrived.
+	lastBeat time.Time
+
+	// hostsKV is read when every heartbeat has stopped arriving (see cutoff); nil never is.
+	hostsKV  jetstream.KeyValue
+	probeMu  sync.Mutex
+	probedAt time.Time
+	bucketUp bool
 
 	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
 	stopWatch context.CancelFunc
@@ -162,7 +170,7 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
-		stopWatch: stopWatch}
+		stopWatch: stopWatch, hostsKV: hostsKV}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
 		apply func(e jetstream.KeyValueEntry, initial bool)
@@ -245,6 +253,101 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
 		seen = seen.Add(-min(age, 2*DeadAfter))
 	}
 	d.hosts[e.Key()] = seenHost{host: h, seen: seen}
+	if seen.After(d.lastBeat) {
+		d.lastBeat = seen
+	}
+}
+
+// probeEvery bounds how often the hosts bucket is read while no heartbeat arrives, and
+// probeTimeout how long a reading may take.
+const (
+	probeEvery   = time.Second
+	probeTimeout = 500 * time.Millisecond
+)
+
+// cutoff returns the time after which a host's last heartbeat must have arrived for the host to
+// count as live: DeadAfter ago. When no heartbeat of any host has arrived for that long, either
+// every host stopped, or the heartbeats do not reach this watch (its consumer was on a NATS node
+// that died and nats.go has not yet followed it elsewhere; or the bucket's stream is electing a
+// leader and cannot be written). The bucket is then read directly (see refresh): what it holds
+// decides, and when it cannot be read, the hosts count as they stood when the heartbeats
+// stopped rather than all taken for dead at once; so too when it holds no fresh heartbeat but its
+// stream has no leader, which no heartbeat could have been written to.
+func (d *Directory) cutoff() time.Time {
+	now := d.now()
+	cutoff := now.Add(-DeadAfter)
+	d.mu.RLock()
+	last := d.lastBeat
+	d.mu.RUnlock()
+	if last.IsZero() || last.After(cutoff) || d.refresh() {
+		return cutoff
+	}
+	return last.Add(-DeadAfter)
+}
+
+// refresh reads the heartbeats of the known hosts from the bucket, at most every probeEvery,
+// and applies them as the watch would have; it reports whether the bucket could be read and, if
+// it held no fresh heartbeat, whether its stream's leader answers (the last time it was tried).
+// Without a bucket to read it reports true.
+func (d *Directory) refresh() bool {
+	if d.hostsKV == nil {
+		return true
+	}
+	d.probeMu.Lock()
+	defer d.probeMu.Unlock()
+	now := d.now()
+	if !d.probedAt.IsZero() && now.Sub(d.probedAt) < probeEvery {
+		return d.bucketUp
+	}
+	d.mu.RLock()
+	keys := make([]string, 0, len(d.hosts))
+	for k := range d.hosts {
+		keys = append(keys, k)
+	}
+	d.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	var entries []jetstream.KeyValueEntry
+	var gone []string
+	var err error
+	for _, k := range keys {
+		var e jetstream.KeyValueEntry
+		if e, err = d.hostsKV.Get(ctx, k); errors.Is(err, jetstream.ErrKeyNotFound) {
+			gone, err = append(gone, k), nil
+		} else if err != nil {
+			break
+		} else {
+			entries = append(entries, e)
+		}
+	}
+	if err == nil {
+		// Read back, a heartbeat is dated by its age, as when the watch starts.
+		for _, e := range entries {
+			d.applyHost(e, true)
+		}
+		if len(gone) > 0 {
+			d.mu.Lock()
+			for _, k := range gone {
+				delete(d.hosts, k)
+			}
+			d.mu.Unlock()
+			d.signal()
+		}
+		d.mu.RLock()
+		fresh := d.lastBeat.After(now.Add(-DeadAfter))
+		d.mu.RUnlock()
+		if !fresh {
+			// Nothing newer in the bucket either. Its replicas answer reads even while its
+			// stream has no leader, when no heartbeat can be written: only the leader answers
+			// this.
+			_, err = d.hostsKV.Status(ctx)
+		}
+	}
+	d.probedAt, d.bucketUp = now, err == nil
+	if err != nil {
+		d.log.Warn("no heartbeats arrive and the hosts bucket cannot be read or written; hosts count as they stood", "err", err)
+	}
+	return d.bucketUp
 }
 
 // signal notes a change for Changed, without blocking.
@@ -285,7 +388,7 @@ func (d *Directory) VisibleAgents(tenant string) []Agent {
 
 // Live reports whether some host with a fresh heartbeat runs the agent.
 func (d *Directory) Live(agent string) bool {
-	cutoff := d.now().Add(-DeadAfter)
+	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
@@ -298,7 +401,7 @@ func (d *Directory) Live(agent string) bool {
 
 // LiveHosts returns the heartbeats of the live hosts that run the agent, ordered by host id.
 func (d *Directory) LiveHosts(agent string) []Host {
-	cutoff := d.now().Add(-DeadAfter)
+	cutoff := d.cutoff()
 	d.mu.RLock()
 	var out []Host
 	for _, h := range d.hosts {
@@ -329,7 +432,7 @@ func (d *Directory) Close() error {
 // AnyLive reports whether some host, of any agent, has a fresh heartbeat: whether anything at
 // all would handle a request now. Ingress readiness asks it.
 func (d *Directory) AnyLive() bool {
-	cutoff := d.now().Add(-DeadAfter)
+	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {

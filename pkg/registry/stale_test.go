@@ -68,3 +68,92 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	d.applyHost(entry, false)
 	assert.True(t, d.Live("Echo"), "Echo not live after a fresh beat")
 }
+
+// TestStalledHeartbeatsAreReadFromTheBucket: when no heartbeat of any host has arrived for three
+// intervals, the Directory reads the known hosts' heartbeats from the bucket. What the bucket
+// holds decides (here heartbeats as old as the silence: the hosts are dead); when the bucket
+// cannot be read (its stream electing a leader, here the server gone), the hosts count as they
+// stood when the heartbeats stopped: the newest host is live, one already stale then is not.
+func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	entry := func(id string) jetstream.KeyValueEntry {
+		require.NoError(t, Beat(ctx, res.Hosts, Host{ID: id, Agents: []string{"Echo"}}))
+		e, err := res.Hosts.Get(ctx, subject.HostKey(id))
+		require.NoError(t, err)
+		return e
+	}
+	old, last := entry("old"), entry("last")
+
+	// directory sees old's heartbeat, then last's DeadAfter+1s later; its clock starts at the
+	// bucket's time, so that what it reads back is dated as the bucket stored it.
+	directory := func() (*Directory, *clock) {
+		clk := &clock{t: time.Now()}
+		d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
+			changed: make(chan struct{}, 1), hostsKV: res.Hosts}
+		d.applyHost(old, false)
+		clk.Advance(DeadAfter + time.Second)
+		d.applyHost(last, false)
+		return d, clk
+	}
+	live := func(d *Directory) []string {
+		var out []string
+		for _, h := range d.LiveHosts("Echo") {
+			out = append(out, h.ID)
+		}
+		return out
+	}
+
+	d, clk := directory()
+	assert.Equal(t, []string{"last"}, live(d), "heartbeats arriving")
+	clk.Advance(DeadAfter + time.Second)
+	assert.Empty(t, live(d), "no heartbeat for 4s, and the bucket holds none newer: every host is dead")
+	assert.False(t, d.AnyLive())
+
+	d, clk = directory()
+	srv.Shutdown()
+	clk.Advance(DeadAfter + time.Second)
+	assert.Equal(t, []string{"last"}, live(d), "no heartbeat, and the bucket cannot be read: hosts as they stood")
+	assert.True(t, d.Live("Echo"))
+}
+
+// TestStalledWatchReadsFreshHeartbeats: heartbeats go on reaching the bucket but not the
+// Directory's watch (its consumer was on a NATS node that died). Once no heartbeat has arrived
+// for three intervals, the Directory reads them from the bucket and the host stays live; a
+// Directory that cannot read the bucket takes it for dead.
+func TestStalledWatchReadsFreshHeartbeats(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	beat := func() jetstream.KeyValueEntry {
+		require.NoError(t, Beat(ctx, res.Hosts, Host{ID: "h", Agents: []string{"Echo"}}))
+		e, err := res.Hosts.Get(ctx, subject.HostKey("h"))
+		require.NoError(t, err)
+		return e
+	}
+	newDirectory := func(kv jetstream.KeyValue) *Directory {
+		return &Directory{log: slog.New(slog.DiscardHandler), now: time.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
+			changed: make(chan struct{}, 1), hostsKV: kv}
+	}
+	reading, blind := newDirectory(res.Hosts), newDirectory(nil)
+	e := beat()
+	reading.applyHost(e, false)
+	blind.applyHost(e, false)
+	// The host beats on; neither Directory's watch delivers it.
+	deadline := time.Now().Add(DeadAfter + 500*time.Millisecond)
+	for time.Now().Before(deadline) {
+		beat()
+		time.Sleep(HeartbeatInterval / 2)
+	}
+	assert.True(t, reading.Live("Echo"), "the host beats in the bucket: live")
+	assert.False(t, blind.Live("Echo"), "without the bucket: taken for dead")
+}
