@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -75,19 +76,7 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 // cannot be read (its stream electing a leader, here the server gone), the hosts count as they
 // stood when the heartbeats stopped: the newest host is live, one already stale then is not.
 func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	require.NoError(t, err)
-	entry := func(id string) jetstream.KeyValueEntry {
-		require.NoError(t, Beat(ctx, res.Hosts, Host{ID: id, Agents: []string{"Echo"}}))
-		e, err := res.Hosts.Get(ctx, subject.HostKey(id))
-		require.NoError(t, err)
-		return e
-	}
+	srv, hosts, entry := heartbeatBucket(t)
 	old, last := entry("old"), entry("last")
 
 	// directory sees old's heartbeat, then last's DeadAfter+1s later; its clock starts at the
@@ -95,7 +84,7 @@ func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
 	directory := func() (*Directory, *clock) {
 		clk := &clock{t: time.Now()}
 		d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
-			changed: make(chan struct{}, 1), hostsKV: res.Hosts}
+			changed: make(chan struct{}, 1), hostsKV: hosts}
 		d.applyHost(old, false)
 		clk.Advance(DeadAfter + time.Second)
 		d.applyHost(last, false)
@@ -127,24 +116,13 @@ func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
 // for three intervals, the Directory reads them from the bucket and the host stays live; a
 // Directory that cannot read the bucket takes it for dead.
 func TestStalledWatchReadsFreshHeartbeats(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	require.NoError(t, err)
-	beat := func() jetstream.KeyValueEntry {
-		require.NoError(t, Beat(ctx, res.Hosts, Host{ID: "h", Agents: []string{"Echo"}}))
-		e, err := res.Hosts.Get(ctx, subject.HostKey("h"))
-		require.NoError(t, err)
-		return e
-	}
+	_, hosts, entry := heartbeatBucket(t)
+	beat := func() jetstream.KeyValueEntry { return entry("h") }
 	newDirectory := func(kv jetstream.KeyValue) *Directory {
 		return &Directory{log: slog.New(slog.DiscardHandler), now: time.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
 			changed: make(chan struct{}, 1), hostsKV: kv}
 	}
-	reading, blind := newDirectory(res.Hosts), newDirectory(nil)
+	reading, blind := newDirectory(hosts), newDirectory(nil)
 	e := beat()
 	reading.applyHost(e, false)
 	blind.applyHost(e, false)
@@ -156,4 +134,22 @@ func TestStalledWatchReadsFreshHeartbeats(t *testing.T) {
 	}
 	assert.True(t, reading.Live("Echo"), "the host beats in the bucket: live")
 	assert.False(t, blind.Live("Echo"), "without the bucket: taken for dead")
+}
+
+// heartbeatBucket starts a server with agentbus's buckets and returns it, the hosts bucket, and
+// a function that writes a heartbeat of host id (running Echo) and returns its entry.
+func heartbeatBucket(t *testing.T) (*natsembed.Server, jetstream.KeyValue, func(id string) jetstream.KeyValueEntry) {
+	t.Helper()
+	ctx := t.Context()
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	return srv, res.Hosts, func(id string) jetstream.KeyValueEntry {
+		require.NoError(t, Beat(ctx, res.Hosts, Host{ID: id, Agents: []string{"Echo"}}))
+		e, err := res.Hosts.Get(ctx, subject.HostKey(id))
+		require.NoError(t, err)
+		return e
+	}
 }
