@@ -6,8 +6,9 @@
 //
 // Every process it starts is killed when the test ends. The processes of a test log to files in
 // a directory of their own, named in the test's output when the first one starts and kept when
-// the test fails (or when AGENTBUS_PROCTEST_KEEP_LOGS is set); nothing is printed after a failure, so that the end of a failed test's output
-// is its failure message. It is not for production use, and it needs the go command.
+// the test fails (or when AGENTBUS_PROCTEST_KEEP_LOGS is set); nothing is printed after a
+// failure, so that the end of a failed test's output is its failure message. It is not for
+// production use, and it needs the go command.
 package proctest
 
 import (
