@@ -480,6 +480,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 		method := req.GetMethod()
 		m.Text = &method
 		m.Data = appendWebhookCall(make([]byte, 0, 64+len(body)), req.GetParams(), body)
+		m.DataCompact = true
 	case agentbusv1.Kind_KIND_DATA:
 		method := req.GetMethod()
 		m.Text = &method
@@ -519,7 +520,9 @@ func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawM
 }
 
 func webhookOutgoing(req *agentbusv1.Request, resp Response, part string) *history.Message {
-	return outgoing(req, part, nil, appendWebhookAnswer(make([]byte, 0, 64+len(resp.Content)), resp))
+	m := outgoing(req, part, nil, appendWebhookAnswer(make([]byte, 0, 64+len(resp.Content)), resp))
+	m.DataCompact = true
+	return m
 }
 
 // appendWebhookCall appends how a webhook call is kept in history:

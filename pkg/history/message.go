@@ -54,12 +54,17 @@ type Message struct {
 	// Text is null in JSON when nil.
 	Text *string `json:"text"`
 	// Data is null in JSON when nil or empty.
-	Data          json.RawMessage `json:"data"`
-	Hint          string          `json:"hint,omitempty"`
-	RequestID     string          `json:"requestId"`
-	ParticipantID string          `json:"participantId"`
-	WorkflowID    string          `json:"workflowId"`
-	Scope         string          `json:"scope,omitempty"`
+	Data json.RawMessage `json:"data"`
+	// DataCompact says that Data is already written as encoding/json writes a value (valid,
+	// compact, HTML characters escaped), as package jsonenc's encoders write it: AppendJSON copies
+	// it as it is instead of checking and compacting it again. Leave it false for JSON from
+	// elsewhere.
+	DataCompact   bool   `json:"-"`
+	Hint          string `json:"hint,omitempty"`
+	RequestID     string `json:"requestId"`
+	ParticipantID string `json:"participantId"`
+	WorkflowID    string `json:"workflowId"`
+	Scope         string `json:"scope,omitempty"`
 	// Metadata describes the message beyond spec 2.1's fields, omitted when empty. A tool call
 	// of a chat and its result (package agent's ChatWithTools) carry MetaToolCallID.
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -152,9 +157,13 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, *m.Text)
 	}
 	b = append(b, `,"data":`...)
-	b, err := jsonenc.AppendRaw(b, m.Data)
-	if err != nil {
-		return dst, fmt.Errorf("encoding data: %w", err)
+	if m.DataCompact && len(m.Data) > 0 {
+		b = append(b, m.Data...)
+	} else {
+		var err error
+		if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
+			return dst, fmt.Errorf("encoding data: %w", err)
+		}
 	}
 	if m.Hint != "" {
 		b = append(b, `,"hint":`...)
