@@ -68,7 +68,10 @@ func (s *Server) publish(ctx context.Context, req *agentbusv1.Request, replyTo s
 // for one message goes by claim check, stored here.
 func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo string) (*nats.Msg, error) {
 	req.CreatedAtMs = time.Now().UnixMilli()
-	req.Fingerprint = fingerprint(req)
+	if req.KeepResult {
+		// Only a requestId the caller chose can come again, for the same request or another.
+		req.Fingerprint = fingerprint(req)
+	}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding request: %w", err)

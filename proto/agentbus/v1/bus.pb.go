@@ -177,7 +177,8 @@ type Request struct {
 	// a retry with the same id must get this reply.
 	KeepResult bool `protobuf:"varint,19,opt,name=keep_result,json=keepResult,proto3" json:"keep_result,omitempty"`
 	// Identifies what was asked (kind, workflow, method), so that a requestId reused for a
-	// different request is told apart from a retry.
+	// different request is told apart from a retry. Set with keep_result only: a requestId the
+	// ingress made up cannot come again.
 	Fingerprint string `protobuf:"bytes,20,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	// Data: the method's parameters as JSON. Chat and File: the message's data, if any.
 	Data []byte `protobuf:"bytes,21,opt,name=data,proto3" json:"data,omitempty"`
