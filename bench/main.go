@@ -310,6 +310,7 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 
 	results := map[string]result{}
 	failed := false
+	var sites allocSites // the closed loop's agentbus phase, when the stack runs in this process
 	for _, r := range runs {
 		po := o
 		po.Rate = r.rate
@@ -319,6 +320,9 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 				suffix = ".rate" + fmtRate(r.rate)
 			}
 			po.OnMeasure = prof.hook(suffix)
+		}
+		if r.phase == phaseAgentbus && r.rate == 0 && o.URL == "" {
+			po.OnMeasure = allocHook(&sites, po.OnMeasure)
 		}
 		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", r, o.Warmup, o.Duration)
 		if o.stackGC > 0 {
@@ -350,6 +354,7 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 			fmt.Printf("closed loop, %d clients:\n", o.Clients)
 		}
 		printTable(os.Stdout, phases, results)
+		sites.print(os.Stdout, 12, results[phaseAgentbus].AllocsPerCall())
 		if minRatio > 0 {
 			ab, bare := results[phaseAgentbus], results[phaseBare]
 			if bare.RPS() == 0 || ab.RPS()/bare.RPS() < minRatio {
