@@ -239,6 +239,10 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
 	defer d.signal()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.applyHostLocked(e, initial)
+}
+
+func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(d.hosts, e.Key())
 		return
@@ -299,10 +303,14 @@ func (d *Directory) refresh() bool {
 	if !d.probedAt.IsZero() && now.Sub(d.probedAt) < probeEvery {
 		return d.bucketUp
 	}
+	// Each host as it stood before the reads: one whose heartbeat the watch applies meanwhile
+	// keeps that newer one.
 	d.mu.RLock()
 	keys := make([]string, 0, len(d.hosts))
-	for k := range d.hosts {
+	was := make(map[string]time.Time, len(d.hosts))
+	for k, h := range d.hosts {
 		keys = append(keys, k)
+		was[k] = h.seen
 	}
 	d.mu.RUnlock()
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
@@ -321,21 +329,21 @@ func (d *Directory) refresh() bool {
 		}
 	}
 	if err == nil {
-		// Read back, a heartbeat is dated by its age, as when the watch starts.
+		d.mu.Lock()
+		unchanged := func(k string) bool { h, ok := d.hosts[k]; return ok && h.seen.Equal(was[k]) }
 		for _, e := range entries {
-			d.applyHost(e, true)
+			if unchanged(e.Key()) {
+				d.applyHostLocked(e, true) // read back, a heartbeat is dated by its age
+			}
 		}
-		if len(gone) > 0 {
-			d.mu.Lock()
-			for _, k := range gone {
+		for _, k := range gone {
+			if unchanged(k) {
 				delete(d.hosts, k)
 			}
-			d.mu.Unlock()
-			d.signal()
 		}
-		d.mu.RLock()
 		fresh := d.lastBeat.After(now.Add(-DeadAfter))
-		d.mu.RUnlock()
+		d.mu.Unlock()
+		d.signal()
 		if !fresh {
 			// Nothing newer in the bucket either. Its replicas answer reads even while its
 			// stream has no leader, when no heartbeat can be written: only the leader answers
