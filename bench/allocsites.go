@@ -75,11 +75,7 @@ func diffSites(before, after map[[32]uintptr]float64) allocSites {
 		if n <= 0 {
 			continue
 		}
-		end := slices.Index(stack[:], 0)
-		if end < 0 {
-			end = len(stack)
-		}
-		site, owner := attribute(stack[:end])
+		site, owner := attribute((&runtime.MemProfileRecord{Stack0: stack}).Stack())
 		d.site[site] += n
 		d.owner[owner] += n
 		d.total += n

@@ -242,6 +242,7 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
 	d.applyHostLocked(e, initial)
 }
 
+// applyHostLocked is applyHost for a caller that holds d.mu and signals the change itself.
 func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(d.hosts, e.Key())
@@ -306,10 +307,8 @@ func (d *Directory) refresh() bool {
 	// Each host as it stood before the reads: one whose heartbeat the watch applies meanwhile
 	// keeps that newer one.
 	d.mu.RLock()
-	keys := make([]string, 0, len(d.hosts))
 	was := make(map[string]time.Time, len(d.hosts))
 	for k, h := range d.hosts {
-		keys = append(keys, k)
 		was[k] = h.seen
 	}
 	d.mu.RUnlock()
@@ -318,7 +317,7 @@ func (d *Directory) refresh() bool {
 	var entries []jetstream.KeyValueEntry
 	var gone []string
 	var err error
-	for _, k := range keys {
+	for k := range was {
 		var e jetstream.KeyValueEntry
 		if e, err = d.hostsKV.Get(ctx, k); errors.Is(err, jetstream.ErrKeyNotFound) {
 			gone, err = append(gone, k), nil
