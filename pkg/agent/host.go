@@ -394,9 +394,12 @@ func (h *Host) agentNames() []string {
 	return names
 }
 
-// beat writes the host's heartbeat: its agents and the partitions it pulls.
+// features are what this host's heartbeat says it understands (registry.Host.Features).
+var features = []string{registry.FeatureReplyTo}
+
+// beat writes the host's heartbeat: its agents, the partitions it pulls and its features.
 func (h *Host) beat(ctx context.Context) error {
-	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.owned()}
+	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.owned(), Features: features}
 	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
 		return err
 	}

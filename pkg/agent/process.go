@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		_ = m.Term()
 		return true
 	}
-	replyTo := m.Headers().Get(subject.HeaderReplyTo)
+	replyTo := replySubject(m.Headers(), req)
 	log := requestLog(h.log, req)
 	if md.NumDelivered > 1 {
 		h.metrics.redelivered(d.part.key.agent, req)
@@ -186,4 +187,17 @@ func (h *Host) giveBack(log *slog.Logger, d *delivery) bool {
 		log.Debug("giving a request back", "err", err)
 	}
 	return false
+}
+
+// replySubject is where the request's waiter wants the reply: the envelope's reply_to, or the
+// Agentbus-Reply-To header where an ingress puts it while some host of the agent does not read
+// the envelope's (registry.FeatureReplyTo). A replayed dead letter answers no waiter.
+func replySubject(hdr nats.Header, req *agentbusv1.Request) string {
+	if hdr.Get(subject.HeaderReplay) != "" {
+		return ""
+	}
+	if to := req.GetReplyTo(); to != "" {
+		return to
+	}
+	return hdr.Get(subject.HeaderReplyTo)
 }

@@ -216,8 +216,17 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 			return Letter{}, fmt.Errorf("checking the dead letter's stored request: %w", err)
 		}
 	}
+	data := raw.Data
+	if req.GetReplyTo() != "" {
+		// The caller that waited for the dead request is long gone; a later one must not get
+		// this reply.
+		req.ReplyTo = ""
+		if data, err = proto.Marshal(req); err != nil {
+			return Letter{}, fmt.Errorf("encoding dead letter %d: %w", id, err)
+		}
+	}
 	msg := &nats.Msg{Subject: subject.Inbox(req.GetAgentName(), req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()),
-		Data: raw.Data, Header: nats.Header{}}
+		Data: data, Header: nats.Header{}}
 	// The replay's handler run continues the trace of whoever replayed it (the ingress's span of
 	// the replay request), not the dead request's, which ended when it was given up.
 	tracing.Inject(ctx, msg.Header)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -72,6 +73,15 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 		// Only a requestId the caller chose can come again, for the same request or another.
 		req.Fingerprint = fingerprint(req)
 	}
+	// The reply subject rides in the envelope when every host that may take the request reads
+	// it there: a header would cost a map here, a scan of the header block in the NATS server
+	// and a parse into a map again in the host. Otherwise it goes in the header older hosts
+	// read (registry.FeatureReplyTo).
+	req.ReplyTo = ""
+	replyHeader := replyTo != "" && !s.dir.AllLiveHave(req.AgentName, registry.FeatureReplyTo)
+	if replyTo != "" && !replyHeader {
+		req.ReplyTo = replyTo
+	}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encoding request: %w", err)
@@ -89,7 +99,7 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 			RequestId: req.RequestId, TenantId: req.TenantId, WorkflowId: req.WorkflowId, AgentName: req.AgentName,
 			WorkflowType: req.WorkflowType, ActivationName: req.ActivationName, ParticipantId: req.ParticipantId,
 			Kind: req.Kind, Method: req.Method, Fingerprint: req.Fingerprint, KeepResult: req.KeepResult,
-			MessageId: req.MessageId, CreatedAtMs: req.CreatedAtMs, Stream: req.Stream, EnvelopeRef: ref,
+			MessageId: req.MessageId, CreatedAtMs: req.CreatedAtMs, Stream: req.Stream, EnvelopeRef: ref, ReplyTo: req.ReplyTo,
 		}
 		if data, err = proto.Marshal(stub); err != nil {
 			return nil, fmt.Errorf("encoding request: %w", err)
@@ -100,7 +110,7 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	if replyTo != "" {
+	if replyHeader {
 		msg.Header.Set(subject.HeaderReplyTo, replyTo)
 	}
 	if req.KeepResult {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -21,6 +22,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // failing is an agent whose webhook handlers fail on purpose: "mendable" returns a retryable
@@ -183,6 +186,20 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	var letter deadletter.Letter
 	adminOK(t, s, http.MethodGet, deadLetterOf("default", toReplay), s.Key, nil, http.StatusOK, &letter)
 
+	// The dead request was a waiting call: its envelope names the reply subject of a caller
+	// that has long had its answer. The replay must not answer it.
+	stored, err := s.Res.DeadLetters.GetMsg(context.Background(), toReplay)
+	require.NoError(t, err)
+	deadReq := new(agentbusv1.Request)
+	require.NoError(t, proto.Unmarshal(stored.Data, deadReq))
+	require.NotEmpty(t, deadReq.GetReplyTo(), "the dead letter's envelope names no reply subject")
+	nc, err := s.NATS.Connect("test")
+	require.NoError(t, err)
+	defer nc.Close()
+	published, err := nc.SubscribeSync(subject.InboxSubjects())
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
 	flaky.mended.Store(true)
 	var replayed struct {
 		Replayed   uint64 `json:"replayed"`
@@ -194,6 +211,19 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	assert.Equal(t, letter.RequestID, replayed.RequestID, "a replay keeps the requestId")
 	assert.Equal(t, replayWF, replayed.WorkflowID)
 	require.Eventually(t, func() bool { return flaky.runs.Load() == 1 }, 10*time.Second, 10*time.Millisecond, "the replayed request did not run")
+	for {
+		m, err := published.NextMsg(5 * time.Second)
+		require.NoError(t, err, "the replayed request was not published")
+		if m.Subject == subject.InboxMarker {
+			continue
+		}
+		again := new(agentbusv1.Request)
+		require.NoError(t, proto.Unmarshal(m.Data, again))
+		assert.Equal(t, deadReq.GetRequestId(), again.GetRequestId())
+		assert.Empty(t, again.GetReplyTo(), "the replay names the dead call's reply subject")
+		assert.Empty(t, m.Header.Get(subject.HeaderReplyTo), "the replay names a reply subject")
+		break
+	}
 
 	for _, method := range []string{http.MethodGet, http.MethodDelete} {
 		status, h, b := adminReq(t, s, method, deadLetterOf("default", toReplay), s.Key, nil)

@@ -94,10 +94,22 @@ type Host struct {
 	// Partitions are the inbox partitions the host pulls, by agent: those it owns, and those it
 	// is still handing over. Another host takes over a partition that no live host lists.
 	Partitions map[string][]int `json:"partitions,omitempty"`
+	// Features name what the host understands that hosts of earlier releases did not. Ingress
+	// relies on a feature for an agent only while every live host of the agent lists it
+	// (Directory.AllLiveHave), so that a rolling upgrade may replace hosts and ingresses in any
+	// order.
+	Features []string `json:"features,omitempty"`
 }
+
+// FeatureReplyTo means the host reads a waiting ingress's reply subject from the request
+// envelope (agentbusv1.Request.reply_to), not only from the Agentbus-Reply-To header.
+const FeatureReplyTo = "reply-to"
 
 // Owns reports whether the heartbeat lists the agent's partition p.
 func (h Host) Owns(agent string, p int) bool { return slices.Contains(h.Partitions[agent], p) }
+
+// Has reports whether the heartbeat lists the feature.
+func (h Host) Has(feature string) bool { return slices.Contains(h.Features, feature) }
 
 // Register writes the agents' registrations.
 func Register(ctx context.Context, kv jetstream.KeyValue, agents []Agent) error {
@@ -419,6 +431,25 @@ func (d *Directory) LiveHosts(agent string) []Host {
 	d.mu.RUnlock()
 	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// AllLiveHave reports whether the agent has a live host and every live host of the agent lists
+// the feature in its heartbeat.
+func (d *Directory) AllLiveHave(agent, feature string) bool {
+	cutoff := d.cutoff()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	live := false
+	for _, h := range d.hosts {
+		if !h.seen.After(cutoff) || !slices.Contains(h.host.Agents, agent) {
+			continue
+		}
+		if !h.host.Has(feature) {
+			return false
+		}
+		live = true
+	}
+	return live
 }
 
 // Close stops the watches.

@@ -159,6 +159,33 @@ func TestHeartbeatReplacesAgents(t *testing.T) {
 	})
 }
 
+// Ingress relies on a feature of an agent's hosts only while every live host of the agent lists
+// it: a host of an earlier release, which lists none, turns it off until it leaves.
+func TestAllLiveHave(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	const f = registry.FeatureReplyTo
+	assert.False(t, d.AllLiveHave("Echo", f), "no live host")
+
+	fresh := registry.Host{ID: "new", Agents: []string{"Echo"}, Features: []string{f}}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, fresh))
+	eventually(t, time.Second, "the only host has the feature", func() bool { return d.AllLiveHave("Echo", f) })
+	assert.False(t, d.AllLiveHave("Echo", "unknown-feature"), "a feature no host lists")
+	assert.False(t, d.AllLiveHave("Other", f), "an agent no host runs")
+
+	old := registry.Host{ID: "old", Agents: []string{"Echo", "Other"}}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, old))
+	eventually(t, time.Second, "a live host without the feature", func() bool { return !d.AllLiveHave("Echo", f) })
+
+	// A host of another agent does not count.
+	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "old", Agents: []string{"Other"}}))
+	eventually(t, time.Second, "the host without the feature runs another agent now", func() bool { return d.AllLiveHave("Echo", f) })
+	assert.False(t, d.AllLiveHave("Other", f), "Other's only host lacks the feature")
+
+	require.NoError(t, registry.Leave(ctx, res.Hosts, fresh.ID))
+	eventually(t, time.Second, "no live host after the last left", func() bool { return !d.AllLiveHave("Echo", f) })
+}
+
 func TestDirectorySeesExistingHeartbeat(t *testing.T) {
 	ctx, res := setup(t)
 	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}))

@@ -192,7 +192,12 @@ type Request struct {
 	// Webhook: inbound HTTP headers (Authorization, Proxy-Authorization and Cookie removed), one
 	// line "Canonical-Name: value\n" per header, the values of a repeated header joined with ", "
 	// (package bus: AppendHeader, ParseHeaders).
-	Headers       []byte `protobuf:"bytes,25,opt,name=headers,proto3" json:"headers,omitempty"`
+	Headers []byte `protobuf:"bytes,25,opt,name=headers,proto3" json:"headers,omitempty"`
+	// The core NATS subject where a waiting ingress wants the reply; empty when nobody waits. The
+	// ingress sets it only when every live host of the agent says in its heartbeat that it reads
+	// it (registry.FeatureReplyTo); otherwise the reply subject goes in the Agentbus-Reply-To
+	// header, where older hosts look. A replayed dead letter answers no waiter: replay clears it.
+	ReplyTo       string `protobuf:"bytes,26,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +398,13 @@ func (x *Request) GetHeaders() []byte {
 		return x.Headers
 	}
 	return nil
+}
+
+func (x *Request) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
 }
 
 // FileRef describes an uploaded file. Ingress decodes and checks the content; the handler is told
@@ -783,7 +795,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xe2\x06\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xfd\x06\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -814,7 +826,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x17 \x01(\tR\tmessageId\x12\x16\n" +
 	"\x06stream\x18\x18 \x01(\bR\x06stream\x12\x18\n" +
-	"\aheaders\x18\x19 \x01(\fR\aheaders\x1a9\n" +
+	"\aheaders\x18\x19 \x01(\fR\aheaders\x12\x19\n" +
+	"\breply_to\x18\x1a \x01(\tR\areplyTo\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\bmetadata\"\xbd\x01\n" +

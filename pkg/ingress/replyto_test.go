@@ -1,0 +1,114 @@
+package ingress_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// The reply subject of a waiting call rides in the request envelope while every live host of the
+// agent says it reads it there, and in the Agentbus-Reply-To header while a host that does not
+// (one of an earlier release) is live. Either way the caller gets its answer.
+func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	nc, err := s.NATS.Connect("test")
+	require.NoError(t, err)
+	defer nc.Close()
+	published, err := nc.SubscribeSync(subject.InboxSubjects())
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+
+	// post calls Echo's webhook in the background; its status arrives on the channel.
+	post := func(i int) <-chan string {
+		done := make(chan string, 1)
+		go func() {
+			u := s.URL + "/api/user/webhooks/" + url.PathEscape(fmt.Sprintf("default:Echo:Supervisor Workflow:reply-%d", i)) + "/echo?" + q("apikey", s.Key).Encode()
+			resp, err := http.Post(u, "text/plain", strings.NewReader("hi"))
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			done <- resp.Status
+		}()
+		return done
+	}
+	// next is the next request the ingress published, with its envelope.
+	next := func() (*nats.Msg, *agentbusv1.Request) {
+		t.Helper()
+		for {
+			m, err := published.NextMsg(10 * time.Second)
+			require.NoError(t, err, "waiting for the request on the inbox")
+			if m.Subject == subject.InboxMarker {
+				continue
+			}
+			req := new(agentbusv1.Request)
+			require.NoError(t, proto.Unmarshal(m.Data, req))
+			return m, req
+		}
+	}
+
+	done := post(0)
+	m, req := next()
+	assert.Empty(t, m.Header.Get(subject.HeaderReplyTo), "a header while every host reads the envelope")
+	assert.True(t, strings.HasPrefix(req.GetReplyTo(), "_INBOX."), "reply subject in the envelope: %q", req.GetReplyTo())
+	assert.Equal(t, "200 OK", <-done)
+
+	// A host of an earlier release joins: its heartbeat names no features.
+	ctx, cancel := context.WithCancel(context.Background())
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for {
+			_ = registry.Beat(ctx, s.Res.Hosts, registry.Host{ID: "old-host", Agents: []string{"Echo"}, StartedAt: time.Now()})
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	// Until the ingress sees it, calls still carry the reply subject in the envelope. Requests
+	// of the partitions the new host takes wait for it (it never pulls) until it leaves.
+	var calls []<-chan string
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 1; ; i++ {
+		require.True(t, time.Now().Before(deadline), "the ingress never put the reply subject in the header")
+		calls = append(calls, post(i))
+		m, req = next()
+		if m.Header.Get(subject.HeaderReplyTo) != "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.True(t, strings.HasPrefix(m.Header.Get(subject.HeaderReplyTo), "_INBOX."), "reply subject in the header: %q", m.Header.Get(subject.HeaderReplyTo))
+	assert.Empty(t, req.GetReplyTo(), "a reply subject in the envelope while a host that does not read it is live")
+
+	cancel()
+	<-beating
+	require.NoError(t, registry.Leave(context.Background(), s.Res.Hosts, "old-host"))
+	for i, c := range calls {
+		select {
+		case status := <-c:
+			assert.Equal(t, "200 OK", status, "call %d", i+1)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("call %d was not answered", i+1)
+		}
+	}
+}
