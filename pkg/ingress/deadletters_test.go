@@ -193,12 +193,7 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	deadReq := new(agentbusv1.Request)
 	require.NoError(t, proto.Unmarshal(stored.Data, deadReq))
 	require.NotEmpty(t, deadReq.GetReplyTo(), "the dead letter's envelope names no reply subject")
-	nc, err := s.NATS.Connect("test")
-	require.NoError(t, err)
-	defer nc.Close()
-	published, err := nc.SubscribeSync(subject.InboxSubjects())
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
+	published := subscribeInbox(t, s)
 
 	flaky.mended.Store(true)
 	var replayed struct {
@@ -211,19 +206,10 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	assert.Equal(t, letter.RequestID, replayed.RequestID, "a replay keeps the requestId")
 	assert.Equal(t, replayWF, replayed.WorkflowID)
 	require.Eventually(t, func() bool { return flaky.runs.Load() == 1 }, 10*time.Second, 10*time.Millisecond, "the replayed request did not run")
-	for {
-		m, err := published.NextMsg(5 * time.Second)
-		require.NoError(t, err, "the replayed request was not published")
-		if m.Subject == subject.InboxMarker {
-			continue
-		}
-		again := new(agentbusv1.Request)
-		require.NoError(t, proto.Unmarshal(m.Data, again))
-		assert.Equal(t, deadReq.GetRequestId(), again.GetRequestId())
-		assert.Empty(t, again.GetReplyTo(), "the replay names the dead call's reply subject")
-		assert.Empty(t, m.Header.Get(subject.HeaderReplyTo), "the replay names a reply subject")
-		break
-	}
+	m, again := nextPublished(t, published)
+	assert.Equal(t, deadReq.GetRequestId(), again.GetRequestId())
+	assert.Empty(t, again.GetReplyTo(), "the replay names the dead call's reply subject")
+	assert.Empty(t, m.Header.Get(subject.HeaderReplyTo), "the replay names a reply subject")
 
 	for _, method := range []string{http.MethodGet, http.MethodDelete} {
 		status, h, b := adminReq(t, s, method, deadLetterOf("default", toReplay), s.Key, nil)

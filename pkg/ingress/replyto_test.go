@@ -21,17 +21,39 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
+// subscribeInbox subscribes a new connection to every request published to the inbox.
+func subscribeInbox(t *testing.T, s *stacktest.Stack) *nats.Subscription {
+	t.Helper()
+	nc, err := s.NATS.Connect("test")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync(subject.InboxSubjects())
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	return sub
+}
+
+// nextPublished is the next request published to the inbox (markers skipped), with its envelope.
+func nextPublished(t *testing.T, sub *nats.Subscription) (*nats.Msg, *agentbusv1.Request) {
+	t.Helper()
+	for {
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err, "waiting for a request on the inbox")
+		if m.Subject == subject.InboxMarker {
+			continue
+		}
+		req := new(agentbusv1.Request)
+		require.NoError(t, proto.Unmarshal(m.Data, req))
+		return m, req
+	}
+}
+
 // The reply subject of a waiting call rides in the request envelope while every live host of the
 // agent says it reads it there, and in the Agentbus-Reply-To header while a host that does not
 // (one of an earlier release) is live. Either way the caller gets its answer.
 func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	nc, err := s.NATS.Connect("test")
-	require.NoError(t, err)
-	defer nc.Close()
-	published, err := nc.SubscribeSync(subject.InboxSubjects())
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
+	published := subscribeInbox(t, s)
 
 	// post calls Echo's webhook in the background; its status arrives on the channel.
 	post := func(i int) <-chan string {
@@ -49,20 +71,7 @@ func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 		}()
 		return done
 	}
-	// next is the next request the ingress published, with its envelope.
-	next := func() (*nats.Msg, *agentbusv1.Request) {
-		t.Helper()
-		for {
-			m, err := published.NextMsg(10 * time.Second)
-			require.NoError(t, err, "waiting for the request on the inbox")
-			if m.Subject == subject.InboxMarker {
-				continue
-			}
-			req := new(agentbusv1.Request)
-			require.NoError(t, proto.Unmarshal(m.Data, req))
-			return m, req
-		}
-	}
+	next := func() (*nats.Msg, *agentbusv1.Request) { return nextPublished(t, published) }
 
 	done := post(0)
 	m, req := next()
