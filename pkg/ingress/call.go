@@ -78,9 +78,13 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 	// and a parse into a map again in the host. Otherwise it goes in the header older hosts
 	// read (registry.FeatureReplyTo).
 	req.ReplyTo = ""
-	replyHeader := replyTo != "" && !s.dir.AllLiveHave(req.AgentName, registry.FeatureReplyTo)
-	if replyTo != "" && !replyHeader {
-		req.ReplyTo = replyTo
+	replyHeader := false
+	if replyTo != "" {
+		if s.dir.AllLiveHave(req.AgentName, registry.FeatureReplyTo) {
+			req.ReplyTo = replyTo
+		} else {
+			replyHeader = true
+		}
 	}
 	data, err := proto.Marshal(req)
 	if err != nil {

@@ -405,30 +405,30 @@ func (d *Directory) VisibleAgents(tenant string) []Agent {
 	return out
 }
 
-// Live reports whether some host with a fresh heartbeat runs the agent.
-func (d *Directory) Live(agent string) bool {
+// eachLive calls f with the heartbeat of each host whose heartbeat is fresh and that runs the
+// agent, until f returns false. f runs under the read lock.
+func (d *Directory) eachLive(agent string, f func(Host) bool) {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
-		if h.seen.After(cutoff) && slices.Contains(h.host.Agents, agent) {
-			return true
+		if h.seen.After(cutoff) && slices.Contains(h.host.Agents, agent) && !f(h.host) {
+			return
 		}
 	}
-	return false
+}
+
+// Live reports whether some host with a fresh heartbeat runs the agent.
+func (d *Directory) Live(agent string) bool {
+	live := false
+	d.eachLive(agent, func(Host) bool { live = true; return false })
+	return live
 }
 
 // LiveHosts returns the heartbeats of the live hosts that run the agent, ordered by host id.
 func (d *Directory) LiveHosts(agent string) []Host {
-	cutoff := d.cutoff()
-	d.mu.RLock()
 	var out []Host
-	for _, h := range d.hosts {
-		if h.seen.After(cutoff) && slices.Contains(h.host.Agents, agent) {
-			out = append(out, h.host)
-		}
-	}
-	d.mu.RUnlock()
+	d.eachLive(agent, func(h Host) bool { out = append(out, h); return true })
 	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
@@ -436,20 +436,9 @@ func (d *Directory) LiveHosts(agent string) []Host {
 // AllLiveHave reports whether the agent has a live host and every live host of the agent lists
 // the feature in its heartbeat.
 func (d *Directory) AllLiveHave(agent, feature string) bool {
-	cutoff := d.cutoff()
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	live := false
-	for _, h := range d.hosts {
-		if !h.seen.After(cutoff) || !slices.Contains(h.host.Agents, agent) {
-			continue
-		}
-		if !h.host.Has(feature) {
-			return false
-		}
-		live = true
-	}
-	return live
+	live, all := false, true
+	d.eachLive(agent, func(h Host) bool { live, all = true, h.Has(feature); return all })
+	return live && all
 }
 
 // Close stops the watches.
