@@ -1,7 +1,17 @@
 package bus
 
+import "time"
+
 // ParsePubAckFast exposes parsePubAckFast to the package's external tests.
 var ParsePubAckFast = parsePubAckFast
 
 // Placed reports how many markers the keeper has placed.
 func (k *InboxKeeper) Placed() uint64 { return k.placed.Load() }
+
+// SetResendAfter sets how long Waiter.Await waits for an acknowledgement before it sends a
+// request with a de-duplication id again, until the test ends.
+func SetResendAfter(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := resendAfter
+	resendAfter = d
+	t.Cleanup(func() { resendAfter = old })
+}

@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,4 +27,29 @@ func withStream(t *testing.T, name string, subjects ...string) (*nats.Conn, jets
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects})
 	require.NoError(t, err)
 	return nc, js, ctx
+}
+
+// lossyServer subscribes to subjects as a server would that takes each message's first copy and
+// dies before it acknowledges it: only later copies get an acknowledgement (of stream name).
+// It returns how many copies of each subject it received.
+func lossyServer(t *testing.T, nc *nats.Conn, subjects, name string) func() map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	seen := make(map[string]int)
+	sub, err := nc.Subscribe(subjects, func(m *nats.Msg) {
+		mu.Lock()
+		seen[m.Subject]++
+		n := seen[m.Subject]
+		mu.Unlock()
+		if n > 1 {
+			_ = m.Respond([]byte(`{"stream":"` + name + `","seq":1}`))
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
 }

@@ -15,12 +15,30 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// Publish retries: as jetstream.JetStream.PublishMsg does, a publish that finds no responder
-// (a stream leader being elected) is tried again after a short wait.
+// While no stream answers a publish (nats.ErrNoResponders), nothing was stored, so it is safe to
+// publish again, with or without a de-duplication id. A NATS cluster answers so while it elects
+// a new leader for the stream, for seconds after the leader's node died (docs/architecture.md,
+// "A webhook call, step by step"); a publisher that gave up at once would refuse every request
+// of that window. Publish and Waiter.Await publish again, after waits that grow from
+// noStreamFirstWait to noStreamMaxWait, for as long as their caller's budget allows.
 const (
-	publishRetryWait     = 250 * time.Millisecond
-	publishRetryAttempts = 2
+	noStreamFirstWait = 100 * time.Millisecond
+	noStreamMaxWait   = 500 * time.Millisecond
 )
+
+// resendAfter is how long Publish and Waiter.Await wait for the acknowledgement of a message
+// with a de-duplication id before they send it again. An acknowledgement takes milliseconds;
+// one that has not come by then was lost with the server or the connection it went through.
+var resendAfter = 2 * time.Second
+
+// noStreamBackoff paces the publishes of one message while no stream answers.
+type noStreamBackoff struct{ wait time.Duration }
+
+// next returns how long to wait before the next publish.
+func (b *noStreamBackoff) next() time.Duration {
+	b.wait = min(max(2*b.wait, noStreamFirstWait), noStreamMaxWait)
+	return b.wait
+}
 
 // Publish stores m in the stream bound to its subject and returns the server's acknowledgement.
 // It is jetstream.JetStream.PublishMsg for the calls made on every request (the inbox and
@@ -30,34 +48,50 @@ const (
 // jetstream.ErrNoStreamResponse.
 //
 // Options go in m's headers, as the server reads them: jetstream.MsgIDHeader,
-// jetstream.ExpectedLastSubjSeqHeader and so on. As with PublishMsg, a ctx without a deadline
-// gets js's default timeout: an acknowledgement lost with a server that died must not block the
-// publisher for ever.
+// jetstream.ExpectedLastSubjSeqHeader and so on. Publish keeps trying until ctx's deadline; a
+// ctx without one gets js's default timeout, as with PublishMsg: an acknowledgement lost with a
+// server that died must not block the publisher for ever.
 //
-// It retries only while no stream answers (nats.ErrNoResponders: nothing was stored), never after
-// a timeout, so a message without a de-duplication id is stored at most once.
+// It publishes again while no stream answers (nats.ErrNoResponders: nothing was stored), and,
+// when m has a de-duplication id (jetstream.MsgIDHeader), when no acknowledgement came within
+// resendAfter; a message without one is never published again once the server may have stored
+// it, so it is stored at most once.
 func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
 	nc := js.Conn()
-	request := func() (*nats.Msg, error) { return nc.RequestMsgWithContext(ctx, m) }
-	if _, ok := ctx.Deadline(); !ok {
+	giveUp, hasDeadline := ctx.Deadline()
+	if !hasDeadline {
+		giveUp = time.Now().Add(js.Options().DefaultTimeout)
+	}
+	idempotent := m.Header.Get(jetstream.MsgIDHeader) != ""
+	request := func() (*nats.Msg, error) {
+		if hasDeadline && !idempotent {
+			return nc.RequestMsgWithContext(ctx, m)
+		}
 		// RequestMsg with a timeout takes a pooled timer; a context with one would cost several
 		// allocations per call. The context is still honoured before each attempt.
-		timeout := js.Options().DefaultTimeout
-		request = func() (*nats.Msg, error) {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return nc.RequestMsg(m, timeout)
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
+		wait := time.Until(giveUp)
+		if idempotent {
+			wait = min(wait, resendAfter)
+		}
+		if wait <= 0 {
+			return nil, nats.ErrTimeout
+		}
+		return nc.RequestMsg(m, wait)
 	}
 	resp, err := request()
-	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < publishRetryAttempts; r++ {
-		t := time.NewTimer(publishRetryWait)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
+	var backoff noStreamBackoff
+	for {
+		if errors.Is(err, nats.ErrNoResponders) {
+			wait := backoff.next()
+			if time.Until(giveUp) <= wait || sleep(ctx, wait) != nil {
+				break
+			}
+		} else if !idempotent || !errors.Is(err, nats.ErrTimeout) || !time.Now().Before(giveUp) || ctx.Err() != nil {
+			break
 		}
-		t.Stop()
 		resp, err = request()
 	}
 	if err != nil {

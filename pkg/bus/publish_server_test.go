@@ -43,8 +43,43 @@ func TestPublishAgainstServer(t *testing.T) {
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	assert.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
 
-	_, err = bus.Publish(ctx, js, nats.NewMsg("nostream.a"))
+	// No stream answers: Publish tries again until ctx's deadline, then says so.
+	nctx, ncancel := context.WithTimeout(ctx, time.Second)
+	start := time.Now()
+	_, err = bus.Publish(nctx, js, nats.NewMsg("nostream.a"))
+	ncancel()
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	assert.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "tried again while the deadline allowed")
+	assert.Less(t, time.Since(start), 1500*time.Millisecond, "gave up by the deadline")
+
+	// A stream that starts answering while Publish tries again (a leader elected) stores the
+	// message once.
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+		assert.NoError(t, err)
+	}()
+	ack, err = bus.Publish(ctx, js, nats.NewMsg("late.a"))
+	require.NoError(t, err)
+	assert.Equal(t, jetstream.PubAck{Stream: "LATE", Sequence: 1}, *ack)
+
+	// A server that takes a message and dies before it answers: the first copy of each message
+	// gets no acknowledgement, the next one does. A message with a de-duplication id is sent
+	// again; one without is not, as it may have been stored.
+	bus.SetResendAfter(t, 200*time.Millisecond)
+	seen := lossyServer(t, nc, "lossy.>", "LOSSY")
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+	m = nats.NewMsg("lossy.a")
+	m.Header.Set(jetstream.MsgIDHeader, "lossy-1")
+	ack, err = bus.Publish(lctx, js, m)
+	lcancel()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), ack.Sequence)
+	lctx, lcancel = context.WithTimeout(ctx, 600*time.Millisecond)
+	_, err = bus.Publish(lctx, js, nats.NewMsg("lossy.b"))
+	lcancel()
+	assert.Error(t, err)
+	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
 
 	// Without a deadline, an acknowledgement that never comes ends with js's default timeout.
 	// A responder that swallows requests stands in for a server that died after taking one.
@@ -53,7 +88,7 @@ func TestPublishAgainstServer(t *testing.T) {
 	defer func() { _ = sub.Unsubscribe() }()
 	short, err := jetstream.New(nc, jetstream.WithDefaultTimeout(200*time.Millisecond))
 	require.NoError(t, err)
-	start := time.Now()
+	start = time.Now()
 	_, err = bus.Publish(context.Background(), short, nats.NewMsg("blackhole.a"))
 	assert.ErrorIs(t, err, nats.ErrTimeout)
 	assert.Less(t, time.Since(start), 5*time.Second)

@@ -137,10 +137,11 @@ func (w *Waiter) Send(m *nats.Msg) error {
 }
 
 // Await waits for the final reply to the request sent with Send, dropping partial ones. The
-// request must be stored within accept (else ErrNotAccepted; a stream that has no server
-// answering yet is retried as Publish does) and answered within timeout of the call (else
-// ErrReplyTimeout, once it is known to be stored). It returns ErrDuplicate when the inbox held
-// the request already, and ctx's error when ctx ends first.
+// request must be stored within accept (else ErrNotAccepted) and answered within timeout of the
+// call (else ErrReplyTimeout, once it is known to be stored). While no stream answers (a stream
+// leader being elected) it publishes the request again, as Publish does, until accept or timeout
+// is up, whichever comes first. It returns ErrDuplicate when the inbox held the request already,
+// and ctx's error when ctx ends first.
 func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
 	start := time.Now()
 	t := timers.Get().(*time.Timer)
@@ -149,8 +150,24 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 		t.Stop() // since Go 1.23 a stopped timer's channel holds no stale value: it can be reused
 		timers.Put(t)
 	}()
-	retries := 0
+	var backoff noStreamBackoff
 	late := false // the reply's time is up; only the acknowledgement is awaited
+	// A request with a de-duplication id whose acknowledgement does not come (the server that
+	// took it died, or the connection to it did) is sent again every resendAfter: the id keeps
+	// the inbox from storing it twice. A new stream leader that has not applied the first copy
+	// yet may store it again; the host then answers the copy from the result cache, as it does
+	// a caller's retry.
+	var resend *time.Timer
+	var resendC <-chan time.Time // nil: nothing to send again
+	if w.msg.Header.Get(jetstream.MsgIDHeader) != "" {
+		resend = timers.Get().(*time.Timer)
+		resend.Reset(resendAfter)
+		defer func() {
+			resend.Stop()
+			timers.Put(resend)
+		}()
+		resendC = resend.C
+	}
 	for {
 		w.mu.Lock()
 		rep, failure := w.take(), w.ackFailure
@@ -164,9 +181,8 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 			}
 			continue
 		case failure == nil:
-		case errors.Is(failure, nats.ErrNoResponders) && retries < publishRetryAttempts:
-			retries++
-			if err := sleep(ctx, publishRetryWait); err != nil {
+		case errors.Is(failure, nats.ErrNoResponders) && time.Since(start)+backoff.next() < min(accept, timeout):
+			if err := sleep(ctx, backoff.wait); err != nil {
 				return nil, err
 			}
 			if err := w.r.nc.PublishMsg(w.msg); err != nil {
@@ -187,6 +203,15 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 		case <-w.notify:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-resendC:
+			if w.accepted.Load() == ackAccepted {
+				resendC = nil
+				continue
+			}
+			if err := w.r.nc.PublishMsg(w.msg); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
+			}
+			resend.Reset(resendAfter)
 		case <-t.C:
 			elapsed := time.Since(start)
 			accepted := w.accepted.Load() == ackAccepted

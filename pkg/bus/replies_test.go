@@ -21,7 +21,7 @@ import (
 // stream, no acknowledgement at all, an acknowledgement later than the reply's time, and a
 // caller that goes away.
 func TestWaiterAwait(t *testing.T) {
-	nc, _, ctx := withStream(t, "WAITTEST", "waittest.>")
+	nc, js, ctx := withStream(t, "WAITTEST", "waittest.>")
 	replies, err := bus.NewReplies(nc, "ing1", nil)
 	require.NoError(t, err)
 	defer func() { _ = replies.Close() }()
@@ -73,10 +73,49 @@ func TestWaiterAwait(t *testing.T) {
 		assert.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
 	})
 	t.Run("no stream", func(t *testing.T) {
-		_, err, took := await(msg("nostream.a", ""), 5*time.Second, 5*time.Second, nil)
+		_, err, took := await(msg("nostream.a", ""), time.Second, 5*time.Second, nil)
 		assert.ErrorIs(t, err, bus.ErrNotAccepted)
 		assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
-		assert.GreaterOrEqual(t, took, 400*time.Millisecond, "retried twice, 250 ms apart, as Publish does")
+		assert.GreaterOrEqual(t, took, 500*time.Millisecond, "sent again while accept allowed")
+		assert.Less(t, took, 1500*time.Millisecond, "gave up when accept was up")
+	})
+	t.Run("no stream within the reply's time", func(t *testing.T) {
+		_, err, took := await(msg("nostream.a", ""), 5*time.Second, 600*time.Millisecond, nil)
+		assert.ErrorIs(t, err, bus.ErrNotAccepted, "not stored: the caller may try again")
+		assert.Less(t, took, 1100*time.Millisecond, "gave up when the reply's time was up")
+	})
+	t.Run("stream elected while waiting", func(t *testing.T) {
+		// A stream that starts answering while Await sends again (a leader elected) stores the
+		// request, which is then answered.
+		go func() {
+			time.Sleep(700 * time.Millisecond)
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
+			assert.NoError(t, err)
+		}()
+		rep, err, took := await(msg("late.a", "late-1"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {
+			go func() {
+				// The host's reply comes once the request is stored.
+				for ctx.Err() == nil {
+					if st, err := js.Stream(ctx, "LATE"); err == nil {
+						if info, err := st.Info(ctx); err == nil && info.State.Msgs == 1 {
+							break
+						}
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				data, err := proto.Marshal(&agentbusv1.Reply{RequestId: "late-1", StatusCode: 200, Content: []byte("late")})
+				assert.NoError(t, err)
+				assert.NoError(t, nc.Publish(w.Subject, data))
+			}()
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "late", string(rep.GetContent()))
+		assert.GreaterOrEqual(t, took, 700*time.Millisecond)
+		st, err := js.Stream(ctx, "LATE")
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, uint64(1), info.State.Msgs, "stored once")
 	})
 	t.Run("stored, no reply", func(t *testing.T) {
 		_, err, took := await(msg("waittest.a", ""), 5*time.Second, 200*time.Millisecond, nil)
@@ -109,6 +148,23 @@ func TestWaiterAwait(t *testing.T) {
 		assert.ErrorIs(t, err, bus.ErrReplyTimeout)
 		assert.GreaterOrEqual(t, took, 250*time.Millisecond)
 		assert.Less(t, took, 2*time.Second)
+	})
+	t.Run("acknowledgement lost", func(t *testing.T) {
+		// A server that takes a request and dies before it answers: the first copy of each
+		// request gets no acknowledgement, the next one does.
+		bus.SetResendAfter(t, 200*time.Millisecond)
+		seen := lossyServer(t, nc, "lossy.>", "LOSSY")
+
+		// With a de-duplication id it is sent again, and stored: the caller hears that its
+		// reply did not come, not that the request was refused.
+		_, err, took := await(msg("lossy.a", "lossy-1"), 2*time.Second, 500*time.Millisecond, nil)
+		assert.ErrorIs(t, err, bus.ErrReplyTimeout)
+		assert.Less(t, took, time.Second)
+		// Without one it is not: a second copy could be stored twice.
+		_, err, _ = await(msg("lossy.b", ""), 600*time.Millisecond, 5*time.Second, nil)
+		assert.ErrorIs(t, err, bus.ErrNotAccepted)
+		assert.ErrorIs(t, err, nats.ErrTimeout)
+		assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
 	})
 	t.Run("caller gone", func(t *testing.T) {
 		w := replies.Wait()
