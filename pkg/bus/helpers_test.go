@@ -29,10 +29,11 @@ func withStream(t *testing.T, name string, subjects ...string) (*nats.Conn, jets
 	return nc, js, ctx
 }
 
-// lossyServer subscribes to subjects as a server would that takes each message's first copy and
-// dies before it acknowledges it: only later copies get an acknowledgement (of stream name).
-// It returns how many copies of each subject it received.
-func lossyServer(t *testing.T, nc *nats.Conn, subjects, name string) func() map[string]int {
+// lossyServer subscribes to subjects as a stream's server would that answers the copies of
+// each message it receives in turn with answers (the first copy with the first answer, and so
+// on; "" is no answer at all, as from a server that died before it answered; copies after the
+// last answer get the last). It returns how many copies of each subject it received.
+func lossyServer(t *testing.T, nc *nats.Conn, subjects string, answers ...string) func() map[string]int {
 	t.Helper()
 	var mu sync.Mutex
 	seen := make(map[string]int)
@@ -41,8 +42,8 @@ func lossyServer(t *testing.T, nc *nats.Conn, subjects, name string) func() map[
 		seen[m.Subject]++
 		n := seen[m.Subject]
 		mu.Unlock()
-		if n > 1 {
-			_ = m.Respond([]byte(`{"stream":"` + name + `","seq":1}`))
+		if a := answers[min(n, len(answers))-1]; a != "" {
+			_ = m.Respond([]byte(a))
 		}
 	})
 	require.NoError(t, err)
@@ -53,3 +54,9 @@ func lossyServer(t *testing.T, nc *nats.Conn, subjects, name string) func() map[
 		return maps.Clone(seen)
 	}
 }
+
+// Answers of a stream, for lossyServer.
+const (
+	stored        = `{"stream":"LOSSY","seq":1}`
+	msgIDInFlight = `{"type":"io.nats.jetstream.api.v1.pub_ack_response","error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}`
+)

@@ -84,7 +84,13 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 	resp, err := request()
 	var backoff noStreamBackoff
 	for {
-		if errors.Is(err, nats.ErrNoResponders) {
+		if err == nil {
+			var ack *jetstream.PubAck
+			if ack, err = parsePubAck(resp.Data); err == nil {
+				return ack, nil
+			}
+		}
+		if notStoredYet(err) {
 			wait := backoff.next()
 			if time.Until(giveUp) <= wait || sleep(ctx, wait) != nil {
 				break
@@ -94,13 +100,23 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 		}
 		resp, err = request()
 	}
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, jetstream.ErrNoStreamResponse
-		}
-		return nil, err
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, jetstream.ErrNoStreamResponse
 	}
-	return parsePubAck(resp.Data)
+	return nil, err
+}
+
+// jsErrCodeMsgIDInProcess is the JetStream error a stream answers a message with while another
+// copy with the same de-duplication id is being stored ("duplicate message id is in process").
+const jsErrCodeMsgIDInProcess jetstream.ErrorCode = 10158
+
+// notStoredYet reports a publish error after which the message may be published again at once:
+// no stream answered (nothing was stored), or the stream is storing another copy with the same
+// de-duplication id, whose acknowledgement the publisher did not get (sent again because it was
+// lost). Published again, it is stored, or acknowledged as a duplicate of that copy.
+func notStoredYet(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) || (errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeMsgIDInProcess)
 }
 
 // parsePubAck reads a publish acknowledgement: its common forms by hand (parsePubAckFast),

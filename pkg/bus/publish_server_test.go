@@ -67,7 +67,9 @@ func TestPublishAgainstServer(t *testing.T) {
 	// gets no acknowledgement, the next one does. A message with a de-duplication id is sent
 	// again; one without is not, as it may have been stored.
 	bus.SetResendAfter(t, 200*time.Millisecond)
-	seen := lossyServer(t, nc, "lossy.>", "LOSSY")
+	seen := lossyServer(t, nc, "lossy.>", "", stored)
+	// The copy sent again may reach the stream while it is still storing the first.
+	seenInFlight := lossyServer(t, nc, "inflight.>", "", msgIDInFlight, stored)
 	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
 	m = nats.NewMsg("lossy.a")
 	m.Header.Set(jetstream.MsgIDHeader, "lossy-1")
@@ -80,6 +82,14 @@ func TestPublishAgainstServer(t *testing.T) {
 	lcancel()
 	assert.Error(t, err)
 	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
+	lctx, lcancel = context.WithTimeout(ctx, 2*time.Second)
+	m = nats.NewMsg("inflight.a")
+	m.Header.Set(jetstream.MsgIDHeader, "inflight-1")
+	ack, err = bus.Publish(lctx, js, m)
+	lcancel()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), ack.Sequence)
+	assert.Equal(t, map[string]int{"inflight.a": 3}, seenInFlight())
 
 	// Without a deadline, an acknowledgement that never comes ends with js's default timeout.
 	// A responder that swallows requests stands in for a server that died after taking one.

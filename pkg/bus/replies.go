@@ -181,7 +181,7 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 			}
 			continue
 		case failure == nil:
-		case errors.Is(failure, nats.ErrNoResponders) && time.Since(start)+backoff.next() < min(accept, timeout):
+		case notStoredYet(failure) && time.Since(start)+backoff.next() < min(accept, timeout):
 			if err := sleep(ctx, backoff.wait); err != nil {
 				return nil, err
 			}

@@ -153,7 +153,9 @@ func TestWaiterAwait(t *testing.T) {
 		// A server that takes a request and dies before it answers: the first copy of each
 		// request gets no acknowledgement, the next one does.
 		bus.SetResendAfter(t, 200*time.Millisecond)
-		seen := lossyServer(t, nc, "lossy.>", "LOSSY")
+		seen := lossyServer(t, nc, "lossy.>", "", stored)
+		// The copy sent again may reach the stream while it is still storing the first.
+		seenInFlight := lossyServer(t, nc, "inflight.>", "", msgIDInFlight, stored)
 
 		// With a de-duplication id it is sent again, and stored: the caller hears that its
 		// reply did not come, not that the request was refused.
@@ -165,6 +167,9 @@ func TestWaiterAwait(t *testing.T) {
 		assert.ErrorIs(t, err, bus.ErrNotAccepted)
 		assert.ErrorIs(t, err, nats.ErrTimeout)
 		assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
+		_, err, _ = await(msg("inflight.a", "inflight-1"), 2*time.Second, 800*time.Millisecond, nil)
+		assert.ErrorIs(t, err, bus.ErrReplyTimeout, "stored in the end")
+		assert.Equal(t, map[string]int{"inflight.a": 3}, seenInFlight())
 	})
 	t.Run("caller gone", func(t *testing.T) {
 		w := replies.Wait()
