@@ -163,6 +163,8 @@ type Directory struct {
 	probeMu  sync.Mutex
 	probedAt time.Time
 	bucketUp bool
+	// bucketDownAt is when a reading last found the bucket unreadable or without a leader.
+	bucketDownAt time.Time
 
 	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
 	stopWatch context.CancelFunc
@@ -289,7 +291,8 @@ const (
 // leader and cannot be written). The bucket is then read directly (see refresh): what it holds
 // decides, and when it cannot be read, the hosts count as they stood when the heartbeats
 // stopped rather than all taken for dead at once; so too when it holds no fresh heartbeat but its
-// stream has no leader, which no heartbeat could have been written to.
+// stream has no leader, which no heartbeat could have been written to, or got one less than
+// DeadAfter ago, before the hosts' next heartbeats could reach it.
 func (d *Directory) cutoff() time.Time {
 	now := d.now()
 	cutoff := now.Add(-DeadAfter)
@@ -360,7 +363,16 @@ func (d *Directory) refresh() bool {
 			// stream has no leader, when no heartbeat can be written: only the leader answers
 			// this.
 			_, err = d.hostsKV.Status(ctx)
+			if err == nil && !d.bucketDownAt.IsZero() && now.Sub(d.bucketDownAt) < DeadAfter {
+				// Its stream has a leader again, since less than DeadAfter: the hosts, which
+				// write every HeartbeatInterval, may not have reached it yet (their writes
+				// failed while it had none).
+				err = errBucketJustBack
+			}
 		}
+	}
+	if err != nil && !errors.Is(err, errBucketJustBack) {
+		d.bucketDownAt = now
 	}
 	d.probedAt, d.bucketUp = now, err == nil
 	if err != nil {
@@ -368,6 +380,10 @@ func (d *Directory) refresh() bool {
 	}
 	return d.bucketUp
 }
+
+// errBucketJustBack is refresh's reason to count the hosts as they stood while the hosts
+// bucket's stream has had a leader for less than DeadAfter.
+var errBucketJustBack = errors.New("the hosts bucket has had a leader again for less than three heartbeat intervals")
 
 // signal notes a change for Changed, without blocking.
 func (d *Directory) signal() {

@@ -111,6 +111,36 @@ func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
 	assert.True(t, d.Live("Echo"))
 }
 
+// TestHostsStandWhileTheBucketGetsItsLeaderBack: the heartbeats stop because the bucket's stream
+// lost its leader (a NATS node died); while the bucket cannot be read the hosts count as they
+// stood. When it has a leader again it still holds only the old heartbeats, since the hosts'
+// writes failed meanwhile: for DeadAfter they count as they stood, giving them the time to
+// write again, and only then does what the bucket holds decide.
+func TestHostsStandWhileTheBucketGetsItsLeaderBack(t *testing.T) {
+	down, downKV, _ := heartbeatBucket(t)
+	_, hosts, entry := heartbeatBucket(t)
+	e := entry("h")
+	clk := &clock{t: time.Now()}
+	d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
+		changed: make(chan struct{}, 1), hostsKV: downKV}
+	d.applyHost(e, false)
+	down.Shutdown()
+
+	clk.Advance(DeadAfter + time.Second)
+	assert.True(t, d.Live("Echo"), "the bucket cannot be read: as the host stood")
+
+	d.hostsKV = hosts // back, with the old heartbeat only
+	clk.Advance(probeEvery)
+	assert.True(t, d.Live("Echo"), "the bucket has a leader again since less than DeadAfter: as the host stood")
+	clk.Advance(DeadAfter - probeEvery - time.Millisecond)
+	assert.True(t, d.Live("Echo"), "still within DeadAfter of the bucket's return")
+	clk.Advance(probeEvery) // the bucket is read at most every probeEvery
+	assert.False(t, d.Live("Echo"), "DeadAfter after the bucket's return, it holds no newer heartbeat: dead")
+
+	d.applyHost(entry("h"), false)
+	assert.True(t, d.Live("Echo"), "a new heartbeat revives it")
+}
+
 // TestStalledWatchReadsFreshHeartbeats: heartbeats go on reaching the bucket but not the
 // Directory's watch (its consumer was on a NATS node that died). Once no heartbeat has arrived
 // for three intervals, the Directory reads them from the bucket and the host stays live; a
