@@ -360,9 +360,12 @@ func (d *Directory) refresh() bool {
 		d.signal()
 		if !fresh {
 			// Nothing newer in the bucket either. Its replicas answer reads even while its
-			// stream has no leader, when no heartbeat can be written: only the leader answers
-			// this.
-			_, err = d.hostsKV.Status(ctx)
+			// stream has no leader, when no heartbeat can be written: the stream's info names
+			// its leader. (A replica answers it too while there is none, without one.)
+			var st jetstream.KeyValueStatus
+			if st, err = d.hostsKV.Status(ctx); err == nil && !hasLeader(st) {
+				err = errBucketLeaderless
+			}
 			if err == nil && !d.bucketDownAt.IsZero() && now.Sub(d.bucketDownAt) < DeadAfter {
 				// Its stream has a leader again, since less than DeadAfter: the hosts, which
 				// write every HeartbeatInterval, may not have reached it yet (their writes
@@ -379,6 +382,20 @@ func (d *Directory) refresh() bool {
 		d.log.Warn("no heartbeats arrive and the hosts bucket cannot be read or written; hosts count as they stood", "err", err)
 	}
 	return d.bucketUp
+}
+
+// errBucketLeaderless is refresh's reason to count the hosts as they stood while the hosts
+// bucket's stream names no leader.
+var errBucketLeaderless = errors.New("the hosts bucket's stream has no leader")
+
+// hasLeader reports whether a bucket's stream has a leader, as far as its status tells: a
+// stream of one replica always has.
+func hasLeader(st jetstream.KeyValueStatus) bool {
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok || bs.StreamInfo() == nil || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Config.Replicas <= 1 {
+		return true
+	}
+	return bs.StreamInfo().Cluster.Leader != ""
 }
 
 // errBucketJustBack is refresh's reason to count the hosts as they stood while the hosts

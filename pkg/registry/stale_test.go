@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -182,4 +183,59 @@ func heartbeatBucket(t *testing.T) (*natsembed.Server, jetstream.KeyValue, func(
 		require.NoError(t, err)
 		return e
 	}
+}
+
+// TestLeaderlessBucketKeepsTheHosts: on a three-node cluster, the hosts bucket's stream loses its
+// leader and the quorum to elect another (two nodes die). The remaining replica still answers
+// reads of the old heartbeats and the stream's info, without a leader: no heartbeat can be
+// written, so the hosts count as they stood.
+func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := natstest.NewCluster(t, 3)
+	connect := func(i int) jetstream.JetStream {
+		nc, err := nats.Connect(cl.Servers[i].ClientURL())
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		return js
+	}
+	js := connect(0)
+	hosts, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Replicas: 3, Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	require.NoError(t, Beat(ctx, hosts, Host{ID: "h", Agents: []string{"Echo"}}))
+	e, err := hosts.Get(ctx, subject.HostKey("h"))
+	require.NoError(t, err)
+
+	// Keep a replica that is not the leader, and kill the two others.
+	st, err := hosts.Status(ctx)
+	require.NoError(t, err)
+	leader := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
+	keep := (cl.Index(leader) + 1) % 3
+	kept, err := connect(keep).KeyValue(ctx, subject.HostsBucket)
+	require.NoError(t, err)
+	for i := range 3 {
+		if i != keep {
+			cl.Kill(i)
+		}
+	}
+	require.Eventually(t, func() bool {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := kept.Status(sctx)
+		return err == nil && !hasLeader(st)
+	}, 20*time.Second, 100*time.Millisecond, "the kept replica answers the stream's info, without a leader")
+	_, err = kept.Get(ctx, subject.HostKey("h"))
+	require.NoError(t, err, "the kept replica answers reads")
+
+	clk := &clock{t: time.Now()}
+	d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
+		changed: make(chan struct{}, 1), hostsKV: kept}
+	d.applyHost(e, false)
+	clk.Advance(DeadAfter + time.Second)
+	assert.True(t, d.Live("Echo"), "the bucket has no leader: as the host stood")
 }
