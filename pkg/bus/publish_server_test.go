@@ -70,23 +70,23 @@ func TestPublishAgainstServer(t *testing.T) {
 	seen := lossyServer(t, nc, "lossy.>", "", stored)
 	// The copy sent again may reach the stream while it is still storing the first.
 	seenInFlight := lossyServer(t, nc, "inflight.>", "", msgIDInFlight, stored)
-	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
-	m = nats.NewMsg("lossy.a")
-	m.Header.Set(jetstream.MsgIDHeader, "lossy-1")
-	ack, err = bus.Publish(lctx, js, m)
-	lcancel()
+	// publish publishes a message on subj, with the de-duplication id if one is given, within d.
+	publish := func(subj, id string, d time.Duration) (*jetstream.PubAck, error) {
+		pctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		m := nats.NewMsg(subj)
+		if id != "" {
+			m.Header.Set(jetstream.MsgIDHeader, id)
+		}
+		return bus.Publish(pctx, js, m)
+	}
+	ack, err = publish("lossy.a", "lossy-1", 2*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), ack.Sequence)
-	lctx, lcancel = context.WithTimeout(ctx, 600*time.Millisecond)
-	_, err = bus.Publish(lctx, js, nats.NewMsg("lossy.b"))
-	lcancel()
+	_, err = publish("lossy.b", "", 600*time.Millisecond)
 	assert.Error(t, err)
 	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
-	lctx, lcancel = context.WithTimeout(ctx, 2*time.Second)
-	m = nats.NewMsg("inflight.a")
-	m.Header.Set(jetstream.MsgIDHeader, "inflight-1")
-	ack, err = bus.Publish(lctx, js, m)
-	lcancel()
+	ack, err = publish("inflight.a", "inflight-1", 2*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), ack.Sequence)
 	assert.Equal(t, map[string]int{"inflight.a": 3}, seenInFlight())
