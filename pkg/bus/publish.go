@@ -34,10 +34,17 @@ var resendAfter = 2 * time.Second
 // noStreamBackoff paces the publishes of one message while no stream answers.
 type noStreamBackoff struct{ wait time.Duration }
 
-// next returns how long to wait before the next publish.
-func (b *noStreamBackoff) next() time.Duration {
+// pause waits before the next publish, each time longer up to noStreamMaxWait. It reports false
+// without waiting when the wait would not end before until, and ctx's error when ctx ends first.
+func (b *noStreamBackoff) pause(ctx context.Context, until time.Time) (bool, error) {
 	b.wait = min(max(2*b.wait, noStreamFirstWait), noStreamMaxWait)
-	return b.wait
+	if time.Until(until) <= b.wait {
+		return false, nil
+	}
+	if err := sleep(ctx, b.wait); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Publish stores m in the stream bound to its subject and returns the server's acknowledgement.
@@ -91,8 +98,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 			}
 		}
 		if notStoredYet(err) {
-			wait := backoff.next()
-			if time.Until(giveUp) <= wait || sleep(ctx, wait) != nil {
+			if again, _ := backoff.pause(ctx, giveUp); !again {
 				break
 			}
 		} else if !idempotent || !errors.Is(err, nats.ErrTimeout) || !time.Now().Before(giveUp) || ctx.Err() != nil {

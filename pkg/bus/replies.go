@@ -181,18 +181,23 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 			}
 			continue
 		case failure == nil:
-		case notStoredYet(failure) && time.Since(start)+backoff.next() < min(accept, timeout):
-			if err := sleep(ctx, backoff.wait); err != nil {
+		case errors.Is(failure, ErrDuplicate):
+			return nil, failure
+		case notStoredYet(failure):
+			again, err := backoff.pause(ctx, start.Add(min(accept, timeout)))
+			if err != nil {
 				return nil, err
+			}
+			if !again {
+				if errors.Is(failure, nats.ErrNoResponders) {
+					failure = jetstream.ErrNoStreamResponse
+				}
+				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, failure)
 			}
 			if err := w.r.nc.PublishMsg(w.msg); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
 			}
 			continue
-		case errors.Is(failure, ErrDuplicate):
-			return nil, failure
-		case errors.Is(failure, nats.ErrNoResponders):
-			return nil, fmt.Errorf("%w: %w", ErrNotAccepted, jetstream.ErrNoStreamResponse)
 		default:
 			return nil, fmt.Errorf("%w: %w", ErrNotAccepted, failure)
 		}

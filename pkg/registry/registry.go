@@ -392,10 +392,11 @@ var errBucketLeaderless = errors.New("the hosts bucket's stream has no leader")
 // stream of one replica always has.
 func hasLeader(st jetstream.KeyValueStatus) bool {
 	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok || bs.StreamInfo() == nil || bs.StreamInfo().Cluster == nil || bs.StreamInfo().Config.Replicas <= 1 {
+	if !ok {
 		return true
 	}
-	return bs.StreamInfo().Cluster.Leader != ""
+	info := bs.StreamInfo()
+	return info == nil || info.Cluster == nil || info.Config.Replicas <= 1 || info.Cluster.Leader != ""
 }
 
 // errBucketJustBack is refresh's reason to count the hosts as they stood while the hosts
