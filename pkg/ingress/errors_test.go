@@ -64,6 +64,12 @@ func TestWebhookRefusals(t *testing.T) {
 func TestWebhookNoLiveHost(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	require.NoError(t, s.StopHost())
+	// The host's leaving reaches the ingress through its watch of the hosts bucket, a moment
+	// after StopHost returns: a call in that moment is accepted and waits for a host.
+	require.Eventually(t, func() bool {
+		status, _, _ := doRequest(t, http.MethodGet, s.URL+"/readyz", nil)
+		return status == http.StatusServiceUnavailable
+	}, 10*time.Second, 20*time.Millisecond, "the ingress still sees the stopped host")
 	start := time.Now()
 	status, ct, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil)
 	problemOf(t, status, ct, b, 503)
