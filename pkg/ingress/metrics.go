@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
@@ -126,16 +125,16 @@ func noteTenant(r *http.Request, tenant string) {
 	}
 }
 
-// measure is the router's middleware that counts and times each routed request under its route
-// template, never its raw path, so that ids in paths do not become series. It also runs the
+// unknownRoute is the route label of requests no route takes.
+const unknownRoute = "unknown"
+
+// measure counts and times each request of a route under the route's template (never its raw
+// path, so that ids in paths do not become series), or under unknownRoute. It also runs the
 // request in its server span when tracing is on (startSpan), as the handlers that publish need.
-func (m *apiMetrics) measure(next http.Handler) http.Handler {
+func (m *apiMetrics) measure(route string, next http.Handler) http.Handler {
+	duration := m.duration.WithLabelValues(route)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		route := "unknown"
-		if cur := mux.CurrentRoute(r); cur != nil {
-			route, _ = cur.GetPathTemplate()
-		}
 		state := &requestState{}
 		ctx := context.WithValue(r.Context(), requestStateKey{}, state)
 		var span trace.Span
@@ -157,7 +156,7 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 				name = m.tenants.Value(state.tenant)
 			}
 			m.requests.WithLabelValues(route, statusClass(status), name).Inc()
-			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+			duration.Observe(time.Since(start).Seconds())
 			if span != nil {
 				endSpan(span, status, state.tenant)
 			}
@@ -168,7 +167,14 @@ func (m *apiMetrics) measure(next http.Handler) http.Handler {
 }
 
 // statusClass is the label of a status: "2xx", "4xx", …
-func statusClass(status int) string { return strconv.Itoa(status/100) + "xx" }
+func statusClass(status int) string {
+	if c := status / 100; c >= 1 && c <= 5 {
+		return statusClasses[c-1]
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
+
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
 
 // statusRecorder remembers the status a handler answered with. Unwrap lets
 // http.ResponseController reach the connection (flushes and deadlines of event streams).

@@ -311,21 +311,21 @@ func (s *Server) routes() http.Handler {
 	// method and body), rather than with mux's 301.
 	router.SkipClean(true)
 	for _, rt := range s.api() {
-		router.Handle(rt.path, pathValues(rt.handler)).Methods(rt.method)
+		t := compileTemplate(rt.path)
+		router.MatcherFunc(t.matcher(rt.method)).Methods(rt.method).
+			Handler(s.metrics.measure(rt.path, pathValues(rt.path, rt.handler)))
 	}
-	router.Use(s.metrics.measure)
-	// Requests no route takes are counted too, under route "unknown" (mux runs middleware only
-	// for routes that match).
-	router.NotFoundHandler = s.metrics.measure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Requests no route takes are counted too, under route "unknown".
+	router.NotFoundHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
 	}))
-	router.MethodNotAllowedHandler = s.metrics.measure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	router.MethodNotAllowedHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list := strings.Join(allowed(router, r), ", ")
 		w.Header().Set("Allow", list)
 		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
 	}))
 	// Requests refused for their header size are counted under route "unknown", as above.
-	return recoverer(s.log, limitHeaders(s.metrics.measure(http.HandlerFunc(headersTooLarge)), cleanPaths(router)))
+	return recoverer(s.log, limitHeaders(s.metrics.measure(unknownRoute, http.HandlerFunc(headersTooLarge)), cleanPaths(router)))
 }
 
 // cleanPaths redirects a request whose path has an empty, "." or ".." segment to the cleaned
@@ -363,7 +363,7 @@ func cleanPath(p string) string {
 
 // pathValues hands the handler the route's path variables as r.PathValue, unescaped, and the
 // route's template as r.Pattern, as net/http's ServeMux does; handlers need nothing of mux.
-func pathValues(h http.HandlerFunc) http.HandlerFunc {
+func pathValues(template string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		for name, v := range mux.Vars(r) {
 			u, err := url.PathUnescape(v)
@@ -374,9 +374,7 @@ func pathValues(h http.HandlerFunc) http.HandlerFunc {
 			}
 			r.SetPathValue(name, u)
 		}
-		if cur := mux.CurrentRoute(r); cur != nil {
-			r.Pattern, _ = cur.GetPathTemplate()
-		}
+		r.Pattern = template
 		h(w, r)
 	}
 }
