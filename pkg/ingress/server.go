@@ -304,9 +304,10 @@ func (s *Server) api() []route {
 // routes builds the router of the API.
 func (s *Server) routes() http.Handler {
 	router := mux.NewRouter()
-	// Routes match the path as sent, before unescaping, so a URL-encoded workflow id may hold
-	// any character, %2F included; pathValues unescapes what handlers read.
-	router.UseEncodedPath()
+	// Routes match the path as sent, before unescaping, so that a URL-encoded workflow id may
+	// hold any character, %2F included: pathTemplate matches the escaped path, and pathValues
+	// unescapes what handlers read. The router itself is not told to use the escaped path: it
+	// would escape the path again on every request to look for variables it has no pattern for.
 	// cleanPaths redirects unclean paths as net/http's ServeMux does (307, which keeps the
 	// method and body), rather than with mux's 301.
 	router.SkipClean(true)
@@ -333,6 +334,12 @@ func (s *Server) routes() http.Handler {
 func cleanPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.URL.RawPath == "" && cleanPath(r.URL.Path) == r.URL.Path {
+			// The escaped path is then the path escaped, and escaping leaves "/" and "." as
+			// they are: it is clean too, and need not be made.
 			next.ServeHTTP(w, r)
 			return
 		}
