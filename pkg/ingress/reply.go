@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/jsonenc"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -59,6 +61,54 @@ type syncAnswer struct {
 	Response *responseMessage `json:"response"`
 }
 
+// MarshalJSON writes what encoding/json would write for a, without reflection (appendJSON).
+func (a *syncAnswer) MarshalJSON() ([]byte, error) { return a.appendJSON(nil) }
+
+// appendJSON appends a's JSON form, byte for byte encoding/json's for the struct: every
+// synchronous send and converse call writes one, and encoding/json's reflection took about 2 %
+// of such a call's CPU. It fails only on invalid JSON in the response's data.
+func (a *syncAnswer) appendJSON(dst []byte) ([]byte, error) {
+	b := append(dst, `{"messageId":`...)
+	b = jsonenc.AppendString(b, a.MessageID)
+	b = append(b, `,"requestId":`...)
+	b = jsonenc.AppendString(b, a.RequestID)
+	b = append(b, `,"workflowId":`...)
+	b = jsonenc.AppendString(b, a.WorkflowID)
+	b = append(b, `,"threadId":`...)
+	b = jsonenc.AppendString(b, a.ThreadID)
+	b = append(b, `,"response":`...)
+	m := a.Response
+	if m == nil {
+		return append(b, "null}"...), nil
+	}
+	b = append(b, `{"id":`...)
+	b = jsonenc.AppendString(b, m.ID)
+	b = append(b, `,"text":`...)
+	if m.Text == nil {
+		b = append(b, "null"...)
+	} else {
+		b = jsonenc.AppendString(b, *m.Text)
+	}
+	b = append(b, `,"data":`...)
+	var err error
+	if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
+		return dst, fmt.Errorf("encoding the response's data: %w", err)
+	}
+	b = append(b, `,"messageType":`...)
+	b = jsonenc.AppendInt(b, int64(m.MessageType))
+	b = append(b, `,"createdAt":`...)
+	b = jsonenc.AppendString(b, m.CreatedAt)
+	if m.Scope != "" {
+		b = append(b, `,"scope":`...)
+		b = jsonenc.AppendString(b, m.Scope)
+	}
+	if m.Hint != "" {
+		b = append(b, `,"hint":`...)
+		b = jsonenc.AppendString(b, m.Hint)
+	}
+	return append(b, "}}"...), nil
+}
+
 // writeMessageReply answers a synchronous send (or converse) with the handler's reply, or with a
 // problem when the handler failed.
 func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) {
@@ -67,7 +117,15 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 		problem.Write(w, *p)
 		return
 	}
-	writeJSON(w, http.StatusOK, ans)
+	b, err := ans.appendJSON(make([]byte, 0, 512+len(rep.GetContent())))
+	if err != nil {
+		s.log.Error("encoding the answer", "err", err)
+		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
 }
 
 // messageAnswer is what a synchronous caller gets for rep: the answer, or a problem.
