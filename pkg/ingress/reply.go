@@ -117,15 +117,12 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 		problem.Write(w, *p)
 		return
 	}
+	// Not writeJSON: encoding/json would check and compact appendJSON's output once more.
 	b, err := ans.appendJSON(make([]byte, 0, 512+len(rep.GetContent())))
 	if err != nil {
 		s.log.Error("encoding the answer", "err", err)
-		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
-		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
+	writeJSONBody(w, http.StatusOK, b, err)
 }
 
 // messageAnswer is what a synchronous caller gets for rep: the answer, or a problem.

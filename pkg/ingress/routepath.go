@@ -18,7 +18,6 @@ import (
 // Variables with a pattern of their own ({id:[0-9]+}) are not supported; compileTemplate
 // panics on them, as on any template it cannot take, since the routes are fixed in the code.
 type pathTemplate struct {
-	template string
 	segments []segment
 }
 
@@ -36,7 +35,7 @@ func compileTemplate(template string) pathTemplate {
 	if !ok {
 		panic(fmt.Sprintf("route %q does not start with /", template))
 	}
-	t := pathTemplate{template: template}
+	var t pathTemplate
 	vars := 0
 	for seg := range strings.SplitSeq(rest, "/") {
 		if inner, ok := strings.CutPrefix(seg, "{"); ok {

@@ -383,6 +383,11 @@ func jsonProblem(err error) string { return problem.JSONDetail(err) }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
+	writeJSONBody(w, status, b, err)
+}
+
+// writeJSONBody answers with the JSON body b, or a 500 problem when encoding it failed (err).
+func writeJSONBody(w http.ResponseWriter, status int, b []byte, err error) {
 	if err != nil {
 		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
 		return
