@@ -106,10 +106,16 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 		}
 		resp, err = request()
 	}
+	return nil, noStreamErr(err)
+}
+
+// noStreamErr names a publish that no stream answered (nats.ErrNoResponders) as PublishMsg does,
+// jetstream.ErrNoStreamResponse; other errors are returned as they are.
+func noStreamErr(err error) error {
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, jetstream.ErrNoStreamResponse
+		return jetstream.ErrNoStreamResponse
 	}
-	return nil, err
+	return err
 }
 
 // jsErrCodeMsgIDInProcess is the JetStream error a stream answers a message with while another

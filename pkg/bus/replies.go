@@ -189,10 +189,7 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 				return nil, err
 			}
 			if !again {
-				if errors.Is(failure, nats.ErrNoResponders) {
-					failure = jetstream.ErrNoStreamResponse
-				}
-				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, failure)
+				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, noStreamErr(failure))
 			}
 			if err := w.r.nc.PublishMsg(w.msg); err != nil {
 				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
