@@ -401,7 +401,7 @@ func hasLeader(st jetstream.KeyValueStatus) bool {
 
 // errBucketJustBack is refresh's reason to count the hosts as they stood while the hosts
 // bucket's stream has had a leader for less than DeadAfter.
-var errBucketJustBack = errors.New("the hosts bucket has had a leader again for less than three heartbeat intervals")
+var errBucketJustBack = errors.New("the hosts bucket has had a leader again for less than " + DeadAfter.String())
 
 // signal notes a change for Changed, without blocking.
 func (d *Directory) signal() {
