@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -181,11 +182,23 @@ func TestRoutingEdges(t *testing.T) {
 		})
 	}
 
-	// A path that is not clean is redirected with 307, which keeps the method and body.
+	// A path that is not clean is refused on every route, before anything else: no redirect that
+	// would carry the caller's query, its apikey included, to a path it did not ask for.
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noFollow.Post(s.URL+"/api/user/webhooks//Echo/./echo?apikey=k", "application/json", strings.NewReader("{}"))
-	require.NoError(t, err)
-	resp.Body.Close()
-	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
-	assert.Equal(t, "/api/user/webhooks/Echo/echo?apikey=k", resp.Header.Get("Location"))
+	for _, path := range []string{
+		"/api/user/webhooks/Echo/../Echo/echo", "/api/user/webhooks//Echo/./echo", "/api/user/webhooks/Echo/echo/..",
+		"/api/user/rest/../rest/converse", "/api/v1/admin/tenants/default/../default/keys", "/ui/./app.js", "//metrics",
+	} {
+		req, err := http.NewRequest(http.MethodPost, s.URL+path+"?apikey="+s.Key, strings.NewReader("{}"))
+		require.NoError(t, err)
+		resp, err := noFollow.Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		p := problemOf(t, resp.StatusCode, resp.Header.Get("Content-Type"), b, http.StatusBadRequest)
+		assert.Equal(t, "urn:agentbus:problem:invalid-path", p["type"], path)
+		assert.Empty(t, resp.Header.Get("Location"), path)
+		assert.NotContains(t, string(b), s.Key, "%s: the answer echoes the query", path)
+	}
 }

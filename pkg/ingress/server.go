@@ -308,8 +308,7 @@ func (s *Server) routes() http.Handler {
 	// hold any character, %2F included: pathTemplate matches the escaped path, and pathValues
 	// unescapes what handlers read. The router itself is not told to use the escaped path: it
 	// would escape the path again on every request to look for variables it has no pattern for.
-	// cleanPaths redirects unclean paths as net/http's ServeMux does (307, which keeps the
-	// method and body), rather than with mux's 301.
+	// cleanPaths refuses unclean paths with 400, where mux would redirect them with a 301.
 	router.SkipClean(true)
 	for _, rt := range s.api() {
 		t := compileTemplate(rt.path)
@@ -329,8 +328,9 @@ func (s *Server) routes() http.Handler {
 	return recoverer(s.log, limitHeaders(s.metrics.measure(unknownRoute, http.HandlerFunc(headersTooLarge)), cleanPaths(router)))
 }
 
-// cleanPaths redirects a request whose path has an empty, "." or ".." segment to the cleaned
-// path, exactly as net/http's ServeMux does.
+// cleanPaths refuses a request whose path has an empty, "." or ".." segment with 400: such a
+// path names no resource, and redirecting it (as net/http's ServeMux does) would send the caller,
+// with its query and the apikey in it, to a path it did not ask for.
 func cleanPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
@@ -343,10 +343,9 @@ func cleanPaths(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		escaped := r.URL.EscapedPath()
-		if clean := cleanPath(escaped); clean != escaped {
-			u := &url.URL{Path: clean, RawQuery: r.URL.RawQuery}
-			http.Redirect(w, r, u.String(), http.StatusTemporaryRedirect)
+		if escaped := r.URL.EscapedPath(); cleanPath(escaped) != escaped {
+			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-path",
+				Detail: `the path has an empty, "." or ".." segment`})
 			return
 		}
 		next.ServeHTTP(w, r)
