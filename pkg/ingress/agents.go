@@ -2,7 +2,6 @@ package ingress
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -31,9 +30,9 @@ type agentAnswer struct {
 // a system key all of them. Any valid key may ask, in the Authorization header or the apikey query
 // parameter.
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: "the query string is not valid URL encoding"})
+	query, p := readQuery(r)
+	if p != nil {
+		problem.Write(w, *p)
 		return
 	}
 	key, p := s.authenticate(headerOrQueryKey, r.Header.Get("Authorization"), query.Get("apikey"))

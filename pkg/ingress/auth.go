@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -88,9 +89,9 @@ func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds fun
 		problem.Write(w, p)
 		return c, false
 	}
-	var err error
-	if c.query, err = url.ParseQuery(r.URL.RawQuery); err != nil {
-		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: "the query string is not valid URL encoding"})
+	var p *problem.Problem
+	if c.query, p = readQuery(r); p != nil {
+		return fail(*p)
 	}
 	where, given := creds(c.query)
 	key, p := s.authenticate(where, given...)
@@ -126,6 +127,9 @@ func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, creds fun
 	if len(c.requestID) > maxIdempotencyKey {
 		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-idempotency-key",
 			Detail: fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey)})
+	}
+	if !utf8.ValidString(c.requestID) {
+		return fail(problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-idempotency-key", Detail: "Idempotency-Key is not valid UTF-8"})
 	}
 	noteTenant(r, c.tenant)
 	if p := s.holdWaiting(r, c.tenant); p != nil {

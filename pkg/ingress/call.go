@@ -31,6 +31,11 @@ var errClientGone = errors.New("client went away")
 // errKeyReused means a requestId came again with a different request.
 var errKeyReused = errors.New("requestId reused for a different request")
 
+// errUnencodable means a request holds text that is not valid UTF-8, which the bus's encoding
+// refuses. The endpoints check what they take before they build a request; this is the guard
+// that keeps whatever they missed a client error, not a bus failure.
+var errUnencodable = errors.New("the request holds text that is not valid UTF-8")
+
 // errReplyLost means the handler answered but its large reply could not be read back.
 var errReplyLost = errors.New("reply could not be read")
 
@@ -88,7 +93,8 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 	}
 	data, err := proto.Marshal(req)
 	if err != nil {
-		return nil, fmt.Errorf("encoding request: %w", err)
+		// Strings that are not valid UTF-8 are the only thing proto3 refuses to encode.
+		return nil, fmt.Errorf("encoding request: %w: %w", errUnencodable, err)
 	}
 	if !s.claims.Fits(len(data)) {
 		// Too large for one message: the request goes by claim check, and the inbox carries
@@ -237,6 +243,9 @@ func (s *Server) callProblem(path string, req *agentbusv1.Request, err error) pr
 	case errors.Is(err, errReplyLost):
 		p.Status, p.Slug = http.StatusBadGateway, "reply-unavailable"
 		p.Detail = "the handler answered, but its reply could not be read back; retry with the same requestId"
+	case errors.Is(err, errUnencodable):
+		s.log.Warn("request refused by the bus's encoding", "requestId", req.RequestId, "path", path, "err", err)
+		p.Status, p.Slug, p.Detail = http.StatusBadRequest, "invalid-text", "the request holds text that is not valid UTF-8"
 	case errors.Is(err, errClientGone):
 		// Nobody reads this answer; 499-like, but keep to registered codes.
 		p.Status, p.Slug, p.Detail = http.StatusServiceUnavailable, "client-gone", "the client went away"

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/agentbus/agentbus/pkg/deadletter"
@@ -113,9 +112,9 @@ func deadLetterListOptions(r *http.Request) (deadletter.ListOptions, *problem.Pr
 	bad := func(detail string) (deadletter.ListOptions, *problem.Problem) {
 		return deadletter.ListOptions{}, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: detail}
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return bad("the query string is not valid URL encoding")
+	q, p := readQuery(r)
+	if p != nil {
+		return deadletter.ListOptions{}, p
 	}
 	opt := deadletter.ListOptions{Limit: deadletter.DefaultLimit}
 	if v := q.Get("after"); v != "" {

@@ -75,9 +75,9 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 	bad := func(slug, detail string) *problem.Problem {
 		return &problem.Problem{Status: http.StatusBadRequest, Slug: slug, Detail: detail}
 	}
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return thread{}, bad("invalid-query", "the query string is not valid URL encoding")
+	query, p := readQuery(r)
+	if p != nil {
+		return thread{}, p
 	}
 	key, p := s.authenticateRead(r, query)
 	if p != nil {
@@ -88,7 +88,10 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 		return thread{}, p
 	}
 
-	var wf ident.Workflow
+	var (
+		wf  ident.Workflow
+		err error
+	)
 	id, agentName := query.Get("workflowId"), query.Get("agentName")
 	activation, wfType := query.Get("activationName"), query.Get("workflowType")
 	switch {

@@ -397,7 +397,7 @@ func mcpError(p problem.Problem) error {
 		code = mcpCodeNotFound
 	case http.StatusGatewayTimeout:
 		code = mcpCodeTimeout
-	case http.StatusUnprocessableEntity:
+	case http.StatusUnprocessableEntity, http.StatusBadRequest:
 		code = jsonrpc.CodeInvalidParams
 	}
 	return &jsonrpc.Error{Code: code, Message: p.Detail}

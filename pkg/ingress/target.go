@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -81,4 +83,28 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "unreadable-body", Detail: "the request body could not be read"}
 	}
 	return body, nil
+}
+
+// readQuery parses r's query string. Every name and value must be valid UTF-8: they reach
+// handlers and the bus as text, which the bus's encoding refuses otherwise, so such a request is
+// refused here, naming the parameter, before anything is published.
+func readQuery(r *http.Request) (url.Values, *problem.Problem) {
+	bad := func(detail string) (url.Values, *problem.Problem) {
+		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: detail}
+	}
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return bad("the query string is not valid URL encoding")
+	}
+	for name, values := range query {
+		if !utf8.ValidString(name) {
+			return bad("the query parameter name " + quote(name) + " is not valid UTF-8")
+		}
+		for _, v := range values {
+			if !utf8.ValidString(v) {
+				return bad("the query parameter " + quote(name) + " is not valid UTF-8")
+			}
+		}
+	}
+	return query, nil
 }

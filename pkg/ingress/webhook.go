@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/keys"
@@ -31,7 +32,12 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
 	method := r.PathValue("method")
+	contentType := r.Header.Get("Content-Type")
 	wf, participant, p := resolveTarget(r.PathValue("workflow"), query.Get("participantId"), tenant, webhookParticipant)
+	if p == nil && !utf8.ValidString(contentType) {
+		// The handler reads it as text; the other headers travel as bytes.
+		p = &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-header", Detail: "the Content-Type header is not valid UTF-8"}
+	}
 	if p == nil {
 		p = s.checkTarget(wf, agentbusv1.Kind_KIND_WEBHOOK, method)
 	}
@@ -59,7 +65,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		Params:         params,
 		Body:           body,
 		Headers:        headerBlock(r.Header),
-		ContentType:    r.Header.Get("Content-Type"),
+		ContentType:    contentType,
 		KeepResult:     keep,
 	}
 	rep, err := s.call(r.Context(), req, s.cfg.WebhookTimeout)
