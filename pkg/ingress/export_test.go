@@ -15,3 +15,6 @@ func OpenAPIDocument() []byte { return openAPIDocument }
 
 // CleanPath is the path the ingress redirects an unclean path to.
 var CleanPath = cleanPath
+
+// MaxMCPBatch is the most messages a batch to POST /mcp may hold.
+const MaxMCPBatch = maxMCPBatch

@@ -168,8 +168,7 @@ func (s *Server) syncCall(h http.HandlerFunc) http.HandlerFunc {
 		st.sync = true
 		defer func() {
 			if st.wait.held {
-				s.waiting.leave(st.wait.tenant)
-				s.metrics.waiting.Dec()
+				s.leaveWaiting(st.wait.tenant)
 			}
 		}()
 		h(w, r)
@@ -184,14 +183,28 @@ func (s *Server) holdWaiting(r *http.Request, tenant string) *problem.Problem {
 	if !ok || !st.sync || st.wait.held {
 		return nil
 	}
-	slot := &st.wait
+	if p := s.enterWaiting(tenant); p != nil {
+		return p
+	}
+	st.wait.tenant, st.wait.held = tenant, true
+	return nil
+}
+
+// enterWaiting takes a place among tenant's waiting requests, to be given back with
+// leaveWaiting; over the cap the answer is a 503 problem.
+func (s *Server) enterWaiting(tenant string) *problem.Problem {
 	if !s.waiting.enter(tenant) {
 		return &problem.Problem{
 			Status: http.StatusServiceUnavailable, Slug: "too-many-waiting", RetryAfter: 1,
 			Detail: fmt.Sprintf("the tenant already has %d requests waiting for a reply; retry shortly", s.waiting.max),
 		}
 	}
-	slot.tenant, slot.held = tenant, true
 	s.metrics.waiting.Inc()
 	return nil
+}
+
+// leaveWaiting gives back a place enterWaiting took.
+func (s *Server) leaveWaiting(tenant string) {
+	s.waiting.leave(tenant)
+	s.metrics.waiting.Dec()
 }

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -46,8 +47,55 @@ const mcpPath = "/mcp"
 // mcpServerVersion is what initialize reports as the server's version.
 const mcpServerVersion = "1.0.0"
 
-// mcpCallKey carries the authenticated call from mcp into the SDK's handlers.
+// maxMCPBatch is the most messages one JSON-RPC batch may hold (the protocol versions before
+// 2025-06-18 allow batches). A batch costs what its messages sent one by one cost: each request
+// in it past the first takes its own token of the key's rate limit, and each tool call past the
+// first its own place among the tenant's waiting calls. The length bounds what one HTTP request
+// holds at once: at most this many calls in flight and answers kept until the last is done.
+const maxMCPBatch = 16
+
+// mcpCallKey carries the authenticated call (a *mcpRequest) from mcp into the SDK's handlers.
 type mcpCallKey struct{}
+
+// mcpRequest is one POST /mcp as the SDK's handlers see it: the authenticated call, and how many
+// of its messages have been counted against the limits so far. The HTTP request itself took the
+// first token and the first waiting place (startUserCall).
+type mcpRequest struct {
+	userCall
+	requests  atomic.Int32 // JSON-RPC requests, notifications left out
+	toolCalls atomic.Int32
+}
+
+// mcpFromContext is the request a handler of the SDK serves.
+func mcpFromContext(ctx context.Context) *mcpRequest {
+	mr, _ := ctx.Value(mcpCallKey{}).(*mcpRequest)
+	return mr
+}
+
+// mcpRateLimit is the middleware that counts each request of a batch past the first against the
+// key's rate limit; one over it is answered with a JSON-RPC error and not run.
+func (s *Server) mcpRateLimit(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if mr := mcpFromContext(ctx); mr != nil && !strings.HasPrefix(method, "notifications/") && mr.requests.Add(1) > 1 {
+			if p := s.limit(mr.key); p != nil {
+				return nil, mcpError(*p)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// holdWaitingTool counts a tool call of a batch past the first among the tenant's waiting calls
+// until release is called.
+func (s *Server) holdWaitingTool(mr *mcpRequest) (release func(), _ *problem.Problem) {
+	if mr.toolCalls.Add(1) == 1 {
+		return func() {}, nil // the HTTP request's own place
+	}
+	if p := s.enterWaiting(mr.tenant); p != nil {
+		return nil, p
+	}
+	return func() { s.leaveWaiting(mr.tenant) }, nil
+}
 
 // newMCPHandler returns the handler the MCP endpoint hands authenticated requests to.
 func (s *Server) newMCPHandler() http.Handler {
@@ -58,11 +106,11 @@ func (s *Server) newMCPHandler() http.Handler {
 		}
 	}
 	return mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		c, ok := r.Context().Value(mcpCallKey{}).(userCall)
-		if !ok {
+		mr := mcpFromContext(r.Context())
+		if mr == nil {
 			return nil // not reached: mcp authenticates first
 		}
-		return s.mcpServer(c.tenant, leftOut)
+		return s.mcpServer(mr.tenant, leftOut)
 	}, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		JSONResponse:        true,
@@ -94,7 +142,7 @@ func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	pw := &mcpProblemWriter{ResponseWriter: w, requestID: c.requestID, call: call}
-	s.mcpHandler.ServeHTTP(pw, r.WithContext(context.WithValue(r.Context(), mcpCallKey{}, c)))
+	s.mcpHandler.ServeHTTP(pw, r.WithContext(context.WithValue(r.Context(), mcpCallKey{}, &mcpRequest{userCall: c})))
 	pw.finish()
 }
 
@@ -110,7 +158,17 @@ func readMCPMessage(contentType string, body []byte) (*jsonrpc.Request, *jsonrpc
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeParseError, Message: "parse error: the body is not JSON"}
 	}
 	if trimmed := bytes.TrimSpace(body); trimmed[0] == '[' {
-		return nil, nil // a batch: the SDK answers, or refuses it for the protocol version
+		// A batch: the SDK answers, or refuses it for the protocol version, once its length is
+		// known to be within bounds.
+		var batch []json.RawMessage
+		if err := json.Unmarshal(trimmed, &batch); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: the batch is not an array of JSON-RPC messages"}
+		}
+		if len(batch) > maxMCPBatch {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+				Message: fmt.Sprintf("invalid request: a batch may hold at most %d messages; this one holds %d", maxMCPBatch, len(batch))}
+		}
+		return nil, nil
 	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	if err != nil {
@@ -208,6 +266,7 @@ func (w *mcpProblemWriter) finish() {
 // change between requests, and building it costs a few allocations per tool.
 func (s *Server) mcpServer(tenant string, leftOut func(agent, method, why string)) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agentbus", Version: mcpServerVersion}, &mcp.ServerOptions{Logger: s.log})
+	srv.AddReceivingMiddleware(s.mcpRateLimit)
 	for _, a := range s.dir.VisibleAgents(tenant) {
 		for _, method := range a.DataMethods {
 			if m, ok := a.Method(method); ok {
@@ -278,14 +337,14 @@ func defaultWorkflowType(a registry.Agent) string {
 // mcpCall returns the handler of the tool of agent's Data method.
 func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		c, _ := ctx.Value(mcpCallKey{}).(userCall)
+		mr := mcpFromContext(ctx)
 		args := map[string]json.RawMessage{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 			if err := json.Unmarshal(raw, &args); err != nil {
 				return nil, invalidParams("the arguments must be a JSON object")
 			}
 		}
-		wf, participant, err := mcpAddress(args, agent, c.tenant, s.dir)
+		wf, participant, err := mcpAddress(args, agent, mr.tenant, s.dir)
 		if err != nil {
 			return nil, invalidParams(err.Error())
 		}
@@ -298,7 +357,12 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		if p := s.checkTarget(wf, agentbusv1.Kind_KIND_DATA, method); p != nil {
 			return nil, mcpError(*p)
 		}
-		requestID, keep := c.requestID, c.keep
+		release, p := s.holdWaitingTool(mr)
+		if p != nil {
+			return nil, mcpError(*p)
+		}
+		defer release()
+		requestID, keep := mr.requestID, mr.keep
 		if !keep {
 			requestID = uuid.NewString() // one HTTP request may call several tools
 		}
@@ -384,9 +448,15 @@ func mcpResult(ans *syncAnswer) *mcp.CallToolResult {
 // server error range (-32000 to -32099).
 const (
 	mcpCodeNotFound    = -32004 // the agent, workflow type or method is unknown
-	mcpCodeUnavailable = -32003 // no live host, or the bus could not take the call; retry
+	mcpCodeUnavailable = -32003 // no live host, too many calls waiting, or the bus could not take the call; retry
 	mcpCodeTimeout     = -32001 // accepted, but no answer in time; it is still processed
+	mcpCodeRateLimited = -32005 // the key's rate limit: not run; retry after data.retryAfter seconds
 )
+
+// mcpRetryData is the data of an error whose call may be tried again after a while.
+type mcpRetryData struct {
+	RetryAfter int `json:"retryAfter"`
+}
 
 // mcpError is the JSON-RPC error of a problem a tool call ran into before or while it was on the
 // bus (checkTarget, callProblem): the same wording as the HTTP endpoints' problems.
@@ -399,8 +469,17 @@ func mcpError(p problem.Problem) error {
 		code = mcpCodeTimeout
 	case http.StatusUnprocessableEntity, http.StatusBadRequest:
 		code = jsonrpc.CodeInvalidParams
+	case http.StatusTooManyRequests:
+		code = mcpCodeRateLimited
 	}
-	return &jsonrpc.Error{Code: code, Message: p.Detail}
+	e := &jsonrpc.Error{Code: code, Message: p.Detail}
+	if p.Slug == "rate-limited" {
+		e.Message = "rate limited: " + p.Detail
+	}
+	if p.RetryAfter > 0 {
+		e.Data, _ = json.Marshal(mcpRetryData{RetryAfter: p.RetryAfter}) // cannot fail: an int
+	}
+	return e
 }
 
 // invalidParams is the JSON-RPC error of bad tool arguments.
