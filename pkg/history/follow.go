@@ -13,6 +13,13 @@ import (
 // followCleanup bounds the deletion of a follow's consumer after its ctx ended.
 const followCleanup = 2 * time.Second
 
+// FollowPrefetch is how many records a follow reads ahead of its reader at most, so that its
+// memory does not grow with how far the reader is behind: a record holds one or two messages and
+// is at most the NATS max payload. (A limit in bytes as well, nats.go's
+// PullMaxMessagesWithBytesLimit, makes nats.go drop messages as a slow consumer under load, and
+// the follow then starts again; it is not used.)
+const FollowPrefetch = 16
+
 // Follow delivers the thread's messages stored after position after (0: from now on), in order,
 // until ctx ends; the channel is closed then, or earlier if the follow fails, and a caller that
 // wants to go on follows again from the last Pos it received. Messages that cannot be decoded are
@@ -34,7 +41,7 @@ func (s *Store) Follow(ctx context.Context, tenant, workflowID, participant stri
 	if err != nil {
 		return nil, fmt.Errorf("following thread: %w", err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(jetstream.PullMaxMessages(FollowPrefetch))
 	if err != nil {
 		if info := cons.CachedInfo(); info != nil {
 			_ = s.js.DeleteConsumer(context.WithoutCancel(ctx), info.Stream, info.Name)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
@@ -29,16 +26,11 @@ const (
 	maxResumeWalk = 10000
 	// resumePageSize is the page size of that walk.
 	resumePageSize = history.MaxPageSize
-	// sseKeepalive is how often an idle event stream gets a comment line, so that proxies and
-	// clients do not take it for dead.
-	sseKeepalive = 15 * time.Second
-	// sseWriteTimeout bounds each write to an event stream: a client that stops reading is
-	// dropped after it, however long the stream has lived.
-	sseWriteTimeout = 30 * time.Second
 )
 
 // thread is the conversation thread a history request names, with its query.
 type thread struct {
+	Key         keys.Key // the caller's
 	Tenant      string
 	WorkflowID  string
 	Participant string
@@ -131,7 +123,7 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 	if participant == "" {
 		return thread{}, bad("missing-parameter", "participantId is required")
 	}
-	return thread{Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
+	return thread{Key: key, Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
 }
 
 // historyPageAnswer is the answer of the history endpoint.
@@ -242,121 +234,6 @@ func (s *Server) historyTopics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, historyTopicsAnswer{threadAnswer: th.answer(), Topics: topics})
-}
-
-// historyListen serves GET …/messaging/listen: a Server-Sent Events stream of the messages
-// stored in a thread from now on, one "message" event each with the message id as event id.
-// With Last-Event-ID (header, or lastEventId query for clients that cannot set it) it first
-// delivers the messages stored after that one, so a reconnecting client misses nothing.
-func (s *Server) historyListen(w http.ResponseWriter, r *http.Request) {
-	th, p := s.threadOf(r)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	lastID := r.Header.Get("Last-Event-ID")
-	if lastID == "" {
-		lastID = th.Query.Get("lastEventId")
-	}
-	store := s.store()
-	var after uint64
-	found := true
-	if lastID != "" {
-		var err error
-		if after, err = findSeq(r.Context(), store, th, lastID); err != nil {
-			s.readFailed(w, r, "finding the last event", err)
-			return
-		}
-		found = after != 0
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
-	if err != nil {
-		s.readFailed(w, r, "following history", err)
-		return
-	}
-	// The follow's goroutine deletes its consumer once ctx ends: wait for it, so that nothing
-	// of this request outlives it.
-	defer func() {
-		cancel()
-		for range live {
-		}
-	}()
-
-	rc := http.NewResponseController(w)
-	// The server's WriteTimeout is sized for one request and its answer, and would cut a stream
-	// that lives as long as its client; each write gets its own deadline instead. (The read
-	// deadline needs nothing: net/http clears it when it starts watching for the client to go.)
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx would otherwise buffer the stream
-	w.WriteHeader(http.StatusOK)
-
-	// send writes one event or comment and flushes it; false means the client is gone.
-	send := func(chunk string) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
-		if _, err := w.Write([]byte(chunk)); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	first := ": listening\n\n"
-	if !found {
-		first = ": last-event-id not found\n\n"
-	}
-	if !send(first) {
-		return
-	}
-	keepalive := time.NewTicker(sseKeepalive)
-	defer keepalive.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.closing:
-			return // the server is shutting down; the client reconnects elsewhere
-		case <-keepalive.C:
-			if !send(": keepalive\n\n") {
-				return
-			}
-		case m, ok := <-live:
-			if !ok {
-				// The follow failed; the client reconnects with Last-Event-ID and misses nothing.
-				if ctx.Err() == nil {
-					s.log.Warn("history follow ended", "tenant", th.Tenant)
-				}
-				return
-			}
-			b, err := json.Marshal(m)
-			if err != nil {
-				s.log.Error("encoding history message", "err", err)
-				continue
-			}
-			if !send(sseEvent(m.ID, b)) {
-				return
-			}
-			keepalive.Reset(sseKeepalive)
-		}
-	}
-}
-
-// sseEvent is one "message" event. JSON has no raw line breaks; an id with one (never written
-// by agentbus) would end the field early, so it is left out.
-func sseEvent(id string, data []byte) string {
-	var b strings.Builder
-	b.Grow(len(id) + len(data) + 32)
-	if id != "" && !strings.ContainsAny(id, "\r\n") {
-		b.WriteString("id: ")
-		b.WriteString(id)
-		b.WriteByte('\n')
-	}
-	b.WriteString("event: message\ndata: ")
-	b.Write(data)
-	b.WriteString("\n\n")
-	return b.String()
 }
 
 // findSeq returns the stream sequence of the thread's message id, walking the thread from the

@@ -1,7 +1,6 @@
 package ingress_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -343,13 +341,6 @@ func TestHistoryTopics(t *testing.T) {
 	assert.Empty(t, none.Messages, "unknown topic")
 }
 
-// sseEvent is one event or comment of an event stream.
-type sseEvent struct {
-	ID, Event, Data string
-	// Comment is the text of a comment line; such an event has no other field.
-	Comment string
-}
-
 // stream is an open listen request.
 type stream struct {
 	Resp   *http.Response
@@ -376,31 +367,7 @@ func listen(t *testing.T, s *stacktest.Stack, query url.Values, hdr ...string) *
 	go func() {
 		defer close(st.done)
 		defer close(st.Events)
-		sc := bufio.NewScanner(resp.Body)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev != (sseEvent{}) {
-					st.Events <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, ":"):
-				ev.Comment = strings.TrimSpace(line[1:])
-			default:
-				name, value, _ := strings.Cut(line, ":")
-				value = strings.TrimPrefix(value, " ")
-				switch name {
-				case "id":
-					ev.ID = value
-				case "event":
-					ev.Event = value
-				case "data":
-					ev.Data += value
-				}
-			}
-		}
+		scanEvents(resp.Body, func(ev sseEvent) bool { st.Events <- ev; return true })
 	}()
 	return st
 }

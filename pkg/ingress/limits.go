@@ -140,11 +140,7 @@ func (c *waiting) enter(tenant string) bool {
 func (c *waiting) leave(tenant string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[tenant] <= 1 {
-		delete(c.n, tenant)
-		return
-	}
-	c.n[tenant]--
+	decrement(c.n, tenant)
 }
 
 // waitSlot is a synchronous request's place among its tenant's waiting requests, in its

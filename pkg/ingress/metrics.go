@@ -29,7 +29,10 @@ type apiMetrics struct {
 	duration *prometheus.HistogramVec
 	waiting  prometheus.Gauge
 	timeouts prometheus.Counter
-	tenants  *metrics.TopLabel
+	// listeners counts open history listen streams; overflows those closed for falling behind.
+	listeners prometheus.Gauge
+	overflows prometheus.Counter
+	tenants   *metrics.TopLabel
 	// handler serves GET /metrics; nil when the Registerer cannot be gathered.
 	handler http.Handler
 	// tracer starts the requests' server spans; nil when tracing is off.
@@ -61,6 +64,14 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Name: "agentbus_ingress_handler_timeouts_total",
 			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
 		}),
+		listeners: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentbus_ingress_listeners",
+			Help: "Open history listen streams (Server-Sent Events).",
+		}),
+		overflows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentbus_ingress_listener_overflows_total",
+			Help: "History listen streams closed because their client fell further behind than the listener buffer.",
+		}),
 		tracer: tracing.Tracer(tp),
 	}
 	// A tenant that loses its place to a busier one takes its series with it: its requests
@@ -80,6 +91,12 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if m.timeouts, err = metrics.Register(reg, m.timeouts); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.listeners, err = metrics.Register(reg, m.listeners); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.overflows, err = metrics.Register(reg, m.overflows); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if g, ok := reg.(prometheus.Gatherer); ok {

@@ -58,6 +58,16 @@ type Config struct {
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
+	// MaxListenersPerKey and MaxListenersPerTenant bound the history listen streams open at once
+	// on this instance with one API key, and for one tenant. Defaults 20 and 200.
+	MaxListenersPerKey    int
+	MaxListenersPerTenant int
+	// ListenBufferBytes and ListenBufferEvents bound what one listen stream holds for a client
+	// that reads slower than its thread grows: events encoded and waiting to be written. A
+	// stream whose client falls further behind is closed with an overflow event, and the client
+	// resumes with Last-Event-ID. Defaults 256 KiB and 256 events.
+	ListenBufferBytes  int
+	ListenBufferEvents int
 	// ReadHeaderTimeout bounds how long HTTPServer's clients may take to send the request
 	// headers. Default 10s.
 	ReadHeaderTimeout time.Duration
@@ -94,6 +104,9 @@ func (c Config) Validate() error {
 	if c.MaxWaitingPerTenant < 0 {
 		return errors.New("ingress: negative MaxWaitingPerTenant")
 	}
+	if c.MaxListenersPerKey < 0 || c.MaxListenersPerTenant < 0 || c.ListenBufferBytes < 0 || c.ListenBufferEvents < 0 {
+		return errors.New("ingress: negative listener limit")
+	}
 	for tenant, r := range c.TenantRateLimits {
 		if r.Burst < 0 || math.IsNaN(r.PerSecond) {
 			return fmt.Errorf("ingress: invalid rate limit of tenant %q", tenant)
@@ -124,6 +137,18 @@ func (c Config) withDefaults() Config {
 	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
+	if c.MaxListenersPerKey == 0 {
+		c.MaxListenersPerKey = DefaultMaxListenersPerKey
+	}
+	if c.MaxListenersPerTenant == 0 {
+		c.MaxListenersPerTenant = DefaultMaxListenersPerTenant
+	}
+	if c.ListenBufferBytes == 0 {
+		c.ListenBufferBytes = DefaultListenBufferBytes
+	}
+	if c.ListenBufferEvents == 0 {
+		c.ListenBufferEvents = DefaultListenBufferEvents
+	}
 	if c.InstanceID == "" {
 		c.InstanceID = uuid.NewString()[:8]
 	}
@@ -150,6 +175,7 @@ type Server struct {
 	mcpHandler http.Handler
 	limits     *limiter
 	waiting    *waiting
+	listeners  *listeners
 	metrics    *apiMetrics
 
 	closing   chan struct{} // closed by CloseStreams
@@ -170,6 +196,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		closing: make(chan struct{}),
 		limits:  newLimiter(cfg.RateLimit, cfg.TenantRateLimits),
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
+		listeners: &listeners{
+			perKey: cfg.MaxListenersPerKey, perTenant: cfg.MaxListenersPerTenant,
+			keys: make(map[string]int), tenants: make(map[string]int),
+		},
 	}
 	var err error
 	if s.metrics, err = newMetrics(cfg.Metrics, cfg.Tracer); err != nil {

@@ -3,7 +3,6 @@ package ingress
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -35,22 +34,13 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 		s.writeCallError(w, r, req, err)
 		return
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // the stream lasts as long as the handler, up to timeout
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	es := startEventStream(w) // it lasts as long as the handler, up to timeout
 	event := func(name string, v any) bool {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return false
 		}
-		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
+		return es.write(sseNamed(name, "", b))
 	}
 	problemEvent := func(p problem.Problem) {
 		if p.Title == "" {

@@ -1,7 +1,6 @@
 package ingress_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -18,28 +17,16 @@ import (
 
 type streamEvent struct{ name, data string }
 
-// readStream reads Server-Sent Events until the stream ends.
+// readStream reads Server-Sent Events until the stream ends; comments are left out.
 func readStream(t *testing.T, resp *http.Response) []streamEvent {
 	t.Helper()
-	var (
-		out []streamEvent
-		cur streamEvent
-	)
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.name != "" || cur.data != "" {
-				out = append(out, cur)
-			}
-			cur = streamEvent{}
-		case strings.HasPrefix(line, "event: "):
-			cur.name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			cur.data += strings.TrimPrefix(line, "data: ")
+	var out []streamEvent
+	scanEvents(resp.Body, func(ev sseEvent) bool {
+		if ev.Event != "" || ev.Data != "" {
+			out = append(out, streamEvent{name: ev.Event, data: ev.Data})
 		}
-	}
+		return true
+	})
 	return out
 }
 

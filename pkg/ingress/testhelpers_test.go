@@ -203,3 +203,41 @@ func doPeek(t *testing.T, base, method, path, body string, hdr ...string) (int, 
 	require.NoError(t, err)
 	return resp.StatusCode, ct, b
 }
+
+// sseEvent is one event or comment of an event stream.
+type sseEvent struct {
+	ID, Event, Data string
+	// Comment is the text of a comment line; such an event has no other field.
+	Comment string
+}
+
+// scanEvents reads an event stream, handing each event or comment to emit until emit returns
+// false or the stream ends.
+func scanEvents(r io.Reader, emit func(sseEvent) bool) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev != (sseEvent{}) && !emit(ev) {
+				return
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"):
+			ev.Comment = strings.TrimSpace(line[1:])
+		default:
+			name, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch name {
+			case "id":
+				ev.ID = value
+			case "event":
+				ev.Event = value
+			case "data":
+				ev.Data += value
+			}
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/problem"
+)
+
+// Defaults of the listener limits (Config).
+const (
+	DefaultMaxListenersPerKey    = 20
+	DefaultMaxListenersPerTenant = 200
+	DefaultListenBufferBytes     = 256 << 10
+	DefaultListenBufferEvents    = 256
+)
+
+const (
+	// sseKeepalive is how often an idle event stream gets a comment line, so that proxies and
+	// clients do not take it for dead.
+	sseKeepalive = 15 * time.Second
+	// sseWriteTimeout bounds each write to an event stream: a client that stops reading is
+	// dropped after it, however long the stream has lived.
+	sseWriteTimeout = 30 * time.Second
+	// listenRetryAfter is the Retry-After of a listen refused for the caps: a place is free again
+	// only when another stream ends.
+	listenRetryAfter = 5
+)
+
+// historyListen serves GET …/messaging/listen: a Server-Sent Events stream of the messages
+// stored in a thread from now on, one "message" event each with the message id as event id.
+// With Last-Event-ID (header, or lastEventId query for clients that cannot set it) it first
+// delivers the messages stored after that one, so a reconnecting client misses nothing.
+//
+// A stream holds at most ListenBufferEvents events and ListenBufferBytes bytes for its client.
+// A client further behind than that gets an "overflow" event after the ones held, and the
+// stream ends; it reconnects with Last-Event-ID and resumes where it was. A slow client thus
+// costs the ingress its buffer, not the thread's growth.
+func (s *Server) historyListen(w http.ResponseWriter, r *http.Request) {
+	th, p := s.threadOf(r)
+	if p == nil {
+		p = s.enterListener(th.Key, th.Tenant)
+	}
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	defer s.leaveListener(th.Key, th.Tenant)
+	store := s.store()
+	after, found, err := resumePoint(r, store, th)
+	if err != nil {
+		s.readFailed(w, r, "finding the last event", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
+	if err != nil {
+		s.readFailed(w, r, "following history", err)
+		return
+	}
+	q := newEventQueue(s.cfg.ListenBufferEvents, s.cfg.ListenBufferBytes)
+	filled := make(chan struct{})
+	go func() {
+		defer close(filled)
+		q.fill(live, cancel, s.log)
+	}()
+	// fill returns once the follow's goroutine has deleted its consumer: wait for it, so that
+	// nothing of this request outlives it.
+	defer func() {
+		cancel()
+		<-filled
+	}()
+	s.relayEvents(r.Context(), startEventStream(w), q, found, th.Tenant)
+}
+
+// resumePoint is the position a listen stream starts after: the message Last-Event-ID (or the
+// lastEventId query parameter) names, 0 (from now on) without one, and whether it was found.
+func resumePoint(r *http.Request, store *history.Store, th thread) (after uint64, found bool, err error) {
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = th.Query.Get("lastEventId")
+	}
+	if lastID == "" {
+		return 0, true, nil
+	}
+	after, err = findSeq(r.Context(), store, th, lastID)
+	return after, after != 0, err
+}
+
+// relayEvents writes q's events to the stream until the client goes (ctx, the request's), the
+// server closes its streams, or q ends; an overflowed q ends with the overflow event after the
+// events it held.
+func (s *Server) relayEvents(ctx context.Context, es *eventStream, q *eventQueue, found bool, tenant string) {
+	first := ": listening\n\n"
+	if !found {
+		first = ": last-event-id not found\n\n"
+	}
+	if !es.write([]byte(first)) {
+		return
+	}
+	keepalive := time.NewTicker(sseKeepalive)
+	defer keepalive.Stop()
+	lastID := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.closing:
+			return // the server is shutting down; the client reconnects elsewhere
+		case <-keepalive.C:
+			if !es.write([]byte(": keepalive\n\n")) {
+				return
+			}
+		case ev, ok := <-q.ch:
+			switch {
+			case ok:
+				q.taken(ev)
+				if !es.write(ev.data) {
+					return
+				}
+				lastID = ev.id
+				keepalive.Reset(sseKeepalive)
+				continue
+			case q.overflowed.Load():
+				s.metrics.overflows.Inc()
+				es.write(q.overflowEvent(lastID))
+			case ctx.Err() == nil:
+				// The follow failed; the client reconnects with Last-Event-ID and misses nothing.
+				s.log.Warn("history follow ended", "tenant", tenant)
+			}
+			return
+		}
+	}
+}
+
+// listenEvent is one encoded event waiting to be written, and the id of the message it carries.
+type listenEvent struct {
+	id   string
+	data []byte
+}
+
+// eventQueue holds a listen stream's events between the thread's follow and the client: at most
+// cap(ch) events and maxBytes bytes, except that an empty queue takes one event of any size, so
+// that a message larger than the buffer still reaches a client that keeps up.
+type eventQueue struct {
+	ch       chan listenEvent
+	maxBytes int64
+	bytes    atomic.Int64 // of the events in ch
+	// overflowed is set before ch is closed when an event found the queue full.
+	overflowed atomic.Bool
+	maxEvents  int
+}
+
+func newEventQueue(maxEvents, maxBytes int) *eventQueue {
+	return &eventQueue{ch: make(chan listenEvent, maxEvents), maxBytes: int64(maxBytes), maxEvents: maxEvents}
+}
+
+// fill encodes the follow's messages into the queue until the follow ends, then closes it. When
+// the queue is full it stops the follow (stop), waits until live is closed and marks the queue
+// overflowed: nothing more is read for a client that does not keep up.
+func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, log *slog.Logger) {
+	defer close(q.ch)
+	for m := range live {
+		b, err := json.Marshal(m)
+		if err != nil {
+			log.Error("encoding history message", "err", err)
+			continue
+		}
+		if !q.push(listenEvent{id: m.ID, data: sseEvent(m.ID, b)}) {
+			q.overflowed.Store(true)
+			stop()
+			for range live {
+			}
+			return
+		}
+	}
+}
+
+// push adds ev unless the queue is full.
+func (q *eventQueue) push(ev listenEvent) bool {
+	n := int64(len(ev.data))
+	if held := q.bytes.Add(n); held > q.maxBytes && held != n {
+		q.bytes.Add(-n)
+		return false
+	}
+	select {
+	case q.ch <- ev:
+		return true
+	default:
+		q.bytes.Add(-n)
+		return false
+	}
+}
+
+// taken accounts for an event the writer took out of the queue.
+func (q *eventQueue) taken(ev listenEvent) { q.bytes.Add(-int64(len(ev.data))) }
+
+// listenOverflow is the data of the event that ends a stream whose client fell behind: a
+// problem detail, and the id of the last message event written, to resume after.
+type listenOverflow struct {
+	Type        string `json:"type"`
+	Title       string `json:"title"`
+	Status      int    `json:"status"`
+	Detail      string `json:"detail"`
+	LastEventID string `json:"lastEventId,omitempty"`
+}
+
+// overflowEvent is the "overflow" event; lastID is the last message event written.
+func (q *eventQueue) overflowEvent(lastID string) []byte {
+	b, _ := json.Marshal(listenOverflow{ // cannot fail: strings and an int
+		Type: problem.TypePrefix + "listener-overflow", Title: "Listener fell behind", Status: http.StatusServiceUnavailable,
+		Detail: fmt.Sprintf("this stream's client fell more than %d events or %d bytes behind; reconnect with Last-Event-ID to resume after the last message event received",
+			q.maxEvents, q.maxBytes),
+		LastEventID: lastID,
+	})
+	return sseNamed("overflow", "", b)
+}
+
+// sseEvent is one "message" event.
+func sseEvent(id string, data []byte) []byte { return sseNamed("message", id, data) }
+
+// sseNamed is one event named name with data. JSON has no raw line breaks; an id with one (never
+// written by agentbus) would end the field early, so it is left out.
+func sseNamed(name, id string, data []byte) []byte {
+	b := make([]byte, 0, len(id)+len(name)+len(data)+24)
+	if id != "" && !strings.ContainsAny(id, "\r\n") {
+		b = append(b, "id: "...)
+		b = append(b, id...)
+		b = append(b, '\n')
+	}
+	b = append(b, "event: "...)
+	b = append(b, name...)
+	b = append(b, "\ndata: "...)
+	b = append(b, data...)
+	return append(b, "\n\n"...)
+}
+
+// eventStream is an answer of Server-Sent Events.
+type eventStream struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+}
+
+// startEventStream answers 200 with an event stream. The server's WriteTimeout is sized for one
+// request and its answer, and would cut a stream that lives as long as its client; each write
+// gets its own deadline instead. (The read deadline needs nothing: net/http clears it when it
+// starts watching for the client to go.)
+func startEventStream(w http.ResponseWriter) *eventStream {
+	rc := http.NewResponseController(w)
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx would otherwise buffer the stream
+	w.WriteHeader(http.StatusOK)
+	return &eventStream{w: w, rc: rc}
+}
+
+// write writes one event or comment and flushes it; false means the client is gone, or did not
+// take it within sseWriteTimeout.
+func (e *eventStream) write(chunk []byte) bool {
+	_ = e.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	if _, err := e.w.Write(chunk); err != nil {
+		return false
+	}
+	return e.rc.Flush() == nil
+}
+
+// listeners counts the history listen streams open on this instance, per API key and per
+// tenant; keys and tenants at zero leave the maps.
+type listeners struct {
+	perKey, perTenant int
+	mu                sync.Mutex
+	keys, tenants     map[string]int
+}
+
+// enter counts a stream of key and tenant, unless one of them is at its cap: it then names it.
+func (l *listeners) enter(key, tenant string) (full string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.keys[key] >= l.perKey:
+		return "key"
+	case l.tenants[tenant] >= l.perTenant:
+		return "tenant"
+	}
+	l.keys[key]++
+	l.tenants[tenant]++
+	return ""
+}
+
+func (l *listeners) leave(key, tenant string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	decrement(l.keys, key)
+	decrement(l.tenants, tenant)
+}
+
+// decrement counts one fewer of k, which leaves m at zero.
+func decrement(m map[string]int, k string) {
+	if m[k] <= 1 {
+		delete(m, k)
+		return
+	}
+	m[k]--
+}
+
+// enterListener counts a listen stream of key for tenant; over a cap the answer is a 429 problem.
+func (s *Server) enterListener(k keys.Key, tenant string) *problem.Problem {
+	tooMany := func(detail string) *problem.Problem {
+		return &problem.Problem{Status: http.StatusTooManyRequests, Slug: "too-many-listeners", RetryAfter: listenRetryAfter, Detail: detail}
+	}
+	switch s.listeners.enter(k.ID, tenant) {
+	case "key":
+		return tooMany(fmt.Sprintf("this API key already has %d listen streams open; close one first", s.listeners.perKey))
+	case "tenant":
+		return tooMany(fmt.Sprintf("the tenant already has %d listen streams open; close one first", s.listeners.perTenant))
+	}
+	s.metrics.listeners.Inc()
+	return nil
+}
+
+// leaveListener gives back what enterListener counted.
+func (s *Server) leaveListener(k keys.Key, tenant string) {
+	s.listeners.leave(k.ID, tenant)
+	s.metrics.listeners.Dec()
+}

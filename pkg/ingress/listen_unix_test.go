@@ -1,0 +1,270 @@
+//go:build unix
+
+package ingress_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// The flood of TestSlowListenersCostTheirBuffer.
+const (
+	floodListeners = 50
+	floodMessages  = 2000
+	floodSize      = 8 << 10
+)
+
+// TestSlowListenersCostTheirBuffer floods a thread with 2,000 messages of 8 KB while 50 listen
+// streams never read. Each costs the ingress at most its buffer, not the flood: the heap grows by
+// at most listeners × (the listen buffer and the follow's read-ahead) beyond what the same flood
+// to a thread nobody follows costs. A listener that reads gets every message in order; one that
+// did not read gets what its buffer held, then the overflow event naming the last message it got.
+func TestSlowListenersCostTheirBuffer(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	// Each key may hold DefaultMaxListenersPerKey streams: spread the listeners over enough keys.
+	listenKeys := []string{s.Key}
+	for len(listenKeys)*ingress.DefaultMaxListenersPerKey < floodListeners+1 {
+		k, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "listener"})
+		require.NoError(t, err)
+		require.NoError(t, s.WaitKnown(context.Background(), k))
+		listenKeys = append(listenKeys, k)
+	}
+
+	quiet := floodGrowth(t, func() { flood(t, store, "quiet") })
+
+	slow := make([]net.Conn, floodListeners)
+	for i := range slow {
+		slow[i] = openSlowListener(t, s.URL, listenKeys[i%len(listenKeys)], "busy")
+	}
+	got := make(chan []string, 1)
+	go func() { got <- readWholeThread(t, s.URL, listenKeys[len(listenKeys)-1], "busy", floodMessages) }()
+	require.Eventually(t, func() bool { return metricValue(t, s.URL, "agentbus_ingress_listeners") == float64(len(slow)+1) },
+		10*time.Second, 20*time.Millisecond, "the listeners never all opened")
+
+	var ids []string
+	busy := floodGrowth(t, func() {
+		flood(t, store, "busy")
+		select {
+		case ids = <-got:
+		case <-time.After(60 * time.Second):
+			require.FailNow(t, "the reading listener did not get the flood within 60 s")
+		}
+	})
+	perListener := int64(ingress.DefaultListenBufferBytes + (history.FollowPrefetch+1)*(floodSize+1024))
+	bound := floodListeners*perListener + 16<<20 // and 16 MiB for the heap's own noise
+	t.Logf("heap growth: flood with %d listeners that never read %.1f MiB, without listeners %.1f MiB; "+
+		"difference %.1f MiB, %.0f KiB a listener; bound %.1f MiB (%.0f KiB a listener)",
+		floodListeners, mib(busy), mib(quiet), mib(busy-quiet), float64(busy-quiet)/floodListeners/1024,
+		mib(bound), float64(perListener)/1024)
+	assert.LessOrEqual(t, busy-quiet, bound, "slow listeners hold more than their buffers")
+
+	require.Len(t, ids, floodMessages, "the reading listener's messages")
+	for i, id := range ids {
+		require.Equal(t, floodID(i), id, "message %d, in order", i)
+	}
+	checkOverflowed(t, slow[0])
+	assert.Positive(t, metricValue(t, s.URL, "agentbus_ingress_listener_overflows_total"), "overflows counted")
+}
+
+// flood appends floodMessages of floodSize bytes to the thread of activation, as the host does.
+func flood(t *testing.T, store *history.Store, activation string) {
+	t.Helper()
+	ctx := context.Background()
+	wf := "default:Echo:Supervisor Workflow:" + activation
+	cur, err := store.Cursor(ctx, "default", wf, "p")
+	require.NoError(t, err)
+	text := strings.Repeat("x", floodSize)
+	for i := range floodMessages {
+		require.NoError(t, store.Append(ctx, "default", wf, "p", &cur, &history.Message{ID: floodID(i), Text: &text}))
+	}
+}
+
+func floodID(i int) string { return fmt.Sprintf("flood-%04d", i) }
+
+// floodGrowth is how much the live heap grew while do ran.
+func floodGrowth(t *testing.T, do func()) int64 {
+	t.Helper()
+	before := liveHeap()
+	do()
+	return liveHeap() - before
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// listenPath is the listen request of the flood's thread of activation.
+func listenPath(key, activation string) string {
+	return "/api/v1/admin/tenants/default/messaging/listen?" +
+		url.Values{"apikey": {key}, "agentName": {"Echo"}, "activationName": {activation}, "participantId": {"p"}}.Encode()
+}
+
+// openSlowListener opens a listen stream whose client reads nothing; the test reads it later, if
+// at all. Its receive buffer is fixed before it connects (the kernel would grow it to tens of
+// megabytes), so that the kernel does not take in the whole flood for it.
+func openSlowListener(t *testing.T, base, key, activation string) net.Conn {
+	t.Helper()
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 64<<10) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}}
+	c, err := d.Dial("tcp", u.Host)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", listenPath(key, activation), u.Host)
+	require.NoError(t, err)
+	return c
+}
+
+// readWholeThread follows a thread until it has n messages, resuming with Last-Event-ID when the
+// stream ends, and returns their ids in the order received.
+func readWholeThread(t *testing.T, base, key, activation string, n int) []string {
+	var ids []string
+	for attempt := 0; len(ids) < n && attempt < 100; attempt++ {
+		req, err := http.NewRequest(http.MethodGet, base+listenPath(key, activation), nil)
+		if err != nil {
+			return ids
+		}
+		if len(ids) > 0 {
+			req.Header.Set("Last-Event-ID", ids[len(ids)-1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return ids
+		}
+		scanEvents(resp.Body, func(ev sseEvent) bool {
+			if ev.Event == "message" {
+				ids = append(ids, ev.ID)
+			}
+			return len(ids) < n
+		})
+		resp.Body.Close()
+	}
+	return ids
+}
+
+// checkOverflowed reads a listener that read nothing during the flood: the messages its buffer
+// held, from the first, then the overflow event naming the last of them, then the end.
+func checkOverflowed(t *testing.T, c net.Conn) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var events []sseEvent
+	scanEvents(resp.Body, func(ev sseEvent) bool { events = append(events, ev); return true })
+	var msgs []string
+	var overflow *sseEvent
+	for i, ev := range events {
+		switch ev.Event {
+		case "message":
+			require.Nil(t, overflow, "a message after the overflow event")
+			msgs = append(msgs, ev.ID)
+		case "overflow":
+			overflow = &events[i]
+		}
+	}
+	require.NotNil(t, overflow, "no overflow event among %d events", len(events))
+	require.NotEmpty(t, msgs)
+	require.Less(t, len(msgs), floodMessages, "it held the whole flood")
+	for i, id := range msgs {
+		require.Equal(t, floodID(i), id, "held message %d", i)
+	}
+	var o map[string]any
+	require.NoError(t, json.Unmarshal([]byte(overflow.Data), &o), "%s", overflow.Data)
+	assert.Equal(t, "urn:agentbus:problem:listener-overflow", o["type"])
+	assert.Equal(t, msgs[len(msgs)-1], o["lastEventId"])
+	assert.Contains(t, o["detail"], "Last-Event-ID")
+}
+
+// metricValue reads one unlabelled metric from GET /metrics; -1 when it is not there.
+func metricValue(t *testing.T, base, name string) float64 {
+	t.Helper()
+	_, _, b := doRequest(t, http.MethodGet, base+"/metrics", nil)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var f float64
+			_, err := fmt.Sscan(v, &f)
+			require.NoError(t, err, "%s", line)
+			return f
+		}
+	}
+	return -1
+}
+
+// TestListenersCappedPerKeyAndTenant: beyond its caps a key or a tenant gets 429 for another
+// listen stream, and a place is free again once a stream ends.
+func TestListenersCappedPerKeyAndTenant(t *testing.T) {
+	s := startLimited(t, ingress.Config{MaxListenersPerKey: 2, MaxListenersPerTenant: 3}, "acme")
+	other, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "second"})
+	require.NoError(t, err)
+	require.NoError(t, s.WaitKnown(context.Background(), other))
+	path := func(key string) string {
+		return s.URL + strings.Replace(listenPath(key, "caps"), "/tenants/default/", "/tenants/acme/", 1)
+	}
+	open := func(key string) (*http.Response, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, path(key), nil))
+		require.NoError(t, err)
+		t.Cleanup(func() { cancel(); resp.Body.Close() })
+		return resp, cancel
+	}
+	refused := func(key, says string) {
+		t.Helper()
+		status, h, b := doRequest(t, http.MethodGet, path(key), nil)
+		p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusTooManyRequests)
+		assert.Equal(t, "urn:agentbus:problem:too-many-listeners", p["type"])
+		assert.Contains(t, p["detail"], says)
+		assert.NotEmpty(t, h.Get("Retry-After"))
+	}
+	first, closeFirst := open(s.keys["acme"])
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	second, _ := open(s.keys["acme"])
+	require.Equal(t, http.StatusOK, second.StatusCode)
+	refused(s.keys["acme"], "API key")
+	third, _ := open(other)
+	require.Equal(t, http.StatusOK, third.StatusCode)
+	refused(other, "tenant")
+
+	closeFirst()
+	require.Eventually(t, func() bool {
+		resp, cancel := open(s.keys["acme"])
+		defer cancel()
+		return resp.StatusCode == http.StatusOK
+	}, 5*time.Second, 20*time.Millisecond, "the closed stream's place was not given back")
+}
