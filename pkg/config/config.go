@@ -1,4 +1,4 @@
-// Package config reads agentbus's settings (DESIGN §7) from environment variables and from
+// Package config reads agentbus's settings (docs/configuration.md) from environment variables and from
 // command-line flags that mirror them: AGENTBUS_HTTP_ADDR is also -http-addr, and a flag given
 // on the command line wins over the variable.
 //
