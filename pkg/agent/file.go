@@ -9,7 +9,7 @@ import (
 
 // File is an uploaded file as a File handler sees it. Ingress has decoded and checked the
 // content: Empty and Invalid tell the handler when there is nothing to read, so that it can
-// answer as the interface asks (spec 4.1 rules 3 and 4).
+// answer as the interface asks (docs/interface.md#41-send-message-admin, rules 3 and 4).
 type File struct {
 	// Name is the file name: the data object's fileName, else the message text.
 	Name string

@@ -15,7 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
-// Message types, as numbered in stored messages (spec 2.1, DESIGN §6).
+// Message types, as numbered in stored messages (docs/messaging.md#messages-and-threads).
 const (
 	ChatMessage    = history.Chat
 	DataMessage    = history.Data

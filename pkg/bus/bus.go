@@ -18,7 +18,7 @@ import (
 )
 
 // Config sizes the bus resources. The zero value is a single-node setup with the defaults of
-// DESIGN §7.
+// docs/configuration.md#settings.
 type Config struct {
 	// Replicas of every stream and bucket: 1 for one server, 3 for a production cluster.
 	// Zero means 1.

@@ -1,4 +1,4 @@
-// Package config reads agentbus's settings (DESIGN §7) from environment variables and from
+// Package config reads agentbus's settings (docs/configuration.md) from environment variables and from
 // command-line flags that mirror them: AGENTBUS_HTTP_ADDR is also -http-addr, and a flag given
 // on the command line wins over the variable.
 //
@@ -128,6 +128,42 @@ func duration(dst *time.Duration, name, example string, min time.Duration) func(
 	}
 }
 
+// positive returns the setter of a whole-number option that must be at least 1.
+func positive(dst *int, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s: %q is not a positive whole number", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// rate returns the setter of a requests-a-second option: a finite number, 0 or more.
+func rate(dst *float64, name string) func(string) error {
+	return func(v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsInf(f, 0) {
+			return fmt.Errorf("%s: %q is not a number of requests a second, 0 or more", name, v)
+		}
+		*dst = f
+		return nil
+	}
+}
+
+// tenantRates returns the setter of the per-tenant rate overrides (parseTenantRates).
+func tenantRates(dst *map[string]Rate) func(string) error {
+	return func(v string) error {
+		rates, err := parseTenantRates(v)
+		if err != nil {
+			return err
+		}
+		*dst = rates
+		return nil
+	}
+}
+
 func (c *Config) settings() []setting {
 	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
 	num := func(dst *int, name string) func(string) error {
@@ -161,38 +197,10 @@ func (c *Config) settings() []setting {
 			c.MaxFileBytes = n
 			return nil
 		}},
-		{"AGENTBUS_RATE_LIMIT", "rate-limit", "50", "requests a second per API key; 0 means no limit", func(v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || math.IsInf(f, 0) {
-				return fmt.Errorf("rate-limit: %q is not a number of requests a second, 0 or more", v)
-			}
-			c.RateLimit = f
-			return nil
-		}},
-		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return fmt.Errorf("rate-burst: %q is not a positive whole number", v)
-			}
-			c.RateBurst = n
-			return nil
-		}},
-		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", func(v string) error {
-			rates, err := parseTenantRates(v)
-			if err != nil {
-				return err
-			}
-			c.TenantRateLimits = rates
-			return nil
-		}},
-		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return fmt.Errorf("max-waiting-per-tenant: %q is not a positive whole number", v)
-			}
-			c.MaxWaitingPerTenant = n
-			return nil
-		}},
+		{"AGENTBUS_RATE_LIMIT", "rate-limit", "50", "requests a second per API key; 0 means no limit", rate(&c.RateLimit, "rate-limit")},
+		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", positive(&c.RateBurst, "rate-burst")},
+		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", tenantRates(&c.TenantRateLimits)},
+		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
 		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},

@@ -50,13 +50,32 @@ func TestDefaults(t *testing.T) {
 	assert.Equal(t, want, c, "defaults")
 }
 
+// overrideCase is one setting given in the environment or on the command line, and what Load
+// must make of it.
+type overrideCase struct {
+	name  string
+	vars  map[string]string
+	args  []string
+	check func(*testing.T, config.Config)
+}
+
+// testOverrides loads each case's settings and runs its check.
+func testOverrides(t *testing.T, tests []overrideCase) {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := load(t, tt.args, tt.vars)
+			require.NoError(t, err, "Load")
+			tt.check(t, c)
+			if t.Failed() {
+				t.Logf("Load(%v, %v) = %+v", tt.args, tt.vars, c)
+			}
+		})
+	}
+}
+
+// Environment over defaults, flags over environment.
 func TestOverrides(t *testing.T) {
-	tests := []struct {
-		name  string
-		vars  map[string]string
-		args  []string
-		check func(*testing.T, config.Config)
-	}{
+	testOverrides(t, []overrideCase{
 		{
 			name:  "env overrides http addr",
 			vars:  map[string]string{"AGENTBUS_HTTP_ADDR": ":9000"},
@@ -95,6 +114,12 @@ func TestOverrides(t *testing.T) {
 			args:  []string{"-webhook-timeout", "5s"},
 			check: func(t *testing.T, c config.Config) { assert.Equal(t, 5*time.Second, c.WebhookTimeout) },
 		},
+	})
+}
+
+// Shutdown, continue-as-new and the workflow host's settings.
+func TestOverridesOfLifecycle(t *testing.T) {
+	testOverrides(t, []overrideCase{
 		{
 			name: "shutdown timeout 0 means the webhook timeout plus 5s",
 			vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "20s"},
@@ -150,6 +175,12 @@ func TestOverrides(t *testing.T) {
 				assert.Equal(t, "127.0.0.1:9090", c.MetricsAddr)
 			},
 		},
+	})
+}
+
+// Strings, the bus, logging and the limits.
+func TestOverridesOfTheRest(t *testing.T) {
+	testOverrides(t, []overrideCase{
 		{
 			name: "env strings",
 			vars: map[string]string{
@@ -224,17 +255,7 @@ func TestOverrides(t *testing.T) {
 				assert.Equal(t, "127.0.0.1:8080", c.HTTPAddr)
 			},
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := load(t, tt.args, tt.vars)
-			require.NoError(t, err, "Load")
-			tt.check(t, c)
-			if t.Failed() {
-				t.Logf("Load(%v, %v) = %+v", tt.args, tt.vars, c)
-			}
-		})
-	}
+	})
 }
 
 func TestBadValues(t *testing.T) {

@@ -5,7 +5,7 @@
 // Each thread has one subject and one writer, the workflow host handling the conversation. A
 // stream message (a record) holds one message, or the two of an exchange, a request and its
 // reply, stored at once. The writer puts on every record a header listing the stream sequences
-// of the thread's previous records (DESIGN §4), so that the newest page is one last-by-subject
+// of the thread's previous records (docs/bus.md#headers), so that the newest page is one last-by-subject
 // get plus direct gets by sequence, whatever the size of the stream: reading never scans other
 // threads' messages.
 //

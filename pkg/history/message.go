@@ -22,7 +22,7 @@ const (
 	Out Direction = 1
 )
 
-// MessageType is the kind of a message (spec 2.1, DESIGN §6).
+// MessageType is the kind of a message (docs/messaging.md#messages-and-threads).
 type MessageType int
 
 // Message types. 3 is reserved.
@@ -41,7 +41,8 @@ const MetaToolCallID = "toolCallId"
 // so that every stored message has the same, sortable shape.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// Message is one stored message with the fields of spec 2.1. Its JSON form is what clients see
+// Message is one stored message with the fields of the interface's message
+// (docs/interface.md#21-message-common-structure-all-types). Its JSON form is what clients see
 // in history responses.
 type Message struct {
 	// ID is unique; the writer gives it (a UUID), and storing the same ID again within the
@@ -65,7 +66,7 @@ type Message struct {
 	ParticipantID string `json:"participantId"`
 	WorkflowID    string `json:"workflowId"`
 	Scope         string `json:"scope,omitempty"`
-	// Metadata describes the message beyond spec 2.1's fields, omitted when empty. A tool call
+	// Metadata describes the message beyond the interface's fields, omitted when empty. A tool call
 	// of a chat and its result (package agent's ChatWithTools) carry MetaToolCallID.
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Pos is the message's position in the history stream, set when it is read or appended:

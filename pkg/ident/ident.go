@@ -1,5 +1,5 @@
 // Package ident validates and builds the identifiers agentbus passes around: tenant ids,
-// workflow ids and participant ids, following DESIGN §3.
+// workflow ids and participant ids, following docs/identifiers.md.
 //
 // It knows nothing of the bus or of HTTP; callers turn its errors into responses.
 package ident

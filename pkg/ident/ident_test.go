@@ -139,8 +139,8 @@ func TestResolve(t *testing.T) {
 }
 
 func TestResolveDefaults(t *testing.T) {
-	assert.Equal(t, "Supervisor Workflow", ident.DefaultWorkflowType, "DefaultWorkflowType (DESIGN §3)")
-	assert.Equal(t, "default", ident.DefaultActivation, "DefaultActivation (DESIGN §3)")
+	assert.Equal(t, "Supervisor Workflow", ident.DefaultWorkflowType, "DefaultWorkflowType (docs/identifiers.md#workflow-ids)")
+	assert.Equal(t, "default", ident.DefaultActivation, "DefaultActivation (docs/identifiers.md#workflow-ids)")
 	w, err := ident.Resolve("Echo", "acme")
 	require.NoError(t, err)
 	assert.Equal(t, "acme:Echo:Supervisor Workflow:default", w.ID(), "ID()")

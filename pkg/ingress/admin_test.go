@@ -306,7 +306,7 @@ func TestAdminRefusals(t *testing.T) {
 		{name: "tenant admin creates a system key", method: post, path: sysKeys, key: s.Key, body: `{"name":"n","role":"system-admin"}`, want: 403, slug: "forbidden"},
 		{name: "tenant admin creates a system-admin key in its tenant", method: post, path: ownKeys, key: s.Key, body: `{"name":"n","role":"system-admin"}`, want: 403, slug: "forbidden"},
 
-		// Tenants (DESIGN §6).
+		// Tenants (docs/security.md#isolation-matrix).
 		{name: "tenant admin reads another tenant", method: get, path: tenants + "/other", key: s.Key, want: 403, slug: "forbidden"},
 		{name: "tenant admin lists another tenant's keys", method: get, path: otherKeys, key: s.Key, want: 403, slug: "forbidden"},
 		{name: "tenant admin creates a key in another tenant", method: post, path: otherKeys, key: s.Key, body: userKey, want: 403, slug: "forbidden"},

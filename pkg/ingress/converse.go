@@ -18,9 +18,10 @@ const converseParticipant = "user"
 const maxConverseBody = 1 << 20
 
 // converse serves POST /api/user/rest/converse?workflow=…&type=Chat|Data&text=…[&participantId=…]
-// (spec 4.2): the synchronous way to talk to an agent. With Accept: text/event-stream the reply
-// is streamed as Server-Sent Events while the handler produces it. Required: workflow, type and text (the chat
-// text or the Data method); participantId defaults to "user". Data takes its parameters as a
+// (docs/interface.md#42-converse-chat-and-data): the synchronous way to talk to an agent.
+// With Accept: text/event-stream the reply is streamed as Server-Sent Events while the handler
+// produces it. Required: workflow, type and text (the chat text or the Data method);
+// participantId defaults to "user". Data takes its parameters as a
 // JSON object body. Auth: Authorization: Bearer, or the apikey query parameter.
 func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {

@@ -18,7 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// The error walk (issue 5 item 5): every route, given bad input, answers a problem+json with
+// The error walk (docs/errors.md): every route, given bad input, answers a problem+json with
 // the expected status and no internal detail.
 
 // walkLeaks are signs of internals in an answer, compared case-insensitively.

@@ -91,7 +91,7 @@ func FuzzSendBody(f *testing.F) {
 			checkStoreFile(t, ctx, s, store, body)
 		}
 
-		// The same bytes as a file's content, in both shapes the spec allows.
+		// The same bytes as a file's content, in both shapes the interface allows.
 		content, _ := json.Marshal(enc)
 		for _, data := range []json.RawMessage{content, json.RawMessage(`{"content":` + string(content) + `,"fileName":"f"}`)} {
 			ref, p := checkStoreFile(t, ctx, s, store, sendBody{Text: "f.bin", Data: data})

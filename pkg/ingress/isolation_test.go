@@ -17,7 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// The isolation matrix (issue 5 item 2, docs/security.md): a key of tenant A ("default") aimed
+// The isolation matrix (docs/security.md#isolation-matrix): a key of tenant A ("default") aimed
 // at tenant B ("other") by every route there is gets a refusal and none of B's data; a user key
 // on an admin endpoint gets 403; a revoked key gets 401 everywhere.
 

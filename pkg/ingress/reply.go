@@ -16,7 +16,7 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
-// responseMessage is the reply as synchronous endpoints show it (spec 2.4).
+// responseMessage is the reply as synchronous endpoints show it (docs/interface.md#24-converse-response).
 type responseMessage struct {
 	ID          string          `json:"id"`
 	Text        *string         `json:"text"`

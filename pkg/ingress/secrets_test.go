@@ -22,7 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
-// Secrets out of logs (issue 5 item 4): keys given in the apikey query parameter, the
+// Secrets out of logs (docs/security.md#what-is-protected): keys given in the apikey query parameter, the
 // Authorization header or the send body's authorization field never reach the logs (every
 // component, debug level) or an answer, whether the call succeeds or fails.
 

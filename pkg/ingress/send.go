@@ -23,7 +23,7 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
-// sendBody is the JSON body of the send endpoint (spec 4.1).
+// sendBody is the JSON body of the send endpoint (docs/interface.md#41-send-message-admin).
 type sendBody struct {
 	AgentName      string          `json:"agentName"`
 	ActivationName string          `json:"activationName"`
@@ -38,7 +38,8 @@ type sendBody struct {
 	Authorization  string          `json:"authorization"`
 }
 
-// fileObject is the rich form of a File message's data (spec 2.2).
+// fileObject is the rich form of a File message's data
+// (docs/interface.md#22-file-data-object-rich-form-of-data-for-file).
 type fileObject struct {
 	Content     *string `json:"content"`
 	FileName    string  `json:"fileName"`
@@ -288,7 +289,8 @@ func waitParams(r *http.Request) (wait bool, timeout time.Duration, problem stri
 }
 
 // storeFile decodes a File message's content and stores it in AGENTBUS_FILES. Empty content and
-// invalid base64 are not errors: the handler is told, and answers as the spec asks.
+// invalid base64 are not errors: the handler is told, and answers as the interface asks
+// (docs/interface.md#41-send-message-admin, rules 3 and 4).
 func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*agentbusv1.FileRef, *problem.Problem) {
 	ref := &agentbusv1.FileRef{FileName: body.Text}
 	var content string

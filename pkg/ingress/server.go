@@ -268,9 +268,10 @@ type route struct {
 
 // api is the whole HTTP API, one line per method and path.
 //
-// Webhooks take the key in the apikey query parameter (spec 4.3); converse and history in the
-// Authorization header or the apikey query parameter; every admin endpoint takes it in the Authorization header only, since a key in a URL ends up
-// in proxy and access logs. Tenants are managed by system admins; a tenant's keys and dead
+// Webhooks take the key in the apikey query parameter (docs/interface.md#5-authentication);
+// converse and history in the Authorization header or the apikey query parameter; every admin
+// endpoint takes it in the Authorization header only, since a key in a URL ends up in proxy and
+// access logs. Tenants are managed by system admins; a tenant's keys and dead
 // letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
 // /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
 // path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,

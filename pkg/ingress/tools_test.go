@@ -56,7 +56,8 @@ func text(m history.Message) string {
 	return *m.Text
 }
 
-// The issue's example: converse Chat on Echo with the offline model, `call sum {"values":[2,3]}`.
+// Echo's tool example (docs/echo.md#chat): converse Chat on Echo with the offline model,
+// `call sum {"values":[2,3]}`.
 // History holds the chat, the tool call, its result 5 and the final answer naming 5, in order.
 func TestChatCallsTool(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})

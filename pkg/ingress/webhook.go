@@ -22,7 +22,7 @@ const webhookParticipant = "webhook"
 const maxIdempotencyKey = 200
 
 // webhook serves POST /api/user/webhooks/{workflow}/{method}?apikey=…[&tenantId=…][&name=value…]
-// (spec 4.3): the caller receives the handler's own status, content and content type.
+// (docs/interface.md#43-webhook): the caller receives the handler's own status, content and content type.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {
 		return "the apikey query parameter", []string{q.Get("apikey")}
@@ -76,7 +76,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	s.writeReply(w, rep)
 }
 
-// webhookParams are the parameters a webhook handler receives (spec 4.3): every query parameter
+// webhookParams are the parameters a webhook handler receives (docs/webhooks.md): every query parameter
 // but apikey, and but tenantId when given; a repeated parameter's first value.
 func webhookParams(query url.Values) map[string]string {
 	params := make(map[string]string, len(query))

@@ -1,7 +1,8 @@
 // Package llm gives agents a chat model to answer with: an OpenAI-compatible chat-completions
 // server (OpenAI, Ollama, vLLM, llama.cpp, … configured by AGENTBUS_LLM_BASE_URL, _MODEL and
-// _API_KEY, DESIGN §7) or, when none is configured, the offline model, which answers
-// deterministically "You said: {text}" so that tests and newcomers need no model server (DESIGN §8).
+// _API_KEY, docs/configuration.md#the-chat-model) or, when none is configured, the offline
+// model, which answers deterministically "You said: {text}" so that tests and newcomers need no
+// model server (docs/echo.md#chat).
 //
 // It sends text conversations and returns text answers, whole or streamed, and lets the model call
 // tools (function calling): Generate offers a Request's Tools and returns the model's tool calls,

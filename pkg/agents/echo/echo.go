@@ -1,4 +1,4 @@
-// Package echo is the reference agent Echo (DESIGN §8): small, deterministic handlers that tests
+// Package echo is the reference agent Echo (docs/echo.md): small, deterministic handlers that tests
 // and newcomers use to see every path through agentbus work.
 //
 // Webhook methods:
@@ -33,7 +33,7 @@
 //
 // File: replies "Received {fileName} ({n} bytes)" with data {fileName, contentType, size, sha256};
 // "No file data received." when there was no content and "Invalid file format. Please ensure the
-// file is base64 encoded." when it was not base64 (spec 4.1 rules 3 and 4).
+// file is base64 encoded." when it was not base64 (docs/interface.md#41-send-message-admin, rules 3 and 4).
 package echo
 
 import (
@@ -106,7 +106,7 @@ func New(opts ...Option) *agent.Agent {
 	return a
 }
 
-// File reply texts of spec 4.1 rules 3 and 4.
+// File reply texts of docs/interface.md#41-send-message-admin, rules 3 and 4.
 const (
 	NoFileText      = "No file data received."
 	InvalidFileText = "Invalid file format. Please ensure the file is base64 encoded."

@@ -558,7 +558,7 @@
       q.set('participantId', t.participant);
     }
     q.delete('apikey');
-    q.set('apikey', state.key); // the webhook contract: the key in the query (spec 4.3)
+    q.set('apikey', state.key); // the webhook contract: the key in the query (docs/interface.md#43-webhook)
     const body = $('webhook-body').value;
     let contentType = 'text/plain; charset=utf-8';
     try {

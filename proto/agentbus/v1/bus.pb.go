@@ -80,8 +80,8 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 	return file_agentbus_v1_bus_proto_rawDescGZIP(), []int{0}
 }
 
-// BlobRef points at bytes kept in the AGENTBUS_FILES object store (claim check), used when a body
-// or reply does not fit in one NATS message.
+// BlobRef points at bytes kept in the AGENTBUS_CLAIMS object store (claim check), used when a
+// request or a reply's content does not fit in one NATS message (docs/bus.md#claim-checks).
 type BlobRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -143,9 +143,9 @@ func (x *BlobRef) GetSha256() string {
 	return ""
 }
 
-// Request is the envelope ingress publishes on AGENTBUS_INBOX. The reply subject travels in the
-// Agentbus-Reply-To header, not here, so that a redelivered request never answers a stale waiter
-// by accident of its payload.
+// Request is the envelope ingress publishes on AGENTBUS_INBOX. A waiting caller's reply subject
+// travels in reply_to (26); the Agentbus-Reply-To header carries it instead only while a live
+// host of the agent does not read reply_to (docs/bus.md#headers).
 type Request struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -408,7 +408,8 @@ func (x *Request) GetReplyTo() string {
 }
 
 // FileRef describes an uploaded file. Ingress decodes and checks the content; the handler is told
-// when there was none or it was not valid base64, so that it can answer as the spec asks.
+// when there was none or it was not valid base64, so that it can answer as the interface asks
+// (docs/interface.md#41-send-message-admin, rules 3 and 4).
 type FileRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Object name in AGENTBUS_FILES; empty when no bytes were stored.
@@ -519,7 +520,8 @@ type Reply struct {
 	ContentType string   `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	RunId       string   `protobuf:"bytes,6,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Set when the platform, not the handler, failed the request (for example an unknown method
-	// found only at the host): a problem type slug such as "handler-panic". Content then holds a
+	// found only at the host): a problem type slug such as "unknown-method"
+	// (docs/errors.md#answered-by-the-workflow-host-relayed-by-the-ingress). Content then holds a
 	// client-safe detail.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// The fingerprint of the request this replies to.
