@@ -25,35 +25,38 @@ import (
 
 // Config holds every setting. Each service uses the ones it needs.
 type Config struct {
-	HTTPAddr            string
-	NATSURL             string
-	DataDir             string
-	NATSListen          string
-	DevAPIKey           string
-	AdminKey            string
-	Partitions          int
-	Replicas            int
-	WebhookTimeout      time.Duration
-	ShutdownTimeout     time.Duration
-	DrainDelay          time.Duration
-	HistoryMaxAge       time.Duration
-	MaxFileBytes        int64
-	RateLimit           float64
-	RateBurst           int
-	TenantRateLimits    map[string]Rate
-	MaxWaitingPerTenant int
-	ContinueAsNewEvents int
-	HostID              string
-	IdleTimeout         time.Duration
-	MaxDeliveries       int
-	RetryBackoff        time.Duration
-	AckWait             time.Duration
-	MetricsAddr         string
-	SyncAlways          bool
-	LLMBaseURL          string
-	LLMModel            string
-	LLMAPIKey           string
-	LogLevel            slog.Level
+	HTTPAddr              string
+	NATSURL               string
+	DataDir               string
+	NATSListen            string
+	DevAPIKey             string
+	AdminKey              string
+	Partitions            int
+	Replicas              int
+	WebhookTimeout        time.Duration
+	ShutdownTimeout       time.Duration
+	DrainDelay            time.Duration
+	HistoryMaxAge         time.Duration
+	MaxFileBytes          int64
+	RateLimit             float64
+	RateBurst             int
+	TenantRateLimits      map[string]Rate
+	MaxWaitingPerTenant   int
+	MaxListenersPerKey    int
+	MaxListenersPerTenant int
+	ListenBufferBytes     int
+	ContinueAsNewEvents   int
+	HostID                string
+	IdleTimeout           time.Duration
+	MaxDeliveries         int
+	RetryBackoff          time.Duration
+	AckWait               time.Duration
+	MetricsAddr           string
+	SyncAlways            bool
+	LLMBaseURL            string
+	LLMModel              string
+	LLMAPIKey             string
+	LogLevel              slog.Level
 }
 
 // Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
@@ -201,6 +204,9 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", positive(&c.RateBurst, "rate-burst")},
 		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", tenantRates(&c.TenantRateLimits)},
 		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
+		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},
+		{"AGENTBUS_MAX_LISTENERS_PER_TENANT", "max-listeners-per-tenant", "200", "history listen streams a tenant may have open at once on an ingress", positive(&c.MaxListenersPerTenant, "max-listeners-per-tenant")},
+		{"AGENTBUS_LISTEN_BUFFER_BYTES", "listen-buffer-bytes", "262144", "bytes of events a listen stream holds for a client that reads slower than its thread grows, before it ends the stream with an overflow event (256 KiB)", positive(&c.ListenBufferBytes, "listen-buffer-bytes")},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
 		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},
@@ -214,7 +220,7 @@ func (c *Config) settings() []setting {
 		}},
 		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
-		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "workflow host: serve /healthz, /readyz and /metrics on this address; empty means none", str(&c.MetricsAddr)},
+		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

@@ -108,7 +108,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 // serveMetrics answers GET /metrics in the Prometheus text format. It takes no key: operators
 // keep it off public networks.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
-	if s.metrics.handler == nil {
+	if s.metrics.handler == nil || s.cfg.MetricsElsewhere {
 		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "metrics are not served here"})
 		return
 	}

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -39,15 +40,8 @@ func (s *Server) Drain() { s.ready.draining.Store(true) }
 // publishes. The body names the first condition that fails, in the shape of /healthz's.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	code, status := http.StatusOK, "ready"
-	switch {
-	case s.ready.draining.Load():
-		code, status = http.StatusServiceUnavailable, "draining"
-	case s.cfg.Conn.Status() != nats.CONNECTED:
-		code, status = http.StatusServiceUnavailable, "nats disconnected"
-	case !s.streamsReachable(r.Context()):
-		code, status = http.StatusServiceUnavailable, "streams unavailable"
-	case !s.dir.AnyLive():
-		code, status = http.StatusServiceUnavailable, "no live workflow host"
+	if err := s.readiness(r.Context()); err != nil {
+		code, status = http.StatusServiceUnavailable, err.Error()
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -55,6 +49,27 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_, _ = fmt.Fprintf(w, `{"status":%q}`, status)
+}
+
+// NATSStatus is the status of the ingress's NATS connection, which /healthz follows.
+func (s *Server) NATSStatus() nats.Status { return s.cfg.Conn.Status() }
+
+// Readiness is nil when /readyz answers 200, else the status it answers: for the probes of
+// package opshttp on the metrics address.
+func (s *Server) Readiness() error { return s.readiness(context.Background()) }
+
+func (s *Server) readiness(ctx context.Context) error {
+	switch {
+	case s.ready.draining.Load():
+		return errors.New("draining")
+	case s.cfg.Conn.Status() != nats.CONNECTED:
+		return errors.New("nats disconnected")
+	case !s.streamsReachable(ctx):
+		return errors.New("streams unavailable")
+	case !s.dir.AnyLive():
+		return errors.New("no live workflow host")
+	}
+	return nil
 }
 
 // streamsReachable reports whether the inbox stream answered its last info request, asking

@@ -80,6 +80,9 @@ type Config struct {
 	// *prometheus.Registry is; otherwise whoever owns it exposes the metrics, and GET /metrics
 	// answers 404.
 	Metrics prometheus.Registerer
+	// MetricsElsewhere makes GET /metrics on the API answer 404: whoever owns Metrics serves them
+	// on an address of their own (AGENTBUS_METRICS_ADDR, package opshttp).
+	MetricsElsewhere bool
 	// Tracer receives a server span per HTTP request, whose context travels with the published
 	// request to the workflow host; nil means otel.GetTracerProvider(). A no-op provider turns
 	// tracing off at no cost per request.

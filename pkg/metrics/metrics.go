@@ -12,6 +12,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -43,4 +44,12 @@ func Handler(g prometheus.Gatherer) http.Handler {
 		MaxRequestsInFlight: 4,
 		EnableOpenMetrics:   true,
 	})
+}
+
+// NewProcessRegistry is the registry a service serves on /metrics: the Go runtime's and the
+// process's metrics, to which its servers add their own.
+func NewProcessRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }

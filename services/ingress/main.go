@@ -18,12 +18,11 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
@@ -62,27 +61,23 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
-	// GET /metrics on the HTTP address serves this registry: the ingress's metrics and the
-	// process's.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	icfg := ingress.Config{
-		Conn:                nc,
-		Bus:                 cfg.Bus(),
-		AdminKey:            cfg.AdminKey,
-		WebhookTimeout:      cfg.WebhookTimeout,
-		MaxFileBytes:        cfg.MaxFileBytes,
-		RateLimit:           ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
-		TenantRateLimits:    tenantRates(cfg.TenantRateLimits),
-		MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
-		Logger:              log,
-		Metrics:             reg,
-	}
+	// GET /metrics serves this registry, the ingress's metrics and the process's: on
+	// AGENTBUS_METRICS_ADDR when it is set, else on the HTTP address.
+	reg := metrics.NewProcessRegistry()
+	icfg := ingress.FromSettings(cfg)
+	icfg.Conn, icfg.Logger, icfg.Metrics = nc, log, reg
 	srv, err := ingress.New(ctx, icfg)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = srv.Close() }()
+	if cfg.MetricsAddr != "" {
+		stopOps, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, srv.Readiness, metrics.Handler(reg)), log)
+		if err != nil {
+			return err
+		}
+		defer stopOps()
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -99,13 +94,4 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	case <-ctx.Done():
 	}
 	return drain(hs, srv, done, cfg.DrainDelay, cfg.IngressShutdownTimeout(), log)
-}
-
-// tenantRates converts the per-tenant rate limits of the settings.
-func tenantRates(in map[string]config.Rate) map[string]ingress.Rate {
-	out := make(map[string]ingress.Rate, len(in))
-	for tenant, r := range in {
-		out[tenant] = ingress.Rate(r)
-	}
-	return out
 }

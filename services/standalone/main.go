@@ -17,16 +17,15 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsembed"
+	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -74,23 +73,20 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	if err != nil {
 		return err
 	}
-	// One registry for the ingress and the host: GET /metrics on the HTTP address serves it all.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// One registry for the ingress and the host: GET /metrics serves it all, on
+	// AGENTBUS_METRICS_ADDR when it is set, else on the HTTP address.
+	reg := metrics.NewProcessRegistry()
 	hc := cfg.Host()
 	hc.Metrics = reg
+	ic := ingress.FromSettings(cfg)
+	ic.Metrics = reg
 	st, err := stack.Start(ctx, stack.Config{
 		DataDir:    cfg.DataDir,
 		NATSListen: cfg.NATSListen,
 		HTTPAddr:   cfg.HTTPAddr,
 		Agents:     []*agent.Agent{echo.New(echo.WithModel(model))},
 		Bus:        standaloneBus(cfg),
-		Ingress: ingress.Config{
-			AdminKey: cfg.AdminKey, WebhookTimeout: cfg.WebhookTimeout, MaxFileBytes: cfg.MaxFileBytes,
-			RateLimit:        ingress.Rate{PerSecond: cfg.RateLimit, Burst: cfg.RateBurst},
-			TenantRateLimits: tenantRates(cfg.TenantRateLimits), MaxWaitingPerTenant: cfg.MaxWaitingPerTenant,
-			Metrics: reg,
-		},
+		Ingress:    ic,
 		Host:       hc,
 		SyncAlways: cfg.SyncAlways,
 		Logger:     log,
@@ -108,6 +104,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		}
 	}()
 
+	if cfg.MetricsAddr != "" {
+		stopOps, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(st.Ingress.NATSStatus, st.Ingress.Readiness, metrics.Handler(reg)), log)
+		if err != nil {
+			return err
+		}
+		defer stopOps()
+	}
 	if err := seedDevKey(ctx, st, cfg, stdout); err != nil {
 		return err
 	}
@@ -179,13 +182,4 @@ func natsAddr(cfg config.Config) string {
 		return "in-process only"
 	}
 	return "nats://" + cfg.NATSListen
-}
-
-// tenantRates converts the per-tenant rate limits of the settings.
-func tenantRates(in map[string]config.Rate) map[string]ingress.Rate {
-	out := make(map[string]ingress.Rate, len(in))
-	for tenant, r := range in {
-		out[tenant] = ingress.Rate(r)
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -189,4 +190,37 @@ func scrape(base string) string {
 		return ""
 	}
 	return string(b)
+}
+
+// With AGENTBUS_METRICS_ADDR set, /metrics (and the probes) are served there, and the API's
+// address no longer serves /metrics: it need not be reachable by the API's clients.
+func TestMetricsOnTheirOwnAddress(t *testing.T) {
+	const key = "abk_test-dev-key-0123456789"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	opsAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	env := map[string]string{
+		"AGENTBUS_DATA_DIR":     t.TempDir(),
+		"AGENTBUS_HTTP_ADDR":    "127.0.0.1:0",
+		"AGENTBUS_NATS_LISTEN":  "",
+		"AGENTBUS_DEV_API_KEY":  key,
+		"AGENTBUS_PARTITIONS":   "2",
+		"AGENTBUS_METRICS_ADDR": opsAddr,
+	}
+	base, stop := start(t, env)
+	defer stop()
+	count(t, base, key)
+
+	ops := "http://" + opsAddr
+	assert.Eventually(t, func() bool {
+		text := scrape(ops)
+		return strings.Contains(text, "agentbus_http_requests_total{") && strings.Contains(text, `agentbus_partitions_owned{agent="Echo"} 2`)
+	}, 10*time.Second, 20*time.Millisecond, "the metrics address does not serve the ingress's and the host's metrics")
+	for path, want := range map[string]int{ops + "/healthz": 200, ops + "/readyz": 200, base + "/metrics": 404, base + "/healthz": 200} {
+		resp, err := http.Get(path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode, path)
+	}
 }

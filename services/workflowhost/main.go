@@ -21,13 +21,13 @@ import (
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	hc.Conn, hc.Agents, hc.Bus, hc.Logger = nc, []*agent.Agent{echo.New(echo.WithModel(model))}, cfg.Bus(), log
 	var reg *prometheus.Registry
 	if cfg.MetricsAddr != "" {
-		reg = newRegistry()
+		reg = metrics.NewProcessRegistry()
 		hc.Metrics = reg
 	}
 	host, err := agent.NewHost(hc)
@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		stopHealth, err := serveHealth(cfg.MetricsAddr, healthHandler(nc.Status, host.Readiness, metrics.Handler(reg)), log)
+		stopHealth, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, host.Readiness, metrics.Handler(reg)), log)
 		if err != nil {
 			return err
 		}
@@ -90,12 +90,4 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		defer stopHealth()
 	}
 	return host.Run(ctx)
-}
-
-// newRegistry is the registry the host serves on /metrics, holding the Go runtime's and the
-// process's metrics besides the host's own.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
 }

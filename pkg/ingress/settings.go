@@ -1,0 +1,27 @@
+package ingress
+
+import "github.com/agentbus/agentbus/pkg/config"
+
+// FromSettings is the ingress configuration the AGENTBUS_* settings give
+// (docs/configuration.md), for the services that serve the API: the caller fills in Conn, and
+// Logger, Metrics and Tracer as it wants them. With AGENTBUS_METRICS_ADDR set, /metrics is served
+// there and not on the API's address.
+func FromSettings(c config.Config) Config {
+	tenants := make(map[string]Rate, len(c.TenantRateLimits))
+	for tenant, r := range c.TenantRateLimits {
+		tenants[tenant] = Rate(r)
+	}
+	return Config{
+		Bus:                   c.Bus(),
+		AdminKey:              c.AdminKey,
+		WebhookTimeout:        c.WebhookTimeout,
+		MaxFileBytes:          c.MaxFileBytes,
+		RateLimit:             Rate{PerSecond: c.RateLimit, Burst: c.RateBurst},
+		TenantRateLimits:      tenants,
+		MaxWaitingPerTenant:   c.MaxWaitingPerTenant,
+		MaxListenersPerKey:    c.MaxListenersPerKey,
+		MaxListenersPerTenant: c.MaxListenersPerTenant,
+		ListenBufferBytes:     c.ListenBufferBytes,
+		MetricsElsewhere:      c.MetricsAddr != "",
+	}
+}
