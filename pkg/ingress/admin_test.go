@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,13 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
-
-const systemKey = "system-admin-key-0123456789"
 
 // newKey is the answer of key creation and rotation.
 type newKey struct {
@@ -32,54 +28,6 @@ type newKey struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	RevokedAt *time.Time `json:"revokedAt"`
 	Replaces  string     `json:"replaces"`
-}
-
-func createKey(t *testing.T, s *stacktest.Stack, tenant, by, name, role string) newKey {
-	t.Helper()
-	path := "/api/v1/admin/keys"
-	if tenant != "" {
-		path = "/api/v1/admin/tenants/" + tenant + "/keys"
-	}
-	var k newKey
-	h := adminOK(t, s, http.MethodPost, path, by, map[string]string{"name": name, "role": role}, http.StatusCreated, &k)
-	require.True(t, strings.HasPrefix(k.Key, keys.Prefix), "created key = %+v", k)
-	require.NotEmpty(t, k.ID, "created key = %+v", k)
-	require.Equal(t, name, k.Name, "created key = %+v", k)
-	require.Equal(t, role, k.Role, "created key = %+v", k)
-	require.Equal(t, tenant, k.Tenant, "created key = %+v", k)
-	require.False(t, k.CreatedAt.IsZero(), "created key = %+v", k)
-	require.Nil(t, k.RevokedAt, "created key = %+v", k)
-	assert.Equal(t, "no-store", h.Get("Cache-Control"), "created key headers")
-	assert.Equal(t, path+"/"+k.ID, h.Get("Location"), "created key headers")
-	return k
-}
-
-// callEcho calls the Echo webhook of the key's tenant and returns the status.
-func callEcho(t *testing.T, s *stacktest.Stack, key string) int {
-	t.Helper()
-	status, _, _ := call(t, s.URL, "Echo", "echo", q("apikey", key), []byte(`{}`))
-	return status
-}
-
-// echoBecomes polls the Echo webhook with key until it answers want, for at most within.
-func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		got := callEcho(t, s, key)
-		if got == want || time.Now().After(deadline) {
-			require.Equal(t, want, got, "webhook answer within %v", within)
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func waitKnown(t *testing.T, s *stacktest.Stack, secrets ...string) {
-	t.Helper()
-	for _, k := range secrets {
-		require.NoError(t, s.WaitKnown(context.Background(), k))
-	}
 }
 
 type keyList struct {
@@ -120,7 +68,7 @@ func TestAdminFlow(t *testing.T) {
 	waitKnown(t, s, user.Key)
 
 	// The user key calls its tenant's webhook, and no admin endpoint.
-	require.Equal(t, http.StatusOK, callEcho(t, s, user.Key), "user key on the Echo webhook")
+	require.Equal(t, http.StatusOK, callEcho(t, s.URL, user.Key), "user key on the Echo webhook")
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/admin/tenants/acme/keys"},
 		{http.MethodPost, "/api/v1/admin/tenants/acme/keys"},
@@ -259,24 +207,16 @@ func TestAdminSystemKeys(t *testing.T) {
 func TestAdminRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
-	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
-	require.NoError(t, err)
-	_, otherRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: "theirs"})
-	require.NoError(t, err)
-	_, mine, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "mine"})
-	require.NoError(t, err)
-	_, revokedRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "revoked"})
-	require.NoError(t, err)
-	_, err = s.Keys.RevokeID(ctx, revokedRec.ID)
-	require.NoError(t, err)
-	waitKnown(t, s, user)
+	user, _ := storeKey(t, s, "default", keys.RoleUser, "user")
+	_, otherRec := storeKey(t, s, "other", keys.RoleUser, "theirs")
+	_, mine := storeKey(t, s, "default", keys.RoleUser, "mine")
+	_, revokedRec := revokedKey(t, s, "default", keys.RoleUser, "revoked")
 
 	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-		tenants        = "/api/v1/admin/tenants"
-		ownKeys        = "/api/v1/admin/tenants/default/keys"
-		otherKeys      = "/api/v1/admin/tenants/other/keys"
-		sysKeys        = "/api/v1/admin/keys"
+		tenants   = "/api/v1/admin/tenants"
+		ownKeys   = "/api/v1/admin/tenants/default/keys"
+		otherKeys = "/api/v1/admin/tenants/other/keys"
+		sysKeys   = "/api/v1/admin/keys"
 	)
 	userKey := `{"name":"n","role":"user"}`
 	for _, tc := range []struct {
@@ -444,28 +384,15 @@ func TestAdminMethodsAllow(t *testing.T) {
 // ingress, on its own NATS connection as another process would be, refuse it within a second.
 func TestAdminRevocationReachesEveryIngress(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, err := s.NATS.Connect("second ingress")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	second, err := ingress.New(ctx, ingress.Config{Conn: nc, Bus: bus.Config{Partitions: 4}, AdminKey: systemKey, Logger: stacktest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, second.Close(), "closing the second ingress") })
-	srv := httptest.NewServer(second.Handler())
-	t.Cleanup(srv.Close)
-	echoAt := func(key string) int {
-		status, _, _ := call(t, srv.URL, "Echo", "echo", q("apikey", key), []byte(`{}`))
-		return status
-	}
+	second := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 
 	user := createKey(t, s, "default", s.Key, "ci", "user")
 	require.Eventually(t, func() bool { return second.KeyKnown(user.Key) }, time.Second, 2*time.Millisecond,
 		"a new key did not reach the second ingress within 1s")
-	require.Equal(t, http.StatusOK, echoAt(user.Key), "new key on the second ingress")
+	require.Equal(t, http.StatusOK, callEcho(t, second.URL, user.Key), "new key on the second ingress")
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/keys/"+user.ID, s.Key, nil, http.StatusNoContent, nil)
 	revoked := time.Now()
-	for echoAt(user.Key) != http.StatusUnauthorized {
+	for callEcho(t, second.URL, user.Key) != http.StatusUnauthorized {
 		require.Less(t, time.Since(revoked), time.Second, "the second ingress still accepts a key revoked through the first after 1s")
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -15,7 +15,7 @@ import (
 
 func TestConverse(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "Bob", "text", "hi there"), "", "Authorization", "Bearer "+s.Key)
+	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "Bob", "text", "hi there"), "", bearerHeader(s.Key)...)
 	a := answerOf(t, status, b)
 	resp, ok := decode(t, b)["response"].(map[string]any)
 	require.True(t, ok, "chat answer without response: %s", b)

@@ -236,19 +236,12 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 
 func TestDeadLetterRefusals(t *testing.T) {
 	s, _, _ := startDeadLetterStack(t)
-	ctx := context.Background()
 	mine := killLetter(t, s, s.Key, "Flaky", "mendable")
 	theirs := killLetter(t, s, s.OtherKey, "Flaky", "mendable")
 
-	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
-	require.NoError(t, err)
-	revoked, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "revoked"})
-	require.NoError(t, err)
-	waitKnown(t, s, user, revoked)
-	require.NoError(t, s.Keys.Revoke(ctx, revoked))
-	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(revoked) }, time.Second, 2*time.Millisecond, "revocation not seen")
+	user, _ := storeKey(t, s, "default", keys.RoleUser, "user")
+	revoked, _ := revokedKey(t, s, "default", keys.RoleTenantAdmin, "revoked")
 
-	const get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
 	own, other := deadLettersOf("default"), deadLettersOf("other")
 	mineAt, theirsAt := deadLetterOf("default", mine), deadLetterOf("other", theirs)
 	for _, tc := range []struct {

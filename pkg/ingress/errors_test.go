@@ -1,7 +1,6 @@
 package ingress_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,11 +20,7 @@ import (
 
 func TestWebhookRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	revoked, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "to revoke"})
-	require.NoError(t, err)
-	require.NoError(t, s.Keys.Revoke(context.Background(), revoked))
-	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(revoked) }, time.Second, 2*time.Millisecond,
-		"revocation not seen within 1s")
+	revoked, _ := revokedKey(t, s, "default", keys.RoleUser, "to revoke")
 
 	for _, tc := range []struct {
 		name     string
@@ -143,7 +138,7 @@ func TestInboxDedupeIDOnlyForCallerKeys(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", b)
 	assert.Equal(t, subject.DedupeID("default", "dd-1"), next().Header.Get(subject.HeaderMsgID), "a request with Idempotency-Key")
 
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 	status, _, b = send(t, s, "default", "", msg("type", "Data", "text", "count"), auth...)
 	require.Equal(t, http.StatusAccepted, status, "%s", b)
 	assert.Empty(t, next().Header.Get(subject.HeaderMsgID), "a send without requestId")

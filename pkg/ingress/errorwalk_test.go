@@ -1,10 +1,8 @@
 package ingress_test
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -26,36 +24,24 @@ var walkLeaks = []string{"nats:", "jetstream", "agentbus.in.", "AGENTBUS_", "gor
 	"ingress.", "keys.", "json:"}
 
 func TestErrorWalk(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey, MaxFileBytes: 1024,
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024,
 		Agents: []*agent.Agent{echo.New(), leakyAgent()}})
-	ctx := context.Background()
-	_, revokedRec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "revoked"})
-	require.NoError(t, err)
-	_, err = s.Keys.RevokeID(ctx, revokedRec.ID)
-	require.NoError(t, err)
+	_, revokedRec := revokedKey(t, s, "default", keys.RoleUser, "revoked")
 
 	const (
-		get, post, put, del, patch = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch
-		wh                         = "/api/user/webhooks/"
-		conv                       = "/api/user/rest/converse"
-		sendPath                   = "/api/v1/admin/tenants/default/messaging/send"
-		msgs                       = "/api/v1/admin/tenants/default/messaging/"
-		tenants                    = "/api/v1/admin/tenants"
-		ownKeys                    = "/api/v1/admin/tenants/default/keys"
-		sysKeys                    = "/api/v1/admin/keys"
+		wh       = "/api/user/webhooks/"
+		conv     = "/api/user/rest/converse"
+		sendPath = "/api/v1/admin/tenants/default/messaging/send"
+		msgs     = "/api/v1/admin/tenants/default/messaging/"
+		tenants  = "/api/v1/admin/tenants"
+		ownKeys  = "/api/v1/admin/tenants/default/keys"
+		sysKeys  = "/api/v1/admin/keys"
 	)
-	K, S := s.Key, isoSystemKey
+	K, S := s.Key, systemKey
 	auth, sys := bearerHeader(K), bearerHeader(S)
 	long := strings.Repeat("x", 300)
 	huge := strings.Repeat("y", 10000)
 	unknownID := "00000000-0000-4000-8000-000000000000"
-	msg := func(fields ...any) string {
-		m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"}
-		for i := 0; i+1 < len(fields); i += 2 {
-			m[fields[i].(string)] = fields[i+1]
-		}
-		return mustJSON(m)
-	}
 	convQ := func(kv ...string) string {
 		v := q("workflow", "Echo", "type", "Chat", "text", "hi")
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -146,35 +132,35 @@ func TestErrorWalk(t *testing.T) {
 		{"converse Chat handler panic", post, convQ("workflow", "Leaky"), auth, "", 500},
 
 		// Send.
-		{"send no key", post, sendPath, nil, msg(), 401},
+		{"send no key", post, sendPath, nil, chatMsg(), 401},
 		{"send empty body", post, sendPath, auth, "", 400},
 		{"send bad JSON", post, sendPath, auth, `{"type":`, 400},
-		{"send two values", post, sendPath, auth, msg() + msg(), 400},
+		{"send two values", post, sendPath, auth, chatMsg() + chatMsg(), 400},
 		{"send array", post, sendPath, auth, `[]`, 400},
 		{"send wrong field type", post, sendPath, auth, `{"agentName":5}`, 400},
-		{"send missing agentName", post, sendPath, auth, msg("agentName", ""), 400},
-		{"send missing type", post, sendPath, auth, msg("type", ""), 400},
-		{"send bad type", post, sendPath, auth, msg("type", "Shout"), 400},
-		{"send Data without method", post, sendPath, auth, msg("type", "Data", "text", ""), 400},
-		{"send Data array", post, sendPath, auth, msg("type", "Data", "text", "echo", "data", []int{1}), 400},
-		{"send oversized activation", post, sendPath, auth, msg("activationName", long), 400},
-		{"send activation with ':'", post, sendPath, auth, msg("activationName", "a:b"), 400},
-		{"send oversized participant", post, sendPath, auth, msg("participantId", long), 400},
-		{"send oversized requestId", post, sendPath, auth, msg("requestId", long), 400},
-		{"send oversized topic", post, sendPath, auth, msg("topic", long), 400},
-		{"send wait not a bool", post, sendPath + "?wait=maybe", auth, msg(), 400},
-		{"send timeoutSeconds 0", post, sendPath + "?wait=true&timeoutSeconds=0", auth, msg(), 400},
-		{"send unknown agent", post, sendPath, auth, msg("agentName", "Nobody"), 404},
-		{"send unknown workflow type", post, sendPath, auth, msg("workflowType", "Batch"), 404},
-		{"send unknown Data method", post, sendPath, auth, msg("type", "Data", "text", "nope"), 404},
-		{"send no tenant", post, "/api/v1/admin/messaging/send", auth, msg(), 400},
-		{"send invalid path tenant", post, "/api/v1/admin/tenants/" + strings.Repeat("t", 65) + "/messaging/send", auth, msg(), 400},
-		{"send system key, unknown tenant", post, "/api/v1/admin/tenants/nobody/messaging/send", sys, msg(), 404},
-		{"send file data a number", post, sendPath, auth, msg("type", "File", "data", 5), 400},
-		{"send file object bad field", post, sendPath, auth, msg("type", "File", "data", map[string]any{"content": 5}), 400},
-		{"send file too large", post, sendPath, auth, msg("type", "File", "data", bigFile), 413},
-		{"send body too large", post, sendPath, auth, msg("text", strings.Repeat("z", 1<<20+4096)), 413},
-		{"send handler panic", post, sendPath + "?wait=true", auth, msg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
+		{"send missing agentName", post, sendPath, auth, chatMsg("agentName", ""), 400},
+		{"send missing type", post, sendPath, auth, chatMsg("type", ""), 400},
+		{"send bad type", post, sendPath, auth, chatMsg("type", "Shout"), 400},
+		{"send Data without method", post, sendPath, auth, chatMsg("type", "Data", "text", ""), 400},
+		{"send Data array", post, sendPath, auth, chatMsg("type", "Data", "text", "echo", "data", []int{1}), 400},
+		{"send oversized activation", post, sendPath, auth, chatMsg("activationName", long), 400},
+		{"send activation with ':'", post, sendPath, auth, chatMsg("activationName", "a:b"), 400},
+		{"send oversized participant", post, sendPath, auth, chatMsg("participantId", long), 400},
+		{"send oversized requestId", post, sendPath, auth, chatMsg("requestId", long), 400},
+		{"send oversized topic", post, sendPath, auth, chatMsg("topic", long), 400},
+		{"send wait not a bool", post, sendPath + "?wait=maybe", auth, chatMsg(), 400},
+		{"send timeoutSeconds 0", post, sendPath + "?wait=true&timeoutSeconds=0", auth, chatMsg(), 400},
+		{"send unknown agent", post, sendPath, auth, chatMsg("agentName", "Nobody"), 404},
+		{"send unknown workflow type", post, sendPath, auth, chatMsg("workflowType", "Batch"), 404},
+		{"send unknown Data method", post, sendPath, auth, chatMsg("type", "Data", "text", "nope"), 404},
+		{"send no tenant", post, "/api/v1/admin/messaging/send", auth, chatMsg(), 400},
+		{"send invalid path tenant", post, "/api/v1/admin/tenants/" + strings.Repeat("t", 65) + "/messaging/send", auth, chatMsg(), 400},
+		{"send system key, unknown tenant", post, "/api/v1/admin/tenants/nobody/messaging/send", sys, chatMsg(), 404},
+		{"send file data a number", post, sendPath, auth, chatMsg("type", "File", "data", 5), 400},
+		{"send file object bad field", post, sendPath, auth, chatMsg("type", "File", "data", map[string]any{"content": 5}), 400},
+		{"send file too large", post, sendPath, auth, chatMsg("type", "File", "data", bigFile), 413},
+		{"send body too large", post, sendPath, auth, chatMsg("text", strings.Repeat("z", 1<<20+4096)), 413},
+		{"send handler panic", post, sendPath + "?wait=true", auth, chatMsg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
 
 		// History, topics, listen.
 		{"history no key", get, msgs + "history" + thread(), nil, "", 401},

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"testing"
 	"time"
 
@@ -33,6 +32,7 @@ type storedMessage struct {
 	ParticipantID string          `json:"participantId"`
 	WorkflowID    string          `json:"workflowId"`
 	Scope         string          `json:"scope"`
+	Hint          string          `json:"hint"`
 }
 
 type historyAnswer struct {
@@ -49,7 +49,7 @@ type historyAnswer struct {
 // readHistory reads a history or topics answer that must succeed.
 func readHistory(t *testing.T, base, path string, query url.Values, hdr ...string) historyAnswer {
 	t.Helper()
-	status, ct, b := get(t, base, path, query, hdr...)
+	status, ct, b := doGet(t, base, path, query, hdr...)
 	require.Equal(t, http.StatusOK, status, "GET %s?%s: %s", path, query.Encode(), b)
 	require.Equal(t, "application/json", ct, "GET %s?%s", path, query.Encode())
 	var a historyAnswer
@@ -76,7 +76,7 @@ func waitThread(t *testing.T, s *stacktest.Stack, participant string, n int) []s
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", participant, "pageSize", "100"), "Authorization", "Bearer "+s.Key)
+		a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", participant, "pageSize", "100"), bearerHeader(s.Key)...)
 		if len(a.Messages) >= n {
 			return a.Messages
 		}
@@ -95,7 +95,7 @@ func messageIDs(msgs []storedMessage) []string {
 
 func TestHistoryPages(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 	webhookCalls(t, s, "Alice", "r-0", "r-1", "r-2", "r-3", "r-4")
 	webhookCalls(t, s, "bob", "b-0")
 	all := waitThread(t, s, "alice", 10)
@@ -210,7 +210,7 @@ func TestHistoryPages(t *testing.T) {
 				for k, v := range tc.q {
 					query[k] = v
 				}
-				status, ct, b := get(t, s.URL, historyPath("default"), query, auth...)
+				status, ct, b := doGet(t, s.URL, historyPath("default"), query, auth...)
 				p := problemOf(t, status, ct, b, http.StatusBadRequest)
 				assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
 			})
@@ -220,11 +220,7 @@ func TestHistoryPages(t *testing.T) {
 
 func TestHistoryRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	ctx := context.Background()
-	user, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "reader"})
-	require.NoError(t, err)
-	require.NoError(t, s.WaitKnown(ctx, user))
-	bearerKey := func(k string) []string { return []string{"Authorization", "Bearer " + k} }
+	user, _ := storeKey(t, s, "default", keys.RoleUser, "reader")
 	thread := q("workflowId", echoWF, "participantId", "alice")
 
 	for _, endpoint := range []string{"history", "topics", "listen"} {
@@ -241,24 +237,24 @@ func TestHistoryRefusals(t *testing.T) {
 				detail string
 			}{
 				{"no key", path, thread, nil, 401, "unauthorized", ""},
-				{"bad key", path, thread, bearerKey("abk_nope"), 401, "unauthorized", ""},
-				{"bad apikey with a good header", path, with(thread, "apikey", "abk_nope"), bearerKey(s.Key), 401, "unauthorized", ""},
-				{"other tenant's key", path, thread, bearerKey(s.OtherKey), 403, "forbidden", ""},
+				{"bad key", path, thread, bearerHeader("abk_nope"), 401, "unauthorized", ""},
+				{"bad apikey with a good header", path, with(thread, "apikey", "abk_nope"), bearerHeader(s.Key), 401, "unauthorized", ""},
+				{"other tenant's key", path, thread, bearerHeader(s.OtherKey), 403, "forbidden", ""},
 				{"other tenant's key by apikey", path, with(thread, "apikey", s.OtherKey), nil, 403, "forbidden", ""},
-				{"path and X-Tenant-Id differ", path, thread, append(bearerKey(s.Key), "X-Tenant-Id", "other"), 400, "tenant-mismatch", ""},
-				{"no tenant", bare, thread, bearerKey(s.Key), 400, "missing-tenant", ""},
-				{"X-Tenant-Id of another tenant", bare, thread, append(bearerKey(s.Key), "X-Tenant-Id", "other"), 403, "forbidden", ""},
-				{"missing participantId", path, q("workflowId", echoWF), bearerKey(s.Key), 400, "missing-parameter", "participantId"},
-				{"blank participantId", path, q("workflowId", echoWF, "participantId", "  "), bearerKey(s.Key), 400, "missing-parameter", "participantId"},
-				{"missing workflow", path, q("participantId", "alice"), bearerKey(s.Key), 400, "missing-parameter", "workflowId"},
-				{"missing activationName", path, q("agentName", "Echo", "participantId", "alice"), bearerKey(s.Key), 400, "missing-parameter", "activationName"},
-				{"workflowId and agentName", path, with(thread, "agentName", "Echo"), bearerKey(s.Key), 400, "invalid-query", "workflowId"},
-				{"three-segment workflowId", path, q("workflowId", "default:Echo:x", "participantId", "alice"), bearerKey(s.Key), 400, "invalid-workflow", "workflowId"},
-				{"other tenant's workflowId", path, q("workflowId", "other:Echo:Supervisor Workflow:default", "participantId", "alice"), bearerKey(s.Key), 403, "forbidden", ""},
-				{"bad query encoding", path + "?x=%zz&", nil, bearerKey(s.Key), 400, "invalid-query", ""},
+				{"path and X-Tenant-Id differ", path, thread, append(bearerHeader(s.Key), "X-Tenant-Id", "other"), 400, "tenant-mismatch", ""},
+				{"no tenant", bare, thread, bearerHeader(s.Key), 400, "missing-tenant", ""},
+				{"X-Tenant-Id of another tenant", bare, thread, append(bearerHeader(s.Key), "X-Tenant-Id", "other"), 403, "forbidden", ""},
+				{"missing participantId", path, q("workflowId", echoWF), bearerHeader(s.Key), 400, "missing-parameter", "participantId"},
+				{"blank participantId", path, q("workflowId", echoWF, "participantId", "  "), bearerHeader(s.Key), 400, "missing-parameter", "participantId"},
+				{"missing workflow", path, q("participantId", "alice"), bearerHeader(s.Key), 400, "missing-parameter", "workflowId"},
+				{"missing activationName", path, q("agentName", "Echo", "participantId", "alice"), bearerHeader(s.Key), 400, "missing-parameter", "activationName"},
+				{"workflowId and agentName", path, with(thread, "agentName", "Echo"), bearerHeader(s.Key), 400, "invalid-query", "workflowId"},
+				{"three-segment workflowId", path, q("workflowId", "default:Echo:x", "participantId", "alice"), bearerHeader(s.Key), 400, "invalid-workflow", "workflowId"},
+				{"other tenant's workflowId", path, q("workflowId", "other:Echo:Supervisor Workflow:default", "participantId", "alice"), bearerHeader(s.Key), 403, "forbidden", ""},
+				{"bad query encoding", path + "?x=%zz&", nil, bearerHeader(s.Key), 400, "invalid-query", ""},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
-					status, ct, b := get(t, s.URL, tc.path, tc.q, tc.hdr...)
+					status, ct, b := doGet(t, s.URL, tc.path, tc.q, tc.hdr...)
 					p := problemOf(t, status, ct, b, tc.want)
 					assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
 					detail, _ := p["detail"].(string)
@@ -270,25 +266,15 @@ func TestHistoryRefusals(t *testing.T) {
 				if endpoint == "listen" {
 					return // TestHistoryListen streams; a refusal is all this table checks
 				}
-				readHistory(t, s.URL, path, thread, bearerKey(user)...)
+				readHistory(t, s.URL, path, thread, bearerHeader(user)...)
 			})
 			t.Run("POST", func(t *testing.T) {
-				status, h, b := doRequest(t, http.MethodPost, s.URL+path+"?"+thread.Encode(), nil, bearerKey(s.Key)...)
+				status, h, b := doRequest(t, http.MethodPost, s.URL+path+"?"+thread.Encode(), nil, bearerHeader(s.Key)...)
 				problemOf(t, status, h.Get("Content-Type"), b, http.StatusMethodNotAllowed)
 				assert.Equal(t, http.MethodGet, h.Get("Allow"))
 			})
 		})
 	}
-}
-
-// with returns a copy of v with name set to value.
-func with(v url.Values, name, value string) url.Values {
-	out := url.Values{}
-	for k, vs := range v {
-		out[k] = slices.Clone(vs)
-	}
-	out.Set(name, value)
-	return out
 }
 
 // sendChat sends a Chat message with a topic through the send endpoint and waits for its reply.
@@ -302,7 +288,7 @@ func sendChat(t *testing.T, s *stacktest.Stack, participant, text, topic string)
 
 func TestHistoryTopics(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 	topicsPath := "/api/v1/admin/tenants/default/messaging/topics"
 	thread := q("workflowId", echoWF, "participantId", "carol")
 
@@ -331,10 +317,10 @@ func TestHistoryTopics(t *testing.T) {
 		texts = append(texts, fmt.Sprintf("%d:%s", m.Direction, *m.Text))
 	}
 	require.Equal(t, []string{"1:You said: three", "0:three", "1:You said: one", "0:one"}, texts, "topic t2")
-	first := readHistory(t, s.URL, historyPath("default"), with(with(thread, "topic", "t2"), "pageSize", "3"), auth...)
+	first := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "t2", "pageSize", "3"), auth...)
 	require.Len(t, first.Messages, 3, "first page of t2")
 	require.NotNil(t, first.Next, "first page of t2")
-	rest := readHistory(t, s.URL, historyPath("default"), with(with(with(thread, "topic", "t2"), "pageSize", "3"), "before", *first.Next), auth...)
+	rest := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "t2", "pageSize", "3", "before", *first.Next), auth...)
 	assert.Equal(t, messageIDs(page.Messages), messageIDs(append(first.Messages, rest.Messages...)), "t2 by pages")
 	assert.Nil(t, rest.Next, "t2's last page")
 	none := readHistory(t, s.URL, historyPath("default"), with(thread, "topic", "nope"), auth...)
@@ -431,7 +417,7 @@ func (st *stream) quiet(t *testing.T, d time.Duration) {
 func TestHistoryListen(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
 	thread := q("workflowId", echoWF, "participantId", "dave")
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 	// History from before the stream is not sent.
 	webhookCalls(t, s, "dave", "old")
 	waitThread(t, s, "dave", 2)
@@ -471,7 +457,7 @@ func TestHistoryListen(t *testing.T) {
 
 	t.Run("lastEventId query", func(t *testing.T) {
 		stored := waitThread(t, s, "dave", 10)
-		st := listen(t, s, with(with(thread, "lastEventId", stored[3].ID), "apikey", s.Key))
+		st := listen(t, s, with(thread, "lastEventId", stored[3].ID, "apikey", s.Key))
 		var ids []string
 		for range 3 {
 			_, m := st.next(t)

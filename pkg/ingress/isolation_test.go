@@ -21,9 +21,6 @@ import (
 // at tenant B ("other") by every route there is gets a refusal and none of B's data; a user key
 // on an admin endpoint gets 403; a revoked key gets 401 everywhere.
 
-// isoSystemKey is the system-admin key of the isolation stack.
-const isoSystemKey = "isolation-system-key-0123456789"
-
 // isoCase is one request of the matrix.
 type isoCase struct {
 	name   string
@@ -35,9 +32,6 @@ type isoCase struct {
 	// want are the acceptable statuses, the expected one first.
 	want []int
 }
-
-// isoQuery encodes name/value pairs as a query string with its '?'.
-func isoQuery(kv ...string) string { return "?" + q(kv...).Encode() }
 
 // isoTenantB is what B holds that A must never see.
 type isoTenantB struct {
@@ -114,34 +108,27 @@ func checkIsoCase(t *testing.T, s *stacktest.Stack, b isoTenantB, tc isoCase) {
 }
 
 func TestIsolationMatrix(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	b := seedB(t, s)
-	userA, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "a-user"})
-	require.NoError(t, err)
-	waitKnown(t, s, userA)
+	userA, _ := storeKey(t, s, "default", keys.RoleUser, "a-user")
 	A := s.Key
 
 	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-		webhooks       = "/api/user/webhooks/"
-		converse       = "/api/user/rest/converse"
-		sendB          = "/api/v1/admin/tenants/other/messaging/send"
-		sendA          = "/api/v1/admin/tenants/default/messaging/send"
-		sendBare       = "/api/v1/admin/messaging/send"
-		tenants        = "/api/v1/admin/tenants"
-		keysB          = "/api/v1/admin/tenants/other/keys"
-		keysA          = "/api/v1/admin/tenants/default/keys"
-		sysKeys        = "/api/v1/admin/keys"
+		webhooks = "/api/user/webhooks/"
+		converse = "/api/user/rest/converse"
+		sendB    = "/api/v1/admin/tenants/other/messaging/send"
+		sendA    = "/api/v1/admin/tenants/default/messaging/send"
+		sendBare = "/api/v1/admin/messaging/send"
+		tenants  = "/api/v1/admin/tenants"
+		keysB    = "/api/v1/admin/tenants/other/keys"
+		keysA    = "/api/v1/admin/tenants/default/keys"
+		sysKeys  = "/api/v1/admin/keys"
 	)
 	refused, hidden, mismatch := []int{403}, []int{404}, []int{400}
 	wfB := url.PathEscape(isoWFB)
-	sendBody := func(typ, text string, extra ...string) string {
-		m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": isoThreadUser, "type": typ, "text": text}
-		for i := 0; i+1 < len(extra); i += 2 {
-			m[extra[i]] = extra[i+1]
-		}
-		return mustJSON(m)
+	sendBody := func(typ, text string, extra ...any) string {
+		return chatMsg(append([]any{"participantId", isoThreadUser, "type", typ, "text", text}, extra...)...)
 	}
 	fileBody := sendBody("File", "a.txt", "data", base64.StdEncoding.EncodeToString([]byte("hello")))
 	historyData := `{"size":100}`
@@ -245,7 +232,7 @@ func TestIsolationMatrix(t *testing.T) {
 	for _, k := range b.secrets {
 		assert.True(t, s.Ingress.KeyKnown(k), "a key of B stopped working")
 	}
-	_, err = s.Keys.GetTenant(ctx, "other")
+	_, err := s.Keys.GetTenant(ctx, "other")
 	assert.NoError(t, err, "tenant B")
 	_, err = s.Keys.GetTenant(ctx, "a-made-this")
 	assert.Error(t, err, "a tenant admin created a tenant")
@@ -254,11 +241,7 @@ func TestIsolationMatrix(t *testing.T) {
 // isoEveryEndpoint is one call to every authenticated endpoint of tenant "default" (or the
 // system scope) with key, in each place the endpoint reads a key from.
 func isoEveryEndpoint(key, ownKeyID string) []isoCase {
-	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-	)
-	chat := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"})
-	chatWithKey := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi", "authorization": key})
+	chat, chatWithKey := chatMsg(), chatMsg("authorization", key)
 	thread := []string{"workflowId", isoWFA, "participantId", "p"}
 	cs := []isoCase{
 		{name: "webhook, apikey", method: post, path: "/api/user/webhooks/Echo/echo" + isoQuery("apikey", key)},
@@ -282,9 +265,8 @@ func isoEveryEndpoint(key, ownKeyID string) []isoCase {
 // isoAdminEndpoints is one call to every admin endpoint with key.
 func isoAdminEndpoints(key, ownKeyID string) []isoCase {
 	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-		own            = "/api/v1/admin/tenants/default/keys"
-		sys            = "/api/v1/admin/keys"
+		own = "/api/v1/admin/tenants/default/keys"
+		sys = "/api/v1/admin/keys"
 	)
 	h := bearerHeader(key)
 	return []isoCase{
@@ -306,18 +288,14 @@ func isoAdminEndpoints(key, ownKeyID string) []isoCase {
 }
 
 func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
-	user, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "user"})
-	require.NoError(t, err)
-	waitKnown(t, s, user)
+	user, rec := storeKey(t, s, "default", keys.RoleUser, "user")
 	cases := isoAdminEndpoints(user, rec.ID)
 	// Sending through the admin send endpoint needs an admin key too; reading history does not.
-	chat := mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"})
 	cases = append(cases,
-		isoCase{name: "send, path tenant", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send", hdr: bearerHeader(user), body: chat},
-		isoCase{name: "send, authorization field", method: http.MethodPost, path: "/api/v1/admin/tenants/default/messaging/send",
-			body: mustJSON(map[string]string{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi", "authorization": user})},
+		isoCase{name: "send, path tenant", method: post, path: "/api/v1/admin/tenants/default/messaging/send", hdr: bearerHeader(user), body: chatMsg()},
+		isoCase{name: "send, authorization field", method: post, path: "/api/v1/admin/tenants/default/messaging/send", body: chatMsg("authorization", user)},
 	)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -332,11 +310,11 @@ func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
 	assert.Nil(t, k.RevokedAt, "user key after the refusals: %+v", k)
 	_, err = s.Keys.GetTenant(ctx, "never-made")
 	assert.Error(t, err, "a user key created a tenant")
-	assert.Equal(t, http.StatusOK, callEcho(t, s, user), "user key on its webhook")
+	assert.Equal(t, http.StatusOK, callEcho(t, s.URL, user), "user key on its webhook")
 }
 
 func TestIsolationRevokedKeyEverywhere(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: isoSystemKey})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	for _, role := range []keys.Role{keys.RoleTenantAdmin, keys.RoleUser, keys.RoleSystemAdmin} {
 		t.Run(string(role), func(t *testing.T) {
@@ -344,12 +322,7 @@ func TestIsolationRevokedKeyEverywhere(t *testing.T) {
 			if role == keys.RoleSystemAdmin {
 				tenant = ""
 			}
-			secret, rec, err := s.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "revoked"})
-			require.NoError(t, err)
-			waitKnown(t, s, secret)
-			require.NoError(t, s.Keys.Revoke(ctx, secret))
-			require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(secret) }, time.Second, 2*time.Millisecond,
-				"revocation not seen within 1s")
+			secret, rec := revokedKey(t, s, tenant, role, "revoked")
 			for _, tc := range isoEveryEndpoint(secret, rec.ID) {
 				t.Run(tc.name, func(t *testing.T) {
 					status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)

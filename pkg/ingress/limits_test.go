@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -16,54 +15,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/agent"
-	"github.com/agentbus/agentbus/pkg/agents/echo"
-	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stack"
-	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// limitedStack is a whole stack (Echo agent, ingress on a loopback listener) with the given
-// ingress limits; stacktest.Options does not carry them. keys holds a tenant-admin key of each
-// tenant named.
-type limitedStack struct {
-	*stack.Stack
-	keys map[string]string
-}
-
-func startLimited(t *testing.T, ic ingress.Config, tenants ...string) *limitedStack {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := stack.Start(ctx, stack.Config{
-		DataDir:  t.TempDir(),
-		HTTPAddr: "127.0.0.1:0",
-		Agents:   []*agent.Agent{echo.New()},
-		Bus:      bus.Config{Partitions: 2},
-		Ingress:  ic,
-		Host:     agent.HostConfig{ShutdownGrace: 10 * time.Second},
-		Logger:   stacktest.Logger(),
-	})
-	require.NoError(t, err, "starting stack")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		assert.NoError(t, st.Stop(ctx), "stopping stack")
-	})
-	s := &limitedStack{Stack: st, keys: map[string]string{}}
-	for _, tenant := range tenants {
-		require.NoError(t, st.Keys.EnsureTenant(ctx, tenant))
-		s.keys[tenant], _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "test"})
-		require.NoError(t, err)
-		require.NoError(t, st.WaitKnown(ctx, s.keys[tenant]))
-	}
-	return s
-}
-
 // listKeys is a cheap authenticated request: GET the tenant's keys.
-func (s *limitedStack) listKeys(t *testing.T, tenant, key string) (int, http.Header, []byte) {
+func (s *customStack) listKeys(t *testing.T, tenant, key string) (int, http.Header, []byte) {
 	t.Helper()
 	return do(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/"+tenant+"/keys", key, nil)
 }
@@ -80,14 +38,13 @@ func wantRateLimited(t *testing.T, status int, h http.Header, b []byte, most int
 
 func TestRateLimitPerKey(t *testing.T) {
 	// 0.2/s: a token every 5 s, so nothing refills during the test.
-	s := startLimited(t, ingress.Config{
+	s := startStack(t, stack.Config{Ingress: ingress.Config{
 		RateLimit: ingress.Rate{PerSecond: 0.2, Burst: 3},
 		TenantRateLimits: map[string]ingress.Rate{
 			"acme": {PerSecond: 0.2, Burst: 6},
 			"free": {}, // no limit
 		},
-	}, "default", "acme", "free")
-	ctx := context.Background()
+	}}, "default", "acme", "free")
 
 	t.Run("default rate", func(t *testing.T) {
 		key := s.keys["default"]
@@ -109,9 +66,7 @@ func TestRateLimitPerKey(t *testing.T) {
 		problemOf(t, status, h.Get("Content-Type"), b, http.StatusUnauthorized)
 
 		// Another key of the same tenant has its own bucket.
-		other, _, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "second"})
-		require.NoError(t, err)
-		require.NoError(t, s.WaitKnown(ctx, other))
+		other, _ := storeKey(t, s.Stack, "default", keys.RoleTenantAdmin, "second")
 		status, _, b = s.listKeys(t, "default", other)
 		assert.Equal(t, http.StatusOK, status, "second key of the tenant: %s", b)
 	})
@@ -136,7 +91,7 @@ func TestRateLimitPerKey(t *testing.T) {
 }
 
 func TestMaxWaitingPerTenant(t *testing.T) {
-	s := startLimited(t, ingress.Config{MaxWaitingPerTenant: 1}, "default", "other")
+	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxWaitingPerTenant: 1}}, "default", "other")
 	key := s.keys["default"]
 	webhook := func(workflow, method string, kv ...string) string {
 		return s.URL + "/api/user/webhooks/" + url.PathEscape(workflow) + "/" + method + "?" + q(append([]string{"apikey", key}, kv...)...).Encode()
@@ -146,15 +101,8 @@ func TestMaxWaitingPerTenant(t *testing.T) {
 	slow := make(chan int, 1)
 	go func() {
 		for {
-			resp, err := http.Post(webhook("Echo:Conversational", "sleep", "ms", "2000", "participantId", "slow"), "", nil)
-			if err != nil {
-				slow <- 0
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusServiceUnavailable {
-				slow <- resp.StatusCode
+			if status := <-postLater(webhook("Echo:Conversational", "sleep", "ms", "2000", "participantId", "slow"), "", nil); status != http.StatusServiceUnavailable {
+				slow <- status
 				return
 			}
 		}
@@ -193,7 +141,7 @@ func TestMaxWaitingPerTenant(t *testing.T) {
 }
 
 func TestBodyTooLarge(t *testing.T) {
-	s := startLimited(t, ingress.Config{MaxBodyBytes: 1024}, "default")
+	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxBodyBytes: 1024}}, "default")
 	key := s.keys["default"]
 	tests := []struct {
 		name string
@@ -226,7 +174,7 @@ func TestBodyTooLarge(t *testing.T) {
 
 func TestSlowHeadersCutOff(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	s := startLimited(t, ingress.Config{ReadHeaderTimeout: timeout})
+	s := startStack(t, stack.Config{Ingress: ingress.Config{ReadHeaderTimeout: timeout}})
 	// The server's clock starts when it accepts the connection, so ours starts before dialling.
 	start := time.Now()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -47,9 +48,7 @@ func TestSlowListenersCostTheirBuffer(t *testing.T) {
 	// Each key may hold DefaultMaxListenersPerKey streams: spread the listeners over enough keys.
 	listenKeys := []string{s.Key}
 	for len(listenKeys)*ingress.DefaultMaxListenersPerKey < floodListeners+1 {
-		k, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "default", Role: keys.RoleUser, Name: "listener"})
-		require.NoError(t, err)
-		require.NoError(t, s.WaitKnown(context.Background(), k))
+		k, _ := storeKey(t, s, "default", keys.RoleUser, "listener")
 		listenKeys = append(listenKeys, k)
 	}
 
@@ -186,8 +185,7 @@ func checkOverflowed(t *testing.T, c net.Conn) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var events []sseEvent
-	scanEvents(resp.Body, func(ev sseEvent) bool { events = append(events, ev); return true })
+	events := readEvents(resp.Body)
 	var msgs []string
 	var overflow *sseEvent
 	for i, ev := range events {
@@ -212,28 +210,11 @@ func checkOverflowed(t *testing.T, c net.Conn) {
 	assert.Contains(t, o["detail"], "Last-Event-ID")
 }
 
-// metricValue reads one unlabelled metric from GET /metrics; -1 when it is not there.
-func metricValue(t *testing.T, base, name string) float64 {
-	t.Helper()
-	_, _, b := doRequest(t, http.MethodGet, base+"/metrics", nil)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var f float64
-			_, err := fmt.Sscan(v, &f)
-			require.NoError(t, err, "%s", line)
-			return f
-		}
-	}
-	return -1
-}
-
 // TestListenersCappedPerKeyAndTenant: beyond its caps a key or a tenant gets 429 for another
 // listen stream, and a place is free again once a stream ends.
 func TestListenersCappedPerKeyAndTenant(t *testing.T) {
-	s := startLimited(t, ingress.Config{MaxListenersPerKey: 2, MaxListenersPerTenant: 3}, "acme")
-	other, _, err := s.Keys.Create(context.Background(), keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "second"})
-	require.NoError(t, err)
-	require.NoError(t, s.WaitKnown(context.Background(), other))
+	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxListenersPerKey: 2, MaxListenersPerTenant: 3}}, "acme")
+	other, _ := storeKey(t, s.Stack, "acme", keys.RoleUser, "second")
 	path := func(key string) string {
 		return s.URL + strings.Replace(listenPath(key, "caps"), "/tenants/default/", "/tenants/acme/", 1)
 	}

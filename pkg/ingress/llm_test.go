@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -12,11 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/agentbus/agentbus/pkg/agent"
-	"github.com/agentbus/agentbus/pkg/agents/echo"
-	"github.com/agentbus/agentbus/pkg/llm"
-	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
 // fakeModel is an OpenAI-compatible chat-completions server. It answers "reply to: {last user
@@ -78,25 +72,9 @@ func (f *fakeModel) last() fakeRequest {
 
 func TestChatThroughLanguageModel(t *testing.T) {
 	fake := &fakeModel{}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "fake-model", Timeout: time.Second, MaxRetries: -1, HTTPClient: srv.Client()})
-	require.NoError(t, err)
-	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(echo.WithModel(model))}})
-	chat := func(text string, hdr ...string) (int, string, []byte) {
-		return converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "carol", "text", text, "apikey", s.Key), "", hdr...)
-	}
-
-	text := func(status int, b []byte) string {
-		t.Helper()
-		a := answerOf(t, status, b)
-		require.True(t, a.Response != nil && a.Response.Text != nil, "answer %s", b)
-		return *a.Response.Text
-	}
-	status, _, b := chat("first question")
-	require.Equal(t, "reply to: first question", text(status, b), "answer %s", b)
-	status, _, b = chat("second question")
-	require.Equal(t, "reply to: second question", text(status, b), "answer %s", b)
+	s := modelStack(t, fake, "fake-model", time.Second)
+	require.Equal(t, "reply to: first question", chatText(t, s, "Echo", "carol", "first question"))
+	require.Equal(t, "reply to: second question", chatText(t, s, "Echo", "carol", "second question"))
 	// The model got the conversation so far: system prompt, the first exchange, the new question.
 	req := fake.last()
 	var roles, contents []string
@@ -109,27 +87,18 @@ func TestChatThroughLanguageModel(t *testing.T) {
 	assert.Equal(t, []string{"first question", "reply to: first question", "second question"}, contents[1:], "the model was asked %+v", req)
 
 	// Streamed: deltas, then the final stored message, whose text the deltas make up.
-	req2 := newRequest(t, t.Context(), http.MethodPost, s.URL+"/api/user/rest/converse?"+q("workflow", "Echo", "type", "Chat", "participantId", "dan", "text", "tell a story", "apikey", s.Key).Encode(), nil,
-		"Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req2)
-	require.NoError(t, err)
-	events := readStream(t, resp)
-	resp.Body.Close()
+	events := streamConverse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "dan", "text", "tell a story", "apikey", s.Key))
 	require.GreaterOrEqual(t, len(events), 3, "stream %+v: deltas and the message", events)
-	var joined strings.Builder
-	for _, e := range events[:len(events)-1] {
-		var d struct{ Delta string }
-		require.NoError(t, json.Unmarshal([]byte(e.data), &d), "stream %+v", events)
-		joined.WriteString(d.Delta)
-	}
-	var final syncAnswer
-	require.NoError(t, json.Unmarshal([]byte(events[len(events)-1].data), &final), "stream %+v", events)
-	require.True(t, final.Response != nil && final.Response.Text != nil, "stream %+v", events)
-	assert.Equal(t, "reply to: tell a story", *final.Response.Text, "stream %+v", events)
-	assert.Equal(t, *final.Response.Text, joined.String(), "the deltas make up the final text")
+	joined := deltaText(t, events[:len(events)-1])
+	final := finalText(t, events[len(events)-1])
+	assert.Equal(t, "reply to: tell a story", final, "stream %+v", events)
+	assert.Equal(t, final, joined, "the deltas make up the final text")
 	assert.True(t, fake.last().Stream, "a streamed converse did not stream from the model")
 
 	// Model failures are clear problems.
+	chat := func(text string) (int, string, []byte) {
+		return converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "carol", "text", text, "apikey", s.Key), "")
+	}
 	status, ct, b := chat("fail")
 	problemOf(t, status, ct, b, http.StatusBadGateway)
 	status, ct, b = chat("slow")

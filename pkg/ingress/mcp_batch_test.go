@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/stack"
 )
 
 // mcpBatch POSTs a JSON-RPC batch without MCP-Protocol-Version, which the transport then takes
@@ -50,7 +51,7 @@ func rpcAnswers(t *testing.T, b []byte) map[int]map[string]any {
 // and do not run), each tool call its own place among the tenant's waiting calls, and a batch
 // longer than the documented maximum is refused whole, before anything runs.
 func TestMCPBatchCountsEveryCall(t *testing.T) {
-	s := startLimited(t, ingress.Config{TenantRateLimits: map[string]ingress.Rate{"slow": {PerSecond: 2, Burst: 5}}}, "slow", "any")
+	s := startStack(t, stack.Config{Ingress: ingress.Config{TenantRateLimits: map[string]ingress.Rate{"slow": {PerSecond: 2, Burst: 5}}}}, "slow", "any")
 	count := func(int) string { return `{"workflow":"slow:Echo:Supervisor Workflow:batch"}` }
 
 	t.Run("the rate limit", func(t *testing.T) {
@@ -103,7 +104,7 @@ func TestMCPBatchCountsEveryCall(t *testing.T) {
 
 	t.Run("the waiting cap", func(t *testing.T) {
 		// Five sleeps in five conversations wait at once; the tenant may have three waiting.
-		s := startLimited(t, ingress.Config{MaxWaitingPerTenant: 3}, "few")
+		s := startStack(t, stack.Config{Ingress: ingress.Config{MaxWaitingPerTenant: 3}}, "few")
 		sleep := func(i int) string { return fmt.Sprintf(`{"ms":400,"participantId":"p%d"}`, i) }
 		status, b := mcpBatch(t, s.URL, s.keys["few"], toolCalls(5, "Echo.sleep", sleep))
 		require.Equal(t, http.StatusOK, status, "%s", b)

@@ -105,7 +105,7 @@ func TestMCPSession(t *testing.T) {
 	assert.JSONEq(t, `{"sum":5}`, text.Text)
 
 	// The call went through the bus like converse Data: the thread holds it and its answer.
-	status, _, body := get(t, st.URL, "/api/v1/admin/tenants/default/messaging/history",
+	status, _, body := doGet(t, st.URL, "/api/v1/admin/tenants/default/messaging/history",
 		q("workflowId", "default:Echo:Supervisor Workflow:mcp-test", "participantId", "user"), bearerHeader(st.Key)...)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	assert.Contains(t, string(body), `"sum"`)
@@ -141,10 +141,10 @@ func TestMCPTenantIsolation(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, status, "%s", body)
 
 	// Nor in the agent list; the tenant that may call it sees it, but not who else may.
-	status, _, body = get(t, st.URL, "/api/user/agents", nil, bearerHeader(st.OtherKey)...)
+	status, _, body = doGet(t, st.URL, "/api/user/agents", nil, bearerHeader(st.OtherKey)...)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	assert.NotContains(t, string(body), `"Vault"`)
-	status, _, body = get(t, st.URL, "/api/user/agents", nil, bearerHeader(st.Key)...)
+	status, _, body = doGet(t, st.URL, "/api/user/agents", nil, bearerHeader(st.Key)...)
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	assert.Contains(t, string(body), `"Vault"`)
 	assert.NotContains(t, string(body), `"tenants"`)

@@ -49,22 +49,10 @@ func TestMetricsCountByRouteTemplate(t *testing.T) {
 // sleep runs, 0 once it answered.
 func TestMetricsSyncCallsWaiting(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	gauge := func() string {
-		_, _, b := doRequest(t, http.MethodGet, s.URL+"/metrics", nil)
-		return regexp.MustCompile(`(?m)^agentbus_ingress_sync_calls_waiting \S+$`).FindString(string(b))
-	}
-	done := make(chan int, 1)
-	go func() { // no t in this goroutine: a failure is a status of 0
-		resp, err := http.Post(s.URL+"/api/user/webhooks/Echo/sleep?"+q("apikey", s.Key, "ms", "1500").Encode(), "application/json", nil)
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	assert.Eventually(t, func() bool { return gauge() == "agentbus_ingress_sync_calls_waiting 1" }, 5*time.Second, 10*time.Millisecond,
+	const gauge = "agentbus_ingress_sync_calls_waiting"
+	done := postLater(s.URL+"/api/user/webhooks/Echo/sleep?"+q("apikey", s.Key, "ms", "1500").Encode(), "application/json", nil)
+	assert.Eventually(t, func() bool { return metricValue(t, s.URL, gauge) == 1 }, 5*time.Second, 10*time.Millisecond,
 		"the waiting call is not counted")
 	assert.Equal(t, http.StatusOK, <-done)
-	assert.Equal(t, "agentbus_ingress_sync_calls_waiting 0", gauge())
+	assert.Equal(t, 0.0, metricValue(t, s.URL, gauge))
 }

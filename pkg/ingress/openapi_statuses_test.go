@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,12 +11,10 @@ import (
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -26,34 +23,6 @@ import (
 // on purpose gives: the coverage check at the end of the run (openapitraffic_test.go) wants
 // every (operation, status) pair of the document produced by some test, so that its shape is
 // checked against what the code answers.
-
-// secondIngress is an ingress on a stack's NATS, on its own connection as another process
-// would be, served over HTTP at URL.
-type secondIngress struct {
-	*ingress.Server
-	URL  string
-	conn *nats.Conn
-}
-
-// startIngress starts a second ingress with cfg (Conn, Bus and Logger are filled in).
-func startIngress(t *testing.T, s *stacktest.Stack, cfg ingress.Config) *secondIngress {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, err := s.NATS.Connect("second ingress")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	cfg.Conn, cfg.Bus, cfg.Logger = nc, bus.Config{Partitions: 4}, stacktest.Logger()
-	srv, err := ingress.New(ctx, cfg)
-	require.NoError(t, err)
-	// Closing an ingress whose connection a test closed fails; that is not the test's concern.
-	t.Cleanup(func() { _ = srv.Close() })
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	require.Eventually(t, func() bool { return srv.KeyKnown(s.Key) }, 10*time.Second, 5*time.Millisecond,
-		"the second ingress never knew the stack's key")
-	return &secondIngress{Server: srv, URL: hs.URL, conn: nc}
-}
 
 // operationCall is a request to one operation of the document, with what its parameters need.
 type operationCall struct {

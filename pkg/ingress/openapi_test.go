@@ -212,7 +212,6 @@ func (c *contractClient) openStream(path, key string, hdr ...string) {
 // refusals, with every request and answer checked against the OpenAPI document; then checks that
 // every route was seen.
 func TestOpenAPIContract(t *testing.T) {
-	const systemKey = "sys_admin_key_for_openapi_test"
 	failing := agent.New("Failing")
 	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Retry(errors.New("always down"))

@@ -3,7 +3,6 @@ package ingress_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,40 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
-
-// subscribeInbox subscribes a new connection to every request published to the inbox.
-func subscribeInbox(t *testing.T, s *stacktest.Stack) *nats.Subscription {
-	t.Helper()
-	nc, err := s.NATS.Connect("test")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	sub, err := nc.SubscribeSync(subject.InboxSubjects())
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	return sub
-}
-
-// nextPublished is the next request published to the inbox (markers skipped), with its envelope.
-func nextPublished(t *testing.T, sub *nats.Subscription) (*nats.Msg, *agentbusv1.Request) {
-	t.Helper()
-	for {
-		m, err := sub.NextMsg(10 * time.Second)
-		require.NoError(t, err, "waiting for a request on the inbox")
-		if m.Subject == subject.InboxMarker {
-			continue
-		}
-		req := new(agentbusv1.Request)
-		require.NoError(t, proto.Unmarshal(m.Data, req))
-		return m, req
-	}
-}
 
 // The reply subject of a waiting call rides in the request envelope while every live host of the
 // agent says it reads it there, and in the Agentbus-Reply-To header while a host that does not
@@ -56,20 +27,9 @@ func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 	published := subscribeInbox(t, s)
 
 	// post calls Echo's webhook in the background; its status arrives on the channel.
-	post := func(i int) <-chan string {
-		done := make(chan string, 1)
-		go func() {
-			u := s.URL + "/api/user/webhooks/" + url.PathEscape(fmt.Sprintf("default:Echo:Supervisor Workflow:reply-%d", i)) + "/echo?" + q("apikey", s.Key).Encode()
-			resp, err := http.Post(u, "text/plain", strings.NewReader("hi"))
-			if err != nil {
-				done <- err.Error()
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			done <- resp.Status
-		}()
-		return done
+	post := func(i int) <-chan int {
+		u := s.URL + "/api/user/webhooks/" + url.PathEscape(fmt.Sprintf("default:Echo:Supervisor Workflow:reply-%d", i)) + "/echo?" + q("apikey", s.Key).Encode()
+		return postLater(u, "text/plain", []byte("hi"))
 	}
 	next := func() (*nats.Msg, *agentbusv1.Request) { return nextPublished(t, published) }
 
@@ -77,7 +37,7 @@ func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 	m, req := next()
 	assert.Empty(t, m.Header.Get(subject.HeaderReplyTo), "a header while every host reads the envelope")
 	assert.True(t, strings.HasPrefix(req.GetReplyTo(), "_INBOX."), "reply subject in the envelope: %q", req.GetReplyTo())
-	assert.Equal(t, "200 OK", <-done)
+	assert.Equal(t, http.StatusOK, <-done)
 
 	// A host of an earlier release joins: its heartbeat names no features.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +55,7 @@ func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 	}()
 	// Until the ingress sees it, calls still carry the reply subject in the envelope. Requests
 	// of the partitions the new host takes wait for it (it never pulls) until it leaves.
-	var calls []<-chan string
+	var calls []<-chan int
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 1; ; i++ {
 		require.True(t, time.Now().Before(deadline), "the ingress never put the reply subject in the header")
@@ -115,7 +75,7 @@ func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
 	for i, c := range calls {
 		select {
 		case status := <-c:
-			assert.Equal(t, "200 OK", status, "call %d", i+1)
+			assert.Equal(t, http.StatusOK, status, "call %d", i+1)
 		case <-time.After(20 * time.Second):
 			t.Fatalf("call %d was not answered", i+1)
 		}

@@ -44,8 +44,6 @@ func (l *secLog) String() string {
 	return l.buf.String()
 }
 
-const secSystemKey = "secrets-system-key-0123456789abcdef"
-
 // leakyAgent shows a webhook handler everything it is given, and panics on demand.
 func leakyAgent() *agent.Agent {
 	a := agent.New("Leaky")
@@ -66,69 +64,32 @@ func leakyAgent() *agent.Agent {
 
 // secStack starts a whole stack whose every component logs at debug level into the returned
 // sink, with a short webhook timeout.
-func secStack(t *testing.T) (*stack.Stack, *secLog) {
+func secStack(t *testing.T) (*customStack, *secLog) {
 	t.Helper()
 	sink := &secLog{}
-	logger := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := stack.Start(ctx, stack.Config{
-		DataDir:  t.TempDir(),
-		HTTPAddr: "127.0.0.1:0",
-		Agents:   []*agent.Agent{echo.New(), leakyAgent()},
-		Bus:      bus.Config{Partitions: 4},
-		Ingress:  ingress.Config{WebhookTimeout: 300 * time.Millisecond, AdminKey: secSystemKey},
+	s := startStack(t, stack.Config{
+		Agents:  []*agent.Agent{echo.New(), leakyAgent()},
+		Bus:     bus.Config{Partitions: 4},
+		Ingress: ingress.Config{WebhookTimeout: 300 * time.Millisecond, AdminKey: systemKey},
 		// Retries of the panicking handler end well within the short webhook timeout.
-		Host:   agent.HostConfig{ShutdownGrace: 10 * time.Second, RetryBackoff: 10 * time.Millisecond},
-		Logger: logger,
-	})
-	require.NoError(t, err, "starting stack")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		assert.NoError(t, st.Stop(ctx), "stopping stack")
-	})
-	for _, tenant := range []string{"default", "other"} {
-		require.NoError(t, st.Keys.EnsureTenant(ctx, tenant))
-	}
-	return st, sink
+		Host:   agent.HostConfig{RetryBackoff: 10 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}, "default", "other")
+	return s, sink
 }
 
 func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	st, sink := secStack(t)
-	ctx := context.Background()
-	mk := func(tenant string, role keys.Role) string {
-		secret, _, err := st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: role, Name: "secrets test"})
-		require.NoError(t, err)
-		require.NoError(t, st.WaitKnown(ctx, secret))
-		return secret
-	}
-	admin, user, otherAdmin := mk("default", keys.RoleTenantAdmin), mk("default", keys.RoleUser), mk("other", keys.RoleTenantAdmin)
-	revoked := mk("default", keys.RoleTenantAdmin)
-	require.NoError(t, st.Keys.Revoke(ctx, revoked))
-	require.Eventually(t, func() bool { return !st.Ingress.KeyKnown(revoked) }, time.Second, 2*time.Millisecond,
-		"revocation not seen within 1s")
+	admin, otherAdmin := st.Key, st.OtherKey
+	user, _ := storeKey(t, st.Stack, "default", keys.RoleUser, "secrets test")
+	revoked, _ := revokedKey(t, st.Stack, "default", keys.RoleTenantAdmin, "secrets test")
 	secrets := []string{admin, user, otherAdmin, revoked}
 
 	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
-		wh             = "/api/user/webhooks/"
-		conv           = "/api/user/rest/converse"
-		sendPath       = "/api/v1/admin/tenants/default/messaging/send"
+		wh       = "/api/user/webhooks/"
+		conv     = "/api/user/rest/converse"
+		sendPath = "/api/v1/admin/tenants/default/messaging/send"
 	)
-	msg := func(fields ...string) string {
-		m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"}
-		for i := 0; i+1 < len(fields); i += 2 {
-			m[fields[i]] = fields[i+1]
-		}
-		return mustJSON(m)
-	}
-	withData := func(body string, data any) string {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(body), &m))
-		m["data"] = data
-		return mustJSON(m)
-	}
 	auth := bearerHeader
 	cases := []struct {
 		name   string
@@ -167,21 +128,21 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{"converse header and apikey differ", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello", "apikey", revoked), auth(user), "", 401},
 
 		// The send body's authorization field, and the Authorization header of send.
-		{"send ok, field", post, sendPath + "?wait=true", nil, msg("authorization", admin), 200},
-		{"send ok, header", post, sendPath, auth(admin), msg(), 202},
+		{"send ok, field", post, sendPath + "?wait=true", nil, chatMsg("authorization", admin), 200},
+		{"send ok, header", post, sendPath, auth(admin), chatMsg(), 202},
 		{"send bad JSON, field", post, sendPath, nil, `{"authorization":"` + admin + `","type":`, 400},
 		{"send two objects, field", post, sendPath, nil, `{"authorization":"` + admin + `"} {"authorization":"` + admin + `"}`, 400},
 		{"send wrong field type, field", post, sendPath, nil, `{"authorization":"` + admin + `","agentName":5}`, 400},
 		{"send authorization of the wrong type", post, sendPath, auth(admin), `{"authorization":["` + admin + `"]}`, 400},
-		{"send unknown agent, field", post, sendPath, nil, msg("authorization", admin, "agentName", "Nobody"), 404},
+		{"send unknown agent, field", post, sendPath, nil, chatMsg("authorization", admin, "agentName", "Nobody"), 404},
 		{"send timeout, field", post, sendPath + "?wait=true&timeoutSeconds=1", nil,
-			withData(msg("authorization", admin, "type", "Data", "text", "sleep", "activationName", "slow-send"), map[string]int{"ms": 1500}), 504},
-		{"send handler panic, header", post, sendPath + "?wait=true", auth(admin), msg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
-		{"send invalid file, field", post, sendPath + "?wait=true", nil, withData(msg("authorization", admin, "type", "File", "text", "f.txt"), "%%%not base64"), 200},
-		{"send user key, field", post, sendPath, nil, msg("authorization", user), 403},
-		{"send revoked key, field", post, sendPath, nil, msg("authorization", revoked), 401},
-		{"send revoked field, good header", post, sendPath, auth(admin), msg("authorization", revoked), 401},
-		{"send other tenant, field", post, sendPath, nil, msg("authorization", otherAdmin), 403},
+			chatMsg("authorization", admin, "type", "Data", "text", "sleep", "activationName", "slow-send", "data", map[string]int{"ms": 1500}), 504},
+		{"send handler panic, header", post, sendPath + "?wait=true", auth(admin), chatMsg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
+		{"send invalid file, field", post, sendPath + "?wait=true", nil, chatMsg("authorization", admin, "type", "File", "text", "f.txt", "data", "%%%not base64"), 200},
+		{"send user key, field", post, sendPath, nil, chatMsg("authorization", user), 403},
+		{"send revoked key, field", post, sendPath, nil, chatMsg("authorization", revoked), 401},
+		{"send revoked field, good header", post, sendPath, auth(admin), chatMsg("authorization", revoked), 401},
+		{"send other tenant, field", post, sendPath, nil, chatMsg("authorization", otherAdmin), 403},
 
 		// History holds what the calls stored; it must hold no key.
 		{"history of the webhook thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery("workflowId", isoWFA, "participantId", "webhook", "pageSize", "100"), auth(user), "", 200},
@@ -190,8 +151,8 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{"history bad cursor", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery("workflowId", isoWFA, "participantId", "p", "before", "zz", "apikey", user), nil, "", 400},
 
 		// Admin endpoints with the system key and a tenant admin's.
-		{"admin list tenants", get, "/api/v1/admin/tenants", auth(secSystemKey), "", 200},
-		{"admin bad JSON", post, "/api/v1/admin/tenants", auth(secSystemKey), `{"id":`, 400},
+		{"admin list tenants", get, "/api/v1/admin/tenants", auth(systemKey), "", 200},
+		{"admin bad JSON", post, "/api/v1/admin/tenants", auth(systemKey), `{"id":`, 400},
 		{"admin unknown field", post, "/api/v1/admin/tenants/default/keys", auth(admin), `{"name":"n","role":"user","secret":"x"}`, 400},
 		{"admin list keys", get, "/api/v1/admin/tenants/default/keys", auth(admin), "", 200},
 		{"admin user key", get, "/api/v1/admin/tenants/default/keys", auth(user), "", 403},
@@ -219,12 +180,12 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &made), "creating a key: %s", body)
 	require.NotEmpty(t, made.Key, "creating a key: %s", body)
 	var rotated created
-	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(secSystemKey)...)
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(systemKey)...)
 	require.Equal(t, http.StatusCreated, status, "rotating a key: %s", body)
 	require.NoError(t, json.Unmarshal(body, &rotated), "rotating a key: %s", body)
 	require.NotEmpty(t, rotated.Key, "rotating a key: %s", body)
 	var sysMade created
-	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(secSystemKey)...)
+	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(systemKey)...)
 	require.Equal(t, http.StatusCreated, status, "creating a system key: %s", body)
 	require.NoError(t, json.Unmarshal(body, &sysMade), "creating a system key: %s", body)
 	require.NotEmpty(t, sysMade.Key, "creating a system key: %s", body)
@@ -236,7 +197,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{del, "/api/v1/admin/tenants/default/keys/" + rotated.ID},
 		{del, "/api/v1/admin/keys/" + sysMade.ID},
 	} {
-		status, _, body := doPeek(t, st.URL, tc.method, tc.path, "", auth(secSystemKey)...)
+		status, _, body := doPeek(t, st.URL, tc.method, tc.path, "", auth(systemKey)...)
 		answers = append(answers, body)
 		require.Less(t, status, 300, "%s %s: %s", tc.method, tc.path, body)
 	}
@@ -249,7 +210,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	for _, want := range []string{"level=DEBUG", "handler panicked", "key created"} {
 		assert.True(t, strings.Contains(logs, want), "the logs do not show %q; is the capture working?", want)
 	}
-	forbidden := []string{secSystemKey}
+	forbidden := []string{systemKey}
 	for _, s := range secrets {
 		forbidden = append(forbidden, s, strings.TrimPrefix(s, keys.Prefix))
 	}

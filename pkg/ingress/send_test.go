@@ -32,25 +32,9 @@ type syncAnswer struct {
 	} `json:"response"`
 }
 
-func answerOf(t *testing.T, status int, b []byte) syncAnswer {
-	t.Helper()
-	require.Equal(t, http.StatusOK, status, "%s", b)
-	var a syncAnswer
-	require.NoError(t, json.Unmarshal(b, &a), "answer %s", b)
-	return a
-}
-
-func msg(fields ...any) map[string]any {
-	m := map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "Alice"}
-	for i := 0; i+1 < len(fields); i += 2 {
-		m[fields[i].(string)] = fields[i+1]
-	}
-	return m
-}
-
 func TestSendTypes(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 
 	// Accepted at once: 202 with the ids.
 	status, ct, b := send(t, s, "default", "", msg("type", "Chat", "text", "queued"), auth...)
@@ -100,13 +84,13 @@ func TestSendTypes(t *testing.T) {
 // sendWait sends body to tenant default with the stack's key and wait=true, and decodes the 200.
 func sendWait(t *testing.T, s *stacktest.Stack, body any) syncAnswer {
 	t.Helper()
-	status, _, b := send(t, s, "default", "wait=true", body, "Authorization", "Bearer "+s.Key)
+	status, _, b := send(t, s, "default", "wait=true", body, bearerHeader(s.Key)...)
 	return answerOf(t, status, b)
 }
 
 func TestSendFiles(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{MaxFileBytes: 12 << 20})
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	auth := bearerHeader(s.Key)
 	big := make([]byte, 10<<20)
 	_, err := rand.Read(big)
 	require.NoError(t, err)
@@ -154,8 +138,8 @@ func TestSendFiles(t *testing.T) {
 }
 
 func TestSendRefusals(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: "system-admin-key-0123456789"})
-	auth := []string{"Authorization", "Bearer " + s.Key}
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	auth := bearerHeader(s.Key)
 	ok := msg("type", "Chat", "text", "hi")
 	for _, tc := range []struct {
 		name   string
@@ -166,12 +150,12 @@ func TestSendRefusals(t *testing.T) {
 		detail string
 	}{
 		{"no key", "default", ok, nil, 401, ""},
-		{"bad key", "default", ok, []string{"Authorization", "Bearer abk_nope"}, 401, ""},
+		{"bad key", "default", ok, bearerHeader("abk_nope"), 401, ""},
 		{"body key bad, header good", "default", msg("type", "Chat", "text", "hi", "authorization", "abk_nope"), auth, 401, ""},
 		{"other tenant's path", "other", ok, auth, 403, ""},
 		{"path and header differ", "default", ok, append([]string{"X-Tenant-Id", "other"}, auth...), 400, ""},
 		{"no tenant at all", "", ok, auth, 400, ""},
-		{"unknown tenant (system key)", "ghost", ok, []string{"Authorization", "Bearer system-admin-key-0123456789"}, 404, ""},
+		{"unknown tenant (system key)", "ghost", ok, bearerHeader(systemKey), 404, ""},
 		{"invalid JSON", "default", `{"agentName":`, auth, 400, ""},
 		{"missing agentName", "default", map[string]any{"activationName": "a", "participantId": "p", "type": "Chat"}, auth, 400, "agentName"},
 		{"missing participantId", "default", map[string]any{"agentName": "Echo", "activationName": "a", "type": "Chat"}, auth, 400, "participantId"},
@@ -200,7 +184,7 @@ func TestSendRefusals(t *testing.T) {
 	status, _, b = send(t, s, "", "", ok, append([]string{"X-Tenant-Id", "default"}, auth...)...)
 	assert.Equal(t, http.StatusAccepted, status, "X-Tenant-Id: %s", b)
 	// A system key may send to any existing tenant.
-	status, _, b = send(t, s, "other", "", ok, "Authorization", "Bearer system-admin-key-0123456789")
+	status, _, b = send(t, s, "other", "", ok, bearerHeader(systemKey)...)
 	assert.Equal(t, http.StatusAccepted, status, "system key: %s", b)
 }
 
@@ -228,19 +212,7 @@ func TestSendStoresHistory(t *testing.T) {
 	sendWait(t, s, msg("type", "Data", "text", "sum", "data", map[string]any{"values": []int{2}}, "topic", "t2", "activationName", "hist"))
 	a := sendWait(t, s, msg("type", "Data", "text", "history", "data", map[string]any{"size": 10}, "activationName", "hist"))
 	var got struct {
-		Messages []struct {
-			ID            string          `json:"id"`
-			Direction     int             `json:"direction"`
-			MessageType   int             `json:"messageType"`
-			Text          *string         `json:"text"`
-			Data          json.RawMessage `json:"data"`
-			RequestID     string          `json:"requestId"`
-			ParticipantID string          `json:"participantId"`
-			WorkflowID    string          `json:"workflowId"`
-			Scope         string          `json:"scope"`
-			Hint          string          `json:"hint"`
-			CreatedAt     string          `json:"createdAt"`
-		} `json:"messages"`
+		Messages []storedMessage `json:"messages"`
 	}
 	require.NoError(t, json.Unmarshal(a.Response.Data, &got), "history reply %s", a.Response.Data)
 	require.Len(t, got.Messages, 4, "history, the history call itself excluded: %s", a.Response.Data)

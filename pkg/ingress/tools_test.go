@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +30,7 @@ import (
 // threadOf reads a thread's newest messages (newest first) through the history endpoint.
 func threadOf(t *testing.T, s *stacktest.Stack, workflowID, participant string, size int) []history.Message {
 	t.Helper()
-	status, _, b := get(t, s.URL, "/api/v1/admin/tenants/default/messaging/history",
+	status, _, b := doGet(t, s.URL, "/api/v1/admin/tenants/default/messaging/history",
 		q("workflowId", workflowID, "participantId", participant, "pageSize", fmt.Sprint(size)), bearerHeader(s.Key)...)
 	require.Equal(t, http.StatusOK, status, "%s", b)
 	var page struct {
@@ -39,14 +38,6 @@ func threadOf(t *testing.T, s *stacktest.Stack, workflowID, participant string, 
 	}
 	require.NoError(t, json.Unmarshal(b, &page))
 	return page.Messages
-}
-
-func chatText(t *testing.T, s *stacktest.Stack, workflow, participant, text string) string {
-	t.Helper()
-	status, _, b := converse(t, s, q("workflow", workflow, "type", "Chat", "participantId", participant, "text", text, "apikey", s.Key), "")
-	a := answerOf(t, status, b)
-	require.NotNil(t, a.Response.Text, "%s", b)
-	return *a.Response.Text
 }
 
 func text(m history.Message) string {
@@ -128,47 +119,31 @@ func TestChatToolsShareInstanceState(t *testing.T) {
 // Streamed, the tool call and its result come as events before the answer's text.
 func TestChatToolsStream(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	req := newRequest(t, context.Background(), http.MethodPost, s.URL+"/api/user/rest/converse?"+
-		q("workflow", "Echo", "type", "Chat", "participantId", "cy", "text", `call sum {"values":[2,3]}`, "apikey", s.Key).Encode(), nil,
-		"Accept", "text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	events := readStream(t, resp)
+	events := streamConverse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "cy", "text", `call sum {"values":[2,3]}`, "apikey", s.Key))
 
 	var names []string
 	for _, e := range events {
-		names = append(names, e.name)
+		names = append(names, e.Event)
 	}
 	require.GreaterOrEqual(t, len(events), 4, "events %v", names)
-	assert.Equal(t, "tool_call", events[0].name, "events %v", names)
-	assert.Equal(t, "tool_result", events[1].name, "events %v", names)
-	assert.Equal(t, "message", events[len(events)-1].name)
+	assert.Equal(t, "tool_call", events[0].Event, "events %v", names)
+	assert.Equal(t, "tool_result", events[1].Event, "events %v", names)
+	assert.Equal(t, "message", events[len(events)-1].Event)
 
 	var call struct {
 		ID        string          `json:"id"`
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(events[0].data), &call))
+	require.NoError(t, json.Unmarshal([]byte(events[0].Data), &call))
 	assert.Equal(t, "sum", call.Name)
 	assert.NotEmpty(t, call.ID)
 	assert.JSONEq(t, `{"values":[2,3]}`, string(call.Arguments))
-	assert.JSONEq(t, fmt.Sprintf(`{"id":%q,"name":"sum","text":null,"data":{"sum":5}}`, call.ID), events[1].data)
+	assert.JSONEq(t, fmt.Sprintf(`{"id":%q,"name":"sum","text":null,"data":{"sum":5}}`, call.ID), events[1].Data)
 
-	var deltas strings.Builder
-	for _, e := range events[2 : len(events)-1] {
-		require.Equal(t, "delta", e.name)
-		var d struct{ Delta string }
-		require.NoError(t, json.Unmarshal([]byte(e.data), &d))
-		deltas.WriteString(d.Delta)
-	}
-	var final syncAnswer
-	require.NoError(t, json.Unmarshal([]byte(events[len(events)-1].data), &final))
-	require.NotNil(t, final.Response)
-	assert.Equal(t, `sum returned {"sum":5}`, *final.Response.Text)
-	assert.Equal(t, *final.Response.Text, deltas.String())
+	final := finalText(t, events[len(events)-1])
+	assert.Equal(t, `sum returned {"sum":5}`, final)
+	assert.Equal(t, final, deltaText(t, events[2:len(events)-1]))
 }
 
 // loopModel asks for a tool call on every turn, never answering.
@@ -290,11 +265,7 @@ func (f *toolServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // call streamed in pieces runs, and its result goes back as a role "tool" message.
 func TestChatToolsThroughRemoteModel(t *testing.T) {
 	fake := &toolServer{}
-	srv := httptest.NewServer(fake)
-	t.Cleanup(srv.Close)
-	model, err := llm.New(llm.Config{BaseURL: srv.URL + "/v1", Model: "m", Timeout: 5 * time.Second, MaxRetries: -1, HTTPClient: srv.Client()})
-	require.NoError(t, err)
-	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(echo.WithModel(model))}})
+	s := modelStack(t, fake, "m", 5*time.Second)
 
 	assert.Equal(t, `The sum is {"sum":42}`, chatText(t, s, "Echo", "gus", "what is 20 plus 22?"))
 

@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -20,9 +21,7 @@ import (
 // parent of the ingress's server span, whose context travels in the NATS headers to the host's
 // handler span.
 func TestTraceFromCallerToHandler(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	exp, tp := memoryTracer(t)
 	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
 
 	const (
@@ -67,9 +66,7 @@ func TestTraceFromCallerToHandler(t *testing.T) {
 // child of the ingress's server span of POST .../deadletters/{id}/replay, which continues the
 // operator's traceparent.
 func TestTraceOfDeadLetterReplay(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	exp, tp := memoryTracer(t)
 	flaky := &failing{name: "Flaky"}
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{flaky.agent()},
 		Host: agent.HostConfig{MaxDeliveries: 2}, Tracer: tp})
@@ -109,6 +106,14 @@ func TestTraceOfDeadLetterReplay(t *testing.T) {
 	assert.Equal(t, "Unset", handler.Status.Code.String(), "handler span's status")
 }
 
+// memoryTracer is a tracer provider whose spans go to the returned exporter as they end.
+func memoryTracer(t *testing.T) (*tracetest.InMemoryExporter, *sdktrace.TracerProvider) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return exp, tp
+}
+
 func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 	m := make(map[attribute.Key]attribute.Value, len(kvs))
 	for _, kv := range kvs {
@@ -119,9 +124,7 @@ func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 
 // A tool call of a chat is a span under the chat's handler span.
 func TestTraceOfToolCall(t *testing.T) {
-	exp := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	exp, tp := memoryTracer(t)
 	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
 	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[1]}`, "apikey", s.Key), "")
 	require.Equal(t, http.StatusOK, status, "%s", b)
