@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -165,6 +164,8 @@ type contractClient struct {
 	t    *testing.T
 	base string
 	http *http.Client
+	// key and other are tenant-admin keys of tenants "default" and "other".
+	key, other string
 }
 
 // do sends a request with key as a Bearer token (none when empty), body as JSON unless it is a
@@ -210,300 +211,331 @@ func (c *contractClient) openStream(path, key string, hdr ...string) {
 
 // TestOpenAPIContract drives every route of the route table through a whole stack, successes and
 // refusals, with every request and answer checked against the OpenAPI document; then checks that
-// every route was seen.
+// every route was seen. Its steps run in order, each on what the ones before left.
 func TestOpenAPIContract(t *testing.T) {
-	failing := agent.New("Failing")
-	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
-		return agent.Retry(errors.New("always down"))
-	})
-	// A status outside 200-599 is no answer a client can be given: 502 invalid-handler-status.
-	failing.WebhookFunc("odd", func(context.Context, *agent.WebhookRequest) agent.Response {
-		return agent.Status(99)
-	})
 	// A small file limit makes a send's 413 file-too-large cheap.
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024, Agents: []*agent.Agent{echo.New(), failing}})
-	doc := loadOpenAPI(t)
-	tr := newContractTransport(t, doc)
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024, Agents: []*agent.Agent{echo.New(), contractFailing()}})
+	tr := newContractTransport(t, loadOpenAPI(t))
 	client := &http.Client{Transport: tr}
-	key, other := s.Key, s.OtherKey
-
-	t.Run("operations", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		c.want(http.StatusOK, http.MethodGet, "/healthz", "", nil)
-		c.want(http.StatusOK, http.MethodGet, "/metrics", "", nil)
-		_, h, b := c.do(http.MethodGet, "/openapi.json", "", nil)
-		assert.Equal(t, "application/json", h.Get("Content-Type"))
-		assert.Equal(t, ingress.OpenAPIDocument(), b)
-		c.want(http.StatusNotFound, http.MethodGet, "/nope", "", nil)
-		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/healthz", "", nil)
-		c.want(http.StatusMethodNotAllowed, http.MethodDelete, "/openapi.json", "", nil)
-		c.want(http.StatusRequestHeaderFieldsTooLarge, http.MethodGet, "/healthz", "", nil, "X-Big", strings.Repeat("a", 70<<10))
-	})
-
-	t.Run("playground", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		// The client follows the redirects of / and /ui/; the transport checks both answers.
-		for _, p := range []string{"/", "/ui", "/ui/"} {
-			status, h, b := c.do(http.MethodGet, p, "", nil)
-			assert.Equal(t, http.StatusOK, status, p)
-			assert.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), p)
-			assert.Contains(t, string(b), "agentbus playground", p)
-		}
-		for _, f := range []string{"app.js", "style.css", "favicon.svg"} {
-			c.want(http.StatusOK, http.MethodGet, "/ui/"+f, "", nil)
-		}
-		_, h, _ := c.do(http.MethodGet, "/ui/app.js", "", nil)
-		c.want(http.StatusNotModified, http.MethodGet, "/ui/app.js", "", nil, "If-None-Match", h.Get("ETag"))
-		_, h, _ = c.do(http.MethodGet, "/ui", "", nil)
-		c.want(http.StatusNotModified, http.MethodGet, "/ui", "", nil, "If-None-Match", h.Get("ETag"))
-		c.want(http.StatusNotFound, http.MethodGet, "/ui/nope.js", "", nil)
-		c.want(http.StatusNotFound, http.MethodGet, "/ui/index.html", "", nil)
-		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/ui", "", nil)
-	})
-
-	t.Run("agents", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		m := c.want(http.StatusOK, http.MethodGet, "/api/user/agents", key, nil)
-		assert.Equal(t, "default", m["tenant"])
-		assert.Len(t, m["agents"], 2)
-		m = c.want(http.StatusOK, http.MethodGet, "/api/user/agents?apikey="+url.QueryEscape(systemKey), "", nil)
-		assert.NotContains(t, m, "tenant")
-		c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents", "", nil)
-		c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents?apikey=wrong", key, nil)
-		c.want(http.StatusBadRequest, http.MethodGet, "/api/user/agents?a=%zz", key, nil)
-		c.want(http.StatusMethodNotAllowed, http.MethodPost, "/api/user/agents", key, nil)
-	})
-
-	t.Run("webhook", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		const p = "/api/user/webhooks/Echo/echo"
-		c.want(http.StatusOK, http.MethodPost, p+"?"+q("apikey", key, "participantId", "ada").Encode(), "", map[string]int{"n": 1})
-		c.want(http.StatusOK, http.MethodPost, p+"?apikey="+key, "", map[string]int{"n": 2}, "Idempotency-Key", "openapi-1")
-		c.want(http.StatusUnauthorized, http.MethodPost, p, key, nil)
-		c.want(http.StatusUnauthorized, http.MethodPost, p, "", nil)
-		c.want(http.StatusForbidden, http.MethodPost, p+"?"+q("apikey", key, "tenantId", "other").Encode(), "", nil)
-		c.want(http.StatusNotFound, http.MethodPost, "/api/user/webhooks/Echo/nope?apikey="+key, "", nil)
-		c.want(http.StatusNotFound, http.MethodPost, "/api/user/webhooks/Nobody/echo?apikey="+key, "", nil)
-		c.want(http.StatusBadRequest, http.MethodPost, "/api/user/webhooks/a:b:c/echo?apikey="+key, "", nil)
-		c.want(http.StatusBadRequest, http.MethodPost, p+"?apikey="+key, "", nil, "Idempotency-Key", strings.Repeat("k", 201))
-		c.want(http.StatusMethodNotAllowed, http.MethodGet, p, key, nil)
-		c.want(http.StatusNotFound, http.MethodPost, p+"/extra", key, nil)
-		// Echo's verify answers its own 400 in text/plain: a handler's answer, not a problem.
-		c.want(http.StatusBadRequest, http.MethodPost, "/api/user/webhooks/Echo/verify?apikey="+key, "", nil)
-		// A handler that fails every attempt leaves a dead letter, used below.
-		c.want(http.StatusInternalServerError, http.MethodPost, "/api/user/webhooks/Failing/fail?apikey="+key, "", nil)
-		c.want(http.StatusBadGateway, http.MethodPost, "/api/user/webhooks/Failing/odd?apikey="+key, "", nil)
-	})
-
-	t.Run("mcp", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		hdr := []string{"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2025-06-18"}
-		m := c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"contract","version":"1"}}}`, hdr...)
-		assert.Contains(t, m, "result")
-		c.want(http.StatusAccepted, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, hdr...)
-		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Echo.sum","arguments":{"values":[1,2]}}}`, hdr...)
-		assert.Contains(t, m, "result")
-		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"Echo.nope"}}`, hdr...)
-		assert.Contains(t, m, "error")
-		c.want(http.StatusUnauthorized, http.MethodPost, "/mcp", "", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, hdr...)
-		c.want(http.StatusMethodNotAllowed, http.MethodGet, "/mcp", key, nil)
-		list := `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`
-		c.want(http.StatusForbidden, http.MethodPost, "/mcp", key, list, append(hdr, "X-Tenant-Id", "other")...)
-		c.want(http.StatusNotFound, http.MethodPost, "/mcp", systemKey, list, append(hdr, "X-Tenant-Id", "nobody")...)
-		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"pad":"`+strings.Repeat("x", 1<<20)+`"}}`, hdr...)
-		c.want(http.StatusUnsupportedMediaType, http.MethodPost, "/mcp", key, list, append(hdr, "Content-Type", "text/plain")...)
-		// From protocol version 2026-07-28 on, an unknown method is a JSON-RPC error in a 404.
-		m = c.want(http.StatusNotFound, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`,
-			"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "nope")
-		assert.Contains(t, m, "error")
-		// Before it, that error is the request's answer; a body that is not JSON has no id to
-		// answer, and is refused with the parse error.
-		m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
-		assert.Contains(t, m, "error")
-		m = c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `not json`, hdr...)
-		assert.Contains(t, m, "error")
-	})
-
-	t.Run("converse", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		p := func(kv ...string) string { return "/api/user/rest/converse?" + q(kv...).Encode() }
-		m := c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "hello", "participantId", "ada"), key, nil)
-		assert.Equal(t, "You said: hello", m["response"].(map[string]any)["text"])
-		// A chat whose model calls a tool stores the call and its result with metadata.
-		m = c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[2,3]}`, "participantId", "ada"), key, nil)
-		assert.Equal(t, `sum returned {"sum":5}`, m["response"].(map[string]any)["text"])
-		page := c.want(http.StatusOK, http.MethodGet, "/api/v1/admin/tenants/default/messaging/history?"+
-			q("workflowId", "default:Echo:Supervisor Workflow:default", "participantId", "ada", "pageSize", "3").Encode(), key, nil)
-		assert.Contains(t, mustJSON(page["messages"]), `"metadata":{"toolCallId":`)
-		c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "sum", "apikey", key), "", map[string]any{"values": []int{1, 2}})
-		status, h, b := c.do(http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "streamed"), key, nil, "Accept", "text/event-stream")
-		assert.Equal(t, http.StatusOK, status, "%s", b)
-		assert.Equal(t, "text/event-stream", h.Get("Content-Type"))
-		assert.Contains(t, string(b), "event: message")
-		c.want(http.StatusBadRequest, http.MethodPost, p("workflow", "Echo", "type", "Bogus", "text", "x"), key, nil)
-		c.want(http.StatusBadRequest, http.MethodPost, p("type", "Chat", "text", "x"), key, nil)
-		c.want(http.StatusBadRequest, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "sum"), key, "[1]")
-		c.want(http.StatusNotFound, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "nope"), key, nil)
-		c.want(http.StatusUnauthorized, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "x", "apikey", "wrong"), "", nil)
-		c.want(http.StatusForbidden, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "x", "tenantId", "other"), key, nil)
-	})
-
-	msg := map[string]any{"agentName": "Echo", "activationName": "support", "participantId": "ada", "type": "Chat", "text": "hi", "topic": "billing"}
-	t.Run("send", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		const p = "/api/v1/admin/tenants/default/messaging/send"
-		m := c.want(http.StatusOK, http.MethodPost, p+"?wait=true&timeoutSeconds=30", key, msg)
-		assert.Equal(t, "You said: hi", m["response"].(map[string]any)["text"])
-		c.want(http.StatusAccepted, http.MethodPost, p, key, msg)
-		c.want(http.StatusAccepted, http.MethodPost, "/api/v1/admin/messaging/send", key, msg, "X-Tenant-Id", "default")
-		file := map[string]any{"agentName": "Echo", "activationName": "support", "participantId": "ada", "type": "File", "text": "a.txt",
-			"data": map[string]any{"content": "aGVsbG8=", "fileName": "a.txt", "contentType": "text/plain"}}
-		c.want(http.StatusOK, http.MethodPost, p+"?wait=true", key, file)
-		c.want(http.StatusBadRequest, http.MethodPost, p, key, "not json")
-		c.want(http.StatusBadRequest, http.MethodPost, p, key, map[string]any{"agentName": "Echo"})
-		c.want(http.StatusBadRequest, http.MethodPost, p+"?wait=maybe", key, msg)
-		c.want(http.StatusBadRequest, http.MethodPost, "/api/v1/admin/messaging/send", key, msg)
-		c.want(http.StatusBadRequest, http.MethodPost, p, key, msg, "X-Tenant-Id", "other")
-		c.want(http.StatusUnauthorized, http.MethodPost, p, "", msg)
-		c.want(http.StatusForbidden, http.MethodPost, "/api/v1/admin/tenants/other/messaging/send", key, msg)
-		c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/nobody/messaging/send", systemKey, msg)
-
-		// Both sends, the tenant in the path and in X-Tenant-Id, answer the same.
-		for _, path := range []string{p, "/api/v1/admin/messaging/send"} {
-			send := func(status int, query string, body map[string]any) {
-				t.Helper()
-				c.want(status, http.MethodPost, path+query, key, body, "X-Tenant-Id", "default")
-			}
-			with := func(kv ...any) map[string]any {
-				m := maps.Clone(msg)
-				for i := 0; i+1 < len(kv); i += 2 {
-					m[kv[i].(string)] = kv[i+1]
-				}
-				return m
-			}
-			send(http.StatusOK, "?wait=true", msg)
-			send(http.StatusNotFound, "", with("agentName", "Nobody"))
-			send(http.StatusRequestEntityTooLarge, "", with("type", "File", "text", "big.txt", "data", base64.StdEncoding.EncodeToString(make([]byte, 2048))))
-			// A requestId used again for another request.
-			id := "reused-" + path[len(path)-6:]
-			send(http.StatusOK, "?wait=true", with("requestId", id))
-			send(http.StatusUnprocessableEntity, "?wait=true", with("requestId", id, "type", "Data", "text", "sum", "data", map[string]any{"values": []int{1}}))
-			// Echo's fail method fails with the status it is given: the handler's problem.
-			for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTeapot} {
-				send(status, "?wait=true", with("type", "Data", "text", "fail", "data", map[string]any{"status": status}))
-			}
-		}
-	})
-
-	t.Run("history", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		thread := q("workflowId", "default:Echo:Supervisor Workflow:support", "participantId", "ada")
-		for _, prefix := range []string{"/api/v1/admin/tenants/default/messaging/", "/api/v1/admin/messaging/"} {
-			hdr := []string{"X-Tenant-Id", "default"}
-			m := c.want(http.StatusOK, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=2", key, nil, hdr...)
-			require.NotEmpty(t, m["next"], "a second page")
-			c.want(http.StatusOK, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=2&before="+url.QueryEscape(m["next"].(string)), key, nil, hdr...)
-			c.want(http.StatusOK, http.MethodGet, prefix+"history?"+q("agentName", "Echo", "activationName", "support", "participantId", "ada", "topic", "billing", "apikey", key).Encode(), "", nil, hdr...)
-			m = c.want(http.StatusOK, http.MethodGet, prefix+"topics?"+thread.Encode(), key, nil, hdr...)
-			assert.Equal(t, []any{"billing"}, m["topics"])
-			c.openStream(prefix+"listen?"+thread.Encode(), key, hdr...)
-			c.want(http.StatusBadRequest, http.MethodGet, prefix+"history?"+q("workflowId", "default:Echo:Supervisor Workflow:support").Encode(), key, nil, hdr...)
-			c.want(http.StatusBadRequest, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=0", key, nil, hdr...)
-			c.want(http.StatusBadRequest, http.MethodGet, prefix+"topics?"+thread.Encode(), key, nil, "X-Tenant-Id", "bad tenant")
-			c.want(http.StatusUnauthorized, http.MethodGet, prefix+"listen?"+thread.Encode(), "", nil, hdr...)
-			c.want(http.StatusForbidden, http.MethodGet, prefix+"listen?"+thread.Encode(), other, nil, hdr...)
-			// A system key names a tenant that does not exist.
-			nobody := strings.Replace(prefix, "/default/", "/nobody/", 1)
-			for _, op := range []string{"history", "topics", "listen"} {
-				c.want(http.StatusNotFound, http.MethodGet, nobody+op+"?"+thread.Encode(), systemKey, nil, "X-Tenant-Id", "nobody")
-			}
-		}
-	})
-
-	t.Run("tenants", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		const p = "/api/v1/admin/tenants"
-		c.want(http.StatusCreated, http.MethodPost, p, systemKey, map[string]string{"id": "acme"})
-		c.want(http.StatusConflict, http.MethodPost, p, systemKey, map[string]string{"id": "acme"})
-		c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "no spaces"})
-		c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "x", "extra": "y"})
-		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"id": strings.Repeat("x", 64<<10)})
-		m := c.want(http.StatusOK, http.MethodGet, p, systemKey, nil)
-		assert.Len(t, m["tenants"], 3)
-		c.want(http.StatusForbidden, http.MethodGet, p, key, nil)
-		c.want(http.StatusUnauthorized, http.MethodGet, p, "", nil)
-		c.want(http.StatusOK, http.MethodGet, p+"/default", key, nil)
-		c.want(http.StatusForbidden, http.MethodGet, p+"/other", key, nil)
-		c.want(http.StatusNotFound, http.MethodGet, p+"/nobody", systemKey, nil)
-		c.want(http.StatusMethodNotAllowed, http.MethodPut, p+"/acme", systemKey, nil)
-	})
-
-	t.Run("keys", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		for _, p := range []string{"/api/v1/admin/tenants/acme/keys", "/api/v1/admin/keys"} {
-			role := "user"
-			if p == "/api/v1/admin/keys" {
-				role = "system-admin"
-			}
-			created := c.want(http.StatusCreated, http.MethodPost, p, systemKey, map[string]string{"name": "ci", "role": role})
-			id := created["id"].(string)
-			c.want(http.StatusOK, http.MethodGet, p, systemKey, nil)
-			c.want(http.StatusOK, http.MethodGet, p+"/"+id, systemKey, nil)
-			rotated := c.want(http.StatusCreated, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
-			assert.Equal(t, id, rotated["replaces"])
-			c.want(http.StatusConflict, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
-			// X-Tenant-Id names another tenant than the path's, or any on the system keys' path.
-			for _, method := range []string{http.MethodGet, http.MethodDelete} {
-				c.want(http.StatusBadRequest, method, p+"/"+id, systemKey, nil, "X-Tenant-Id", "other")
-			}
-			c.want(http.StatusBadRequest, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil, "X-Tenant-Id", "other")
-			c.want(http.StatusNotFound, http.MethodPost, p+"/no-such-key/rotate", systemKey, nil)
-			c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"name": strings.Repeat("x", 64<<10), "role": role})
-			c.want(http.StatusNoContent, http.MethodDelete, p+"/"+rotated["id"].(string), systemKey, nil)
-			c.want(http.StatusNotFound, http.MethodGet, p+"/no-such-key", systemKey, nil)
-			c.want(http.StatusNotFound, http.MethodDelete, p+"/no-such-key", systemKey, nil)
-			c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"name": "x", "role": "owner"})
-			c.want(http.StatusForbidden, http.MethodGet, p, key, nil)
-			c.want(http.StatusUnauthorized, http.MethodGet, p+"?apikey="+systemKey, "", nil)
-		}
-		c.want(http.StatusBadRequest, http.MethodGet, "/api/v1/admin/tenants/acme/keys", systemKey, nil, "X-Tenant-Id", "other")
-		c.want(http.StatusNoContent, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil)
-		c.want(http.StatusNotFound, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil)
-	})
-
-	t.Run("dead letters", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		const p = "/api/v1/admin/tenants/default/deadletters"
-		m := c.want(http.StatusOK, http.MethodGet, p+"?agent=Failing&limit=10", key, nil)
-		require.Len(t, m["deadLetters"], 1)
-		id := fmt.Sprint(m["deadLetters"].([]any)[0].(map[string]any)["id"])
-		c.want(http.StatusOK, http.MethodGet, p+"/"+id, key, nil)
-		c.want(http.StatusAccepted, http.MethodPost, p+"/"+id+"/replay", key, nil)
-		c.want(http.StatusNotFound, http.MethodPost, p+"/"+id+"/replay", key, nil)
-		c.want(http.StatusNotFound, http.MethodDelete, p+"/"+id, key, nil)
-		c.want(http.StatusBadRequest, http.MethodGet, p+"/abc", key, nil)
-		c.want(http.StatusBadRequest, http.MethodGet, p+"?limit=500", key, nil)
-		c.want(http.StatusForbidden, http.MethodGet, "/api/v1/admin/tenants/other/deadletters", key, nil)
-		c.want(http.StatusUnauthorized, http.MethodDelete, p+"/"+id, "", nil)
-		c.want(http.StatusUnauthorized, http.MethodGet, p+"/"+id, "", nil)
-		// The replayed request fails again and comes back as a new dead letter, discarded here.
-		require.Eventually(t, func() bool {
-			_, _, b := c.do(http.MethodGet, p+"?agent=Failing", key, nil)
-			return strings.Contains(string(b), `"id"`)
-		}, 10*time.Second, 20*time.Millisecond)
-		m = c.want(http.StatusOK, http.MethodGet, p, key, nil)
-		id = fmt.Sprint(m["deadLetters"].([]any)[0].(map[string]any)["id"])
-		c.want(http.StatusNoContent, http.MethodDelete, p+"/"+id, key, nil)
-	})
-
-	t.Run("readiness", func(t *testing.T) {
-		c := &contractClient{t: t, base: s.URL, http: client}
-		c.want(http.StatusOK, http.MethodGet, "/readyz", "", nil)
-	})
+	for _, step := range []struct {
+		name string
+		run  func(*contractClient)
+	}{
+		{"operations", contractOperations}, {"playground", contractPlayground}, {"agents", contractAgents},
+		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
+		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
+		{"dead letters", contractDeadLetters}, {"readiness", contractReadiness},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			step.run(&contractClient{t: t, base: s.URL, http: client, key: s.Key, other: s.OtherKey})
+		})
+	}
 
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	for _, rt := range routeTable() {
 		assert.True(t, tr.seen[rt], "no traffic for %s", rt)
 	}
+}
+
+// contractFailing is the agent Failing: its webhook "fail" fails every attempt, and "odd" answers
+// a status outside 200-599, which no client can be given: 502 invalid-handler-status.
+func contractFailing() *agent.Agent {
+	failing := agent.New("Failing")
+	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Retry(errors.New("always down"))
+	})
+	failing.WebhookFunc("odd", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Status(99)
+	})
+	return failing
+}
+
+// contractOperations: the probes, the document itself, and what the router refuses.
+func contractOperations(c *contractClient) {
+	t := c.t
+	c.want(http.StatusOK, http.MethodGet, "/healthz", "", nil)
+	c.want(http.StatusOK, http.MethodGet, "/metrics", "", nil)
+	_, h, b := c.do(http.MethodGet, "/openapi.json", "", nil)
+	assert.Equal(t, "application/json", h.Get("Content-Type"))
+	assert.Equal(t, ingress.OpenAPIDocument(), b)
+	c.want(http.StatusNotFound, http.MethodGet, "/nope", "", nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodPost, "/healthz", "", nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodDelete, "/openapi.json", "", nil)
+	c.want(http.StatusRequestHeaderFieldsTooLarge, http.MethodGet, "/healthz", "", nil, "X-Big", strings.Repeat("a", 70<<10))
+}
+
+// contractPlayground: the playground page and its files, with their ETags.
+func contractPlayground(c *contractClient) {
+	t := c.t
+	// The client follows the redirects of / and /ui/; the transport checks both answers.
+	for _, p := range []string{"/", "/ui", "/ui/"} {
+		status, h, b := c.do(http.MethodGet, p, "", nil)
+		assert.Equal(t, http.StatusOK, status, p)
+		assert.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), p)
+		assert.Contains(t, string(b), "agentbus playground", p)
+	}
+	for _, f := range []string{"app.js", "style.css", "favicon.svg"} {
+		c.want(http.StatusOK, http.MethodGet, "/ui/"+f, "", nil)
+	}
+	_, h, _ := c.do(http.MethodGet, "/ui/app.js", "", nil)
+	c.want(http.StatusNotModified, http.MethodGet, "/ui/app.js", "", nil, "If-None-Match", h.Get("ETag"))
+	_, h, _ = c.do(http.MethodGet, "/ui", "", nil)
+	c.want(http.StatusNotModified, http.MethodGet, "/ui", "", nil, "If-None-Match", h.Get("ETag"))
+	c.want(http.StatusNotFound, http.MethodGet, "/ui/nope.js", "", nil)
+	c.want(http.StatusNotFound, http.MethodGet, "/ui/index.html", "", nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodPost, "/ui", "", nil)
+}
+
+// contractAgents: the agent list, by a tenant's key and by the system key.
+func contractAgents(c *contractClient) {
+	t := c.t
+	key := c.key
+	m := c.want(http.StatusOK, http.MethodGet, "/api/user/agents", key, nil)
+	assert.Equal(t, "default", m["tenant"])
+	assert.Len(t, m["agents"], 2)
+	m = c.want(http.StatusOK, http.MethodGet, "/api/user/agents?apikey="+url.QueryEscape(systemKey), "", nil)
+	assert.NotContains(t, m, "tenant")
+	c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents", "", nil)
+	c.want(http.StatusUnauthorized, http.MethodGet, "/api/user/agents?apikey=wrong", key, nil)
+	c.want(http.StatusBadRequest, http.MethodGet, "/api/user/agents?a=%zz", key, nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodPost, "/api/user/agents", key, nil)
+}
+
+// contractWebhook: webhook calls and their refusals. Failing's fail method leaves the dead letter
+// of contractDeadLetters.
+func contractWebhook(c *contractClient) {
+	key := c.key
+	const p = "/api/user/webhooks/Echo/echo"
+	c.want(http.StatusOK, http.MethodPost, p+"?"+q("apikey", key, "participantId", "ada").Encode(), "", map[string]int{"n": 1})
+	c.want(http.StatusOK, http.MethodPost, p+"?apikey="+key, "", map[string]int{"n": 2}, "Idempotency-Key", "openapi-1")
+	c.want(http.StatusUnauthorized, http.MethodPost, p, key, nil)
+	c.want(http.StatusUnauthorized, http.MethodPost, p, "", nil)
+	c.want(http.StatusForbidden, http.MethodPost, p+"?"+q("apikey", key, "tenantId", "other").Encode(), "", nil)
+	c.want(http.StatusNotFound, http.MethodPost, "/api/user/webhooks/Echo/nope?apikey="+key, "", nil)
+	c.want(http.StatusNotFound, http.MethodPost, "/api/user/webhooks/Nobody/echo?apikey="+key, "", nil)
+	c.want(http.StatusBadRequest, http.MethodPost, "/api/user/webhooks/a:b:c/echo?apikey="+key, "", nil)
+	c.want(http.StatusBadRequest, http.MethodPost, p+"?apikey="+key, "", nil, "Idempotency-Key", strings.Repeat("k", 201))
+	c.want(http.StatusMethodNotAllowed, http.MethodGet, p, key, nil)
+	c.want(http.StatusNotFound, http.MethodPost, p+"/extra", key, nil)
+	// Echo's verify answers its own 400 in text/plain: a handler's answer, not a problem.
+	c.want(http.StatusBadRequest, http.MethodPost, "/api/user/webhooks/Echo/verify?apikey="+key, "", nil)
+	// A handler that fails every attempt leaves a dead letter, for contractDeadLetters.
+	c.want(http.StatusInternalServerError, http.MethodPost, "/api/user/webhooks/Failing/fail?apikey="+key, "", nil)
+	c.want(http.StatusBadGateway, http.MethodPost, "/api/user/webhooks/Failing/odd?apikey="+key, "", nil)
+}
+
+// contractMCP: the MCP endpoint's JSON-RPC answers and its transport's refusals.
+func contractMCP(c *contractClient) {
+	t := c.t
+	key := c.key
+	hdr := []string{"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2025-06-18"}
+	m := c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"contract","version":"1"}}}`, hdr...)
+	assert.Contains(t, m, "result")
+	c.want(http.StatusAccepted, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, hdr...)
+	m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Echo.sum","arguments":{"values":[1,2]}}}`, hdr...)
+	assert.Contains(t, m, "result")
+	m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"Echo.nope"}}`, hdr...)
+	assert.Contains(t, m, "error")
+	c.want(http.StatusUnauthorized, http.MethodPost, "/mcp", "", `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, hdr...)
+	c.want(http.StatusMethodNotAllowed, http.MethodGet, "/mcp", key, nil)
+	list := `{"jsonrpc":"2.0","id":6,"method":"tools/list"}`
+	c.want(http.StatusForbidden, http.MethodPost, "/mcp", key, list, append(hdr, "X-Tenant-Id", "other")...)
+	c.want(http.StatusNotFound, http.MethodPost, "/mcp", systemKey, list, append(hdr, "X-Tenant-Id", "nobody")...)
+	c.want(http.StatusRequestEntityTooLarge, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"pad":"`+strings.Repeat("x", 1<<20)+`"}}`, hdr...)
+	c.want(http.StatusUnsupportedMediaType, http.MethodPost, "/mcp", key, list, append(hdr, "Content-Type", "text/plain")...)
+	// From protocol version 2026-07-28 on, an unknown method is a JSON-RPC error in a 404.
+	m = c.want(http.StatusNotFound, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`,
+		"Accept", "application/json, text/event-stream", "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "nope")
+	assert.Contains(t, m, "error")
+	// Before it, that error is the request's answer; a body that is not JSON has no id to
+	// answer, and is refused with the parse error.
+	m = c.want(http.StatusOK, http.MethodPost, "/mcp", key, `{"jsonrpc":"2.0","id":4,"method":"nope"}`, hdr...)
+	assert.Contains(t, m, "error")
+	m = c.want(http.StatusBadRequest, http.MethodPost, "/mcp", key, `not json`, hdr...)
+	assert.Contains(t, m, "error")
+}
+
+// contractConverse: converse Chat, Data and streamed calls, and their refusals.
+func contractConverse(c *contractClient) {
+	t := c.t
+	key := c.key
+	p := func(kv ...string) string { return "/api/user/rest/converse?" + q(kv...).Encode() }
+	m := c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "hello", "participantId", "ada"), key, nil)
+	assert.Equal(t, "You said: hello", m["response"].(map[string]any)["text"])
+	// A chat whose model calls a tool stores the call and its result with metadata.
+	m = c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[2,3]}`, "participantId", "ada"), key, nil)
+	assert.Equal(t, `sum returned {"sum":5}`, m["response"].(map[string]any)["text"])
+	page := c.want(http.StatusOK, http.MethodGet, "/api/v1/admin/tenants/default/messaging/history?"+
+		q("workflowId", "default:Echo:Supervisor Workflow:default", "participantId", "ada", "pageSize", "3").Encode(), key, nil)
+	assert.Contains(t, mustJSON(page["messages"]), `"metadata":{"toolCallId":`)
+	c.want(http.StatusOK, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "sum", "apikey", key), "", map[string]any{"values": []int{1, 2}})
+	status, h, b := c.do(http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "streamed"), key, nil, "Accept", "text/event-stream")
+	assert.Equal(t, http.StatusOK, status, "%s", b)
+	assert.Equal(t, "text/event-stream", h.Get("Content-Type"))
+	assert.Contains(t, string(b), "event: message")
+	c.want(http.StatusBadRequest, http.MethodPost, p("workflow", "Echo", "type", "Bogus", "text", "x"), key, nil)
+	c.want(http.StatusBadRequest, http.MethodPost, p("type", "Chat", "text", "x"), key, nil)
+	c.want(http.StatusBadRequest, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "sum"), key, "[1]")
+	c.want(http.StatusNotFound, http.MethodPost, p("workflow", "Echo", "type", "Data", "text", "nope"), key, nil)
+	c.want(http.StatusUnauthorized, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "x", "apikey", "wrong"), "", nil)
+	c.want(http.StatusForbidden, http.MethodPost, p("workflow", "Echo", "type", "Chat", "text", "x", "tenantId", "other"), key, nil)
+}
+
+// contractSend: sends by path and by X-Tenant-Id, waiting and not; they leave the thread of
+// contractHistory.
+func contractSend(c *contractClient) {
+	t := c.t
+	key := c.key
+	const p = "/api/v1/admin/tenants/default/messaging/send"
+	chat := msg("activationName", "support", "participantId", "ada", "type", "Chat", "text", "hi", "topic", "billing")
+	m := c.want(http.StatusOK, http.MethodPost, p+"?wait=true&timeoutSeconds=30", key, chat)
+	assert.Equal(t, "You said: hi", m["response"].(map[string]any)["text"])
+	c.want(http.StatusAccepted, http.MethodPost, p, key, chat)
+	c.want(http.StatusAccepted, http.MethodPost, "/api/v1/admin/messaging/send", key, chat, "X-Tenant-Id", "default")
+	file := map[string]any{"agentName": "Echo", "activationName": "support", "participantId": "ada", "type": "File", "text": "a.txt",
+		"data": map[string]any{"content": "aGVsbG8=", "fileName": "a.txt", "contentType": "text/plain"}}
+	c.want(http.StatusOK, http.MethodPost, p+"?wait=true", key, file)
+	c.want(http.StatusBadRequest, http.MethodPost, p, key, "not json")
+	c.want(http.StatusBadRequest, http.MethodPost, p, key, map[string]any{"agentName": "Echo"})
+	c.want(http.StatusBadRequest, http.MethodPost, p+"?wait=maybe", key, chat)
+	c.want(http.StatusBadRequest, http.MethodPost, "/api/v1/admin/messaging/send", key, chat)
+	c.want(http.StatusBadRequest, http.MethodPost, p, key, chat, "X-Tenant-Id", "other")
+	c.want(http.StatusUnauthorized, http.MethodPost, p, "", chat)
+	c.want(http.StatusForbidden, http.MethodPost, "/api/v1/admin/tenants/other/messaging/send", key, chat)
+	c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/nobody/messaging/send", systemKey, chat)
+
+	// Both sends, the tenant in the path and in X-Tenant-Id, answer the same.
+	for _, path := range []string{p, "/api/v1/admin/messaging/send"} {
+		send := func(status int, query string, body map[string]any) {
+			t.Helper()
+			c.want(status, http.MethodPost, path+query, key, body, "X-Tenant-Id", "default")
+		}
+		send(http.StatusOK, "?wait=true", chat)
+		send(http.StatusNotFound, "", withFields(chat, "agentName", "Nobody"))
+		send(http.StatusRequestEntityTooLarge, "", withFields(chat, "type", "File", "text", "big.txt", "data", base64.StdEncoding.EncodeToString(make([]byte, 2048))))
+		// A requestId used again for another request.
+		id := "reused-" + path[len(path)-6:]
+		send(http.StatusOK, "?wait=true", withFields(chat, "requestId", id))
+		send(http.StatusUnprocessableEntity, "?wait=true", withFields(chat, "requestId", id, "type", "Data", "text", "sum", "data", map[string]any{"values": []int{1}}))
+		// Echo's fail method fails with the status it is given: the handler's problem.
+		for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusTeapot} {
+			send(status, "?wait=true", withFields(chat, "type", "Data", "text", "fail", "data", map[string]any{"status": status}))
+		}
+	}
+}
+
+// contractHistory: history, topics and listen by path and by X-Tenant-Id.
+func contractHistory(c *contractClient) {
+	t := c.t
+	key, other := c.key, c.other
+	thread := q("workflowId", "default:Echo:Supervisor Workflow:support", "participantId", "ada")
+	for _, prefix := range []string{"/api/v1/admin/tenants/default/messaging/", "/api/v1/admin/messaging/"} {
+		hdr := []string{"X-Tenant-Id", "default"}
+		m := c.want(http.StatusOK, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=2", key, nil, hdr...)
+		require.NotEmpty(t, m["next"], "a second page")
+		c.want(http.StatusOK, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=2&before="+url.QueryEscape(m["next"].(string)), key, nil, hdr...)
+		c.want(http.StatusOK, http.MethodGet, prefix+"history?"+q("agentName", "Echo", "activationName", "support", "participantId", "ada", "topic", "billing", "apikey", key).Encode(), "", nil, hdr...)
+		m = c.want(http.StatusOK, http.MethodGet, prefix+"topics?"+thread.Encode(), key, nil, hdr...)
+		assert.Equal(t, []any{"billing"}, m["topics"])
+		c.openStream(prefix+"listen?"+thread.Encode(), key, hdr...)
+		c.want(http.StatusBadRequest, http.MethodGet, prefix+"history?"+q("workflowId", "default:Echo:Supervisor Workflow:support").Encode(), key, nil, hdr...)
+		c.want(http.StatusBadRequest, http.MethodGet, prefix+"history?"+thread.Encode()+"&pageSize=0", key, nil, hdr...)
+		c.want(http.StatusBadRequest, http.MethodGet, prefix+"topics?"+thread.Encode(), key, nil, "X-Tenant-Id", "bad tenant")
+		c.want(http.StatusUnauthorized, http.MethodGet, prefix+"listen?"+thread.Encode(), "", nil, hdr...)
+		c.want(http.StatusForbidden, http.MethodGet, prefix+"listen?"+thread.Encode(), other, nil, hdr...)
+		// A system key names a tenant that does not exist.
+		nobody := strings.Replace(prefix, "/default/", "/nobody/", 1)
+		for _, op := range []string{"history", "topics", "listen"} {
+			c.want(http.StatusNotFound, http.MethodGet, nobody+op+"?"+thread.Encode(), systemKey, nil, "X-Tenant-Id", "nobody")
+		}
+	}
+}
+
+// contractTenants: tenant management; it leaves tenant acme for contractKeys.
+func contractTenants(c *contractClient) {
+	t := c.t
+	key := c.key
+	const p = "/api/v1/admin/tenants"
+	c.want(http.StatusCreated, http.MethodPost, p, systemKey, map[string]string{"id": "acme"})
+	c.want(http.StatusConflict, http.MethodPost, p, systemKey, map[string]string{"id": "acme"})
+	c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "no spaces"})
+	c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"id": "x", "extra": "y"})
+	c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"id": strings.Repeat("x", 64<<10)})
+	m := c.want(http.StatusOK, http.MethodGet, p, systemKey, nil)
+	assert.Len(t, m["tenants"], 3)
+	c.want(http.StatusForbidden, http.MethodGet, p, key, nil)
+	c.want(http.StatusUnauthorized, http.MethodGet, p, "", nil)
+	c.want(http.StatusOK, http.MethodGet, p+"/default", key, nil)
+	c.want(http.StatusForbidden, http.MethodGet, p+"/other", key, nil)
+	c.want(http.StatusNotFound, http.MethodGet, p+"/nobody", systemKey, nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodPut, p+"/acme", systemKey, nil)
+}
+
+// contractKeys: the keys of tenant acme and the system keys; it deletes acme at the end.
+func contractKeys(c *contractClient) {
+	t := c.t
+	key := c.key
+	for _, p := range []string{"/api/v1/admin/tenants/acme/keys", "/api/v1/admin/keys"} {
+		role := "user"
+		if p == "/api/v1/admin/keys" {
+			role = "system-admin"
+		}
+		created := c.want(http.StatusCreated, http.MethodPost, p, systemKey, map[string]string{"name": "ci", "role": role})
+		id := created["id"].(string)
+		c.want(http.StatusOK, http.MethodGet, p, systemKey, nil)
+		c.want(http.StatusOK, http.MethodGet, p+"/"+id, systemKey, nil)
+		rotated := c.want(http.StatusCreated, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
+		assert.Equal(t, id, rotated["replaces"])
+		c.want(http.StatusConflict, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil)
+		// X-Tenant-Id names another tenant than the path's, or any on the system keys' path.
+		for _, method := range []string{http.MethodGet, http.MethodDelete} {
+			c.want(http.StatusBadRequest, method, p+"/"+id, systemKey, nil, "X-Tenant-Id", "other")
+		}
+		c.want(http.StatusBadRequest, http.MethodPost, p+"/"+id+"/rotate", systemKey, nil, "X-Tenant-Id", "other")
+		c.want(http.StatusNotFound, http.MethodPost, p+"/no-such-key/rotate", systemKey, nil)
+		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p, systemKey, map[string]string{"name": strings.Repeat("x", 64<<10), "role": role})
+		c.want(http.StatusNoContent, http.MethodDelete, p+"/"+rotated["id"].(string), systemKey, nil)
+		c.want(http.StatusNotFound, http.MethodGet, p+"/no-such-key", systemKey, nil)
+		c.want(http.StatusNotFound, http.MethodDelete, p+"/no-such-key", systemKey, nil)
+		c.want(http.StatusBadRequest, http.MethodPost, p, systemKey, map[string]string{"name": "x", "role": "owner"})
+		c.want(http.StatusForbidden, http.MethodGet, p, key, nil)
+		c.want(http.StatusUnauthorized, http.MethodGet, p+"?apikey="+systemKey, "", nil)
+	}
+	c.want(http.StatusBadRequest, http.MethodGet, "/api/v1/admin/tenants/acme/keys", systemKey, nil, "X-Tenant-Id", "other")
+	c.want(http.StatusNoContent, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil)
+	c.want(http.StatusNotFound, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil)
+}
+
+// contractDeadLetters: the dead letter contractWebhook left, read, replayed and discarded.
+func contractDeadLetters(c *contractClient) {
+	t := c.t
+	key := c.key
+	const p = "/api/v1/admin/tenants/default/deadletters"
+	m := c.want(http.StatusOK, http.MethodGet, p+"?agent=Failing&limit=10", key, nil)
+	require.Len(t, m["deadLetters"], 1)
+	id := fmt.Sprint(m["deadLetters"].([]any)[0].(map[string]any)["id"])
+	c.want(http.StatusOK, http.MethodGet, p+"/"+id, key, nil)
+	c.want(http.StatusAccepted, http.MethodPost, p+"/"+id+"/replay", key, nil)
+	c.want(http.StatusNotFound, http.MethodPost, p+"/"+id+"/replay", key, nil)
+	c.want(http.StatusNotFound, http.MethodDelete, p+"/"+id, key, nil)
+	c.want(http.StatusBadRequest, http.MethodGet, p+"/abc", key, nil)
+	c.want(http.StatusBadRequest, http.MethodGet, p+"?limit=500", key, nil)
+	c.want(http.StatusForbidden, http.MethodGet, "/api/v1/admin/tenants/other/deadletters", key, nil)
+	c.want(http.StatusUnauthorized, http.MethodDelete, p+"/"+id, "", nil)
+	c.want(http.StatusUnauthorized, http.MethodGet, p+"/"+id, "", nil)
+	// The replayed request fails again and comes back as a new dead letter, discarded here.
+	require.Eventually(t, func() bool {
+		_, _, b := c.do(http.MethodGet, p+"?agent=Failing", key, nil)
+		return strings.Contains(string(b), `"id"`)
+	}, 10*time.Second, 20*time.Millisecond)
+	m = c.want(http.StatusOK, http.MethodGet, p, key, nil)
+	id = fmt.Sprint(m["deadLetters"].([]any)[0].(map[string]any)["id"])
+	c.want(http.StatusNoContent, http.MethodDelete, p+"/"+id, key, nil)
+}
+
+// contractReadiness: /readyz of a stack whose host lives.
+func contractReadiness(c *contractClient) {
+
+	c.want(http.StatusOK, http.MethodGet, "/readyz", "", nil)
 }
