@@ -23,54 +23,75 @@ import (
 var walkLeaks = []string{"nats:", "jetstream", "agentbus.in.", "AGENTBUS_", "goroutine", ".go:", "panic", "runtime error",
 	"ingress.", "keys.", "json:"}
 
+// Values of the error walk's requests: longer than any name may be, longer than any path or
+// query the server reads, a well-formed key id no key has, and a file over the stack's limit.
+var (
+	long      = strings.Repeat("x", 300)
+	huge      = strings.Repeat("y", 10000)
+	unknownID = "00000000-0000-4000-8000-000000000000"
+	bigFile   = base64.StdEncoding.EncodeToString(make([]byte, 2048))
+)
+
+// walkKeys are the keys of the error walk: K a tenant-admin key of tenant "default", S the
+// system key, and the record of a revoked user key of "default".
+type walkKeys struct {
+	K, S       string
+	revokedRec keys.Key
+}
+
 func TestErrorWalk(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024,
 		Agents: []*agent.Agent{echo.New(), leakyAgent()}})
 	_, revokedRec := revokedKey(t, s, "default", keys.RoleUser, "revoked")
-
-	const (
-		wh       = "/api/user/webhooks/"
-		conv     = "/api/user/rest/converse"
-		sendPath = "/api/v1/admin/tenants/default/messaging/send"
-		msgs     = "/api/v1/admin/tenants/default/messaging/"
-		tenants  = "/api/v1/admin/tenants"
-		ownKeys  = "/api/v1/admin/tenants/default/keys"
-		sysKeys  = "/api/v1/admin/keys"
-	)
-	K, S := s.Key, systemKey
-	auth, sys := bearerHeader(K), bearerHeader(S)
-	long := strings.Repeat("x", 300)
-	huge := strings.Repeat("y", 10000)
-	unknownID := "00000000-0000-4000-8000-000000000000"
-	convQ := func(kv ...string) string {
-		v := q("workflow", "Echo", "type", "Chat", "text", "hi")
-		for i := 0; i+1 < len(kv); i += 2 {
-			v.Set(kv[i], kv[i+1])
+	k := walkKeys{K: s.Key, S: systemKey, revokedRec: revokedRec}
+	for _, cases := range [][]routeCase{walkRoutingCases(k), walkWebhookCases(k), walkConverseCases(k),
+		walkSendCases(k), walkHistoryCases(k), walkAdminCases(k)} {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) { checkWalkAnswer(t, s.URL, tc) })
 		}
-		return conv + "?" + v.Encode()
 	}
-	thread := func(kv ...string) string {
-		v := q("workflowId", isoWFA, "participantId", "p")
-		for i := 0; i+1 < len(kv); i += 2 {
-			if kv[i+1] == "" {
-				v.Del(kv[i])
-			} else {
-				v.Set(kv[i], kv[i+1])
-			}
-		}
-		return "?" + v.Encode()
-	}
-	bigFile := base64.StdEncoding.EncodeToString(make([]byte, 2048))
+}
 
-	cases := []struct {
-		name   string
-		method string
-		path   string
-		hdr    []string
-		body   string
-		want   int
-	}{
-		// Unknown paths and wrong methods.
+// checkWalkAnswer sends a request of the walk and checks that its answer is a problem with the
+// status expected, showing no internals.
+func checkWalkAnswer(t *testing.T, base string, tc routeCase) {
+	t.Helper()
+	status, ct, body := doPeek(t, base, tc.method, tc.path, tc.body, tc.hdr...)
+	require.Equal(t, tc.want, status, "status: %.300s", body)
+	require.Equal(t, "application/problem+json", ct, "content type: %.300s", body)
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	require.NoError(t, json.Unmarshal(body, &p), "problem body %q", body)
+	slug, found := strings.CutPrefix(p.Type, "urn:agentbus:problem:")
+	assert.True(t, found && slug != "", "problem type %q: %s", p.Type, body)
+	assert.NotEmpty(t, p.Title, "problem body %s", body)
+	assert.Equal(t, status, p.Status, "problem body %s", body)
+	checked := strings.ToLower(string(body))
+	for _, leak := range walkLeaks {
+		assert.NotContains(t, checked, strings.ToLower(leak), "the answer shows internals: %s", body)
+	}
+}
+
+// convQ is the converse path and query of a Chat "hi" to Echo, with the name/value pairs set
+// over it.
+func convQ(kv ...string) string {
+	return conv + "?" + with(q("workflow", "Echo", "type", "Chat", "text", "hi"), kv...).Encode()
+}
+
+// walkThread is the query of participant p's thread of Echo's default activation, with the
+// name/value pairs set over it; an empty value removes the name.
+func walkThread(kv ...string) string {
+	return "?" + with(q("workflowId", isoWFA, "participantId", "p"), kv...).Encode()
+}
+
+// walkRoutingCases are unknown paths and wrong methods.
+func walkRoutingCases(k walkKeys) []routeCase {
+	auth, sys := bearerHeader(k.K), bearerHeader(k.S)
+	return []routeCase{
 		{"unknown path", get, "/nope", nil, "", 404},
 		{"unknown api path", post, "/api/v1/admin/nope", auth, "", 404},
 		{"healthz POST", post, "/healthz", nil, "", 405},
@@ -87,8 +108,13 @@ func TestErrorWalk(t *testing.T) {
 		{"key POST", post, ownKeys + "/" + unknownID, auth, "", 405},
 		{"rotate GET", get, ownKeys + "/" + unknownID + "/rotate", auth, "", 405},
 		{"system keys DELETE", del, sysKeys, sys, "", 405},
+	}
+}
 
-		// Webhook.
+// walkWebhookCases are the webhook's refusals.
+func walkWebhookCases(k walkKeys) []routeCase {
+	K, S, revokedRec := k.K, k.S, k.revokedRec
+	return []routeCase{
 		{"webhook no key", post, wh + "Echo/echo", nil, "", 401},
 		{"webhook revoked key id as key", post, wh + "Echo/echo" + isoQuery("apikey", revokedRec.ID), nil, "", 401},
 		{"webhook bad query encoding", post, wh + "Echo/echo?apikey=" + K + "&x=%zz", nil, "", 400},
@@ -107,8 +133,13 @@ func TestErrorWalk(t *testing.T) {
 		{"webhook system key, invalid tenantId", post, wh + "Echo/echo" + isoQuery("apikey", S, "tenantId", "bad tenant"), nil, "", 400},
 		{"webhook system key, unknown tenant", post, wh + "Echo/echo" + isoQuery("apikey", S, "tenantId", "nobody"), nil, "", 404},
 		{"webhook handler panic", post, wh + "Leaky/panic" + isoQuery("apikey", K), nil, "", 500},
+	}
+}
 
-		// Converse.
+// walkConverseCases are converse's refusals.
+func walkConverseCases(k walkKeys) []routeCase {
+	auth := bearerHeader(k.K)
+	return []routeCase{
 		{"converse no key", post, convQ(), nil, "", 401},
 		{"converse missing workflow", post, conv + isoQuery("type", "Chat", "text", "hi"), auth, "", 400},
 		{"converse missing type", post, conv + isoQuery("workflow", "Echo", "text", "hi"), auth, "", 400},
@@ -130,8 +161,13 @@ func TestErrorWalk(t *testing.T) {
 		{"converse handler error", post, convQ("type", "Data", "text", "fail"), auth, `{"status":422,"message":"no"}`, 422},
 		{"converse Data handler panic", post, convQ("workflow", "Leaky", "type", "Data", "text", "panic"), auth, "{}", 500},
 		{"converse Chat handler panic", post, convQ("workflow", "Leaky"), auth, "", 500},
+	}
+}
 
-		// Send.
+// walkSendCases are send's refusals.
+func walkSendCases(k walkKeys) []routeCase {
+	auth, sys := bearerHeader(k.K), bearerHeader(k.S)
+	return []routeCase{
 		{"send no key", post, sendPath, nil, chatMsg(), 401},
 		{"send empty body", post, sendPath, auth, "", 400},
 		{"send bad JSON", post, sendPath, auth, `{"type":`, 400},
@@ -161,30 +197,41 @@ func TestErrorWalk(t *testing.T) {
 		{"send file too large", post, sendPath, auth, chatMsg("type", "File", "data", bigFile), 413},
 		{"send body too large", post, sendPath, auth, chatMsg("text", strings.Repeat("z", 1<<20+4096)), 413},
 		{"send handler panic", post, sendPath + "?wait=true", auth, chatMsg("agentName", "Leaky", "type", "Data", "text", "panic"), 500},
+	}
+}
 
-		// History, topics, listen.
-		{"history no key", get, msgs + "history" + thread(), nil, "", 401},
-		{"history pageSize 0", get, msgs + "history" + thread("pageSize", "0"), auth, "", 400},
-		{"history pageSize not a number", get, msgs + "history" + thread("pageSize", "ten"), auth, "", 400},
-		{"history page 0", get, msgs + "history" + thread("page", "0"), auth, "", 400},
-		{"history page too deep", get, msgs + "history" + thread("page", "99999"), auth, "", 400},
-		{"history bad cursor", get, msgs + "history" + thread("before", "!!"), auth, "", 400},
-		{"history unknown cursor", get, msgs + "history" + thread("before", "AQI"), auth, "", 400},
-		{"history cursor and page", get, msgs + "history" + thread("before", "AQI", "page", "2"), auth, "", 400},
-		{"history oversized topic", get, msgs + "history" + thread("topic", long), auth, "", 400},
-		{"history three-segment workflowId", get, msgs + "history" + thread("workflowId", "a:b:c"), auth, "", 400},
-		{"history oversized workflowId", get, msgs + "history" + thread("workflowId", "default:Echo:Supervisor Workflow:"+huge), auth, "", 400},
-		{"history agentName with ':'", get, msgs + "history" + thread("workflowId", "", "agentName", "a:b", "activationName", "x"), auth, "", 400},
-		{"history missing participant", get, msgs + "history" + thread("participantId", ""), auth, "", 400},
-		{"history control character in participant", get, msgs + "history" + thread("participantId", "a\x00"), auth, "", 400},
-		{"history invalid path tenant", get, "/api/v1/admin/tenants/bad%20tenant/messaging/history" + thread(), auth, "", 400},
-		{"history system key, unknown tenant", get, "/api/v1/admin/tenants/nobody/messaging/history" + thread(), sys, "", 404},
-		{"topics missing workflow", get, msgs + "topics" + thread("workflowId", ""), auth, "", 400},
+// walkHistoryCases are the refusals of history, topics and listen.
+func walkHistoryCases(k walkKeys) []routeCase {
+	auth, sys := bearerHeader(k.K), bearerHeader(k.S)
+	return []routeCase{
+		{"history no key", get, msgs + "history" + walkThread(), nil, "", 401},
+		{"history pageSize 0", get, msgs + "history" + walkThread("pageSize", "0"), auth, "", 400},
+		{"history pageSize not a number", get, msgs + "history" + walkThread("pageSize", "ten"), auth, "", 400},
+		{"history page 0", get, msgs + "history" + walkThread("page", "0"), auth, "", 400},
+		{"history page too deep", get, msgs + "history" + walkThread("page", "99999"), auth, "", 400},
+		{"history bad cursor", get, msgs + "history" + walkThread("before", "!!"), auth, "", 400},
+		{"history unknown cursor", get, msgs + "history" + walkThread("before", "AQI"), auth, "", 400},
+		{"history cursor and page", get, msgs + "history" + walkThread("before", "AQI", "page", "2"), auth, "", 400},
+		{"history oversized topic", get, msgs + "history" + walkThread("topic", long), auth, "", 400},
+		{"history three-segment workflowId", get, msgs + "history" + walkThread("workflowId", "a:b:c"), auth, "", 400},
+		{"history oversized workflowId", get, msgs + "history" + walkThread("workflowId", "default:Echo:Supervisor Workflow:"+huge), auth, "", 400},
+		{"history agentName with ':'", get, msgs + "history" + walkThread("workflowId", "", "agentName", "a:b", "activationName", "x"), auth, "", 400},
+		{"history missing participant", get, msgs + "history" + walkThread("participantId", ""), auth, "", 400},
+		{"history control character in participant", get, msgs + "history" + walkThread("participantId", "a\x00"), auth, "", 400},
+		{"history invalid path tenant", get, "/api/v1/admin/tenants/bad%20tenant/messaging/history" + walkThread(), auth, "", 400},
+		{"history system key, unknown tenant", get, "/api/v1/admin/tenants/nobody/messaging/history" + walkThread(), sys, "", 404},
+		{"topics missing workflow", get, msgs + "topics" + walkThread("workflowId", ""), auth, "", 400},
 		{"topics bad query encoding", get, msgs + "topics?x=%zz", auth, "", 400},
-		{"listen missing participant", get, msgs + "listen" + thread("participantId", ""), auth, "", 400},
-		{"listen no tenant", get, "/api/v1/admin/messaging/listen" + thread(), auth, "", 400},
+		{"listen missing participant", get, msgs + "listen" + walkThread("participantId", ""), auth, "", 400},
+		{"listen no tenant", get, "/api/v1/admin/messaging/listen" + walkThread(), auth, "", 400},
+	}
+}
 
-		// Tenant and key management.
+// walkAdminCases are the refusals of tenant and key management.
+func walkAdminCases(k walkKeys) []routeCase {
+	revokedRec := k.revokedRec
+	auth, sys := bearerHeader(k.K), bearerHeader(k.S)
+	return []routeCase{
 		{"admin no key", get, tenants, nil, "", 401},
 		{"admin key id as key", get, ownKeys, bearerHeader(revokedRec.ID), "", 401},
 		{"create tenant bad JSON", post, tenants, sys, `{"id":`, 400},
@@ -217,27 +264,5 @@ func TestErrorWalk(t *testing.T) {
 		{"rotate unknown key", post, ownKeys + "/" + unknownID + "/rotate", auth, "", 404},
 		{"rotate revoked key", post, ownKeys + "/" + revokedRec.ID + "/rotate", auth, "", 409},
 		{"read unknown system key", get, sysKeys + "/" + unknownID, sys, "", 404},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			status, ct, body := doPeek(t, s.URL, tc.method, tc.path, tc.body, tc.hdr...)
-			require.Equal(t, tc.want, status, "status: %.300s", body)
-			require.Equal(t, "application/problem+json", ct, "content type: %.300s", body)
-			var p struct {
-				Type   string `json:"type"`
-				Title  string `json:"title"`
-				Status int    `json:"status"`
-				Detail string `json:"detail"`
-			}
-			require.NoError(t, json.Unmarshal(body, &p), "problem body %q", body)
-			slug, found := strings.CutPrefix(p.Type, "urn:agentbus:problem:")
-			assert.True(t, found && slug != "", "problem type %q: %s", p.Type, body)
-			assert.NotEmpty(t, p.Title, "problem body %s", body)
-			assert.Equal(t, status, p.Status, "problem body %s", body)
-			checked := strings.ToLower(string(body))
-			for _, leak := range walkLeaks {
-				assert.NotContains(t, checked, strings.ToLower(leak), "the answer shows internals: %s", body)
-			}
-		})
 	}
 }

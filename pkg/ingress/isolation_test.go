@@ -112,28 +112,42 @@ func TestIsolationMatrix(t *testing.T) {
 	ctx := context.Background()
 	b := seedB(t, s)
 	userA, _ := storeKey(t, s, "default", keys.RoleUser, "a-user")
-	A := s.Key
+	for _, cases := range [][]isoCase{isoCallCases(s.Key, userA), isoThreadCases(s.Key, userA, b), isoManagementCases(s.Key, b)} {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) { checkIsoCase(t, s, b, tc) })
+		}
+	}
 
+	// Nothing A tried changed B: its thread, tenant and keys are as they were.
+	a := readHistory(t, s.URL, historyPath("other"), q("workflowId", isoWFB, "participantId", isoThreadUser, "pageSize", "100"), bearerHeader(s.OtherKey)...)
+	assert.Len(t, a.Messages, b.messages, "B's thread after the matrix")
+	for _, k := range b.secrets {
+		assert.True(t, s.Ingress.KeyKnown(k), "a key of B stopped working")
+	}
+	_, err := s.Keys.GetTenant(ctx, "other")
+	assert.NoError(t, err, "tenant B")
+	_, err = s.Keys.GetTenant(ctx, "a-made-this")
+	assert.Error(t, err, "a tenant admin created a tenant")
+}
+
+// isoCallCases are the calls of A's tenant admin (A) and user (userA) aimed at B through the
+// webhook, converse and send.
+func isoCallCases(A, userA string) []isoCase {
 	const (
 		webhooks = "/api/user/webhooks/"
 		converse = "/api/user/rest/converse"
 		sendB    = "/api/v1/admin/tenants/other/messaging/send"
 		sendA    = "/api/v1/admin/tenants/default/messaging/send"
 		sendBare = "/api/v1/admin/messaging/send"
-		tenants  = "/api/v1/admin/tenants"
-		keysB    = "/api/v1/admin/tenants/other/keys"
-		keysA    = "/api/v1/admin/tenants/default/keys"
-		sysKeys  = "/api/v1/admin/keys"
 	)
-	refused, hidden, mismatch := []int{403}, []int{404}, []int{400}
+	refused, mismatch := []int{403}, []int{400}
 	wfB := url.PathEscape(isoWFB)
 	sendBody := func(typ, text string, extra ...any) string {
 		return chatMsg(append([]any{"participantId", isoThreadUser, "type", typ, "text", text}, extra...)...)
 	}
 	fileBody := sendBody("File", "a.txt", "data", base64.StdEncoding.EncodeToString([]byte("hello")))
 	historyData := `{"size":100}`
-
-	cases := []isoCase{
+	return []isoCase{
 		// Webhook: POST /api/user/webhooks/{workflow}/{method}?apikey=…
 		{"webhook/tenantId query", post, webhooks + "Echo/state" + isoQuery("apikey", A, "tenantId", "other"), nil, "", refused},
 		{"webhook/tenantId query of an unknown tenant", post, webhooks + "Echo/state" + isoQuery("apikey", A, "tenantId", "nobody"), nil, "", refused},
@@ -164,16 +178,21 @@ func TestIsolationMatrix(t *testing.T) {
 		{"send/file upload, X-Tenant-Id", post, sendBare, append(bearerHeader(A), "X-Tenant-Id", "other"), fileBody, refused},
 		{"send/tenantId query", post, sendA + isoQuery("tenantId", "other", "wait", "true"), bearerHeader(A), sendBody("Data", "history"), refused},
 	}
+}
 
-	// History, topics and listen: GET /api/v1/admin/[tenants/{tenantId}/]messaging/{endpoint}
+// isoThreadCases are A's reads of B's thread through history, topics and listen:
+// GET /api/v1/admin/[tenants/{tenantId}/]messaging/{endpoint}.
+func isoThreadCases(A, userA string, b isoTenantB) []isoCase {
+	refused, mismatch := []int{403}, []int{400}
 	threadB := []string{"workflowId", isoWFB, "participantId", isoThreadUser}
 	threadA := []string{"workflowId", isoWFA, "participantId", isoThreadUser}
 	byNames := []string{"agentName", "Echo", "activationName", "default", "participantId", isoThreadUser}
+	var cs []isoCase
 	for _, ep := range []string{"history", "topics", "listen"} {
 		pathB := "/api/v1/admin/tenants/other/messaging/" + ep
 		pathA := "/api/v1/admin/tenants/default/messaging/" + ep
 		bare := "/api/v1/admin/messaging/" + ep
-		cases = append(cases,
+		cs = append(cs,
 			isoCase{ep + "/path tenant, bearer", get, pathB + isoQuery(threadB...), bearerHeader(A), "", refused},
 			isoCase{ep + "/path tenant, apikey", get, pathB + isoQuery(append(threadB, "apikey", A)...), nil, "", refused},
 			isoCase{ep + "/path tenant, user key", get, pathB + isoQuery(threadB...), bearerHeader(userA), "", refused},
@@ -189,16 +208,24 @@ func TestIsolationMatrix(t *testing.T) {
 			isoCase{ep + "/same names in own tenant", get, pathA + isoQuery(byNames...), bearerHeader(userA), "", []int{200}},
 		)
 	}
-	cases = append(cases,
+	cs = append(cs,
 		isoCase{"history/B's cursor on A's thread", get, "/api/v1/admin/tenants/default/messaging/history" + isoQuery(append(threadA, "before", b.cursor)...), bearerHeader(A), "", []int{400}},
 		isoCase{"listen/B's message id as Last-Event-ID on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(threadA...), append(bearerHeader(A), "Last-Event-ID", b.lastID), "", []int{200}},
 		isoCase{"listen/B's message id as lastEventId on A's thread", get, "/api/v1/admin/tenants/default/messaging/listen" + isoQuery(append(threadA, "lastEventId", b.lastID)...), bearerHeader(A), "", []int{200}},
 	)
+	return cs
+}
 
-	// Tenant and key management, by A's tenant admin.
+// isoManagementCases are the tenant and key management requests of A's tenant admin aimed at B.
+func isoManagementCases(A string, b isoTenantB) []isoCase {
+	const (
+		keysB = "/api/v1/admin/tenants/other/keys"
+		keysA = "/api/v1/admin/tenants/default/keys"
+	)
+	refused, hidden, mismatch := []int{403}, []int{404}, []int{400}
 	bid := b.userKey.ID
 	userKeyBody := `{"name":"n","role":"user"}`
-	cases = append(cases,
+	return []isoCase{
 		isoCase{"admin/list tenants", get, tenants, bearerHeader(A), "", refused},
 		isoCase{"admin/create tenant", post, tenants, bearerHeader(A), `{"id":"a-made-this"}`, refused},
 		isoCase{"admin/read tenant", get, tenants + "/other", bearerHeader(A), "", refused},
@@ -220,22 +247,7 @@ func TestIsolationMatrix(t *testing.T) {
 		isoCase{"admin/revoke B's key as a system key", del, sysKeys + "/" + bid, bearerHeader(A), "", refused},
 		isoCase{"admin/rotate B's key as a system key", post, sysKeys + "/" + bid + "/rotate", bearerHeader(A), "", refused},
 		isoCase{"admin/list own keys shows none of B's", get, keysA, bearerHeader(A), "", []int{200}},
-	)
-
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { checkIsoCase(t, s, b, tc) })
 	}
-
-	// Nothing A tried changed B: its thread, tenant and keys are as they were.
-	a := readHistory(t, s.URL, historyPath("other"), q(append(threadB, "pageSize", "100")...), bearerHeader(s.OtherKey)...)
-	assert.Len(t, a.Messages, b.messages, "B's thread after the matrix")
-	for _, k := range b.secrets {
-		assert.True(t, s.Ingress.KeyKnown(k), "a key of B stopped working")
-	}
-	_, err := s.Keys.GetTenant(ctx, "other")
-	assert.NoError(t, err, "tenant B")
-	_, err = s.Keys.GetTenant(ctx, "a-made-this")
-	assert.Error(t, err, "a tenant admin created a tenant")
 }
 
 // isoEveryEndpoint is one call to every authenticated endpoint of tenant "default" (or the

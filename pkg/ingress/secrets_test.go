@@ -77,28 +77,39 @@ func secStack(t *testing.T) (*customStack, *secLog) {
 	}, "default", "other")
 	return s, sink
 }
-
 func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	st, sink := secStack(t)
-	admin, otherAdmin := st.Key, st.OtherKey
 	user, _ := storeKey(t, st.Stack, "default", keys.RoleUser, "secrets test")
 	revoked, _ := revokedKey(t, st.Stack, "default", keys.RoleTenantAdmin, "secrets test")
-	secrets := []string{admin, user, otherAdmin, revoked}
+	k := secKeys{admin: st.Key, otherAdmin: st.OtherKey, user: user, revoked: revoked}
+	var answers [][]byte
+	for _, cases := range [][]routeCase{secQueryAndHeaderCases(k), secBodyAndAdminCases(k)} {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				status, _, body := doPeek(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
+				answers = append(answers, body)
+				require.Equal(t, tc.want, status, "status: %.300s", body)
+			})
+		}
+	}
+	made, adminAnswers := secAdminKeys(t, st.URL, k.admin)
+	answers = append(answers, adminAnswers...)
 
-	const (
-		wh       = "/api/user/webhooks/"
-		conv     = "/api/user/rest/converse"
-		sendPath = "/api/v1/admin/tenants/default/messaging/send"
-	)
+	// The timed-out requests are still processed; let them finish so their logs are in.
+	time.Sleep(1600 * time.Millisecond)
+	checkNoSecrets(t, sink.String(), answers, append([]string{k.admin, k.user, k.otherAdmin, k.revoked}, made...))
+}
+
+// secKeys are the keys of the secrets test: tenant admins of "default" and "other", a user of
+// "default", and a revoked tenant admin of "default".
+type secKeys struct{ admin, otherAdmin, user, revoked string }
+
+// secQueryAndHeaderCases are calls with keys in the apikey query parameter and the
+// Authorization header.
+func secQueryAndHeaderCases(k secKeys) []routeCase {
+	admin, user, otherAdmin, revoked := k.admin, k.user, k.otherAdmin, k.revoked
 	auth := bearerHeader
-	cases := []struct {
-		name   string
-		method string
-		path   string
-		hdr    []string
-		body   string
-		want   int
-	}{
+	return []routeCase{
 		// The apikey query parameter (webhook; converse and history take it too).
 		{"webhook ok", post, wh + "Echo/echo" + isoQuery("apikey", user, "x", "1"), append(auth(admin), "Cookie", "session="+admin), `{"a":1}`, 200},
 		{"webhook handler sees no credentials", post, wh + "Leaky/show" + isoQuery("apikey", user, "y", "2"),
@@ -126,7 +137,15 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{"converse chat handler panic", post, conv + isoQuery("workflow", "Leaky", "type", "Chat", "text", "hi"), auth(user), "", 500},
 		{"converse revoked key", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello"), auth(revoked), "", 401},
 		{"converse header and apikey differ", post, conv + isoQuery("workflow", "Echo", "type", "Chat", "text", "hello", "apikey", revoked), auth(user), "", 401},
+	}
+}
 
+// secBodyAndAdminCases are sends with keys in the body's authorization field, history reads and
+// admin calls.
+func secBodyAndAdminCases(k secKeys) []routeCase {
+	admin, user, otherAdmin, revoked := k.admin, k.user, k.otherAdmin, k.revoked
+	auth := bearerHeader
+	return []routeCase{
 		// The send body's authorization field, and the Authorization header of send.
 		{"send ok, field", post, sendPath + "?wait=true", nil, chatMsg("authorization", admin), 200},
 		{"send ok, header", post, sendPath, auth(admin), chatMsg(), 202},
@@ -159,37 +178,16 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{"admin revoked key", get, "/api/v1/admin/tenants/default/keys", auth(revoked), "", 401},
 		{"admin key in the query is not taken", get, "/api/v1/admin/tenants/default/keys" + isoQuery("apikey", admin), nil, "", 401},
 	}
-	var answers [][]byte
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			status, _, body := doPeek(t, st.URL, tc.method, tc.path, tc.body, tc.hdr...)
-			answers = append(answers, body)
-			require.Equal(t, tc.want, status, "status: %.300s", body)
-		})
-	}
+}
 
-	// Keys made and rotated through the admin API are shown once, in their creation answer,
-	// and never logged.
-	type created struct {
-		Key string `json:"key"`
-		ID  string `json:"id"`
-	}
-	var made created
-	status, _, body := doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, auth(admin)...)
-	require.Equal(t, http.StatusCreated, status, "creating a key: %s", body)
-	require.NoError(t, json.Unmarshal(body, &made), "creating a key: %s", body)
-	require.NotEmpty(t, made.Key, "creating a key: %s", body)
-	var rotated created
-	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", auth(systemKey)...)
-	require.Equal(t, http.StatusCreated, status, "rotating a key: %s", body)
-	require.NoError(t, json.Unmarshal(body, &rotated), "rotating a key: %s", body)
-	require.NotEmpty(t, rotated.Key, "rotating a key: %s", body)
-	var sysMade created
-	status, _, body = doPeek(t, st.URL, post, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, auth(systemKey)...)
-	require.Equal(t, http.StatusCreated, status, "creating a system key: %s", body)
-	require.NoError(t, json.Unmarshal(body, &sysMade), "creating a system key: %s", body)
-	require.NotEmpty(t, sysMade.Key, "creating a system key: %s", body)
-	secrets = append(secrets, made.Key, rotated.Key, sysMade.Key)
+// secAdminKeys makes, rotates and makes system keys through the admin API, which show a key once,
+// in its creation answer, then reads and revokes them. It returns the keys' secrets and the
+// answers other than the creation answers.
+func secAdminKeys(t *testing.T, base, admin string) (secrets []string, answers [][]byte) {
+	t.Helper()
+	made := secCreatedKey(t, base, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, admin, "creating a key")
+	rotated := secCreatedKey(t, base, "/api/v1/admin/tenants/default/keys/"+made.ID+"/rotate", "", systemKey, "rotating a key")
+	sysMade := secCreatedKey(t, base, "/api/v1/admin/keys", `{"name":"sys","role":"system-admin"}`, systemKey, "creating a system key")
 	for _, tc := range []struct{ method, path string }{
 		{get, "/api/v1/admin/tenants/default/keys"},
 		{get, "/api/v1/admin/tenants/default/keys/" + made.ID},
@@ -197,15 +195,29 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 		{del, "/api/v1/admin/tenants/default/keys/" + rotated.ID},
 		{del, "/api/v1/admin/keys/" + sysMade.ID},
 	} {
-		status, _, body := doPeek(t, st.URL, tc.method, tc.path, "", auth(systemKey)...)
+		status, _, body := doPeek(t, base, tc.method, tc.path, "", bearerHeader(systemKey)...)
 		answers = append(answers, body)
 		require.Less(t, status, 300, "%s %s: %s", tc.method, tc.path, body)
 	}
+	return []string{made.Key, rotated.Key, sysMade.Key}, answers
+}
 
-	// The timed-out requests are still processed; let them finish so their logs are in.
-	time.Sleep(1600 * time.Millisecond)
+// secCreatedKey POSTs body to path with key, which must create a key, and returns the new key's
+// secret and id.
+func secCreatedKey(t *testing.T, base, path, body, key, what string) newKey {
+	t.Helper()
+	status, _, b := doPeek(t, base, post, path, body, bearerHeader(key)...)
+	require.Equal(t, http.StatusCreated, status, "%s: %s", what, b)
+	var k newKey
+	require.NoError(t, json.Unmarshal(b, &k), "%s: %s", what, b)
+	require.NotEmpty(t, k.Key, "%s: %s", what, b)
+	return k
+}
 
-	logs := sink.String()
+// checkNoSecrets checks that neither the logs nor any answer hold a secret, the system key or
+// any of secrets, whole or without its prefix.
+func checkNoSecrets(t *testing.T, logs string, answers [][]byte, secrets []string) {
+	t.Helper()
 	// Positive controls: the logs hold the failures above, so their silence about keys counts.
 	for _, want := range []string{"level=DEBUG", "handler panicked", "key created"} {
 		assert.True(t, strings.Contains(logs, want), "the logs do not show %q; is the capture working?", want)

@@ -41,6 +41,27 @@ const systemKey = "system-admin-key-0123456789"
 // Short names of the methods, for tables of requests.
 const get, post, put, del, patch = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch
 
+// Paths of tenant "default" and of the system, for tables of requests.
+const (
+	wh       = "/api/user/webhooks/"
+	conv     = "/api/user/rest/converse"
+	sendPath = "/api/v1/admin/tenants/default/messaging/send"
+	msgs     = "/api/v1/admin/tenants/default/messaging/"
+	tenants  = "/api/v1/admin/tenants"
+	ownKeys  = "/api/v1/admin/tenants/default/keys"
+	sysKeys  = "/api/v1/admin/keys"
+)
+
+// routeCase is one request of a table and the status it must get.
+type routeCase struct {
+	name, method string
+	// path holds the query too.
+	path string
+	hdr  []string
+	body string
+	want int
+}
+
 // newRequest builds a request with hdr as header name/value pairs.
 func newRequest(t *testing.T, ctx context.Context, method, u string, body io.Reader, hdr ...string) *http.Request {
 	t.Helper()
