@@ -34,17 +34,9 @@ type keyList struct {
 	Keys []map[string]any `json:"keys"`
 }
 
-func TestAdminFlow(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
-
-	var tenant struct {
-		ID        string    `json:"id"`
-		CreatedAt time.Time `json:"createdAt"`
-	}
-	h := adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, &tenant)
-	require.Equal(t, "acme", tenant.ID, "created tenant = %+v", tenant)
-	require.False(t, tenant.CreatedAt.IsZero(), "created tenant = %+v", tenant)
-	assert.Equal(t, "/api/v1/admin/tenants/acme", h.Get("Location"), "created tenant's Location")
+// tenantIDs lists the tenants' ids.
+func tenantIDs(t *testing.T, s *stacktest.Stack) []string {
+	t.Helper()
 	var tenants struct {
 		Tenants []struct {
 			ID string `json:"id"`
@@ -55,19 +47,42 @@ func TestAdminFlow(t *testing.T) {
 	for _, tn := range tenants.Tenants {
 		ids = append(ids, tn.ID)
 	}
-	assert.Equal(t, []string{"acme", "default", "other"}, ids, "tenants")
+	return ids
+}
+
+// TestAdminFlow walks the admin API as an operator does: a tenant, its tenant admin and user
+// key, a key's revocation and rotation, and the tenant's deletion.
+func TestAdminFlow(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	var tenant struct {
+		ID        string    `json:"id"`
+		CreatedAt time.Time `json:"createdAt"`
+	}
+	h := adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, &tenant)
+	require.Equal(t, "acme", tenant.ID, "created tenant = %+v", tenant)
+	require.False(t, tenant.CreatedAt.IsZero(), "created tenant = %+v", tenant)
+	assert.Equal(t, "/api/v1/admin/tenants/acme", h.Get("Location"), "created tenant's Location")
+	assert.Equal(t, []string{"acme", "default", "other"}, tenantIDs(t, s), "tenants")
 
 	// The system admin makes a tenant admin, which makes a user key.
 	ta := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
 	assert.Equal(t, "admin", ta.CreatedBy, "tenant admin createdBy: the AGENTBUS_ADMIN_KEY's id")
 	waitKnown(t, s, ta.Key)
-	var got newKey
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme", ta.Key, nil, http.StatusOK, &tenant)
 	user := createKey(t, s, "acme", ta.Key, "ci", "user")
 	assert.Equal(t, ta.ID, user.CreatedBy, "user key createdBy: the tenant admin's id")
 	waitKnown(t, s, user.Key)
 
-	// The user key calls its tenant's webhook, and no admin endpoint.
+	checkUserKeyScope(t, s, user)
+	checkKeyListing(t, s, ta, user)
+	checkKeyRevocation(t, s, ta, user)
+	rotated := checkKeyRotation(t, s, ta)
+	checkTenantDeletion(t, s, ta, rotated)
+}
+
+// checkUserKeyScope: the user key calls its tenant's webhook, and no admin endpoint.
+func checkUserKeyScope(t *testing.T, s *stacktest.Stack, user newKey) {
+	t.Helper()
 	require.Equal(t, http.StatusOK, callEcho(t, s.URL, user.Key), "user key on the Echo webhook")
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/admin/tenants/acme/keys"},
@@ -79,8 +94,11 @@ func TestAdminFlow(t *testing.T) {
 		status, h, b := adminReq(t, s, r.method, r.path, user.Key, `{"name":"x","role":"user"}`)
 		problemOf(t, status, h.Get("Content-Type"), b, http.StatusForbidden)
 	}
+}
 
-	// Listing shows the records and nothing secret.
+// checkKeyListing: listing acme's keys shows the records of ta and user, and nothing secret.
+func checkKeyListing(t *testing.T, s *stacktest.Stack, ta, user newKey) {
+	t.Helper()
 	status, _, raw := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys", ta.Key, nil)
 	require.Equal(t, http.StatusOK, status, "listing keys: %s", raw)
 	for _, secret := range []string{ta.Key, user.Key} {
@@ -97,24 +115,32 @@ func TestAdminFlow(t *testing.T) {
 		}
 		assert.Equal(t, "acme", k["tenant"], "listed a key of another tenant")
 	}
+}
 
-	// Revocation reaches the ingress within a second.
+// checkKeyRevocation: the tenant admin ta revokes user; the ingress refuses it within a second,
+// and revoking it again keeps the first time.
+func checkKeyRevocation(t *testing.T, s *stacktest.Stack, ta, user newKey) {
+	t.Helper()
+	var got newKey
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
 	echoBecomes(t, s, user.Key, http.StatusUnauthorized, time.Second)
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
 	require.NotNil(t, got.RevokedAt, "revoked key record = %+v, want revokedAt", got)
 	firstRevoked := *got.RevokedAt
-	// Revoking again is not an error, and keeps the first time.
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusNoContent, nil)
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/acme/keys/"+user.ID, ta.Key, nil, http.StatusOK, &got)
 	require.NotNil(t, got.RevokedAt, "key record after the second revoke = %+v", got)
 	assert.True(t, got.RevokedAt.Equal(firstRevoked), "second revoke moved revokedAt from %v to %v", firstRevoked, got.RevokedAt)
+}
 
-	// Rotation: a new secret with the same name and role; the old one stops working.
+// checkKeyRotation: rotating a key of acme gives a new secret with the same name and role; the
+// old one stops working, and cannot be rotated again. It returns the new key.
+func checkKeyRotation(t *testing.T, s *stacktest.Stack, ta newKey) newKey {
+	t.Helper()
 	old := createKey(t, s, "acme", ta.Key, "deploy", "user")
 	waitKnown(t, s, old.Key)
-	var rotated newKey
-	h = adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil, http.StatusCreated, &rotated)
+	var rotated, got newKey
+	h := adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil, http.StatusCreated, &rotated)
 	assert.True(t, strings.HasPrefix(rotated.Key, keys.Prefix), "rotated = %+v", rotated)
 	assert.NotEqual(t, old.Key, rotated.Key, "rotation kept the secret")
 	assert.NotEqual(t, old.ID, rotated.ID, "rotation kept the id")
@@ -131,12 +157,16 @@ func TestAdminFlow(t *testing.T) {
 	status, hdr, b := adminReq(t, s, http.MethodPost, "/api/v1/admin/tenants/acme/keys/"+old.ID+"/rotate", ta.Key, nil)
 	p := problemOf(t, status, hdr.Get("Content-Type"), b, http.StatusConflict)
 	assert.Equal(t, "urn:agentbus:problem:key-revoked", p["type"], "rotating a revoked key: %v", p)
+	return rotated
+}
 
-	// Deleting the tenant revokes its keys and makes it unknown.
+// checkTenantDeletion: deleting acme revokes its keys (ta and rotated) and makes it unknown; its
+// id can be used again, and the old keys stay revoked.
+func checkTenantDeletion(t *testing.T, s *stacktest.Stack, ta, rotated newKey) {
+	t.Helper()
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil, http.StatusNoContent, nil)
 	echoBecomes(t, s, rotated.Key, http.StatusUnauthorized, time.Second)
-	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(ta.Key) }, time.Second, 5*time.Millisecond,
-		"the tenant admin's key still works a second after its tenant was deleted")
+	waitUnknown(t, s, ta.Key, "the tenant admin's key still works a second after its tenant was deleted")
 	for _, r := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/admin/tenants/acme"},
 		{http.MethodDelete, "/api/v1/admin/tenants/acme"},
@@ -145,11 +175,7 @@ func TestAdminFlow(t *testing.T) {
 		status, h, b := adminReq(t, s, r.method, r.path, systemKey, nil)
 		problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	}
-	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants", systemKey, nil, http.StatusOK, &tenants)
-	for _, tn := range tenants.Tenants {
-		assert.NotEqual(t, "acme", tn.ID, "deleted tenant still listed: %+v", tenants)
-	}
-	// Its id can be used again; the old keys stay revoked.
+	assert.NotContains(t, tenantIDs(t, s), "acme", "deleted tenant still listed")
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
 	assert.False(t, s.Ingress.KeyKnown(ta.Key), "a key of the deleted tenant works again after the tenant id was reused")
 	assert.False(t, s.Ingress.KeyKnown(rotated.Key), "a key of the deleted tenant works again after the tenant id was reused")
@@ -164,8 +190,7 @@ func TestAdminDeleteTenantFinishesInterruptedDeletion(t *testing.T) {
 	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants/other", systemKey, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil, http.StatusNoContent, nil)
-	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(s.OtherKey) }, time.Second, 5*time.Millisecond,
-		"the key of a deleted tenant still works after 1s")
+	waitUnknown(t, s, s.OtherKey, "the key of a deleted tenant still works after 1s")
 	status, h, b = adminReq(t, s, http.MethodDelete, "/api/v1/admin/tenants/other", systemKey, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 }
@@ -198,8 +223,7 @@ func TestAdminSystemKeys(t *testing.T) {
 		problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	}
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/keys/"+sys.ID, sys2.Key, nil, http.StatusNoContent, nil)
-	require.Eventually(t, func() bool { return !s.Ingress.KeyKnown(sys.Key) }, time.Second, 5*time.Millisecond,
-		"a revoked system key still works after 1s")
+	waitUnknown(t, s, sys.Key, "a revoked system key still works after 1s")
 	status, h, b := adminReq(t, s, http.MethodGet, "/api/v1/admin/tenants", sys.Key, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusUnauthorized)
 }
@@ -207,28 +231,52 @@ func TestAdminSystemKeys(t *testing.T) {
 func TestAdminRefusals(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
-	user, _ := storeKey(t, s, "default", keys.RoleUser, "user")
-	_, otherRec := storeKey(t, s, "other", keys.RoleUser, "theirs")
-	_, mine := storeKey(t, s, "default", keys.RoleUser, "mine")
-	_, revokedRec := revokedKey(t, s, "default", keys.RoleUser, "revoked")
+	var k refusalKeys
+	k.user, _ = storeKey(t, s, "default", keys.RoleUser, "user")
+	_, k.otherRec = storeKey(t, s, "other", keys.RoleUser, "theirs")
+	_, k.mine = storeKey(t, s, "default", keys.RoleUser, "mine")
+	_, k.revokedRec = revokedKey(t, s, "default", keys.RoleUser, "revoked")
+	for _, cases := range [][]adminRefusal{adminCallerRefusals(s, k), adminInputRefusals(s, k)} {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				h, _ := checkAdminRefusal(t, s, tc)
+				if tc.want == 405 {
+					assert.NotEmpty(t, h.Get("Allow"), "405 without Allow")
+				}
+				if tc.want == 401 {
+					assert.NotEmpty(t, h.Get("WWW-Authenticate"), "401 without WWW-Authenticate")
+				}
+			})
+		}
+	}
 
-	const (
-		tenants   = "/api/v1/admin/tenants"
-		ownKeys   = "/api/v1/admin/tenants/default/keys"
-		otherKeys = "/api/v1/admin/tenants/other/keys"
-		sysKeys   = "/api/v1/admin/keys"
-	)
+	// Nothing refused changed anything.
+	ks, err := s.Keys.Keys(ctx, "")
+	require.NoError(t, err)
+	for _, key := range ks {
+		if key.ID == k.mine.ID || key.ID == k.otherRec.ID {
+			assert.Nil(t, key.RevokedAt, "a refused request revoked %+v", key)
+		}
+	}
+	assert.Len(t, ks, 6, "keys after refused requests: the 6 the test made")
+	_, err = s.Keys.GetTenant(ctx, "mine")
+	assert.Error(t, err, "a refused request created a tenant")
+}
+
+// refusalKeys are the keys TestAdminRefusals makes besides the stack's: a user key of tenant
+// "default" and the records of user keys of "default" and "other" and of a revoked one.
+type refusalKeys struct {
+	user                       string
+	mine, otherRec, revokedRec keys.Key
+}
+
+// adminCallerRefusals are requests of callers the admin API refuses: no key, a key without the
+// role, a key of another tenant.
+func adminCallerRefusals(s *stacktest.Stack, k refusalKeys) []adminRefusal {
+	user, mine, otherRec, revokedRec := k.user, k.mine, k.otherRec, k.revokedRec
+	const otherKeys = "/api/v1/admin/tenants/other/keys"
 	userKey := `{"name":"n","role":"user"}`
-	for _, tc := range []struct {
-		name   string
-		method string
-		path   string
-		key    string
-		body   string
-		hdr    []string
-		want   int
-		slug   string
-	}{
+	return []adminRefusal{
 		// Who may call.
 		{name: "no key", method: get, path: tenants, want: 401, slug: "unauthorized"},
 		{name: "unknown key", method: get, path: ownKeys, key: keys.Generate(), want: 401, slug: "unauthorized"},
@@ -263,7 +311,14 @@ func TestAdminRefusals(t *testing.T) {
 		{name: "invalid path tenant, tenant admin", method: get, path: "/api/v1/admin/tenants/ac.me/keys", key: s.Key, want: 400, slug: "invalid-tenant"},
 		{name: "X-Tenant-Id differs from the path", method: get, path: ownKeys, key: s.Key, hdr: []string{"X-Tenant-Id", "other"}, want: 400, slug: "tenant-mismatch"},
 		{name: "X-Tenant-Id on system keys", method: get, path: sysKeys, key: systemKey, hdr: []string{"X-Tenant-Id", "default"}, want: 400, slug: "tenant-mismatch"},
+	}
+}
 
+// adminInputRefusals are requests the admin API refuses for their body, fields, method or path.
+func adminInputRefusals(s *stacktest.Stack, k refusalKeys) []adminRefusal {
+	mine, revokedRec := k.mine, k.revokedRec
+	userKey := `{"name":"n","role":"user"}`
+	return []adminRefusal{
 		// Bodies and fields.
 		{name: "bad JSON", method: post, path: ownKeys, key: s.Key, body: `{"name":`, want: 400, slug: "invalid-json"},
 		{name: "empty body", method: post, path: ownKeys, key: s.Key, want: 400, slug: "invalid-json"},
@@ -294,35 +349,7 @@ func TestAdminRefusals(t *testing.T) {
 		{name: "GET rotate", method: get, path: ownKeys + "/" + mine.ID + "/rotate", key: s.Key, want: 405, slug: "method-not-allowed"},
 		{name: "POST a key id", method: post, path: ownKeys + "/" + mine.ID, key: s.Key, want: 405, slug: "method-not-allowed"},
 		{name: "trailing slash", method: get, path: tenants + "/", key: systemKey, want: 404, slug: "not-found"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var body any
-			if tc.body != "" {
-				body = tc.body
-			}
-			status, h, b := adminReq(t, s, tc.method, tc.path, tc.key, body, tc.hdr...)
-			p := problemOf(t, status, h.Get("Content-Type"), b, tc.want)
-			assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"], "problem type")
-			if tc.want == 405 {
-				assert.NotEmpty(t, h.Get("Allow"), "405 without Allow")
-			}
-			if tc.want == 401 {
-				assert.NotEmpty(t, h.Get("WWW-Authenticate"), "401 without WWW-Authenticate")
-			}
-		})
 	}
-
-	// Nothing refused changed anything.
-	ks, err := s.Keys.Keys(ctx, "")
-	require.NoError(t, err)
-	for _, k := range ks {
-		if k.ID == mine.ID || k.ID == otherRec.ID {
-			assert.Nil(t, k.RevokedAt, "a refused request revoked %+v", k)
-		}
-	}
-	assert.Len(t, ks, 6, "keys after refused requests: the 6 the test made")
-	_, err = s.Keys.GetTenant(ctx, "mine")
-	assert.Error(t, err, "a refused request created a tenant")
 }
 
 func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {

@@ -236,24 +236,41 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 
 func TestDeadLetterRefusals(t *testing.T) {
 	s, _, _ := startDeadLetterStack(t)
-	mine := killLetter(t, s, s.Key, "Flaky", "mendable")
-	theirs := killLetter(t, s, s.OtherKey, "Flaky", "mendable")
+	var k letterRefusalKeys
+	k.mine = killLetter(t, s, s.Key, "Flaky", "mendable")
+	k.theirs = killLetter(t, s, s.OtherKey, "Flaky", "mendable")
+	k.user, _ = storeKey(t, s, "default", keys.RoleUser, "user")
+	k.revoked, _ = revokedKey(t, s, "default", keys.RoleTenantAdmin, "revoked")
+	for _, cases := range [][]adminRefusal{deadLetterCallerRefusals(s, k), deadLetterInputRefusals(s, k)} {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				_, b := checkAdminRefusal(t, s, tc)
+				assert.NotContains(t, string(b), "not mended yet", "a refusal shows a dead letter")
+			})
+		}
+	}
 
-	user, _ := storeKey(t, s, "default", keys.RoleUser, "user")
-	revoked, _ := revokedKey(t, s, "default", keys.RoleTenantAdmin, "revoked")
+	// Nothing above replayed or discarded anything.
+	page, _ := listDeadLetters(t, s, "default", "", s.Key)
+	assert.Equal(t, []uint64{k.mine}, letterIDs(page.DeadLetters))
+	page, _ = listDeadLetters(t, s, "other", "", s.OtherKey)
+	assert.Equal(t, []uint64{k.theirs}, letterIDs(page.DeadLetters))
+}
 
+// letterRefusalKeys are what TestDeadLetterRefusals names: the dead letters of tenants "default"
+// (mine) and "other" (theirs), a user key and a revoked tenant-admin key of "default".
+type letterRefusalKeys struct {
+	mine, theirs  uint64
+	user, revoked string
+}
+
+// deadLetterCallerRefusals are requests of callers the dead-letter endpoints refuse: no key, a
+// user key, a key of another tenant, a system key under the wrong tenant.
+func deadLetterCallerRefusals(s *stacktest.Stack, k letterRefusalKeys) []adminRefusal {
 	own, other := deadLettersOf("default"), deadLettersOf("other")
-	mineAt, theirsAt := deadLetterOf("default", mine), deadLetterOf("other", theirs)
-	for _, tc := range []struct {
-		name   string
-		method string
-		path   string
-		key    string
-		hdr    []string
-		want   int
-		slug   string
-		allow  string
-	}{
+	mineAt, theirsAt := deadLetterOf("default", k.mine), deadLetterOf("other", k.theirs)
+	mine, theirs, user, revoked := k.mine, k.theirs, k.user, k.revoked
+	return []adminRefusal{
 		// Who may call.
 		{name: "no key", method: get, path: own, want: 401, slug: "unauthorized"},
 		{name: "key in the query is not taken", method: get, path: own + "?apikey=" + s.Key, want: 401, slug: "unauthorized"},
@@ -279,7 +296,15 @@ func TestDeadLetterRefusals(t *testing.T) {
 		{name: "system admin discards under the wrong tenant", method: del, path: deadLetterOf("other", mine), key: systemKey, want: 404, slug: "dead-letter-not-found"},
 		{name: "system admin on an unknown tenant", method: get, path: deadLettersOf("nobody"), key: systemKey, want: 404, slug: "unknown-tenant"},
 		{name: "system admin on an invalid tenant", method: get, path: deadLettersOf("no.dots"), key: systemKey, want: 400, slug: "invalid-tenant"},
+	}
+}
 
+// deadLetterInputRefusals are requests the dead-letter endpoints refuse for their id, query or
+// method.
+func deadLetterInputRefusals(s *stacktest.Stack, k letterRefusalKeys) []adminRefusal {
+	own := deadLettersOf("default")
+	mineAt := deadLetterOf("default", k.mine)
+	return []adminRefusal{
 		// Ids and parameters.
 		{name: "unknown id", method: get, path: deadLetterOf("default", 1<<40), key: s.Key, want: 404, slug: "dead-letter-not-found"},
 		{name: "id 0", method: get, path: own + "/0", key: s.Key, want: 400, slug: "invalid-dead-letter-id"},
@@ -301,23 +326,7 @@ func TestDeadLetterRefusals(t *testing.T) {
 		{name: "list takes GET", method: post, path: own, key: s.Key, want: 405, slug: "method-not-allowed", allow: "GET"},
 		{name: "a dead letter takes GET and DELETE", method: http.MethodPut, path: mineAt, key: s.Key, want: 405, slug: "method-not-allowed", allow: "DELETE, GET"},
 		{name: "replay takes POST", method: get, path: mineAt + "/replay", key: s.Key, want: 405, slug: "method-not-allowed", allow: "POST"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			status, h, b := adminReq(t, s, tc.method, tc.path, tc.key, nil, tc.hdr...)
-			p := problemOf(t, status, h.Get("Content-Type"), b, tc.want)
-			assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
-			if tc.allow != "" {
-				assert.Equal(t, tc.allow, h.Get("Allow"))
-			}
-			assert.NotContains(t, string(b), "not mended yet", "a refusal shows a dead letter")
-		})
 	}
-
-	// Nothing above replayed or discarded anything.
-	page, _ := listDeadLetters(t, s, "default", "", s.Key)
-	assert.Equal(t, []uint64{mine}, letterIDs(page.DeadLetters))
-	page, _ = listDeadLetters(t, s, "other", "", s.OtherKey)
-	assert.Equal(t, []uint64{theirs}, letterIDs(page.DeadLetters))
 }
 
 // Deleting a tenant removes its dead letters, and only its: a tenant of the same id created

@@ -95,127 +95,142 @@ func messageIDs(msgs []storedMessage) []string {
 
 func TestHistoryPages(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	auth := bearerHeader(s.Key)
 	webhookCalls(t, s, "Alice", "r-0", "r-1", "r-2", "r-3", "r-4")
 	webhookCalls(t, s, "bob", "b-0")
 	all := waitThread(t, s, "alice", 10)
 	waitThread(t, s, "bob", 2)
 
-	t.Run("newest page", func(t *testing.T) {
-		a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "ALICE"), auth...)
-		require.Equal(t, echoWF, a.WorkflowID, "the answer's workflow")
-		require.Equal(t, "alice", a.ParticipantID, "the answer's participant")
-		require.Equal(t, subject.ThreadID(echoWF, "alice"), a.ThreadID, "the answer's thread")
-		require.Equal(t, 1, a.Page, "page")
-		require.Equal(t, 20, a.PageSize, "page size")
-		require.Nil(t, a.Next, "next of the only page")
-		require.Len(t, a.Messages, 10)
-		seen := map[string]bool{}
-		for i, m := range a.Messages {
-			// Newest first: each call's outgoing message, then its incoming one.
-			wantReq, wantDir := fmt.Sprintf("r-%d", 4-i/2), 1-i%2
-			assert.Equal(t, wantReq, m.RequestID, "message %d's request", i)
-			assert.Equal(t, wantDir, m.Direction, "message %d's direction", i)
-			assert.Equal(t, 4, m.MessageType, "message %d: %+v", i, m)
-			assert.Equal(t, echoWF, m.WorkflowID, "message %d: %+v", i, m)
-			assert.Equal(t, "alice", m.ParticipantID, "message %d: %+v", i, m)
-			assert.NotEmpty(t, m.ID, "message %d: %+v", i, m)
-			assert.False(t, seen[m.ID], "message %d repeats an id: %+v", i, m)
-			seen[m.ID] = true
-			_, err := time.Parse(time.RFC3339, m.CreatedAt)
-			assert.NoError(t, err, "message %d createdAt %q", i, m.CreatedAt)
-			if m.Direction == 0 {
-				assert.True(t, m.Text != nil && *m.Text == "echo", "incoming message %d has text %v, want the method", i, m.Text)
+	t.Run("newest page", func(t *testing.T) { historyNewestPage(t, s) })
+	t.Run("page numbers", func(t *testing.T) { historyPageNumbers(t, s, all) })
+	t.Run("cursors", func(t *testing.T) { historyCursors(t, s, all) })
+	t.Run("addressing", func(t *testing.T) { historyAddressing(t, s, all) })
+	t.Run("bad paging", func(t *testing.T) { historyBadPaging(t, s) })
+}
+
+// historyNewestPage checks the newest page of alice's thread, and its messages.
+func historyNewestPage(t *testing.T, s *stacktest.Stack) {
+	auth := bearerHeader(s.Key)
+	a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "ALICE"), auth...)
+	require.Equal(t, echoWF, a.WorkflowID, "the answer's workflow")
+	require.Equal(t, "alice", a.ParticipantID, "the answer's participant")
+	require.Equal(t, subject.ThreadID(echoWF, "alice"), a.ThreadID, "the answer's thread")
+	require.Equal(t, 1, a.Page, "page")
+	require.Equal(t, 20, a.PageSize, "page size")
+	require.Nil(t, a.Next, "next of the only page")
+	require.Len(t, a.Messages, 10)
+	seen := map[string]bool{}
+	for i, m := range a.Messages {
+		// Newest first: each call's outgoing message, then its incoming one.
+		wantReq, wantDir := fmt.Sprintf("r-%d", 4-i/2), 1-i%2
+		assert.Equal(t, wantReq, m.RequestID, "message %d's request", i)
+		assert.Equal(t, wantDir, m.Direction, "message %d's direction", i)
+		assert.Equal(t, 4, m.MessageType, "message %d: %+v", i, m)
+		assert.Equal(t, echoWF, m.WorkflowID, "message %d: %+v", i, m)
+		assert.Equal(t, "alice", m.ParticipantID, "message %d: %+v", i, m)
+		assert.NotEmpty(t, m.ID, "message %d: %+v", i, m)
+		assert.False(t, seen[m.ID], "message %d repeats an id: %+v", i, m)
+		seen[m.ID] = true
+		_, err := time.Parse(time.RFC3339, m.CreatedAt)
+		assert.NoError(t, err, "message %d createdAt %q", i, m.CreatedAt)
+		if m.Direction == 0 {
+			assert.True(t, m.Text != nil && *m.Text == "echo", "incoming message %d has text %v, want the method", i, m.Text)
+		}
+	}
+}
+
+// historyPageNumbers checks pages by number, of three messages each.
+func historyPageNumbers(t *testing.T, s *stacktest.Stack, all []storedMessage) {
+	auth := bearerHeader(s.Key)
+	for _, tc := range []struct {
+		page     string
+		from, to int
+		next     bool
+	}{
+		{"1", 0, 3, true}, {"2", 3, 6, true}, {"3", 6, 9, true}, {"4", 9, 10, false}, {"5", 10, 10, false},
+	} {
+		a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "3", "page", tc.page), auth...)
+		assert.Equal(t, messageIDs(all[tc.from:tc.to]), messageIDs(a.Messages), "page %s", tc.page)
+		assert.Equal(t, tc.next, a.Next != nil, "page %s: has a next", tc.page)
+		assert.Equal(t, 3, a.PageSize, "page %s: size", tc.page)
+		assert.Equal(t, tc.page, fmt.Sprint(a.Page), "page %s: number", tc.page)
+	}
+}
+
+// historyCursors checks a walk of alice's thread by cursor, four messages a page.
+func historyCursors(t *testing.T, s *stacktest.Stack, all []storedMessage) {
+	auth := bearerHeader(s.Key)
+	var got []string
+	query := q("workflowId", echoWF, "participantId", "alice", "pageSize", "4")
+	for page := 1; ; page++ {
+		require.LessOrEqual(t, page, 5, "paging does not end")
+		a := readHistory(t, s.URL, historyPath("default"), query, auth...)
+		assert.Equal(t, page, a.Page, "page number")
+		got = append(got, messageIDs(a.Messages)...)
+		if a.Next == nil {
+			break
+		}
+		query.Set("before", *a.Next)
+	}
+	assert.Equal(t, messageIDs(all), got, "the walk")
+}
+
+// historyAddressing checks every way to address alice's thread reads the same messages.
+func historyAddressing(t *testing.T, s *stacktest.Stack, all []storedMessage) {
+	auth := bearerHeader(s.Key)
+	want := messageIDs(all)
+	for _, tc := range []struct {
+		name string
+		path string
+		q    url.Values
+		hdr  []string
+	}{
+		{"agent and activation", historyPath("default"), q("agentName", "Echo", "activationName", "default", "participantId", "alice"), auth},
+		{"explicit workflow type", historyPath("default"), q("agentName", "Echo", "workflowType", "Supervisor Workflow", "activationName", "default", "participantId", "alice"), auth},
+		{"X-Tenant-Id", "/api/v1/admin/messaging/history", q("workflowId", echoWF, "participantId", "alice"), append([]string{"X-Tenant-Id", "default"}, auth...)},
+		{"path and same X-Tenant-Id", historyPath("default"), q("workflowId", echoWF, "participantId", "alice"), append([]string{"X-Tenant-Id", "default"}, auth...)},
+		{"apikey query", historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "apikey", s.Key), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := readHistory(t, s.URL, tc.path, tc.q, tc.hdr...)
+			assert.Equal(t, echoWF, a.WorkflowID)
+			assert.Equal(t, want, messageIDs(a.Messages))
+		})
+	}
+	other := readHistory(t, s.URL, historyPath("default"), q("workflowId", "default:Echo:Conversational:default", "participantId", "alice"), auth...)
+	assert.Empty(t, other.Messages, "another workflow's thread")
+	assert.Nil(t, other.Next, "another workflow's thread")
+}
+
+// historyBadPaging checks paging parameters the history refuses.
+func historyBadPaging(t *testing.T, s *stacktest.Stack) {
+	auth := bearerHeader(s.Key)
+	first := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "1"), auth...)
+	require.NotNil(t, first.Next, "first page of one")
+	aliceCursor := *first.Next
+	for _, tc := range []struct {
+		name string
+		q    url.Values
+		slug string
+	}{
+		{"pageSize 0", q("pageSize", "0"), "invalid-query"},
+		{"pageSize 101", q("pageSize", "101"), "invalid-query"},
+		{"page 0", q("page", "0"), "invalid-query"},
+		{"page not a number", q("page", "two"), "invalid-query"},
+		{"page too deep", q("page", "200", "pageSize", "100"), "invalid-query"},
+		{"page and before", q("page", "2", "before", aliceCursor), "invalid-query"},
+		{"garbage cursor", q("before", "!!"), "invalid-cursor"},
+		{"cursor of another thread", q("before", aliceCursor, "participantId", "bob"), "invalid-cursor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			query := q("workflowId", echoWF, "participantId", "alice")
+			for k, v := range tc.q {
+				query[k] = v
 			}
-		}
-	})
-
-	t.Run("page numbers", func(t *testing.T) {
-		for _, tc := range []struct {
-			page     string
-			from, to int
-			next     bool
-		}{
-			{"1", 0, 3, true}, {"2", 3, 6, true}, {"3", 6, 9, true}, {"4", 9, 10, false}, {"5", 10, 10, false},
-		} {
-			a := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "3", "page", tc.page), auth...)
-			assert.Equal(t, messageIDs(all[tc.from:tc.to]), messageIDs(a.Messages), "page %s", tc.page)
-			assert.Equal(t, tc.next, a.Next != nil, "page %s: has a next", tc.page)
-			assert.Equal(t, 3, a.PageSize, "page %s: size", tc.page)
-			assert.Equal(t, tc.page, fmt.Sprint(a.Page), "page %s: number", tc.page)
-		}
-	})
-
-	t.Run("cursors", func(t *testing.T) {
-		var got []string
-		query := q("workflowId", echoWF, "participantId", "alice", "pageSize", "4")
-		for page := 1; ; page++ {
-			require.LessOrEqual(t, page, 5, "paging does not end")
-			a := readHistory(t, s.URL, historyPath("default"), query, auth...)
-			assert.Equal(t, page, a.Page, "page number")
-			got = append(got, messageIDs(a.Messages)...)
-			if a.Next == nil {
-				break
-			}
-			query.Set("before", *a.Next)
-		}
-		assert.Equal(t, messageIDs(all), got, "the walk")
-	})
-
-	t.Run("addressing", func(t *testing.T) {
-		want := messageIDs(all)
-		for _, tc := range []struct {
-			name string
-			path string
-			q    url.Values
-			hdr  []string
-		}{
-			{"agent and activation", historyPath("default"), q("agentName", "Echo", "activationName", "default", "participantId", "alice"), auth},
-			{"explicit workflow type", historyPath("default"), q("agentName", "Echo", "workflowType", "Supervisor Workflow", "activationName", "default", "participantId", "alice"), auth},
-			{"X-Tenant-Id", "/api/v1/admin/messaging/history", q("workflowId", echoWF, "participantId", "alice"), append([]string{"X-Tenant-Id", "default"}, auth...)},
-			{"path and same X-Tenant-Id", historyPath("default"), q("workflowId", echoWF, "participantId", "alice"), append([]string{"X-Tenant-Id", "default"}, auth...)},
-			{"apikey query", historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "apikey", s.Key), nil},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				a := readHistory(t, s.URL, tc.path, tc.q, tc.hdr...)
-				assert.Equal(t, echoWF, a.WorkflowID)
-				assert.Equal(t, want, messageIDs(a.Messages))
-			})
-		}
-		other := readHistory(t, s.URL, historyPath("default"), q("workflowId", "default:Echo:Conversational:default", "participantId", "alice"), auth...)
-		assert.Empty(t, other.Messages, "another workflow's thread")
-		assert.Nil(t, other.Next, "another workflow's thread")
-	})
-
-	t.Run("bad paging", func(t *testing.T) {
-		first := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "alice", "pageSize", "1"), auth...)
-		require.NotNil(t, first.Next, "first page of one")
-		aliceCursor := *first.Next
-		for _, tc := range []struct {
-			name string
-			q    url.Values
-			slug string
-		}{
-			{"pageSize 0", q("pageSize", "0"), "invalid-query"},
-			{"pageSize 101", q("pageSize", "101"), "invalid-query"},
-			{"page 0", q("page", "0"), "invalid-query"},
-			{"page not a number", q("page", "two"), "invalid-query"},
-			{"page too deep", q("page", "200", "pageSize", "100"), "invalid-query"},
-			{"page and before", q("page", "2", "before", aliceCursor), "invalid-query"},
-			{"garbage cursor", q("before", "!!"), "invalid-cursor"},
-			{"cursor of another thread", q("before", aliceCursor, "participantId", "bob"), "invalid-cursor"},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				query := q("workflowId", echoWF, "participantId", "alice")
-				for k, v := range tc.q {
-					query[k] = v
-				}
-				status, ct, b := doGet(t, s.URL, historyPath("default"), query, auth...)
-				p := problemOf(t, status, ct, b, http.StatusBadRequest)
-				assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
-			})
-		}
-	})
+			status, ct, b := doGet(t, s.URL, historyPath("default"), query, auth...)
+			p := problemOf(t, status, ct, b, http.StatusBadRequest)
+			assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"])
+		})
+	}
 }
 
 func TestHistoryRefusals(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 // mcpStack runs Echo, which every tenant may call, and Vault, which only tenant "default" may.
 func mcpStack(t *testing.T) *stacktest.Stack {
+	t.Helper()
 	vault := agent.New("Vault", agent.Tenants("default"))
 	agent.Method(vault, "secret", func(context.Context, struct{}) (map[string]string, error) {
 		return map[string]string{"secret": "42"}, nil
@@ -173,6 +174,14 @@ func mcpPost(t *testing.T, st *stacktest.Stack, key, body string) (int, string, 
 // (2025-06-18: lifecycle, tools), and the errors: unknown tool, bad arguments, no key.
 func TestMCPWire(t *testing.T) {
 	st := mcpStack(t)
+	t.Run("lifecycle", func(t *testing.T) { mcpWireLifecycle(t, st) })
+	t.Run("tool errors", func(t *testing.T) { mcpWireToolErrors(t, st) })
+	t.Run("JSON-RPC errors", func(t *testing.T) { mcpWireRPCErrors(t, st) })
+	t.Run("transport refusals", func(t *testing.T) { mcpWireRefusals(t, st) })
+}
+
+// mcpWireLifecycle: initialize, tools/list and tools/call, as the specification's examples.
+func mcpWireLifecycle(t *testing.T, st *stacktest.Stack) {
 	status, ct, out := mcpPost(t, st, st.Key, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"ExampleClient","version":"1.0.0"}}}`)
 	require.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "application/json", ct)
@@ -203,7 +212,11 @@ func TestMCPWire(t *testing.T) {
 	require.NotNil(t, result, "%v", out)
 	assert.Equal(t, map[string]any{"sum": 5.0}, result["structuredContent"])
 	assert.NotEqual(t, true, result["isError"])
+}
 
+// mcpWireToolErrors: calls of a tool that does not exist or with bad arguments are JSON-RPC
+// errors in a 200.
+func mcpWireToolErrors(t *testing.T, st *stacktest.Stack) {
 	for _, c := range []struct {
 		name, body string
 		code       float64
@@ -222,12 +235,14 @@ func TestMCPWire(t *testing.T) {
 			assert.NotEmpty(t, e["message"])
 		})
 	}
+}
 
-	// What JSON-RPC has an error for is a JSON-RPC error: a method the server does not have is
-	// the request's answer (-32601); a body that is not JSON (-32700) or not a JSON-RPC message
-	// (-32600) has no id to answer, so it is refused (400) with the error and id null, and so
-	// is a notification of an unknown method, which expects no answer.
-	status, ct, out = mcpPost(t, st, st.Key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`)
+// mcpWireRPCErrors: what JSON-RPC has an error for is a JSON-RPC error: a method the server does
+// not have is the request's answer (-32601); a body that is not JSON (-32700) or not a JSON-RPC
+// message (-32600) has no id to answer, so it is refused (400) with the error and id null, and so
+// is a notification of an unknown method, which expects no answer.
+func mcpWireRPCErrors(t *testing.T, st *stacktest.Stack) {
+	status, ct, out := mcpPost(t, st, st.Key, `{"jsonrpc":"2.0","id":8,"method":"nope","params":{}}`)
 	assert.Equal(t, http.StatusOK, status)
 	assert.Equal(t, "application/json", ct)
 	assert.Equal(t, map[string]any{"jsonrpc": "2.0", "id": 8.0, "error": map[string]any{"code": -32601.0, "message": `method not found: "nope"`}}, out)
@@ -253,15 +268,17 @@ func TestMCPWire(t *testing.T) {
 			assert.NotEmpty(t, e["message"])
 		})
 	}
+}
 
-	// What the transport refuses before JSON-RPC is a problem, as on every endpoint: a request
-	// without the Accept header the transport requires.
+// mcpWireRefusals: what the transport refuses before JSON-RPC is a problem, as on every endpoint.
+func mcpWireRefusals(t *testing.T, st *stacktest.Stack) {
+	// A request without the Accept header the transport requires.
 	status, ct, b := doCT(t, http.MethodPost, st.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":11,"method":"tools/list"}`),
 		append(bearerHeader(st.Key), "Content-Type", "application/json")...)
 	problemOf(t, status, ct, b, http.StatusBadRequest)
 
 	// Without a key: 401 problem+json, before any JSON-RPC.
-	status, ct, out = mcpPost(t, st, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
+	status, ct, out := mcpPost(t, st, "", `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`)
 	assert.Equal(t, http.StatusUnauthorized, status)
 	assert.Equal(t, "application/problem+json", ct)
 	assert.EqualValues(t, http.StatusUnauthorized, out["status"])

@@ -52,6 +52,33 @@ const (
 	sysKeys  = "/api/v1/admin/keys"
 )
 
+// adminRefusal is a request the admin API refuses, and the problem it must answer.
+type adminRefusal struct {
+	name, method, path, key, body string
+	hdr                           []string
+	want                          int
+	slug                          string
+	// allow is the Allow header of a 405, when the case checks it.
+	allow string
+}
+
+// checkAdminRefusal sends the refused request and checks its problem's status and type, and the
+// Allow header when the case names one. It returns the answer's headers and body.
+func checkAdminRefusal(t *testing.T, s *stacktest.Stack, tc adminRefusal) (http.Header, []byte) {
+	t.Helper()
+	var body any
+	if tc.body != "" {
+		body = tc.body
+	}
+	status, h, b := adminReq(t, s, tc.method, tc.path, tc.key, body, tc.hdr...)
+	p := problemOf(t, status, h.Get("Content-Type"), b, tc.want)
+	assert.Equal(t, "urn:agentbus:problem:"+tc.slug, p["type"], "problem type")
+	if tc.allow != "" {
+		assert.Equal(t, tc.allow, h.Get("Allow"))
+	}
+	return h, b
+}
+
 // routeCase is one request of a table and the status it must get.
 type routeCase struct {
 	name, method string
