@@ -54,13 +54,11 @@ const (
 // file named after it) and names one of B's keys after it.
 func seedB(t *testing.T, s *stacktest.Stack) isoTenantB {
 	t.Helper()
-	ctx := context.Background()
 	rnd := make([]byte, 8)
 	_, err := rand.Read(rnd)
 	require.NoError(t, err)
 	b := isoTenantB{marker: "B-ONLY-MARKER-" + hex.EncodeToString(rnd)}
-	userSecret, userKey, err := s.Keys.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser, Name: b.marker})
-	require.NoError(t, err)
+	userSecret, userKey := storeKey(t, s, "other", keys.RoleUser, b.marker)
 	b.userKey, b.secrets = userKey, []string{s.OtherKey, userSecret}
 
 	status, _, body := call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey, "participantId", isoThreadUser, "note", b.marker), []byte("body "+b.marker))

@@ -26,6 +26,15 @@ func (s *customStack) listKeys(t *testing.T, tenant, key string) (int, http.Head
 	return do(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/"+tenant+"/keys", key, nil)
 }
 
+// listKeysOK makes n cheap requests with key that must all succeed; what says which they are.
+func (s *customStack) listKeysOK(t *testing.T, tenant, key string, n int, what string) {
+	t.Helper()
+	for i := range n {
+		status, _, b := s.listKeys(t, tenant, key)
+		require.Equal(t, http.StatusOK, status, "request %d %s: %s", i+1, what, b)
+	}
+}
+
 // wantRateLimited checks a 429 rate-limited problem whose Retry-After lies in [1, most] seconds.
 func wantRateLimited(t *testing.T, status int, h http.Header, b []byte, most int) {
 	t.Helper()
@@ -48,17 +57,14 @@ func TestRateLimitPerKey(t *testing.T) {
 
 	t.Run("default rate", func(t *testing.T) {
 		key := s.keys["default"]
-		for i := range 3 {
-			status, _, b := s.listKeys(t, "default", key)
-			require.Equal(t, http.StatusOK, status, "request %d within the burst: %s", i+1, b)
-		}
+		s.listKeysOK(t, "default", key, 3, "within the burst")
 		status, h, b := s.listKeys(t, "default", key)
 		wantRateLimited(t, status, h, b, 5)
 		assert.Equal(t, "5", h.Get("Retry-After"), "Retry-After: one token at 0.2/s")
 
 		// The bucket is the key's, whatever the endpoint: a webhook is refused too.
-		wh := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
-		status, h, b = do(t, http.MethodPost, wh, "", nil)
+		webhook := s.URL + "/api/user/webhooks/Echo:Conversational/echo?" + q("apikey", key).Encode()
+		status, h, b = do(t, http.MethodPost, webhook, "", nil)
 		wantRateLimited(t, status, h, b, 5)
 
 		// Authentication comes first: a wrong key is still 401, not 429.
@@ -73,20 +79,13 @@ func TestRateLimitPerKey(t *testing.T) {
 
 	t.Run("tenant override", func(t *testing.T) {
 		key := s.keys["acme"]
-		for i := range 6 {
-			status, _, b := s.listKeys(t, "acme", key)
-			require.Equal(t, http.StatusOK, status, "request %d within acme's burst of 6: %s", i+1, b)
-		}
+		s.listKeysOK(t, "acme", key, 6, "within acme's burst of 6")
 		status, h, b := s.listKeys(t, "acme", key)
 		wantRateLimited(t, status, h, b, 5)
 	})
 
 	t.Run("tenant without limit", func(t *testing.T) {
-		key := s.keys["free"]
-		for i := range 20 {
-			status, _, b := s.listKeys(t, "free", key)
-			require.Equal(t, http.StatusOK, status, "request %d of an unlimited tenant: %s", i+1, b)
-		}
+		s.listKeysOK(t, "free", s.keys["free"], 20, "of an unlimited tenant")
 	})
 }
 

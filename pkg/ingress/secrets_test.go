@@ -180,9 +180,9 @@ func secBodyAndAdminCases(k secKeys) []routeCase {
 	}
 }
 
-// secAdminKeys makes, rotates and makes system keys through the admin API, which show a key once,
-// in its creation answer, then reads and revokes them. It returns the keys' secrets and the
-// answers other than the creation answers.
+// secAdminKeys makes a key, rotates it and makes a system key through the admin API, which shows
+// each secret once, in its creation answer; then it reads and revokes them. It returns the
+// secrets and the answers other than the creation answers.
 func secAdminKeys(t *testing.T, base, admin string) (secrets []string, answers [][]byte) {
 	t.Helper()
 	made := secCreatedKey(t, base, "/api/v1/admin/tenants/default/keys", `{"name":"made","role":"user"}`, admin, "creating a key")

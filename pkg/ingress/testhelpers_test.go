@@ -353,6 +353,23 @@ func chatMsg(fields ...any) string {
 	return mustJSON(withFields(map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "p", "type": "Chat", "text": "hi"}, fields...))
 }
 
+// postLater POSTs body to u in the background, outside the test's goroutine; the status comes
+// on the channel, 0 when the request failed.
+func postLater(u, contentType string, body []byte) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(u, contentType, bytes.NewReader(body))
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
+}
+
 // answerOf checks that a call waiting for its reply got a 200 and decodes its answer.
 func answerOf(t *testing.T, status int, b []byte) syncAnswer {
 	t.Helper()
@@ -387,21 +404,50 @@ func metricValue(t *testing.T, base, name string) float64 {
 	return -1
 }
 
-// postLater POSTs body to u in the background, outside the test's goroutine; the status comes
-// on the channel, 0 when the request failed.
-func postLater(u, contentType string, body []byte) <-chan int {
-	done := make(chan int, 1)
-	go func() {
-		resp, err := http.Post(u, contentType, bytes.NewReader(body))
-		if err != nil {
-			done <- 0
-			return
+// readEvents reads an event stream to its end; comments are left out.
+func readEvents(r io.Reader) []sseEvent {
+	var out []sseEvent
+	scanEvents(r, func(ev sseEvent) bool {
+		if ev.Comment == "" {
+			out = append(out, ev)
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		done <- resp.StatusCode
-	}()
-	return done
+		return true
+	})
+	return out
+}
+
+// streamConverse POSTs a converse call that asks for an event stream, checks that one opened
+// and reads it to its end.
+func streamConverse(t *testing.T, s *stacktest.Stack, query url.Values) []sseEvent {
+	t.Helper()
+	status, ct, b := doCT(t, http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), nil, "Accept", "text/event-stream")
+	require.Equal(t, http.StatusOK, status, "stream answer: %s", b)
+	require.Equal(t, "text/event-stream", ct, "stream answer")
+	return readEvents(bytes.NewReader(b))
+}
+
+// deltaText checks that every event is a delta and joins their text.
+func deltaText(t *testing.T, events []sseEvent) string {
+	t.Helper()
+	var joined strings.Builder
+	for _, e := range events {
+		var d struct{ Delta string }
+		require.Equal(t, "delta", e.Event, "event %+v, want a delta", e)
+		require.NoError(t, json.Unmarshal([]byte(e.Data), &d), "event %+v, want a delta", e)
+		joined.WriteString(d.Delta)
+	}
+	return joined.String()
+}
+
+// finalText checks that a stream's last event is the message that ends it, and returns its
+// text.
+func finalText(t *testing.T, last sseEvent) string {
+	t.Helper()
+	var final syncAnswer
+	require.Equal(t, "message", last.Event, "last event %+v", last)
+	require.NoError(t, json.Unmarshal([]byte(last.Data), &final), "last event %+v", last)
+	require.True(t, final.Response != nil && final.Response.Text != nil, "last event %+v", last)
+	return *final.Response.Text
 }
 
 // customStack is a whole stack started with settings stacktest.Options does not carry.
@@ -565,52 +611,6 @@ func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// readEvents reads an event stream to its end; comments are left out.
-func readEvents(r io.Reader) []sseEvent {
-	var out []sseEvent
-	scanEvents(r, func(ev sseEvent) bool {
-		if ev.Comment == "" {
-			out = append(out, ev)
-		}
-		return true
-	})
-	return out
-}
-
-// streamConverse POSTs a converse call that asks for an event stream, checks that one opened
-// and reads it to its end.
-func streamConverse(t *testing.T, s *stacktest.Stack, query url.Values) []sseEvent {
-	t.Helper()
-	status, ct, b := doCT(t, http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), nil, "Accept", "text/event-stream")
-	require.Equal(t, http.StatusOK, status, "stream answer: %s", b)
-	require.Equal(t, "text/event-stream", ct, "stream answer")
-	return readEvents(bytes.NewReader(b))
-}
-
-// deltaText checks that every event is a delta and joins their text.
-func deltaText(t *testing.T, events []sseEvent) string {
-	t.Helper()
-	var joined strings.Builder
-	for _, e := range events {
-		var d struct{ Delta string }
-		require.Equal(t, "delta", e.Event, "event %+v, want a delta", e)
-		require.NoError(t, json.Unmarshal([]byte(e.Data), &d), "event %+v, want a delta", e)
-		joined.WriteString(d.Delta)
-	}
-	return joined.String()
-}
-
-// finalText checks that a stream's last event is the message that ends it, and returns its
-// text.
-func finalText(t *testing.T, last sseEvent) string {
-	t.Helper()
-	var final syncAnswer
-	require.Equal(t, "message", last.Event, "last event %+v", last)
-	require.NoError(t, json.Unmarshal([]byte(last.Data), &final), "last event %+v", last)
-	require.True(t, final.Response != nil && final.Response.Text != nil, "last event %+v", last)
-	return *final.Response.Text
 }
 
 // subscribeInbox subscribes a new connection to every request published to the inbox.
