@@ -437,28 +437,11 @@ func TestHistoryListen(t *testing.T) {
 	webhookCalls(t, s, "dave", "old")
 	waitThread(t, s, "dave", 2)
 
-	first := listen(t, s, thread, auth...)
-	require.Equal(t, "text/event-stream", first.Resp.Header.Get("Content-Type"))
-	require.Equal(t, "no-cache", first.Resp.Header.Get("Cache-Control"))
-	webhookCalls(t, s, "Dave", "a")
-	var got []storedMessage
-	for range 2 {
-		_, m := first.next(t)
-		got = append(got, m)
-	}
-	assert.Equal(t, "a", got[0].RequestID, "events %+v", got)
-	assert.Equal(t, 0, got[0].Direction, "events %+v", got)
-	assert.Equal(t, "dave", got[0].ParticipantID, "events %+v", got)
-	assert.Equal(t, 4, got[0].MessageType, "events %+v", got)
-	assert.Equal(t, "a", got[1].RequestID, "events %+v", got)
-	assert.Equal(t, 1, got[1].Direction, "events %+v", got)
-	stored := waitThread(t, s, "dave", 4)
-	require.Equal(t, messageIDs(stored[:2]), []string{got[1].ID, got[0].ID}, "the event ids are not the stored ones")
-	first.Close()
+	last := checkLiveEvents(t, s, thread)
 
 	// Missed while disconnected: b and c; resuming delivers exactly those, then live ones.
 	webhookCalls(t, s, "dave", "b", "c")
-	resumed := listen(t, s, thread, append(auth, "Last-Event-ID", got[1].ID)...)
+	resumed := listen(t, s, thread, append(auth, "Last-Event-ID", last)...)
 	require.Equal(t, "listening", resumed.comment(t), "comment")
 	webhookCalls(t, s, "dave", "d")
 	var reqs []string
@@ -499,4 +482,31 @@ func TestHistoryListen(t *testing.T) {
 		waitThread(t, s, "erin", 2)
 		st.quiet(t, 200*time.Millisecond)
 	})
+}
+
+// checkLiveEvents opens a stream of dave's thread and checks that a webhook call arrives on it as
+// two events, the call then its answer, with the ids of the stored messages. It returns the id of
+// the last.
+func checkLiveEvents(t *testing.T, s *stacktest.Stack, thread url.Values) string {
+	t.Helper()
+	auth := bearerHeader(s.Key)
+	first := listen(t, s, thread, auth...)
+	require.Equal(t, "text/event-stream", first.Resp.Header.Get("Content-Type"))
+	require.Equal(t, "no-cache", first.Resp.Header.Get("Cache-Control"))
+	webhookCalls(t, s, "Dave", "a")
+	var got []storedMessage
+	for range 2 {
+		_, m := first.next(t)
+		got = append(got, m)
+	}
+	assert.Equal(t, "a", got[0].RequestID, "events %+v", got)
+	assert.Equal(t, 0, got[0].Direction, "events %+v", got)
+	assert.Equal(t, "dave", got[0].ParticipantID, "events %+v", got)
+	assert.Equal(t, 4, got[0].MessageType, "events %+v", got)
+	assert.Equal(t, "a", got[1].RequestID, "events %+v", got)
+	assert.Equal(t, 1, got[1].Direction, "events %+v", got)
+	stored := waitThread(t, s, "dave", 4)
+	require.Equal(t, messageIDs(stored[:2]), []string{got[1].ID, got[0].ID}, "the event ids are not the stored ones")
+	first.Close()
+	return got[1].ID
 }

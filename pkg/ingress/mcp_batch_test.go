@@ -54,71 +54,80 @@ func TestMCPBatchCountsEveryCall(t *testing.T) {
 	s := startStack(t, stack.Config{Ingress: ingress.Config{TenantRateLimits: map[string]ingress.Rate{"slow": {PerSecond: 2, Burst: 5}}}}, "slow", "any")
 	count := func(int) string { return `{"workflow":"slow:Echo:Supervisor Workflow:batch"}` }
 
-	t.Run("the rate limit", func(t *testing.T) {
-		status, b := mcpBatch(t, s.URL, s.keys["slow"], toolCalls(ingress.MaxMCPBatch, "Echo.count", count))
-		require.Equal(t, http.StatusOK, status, "%s", b)
-		answers := rpcAnswers(t, b)
-		require.Len(t, answers, ingress.MaxMCPBatch)
-		ran, limited := 0, 0
-		for id, a := range answers {
-			if e, isErr := a["error"].(map[string]any); isErr {
-				assert.EqualValues(t, -32005, e["code"], "call %d: %v", id, e)
-				assert.Contains(t, e["message"], "rate limited", "call %d", id)
-				assert.EqualValues(t, map[string]any{"retryAfter": 1.0}, e["data"], "call %d", id)
-				limited++
-				continue
-			}
-			res, _ := a["result"].(map[string]any)
-			require.NotNil(t, res, "call %d: %v", id, a)
-			require.NotEqual(t, true, res["isError"], "call %d: %v", id, res)
-			ran++
-		}
-		assert.Equal(t, 5, ran, "the burst runs")
-		assert.Equal(t, ingress.MaxMCPBatch-5, limited)
-		// The instance counted exactly the calls that ran: the next count is the sixth.
-		require.Eventually(t, func() bool {
-			status, b := mcpBatch(t, s.URL, s.keys["slow"], toolCalls(1, "Echo.count", count))
-			if status != http.StatusOK {
-				return false
-			}
-			res, _ := rpcAnswers(t, b)[1]["result"].(map[string]any)
-			sc, _ := res["structuredContent"].(map[string]any)
-			require.NotNil(t, sc, "%s", b)
-			assert.EqualValues(t, 6, sc["count"])
-			return true
-		}, 5*time.Second, 100*time.Millisecond)
-	})
+	t.Run("the rate limit", func(t *testing.T) { batchRateLimit(t, s, count) })
+	t.Run("longer than the maximum", func(t *testing.T) { batchTooLong(t, s, count) })
+	t.Run("the waiting cap", func(t *testing.T) { batchWaitingCap(t) })
+}
 
-	t.Run("longer than the maximum", func(t *testing.T) {
-		// Refused whole, as one request: not even the first call runs.
-		status, b := mcpBatch(t, s.URL, s.keys["any"], toolCalls(2000, "Echo.count", count))
-		require.Equal(t, http.StatusBadRequest, status, "%s", b)
-		var e map[string]any
-		require.NoError(t, json.Unmarshal(b, &e), "%s", b)
-		require.Nil(t, e["id"])
-		rpcErr, _ := e["error"].(map[string]any)
-		require.NotNil(t, rpcErr, "%s", b)
-		assert.EqualValues(t, -32600, rpcErr["code"])
-		assert.Contains(t, rpcErr["message"], fmt.Sprintf("at most %d messages", ingress.MaxMCPBatch))
-	})
-
-	t.Run("the waiting cap", func(t *testing.T) {
-		// Five sleeps in five conversations wait at once; the tenant may have three waiting.
-		s := startStack(t, stack.Config{Ingress: ingress.Config{MaxWaitingPerTenant: 3}}, "few")
-		sleep := func(i int) string { return fmt.Sprintf(`{"ms":400,"participantId":"p%d"}`, i) }
-		status, b := mcpBatch(t, s.URL, s.keys["few"], toolCalls(5, "Echo.sleep", sleep))
-		require.Equal(t, http.StatusOK, status, "%s", b)
-		ran, refused := 0, 0
-		for id, a := range rpcAnswers(t, b) {
-			if e, isErr := a["error"].(map[string]any); isErr {
-				assert.EqualValues(t, -32003, e["code"], "call %d: %v", id, e)
-				assert.Contains(t, e["message"], "waiting", "call %d", id)
-				refused++
-				continue
-			}
-			ran++
+// batchRateLimit: each call of a batch takes its own token of the key's rate limit; the ones
+// over it are JSON-RPC errors that say so and do not run.
+func batchRateLimit(t *testing.T, s *customStack, count func(int) string) {
+	status, b := mcpBatch(t, s.URL, s.keys["slow"], toolCalls(ingress.MaxMCPBatch, "Echo.count", count))
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	answers := rpcAnswers(t, b)
+	require.Len(t, answers, ingress.MaxMCPBatch)
+	ran, limited := 0, 0
+	for id, a := range answers {
+		if e, isErr := a["error"].(map[string]any); isErr {
+			assert.EqualValues(t, -32005, e["code"], "call %d: %v", id, e)
+			assert.Contains(t, e["message"], "rate limited", "call %d", id)
+			assert.EqualValues(t, map[string]any{"retryAfter": 1.0}, e["data"], "call %d", id)
+			limited++
+			continue
 		}
-		assert.Equal(t, 3, ran)
-		assert.Equal(t, 2, refused)
-	})
+		res, _ := a["result"].(map[string]any)
+		require.NotNil(t, res, "call %d: %v", id, a)
+		require.NotEqual(t, true, res["isError"], "call %d: %v", id, res)
+		ran++
+	}
+	assert.Equal(t, 5, ran, "the burst runs")
+	assert.Equal(t, ingress.MaxMCPBatch-5, limited)
+	// The instance counted exactly the calls that ran: the next count is the sixth.
+	require.Eventually(t, func() bool {
+		status, b := mcpBatch(t, s.URL, s.keys["slow"], toolCalls(1, "Echo.count", count))
+		if status != http.StatusOK {
+			return false
+		}
+		res, _ := rpcAnswers(t, b)[1]["result"].(map[string]any)
+		sc, _ := res["structuredContent"].(map[string]any)
+		require.NotNil(t, sc, "%s", b)
+		assert.EqualValues(t, 6, sc["count"])
+		return true
+	}, 5*time.Second, 100*time.Millisecond)
+}
+
+// batchTooLong: a batch longer than the documented maximum is refused whole, as one request:
+// not even the first call runs.
+func batchTooLong(t *testing.T, s *customStack, count func(int) string) {
+	status, b := mcpBatch(t, s.URL, s.keys["any"], toolCalls(2000, "Echo.count", count))
+	require.Equal(t, http.StatusBadRequest, status, "%s", b)
+	var e map[string]any
+	require.NoError(t, json.Unmarshal(b, &e), "%s", b)
+	require.Nil(t, e["id"])
+	rpcErr, _ := e["error"].(map[string]any)
+	require.NotNil(t, rpcErr, "%s", b)
+	assert.EqualValues(t, -32600, rpcErr["code"])
+	assert.Contains(t, rpcErr["message"], fmt.Sprintf("at most %d messages", ingress.MaxMCPBatch))
+}
+
+// batchWaitingCap: each tool call of a batch takes its own place among the tenant's waiting
+// calls.
+func batchWaitingCap(t *testing.T) {
+	// Five sleeps in five conversations wait at once; the tenant may have three waiting.
+	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxWaitingPerTenant: 3}}, "few")
+	sleep := func(i int) string { return fmt.Sprintf(`{"ms":400,"participantId":"p%d"}`, i) }
+	status, b := mcpBatch(t, s.URL, s.keys["few"], toolCalls(5, "Echo.sleep", sleep))
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	ran, refused := 0, 0
+	for id, a := range rpcAnswers(t, b) {
+		if e, isErr := a["error"].(map[string]any); isErr {
+			assert.EqualValues(t, -32003, e["code"], "call %d: %v", id, e)
+			assert.Contains(t, e["message"], "waiting", "call %d", id)
+			refused++
+			continue
+		}
+		ran++
+	}
+	assert.Equal(t, 3, ran)
+	assert.Equal(t, 2, refused)
 }
