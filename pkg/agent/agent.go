@@ -37,6 +37,13 @@
 // arrival order; different conversations run concurrently, also on the same instance. Delivery
 // is at least once: a host that crashes after a handler ran but before the request was
 // acknowledged runs it again elsewhere.
+//
+// The host runtime lives in this package, as http.Server lives beside http.Handler. A host calls
+// handlers with an Instance and a Message whose workings (state written with compare-and-set,
+// history cursors, streamed deltas, tool calls) are the runtime's; a runtime package of its own
+// would need all of them exported, which would add more to what an author reads here than it
+// took away. Of the runtime, an author sees Host, HostConfig, NewHost and DefaultHostID; the
+// rest (partitions, dispatch, retries, metrics) is unexported.
 package agent
 
 import (

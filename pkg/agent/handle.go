@@ -31,54 +31,18 @@ const maxStoredBody = 64 << 10
 // and answered so. handle returns an error only when the host is shutting down before the
 // request could be finished.
 func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error {
-	req, replyTo := in.req, in.replyTo
-	a := h.agents[req.GetAgentName()]
-	// The ingress checks the tenant too; a request that reached the inbox otherwise (a dead
-	// letter replayed after the agent was restricted, an older ingress) is refused here.
-	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
-		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), ""))
+	req := in.req
+	a, target, refusal := h.route(req)
+	if refusal != nil {
+		h.reply(ctx, log, req, in.replyTo, refusal)
 		return nil
 	}
-	var (
-		webhook WebhookHandler
-		handler Handler
-	)
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		webhook = a.webhooks[req.GetMethod()]
-	case agentbusv1.Kind_KIND_CHAT:
-		handler = a.chat
-	case agentbusv1.Kind_KIND_DATA:
-		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
-			handler = dm.handler
-		}
-	case agentbusv1.Kind_KIND_FILE:
-		handler = a.file
-	}
-	if webhook == nil && handler == nil {
-		h.reply(ctx, log, req, replyTo, webhookReply(platformError(http.StatusNotFound, "unknown-method", "the agent has no such method"), ""))
-		return nil
-	}
-
 	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
 	defer h.live.release(l)
-	var inst *Instance
-	if err := retry(ctx, log, "starting instance", func() (err error) {
-		inst, err = h.startOrLoad(ctx, log, a, l)
-		return err
-	}); err != nil {
+	inst, runID, err := h.open(ctx, log, in, a, l)
+	if err != nil {
 		return err
 	}
-	inst.requestID = req.GetRequestId()
-	runID := inst.RunID()
-	if in.recover != recoverNone {
-		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
-			return l.recoverCursor(ctx, h.history, req, in.recover == recoverDeep)
-		}); err != nil {
-			return err
-		}
-	}
-
 	x := &exchange{h: h, log: log, l: l, req: req, in: incomingMessage(req, req.GetBody())}
 	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {
 		// Followers of the thread see a chat message while the model answers it.
@@ -86,30 +50,14 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			return err
 		}
 	}
-
 	var (
 		rep *agentbusv1.Reply
 		out *history.Message
-		err error
 	)
-	if webhook != nil {
-		out, err = h.runWebhook(ctx, log, in, webhook, inst, runID)
+	if target.webhook != nil {
+		out, err = h.runWebhook(ctx, log, in, target.webhook, inst, runID)
 	} else {
-		m := h.message(req, x, inst)
-		m.tools = &toolEnv{
-			agent:   a,
-			req:     req,
-			log:     log,
-			tracer:  h.tracer,
-			history: func(pos uint64) historyFunc { return h.historyBefore(req, pos) },
-			store: func(ctx context.Context, hm *history.Message) error {
-				if _, err := x.storeIn(ctx); err != nil {
-					return err
-				}
-				return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, l, req, hm) })
-			},
-		}
-		rep, out, err = h.runMessage(ctx, log, in, handler, m)
+		rep, out, err = h.runMessage(ctx, log, in, target.handler, h.messageWithTools(a, x, inst))
 		if rep != nil {
 			rep.RunId = runID
 		}
@@ -117,23 +65,89 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if err != nil {
 		return err
 	}
-	if out == nil {
-		if _, err := x.storeIn(ctx); err != nil {
-			return err
-		}
-	} else {
-		if err := x.storeOut(ctx, out); err != nil {
-			return err
-		}
-		if rep != nil && rep.Error == "" {
-			rep.Content, _ = out.MarshalJSON()
-			rep.ContentType = "application/json"
-		}
+	if err := x.finish(ctx, out, rep); err != nil {
+		return err
 	}
 	if rep != nil {
-		h.reply(ctx, log, req, replyTo, rep)
+		h.reply(ctx, log, req, in.replyTo, rep)
 	}
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// target is the handler a request names: a webhook handler, or the handler of a Chat, Data or
+// File message.
+type target struct {
+	webhook WebhookHandler
+	handler Handler
+}
+
+// route finds the agent and the handler of a request, or the reply that refuses it. The ingress
+// checks the agent and tenant too; a request that reached the inbox otherwise (a dead letter
+// replayed after the agent was restricted, an older ingress) is refused here.
+func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply) {
+	a := h.agents[req.GetAgentName()]
+	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
+		return nil, target{}, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), "")
+	}
+	var t target
+	switch req.GetKind() {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		t.webhook = a.webhooks[req.GetMethod()]
+	case agentbusv1.Kind_KIND_CHAT:
+		t.handler = a.chat
+	case agentbusv1.Kind_KIND_DATA:
+		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
+			t.handler = dm.handler
+		}
+	case agentbusv1.Kind_KIND_FILE:
+		t.handler = a.file
+	}
+	if t.webhook == nil && t.handler == nil {
+		return nil, target{}, webhookReply(platformError(http.StatusNotFound, "unknown-method", "the agent has no such method"), "")
+	}
+	return a, t, nil
+}
+
+// open starts or loads the request's instance and, for a request delivered before, reads what
+// the earlier deliveries stored in its thread. It returns the instance and its run id.
+func (h *Host) open(ctx context.Context, log *slog.Logger, in *inbound, a *Agent, l *liveInstance) (*Instance, string, error) {
+	var inst *Instance
+	if err := retry(ctx, log, "starting instance", func() (err error) {
+		inst, err = h.startOrLoad(ctx, log, a, l)
+		return err
+	}); err != nil {
+		return nil, "", err
+	}
+	inst.requestID = in.req.GetRequestId()
+	if in.recover != recoverNone {
+		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
+			return l.recoverCursor(ctx, h.history, in.req, in.recover == recoverDeep)
+		}); err != nil {
+			return nil, "", err
+		}
+	}
+	return inst, inst.RunID(), nil
+}
+
+// messageWithTools builds what a Chat, Data or File handler sees, with what a chat needs to call
+// the agent's Data methods as tools.
+func (h *Host) messageWithTools(a *Agent, x *exchange, inst *Instance) *Message {
+	req, log := x.req, x.log
+	m := h.message(req, x, inst)
+	m.tools = &toolEnv{
+		agent:   a,
+		req:     req,
+		log:     log,
+		tracer:  h.tracer,
+		history: func(pos uint64) historyFunc { return h.historyBefore(req, pos) },
+		store: func(ctx context.Context, hm *history.Message) error {
+			if _, err := x.storeIn(ctx); err != nil {
+				return err
+			}
+			return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, x.l, req, hm) })
+		},
+	}
+	return m
 }
 
 // runWebhook calls a webhook handler until it answers or its attempts are used up, and returns
@@ -285,6 +299,24 @@ func (x *exchange) storeOut(ctx context.Context, out *history.Message) error {
 		return err
 	}
 	x.inStored = true
+	return nil
+}
+
+// finish stores what the request leaves in its thread: the reply, with the incoming message when
+// that still waits, or the incoming message alone when the handler answered nothing to keep. A
+// reply without an error carries the stored outgoing message as its content.
+func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentbusv1.Reply) error {
+	if out == nil {
+		_, err := x.storeIn(ctx)
+		return err
+	}
+	if err := x.storeOut(ctx, out); err != nil {
+		return err
+	}
+	if rep != nil && rep.Error == "" {
+		rep.Content, _ = out.MarshalJSON()
+		rep.ContentType = "application/json"
+	}
 	return nil
 }
 

@@ -18,82 +18,24 @@ import (
 // process handles one request and acknowledges it. It returns false if it gave the request back
 // to the bus unfinished (the host is shutting down), to be delivered again.
 func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
-	h.mu.Lock()
-	m := d.msg
-	h.mu.Unlock()
-	md, err := m.Metadata()
-	if err != nil {
-		h.log.Error("dropping a delivery without metadata", "subject", m.Subject(), "err", err)
-		_ = m.Term()
+	in, log, ok := h.decode(d)
+	if !ok {
 		return true
-	}
-	req := new(agentbusv1.Request)
-	if err := proto.Unmarshal(m.Data(), req); err != nil {
-		h.log.Error("dropping undecodable request", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-		return true
-	}
-	replyTo := replySubject(m.Headers(), req)
-	log := requestLog(h.log, req)
-	if md.NumDelivered > 1 {
-		h.metrics.redelivered(d.part.key.agent, req)
-	}
-	tries := &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}
-	in := &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, replyTo: replyTo, tries: tries}
-	switch {
-	case m.Headers().Get(subject.HeaderReplay) != "":
-		in.recover = recoverDeep // later requests of its conversation ran after its attempts
-	case md.NumDelivered > 1:
-		in.recover = recoverTail
 	}
 	if h.tracer != nil {
 		var span trace.Span
-		ctx, span = h.startSpan(ctx, m.Headers(), in)
+		ctx, span = h.startSpan(ctx, in.header, in)
 		defer func() { endSpan(span, in, finished) }()
 	}
-
-	claim := req.GetEnvelopeRef()
+	claim := in.req.GetEnvelopeRef()
 	if claim != nil {
-		full, err := h.readClaim(ctx, log, claim)
-		switch {
-		case errors.Is(err, jetstream.ErrObjectNotFound):
-			// Its stored copy expired or was removed: it can never run, and must not hold up
-			// its conversation.
-			return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
-		case err != nil:
-			return h.giveBack(log, d)
-		}
-		in.req = full
-	}
-
-	// A request with a caller-chosen requestId may have been handled already: redelivered
-	// because its acknowledgement was lost, or stored twice because the stream's leader failed
-	// while the caller's first attempt was being accepted (a NATS cluster checks Nats-Msg-Id
-	// on the leader only, so a retry reaching a new leader before it applied the first copy
-	// is stored again). Its kept result is the answer; it does not run again.
-	if in.req.GetKeepResult() {
-		// Read while the bus recovers: a request given back at once would come back at once,
-		// and a NATS leader election would use its attempts up in milliseconds.
-		var answered bool
-		err := retry(ctx, log, "reading the result cache", func() (err error) {
-			answered, err = h.answerFromCache(ctx, log, in.req, replyTo)
-			return err
-		})
-		if err != nil {
-			log.Warn("request not started; giving it back", "err", err)
-			return h.giveBack(log, d)
-		}
-		if answered {
-			return h.finish(ctx, log, d, nil)
+		if settled, finished := h.loadClaim(ctx, log, d, in); settled {
+			return finished
 		}
 	}
-	if tries.n > tries.max {
-		// Delivered more often than it may be tried: the hosts that had it died with it, which a
-		// request that crashes its host does every time.
-		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", md.NumDelivered-1)
-		return h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
+	if settled, finished := h.settleEarly(ctx, log, d, in); settled {
+		return finished
 	}
-
 	if err := h.handle(ctx, log, in); err != nil {
 		log.Warn("request not finished; giving it back", "err", err)
 		return h.giveBack(log, d)
@@ -109,14 +51,100 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	return true
 }
 
+// decode reads a delivery's request, where its reply goes and how often it was delivered. A
+// delivery that can never be handled (no metadata, an undecodable request) is terminated, and
+// ok is false.
+func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
+	h.mu.Lock()
+	m := d.msg
+	h.mu.Unlock()
+	md, err := m.Metadata()
+	if err != nil {
+		h.log.Error("dropping a delivery without metadata", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return nil, nil, false
+	}
+	req := new(agentbusv1.Request)
+	if err := proto.Unmarshal(m.Data(), req); err != nil {
+		h.log.Error("dropping undecodable request", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return nil, nil, false
+	}
+	if md.NumDelivered > 1 {
+		h.metrics.redelivered(d.part.key.agent, req)
+	}
+	in = &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
+		replyTo:   replySubject(m.Headers(), req),
+		delivered: md.NumDelivered,
+		tries:     &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}}
+	switch {
+	case m.Headers().Get(subject.HeaderReplay) != "":
+		in.recover = recoverDeep // later requests of its conversation ran after its attempts
+	case md.NumDelivered > 1:
+		in.recover = recoverTail
+	}
+	return in, requestLog(h.log, req), true
+}
+
+// loadClaim replaces a request sent as a claim check with the whole request. A request whose
+// stored copy is gone can never run and must not hold up its conversation: it is dead-lettered,
+// and settled is true, as it is when the copy cannot be read now (the request is given back).
+func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
+	full, err := h.readClaim(ctx, log, in.req.GetEnvelopeRef())
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return true, h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
+	case err != nil:
+		return true, h.giveBack(log, d)
+	}
+	in.req = full
+	return false, false
+}
+
+// settleEarly finishes a request that must not run: one answered before (its kept result is the
+// answer), or one delivered more often than it may be tried (dead-lettered).
+//
+// A request with a caller-chosen requestId may have been handled already: redelivered because
+// its acknowledgement was lost, or stored twice because the stream's leader failed while the
+// caller's first attempt was being accepted (a NATS cluster checks Nats-Msg-Id on the leader
+// only, so a retry reaching a new leader before it applied the first copy is stored again).
+func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
+	if in.req.GetKeepResult() {
+		// Read while the bus recovers: a request given back at once would come back at once,
+		// and a NATS leader election would use its attempts up in milliseconds.
+		var answered bool
+		err := retry(ctx, log, "reading the result cache", func() (err error) {
+			answered, err = h.answerFromCache(ctx, log, in.req, in.replyTo)
+			return err
+		})
+		if err != nil {
+			log.Warn("request not started; giving it back", "err", err)
+			return true, h.giveBack(log, d)
+		}
+		if answered {
+			return true, h.finish(ctx, log, d, nil)
+		}
+	}
+	if in.tries.n > in.tries.max {
+		// Delivered more often than it may be tried: the hosts that had it died with it, which a
+		// request that crashes its host does every time.
+		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", in.delivered-1)
+		return true, h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
+	}
+	return false, false
+}
+
 // inbound is a request being processed: what the inbox delivered and how often it was tried.
 type inbound struct {
 	seq     uint64
 	agent   string // the agent of the partition it came from
 	data    []byte // the inbox message's payload, as delivered
 	req     *agentbusv1.Request
+	header  nats.Header // the inbox message's headers
 	replyTo string
-	tries   *attempts
+	// delivered is how often the inbox delivered the request, this time included.
+	delivered uint64
+	tries     *attempts
 	// recover is set when earlier deliveries may have stored messages of the request (it is
 	// redelivered, or replayed): they are read back before any is stored, so that none is stored
 	// twice (history.Store.Recover).

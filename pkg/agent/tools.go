@@ -309,11 +309,47 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 	if dm != nil {
 		method = dm.name
 	}
+	in := toolCallMessage(req, method, call, part)
+	if err := env.store(ctx, in); err != nil {
+		return "", err
+	}
+	if env.event != nil {
+		env.event(&agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}})
+	}
+	if env.tracer != nil {
+		var span trace.Span
+		ctx, span = env.tracer.Start(ctx, "tool "+method, trace.WithAttributes(attrMethod.String(method)))
+		defer span.End()
+	}
+	reply, err := callTool(ctx, chat, dm, call, in)
+	recordAttempt(ctx, err)
+	out := toolResult(req, reply, err, env.log)
+	out.ID = messageID(req, part+".out")
+	out.MessageType = history.Data
+	out.Metadata = map[string]string{history.MetaToolCallID: call.ID}
+	if err := env.store(ctx, out); err != nil {
+		return "", err
+	}
+	if env.event != nil {
+		env.event(toolResultEvent(call, method, out))
+	}
+	switch {
+	case out.Data != nil:
+		return string(out.Data), nil
+	case out.Text != nil:
+		return *out.Text, nil
+	default:
+		return "null", nil
+	}
+}
+
+// toolCallMessage is the incoming Data message a tool call is stored as, in the chat's thread.
+func toolCallMessage(req *agentbusv1.Request, method string, call llm.ToolCall, part string) *history.Message {
 	args := strings.TrimSpace(call.Arguments)
 	if args == "" {
 		args = "{}"
 	}
-	in := &history.Message{
+	return &history.Message{
 		ID:            messageID(req, part+".in"),
 		CreatedAt:     time.Now().UTC(),
 		Direction:     history.In,
@@ -327,65 +363,41 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 		Scope:         req.GetScope(),
 		Metadata:      map[string]string{history.MetaToolCallID: call.ID},
 	}
-	if err := env.store(ctx, in); err != nil {
-		return "", err
-	}
-	if env.event != nil {
-		env.event(&agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}})
-	}
+}
 
-	if env.tracer != nil {
-		var span trace.Span
-		ctx, span = env.tracer.Start(ctx, "tool "+method, trace.WithAttributes(attrMethod.String(method)))
-		defer span.End()
-	}
-	var reply Reply
-	var err error
+// callTool calls dm's handler with the tool call stored as in, on the chat's instance. A call of
+// a tool the agent does not have, or with arguments that are not JSON, fails as a Data call would.
+func callTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCall, in *history.Message) (Reply, error) {
 	switch {
 	case dm == nil:
-		err = Errorf(http.StatusNotFound, "no tool named %q", call.Name)
+		return Reply{}, Errorf(http.StatusNotFound, "no tool named %q", call.Name)
 	case in.Data == nil:
-		err = Errorf(http.StatusBadRequest, "the arguments of %s are not valid JSON", method)
-	default:
-		tm := &Message{
-			Type:          DataMessage,
-			Text:          method,
-			Data:          in.Data,
-			Hint:          chat.Hint,
-			Scope:         chat.Scope,
-			RequestID:     chat.RequestID,
-			ParticipantID: chat.ParticipantID,
-			ID:            in.ID,
-			inst:          chat.inst,
-			history:       env.history(in.Pos),
-		}
-		reply, err = callHandler(ctx, env.log, dm.handler, tm)
+		return Reply{}, Errorf(http.StatusBadRequest, "the arguments of %s are not valid JSON", dm.name)
 	}
+	tm := &Message{
+		Type:          DataMessage,
+		Text:          dm.name,
+		Data:          in.Data,
+		Hint:          chat.Hint,
+		Scope:         chat.Scope,
+		RequestID:     chat.RequestID,
+		ParticipantID: chat.ParticipantID,
+		ID:            in.ID,
+		inst:          chat.inst,
+		history:       chat.tools.history(in.Pos),
+	}
+	return callHandler(ctx, chat.tools.log, dm.handler, tm)
+}
 
-	recordAttempt(ctx, err)
-	out := toolResult(req, reply, err, env.log)
-	out.ID = messageID(req, part+".out")
-	out.MessageType = history.Data
-	out.Metadata = map[string]string{history.MetaToolCallID: call.ID}
-	if err := env.store(ctx, out); err != nil {
-		return "", err
+// toolResultEvent is what a streaming caller sees of a tool call's result, its text cut to an
+// event's size.
+func toolResultEvent(call llm.ToolCall, method string, out *history.Message) *agentbusv1.Reply {
+	text := out.Text
+	if text != nil && len(*text) > maxEventBytes {
+		cut := strings.ToValidUTF8((*text)[:maxEventBytes], "") + "…"
+		text = &cut
 	}
-	if env.event != nil {
-		text := out.Text
-		if text != nil && len(*text) > maxEventBytes {
-			cut := strings.ToValidUTF8((*text)[:maxEventBytes], "") + "…"
-			text = &cut
-		}
-		env.event(&agentbusv1.Reply{ToolResult: &agentbusv1.ToolResult{Id: call.ID, Name: method, Data: eventSized(out.Data), Text: text}})
-	}
-	switch {
-	case out.Data != nil:
-		return string(out.Data), nil
-	case out.Text != nil:
-		return *out.Text, nil
-	default:
-		return "null", nil
-	}
+	return &agentbusv1.Reply{ToolResult: &agentbusv1.ToolResult{Id: call.ID, Name: method, Data: eventSized(out.Data), Text: text}}
 }
 
 // toolResult is the outgoing message of a tool call's reply or failure, as a Data call's would
