@@ -50,6 +50,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -66,6 +67,7 @@ type Agent struct {
 	file          Handler
 	onStart       func(ctx context.Context, inst *Instance) error
 	tenants       []string // empty: every tenant
+	idleAfter     time.Duration
 }
 
 // Option configures an Agent.

@@ -32,6 +32,9 @@ const maxStoredBody = 64 << 10
 // request could be finished.
 func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error {
 	req := in.req
+	if req.GetKind() == agentbusv1.Kind_KIND_POST {
+		return h.storePost(ctx, log, in)
+	}
 	a, target, refusal := h.route(req)
 	if refusal != nil {
 		h.reply(ctx, log, req, in.replyTo, refusal)
@@ -119,6 +122,7 @@ func (h *Host) open(ctx context.Context, log *slog.Logger, in *inbound, a *Agent
 		return nil, "", err
 	}
 	inst.requestID = in.req.GetRequestId()
+	inst.fx = &effects{h: h, req: in.req}
 	if in.recover != recoverNone {
 		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
 			return l.recoverCursor(ctx, h.history, in.req, in.recover == recoverDeep)
@@ -251,6 +255,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 // rerun prepares an attempt after the first (a redelivery or a retry): the state goes back to
 // where the request found it, retrying while the bus recovers.
 func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *Instance) error {
+	inst.fx.restart()
 	if in.tries.n <= 1 {
 		return nil
 	}
@@ -389,6 +394,7 @@ func (h *Host) message(req *agentbusv1.Request, x *exchange, inst *Instance) *Me
 		RequestID:     req.GetRequestId(),
 		ParticipantID: req.GetParticipantId(),
 		ID:            in.ID,
+		Timer:         req.GetTimer(),
 		inst:          inst,
 	}
 	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
@@ -506,6 +512,9 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 		// Ingress names the message; a request without a name gets one derived from its id, so
 		// that a redelivery stores it only once.
 		m.ID = messageID(req, "")
+	}
+	if t := req.GetTimer(); t != "" {
+		m.Metadata = map[string]string{history.MetaTimer: t}
 	}
 	switch req.GetKind() {
 	case agentbusv1.Kind_KIND_WEBHOOK:

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -45,7 +46,9 @@ type HostConfig struct {
 	// carrying its state. Default 1000; negative disables it.
 	ContinueAsNewEvents int
 	// IdleTimeout completes an instance that has had no message for this long: the next message
-	// starts a new run with fresh state. Default 7 days; negative never.
+	// starts a new run with fresh state. Zero or negative (the default) never: an instance stays
+	// active, its state kept, until a handler completes it. An agent sets its own with
+	// IdleAfter. An instance with a timer that may still fire is never completed for idleness.
 	IdleTimeout time.Duration
 	// MaxDeliveries is how many times a request is tried (a handler that panics or fails with a
 	// Retryable error, a host that crashes while handling it) before it is kept as a dead letter.
@@ -116,7 +119,6 @@ func DefaultHostID() string {
 
 // Defaults of HostConfig.
 const (
-	DefaultIdleTimeout   = 7 * 24 * time.Hour
 	DefaultMaxDeliveries = 5
 	DefaultRetryBackoff  = time.Second
 	DefaultAckWait       = 10 * time.Second
@@ -128,9 +130,6 @@ func (c HostConfig) withDefaults() HostConfig {
 	}
 	if c.ContinueAsNewEvents == 0 {
 		c.ContinueAsNewEvents = 1000
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.MaxDeliveries == 0 {
 		c.MaxDeliveries = DefaultMaxDeliveries
@@ -167,6 +166,7 @@ type Host struct {
 	history *history.Store
 	claims  *bus.Blobs
 	dead    *deadletter.Store
+	timers  *schedule.Store
 	keeper  *bus.InboxKeeper
 	sem     chan struct{}
 	idle    chan *conversation // idle drainers wait on it for the next conversation to drain
@@ -241,6 +241,7 @@ func (h *Host) Run(ctx context.Context) error {
 	loops.Go(func() { h.live.run(bgCtx) })
 	loops.Go(func() { h.keepAlive(bgCtx) })
 	loops.Go(func() { h.keeper.Run(bgCtx) })
+	loops.Go(func() { h.relayTimers(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}
@@ -295,6 +296,7 @@ func (h *Host) start(ctx context.Context) error {
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
+	h.timers = schedule.NewStore(js, res.Schedules)
 	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
 
 	regs := make([]registry.Agent, 0, len(h.agents))

@@ -26,6 +26,8 @@ type Instance struct {
 	requestID string
 	// wrote is set once this attempt changed the state.
 	wrote bool
+	// fx sends what the handler sends besides its reply (posts, timers).
+	fx *effects
 
 	mu       sync.Mutex
 	complete bool

@@ -43,6 +43,9 @@ type Message struct {
 	ParticipantID string
 	// ID is the stored message's id.
 	ID string
+	// Timer is the name of the instance's timer that sent the message (Instance.Schedule);
+	// empty for a message a caller sent.
+	Timer string
 
 	inst    *Instance
 	history historyFunc

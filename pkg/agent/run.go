@@ -25,7 +25,7 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 				return nil, err
 			}
 		}
-		if l.found && l.rec.Status == instance.Running && !l.rec.IdleFor(h.cfg.IdleTimeout, time.Now()) {
+		if l.found && l.rec.Status == instance.Running && !h.idleToComplete(ctx, log, a, l.rec) {
 			break
 		}
 		if l.found && l.rec.Status == instance.Running {
@@ -98,4 +98,23 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, 
 			return err
 		}
 	}
+}
+
+// idleToComplete reports whether a running instance has been idle long enough to complete: the
+// agent's IdleAfter or else the host's IdleTimeout (neither is set by default), and no timer of
+// the instance may still fire. When the timers cannot be read, it stays running.
+func (h *Host) idleToComplete(ctx context.Context, log *slog.Logger, a *Agent, rec instance.Record) bool {
+	timeout := h.cfg.IdleTimeout
+	if a.idleAfter != 0 {
+		timeout = a.idleAfter
+	}
+	if !rec.IdleFor(timeout, time.Now()) {
+		return false
+	}
+	pending, err := h.timers.Pending(ctx, rec.Tenant, rec.WorkflowID)
+	if err != nil {
+		log.Warn("reading the instance's timers; it stays running", "err", err)
+		return false
+	}
+	return !pending
 }

@@ -42,23 +42,11 @@ func chat(t *testing.T, s *stacktest.Stack, workflow, participant, text string) 
 	return resp.StatusCode, body.Detail
 }
 
-// thread reads the newest 50 messages of a participant's thread on the agent's default
-// workflow instance, through the history endpoint.
+// thread reads the newest messages of a participant's thread on the agent's default workflow
+// instance, through the history endpoint.
 func thread(t *testing.T, s *stacktest.Stack, agentName, participant string) []history.Message {
 	t.Helper()
-	q := url.Values{"workflowId": {"default:" + agentName + ":Supervisor Workflow:default"}, "participantId": {participant}, "pageSize": {"50"}}
-	req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/history?"+q.Encode(), nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	var page struct {
-		Messages []history.Message `json:"messages"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
-	return page.Messages
+	return threadAt(t, s, agentName, "default", participant)
 }
 
 // A tool call runs inside the chat's turn, as a Data call of the same conversation: it reads

@@ -101,7 +101,9 @@ type Resources struct {
 	Claims    jetstream.ObjectStore
 	// DeadLetters keeps requests that failed every attempt.
 	DeadLetters jetstream.Stream
-	Config      Config
+	// Schedules holds the agents' timers (message schedules) and what they fired.
+	Schedules jetstream.Stream
+	Config    Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -193,6 +195,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.DeadLettersStream, err)
+	}
+	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
+		return nil, err
 	}
 	kvs := []struct {
 		dst *jetstream.KeyValue

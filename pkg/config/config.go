@@ -209,7 +209,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_LISTEN_BUFFER_BYTES", "listen-buffer-bytes", "262144", "bytes of events a listen stream holds for a client that reads slower than its thread grows, before it ends the stream with an overflow event (256 KiB)", positive(&c.ListenBufferBytes, "listen-buffer-bytes")},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
-		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "168h", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},
+		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "0", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},
 		{"AGENTBUS_MAX_DELIVERIES", "max-deliveries", "5", "attempts of a failing request (a panic, a retryable error, a host crash) before it goes to the dead letters", func(v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -293,15 +293,6 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// HostIdleTimeout is the IdleTimeout setting as agent.HostConfig takes it, where zero means the
-// default and a negative value never.
-func (c Config) HostIdleTimeout() time.Duration {
-	if c.IdleTimeout == 0 {
-		return -1
-	}
-	return c.IdleTimeout
-}
-
 // IngressShutdownTimeout is how long an ingress that shuts down waits for its synchronous calls:
 // ShutdownTimeout, or when that is zero the webhook timeout plus 5 s, so that a webhook call
 // that arrived just before the signal still gets its answer.
@@ -323,7 +314,7 @@ func (c Config) Host() agent.HostConfig {
 	return agent.HostConfig{
 		ID:                  c.HostID,
 		ContinueAsNewEvents: c.ContinueAsNewEvents,
-		IdleTimeout:         c.HostIdleTimeout(),
+		IdleTimeout:         c.IdleTimeout,
 		MaxDeliveries:       c.MaxDeliveries,
 		RetryBackoff:        c.RetryBackoff,
 		AckWait:             c.AckWait,

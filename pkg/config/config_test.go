@@ -44,7 +44,6 @@ func TestDefaults(t *testing.T) {
 		MaxListenersPerTenant: 200,
 		ListenBufferBytes:     256 << 10,
 		ContinueAsNewEvents:   1000,
-		IdleTimeout:           7 * 24 * time.Hour,
 		MaxDeliveries:         5,
 		RetryBackoff:          time.Second,
 		AckWait:               10 * time.Second,
@@ -162,7 +161,7 @@ func TestOverridesOfLifecycle(t *testing.T) {
 			vars: map[string]string{"AGENTBUS_IDLE_TIMEOUT": "0"},
 			check: func(t *testing.T, c config.Config) {
 				assert.Zero(t, c.IdleTimeout)
-				assert.Negative(t, c.HostIdleTimeout())
+				assert.Zero(t, c.Host().IdleTimeout)
 			},
 		},
 		{
@@ -172,7 +171,7 @@ func TestOverridesOfLifecycle(t *testing.T) {
 			check: func(t *testing.T, c config.Config) {
 				assert.Equal(t, "host-a", c.HostID)
 				assert.Equal(t, 30*time.Minute, c.IdleTimeout)
-				assert.Equal(t, 30*time.Minute, c.HostIdleTimeout())
+				assert.Equal(t, 30*time.Minute, c.Host().IdleTimeout)
 				assert.Equal(t, 3, c.MaxDeliveries)
 				assert.Equal(t, 250*time.Millisecond, c.RetryBackoff)
 				assert.Equal(t, "127.0.0.1:9090", c.MetricsAddr)

@@ -37,6 +37,11 @@ const (
 // message a chat's model asked for (incoming) and its result (outgoing) carry the same id.
 const MetaToolCallID = "toolCallId"
 
+// MetaTimer is the Metadata key of the name of the timer that sent an incoming message (package
+// agent's Instance.Schedule): the message came from the agent's own schedule, not from its
+// participant.
+const MetaTimer = "timer"
+
 // timeLayout is how CreatedAt is written: RFC 3339 in UTC with exactly three fractional digits,
 // so that every stored message has the same, sortable shape.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"

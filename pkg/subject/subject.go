@@ -43,6 +43,10 @@ const (
 	// DeadLettersStream keeps requests whose handler failed on every attempt, with the last
 	// error, until an operator replays or discards them.
 	DeadLettersStream = "AGENTBUS_DEADLETTERS"
+	// SchedulesStream holds the agents' timers as JetStream message schedules (Nats-Schedule),
+	// one subject per schedule, and the messages the schedules fire until a host relays them
+	// to the inbox.
+	SchedulesStream = "AGENTBUS_SCHEDULES"
 )
 
 // Header names carried on bus messages.
@@ -72,6 +76,7 @@ const (
 	msgPrefix   = "agentbus.msg"
 	deadPrefix  = "agentbus.dead"
 	replyPrefix = "_INBOX.agentbus"
+	schedPrefix = "agentbus.sched"
 )
 
 // Token encodes an arbitrary id as one subject token: unpadded base64url, so that spaces, dots,
@@ -330,4 +335,37 @@ func StreamMsgGetAPI(stream string) string { return "$JS.API.STREAM.MSG.GET." + 
 // ClaimName is the object name of a claim-checked payload ("request" or "reply") of a request.
 func ClaimName(tenant, requestID, part string) string {
 	return tenant + "/" + Token(requestID) + "/" + part
+}
+
+// Schedule is the subject of a named schedule of a workflow instance in SchedulesStream: it holds
+// the schedule's one message (publishing again replaces it; purging the subject cancels it).
+func Schedule(tenant, workflowID, name string) string {
+	return string(startTokens(schedPrefix).plain("set").plain(tenant).id(workflowID).id(name))
+}
+
+// InstanceSchedules is the filter of every schedule of a workflow instance.
+func InstanceSchedules(tenant, workflowID string) string {
+	return string(startTokens(schedPrefix).plain("set").plain(tenant).id(workflowID)) + ".*"
+}
+
+// TenantSchedules is the filter of every schedule of a tenant's instances.
+func TenantSchedules(tenant string) string {
+	return string(startTokens(schedPrefix).plain("set").plain(tenant)) + ".>"
+}
+
+// ScheduleFired is the subject a schedule's message is published on when it is due, the
+// schedule's target: a host relays it from there to the inbox.
+func ScheduleFired(tenant, workflowID, name string) string {
+	return string(startTokens(schedPrefix).plain("fired").plain(tenant).id(workflowID).id(name))
+}
+
+// SchedulesFired is the filter of every fired schedule message.
+func SchedulesFired() string { return schedPrefix + ".fired.>" }
+
+// SchedulesSubjects is the subject filter of the schedules stream.
+func SchedulesSubjects() string { return schedPrefix + ".>" }
+
+// ScheduleName returns the schedule name a schedule subject (Schedule) ends with.
+func ScheduleName(subj string) (string, error) {
+	return ParseToken(subj[strings.LastIndexByte(subj, '.')+1:])
 }

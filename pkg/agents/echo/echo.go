@@ -60,6 +60,7 @@ type State struct {
 	Count  int `json:"count"`
 	Acks   int `json:"acks"`
 	Sleeps int `json:"sleeps"`
+	Ticks  int `json:"ticks,omitempty"`
 }
 
 // maxSleep bounds sleep and ack work so that a caller cannot park a conversation for long.
@@ -102,6 +103,8 @@ func New(opts ...Option) *agent.Agent {
 	agent.Method(a, "history", historyData, agent.Describe("Returns the newest messages of this conversation's thread, newest first."))
 	agent.Method(a, "sleep", sleepData, agent.Describe("Waits ms milliseconds (at most 5 minutes), then returns how long it slept."))
 	agent.Method(a, "fail", failData, agent.Describe("Fails with the given status (400-599, default 500) and message; for trying error paths."))
+	agent.Method(a, "remind", remind, agent.Describe(`Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.`))
+	agent.Method(a, "tick", tick, agent.Describe(`Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.`))
 	a.FileFunc(file)
 	return a
 }

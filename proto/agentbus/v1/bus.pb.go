@@ -33,6 +33,9 @@ const (
 	Kind_KIND_DATA        Kind = 2
 	Kind_KIND_FILE        Kind = 3
 	Kind_KIND_WEBHOOK     Kind = 4
+	// A message the agent posts to one of its own instance's threads on its own (Agent2User): the
+	// host stores it as an outgoing message; no handler runs.
+	Kind_KIND_POST Kind = 5
 )
 
 // Enum value maps for Kind.
@@ -43,6 +46,7 @@ var (
 		2: "KIND_DATA",
 		3: "KIND_FILE",
 		4: "KIND_WEBHOOK",
+		5: "KIND_POST",
 	}
 	Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -50,6 +54,7 @@ var (
 		"KIND_DATA":        2,
 		"KIND_FILE":        3,
 		"KIND_WEBHOOK":     4,
+		"KIND_POST":        5,
 	}
 )
 
@@ -197,7 +202,13 @@ type Request struct {
 	// ingress sets it only when every live host of the agent says in its heartbeat that it reads
 	// it (registry.FeatureReplyTo); otherwise the reply subject goes in the Agentbus-Reply-To
 	// header, where older hosts look. A replayed dead letter answers no waiter: replay clears it.
-	ReplyTo       string `protobuf:"bytes,26,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	ReplyTo string `protobuf:"bytes,26,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// Agent2Agent: the workflow ids of the instances whose handlers are waiting on this request,
+	// the first caller first. A call to an instance already in the chain is refused (a cycle),
+	// and so is a chain longer than agent.MaxCallDepth.
+	CallChain []string `protobuf:"bytes,27,rep,name=call_chain,json=callChain,proto3" json:"call_chain,omitempty"`
+	// The name of the schedule that sent the request (a timer), empty for others.
+	Timer         string `protobuf:"bytes,28,opt,name=timer,proto3" json:"timer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -403,6 +414,20 @@ func (x *Request) GetHeaders() []byte {
 func (x *Request) GetReplyTo() string {
 	if x != nil {
 		return x.ReplyTo
+	}
+	return ""
+}
+
+func (x *Request) GetCallChain() []string {
+	if x != nil {
+		return x.CallChain
+	}
+	return nil
+}
+
+func (x *Request) GetTimer() string {
+	if x != nil {
+		return x.Timer
 	}
 	return ""
 }
@@ -797,7 +822,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xfd\x06\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb2\a\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -829,7 +854,10 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"message_id\x18\x17 \x01(\tR\tmessageId\x12\x16\n" +
 	"\x06stream\x18\x18 \x01(\bR\x06stream\x12\x18\n" +
 	"\aheaders\x18\x19 \x01(\fR\aheaders\x12\x19\n" +
-	"\breply_to\x18\x1a \x01(\tR\areplyTo\x1a9\n" +
+	"\breply_to\x18\x1a \x01(\tR\areplyTo\x12\x1d\n" +
+	"\n" +
+	"call_chain\x18\x1b \x03(\tR\tcallChain\x12\x14\n" +
+	"\x05timer\x18\x1c \x01(\tR\x05timer\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\bmetadata\"\xbd\x01\n" +
@@ -870,13 +898,14 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x17\n" +
 	"\x04text\x18\x04 \x01(\tH\x00R\x04text\x88\x01\x01B\a\n" +
-	"\x05_text*[\n" +
+	"\x05_text*j\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_CHAT\x10\x01\x12\r\n" +
 	"\tKIND_DATA\x10\x02\x12\r\n" +
 	"\tKIND_FILE\x10\x03\x12\x10\n" +
-	"\fKIND_WEBHOOK\x10\x04B;Z9github.com/agentbus/agentbus/proto/agentbus/v1;agentbusv1b\x06proto3"
+	"\fKIND_WEBHOOK\x10\x04\x12\r\n" +
+	"\tKIND_POST\x10\x05B;Z9github.com/agentbus/agentbus/proto/agentbus/v1;agentbusv1b\x06proto3"
 
 var (
 	file_agentbus_v1_bus_proto_rawDescOnce sync.Once

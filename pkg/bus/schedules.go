@@ -1,0 +1,36 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// ensureSchedules creates or updates the stream of the agents' timers. Each timer is a JetStream
+// message schedule (the Nats-Schedule header) on its own subject, which the server fires into the
+// same stream when it is due; a host relays the fired message to the inbox and deletes it. The
+// inbox cannot hold the schedules itself: JetStream schedules need a stream that discards old
+// messages and allows roll-ups, and the inbox discards new ones (a full inbox refuses requests
+// instead of dropping those it holds).
+func ensureSchedules(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              subject.SchedulesStream,
+		Description:       "agentbus timers: one message schedule per subject, and fired messages until relayed",
+		Subjects:          []string{subject.SchedulesSubjects()},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Replicas:          cfg.Replicas,
+		Duplicates:        cfg.DedupeWindow,
+		AllowMsgSchedules: true,
+		AllowMsgTTL:       true,
+		AllowRollup:       true,
+		AllowDirect:       true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", subject.SchedulesStream, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,198 @@
+// Package schedule keeps the agents' timers: named message schedules of a workflow instance, held
+// by JetStream itself (the Nats-Schedule header of nats-server 2.12 and later) in the
+// AGENTBUS_SCHEDULES stream, so that they survive every process and need no timer of ours.
+//
+// A schedule's one message is the request it sends when it is due. The server publishes that
+// request to the schedule's fired subject in the same stream; Relay moves fired requests to the
+// inbox, where a host handles them like any other request of their conversation. Publishing a
+// schedule of the same name again replaces it; Cancel removes it.
+//
+// It does not run handlers (package agent does) nor serve HTTP (package ingress lists and cancels
+// schedules through it).
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// ErrInvalid means a schedule's pattern, time zone or name was refused.
+var ErrInvalid = errors.New("invalid schedule")
+
+// Schedule is one named timer of a workflow instance.
+type Schedule struct {
+	// Name identifies the schedule within its instance.
+	Name string `json:"name"`
+	// Tenant and WorkflowID name the instance that owns the schedule.
+	Tenant     string `json:"tenantId"`
+	WorkflowID string `json:"workflowId"`
+	// Pattern is when it fires, as JetStream's Nats-Schedule header states it: "@at {RFC 3339
+	// time}" once, "@every {duration}" repeatedly (at least 1s), or a cron expression with six
+	// fields (seconds first) or one of @hourly, @daily, @weekly, @monthly, @yearly.
+	Pattern string `json:"schedule"`
+	// TimeZone is the IANA zone a cron pattern is read in; empty means UTC.
+	TimeZone string `json:"timeZone,omitempty"`
+	// Request is what the schedule sends each time it fires. Its request id is made anew for
+	// each firing.
+	Request *agentbusv1.Request `json:"-"`
+	// Sequence is the schedule message's sequence in the stream (set by List).
+	Sequence uint64 `json:"-"`
+	// Created is when the schedule was last set (set by List).
+	Created time.Time `json:"createdAt"`
+}
+
+// At is the pattern of a schedule that fires once at t.
+func At(t time.Time) string { return "@at " + t.UTC().Format(time.RFC3339Nano) }
+
+// Every is the pattern of a schedule that fires every d (at least one second).
+func Every(d time.Duration) string { return "@every " + d.String() }
+
+// Store sets, lists and cancels schedules.
+type Store struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// NewStore returns a Store over the schedules stream (bus.Resources.Schedules).
+func NewStore(js jetstream.JetStream, stream jetstream.Stream) *Store {
+	return &Store{js: js, stream: stream}
+}
+
+// firedTTL is how long a fired request stays in the stream when no host relays it (every host
+// down): longer than any outage a timer should survive, short enough that the stream does not
+// grow without bound.
+const firedTTL = 7 * 24 * time.Hour
+
+// Set publishes the schedule, replacing one of the same name. dedupeID, when not empty, makes a
+// second Set with the same id within the de-duplication window a no-op: a handler run again
+// after a crash sets its schedules once.
+func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
+	if err := validName(sch.Name); err != nil {
+		return err
+	}
+	req := proto.Clone(sch.Request).(*agentbusv1.Request)
+	req.Timer = sch.Name
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	msg := &nats.Msg{Subject: subject.Schedule(sch.Tenant, sch.WorkflowID, sch.Name), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.ScheduleHeader, sch.Pattern)
+	msg.Header.Set(jetstream.ScheduleTargetHeader, subject.ScheduleFired(sch.Tenant, sch.WorkflowID, sch.Name))
+	msg.Header.Set(jetstream.ScheduleTTLHeader, firedTTL.String())
+	if sch.TimeZone != "" {
+		msg.Header.Set(jetstream.ScheduleTimeZoneHeader, sch.TimeZone)
+	}
+	if dedupeID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, dedupeID)
+	}
+	if _, err := bus.Publish(ctx, s.js, msg); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.Code == 400 {
+			return fmt.Errorf("%w: %s", ErrInvalid, apiErr.Description)
+		}
+		return fmt.Errorf("setting schedule %q: %w", sch.Name, err)
+	}
+	return nil
+}
+
+// Cancel removes the instance's schedule of that name. It reports whether there was one.
+func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bool, error) {
+	subj := subject.Schedule(tenant, workflowID, name)
+	if _, err := s.stream.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("reading schedule %q: %w", name, err)
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		return false, fmt.Errorf("cancelling schedule %q: %w", name, err)
+	}
+	return true, nil
+}
+
+// List returns the instance's schedules, by name.
+func (s *Store) List(ctx context.Context, tenant, workflowID string) ([]Schedule, error) {
+	return s.list(ctx, subject.InstanceSchedules(tenant, workflowID))
+}
+
+// Pending reports whether the instance has a schedule that may still fire.
+func (s *Store) Pending(ctx context.Context, tenant, workflowID string) (bool, error) {
+	subjects, err := s.subjects(ctx, subject.InstanceSchedules(tenant, workflowID))
+	return len(subjects) > 0, err
+}
+
+// subjects returns the stream's subjects that match filter and hold a message.
+func (s *Store) subjects(ctx context.Context, filter string) ([]string, error) {
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("listing schedules: %w", err)
+	}
+	out := make([]string, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if n > 0 {
+			out = append(out, subj)
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) list(ctx context.Context, filter string) ([]Schedule, error) {
+	subjects, err := s.subjects(ctx, filter)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Schedule, 0, len(subjects))
+	for _, subj := range subjects {
+		raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // fired (once) or cancelled in between
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading schedule: %w", err)
+		}
+		sch, err := decode(raw)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sch)
+	}
+	sortByName(out)
+	return out, nil
+}
+
+func decode(raw *jetstream.RawStreamMsg) (Schedule, error) {
+	req := new(agentbusv1.Request)
+	if err := proto.Unmarshal(raw.Data, req); err != nil {
+		return Schedule{}, fmt.Errorf("decoding schedule %s: %w", raw.Subject, err)
+	}
+	name, err := subject.ScheduleName(raw.Subject)
+	if err != nil {
+		return Schedule{}, err
+	}
+	return Schedule{
+		Name: name, Tenant: req.GetTenantId(), WorkflowID: req.GetWorkflowId(),
+		Pattern: raw.Header.Get(jetstream.ScheduleHeader), TimeZone: raw.Header.Get(jetstream.ScheduleTimeZoneHeader),
+		Request: req, Sequence: raw.Sequence, Created: raw.Time.UTC(),
+	}, nil
+}
+
+// MaxName bounds a schedule's name.
+const MaxName = 128
+
+func validName(name string) error {
+	if name == "" || len(name) > MaxName || strings.ContainsAny(name, "\x00") {
+		return fmt.Errorf("%w: a schedule name is 1-%d characters", ErrInvalid, MaxName)
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package schedule_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/schedule"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+func template(participant string) *agentbusv1.Request {
+	return &agentbusv1.Request{TenantId: "acme", WorkflowId: "acme:Echo:Supervisor Workflow:a", AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: participant,
+		Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
+}
+
+// inboxRequests reads what reached the inbox after waiting wait (or until want arrived).
+func inboxRequests(t *testing.T, res *bus.Resources, want int, wait time.Duration) []*agentbusv1.Request {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(wait)
+	for {
+		info, err := res.Inbox.Info(ctx)
+		require.NoError(t, err)
+		if int(info.State.Msgs) >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // and none more
+	info, err := res.Inbox.Info(ctx)
+	require.NoError(t, err)
+	var out []*agentbusv1.Request
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := res.Inbox.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		req := new(agentbusv1.Request)
+		require.NoError(t, proto.Unmarshal(m.Data, req))
+		out = append(out, req)
+	}
+	return out
+}
+
+func TestTimersFireOnceAndAreRelayed(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	store := schedule.NewStore(res.JS, res.Schedules)
+	ctx, cancel := context.WithCancel(context.Background())
+	relayed := make(chan error, 1)
+	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { cancel(); <-relayed })
+
+	wf := "acme:Echo:Supervisor Workflow:a"
+	due := time.Now().Add(time.Second)
+	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "once", Tenant: "acme", WorkflowID: wf, Pattern: schedule.At(due), Request: template("u1")}, "acme:r1.timer.1"))
+	// The same set again (a handler run again) is de-duplicated.
+	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "once", Tenant: "acme", WorkflowID: wf, Pattern: schedule.At(due), Request: template("u1")}, "acme:r1.timer.1"))
+	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "never", Tenant: "acme", WorkflowID: wf, Pattern: schedule.At(time.Now().Add(time.Hour)), Request: template("u2")}, ""))
+
+	listed, err := store.List(ctx, "acme", wf)
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+	assert.Equal(t, "never", listed[0].Name)
+	assert.Equal(t, "once", listed[1].Name)
+	assert.Equal(t, "u1", listed[1].Request.GetParticipantId())
+
+	cancelled, err := store.Cancel(ctx, "acme", wf, "never")
+	require.NoError(t, err)
+	assert.True(t, cancelled)
+	cancelled, err = store.Cancel(ctx, "acme", wf, "never")
+	require.NoError(t, err)
+	assert.False(t, cancelled, "a schedule is cancelled once")
+
+	got := inboxRequests(t, res, 2, 4*time.Second)
+	require.Len(t, got, 1, "the timer fires once and the cancelled one never")
+	assert.Equal(t, "once", got[0].GetTimer())
+	assert.Equal(t, "u1", got[0].GetParticipantId())
+	assert.Regexp(t, `^timer:\d+:once$`, got[0].GetRequestId())
+	late := time.UnixMilli(got[0].GetCreatedAtMs()).Sub(due)
+	t.Logf("fired %v after its time", late)
+	assert.Less(t, late, 2*time.Second)
+
+	pending, err := store.Pending(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.False(t, pending, "a one-time schedule is gone once it fired")
+}
+
+func TestRecurringTimerFiresWithNewRequestIDs(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	store := schedule.NewStore(res.JS, res.Schedules)
+	ctx, cancel := context.WithCancel(context.Background())
+	relayed := make(chan error, 1)
+	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { cancel(); <-relayed })
+
+	wf := "acme:Echo:Supervisor Workflow:a"
+	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "tick", Tenant: "acme", WorkflowID: wf, Pattern: schedule.Every(time.Second), Request: template("u1")}, ""))
+	got := inboxRequests(t, res, 2, 5*time.Second)
+	require.Len(t, got, 2)
+	assert.NotEqual(t, got[0].GetRequestId(), got[1].GetRequestId())
+	pending, err := store.Pending(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.True(t, pending)
+
+	err = store.Set(ctx, schedule.Schedule{Name: "bad", Tenant: "acme", WorkflowID: wf, Pattern: "@every soon", Request: template("u1")}, "")
+	assert.ErrorIs(t, err, schedule.ErrInvalid)
+}
