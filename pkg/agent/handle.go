@@ -447,8 +447,14 @@ func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) 
 func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) (*agentbusv1.Reply, *history.Message) {
 	if err != nil {
 		status, detail := http.StatusInternalServerError, "the handler failed"
-		var he *Error
-		if errors.As(err, &he) {
+		var (
+			he *Error
+			ce *CallError
+		)
+		if errors.As(err, &ce) {
+			// A call this handler made failed, and the handler passed the failure on.
+			status, detail = ce.Status, ce.Message
+		} else if errors.As(err, &he) {
 			status, detail = he.Status, he.Message
 			if status < 400 || status > 599 {
 				status = http.StatusInternalServerError

@@ -167,6 +167,7 @@ type Host struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	timers  *schedule.Store
+	replies *bus.Replies // waits for the replies of Agent2Agent calls
 	keeper  *bus.InboxKeeper
 	sem     chan struct{}
 	idle    chan *conversation // idle drainers wait on it for the next conversation to drain
@@ -230,6 +231,7 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = h.dir.Close() }()
+	defer func() { _ = h.replies.Close() }()
 
 	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -297,6 +299,9 @@ func (h *Host) start(ctx context.Context) error {
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
 	h.timers = schedule.NewStore(js, res.Schedules)
+	if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
+		return err
+	}
 	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
 
 	regs := make([]registry.Agent, 0, len(h.agents))

@@ -2,6 +2,7 @@ package echo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -76,4 +77,34 @@ func tick(ctx context.Context, in tickIn) (map[string]any, error) {
 		return nil, fmt.Errorf("starting the tick: %w", err)
 	}
 	return map[string]any{"ticking": true, "every": every.String()}, nil
+}
+
+type relayIn struct {
+	Agent        string          `json:"agent,omitempty" jsonschema:"the agent to call (default Echo)"`
+	WorkflowType string          `json:"workflowType,omitempty" jsonschema:"its workflow type (default Supervisor Workflow)"`
+	Activation   string          `json:"activation,omitempty" jsonschema:"the activation name of the instance to call"`
+	WorkflowID   string          `json:"workflowId,omitempty" jsonschema:"or the instance's workflow id (of this tenant)"`
+	Method       string          `json:"method" jsonschema:"the Data method to call"`
+	Params       json.RawMessage `json:"params,omitempty" jsonschema:"the method's parameters"`
+}
+
+// relay calls a Data method of another instance of the tenant (Agent2Agent) and answers with its
+// result.
+func relay(ctx context.Context, in relayIn) (map[string]any, error) {
+	if in.Agent == "" {
+		in.Agent = Name
+	}
+	if in.Method == "" {
+		return nil, agent.Errorf(http.StatusBadRequest, "relay needs a method")
+	}
+	var params any
+	if len(in.Params) > 0 {
+		params = in.Params
+	}
+	var result json.RawMessage
+	inst := agent.MessageFrom(ctx).Instance()
+	if err := inst.Call(ctx, agent.Peer{Agent: in.Agent, WorkflowType: in.WorkflowType, Activation: in.Activation, WorkflowID: in.WorkflowID}, in.Method, params, &result); err != nil {
+		return nil, err
+	}
+	return map[string]any{"result": result}, nil
 }

@@ -105,6 +105,7 @@ func New(opts ...Option) *agent.Agent {
 	agent.Method(a, "fail", failData, agent.Describe("Fails with the given status (400-599, default 500) and message; for trying error paths."))
 	agent.Method(a, "remind", remind, agent.Describe(`Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.`))
 	agent.Method(a, "tick", tick, agent.Describe(`Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.`))
+	agent.Method(a, "relay", relay, agent.Describe(`Calls a Data method of another instance of this tenant and returns its result: {"activation":"b","method":"count"}.`))
 	a.FileFunc(file)
 	return a
 }
