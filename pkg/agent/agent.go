@@ -28,6 +28,22 @@
 //	agent.Method(a, "sum", sum, agent.Describe("Adds numbers"))
 //	a.Chat(agent.ChatWithTools(model, agent.SystemPrompt("…"), agent.MaxRounds(8)))
 //
+// Handlers also act on their own, through the Instance. Post stores a message in a thread of the
+// instance (Agent2User: "your report is ready"); Schedule sets a durable timer whose message
+// comes back to the instance once, after a delay, every interval or on a cron schedule
+// (Message.Timer names it); Tell and Call reach another agent's instance of the same tenant
+// (Agent2Agent), Call waiting for the callee's reply:
+//
+//	inst := m.Instance()
+//	inst.Post(ctx, agent.Post{Text: "Your report is ready."})
+//	inst.Schedule(ctx, agent.Timer{Name: "nudge", After: time.Hour, Method: "nudge"})
+//	inst.Call(ctx, agent.Peer{Agent: "Billing"}, "invoice", params, &invoice)
+//
+// What a handler sends this way is part of its request's outcome: each post, timer, tell and call
+// is numbered by its place among the request's, so a handler run again (a retry, a host that
+// crashed) that makes them in the same order sends each once, and a repeated call gets the first
+// result. Timers live in NATS JetStream, not in a host, and survive the restart of every process.
+//
 // A Host runs agents against NATS: it pulls requests from the agentbus inbox, keeps each workflow
 // instance's record and state in JetStream, calls the handlers and publishes their replies. A
 // program that imports this package and calls Host.Run is a workflow host; ingress needs no
