@@ -446,14 +446,14 @@ func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) 
 // store (nil when the handler sent no reply).
 func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) (*agentbusv1.Reply, *history.Message) {
 	if err != nil {
-		status, detail := http.StatusInternalServerError, "the handler failed"
+		status, detail, slug := http.StatusInternalServerError, "the handler failed", "handler-error"
 		var (
 			he *Error
 			ce *CallError
 		)
 		if errors.As(err, &ce) {
 			// A call this handler made failed, and the handler passed the failure on.
-			status, detail = ce.Status, ce.Message
+			status, detail, slug = ce.Status, ce.Message, ce.Slug
 		} else if errors.As(err, &he) {
 			status, detail = he.Status, he.Message
 			if status < 400 || status > 599 {
@@ -469,7 +469,7 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 		} else {
 			log.Error("handler failed", "err", err)
 		}
-		return errorReply(req, status, "handler-error", detail, "out")
+		return errorReply(req, status, slug, detail, "out")
 	}
 	if reply.Text == nil && reply.Data == nil {
 		return &agentbusv1.Reply{StatusCode: http.StatusOK}, nil
