@@ -86,8 +86,8 @@ func (e *CallError) Error() string {
 func (e *CallError) Unwrap() error { return e.kind }
 
 // CallerPrefix begins the participant id a callee sees as the sender of an Agent2Agent message:
-// "agent:" and the calling agent's name, lowercased.
-const CallerPrefix = "agent:"
+// "agent:" and the calling agent's name, lowercased. Clients may not send as such a participant.
+const CallerPrefix = ident.AgentParticipantPrefix
 
 // Tell sends a Chat or Data message to another instance of the tenant (Agent2Agent) without
 // waiting for its handling; it returns once the message is durable. The callee's conversation

@@ -142,3 +142,20 @@ func Participant(id string) (string, error) {
 	}
 	return id, nil
 }
+
+// AgentParticipantPrefix begins the participant ids of the conversations in which agents call each
+// other (Agent2Agent): "agent:" and the calling agent's name.
+const AgentParticipantPrefix = "agent:"
+
+// SenderParticipant is Participant for a participant id a client sends as: one that begins with
+// AgentParticipantPrefix is refused, so that a callee can trust that such a sender is an agent.
+func SenderParticipant(id string) (string, error) {
+	p, err := Participant(id)
+	if err == nil && strings.HasPrefix(p, AgentParticipantPrefix) {
+		return "", ErrAgentParticipant
+	}
+	return p, err
+}
+
+// ErrAgentParticipant refuses a client's participant id that begins with AgentParticipantPrefix.
+var ErrAgentParticipant = errors.New(`participantId may not begin with "agent:": those conversations belong to agents calling each other`)

@@ -417,7 +417,7 @@ func mcpAddress(args map[string]json.RawMessage, agent, tenant string, dir *regi
 	if err != nil {
 		return ident.Workflow{}, "", err
 	}
-	participant, err := ident.Participant(pid)
+	participant, err := ident.SenderParticipant(pid)
 	if err != nil {
 		return ident.Workflow{}, "", fmt.Errorf("participantId: %w", err)
 	}

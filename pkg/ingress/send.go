@@ -135,7 +135,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	participant, err := ident.Participant(body.ParticipantID)
+	participant, err := ident.SenderParticipant(body.ParticipantID)
+	if errors.Is(err, ident.ErrAgentParticipant) {
+		fail(http.StatusBadRequest, "invalid-field", err.Error())
+		return
+	}
 	if err != nil || participant == "" {
 		fail(http.StatusBadRequest, "invalid-field", "participantId must be 1-256 characters of text")
 		return

@@ -62,7 +62,7 @@ func resolveTarget(ref, participantParam, tenant, def string) (ident.Workflow, s
 	if wf.Tenant != tenant {
 		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "the workflow belongs to another tenant"}
 	}
-	participant, err := ident.Participant(participantParam)
+	participant, err := ident.SenderParticipant(participantParam)
 	if err != nil {
 		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-participant", Detail: err.Error()}
 	}
