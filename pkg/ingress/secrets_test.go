@@ -111,7 +111,7 @@ func secQueryAndHeaderCases(k secKeys) []routeCase {
 	auth := bearerHeader
 	return []routeCase{
 		// The apikey query parameter (webhook; converse and history take it too).
-		{"webhook ok", post, wh + "Echo/echo" + isoQuery("apikey", user, "x", "1"), append(auth(admin), "Cookie", "session="+admin), `{"a":1}`, 200},
+		{"webhook ok", post, wh + "Echo/echo" + isoQuery("apikey", user, "x", "1"), append(auth(admin), "Cookie", "sid="+admin), `{"a":1}`, 200},
 		{"webhook handler sees no credentials", post, wh + "Leaky/show" + isoQuery("apikey", user, "y", "2"),
 			append(auth(admin), "Proxy-Authorization", "Bearer "+otherAdmin, "Cookie", "k="+admin), "body", 200},
 		{"webhook key twice", post, wh + "Echo/echo" + isoQuery("apikey", user, "apikey", user), nil, "", 200},

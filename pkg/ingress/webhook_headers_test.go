@@ -67,7 +67,7 @@ func TestWebhookHeadersReachTheHandler(t *testing.T) {
 		"x-lower-case":        {"sent in lower case"},
 		"X-Github-Delivery":   {"72d3162e-cc78-11e3-81ab-4c9367dc0958"},
 		"Authorization":       {"Bearer not-for-the-handler"},
-		"Cookie":              {"session=not-for-the-handler"},
+		"Cookie":              {"sid=not-for-the-handler"},
 		"Proxy-Authorization": {"Basic bm90LWZvci10aGUtaGFuZGxlcg=="},
 	})
 	require.Equal(t, http.StatusOK, status, "%s", b)
