@@ -119,4 +119,3 @@ func envOr(name, def string) string {
 	}
 	return def
 }
-
