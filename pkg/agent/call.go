@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -76,6 +76,11 @@ type CallError struct {
 	// Message is the client-safe message of the failure.
 	Message string
 	kind    error
+}
+
+// callError is a failed call of problem type t; kind is the sentinel errors.Is finds.
+func callError(t problem.Type, kind error, message string) *CallError {
+	return &CallError{Status: t.Status, Slug: t.Slug, Message: message, kind: kind}
 }
 
 func (e *CallError) Error() string {
@@ -163,11 +168,9 @@ func (fx *effects) peerRequest(to Peer, id, method string) (*agentbusv1.Request,
 	chain := append(slices.Clone(from.GetCallChain()), from.GetWorkflowId())
 	switch {
 	case slices.Contains(chain, wf.ID()):
-		return nil, &CallError{Status: http.StatusConflict, Slug: "call-cycle", kind: ErrCallCycle,
-			Message: fmt.Sprintf("%s is already waiting in this chain of calls", wf.ID())}
+		return nil, callError(problem.CallCycle, ErrCallCycle, fmt.Sprintf("%s is already waiting in this chain of calls", wf.ID()))
 	case len(chain) > MaxCallDepth:
-		return nil, &CallError{Status: http.StatusConflict, Slug: "call-depth", kind: ErrCallDepth,
-			Message: fmt.Sprintf("a chain of calls is at most %d deep", MaxCallDepth)}
+		return nil, callError(problem.CallDepth, ErrCallDepth, fmt.Sprintf("a chain of calls is at most %d deep", MaxCallDepth))
 	}
 	return &agentbusv1.Request{
 		RequestId: id, TenantId: wf.Tenant, WorkflowId: wf.ID(), AgentName: wf.Agent, WorkflowType: wf.WorkflowType,
@@ -182,11 +185,10 @@ func (to Peer) workflow(tenant string) (ident.Workflow, error) {
 	if to.WorkflowID != "" {
 		parsed, err := ident.ParseWorkflowID(to.WorkflowID)
 		if err != nil {
-			return wf, &CallError{Status: http.StatusBadRequest, Slug: "invalid-workflow-id", kind: ErrPeerNotFound, Message: err.Error()}
+			return wf, callError(problem.InvalidWorkflowID, ErrPeerNotFound, err.Error())
 		}
 		if parsed.Tenant != tenant {
-			return wf, &CallError{Status: http.StatusForbidden, Slug: "other-tenant", kind: ErrOtherTenant,
-				Message: "an agent reaches the instances of its own tenant only"}
+			return wf, callError(problem.OtherTenant, ErrOtherTenant, "an agent reaches the instances of its own tenant only")
 		}
 		wf = parsed
 	}
@@ -198,8 +200,7 @@ func (to Peer) workflow(tenant string) (ident.Workflow, error) {
 	}
 	for _, name := range []string{wf.Agent, wf.WorkflowType, wf.Activation} {
 		if err := ident.ValidName(name); err != nil {
-			return wf, &CallError{Status: http.StatusBadRequest, Slug: "invalid-peer", kind: ErrPeerNotFound,
-				Message: fmt.Sprintf("%q %v", name, err)}
+			return wf, callError(problem.InvalidPeer, ErrPeerNotFound, fmt.Sprintf("%q %v", name, err))
 		}
 	}
 	return wf, nil
@@ -210,12 +211,10 @@ func (to Peer) workflow(tenant string) (ident.Workflow, error) {
 func (h *Host) checkPeer(wf ident.Workflow, method string) error {
 	reg, ok := h.dir.Agent(wf.Agent)
 	if !ok || !reg.VisibleTo(wf.Tenant) || !slices.Contains(reg.WorkflowTypes, wf.WorkflowType) {
-		return &CallError{Status: http.StatusNotFound, Slug: "unknown-agent", kind: ErrPeerNotFound,
-			Message: fmt.Sprintf("no agent %q with workflow type %q", wf.Agent, wf.WorkflowType)}
+		return callError(problem.UnknownAgent, ErrPeerNotFound, fmt.Sprintf("no agent %q with workflow type %q", wf.Agent, wf.WorkflowType))
 	}
 	if method != "" && !slices.Contains(reg.DataMethods, strings.ToLower(method)) {
-		return &CallError{Status: http.StatusNotFound, Slug: "unknown-method", kind: ErrPeerNotFound,
-			Message: fmt.Sprintf("agent %q has no Data method %q", wf.Agent, method)}
+		return callError(problem.UnknownMethod, ErrPeerNotFound, fmt.Sprintf("agent %q has no Data method %q", wf.Agent, method))
 	}
 	return nil
 }
@@ -248,8 +247,7 @@ func (h *Host) call(ctx context.Context, req *agentbusv1.Request) (*agentbusv1.R
 	case errors.Is(err, bus.ErrNotAccepted):
 		return nil, Retryable(fmt.Errorf("publishing a call: %w", err))
 	default:
-		return nil, &CallError{Status: http.StatusGatewayTimeout, Slug: "call-timeout", kind: ErrCallTimeout,
-			Message: fmt.Sprintf("%s did not answer %s in time; the call may still run", req.GetAgentName(), req.GetMethod())}
+		return nil, callError(problem.CallTimeout, ErrCallTimeout, fmt.Sprintf("%s did not answer %s in time; the call may still run", req.GetAgentName(), req.GetMethod()))
 	}
 	if ref := rep.GetContentRef(); ref != nil {
 		if rep.Content, err = h.claims.Get(ctx, ref); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonenc"
+	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -90,7 +91,7 @@ type target struct {
 func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply) {
 	a := h.agents[req.GetAgentName()]
 	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
-		return nil, target{}, webhookReply(platformError(http.StatusNotFound, "unknown-agent", "no such agent or workflow type"), "")
+		return nil, target{}, webhookReply(platformError(problem.UnknownAgent, "no such agent or workflow type"), "")
 	}
 	var t target
 	switch req.GetKind() {
@@ -106,7 +107,7 @@ func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply
 		t.handler = a.file
 	}
 	if t.webhook == nil && t.handler == nil {
-		return nil, target{}, webhookReply(platformError(http.StatusNotFound, "unknown-method", "the agent has no such method"), "")
+		return nil, target{}, webhookReply(platformError(problem.UnknownMethod, "the agent has no such method"), "")
 	}
 	return a, t, nil
 }
@@ -446,7 +447,7 @@ func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) 
 // store (nil when the handler sent no reply).
 func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) (*agentbusv1.Reply, *history.Message) {
 	if err != nil {
-		status, detail, slug := http.StatusInternalServerError, "the handler failed", "handler-error"
+		status, detail, slug := problem.HandlerError.Status, "the handler failed", problem.HandlerError.Slug
 		var (
 			he *Error
 			ce *CallError
@@ -480,7 +481,7 @@ func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Log
 		if err != nil {
 			log.Error("encoding reply data", "err", err)
 			detail := "the handler's reply could not be encoded"
-			return &agentbusv1.Reply{StatusCode: http.StatusInternalServerError, Error: "handler-error", Content: []byte(detail)}, nil
+			return &agentbusv1.Reply{StatusCode: int32(problem.HandlerError.Status), Error: problem.HandlerError.Slug, Content: []byte(detail)}, nil
 		}
 		data = b
 	}
@@ -497,7 +498,7 @@ func errorReply(req *agentbusv1.Request, status int, slug, detail, part string) 
 
 // deadLetterResponse is the answer of a request kept as a dead letter.
 func deadLetterResponse(in *inbound) Response {
-	return platformError(http.StatusInternalServerError, "dead-lettered",
+	return platformError(problem.DeadLettered,
 		fmt.Sprintf("the handler failed on all %d attempts; the request was kept as dead letter %d, for an operator to replay or discard", in.tries.n, in.deadID))
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -428,7 +428,7 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		ref, err := h.claims.Put(ctx, subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "reply"), rep.Content)
 		if err != nil {
 			log.Error("storing large reply", "err", err)
-			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: http.StatusBadGateway, Error: "reply-too-large",
+			rep = &agentbusv1.Reply{RequestId: req.GetRequestId(), StatusCode: int32(problem.ReplyTooLarge.Status), Error: problem.ReplyTooLarge.Slug,
 				Content: []byte("the reply was too large to deliver"), RunId: rep.GetRunId(), Fingerprint: req.GetFingerprint()}
 		} else {
 			rep.Content, rep.ContentRef = nil, ref
@@ -524,8 +524,8 @@ func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, ca
 
 // platformError is a reply the platform makes on a handler's behalf; ingress turns it into a
 // problem+json answer.
-func platformError(status int, slug, detail string) Response {
-	return Response{StatusCode: status, Content: []byte(detail), ContentType: "text/plain; charset=utf-8", platformError: slug}
+func platformError(t problem.Type, detail string) Response {
+	return Response{StatusCode: t.Status, Content: []byte(detail), ContentType: "text/plain; charset=utf-8", platformError: t.Slug}
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off between attempts: a NATS hiccup

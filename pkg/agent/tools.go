@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -411,7 +412,7 @@ func toolResult(req *agentbusv1.Request, reply Reply, err error, log *slog.Logge
 		if status >= 500 {
 			log.Warn("tool call failed", "status", status, "err", err)
 		}
-		_, out := errorReply(req, status, "handler-error", detail, "tool")
+		_, out := errorReply(req, status, problem.HandlerError.Slug, detail, "tool")
 		return out
 	}
 	var data json.RawMessage
@@ -419,7 +420,7 @@ func toolResult(req *agentbusv1.Request, reply Reply, err error, log *slog.Logge
 		b, err := json.Marshal(reply.Data)
 		if err != nil {
 			log.Error("encoding a tool call's reply", "err", err)
-			_, out := errorReply(req, http.StatusInternalServerError, "handler-error", "the handler's reply could not be encoded", "tool")
+			_, out := errorReply(req, problem.HandlerError.Status, problem.HandlerError.Slug, "the handler's reply could not be encoded", "tool")
 			return out
 		}
 		data = b

@@ -48,74 +48,47 @@ type newKeyAnswer struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
-// adminCaller authenticates an admin request from the Authorization header and refuses user
-// keys. On failure it has written the problem and returns false.
-func (s *Server) adminCaller(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
-	key, p := s.authenticate("the Authorization header", r.Header.Get("Authorization"))
+// identifyAdmin is identify for the admin API; on failure it has written the problem and
+// returns false.
+func (s *Server) identifyAdmin(w http.ResponseWriter, r *http.Request, a access) (caller, bool) {
+	c, p := s.identify(r, r.URL.Query(), a)
 	if p != nil {
 		problem.Write(w, *p)
-		return keys.Key{}, false
+		return caller{}, false
 	}
-	if key.Role != keys.RoleSystemAdmin && key.Role != keys.RoleTenantAdmin {
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs an admin key"})
-		return keys.Key{}, false
-	}
-	return key, true
+	return c, true
 }
 
-// systemCaller is adminCaller for the endpoints of system admins only.
-func (s *Server) systemCaller(w http.ResponseWriter, r *http.Request) (keys.Key, bool) {
-	key, ok := s.adminCaller(w, r)
-	if ok && key.Role != keys.RoleSystemAdmin {
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs a system-admin key"})
-		return keys.Key{}, false
-	}
-	return key, ok
-}
-
-// keyScope authenticates a key endpoint and finds whose keys it manages: the path tenant's
+// keyScope identifies the caller of a key endpoint and whose keys it manages: the path tenant's
 // (for its tenant admins and system admins), or, on /api/v1/admin/keys, the tenant-less
 // system keys (for system admins). The other endpoints of a tenant's admins (its dead letters)
 // are scoped by it too. On failure it has written the problem and returns false.
-func (s *Server) keyScope(w http.ResponseWriter, r *http.Request) (caller keys.Key, tenant string, ok bool) {
-	caller, ok = s.adminCaller(w, r)
-	if !ok {
-		return keys.Key{}, "", false
+func (s *Server) keyScope(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	if !strings.HasPrefix(r.Pattern, systemKeysPath) {
+		return s.identifyAdmin(w, r, adminAccess)
 	}
-	if strings.HasPrefix(r.Pattern, systemKeysPath) {
-		if caller.Role != keys.RoleSystemAdmin {
-			problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "this endpoint needs a system-admin key"})
-			return keys.Key{}, "", false
-		}
-		if r.Header.Get("X-Tenant-Id") != "" {
-			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "tenant-mismatch",
-				Detail: "/api/v1/admin/keys manages system keys; a tenant's keys are under /api/v1/admin/tenants/{tenantId}/keys"})
-			return keys.Key{}, "", false
-		}
-		return caller, "", true
+	c, ok := s.identifyAdmin(w, r, systemAccess)
+	if ok && r.Header.Get("X-Tenant-Id") != "" {
+		problem.TenantMismatch.Write(w, "/api/v1/admin/keys manages system keys; a tenant's keys are under /api/v1/admin/tenants/{tenantId}/keys")
+		return caller{}, false
 	}
-	tenant, p := s.sendTenant(r, caller)
-	if p != nil {
-		problem.Write(w, *p)
-		return keys.Key{}, "", false
-	}
-	return caller, tenant, true
+	return c, ok
 }
 
 // mayManage reports whether caller may create, revoke or rotate keys of this role: only system
 // admins touch system-admin keys, so a tenant admin cannot raise itself.
-func mayManage(caller keys.Key, role keys.Role) bool {
-	return caller.Role == keys.RoleSystemAdmin || role != keys.RoleSystemAdmin
+func mayManage(c caller, role keys.Role) bool {
+	return c.isSystem() || role != keys.RoleSystemAdmin
 }
 
 // storeFailed answers a failure of the key or tenant store; the cause is only logged.
 func (s *Server) storeFailed(w http.ResponseWriter, what string, err error) {
 	s.log.Error(what, "err", err)
-	problem.Write(w, problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1})
+	problem.BusUnavailable.Write(w, "try again")
 }
 
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.systemCaller(w, r); !ok {
+	if _, ok := s.identifyAdmin(w, r, systemAccess); !ok {
 		return
 	}
 	ts, err := s.keys.ListTenants(r.Context())
@@ -133,7 +106,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.systemCaller(w, r); !ok {
+	if _, ok := s.identifyAdmin(w, r, systemAccess); !ok {
 		return
 	}
 	var body struct {
@@ -146,10 +119,10 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	t, err := s.keys.CreateTenant(r.Context(), body.ID)
 	switch {
 	case errors.Is(err, ident.ErrInvalidTenant):
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: "id: " + ident.ErrInvalidTenant.Error()})
+		problem.InvalidTenant.Write(w, "id: "+ident.ErrInvalidTenant.Error())
 		return
 	case errors.Is(err, keys.ErrTenantExists):
-		problem.Write(w, problem.Problem{Status: http.StatusConflict, Slug: "tenant-exists", Detail: "a tenant with this id exists"})
+		problem.TenantExists.Write(w, "a tenant with this id exists")
 		return
 	case err != nil:
 		s.storeFailed(w, "creating tenant", err)
@@ -160,18 +133,13 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
-	caller, ok := s.adminCaller(w, r)
+	c, ok := s.identifyAdmin(w, r, adminAccess)
 	if !ok {
 		return
 	}
-	tenant, p := s.sendTenant(r, caller)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	t, err := s.keys.GetTenant(r.Context(), tenant)
-	if errors.Is(err, keys.ErrUnknownTenant) { // deleted since sendTenant looked
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+	t, err := s.keys.GetTenant(r.Context(), c.tenant)
+	if errors.Is(err, keys.ErrUnknownTenant) { // deleted since identify looked
+		problem.UnknownTenant.Write(w, "no such tenant")
 		return
 	}
 	if err != nil {
@@ -186,17 +154,17 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 // deletion that failed part way leaves a tenant that readers no longer see, and calling again
 // finishes it.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
-	caller, ok := s.systemCaller(w, r)
+	c, ok := s.identifyAdmin(w, r, systemAccess)
 	if !ok {
 		return
 	}
 	tenant, header := r.PathValue("tenantId"), r.Header.Get("X-Tenant-Id")
 	if header != "" && header != tenant {
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "tenant-mismatch", Detail: "the path tenant and X-Tenant-Id differ"})
+		problem.TenantMismatch.Write(w, "the path tenant and X-Tenant-Id differ")
 		return
 	}
 	if !ident.ValidTenant(tenant) {
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-tenant", Detail: ident.ErrInvalidTenant.Error()})
+		problem.InvalidTenant.Write(w, ident.ErrInvalidTenant.Error())
 		return
 	}
 	// Dead letters go first: if that fails the tenant is still there to delete again, whereas
@@ -208,22 +176,23 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.keys.DeleteTenant(r.Context(), tenant)
 	if errors.Is(err, keys.ErrUnknownTenant) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+		problem.UnknownTenant.Write(w, "no such tenant")
 		return
 	}
 	if err != nil {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
-	s.log.Info("tenant deleted", "tenant", tenant, "by", caller.ID)
+	s.log.Info("tenant deleted", "tenant", tenant, "by", c.key.ID)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
-	_, tenant, ok := s.keyScope(w, r)
+	c, ok := s.keyScope(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	ks, err := s.keys.Keys(r.Context(), tenant)
 	if err != nil {
 		s.storeFailed(w, "listing keys", err)
@@ -241,10 +210,11 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, ok := s.keyScope(w, r)
+	c, ok := s.keyScope(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	var body struct {
 		Name string    `json:"name"`
 		Role keys.Role `json:"role"`
@@ -254,14 +224,14 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	invalid := func(detail string) {
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: detail})
+		problem.InvalidField.Write(w, detail)
 	}
 	switch {
 	case !body.Role.Valid():
 		invalid("role must be user, tenant-admin or system-admin")
 		return
-	case !mayManage(caller, body.Role):
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins create system-admin keys"})
+	case !mayManage(c, body.Role):
+		problem.Forbidden.Write(w, "only system admins create system-admin keys")
 		return
 	case tenant != "" && body.Role == keys.RoleSystemAdmin:
 		invalid("system-admin keys belong to no tenant: create them with POST " + systemKeysPath)
@@ -273,7 +243,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		invalid("name must be at most 128 bytes of text without control characters")
 		return
 	}
-	secret, k, err := s.keys.Create(r.Context(), keys.NewKey{Tenant: tenant, Role: body.Role, Name: body.Name, CreatedBy: caller.ID})
+	secret, k, err := s.keys.Create(r.Context(), keys.NewKey{Tenant: tenant, Role: body.Role, Name: body.Name, CreatedBy: c.key.ID})
 	if err != nil {
 		s.storeFailed(w, "creating key", err)
 		return
@@ -281,7 +251,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	if !s.tenantStillThere(w, r.Context(), k) {
 		return
 	}
-	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", caller.ID)
+	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", c.key.ID)
 	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: k})
 }
 
@@ -301,7 +271,7 @@ func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k 
 		s.log.Error("revoking a key of a deleted tenant", "key", k.ID, "err", rerr)
 	}
 	if errors.Is(err, keys.ErrUnknownTenant) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-tenant", Detail: "no such tenant"})
+		problem.UnknownTenant.Write(w, "no such tenant")
 	} else {
 		s.storeFailed(w, "reading tenant", err)
 	}
@@ -328,7 +298,7 @@ func (s *Server) scopedKey(w http.ResponseWriter, r *http.Request, tenant string
 		err = keys.ErrUnknownKey
 	}
 	if errors.Is(err, keys.ErrUnknownKey) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-key", Detail: "no such key"})
+		problem.UnknownKey.Write(w, "no such key")
 		return keys.Key{}, false
 	}
 	if err != nil {
@@ -339,10 +309,11 @@ func (s *Server) scopedKey(w http.ResponseWriter, r *http.Request, tenant string
 }
 
 func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
-	_, tenant, ok := s.keyScope(w, r)
+	c, ok := s.keyScope(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	k, ok := s.scopedKey(w, r, tenant)
 	if !ok {
 		return
@@ -352,48 +323,50 @@ func (s *Server) getKey(w http.ResponseWriter, r *http.Request) {
 
 // manageableKey finds the key a revoke or rotate call names, within the caller's scope, and
 // checks the caller may change it (verb names the change in the refusal).
-func (s *Server) manageableKey(w http.ResponseWriter, r *http.Request, verb string) (caller keys.Key, tenant string, k keys.Key, ok bool) {
-	if caller, tenant, ok = s.keyScope(w, r); !ok {
+func (s *Server) manageableKey(w http.ResponseWriter, r *http.Request, verb string) (c caller, k keys.Key, ok bool) {
+	if c, ok = s.keyScope(w, r); !ok {
 		return
 	}
-	if k, ok = s.scopedKey(w, r, tenant); !ok {
+	if k, ok = s.scopedKey(w, r, c.tenant); !ok {
 		return
 	}
-	if !mayManage(caller, k.Role) {
-		problem.Write(w, problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "only system admins " + verb + " system-admin keys"})
-		return caller, tenant, k, false
+	if !mayManage(c, k.Role) {
+		problem.Forbidden.Write(w, "only system admins "+verb+" system-admin keys")
+		return c, k, false
 	}
-	return caller, tenant, k, true
+	return c, k, true
 }
 
 // revokeKey revokes a key. It takes effect on every ingress through the watch of the keys
 // bucket. Revoking a revoked key again is not an error and keeps the first revocation time.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, k, ok := s.manageableKey(w, r, "revoke")
+	c, k, ok := s.manageableKey(w, r, "revoke")
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	if _, err := s.keys.RevokeID(r.Context(), k.ID); err != nil {
 		s.storeFailed(w, "revoking key", err)
 		return
 	}
-	s.log.Info("key revoked", "tenant", tenant, "key", k.ID, "by", caller.ID)
+	s.log.Info("key revoked", "tenant", tenant, "key", k.ID, "by", c.key.ID)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // rotateKey replaces a key with a new one of the same name and role, and revokes the old one.
 func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, k, ok := s.manageableKey(w, r, "rotate")
+	c, k, ok := s.manageableKey(w, r, "rotate")
 	if !ok {
 		return
 	}
-	secret, nk, old, err := s.keys.Rotate(r.Context(), k.ID, caller.ID)
+	tenant := c.tenant
+	secret, nk, old, err := s.keys.Rotate(r.Context(), k.ID, c.key.ID)
 	switch {
 	case errors.Is(err, keys.ErrRevoked):
-		problem.Write(w, problem.Problem{Status: http.StatusConflict, Slug: "key-revoked", Detail: "the key is revoked; create a new one instead"})
+		problem.KeyRevoked.Write(w, "the key is revoked; create a new one instead")
 		return
 	case errors.Is(err, keys.ErrUnknownKey):
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "unknown-key", Detail: "no such key"})
+		problem.UnknownKey.Write(w, "no such key")
 		return
 	case err != nil:
 		s.storeFailed(w, "rotating key", err)
@@ -402,7 +375,7 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 	if !s.tenantStillThere(w, r.Context(), nk) {
 		return
 	}
-	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", caller.ID)
+	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", c.key.ID)
 	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID})
 }
 
@@ -418,9 +391,9 @@ func validKeyName(name string) bool {
 // Unknown fields are refused, so that a misspelt field is not silently dropped.
 func decodeAdminBody(w http.ResponseWriter, r *http.Request, v any) *problem.Problem {
 	invalid := func(detail string) *problem.Problem {
-		return &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-json", Detail: "the body must be one JSON object: " + detail}
+		return problem.InvalidJSON.New("the body must be one JSON object: " + detail)
 	}
-	tooLargeProblem := &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "body-too-large", Detail: fmt.Sprintf("the body is larger than %d bytes", maxAdminBody)}
+	tooLargeProblem := problem.BodyTooLarge.New(fmt.Sprintf("the body is larger than %d bytes", maxAdminBody))
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxAdminBody))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

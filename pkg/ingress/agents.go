@@ -3,7 +3,6 @@ package ingress
 import (
 	"net/http"
 
-	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
 )
@@ -35,16 +34,12 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	key, p := s.authenticate(headerOrQueryKey, r.Header.Get("Authorization"), query.Get("apikey"))
+	c, p := s.identify(r, query, agentsAccess)
 	if p != nil {
 		problem.Write(w, *p)
 		return
 	}
-	var ans agentsAnswer
-	if key.Role != keys.RoleSystemAdmin {
-		ans.Tenant = key.Tenant
-		noteTenant(r, key.Tenant)
-	}
+	ans := agentsAnswer{Tenant: c.tenant}
 	registered := s.dir.VisibleAgents(ans.Tenant)
 	ans.Agents = make([]agentAnswer, 0, len(registered))
 	for _, a := range registered {

@@ -231,42 +231,41 @@ func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *age
 // callProblem is what the caller of a request whose call failed is told; path names the
 // endpoint in the log of an unexpected failure.
 func (s *Server) callProblem(path string, req *agentbusv1.Request, err error) problem.Problem {
-	p := problem.Problem{RequestID: req.RequestId}
+	var p *problem.Problem
 	switch {
 	case errors.Is(err, errTimeout):
-		p.Status, p.Slug = http.StatusGatewayTimeout, "handler-timeout"
 		s.metrics.timeouts.Inc()
-		p.Detail = "the handler did not answer in time; the request was accepted and will still be processed"
+		p = problem.HandlerTimeout.New("the handler did not answer in time; the request was accepted and will still be processed")
 	case errors.Is(err, errKeyReused):
-		p.Status, p.Slug = http.StatusUnprocessableEntity, "request-id-reused"
-		p.Detail = "this requestId (Idempotency-Key) was used for a different request within the dedupe window"
+		p = problem.RequestIDReused.New("this requestId (Idempotency-Key) was used for a different request within the dedupe window")
 	case errors.Is(err, errReplyLost):
-		p.Status, p.Slug = http.StatusBadGateway, "reply-unavailable"
-		p.Detail = "the handler answered, but its reply could not be read back; retry with the same requestId"
+		p = problem.ReplyUnavailable.New("the handler answered, but its reply could not be read back; retry with the same requestId")
 	case errors.Is(err, errUnencodable):
 		s.log.Warn("request refused by the bus's encoding", "requestId", req.RequestId, "path", path, "err", err)
-		p.Status, p.Slug, p.Detail = http.StatusBadRequest, "invalid-text", "the request holds text that is not valid UTF-8"
+		p = problem.InvalidText.New("the request holds text that is not valid UTF-8")
 	case errors.Is(err, errClientGone):
 		// Nobody reads this answer; 499-like, but keep to registered codes.
-		p.Status, p.Slug, p.Detail = http.StatusServiceUnavailable, "client-gone", "the client went away"
+		p = problem.ClientGone.New("the client went away")
 	default:
 		s.log.Error("request failed", "requestId", req.RequestId, "path", path, "err", err)
-		p.Status, p.Slug, p.Detail, p.RetryAfter = http.StatusServiceUnavailable, "bus-unavailable", "the request could not be accepted; try again", 1
+		p = problem.BusUnavailable.New("the request could not be accepted; try again")
 	}
-	return p
+	p.RequestID = req.RequestId
+	return *p
 }
 
 // writeReply sends a handler's reply as the HTTP answer.
 func (s *Server) writeReply(w http.ResponseWriter, rep *agentbusv1.Reply) {
 	status := int(rep.GetStatusCode())
 	if rep.GetError() != "" {
-		problem.Write(w, problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()})
+		problem.Write(w, hostProblem(rep))
 		return
 	}
 	if status < 200 || status > 599 {
 		s.log.Warn("handler chose an invalid status", "status", status, "requestId", rep.GetRequestId())
-		problem.Write(w, problem.Problem{Status: http.StatusBadGateway, Slug: "invalid-handler-status",
-			Detail: "the handler answered with an invalid status code", RequestID: rep.GetRequestId()})
+		p := problem.InvalidHandlerStatus.New("the handler answered with an invalid status code")
+		p.RequestID = rep.GetRequestId()
+		problem.Write(w, *p)
 		return
 	}
 	ct := rep.GetContentType()

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -24,75 +24,18 @@ const maxConverseBody = 1 << 20
 // participantId defaults to "user". Data takes its parameters as a
 // JSON object body. Auth: Authorization: Bearer, or the apikey query parameter.
 func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {
-		return headerOrQueryKey, []string{r.Header.Get("Authorization"), q.Get("apikey")}
-	})
+	c, ok := s.startUserCall(w, r, converseAccess)
 	if !ok {
 		return
 	}
-	requestID, keep, query, tenant := c.requestID, c.keep, c.query, c.tenant
-	fail := func(status int, slug, detail string) {
-		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
-	}
-	for _, name := range []string{"workflow", "type", "text"} {
-		if strings.TrimSpace(query.Get(name)) == "" {
-			fail(http.StatusBadRequest, "missing-parameter", name+" is required")
-			return
-		}
-	}
-	var kind agentbusv1.Kind
-	switch query.Get("type") {
-	case "Chat":
-		kind = agentbusv1.Kind_KIND_CHAT
-	case "Data":
-		kind = agentbusv1.Kind_KIND_DATA
-	default:
-		fail(http.StatusBadRequest, "invalid-parameter", "type must be Chat or Data")
-		return
-	}
-	text := query.Get("text")
-	if len(text) > maxTextLen || len(query.Get("topic")) > maxTopicLen || len(query.Get("hint")) > maxHintLen {
-		fail(http.StatusBadRequest, "invalid-parameter", "text, topic or hint is too long")
-		return
-	}
-	wf, participant, p := resolveTarget(query.Get("workflow"), query.Get("participantId"), tenant, converseParticipant)
+	req, timeout, p := s.converseRequest(w, r, c)
 	if p != nil {
-		p.RequestID = requestID
+		p.RequestID = c.requestID
 		problem.Write(w, *p)
 		return
 	}
-	_, timeout, perr := waitParams(r)
-	if perr != "" {
-		fail(http.StatusBadRequest, "invalid-query", perr)
-		return
-	}
-
-	var data []byte
-	if kind == agentbusv1.Kind_KIND_DATA {
-		raw, p := readBody(w, r, maxConverseBody)
-		if p != nil {
-			p.RequestID = requestID
-			problem.Write(w, *p)
-			return
-		}
-		raw = bytes.TrimSpace(raw)
-		if len(raw) > 0 {
-			if !json.Valid(raw) || raw[0] != '{' {
-				fail(http.StatusBadRequest, "invalid-json", "a Data call's body must be a JSON object holding the method's parameters")
-				return
-			}
-			data = raw
-		}
-	}
-	if p := s.checkTarget(wf, kind, text); p != nil {
-		p.RequestID = requestID
-		problem.Write(w, *p)
-		return
-	}
-	req := newMessageRequest(wf, participant, kind, text, requestID, keep)
-	req.Data, req.Scope, req.Hint = data, query.Get("topic"), query.Get("hint")
 	ids := idsOf(req)
-	if wantsEventStream(r) && !keep {
+	if wantsEventStream(r) && !c.keep {
 		s.streamCall(w, r, req, ids, timeout)
 		return
 	}
@@ -102,4 +45,63 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeMessageReply(w, req, ids, rep)
+}
+
+// converseRequest checks a converse call and builds its request. Checks go: workflow, type and
+// text present, type, lengths, workflow, participant, timeoutSeconds, the Data body, then the
+// target's registration and host.
+func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userCall) (*agentbusv1.Request, time.Duration, *problem.Problem) {
+	query := c.query
+	for _, name := range []string{"workflow", "type", "text"} {
+		if strings.TrimSpace(query.Get(name)) == "" {
+			return nil, 0, problem.MissingParameter.New(name + " is required")
+		}
+	}
+	kind, ok := converseTypes[query.Get("type")]
+	if !ok {
+		return nil, 0, problem.InvalidParameter.New("type must be Chat or Data")
+	}
+	text := query.Get("text")
+	if len(text) > maxTextLen || len(query.Get("topic")) > maxTopicLen || len(query.Get("hint")) > maxHintLen {
+		return nil, 0, problem.InvalidParameter.New("text, topic or hint is too long")
+	}
+	wf, participant, p := resolveTarget(query.Get("workflow"), query.Get("participantId"), c.tenant, converseParticipant)
+	if p != nil {
+		return nil, 0, p
+	}
+	_, timeout, perr := waitParams(r)
+	if perr != "" {
+		return nil, 0, problem.InvalidQuery.New(perr)
+	}
+	var data []byte
+	if kind == agentbusv1.Kind_KIND_DATA {
+		if data, p = readDataBody(w, r); p != nil {
+			return nil, 0, p
+		}
+	}
+	if p := s.checkTarget(wf, kind, text); p != nil {
+		return nil, 0, p
+	}
+	req := newMessageRequest(wf, participant, kind, text, c.requestID, c.keep)
+	req.Data, req.Scope, req.Hint = data, query.Get("topic"), query.Get("hint")
+	return req, timeout, nil
+}
+
+// converseTypes maps converse's type parameter to the bus kind.
+var converseTypes = map[string]agentbusv1.Kind{"Chat": agentbusv1.Kind_KIND_CHAT, "Data": agentbusv1.Kind_KIND_DATA}
+
+// readDataBody reads the body of a Data call: nothing, or a JSON object of its parameters.
+func readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem.Problem) {
+	raw, p := readBody(w, r, maxConverseBody)
+	if p != nil {
+		return nil, p
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(raw) || raw[0] != '{' {
+		return nil, problem.InvalidJSON.New("a Data call's body must be a JSON object holding the method's parameters")
+	}
+	return raw, nil
 }

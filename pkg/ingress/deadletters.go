@@ -9,7 +9,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/ident"
-	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
@@ -28,10 +27,11 @@ type replayAnswer struct {
 }
 
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
-	_, tenant, ok := s.keyScope(w, r)
+	c, ok := s.keyScope(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	opt, p := deadLetterListOptions(r)
 	if p != nil {
 		problem.Write(w, *p)
@@ -49,10 +49,11 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
-	_, tenant, id, ok := s.deadLetterTarget(w, r)
+	c, id, ok := s.deadLetterTarget(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	l, err := s.dead.Get(r.Context(), tenant, id)
 	if err != nil {
 		s.deadLetterFailed(w, "reading dead letter", tenant, id, err)
@@ -64,53 +65,54 @@ func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
 // replayDeadLetter sends a dead letter's request to the inbox again. Nobody waits for it: its
 // answer goes to the thread's history, as the answer of any asynchronous send does.
 func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, id, ok := s.deadLetterTarget(w, r)
+	c, id, ok := s.deadLetterTarget(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	l, err := s.dead.Replay(r.Context(), tenant, id)
 	if err != nil {
 		s.deadLetterFailed(w, "replaying dead letter", tenant, id, err)
 		return
 	}
-	s.log.Info("dead letter replayed", "tenant", tenant, "deadLetter", id, "requestId", l.RequestID, "by", caller.ID)
+	s.log.Info("dead letter replayed", "tenant", tenant, "deadLetter", id, "requestId", l.RequestID, "by", c.key.ID)
 	writeJSON(w, http.StatusAccepted, replayAnswer{Replayed: id, RequestID: l.RequestID, WorkflowID: l.WorkflowID})
 }
 
 func (s *Server) discardDeadLetter(w http.ResponseWriter, r *http.Request) {
-	caller, tenant, id, ok := s.deadLetterTarget(w, r)
+	c, id, ok := s.deadLetterTarget(w, r)
 	if !ok {
 		return
 	}
+	tenant := c.tenant
 	if err := s.dead.Discard(r.Context(), tenant, id); err != nil {
 		s.deadLetterFailed(w, "discarding dead letter", tenant, id, err)
 		return
 	}
-	s.log.Info("dead letter discarded", "tenant", tenant, "deadLetter", id, "by", caller.ID)
+	s.log.Info("dead letter discarded", "tenant", tenant, "deadLetter", id, "by", c.key.ID)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // deadLetterTarget authenticates a call about one dead letter and reads its id from the path.
 // On failure it has written the problem and returns false.
-func (s *Server) deadLetterTarget(w http.ResponseWriter, r *http.Request) (caller keys.Key, tenant string, id uint64, ok bool) {
-	if caller, tenant, ok = s.keyScope(w, r); !ok {
+func (s *Server) deadLetterTarget(w http.ResponseWriter, r *http.Request) (c caller, id uint64, ok bool) {
+	if c, ok = s.keyScope(w, r); !ok {
 		return
 	}
 	// Ids are stream sequences, which start at 1.
 	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
 	if err != nil || id == 0 {
-		problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-dead-letter-id",
-			Detail: "a dead letter id is a whole number from 1, as the list shows it"})
-		return caller, "", 0, false
+		problem.InvalidDeadLetterID.Write(w, "a dead letter id is a whole number from 1, as the list shows it")
+		return c, 0, false
 	}
-	return caller, tenant, id, true
+	return c, id, true
 }
 
 // deadLetterListOptions reads the list endpoint's query: after, limit and agent, each optional
 // (an empty value is as if it were not given).
 func deadLetterListOptions(r *http.Request) (deadletter.ListOptions, *problem.Problem) {
 	bad := func(detail string) (deadletter.ListOptions, *problem.Problem) {
-		return deadletter.ListOptions{}, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: detail}
+		return deadletter.ListOptions{}, problem.InvalidQuery.New(detail)
 	}
 	q, p := readQuery(r)
 	if p != nil {
@@ -147,12 +149,11 @@ func deadLetterListOptions(r *http.Request) (deadletter.ListOptions, *problem.Pr
 func (s *Server) deadLetterFailed(w http.ResponseWriter, what, tenant string, id uint64, err error) {
 	switch {
 	case errors.Is(err, deadletter.ErrNotFound):
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "dead-letter-not-found", Detail: "the tenant has no dead letter with this id"})
+		problem.DeadLetterNotFound.Write(w, "the tenant has no dead letter with this id")
 	case errors.Is(err, deadletter.ErrGone):
-		problem.Write(w, problem.Problem{Status: http.StatusGone, Slug: "dead-letter-expired",
-			Detail: "the dead letter's request was too large for one message and its stored copy has expired, so it cannot be sent again; discard it"})
+		problem.DeadLetterExpired.Write(w, "the dead letter's request was too large for one message and its stored copy has expired, so it cannot be sent again; discard it")
 	default:
 		s.log.Error(what, "tenant", tenant, "deadLetter", id, "err", err)
-		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+		problem.Internal.Write(w, "internal error")
 	}
 }

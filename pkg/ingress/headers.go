@@ -45,6 +45,5 @@ func headerBytes(r *http.Request) int {
 // headersTooLarge is the answer of limitHeaders.
 func headersTooLarge(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Connection", "close")
-	problem.Write(w, problem.Problem{Status: http.StatusRequestHeaderFieldsTooLarge, Slug: "headers-too-large",
-		Detail: "the request line and headers are larger than 64 KiB together"})
+	problem.HeadersTooLarge.Write(w, "the request line and headers are larger than 64 KiB together")
 }

@@ -54,31 +54,19 @@ func (s *Server) store() *history.Store {
 	return history.NewStore(s.res.Messages, s.res.Topics, s.js)
 }
 
-// authenticateRead checks the Authorization header and the apikey query parameter. Every role
-// may read its tenant's history.
-func (s *Server) authenticateRead(r *http.Request, query url.Values) (keys.Key, *problem.Problem) {
-	return s.authenticate(headerOrQueryKey, r.Header.Get("Authorization"), query.Get("apikey"))
-}
-
 // threadOf authenticates a history request and reads the thread it names: the workflow as
 // workflowId, or agentName and activationName (and workflowType), and participantId. Checks go
 // query string, key, tenant, workflow, participant, so a bad key gets 401 whatever else is wrong.
 func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
-	bad := func(slug, detail string) *problem.Problem {
-		return &problem.Problem{Status: http.StatusBadRequest, Slug: slug, Detail: detail}
-	}
 	query, p := readQuery(r)
 	if p != nil {
 		return thread{}, p
 	}
-	key, p := s.authenticateRead(r, query)
+	c, p := s.identify(r, query, readAccess)
 	if p != nil {
 		return thread{}, p
 	}
-	tenant, p := s.sendTenant(r, key)
-	if p != nil {
-		return thread{}, p
-	}
+	tenant := c.tenant
 
 	var (
 		wf  ident.Workflow
@@ -88,20 +76,20 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 	activation, wfType := query.Get("activationName"), query.Get("workflowType")
 	switch {
 	case id != "" && (agentName != "" || activation != "" || wfType != ""):
-		return thread{}, bad("invalid-query", "give workflowId, or agentName and activationName, not both")
+		return thread{}, problem.InvalidQuery.New("give workflowId, or agentName and activationName, not both")
 	case id != "":
 		if wf, err = ident.ParseWorkflowID(id); err != nil {
-			return thread{}, bad("invalid-workflow", "workflowId: "+err.Error())
+			return thread{}, problem.InvalidWorkflow.New("workflowId: " + err.Error())
 		}
 		if wf.Tenant != tenant {
-			return thread{}, &problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "the workflow belongs to another tenant"}
+			return thread{}, problem.Forbidden.New("the workflow belongs to another tenant")
 		}
 	case agentName == "" && activation == "":
-		return thread{}, bad("missing-parameter", "workflowId, or agentName and activationName, is required")
+		return thread{}, problem.MissingParameter.New("workflowId, or agentName and activationName, is required")
 	case agentName == "":
-		return thread{}, bad("missing-parameter", "agentName is required with activationName")
+		return thread{}, problem.MissingParameter.New("agentName is required with activationName")
 	case activation == "":
-		return thread{}, bad("missing-parameter", "activationName is required with agentName")
+		return thread{}, problem.MissingParameter.New("activationName is required with agentName")
 	default:
 		if wfType == "" {
 			wfType = ident.DefaultWorkflowType
@@ -111,19 +99,19 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 			{"agentName", wf.Agent}, {"workflowType", wf.WorkflowType}, {"activationName", wf.Activation},
 		} {
 			if err := ident.ValidName(f.v); err != nil {
-				return thread{}, bad("invalid-workflow", f.name+" "+err.Error())
+				return thread{}, problem.InvalidWorkflow.New(f.name + " " + err.Error())
 			}
 		}
 	}
 
 	participant, err := ident.Participant(query.Get("participantId"))
 	if err != nil {
-		return thread{}, bad("invalid-participant", err.Error())
+		return thread{}, problem.InvalidParticipant.New(err.Error())
 	}
 	if participant == "" {
-		return thread{}, bad("missing-parameter", "participantId is required")
+		return thread{}, problem.MissingParameter.New("participantId is required")
 	}
-	return thread{Key: key, Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
+	return thread{Key: c.key, Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
 }
 
 // historyPageAnswer is the answer of the history endpoint.
@@ -142,77 +130,81 @@ type historyPageAnswer struct {
 // depth.
 func (s *Server) historyPage(w http.ResponseWriter, r *http.Request) {
 	th, p := s.threadOf(r)
+	var q pageQuery
+	if p == nil {
+		q, p = readPageQuery(th.Query)
+	}
 	if p != nil {
 		problem.Write(w, *p)
 		return
 	}
-	fail := func(status int, slug, detail string) {
-		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail})
-	}
-	size, err := intParam(th.Query, "pageSize", history.DefaultPageSize, 1, history.MaxPageSize)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-query", err.Error())
-		return
-	}
-	page, err := intParam(th.Query, "page", 1, 1, maxPageWalk)
-	if err != nil {
-		fail(http.StatusBadRequest, "invalid-query", err.Error())
-		return
-	}
-	var before uint64
-	if c := th.Query.Get("before"); c != "" {
-		if th.Query.Has("page") {
-			fail(http.StatusBadRequest, "invalid-query", "give page or before, not both")
-			return
-		}
-		if before, page, err = parseCursor(c); err != nil {
-			fail(http.StatusBadRequest, "invalid-cursor", "before is not a cursor this endpoint answered")
-			return
-		}
-	} else if (page-1)*size > maxPageWalk {
-		fail(http.StatusBadRequest, "invalid-query", fmt.Sprintf("page may skip at most %d messages; follow next instead", maxPageWalk))
-		return
-	}
-	topic := th.Query.Get("topic")
-	if len(topic) > 256 {
-		fail(http.StatusBadRequest, "invalid-query", "topic is longer than 256 characters")
-		return
-	}
-
-	store := s.store()
-	opt := history.PageOptions{Size: size, Before: before, Scope: topic}
-	var (
-		msgs []history.Message
-		next uint64
-	)
-	// Without a cursor, walk to the page asked for; with one, this is a single read.
-	for n := 1; ; n++ {
-		msgs, next, err = store.Page(r.Context(), th.Tenant, th.WorkflowID, th.Participant, opt)
-		if err != nil {
-			break
-		}
-		if before != 0 || n == page {
-			break
-		}
-		if next == 0 {
-			msgs = []history.Message{}
-			break
-		}
-		opt.Before = next
-	}
+	msgs, next, err := s.walkToPage(r.Context(), th, q)
 	switch {
 	case errors.Is(err, history.ErrBadCursor):
-		fail(http.StatusBadRequest, "invalid-cursor", "before is a cursor of another thread")
+		problem.InvalidCursor.Write(w, "before is a cursor of another thread")
 		return
 	case err != nil:
 		s.readFailed(w, r, "reading history", err)
 		return
 	}
-	ans := historyPageAnswer{threadAnswer: th.answer(), Page: page, PageSize: size, Messages: msgs}
+	ans := historyPageAnswer{threadAnswer: th.answer(), Page: q.page, PageSize: q.size, Messages: msgs}
 	if next != 0 {
-		ans.Next = formatCursor(next, page+1)
+		ans.Next = formatCursor(next, q.page+1)
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// pageQuery is the page of a thread a history call asks for.
+type pageQuery struct {
+	size, page int
+	// before is the cursor's message sequence, 0 without a cursor.
+	before uint64
+	topic  string
+}
+
+// readPageQuery reads pageSize, page, before and topic.
+func readPageQuery(query url.Values) (pageQuery, *problem.Problem) {
+	var (
+		q   pageQuery
+		err error
+	)
+	if q.size, err = intParam(query, "pageSize", history.DefaultPageSize, 1, history.MaxPageSize); err != nil {
+		return q, problem.InvalidQuery.New(err.Error())
+	}
+	if q.page, err = intParam(query, "page", 1, 1, maxPageWalk); err != nil {
+		return q, problem.InvalidQuery.New(err.Error())
+	}
+	if c := query.Get("before"); c != "" {
+		if query.Has("page") {
+			return q, problem.InvalidQuery.New("give page or before, not both")
+		}
+		if q.before, q.page, err = parseCursor(c); err != nil {
+			return q, problem.InvalidCursor.New("before is not a cursor this endpoint answered")
+		}
+	} else if (q.page-1)*q.size > maxPageWalk {
+		return q, problem.InvalidQuery.New(fmt.Sprintf("page may skip at most %d messages; follow next instead", maxPageWalk))
+	}
+	if q.topic = query.Get("topic"); len(q.topic) > 256 {
+		return q, problem.InvalidQuery.New("topic is longer than 256 characters")
+	}
+	return q, nil
+}
+
+// walkToPage reads the page q asks for: with a cursor, one read; without, the pages from the
+// newest up to q.page.
+func (s *Server) walkToPage(ctx context.Context, th thread, q pageQuery) ([]history.Message, uint64, error) {
+	store := s.store()
+	opt := history.PageOptions{Size: q.size, Before: q.before, Scope: q.topic}
+	for n := 1; ; n++ {
+		msgs, next, err := store.Page(ctx, th.Tenant, th.WorkflowID, th.Participant, opt)
+		if err != nil || q.before != 0 || n == q.page {
+			return msgs, next, err
+		}
+		if next == 0 {
+			return []history.Message{}, 0, nil
+		}
+		opt.Before = next
+	}
 }
 
 // historyTopicsAnswer is the answer of the topics endpoint.
@@ -266,7 +258,7 @@ func (s *Server) readFailed(w http.ResponseWriter, r *http.Request, what string,
 		return
 	}
 	s.log.Error(what, "err", err)
-	problem.Write(w, problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "history could not be read; try again", RetryAfter: 1})
+	problem.BusUnavailable.Write(w, "history could not be read; try again")
 }
 
 // intParam reads an optional whole-number query parameter between lo and hi.

@@ -113,10 +113,9 @@ func (s *Server) limit(k keys.Key) *problem.Problem {
 		return nil
 	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
-	return &problem.Problem{
-		Status: http.StatusTooManyRequests, Slug: "rate-limited", RetryAfter: secs,
-		Detail: fmt.Sprintf("too many requests with this API key; retry in %d s", secs),
-	}
+	p := problem.RateLimited.New(fmt.Sprintf("too many requests with this API key; retry in %d s", secs))
+	p.RetryAfter = secs
+	return p
 }
 
 // waiting counts each tenant's synchronous requests waiting for a reply, so that one tenant
@@ -190,10 +189,7 @@ func (s *Server) holdWaiting(r *http.Request, tenant string) *problem.Problem {
 // leaveWaiting; over the cap the answer is a 503 problem.
 func (s *Server) enterWaiting(tenant string) *problem.Problem {
 	if !s.waiting.enter(tenant) {
-		return &problem.Problem{
-			Status: http.StatusServiceUnavailable, Slug: "too-many-waiting", RetryAfter: 1,
-			Detail: fmt.Sprintf("the tenant already has %d requests waiting for a reply; retry shortly", s.waiting.max),
-		}
+		return problem.TooManyWaiting.New(fmt.Sprintf("the tenant already has %d requests waiting for a reply; retry shortly", s.waiting.max))
 	}
 	s.metrics.waiting.Inc()
 	return nil

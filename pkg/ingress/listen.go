@@ -318,7 +318,7 @@ func decrement(m map[string]int, k string) {
 // enterListener counts a listen stream of key for tenant; over a cap the answer is a 429 problem.
 func (s *Server) enterListener(k keys.Key, tenant string) *problem.Problem {
 	tooMany := func(detail string) *problem.Problem {
-		return &problem.Problem{Status: http.StatusTooManyRequests, Slug: "too-many-listeners", RetryAfter: listenRetryAfter, Detail: detail}
+		return problem.TooManyListeners.New(detail)
 	}
 	switch s.listeners.enter(k.ID, tenant) {
 	case "key":

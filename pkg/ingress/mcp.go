@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,9 +122,7 @@ func (s *Server) newMCPHandler() http.Handler {
 // X-Tenant-Id). A tools/call waits for its reply like converse does and counts among the
 // tenant's waiting requests.
 func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.startUserCall(w, r, func(url.Values) (string, []string) {
-		return "the Authorization header", []string{r.Header.Get("Authorization")}
-	})
+	c, ok := s.startUserCall(w, r, mcpAccess)
 	if !ok {
 		return
 	}
@@ -254,11 +251,23 @@ func (w *mcpProblemWriter) finish() {
 		}
 		return
 	}
-	slug := strings.ToLower(strings.ReplaceAll(http.StatusText(w.status), " ", "-"))
-	if w.status == http.StatusBadRequest {
-		slug = "invalid-mcp-request"
+	p := mcpTransportProblem(w.status).New(detail)
+	p.Status, p.RequestID = w.status, w.requestID
+	problem.Write(w.ResponseWriter, *p)
+}
+
+// mcpTransportProblem is the problem type of the MCP transport's refusal with status: the
+// type of that status, or invalid-mcp-request (internal for a 5xx) for one without its own.
+func mcpTransportProblem(status int) problem.Type {
+	for _, t := range []problem.Type{problem.UnsupportedMediaType, problem.BodyTooLarge, problem.MethodNotAllowed, problem.NotFound, problem.Forbidden} {
+		if t.Status == status {
+			return t
+		}
 	}
-	problem.Write(w.ResponseWriter, problem.Problem{Status: w.status, Slug: slug, Detail: detail, RequestID: w.requestID})
+	if status >= 500 {
+		return problem.Internal
+	}
+	return problem.InvalidMCPRequest
 }
 
 // mcpServer returns an MCP server whose tools are the Data methods of the agents the tenant may

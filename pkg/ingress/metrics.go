@@ -109,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 // keep it off public networks.
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	if s.metrics.handler == nil || s.cfg.MetricsElsewhere {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "metrics are not served here"})
+		problem.NotFound.Write(w, "metrics are not served here")
 		return
 	}
 	s.metrics.handler.ServeHTTP(w, r)

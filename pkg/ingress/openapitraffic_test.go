@@ -23,6 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/problem"
 )
 
 // traffic checks the answers of every test of the package; TestMain installs it.
@@ -164,7 +165,32 @@ func (v *trafficValidator) checkAnswer(req *http.Request, resp *http.Response, r
 		return nil // the caller reads the error; there is no whole answer to check
 	}
 	out.SetBodyBytes(b)
-	return openapi3filter.ValidateResponse(req.Context(), out)
+	if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
+		return err
+	}
+	if mt == "application/problem+json" {
+		return checkProblemStatus(b, resp.StatusCode)
+	}
+	return nil
+}
+
+// checkProblemStatus checks that a problem answer has its type's status (pkg/problem), which
+// is fixed for every type but handler-error, whose status is the handler's.
+func checkProblemStatus(body []byte, status int) error {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return fmt.Errorf("decoding a problem: %w", err)
+	}
+	pt, ok := problem.Lookup(strings.TrimPrefix(p.Type, problem.TypePrefix))
+	switch {
+	case !ok:
+		return fmt.Errorf("problem type %q is not defined in pkg/problem", p.Type)
+	case pt.Status != status && pt != problem.HandlerError:
+		return fmt.Errorf("problem %s answered with %d; its type's status is %d", pt.Slug, status, pt.Status)
+	}
+	return nil
 }
 
 // checkUnrouted checks the answer to a request no operation takes: the document's NotFound, or

@@ -125,14 +125,27 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 	writeJSONBody(w, http.StatusOK, b, err)
 }
 
+// hostProblem is the problem a host's error reply becomes: the host's slug with its status
+// (400–599, else the type's own), or handler-error for a slug agentbus does not define.
+func hostProblem(rep *agentbusv1.Reply) problem.Problem {
+	t, ok := problem.Lookup(rep.GetError())
+	if !ok {
+		t = problem.HandlerError
+	}
+	p := t.New(string(rep.GetContent()))
+	if status := int(rep.GetStatusCode()); status >= 400 && status <= 599 {
+		p.Status = status
+	}
+	p.RequestID = rep.GetRequestId()
+	return *p
+}
+
 // messageAnswer is what a synchronous caller gets for rep: the answer, or a problem.
 func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) (*syncAnswer, *problem.Problem) {
 	status := int(rep.GetStatusCode())
 	if rep.GetError() != "" {
-		if status < 400 || status > 599 {
-			status = http.StatusInternalServerError
-		}
-		return nil, &problem.Problem{Status: status, Slug: rep.GetError(), Detail: string(rep.GetContent()), RequestID: rep.GetRequestId()}
+		p := hostProblem(rep)
+		return nil, &p
 	}
 	ans := &syncAnswer{sendIDs: ids}
 	switch {
@@ -148,7 +161,9 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentb
 		var m responseMessage
 		if err := json.Unmarshal(rep.GetContent(), &m); err != nil {
 			s.log.Error("decoding reply message", "err", err)
-			return nil, &problem.Problem{Status: http.StatusBadGateway, Slug: "bad-reply", Detail: "the handler's reply could not be read", RequestID: rep.GetRequestId()}
+			p := problem.BadReply.New("the handler's reply could not be read")
+			p.RequestID = rep.GetRequestId()
+			return nil, p
 		}
 		if string(m.Data) == "null" {
 			m.Data = nil

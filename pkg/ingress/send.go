@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/ident"
-	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -67,61 +66,111 @@ const (
 
 // send serves POST /api/v1/admin/tenants/{tenantId}/messaging/send (and the same without the
 // tenant in the path, with X-Tenant-Id): it validates and publishes a message of any type, and
-// answers 202 at once or, with wait=true, the handler's reply.
+// answers 202 at once or, with wait=true, the handler's reply. Checks go body, key, role,
+// tenant, then the message (sendRequest).
 func (s *Server) send(w http.ResponseWriter, r *http.Request) {
-	requestID := ""
-	fail := func(status int, slug, detail string) {
-		problem.Write(w, problem.Problem{Status: status, Slug: slug, Detail: detail, RequestID: requestID})
+	body, p := s.readSendBody(w, r)
+	var c caller
+	if p == nil {
+		c, p = s.identify(r, r.URL.Query(), sendAccess, body.Authorization)
 	}
-	raw, p := readBody(w, r, s.sendBodyLimit())
 	if p != nil {
 		problem.Write(w, *p)
 		return
 	}
-	var body sendBody
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&body); err != nil || dec.More() {
-		fail(http.StatusBadRequest, "invalid-json", "the body must be one JSON object: "+jsonProblem(err))
-		return
-	}
-
-	key, p := s.authenticateSend(r, body.Authorization)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	tenant, p := s.sendTenant(r, key)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	if key.Role == keys.RoleUser {
-		fail(http.StatusForbidden, "forbidden", "sending through the admin endpoint needs an admin key")
-		return
-	}
-
-	requestID = body.RequestID
-	keep := requestID != ""
+	requestID, keep := body.RequestID, body.RequestID != ""
 	if !keep {
 		requestID = uuid.NewString()
 	}
 	w.Header().Set("X-Request-Id", requestID)
-	if len(requestID) > maxIdempotencyKey {
-		fail(http.StatusBadRequest, "invalid-field", fmt.Sprintf("requestId is longer than %d characters", maxIdempotencyKey))
+	req, wait, p := s.sendRequest(r, c.tenant, body, requestID, keep)
+	if p != nil {
+		p.RequestID = requestID
+		problem.Write(w, *p)
 		return
+	}
+	if !wait.on {
+		if _, err := s.publish(r.Context(), req, ""); err != nil {
+			s.writeCallError(w, r, req, err)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, idsOf(req))
+		return
+	}
+	rep, err := s.call(r.Context(), req, wait.timeout)
+	if err != nil {
+		s.writeCallError(w, r, req, err)
+		return
+	}
+	s.writeMessageReply(w, req, idsOf(req), rep)
+}
+
+// readSendBody reads send's body: one JSON object of at most sendBodyLimit bytes.
+func (s *Server) readSendBody(w http.ResponseWriter, r *http.Request) (sendBody, *problem.Problem) {
+	var body sendBody
+	raw, p := readBody(w, r, s.sendBodyLimit())
+	if p != nil {
+		return body, p
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&body); err != nil || dec.More() {
+		return body, problem.InvalidJSON.New("the body must be one JSON object: " + jsonProblem(err))
+	}
+	return body, nil
+}
+
+// sendWait is how a send call waits: not at all, or up to timeout for the reply.
+type sendWait struct {
+	on      bool
+	timeout time.Duration
+}
+
+// sendRequest checks the message of a send call and builds its request: the message's fields
+// (sendTarget), wait and timeoutSeconds, the tenant's waiting calls, the target's registration
+// and host, then the payload (sendPayload).
+func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requestID string, keep bool) (*agentbusv1.Request, sendWait, *problem.Problem) {
+	var wait sendWait
+	wf, kind, participant, p := sendTarget(tenant, &body, requestID)
+	if p != nil {
+		return nil, wait, p
+	}
+	var perr string
+	if wait.on, wait.timeout, perr = waitParams(r); perr != "" {
+		return nil, wait, problem.InvalidQuery.New(perr)
+	}
+	if wait.on {
+		if p := s.holdWaiting(r, tenant); p != nil {
+			return nil, wait, p
+		}
+	}
+	if p := s.checkTarget(wf, kind, body.Text); p != nil {
+		return nil, wait, p
+	}
+	req := newMessageRequest(wf, participant, kind, body.Text, requestID, keep)
+	req.Scope, req.Hint = body.Topic, body.Hint
+	return req, wait, s.sendPayload(r.Context(), req, tenant, body)
+}
+
+// sendTarget checks the fields of a send body that name the message and its target: the
+// requestId, the required fields, type, names, participant, lengths, and the method of Data and
+// Webhook messages. It fills in the default workflow type.
+func sendTarget(tenant string, body *sendBody, requestID string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
+	fail := func(t problem.Type, detail string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
+		return ident.Workflow{}, 0, "", t.New(detail)
+	}
+	if len(requestID) > maxIdempotencyKey {
+		return fail(problem.InvalidField, fmt.Sprintf("requestId is longer than %d characters", maxIdempotencyKey))
 	}
 	for _, f := range []struct{ name, v string }{
 		{"agentName", body.AgentName}, {"activationName", body.ActivationName}, {"participantId", body.ParticipantID}, {"type", body.Type},
 	} {
 		if strings.TrimSpace(f.v) == "" {
-			fail(http.StatusBadRequest, "missing-field", f.name+" is required")
-			return
+			return fail(problem.MissingField, f.name+" is required")
 		}
 	}
 	kind, ok := sendTypes[body.Type]
 	if !ok {
-		fail(http.StatusBadRequest, "invalid-field", "type must be one of Chat, Data, File, Webhook")
-		return
+		return fail(problem.InvalidField, "type must be one of Chat, Data, File, Webhook")
 	}
 	if body.WorkflowType == "" {
 		body.WorkflowType = ident.DefaultWorkflowType
@@ -131,88 +180,50 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		{"agentName", wf.Agent}, {"workflowType", wf.WorkflowType}, {"activationName", wf.Activation},
 	} {
 		if err := ident.ValidName(f.v); err != nil {
-			fail(http.StatusBadRequest, "invalid-field", f.name+" "+err.Error())
-			return
+			return fail(problem.InvalidField, f.name+" "+err.Error())
 		}
 	}
 	participant, err := ident.SenderParticipant(body.ParticipantID)
-	if errors.Is(err, ident.ErrAgentParticipant) {
-		fail(http.StatusBadRequest, "invalid-field", err.Error())
-		return
+	switch {
+	case errors.Is(err, ident.ErrAgentParticipant):
+		return fail(problem.InvalidField, err.Error())
+	case err != nil || participant == "":
+		return fail(problem.InvalidField, "participantId must be 1-256 characters of text")
+	case len(body.Text) > maxTextLen || len(body.Topic) > maxTopicLen || len(body.Hint) > maxHintLen:
+		return fail(problem.InvalidField, "text, topic or hint is too long")
+	case (kind == agentbusv1.Kind_KIND_DATA || kind == agentbusv1.Kind_KIND_WEBHOOK) && strings.TrimSpace(body.Text) == "":
+		return fail(problem.MissingField, "text is required for "+body.Type+" messages: it names the method")
 	}
-	if err != nil || participant == "" {
-		fail(http.StatusBadRequest, "invalid-field", "participantId must be 1-256 characters of text")
-		return
-	}
-	if len(body.Text) > maxTextLen || len(body.Topic) > maxTopicLen || len(body.Hint) > maxHintLen {
-		fail(http.StatusBadRequest, "invalid-field", "text, topic or hint is too long")
-		return
-	}
-	if (kind == agentbusv1.Kind_KIND_DATA || kind == agentbusv1.Kind_KIND_WEBHOOK) && strings.TrimSpace(body.Text) == "" {
-		fail(http.StatusBadRequest, "missing-field", "text is required for "+body.Type+" messages: it names the method")
-		return
-	}
-	wait, timeout, perr := waitParams(r)
-	if perr != "" {
-		fail(http.StatusBadRequest, "invalid-query", perr)
-		return
-	}
-	if wait {
-		if p := s.holdWaiting(r, tenant); p != nil {
-			p.RequestID = requestID
-			problem.Write(w, *p)
-			return
-		}
-	}
-	if p := s.checkTarget(wf, kind, body.Text); p != nil {
-		p.RequestID = requestID
-		problem.Write(w, *p)
-		return
-	}
+	return wf, kind, participant, nil
+}
 
-	req := newMessageRequest(wf, participant, kind, body.Text, requestID, keep)
-	req.Scope, req.Hint = body.Topic, body.Hint
-	switch kind {
-	case agentbusv1.Kind_KIND_DATA, agentbusv1.Kind_KIND_WEBHOOK:
-		if kind == agentbusv1.Kind_KIND_WEBHOOK {
-			req.Body = webhookBody(body.Data)
-			req.ContentType = "application/json"
-		} else if len(body.Data) > 0 && string(body.Data) != "null" {
-			if !isJSONObject(body.Data) {
-				fail(http.StatusBadRequest, "invalid-field", "data must be a JSON object holding the method's parameters")
-				return
-			}
+// sendPayload puts a send body's data on req, as its kind takes it: a Webhook's body, a Data
+// message's parameters (a JSON object), a Chat message's data, a File's stored content.
+func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, tenant string, body sendBody) *problem.Problem {
+	given := len(body.Data) > 0 && string(body.Data) != "null"
+	switch req.GetKind() {
+	case agentbusv1.Kind_KIND_WEBHOOK:
+		req.Body = webhookBody(body.Data)
+		req.ContentType = "application/json"
+	case agentbusv1.Kind_KIND_DATA:
+		if given && !isJSONObject(body.Data) {
+			return problem.InvalidField.New("data must be a JSON object holding the method's parameters")
+		}
+		if given {
 			req.Data = body.Data
 		}
 	case agentbusv1.Kind_KIND_CHAT:
-		if len(body.Data) > 0 && string(body.Data) != "null" {
+		if given {
 			req.Data = body.Data
 		}
 	case agentbusv1.Kind_KIND_FILE:
-		ref, p := s.storeFile(r.Context(), tenant, body)
+		ref, p := s.storeFile(ctx, tenant, body)
 		if p != nil {
-			p.RequestID = requestID
-			problem.Write(w, *p)
-			return
+			return p
 		}
 		req.File = ref
 	}
-
-	ids := idsOf(req)
-	if !wait {
-		if _, err := s.publish(r.Context(), req, ""); err != nil {
-			s.writeCallError(w, r, req, err)
-			return
-		}
-		writeJSON(w, http.StatusAccepted, ids)
-		return
-	}
-	rep, err := s.call(r.Context(), req, timeout)
-	if err != nil {
-		s.writeCallError(w, r, req, err)
-		return
-	}
-	s.writeMessageReply(w, req, ids, rep)
+	return nil
 }
 
 // sendIDs name what send accepted.
@@ -221,54 +232,6 @@ type sendIDs struct {
 	RequestID  string `json:"requestId"`
 	WorkflowID string `json:"workflowId"`
 	ThreadID   string `json:"threadId"`
-}
-
-// authenticateSend checks the Authorization header and the body's authorization field: the
-// header wins when both are valid, and an invalid one of them is refused.
-func (s *Server) authenticateSend(r *http.Request, bodyAuth string) (keys.Key, *problem.Problem) {
-	return s.authenticate("the Authorization header or the authorization field", r.Header.Get("Authorization"), bodyAuth)
-}
-
-// sendTenant finds the tenant of an admin call: the path's, or X-Tenant-Id; it must be the key's
-// (system keys may name any existing tenant) and exist.
-func (s *Server) sendTenant(r *http.Request, key keys.Key) (string, *problem.Problem) {
-	bad := func(status int, slug, detail string) *problem.Problem {
-		return &problem.Problem{Status: status, Slug: slug, Detail: detail}
-	}
-	path, header := r.PathValue("tenantId"), r.Header.Get("X-Tenant-Id")
-	tenant := path
-	switch {
-	case path != "" && header != "" && path != header:
-		return "", bad(http.StatusBadRequest, "tenant-mismatch", "the path tenant and X-Tenant-Id differ")
-	case tenant == "":
-		tenant = header
-	}
-	if tenant == "" {
-		return "", bad(http.StatusBadRequest, "missing-tenant", "the tenant is required in the path or X-Tenant-Id")
-	}
-	if q, given := r.URL.Query()["tenantId"]; given && q[0] != tenant {
-		return "", bad(http.StatusForbidden, "forbidden", "the tenantId query parameter names another tenant")
-	}
-	if !ident.ValidTenant(tenant) {
-		return "", bad(http.StatusBadRequest, "invalid-tenant", ident.ErrInvalidTenant.Error())
-	}
-	if key.Role != keys.RoleSystemAdmin && key.Tenant != tenant {
-		return "", bad(http.StatusForbidden, "forbidden", "the API key belongs to another tenant")
-	}
-	if key.Role == keys.RoleSystemAdmin {
-		// A system key may name any tenant, which must exist. A tenant's own key needs no read:
-		// deleting a tenant revokes its keys (keys.Store.DeleteTenant), as webhook and converse
-		// rely on too (startUserCall).
-		if _, err := s.keys.GetTenant(r.Context(), tenant); err != nil {
-			if errors.Is(err, keys.ErrUnknownTenant) {
-				return "", bad(http.StatusNotFound, "unknown-tenant", "no such tenant")
-			}
-			s.log.Error("reading tenant", "err", err)
-			return "", &problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1}
-		}
-	}
-	noteTenant(r, tenant)
-	return tenant, nil
 }
 
 // waitParams reads wait and timeoutSeconds.
@@ -304,12 +267,12 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 		return ref, nil
 	case body.Data[0] == '"':
 		if err := json.Unmarshal(body.Data, &content); err != nil {
-			return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: "data must be a base64 string or a file object"}
+			return nil, problem.InvalidField.New("data must be a base64 string or a file object")
 		}
 	case body.Data[0] == '{':
 		var obj fileObject
 		if err := json.Unmarshal(body.Data, &obj); err != nil {
-			return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: "data is not a valid file object: " + jsonProblem(err)}
+			return nil, problem.InvalidField.New("data is not a valid file object: " + jsonProblem(err))
 		}
 		if obj.Content != nil {
 			content = *obj.Content
@@ -319,10 +282,10 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 		}
 		ref.ContentType = obj.ContentType
 	default:
-		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: "data must be a base64 string or a file object"}
+		return nil, problem.InvalidField.New("data must be a base64 string or a file object")
 	}
 	if len(ref.FileName) > 1024 || len(ref.ContentType) > 256 {
-		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-field", Detail: "fileName or contentType is too long"}
+		return nil, problem.InvalidField.New("fileName or contentType is too long")
 	}
 	content = strings.TrimSpace(content)
 	if content == "" {
@@ -331,7 +294,7 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 	}
 	// Refuse oversized files before decoding or storing anything.
 	if int64(base64.StdEncoding.DecodedLen(len(content))) > s.cfg.MaxFileBytes+2 {
-		return nil, &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "file-too-large", Detail: fmt.Sprintf("files may be at most %d bytes", s.cfg.MaxFileBytes)}
+		return nil, problem.FileTooLarge.New(fmt.Sprintf("files may be at most %d bytes", s.cfg.MaxFileBytes))
 	}
 	data, ok := decodeBase64(content)
 	if !ok {
@@ -339,7 +302,7 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 		return ref, nil
 	}
 	if int64(len(data)) > s.cfg.MaxFileBytes {
-		return nil, &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "file-too-large", Detail: fmt.Sprintf("files may be at most %d bytes", s.cfg.MaxFileBytes)}
+		return nil, problem.FileTooLarge.New(fmt.Sprintf("files may be at most %d bytes", s.cfg.MaxFileBytes))
 	}
 	if len(data) == 0 {
 		ref.Empty = true
@@ -351,7 +314,7 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 	meta := jetstream.ObjectMeta{Name: ref.Object, Description: ref.FileName, Headers: map[string][]string{"Content-Type": {ref.ContentType}}}
 	if _, err := s.res.Files.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		s.log.Error("storing file", "err", err)
-		return nil, &problem.Problem{Status: http.StatusServiceUnavailable, Slug: "bus-unavailable", Detail: "the file could not be stored; try again", RetryAfter: 1}
+		return nil, problem.BusUnavailable.New("the file could not be stored; try again")
 	}
 	return ref, nil
 }
@@ -395,7 +358,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeJSONBody answers with the JSON body b, or a 500 problem when encoding it failed (err).
 func writeJSONBody(w http.ResponseWriter, status int, b []byte, err error) {
 	if err != nil {
-		problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+		problem.Internal.Write(w, "internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -351,12 +351,12 @@ func (s *Server) routes() http.Handler {
 	}
 	// Requests no route takes are counted too, under route "unknown".
 	router.NotFoundHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+		problem.NotFound.Write(w, "no such endpoint")
 	}))
 	router.MethodNotAllowedHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list := strings.Join(allowed(router, r), ", ")
 		w.Header().Set("Allow", list)
-		problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes " + list})
+		problem.MethodNotAllowed.Write(w, "this endpoint takes "+list)
 	}))
 	// Requests refused for their header size are counted under route "unknown", as above.
 	return recoverer(s.log, limitHeaders(s.metrics.measure(unknownRoute, http.HandlerFunc(headersTooLarge)), cleanPaths(router)))
@@ -378,8 +378,7 @@ func cleanPaths(next http.Handler) http.Handler {
 			return
 		}
 		if escaped := r.URL.EscapedPath(); cleanPath(escaped) != escaped {
-			problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-path",
-				Detail: `the path has an empty, "." or ".." segment`})
+			problem.InvalidPath.Write(w, `the path has an empty, "." or ".." segment`)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -409,7 +408,7 @@ func pathValues(template string, h http.HandlerFunc) http.HandlerFunc {
 			u, err := url.PathUnescape(v)
 			if err != nil {
 				// net/http refuses such a URL before routing; this is a guard, not a path.
-				problem.Write(w, problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-path", Detail: "the path is not valid URL encoding"})
+				problem.InvalidPath.Write(w, "the path is not valid URL encoding")
 				return
 			}
 			r.SetPathValue(name, u)
@@ -454,7 +453,7 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 					panic(p)
 				}
 				log.Error("handler panicked", "path", r.URL.Path, "panic", p)
-				problem.Write(w, problem.Problem{Status: http.StatusInternalServerError, Slug: "internal", Detail: "internal error"})
+				problem.Internal.Write(w, "internal error")
 			}
 		}()
 		next.ServeHTTP(w, r)

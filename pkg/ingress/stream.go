@@ -56,8 +56,7 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 		if err != nil {
 			if r.Context().Err() == nil {
 				s.metrics.timeouts.Inc()
-				problemEvent(problem.Problem{Status: http.StatusGatewayTimeout, Slug: "handler-timeout",
-					Detail: "the handler did not answer in time; the request was accepted and will still be processed"})
+				problemEvent(*problem.HandlerTimeout.New("the handler did not answer in time; the request was accepted and will still be processed"))
 			}
 			return
 		}
@@ -69,8 +68,7 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 			continue
 		}
 		if err := s.resolveContent(ctx, req, rep); err != nil {
-			problemEvent(problem.Problem{Status: http.StatusBadGateway, Slug: "reply-unavailable",
-				Detail: "the handler answered, but its reply could not be read back"})
+			problemEvent(*problem.ReplyUnavailable.New("the handler answered, but its reply could not be read back"))
 			return
 		}
 		ans, p := s.messageAnswer(req, ids, rep)

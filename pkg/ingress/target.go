@@ -17,37 +17,33 @@ import (
 // agent registered (404), or an agent no live host runs (503). It returns nil when the request
 // may go on.
 func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method string) *problem.Problem {
-	notFound := func(slug, detail string) *problem.Problem {
-		return &problem.Problem{Status: http.StatusNotFound, Slug: slug, Detail: detail}
-	}
 	agent, ok := s.dir.Agent(wf.Agent)
 	if !ok || !agent.VisibleTo(wf.Tenant) {
-		return notFound("unknown-agent", "no agent named "+quote(wf.Agent)+" is registered")
+		return problem.UnknownAgent.New("no agent named " + quote(wf.Agent) + " is registered")
 	}
 	if !agent.HasWorkflowType(wf.WorkflowType) {
-		return notFound("unknown-workflow-type", "agent "+quote(wf.Agent)+" has no workflow type "+quote(wf.WorkflowType))
+		return problem.UnknownWorkflowType.New("agent " + quote(wf.Agent) + " has no workflow type " + quote(wf.WorkflowType))
 	}
 	switch kind {
 	case agentbusv1.Kind_KIND_WEBHOOK:
 		if !agent.HasWebhook(method) {
-			return notFound("unknown-method", "agent "+quote(wf.Agent)+" has no webhook method "+quote(method))
+			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " has no webhook method " + quote(method))
 		}
 	case agentbusv1.Kind_KIND_DATA:
 		if !agent.HasDataMethod(method) {
-			return notFound("unknown-method", "agent "+quote(wf.Agent)+" has no data method "+quote(method))
+			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " has no data method " + quote(method))
 		}
 	case agentbusv1.Kind_KIND_CHAT:
 		if !agent.Chat {
-			return notFound("unknown-method", "agent "+quote(wf.Agent)+" does not take chat messages")
+			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " does not take chat messages")
 		}
 	case agentbusv1.Kind_KIND_FILE:
 		if !agent.File {
-			return notFound("unknown-method", "agent "+quote(wf.Agent)+" does not take files")
+			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " does not take files")
 		}
 	}
 	if !s.dir.Live(wf.Agent) {
-		return &problem.Problem{Status: http.StatusServiceUnavailable, Slug: "no-host", RetryAfter: 5,
-			Detail: "no workflow host running agent " + quote(wf.Agent) + " is alive; try again later"}
+		return problem.NoHost.New("no workflow host running agent " + quote(wf.Agent) + " is alive; try again later")
 	}
 	return nil
 }
@@ -57,14 +53,14 @@ func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method str
 func resolveTarget(ref, participantParam, tenant, def string) (ident.Workflow, string, *problem.Problem) {
 	wf, err := ident.Resolve(ref, tenant)
 	if err != nil {
-		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-workflow", Detail: err.Error()}
+		return ident.Workflow{}, "", problem.InvalidWorkflow.New(err.Error())
 	}
 	if wf.Tenant != tenant {
-		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusForbidden, Slug: "forbidden", Detail: "the workflow belongs to another tenant"}
+		return ident.Workflow{}, "", problem.Forbidden.New("the workflow belongs to another tenant")
 	}
 	participant, err := ident.SenderParticipant(participantParam)
 	if err != nil {
-		return ident.Workflow{}, "", &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-participant", Detail: err.Error()}
+		return ident.Workflow{}, "", problem.InvalidParticipant.New(err.Error())
 	}
 	if participant == "" {
 		participant = def
@@ -78,9 +74,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			return nil, &problem.Problem{Status: http.StatusRequestEntityTooLarge, Slug: "body-too-large", Detail: fmt.Sprintf("the body is larger than %d bytes", limit)}
+			return nil, problem.BodyTooLarge.New(fmt.Sprintf("the body is larger than %d bytes", limit))
 		}
-		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "unreadable-body", Detail: "the request body could not be read"}
+		return nil, problem.UnreadableBody.New("the request body could not be read")
 	}
 	return body, nil
 }
@@ -90,7 +86,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 // refused here, naming the parameter, before anything is published.
 func readQuery(r *http.Request) (url.Values, *problem.Problem) {
 	bad := func(detail string) (url.Values, *problem.Problem) {
-		return nil, &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-query", Detail: detail}
+		return nil, problem.InvalidQuery.New(detail)
 	}
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {

@@ -19,7 +19,7 @@ func (s *Server) playgroundPage(w http.ResponseWriter, r *http.Request) {
 // playgroundFile serves GET /ui/{file}, the page's script, style sheet and icon.
 func (s *Server) playgroundFile(w http.ResponseWriter, r *http.Request) {
 	if !playground.Serve(w, r, r.PathValue("file")) {
-		problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+		problem.NotFound.Write(w, "no such endpoint")
 	}
 }
 

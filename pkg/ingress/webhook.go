@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,7 +8,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -24,9 +22,7 @@ const maxIdempotencyKey = 200
 // webhook serves POST /api/user/webhooks/{workflow}/{method}?apikey=…[&tenantId=…][&name=value…]
 // (docs/interface.md#43-webhook): the caller receives the handler's own status, content and content type.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.startUserCall(w, r, func(q url.Values) (string, []string) {
-		return "the apikey query parameter", []string{q.Get("apikey")}
-	})
+	c, ok := s.startUserCall(w, r, webhookAccess)
 	if !ok {
 		return
 	}
@@ -36,7 +32,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	wf, participant, p := resolveTarget(r.PathValue("workflow"), query.Get("participantId"), tenant, webhookParticipant)
 	if p == nil && !utf8.ValidString(contentType) {
 		// The handler reads it as text; the other headers travel as bytes.
-		p = &problem.Problem{Status: http.StatusBadRequest, Slug: "invalid-header", Detail: "the Content-Type header is not valid UTF-8"}
+		p = problem.InvalidHeader.New("the Content-Type header is not valid UTF-8")
 	}
 	if p == nil {
 		p = s.checkTarget(wf, agentbusv1.Kind_KIND_WEBHOOK, method)
@@ -108,13 +104,6 @@ func headerBlock(h http.Header) []byte {
 		block = bus.AppendHeader(block, name, strings.Join(values, ", ")) // one value: no copy
 	}
 	return block
-}
-
-func authDetail(err error, where string) string {
-	if errors.Is(err, keys.ErrRevoked) {
-		return "the API key has been revoked"
-	}
-	return "a valid API key is required in " + where
 }
 
 // quote shows a client-supplied name in a detail message, bounded and escaped.

@@ -29,7 +29,7 @@ import (
 func Handler(natsStatus func() nats.Status, readiness func() error, metrics http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		notFound := func() {
-			problem.Write(w, problem.Problem{Status: http.StatusNotFound, Slug: "not-found", Detail: "no such endpoint"})
+			problem.NotFound.Write(w, "no such endpoint")
 		}
 		var check func() (int, string) // nil for /metrics
 		switch r.URL.Path {
@@ -61,7 +61,7 @@ func Handler(natsStatus func() nats.Status, readiness func() error, metrics http
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			problem.Write(w, problem.Problem{Status: http.StatusMethodNotAllowed, Slug: "method-not-allowed", Detail: "this endpoint takes GET, HEAD"})
+			problem.MethodNotAllowed.Write(w, "this endpoint takes GET, HEAD")
 			return
 		}
 		if check == nil {

@@ -134,3 +134,32 @@ func TestWriteThroughServer(t *testing.T) {
 	got := res.Header.Get("WWW-Authenticate")
 	assert.True(t, strings.HasPrefix(got, "Bearer"), "WWW-Authenticate = %q", got)
 }
+
+// TestTypes: every type has its own slug, in the form of a type URI's last part, and a status
+// of a problem.
+func TestTypes(t *testing.T) {
+	seen := map[string]bool{}
+	for _, pt := range problem.Types() {
+		assert.False(t, seen[pt.Slug], "slug %q is defined twice", pt.Slug)
+		seen[pt.Slug] = true
+		assert.Regexp(t, `^[a-z]+(-[a-z]+)*$`, pt.Slug)
+		assert.GreaterOrEqual(t, pt.Status, 400, pt.Slug)
+		assert.LessOrEqual(t, pt.Status, 599, pt.Slug)
+		assert.NotEmpty(t, pt.Title(), pt.Slug)
+		got, ok := problem.Lookup(pt.Slug)
+		assert.True(t, ok, pt.Slug)
+		assert.Equal(t, pt, got)
+	}
+	_, ok := problem.Lookup("no-such-problem")
+	assert.False(t, ok)
+}
+
+// TestTypeNew: a problem of a type carries the type's slug, status and Retry-After.
+func TestTypeNew(t *testing.T) {
+	p := problem.BusUnavailable.New("try again")
+	assert.Equal(t, problem.Problem{Status: 503, Slug: "bus-unavailable", Detail: "try again", RetryAfter: 1}, *p)
+	rec := httptest.NewRecorder()
+	problem.Forbidden.Write(rec, "not yours")
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	assert.JSONEq(t, `{"type":"urn:agentbus:problem:forbidden","title":"Forbidden","status":403,"detail":"not yours"}`, rec.Body.String())
+}
