@@ -2,15 +2,12 @@ package ingress
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"google.golang.org/protobuf/proto"
 
@@ -39,16 +36,6 @@ var errUnencodable = errors.New("the request holds text that is not valid UTF-8"
 // errReplyLost means the handler answered but its large reply could not be read back.
 var errReplyLost = errors.New("reply could not be read")
 
-// fingerprint identifies what a request asks for, to tell a retry from a reused requestId.
-func fingerprint(req *agentbusv1.Request) string {
-	h := sha256.New()
-	for _, part := range []string{req.Kind.String(), req.WorkflowId, req.Method} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
-}
-
 // publishTimeout bounds how long the inbox may take to acknowledge a request.
 const publishTimeout = 10 * time.Second
 
@@ -76,7 +63,7 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 	req.CreatedAtMs = time.Now().UnixMilli()
 	if req.KeepResult {
 		// Only a requestId the caller chose can come again, for the same request or another.
-		req.Fingerprint = fingerprint(req)
+		req.Fingerprint = bus.Fingerprint(req)
 	}
 	// The reply subject rides in the envelope when every host that may take the request reads
 	// it there: a header would cost a map here, a scan of the header block in the NATS server
@@ -153,7 +140,7 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 		// the same request.
 		wctx, wcancel := context.WithTimeout(ctx, timeout)
 		defer wcancel()
-		rep, err = s.awaitResult(wctx, req.TenantId, req.RequestId)
+		rep, err = bus.AwaitResult(wctx, s.res.Results, req.TenantId, req.RequestId)
 		if err == nil && rep.GetFingerprint() != req.Fingerprint {
 			return nil, errKeyReused
 		}
@@ -194,33 +181,6 @@ func (s *Server) resolveContent(ctx context.Context, req *agentbusv1.Request, re
 		_ = s.claims.Delete(ctx, ref)
 	}
 	return nil
-}
-
-// awaitResult waits for the cached result of an earlier request with the same requestId.
-func (s *Server) awaitResult(ctx context.Context, tenant, requestID string) (*agentbusv1.Reply, error) {
-	w, err := s.res.Results.Watch(ctx, subject.ResultKey(tenant, requestID))
-	if err != nil {
-		return nil, fmt.Errorf("watching result: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("result watch closed")
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			rep := new(agentbusv1.Reply)
-			if err := proto.Unmarshal(e.Value(), rep); err != nil {
-				return nil, fmt.Errorf("decoding cached result: %w", err)
-			}
-			return rep, nil
-		}
-	}
 }
 
 // writeCallError answers a request whose call failed.

@@ -51,13 +51,20 @@ func inboxRequests(t *testing.T, res *bus.Resources, want int, wait time.Duratio
 	return out
 }
 
-func TestTimersFireOnceAndAreRelayed(t *testing.T) {
+// relayingStore is a schedule store on a new bus, with its relay running until the test ends.
+func relayingStore(t *testing.T) (*bus.Resources, *schedule.Store, context.Context) {
+	t.Helper()
 	res := natstest.Bus(t, bus.Config{})
 	store := schedule.NewStore(res.JS, res.Schedules)
 	ctx, cancel := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)
 	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() { cancel(); <-relayed })
+	return res, store, ctx
+}
+
+func TestTimersFireOnceAndAreRelayed(t *testing.T) {
+	res, store, ctx := relayingStore(t)
 
 	wf := "acme:Echo:Supervisor Workflow:a"
 	due := time.Now().Add(time.Second)
@@ -95,12 +102,7 @@ func TestTimersFireOnceAndAreRelayed(t *testing.T) {
 }
 
 func TestRecurringTimerFiresWithNewRequestIDs(t *testing.T) {
-	res := natstest.Bus(t, bus.Config{})
-	store := schedule.NewStore(res.JS, res.Schedules)
-	ctx, cancel := context.WithCancel(context.Background())
-	relayed := make(chan error, 1)
-	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { cancel(); <-relayed })
+	res, store, ctx := relayingStore(t)
 
 	wf := "acme:Echo:Supervisor Workflow:a"
 	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "tick", Tenant: "acme", WorkflowID: wf, Pattern: schedule.Every(time.Second), Request: template("u1")}, ""))

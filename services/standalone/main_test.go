@@ -79,15 +79,21 @@ func count(t *testing.T, base, key string) (int, string) {
 	return got.Count, got.RunID
 }
 
-func TestRestartKeepsState(t *testing.T) {
-	const key = "abk_test-dev-key-0123456789"
-	env := map[string]string{
+// devEnv is the environment of a standalone with a dev key, its own data directory, no NATS
+// listener and the given number of partitions.
+func devEnv(t *testing.T, key, partitions string) map[string]string {
+	return map[string]string{
 		"AGENTBUS_DATA_DIR":    t.TempDir(),
 		"AGENTBUS_HTTP_ADDR":   "127.0.0.1:0",
 		"AGENTBUS_NATS_LISTEN": "",
 		"AGENTBUS_DEV_API_KEY": key,
-		"AGENTBUS_PARTITIONS":  "4",
+		"AGENTBUS_PARTITIONS":  partitions,
 	}
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	const key = "abk_test-dev-key-0123456789"
+	env := devEnv(t, key, "4")
 	base, stop := start(t, env)
 	n1, run1 := count(t, base, key)
 	n2, _ := count(t, base, key)
@@ -140,13 +146,7 @@ func TestGeneratedDevKeyPrintedOnce(t *testing.T) {
 // The standalone serves one registry on /metrics: the ingress's, the host's and the process's.
 func TestMetrics(t *testing.T) {
 	const key = "abk_test-dev-key-0123456789"
-	env := map[string]string{
-		"AGENTBUS_DATA_DIR":    t.TempDir(),
-		"AGENTBUS_HTTP_ADDR":   "127.0.0.1:0",
-		"AGENTBUS_NATS_LISTEN": "",
-		"AGENTBUS_DEV_API_KEY": key,
-		"AGENTBUS_PARTITIONS":  "2",
-	}
+	env := devEnv(t, key, "2")
 	base, stop := start(t, env)
 	defer stop()
 	count(t, base, key)
@@ -200,14 +200,8 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	require.NoError(t, err)
 	opsAddr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	env := map[string]string{
-		"AGENTBUS_DATA_DIR":     t.TempDir(),
-		"AGENTBUS_HTTP_ADDR":    "127.0.0.1:0",
-		"AGENTBUS_NATS_LISTEN":  "",
-		"AGENTBUS_DEV_API_KEY":  key,
-		"AGENTBUS_PARTITIONS":   "2",
-		"AGENTBUS_METRICS_ADDR": opsAddr,
-	}
+	env := devEnv(t, key, "2")
+	env["AGENTBUS_METRICS_ADDR"] = opsAddr
 	base, stop := start(t, env)
 	defer stop()
 	count(t, base, key)
