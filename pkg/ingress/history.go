@@ -68,6 +68,23 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 	}
 	tenant := c.tenant
 
+	wf, p := workflowOf(query, tenant)
+	if p != nil {
+		return thread{}, p
+	}
+	participant, err := ident.Participant(query.Get("participantId"))
+	if err != nil {
+		return thread{}, problem.InvalidParticipant.New(err.Error())
+	}
+	if participant == "" {
+		return thread{}, problem.MissingParameter.New("participantId is required")
+	}
+	return thread{Key: c.key, Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
+}
+
+// workflowOf reads the workflow instance a query names, of tenant: workflowId, or agentName and
+// activationName (and workflowType).
+func workflowOf(query url.Values, tenant string) (ident.Workflow, *problem.Problem) {
 	var (
 		wf  ident.Workflow
 		err error
@@ -76,20 +93,20 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 	activation, wfType := query.Get("activationName"), query.Get("workflowType")
 	switch {
 	case id != "" && (agentName != "" || activation != "" || wfType != ""):
-		return thread{}, problem.InvalidQuery.New("give workflowId, or agentName and activationName, not both")
+		return ident.Workflow{}, problem.InvalidQuery.New("give workflowId, or agentName and activationName, not both")
 	case id != "":
 		if wf, err = ident.ParseWorkflowID(id); err != nil {
-			return thread{}, problem.InvalidWorkflow.New("workflowId: " + err.Error())
+			return ident.Workflow{}, problem.InvalidWorkflow.New("workflowId: " + err.Error())
 		}
 		if wf.Tenant != tenant {
-			return thread{}, problem.Forbidden.New("the workflow belongs to another tenant")
+			return ident.Workflow{}, problem.Forbidden.New("the workflow belongs to another tenant")
 		}
 	case agentName == "" && activation == "":
-		return thread{}, problem.MissingParameter.New("workflowId, or agentName and activationName, is required")
+		return ident.Workflow{}, problem.MissingParameter.New("workflowId, or agentName and activationName, is required")
 	case agentName == "":
-		return thread{}, problem.MissingParameter.New("agentName is required with activationName")
+		return ident.Workflow{}, problem.MissingParameter.New("agentName is required with activationName")
 	case activation == "":
-		return thread{}, problem.MissingParameter.New("activationName is required with agentName")
+		return ident.Workflow{}, problem.MissingParameter.New("activationName is required with agentName")
 	default:
 		if wfType == "" {
 			wfType = ident.DefaultWorkflowType
@@ -99,19 +116,11 @@ func (s *Server) threadOf(r *http.Request) (thread, *problem.Problem) {
 			{"agentName", wf.Agent}, {"workflowType", wf.WorkflowType}, {"activationName", wf.Activation},
 		} {
 			if err := ident.ValidName(f.v); err != nil {
-				return thread{}, problem.InvalidWorkflow.New(f.name + " " + err.Error())
+				return ident.Workflow{}, problem.InvalidWorkflow.New(f.name + " " + err.Error())
 			}
 		}
 	}
-
-	participant, err := ident.Participant(query.Get("participantId"))
-	if err != nil {
-		return thread{}, problem.InvalidParticipant.New(err.Error())
-	}
-	if participant == "" {
-		return thread{}, problem.MissingParameter.New("participantId is required")
-	}
-	return thread{Key: c.key, Tenant: tenant, WorkflowID: wf.ID(), Participant: participant, Query: query}, nil
+	return wf, nil
 }
 
 // historyPageAnswer is the answer of the history endpoint.

@@ -42,7 +42,7 @@ const (
 
 // pathArguments fill the path parameters of the document's operations.
 var pathArguments = strings.NewReplacer("{tenantId}", callTenant, "{keyId}", callKeyID, "{id}", "1",
-	"{workflow}", "Echo", "{method}", "echo", "{file}", "app.js")
+	"{workflow}", "Echo", "{method}", "echo", "{file}", "app.js", "{name}", "tick")
 
 // callBodies are valid bodies of the operations that take one, so that a call gets past the
 // checks of its body to the key's rate and the stores.
@@ -65,6 +65,8 @@ var callQueries = map[string][]string{
 	"topicsByHeader":  {"agentName", "Echo", "activationName", "default", "participantId", "ada"},
 	"listen":          {"agentName", "Echo", "activationName", "default", "participantId", "ada"},
 	"listenByHeader":  {"agentName", "Echo", "activationName", "default", "participantId", "ada"},
+	"listSchedules":   {"agentName", "Echo", "activationName", "default"},
+	"cancelSchedule":  {"agentName", "Echo", "activationName", "default"},
 }
 
 // operationsListing is every operation of the document that lists status, sorted by id.

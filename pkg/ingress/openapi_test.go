@@ -224,7 +224,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{"operations", contractOperations}, {"playground", contractPlayground}, {"agents", contractAgents},
 		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
 		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
-		{"dead letters", contractDeadLetters}, {"readiness", contractReadiness},
+		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"readiness", contractReadiness},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			step.run(&contractClient{t: t, base: s.URL, http: client, key: s.Key, other: s.OtherKey})
@@ -532,6 +532,25 @@ func contractDeadLetters(c *contractClient) {
 	m = c.want(http.StatusOK, http.MethodGet, p, key, nil)
 	id = fmt.Sprint(m["deadLetters"].([]any)[0].(map[string]any)["id"])
 	c.want(http.StatusNoContent, http.MethodDelete, p+"/"+id, key, nil)
+}
+
+// contractTimers: the timers of an instance, listed and cancelled.
+func contractTimers(c *contractClient) {
+	key := c.key
+	const p = "/api/v1/admin/tenants/default/schedules"
+	const instance = "?agentName=Echo&activationName=contract-clock"
+	c.want(http.StatusOK, http.MethodPost, "/api/v1/admin/tenants/default/messaging/send?wait=true", key,
+		map[string]any{"agentName": "Echo", "activationName": "contract-clock", "participantId": "ada", "type": "Data", "text": "tick", "data": map[string]any{"seconds": 60}})
+	c.want(http.StatusOK, http.MethodGet, p+instance, key, nil)
+	c.want(http.StatusNoContent, http.MethodDelete, p+"/tick"+instance, key, nil)
+	c.want(http.StatusNotFound, http.MethodDelete, p+"/tick"+instance, key, nil)
+	c.want(http.StatusBadRequest, http.MethodGet, p+"?agentName=Echo", key, nil)
+	c.want(http.StatusBadRequest, http.MethodDelete, p+"/tick?activationName=x", key, nil)
+	c.want(http.StatusForbidden, http.MethodGet, "/api/v1/admin/tenants/other/schedules"+instance, key, nil)
+	c.want(http.StatusForbidden, http.MethodDelete, "/api/v1/admin/tenants/other/schedules/tick"+instance, key, nil)
+	c.want(http.StatusUnauthorized, http.MethodGet, p+instance, "", nil)
+	c.want(http.StatusUnauthorized, http.MethodDelete, p+"/tick"+instance, "", nil)
+	c.want(http.StatusNotFound, http.MethodGet, "/api/v1/admin/tenants/nosuch/schedules"+instance, systemKey, nil)
 }
 
 // contractReadiness: /readyz of a stack whose host lives.

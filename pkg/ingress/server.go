@@ -323,6 +323,9 @@ func (s *Server) api() []route {
 		{del, "/api/v1/admin/tenants/{tenantId}/deadletters/{id}", s.discardDeadLetter},
 		{post, "/api/v1/admin/tenants/{tenantId}/deadletters/{id}/replay", s.replayDeadLetter},
 
+		{get, "/api/v1/admin/tenants/{tenantId}/schedules", s.listSchedules},
+		{del, "/api/v1/admin/tenants/{tenantId}/schedules/{name}", s.cancelSchedule},
+
 		{get, "/healthz", s.healthz},
 		{get, "/readyz", s.readyz},
 		{get, "/metrics", s.serveMetrics},

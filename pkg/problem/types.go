@@ -116,6 +116,7 @@ var (
 	InvalidDeadLetterID = define("invalid-dead-letter-id", http.StatusBadRequest, 0)
 	DeadLetterNotFound  = define("dead-letter-not-found", http.StatusNotFound, 0)
 	DeadLetterExpired   = define("dead-letter-expired", http.StatusGone, 0)
+	ScheduleNotFound    = define("schedule-not-found", http.StatusNotFound, 0)
 )
 
 // Problems of the MCP transport, before a JSON-RPC message is read.

@@ -74,6 +74,8 @@ commands:
   tail (--workflow W | --agent A [--activation X]) --participant P
   deadletter list [--agent A] [--after ID] [--limit N] | deadletter show ID
   deadletter replay ID | deadletter discard ID
+  schedule list (--workflow W | --agent A [--activation X])
+  schedule cancel NAME (--workflow W | --agent A [--activation X])
 
 environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
 `
@@ -148,6 +150,10 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 		return sub(map[string]func(context.Context, []string) error{
 			"list": c.deadLetterList, "ls": c.deadLetterList, "show": c.deadLetterShow,
 			"replay": c.deadLetterReplay, "discard": c.deadLetterDiscard, "rm": c.deadLetterDiscard,
+		})
+	case "schedule", "schedules":
+		return sub(map[string]func(context.Context, []string) error{
+			"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
 		})
 	case "send":
 		return c.send(ctx, rest)

@@ -36,15 +36,12 @@ var messageTypes = map[int]string{0: "Chat", 1: "Data", 2: "File", 4: "Webhook"}
 // the stream breaks it reconnects with Last-Event-ID, so that no message is missed.
 func (c *cli) tail(ctx context.Context, args []string) error {
 	fs := c.flags("tail")
-	workflow := fs.String("workflow", "", "the workflow: Agent, Agent:WorkflowType or a full workflow id")
-	agentName := fs.String("agent", "", "the agent (instead of --workflow)")
-	activation := fs.String("activation", "default", "with --agent: the activation")
-	wfType := fs.String("workflow-type", "", `with --agent: the workflow type (default "Supervisor Workflow")`)
+	instance := newInstanceFlags(fs)
 	participant := fs.String("participant", "", "the participant of the thread (required)")
 	if _, err := parse(fs, args, 0, ""); err != nil {
 		return err
 	}
-	query, err := threadQuery(*workflow, *agentName, *activation, *wfType)
+	query, err := instance.query()
 	if err != nil {
 		return err
 	}
@@ -114,7 +111,7 @@ func threadQuery(workflow, agentName, activation, wfType string) (url.Values, er
 			q.Set("workflowType", wfType)
 		}
 	default:
-		return nil, usageError{"tail needs --workflow or --agent"}
+		return nil, usageError{"give --workflow or --agent"}
 	}
 	return q, nil
 }

@@ -1,0 +1,103 @@
+package ingress
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/schedule"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// scheduleAnswer is one timer of a workflow instance, as the admin API shows it.
+type scheduleAnswer struct {
+	Name string `json:"name"`
+	// Schedule is when it fires: "@at {time}", "@every {duration}" or a cron expression.
+	Schedule  string    `json:"schedule"`
+	TimeZone  string    `json:"timeZone,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	// ParticipantID is the participant whose thread the timer's message goes to.
+	ParticipantID string `json:"participantId"`
+	// Type is the message it sends, Chat or Data; Method the Data method, Text a Chat's text.
+	Type   string `json:"type"`
+	Method string `json:"method,omitempty"`
+	Text   string `json:"text,omitempty"`
+}
+
+// schedulesAnswer is the answer of the schedules endpoint.
+type schedulesAnswer struct {
+	WorkflowID string           `json:"workflowId"`
+	Schedules  []scheduleAnswer `json:"schedules"`
+}
+
+func scheduleOf(sch schedule.Schedule) scheduleAnswer {
+	req := sch.Request
+	a := scheduleAnswer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: sch.Created,
+		ParticipantID: req.GetParticipantId(), Type: "Chat", Text: req.GetText()}
+	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
+		a.Type, a.Method, a.Text = "Data", req.GetMethod(), ""
+	}
+	return a
+}
+
+// schedules returns the store of the agents' timers.
+func (s *Server) schedules() *schedule.Store { return schedule.NewStore(s.js, s.res.Schedules) }
+
+// listSchedules serves GET /api/v1/admin/tenants/{tenantId}/schedules: the timers of one
+// workflow instance (workflowId, or agentName and activationName), by name.
+func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	if !ok {
+		return
+	}
+	query, p := readQuery(r)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	wf, p := workflowOf(query, c.tenant)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	list, err := s.schedules().List(r.Context(), c.tenant, wf.ID())
+	if err != nil {
+		s.storeFailed(w, "listing schedules", err)
+		return
+	}
+	ans := schedulesAnswer{WorkflowID: wf.ID(), Schedules: make([]scheduleAnswer, 0, len(list))}
+	for _, sch := range list {
+		ans.Schedules = append(ans.Schedules, scheduleOf(sch))
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// cancelSchedule serves DELETE /api/v1/admin/tenants/{tenantId}/schedules/{name}: it cancels
+// the workflow instance's timer of that name, as the agent's own CancelTimer does.
+func (s *Server) cancelSchedule(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	if !ok {
+		return
+	}
+	query, p := readQuery(r)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	wf, p := workflowOf(query, c.tenant)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	name := r.PathValue("name")
+	found, err := s.schedules().Cancel(r.Context(), c.tenant, wf.ID(), name)
+	switch {
+	case err != nil:
+		s.storeFailed(w, "cancelling schedule", err)
+	case !found:
+		problem.ScheduleNotFound.Write(w, "the instance has no timer of this name")
+	default:
+		s.log.Info("schedule cancelled", "tenant", c.tenant, "workflowId", wf.ID(), "schedule", name, "by", c.key.ID)
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
