@@ -142,14 +142,43 @@ func transient(err error) bool {
 		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
+// ensureOnce makes one attempt at creating or updating every resource, in order: the streams,
+// then the key-value buckets, then the object stores.
 func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	r := &Resources{JS: js, Config: cfg}
 	if err := checkRepartition(ctx, js, cfg.Partitions); err != nil {
 		return nil, err
 	}
-	src, dst := subject.InboxTransform(cfg.Partitions)
 	var err error
-	r.Inbox, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	if r.Inbox, err = ensureInbox(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Messages, err = ensureMessages(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.DeadLetters, err = ensureDeadLetters(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if err := ensureBuckets(ctx, js, cfg, r); err != nil {
+		return nil, err
+	}
+	if r.Files, err = ensureFiles(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Claims, err = ensureClaims(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ensureInbox creates or updates the inbox stream, a work queue whose subject transform maps
+// each request to one of cfg.Partitions partitions.
+func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	src, dst := subject.InboxTransform(cfg.Partitions)
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:             subject.InboxStream,
 		Description:      "agentbus requests waiting for a workflow host",
 		Subjects:         []string{subject.InboxSubjects()},
@@ -165,7 +194,12 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)
 	}
-	r.Messages, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return s, nil
+}
+
+// ensureMessages creates or updates the conversation history stream.
+func ensureMessages(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        subject.MessagesStream,
 		Description: "agentbus conversation history, one subject per thread",
 		Subjects:    []string{subject.MessagesSubjects()},
@@ -180,7 +214,12 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.MessagesStream, err)
 	}
-	r.DeadLetters, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return s, nil
+}
+
+// ensureDeadLetters creates or updates the stream of requests that failed every attempt.
+func ensureDeadLetters(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        subject.DeadLettersStream,
 		Description: "agentbus requests whose handler failed every attempt, until replayed or discarded",
 		Subjects:    []string{subject.DeadLetterSubjects()},
@@ -196,9 +235,11 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", subject.DeadLettersStream, err)
 	}
-	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
-		return nil, err
-	}
+	return s, nil
+}
+
+// ensureBuckets creates or updates every key-value bucket and stores its handle in r.
+func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *Resources) error {
 	kvs := []struct {
 		dst *jetstream.KeyValue
 		cfg jetstream.KeyValueConfig
@@ -222,16 +263,22 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		if c.Storage == 0 {
 			c.Storage = jetstream.FileStorage
 		}
+		var err error
 		if kv.fromLeader {
 			*kv.dst, err = leaderReadBucket(ctx, js, c)
 		} else {
 			*kv.dst, err = js.CreateOrUpdateKeyValue(ctx, c)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
+			return fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
 		}
 	}
-	r.Files, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	return nil
+}
+
+// ensureFiles creates or updates the object store of uploaded files.
+func ensureFiles(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
+	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      subject.FilesStore,
 		Description: "uploaded files",
 		Storage:     jetstream.FileStorage,
@@ -242,7 +289,13 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating object store %s: %w", subject.FilesStore, err)
 	}
-	r.Claims, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	return store, nil
+}
+
+// ensureClaims creates or updates the object store of claim-checked request bodies and
+// replies.
+func ensureClaims(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
+	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      subject.ClaimsStore,
 		Description: "request bodies and replies too large for one message",
 		Storage:     jetstream.FileStorage,
@@ -253,7 +306,7 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if err != nil {
 		return nil, fmt.Errorf("creating object store %s: %w", subject.ClaimsStore, err)
 	}
-	return r, nil
+	return store, nil
 }
 
 // ErrRepartition is returned by Ensure when the configured partition count differs from that of

@@ -10,8 +10,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // withStream starts an embedded server with one stream of the name over subjects and returns a
@@ -53,6 +56,68 @@ func lossyServer(t *testing.T, nc *nats.Conn, subjects string, answers ...string
 		defer mu.Unlock()
 		return maps.Clone(seen)
 	}
+}
+
+// blackhole subscribes to blackhole.> with a responder that swallows requests, standing in for
+// a server that died after taking one, until the test ends.
+func blackhole(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	sub, err := nc.Subscribe("blackhole.>", func(*nats.Msg) {})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// awaitFixture is a server with one stream and the Replies of an ingress instance, through
+// which tests send requests with Waiter.Send and read what Waiter.Await makes of them.
+type awaitFixture struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	ctx     context.Context
+	replies *bus.Replies
+}
+
+// newAwaitFixture starts a server with one stream of the name over subjects, as withStream
+// does, and subscribes to the replies of the ingress instance ing1.
+func newAwaitFixture(t *testing.T, name string, subjects ...string) *awaitFixture {
+	t.Helper()
+	nc, js, ctx := withStream(t, name, subjects...)
+	replies, err := bus.NewReplies(nc, "ing1", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = replies.Close() })
+	return &awaitFixture{nc: nc, js: js, ctx: ctx, replies: replies}
+}
+
+// await sends m with a new waiter, calls reply with the waiter if it is not nil, and returns
+// what Await makes of it within accept and timeout, and how long Await took.
+func (f *awaitFixture) await(t *testing.T, m *nats.Msg, accept, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, error, time.Duration) {
+	t.Helper()
+	w := f.replies.Wait()
+	defer w.Done()
+	require.NoError(t, w.Send(m))
+	if reply != nil {
+		reply(w)
+	}
+	start := time.Now()
+	rep, err := w.Await(f.ctx, accept, timeout)
+	return rep, err, time.Since(start)
+}
+
+// answer publishes rep as a workflow host does, to the reply subject of w.
+func (f *awaitFixture) answer(t *testing.T, w *bus.Waiter, rep *agentbusv1.Reply) {
+	t.Helper()
+	data, err := proto.Marshal(rep)
+	require.NoError(t, err)
+	require.NoError(t, f.nc.Publish(w.Subject, data))
+}
+
+// requestMsg returns a request on subj, with the de-duplication id id if it is not empty.
+func requestMsg(subj, id string) *nats.Msg {
+	m := nats.NewMsg(subj)
+	m.Data = []byte("request")
+	if id != "" {
+		m.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	return m
 }
 
 // Answers of a stream, for lossyServer.

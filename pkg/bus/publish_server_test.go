@@ -16,56 +16,79 @@ import (
 
 // TestPublishAgainstServer: a real server's acknowledgements, a new message and a duplicate,
 // take the hand-written path and read as nats.go reads them; its errors keep their API codes.
+// The cases run in order on one server: each relies on the messages the previous ones stored.
 func TestPublishAgainstServer(t *testing.T) {
 	nc, js, ctx := withStream(t, "PUBTEST", "pubtest.>")
+	t.Run("acknowledgements", func(t *testing.T) { testPublishAcks(t, nc, js, ctx) })
+	t.Run("API error", func(t *testing.T) { testPublishAPIError(t, js, ctx) })
+	t.Run("no stream", func(t *testing.T) { testPublishNoStream(t, js, ctx) })
+	t.Run("stream elected while publishing", func(t *testing.T) { testPublishLateStream(t, js, ctx) })
+	t.Run("acknowledgement lost", func(t *testing.T) { testPublishAckLost(t, nc, js, ctx) })
+	t.Run("never acknowledged", func(t *testing.T) { testPublishNeverAcked(t, nc) })
+}
 
-	msg := func(id string) *nats.Msg {
-		m := nats.NewMsg("pubtest.a")
-		m.Data = []byte("x")
-		m.Header.Set(jetstream.MsgIDHeader, id)
-		return m
-	}
+// pubtestMsg returns a message on pubtest.a with the de-duplication id id.
+func pubtestMsg(id string) *nats.Msg {
+	m := nats.NewMsg("pubtest.a")
+	m.Data = []byte("x")
+	m.Header.Set(jetstream.MsgIDHeader, id)
+	return m
+}
+
+// testPublishAcks checks that the server's acknowledgements of a new message and of a
+// duplicate are read by the fast path, and that Publish returns them.
+func testPublishAcks(t *testing.T, nc *nats.Conn, js jetstream.JetStream, ctx context.Context) {
 	for i, want := range []jetstream.PubAck{{Stream: "PUBTEST", Sequence: 1}, {Stream: "PUBTEST", Sequence: 1, Duplicate: true}} {
-		raw, err := nc.RequestMsgWithContext(ctx, msg("one"))
+		raw, err := nc.RequestMsgWithContext(ctx, pubtestMsg("one"))
 		require.NoError(t, err)
 		fast, ok := bus.ParsePubAckFast(raw.Data)
 		require.True(t, ok, "ack %d %q not read by the fast path", i, raw.Data)
 		assert.Equal(t, want, *fast)
 	}
-	ack, err := bus.Publish(ctx, js, msg("two"))
+	ack, err := bus.Publish(ctx, js, pubtestMsg("two"))
 	require.NoError(t, err)
 	assert.Equal(t, jetstream.PubAck{Stream: "PUBTEST", Sequence: 2}, *ack)
+}
 
-	m := msg("three")
+// testPublishAPIError checks that a refusal keeps its JetStream API error code.
+func testPublishAPIError(t *testing.T, js jetstream.JetStream, ctx context.Context) {
+	m := pubtestMsg("three")
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "1")
-	_, err = bus.Publish(ctx, js, m)
+	_, err := bus.Publish(ctx, js, m)
 	var apiErr *jetstream.APIError
 	require.True(t, errors.As(err, &apiErr), "%v", err)
 	assert.Equal(t, jetstream.JSErrCodeStreamWrongLastSequence, apiErr.ErrorCode)
+}
 
-	// No stream answers: Publish tries again until ctx's deadline, then says so.
+// testPublishNoStream checks that, while no stream answers, Publish tries again until ctx's
+// deadline, then says so.
+func testPublishNoStream(t *testing.T, js jetstream.JetStream, ctx context.Context) {
 	nctx, ncancel := context.WithTimeout(ctx, time.Second)
 	start := time.Now()
-	_, err = bus.Publish(nctx, js, nats.NewMsg("nostream.a"))
+	_, err := bus.Publish(nctx, js, nats.NewMsg("nostream.a"))
 	ncancel()
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 	assert.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond, "tried again while the deadline allowed")
 	assert.Less(t, time.Since(start), 1500*time.Millisecond, "gave up by the deadline")
+}
 
-	// A stream that starts answering while Publish tries again (a leader elected) stores the
-	// message once.
+// testPublishLateStream checks that a stream that starts answering while Publish tries again
+// (a leader elected) stores the message once.
+func testPublishLateStream(t *testing.T, js jetstream.JetStream, ctx context.Context) {
 	go func() {
 		time.Sleep(700 * time.Millisecond)
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
 		assert.NoError(t, err)
 	}()
-	ack, err = bus.Publish(ctx, js, nats.NewMsg("late.a"))
+	ack, err := bus.Publish(ctx, js, nats.NewMsg("late.a"))
 	require.NoError(t, err)
 	assert.Equal(t, jetstream.PubAck{Stream: "LATE", Sequence: 1}, *ack)
+}
 
-	// A server that takes a message and dies before it answers: the first copy of each message
-	// gets no acknowledgement, the next one does. A message with a de-duplication id is sent
-	// again; one without is not, as it may have been stored.
+// testPublishAckLost stands in for a server that takes a message and dies before it answers:
+// the first copy of each message gets no acknowledgement, the next one does. A message with a
+// de-duplication id is sent again; one without is not, as it may have been stored.
+func testPublishAckLost(t *testing.T, nc *nats.Conn, js jetstream.JetStream, ctx context.Context) {
 	bus.SetResendAfter(t, 200*time.Millisecond)
 	seen := lossyServer(t, nc, "lossy.>", "", stored)
 	// The copy sent again may reach the stream while it is still storing the first.
@@ -80,7 +103,7 @@ func TestPublishAgainstServer(t *testing.T) {
 		}
 		return bus.Publish(pctx, js, m)
 	}
-	ack, err = publish("lossy.a", "lossy-1", 2*time.Second)
+	ack, err := publish("lossy.a", "lossy-1", 2*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), ack.Sequence)
 	_, err = publish("lossy.b", "", 600*time.Millisecond)
@@ -90,20 +113,20 @@ func TestPublishAgainstServer(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), ack.Sequence)
 	assert.Equal(t, map[string]int{"inflight.a": 3}, seenInFlight())
+}
 
-	// Without a deadline, an acknowledgement that never comes ends with js's default timeout.
-	// A responder that swallows requests stands in for a server that died after taking one.
-	sub, err := nc.Subscribe("blackhole.>", func(*nats.Msg) {})
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
+// testPublishNeverAcked checks that, without a deadline, an acknowledgement that never comes
+// ends with js's default timeout, and that a context already done stops Publish before anything
+// is sent.
+func testPublishNeverAcked(t *testing.T, nc *nats.Conn) {
+	blackhole(t, nc)
 	short, err := jetstream.New(nc, jetstream.WithDefaultTimeout(200*time.Millisecond))
 	require.NoError(t, err)
-	start = time.Now()
+	start := time.Now()
 	_, err = bus.Publish(context.Background(), short, nats.NewMsg("blackhole.a"))
 	assert.ErrorIs(t, err, nats.ErrTimeout)
 	assert.Less(t, time.Since(start), 5*time.Second)
 
-	// A context already done stops it before anything is sent.
 	done, stop := context.WithCancel(context.Background())
 	stop()
 	_, err = bus.Publish(done, short, nats.NewMsg("blackhole.a"))

@@ -143,96 +143,141 @@ func (w *Waiter) Send(m *nats.Msg) error {
 // is up, whichever comes first. It returns ErrDuplicate when the inbox held the request already,
 // and ctx's error when ctx ends first.
 func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
-	start := time.Now()
-	t := timers.Get().(*time.Timer)
-	t.Reset(min(accept, timeout))
-	defer func() {
-		t.Stop() // since Go 1.23 a stopped timer's channel holds no stale value: it can be reused
-		timers.Put(t)
-	}()
-	var backoff noStreamBackoff
-	late := false // the reply's time is up; only the acknowledgement is awaited
-	// A request with a de-duplication id whose acknowledgement does not come (the server that
-	// took it died, or the connection to it did) is sent again every resendAfter: the id keeps
-	// the inbox from storing it twice. A new stream leader that has not applied the first copy
-	// yet may store it again; the host then answers the copy from the result cache, as it does
-	// a caller's retry.
-	var resend *time.Timer
-	var resendC <-chan time.Time // nil: nothing to send again
-	if w.msg.Header.Get(jetstream.MsgIDHeader) != "" {
-		resend = timers.Get().(*time.Timer)
-		resend.Reset(resendAfter)
-		defer func() {
-			resend.Stop()
-			timers.Put(resend)
-		}()
-		resendC = resend.C
-	}
+	a := awaiting{w: w, start: time.Now(), accept: accept, timeout: timeout}
+	a.arm()
+	defer a.disarm()
 	for {
 		w.mu.Lock()
 		rep, failure := w.take(), w.ackFailure
 		w.ackFailure = nil
 		w.mu.Unlock()
-		switch {
-		case rep != nil:
+		if rep != nil {
 			// A reply means the request was stored, whatever became of its acknowledgement.
 			if !rep.GetPartial() {
 				return rep, nil
 			}
 			continue
-		case failure == nil:
-		case errors.Is(failure, ErrDuplicate):
-			return nil, failure
-		case notStoredYet(failure):
-			again, err := backoff.pause(ctx, start.Add(min(accept, timeout)))
-			if err != nil {
+		}
+		if failure != nil {
+			if err := a.refused(ctx, failure); err != nil {
 				return nil, err
 			}
-			if !again {
-				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, noStreamErr(failure))
-			}
-			if err := w.r.nc.PublishMsg(w.msg); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
-			}
 			continue
-		default:
-			return nil, fmt.Errorf("%w: %w", ErrNotAccepted, failure)
 		}
-		if late && w.accepted.Load() == ackAccepted {
+		if a.late && w.accepted.Load() == ackAccepted {
 			return nil, ErrReplyTimeout
 		}
-		select {
-		case <-w.notify:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-resendC:
-			if w.accepted.Load() == ackAccepted {
-				resendC = nil
-				continue
-			}
-			if err := w.r.nc.PublishMsg(w.msg); err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, err)
-			}
-			resend.Reset(resendAfter)
-		case <-t.C:
-			elapsed := time.Since(start)
-			accepted := w.accepted.Load() == ackAccepted
-			switch {
-			case accepted && elapsed >= timeout:
-				return nil, ErrReplyTimeout
-			case accepted:
-				t.Reset(timeout - elapsed)
-			case elapsed >= accept:
-				return nil, fmt.Errorf("%w: %w", ErrNotAccepted, nats.ErrTimeout)
-			default:
-				// The reply's time is up, but the request may still be stored: wait for the
-				// acknowledgement itself, which deliver now signals.
-				late = true
-				w.accepted.CompareAndSwap(ackPending, ackWanted)
-				t.Reset(accept - elapsed)
-			}
+		if err := a.wait(ctx); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// awaiting is the state of one Await call.
+type awaiting struct {
+	w               *Waiter
+	start           time.Time
+	accept, timeout time.Duration
+	t               *time.Timer // fires when accept or timeout is up, whichever is next
+	resend          *time.Timer
+	resendC         <-chan time.Time // nil: nothing to send again
+	backoff         noStreamBackoff
+	late            bool // the reply's time is up; only the acknowledgement is awaited
+}
+
+// arm takes a's timers from the pool and starts them.
+//
+// A request with a de-duplication id whose acknowledgement does not come (the server that took
+// it died, or the connection to it did) is sent again every resendAfter: the id keeps the inbox
+// from storing it twice. A new stream leader that has not applied the first copy yet may store
+// it again; the host then answers the copy from the result cache, as it does a caller's retry.
+func (a *awaiting) arm() {
+	a.t = timers.Get().(*time.Timer)
+	a.t.Reset(min(a.accept, a.timeout))
+	if a.w.msg.Header.Get(jetstream.MsgIDHeader) != "" {
+		a.resend = timers.Get().(*time.Timer)
+		a.resend.Reset(resendAfter)
+		a.resendC = a.resend.C
+	}
+}
+
+// disarm stops a's timers and returns them to the pool. Since Go 1.23 a stopped timer's
+// channel holds no stale value: it can be reused.
+func (a *awaiting) disarm() {
+	if a.resend != nil {
+		a.resend.Stop()
+		timers.Put(a.resend)
+	}
+	a.t.Stop()
+	timers.Put(a.t)
+}
+
+// refused handles an acknowledgement that did not accept the request. It returns nil when the
+// request was published again because no stream answered yet, and otherwise the error that
+// ends Await.
+func (a *awaiting) refused(ctx context.Context, failure error) error {
+	switch {
+	case errors.Is(failure, ErrDuplicate):
+		return failure
+	case notStoredYet(failure):
+		again, err := a.backoff.pause(ctx, a.start.Add(min(a.accept, a.timeout)))
+		if err != nil {
+			return err
+		}
+		if !again {
+			return fmt.Errorf("%w: %w", ErrNotAccepted, noStreamErr(failure))
+		}
+		if err := a.w.r.nc.PublishMsg(a.w.msg); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: %w", ErrNotAccepted, failure)
+	}
+}
+
+// wait blocks until deliver signals the waiter, the request is due to be sent again, or a
+// timer fires. It returns the error that ends Await, if any.
+func (a *awaiting) wait(ctx context.Context) error {
+	select {
+	case <-a.w.notify:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.resendC:
+		if a.w.accepted.Load() == ackAccepted {
+			a.resendC = nil
+			return nil
+		}
+		if err := a.w.r.nc.PublishMsg(a.w.msg); err != nil {
+			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
+		}
+		a.resend.Reset(resendAfter)
+	case <-a.t.C:
+		return a.timeUp()
+	}
+	return nil
+}
+
+// timeUp handles the firing of a.t: it returns ErrReplyTimeout or ErrNotAccepted when the
+// corresponding time is up, and otherwise sets the timer for the next deadline.
+func (a *awaiting) timeUp() error {
+	elapsed := time.Since(a.start)
+	accepted := a.w.accepted.Load() == ackAccepted
+	switch {
+	case accepted && elapsed >= a.timeout:
+		return ErrReplyTimeout
+	case accepted:
+		a.t.Reset(a.timeout - elapsed)
+	case elapsed >= a.accept:
+		return fmt.Errorf("%w: %w", ErrNotAccepted, nats.ErrTimeout)
+	default:
+		// The reply's time is up, but the request may still be stored: wait for the
+		// acknowledgement itself, which deliver now signals.
+		a.late = true
+		a.w.accepted.CompareAndSwap(ackPending, ackWanted)
+		a.t.Reset(a.accept - elapsed)
+	}
+	return nil
 }
 
 // timers are Await's stopped timers, one per call otherwise.

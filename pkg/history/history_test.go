@@ -116,6 +116,37 @@ func reversedIDs(ms []*history.Message) []string {
 func TestAppendAndNewestPage(t *testing.T) {
 	e := setup(t)
 	created := time.Date(2025, 3, 4, 5, 6, 7, 891234567, time.FixedZone("CET", 3600))
+	msgs := appendSample(t, e, created)
+
+	page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, next, "next")
+	require.Equal(t, []string{"m3", "m2", "m1"}, ids(page), "page")
+	checkReadBack(t, page, msgs[0], created)
+
+	for _, tt := range jsonFormCases(page) {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.msg)
+			require.NoError(t, err)
+			var j map[string]any
+			require.NoError(t, json.Unmarshal(b, &j))
+			for _, k := range []string{"id", "createdAt", "direction", "messageType", "text", "data", "requestId", "participantId", "workflowId"} {
+				assert.Contains(t, j, k, "%s missing", k)
+			}
+			assert.NotContains(t, j, "Seq", "Seq is in the JSON form")
+			tt.check(t, j)
+			if t.Failed() {
+				t.Logf("JSON: %s", b)
+			}
+		})
+	}
+}
+
+// appendSample appends to the thread an exchange (m1, a chat message created at created, and
+// m2, data; one record) and one message (m3, a webhook; another), and checks the cursor Append
+// leaves and Cursor reads back. It returns the three messages.
+func appendSample(t *testing.T, e env, created time.Time) []*history.Message {
+	t.Helper()
 	text := "hello"
 	msgs := []*history.Message{
 		{ID: "m1", CreatedAt: created, Direction: history.In, MessageType: history.Chat, Text: &text,
@@ -124,7 +155,6 @@ func TestAppendAndNewestPage(t *testing.T) {
 			Data: json.RawMessage(`{"sum":3}`), RequestID: "r1"},
 		{ID: "m3", Direction: history.Out, MessageType: history.Webhook, RequestID: "r2"},
 	}
-	// An exchange (m1 and m2, one record) and one message (m3, another).
 	var cur history.Cursor
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0], msgs[1]))
 	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2]))
@@ -135,11 +165,14 @@ func TestAppendAndNewestPage(t *testing.T) {
 	require.NoError(t, err, "Cursor")
 	require.Equal(t, cur.LastSeq, loaded.LastSeq, "Cursor = %+v, want %+v", loaded, cur)
 	require.Equal(t, cur.Prev, loaded.Prev, "Cursor = %+v, want %+v", loaded, cur)
+	return msgs
+}
 
-	page, next, err := e.store.Page(e.ctx, tenant, wf, user, history.PageOptions{})
-	require.NoError(t, err)
-	assert.Zero(t, next, "next")
-	require.Equal(t, []string{"m3", "m2", "m1"}, ids(page), "page")
+// checkReadBack checks the messages of appendSample's page as read back: m1's fields as
+// appended (its creation time to the millisecond), and m3's thread ids and creation time, which
+// Append fills.
+func checkReadBack(t *testing.T, page []history.Message, appended *history.Message, created time.Time) {
+	t.Helper()
 	m1 := page[2]
 	assert.True(t, m1.CreatedAt.Equal(created.Truncate(time.Millisecond)), "m1 read back as %+v", m1)
 	assert.Equal(t, "be brief", m1.Hint, "m1 read back as %+v", m1)
@@ -149,19 +182,26 @@ func TestAppendAndNewestPage(t *testing.T) {
 	}
 	assert.Nil(t, m1.Data, "m1 read back as %+v", m1)
 	assert.Equal(t, "r1", m1.RequestID, "m1 read back as %+v", m1)
-	assert.Equal(t, msgs[0].Pos, m1.Pos, "m1 read back as %+v", m1)
+	assert.Equal(t, appended.Pos, m1.Pos, "m1 read back as %+v", m1)
 	// Append fills the thread's ids and a creation time.
 	m3 := page[0]
 	assert.Equal(t, wf, m3.WorkflowID, "m3 read back as %+v", m3)
 	assert.Equal(t, user, m3.ParticipantID, "m3 read back as %+v", m3)
 	assert.False(t, m3.CreatedAt.IsZero(), "m3 read back as %+v", m3)
+}
 
+// A jsonFormCase checks the JSON form of one message of appendSample's page.
+type jsonFormCase struct {
+	name  string
+	msg   history.Message
+	check func(*testing.T, map[string]any)
+}
+
+// jsonFormCases returns the checks of the JSON forms of the messages of appendSample's page,
+// newest first.
+func jsonFormCases(page []history.Message) []jsonFormCase {
 	stamp := `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`
-	tests := []struct {
-		name  string
-		msg   history.Message
-		check func(*testing.T, map[string]any)
-	}{
+	return []jsonFormCase{
 		{"chat has text and null data", page[2], func(t *testing.T, j map[string]any) {
 			assert.Equal(t, "hello", j["text"], "text")
 			assert.Nil(t, j["data"], "data")
@@ -188,22 +228,6 @@ func TestAppendAndNewestPage(t *testing.T) {
 				assert.Regexp(t, stamp, j["createdAt"], "createdAt")
 			}
 		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, err := json.Marshal(tt.msg)
-			require.NoError(t, err)
-			var j map[string]any
-			require.NoError(t, json.Unmarshal(b, &j))
-			for _, k := range []string{"id", "createdAt", "direction", "messageType", "text", "data", "requestId", "participantId", "workflowId"} {
-				assert.Contains(t, j, k, "%s missing", k)
-			}
-			assert.NotContains(t, j, "Seq", "Seq is in the JSON form")
-			tt.check(t, j)
-			if t.Failed() {
-				t.Logf("JSON: %s", b)
-			}
-		})
 	}
 }
 
@@ -473,57 +497,18 @@ func TestDedupeAcrossRecords(t *testing.T) {
 // newest records carrying its id, several records deep; a plain Cursor knows only the newest
 // record's. A replayed request's messages may lie behind later requests' (deep).
 func TestRecover(t *testing.T) {
-	of := func(req, id, text string) *history.Message {
-		m := chat(id, text)
-		m.RequestID = req
-		return m
-	}
-	// The request r stored its chat message, a tool call and its result, then its host died.
-	stored := func(t *testing.T) (env, []*history.Message) {
-		e := setup(t)
-		var cur history.Cursor
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, of("q", "before", "an earlier request")))
-		msgs := []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result")}
-		for _, m := range msgs {
-			require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
-		}
-		return e, msgs
-	}
-	// storedThenLater is stored, then a later request's record: a replay's situation.
-	storedThenLater := func(t *testing.T) (env, []*history.Message) {
-		e, msgs := stored(t)
-		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
-		require.NoError(t, err)
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, of("s", "later", "a later request")))
-		return e, msgs
-	}
-	again := func() []*history.Message {
-		return []*history.Message{of("r", "in", "hi"), of("r", "call", "tool call"), of("r", "result", "tool result"), of("r", "out", "answer")}
-	}
-	// runAgain stores the request's messages again with cur, as exchanges, and checks that those
-	// stored before kept their positions.
-	runAgain := func(t *testing.T, e env, cur *history.Cursor, first []*history.Message) {
-		t.Helper()
-		msgs := again()
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[0], msgs[1]))
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[2], msgs[3]))
-		for i := range first {
-			assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
-		}
-	}
-
 	t.Run("plain cursor", func(t *testing.T) {
-		e, first := stored(t)
+		e, first := storedRequest(t)
 		cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
 		require.NoError(t, err)
-		msgs := again()
+		msgs := requestAgain()
 		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2]))
 		assert.Equal(t, first[2].Pos, msgs[2].Pos, "the newest record's message is known")
 		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[0]))
 		assert.NotEqual(t, first[0].Pos, msgs[0].Pos, "an older record's message is not")
 	})
 	t.Run("redelivered", func(t *testing.T) {
-		e, first := stored(t)
+		e, first := storedRequest(t)
 		cur, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
 		require.NoError(t, err)
 		runAgain(t, e, &cur, first)
@@ -540,13 +525,13 @@ func TestRecover(t *testing.T) {
 		// The redelivered request found its messages, then another writer appended to the
 		// thread (a host that still held the partition): the cursor read anew after the
 		// conflict carries what the first one knew.
-		e, first := stored(t)
+		e, first := storedRequest(t)
 		cur, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
 		require.NoError(t, err)
 		other, err := e.store.Cursor(e.ctx, tenant, wf, user)
 		require.NoError(t, err)
-		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &other, of("s", "other", "another writer")))
-		msgs := again()
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &other, ofRequest("s", "other", "another writer")))
+		msgs := requestAgain()
 		require.ErrorIs(t, e.store.Append(e.ctx, tenant, wf, user, &cur, msgs[2], msgs[3]), history.ErrConflict)
 		fresh, err := e.store.Cursor(e.ctx, tenant, wf, user)
 		require.NoError(t, err)
@@ -558,10 +543,60 @@ func TestRecover(t *testing.T) {
 		e, first := storedThenLater(t)
 		tail, err := e.store.Recover(e.ctx, tenant, wf, user, "r", false)
 		require.NoError(t, err)
-		in := of("r", "in", "hi")
+		in := ofRequest("r", "in", "hi")
 		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &tail, in))
 		assert.NotEqual(t, first[0].Pos, in.Pos, "found behind another request's record")
 	})
+}
+
+// ofRequest returns a chat message with the id and text, stored by the request req.
+func ofRequest(req, id, text string) *history.Message {
+	m := chat(id, text)
+	m.RequestID = req
+	return m
+}
+
+// storedRequest returns a thread in which an earlier request q stored one message, then the
+// request r stored its chat message, a tool call and its result, and its host died. It returns
+// r's messages.
+func storedRequest(t *testing.T) (env, []*history.Message) {
+	t.Helper()
+	e := setup(t)
+	var cur history.Cursor
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, ofRequest("q", "before", "an earlier request")))
+	msgs := []*history.Message{ofRequest("r", "in", "hi"), ofRequest("r", "call", "tool call"), ofRequest("r", "result", "tool result")}
+	for _, m := range msgs {
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, m))
+	}
+	return e, msgs
+}
+
+// storedThenLater is storedRequest, then a later request's record: a replay's situation.
+func storedThenLater(t *testing.T) (env, []*history.Message) {
+	t.Helper()
+	e, msgs := storedRequest(t)
+	cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, ofRequest("s", "later", "a later request")))
+	return e, msgs
+}
+
+// requestAgain returns the messages the request r of storedRequest stores when it runs again:
+// those it stored, then its answer.
+func requestAgain() []*history.Message {
+	return []*history.Message{ofRequest("r", "in", "hi"), ofRequest("r", "call", "tool call"), ofRequest("r", "result", "tool result"), ofRequest("r", "out", "answer")}
+}
+
+// runAgain stores the request's messages again with cur, as exchanges, and checks that those
+// stored before (first) kept their positions.
+func runAgain(t *testing.T, e env, cur *history.Cursor, first []*history.Message) {
+	t.Helper()
+	msgs := requestAgain()
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[0], msgs[1]))
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, cur, msgs[2], msgs[3]))
+	for i := range first {
+		assert.Equal(t, first[i].Pos, msgs[i].Pos, "%s: the stored position", first[i].ID)
+	}
 }
 
 // A message id seen in one thread is no duplicate in another: a caller may send one requestId

@@ -53,120 +53,172 @@ func (s *Store) Page(ctx context.Context, tenant, workflowID, participant string
 		ctx, cancel = context.WithTimeout(ctx, readTimeout)
 		defer cancel()
 	}
-	size := opt.Size
-	if size <= 0 {
-		size = DefaultPageSize
-	}
-	size = min(size, MaxPageSize)
 	subj := subject.Thread(tenant, workflowID, participant)
+	head, err := s.pageHead(ctx, subj, opt.Before)
+	if err != nil {
+		return nil, 0, err
+	}
+	if head == nil {
+		return []Message{}, 0, nil
+	}
+	p := newPager(opt)
+	full, err := p.collect(ctx, s, subj, head, opt.Before)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !full {
+		return p.out, 0, nil
+	}
+	next, err := p.cursor()
+	if err != nil {
+		return nil, 0, err
+	}
+	return p.out, next, nil
+}
 
+// pageHead reads the record a page starts in: the thread's newest record when before is 0, and
+// otherwise the record that holds the message at position before. It returns nil when there is
+// no such record, and ErrBadCursor when before is no position of the thread subj.
+func (s *Store) pageHead(ctx context.Context, subj string, before uint64) (*jetstream.RawStreamMsg, error) {
 	var (
 		head *jetstream.RawStreamMsg
 		err  error
 	)
 	switch {
-	case opt.Before == 0:
+	case before == 0:
 		head, err = s.stream.GetLastMsgForSubject(ctx, subj)
-	case recordSeq(opt.Before) == 0:
-		return nil, 0, ErrBadCursor
+	case recordSeq(before) == 0:
+		return nil, ErrBadCursor
 	default:
-		head, err = s.stream.GetMsg(ctx, recordSeq(opt.Before))
+		head, err = s.stream.GetMsg(ctx, recordSeq(before))
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return []Message{}, 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading thread: %w", err)
+		return nil, fmt.Errorf("reading thread: %w", err)
 	}
 	if head.Subject != subj {
-		return nil, 0, ErrBadCursor
+		return nil, ErrBadCursor
 	}
+	return head, nil
+}
 
-	out := make([]Message, 0, size)
+// A pager fills one page of a thread, newest message first.
+type pager struct {
+	scope string // when not empty, only messages of this scope are taken
+	size  int    // the most messages the page holds
+	out   []Message
 	// rest is set when the page filled up before the oldest message of the record it ended in.
-	rest := false
-	// take adds the messages of raw, newest first, that come before bound (0: all) and match
-	// to the page; it reports a full page.
-	take := func(raw *jetstream.RawStreamMsg, bound uint64) (bool, error) {
-		msgs, err := decodeRecord(raw.Sequence, raw.Data)
-		if err != nil {
-			return false, fmt.Errorf("reading thread: decoding message %d: %w", raw.Sequence, err)
-		}
-		for i := len(msgs) - 1; i >= 0; i-- {
-			m := msgs[i]
-			if bound != 0 && m.Pos >= bound {
-				continue
-			}
-			if opt.Scope == "" || m.Scope == opt.Scope {
-				out = append(out, m)
-			}
-			if len(out) == size {
-				rest = i > 0
-				return true, nil
-			}
-		}
-		return false, nil
-	}
-
+	rest bool
 	// last is the oldest record examined: its header continues the chain.
-	last := head
-	full, err := take(head, opt.Before)
+	last *jetstream.RawStreamMsg
+}
+
+// newPager returns a pager for the page opt selects, its size bounded by DefaultPageSize and
+// MaxPageSize.
+func newPager(opt PageOptions) *pager {
+	size := opt.Size
+	if size <= 0 {
+		size = DefaultPageSize
+	}
+	size = min(size, MaxPageSize)
+	return &pager{scope: opt.Scope, size: size, out: make([]Message, 0, size)}
+}
+
+// collect fills the page from head, taking only the messages of head before the position before
+// (0: all), then from the records head's chain lists, oldest last, until the page is full or
+// the thread ends. It reports whether older messages may remain: a full page whose chain did not
+// reach an expired record.
+func (p *pager) collect(ctx context.Context, s *Store, subj string, head *jetstream.RawStreamMsg, before uint64) (bool, error) {
+	p.last = head
+	full, err := p.take(head, before)
 	if err != nil {
-		return nil, 0, err
+		return false, err
 	}
 	chain, err := parsePrev(head.Header)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading thread: message %d: %w", head.Sequence, err)
+		return false, fmt.Errorf("reading thread: message %d: %w", head.Sequence, err)
 	}
 	for !full && len(chain) > 0 {
 		n := len(chain)
-		if opt.Scope == "" {
+		if p.scope == "" {
 			// A record holds at least one message.
-			n = min(n, size-len(out))
+			n = min(n, p.size-len(p.out))
 		}
 		raws, err := s.getMany(ctx, subj, chain[:n])
 		if err != nil {
-			return nil, 0, err
+			return false, err
 		}
-		for _, raw := range raws {
-			last = raw
-			if full, err = take(raw, 0); err != nil {
-				return nil, 0, err
-			}
-			if full {
-				break
-			}
+		if full, err = p.takeAll(raws); err != nil {
+			return false, err
 		}
 		if len(raws) < n {
 			// Expired: so is everything older.
-			return out, 0, nil
+			return false, nil
 		}
 		if full {
 			break
 		}
 		if chain = chain[n:]; len(chain) == 0 {
-			if chain, err = parsePrev(last.Header); err != nil {
-				return nil, 0, fmt.Errorf("reading thread: message %d: %w", last.Sequence, err)
+			if chain, err = parsePrev(p.last.Header); err != nil {
+				return false, fmt.Errorf("reading thread: message %d: %w", p.last.Sequence, err)
 			}
 		}
 	}
-	if !full {
-		return out, 0, nil
+	return full, nil
+}
+
+// takeAll takes the messages of raws, in order, until the page is full; it reports a full page.
+func (p *pager) takeAll(raws []*jetstream.RawStreamMsg) (bool, error) {
+	for _, raw := range raws {
+		p.last = raw
+		full, err := p.take(raw, 0)
+		if err != nil || full {
+			return full, err
+		}
 	}
-	// The page is full; there is more if the record it ended in, or that record's
-	// predecessors, hold older messages.
-	next := out[len(out)-1].Pos
-	if rest {
-		return out, next, nil
-	}
-	older, err := parsePrev(last.Header)
+	return false, nil
+}
+
+// take adds the messages of raw, newest first, that come before bound (0: all) and match to the
+// page; it reports a full page.
+func (p *pager) take(raw *jetstream.RawStreamMsg, bound uint64) (bool, error) {
+	msgs, err := decodeRecord(raw.Sequence, raw.Data)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading thread: message %d: %w", last.Sequence, err)
+		return false, fmt.Errorf("reading thread: decoding message %d: %w", raw.Sequence, err)
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if bound != 0 && m.Pos >= bound {
+			continue
+		}
+		if p.scope == "" || m.Scope == p.scope {
+			p.out = append(p.out, m)
+		}
+		if len(p.out) == p.size {
+			p.rest = i > 0
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// cursor returns the cursor of the page after a full one: the Pos of its oldest message when the
+// record it ended in, or that record's predecessors, hold older messages, and 0 otherwise.
+func (p *pager) cursor() (uint64, error) {
+	next := p.out[len(p.out)-1].Pos
+	if p.rest {
+		return next, nil
+	}
+	older, err := parsePrev(p.last.Header)
+	if err != nil {
+		return 0, fmt.Errorf("reading thread: message %d: %w", p.last.Sequence, err)
 	}
 	if len(older) == 0 {
-		return out, 0, nil
+		return 0, nil
 	}
-	return out, next, nil
+	return next, nil
 }
 
 // getMany direct-gets the messages at seqs (at most PrevDepth) at once. The result keeps the

@@ -45,14 +45,37 @@ func TestValidTenant(t *testing.T) {
 	}
 }
 
+// A resolveCase is a reference Resolve reads for a tenant, and what it should return: want, or
+// an error that is wantErr with a zero Workflow.
+type resolveCase struct {
+	name    string
+	ref     string
+	tenant  string
+	want    ident.Workflow
+	wantErr error
+}
+
+// checkResolve runs each case as a subtest.
+func checkResolve(t *testing.T, tests []resolveCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ident.Resolve(tt.ref, tt.tenant)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr, "Resolve(%q) error", tt.ref)
+				assert.Zero(t, got, "Resolve(%q) returned a Workflow with an error, want zero Workflow", tt.ref)
+				return
+			}
+			require.NoError(t, err, "Resolve(%q)", tt.ref)
+			assert.Equal(t, tt.want, got, "Resolve(%q)", tt.ref)
+		})
+	}
+}
+
+// TestResolve checks the references Resolve accepts: an agent, an agent and a type, and a
+// workflow id.
 func TestResolve(t *testing.T) {
-	tests := []struct {
-		name    string
-		ref     string
-		tenant  string
-		want    ident.Workflow
-		wantErr error
-	}{
+	checkResolve(t, []resolveCase{
 		{
 			name:   "bare agent gets default type and activation",
 			ref:    "Echo",
@@ -64,12 +87,6 @@ func TestResolve(t *testing.T) {
 			ref:    "Echo:Conversational",
 			tenant: "acme",
 			want:   ident.Workflow{Tenant: "acme", Agent: "Echo", WorkflowType: "Conversational", Activation: "default"},
-		},
-		{
-			name:    "three segments",
-			ref:     "acme:Echo:Conversational",
-			tenant:  "acme",
-			wantErr: ident.ErrInvalidWorkflow,
 		},
 		{
 			name:   "four segments is a workflow id",
@@ -84,6 +101,31 @@ func TestResolve(t *testing.T) {
 			ref:    "other:Echo:Conversational:main",
 			tenant: "acme",
 			want:   ident.Workflow{Tenant: "other", Agent: "Echo", WorkflowType: "Conversational", Activation: "main"},
+		},
+		{
+			name:   "spaces, dots and unicode are allowed in names",
+			ref:    "My Agent.v2:Typ é 日本",
+			tenant: "acme",
+			want:   ident.Workflow{Tenant: "acme", Agent: "My Agent.v2", WorkflowType: "Typ é 日本", Activation: "default"},
+		},
+		{
+			name:   "256-byte agent name",
+			ref:    strings.Repeat("a", 256),
+			tenant: "acme",
+			want:   ident.Workflow{Tenant: "acme", Agent: strings.Repeat("a", 256), WorkflowType: "Supervisor Workflow", Activation: "default"},
+		},
+	})
+}
+
+// TestResolveInvalid checks the references Resolve refuses: the wrong number of segments, empty
+// or invalid segments, and names too long.
+func TestResolveInvalid(t *testing.T) {
+	checkResolve(t, []resolveCase{
+		{
+			name:    "three segments",
+			ref:     "acme:Echo:Conversational",
+			tenant:  "acme",
+			wantErr: ident.ErrInvalidWorkflow,
 		},
 		{
 			name:    "four segments with invalid tenant",
@@ -110,32 +152,8 @@ func TestResolve(t *testing.T) {
 		{name: "tab in agent", ref: "Echo\t", tenant: "acme", wantErr: ident.ErrInvalidWorkflow},
 		{name: "invalid utf-8 in agent", ref: "Echo\xff", tenant: "acme", wantErr: ident.ErrInvalidWorkflow},
 		{name: "replacement char in agent", ref: "Echo\uFFFD", tenant: "acme", wantErr: ident.ErrInvalidWorkflow},
-		{
-			name:   "spaces, dots and unicode are allowed in names",
-			ref:    "My Agent.v2:Typ é 日本",
-			tenant: "acme",
-			want:   ident.Workflow{Tenant: "acme", Agent: "My Agent.v2", WorkflowType: "Typ é 日本", Activation: "default"},
-		},
-		{
-			name:   "256-byte agent name",
-			ref:    strings.Repeat("a", 256),
-			tenant: "acme",
-			want:   ident.Workflow{Tenant: "acme", Agent: strings.Repeat("a", 256), WorkflowType: "Supervisor Workflow", Activation: "default"},
-		},
 		{name: "257-byte agent name", ref: strings.Repeat("a", 257), tenant: "acme", wantErr: ident.ErrInvalidWorkflow},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ident.Resolve(tt.ref, tt.tenant)
-			if tt.wantErr != nil {
-				require.ErrorIs(t, err, tt.wantErr, "Resolve(%q) error", tt.ref)
-				assert.Zero(t, got, "Resolve(%q) returned a Workflow with an error, want zero Workflow", tt.ref)
-				return
-			}
-			require.NoError(t, err, "Resolve(%q)", tt.ref)
-			assert.Equal(t, tt.want, got, "Resolve(%q)", tt.ref)
-		})
-	}
+	})
 }
 
 func TestResolveDefaults(t *testing.T) {

@@ -3,8 +3,6 @@ package proctest_test
 import (
 	"fmt"
 	"net/http"
-	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,14 +11,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/proctest"
 )
-
-// drainCall is one webhook call made while an ingress drains.
-type drainCall struct {
-	start, end time.Time
-	status     int
-	err        error
-	body       []byte
-}
 
 // An ingress process gets SIGTERM under a steady load of slow and quick webhook calls: every
 // call that got an HTTP answer got its handler's 200 (the calls waiting when the signal came
@@ -35,56 +25,28 @@ func TestProcessesIngressDrainsOnSIGTERM(t *testing.T) {
 	sys.waitSettled([]string{"host-1"}, 30*time.Second)
 	sys.waitServing(10 * time.Second)
 
-	var (
-		mu    sync.Mutex
-		calls []drainCall
-		wg    sync.WaitGroup
-	)
-	stop := make(chan struct{})
-	ctx := proctest.Context(t, time.Minute)
-	const workers = 8
-	for w := range workers {
-		wg.Go(func() {
-			// Each worker has an instance of its own, so that the sleeps run side by side, and
-			// the sleepers start apart, so that some are far from done when the signal comes.
-			activation := fmt.Sprintf("drain-%d", w)
-			time.Sleep(time.Duration(w/2) * 500 * time.Millisecond)
-			for seq := 0; ; seq++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				c := drainCall{start: time.Now()}
-				if w%2 == 0 {
-					c.status, c.body, c.err = sys.webhook(ctx, activation, "sleep", url.Values{"ms": {"2000"}})
-				} else {
-					c.status, c.body, c.err = sys.webhook(ctx, activation, "count", nil, "Idempotency-Key", fmt.Sprintf("%s-%d", activation, seq))
-				}
-				c.end = time.Now()
-				mu.Lock()
-				calls = append(calls, c)
-				mu.Unlock()
-				if c.err != nil {
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
-		})
-	}
+	load := startDrainLoad(proctest.Context(t, time.Minute), sys, 8)
 	time.Sleep(3 * time.Second)
 	signalled := time.Now()
 	sys.ingress.Terminate()
 	code, exited := sys.ingress.Wait(shutdownTimeout + 5*time.Second)
 	took := time.Since(signalled)
 	time.Sleep(300 * time.Millisecond) // calls after the exit meet a closed port
-	close(stop)
-	wg.Wait()
+	calls := load.finish()
 
 	require.True(t, exited, "the ingress still runs %v after SIGTERM", took)
 	assert.Equal(t, 0, code, "exit code")
 	assert.Less(t, took, shutdownTimeout, "the drain took longer than the shutdown timeout")
 	assert.Contains(t, sys.ingress.Log(), "ingress drained")
+	checkDrainCalls(t, calls, signalled, code, took)
+}
 
+// checkDrainCalls checks the calls made while an ingress signalled at signalled drained: every
+// answered call got a 200, only calls made after the signal failed to connect, some calls were
+// in flight at the signal and one of them waited more than a second for its answer, and some
+// were refused. It logs the counts with the exit code and the time the drain took.
+func checkDrainCalls(t *testing.T, calls []drainCall, signalled time.Time, code int, took time.Duration) {
+	t.Helper()
 	var answered, inFlight, refused int
 	var lastAnswer time.Duration
 	for _, c := range calls {

@@ -204,6 +204,123 @@ func (l *countLoad) verify(t *testing.T) {
 	}
 }
 
+// drainCall is one webhook call made while an ingress drains.
+type drainCall struct {
+	start, end time.Time
+	status     int
+	err        error
+	body       []byte
+}
+
+// drainLoad keeps making slow and quick webhook calls to Echo, and records every call with
+// when it started and ended and what it got.
+type drainLoad struct {
+	ctx  context.Context
+	sys  *system
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu    sync.Mutex
+	calls []drainCall
+}
+
+// startDrainLoad starts workers clients, half of them calling sleep (2 s) and half count, each
+// on an instance of its own, and all of them again as soon as a call ends.
+func startDrainLoad(ctx context.Context, sys *system, workers int) *drainLoad {
+	l := &drainLoad{ctx: ctx, sys: sys, stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Go(func() { l.work(w) })
+	}
+	return l
+}
+
+// work makes worker w's calls until the load stops. Each worker has an instance of its own, so
+// that the sleeps run side by side, and the sleepers start apart, so that some are far from
+// done when a signal comes.
+func (l *drainLoad) work(w int) {
+	activation := fmt.Sprintf("drain-%d", w)
+	time.Sleep(time.Duration(w/2) * 500 * time.Millisecond)
+	for seq := 0; ; seq++ {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		c := drainCall{start: time.Now()}
+		if w%2 == 0 {
+			c.status, c.body, c.err = l.sys.webhook(l.ctx, activation, "sleep", url.Values{"ms": {"2000"}})
+		} else {
+			c.status, c.body, c.err = l.sys.webhook(l.ctx, activation, "count", nil, "Idempotency-Key", fmt.Sprintf("%s-%d", activation, seq))
+		}
+		c.end = time.Now()
+		l.mu.Lock()
+		l.calls = append(l.calls, c)
+		l.mu.Unlock()
+		if c.err != nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// finish stops the load, waits for the calls under way and returns every call made.
+func (l *drainLoad) finish() []drainCall {
+	close(l.stop)
+	l.wg.Wait()
+	return l.calls
+}
+
+// observation is one answer of Echo's host method: which host served the instance, when.
+type observation struct {
+	start, end time.Time
+	host       string
+}
+
+// hostOfLoad keeps asking which host serves each of a set of instances, each instance from one
+// client at a time, and records every answer.
+type hostOfLoad struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu   sync.Mutex
+	seen map[string][]observation // per instance, its answers
+}
+
+// startHostOfLoad starts clients clients over instances named spread-0 … spread-(n-1), each
+// instance called by one client only. A call that fails fails the test.
+func startHostOfLoad(ctx context.Context, t *testing.T, sys *system, n, clients int) *hostOfLoad {
+	l := &hostOfLoad{stop: make(chan struct{}), seen: map[string][]observation{}}
+	for c := range clients {
+		l.wg.Go(func() {
+			for {
+				for i := c; i < n; i += clients {
+					select {
+					case <-l.stop:
+						return
+					default:
+					}
+					a := fmt.Sprintf("spread-%d", i)
+					start := time.Now()
+					h, err := sys.hostOf(ctx, a)
+					if !assert.NoError(t, err, "host of %s during the join", a) {
+						continue
+					}
+					l.mu.Lock()
+					l.seen[a] = append(l.seen[a], observation{start, time.Now(), h})
+					l.mu.Unlock()
+				}
+			}
+		})
+	}
+	return l
+}
+
+// finish stops the load, waits for the calls under way and returns every answer, by instance.
+func (l *hostOfLoad) finish() map[string][]observation {
+	close(l.stop)
+	l.wg.Wait()
+	return l.seen
+}
+
 // orderLoad sends, to each of a set of conversations, Data count messages through the send
 // endpoint (answered 202 before they run, so that several wait in the inbox at once), one after
 // another, each with a requestId of its own that it is retried with until it is accepted.

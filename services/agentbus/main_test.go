@@ -157,172 +157,208 @@ func (h *harness) newKey(name, role string) (secret, id string) {
 	return secret, fields[1]
 }
 
+// checkNoKeyPrinted checks that at least atLeast outputs were recorded and that none of them
+// holds a secret.
+func (h *harness) checkNoKeyPrinted(t *testing.T, atLeast int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.GreaterOrEqual(t, len(h.printed), atLeast, "outputs recorded")
+	for _, out := range h.printed {
+		for _, s := range h.secrets {
+			assert.NotContains(t, out, s, "a key was printed")
+		}
+	}
+}
+
+// TestCLI runs every command of the CLI against one stack, in order, and then checks that no
+// run printed a key.
 func TestCLI(t *testing.T) {
 	h := newHarness(t)
+	t.Run("tenants", h.testTenants)
+	t.Run("keys", h.testKeys)
+	t.Run("send", h.testSend)
+	t.Run("converse", h.testConverse)
+	t.Run("tail", h.testTail)
+	t.Run("usage", h.testUsage)
+	t.Run("no key printed", func(t *testing.T) { h.checkNoKeyPrinted(t, 20) })
+}
 
-	t.Run("tenants", func(t *testing.T) {
-		h.t = t
-		r := h.ok(adminKey, "tenant", "create", "acme")
-		assert.Equal(t, "tenant acme created\n", r.stdout, "tenant create printed")
-		r = h.ok(adminKey, "tenant", "list")
-		for _, want := range []string{"ID", "acme", "default", "other"} {
-			assert.Contains(t, r.stdout, want, "tenant list lacks %q", want)
-		}
-		r = h.ok(adminKey, "-json", "tenant", "list")
-		var ans struct {
-			Tenants []struct{ ID string } `json:"tenants"`
-		}
-		if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "tenant list -json printed %q", r.stdout) {
-			assert.GreaterOrEqual(t, len(ans.Tenants), 3, "tenant list -json printed %q", r.stdout)
-		}
-		r = h.fails(409, adminKey, "tenant", "create", "acme")
-		assert.Contains(t, r.stderr, "error: Conflict (409): a tenant with this id exists", "stderr")
-		h.fails(403, h.st.Key, "tenant", "list")
-		h.ok(adminKey, "tenant", "delete", "acme")
-		h.fails(404, adminKey, "tenant", "delete", "acme")
-	})
+// testTenants creates, lists and deletes a tenant, as a system admin and as a tenant's key.
+func (h *harness) testTenants(t *testing.T) {
+	h.t = t
+	r := h.ok(adminKey, "tenant", "create", "acme")
+	assert.Equal(t, "tenant acme created\n", r.stdout, "tenant create printed")
+	r = h.ok(adminKey, "tenant", "list")
+	for _, want := range []string{"ID", "acme", "default", "other"} {
+		assert.Contains(t, r.stdout, want, "tenant list lacks %q", want)
+	}
+	r = h.ok(adminKey, "-json", "tenant", "list")
+	var ans struct {
+		Tenants []struct{ ID string } `json:"tenants"`
+	}
+	if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "tenant list -json printed %q", r.stdout) {
+		assert.GreaterOrEqual(t, len(ans.Tenants), 3, "tenant list -json printed %q", r.stdout)
+	}
+	r = h.fails(409, adminKey, "tenant", "create", "acme")
+	assert.Contains(t, r.stderr, "error: Conflict (409): a tenant with this id exists", "stderr")
+	h.fails(403, h.st.Key, "tenant", "list")
+	h.ok(adminKey, "tenant", "delete", "acme")
+	h.fails(404, adminKey, "tenant", "delete", "acme")
+}
 
-	t.Run("keys", func(t *testing.T) {
-		h.t = t
-		secret, id := h.newKey("ci", "user")
-		r := h.ok(h.st.Key, "key", "list")
-		assert.Contains(t, r.stdout, id, "key list lacks the new key")
-		assert.Contains(t, r.stdout, "ci", "key list lacks the new key")
-		assert.Contains(t, r.stdout, "user", "key list lacks the new key")
-		// The new user key works; a user key may not manage keys.
-		h.ok(secret, "converse", "--workflow", "Echo", "--text", "hello")
-		h.fails(403, secret, "key", "list")
+// testKeys creates, lists, uses, revokes and rotates keys.
+func (h *harness) testKeys(t *testing.T) {
+	h.t = t
+	secret, id := h.newKey("ci", "user")
+	r := h.ok(h.st.Key, "key", "list")
+	assert.Contains(t, r.stdout, id, "key list lacks the new key")
+	assert.Contains(t, r.stdout, "ci", "key list lacks the new key")
+	assert.Contains(t, r.stdout, "user", "key list lacks the new key")
+	// The new user key works; a user key may not manage keys.
+	h.ok(secret, "converse", "--workflow", "Echo", "--text", "hello")
+	h.fails(403, secret, "key", "list")
 
-		r = h.ok(h.st.Key, "key", "revoke", id)
-		assert.Equal(t, "key "+id+" revoked\n", r.stdout, "key revoke printed")
-		// Revocation reaches the ingress through a watch, within a second.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			rr := h.cmd(secret, false, "converse", "--workflow", "Echo", "--text", "hello")
-			var ae *apiError
-			if errors.As(rr.err, &ae) && ae.Status == 401 {
-				assert.True(t, strings.HasPrefix(rr.stderr, "error: Unauthorized (401): "), "revoked key: stderr %q", rr.stderr)
-				break
-			}
-			require.False(t, time.Now().After(deadline), "the revoked key still works: %v %q", rr.err, rr.stderr)
-			time.Sleep(50 * time.Millisecond)
-		}
-		r = h.ok(h.st.Key, "-json", "key", "list")
-		var list struct {
-			Keys []struct {
-				ID        string  `json:"id"`
-				RevokedAt *string `json:"revokedAt"`
-			} `json:"keys"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &list))
-		revoked := false
-		for _, k := range list.Keys {
-			revoked = revoked || (k.ID == id && k.RevokedAt != nil)
-		}
-		assert.True(t, revoked, "key list -json does not show %s revoked: %s", id, r.stdout)
+	r = h.ok(h.st.Key, "key", "revoke", id)
+	assert.Equal(t, "key "+id+" revoked\n", r.stdout, "key revoke printed")
+	h.waitRevoked(secret)
+	h.checkListedRevoked(id)
+	h.checkRotate()
+	h.fails(404, h.st.Key, "key", "revoke", "no-such-key")
+}
 
-		// Rotation prints the new secret once, like create.
-		_, id2 := h.newKey("rotating", "tenant-admin")
-		rr := h.cmd(h.st.Key, true, "key", "rotate", id2)
-		require.NoError(t, rr.err, "key rotate\n%s", rr.stderr)
-		rotated := strings.TrimSpace(rr.stdout)
-		h.addSecret(rotated)
-		h.waitKnown(rotated)
-		assert.True(t, strings.HasPrefix(rotated, "abk_"), "key rotate: stdout %q stderr %q", rr.stdout, rr.stderr)
-		assert.Contains(t, rr.stderr, id2+" is revoked", "key rotate: stdout %q", rr.stdout)
-		assert.Contains(t, rr.stderr, "shown only this once", "key rotate: stdout %q", rr.stdout)
-		h.ok(rotated, "key", "list")
-		h.fails(404, h.st.Key, "key", "revoke", "no-such-key")
-	})
-
-	t.Run("send", func(t *testing.T) {
-		h.t = t
-		r := h.ok(h.st.Key, "send", "--agent", "Echo", "--activation", "default", "--participant", "me", "--type", "Chat", "--text", "hi", "--wait")
-		assert.Equal(t, "You said: hi\n", r.stdout, "send --wait printed")
-		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "later", "--topic", "t1")
-		assert.True(t, strings.HasPrefix(r.stdout, "accepted: message "), "send printed %q", r.stdout)
-		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--type", "Data", "--text", "sum", "--data", `{"values":[2,5]}`, "--wait")
-		assert.Contains(t, r.stdout, `"sum":7`, "send Data printed")
-		path := filepath.Join(t.TempDir(), "notes.txt")
-		require.NoError(t, os.WriteFile(path, []byte("hello file"), 0o600))
-		r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--file", path, "--wait")
-		assert.Contains(t, r.stdout, "Received notes.txt (10 bytes)", "send --file printed")
-		h.fails(404, h.st.Key, "send", "--agent", "Nobody", "--participant", "me", "--text", "hi")
-		// The key may also be given as a flag; it is still not printed.
-		h.ok("", "-key", h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "flag")
-	})
-
-	t.Run("converse", func(t *testing.T) {
-		h.t = t
-		r := h.ok(h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `{"values":[1,2]}`)
-		assert.Contains(t, r.stdout, `{"sum":3}`, "converse Data printed")
-		r = h.ok(h.st.Key, "-json", "converse", "--workflow", "Echo", "--text", "hi", "--participant", "ada")
-		var ans syncAnswer
-		if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "converse -json printed %q", r.stdout) &&
-			assert.NotNil(t, ans.Response, "converse -json printed %q", r.stdout) &&
-			assert.NotNil(t, ans.Response.Text, "converse -json printed %q", r.stdout) {
-			assert.Equal(t, "You said: hi", *ans.Response.Text, "converse -json printed %q", r.stdout)
+// waitRevoked waits until the ingress refuses the revoked key secret: revocation reaches it
+// through a watch, within a second.
+func (h *harness) waitRevoked(secret string) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rr := h.cmd(secret, false, "converse", "--workflow", "Echo", "--text", "hello")
+		var ae *apiError
+		if errors.As(rr.err, &ae) && ae.Status == 401 {
+			assert.True(h.t, strings.HasPrefix(rr.stderr, "error: Unauthorized (401): "), "revoked key: stderr %q", rr.stderr)
+			return
 		}
-		r = h.ok(h.st.Key, "converse", "--workflow", "Echo", "--text", "hello there", "--stream")
-		assert.Equal(t, "You said: hello there\n", r.stdout, "converse --stream printed")
-		h.fails(400, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `[1]`)
-		h.fails(404, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "nosuchmethod", "--stream")
-	})
+		require.False(h.t, time.Now().After(deadline), "the revoked key still works: %v %q", rr.err, rr.stderr)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
-	t.Run("tail", func(t *testing.T) {
-		h.t = t
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var stdout, stderr syncBuffer
-		done := make(chan error, 1)
-		go func() {
-			done <- h.runWith(ctx, h.st.Key, &stdout, &stderr, "tail", "--agent", "Echo", "--activation", "tailed", "--participant", "Watcher")
-		}()
-		waitFor(t, &stderr, "tail: listening to")
-		h.ok(h.st.Key, "send", "--agent", "Echo", "--activation", "tailed", "--participant", "watcher", "--text", "hi tail", "--wait")
-		waitFor(t, &stdout, "You said: hi tail")
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err, "tail")
-		case <-time.After(10 * time.Second):
-			require.FailNow(t, "tail did not stop when its context ended")
-		}
-		h.record(stdout.String())
-		h.record(stderr.String())
-		lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-		if assert.Len(t, lines, 2, "tail printed %q", stdout.String()) {
-			assert.Contains(t, lines[0], " → Chat ", "tail printed %q", stdout.String())
-			assert.True(t, strings.HasSuffix(lines[0], "hi tail"), "tail printed %q", stdout.String())
-			assert.Contains(t, lines[1], " ← Chat ", "tail printed %q", stdout.String())
-			assert.True(t, strings.HasSuffix(lines[1], "You said: hi tail"), "tail printed %q", stdout.String())
-		}
-		// A key of another tenant is refused at once, not retried.
-		h.fails(403, h.st.OtherKey, "tail", "--workflow", "Echo", "--participant", "watcher")
-	})
+// checkListedRevoked checks that key list -json shows the key id revoked.
+func (h *harness) checkListedRevoked(id string) {
+	h.t.Helper()
+	r := h.ok(h.st.Key, "-json", "key", "list")
+	var list struct {
+		Keys []struct {
+			ID        string  `json:"id"`
+			RevokedAt *string `json:"revokedAt"`
+		} `json:"keys"`
+	}
+	require.NoError(h.t, json.Unmarshal([]byte(r.stdout), &list))
+	revoked := false
+	for _, k := range list.Keys {
+		revoked = revoked || (k.ID == id && k.RevokedAt != nil)
+	}
+	assert.True(h.t, revoked, "key list -json does not show %s revoked: %s", id, r.stdout)
+}
 
-	t.Run("usage", func(t *testing.T) {
-		h.t = t
-		for _, args := range [][]string{{}, {"frobnicate"}, {"key"}, {"tenant", "create"}, {"send", "--text", "x"}} {
-			r := h.cmd(h.st.Key, false, args...)
-			assert.ErrorAs(t, r.err, new(usageError), "agentbus %q: stderr %q", args, r.stderr)
-			assert.Contains(t, r.stderr, "usage: agentbus", "agentbus %q: err %v", args, r.err)
-		}
-		r := h.cmd("", false, "key", "list")
-		assert.Error(t, r.err, "without a key: stderr %q", r.stderr)
-		assert.Contains(t, r.stderr, "no API key", "without a key: err %v", r.err)
-	})
+// checkRotate rotates a new key and checks that rotation prints the new secret once, like
+// create, and that the new secret works.
+func (h *harness) checkRotate() {
+	h.t.Helper()
+	t := h.t
+	_, id2 := h.newKey("rotating", "tenant-admin")
+	rr := h.cmd(h.st.Key, true, "key", "rotate", id2)
+	require.NoError(t, rr.err, "key rotate\n%s", rr.stderr)
+	rotated := strings.TrimSpace(rr.stdout)
+	h.addSecret(rotated)
+	h.waitKnown(rotated)
+	assert.True(t, strings.HasPrefix(rotated, "abk_"), "key rotate: stdout %q stderr %q", rr.stdout, rr.stderr)
+	assert.Contains(t, rr.stderr, id2+" is revoked", "key rotate: stdout %q", rr.stdout)
+	assert.Contains(t, rr.stderr, "shown only this once", "key rotate: stdout %q", rr.stdout)
+	h.ok(rotated, "key", "list")
+}
 
-	t.Run("no key printed", func(t *testing.T) {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		require.GreaterOrEqual(t, len(h.printed), 20, "outputs recorded")
-		for _, out := range h.printed {
-			for _, s := range h.secrets {
-				assert.NotContains(t, out, s, "a key was printed")
-			}
-		}
-	})
+// testSend sends messages of each type, waiting for the reply or not.
+func (h *harness) testSend(t *testing.T) {
+	h.t = t
+	r := h.ok(h.st.Key, "send", "--agent", "Echo", "--activation", "default", "--participant", "me", "--type", "Chat", "--text", "hi", "--wait")
+	assert.Equal(t, "You said: hi\n", r.stdout, "send --wait printed")
+	r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "later", "--topic", "t1")
+	assert.True(t, strings.HasPrefix(r.stdout, "accepted: message "), "send printed %q", r.stdout)
+	r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--type", "Data", "--text", "sum", "--data", `{"values":[2,5]}`, "--wait")
+	assert.Contains(t, r.stdout, `"sum":7`, "send Data printed")
+	path := filepath.Join(t.TempDir(), "notes.txt")
+	require.NoError(t, os.WriteFile(path, []byte("hello file"), 0o600))
+	r = h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--file", path, "--wait")
+	assert.Contains(t, r.stdout, "Received notes.txt (10 bytes)", "send --file printed")
+	h.fails(404, h.st.Key, "send", "--agent", "Nobody", "--participant", "me", "--text", "hi")
+	// The key may also be given as a flag; it is still not printed.
+	h.ok("", "-key", h.st.Key, "send", "--agent", "Echo", "--participant", "me", "--text", "flag")
+}
+
+// testConverse converses with Data and Chat messages, as text, JSON and a stream.
+func (h *harness) testConverse(t *testing.T) {
+	h.t = t
+	r := h.ok(h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `{"values":[1,2]}`)
+	assert.Contains(t, r.stdout, `{"sum":3}`, "converse Data printed")
+	r = h.ok(h.st.Key, "-json", "converse", "--workflow", "Echo", "--text", "hi", "--participant", "ada")
+	var ans syncAnswer
+	if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "converse -json printed %q", r.stdout) &&
+		assert.NotNil(t, ans.Response, "converse -json printed %q", r.stdout) &&
+		assert.NotNil(t, ans.Response.Text, "converse -json printed %q", r.stdout) {
+		assert.Equal(t, "You said: hi", *ans.Response.Text, "converse -json printed %q", r.stdout)
+	}
+	r = h.ok(h.st.Key, "converse", "--workflow", "Echo", "--text", "hello there", "--stream")
+	assert.Equal(t, "You said: hello there\n", r.stdout, "converse --stream printed")
+	h.fails(400, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `[1]`)
+	h.fails(404, h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "nosuchmethod", "--stream")
+}
+
+// testTail tails a thread while a message is sent to it, and checks that a key of another
+// tenant is refused.
+func (h *harness) testTail(t *testing.T) {
+	h.t = t
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- h.runWith(ctx, h.st.Key, &stdout, &stderr, "tail", "--agent", "Echo", "--activation", "tailed", "--participant", "Watcher")
+	}()
+	waitFor(t, &stderr, "tail: listening to")
+	h.ok(h.st.Key, "send", "--agent", "Echo", "--activation", "tailed", "--participant", "watcher", "--text", "hi tail", "--wait")
+	waitFor(t, &stdout, "You said: hi tail")
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "tail")
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "tail did not stop when its context ended")
+	}
+	h.record(stdout.String())
+	h.record(stderr.String())
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if assert.Len(t, lines, 2, "tail printed %q", stdout.String()) {
+		assert.Contains(t, lines[0], " → Chat ", "tail printed %q", stdout.String())
+		assert.True(t, strings.HasSuffix(lines[0], "hi tail"), "tail printed %q", stdout.String())
+		assert.Contains(t, lines[1], " ← Chat ", "tail printed %q", stdout.String())
+		assert.True(t, strings.HasSuffix(lines[1], "You said: hi tail"), "tail printed %q", stdout.String())
+	}
+	// A key of another tenant is refused at once, not retried.
+	h.fails(403, h.st.OtherKey, "tail", "--workflow", "Echo", "--participant", "watcher")
+}
+
+// testUsage checks that commands given wrongly, or without a key, print the usage or say so.
+func (h *harness) testUsage(t *testing.T) {
+	h.t = t
+	for _, args := range [][]string{{}, {"frobnicate"}, {"key"}, {"tenant", "create"}, {"send", "--text", "x"}} {
+		r := h.cmd(h.st.Key, false, args...)
+		assert.ErrorAs(t, r.err, new(usageError), "agentbus %q: stderr %q", args, r.stderr)
+		assert.Contains(t, r.stderr, "usage: agentbus", "agentbus %q: err %v", args, r.err)
+	}
+	r := h.cmd("", false, "key", "list")
+	assert.Error(t, r.err, "without a key: stderr %q", r.stderr)
+	assert.Contains(t, r.stderr, "no API key", "without a key: err %v", r.err)
 }
 
 // waitFor waits until b holds want.

@@ -46,72 +46,16 @@ func (f *jsonFlag) Set(v string) error {
 }
 
 func (c *cli) send(ctx context.Context, args []string) error {
-	fs := c.flags("send")
-	agentName := fs.String("agent", "", "the agent (required)")
-	activation := fs.String("activation", "default", "the activation (workflow instance)")
-	wfType := fs.String("workflow-type", "", `the workflow type (default "Supervisor Workflow")`)
-	participant := fs.String("participant", "", "the sending participant (required)")
-	typ := fs.String("type", "", "Chat, Data, File or Webhook (default Chat, or File with --file)")
-	text := fs.String("text", "", "Chat: the text; Data and Webhook: the method; File: the caption")
-	var data jsonFlag
-	fs.Var(&data, "data", "the JSON payload: Data parameters, Webhook body, Chat data")
-	file := fs.String("file", "", "a file to send (base64-encoded; its name is the file's)")
-	topic := fs.String("topic", "", "the message's topic (scope) in the thread")
-	hint := fs.String("hint", "", "a processing hint for the agent")
-	requestID := fs.String("request-id", "", "the request id (idempotency key)")
-	wait := fs.Bool("wait", false, "wait for the agent's reply and print it")
-	timeout := fs.Int("timeout", 0, "with --wait, seconds to wait (1-300; default the server's 60)")
-	if _, err := parse(fs, args, 0, ""); err != nil {
+	o, err := c.parseSend(args)
+	if err != nil {
 		return err
 	}
-	if *agentName == "" || *participant == "" {
-		return usageError{"send needs --agent and --participant"}
-	}
-	if *typ == "" {
-		*typ = "Chat"
-		if *file != "" {
-			*typ = "File"
-		}
-	}
-	if *file != "" && *typ != "File" {
-		return usageError{"--file goes with --type File"}
-	}
-	body := map[string]any{
-		"agentName": *agentName, "activationName": *activation, "participantId": *participant,
-		"type": *typ, "text": *text,
-	}
-	for name, v := range map[string]string{"workflowType": *wfType, "topic": *topic, "hint": *hint, "requestId": *requestID} {
-		if v != "" {
-			body[name] = v
-		}
-	}
-	if data.raw != nil {
-		body["data"] = data.raw
-	}
-	if *file != "" {
-		if data.raw != nil {
-			return usageError{"give --file or --data, not both"}
-		}
-		content, err := os.ReadFile(*file)
-		if err != nil {
-			return err
-		}
-		name := filepath.Base(*file)
-		obj := map[string]any{"content": base64.StdEncoding.EncodeToString(content), "fileName": name, "fileSize": len(content)}
-		if ct := mime.TypeByExtension(filepath.Ext(name)); ct != "" {
-			obj["contentType"] = ct
-		}
-		body["data"] = obj
-	}
-	query := url.Values{}
-	if *wait {
-		query.Set("wait", "true")
-		if *timeout > 0 {
-			query.Set("timeoutSeconds", strconv.Itoa(*timeout))
-		}
+	body, err := o.body()
+	if err != nil {
+		return err
 	}
 	var ans syncAnswer
-	raw, err := c.call(ctx, http.MethodPost, c.tenantPath()+"/messaging/send", query, body, &ans)
+	raw, err := c.call(ctx, http.MethodPost, c.tenantPath()+"/messaging/send", o.query(), body, &ans)
 	if err != nil {
 		return err
 	}
@@ -119,12 +63,113 @@ func (c *cli) send(ctx context.Context, args []string) error {
 		c.printJSON(raw)
 		return nil
 	}
-	if !*wait {
+	if !o.wait {
 		fmt.Fprintf(c.stdout, "accepted: message %s (request %s) to %s\n", ans.MessageID, ans.RequestID, ans.WorkflowID)
 		return nil
 	}
 	c.printReply(ans.Response)
 	return nil
+}
+
+// sendOptions are the flags of send.
+type sendOptions struct {
+	agent, activation, workflowType, participant string
+	typ, text                                    string
+	data                                         jsonFlag
+	file, topic, hint, requestID                 string
+	wait                                         bool
+	timeout                                      int
+}
+
+// parseSend parses the flags of send and checks them: an agent and a participant are required,
+// the type defaults to Chat (File with --file), and --file goes with type File only.
+func (c *cli) parseSend(args []string) (*sendOptions, error) {
+	fs := c.flags("send")
+	var o sendOptions
+	fs.StringVar(&o.agent, "agent", "", "the agent (required)")
+	fs.StringVar(&o.activation, "activation", "default", "the activation (workflow instance)")
+	fs.StringVar(&o.workflowType, "workflow-type", "", `the workflow type (default "Supervisor Workflow")`)
+	fs.StringVar(&o.participant, "participant", "", "the sending participant (required)")
+	fs.StringVar(&o.typ, "type", "", "Chat, Data, File or Webhook (default Chat, or File with --file)")
+	fs.StringVar(&o.text, "text", "", "Chat: the text; Data and Webhook: the method; File: the caption")
+	fs.Var(&o.data, "data", "the JSON payload: Data parameters, Webhook body, Chat data")
+	fs.StringVar(&o.file, "file", "", "a file to send (base64-encoded; its name is the file's)")
+	fs.StringVar(&o.topic, "topic", "", "the message's topic (scope) in the thread")
+	fs.StringVar(&o.hint, "hint", "", "a processing hint for the agent")
+	fs.StringVar(&o.requestID, "request-id", "", "the request id (idempotency key)")
+	fs.BoolVar(&o.wait, "wait", false, "wait for the agent's reply and print it")
+	fs.IntVar(&o.timeout, "timeout", 0, "with --wait, seconds to wait (1-300; default the server's 60)")
+	if _, err := parse(fs, args, 0, ""); err != nil {
+		return nil, err
+	}
+	if o.agent == "" || o.participant == "" {
+		return nil, usageError{"send needs --agent and --participant"}
+	}
+	if o.typ == "" {
+		o.typ = "Chat"
+		if o.file != "" {
+			o.typ = "File"
+		}
+	}
+	if o.file != "" && o.typ != "File" {
+		return nil, usageError{"--file goes with --type File"}
+	}
+	return &o, nil
+}
+
+// body returns the request body of send: the message, with the file read and base64-encoded
+// as its data when one is given.
+func (o *sendOptions) body() (map[string]any, error) {
+	body := map[string]any{
+		"agentName": o.agent, "activationName": o.activation, "participantId": o.participant,
+		"type": o.typ, "text": o.text,
+	}
+	for name, v := range map[string]string{"workflowType": o.workflowType, "topic": o.topic, "hint": o.hint, "requestId": o.requestID} {
+		if v != "" {
+			body[name] = v
+		}
+	}
+	if o.data.raw != nil {
+		body["data"] = o.data.raw
+	}
+	if o.file != "" {
+		if o.data.raw != nil {
+			return nil, usageError{"give --file or --data, not both"}
+		}
+		obj, err := fileData(o.file)
+		if err != nil {
+			return nil, err
+		}
+		body["data"] = obj
+	}
+	return body, nil
+}
+
+// fileData reads the file at path and returns it as a File message's data: its content
+// base64-encoded, its name and size, and its content type when its extension tells it.
+func fileData(path string) (map[string]any, error) {
+	content, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	name := filepath.Base(path)
+	obj := map[string]any{"content": base64.StdEncoding.EncodeToString(content), "fileName": name, "fileSize": len(content)}
+	if ct := mime.TypeByExtension(filepath.Ext(name)); ct != "" {
+		obj["contentType"] = ct
+	}
+	return obj, nil
+}
+
+// query returns the query of send: with --wait, wait and the timeout if one is given.
+func (o *sendOptions) query() url.Values {
+	query := url.Values{}
+	if o.wait {
+		query.Set("wait", "true")
+		if o.timeout > 0 {
+			query.Set("timeoutSeconds", strconv.Itoa(o.timeout))
+		}
+	}
+	return query
 }
 
 // printReply prints a reply's text and data, each on its own line.
