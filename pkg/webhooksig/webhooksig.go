@@ -1,6 +1,6 @@
-// Package webhooksig verifies the HMAC-SHA256 signatures that GitHub, Stripe, Slack and other
-// providers put on the webhook calls they send, so that a webhook handler acts only on calls
-// that really come from the provider.
+// Package webhooksig verifies the HMAC-SHA256 signatures that GitHub, Stripe, Slack, Standard
+// Webhooks senders and other providers put on the webhook calls they send, so that a webhook
+// handler acts only on calls that really come from the provider. [Standard] also signs calls.
 //
 // Each provider is a small config struct whose Verify method takes what an
 // [agent.WebhookRequest] carries: its Header map and its raw Body.
@@ -19,8 +19,8 @@
 // signature. Stripe and Slack also sign a timestamp; calls older or newer than the tolerance
 // (5 minutes unless set) are refused, which limits replays.
 //
-// The package is not for signing outgoing webhooks, for schemes that are not HMAC-SHA256 (such
-// as Ed25519 signatures) or for authenticating callers of the agentbus API, which the ingress
+// The package is not for schemes that are not HMAC-SHA256 (such as Standard Webhooks' Ed25519
+// "v1a" signatures) or for authenticating callers of the agentbus API, which the ingress
 // does with API keys before a handler runs.
 package webhooksig
 
