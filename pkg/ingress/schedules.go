@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -43,21 +44,30 @@ func scheduleOf(sch schedule.Schedule) scheduleAnswer {
 // schedules returns the store of the agents' timers.
 func (s *Server) schedules() *schedule.Store { return schedule.NewStore(s.js, s.res.Schedules) }
 
+// scheduleInstance identifies the caller of a schedules endpoint and the workflow instance the
+// query names. On failure it has written the problem and returns false.
+func (s *Server) scheduleInstance(w http.ResponseWriter, r *http.Request) (caller, ident.Workflow, bool) {
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	if !ok {
+		return c, ident.Workflow{}, false
+	}
+	query, p := readQuery(r)
+	var wf ident.Workflow
+	if p == nil {
+		wf, p = workflowOf(query, c.tenant)
+	}
+	if p != nil {
+		problem.Write(w, *p)
+		return c, wf, false
+	}
+	return c, wf, true
+}
+
 // listSchedules serves GET /api/v1/admin/tenants/{tenantId}/schedules: the timers of one
 // workflow instance (workflowId, or agentName and activationName), by name.
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.identifyAdmin(w, r, adminAccess)
+	c, wf, ok := s.scheduleInstance(w, r)
 	if !ok {
-		return
-	}
-	query, p := readQuery(r)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	wf, p := workflowOf(query, c.tenant)
-	if p != nil {
-		problem.Write(w, *p)
 		return
 	}
 	list, err := s.schedules().List(r.Context(), c.tenant, wf.ID())
@@ -75,18 +85,8 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 // cancelSchedule serves DELETE /api/v1/admin/tenants/{tenantId}/schedules/{name}: it cancels
 // the workflow instance's timer of that name, as the agent's own CancelTimer does.
 func (s *Server) cancelSchedule(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.identifyAdmin(w, r, adminAccess)
+	c, wf, ok := s.scheduleInstance(w, r)
 	if !ok {
-		return
-	}
-	query, p := readQuery(r)
-	if p != nil {
-		problem.Write(w, *p)
-		return
-	}
-	wf, p := workflowOf(query, c.tenant)
-	if p != nil {
-		problem.Write(w, *p)
 		return
 	}
 	name := r.PathValue("name")

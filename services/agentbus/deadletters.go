@@ -41,8 +41,11 @@ func (l deadLetter) kind() string {
 }
 
 // deadLettersPath is where the current tenant's dead letters are, or with id one of them.
-func (c *cli) deadLettersPath(id string) string {
-	p := c.tenantPath() + "/deadletters"
+func (c *cli) deadLettersPath(id string) string { return c.tenantItemPath("deadletters", id) }
+
+// tenantItemPath is the current tenant's collection of that name, or with id one item of it.
+func (c *cli) tenantItemPath(collection, id string) string {
+	p := c.tenantPath() + "/" + collection
 	if id != "" {
 		p += "/" + url.PathEscape(id)
 	}

@@ -29,13 +29,7 @@ func (f instanceFlags) query() (url.Values, error) {
 }
 
 // schedulesPath is where the current tenant's timers are, or with name one of them.
-func (c *cli) schedulesPath(name string) string {
-	p := c.tenantPath() + "/schedules"
-	if name != "" {
-		p += "/" + url.PathEscape(name)
-	}
-	return p
-}
+func (c *cli) schedulesPath(name string) string { return c.tenantItemPath("schedules", name) }
 
 // scheduleList prints an instance's timers.
 func (c *cli) scheduleList(ctx context.Context, args []string) error {
