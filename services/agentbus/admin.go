@@ -36,13 +36,8 @@ func (c *cli) tenantCreate(ctx context.Context, args []string) error {
 		return err
 	}
 	var t tenantInfo
-	raw, err := c.call(ctx, http.MethodPost, "/api/v1/admin/tenants", nil, map[string]string{"id": pos[0]}, &t)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodPost, "/api/v1/admin/tenants", nil, map[string]string{"id": pos[0]}, &t); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	fmt.Fprintf(c.stdout, "tenant %s created\n", t.ID)
 	return nil
@@ -55,13 +50,8 @@ func (c *cli) tenantList(ctx context.Context, args []string) error {
 	var ans struct {
 		Tenants []tenantInfo `json:"tenants"`
 	}
-	raw, err := c.call(ctx, http.MethodGet, "/api/v1/admin/tenants", nil, nil, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodGet, "/api/v1/admin/tenants", nil, nil, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tCREATED")
@@ -138,13 +128,8 @@ func (c *cli) keyList(ctx context.Context, args []string) error {
 	var ans struct {
 		Keys []keyInfo `json:"keys"`
 	}
-	raw, err := c.call(ctx, http.MethodGet, c.keysPath(*system), nil, nil, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodGet, c.keysPath(*system), nil, nil, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tREVOKED")

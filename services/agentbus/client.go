@@ -148,6 +148,17 @@ func (c *cli) call(ctx context.Context, method, path string, query url.Values, i
 	return raw, nil
 }
 
+// fetch is call for a command that prints the answer: with -json it prints the raw answer
+// itself and reports printed, and the command prints nothing more.
+func (c *cli) fetch(ctx context.Context, method, path string, query url.Values, in, out any) (printed bool, err error) {
+	raw, err := c.call(ctx, method, path, query, in, out)
+	if err != nil || !c.json {
+		return false, err
+	}
+	c.printJSON(raw)
+	return true, nil
+}
+
 // printJSON prints a raw JSON answer on one line, as it came.
 func (c *cli) printJSON(raw []byte) {
 	raw = bytes.TrimSpace(raw)

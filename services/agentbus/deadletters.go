@@ -74,13 +74,8 @@ func (c *cli) deadLetterList(ctx context.Context, args []string) error {
 		DeadLetters []deadLetter `json:"deadLetters"`
 		Next        uint64       `json:"next"`
 	}
-	raw, err := c.call(ctx, http.MethodGet, c.deadLettersPath(""), query, nil, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(""), query, nil, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tDEAD\tAGENT\tWORKFLOW\tPARTICIPANT\tTYPE\tATTEMPTS\tERROR")
@@ -104,13 +99,8 @@ func (c *cli) deadLetterShow(ctx context.Context, args []string) error {
 		return err
 	}
 	var l deadLetter
-	raw, err := c.call(ctx, http.MethodGet, c.deadLettersPath(pos[0]), nil, nil, &l)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(pos[0]), nil, nil, &l); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	row := func(name, value string) {
@@ -152,13 +142,8 @@ func (c *cli) deadLetterReplay(ctx context.Context, args []string) error {
 		RequestID  string `json:"requestId"`
 		WorkflowID string `json:"workflowId"`
 	}
-	raw, err := c.call(ctx, http.MethodPost, c.deadLettersPath(pos[0])+"/replay", nil, nil, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodPost, c.deadLettersPath(pos[0])+"/replay", nil, nil, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	fmt.Fprintf(c.stdout, "dead letter %d replayed: request %s to %s\n", ans.Replayed, ans.RequestID, ans.WorkflowID)
 	return nil

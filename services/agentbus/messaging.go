@@ -55,13 +55,8 @@ func (c *cli) send(ctx context.Context, args []string) error {
 		return err
 	}
 	var ans syncAnswer
-	raw, err := c.call(ctx, http.MethodPost, c.tenantPath()+"/messaging/send", o.query(), body, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodPost, c.tenantPath()+"/messaging/send", o.query(), body, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	if !o.wait {
 		fmt.Fprintf(c.stdout, "accepted: message %s (request %s) to %s\n", ans.MessageID, ans.RequestID, ans.WorkflowID)

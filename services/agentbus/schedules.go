@@ -54,13 +54,8 @@ func (c *cli) scheduleList(ctx context.Context, args []string) error {
 			Method        string `json:"method"`
 		} `json:"schedules"`
 	}
-	raw, err := c.call(ctx, http.MethodGet, c.schedulesPath(""), query, nil, &ans)
-	if err != nil {
+	if printed, err := c.fetch(ctx, http.MethodGet, c.schedulesPath(""), query, nil, &ans); err != nil || printed {
 		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSCHEDULE\tPARTICIPANT\tTYPE\tSET")
