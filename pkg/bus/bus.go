@@ -178,7 +178,7 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 // each request to one of cfg.Partitions partitions.
 func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
 	src, dst := subject.InboxTransform(cfg.Partitions)
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:             subject.InboxStream,
 		Description:      "agentbus requests waiting for a workflow host",
 		Subjects:         []string{subject.InboxSubjects()},
@@ -191,15 +191,11 @@ func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 		Discard:          jetstream.DiscardNew,
 		AllowDirect:      true,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", subject.InboxStream, err)
-	}
-	return s, nil
 }
 
 // ensureMessages creates or updates the conversation history stream.
 func ensureMessages(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        subject.MessagesStream,
 		Description: "agentbus conversation history, one subject per thread",
 		Subjects:    []string{subject.MessagesSubjects()},
@@ -211,15 +207,11 @@ func ensureMessages(ctx context.Context, js jetstream.JetStream, cfg Config) (je
 		// stored twice): the server keeps no id per call.
 		AllowDirect: true,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", subject.MessagesStream, err)
-	}
-	return s, nil
 }
 
 // ensureDeadLetters creates or updates the stream of requests that failed every attempt.
 func ensureDeadLetters(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        subject.DeadLettersStream,
 		Description: "agentbus requests whose handler failed every attempt, until replayed or discarded",
 		Subjects:    []string{subject.DeadLetterSubjects()},
@@ -232,8 +224,13 @@ func ensureDeadLetters(ctx context.Context, js jetstream.JetStream, cfg Config) 
 		Duplicates:  cfg.DedupeWindow,
 		AllowDirect: true,
 	})
+}
+
+// ensureStream creates or updates the stream of cfg.
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", subject.DeadLettersStream, err)
+		return nil, fmt.Errorf("creating stream %s: %w", cfg.Name, err)
 	}
 	return s, nil
 }

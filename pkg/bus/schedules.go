@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +15,7 @@ import (
 // messages and allows roll-ups, and the inbox discards new ones (a full inbox refuses requests
 // instead of dropping those it holds).
 func ensureSchedules(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:              subject.SchedulesStream,
 		Description:       "agentbus timers: one message schedule per subject, and fired messages until relayed",
 		Subjects:          []string{subject.SchedulesSubjects()},
@@ -29,8 +28,4 @@ func ensureSchedules(ctx context.Context, js jetstream.JetStream, cfg Config) (j
 		AllowRollup:       true,
 		AllowDirect:       true,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", subject.SchedulesStream, err)
-	}
-	return s, nil
 }
