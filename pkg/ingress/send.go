@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -130,7 +131,7 @@ type sendWait struct {
 // and host, then the payload (sendPayload).
 func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requestID string, keep bool) (*agentbusv1.Request, sendWait, *problem.Problem) {
 	var wait sendWait
-	wf, kind, participant, p := sendTarget(tenant, &body, requestID)
+	wf, kind, participant, p := sendTarget(tenant, body, requestID)
 	if p != nil {
 		return nil, wait, p
 	}
@@ -153,8 +154,8 @@ func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requ
 
 // sendTarget checks the fields of a send body that name the message and its target: the
 // requestId, the required fields, type, names, participant, lengths, and the method of Data and
-// Webhook messages. It fills in the default workflow type.
-func sendTarget(tenant string, body *sendBody, requestID string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
+// Webhook messages. The workflow type defaults to ident.DefaultWorkflowType.
+func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
 	fail := func(t problem.Type, detail string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
 		return ident.Workflow{}, 0, "", t.New(detail)
 	}
@@ -172,10 +173,7 @@ func sendTarget(tenant string, body *sendBody, requestID string) (ident.Workflow
 	if !ok {
 		return fail(problem.InvalidField, "type must be one of Chat, Data, File, Webhook")
 	}
-	if body.WorkflowType == "" {
-		body.WorkflowType = ident.DefaultWorkflowType
-	}
-	wf := ident.Workflow{Tenant: tenant, Agent: body.AgentName, WorkflowType: body.WorkflowType, Activation: body.ActivationName}
+	wf := ident.Workflow{Tenant: tenant, Agent: body.AgentName, WorkflowType: cmp.Or(body.WorkflowType, ident.DefaultWorkflowType), Activation: body.ActivationName}
 	for _, f := range []struct{ name, v string }{
 		{"agentName", wf.Agent}, {"workflowType", wf.WorkflowType}, {"activationName", wf.Activation},
 	} {
