@@ -103,7 +103,11 @@ type Resources struct {
 	DeadLetters jetstream.Stream
 	// Schedules holds the agents' timers (message schedules) and what they fired.
 	Schedules jetstream.Stream
-	Config    Config
+	// Subscriptions holds the tenants' event subscriptions; Undelivered the events their
+	// receivers did not accept in time.
+	Subscriptions jetstream.KeyValue
+	Undelivered   jetstream.Stream
+	Config        Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -160,6 +164,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, err
 	}
 	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Undelivered, err = ensureUndelivered(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if err := ensureBuckets(ctx, js, cfg, r); err != nil {
@@ -226,6 +233,22 @@ func ensureDeadLetters(ctx context.Context, js jetstream.JetStream, cfg Config) 
 	})
 }
 
+// ensureUndelivered creates the stream of events a subscription gave up on, kept as long as
+// dead letters.
+func ensureUndelivered(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+	return ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        subject.UndeliveredStream,
+		Description: "agentbus events a subscription's receiver did not accept, until replayed or discarded",
+		Subjects:    []string{subject.UndeliveredSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.InboxMaxAge,
+		Duplicates:  cfg.DedupeWindow,
+		AllowDirect: true,
+	})
+}
+
 // ensureStream creates or updates the stream of cfg.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
@@ -253,6 +276,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}, false},
 		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}, true},
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
+		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, false},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg

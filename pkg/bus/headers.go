@@ -2,6 +2,7 @@ package bus
 
 import (
 	"strings"
+	"unicode/utf8"
 )
 
 // A request's HTTP headers travel in its envelope as one block of lines, "Name: value\n" each,
@@ -35,4 +36,27 @@ func ParseHeaders(block []byte) map[string]string {
 		h[name] = value
 	}
 	return h
+}
+
+// maxErrorLen bounds an error text kept in a header (a panic's text may be long).
+const maxErrorLen = 1024
+
+// HeaderSafe makes an error text fit a NATS header value: one line, valid UTF-8, at most
+// about 1 KiB.
+func HeaderSafe(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > maxErrorLen {
+		cut := maxErrorLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }

@@ -14,9 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -61,9 +59,6 @@ type Letter struct {
 	DeadAt     time.Time `json:"deadAt"`
 }
 
-// maxErrorLen bounds the error kept with a dead letter (a header; a panic's text may be long).
-const maxErrorLen = 1024
-
 // Store reads and writes dead letters.
 type Store struct {
 	stream jetstream.Stream
@@ -86,32 +81,13 @@ func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, i
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	msg.Header.Set(subject.HeaderError, headerSafe(cause))
+	msg.Header.Set(subject.HeaderError, bus.HeaderSafe(cause))
 	msg.Header.Set(subject.HeaderAttempts, strconv.Itoa(attempts))
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.DeadLetterMsgID(req.GetTenantId(), inboxSeq)))
 	if err != nil {
 		return 0, fmt.Errorf("storing dead letter: %w", err)
 	}
 	return ack.Sequence, nil
-}
-
-// headerSafe makes an error text fit a header value: one line, valid UTF-8, bounded.
-func headerSafe(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' || r == '\t' {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > maxErrorLen {
-		cut := maxErrorLen
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
 }
 
 // ListOptions select a page of dead letters.
@@ -154,7 +130,7 @@ func (s *Store) List(ctx context.Context, tenant string, opt ListOptions) ([]Let
 		if len(out) == limit {
 			return out, out[len(out)-1].ID, nil
 		}
-		l, err := letterOf(raw)
+		l, err := Decode(raw)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -169,7 +145,7 @@ func (s *Store) Get(ctx context.Context, tenant string, id uint64) (Letter, erro
 	if err != nil {
 		return Letter{}, err
 	}
-	return letterOf(raw)
+	return Decode(raw)
 }
 
 func (s *Store) get(ctx context.Context, tenant string, id uint64) (*jetstream.RawStreamMsg, error) {
@@ -200,7 +176,7 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 	if err != nil {
 		return Letter{}, err
 	}
-	l, err := letterOf(raw)
+	l, err := Decode(raw)
 	if err != nil {
 		return Letter{}, err
 	}
@@ -270,8 +246,9 @@ func (s *Store) PurgeTenant(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// letterOf reads a stored dead letter. A request kept by claim check shows its routing fields.
-func letterOf(raw *jetstream.RawStreamMsg) (Letter, error) {
+// Decode reads a stored dead letter, as the stream holds it. A request kept by claim check
+// shows its routing fields.
+func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 	req := new(agentbusv1.Request)
 	if err := proto.Unmarshal(raw.Data, req); err != nil {
 		return Letter{}, fmt.Errorf("decoding dead letter %d: %w", raw.Sequence, err)

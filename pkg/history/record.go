@@ -72,3 +72,7 @@ func decodeRecord(seq uint64, data []byte) ([]Message, error) {
 	m.Pos = position(seq, 0)
 	return []Message{m}, nil
 }
+
+// DecodeRecord reads one message of the history stream, stored at seq, into the messages it
+// holds (one, or the two of an exchange), oldest first, with their positions.
+func DecodeRecord(seq uint64, data []byte) ([]Message, error) { return decodeRecord(seq, data) }

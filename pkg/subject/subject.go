@@ -47,6 +47,12 @@ const (
 	// one subject per schedule, and the messages the schedules fire until a host relays them
 	// to the inbox.
 	SchedulesStream = "AGENTBUS_SCHEDULES"
+	// SubscriptionsBucket holds the tenants' event subscriptions (outbound webhooks) by tenant
+	// and subscription id.
+	SubscriptionsBucket = "AGENTBUS_SUBSCRIPTIONS"
+	// UndeliveredStream keeps the events a subscription's receiver did not accept within the
+	// retry period, one subject per subscription, until an operator replays or discards them.
+	UndeliveredStream = "AGENTBUS_UNDELIVERED"
 )
 
 // Header names carried on bus messages.
@@ -69,6 +75,10 @@ const (
 	// HeaderReplay marks a request sent again from the dead letters; its value is the dead
 	// letter's id. Its handler may have stored messages before it was given up.
 	HeaderReplay = "Agentbus-Replay"
+	// HeaderEventID carries, on an undelivered event, its webhook-id.
+	HeaderEventID = "Agentbus-Event-Id"
+	// HeaderEventType carries, on an undelivered event, its type.
+	HeaderEventType = "Agentbus-Event-Type"
 )
 
 const (
@@ -77,6 +87,7 @@ const (
 	deadPrefix  = "agentbus.dead"
 	replyPrefix = "_INBOX.agentbus"
 	schedPrefix = "agentbus.sched"
+	undelPrefix = "agentbus.undelivered"
 )
 
 // Token encodes an arbitrary id as one subject token: unpadded base64url, so that spaces, dots,
@@ -238,6 +249,9 @@ func TopicsKey(tenant, workflowID, participant string) string {
 	return string(startTokens(tenant).id(workflowID).id(participant))
 }
 
+// TenantThreads is the filter of every conversation thread of a tenant in the history stream.
+func TenantThreads(tenant string) string { return msgPrefix + "." + tenant + ".>" }
+
 // MessagesSubjects is the subject filter of the history stream.
 func MessagesSubjects() string { return msgPrefix + ".>" }
 
@@ -368,4 +382,33 @@ func SchedulesSubjects() string { return schedPrefix + ".>" }
 // ScheduleName returns the schedule name a schedule subject (Schedule) ends with.
 func ScheduleName(subj string) (string, error) {
 	return ParseToken(subj[strings.LastIndexByte(subj, '.')+1:])
+}
+
+// SubscriptionKey is the subscriptions KV key of a tenant's subscription. Subscription ids are
+// token safe (package subscription makes them).
+func SubscriptionKey(tenant, id string) string { return tenant + "." + id }
+
+// TenantSubscriptionKeys is the KV key filter of every subscription of a tenant.
+func TenantSubscriptionKeys(tenant string) string { return tenant + ".*" }
+
+// SubscriptionConsumer is the durable name of the consumer that delivers one source of events
+// ("msg": the history stream; "dead": the dead-letter stream) to a tenant's subscription.
+func SubscriptionConsumer(tenant, id, source string) string {
+	sum := sha256.Sum256([]byte(tenant + "\x00" + id))
+	return "sub-" + source + "-" + hex.EncodeToString(sum[:12])
+}
+
+// Undelivered is the subject of the events a tenant's subscription gave up on.
+func Undelivered(tenant, id string) string { return undelPrefix + "." + tenant + "." + id }
+
+// TenantUndelivered is the filter of every undelivered event of a tenant.
+func TenantUndelivered(tenant string) string { return undelPrefix + "." + tenant + ".>" }
+
+// UndeliveredSubjects is the subject filter of the undelivered-events stream.
+func UndeliveredSubjects() string { return undelPrefix + ".>" }
+
+// UndeliveredMsgID de-duplicates the keeping of one event of a subscription, so that a host that
+// dies between keeping it and acknowledging its source keeps it once.
+func UndeliveredMsgID(tenant, id, eventID string) string {
+	return "undelivered:" + tenant + ":" + id + ":" + eventID
 }

@@ -1,0 +1,296 @@
+package subscription
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+// Event is one event as it is POSTed.
+type Event struct {
+	// ID is the webhook-id: "msg_" and the message's id, or "dl_" and the dead letter's id; the
+	// same on every attempt and replay.
+	ID   string
+	Type string
+	// Body is the JSON body: {"type", "timestamp", "data"}.
+	Body []byte
+}
+
+// envelope is an event's body.
+type envelope struct {
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	Data      any       `json:"data"`
+}
+
+// messageData is the data of a message event.
+type messageData struct {
+	TenantID  string          `json:"tenantId"`
+	AgentName string          `json:"agentName"`
+	Message   history.Message `json:"message"`
+}
+
+// deadLetterData is the data of a dead-letter event.
+type deadLetterData struct {
+	TenantID   string            `json:"tenantId"`
+	AgentName  string            `json:"agentName"`
+	DeadLetter deadletter.Letter `json:"deadLetter"`
+}
+
+// messageEvents returns the events of one history record that the subscription wants.
+func messageEvents(sub *Subscription, seq uint64, data []byte) ([]Event, error) {
+	msgs, err := history.DecodeRecord(seq, data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding history record %d: %w", seq, err)
+	}
+	var out []Event
+	for _, m := range msgs {
+		typ := MessageIncoming
+		if m.Direction == history.Out {
+			typ = MessageOutgoing
+		}
+		wf, _ := ident.ParseWorkflowID(m.WorkflowID)
+		if !sub.wants(typ, wf.Agent) {
+			continue
+		}
+		body, err := json.Marshal(envelope{Type: typ, Timestamp: m.CreatedAt.UTC(), Data: messageData{TenantID: sub.TenantID, AgentName: wf.Agent, Message: m}})
+		if err != nil {
+			return nil, fmt.Errorf("encoding event: %w", err)
+		}
+		out = append(out, Event{ID: "msg_" + m.ID, Type: typ, Body: body})
+	}
+	return out, nil
+}
+
+// deadLetterEvents returns the event of one dead letter, if the subscription wants it.
+func deadLetterEvents(sub *Subscription, raw *jetstream.RawStreamMsg) ([]Event, error) {
+	l, err := deadletter.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !sub.wants(DeadLetterCreated, l.AgentName) {
+		return nil, nil
+	}
+	body, err := json.Marshal(envelope{Type: DeadLetterCreated, Timestamp: l.DeadAt, Data: deadLetterData{TenantID: sub.TenantID, AgentName: l.AgentName, DeadLetter: l}})
+	if err != nil {
+		return nil, fmt.Errorf("encoding event: %w", err)
+	}
+	return []Event{{ID: "dl_" + strconv.FormatUint(raw.Sequence, 10), Type: DeadLetterCreated, Body: body}}, nil
+}
+
+// eventsOf returns the events a consumed message of a source carries for the subscription.
+func eventsOf(sub *Subscription, src string, m jetstream.Msg, md *jetstream.MsgMetadata) ([]Event, error) {
+	if src == "dead" {
+		return deadLetterEvents(sub, &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream,
+			Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
+	}
+	return messageEvents(sub, md.Sequence.Stream, m.Data())
+}
+
+// StatusError is a delivery the receiver answered with a status other than 2xx.
+type StatusError struct{ Code int }
+
+func (e *StatusError) Error() string { return fmt.Sprintf("the receiver answered %d", e.Code) }
+
+// post delivers one event once.
+func (s *Store) post(ctx context.Context, sub *Subscription, ev Event) error {
+	u, literal, err := s.cfg.Allow.Check(sub.URL)
+	if err != nil {
+		return err
+	}
+	client := s.public
+	if literal {
+		client = s.literal
+	}
+	hdr, err := webhooksig.Standard{Secret: sub.Secret}.Sign(ev.ID, time.Now(), ev.Body)
+	if err != nil {
+		return fmt.Errorf("signing the event: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(ev.Body))
+	if err != nil {
+		return fmt.Errorf("building the delivery: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "agentbus-webhooks")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("posting the event: %w", errors.Unwrap(err)) // the *url.Error repeats the URL
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return &StatusError{Code: resp.StatusCode}
+	}
+	return nil
+}
+
+// backoff is the wait before attempt n+1 of an event tried n times.
+func (s *Store) backoff(n uint64) time.Duration {
+	d := FirstBackoff
+	for i := uint64(1); i < n && d < s.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, s.cfg.MaxBackoff)
+}
+
+// Deliver delivers the events of every subscription until ctx ends. Every workflow host runs
+// it; each event goes to one of them at a time.
+func (s *Store) Deliver(ctx context.Context) error {
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching subscriptions: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	running := make(map[string]context.CancelFunc)
+	var wg sync.WaitGroup
+	defer func() {
+		for _, stop := range running {
+			stop()
+		}
+		wg.Wait()
+	}()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil
+		case e = <-w.Updates():
+		}
+		if e == nil {
+			continue // the end of the initial values
+		}
+		stop, ok := running[e.Key()]
+		if e.Operation() != jetstream.KeyValuePut {
+			if ok {
+				stop()
+				delete(running, e.Key())
+			}
+			continue
+		}
+		sub, err := decode(e.Value())
+		if ok || err != nil {
+			continue
+		}
+		sctx, stop := context.WithCancel(ctx)
+		running[e.Key()] = stop
+		for _, src := range s.sources(&sub) {
+			wg.Go(func() { s.run(sctx, &sub, src) })
+		}
+	}
+}
+
+// run delivers the subscription's events of one source until ctx ends, starting again after a
+// failure.
+func (s *Store) run(ctx context.Context, sub *Subscription, src source) {
+	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
+	for {
+		err := s.pull(ctx, sub, src)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("delivering events; starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// pull takes the source's events from the subscription's consumer and delivers them.
+func (s *Store) pull(ctx context.Context, sub *Subscription, src source) error {
+	cons, err := src.stream.Consumer(ctx, subject.SubscriptionConsumer(sub.TenantID, sub.ID, src.name))
+	if err != nil {
+		return fmt.Errorf("finding the subscription's consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1))
+	if err != nil {
+		return fmt.Errorf("pulling events: %w", err)
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("pulling events: %w", err)
+		}
+		s.handle(ctx, sub, src.name, m)
+	}
+}
+
+// handle delivers the events of one consumed message and acknowledges it; a failed delivery is
+// tried again later (the consumer holds back the source's later events meanwhile) until the
+// retry period of the message has passed, and then kept as undelivered.
+func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jetstream.Msg) {
+	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
+	md, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	events, err := eventsOf(sub, src, m, md)
+	if err != nil {
+		log.Error("skipping a stored message that is not an event", "err", err)
+		_ = m.Ack()
+		return
+	}
+	for i, ev := range events {
+		err := s.post(ctx, sub, ev)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			_ = m.Nak() // stopping: another host takes it now
+			return
+		}
+		if time.Since(md.Timestamp) < s.cfg.RetryFor {
+			wait := s.backoff(md.NumDelivered)
+			log.Info("delivering an event; trying again", "url", sub.URL, "event", ev.ID, "attempt", md.NumDelivered, "in", wait, "err", err)
+			_ = m.NakWithDelay(wait)
+			return
+		}
+		log.Warn("giving up delivering events; kept as undelivered", "url", sub.URL, "event", ev.ID, "attempts", md.NumDelivered, "err", err)
+		for _, left := range events[i:] {
+			if kerr := s.keep(ctx, sub, left, md.NumDelivered, err); kerr != nil {
+				log.Warn("keeping an undelivered event; trying again", "err", kerr)
+				_ = m.NakWithDelay(time.Second)
+				return
+			}
+		}
+		break
+	}
+	_ = m.Ack()
+}
+
+// keep stores an event the receiver did not accept in time as undelivered.
+func (s *Store) keep(ctx context.Context, sub *Subscription, ev Event, attempts uint64, cause error) error {
+	msg := &nats.Msg{Subject: subject.Undelivered(sub.TenantID, sub.ID), Data: ev.Body, Header: nats.Header{}}
+	msg.Header.Set(subject.HeaderEventID, ev.ID)
+	msg.Header.Set(subject.HeaderEventType, ev.Type)
+	msg.Header.Set(subject.HeaderError, bus.HeaderSafe(cause.Error()))
+	msg.Header.Set(subject.HeaderAttempts, strconv.FormatUint(attempts, 10))
+	_, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID)))
+	if err != nil {
+		return fmt.Errorf("storing an undelivered event: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package subscription
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// ErrEventNotFound means the subscription has no undelivered event with that id.
+var ErrEventNotFound = errors.New("no such undelivered event")
+
+// Undelivered is an event a subscription's receiver did not accept within the retry period.
+type Undelivered struct {
+	// ID is the undelivered event's sequence in its stream: stable, increasing with time.
+	ID uint64 `json:"id"`
+	// EventID is the event's webhook-id.
+	EventID string `json:"eventId"`
+	Type    string `json:"type"`
+	// Error is what the last attempt got.
+	Error    string    `json:"error"`
+	Attempts int       `json:"attempts"`
+	FailedAt time.Time `json:"failedAt"`
+	// Event is the body that was POSTed.
+	Event json.RawMessage `json:"event"`
+}
+
+// Page sizes of ListUndelivered.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 200
+)
+
+func undeliveredOf(raw *jetstream.RawStreamMsg) Undelivered {
+	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
+	u := Undelivered{
+		ID: raw.Sequence, EventID: raw.Header.Get(subject.HeaderEventID), Type: raw.Header.Get(subject.HeaderEventType),
+		Error: raw.Header.Get(subject.HeaderError), Attempts: attempts, FailedAt: raw.Time.UTC(),
+	}
+	if json.Valid(raw.Data) {
+		u.Event = json.RawMessage(raw.Data)
+	}
+	return u
+}
+
+// ListUndelivered returns a page of the subscription's undelivered events, oldest first, after
+// the id after (0: from the oldest), and the id to continue after (0 when there are no more).
+func (s *Store) ListUndelivered(ctx context.Context, tenant, id string, after uint64, limit int) ([]Undelivered, uint64, error) {
+	if _, err := s.Get(ctx, tenant, id); err != nil {
+		return nil, 0, err
+	}
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	out := []Undelivered{}
+	for seq := after + 1; ; {
+		raw, err := s.undelivered.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.Undelivered(tenant, id)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, 0, nil
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("listing undelivered events: %w", err)
+		}
+		if len(out) == limit {
+			return out, out[len(out)-1].ID, nil
+		}
+		out = append(out, undeliveredOf(raw))
+		seq = raw.Sequence + 1
+	}
+}
+
+// getUndelivered reads one undelivered event of the subscription.
+func (s *Store) getUndelivered(ctx context.Context, sub *Subscription, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if seq == 0 {
+		return nil, ErrEventNotFound
+	}
+	raw, err := s.undelivered.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrEventNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading undelivered event: %w", err)
+	}
+	if raw.Subject != subject.Undelivered(sub.TenantID, sub.ID) {
+		return nil, ErrEventNotFound // another subscription's, or another tenant's
+	}
+	return raw, nil
+}
+
+// Replay delivers an undelivered event once, now, as it was (same webhook-id, a new signature and
+// timestamp), and removes it when the receiver accepted it. A failed attempt returns the error
+// (a *StatusError when the receiver answered) and keeps the event.
+func (s *Store) Replay(ctx context.Context, tenant, id string, seq uint64) (Undelivered, error) {
+	sub, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return Undelivered{}, err
+	}
+	raw, err := s.getUndelivered(ctx, &sub, seq)
+	if err != nil {
+		return Undelivered{}, err
+	}
+	u := undeliveredOf(raw)
+	if err := s.post(ctx, &sub, Event{ID: u.EventID, Type: u.Type, Body: raw.Data}); err != nil {
+		return u, err
+	}
+	if err := s.undelivered.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return u, fmt.Errorf("removing the replayed event: %w", err)
+	}
+	return u, nil
+}
+
+// Discard removes an undelivered event.
+func (s *Store) Discard(ctx context.Context, tenant, id string, seq uint64) error {
+	sub, err := s.Get(ctx, tenant, id)
+	if err != nil {
+		return err
+	}
+	if _, err := s.getUndelivered(ctx, &sub, seq); err != nil {
+		return err
+	}
+	if err := s.undelivered.DeleteMsg(ctx, seq); err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return ErrEventNotFound
+		}
+		return fmt.Errorf("removing undelivered event: %w", err)
+	}
+	return nil
+}
