@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // Config holds every setting. Each service uses the ones it needs.
@@ -57,6 +58,12 @@ type Config struct {
 	LLMModel              string
 	LLMAPIKey             string
 	LogLevel              slog.Level
+	// SubscriptionURLs is the allow-list of event subscription receivers, as given.
+	SubscriptionURLs          *subscription.AllowList
+	MaxSubscriptionsPerTenant int
+	SubscriptionTimeout       time.Duration
+	SubscriptionRetryFor      time.Duration
+	SubscriptionMaxBackoff    time.Duration
 }
 
 // Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
@@ -232,6 +239,18 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_LLM_BASE_URL", "llm-base-url", "", "OpenAI-compatible chat API base URL; empty means the offline model", str(&c.LLMBaseURL)},
 		{"AGENTBUS_LLM_MODEL", "llm-model", "", "chat model name", str(&c.LLMModel)},
 		{"AGENTBUS_LLM_API_KEY", "llm-api-key", "", "chat API key (prefer the variable)", str(&c.LLMAPIKey)},
+		{"AGENTBUS_SUBSCRIPTION_URLS", "subscription-urls", "", "receiver URLs tenants may subscribe, comma-separated patterns such as https://*.example.com (docs/subscriptions.md); empty allows none, and the standalone then allows loopback HTTP", func(v string) error {
+			a, err := subscription.ParseAllowList(v)
+			if err != nil {
+				return fmt.Errorf("subscription-urls: %w", err)
+			}
+			c.SubscriptionURLs = a
+			return nil
+		}},
+		{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT", "max-subscriptions-per-tenant", "10", "event subscriptions a tenant may have; each has at most one delivery in flight", positive(&c.MaxSubscriptionsPerTenant, "max-subscriptions-per-tenant")},
+		{"AGENTBUS_SUBSCRIPTION_TIMEOUT", "subscription-timeout", "10s", "workflow host: how long one delivery of an event waits for the receiver's answer (at most 20s)", duration(&c.SubscriptionTimeout, "subscription-timeout", "10s", time.Nanosecond)},
+		{"AGENTBUS_SUBSCRIPTION_RETRY_FOR", "subscription-retry-for", "24h", "workflow host: how long after an event was stored its delivery is still tried, before it is kept as undelivered", duration(&c.SubscriptionRetryFor, "subscription-retry-for", "24h", time.Nanosecond)},
+		{"AGENTBUS_SUBSCRIPTION_MAX_BACKOFF", "subscription-max-backoff", "10m", "workflow host: the longest wait between two deliveries of a failing event (the first retry waits 1s, then twice as long each time)", duration(&c.SubscriptionMaxBackoff, "subscription-max-backoff", "10m", time.Nanosecond)},
 		{"AGENTBUS_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(v string) error {
 			return c.LogLevel.UnmarshalText([]byte(v))
 		}},
@@ -287,6 +306,9 @@ func (c Config) Validate() error {
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		errs = append(errs, errors.New("admin key must be at least 16 characters"))
 	}
+	if c.SubscriptionTimeout > subscription.MaxTimeout {
+		errs = append(errs, fmt.Errorf("subscription-timeout %v: at most %v", c.SubscriptionTimeout, subscription.MaxTimeout))
+	}
 	if c.DevAPIKey != "" && len(c.DevAPIKey) < 16 {
 		errs = append(errs, errors.New("dev API key must be at least 16 characters"))
 	}
@@ -318,6 +340,18 @@ func (c Config) Host() agent.HostConfig {
 		MaxDeliveries:       c.MaxDeliveries,
 		RetryBackoff:        c.RetryBackoff,
 		AckWait:             c.AckWait,
+	}
+}
+
+// Subscriptions is the configuration of event subscriptions from the settings; the caller fills
+// in the Logger.
+func (c Config) Subscriptions() subscription.Config {
+	return subscription.Config{
+		Allow:        c.SubscriptionURLs,
+		MaxPerTenant: c.MaxSubscriptionsPerTenant,
+		Timeout:      c.SubscriptionTimeout,
+		RetryFor:     c.SubscriptionRetryFor,
+		MaxBackoff:   c.SubscriptionMaxBackoff,
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // Config configures the ingress. Zero values mean the documented defaults.
@@ -73,6 +74,9 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// InstanceID names this ingress instance in reply subjects. Default: a random id.
 	InstanceID string
+	// Subscriptions configures the tenants' event subscriptions: the allow-list of receiver URLs
+	// and the limit per tenant. The zero value allows no receiver.
+	Subscriptions subscription.Config
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
@@ -173,6 +177,7 @@ type Server struct {
 	replies *bus.Replies
 	claims  *bus.Blobs
 	dead    *deadletter.Store
+	subs    *subscription.Store
 	handler http.Handler
 	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
 	mcpHandler http.Handler
@@ -217,6 +222,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.keys = keys.NewStore(s.res.Keys, s.res.Tenants)
 	s.claims = bus.NewBlobs(s.res.Claims, cfg.Conn.MaxPayload())
 	s.dead = deadletter.NewStore(s.res, s.claims)
+	subs := cfg.Subscriptions
+	if subs.Logger == nil {
+		subs.Logger = s.log
+	}
+	s.subs = subscription.NewStore(s.res, subs)
 	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
 		return nil, err
 	}
@@ -325,6 +335,14 @@ func (s *Server) api() []route {
 
 		{get, "/api/v1/admin/tenants/{tenantId}/schedules", s.listSchedules},
 		{del, "/api/v1/admin/tenants/{tenantId}/schedules/{name}", s.cancelSchedule},
+
+		{get, subscriptionsPath, s.listSubscriptions},
+		{post, subscriptionsPath, s.createSubscription},
+		{get, subscriptionsPath + "/{subscriptionId}", s.getSubscription},
+		{del, subscriptionsPath + "/{subscriptionId}", s.deleteSubscription},
+		{get, subscriptionsPath + "/{subscriptionId}/undelivered", s.listUndelivered},
+		{del, subscriptionsPath + "/{subscriptionId}/undelivered/{id}", s.discardUndelivered},
+		{post, subscriptionsPath + "/{subscriptionId}/undelivered/{id}/replay", s.replayUndelivered},
 
 		{get, "/healthz", s.healthz},
 		{get, "/readyz", s.readyz},

@@ -23,5 +23,6 @@ func FromSettings(c config.Config) Config {
 		MaxListenersPerTenant: c.MaxListenersPerTenant,
 		ListenBufferBytes:     c.ListenBufferBytes,
 		MetricsElsewhere:      c.MetricsAddr != "",
+		Subscriptions:         c.Subscriptions(),
 	}
 }

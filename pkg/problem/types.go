@@ -119,6 +119,16 @@ var (
 	ScheduleNotFound    = define("schedule-not-found", http.StatusNotFound, 0)
 )
 
+// Problems of event subscriptions (docs/subscriptions.md).
+var (
+	SubscriptionNotFound = define("subscription-not-found", http.StatusNotFound, 0)
+	SubscriptionLimit    = define("subscription-limit", http.StatusConflict, 0)
+	URLNotAllowed        = define("url-not-allowed", http.StatusUnprocessableEntity, 0)
+	InvalidEventID       = define("invalid-event-id", http.StatusBadRequest, 0)
+	EventNotFound        = define("event-not-found", http.StatusNotFound, 0)
+	ReceiverFailed       = define("receiver-failed", http.StatusBadGateway, 0)
+)
+
 // Problems of the MCP transport, before a JSON-RPC message is read.
 var (
 	InvalidMCPRequest    = define("invalid-mcp-request", http.StatusBadRequest, 0)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natsembed"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // Config configures a stack.
@@ -39,7 +40,8 @@ type Config struct {
 	Agents []*agent.Agent
 	// Bus sizes the streams and buckets.
 	Bus bus.Config
-	// Ingress settings; Conn, Bus and Logger are filled in.
+	// Ingress settings; Conn, Bus and Logger are filled in. Its Subscriptions also configure the
+	// delivery of events, which the stack runs beside its host.
 	Ingress ingress.Config
 	// Host settings; Conn, Agents, Bus and Logger are filled in. ID names the first host only.
 	Host agent.HostConfig
@@ -63,6 +65,8 @@ type Stack struct {
 	httpSrv  *http.Server
 	httpDone chan error
 	stopHost func() error
+	// stopDelivery stops the delivery of event subscriptions; nil when none runs.
+	stopDelivery func()
 }
 
 // Start runs the stack. Stop it with Stop.
@@ -105,6 +109,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if s.stopHost, err = s.AddHost(ctx, cfg.Host.ID); err != nil {
 			return nil, err
 		}
+		s.startDelivery(ctx)
 	}
 
 	ic := cfg.Ingress
@@ -133,6 +138,20 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		}
 	}
 	return s, nil
+}
+
+// startDelivery runs the delivery of the tenants' event subscriptions, as a workflow host
+// process does, until Stop.
+func (s *Stack) startDelivery(ctx context.Context) {
+	sc := s.cfg.Ingress.Subscriptions
+	if sc.Logger == nil {
+		sc.Logger = s.cfg.Logger
+	}
+	store := subscription.NewStore(s.Res, sc)
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); store.Deliver(dctx) }()
+	s.stopDelivery = func() { cancel(); <-done }
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.
@@ -226,6 +245,10 @@ func (s *Stack) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		s.httpSrv = nil
+	}
+	if s.stopDelivery != nil {
+		s.stopDelivery()
+		s.stopDelivery = nil
 	}
 	if err := s.StopHost(); err != nil {
 		errs = append(errs, err)

@@ -104,6 +104,10 @@ func eventsOf(sub *Subscription, src string, m jetstream.Msg, md *jetstream.MsgM
 	return messageEvents(sub, md.Sequence.Stream, m.Data())
 }
 
+// ErrUnreachable is a delivery that got no answer: the receiver could not be reached, or did not
+// answer within the timeout.
+var ErrUnreachable = errors.New("the receiver could not be reached")
+
 // StatusError is a delivery the receiver answered with a status other than 2xx.
 type StatusError struct{ Code int }
 
@@ -134,7 +138,7 @@ func (s *Store) post(ctx context.Context, sub *Subscription, ev Event) error {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("posting the event: %w", errors.Unwrap(err)) // the *url.Error repeats the URL
+		return fmt.Errorf("%w: %w", ErrUnreachable, errors.Unwrap(err)) // the *url.Error repeats the URL
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
@@ -153,9 +157,26 @@ func (s *Store) backoff(n uint64) time.Duration {
 	return min(d, s.cfg.MaxBackoff)
 }
 
-// Deliver delivers the events of every subscription until ctx ends. Every workflow host runs
-// it; each event goes to one of them at a time.
-func (s *Store) Deliver(ctx context.Context) error {
+// Deliver delivers the events of every subscription until ctx ends, starting again after a
+// failure. Every workflow host process runs it; each event goes to one of them at a time.
+func (s *Store) Deliver(ctx context.Context) {
+	for {
+		err := s.deliver(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.cfg.Logger.Warn("delivering events; starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// deliver runs a delivery of every subscription, starting and stopping them as subscriptions
+// come and go, until ctx ends or the watch of the subscriptions fails.
+func (s *Store) deliver(ctx context.Context) error {
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watching subscriptions: %w", err)
@@ -171,10 +192,14 @@ func (s *Store) Deliver(ctx context.Context) error {
 	}()
 	for {
 		var e jetstream.KeyValueEntry
+		var ok bool
 		select {
 		case <-ctx.Done():
 			return nil
-		case e = <-w.Updates():
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return errors.New("the watch of subscriptions ended")
 		}
 		if e == nil {
 			continue // the end of the initial values

@@ -35,7 +35,7 @@ type receiver struct {
 
 type delivery struct {
 	id, typ, thread, text string
-	verifyErr           error
+	verifyErr             error
 }
 
 func newReceiver(t *testing.T, fail func() bool) *receiver {
@@ -63,7 +63,7 @@ func newReceiver(t *testing.T, fail func() bool) *receiver {
 			hdr[k] = req.Header.Get(k)
 		}
 		d := delivery{id: req.Header.Get("Webhook-Id"), typ: ev.Type,
-			thread: ev.Data.Message.WorkflowID + "/" + ev.Data.Message.ParticipantID,
+			thread:    ev.Data.Message.WorkflowID + "/" + ev.Data.Message.ParticipantID,
 			verifyErr: webhooksig.Standard{Secret: r.secret}.Verify(hdr, body)}
 		if ev.Data.Message.Text != nil {
 			d.text = *ev.Data.Message.Text
@@ -100,9 +100,9 @@ func newFixture(t *testing.T, cfg subscription.Config) *fixture {
 // deliver runs Deliver until the test ends.
 func (f *fixture) deliver(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.store.Deliver(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	done := make(chan struct{})
+	go func() { defer close(done); f.store.Deliver(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // say stores an incoming message and the agent's reply in a thread of agent Echo.

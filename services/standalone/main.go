@@ -27,6 +27,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
@@ -40,6 +41,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "standalone:", err)
 		os.Exit(1)
 	}
+}
+
+// loopbackReceivers is the standalone's allow-list of subscription receivers when
+// AGENTBUS_SUBSCRIPTION_URLS is empty.
+var loopbackReceivers = must(subscription.ParseAllowList("http://127.0.0.1:*,http://localhost:*,http://[::1]:*"))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // devTenant is the tenant the standalone seeds for newcomers.
@@ -78,6 +90,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	reg := metrics.NewProcessRegistry()
 	hc := cfg.Host()
 	hc.Metrics = reg
+	if cfg.SubscriptionURLs.Empty() {
+		// A machine of one's own: events may go to receivers on it (docs/subscriptions.md).
+		cfg.SubscriptionURLs = loopbackReceivers
+	}
 	ic := ingress.FromSettings(cfg)
 	ic.Metrics = reg
 	st, err := stack.Start(ctx, stack.Config{

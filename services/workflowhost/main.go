@@ -2,7 +2,9 @@
 // NATS JetStream server or cluster (AGENTBUS_NATS_URL). Run several: they share the inbox.
 //
 // It is also the model for an agent author's own host: import pkg/agent, register agents, and
-// call Host.Run, exactly as run does below.
+// call Host.Run, exactly as run does below. Beside the host it delivers the tenants' event
+// subscriptions (package subscription, docs/subscriptions.md), which an agent author's own host
+// process need not do.
 //
 // With AGENTBUS_METRICS_ADDR set it serves GET /healthz and /readyz there, for orchestrators,
 // and GET /metrics for Prometheus: the host's metrics and the Go runtime's (docs/metrics.md).
@@ -16,10 +18,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentbus/agentbus/pkg/agent"
@@ -28,6 +33,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
+	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
@@ -89,5 +95,30 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
 		defer stopHealth()
 	}
+	stopDelivery, err := deliverEvents(ctx, nc, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopDelivery()
 	return host.Run(ctx)
+}
+
+// deliverEvents runs the delivery of the tenants' event subscriptions (package subscription)
+// beside the host until the returned func is called.
+func deliverEvents(ctx context.Context, nc *nats.Conn, cfg config.Config, log *slog.Logger) (stop func(), err error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	res, err := bus.Ensure(ctx, js, cfg.Bus())
+	if err != nil {
+		return nil, err
+	}
+	sc := cfg.Subscriptions()
+	sc.Logger = log
+	store := subscription.NewStore(res, sc)
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); store.Deliver(dctx) }()
+	return func() { cancel(); <-done }, nil
 }
