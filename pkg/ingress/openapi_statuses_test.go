@@ -42,18 +42,20 @@ const (
 
 // pathArguments fill the path parameters of the document's operations.
 var pathArguments = strings.NewReplacer("{tenantId}", callTenant, "{keyId}", callKeyID, "{id}", "1",
-	"{workflow}", "Echo", "{method}", "echo", "{file}", "app.js", "{name}", "tick")
+	"{workflow}", "Echo", "{method}", "echo", "{file}", "app.js", "{name}", "tick",
+	"{subscriptionId}", "sub_00000000000000000000")
 
 // callBodies are valid bodies of the operations that take one, so that a call gets past the
 // checks of its body to the key's rate and the stores.
 var callBodies = map[string]string{
-	"createTenant":    `{"id":"fresh"}`,
-	"createTenantKey": `{"role":"user"}`,
-	"createSystemKey": `{"role":"system-admin"}`,
-	"send":            `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
-	"sendByHeader":    `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
-	"mcp":             `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
-	"callWebhook":     `{}`,
+	"createTenant":       `{"id":"fresh"}`,
+	"createTenantKey":    `{"role":"user"}`,
+	"createSystemKey":    `{"role":"system-admin"}`,
+	"send":               `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
+	"sendByHeader":       `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
+	"mcp":                `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
+	"callWebhook":        `{}`,
+	"createSubscription": `{"url":"http://127.0.0.1:9/hooks","events":["message.incoming"]}`,
 }
 
 // callQueries are the query parameters an operation requires.

@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // loadOpenAPI loads the embedded OpenAPI document and validates it.
@@ -214,7 +215,10 @@ func (c *contractClient) openStream(path, key string, hdr ...string) {
 // every route was seen. Its steps run in order, each on what the ones before left.
 func TestOpenAPIContract(t *testing.T) {
 	// A small file limit makes a send's 413 file-too-large cheap.
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024, Agents: []*agent.Agent{echo.New(), contractFailing()}})
+	// Subscriptions: a quick retry period gives an undelivered event soon, and a small limit a
+	// 409.
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024, Agents: []*agent.Agent{echo.New(), contractFailing()},
+		Subscriptions: subscription.Config{RetryFor: time.Second, MaxBackoff: 100 * time.Millisecond, MaxPerTenant: 2}})
 	tr := newContractTransport(t, loadOpenAPI(t))
 	client := &http.Client{Transport: tr}
 	for _, step := range []struct {
@@ -224,7 +228,8 @@ func TestOpenAPIContract(t *testing.T) {
 		{"operations", contractOperations}, {"playground", contractPlayground}, {"agents", contractAgents},
 		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
 		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
-		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"readiness", contractReadiness},
+		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"subscriptions", contractSubscriptions},
+		{"readiness", contractReadiness},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			step.run(&contractClient{t: t, base: s.URL, http: client, key: s.Key, other: s.OtherKey})

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // Options change the stack. The zero value is the default stack.
@@ -45,7 +46,13 @@ type Options struct {
 	// Tracer receives the spans of the ingress and, unless Host.Tracer is set, of the hosts;
 	// nil means otel's global provider.
 	Tracer trace.TracerProvider
+	// Subscriptions configures event subscriptions. Zero fields get the stack's test defaults:
+	// loopback HTTP receivers allowed, and at most 200 ms between two attempts.
+	Subscriptions subscription.Config
 }
+
+// loopbackReceivers is the test stacks' default allow-list of subscription receivers.
+var loopbackReceivers, _ = subscription.ParseAllowList("http://127.0.0.1:*")
 
 // Stack is a running stack.
 type Stack struct {
@@ -90,6 +97,13 @@ func Start(t testing.TB, opts Options) *Stack {
 	if opts.ContinueAsNewEvents != 0 {
 		hc.ContinueAsNewEvents = opts.ContinueAsNewEvents
 	}
+	subs := opts.Subscriptions
+	if subs.Allow == nil {
+		subs.Allow = loopbackReceivers
+	}
+	if subs.MaxBackoff == 0 {
+		subs.MaxBackoff = 200 * time.Millisecond
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := stack.Start(ctx, stack.Config{
@@ -97,7 +111,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
-		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer},
+		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs},
 		Host:     hc,
 		Logger:   Logger(),
 	})

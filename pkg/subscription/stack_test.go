@@ -1,0 +1,189 @@
+package subscription_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+// api calls the stack's HTTP API with a key and a JSON body, and decodes a JSON answer into out.
+func api(t testing.TB, method, url, key string, body, out any) int {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, r)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && len(b) > 0 {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+	return resp.StatusCode
+}
+
+// event is one delivery a stackReceiver accepted.
+type event struct {
+	id, typ   string
+	direction history.Direction
+	requestID string
+	thread    string
+}
+
+// stackReceiver refuses every delivery with 500 until its down period ends, then records them.
+type stackReceiver struct {
+	*httptest.Server
+	secret  string
+	upAt    time.Time
+	mu      sync.Mutex
+	got     []event
+	refused int
+	bad     []string
+}
+
+func (r *stackReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Now().Before(r.upAt) {
+		r.refused++
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	hdr := map[string]string{}
+	for k := range req.Header {
+		hdr[k] = req.Header.Get(k)
+	}
+	if err := (webhooksig.Standard{Secret: r.secret}).Verify(hdr, body); err != nil {
+		r.bad = append(r.bad, err.Error())
+	}
+	var ev struct {
+		Type string `json:"type"`
+		Data struct {
+			Message history.Message `json:"message"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil {
+		r.bad = append(r.bad, err.Error())
+	}
+	m := ev.Data.Message
+	r.got = append(r.got, event{id: req.Header.Get("Webhook-Id"), typ: ev.Type, direction: m.Direction, requestID: m.RequestID, thread: m.WorkflowID + "|" + m.ParticipantID})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// TestSubscriberDownThenUp: a receiver that answers 500 for a while (30 s; AGENTBUS_TEST_DOWN
+// sets another duration) and then 204 gets every event of the conversations that went on
+// meanwhile, in order per thread, each signed, none missing.
+func TestSubscriberDownThenUp(t *testing.T) {
+	down := 30 * time.Second
+	if v := os.Getenv("AGENTBUS_TEST_DOWN"); v != "" {
+		var err error
+		down, err = time.ParseDuration(v)
+		require.NoError(t, err)
+	}
+	if testing.Short() {
+		down = 3 * time.Second
+	}
+	s := stacktest.Start(t, stacktest.Options{Subscriptions: subscription.Config{MaxBackoff: 2 * time.Second}})
+	rcv := &stackReceiver{upAt: time.Now().Add(down)}
+	rcv.Server = httptest.NewServer(rcv)
+	defer rcv.Close()
+
+	var sub subscription.Subscription
+	require.Equal(t, http.StatusCreated, api(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/subscriptions", s.Key,
+		map[string]any{"url": rcv.URL + "/hooks", "events": []string{"message.incoming", "message.outgoing"}}, &sub))
+	rcv.mu.Lock()
+	rcv.secret = sub.Secret
+	rcv.mu.Unlock()
+
+	// Four threads, each sent to in order while the receiver is down.
+	const threads, per = 4, 10
+	sent := make(map[string][]string) // thread -> requestIds in order
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for th := range threads {
+		wg.Go(func() {
+			for i := range per {
+				var ans struct {
+					RequestID  string `json:"requestId"`
+					WorkflowID string `json:"workflowId"`
+				}
+				status := api(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send", s.Key,
+					map[string]any{"agentName": "Echo", "activationName": fmt.Sprint("sub-", th), "participantId": "ada", "type": "Chat", "text": fmt.Sprint("m", i)}, &ans)
+				if !assert.Equal(t, http.StatusAccepted, status) {
+					return
+				}
+				mu.Lock()
+				sent[ans.WorkflowID+"|ada"] = append(sent[ans.WorkflowID+"|ada"], ans.RequestID)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	want := threads * per * 2
+	require.Eventually(t, func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		return len(uniqueIDs(rcv.got)) >= want
+	}, down+60*time.Second, 100*time.Millisecond, "every event delivered after the receiver came back")
+	upAfter := time.Since(rcv.upAt)
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	assert.Empty(t, rcv.bad, "every signature verifies")
+	assert.Positive(t, rcv.refused)
+	// In order per thread: each thread's events, first delivery of each id, are its requests'
+	// incoming and outgoing messages in the order they were sent.
+	seen := map[string]bool{}
+	perThread := map[string][]string{}
+	for _, e := range rcv.got {
+		if seen[e.id] {
+			continue
+		}
+		seen[e.id] = true
+		perThread[e.thread] = append(perThread[e.thread], fmt.Sprint(e.direction, ":", e.requestID))
+	}
+	for thread, reqs := range sent {
+		var order []string
+		for _, r := range reqs {
+			order = append(order, fmt.Sprint(history.In, ":", r), fmt.Sprint(history.Out, ":", r))
+		}
+		assert.Equal(t, order, perThread[thread], "thread %s in order", thread)
+	}
+	t.Logf("down %v: refused %d attempts; %d events (%d deliveries) all in %v after the receiver came back",
+		down, rcv.refused, len(seen), len(rcv.got), upAfter.Round(10*time.Millisecond))
+}
+
+func uniqueIDs(evs []event) []string {
+	var ids []string
+	for _, e := range evs {
+		if !slices.Contains(ids, e.id) {
+			ids = append(ids, e.id)
+		}
+	}
+	return ids
+}
