@@ -16,6 +16,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
 )
 
 // countLoad keeps calling Echo's count method on a set of instances, each instance's calls one
@@ -57,40 +60,57 @@ func startCountLoad(sys *system, prefix string, n, workers int) *countLoad {
 
 // call makes one accepted count call, retrying it with its key.
 func (l *countLoad) call(activation, key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	b, err := untilAnswered(context.Background(), 3*time.Minute, func(ctx context.Context) (int, []byte, error) {
+		return l.sys.webhook(ctx, activation, "count", nil, "Idempotency-Key", key)
+	}, l.failed)
+	var r struct {
+		Count int `json:"count"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err != nil {
+		l.fail(fmt.Sprintf("%s %s: %v", activation, key, err))
+		return
+	}
+	l.mu.Lock()
+	l.counts[activation] = append(l.counts[activation], r.Count)
+	l.mu.Unlock()
+}
+
+// failed records an attempt that failed, and why.
+func (l *countLoad) failed(reason string) {
+	l.mu.Lock()
+	l.failures = append(l.failures, time.Now())
+	l.reasons[reason]++
+	l.mu.Unlock()
+}
+
+// untilAnswered makes a call with attempt until it is answered 200 and returns that answer's
+// body, as a careful client with an Idempotency-Key does: again after a 5xx or a connection
+// error, not after a 4xx nor after a third 500 (a dead letter's answer is kept for the key and
+// will not change), and for at most within, or until ctx ends. failed is told why each failed
+// attempt failed; the error says why the call was given up.
+func untilAnswered(ctx context.Context, within time.Duration, attempt func(context.Context) (int, []byte, error), failed func(reason string)) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	deadLettered := 0
 	for {
-		status, b, err := l.sys.webhook(ctx, activation, "count", nil, "Idempotency-Key", key)
+		status, b, err := attempt(ctx)
 		if err == nil && status == http.StatusOK {
-			var r struct {
-				Count int `json:"count"`
-			}
-			if json.Unmarshal(b, &r) == nil {
-				l.mu.Lock()
-				l.counts[activation] = append(l.counts[activation], r.Count)
-				l.mu.Unlock()
-				return
-			}
+			return b, nil
 		}
-		l.mu.Lock()
-		l.failures = append(l.failures, time.Now())
-		l.reasons[reason(status, b, err)]++
-		l.mu.Unlock()
+		failed(reason(status, b, err))
 		if err == nil && status == http.StatusInternalServerError {
-			// A dead letter's answer is kept for the key and will not change.
 			if deadLettered++; deadLettered == 3 {
-				l.fail(fmt.Sprintf("%s %s: %d %s", activation, key, status, b))
-				return
+				return nil, fmt.Errorf("%d %s", status, b)
 			}
 		}
 		if err == nil && status < 500 {
-			l.fail(fmt.Sprintf("%s %s: %d %s", activation, key, status, b))
-			return
+			return nil, fmt.Errorf("%d %s", status, b)
 		}
 		if ctx.Err() != nil {
-			l.fail(fmt.Sprintf("%s %s: no answer in 3 minutes (last %d %v)", activation, key, status, err))
-			return
+			return nil, fmt.Errorf("no answer in %v (last %d %v)", within, status, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -114,12 +134,17 @@ func reason(status int, body []byte, err error) string {
 func (l *countLoad) failureReasons() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return formatReasons(l.reasons)
+}
+
+// formatReasons lists how many attempts failed for each reason, most frequent first.
+func formatReasons(reasons map[string]int) string {
 	type kv struct {
 		reason string
 		n      int
 	}
 	var all []kv
-	for r, n := range l.reasons {
+	for r, n := range reasons {
 		all = append(all, kv{r, n})
 	}
 	slices.SortFunc(all, func(a, b kv) int { return b.n - a.n })
@@ -177,31 +202,222 @@ func (l *countLoad) verify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for a, got := range l.counts {
-		sorted := slices.Clone(got)
-		sort.Ints(sorted)
-		for i, c := range sorted {
-			if c != i+1 {
-				assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", a, sorted)
-				break
-			}
-		}
-		// Read as the load's clients call: again after a 5xx or a connection error, which a
-		// cluster that has just elected leaders may still answer.
-		status, b, err := l.sys.webhook(ctx, a, "state", nil)
-		for (err != nil || status >= 500) && ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-			status, b, err = l.sys.webhook(ctx, a, "state", nil)
-		}
-		require.NoError(t, err, "reading %s's state", a)
-		require.Equal(t, http.StatusOK, status, "reading %s's state: %s", a, b)
-		var st struct {
-			State struct {
-				Count int `json:"count"`
-			} `json:"state"`
-		}
-		require.NoError(t, json.Unmarshal(b, &st))
-		assert.Equal(t, len(got), st.State.Count, "instance %s counted %d calls, %d were accepted", a, st.State.Count, len(got))
+		assertOneToN(t, a, got)
+		n := l.sys.counter(ctx, t, a)
+		assert.Equal(t, len(got), n, "instance %s counted %d calls, %d were accepted", a, n, len(got))
 	}
+}
+
+// assertOneToN checks that the counts an instance answered are 1..n, each once: no call was
+// counted twice or answered with another's count.
+func assertOneToN(t *testing.T, instance string, counts []int) {
+	t.Helper()
+	sorted := slices.Clone(counts)
+	sort.Ints(sorted)
+	for i, c := range sorted {
+		if c != i+1 {
+			assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", instance, sorted)
+			return
+		}
+	}
+}
+
+// counter reads an instance's counter (Echo's state count), as the loads' clients call: again
+// after a 5xx or a connection error, which a system that has just lost a process may still
+// answer, until ctx ends.
+func (s *system) counter(ctx context.Context, t *testing.T, activation string) int {
+	t.Helper()
+	status, b, err := s.webhook(ctx, activation, "state", nil)
+	for (err != nil || status >= 500) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		status, b, err = s.webhook(ctx, activation, "state", nil)
+	}
+	require.NoError(t, err, "reading %s's state", activation)
+	require.Equal(t, http.StatusOK, status, "reading %s's state: %s", activation, b)
+	var st struct {
+		State struct {
+			Count int `json:"count"`
+		} `json:"state"`
+	}
+	require.NoError(t, json.Unmarshal(b, &st), "reading %s's state", activation)
+	return st.State.Count
+}
+
+// relayLoad sends relays all at once, each from a client of its own: relay i asks caller
+// i mod len(callers) to call count on callee (i / len(callers)) mod len(callees) through
+// Agent2Agent (Echo's relay), over converse with an Idempotency-Key of its own, retried with it
+// until it is answered 200 (untilAnswered). A caller's relays share a conversation, so they run
+// one after another and the load lasts while the callers' host is killed.
+type relayLoad struct {
+	wg    sync.WaitGroup
+	total int
+
+	mu       sync.Mutex
+	sent     map[string][]string // per callee, the keys of the relays sent to it
+	from     map[string][]string // per caller, the keys of the relays it was asked for
+	answers  []relayAnswer       // in the order they came
+	failures int                 // attempts that failed
+	reasons  map[string]int      // why they failed
+	broken   []string            // relays that never got a 200
+}
+
+// relayAnswer is a relay's answer: when it came, and the count its callee answered.
+type relayAnswer struct {
+	at     time.Time
+	callee string
+	count  int
+}
+
+// relayParticipant is the participant of the relays: each caller's relays share its thread.
+const relayParticipant = "relay"
+
+// relayTimeout is how long one attempt of a relay waits for its answer: shorter than the
+// recovery from a kill may take, so that some relays are asked again with their key.
+const relayTimeout = 15 * time.Second
+
+// startRelayLoad sends relays relays from callers to callees. Relays still under way when the
+// test ends are given up.
+func startRelayLoad(t *testing.T, sys *system, callers, callees []string, relays int) *relayLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &relayLoad{total: relays, sent: map[string][]string{}, from: map[string][]string{}, reasons: map[string]int{}}
+	t.Cleanup(func() {
+		cancel()
+		l.wg.Wait()
+	})
+	run := fmt.Sprintf("%d", time.Now().UnixNano())
+	for i := range relays {
+		caller, callee := callers[i%len(callers)], callees[(i/len(callers))%len(callees)]
+		key := fmt.Sprintf("relay-%s-%d", run, i)
+		l.sent[callee] = append(l.sent[callee], key)
+		l.from[caller] = append(l.from[caller], key)
+		l.wg.Go(func() { l.relay(ctx, sys, caller, callee, key) })
+	}
+	return l
+}
+
+// relay makes one relay, retrying it with its key, and records the callee's count it answered.
+func (l *relayLoad) relay(ctx context.Context, sys *system, caller, callee, key string) {
+	query := url.Values{"participantId": {relayParticipant}, "timeoutSeconds": {fmt.Sprint(relayTimeout.Seconds())}}
+	b, err := untilAnswered(ctx, 2*time.Minute, func(ctx context.Context) (int, []byte, error) {
+		return sys.converse(ctx, caller, "relay", map[string]string{"activation": callee, "method": "count"}, query, "Idempotency-Key", key)
+	}, l.failed)
+	var r struct {
+		Response struct {
+			Data struct {
+				Result struct {
+					Count int `json:"count"`
+				} `json:"result"`
+			} `json:"data"`
+		} `json:"response"`
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err == nil && r.Response.Data.Result.Count < 1 {
+		err = fmt.Errorf("no count in the answer %s", b)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.broken = append(l.broken, fmt.Sprintf("%s → %s %s: %v", caller, callee, key, err))
+		return
+	}
+	l.answers = append(l.answers, relayAnswer{at: time.Now(), callee: callee, count: r.Response.Data.Result.Count})
+}
+
+func (l *relayLoad) failed(reason string) {
+	l.mu.Lock()
+	l.failures++
+	l.reasons[reason]++
+	l.mu.Unlock()
+}
+
+// failureReasons returns how many attempts failed for each reason, most frequent first.
+func (l *relayLoad) failureReasons() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return formatReasons(l.reasons)
+}
+
+// answered returns how many relays were answered 200.
+func (l *relayLoad) answered() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.answers)
+}
+
+// waitAnswered waits until n relays are answered, failing the test after within.
+func (l *relayLoad) waitAnswered(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for l.answered() < n {
+		require.True(t, time.Now().Before(deadline), "%d of %d relays answered after %v, waiting for %d", l.answered(), l.total, within, n)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// answersSince returns the answers that came at or after t, in the order they came.
+func (l *relayLoad) answersSince(t time.Time) []relayAnswer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(l.answers, t, func(a relayAnswer, t time.Time) int { return a.at.Compare(t) })
+	return slices.Clone(l.answers[i:])
+}
+
+// finish waits until every relay is answered or given up.
+func (l *relayLoad) finish() {
+	l.wg.Wait()
+}
+
+// verify checks that every relay was answered and that every callee counted each relay sent to
+// it once: the relays' answers carry its counts 1..n once each, its counter is n, and its
+// thread with the callers holds one call of each relay (a request id derived from the relay's
+// key) and a reply to each. Every caller's thread holds each of its relays once, each answered.
+func (l *relayLoad) verify(t *testing.T, sys *system) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	assert.Empty(t, l.broken, "relays that never got their answer")
+	assert.Len(t, l.answers, l.total, "relays answered 200")
+	counts := map[string][]int{}
+	for _, a := range l.answers {
+		counts[a.callee] = append(counts[a.callee], a.count)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for callee, keys := range l.sent {
+		sent := len(keys)
+		assert.Len(t, counts[callee], sent, "callee %s: answered relays of the %d sent to it", callee, sent)
+		assertOneToN(t, callee, counts[callee])
+		n := sys.counter(ctx, t, callee)
+		assert.Equal(t, sent, n, "callee %s counted %d relays, %d were sent to it", callee, n, sent)
+
+		calls, replies := threadRequests(t, sys, callee, strings.ToLower(agent.CallerPrefix+echo.Name))
+		for i, id := range calls {
+			calls[i], _, _ = strings.Cut(id, ".") // a call's request id derives from its caller's
+		}
+		assert.ElementsMatch(t, keys, calls, "callee %s: the calls in its thread are not one per relay sent to it", callee)
+		assert.Equal(t, sent, replies, "callee %s: replies in its thread", callee)
+	}
+	for caller, keys := range l.from {
+		relays, replies := threadRequests(t, sys, caller, relayParticipant)
+		assert.ElementsMatch(t, keys, relays, "caller %s: the relays in its thread are not one per relay asked of it", caller)
+		assert.Equal(t, len(keys), replies, "caller %s: replies in its thread", caller)
+	}
+}
+
+// threadRequests reads an Echo instance's thread with participant and returns the request ids of
+// its incoming messages, oldest first, and how many replies it holds.
+func threadRequests(t *testing.T, sys *system, activation, participant string) (requests []string, replies int) {
+	t.Helper()
+	for _, m := range sys.thread(t, echoWF+activation, participant) {
+		if m.Direction == 0 {
+			requests = append(requests, m.RequestID)
+		} else {
+			replies++
+		}
+	}
+	return requests, replies
 }
 
 // drainCall is one webhook call made while an ingress drains.

@@ -202,6 +202,38 @@ func (s *system) webhook(ctx context.Context, activation, method string, query u
 	return resp.StatusCode, b, err
 }
 
+// converse calls a Data method of an Echo instance through converse, with params as the body,
+// and returns the status and body. query adds converse's optional parameters (participantId,
+// timeoutSeconds, …); hdr are header name and value pairs.
+func (s *system) converse(ctx context.Context, activation, method string, params any, query url.Values, hdr ...string) (int, []byte, error) {
+	body, err := json.Marshal(params)
+	if err != nil {
+		return 0, nil, err
+	}
+	if query == nil {
+		query = url.Values{}
+	}
+	query.Set("workflow", echoWF+activation)
+	query.Set("type", "Data")
+	query.Set("text", method)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ingress.URL+"/api/user/rest/converse?"+query.Encode(), bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("calling %s: %w", method, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
 // unwrapURL drops url.Error's wrapper, which repeats the URL and so the key.
 func unwrapURL(err error) error {
 	if ue, ok := err.(*url.Error); ok {
