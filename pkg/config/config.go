@@ -245,6 +245,9 @@ func (c *Config) settings() []setting {
 				return fmt.Errorf("subscription-urls: %w", err)
 			}
 			c.SubscriptionURLs = a
+			if a.Empty() {
+				c.SubscriptionURLs = nil
+			}
 			return nil
 		}},
 		{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT", "max-subscriptions-per-tenant", "10", "event subscriptions a tenant may have; each has at most one delivery in flight", positive(&c.MaxSubscriptionsPerTenant, "max-subscriptions-per-tenant")},

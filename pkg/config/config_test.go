@@ -48,6 +48,11 @@ func TestDefaults(t *testing.T) {
 		RetryBackoff:          time.Second,
 		AckWait:               10 * time.Second,
 		LogLevel:              slog.LevelInfo,
+
+		MaxSubscriptionsPerTenant: 10,
+		SubscriptionTimeout:       10 * time.Second,
+		SubscriptionRetryFor:      24 * time.Hour,
+		SubscriptionMaxBackoff:    10 * time.Minute,
 	}
 	assert.Equal(t, want, c, "defaults")
 }
@@ -184,6 +189,22 @@ func TestOverridesOfLifecycle(t *testing.T) {
 func TestOverridesOfTheRest(t *testing.T) {
 	testOverrides(t, []overrideCase{
 		{
+			name: "subscriptions",
+			vars: map[string]string{
+				"AGENTBUS_SUBSCRIPTION_URLS": "https://*.example.com, http://127.0.0.1:*", "AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "3",
+				"AGENTBUS_SUBSCRIPTION_RETRY_FOR": "1h",
+			},
+			args: []string{"-subscription-timeout", "5s", "-subscription-max-backoff", "30s"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, "https://*.example.com,http://127.0.0.1:*", c.SubscriptionURLs.String())
+				sc := c.Subscriptions()
+				assert.Equal(t, 3, sc.MaxPerTenant)
+				assert.Equal(t, 5*time.Second, sc.Timeout)
+				assert.Equal(t, time.Hour, sc.RetryFor)
+				assert.Equal(t, 30*time.Second, sc.MaxBackoff)
+			},
+		},
+		{
 			name: "env strings",
 			vars: map[string]string{
 				"AGENTBUS_NATS_URL": "nats://a:4222,nats://b:4222", "AGENTBUS_DATA_DIR": "/var/lib/agentbus",
@@ -299,6 +320,9 @@ func TestBadValues(t *testing.T) {
 		{name: "zero waiting cap", vars: map[string]string{"AGENTBUS_MAX_WAITING_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_WAITING_PER_TENANT"}},
 		{name: "short admin key", vars: map[string]string{"AGENTBUS_ADMIN_KEY": "short"}, mention: []string{"admin key"}},
 		{name: "short dev key", args: []string{"-dev-api-key", "short"}, mention: []string{"dev API key"}},
+		{name: "plain http receivers elsewhere", vars: map[string]string{"AGENTBUS_SUBSCRIPTION_URLS": "http://example.com"}, mention: []string{"AGENTBUS_SUBSCRIPTION_URLS", "loopback"}},
+		{name: "long subscription timeout", args: []string{"-subscription-timeout", "1m"}, mention: []string{"subscription-timeout"}},
+		{name: "zero subscriptions", vars: map[string]string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

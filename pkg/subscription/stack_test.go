@@ -2,7 +2,9 @@ package subscription_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subscription"
@@ -186,4 +190,126 @@ func uniqueIDs(evs []event) []string {
 		}
 	}
 	return ids
+}
+
+// TestDeadLetterEvents: a request given up reaches a subscription of deadletter.created events
+// of its agent, as the dead letter the admin API shows; another agent's do not.
+func TestDeadLetterEvents(t *testing.T) {
+	failing := agent.New("Failing")
+	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Retry(errors.New("always down"))
+	})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(), failing}})
+	got := make(chan map[string]any, 4)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var ev map[string]any
+		if json.NewDecoder(req.Body).Decode(&ev) == nil {
+			ev["webhook-id"] = req.Header.Get("Webhook-Id")
+			got <- ev
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	var sub subscription.Subscription
+	require.Equal(t, http.StatusCreated, api(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/subscriptions", s.Key,
+		map[string]any{"url": rcv.URL, "events": []string{"deadletter.created"}, "agents": []string{"Failing"}}, &sub))
+
+	status := api(t, http.MethodPost, s.URL+"/api/user/webhooks/Failing/fail?apikey="+s.Key, "", map[string]any{}, nil)
+	require.GreaterOrEqual(t, status, 500)
+	var ev map[string]any
+	select {
+	case ev = <-got:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no deadletter.created event")
+	}
+	assert.Equal(t, "deadletter.created", ev["type"])
+	data := ev["data"].(map[string]any)
+	assert.Equal(t, "Failing", data["agentName"])
+	dl := data["deadLetter"].(map[string]any)
+	assert.Equal(t, "always down", dl["error"])
+	assert.Equal(t, fmt.Sprintf("dl_%v", dl["id"]), ev["webhook-id"])
+
+	var letters struct {
+		DeadLetters []map[string]any `json:"deadLetters"`
+	}
+	require.Equal(t, http.StatusOK, api(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/deadletters", s.Key, nil, &letters))
+	require.Len(t, letters.DeadLetters, 1)
+	assert.Equal(t, letters.DeadLetters[0]["requestId"], dl["requestId"])
+	select {
+	case ev := <-got:
+		t.Fatalf("a second event: %v", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// BenchmarkWebhookWithStuckReceiver measures webhook echo calls through the whole stack (16
+// clients) without subscriptions, then with a subscription to every message event whose
+// receiver never answers, and prints the latencies of both and their ratio: a receiver that
+// hangs holds back only its own deliveries.
+func BenchmarkWebhookWithStuckReceiver(b *testing.B) {
+	s := stacktest.Start(b, stacktest.Options{})
+	stuck := make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case <-stuck:
+		case <-req.Context().Done():
+		}
+	}))
+	defer rcv.Close()
+	defer close(stuck)
+	const calls, clients = 4000, 16
+	url := s.URL + "/api/user/webhooks/Echo/echo?apikey=" + s.Key
+	webhookLatencies(b, url, calls/2, clients) // warm up
+	for range b.N {
+		before := webhookLatencies(b, url, calls, clients)
+		var sub subscription.Subscription
+		require.Equal(b, http.StatusCreated, api(b, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/subscriptions", s.Key,
+			map[string]any{"url": rcv.URL, "events": []string{"message.incoming", "message.outgoing"}}, &sub))
+		with := webhookLatencies(b, url, calls, clients)
+		require.Equal(b, http.StatusNoContent, api(b, http.MethodDelete, s.URL+"/api/v1/admin/tenants/default/subscriptions/"+sub.ID, s.Key, nil, nil))
+		after := webhookLatencies(b, url, calls, clients)
+		base := (before.rate + after.rate) / 2
+		b.Logf("webhook echo, %d calls over %d clients: without subscriptions p50 %v p99 %v %.0f/s, and again p50 %v p99 %v %.0f/s; with a receiver that never answers p50 %v p99 %v %.0f/s: %.2f of the throughput without",
+			calls, clients, before.p50, before.p99, before.rate, after.p50, after.p99, after.rate, with.p50, with.p99, with.rate, with.rate/base)
+		b.ReportMetric(with.rate/base, "throughput-ratio")
+	}
+}
+
+type latencies struct {
+	p50, p99 time.Duration
+	rate     float64
+}
+
+// webhookLatencies makes n POSTs to url over the given clients and returns their latencies.
+func webhookLatencies(b *testing.B, url string, n, clients int) latencies {
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			for i := c; i < n; i += clients {
+				t0 := time.Now()
+				resp, err := http.Post(url, "application/json", bytes.NewReader([]byte(`{"n":1}`)))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("webhook answered %d", resp.StatusCode)
+					return
+				}
+				d := time.Since(t0)
+				mu.Lock()
+				all = append(all, d)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	slices.Sort(all)
+	return latencies{p50: all[len(all)/2], p99: all[len(all)*99/100], rate: float64(len(all)) / took.Seconds()}
 }
