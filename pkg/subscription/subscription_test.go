@@ -87,7 +87,7 @@ type fixture struct {
 	hist  *history.Store
 }
 
-func newFixture(t *testing.T, cfg subscription.Config) *fixture {
+func newFixture(t testing.TB, cfg subscription.Config) *fixture {
 	res := natstest.Bus(t, bus.Config{})
 	if cfg.Allow == nil {
 		var err error
@@ -106,7 +106,7 @@ func (f *fixture) deliver(t *testing.T) {
 }
 
 // say stores an incoming message and the agent's reply in a thread of agent Echo.
-func (f *fixture) say(t *testing.T, tenant, activation, participant, text string) {
+func (f *fixture) say(t testing.TB, tenant, activation, participant, text string) {
 	ctx := context.Background()
 	wf := tenant + ":Echo:Default:" + activation
 	cur, err := f.hist.Cursor(ctx, tenant, wf, participant)
