@@ -1,0 +1,14 @@
+package subscription_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// Every test stops what it starts: NATS servers, stacks, deliveries and receivers.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
+}
