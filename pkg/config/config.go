@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
@@ -58,8 +59,8 @@ type Config struct {
 	LLMModel              string
 	LLMAPIKey             string
 	LogLevel              slog.Level
-	// SubscriptionURLs is the allow-list of event subscription receivers, as given.
-	SubscriptionURLs          *subscription.AllowList
+	// OutboundURLs is the allow-list of event subscription receivers, as given.
+	OutboundURLs              *outbound.AllowList
 	MaxSubscriptionsPerTenant int
 	SubscriptionTimeout       time.Duration
 	SubscriptionRetryFor      time.Duration
@@ -239,14 +240,14 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_LLM_BASE_URL", "llm-base-url", "", "OpenAI-compatible chat API base URL; empty means the offline model", str(&c.LLMBaseURL)},
 		{"AGENTBUS_LLM_MODEL", "llm-model", "", "chat model name", str(&c.LLMModel)},
 		{"AGENTBUS_LLM_API_KEY", "llm-api-key", "", "chat API key (prefer the variable)", str(&c.LLMAPIKey)},
-		{"AGENTBUS_SUBSCRIPTION_URLS", "subscription-urls", "", "receiver URLs tenants may subscribe, comma-separated patterns such as https://*.example.com (docs/subscriptions.md); empty allows none, and the standalone then allows loopback HTTP", func(v string) error {
-			a, err := subscription.ParseAllowList(v)
+		{"AGENTBUS_OUTBOUND_URLS", "outbound-urls", "", "receiver URLs tenants may subscribe, comma-separated patterns such as https://*.example.com (docs/subscriptions.md); empty allows none, and the standalone then allows loopback HTTP", func(v string) error {
+			a, err := outbound.ParseAllowList(v)
 			if err != nil {
-				return fmt.Errorf("subscription-urls: %w", err)
+				return fmt.Errorf("outbound-urls: %w", err)
 			}
-			c.SubscriptionURLs = a
+			c.OutboundURLs = a
 			if a.Empty() {
-				c.SubscriptionURLs = nil
+				c.OutboundURLs = nil
 			}
 			return nil
 		}},
@@ -350,7 +351,7 @@ func (c Config) Host() agent.HostConfig {
 // in the Logger.
 func (c Config) Subscriptions() subscription.Config {
 	return subscription.Config{
-		Allow:        c.SubscriptionURLs,
+		Allow:        c.OutboundURLs,
 		MaxPerTenant: c.MaxSubscriptionsPerTenant,
 		Timeout:      c.SubscriptionTimeout,
 		RetryFor:     c.SubscriptionRetryFor,

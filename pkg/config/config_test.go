@@ -191,12 +191,12 @@ func TestOverridesOfTheRest(t *testing.T) {
 		{
 			name: "subscriptions",
 			vars: map[string]string{
-				"AGENTBUS_SUBSCRIPTION_URLS": "https://*.example.com, http://127.0.0.1:*", "AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "3",
+				"AGENTBUS_OUTBOUND_URLS": "https://*.example.com, http://127.0.0.1:*", "AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "3",
 				"AGENTBUS_SUBSCRIPTION_RETRY_FOR": "1h",
 			},
 			args: []string{"-subscription-timeout", "5s", "-subscription-max-backoff", "30s"},
 			check: func(t *testing.T, c config.Config) {
-				assert.Equal(t, "https://*.example.com,http://127.0.0.1:*", c.SubscriptionURLs.String())
+				assert.Equal(t, "https://*.example.com,http://127.0.0.1:*", c.OutboundURLs.String())
 				sc := c.Subscriptions()
 				assert.Equal(t, 3, sc.MaxPerTenant)
 				assert.Equal(t, 5*time.Second, sc.Timeout)
@@ -320,7 +320,7 @@ func TestBadValues(t *testing.T) {
 		{name: "zero waiting cap", vars: map[string]string{"AGENTBUS_MAX_WAITING_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_WAITING_PER_TENANT"}},
 		{name: "short admin key", vars: map[string]string{"AGENTBUS_ADMIN_KEY": "short"}, mention: []string{"admin key"}},
 		{name: "short dev key", args: []string{"-dev-api-key", "short"}, mention: []string{"dev API key"}},
-		{name: "plain http receivers elsewhere", vars: map[string]string{"AGENTBUS_SUBSCRIPTION_URLS": "http://example.com"}, mention: []string{"AGENTBUS_SUBSCRIPTION_URLS", "loopback"}},
+		{name: "plain http receivers elsewhere", vars: map[string]string{"AGENTBUS_OUTBOUND_URLS": "http://example.com"}, mention: []string{"AGENTBUS_OUTBOUND_URLS", "loopback"}},
 		{name: "long subscription timeout", args: []string{"-subscription-timeout", "1m"}, mention: []string{"subscription-timeout"}},
 		{name: "zero subscriptions", vars: map[string]string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT"}},
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
@@ -197,8 +198,8 @@ func (s *Server) subscriptionFailed(w http.ResponseWriter, what string, err erro
 		problem.EventNotFound.Write(w, "the subscription has no undelivered event with this id")
 	case errors.Is(err, subscription.ErrLimit):
 		problem.SubscriptionLimit.Write(w, "the tenant has as many subscriptions as it may have; delete one first")
-	case errors.Is(err, subscription.ErrURLNotAllowed):
-		problem.URLNotAllowed.Write(w, "the url does not match the operator's allow-list of subscription receivers (AGENTBUS_SUBSCRIPTION_URLS)")
+	case errors.Is(err, outbound.ErrURLNotAllowed):
+		problem.URLNotAllowed.Write(w, "the url does not match the operator's allow-list of subscription receivers (AGENTBUS_OUTBOUND_URLS)")
 	case errors.Is(err, subscription.ErrInvalid):
 		problem.InvalidField.Write(w, err.Error())
 	case errors.As(err, &status):

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
@@ -52,7 +53,7 @@ type Options struct {
 }
 
 // loopbackReceivers is the test stacks' default allow-list of subscription receivers.
-var loopbackReceivers, _ = subscription.ParseAllowList("http://127.0.0.1:*")
+var loopbackReceivers, _ = outbound.ParseAllowList("http://127.0.0.1:*")
 
 // Stack is a running stack.
 type Stack struct {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -77,7 +78,7 @@ const (
 // Config configures a Store.
 type Config struct {
 	// Allow is the operator's allow-list of receiver URLs; nil or empty allows none.
-	Allow *AllowList
+	Allow *outbound.AllowList
 	// MaxPerTenant caps a tenant's subscriptions. Default DefaultMaxPerTenant.
 	MaxPerTenant int
 	// Timeout bounds one delivery attempt. Default DefaultTimeout, at most MaxTimeout.
@@ -168,7 +169,7 @@ func NewStore(res *bus.Resources, cfg Config) *Store {
 	return &Store{
 		cfg: cfg, js: res.JS, kv: res.Subscriptions,
 		messages: res.Messages, dead: res.DeadLetters, undelivered: res.Undelivered,
-		public: newClient(cfg.Timeout, false), literal: newClient(cfg.Timeout, true),
+		public: outbound.NewClient(cfg.Timeout, false), literal: outbound.NewClient(cfg.Timeout, true),
 	}
 }
 
@@ -195,7 +196,7 @@ func (s *Store) validate(tenant string, n New) (Subscription, error) {
 		return bad("url is longer than %d bytes", maxURL)
 	}
 	if _, _, err := s.cfg.Allow.Check(n.URL); err != nil {
-		if errors.Is(err, ErrURLNotAllowed) {
+		if errors.Is(err, outbound.ErrURLNotAllowed) {
 			return Subscription{}, err
 		}
 		return bad("url: %v", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -91,7 +92,7 @@ func newFixture(t testing.TB, cfg subscription.Config) *fixture {
 	res := natstest.Bus(t, bus.Config{})
 	if cfg.Allow == nil {
 		var err error
-		cfg.Allow, err = subscription.ParseAllowList("http://127.0.0.1:*")
+		cfg.Allow, err = outbound.ParseAllowList("http://127.0.0.1:*")
 		require.NoError(t, err)
 	}
 	return &fixture{res: res, store: subscription.NewStore(res, cfg), hist: history.NewStore(res.Messages, res.Topics, res.JS)}
@@ -218,7 +219,7 @@ func TestCreateValidatesAndLimits(t *testing.T) {
 	}
 	for _, u := range []string{"https://example.com/x", "http://10.0.0.1/x", "http://169.254.169.254/latest", "http://localhost:80/"} {
 		_, err := f.store.Create(ctx, "acme", subscription.New{URL: u, Events: []string{"message.outgoing"}})
-		require.ErrorIs(t, err, subscription.ErrURLNotAllowed, u)
+		require.ErrorIs(t, err, outbound.ErrURLNotAllowed, u)
 	}
 	a, err := f.store.Create(ctx, "acme", subscription.New{URL: "http://127.0.0.1:9/a", Events: []string{"message.outgoing", "deadletter.created"}})
 	require.NoError(t, err)

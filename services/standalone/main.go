@@ -26,8 +26,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/opshttp"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
-	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
@@ -44,8 +44,8 @@ func main() {
 }
 
 // loopbackReceivers is the standalone's allow-list of subscription receivers when
-// AGENTBUS_SUBSCRIPTION_URLS is empty.
-var loopbackReceivers = must(subscription.ParseAllowList("http://127.0.0.1:*,http://localhost:*,http://[::1]:*"))
+// AGENTBUS_OUTBOUND_URLS is empty.
+var loopbackReceivers = must(outbound.ParseAllowList("http://127.0.0.1:*,http://localhost:*,http://[::1]:*"))
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -90,9 +90,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	reg := metrics.NewProcessRegistry()
 	hc := cfg.Host()
 	hc.Metrics = reg
-	if cfg.SubscriptionURLs.Empty() {
+	if cfg.OutboundURLs.Empty() {
 		// A machine of one's own: events may go to receivers on it (docs/subscriptions.md).
-		cfg.SubscriptionURLs = loopbackReceivers
+		cfg.OutboundURLs = loopbackReceivers
 	}
 	ic := ingress.FromSettings(cfg)
 	ic.Metrics = reg

@@ -1,4 +1,4 @@
-package subscription
+package outbound
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 )
 
 // AllowList is the operator's list of the receiver URLs tenants may subscribe
-// (AGENTBUS_SUBSCRIPTION_URLS, docs/subscriptions.md#the-allow-list). Each entry is a URL
+// (AGENTBUS_OUTBOUND_URLS, docs/subscriptions.md#the-allow-list). Each entry is a URL
 // pattern: a scheme, a host, an optional port and an optional path prefix.
 //
 //   - https://hooks.example.com allows that host on port 443, any path;
@@ -193,8 +193,8 @@ func (a *AllowList) Check(raw string) (u *url.URL, literal bool, err error) {
 	return nil, false, ErrURLNotAllowed
 }
 
-// errInternalAddress refuses to dial an internal address for a name.
-var errInternalAddress = errors.New("the receiver's name resolves to an internal address")
+// ErrInternalAddress refuses to dial an internal address for a name.
+var ErrInternalAddress = errors.New("the receiver's name resolves to an internal address")
 
 // internal reports whether an address is not a public unicast address: loopback, private,
 // link-local, unspecified, multicast, carrier-grade NAT, or an IPv4-mapped form of those.
@@ -205,17 +205,17 @@ func internal(ip netip.Addr) bool {
 		ip.IsInterfaceLocalMulticast() || cgnat.Contains(ip)
 }
 
-// newClient returns the HTTP client deliveries are made with: no proxy from the environment, no
+// NewClient returns the HTTP client deliveries are made with: no proxy from the environment, no
 // redirects followed (a 3xx is a failed delivery), each attempt bounded by timeout, and, unless
 // anyAddress, no connection to an internal address (checked on the address actually dialled,
 // so that a DNS answer that changes after the check does not get around it).
-func newClient(timeout time.Duration, anyAddress bool) *http.Client {
+func NewClient(timeout time.Duration, anyAddress bool) *http.Client {
 	dialer := &net.Dialer{Timeout: timeout}
 	if !anyAddress {
 		dialer.Control = func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil || internal(ap.Addr()) {
-				return errInternalAddress
+				return ErrInternalAddress
 			}
 			return nil
 		}

@@ -1,4 +1,4 @@
-package subscription
+package outbound
 
 import (
 	"net/http"
@@ -53,13 +53,13 @@ func TestAllowList(t *testing.T) {
 func TestDeliveryRefusesInternalAddressesForNames(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(204) }))
 	defer srv.Close()
-	public := newClient(time.Second, false)
+	public := NewClient(time.Second, false)
 	resp, err := public.Post(srv.URL, "application/json", nil)
 	if resp != nil {
 		resp.Body.Close()
 	}
-	require.ErrorIs(t, err, errInternalAddress)
-	resp, err = newClient(time.Second, true).Post(srv.URL, "application/json", nil)
+	require.ErrorIs(t, err, ErrInternalAddress)
+	resp, err = NewClient(time.Second, true).Post(srv.URL, "application/json", nil)
 	require.NoError(t, err)
 	resp.Body.Close()
 }
@@ -67,7 +67,7 @@ func TestDeliveryRefusesInternalAddressesForNames(t *testing.T) {
 func TestDeliveryFollowsNoRedirect(t *testing.T) {
 	srv := httptest.NewServer(http.RedirectHandler("http://169.254.169.254/", http.StatusFound))
 	defer srv.Close()
-	resp, err := newClient(time.Second, true).Get(srv.URL)
+	resp, err := NewClient(time.Second, true).Get(srv.URL)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusFound, resp.StatusCode)
