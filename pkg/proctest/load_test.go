@@ -576,7 +576,7 @@ func (l *orderLoad) send(activation, requestID string) {
 	defer cancel()
 	body := map[string]any{"agentName": "Echo", "activationName": activation, "participantId": "p", "type": "Data", "text": "count", "requestId": requestID}
 	for ctx.Err() == nil {
-		status, _, err := l.sys.send(ctx, body)
+		status, _, err := l.sys.send(ctx, false, body)
 		if err == nil && status == http.StatusAccepted {
 			l.mu.Lock()
 			l.sent[activation] = append(l.sent[activation], requestID)

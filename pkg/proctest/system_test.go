@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 
 // needProcesses skips the test unless AGENTBUS_PROCESS_TEST is set: these tests build the
 // binaries and run a stack of processes for tens of seconds (.ci/run sets it).
-func needProcesses(t *testing.T) proctest.Bins {
+func needProcesses(t testing.TB) proctest.Bins {
 	t.Helper()
 	if testing.Short() || os.Getenv("AGENTBUS_PROCESS_TEST") == "" {
 		t.Skip("runs agentbus as separate processes; set AGENTBUS_PROCESS_TEST=1")
@@ -51,7 +51,7 @@ const (
 // system is one agentbus deployment of processes: NATS (a server or a cluster), one ingress,
 // workflow hosts, and the test's own NATS connection to look at heartbeats.
 type system struct {
-	t       *testing.T
+	t       testing.TB
 	bins    proctest.Bins
 	natsURL string
 	env     []string
@@ -66,7 +66,7 @@ type system struct {
 
 // newSystem starts an ingress against natsURL, creates tenant "default" with a tenant-admin key,
 // and connects the test to NATS. env goes to every process (ingress and hosts).
-func newSystem(t *testing.T, bins proctest.Bins, natsURL string, env ...string) *system {
+func newSystem(t testing.TB, bins proctest.Bins, natsURL string, env ...string) *system {
 	t.Helper()
 	s := &system{t: t, bins: bins, natsURL: natsURL, hosts: map[string]*proctest.Proc{},
 		env:    append([]string{fmt.Sprintf("AGENTBUS_PARTITIONS=%d", partitions), "AGENTBUS_LOG_LEVEL=info"}, env...),
@@ -273,13 +273,18 @@ func (s *system) waitServing(within time.Duration) {
 	}
 }
 
-// send posts a message through the admin send endpoint and returns the status and body.
-func (s *system) send(ctx context.Context, body any) (int, []byte, error) {
+// send posts a message through the admin send endpoint and returns the status and body. With
+// wait, the call waits for the handler's answer (send's wait=true).
+func (s *system) send(ctx context.Context, wait bool, body any) (int, []byte, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return 0, nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ingress.URL+"/api/v1/admin/tenants/default/messaging/send", bytes.NewReader(b))
+	u := s.ingress.URL + "/api/v1/admin/tenants/default/messaging/send"
+	if wait {
+		u += "?wait=true"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
 	if err != nil {
 		return 0, nil, err
 	}
