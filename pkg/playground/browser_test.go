@@ -3,15 +3,19 @@ package playground_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -181,7 +185,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 
 // TestPlaygroundInBrowser drives the playground page in a headless Chromium against a whole
 // stack: paste the key, pick Echo, send a chat message and see Echo's reply in the answer and in
-// the live thread; then a Data call and a webhook. Screenshots after the chat and at the end
+// the live thread; then a Data call and a webhook; then a reminder set from outside the page,
+// whose post arrives later and must appear live, every message once. Screenshots after the chat and at the end
 // are written under the test's temp dir (and into AGENTBUS_SCREENSHOT_DIR when set).
 func TestPlaygroundInBrowser(t *testing.T) {
 	ctx, problems := browser(t, 2*time.Minute)
@@ -250,6 +255,27 @@ func TestPlaygroundInBrowser(t *testing.T) {
 	assert.Contains(t, answer, `"order": "17"`)
 	assert.NotContains(t, answer, s.Key, "the handler's parameters hold no key")
 
+	// An Agent2User post that comes later and answers nothing the page sent: a reminder set from
+	// outside the page, which Echo posts to the thread the page watches when it is due. The page
+	// shows it live, as a Chat message from the agent.
+	const reminder = "a reminder set from outside the page"
+	status, body := sendData(t, s, "default", "user", "remind", map[string]any{"text": reminder, "ms": 1500})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	err = chromedp.Do(ctx, waitFor(
+		`[...document.querySelectorAll('#thread li[data-direction="out"][data-type="Chat"]')].some(li => li.textContent.includes(`+strconv.Quote(reminder)+`))`))
+	require.NoError(t, err, "a post arriving later; the page's problems: %v", problems())
+	assert.Equal(t, "live", text(t, ctx, "thread-state"))
+
+	// Every message is shown once, however it reached the page (history page or stream).
+	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#thread li')].map(li => li.dataset.id)`))
+	require.NoError(t, err)
+	assert.NotEmpty(t, ids)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		assert.False(t, seen[id], "message %s is shown twice", id)
+		seen[id] = true
+	}
+
 	screenshot(t, ctx, "playground.png")
 
 	// The key never went into the page's address, and nothing broke: no exception, no error
@@ -257,5 +283,71 @@ func TestPlaygroundInBrowser(t *testing.T) {
 	location, err = chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
 	assert.NotContains(t, location, s.Key)
+	assert.Empty(t, problems())
+}
+
+// A message stored while the page connects to a thread is shown: the page's listen request is
+// held back (through the DevTools protocol) until a message, and Echo's reply to it, are stored
+// in the thread the page opens, which was empty. The stream, once it listens, only delivers what
+// comes next; the page reads the thread then, and shows both, once each.
+func TestPlaygroundShowsMessagesStoredWhileConnecting(t *testing.T) {
+	ctx, problems := browser(t, time.Minute)
+	s := stacktest.Start(t, stacktest.Options{})
+
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(s.URL+"/ui"),
+		chromedp.WaitVisible(chromedp.ID("key")),
+		chromedp.SendKeys(chromedp.ID("key"), s.Key),
+		chromedp.Click(chromedp.ID("load-agents")),
+		waitFor(`document.querySelector('#agent option[value="Echo"]') !== null`),
+		choose("#agent", "Echo"),
+		choose("#workflow-type", "Supervisor Workflow"),
+		waitFor(`document.getElementById('thread-state').dataset.state === 'live'`),
+	)
+	require.NoError(t, err, "opening the page; the page's problems: %v", problems())
+
+	// From here on the page's listen requests wait for the test.
+	paused := make(chan fetch.RequestID, 8)
+	require.NoError(t, chromedp.Listen(ctx, func(ev any) {
+		if ev, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- ev.RequestID
+		}
+	}))
+	_, err = chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/messaging/listen?*"}}})
+	require.NoError(t, err, "holding back the listen requests")
+
+	const activation = "connecting"
+	// Changing the activation makes the page watch that thread (once: a click on Watch as well
+	// would start it twice).
+	require.NoError(t, chromedp.Do(ctx, replace("#activation", activation),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('activation').dispatchEvent(new Event('change', {bubbles: true}))`)),
+		"watching another thread")
+	var listen fetch.RequestID
+	select {
+	case listen = <-paused:
+	case <-ctx.Done():
+		require.FailNow(t, "the page did not open the listen stream", "the page's problems: %v", problems())
+	}
+
+	status, body := sendData(t, s, activation, "user", "echo", map[string]any{"word": "stored while connecting"})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	require.Eventually(t, func() bool { return len(threadIDs(t, s, activation, "user")) == 2 }, 10*time.Second, 20*time.Millisecond,
+		"the message and its reply are stored")
+
+	_, err = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: listen})
+	require.NoError(t, err, "letting the listen request go")
+	_, err = chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
+	require.NoError(t, err)
+	err = chromedp.Do(ctx,
+		waitFor(`document.getElementById('thread-state').dataset.state === 'live'`),
+		waitFor(threadHas("in", "stored while connecting")),
+		waitFor(threadHas("out", "stored while connecting")),
+	)
+	require.NoError(t, err, "the messages stored while the page connected; the page's problems: %v", problems())
+	ids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#thread li')].map(li => li.dataset.id)`))
+	require.NoError(t, err)
+	stored := threadIDs(t, s, activation, "user")
+	slices.Reverse(stored)
+	assert.Equal(t, stored, ids, "the page shows the thread's messages, oldest first, once each")
 	assert.Empty(t, problems())
 }

@@ -75,7 +75,8 @@
   }
 
   // sseEvents reads a Server-Sent Events body (text/event-stream) and yields its events as
-  // {event, data, id} and its comments as {comment}. agentbus ends lines with \n.
+  // {event, data, id} and its comments as {comment}. agentbus ends lines with \n. The body is
+  // cancelled when the caller stops reading.
   async function* sseEvents(body) {
     const reader = body.pipeThrough(new TextDecoderStream()).getReader();
     let buf = '';
@@ -118,7 +119,9 @@
         }
       }
     } finally {
-      reader.releaseLock();
+      // A reader that stops early (the page went on to something else, or failed in between)
+      // cancels the body, which closes the connection rather than leave the stream open.
+      reader.cancel().catch(() => {});
     }
   }
 
@@ -316,8 +319,12 @@
     return new URLSearchParams({workflowId: t.workflowId, participantId: t.participant});
   }
 
-  // watch shows the thread's newest page, then follows the listen stream from the newest message
-  // it showed, reconnecting after the last message seen when the stream breaks.
+  // watch follows the thread. It opens the listen stream first and, once the stream says it
+  // listens, reads the thread's newest page, unless the stream resumed after a message the page
+  // shows (it then delivers everything stored since): whatever was stored before the stream
+  // began is on that page, whatever after comes on the stream, so nothing falls between the two,
+  // also when the thread was empty. A message is shown once, by its id, however often it comes.
+  // When the stream breaks, it reconnects after the last message shown.
   async function watch(t, signal) {
     const base = `/api/v1/admin/tenants/${encodeURIComponent(t.tenant)}/messaging/`;
     const seen = new Set();
@@ -332,23 +339,25 @@
       const list = $('thread');
       list.scrollTop = list.scrollHeight;
     };
+    const showNewest = async () => {
+      const q = threadQuery(t);
+      q.set('pageSize', String(HISTORY_PAGE));
+      const page = await request('GET', base + 'history?' + q, {signal});
+      if (!page.ok) {
+        throw new Error(await describeError(page));
+      }
+      const ans = await page.json();
+      for (const m of (ans.messages || []).slice().reverse()) { // newest first on the wire
+        show(m);
+      }
+    };
 
     setThreadState('loading', 'loading');
-    const q = threadQuery(t);
-    q.set('pageSize', String(HISTORY_PAGE));
-    const page = await request('GET', base + 'history?' + q, {signal});
-    if (!page.ok) {
-      throw new Error(await describeError(page));
-    }
-    const ans = await page.json();
-    for (const m of (ans.messages || []).slice().reverse()) { // newest first on the wire
-      show(m);
-    }
-
     while (!signal.aborted) {
       const headers = authHeaders({Accept: 'text/event-stream'});
-      if (lastId) {
-        headers['Last-Event-ID'] = lastId;
+      const after = lastId;
+      if (after) {
+        headers['Last-Event-ID'] = after;
       }
       let resp;
       try {
@@ -369,10 +378,16 @@
         await sleep(RECONNECT_MS, signal);
         continue;
       }
+      let failed = null;
       try {
         for await (const ev of sseEvents(resp.body)) {
           if (ev.comment !== undefined) {
+            // The stream's first line: ': listening' after a Last-Event-ID it found resumes
+            // there; otherwise the stream starts from now and the page reads what came before.
             if (ev.comment === 'listening' || ev.comment.startsWith('last-event-id')) {
+              if (ev.comment !== 'listening' || !after) {
+                await showNewest();
+              }
               setThreadState('live', 'live');
             }
             continue;
@@ -383,9 +398,10 @@
         }
       } catch (err) {
         if (signal.aborted) { return; }
+        failed = err;
       }
       if (signal.aborted) { return; }
-      setThreadState('reconnecting', 'loading');
+      setThreadState('reconnecting' + (failed ? ': ' + failed.message : ''), 'loading');
       await sleep(RECONNECT_MS, signal);
     }
   }
