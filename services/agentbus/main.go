@@ -1,6 +1,7 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
-// API keys, sends messages, converses with agents (optionally streamed), tails a thread, and
-// lists, replays and discards dead letters.
+// API keys, sends messages, converses with agents (optionally streamed), tails a thread, lists,
+// replays and discards dead letters, lists and cancels timers, and manages event subscriptions
+// and their undelivered events.
 //
 //	agentbus [global flags] <command> <subcommand> [flags] [args]
 //
@@ -76,6 +77,11 @@ commands:
   deadletter replay ID | deadletter discard ID
   schedule list (--workflow W | --agent A [--activation X])
   schedule cancel NAME (--workflow W | --agent A [--activation X])
+  subscription create URL --events E[,E...] [--agent A]... [--description D]
+       [--secret whsec_...]
+  subscription list | subscription get ID | subscription delete ID
+  subscription undelivered ID [--after N] [--limit N]
+  subscription replay ID EVENT_ID | subscription discard ID EVENT_ID
 
 environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
 `
@@ -154,6 +160,12 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 	case "schedule", "schedules":
 		return sub(map[string]func(context.Context, []string) error{
 			"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
+		})
+	case "subscription", "subscriptions":
+		return sub(map[string]func(context.Context, []string) error{
+			"create": c.subscriptionCreate, "list": c.subscriptionList, "ls": c.subscriptionList,
+			"get": c.subscriptionGet, "show": c.subscriptionGet, "delete": c.subscriptionDelete, "rm": c.subscriptionDelete,
+			"undelivered": c.subscriptionUndelivered, "replay": c.subscriptionReplay, "discard": c.subscriptionDiscard,
 		})
 	case "send":
 		return c.send(ctx, rest)
