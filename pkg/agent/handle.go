@@ -178,6 +178,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 			Header:        bus.ParseHeaders(req.GetHeaders()),
 			RequestID:     req.GetRequestId(),
 			ParticipantID: req.GetParticipantId(),
+			Attempt:       in.tries.n,
 			inst:          inst,
 			respond:       respond,
 		}
@@ -227,6 +228,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		if err := h.rerun(ctx, log, in, m.inst); err != nil {
 			return nil, nil, err
 		}
+		m.Attempt = in.tries.n
 		start := time.Now()
 		reply, err := callHandler(ctx, log, hd, m)
 		hm.observe(start)

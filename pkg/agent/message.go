@@ -46,6 +46,8 @@ type Message struct {
 	// Timer is the name of the instance's timer that sent the message (Instance.Schedule);
 	// empty for a message a caller sent.
 	Timer string
+	// Attempt counts the tries of the request: 1 at first, more after a retry or a redelivery.
+	Attempt int
 
 	inst    *Instance
 	history historyFunc
@@ -61,6 +63,9 @@ func (m *Message) Delta(text string) {
 		m.delta(text)
 	}
 }
+
+// Streaming reports whether the caller asked for the reply streamed, so that Delta reaches it.
+func (m *Message) Streaming() bool { return m.delta != nil }
 
 // Instance returns the workflow instance the message runs on.
 func (m *Message) Instance() *Instance { return m.inst }

@@ -34,6 +34,8 @@ type WebhookRequest struct {
 	RequestID string
 	// ParticipantID is the participantId query parameter, lowercased, else "webhook".
 	ParticipantID string
+	// Attempt counts the tries of the request: 1 at first, more after a retry or a redelivery.
+	Attempt int
 
 	inst    *Instance
 	respond func(Response)

@@ -107,7 +107,9 @@ type Resources struct {
 	// receivers did not accept in time.
 	Subscriptions jetstream.KeyValue
 	Undelivered   jetstream.Stream
-	Config        Config
+	// RemoteAgents holds the registrations of agents served over HTTP.
+	RemoteAgents jetstream.KeyValue
+	Config       Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -277,6 +279,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}, true},
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
 		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, false},
+		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, false},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg

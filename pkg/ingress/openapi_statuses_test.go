@@ -48,14 +48,18 @@ var pathArguments = strings.NewReplacer("{tenantId}", callTenant, "{keyId}", cal
 // callBodies are valid bodies of the operations that take one, so that a call gets past the
 // checks of its body to the key's rate and the stores.
 var callBodies = map[string]string{
-	"createTenant":       `{"id":"fresh"}`,
-	"createTenantKey":    `{"role":"user"}`,
-	"createSystemKey":    `{"role":"system-admin"}`,
-	"send":               `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
-	"sendByHeader":       `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
-	"mcp":                `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
-	"callWebhook":        `{}`,
-	"createSubscription": `{"url":"http://127.0.0.1:9/hooks","events":["message.incoming"]}`,
+	"createTenant":              `{"id":"fresh"}`,
+	"createTenantKey":           `{"role":"user"}`,
+	"createSystemKey":           `{"role":"system-admin"}`,
+	"send":                      `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
+	"sendByHeader":              `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
+	"mcp":                       `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
+	"callWebhook":               `{}`,
+	"createSubscription":        `{"url":"http://127.0.0.1:9/hooks","events":["message.incoming"]}`,
+	"registerRemoteAgent":       `{"name":"Remo","url":"http://127.0.0.1:9/agent","chat":true}`,
+	"registerTenantRemoteAgent": `{"name":"Remo","url":"http://127.0.0.1:9/agent","chat":true}`,
+	"replaceRemoteAgent":        `{"url":"http://127.0.0.1:9/agent","chat":true}`,
+	"replaceTenantRemoteAgent":  `{"url":"http://127.0.0.1:9/agent","chat":true}`,
 }
 
 // callQueries are the query parameters an operation requires.

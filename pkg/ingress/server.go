@@ -32,6 +32,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
@@ -178,6 +179,7 @@ type Server struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	subs    *subscription.Store
+	remote  *remote.Store
 	handler http.Handler
 	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
 	mcpHandler http.Handler
@@ -227,6 +229,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		subs.Logger = s.log
 	}
 	s.subs = subscription.NewStore(s.res, subs)
+	s.remote = remote.NewStore(s.res, subs.Allow)
 	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
 		return nil, err
 	}
@@ -295,7 +298,7 @@ type route struct {
 // costs a match (and an allocation for an escaped path) on every request.
 func (s *Server) api() []route {
 	const (
-		get, post, del = http.MethodGet, http.MethodPost, http.MethodDelete
+		get, post, put, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete
 	)
 	return []route{
 		{post, "/api/user/webhooks/{workflow}/{method}", s.syncCall(s.webhook)},
@@ -335,6 +338,17 @@ func (s *Server) api() []route {
 
 		{get, "/api/v1/admin/tenants/{tenantId}/schedules", s.listSchedules},
 		{del, "/api/v1/admin/tenants/{tenantId}/schedules/{name}", s.cancelSchedule},
+
+		{get, systemAgentsPath, s.listRemoteAgents},
+		{post, systemAgentsPath, s.registerRemoteAgent},
+		{get, systemAgentsPath + "/{name}", s.getRemoteAgent},
+		{put, systemAgentsPath + "/{name}", s.putRemoteAgent},
+		{del, systemAgentsPath + "/{name}", s.deleteRemoteAgent},
+		{get, tenantAgentsPath, s.listRemoteAgents},
+		{post, tenantAgentsPath, s.registerRemoteAgent},
+		{get, tenantAgentsPath + "/{name}", s.getRemoteAgent},
+		{put, tenantAgentsPath + "/{name}", s.putRemoteAgent},
+		{del, tenantAgentsPath + "/{name}", s.deleteRemoteAgent},
 
 		{get, subscriptionsPath, s.listSubscriptions},
 		{post, subscriptionsPath, s.createSubscription},

@@ -107,3 +107,63 @@ func contractSubscriptions(c *contractClient) {
 	c.want(http.StatusNoContent, http.MethodDelete, p+"/"+id, key, nil)
 	c.want(http.StatusNotFound, http.MethodDelete, p+"/"+id, key, nil)
 }
+
+// contractRemoteAgents: remote agents registered, read, replaced and removed, the system's and
+// a tenant's.
+func contractRemoteAgents(c *contractClient) {
+	key := c.key
+	big := strings.Repeat("x", 1<<20)
+	body := func(name, url string) map[string]any {
+		return map[string]any{"name": name, "url": url, "chat": true, "methods": []map[string]any{{"name": "m", "description": "a method"}}}
+	}
+	for _, p := range []struct {
+		base, key, other string
+		tenant           bool
+	}{
+		{"/api/v1/admin/agents", systemKey, key, false},
+		{"/api/v1/admin/tenants/default/agents", key, c.other, true},
+	} {
+		name := "ContractSystem"
+		if p.tenant {
+			name = "ContractTenant"
+		}
+		one := p.base + "/" + name
+		c.want(http.StatusCreated, http.MethodPost, p.base, p.key, body(name, "http://127.0.0.1:9/agent"))
+		c.want(http.StatusConflict, http.MethodPost, p.base, p.key, body(name, "http://127.0.0.1:9/agent"))
+		c.want(http.StatusBadRequest, http.MethodPost, p.base, p.key, map[string]any{"name": "Idle", "url": "http://127.0.0.1:9/agent"})
+		c.want(http.StatusRequestEntityTooLarge, http.MethodPost, p.base, p.key, body(big, "http://127.0.0.1:9/agent"))
+		c.want(http.StatusUnauthorized, http.MethodPost, p.base, "", nil)
+		c.want(http.StatusForbidden, http.MethodPost, p.base, p.other, body("Other", "http://127.0.0.1:9/agent"))
+
+		c.want(http.StatusOK, http.MethodGet, p.base, p.key, nil)
+		c.want(http.StatusBadRequest, http.MethodGet, p.base, p.key, nil, "X-Tenant-Id", "other")
+		c.want(http.StatusUnauthorized, http.MethodGet, p.base, "", nil)
+		c.want(http.StatusForbidden, http.MethodGet, p.base, p.other, nil)
+
+		c.want(http.StatusOK, http.MethodGet, one, p.key, nil)
+		c.want(http.StatusNotFound, http.MethodGet, p.base+"/Nobody", p.key, nil)
+		c.want(http.StatusBadRequest, http.MethodGet, one, p.key, nil, "X-Tenant-Id", "other")
+		c.want(http.StatusUnauthorized, http.MethodGet, one, "", nil)
+		c.want(http.StatusForbidden, http.MethodGet, one, p.other, nil)
+
+		c.want(http.StatusOK, http.MethodPut, one, p.key, map[string]any{"url": "http://127.0.0.1:10/agent", "chat": true})
+		c.want(http.StatusNotFound, http.MethodPut, p.base+"/Nobody", p.key, map[string]any{"url": "http://127.0.0.1:10/agent", "chat": true})
+		c.want(http.StatusBadRequest, http.MethodPut, one, p.key, body("Renamed", "http://127.0.0.1:10/agent"))
+		c.want(http.StatusRequestEntityTooLarge, http.MethodPut, one, p.key, body(big, "http://127.0.0.1:9/agent"))
+		c.want(http.StatusUnauthorized, http.MethodPut, one, "", nil)
+		c.want(http.StatusForbidden, http.MethodPut, one, p.other, body(name, "http://127.0.0.1:9/agent"))
+
+		if p.tenant {
+			c.want(http.StatusUnprocessableEntity, http.MethodPost, p.base, p.key, body("Inside", "http://10.1.2.3/agent"))
+			c.want(http.StatusUnprocessableEntity, http.MethodPut, one, p.key, body(name, "http://10.1.2.3/agent"))
+			c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/nosuch/agents", systemKey, body("Nowhere", "http://127.0.0.1:9/agent"))
+			c.want(http.StatusNotFound, http.MethodGet, "/api/v1/admin/tenants/nosuch/agents", systemKey, nil)
+		}
+
+		c.want(http.StatusBadRequest, http.MethodDelete, one, p.key, nil, "X-Tenant-Id", "other")
+		c.want(http.StatusUnauthorized, http.MethodDelete, one, "", nil)
+		c.want(http.StatusForbidden, http.MethodDelete, one, p.other, nil)
+		c.want(http.StatusNoContent, http.MethodDelete, one, p.key, nil)
+		c.want(http.StatusNotFound, http.MethodDelete, one, p.key, nil)
+	}
+}

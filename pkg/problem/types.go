@@ -129,6 +129,11 @@ var (
 	ReceiverFailed       = define("receiver-failed", http.StatusBadGateway, 0)
 )
 
+// Problems of remote agents (docs/remote-agents.md).
+var (
+	AgentExists = define("agent-exists", http.StatusConflict, 0)
+)
+
 // Problems of the MCP transport, before a JSON-RPC message is read.
 var (
 	InvalidMCPRequest    = define("invalid-mcp-request", http.StatusBadRequest, 0)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natsembed"
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
@@ -65,7 +66,8 @@ type Stack struct {
 	httpSrv  *http.Server
 	httpDone chan error
 	stopHost func() error
-	// stopDelivery stops the delivery of event subscriptions; nil when none runs.
+	// stopDelivery stops what runs beside the host: the delivery of event subscriptions and the
+	// hosts of remote agents; nil when none runs.
 	stopDelivery func()
 }
 
@@ -110,6 +112,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 		s.startDelivery(ctx)
+		if err := s.serveRemote(ctx); err != nil {
+			return nil, err
+		}
 	}
 
 	ic := cfg.Ingress
@@ -152,6 +157,37 @@ func (s *Stack) startDelivery(ctx context.Context) {
 	done := make(chan struct{})
 	go func() { defer close(done); store.Deliver(dctx) }()
 	s.stopDelivery = func() { cancel(); <-done }
+}
+
+// serveRemote runs the hosts of the registered remote agents (package remote), as a workflow
+// host process does, until Stop. Tenants' registrations must match the Ingress's subscription
+// allow-list, AGENTBUS_OUTBOUND_URLS.
+func (s *Stack) serveRemote(ctx context.Context) error {
+	hc := s.cfg.Host
+	var err error
+	if hc.Conn, err = s.NATS.Connect("agentbus-remote-agents"); err != nil {
+		return err
+	}
+	s.conns = append(s.conns, hc.Conn)
+	if hc.ID == "" {
+		hc.ID = agent.DefaultHostID()
+	}
+	hc.Bus, hc.Logger = s.cfg.Bus, s.cfg.Logger
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		remote.Serve(rctx, remote.ServeConfig{Host: hc, Res: s.Res, Allow: s.cfg.Ingress.Subscriptions.Allow, Logger: s.cfg.Logger})
+	}()
+	stopDelivery := s.stopDelivery
+	s.stopDelivery = func() {
+		cancel()
+		<-done
+		if stopDelivery != nil {
+			stopDelivery()
+		}
+	}
+	return nil
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.

@@ -53,6 +53,9 @@ const (
 	// UndeliveredStream keeps the events a subscription's receiver did not accept within the
 	// retry period, one subject per subscription, until an operator replays or discards them.
 	UndeliveredStream = "AGENTBUS_UNDELIVERED"
+	// RemoteAgentsBucket holds the registrations of remote agents (HTTP endpoints) by agent name
+	// (AgentKey).
+	RemoteAgentsBucket = "AGENTBUS_REMOTE_AGENTS"
 )
 
 // Header names carried on bus messages.

@@ -3,8 +3,9 @@
 //
 // It is also the model for an agent author's own host: import pkg/agent, register agents, and
 // call Host.Run, exactly as run does below. Beside the host it delivers the tenants' event
-// subscriptions (package subscription, docs/subscriptions.md), which an agent author's own host
-// process need not do.
+// subscriptions (package subscription, docs/subscriptions.md) and serves the registered remote
+// agents (package remote, docs/remote-agents.md), which an agent author's own host process need
+// not do.
 //
 // With AGENTBUS_METRICS_ADDR set it serves GET /healthz and /readyz there, for orchestrators,
 // and GET /metrics for Prometheus: the host's metrics and the Go runtime's (docs/metrics.md).
@@ -21,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -33,6 +35,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -95,17 +98,18 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
 		defer stopHealth()
 	}
-	stopDelivery, err := deliverEvents(ctx, nc, cfg, log)
+	stopBeside, err := runBeside(ctx, nc, cfg, hc, log)
 	if err != nil {
 		return err
 	}
-	defer stopDelivery()
+	defer stopBeside()
 	return host.Run(ctx)
 }
 
-// deliverEvents runs the delivery of the tenants' event subscriptions (package subscription)
-// beside the host until the returned func is called.
-func deliverEvents(ctx context.Context, nc *nats.Conn, cfg config.Config, log *slog.Logger) (stop func(), err error) {
+// runBeside runs, beside the host, the delivery of the tenants' event subscriptions (package
+// subscription) and the hosts of the registered remote agents (package remote), until the
+// returned func is called.
+func runBeside(ctx context.Context, nc *nats.Conn, cfg config.Config, hc agent.HostConfig, log *slog.Logger) (stop func(), err error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
@@ -117,8 +121,14 @@ func deliverEvents(ctx context.Context, nc *nats.Conn, cfg config.Config, log *s
 	sc := cfg.Subscriptions()
 	sc.Logger = log
 	store := subscription.NewStore(res, sc)
-	dctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); store.Deliver(dctx) }()
-	return func() { cancel(); <-done }, nil
+	if hc.ID == "" {
+		hc.ID = agent.DefaultHostID()
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { store.Deliver(bctx) })
+	wg.Go(func() {
+		remote.Serve(bctx, remote.ServeConfig{Host: hc, Res: res, Allow: cfg.OutboundURLs, Logger: log})
+	})
+	return func() { cancel(); wg.Wait() }, nil
 }

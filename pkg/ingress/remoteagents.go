@@ -1,0 +1,152 @@
+package ingress
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/remote"
+)
+
+// Remote agents (docs/remote-agents.md): a system admin's, served to every tenant or to the
+// tenants it names, under systemAgentsPath; a tenant's own under tenantAgentsPath.
+const (
+	systemAgentsPath = "/api/v1/admin/agents"
+	tenantAgentsPath = tenantsPath + "/{tenantId}/agents"
+)
+
+// remoteAgentList is the answer of the list endpoints.
+type remoteAgentList struct {
+	Agents []remote.Registration `json:"agents"`
+}
+
+// remoteOwner identifies the caller of a remote-agent endpoint and the owner it acts for: the
+// path's tenant, or "" (a system admin's agents). On failure it has written the problem.
+func (s *Server) remoteOwner(w http.ResponseWriter, r *http.Request) (caller, string, bool) {
+	if strings.HasPrefix(r.Pattern, systemAgentsPath) {
+		c, ok := s.identifyAdmin(w, r, systemAccess)
+		if ok && r.Header.Get("X-Tenant-Id") != "" {
+			problem.TenantMismatch.Write(w, systemAgentsPath+" manages agents of every tenant; a tenant's own are under "+tenantsPath+"/{tenantId}/agents")
+			return caller{}, "", false
+		}
+		return c, "", ok
+	}
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	return c, c.tenant, ok
+}
+
+func (s *Server) listRemoteAgents(w http.ResponseWriter, r *http.Request) {
+	_, owner, ok := s.remoteOwner(w, r)
+	if !ok {
+		return
+	}
+	regs, err := s.remote.List(r.Context(), owner)
+	if err != nil {
+		s.remoteFailed(w, "listing remote agents", err)
+		return
+	}
+	out := remoteAgentList{Agents: make([]remote.Registration, 0, len(regs))}
+	for _, reg := range regs {
+		out.Agents = append(out.Agents, reg.Redacted())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// registerRemoteAgent serves POST …/agents; putRemoteAgent PUT …/agents/{name}. The answers
+// are the only ones that show the signing secret.
+func (s *Server) registerRemoteAgent(w http.ResponseWriter, r *http.Request) {
+	s.storeRemoteAgent(w, r, false)
+}
+
+func (s *Server) putRemoteAgent(w http.ResponseWriter, r *http.Request) {
+	s.storeRemoteAgent(w, r, true)
+}
+
+func (s *Server) storeRemoteAgent(w http.ResponseWriter, r *http.Request, replace bool) {
+	c, owner, ok := s.remoteOwner(w, r)
+	if !ok {
+		return
+	}
+	var body remote.Registration
+	if p := decodeAdminBody(w, r, &body); p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	if body.Owner != "" || !body.CreatedAt.IsZero() || !body.UpdatedAt.IsZero() {
+		problem.InvalidField.Write(w, "owner, createdAt and updatedAt are not given, agentbus sets them")
+		return
+	}
+	if replace {
+		name := r.PathValue("name")
+		if body.Name == "" {
+			body.Name = name
+		}
+		if body.Name != name {
+			problem.InvalidField.Write(w, "name differs from the path's")
+			return
+		}
+	}
+	reg, err := s.remote.Put(r.Context(), owner, body, replace)
+	if err != nil {
+		s.remoteFailed(w, "registering a remote agent", err)
+		return
+	}
+	s.log.Info("remote agent registered", "agent", reg.Name, "owner", owner, "url", reg.URL, "replaced", replace, "by", c.key.ID)
+	status := http.StatusCreated
+	if replace {
+		status = http.StatusOK
+	} else {
+		prefix := systemAgentsPath
+		if owner != "" {
+			prefix = tenantsPath + "/" + owner + "/agents"
+		}
+		w.Header().Set("Location", prefix+"/"+reg.Name)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, status, reg)
+}
+
+func (s *Server) getRemoteAgent(w http.ResponseWriter, r *http.Request) {
+	_, owner, ok := s.remoteOwner(w, r)
+	if !ok {
+		return
+	}
+	reg, err := s.remote.Get(r.Context(), owner, r.PathValue("name"))
+	if err != nil {
+		s.remoteFailed(w, "reading a remote agent", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, reg.Redacted())
+}
+
+func (s *Server) deleteRemoteAgent(w http.ResponseWriter, r *http.Request) {
+	c, owner, ok := s.remoteOwner(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("name")
+	if err := s.remote.Delete(r.Context(), owner, name); err != nil {
+		s.remoteFailed(w, "removing a remote agent", err)
+		return
+	}
+	s.log.Info("remote agent removed", "agent", name, "owner", owner, "by", c.key.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// remoteFailed answers a failure of the remote-agent store.
+func (s *Server) remoteFailed(w http.ResponseWriter, what string, err error) {
+	switch {
+	case errors.Is(err, remote.ErrNotFound):
+		problem.UnknownAgent.Write(w, "no remote agent of this name is registered here")
+	case errors.Is(err, remote.ErrExists):
+		problem.AgentExists.Write(w, "an agent of this name exists; choose another name, or replace your own with PUT")
+	case errors.Is(err, outbound.ErrURLNotAllowed):
+		problem.URLNotAllowed.Write(w, "the url does not match the operator's allow-list of outbound URLs (AGENTBUS_OUTBOUND_URLS)")
+	case errors.Is(err, remote.ErrInvalid):
+		problem.InvalidField.Write(w, err.Error())
+	default:
+		s.storeFailed(w, what, err)
+	}
+}

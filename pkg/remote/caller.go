@@ -1,0 +1,419 @@
+package remote
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+// maxAnswer bounds an agent's answer.
+const maxAnswer = 32 << 20
+
+// maxInlineFile bounds the content of a File message sent inline to an agent.
+const maxInlineFile = 4 << 20
+
+// caller makes a registration's requests to its endpoint.
+type caller struct {
+	reg    Registration
+	allow  *outbound.AllowList
+	public *http.Client // names must resolve to public addresses
+	any    *http.Client // any address: system admins' registrations, allow-list entries naming one
+	log    *slog.Logger
+}
+
+// newCaller returns the caller of a registration.
+func newCaller(reg Registration, allow *outbound.AllowList, log *slog.Logger) *caller {
+	timeout := time.Duration(reg.TimeoutSeconds) * time.Second
+	c := &caller{reg: reg, allow: allow, public: outbound.NewClient(timeout, false), any: outbound.NewClient(timeout, true),
+		log: log.With("agent", reg.Name)}
+	for _, cl := range []*http.Client{c.public, c.any} {
+		// Keep a connection for each request that may be in flight: keep-alive is most of an
+		// endpoint's speed.
+		cl.Transport.(*http.Transport).MaxIdleConnsPerHost = reg.MaxConcurrent
+	}
+	return c
+}
+
+// agent builds the agent whose handlers call the endpoint.
+func (c *caller) agent() *agent.Agent {
+	var opts []agent.Option
+	if len(c.reg.WorkflowTypes) > 0 {
+		opts = append(opts, agent.WorkflowTypes(c.reg.WorkflowTypes...))
+	}
+	if len(c.reg.Tenants) > 0 {
+		opts = append(opts, agent.Tenants(c.reg.Tenants...))
+	}
+	a := agent.New(c.reg.Name, opts...)
+	if c.reg.Chat {
+		a.ChatFunc(c.message("Chat"))
+	}
+	if c.reg.File {
+		a.FileFunc(c.message("File"))
+	}
+	for _, m := range c.reg.Methods {
+		mopts := []agent.MethodOption{agent.Describe(m.Description)}
+		if len(m.Schema) > 0 {
+			mopts = append(mopts, agent.Schema(m.Schema))
+		}
+		a.DataFunc(m.Name, c.message("Data"), mopts...)
+	}
+	for _, w := range c.reg.Webhooks {
+		a.WebhookFunc(w, c.webhook)
+	}
+	return a
+}
+
+// request starts the request of one message to the instance.
+func (c *caller) request(typ string, inst *agent.Instance, participant, requestID string, attempt int) *Request {
+	wf, _ := ident.ParseWorkflowID(inst.WorkflowID())
+	return &Request{
+		Protocol: ProtocolVersion, Type: typ, Agent: c.reg.Name, TenantID: inst.Tenant(),
+		WorkflowID: inst.WorkflowID(), WorkflowType: wf.WorkflowType, Activation: wf.Activation,
+		RunID: inst.RunID(), ParticipantID: participant, RequestID: requestID, Attempt: attempt,
+	}
+}
+
+// message returns the handler of Chat, Data or File messages.
+func (c *caller) message(typ string) func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+	return func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		req := c.request(typ, m.Instance(), m.ParticipantID, m.RequestID, m.Attempt)
+		req.Stream = m.Streaming()
+		req.Message = &Message{Text: m.Text, Data: m.Data, Scope: m.Scope, Hint: m.Hint, Timer: m.Timer}
+		if typ == "Data" {
+			req.Message.Method = m.Text
+		}
+		if f := m.File; f != nil {
+			req.Message.File = &File{Name: f.Name, ContentType: f.ContentType, Size: f.Size, SHA256: f.SHA256}
+			if f.Size <= maxInlineFile && !f.Empty && !f.Invalid {
+				content, err := f.Bytes(ctx)
+				if err != nil {
+					return agent.Reply{}, agent.Retryable(fmt.Errorf("reading the file: %w", err))
+				}
+				req.Message.File.Content = content
+			}
+		}
+		ans, err := c.exchange(ctx, m.Instance(), req, m.Delta)
+		if err != nil {
+			return agent.Reply{}, err
+		}
+		if ans.Reply == nil {
+			return agent.Reply{}, nil
+		}
+		return agent.Reply{Text: ans.Reply.Text, Data: dataOf(ans.Reply.Data)}, nil
+	}
+}
+
+// webhook is the handler of the agent's webhook methods.
+func (c *caller) webhook(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+	req := c.request("Webhook", r.Instance(), r.ParticipantID, r.RequestID, r.Attempt)
+	req.Webhook = &Webhook{Method: r.Method, Params: r.Params, Headers: r.Header, ContentType: r.ContentType, Body: r.Body}
+	if req.Webhook.Body == nil {
+		req.Webhook.Body = []byte{}
+	}
+	ans, err := c.exchange(ctx, r.Instance(), req, nil)
+	var failed *agent.Error
+	switch {
+	case err == nil:
+	case agent.IsRetryable(err):
+		return agent.Retry(err)
+	case errors.As(err, &failed):
+		return agent.Text(failed.Status, failed.Message)
+	default:
+		return agent.Text(http.StatusBadGateway, "the agent failed")
+	}
+	resp := ans.Response
+	if resp == nil {
+		return agent.Status(http.StatusOK)
+	}
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	body := []byte(resp.Body)
+	if resp.BodyBase64 != nil {
+		body = resp.BodyBase64
+	}
+	return agent.Bytes(status, resp.ContentType, body)
+}
+
+// exchange sends the request with the instance's state, writes the state the answer gives (with
+// compare-and-set: when the state changed meanwhile, the request goes again with the new state),
+// then sends what the answer asks for: posts, timers and tells. A failed request (the answer's
+// error) is returned as the error of a Go handler.
+func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Request, onDelta func(string)) (*Answer, error) {
+	if err := inst.State(&req.State); err != nil {
+		return nil, err
+	}
+	ans, err := c.post(ctx, req, onDelta)
+	if err != nil {
+		return nil, err
+	}
+	if ans.Error == nil && hasValue(ans.State) {
+		sent := req.State
+		err := inst.UpdateRawState(ctx, func(old json.RawMessage) (json.RawMessage, error) {
+			if bytes.Equal(old, sent) {
+				return ans.State, nil
+			}
+			req.State, sent = old, old
+			again, err := c.post(ctx, req, nil)
+			if err != nil {
+				return nil, err
+			}
+			ans = again
+			if again.Error != nil || !hasValue(again.State) {
+				return old, nil
+			}
+			return again.State, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if e := ans.Error; e != nil {
+		if e.Retry {
+			return nil, agent.Retryable(fmt.Errorf("the agent asked for a retry: %s", e.Message))
+		}
+		status := e.Status
+		if status < 400 || status > 599 {
+			status = http.StatusInternalServerError
+		}
+		return nil, agent.Errorf(status, "%s", e.Message)
+	}
+	if err := c.act(ctx, inst, ans); err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// act sends the posts, timers, cancellations and tells of an answer, in that order.
+func (c *caller) act(ctx context.Context, inst *agent.Instance, ans *Answer) error {
+	for _, p := range ans.Posts {
+		if err := inst.Post(ctx, agent.Post{To: p.ParticipantID, Text: p.Text, Data: dataOf(p.Data), Scope: p.Scope, Hint: p.Hint}); err != nil {
+			return c.actionFailed("post", err)
+		}
+	}
+	for _, t := range ans.Timers {
+		timer, err := timerOf(t)
+		if err == nil {
+			err = inst.Schedule(ctx, timer)
+		}
+		if err != nil {
+			return c.actionFailed("timer "+strconv.Quote(t.Name), err)
+		}
+	}
+	for _, name := range ans.CancelTimers {
+		if _, err := inst.CancelTimer(ctx, name); err != nil {
+			return c.actionFailed("cancelling timer "+strconv.Quote(name), err)
+		}
+	}
+	for _, t := range ans.Tells {
+		peer := agent.Peer{Agent: t.Agent, WorkflowType: t.WorkflowType, Activation: t.Activation, WorkflowID: t.WorkflowID}
+		if peer.Agent == "" && peer.WorkflowID == "" {
+			peer.Agent = c.reg.Name
+		}
+		letter := agent.Letter{Text: t.Text, Data: dataOf(t.Data), Scope: t.Scope, Hint: t.Hint}
+		if t.Type == "Data" || t.Method != "" {
+			letter.Method = t.Method
+		}
+		if err := inst.Tell(ctx, peer, letter); err != nil {
+			return c.actionFailed("tell", err)
+		}
+	}
+	return nil
+}
+
+// actionFailed is the error of an answer's action the host could not carry out: retried when
+// the bus failed, the agent's mistake otherwise.
+func (c *caller) actionFailed(what string, err error) error {
+	if agent.IsRetryable(err) {
+		return err
+	}
+	var refused *agent.Error
+	if errors.As(err, &refused) {
+		return agent.Errorf(refused.Status, "the agent's %s: %s", what, refused.Message)
+	}
+	if errors.Is(err, agent.ErrTimer) || errors.Is(err, agent.ErrPeerNotFound) {
+		return agent.Errorf(http.StatusBadGateway, "the agent's %s: %v", what, err)
+	}
+	return agent.Retryable(fmt.Errorf("the agent's %s: %w", what, err))
+}
+
+// timerOf reads an answer's timer.
+func timerOf(t Timer) (agent.Timer, error) {
+	out := agent.Timer{Name: t.Name, Cron: t.Cron, TimeZone: t.TimeZone, Method: t.Method, Text: t.Text, Data: dataOf(t.Data), To: t.ParticipantID}
+	if t.At != nil {
+		out.At = *t.At
+	}
+	if t.AfterMs > 0 {
+		out.After = time.Duration(t.AfterMs) * time.Millisecond
+	}
+	if t.Every != "" {
+		d, err := time.ParseDuration(t.Every)
+		if err != nil {
+			return agent.Timer{}, fmt.Errorf("%w: every %q is not a duration such as 1m", agent.ErrTimer, t.Every)
+		}
+		out.Every = d
+	}
+	return out, nil
+}
+
+// hasValue reports whether an optional JSON field was given a value other than null.
+func hasValue(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// dataOf is an optional JSON field as a value to encode again: nil when left out or null.
+func dataOf(raw json.RawMessage) any {
+	if !hasValue(raw) {
+		return nil
+	}
+	return raw
+}
+
+// errEndpoint is a failed call to the endpoint.
+var errEndpoint = errors.New("the agent's endpoint failed")
+
+// post makes one call of the request and reads the answer, passing a streamed answer's deltas
+// to onDelta. An endpoint that cannot be reached, does not answer in time or answers 5xx or 429
+// is a retryable error; another status or an answer that is not a protocol answer fails the
+// request (502).
+func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (*Answer, error) {
+	u, anyAddress, err := c.target()
+	if err != nil {
+		return nil, agent.Retryable(err)
+	}
+	deadline := time.Now().Add(time.Duration(c.reg.TimeoutSeconds) * time.Second)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	req.Deadline = deadline.UTC().Truncate(time.Millisecond)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	hdr, err := webhooksig.Standard{Secret: c.reg.Secret}.Sign(req.RequestID, time.Now(), body)
+	if err != nil {
+		return nil, fmt.Errorf("signing the request: %w", err)
+	}
+	for k, v := range hdr {
+		hreq.Header.Set(k, v)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set(HeaderProtocol, strconv.Itoa(ProtocolVersion))
+	hreq.Header.Set("User-Agent", "agentbus-host")
+	client := c.public
+	if anyAddress {
+		client = c.any
+	}
+	resp, err := client.Do(hreq)
+	if err != nil {
+		return nil, agent.Retryable(fmt.Errorf("%w: %w", errEndpoint, unwrapURL(err)))
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests:
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return nil, agent.Retryable(fmt.Errorf("%w: it answered %d", errEndpoint, resp.StatusCode))
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		c.log.Warn("the agent's endpoint refused a request", "status", resp.StatusCode, "requestId", req.RequestID)
+		return nil, agent.Errorf(http.StatusBadGateway, "the agent's endpoint answered %d", resp.StatusCode)
+	}
+	ans, err := readAnswer(resp, onDelta)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, agent.Retryable(fmt.Errorf("%w: reading its answer: %w", errEndpoint, err))
+		}
+		c.log.Warn("the agent's endpoint gave an invalid answer", "requestId", req.RequestID, "err", err)
+		return nil, agent.Errorf(http.StatusBadGateway, "the agent's endpoint gave an answer that is not a protocol answer (docs/remote-agents.md)")
+	}
+	return ans, nil
+}
+
+// target is the URL to call and whether it may be an internal address: a system admin's
+// registration may; a tenant's must be on the allow-list now.
+func (c *caller) target() (string, bool, error) {
+	if c.reg.Owner == "" {
+		return c.reg.URL, true, nil
+	}
+	u, literal, err := c.allow.Check(c.reg.URL)
+	if err != nil {
+		return "", false, fmt.Errorf("%w: %w", errEndpoint, err)
+	}
+	return u.String(), literal, nil
+}
+
+// readAnswer reads a JSON answer, or a streamed one: deltas, one per line, then the answer.
+func readAnswer(resp *http.Response, onDelta func(string)) (*Answer, error) {
+	body := io.LimitReader(resp.Body, maxAnswer)
+	ct := resp.Header.Get("Content-Type")
+	if !isNDJSON(ct) {
+		ans := new(Answer)
+		dec := json.NewDecoder(body)
+		if err := dec.Decode(ans); err != nil {
+			return nil, err
+		}
+		return ans, nil
+	}
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 64<<10), maxAnswer)
+	var last []byte
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if last != nil {
+			return nil, errors.New("a line after the answer")
+		}
+		var d delta
+		if json.Unmarshal(line, &d) == nil && d.Delta != nil {
+			if onDelta != nil {
+				onDelta(*d.Delta)
+			}
+			continue
+		}
+		last = append([]byte(nil), line...)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if last == nil {
+		return nil, errors.New("a stream without an answer line")
+	}
+	ans := new(Answer)
+	if err := json.Unmarshal(last, ans); err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+func isNDJSON(ct string) bool {
+	return len(ct) >= len("application/x-ndjson") && ct[:len("application/x-ndjson")] == "application/x-ndjson"
+}
+
+// unwrapURL drops the *url.Error around a transport error, which repeats the URL.
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

@@ -1,0 +1,140 @@
+package remote
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ProtocolVersion is the version of the protocol (docs/remote-agents.md) this package speaks.
+const ProtocolVersion = 1
+
+// HeaderProtocol names the protocol version on every request to an agent.
+const HeaderProtocol = "Agentbus-Protocol"
+
+// Request is what a host POSTs to a remote agent for one request.
+type Request struct {
+	Protocol      int             `json:"protocol"`
+	Type          string          `json:"type"`
+	Agent         string          `json:"agent"`
+	TenantID      string          `json:"tenantId"`
+	WorkflowID    string          `json:"workflowId"`
+	WorkflowType  string          `json:"workflowType"`
+	Activation    string          `json:"activation"`
+	RunID         string          `json:"runId"`
+	ParticipantID string          `json:"participantId"`
+	RequestID     string          `json:"requestId"`
+	Attempt       int             `json:"attempt"`
+	Deadline      time.Time       `json:"deadline"`
+	Stream        bool            `json:"stream"`
+	State         json.RawMessage `json:"state"`
+	Message       *Message        `json:"message"`
+	Webhook       *Webhook        `json:"webhook"`
+}
+
+// Message is a Chat, Data or File request's message.
+type Message struct {
+	Text   string          `json:"text"`
+	Method string          `json:"method,omitempty"`
+	Data   json.RawMessage `json:"data"`
+	Scope  string          `json:"scope"`
+	Hint   string          `json:"hint"`
+	Timer  string          `json:"timer"`
+	File   *File           `json:"file,omitempty"`
+}
+
+// File describes a File message's upload.
+type File struct {
+	Name        string `json:"name"`
+	ContentType string `json:"contentType"`
+	Size        int64  `json:"size"`
+	SHA256      string `json:"sha256"`
+	// Content is the file's bytes (base64 in JSON) when it is at most 4 MiB; left out for a
+	// larger one.
+	Content []byte `json:"content,omitempty"`
+}
+
+// Webhook is a webhook call.
+type Webhook struct {
+	Method      string            `json:"method"`
+	Params      map[string]string `json:"params"`
+	Headers     map[string]string `json:"headers"`
+	ContentType string            `json:"contentType"`
+	// Body is the raw body; it is base64 in JSON.
+	Body []byte `json:"body"`
+}
+
+// Answer is what a remote agent answers; every field is optional.
+type Answer struct {
+	Reply        *ReplyBody      `json:"reply"`
+	Response     *Response       `json:"response"`
+	State        json.RawMessage `json:"state"`
+	Posts        []Post          `json:"posts"`
+	Timers       []Timer         `json:"timers"`
+	CancelTimers []string        `json:"cancelTimers"`
+	Tells        []Tell          `json:"tells"`
+	Error        *Error          `json:"error"`
+}
+
+// ReplyBody is a Chat, Data or File request's reply.
+type ReplyBody struct {
+	Text *string         `json:"text"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Response is a webhook call's answer.
+type Response struct {
+	Status      int    `json:"status"`
+	ContentType string `json:"contentType"`
+	Body        string `json:"body"`
+	BodyBase64  []byte `json:"bodyBase64"`
+}
+
+// Post is an Agent2User message.
+type Post struct {
+	ParticipantID string          `json:"participantId"`
+	Text          string          `json:"text"`
+	Data          json.RawMessage `json:"data"`
+	Scope         string          `json:"scope"`
+	Hint          string          `json:"hint"`
+}
+
+// Timer is a timer to set.
+type Timer struct {
+	Name     string          `json:"name"`
+	At       *time.Time      `json:"at"`
+	AfterMs  int64           `json:"afterMs"`
+	Every    string          `json:"every"`
+	Cron     string          `json:"cron"`
+	TimeZone string          `json:"timeZone"`
+	Method   string          `json:"method"`
+	Text     string          `json:"text"`
+	Data     json.RawMessage `json:"data"`
+	// ParticipantID is whose conversation gets the timer's message; empty: the request's.
+	ParticipantID string `json:"participantId"`
+}
+
+// Tell is an Agent2Agent message.
+type Tell struct {
+	Agent        string          `json:"agent"`
+	WorkflowType string          `json:"workflowType"`
+	Activation   string          `json:"activation"`
+	WorkflowID   string          `json:"workflowId"`
+	Type         string          `json:"type"`
+	Method       string          `json:"method"`
+	Text         string          `json:"text"`
+	Data         json.RawMessage `json:"data"`
+	Scope        string          `json:"scope"`
+	Hint         string          `json:"hint"`
+}
+
+// Error is a request the agent failed.
+type Error struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+	Retry   bool   `json:"retry"`
+}
+
+// delta is one line of a streamed answer before the last.
+type delta struct {
+	Delta *string `json:"delta"`
+}

@@ -1,0 +1,367 @@
+// Package remote makes HTTP services agents (docs/remote-agents.md): a registration names an
+// endpoint, its signing secret and its methods, and every workflow host process serves every
+// registered agent by POSTing each request to the endpoint, signed by the Standard Webhooks
+// specification, and carrying out its answer: the reply, the new state (written with
+// compare-and-set), posts, timers and tells. A remote agent is an agent of package agent whose
+// handlers make those calls, so it has every guarantee a Go agent has: order per conversation,
+// retries, dead letters, state written once per request.
+//
+// Registrations live in the AGENTBUS_REMOTE_AGENTS bucket. Serve watches it and runs one host
+// per registration in the process, started, replaced and stopped as registrations come, change
+// and go.
+package remote
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+// Bounds and defaults of a registration.
+const (
+	DefaultTimeoutSeconds = 30
+	MaxTimeoutSeconds     = 300
+	DefaultMaxConcurrent  = 32
+	MaxMaxConcurrent      = 1024
+	maxNames              = 256
+	maxURL                = 2048
+	maxSchema             = 64 << 10
+)
+
+// Registration is a remote agent.
+type Registration struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	Chat bool   `json:"chat"`
+	File bool   `json:"file"`
+	// Webhooks are its webhook methods; Methods its Data methods.
+	Webhooks      []string `json:"webhooks"`
+	Methods       []Method `json:"methods"`
+	WorkflowTypes []string `json:"workflowTypes"`
+	// Tenants that may call it; empty: every tenant. A tenant's own agent has its tenant.
+	Tenants []string `json:"tenants"`
+	// Owner is the tenant whose admin registered it; empty for a system admin's.
+	Owner          string `json:"owner,omitempty"`
+	TimeoutSeconds int    `json:"timeoutSeconds"`
+	MaxConcurrent  int    `json:"maxConcurrent"`
+	// Secret signs the requests; shown only in the answer that registers the agent.
+	Secret    string    `json:"secret,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Method is a Data method of a remote agent.
+type Method struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"schema,omitempty"`
+}
+
+// Redacted is the registration without its secret.
+func (r Registration) Redacted() Registration {
+	r.Secret = ""
+	return r
+}
+
+// Errors callers test for.
+var (
+	ErrNotFound = errors.New("no such remote agent")
+	// ErrExists refuses a name another agent (remote or Go) has.
+	ErrExists = errors.New("an agent of this name exists")
+	// ErrInvalid wraps what is wrong with a registration.
+	ErrInvalid = errors.New("invalid registration")
+)
+
+// Store keeps registrations.
+type Store struct {
+	kv       jetstream.KeyValue
+	registry jetstream.KeyValue
+	allow    *outbound.AllowList
+}
+
+// NewStore returns a Store over the bus's buckets; allow is the allow-list a tenant's
+// registration must match.
+func NewStore(res *bus.Resources, allow *outbound.AllowList) *Store {
+	return &Store{kv: res.RemoteAgents, registry: res.Registry, allow: allow}
+}
+
+// validate checks a registration of owner ("" for a system admin) and fills in its defaults.
+func (s *Store) validate(owner string, r *Registration) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	if err := ident.ValidName(r.Name); err != nil {
+		return bad("name: %v", err)
+	}
+	if err := s.checkURL(owner, r.URL); err != nil {
+		return err
+	}
+	if !r.Chat && !r.File && len(r.Webhooks) == 0 && len(r.Methods) == 0 {
+		return bad("the agent takes nothing: give chat, file, webhooks or methods")
+	}
+	for _, list := range [][]string{r.Webhooks, r.WorkflowTypes, r.Tenants} {
+		if len(list) > maxNames {
+			return bad("at most %d webhooks, workflow types or tenants", maxNames)
+		}
+	}
+	for _, w := range r.Webhooks {
+		if err := ident.ValidName(w); err != nil || strings.Contains(w, "/") {
+			return bad("webhook %q: a name without '/' or ':'", w)
+		}
+	}
+	for _, t := range r.WorkflowTypes {
+		if err := ident.ValidName(t); err != nil {
+			return bad("workflow type %q: %v", t, err)
+		}
+	}
+	if err := validMethods(r.Methods); err != nil {
+		return bad("%v", err)
+	}
+	r.Owner = owner
+	if owner != "" {
+		r.Tenants = []string{owner}
+	}
+	for _, t := range r.Tenants {
+		if !ident.ValidTenant(t) {
+			return bad("tenant %q is not a valid tenant id", t)
+		}
+	}
+	switch {
+	case r.TimeoutSeconds == 0:
+		r.TimeoutSeconds = DefaultTimeoutSeconds
+	case r.TimeoutSeconds < 1 || r.TimeoutSeconds > MaxTimeoutSeconds:
+		return bad("timeoutSeconds must be from 1 to %d", MaxTimeoutSeconds)
+	}
+	switch {
+	case r.MaxConcurrent == 0:
+		r.MaxConcurrent = DefaultMaxConcurrent
+	case r.MaxConcurrent < 1 || r.MaxConcurrent > MaxMaxConcurrent:
+		return bad("maxConcurrent must be from 1 to %d", MaxMaxConcurrent)
+	}
+	if r.Secret != "" {
+		if err := checkSecret(r.Secret); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return nil
+}
+
+func validMethods(methods []Method) error {
+	if len(methods) > maxNames {
+		return fmt.Errorf("at most %d methods", maxNames)
+	}
+	seen := map[string]bool{}
+	for _, m := range methods {
+		if err := ident.ValidName(m.Name); err != nil {
+			return fmt.Errorf("method %q: %v", m.Name, err)
+		}
+		if seen[strings.ToLower(m.Name)] {
+			return fmt.Errorf("method %q given twice", m.Name)
+		}
+		seen[strings.ToLower(m.Name)] = true
+		if len(m.Schema) > maxSchema {
+			return fmt.Errorf("method %q: the schema is larger than %d bytes", m.Name, maxSchema)
+		}
+		if len(m.Schema) > 0 {
+			var obj map[string]any
+			if err := json.Unmarshal(m.Schema, &obj); err != nil {
+				return fmt.Errorf("method %q: the schema is not a JSON object", m.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkURL accepts a system admin's absolute http(s) URL, and a tenant's on the allow-list.
+func (s *Store) checkURL(owner, raw string) error {
+	if raw == "" {
+		return fmt.Errorf("%w: url is required", ErrInvalid)
+	}
+	if len(raw) > maxURL {
+		return fmt.Errorf("%w: url is longer than %d bytes", ErrInvalid, maxURL)
+	}
+	if owner != "" {
+		if _, _, err := s.allow.Check(raw); err != nil {
+			if errors.Is(err, outbound.ErrURLNotAllowed) {
+				return err
+			}
+			return fmt.Errorf("%w: url: %v", ErrInvalid, err)
+		}
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return fmt.Errorf("%w: url must be an absolute http or https URL without user information", ErrInvalid)
+	}
+	return nil
+}
+
+func checkSecret(secret string) error {
+	b64, ok := strings.CutPrefix(secret, webhooksig.StandardSecretPrefix)
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if !ok || err != nil || len(key) < 24 || len(key) > 64 {
+		return errors.New("secret must be whsec_ followed by a base64 key of 24 to 64 bytes")
+	}
+	return nil
+}
+
+// Put registers an agent, or replaces owner's registration of that name (replace). The answer
+// carries the secret: the one given, the one kept, or a new one.
+func (s *Store) Put(ctx context.Context, owner string, r Registration, replace bool) (Registration, error) {
+	if err := s.validate(owner, &r); err != nil {
+		return Registration{}, err
+	}
+	key := subject.AgentKey(r.Name)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	r.CreatedAt, r.UpdatedAt = now, now
+	old, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		if replace {
+			return Registration{}, ErrNotFound
+		}
+		if _, err := s.registry.Get(ctx, key); err == nil {
+			return Registration{}, ErrExists // a Go agent's name
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Registration{}, fmt.Errorf("reading the agent registry: %w", err)
+		}
+		if r.Secret == "" {
+			r.Secret = webhooksig.NewStandardSecret()
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return Registration{}, fmt.Errorf("encoding registration: %w", err)
+		}
+		if _, err := s.kv.Create(ctx, key, b); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return Registration{}, ErrExists
+			}
+			return Registration{}, fmt.Errorf("storing registration: %w", err)
+		}
+		return r, nil
+	case err != nil:
+		return Registration{}, fmt.Errorf("reading registration: %w", err)
+	}
+	prev, err := decode(old.Value())
+	if err != nil {
+		return Registration{}, err
+	}
+	if prev.Owner != owner && owner != "" {
+		// Another tenant's, or a system admin's: for this tenant it is a name taken.
+		if replace {
+			return Registration{}, ErrNotFound
+		}
+		return Registration{}, ErrExists
+	}
+	if !replace {
+		return Registration{}, ErrExists
+	}
+	r.CreatedAt = prev.CreatedAt
+	if r.Secret == "" {
+		r.Secret = prev.Secret
+	}
+	if owner == "" {
+		r.Owner = prev.Owner
+		if prev.Owner != "" {
+			r.Tenants = []string{prev.Owner}
+		}
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return Registration{}, fmt.Errorf("encoding registration: %w", err)
+	}
+	if _, err := s.kv.Update(ctx, key, b, old.Revision()); err != nil {
+		return Registration{}, fmt.Errorf("storing registration: %w", err)
+	}
+	return r, nil
+}
+
+func decode(b []byte) (Registration, error) {
+	var r Registration
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Registration{}, fmt.Errorf("decoding registration: %w", err)
+	}
+	return r, nil
+}
+
+// Get returns a registration, with its secret. A tenant (owner not "") sees only its own.
+func (s *Store) Get(ctx context.Context, owner, name string) (Registration, error) {
+	e, err := s.kv.Get(ctx, subject.AgentKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Registration{}, ErrNotFound
+	}
+	if err != nil {
+		return Registration{}, fmt.Errorf("reading registration: %w", err)
+	}
+	r, err := decode(e.Value())
+	if err != nil {
+		return Registration{}, err
+	}
+	if owner != "" && r.Owner != owner {
+		return Registration{}, ErrNotFound
+	}
+	return r, nil
+}
+
+// List returns the registrations a caller sees, by name: a tenant's own (owner), or every one
+// (owner "").
+func (s *Store) List(ctx context.Context, owner string) ([]Registration, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing remote agents: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	_ = lister.Stop() // the keys are all read
+	out := []Registration{}
+	for _, k := range keys {
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading registration: %w", err)
+		}
+		r, err := decode(e.Value())
+		if err != nil {
+			return nil, err
+		}
+		if owner == "" || r.Owner == owner {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Registration) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Delete removes a registration (a tenant's own only) and the agent's entry in the registry:
+// the hosts stop serving it within seconds, and its name is free again.
+func (s *Store) Delete(ctx context.Context, owner, name string) error {
+	if _, err := s.Get(ctx, owner, name); err != nil {
+		return err
+	}
+	key := subject.AgentKey(name)
+	if err := s.kv.Purge(ctx, key); err != nil {
+		return fmt.Errorf("removing registration: %w", err)
+	}
+	if err := s.registry.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("removing the agent from the registry: %w", err)
+	}
+	return nil
+}

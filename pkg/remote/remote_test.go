@@ -1,0 +1,262 @@
+package remote_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+const systemKey = "system-admin-key-0123456789"
+
+// endpoint is a remote agent written against the protocol by hand: Echo's webhook echo, a
+// counter kept in state, a post, a failure, a retry and a streamed chat.
+type endpoint struct {
+	*httptest.Server
+	secret   atomic.Value // string
+	mu       sync.Mutex
+	requests []remote.Request
+	badSigs  int
+	flaky    atomic.Int64 // requests of Data "flaky" seen
+}
+
+func newEndpoint(t *testing.T) *endpoint {
+	e := &endpoint{}
+	e.Server = httptest.NewServer(http.HandlerFunc(e.serve))
+	t.Cleanup(e.Close)
+	return e
+}
+
+func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	hdr := map[string]string{}
+	for k := range r.Header {
+		hdr[k] = r.Header.Get(k)
+	}
+	secret, _ := e.secret.Load().(string)
+	if err := (webhooksig.Standard{Secret: secret}).Verify(hdr, body); err != nil || r.Header.Get("Agentbus-Protocol") != "1" {
+		e.mu.Lock()
+		e.badSigs++
+		e.mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	var req remote.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	e.mu.Lock()
+	e.requests = append(e.requests, req)
+	e.mu.Unlock()
+	answer := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	switch {
+	case req.Type == "Webhook":
+		answer(map[string]any{"response": map[string]any{"status": 201, "contentType": req.Webhook.ContentType, "bodyBase64": req.Webhook.Body}})
+	case req.Type == "Chat" && req.Stream:
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for _, d := range []string{"You ", "said: ", req.Message.Text} {
+			fmt.Fprintf(w, "{\"delta\":%q}\n", d)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprintf(w, "{\"reply\":{\"text\":%q}}\n", "You said: "+req.Message.Text)
+	case req.Type == "Chat":
+		answer(map[string]any{"reply": map[string]any{"text": "You said: " + req.Message.Text}})
+	case req.Message.Method == "count":
+		var st struct {
+			Count int `json:"count"`
+		}
+		_ = json.Unmarshal(req.State, &st)
+		st.Count++
+		answer(map[string]any{"reply": map[string]any{"data": map[string]any{"count": st.Count}}, "state": st})
+	case req.Message.Method == "notify":
+		answer(map[string]any{"reply": map[string]any{"text": "will do"},
+			"posts": []map[string]any{{"text": "your report is ready", "data": map[string]any{"report": 7}}}})
+	case req.Message.Method == "refuse":
+		answer(map[string]any{"error": map[string]any{"status": 422, "message": "no such report"}})
+	case req.Message.Method == "flaky":
+		if e.flaky.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		answer(map[string]any{"reply": map[string]any{"data": map[string]any{"attempt": req.Attempt}}})
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// call makes an HTTP call and decodes a JSON answer into out.
+func call(t *testing.T, method, url, key string, body any, out any, hdr ...string) (int, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	if out != nil && len(b) > 0 {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+	return resp.StatusCode, resp.Header
+}
+
+func registration(name, url string) map[string]any {
+	return map[string]any{"name": name, "url": url, "chat": true, "webhooks": []string{"echo"},
+		"methods": []map[string]any{
+			{"name": "count", "description": "Counts calls."}, {"name": "notify"}, {"name": "refuse"}, {"name": "flaky"},
+		}}
+}
+
+// send sends a Data message and waits for the reply.
+func send(t *testing.T, s *stacktest.Stack, agentName, activation, method string) (int, map[string]any) {
+	var ans map[string]any
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", s.Key,
+		map[string]any{"agentName": agentName, "activationName": activation, "participantId": "ada", "type": "Data", "text": method, "data": map[string]any{}}, &ans)
+	return status, ans
+}
+
+func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ep := newEndpoint(t)
+	var reg remote.Registration
+	start := time.Now()
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Remo", ep.URL+"/agentbus"), &reg)
+	require.Equal(t, http.StatusCreated, status)
+	require.True(t, strings.HasPrefix(reg.Secret, "whsec_"))
+	ep.secret.Store(reg.Secret)
+	require.NoError(t, s.WaitLive(t.Context(), "Remo"))
+	t.Logf("a new registration is served after %v", time.Since(start).Round(time.Millisecond))
+	assert.Less(t, time.Since(start), 2*time.Second, "served within 2 s")
+
+	t.Run("webhook", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/webhooks/Remo/echo?apikey="+s.Key, strings.NewReader("<a>hi</a>"))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/xml")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		assert.Equal(t, http.StatusCreated, resp.StatusCode)
+		assert.Equal(t, "application/xml", resp.Header.Get("Content-Type"))
+		assert.Equal(t, "<a>hi</a>", string(b))
+	})
+	t.Run("state", func(t *testing.T) {
+		for want := 1; want <= 3; want++ {
+			status, ans := send(t, s, "Remo", "counter", "count")
+			require.Equal(t, http.StatusOK, status, "%v", ans)
+			assert.EqualValues(t, want, ans["response"].(map[string]any)["data"].(map[string]any)["count"])
+		}
+	})
+	t.Run("post", func(t *testing.T) {
+		status, _ := send(t, s, "Remo", "reports", "notify")
+		require.Equal(t, http.StatusOK, status)
+		var page struct {
+			Messages []map[string]any `json:"messages"`
+		}
+		require.Eventually(t, func() bool {
+			call(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/history?agentName=Remo&activationName=reports&participantId=ada", s.Key, nil, &page)
+			return len(page.Messages) == 3
+		}, 5*time.Second, 20*time.Millisecond)
+		assert.Equal(t, "your report is ready", page.Messages[0]["text"])
+	})
+	t.Run("refusal", func(t *testing.T) {
+		status, ans := send(t, s, "Remo", "x", "refuse")
+		assert.Equal(t, http.StatusUnprocessableEntity, status, "%v", ans)
+		assert.Contains(t, fmt.Sprint(ans), "no such report")
+	})
+	t.Run("retry", func(t *testing.T) {
+		status, ans := send(t, s, "Remo", "y", "flaky")
+		require.Equal(t, http.StatusOK, status, "%v", ans)
+		assert.EqualValues(t, 2, ans["response"].(map[string]any)["data"].(map[string]any)["attempt"])
+	})
+	t.Run("chat", func(t *testing.T) {
+		var ans map[string]any
+		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", s.Key,
+			map[string]any{"agentName": "Remo", "activationName": "c", "participantId": "ada", "type": "Chat", "text": "hello"}, &ans)
+		require.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "You said: hello", ans["response"].(map[string]any)["text"])
+	})
+	ep.mu.Lock()
+	assert.Zero(t, ep.badSigs, "every request is signed")
+	ep.mu.Unlock()
+
+	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
+}
+
+func TestRemoteAgentRegistrationIsTenantSafe(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ep := newEndpoint(t)
+	const mine = "/api/v1/admin/tenants/default/agents"
+	var reg remote.Registration
+	status, _ := call(t, http.MethodPost, s.URL+mine, s.Key, registration("Mine", ep.URL), &reg)
+	require.Equal(t, http.StatusCreated, status)
+	ep.secret.Store(reg.Secret)
+	assert.Equal(t, []string{"default"}, reg.Tenants)
+
+	status, _ = call(t, http.MethodPost, s.URL+mine, s.Key, registration("Inside", "http://10.1.2.3/agent"), nil)
+	assert.Equal(t, http.StatusUnprocessableEntity, status, "a tenant's url must be on the allow-list")
+	status, _ = call(t, http.MethodPost, s.URL+mine, s.Key, registration("Echo", ep.URL), nil)
+	assert.Equal(t, http.StatusConflict, status, "a Go agent's name")
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/other/agents", s.OtherKey, registration("Mine", ep.URL), nil)
+	assert.Equal(t, http.StatusConflict, status, "a name is the deployment's")
+	var list struct {
+		Agents []remote.Registration `json:"agents"`
+	}
+	call(t, http.MethodGet, s.URL+"/api/v1/admin/tenants/other/agents", s.OtherKey, nil, &list)
+	assert.Empty(t, list.Agents, "another tenant lists none of ours")
+	for _, m := range []string{http.MethodGet, http.MethodDelete} {
+		status, _ = call(t, m, s.URL+"/api/v1/admin/tenants/other/agents/Mine", s.OtherKey, nil, nil)
+		assert.Equal(t, http.StatusNotFound, status, m)
+		status, _ = call(t, m, s.URL+mine+"/Mine", s.OtherKey, nil, nil)
+		assert.Equal(t, http.StatusForbidden, status, m)
+	}
+	status, _ = call(t, http.MethodPut, s.URL+"/api/v1/admin/tenants/other/agents/Mine", s.OtherKey, registration("Mine", ep.URL), nil)
+	assert.Equal(t, http.StatusNotFound, status)
+
+	require.NoError(t, s.WaitLive(t.Context(), "Mine"))
+	status, ans := send(t, s, "Mine", "a", "count")
+	require.Equal(t, http.StatusOK, status, "%v", ans)
+	var other map[string]any
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/other/messaging/send?wait=true", s.OtherKey,
+		map[string]any{"agentName": "Mine", "activationName": "a", "participantId": "ada", "type": "Data", "text": "count", "data": map[string]any{}}, &other)
+	assert.Equal(t, http.StatusNotFound, status, "another tenant cannot call it: %v", other)
+
+	call(t, http.MethodGet, s.URL+mine, s.Key, nil, &list)
+	require.Len(t, list.Agents, 1)
+	assert.Empty(t, list.Agents[0].Secret, "a list shows no secret")
+	status, _ = call(t, http.MethodDelete, s.URL+mine+"/Mine", s.Key, nil, nil)
+	assert.Equal(t, http.StatusNoContent, status)
+}

@@ -1,0 +1,142 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// ServeConfig configures Serve.
+type ServeConfig struct {
+	// Host is the model of the hosts Serve runs, one per registration: Conn, Bus and the
+	// retry, ack-wait and idle settings are used as they are; ID is the process's host id, to
+	// which each host adds its agent's name; Agents and MaxConcurrent are set per registration.
+	Host agent.HostConfig
+	// Res are the bus resources of Host.Conn.
+	Res *bus.Resources
+	// Allow is the allow-list a tenant's registration must match on every request.
+	Allow *outbound.AllowList
+	// Logger receives the logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// served is a host running one registration.
+type served struct {
+	value []byte
+	stop  func()
+}
+
+// Serve runs a host for every registered remote agent until ctx ends: it starts one for a new
+// registration, replaces it when the registration changes and stops it when the registration
+// is removed. A watch that fails starts again after a second.
+func Serve(ctx context.Context, cfg ServeConfig) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	running := make(map[string]*served)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, s := range running {
+			wg.Go(s.stop)
+		}
+		wg.Wait()
+	}()
+	for {
+		err := watch(ctx, cfg, running)
+		if ctx.Err() != nil {
+			return
+		}
+		cfg.Logger.Warn("watching remote agents; starting again", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// watch follows the registrations and keeps running in step with them.
+func watch(ctx context.Context, cfg ServeConfig, running map[string]*served) error {
+	w, err := cfg.Res.RemoteAgents.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching remote agents: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return errors.New("the watch of remote agents ended")
+		}
+		if e == nil {
+			continue // the end of the initial values
+		}
+		key := e.Key()
+		cur := running[key]
+		if e.Operation() != jetstream.KeyValuePut {
+			if cur != nil {
+				cur.stop()
+				delete(running, key)
+			}
+			continue
+		}
+		if cur != nil && bytes.Equal(cur.value, e.Value()) {
+			continue
+		}
+		if cur != nil {
+			cur.stop()
+			delete(running, key)
+		}
+		reg, err := decode(e.Value())
+		if err != nil {
+			cfg.Logger.Error("ignoring a bad remote agent registration", "key", key, "err", err)
+			continue
+		}
+		stop, err := start(ctx, cfg, reg)
+		if err != nil {
+			cfg.Logger.Error("serving remote agent", "agent", reg.Name, "err", err)
+			continue
+		}
+		running[key] = &served{value: e.Value(), stop: stop}
+	}
+}
+
+// start runs a host for a registration until the returned func is called.
+func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(), err error) {
+	log := cfg.Logger.With("agent", reg.Name)
+	hc := cfg.Host
+	hc.ID = cfg.Host.ID + "/" + subject.Token(reg.Name)
+	hc.Agents = []*agent.Agent{newCaller(reg, cfg.Allow, log).agent()}
+	hc.MaxConcurrent = reg.MaxConcurrent
+	hc.Logger = log
+	host, err := agent.NewHost(hc)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- host.Run(hctx) }()
+	log.Info("serving remote agent", "url", reg.URL, "host", hc.ID)
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Warn("stopping remote agent", "err", err)
+		}
+	}, nil
+}
