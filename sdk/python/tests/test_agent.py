@@ -1,0 +1,310 @@
+"""Dispatch, answers and failures, through the agent's real server."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import unittest
+from typing import Any
+
+from agentbus_agent import Agent, Context, Fail, Reply, Response, Retry
+
+from .helpers import SECRET, Client, chat, data, new_agent, request, serve
+
+
+class DispatchTest(unittest.TestCase):
+    """Each request type reaches its handler, which sees the request's fields."""
+
+    def setUp(self) -> None:
+        self.seen: list[Context] = []
+        agent = new_agent()
+
+        @agent.chat
+        def on_chat(ctx: Context) -> Any:
+            self.seen.append(ctx)
+            return "You said: " + ctx.text
+
+        @agent.file
+        def on_file(ctx: Context) -> Any:
+            self.seen.append(ctx)
+            return Reply(f"got {ctx.file.name}" if ctx.file else "no file")
+
+        @agent.data("Sum", description="Adds numbers.")
+        def on_sum(ctx: Context) -> Any:
+            self.seen.append(ctx)
+            return {"sum": sum(ctx.data["values"])}
+
+        @agent.data("both")
+        def on_both(ctx: Context) -> Any:
+            return Reply("six", {"n": 6})
+
+        @agent.data("nothing")
+        def on_nothing(ctx: Context) -> Any:
+            return None
+
+        @agent.webhook("hook")
+        def on_hook(ctx: Context) -> Any:
+            self.seen.append(ctx)
+            return Response(201, ctx.body, ctx.content_type)
+
+        @agent.webhook("plain")
+        def on_plain(ctx: Context) -> Any:
+            return {"params": ctx.params}
+
+        self.client = Client(self, serve(self, agent).port)
+
+    def test_chat(self) -> None:
+        answer = self.client.call(self, chat("hi", state={"count": 2}, attempt=3, requestId="r-9",
+                                             message={"text": "hi", "scope": "orders", "hint": "short", "timer": "t"}))
+        self.assertEqual({"reply": {"text": "You said: hi"}}, answer)
+        ctx = self.seen[0]
+        self.assertEqual(("Chat", "hi", "orders", "short", "t"), (ctx.type, ctx.text, ctx.scope, ctx.hint, ctx.timer))
+        self.assertEqual(({"count": 2}, 3, "r-9", "ada"), (ctx.state, ctx.attempt, ctx.request_id, ctx.participant))
+        self.assertEqual(("default", "shop", "run-1", "Supervisor Workflow"),
+                         (ctx.tenant_id, ctx.activation, ctx.run_id, ctx.workflow_type))
+        self.assertEqual(dt.datetime(2099, 1, 1, 0, 0, 30, tzinfo=dt.timezone.utc), ctx.deadline)
+        self.assertGreater(ctx.remaining() or 0, 0)
+        self.assertFalse(ctx.stream)
+
+    def test_data(self) -> None:
+        self.assertEqual({"reply": {"data": {"sum": 6}}}, self.client.call(self, data("sum", {"values": [1, 2, 3]})))
+        self.assertEqual("sum", self.seen[0].method)
+        with self.subTest("the method matches case-insensitively, and is the text when method is empty"):
+            r = data("SUM", {"values": [1]})
+            r["message"]["method"] = ""
+            self.assertEqual({"reply": {"data": {"sum": 1}}}, self.client.call(self, r))
+        with self.subTest("text and data"):
+            self.assertEqual({"reply": {"text": "six", "data": {"n": 6}}}, self.client.call(self, data("both")))
+        with self.subTest("no reply"):
+            self.assertEqual({}, self.client.call(self, data("nothing")))
+
+    def test_file(self) -> None:
+        f = {"name": "a.txt", "contentType": "text/plain", "size": 3, "url": "http://files.example/a"}
+        answer = self.client.call(self, request("File", message={"text": "caption", "file": f}))
+        self.assertEqual({"reply": {"text": "got a.txt"}}, answer)
+        ctx = self.seen[0]
+        self.assertEqual(("a.txt", "text/plain", 3, "http://files.example/a"),
+                         (ctx.file.name, ctx.file.content_type, ctx.file.size, ctx.file.url))
+        self.assertEqual("caption", ctx.text)
+
+    def test_webhook(self) -> None:
+        binary = bytes(range(256))
+        answer = self.client.call(self, request("Webhook", webhook={
+            "method": "hook", "params": {"order": "17"}, "headers": {"X-Trace": "abc"},
+            "contentType": "application/octet-stream", "body": base64.b64encode(binary).decode()}))
+        self.assertEqual({"response": {"status": 201, "contentType": "application/octet-stream",
+                                       "bodyBase64": base64.b64encode(binary).decode()}}, answer)
+        ctx = self.seen[0]
+        self.assertEqual(("Webhook", "hook", {"order": "17"}), (ctx.type, ctx.method, ctx.params))
+        self.assertEqual(binary, ctx.body)
+        self.assertEqual("abc", ctx.header("x-trace"))
+        with self.subTest("text body, params and headers given as lists"):
+            answer = self.client.call(self, request("Webhook", webhook={
+                "method": "hook", "params": {"order": ["17", "18"]}, "headers": {"Accept": ["a", "b"]},
+                "contentType": "text/plain", "body": base64.b64encode("héllo".encode()).decode()}))
+            self.assertEqual({"response": {"status": 201, "contentType": "text/plain",
+                                           "bodyBase64": base64.b64encode("héllo".encode()).decode()}}, answer)
+            self.assertEqual(({"order": "17"}, "a, b"), (self.seen[1].params, self.seen[1].header("accept")))
+        with self.subTest("a returned value is JSON"):
+            answer = self.client.call(self, request("Webhook", webhook={"method": "plain", "params": {"a": "1"}}))
+            self.assertEqual({"response": {"status": 200, "contentType": "application/json",
+                                           "body": '{"params":{"a":"1"}}'}}, answer)
+
+    def test_unknown_methods(self) -> None:
+        no_such = {"error": {"status": 404, "message": "the agent has no such method", "retry": False}}
+        self.assertEqual(no_such, self.client.call(self, data("nope")))
+        self.assertEqual(no_such, self.client.call(self, request("Webhook", webhook={"method": "Hook"})),
+                         "webhook methods match exactly")
+        bare = Client(self, serve(self, new_agent("Bare")).port)
+        self.assertEqual(no_such, bare.call(self, chat("hi")))
+        self.assertEqual(no_such, bare.call(self, request("File", message={"file": None})))
+
+
+class EffectsTest(unittest.TestCase):
+    """State, posts, timers and tells go into the answer."""
+
+    def setUp(self) -> None:
+        self.agent = new_agent()
+        self.client = Client(self, serve(self, self.agent).port)
+
+    def answer(self, handler: Any, req: dict[str, Any] | None = None) -> dict[str, Any]:
+        name = f"m{len(self.agent._methods)}"
+        self.agent.data(name)(handler)
+        return self.client.call(self, req or data(name))
+
+    def test_state(self) -> None:
+        def count(ctx: Context) -> Any:
+            n = (ctx.state or {}).get("count", 0) + 1
+            ctx.set_state({"count": n})
+            return n
+        self.assertEqual({"reply": {"data": 3}, "state": {"count": 3}},
+                         self.answer(count, data("m0", state={"count": 2})))
+        self.assertEqual({"reply": {"text": "same"}}, self.answer(lambda ctx: "same"), "no set_state, no state")
+
+        def clear(ctx: Context) -> Any:
+            ctx.set_state(None)
+        self.assertEqual({"state": None}, self.answer(clear))
+
+    def test_posts_timers_tells(self) -> None:
+        at = dt.datetime(2099, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+
+        def act(ctx: Context) -> Any:
+            ctx.post("ready")
+            ctx.post(data={"n": 1}, participant="bob", scope="orders", hint="h")
+            ctx.set_timer("once", after_ms=60000, method="remind", data={"text": "stretch"})
+            ctx.set_timer("at", at=at, text="wake up")
+            ctx.set_timer("every", every=dt.timedelta(minutes=1), method="tick")
+            ctx.set_timer("half", every=dt.timedelta(milliseconds=1500), method="tick")
+            ctx.set_timer("cron", cron="0 30 9 * * MON-FRI", time_zone="Europe/Paris", method="tick")
+            ctx.cancel_timer("old")
+            ctx.tell(activation="b", method="count", data={})
+            ctx.tell("Echo", workflow_id="default:Echo:Supervisor Workflow:c", text="hello")
+        self.assertEqual({
+            "posts": [{"text": "ready"}, {"participantId": "bob", "data": {"n": 1}, "scope": "orders", "hint": "h"}],
+            "timers": [
+                {"name": "once", "afterMs": 60000, "method": "remind", "data": {"text": "stretch"}},
+                {"name": "at", "at": "2099-01-02T03:04:05+00:00", "text": "wake up"},
+                {"name": "every", "every": "60s", "method": "tick"},
+                {"name": "half", "every": "1500ms", "method": "tick"},
+                {"name": "cron", "cron": "0 30 9 * * MON-FRI", "timeZone": "Europe/Paris", "method": "tick"},
+            ],
+            "cancelTimers": ["old"],
+            "tells": [{"activation": "b", "type": "Data", "method": "count", "data": {}},
+                      {"agent": "Echo", "workflowId": "default:Echo:Supervisor Workflow:c", "type": "Chat",
+                       "text": "hello"}],
+        }, self.answer(act))
+
+    def test_one_answer_names_a_timer_once(self) -> None:
+        def reschedule(ctx: Context) -> Any:
+            ctx.set_timer("a", after_ms=1, text="first")
+            ctx.cancel_timer("a")  # cancels the set above, and the instance's timer
+            ctx.cancel_timer("b")
+            ctx.set_timer("b", after_ms=2, text="again")  # replaces: no cancel needed
+        self.assertEqual({"timers": [{"name": "b", "afterMs": 2, "text": "again"}], "cancelTimers": ["a"]},
+                         self.answer(reschedule))
+
+    def test_invalid_effects_fail_the_handler(self) -> None:
+        for name, act in [
+            ("two schedules", lambda ctx: ctx.set_timer("t", after_ms=1, cron="* * * * * *", text="x")),
+            ("no message", lambda ctx: ctx.set_timer("t", after_ms=1)),
+            ("naive at", lambda ctx: ctx.set_timer("t", at=dt.datetime(2099, 1, 1), text="x")),
+            ("tell without a target", lambda ctx: ctx.tell(method="m")),
+            ("empty post", lambda ctx: ctx.post()),
+        ]:
+            with self.subTest(name), self.assertLogs("agentbus_agent", "ERROR"):
+                self.assertEqual({"error": {"status": 500, "message": "the handler failed", "retry": False}},
+                                 self.answer(act))
+
+
+class FailureTest(unittest.TestCase):
+    """Fail, Retry and other exceptions become the answer's error, dropping the effects."""
+
+    def setUp(self) -> None:
+        agent = new_agent()
+
+        def effects(ctx: Context) -> None:
+            ctx.set_state({"x": 1})
+            ctx.post("p")
+            ctx.set_timer("t", after_ms=1, text="x")
+            ctx.tell(activation="b", text="t")
+
+        @agent.data("fail")
+        def fail(ctx: Context) -> Any:
+            effects(ctx)
+            raise Fail(ctx.data["status"], "no such order")
+
+        @agent.data("retry")
+        def retry(ctx: Context) -> Any:
+            effects(ctx)
+            raise Retry("the model did not answer")
+
+        @agent.data("crash")
+        def crash(ctx: Context) -> Any:
+            effects(ctx)
+            raise KeyError("secret detail")
+
+        @agent.data("unencodable")
+        def unencodable(ctx: Context) -> Any:
+            return {"set": {1, 2}}
+
+        @agent.webhook("fail")
+        def fail_webhook(ctx: Context) -> Any:
+            raise Fail(409, "conflict")
+
+        self.client = Client(self, serve(self, agent).port)
+
+    def test_fail(self) -> None:
+        self.assertEqual({"error": {"status": 422, "message": "no such order", "retry": False}},
+                         self.client.call(self, data("fail", {"status": 422})))
+        self.assertEqual({"error": {"status": 500, "message": "no such order", "retry": False}},
+                         self.client.call(self, data("fail", {"status": 302})), "a status outside 400-599 is 500")
+        self.assertEqual({"error": {"status": 409, "message": "conflict", "retry": False}},
+                         self.client.call(self, request("Webhook", webhook={"method": "fail"})))
+
+    def test_retry(self) -> None:
+        self.assertEqual({"error": {"status": 503, "message": "the model did not answer", "retry": True}},
+                         self.client.call(self, data("retry")))
+
+    def test_exception(self) -> None:
+        for method, cause in [("crash", "KeyError: 'secret detail'"), ("unencodable", "set is not JSON serializable")]:
+            with self.subTest(method), self.assertLogs("agentbus_agent", "ERROR") as logs:
+                answer = self.client.call(self, data(method))
+                self.assertEqual({"error": {"status": 500, "message": "the handler failed", "retry": False}}, answer)
+                self.assertIn(cause, logs.output[0], "the cause is logged, never answered")
+
+
+class ProtocolTest(unittest.TestCase):
+    """A request that is not one of protocol version 1 is answered 400; agentbus treats that as a
+    bad reply."""
+
+    def test_refused(self) -> None:
+        agent = new_agent()
+        agent.data("echo")(lambda ctx: ctx.data)
+        client = Client(self, serve(self, agent).port)
+        for name, body in [
+            ("not JSON", b"{"),
+            ("not an object", b"[1]"),
+            ("another protocol", data("echo", protocol=2)),
+            ("no protocol", {k: v for k, v in data("echo").items() if k != "protocol"}),
+            ("an unknown type", request("Event")),
+            ("a body that is not base64", request("Webhook", webhook={"method": "x", "body": "%%%"})),
+            ("an attempt that is not a number", data("echo", attempt="1")),
+        ]:
+            with self.subTest(name), self.assertLogs("agentbus_agent", "WARNING"):
+                a = client.post(body)
+                self.assertEqual(400, a.status, a.body)
+                self.assertIn("not an agentbus protocol 1 request", a.body.decode())
+
+
+class RegistrationTest(unittest.TestCase):
+    def test_registration(self) -> None:
+        agent = Agent("EchoPy", SECRET, workflow_types=["Supervisor Workflow"], max_concurrent=8)
+        schema = {"type": "object", "properties": {"values": {"type": "array", "items": {"type": "number"}}}}
+        agent.data("sum", description="Adds numbers.", schema=schema)(lambda ctx: None)
+        agent.data("count")(lambda ctx: None)
+        agent.webhook("echo")(lambda ctx: None)
+        agent.chat(lambda ctx: None)
+        self.assertEqual({
+            "name": "EchoPy", "url": "http://127.0.0.1:8701/agentbus", "chat": True, "file": False,
+            "webhooks": ["echo"],
+            "methods": [{"name": "sum", "description": "Adds numbers.", "schema": schema}, {"name": "count"}],
+            "workflowTypes": ["Supervisor Workflow"], "secret": SECRET, "maxConcurrent": 8,
+        }, agent.registration("http://127.0.0.1:8701/agentbus"))
+
+    def test_twice(self) -> None:
+        agent = new_agent()
+        agent.data("sum")(lambda ctx: None)
+        agent.webhook("echo")(lambda ctx: None)
+        agent.chat(lambda ctx: None)
+        for name, register in [("data, in another case", lambda: agent.data("SUM")),
+                               ("webhook", lambda: agent.webhook("echo")),
+                               ("chat", lambda: agent.chat(lambda ctx: None))]:
+            with self.subTest(name), self.assertRaisesRegex(ValueError, "twice"):
+                register()
+
+    def test_invalid(self) -> None:
+        for name, make in [("no name", lambda: Agent("", SECRET)), ("a bad secret", lambda: Agent("a", "s3cret")),
+                           ("timeout", lambda: Agent("a", SECRET, timeout_seconds=301)),
+                           ("concurrency", lambda: Agent("a", SECRET, max_concurrent=0))]:
+            with self.subTest(name), self.assertRaises(ValueError):
+                make()
