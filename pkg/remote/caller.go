@@ -150,10 +150,11 @@ func (c *caller) webhook(ctx context.Context, r *agent.WebhookRequest) agent.Res
 	return agent.Bytes(status, resp.ContentType, body)
 }
 
-// exchange sends the request with the instance's state, writes the state the answer gives (with
-// compare-and-set: when the state changed meanwhile, the request goes again with the new state),
-// then sends what the answer asks for: posts, timers and tells. A failed request (the answer's
-// error) is returned as the error of a Go handler.
+// exchange sends the request with the instance's state, writes the state the answer gives, null
+// included (with compare-and-set: when the state changed meanwhile, the request goes again with
+// the new state), then sends what the answer asks for: posts, timers and tells. An answer without
+// state leaves it. A failed request (the answer's error) is returned as the error of a Go
+// handler.
 func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Request, onDelta func(string)) (*Answer, error) {
 	if err := inst.State(&req.State); err != nil {
 		return nil, err
@@ -162,7 +163,7 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 	if err != nil {
 		return nil, err
 	}
-	if ans.Error == nil && hasValue(ans.State) {
+	if ans.Error == nil && ans.State != nil {
 		sent := req.State
 		err := inst.UpdateRawState(ctx, func(old json.RawMessage) (json.RawMessage, error) {
 			if bytes.Equal(old, sent) {
@@ -174,7 +175,7 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 				return nil, err
 			}
 			ans = again
-			if again.Error != nil || !hasValue(again.State) {
+			if again.Error != nil || again.State == nil {
 				return old, nil
 			}
 			return again.State, nil
