@@ -21,7 +21,7 @@ import (
 
 // startPythonEcho runs sdk/python/examples/echo.py on a free port with the secret and returns
 // its registration, as it prints it. Without python3 the test is skipped, unless CI is set.
-func startPythonEcho(t *testing.T, secret string) map[string]any {
+func startPythonEcho(t testing.TB, secret string) map[string]any {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {

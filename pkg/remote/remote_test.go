@@ -103,7 +103,7 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // call makes an HTTP call and decodes a JSON answer into out.
-func call(t *testing.T, method, url, key string, body any, out any, hdr ...string) (int, http.Header) {
+func call(t testing.TB, method, url, key string, body any, out any, hdr ...string) (int, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -206,6 +206,26 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 			map[string]any{"agentName": "Remo", "activationName": "c", "participantId": "ada", "type": "Chat", "text": "hello"}, &ans)
 		require.Equal(t, http.StatusOK, status)
 		assert.Equal(t, "You said: hello", ans["response"].(map[string]any)["text"])
+	})
+	t.Run("streamed chat", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?workflow=Remo&type=Chat&text=hello&participantId=ada", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+s.Key)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+		var deltas []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if d, ok := strings.CutPrefix(line, "data: {\"delta\":"); ok {
+				deltas = append(deltas, strings.TrimSuffix(d, "}"))
+			}
+		}
+		assert.Equal(t, []string{`"You "`, `"said: "`, `"hello"`}, deltas, "%s", b)
+		assert.Contains(t, string(b), "event: message")
+		assert.Contains(t, string(b), "You said: hello")
 	})
 	ep.mu.Lock()
 	assert.Zero(t, ep.badSigs, "every request is signed")
