@@ -1,0 +1,197 @@
+// The wire format of agentbus's remote-agent protocol, version 1 (docs/remote-agents.md): what a
+// workflow host POSTs to the agent and what the agent answers. Field names are the JSON ones.
+
+/** The protocol version this kit speaks. */
+export const PROTOCOL = 1;
+
+/** The header that names the protocol version of a request. */
+export const PROTOCOL_HEADER = "agentbus-protocol";
+
+/** Content types of an answer: one JSON object, or a stream of JSON lines. */
+export const JSON_TYPE = "application/json";
+export const NDJSON_TYPE = "application/x-ndjson";
+
+export type MessageType = "Chat" | "Data" | "File" | "Webhook";
+
+/** An uploaded file of a File message: its content is fetched from url. */
+export interface FileInfo {
+  name: string;
+  contentType: string;
+  size: number;
+  url: string;
+}
+
+/** The request a workflow host sends. */
+export interface WireRequest {
+  protocol: number;
+  type: MessageType;
+  agent: string;
+  tenantId: string;
+  workflowId: string;
+  workflowType: string;
+  activation: string;
+  runId: string;
+  participantId: string;
+  requestId: string;
+  attempt: number;
+  deadline: string;
+  stream: boolean;
+  state: unknown;
+  message: WireMessage | null;
+  webhook: WireWebhook | null;
+}
+
+export interface WireMessage {
+  text?: string;
+  method?: string;
+  data?: unknown;
+  scope?: string;
+  hint?: string;
+  timer?: string;
+  file?: FileInfo | null;
+}
+
+export interface WireWebhook {
+  method: string;
+  params?: Record<string, string | string[]> | null;
+  headers?: Record<string, string | string[]> | null;
+  contentType?: string;
+  /** The raw body in base64. */
+  body?: string | null;
+}
+
+/** The answer to a request; every field is optional. */
+export interface WireAnswer {
+  reply?: Reply;
+  response?: WireResponse;
+  state?: unknown;
+  posts?: Post[];
+  timers?: WireTimer[];
+  cancelTimers?: string[];
+  tells?: Tell[];
+  error?: WireError;
+}
+
+/** A Chat, Data or File handler's reply: text, data, both, or neither (no reply). */
+export interface Reply {
+  text?: string;
+  data?: unknown;
+}
+
+export interface WireResponse {
+  status?: number;
+  contentType?: string;
+  body?: string;
+  bodyBase64?: string;
+}
+
+export interface WireError {
+  status: number;
+  message: string;
+  retry: boolean;
+}
+
+/** An Agent2User message to a thread of the instance. */
+export interface Post {
+  /** The thread's participant; the request's when left out. */
+  participantId?: string;
+  text?: string;
+  data?: unknown;
+  scope?: string;
+  hint?: string;
+}
+
+/**
+ * A timer of the instance: exactly one of at, afterMs, every and cron says when it fires. When it
+ * does, it sends the instance a Data message to method with data, or, without a method, a Chat
+ * message with text; its handler sees timer set to name. Setting a timer replaces the one of
+ * the same name.
+ */
+export interface Timer {
+  name: string;
+  /** Once, at this time. */
+  at?: Date | string;
+  /** Once, this many milliseconds from now. */
+  afterMs?: number;
+  /** Repeatedly, at this Go duration ("90s", "1m", "1h30m"). */
+  every?: string;
+  /** On a cron schedule of six fields, seconds first ("0 30 9 * * MON-FRI"), read in timeZone (UTC by default). */
+  cron?: string;
+  timeZone?: string;
+  method?: string;
+  data?: unknown;
+  text?: string;
+}
+
+export interface WireTimer extends Omit<Timer, "at"> {
+  at?: string;
+}
+
+/**
+ * An Agent2Agent message to an instance of the tenant: to agent (this agent when left out), the
+ * instance named by activation or workflowId. type is Data when a method is given, else Chat,
+ * unless set.
+ */
+export interface Tell {
+  agent?: string;
+  activation?: string;
+  workflowId?: string;
+  type?: "Chat" | "Data";
+  method?: string;
+  text?: string;
+  data?: unknown;
+}
+
+/** A Data method as registered: schema is the JSON Schema of its parameters. */
+export interface MethodInfo {
+  name: string;
+  description?: string;
+  schema?: unknown;
+}
+
+/** The body of the request that registers an agent (POST /api/v1/admin/…/agents). */
+export interface Registration {
+  name: string;
+  url: string;
+  chat: boolean;
+  file: boolean;
+  webhooks: string[];
+  methods: MethodInfo[];
+  workflowTypes?: string[];
+  tenants?: string[];
+  secret: string;
+  timeoutSeconds?: number;
+  maxConcurrent?: number;
+}
+
+const TYPES: ReadonlySet<string> = new Set(["Chat", "Data", "File", "Webhook"]);
+
+/**
+ * decodeRequest parses and checks a request body. It throws an Error, whose message is safe to
+ * answer, when the body is not a protocol 1 request.
+ */
+export function decodeRequest(body: Buffer, protocolHeader: string | undefined): WireRequest {
+  if (protocolHeader !== undefined && protocolHeader !== String(PROTOCOL)) {
+    throw new Error(`unsupported protocol ${JSON.stringify(protocolHeader)}; this agent speaks ${PROTOCOL}`);
+  }
+  let req: WireRequest;
+  try {
+    req = JSON.parse(body.toString("utf8"));
+  } catch {
+    throw new Error("the body is not JSON");
+  }
+  if (typeof req !== "object" || req === null || Array.isArray(req)) {
+    throw new Error("the body is not a JSON object");
+  }
+  if (req.protocol !== PROTOCOL) {
+    throw new Error(`unsupported protocol ${JSON.stringify(req.protocol)}; this agent speaks ${PROTOCOL}`);
+  }
+  if (!TYPES.has(req.type)) {
+    throw new Error(`unknown type ${JSON.stringify(req.type)}`);
+  }
+  const part = req.type === "Webhook" ? req.webhook : req.message;
+  if (typeof part !== "object" || part === null) {
+    throw new Error(`a ${req.type} request needs its ${req.type === "Webhook" ? "webhook" : "message"}`);
+  }
+  return req;
+}
