@@ -2,10 +2,17 @@ package remote_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,29 +23,69 @@ import (
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
-// BenchmarkRemoteWebhookEcho calls the webhook echo of the Go Echo and of the Python kit's Echo,
-// registered as a remote agent, through the whole stack (16 clients, keep-alive, 100
-// conversations), and prints
-// each one's rate and p99 and the remote one's rate as a share of Go's, measured in one run.
+// BenchmarkRemoteWebhookEcho calls the webhook echo of the Go Echo and of the Python and
+// TypeScript kits' Echos, registered as remote agents, through the whole stack (16 clients,
+// keep-alive, 100 conversations), and prints each one's rate and p99 and the remote ones' rates
+// as shares of Go's, measured in one run.
 func BenchmarkRemoteWebhookEcho(b *testing.B) {
-	secret := webhooksig.NewStandardSecret()
-	reg := startPythonEcho(b, secret)
+	pyReg := startPythonEcho(b, webhooksig.NewStandardSecret())
+	tsReg := startTypeScriptEcho(b, webhooksig.NewStandardSecret())
 	s := stacktest.Start(b, stacktest.Options{})
-	status, _ := call(b, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil)
-	require.Equal(b, http.StatusCreated, status)
-	require.NoError(b, s.WaitLive(b.Context(), "EchoPy"))
-	const calls, clients = 3000, 16
-	goURL := s.URL + "/api/user/webhooks/Echo/echo?apikey=" + s.Key
-	pyURL := s.URL + "/api/user/webhooks/EchoPy/echo?apikey=" + s.Key
-	measure(b, goURL, calls/3, clients) // warm up
-	measure(b, pyURL, calls/3, clients)
-	for range b.N {
-		goRun := measure(b, goURL, calls, clients)
-		pyRun := measure(b, pyURL, calls, clients)
-		b.Logf("webhook echo, %d calls over %d clients: Go Echo %.0f/s p50 %v p99 %v; Python Echo (remote) %.0f/s p50 %v p99 %v: %.2f of Go",
-			calls, clients, goRun.rate, goRun.p50, goRun.p99, pyRun.rate, pyRun.p50, pyRun.p99, pyRun.rate/goRun.rate)
-		b.ReportMetric(pyRun.rate/goRun.rate, "python/go")
+	urls := map[string]string{"Go": s.URL + "/api/user/webhooks/Echo/echo?apikey=" + s.Key}
+	for name, reg := range map[string]map[string]any{"Python": pyReg, "TypeScript": tsReg} {
+		if reg == nil {
+			continue
+		}
+		status, _ := call(b, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil)
+		require.Equal(b, http.StatusCreated, status)
+		agent := reg["name"].(string)
+		require.NoError(b, s.WaitLive(b.Context(), agent))
+		urls[name] = s.URL + "/api/user/webhooks/" + agent + "/echo?apikey=" + s.Key
 	}
+	const calls, clients = 3000, 16
+	for _, u := range urls {
+		measure(b, u, calls/3, clients) // warm up
+	}
+	for range b.N {
+		runs := map[string]run{}
+		for _, name := range []string{"Go", "Python", "TypeScript"} {
+			if u, ok := urls[name]; ok {
+				runs[name] = measure(b, u, calls, clients)
+			}
+		}
+		line := fmt.Sprintf("webhook echo, %d calls over %d clients and 100 conversations:", calls, clients)
+		for _, name := range []string{"Go", "Python", "TypeScript"} {
+			r, ok := runs[name]
+			if !ok {
+				continue
+			}
+			line += fmt.Sprintf(" %s %.0f/s p50 %v p99 %v (%.2f of Go);", name, r.rate, r.p50.Round(time.Microsecond*10), r.p99.Round(time.Microsecond*10), r.rate/runs["Go"].rate)
+			if name != "Go" {
+				b.ReportMetric(r.rate/runs["Go"].rate, strings.ToLower(name)+"/go")
+			}
+		}
+		b.Log(line)
+	}
+}
+
+// startTypeScriptEcho runs the TypeScript kit's compiled Echo (sdk/typescript/dist, which
+// go test ./sdk/typescript builds) and returns its registration; nil when it is not built.
+func startTypeScriptEcho(b *testing.B, secret string) map[string]any {
+	_, here, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(here), "..", "..", "sdk", "typescript", "dist", "examples", "echo.js")
+	node, err := exec.LookPath("node")
+	if _, serr := os.Stat(script); err != nil || serr != nil {
+		b.Log("no node or no sdk/typescript/dist (go test ./sdk/typescript builds it): the TypeScript Echo is left out")
+		return nil
+	}
+	cmd := exec.Command(node, script, "--port", "0", "--secret", secret)
+	out, err := cmd.StdoutPipe()
+	require.NoError(b, err)
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var reg map[string]any
+	require.NoError(b, json.NewDecoder(out).Decode(&reg))
+	return reg
 }
 
 type run struct {

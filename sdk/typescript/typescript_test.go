@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,18 +38,7 @@ const (
 // missing or was installed from another package-lock.json), compiles the kit, its example and
 // its tests to dist/, and runs the tests with node --test.
 func TestTypeScriptKit(t *testing.T) {
-	node, npm := lookTool(t, "node"), lookTool(t, "npm")
-	checkNodeVersion(t, node)
-	// Reading the sources here makes go test's cache depend on them: a cached pass is reused only
-	// while they are unchanged.
-	lock := sourcesHash(t)
-
-	if stale(lock) {
-		run(t, installTimeout, npm, "ci", "--no-audit", "--no-fund", "--prefer-offline")
-		require.NoError(t, os.WriteFile(lockStamp, []byte(lock), 0o600))
-	}
-	run(t, stepTimeout, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
-
+	node := build(t)
 	tests := compiledTests(t)
 	out := run(t, stepTimeout, node, append([]string{"--test", "--test-reporter=tap"}, tests...)...)
 	pass, fail := tapCount(out, "pass"), tapCount(out, "fail")
@@ -57,10 +47,37 @@ func TestTypeScriptKit(t *testing.T) {
 	t.Logf("node --test: %d tests passed in %d files", pass, len(tests))
 }
 
+// built records that this test binary compiled the kit: the tests that need dist/ build it once.
+var built sync.Mutex
+
+var builtNode string
+
+// build installs the pinned compiler when needed and compiles the kit, its example and its tests
+// to dist/, once per test binary, and returns the node binary.
+func build(t testing.TB) string {
+	built.Lock()
+	defer built.Unlock()
+	if builtNode != "" {
+		return builtNode
+	}
+	node, npm := lookTool(t, "node"), lookTool(t, "npm")
+	checkNodeVersion(t, node)
+	// Reading the sources here makes go test's cache depend on them: a cached pass is reused only
+	// while they are unchanged.
+	lock := sourcesHash(t)
+	if stale(lock) {
+		run(t, installTimeout, npm, "ci", "--no-audit", "--no-fund", "--prefer-offline")
+		require.NoError(t, os.WriteFile(lockStamp, []byte(lock), 0o600))
+	}
+	run(t, stepTimeout, node, filepath.Join("node_modules", "typescript", "bin", "tsc"), "-p", ".")
+	builtNode = node
+	return node
+}
+
 // lookTool returns the path of a program the test needs. A missing one fails the test where CI
 // is (CI is set, as CI services set it), and skips it elsewhere, saying so: go test needs only Go
 // on a developer's machine.
-func lookTool(t *testing.T, name string) string {
+func lookTool(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err == nil {
@@ -72,7 +89,7 @@ func lookTool(t *testing.T, name string) string {
 }
 
 // checkNodeVersion skips (or, where CI is set, fails) the test on a Node.js older than minNode.
-func checkNodeVersion(t *testing.T, node string) {
+func checkNodeVersion(t testing.TB, node string) {
 	t.Helper()
 	out, err := exec.Command(node, "--version").Output()
 	require.NoError(t, err, "node --version")
@@ -84,7 +101,7 @@ func checkNodeVersion(t *testing.T, node string) {
 	}
 }
 
-func skipOrFail(t *testing.T, msg string) {
+func skipOrFail(t testing.TB, msg string) {
 	t.Helper()
 	msg += " Where CI is set, as CI services set it, this fails instead of skipping."
 	if os.Getenv("CI") != "" {
@@ -94,7 +111,7 @@ func skipOrFail(t *testing.T, msg string) {
 }
 
 // sourcesHash reads the kit's sources and returns the SHA-256 of package-lock.json.
-func sourcesHash(t *testing.T) string {
+func sourcesHash(t testing.TB) string {
 	t.Helper()
 	for _, dir := range []string{"src", "examples", "test"} {
 		require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -123,7 +140,7 @@ func stale(lock string) bool {
 
 // compiledTests returns the compiled test files of test/*.test.ts, so that a test removed from
 // test/ but still compiled in dist/ does not run.
-func compiledTests(t *testing.T) []string {
+func compiledTests(t testing.TB) []string {
 	t.Helper()
 	srcs, err := filepath.Glob(filepath.Join("test", "*.test.ts"))
 	require.NoError(t, err)
@@ -137,7 +154,7 @@ func compiledTests(t *testing.T) []string {
 
 // run runs a command in the kit's directory and returns its combined output, failing the test
 // with that output when the command fails.
-func run(t *testing.T, timeout time.Duration, name string, args ...string) string {
+func run(t testing.TB, timeout time.Duration, name string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
