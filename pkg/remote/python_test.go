@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -102,4 +103,16 @@ func TestPythonEcho(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 50*time.Millisecond, "the reminder's post arrives: %v", &page)
+}
+
+// TestPythonEchoConforms runs Check against EchoPy: every case passes.
+func TestPythonEchoConforms(t *testing.T) {
+	raw := startPythonEcho(t, webhooksig.NewStandardSecret())
+	b, err := json.Marshal(raw)
+	require.NoError(t, err)
+	var reg remote.Registration
+	require.NoError(t, json.Unmarshal(b, &reg))
+	for _, r := range remote.Check(t.Context(), reg) {
+		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
+	}
 }

@@ -280,3 +280,28 @@ func TestRemoteAgentRegistrationIsTenantSafe(t *testing.T) {
 	status, _ = call(t, http.MethodDelete, s.URL+mine+"/Mine", s.Key, nil, nil)
 	assert.Equal(t, http.StatusNoContent, status)
 }
+
+// TestCheckReportsFailures: an endpoint that checks no signature, takes any protocol version and
+// closes every connection fails exactly those cases of Check.
+func TestCheckReportsFailures(t *testing.T) {
+	lax := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"reply":{"text":"ok"}}`)
+	}))
+	defer lax.Close()
+	reg := remote.Registration{Name: "Lax", URL: lax.URL, Chat: true, Secret: webhooksig.NewStandardSecret(),
+		Methods: []remote.Method{{Name: "m"}}}
+	failed := map[string]bool{}
+	for _, r := range remote.Check(t.Context(), reg) {
+		if !r.OK {
+			failed[r.Case] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{
+		"unsigned request refused with 401":                   true,
+		"wrongly signed request refused with 401":             true,
+		"protocol version 2 refused with 400":                 true,
+		"keep-alive: a second request reuses the connection": true,
+	}, failed)
+}

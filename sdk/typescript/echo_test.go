@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -95,4 +96,16 @@ func TestTypeScriptEcho(t *testing.T) {
 	}
 	assert.Equal(t, "You said: hello", send("Chat", "hello", nil)["text"])
 	assert.EqualValues(t, 3, send("Data", "flaky", map[string]any{"attempts": 3})["data"].(map[string]any)["attempt"], "retried twice")
+}
+
+// TestTypeScriptEchoConforms runs remote.Check against EchoTS: every case passes.
+func TestTypeScriptEchoConforms(t *testing.T) {
+	raw := startEcho(t, build(t), webhooksig.NewStandardSecret())
+	b, err := json.Marshal(raw)
+	require.NoError(t, err)
+	var reg remote.Registration
+	require.NoError(t, json.Unmarshal(b, &reg))
+	for _, r := range remote.Check(t.Context(), reg) {
+		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
+	}
 }
