@@ -299,9 +299,9 @@ func TestCheckReportsFailures(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]bool{
-		"unsigned request refused with 401":                   true,
-		"wrongly signed request refused with 401":             true,
-		"protocol version 2 refused with 400":                 true,
+		"unsigned request refused with 401":                  true,
+		"wrongly signed request refused with 401":            true,
+		"protocol version 2 refused with 400":                true,
 		"keep-alive: a second request reuses the connection": true,
 	}, failed)
 }
