@@ -59,12 +59,15 @@ type Config struct {
 	LLMModel              string
 	LLMAPIKey             string
 	LogLevel              slog.Level
-	// OutboundURLs is the allow-list of event subscription receivers, as given.
+	// OutboundURLs is the allow-list of the URLs tenants may make agentbus call: event
+	// subscription receivers and their remote agents.
 	OutboundURLs              *outbound.AllowList
 	MaxSubscriptionsPerTenant int
 	SubscriptionTimeout       time.Duration
 	SubscriptionRetryFor      time.Duration
 	SubscriptionMaxBackoff    time.Duration
+	// Echo runs the built-in reference agent Echo.
+	Echo bool
 }
 
 // Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
@@ -255,6 +258,14 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_SUBSCRIPTION_TIMEOUT", "subscription-timeout", "10s", "workflow host: how long one delivery of an event waits for the receiver's answer (at most 20s)", duration(&c.SubscriptionTimeout, "subscription-timeout", "10s", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_RETRY_FOR", "subscription-retry-for", "24h", "workflow host: how long after an event was stored its delivery is still tried, before it is kept as undelivered", duration(&c.SubscriptionRetryFor, "subscription-retry-for", "24h", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_MAX_BACKOFF", "subscription-max-backoff", "10m", "workflow host: the longest wait between two deliveries of a failing event (the first retry waits 1s, then twice as long each time)", duration(&c.SubscriptionMaxBackoff, "subscription-max-backoff", "10m", time.Nanosecond)},
+		{"AGENTBUS_ECHO", "echo", "true", "standalone, workflowhost: run the built-in reference agent Echo; false serves only remote agents (one may then be named Echo)", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("echo: %q is not true or false", v)
+			}
+			c.Echo = b
+			return nil
+		}},
 		{"AGENTBUS_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(v string) error {
 			return c.LogLevel.UnmarshalText([]byte(v))
 		}},

@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		SubscriptionTimeout:       10 * time.Second,
 		SubscriptionRetryFor:      24 * time.Hour,
 		SubscriptionMaxBackoff:    10 * time.Minute,
+		Echo:                      true,
 	}
 	assert.Equal(t, want, c, "defaults")
 }

@@ -22,7 +22,7 @@ import (
 
 // startPythonEcho runs sdk/python/examples/echo.py on a free port with the secret and returns
 // its registration, as it prints it. Without python3 the test is skipped, unless CI is set.
-func startPythonEcho(t testing.TB, secret string) map[string]any {
+func startPythonEcho(t testing.TB, secret string, args ...string) map[string]any {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -33,7 +33,7 @@ func startPythonEcho(t testing.TB, secret string) map[string]any {
 	}
 	_, here, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(here), "..", "..", "sdk", "python", "examples", "echo.py")
-	cmd := exec.Command(py, "-I", "-S", "-B", script, "--port", "0", "--secret", secret)
+	cmd := exec.Command(py, append([]string{"-I", "-S", "-B", script, "--port", "0", "--secret", secret}, args...)...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
@@ -115,4 +115,20 @@ func TestPythonEchoConforms(t *testing.T) {
 	for _, r := range remote.Check(t.Context(), reg) {
 		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
 	}
+}
+
+// TestPythonEchoInPlaceOfEcho: a stack without the Go Echo (AGENTBUS_ECHO=false) serves the
+// Python kit's Echo registered under the name Echo.
+func TestPythonEchoInPlaceOfEcho(t *testing.T) {
+	reg := startPythonEcho(t, webhooksig.NewStandardSecret(), "--name", "Echo")
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	require.Equal(t, "Echo", reg["name"])
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil)
+	require.Equal(t, http.StatusCreated, status)
+	require.NoError(t, s.WaitLive(t.Context(), "Echo"))
+	var ans map[string]any
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", s.Key,
+		map[string]any{"agentName": "Echo", "activationName": "shop", "participantId": "ada", "type": "Data", "text": "sum", "data": map[string]any{"values": []float64{1, 2, 3.5}}}, &ans)
+	require.Equal(t, http.StatusOK, status, "%v", ans)
+	assert.EqualValues(t, 6.5, ans["response"].(map[string]any)["data"].(map[string]any)["sum"])
 }

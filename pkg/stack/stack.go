@@ -37,7 +37,8 @@ type Config struct {
 	// HTTPAddr is where the ingress listens, for example 127.0.0.1:8080 (":0" picks a port).
 	// Empty starts no HTTP listener; use Stack.Ingress.Handler().
 	HTTPAddr string
-	// Agents run by the workflow host. None starts no host.
+	// Agents run by the workflow host. None starts no host; the stack still serves remote agents
+	// and delivers event subscriptions, as a workflow host process does.
 	Agents []*agent.Agent
 	// Bus sizes the streams and buckets.
 	Bus bus.Config
@@ -111,10 +112,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		if s.stopHost, err = s.AddHost(ctx, cfg.Host.ID); err != nil {
 			return nil, err
 		}
-		s.startDelivery(ctx)
-		if err := s.serveRemote(ctx); err != nil {
-			return nil, err
-		}
+	}
+	s.startDelivery(ctx)
+	if err := s.serveRemote(ctx); err != nil {
+		return nil, err
 	}
 
 	ic := cfg.Ingress

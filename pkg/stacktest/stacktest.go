@@ -29,6 +29,9 @@ import (
 type Options struct {
 	// Agents run by the host; default the Echo agent.
 	Agents []*agent.Agent
+	// NoAgents starts no Go agent and no host: the stack serves remote agents only, as a
+	// process with AGENTBUS_ECHO=false does.
+	NoAgents bool
 	// WebhookTimeout of the ingress; default 30s.
 	WebhookTimeout time.Duration
 	// Partitions of the inbox; default 4 (fewer consumers keep tests quick).
@@ -75,7 +78,7 @@ func Logger() *slog.Logger {
 // Start runs a stack for the test; it stops when the test ends.
 func Start(t testing.TB, opts Options) *Stack {
 	t.Helper()
-	if len(opts.Agents) == 0 {
+	if len(opts.Agents) == 0 && !opts.NoAgents {
 		opts.Agents = []*agent.Agent{echo.New()}
 	}
 	if opts.Partitions == 0 {

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/opshttp"
@@ -52,6 +53,14 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// builtin is the Go agents the standalone runs: Echo, unless AGENTBUS_ECHO is false.
+func builtin(cfg config.Config, model llm.Model) []*agent.Agent {
+	if !cfg.Echo {
+		return nil
+	}
+	return []*agent.Agent{echo.New(echo.WithModel(model))}
 }
 
 // devTenant is the tenant the standalone seeds for newcomers.
@@ -100,7 +109,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		DataDir:    cfg.DataDir,
 		NATSListen: cfg.NATSListen,
 		HTTPAddr:   cfg.HTTPAddr,
-		Agents:     []*agent.Agent{echo.New(echo.WithModel(model))},
+		Agents:     builtin(cfg, model),
 		Bus:        standaloneBus(cfg),
 		Ingress:    ic,
 		Host:       hc,

@@ -80,18 +80,32 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	}
 	defer nc.Close()
 	hc := cfg.Host()
-	hc.Conn, hc.Agents, hc.Bus, hc.Logger = nc, []*agent.Agent{echo.New(echo.WithModel(model))}, cfg.Bus(), log
+	hc.Conn, hc.Bus, hc.Logger = nc, cfg.Bus(), log
+	if cfg.Echo {
+		hc.Agents = []*agent.Agent{echo.New(echo.WithModel(model))}
+	}
 	var reg *prometheus.Registry
 	if cfg.MetricsAddr != "" {
 		reg = metrics.NewProcessRegistry()
 		hc.Metrics = reg
 	}
-	host, err := agent.NewHost(hc)
-	if err != nil {
-		return err
+	// Without Echo the process runs no Go agent: only the remote agents' hosts and the delivery
+	// of event subscriptions, and it is ready while connected to NATS.
+	var host *agent.Host
+	ready := func() error {
+		if !nc.IsConnected() {
+			return errors.New("nats disconnected")
+		}
+		return nil
+	}
+	if len(hc.Agents) > 0 {
+		if host, err = agent.NewHost(hc); err != nil {
+			return err
+		}
+		ready = host.Readiness
 	}
 	if cfg.MetricsAddr != "" {
-		stopHealth, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, host.Readiness, metrics.Handler(reg)), log)
+		stopHealth, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, ready, metrics.Handler(reg)), log)
 		if err != nil {
 			return err
 		}
@@ -103,6 +117,11 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer stopBeside()
+	if host == nil {
+		log.Info("workflow host running remote agents only (AGENTBUS_ECHO=false)")
+		<-ctx.Done()
+		return nil
+	}
 	return host.Run(ctx)
 }
 
