@@ -47,7 +47,9 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 	sub, err := nc.ChanSubscribe("test.replies.>", replies)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	goroutinesIdle := runtime.NumGoroutine()
+	// The host starts some of its background work (the timer relay's consumer) after it is
+	// ready: the idle count is taken once the count has not changed for a second.
+	goroutinesIdle := steadyGoroutines(5 * time.Second)
 	const n = 200
 	for i := range n {
 		wf := fmt.Sprintf("acme:Counter:Supervisor Workflow:i%d", i)
@@ -82,4 +84,18 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 			h.live.size(), queues, runtime.NumGoroutine(), goroutinesIdle)
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// steadyGoroutines returns the goroutine count once it has not changed for a second, or after
+// within.
+func steadyGoroutines(within time.Duration) int {
+	n, since := runtime.NumGoroutine(), time.Now()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if m := runtime.NumGoroutine(); m != n {
+			n, since = m, time.Now()
+		} else if time.Since(since) >= time.Second {
+			break
+		}
+	}
+	return n
 }
