@@ -159,6 +159,9 @@ func (i *Instance) Schedule(ctx context.Context, t Timer) error {
 	if t.Method != "" {
 		req.Kind, req.Method, req.Text = agentbusv1.Kind_KIND_DATA, t.Method, ""
 	}
+	if err := fx.h.mayAct(ctx); err != nil {
+		return err
+	}
 	err = fx.h.timers.Set(ctx, schedule.Schedule{
 		Name: t.Name, Tenant: i.Tenant(), WorkflowID: i.WorkflowID(), Pattern: pattern, TimeZone: t.TimeZone, Request: req,
 	}, subject.DedupeID(i.Tenant(), id))
@@ -173,6 +176,9 @@ func (i *Instance) Schedule(ctx context.Context, t Timer) error {
 func (i *Instance) CancelTimer(ctx context.Context, name string) (bool, error) {
 	if i.fx == nil {
 		return false, errors.New("agent: CancelTimer needs a running handler")
+	}
+	if err := i.fx.h.mayAct(ctx); err != nil {
+		return false, err
 	}
 	return i.fx.h.timers.Cancel(ctx, i.Tenant(), i.WorkflowID(), name)
 }
@@ -248,6 +254,9 @@ func (fx *effects) derived(id, participant string) *agentbusv1.Request {
 
 // publish puts an effect's request on the inbox, de-duplicated by its request id.
 func (fx *effects) publish(ctx context.Context, req *agentbusv1.Request) error {
+	if err := fx.h.mayAct(ctx); err != nil {
+		return err
+	}
 	msg, err := bus.DedupedRequest(req)
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

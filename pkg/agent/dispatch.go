@@ -52,6 +52,10 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	seq := md.Sequence.Stream
 	pin := m.Headers().Get(subject.HeaderPinID)
 	h.mu.Lock()
+	if part.fenced.Load() {
+		h.mu.Unlock()
+		return // another host may own the partition: the request is left to it
+	}
 	if part.releasing {
 		h.mu.Unlock()
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
@@ -304,11 +308,14 @@ func (h *Host) keepAlive(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		if !h.leaseHeld() {
+			continue // another host may hold the requests now
+		}
 		now := time.Now()
 		due = due[:0]
 		h.mu.Lock()
 		for _, d := range h.held {
-			if now.Sub(d.progress) >= every {
+			if now.Sub(d.progress) >= every && !d.part.fenced.Load() {
 				d.progress = now
 				due = append(due, d.msg)
 			}

@@ -331,6 +331,9 @@ func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentb
 // store appends msgs (one, or a request and its reply) to the request's thread as one record,
 // reloading the thread's append cursor when another writer got there first.
 func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Request, msgs ...*history.Message) error {
+	if err := h.mayAct(ctx); err != nil {
+		return err
+	}
 	tenant, wf, p := req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId()
 	cur, err := l.cursor(ctx, h.history, tenant, p)
 	if err != nil {

@@ -189,6 +189,15 @@ type Host struct {
 	resolving bool
 	// beaten is when the host's heartbeat was last written.
 	beaten time.Time
+	// leaving is set once the host stops: its heartbeat says so (registry.Host.Leaving).
+	leaving bool
+
+	// epoch is when the host was made; leaseEnd is when its lease ends, as a duration since
+	// epoch (monotonic), 0 before the first heartbeat (lease.go).
+	epoch    time.Time
+	leaseEnd atomic.Int64
+	// leaseMu serialises heartbeats, so that a lapsed lease is renewed once.
+	leaseMu sync.Mutex
 	wg     sync.WaitGroup // drainers
 	bg     sync.WaitGroup // handovers and the resolver
 }
@@ -204,7 +213,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		sem: make(chan struct{}, cfg.MaxConcurrent), idle: make(chan *conversation), ready: make(chan struct{}), stopping: make(chan struct{}),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
-		tracer: tracing.Tracer(cfg.Tracer),
+		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
 	}
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
@@ -294,7 +303,7 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.js, h.res, h.started = js, res, time.Now().UTC()
-	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge())
+	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge(), h.mayAct)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
@@ -321,16 +330,48 @@ func (h *Host) start(ctx context.Context) error {
 	return nil
 }
 
-// stop shuts the host down: it leaves, so that the other hosts take its partitions at once,
-// hands every partition over (requests not started go back to the bus), waits for running
-// handlers up to the grace period, and writes what is only counted in memory.
+// stop shuts the host down: its heartbeat says it is leaving, so that the other hosts take its
+// partitions at once, it hands every partition over (requests not started go back to the bus),
+// waits for running handlers up to the grace period while its heartbeat still lists the
+// partitions they belong to, writes what is only counted in memory, and removes its heartbeat.
 func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 	close(h.stopping)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := registry.Leave(lctx, h.res.Hosts, h.cfg.ID); err != nil {
-		h.log.Warn("leaving", "err", err)
+	h.mu.Lock()
+	h.leaving = true
+	h.mu.Unlock()
+	if err := h.beat(lctx); err != nil {
+		h.log.Warn("announcing the stop", "err", err)
 	}
+	// Keep the heartbeat (and so the lease) fresh while running handlers finish.
+	beating, stopBeating := context.WithCancel(context.WithoutCancel(ctx))
+	var beats sync.WaitGroup
+	beats.Go(func() {
+		t := time.NewTicker(registry.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-beating.Done():
+				return
+			case <-t.C:
+				bctx, cancel := context.WithTimeout(beating, registry.HeartbeatInterval)
+				if err := h.beat(bctx); err != nil && beating.Err() == nil {
+					h.log.Warn("heartbeat", "err", err)
+				}
+				cancel()
+			}
+		}
+	})
+	defer func() {
+		stopBeating()
+		beats.Wait()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if err := registry.Leave(ctx, h.res.Hosts, h.cfg.ID); err != nil {
+			h.log.Warn("leaving", "err", err)
+		}
+	}()
 	h.mu.Lock()
 	for _, part := range h.parts {
 		h.releaseLocked(part)
@@ -402,12 +443,22 @@ func (h *Host) agentNames() []string {
 }
 
 // features are what this host's heartbeat says it understands (registry.Host.Features).
-var features = []string{registry.FeatureReplyTo}
+var features = []string{registry.FeatureReplyTo, registry.FeatureFinishing}
 
-// beat writes the host's heartbeat: its agents, the partitions it pulls and its features.
+// beat writes the host's heartbeat: its agents, the partitions it holds (pulls, hands over or
+// finishes requests of) and its features; a heartbeat written renews the host's lease.
 func (h *Host) beat(ctx context.Context) error {
-	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.owned(), Features: features}
+	h.leaseMu.Lock()
+	defer h.leaseMu.Unlock()
+	sent := time.Since(h.epoch)
+	h.mu.Lock()
+	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.heldPartitionsLocked(),
+		Features: features, Leaving: h.leaving}
+	h.mu.Unlock()
 	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
+		return err
+	}
+	if err := h.renewLease(ctx, sent); err != nil {
 		return err
 	}
 	h.mu.Lock()
@@ -421,6 +472,10 @@ func (h *Host) beat(ctx context.Context) error {
 // logged: the caller then times out, and the handler's effects stand.
 func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string, rep *agentbusv1.Reply) {
 	if replyTo == "" && (!req.GetKeepResult() || rep.GetPartial()) {
+		return
+	}
+	if err := h.mayAct(ctx); err != nil {
+		log.Warn("reply not sent", "err", err)
 		return
 	}
 	rep.RequestId, rep.Fingerprint = req.GetRequestId(), req.GetFingerprint()
@@ -507,6 +562,9 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 // recovers, and then answers the caller and notes it in the thread's history when no handler
 // did (the request never ran).
 func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, cause string) error {
+	if err := h.mayAct(ctx); err != nil {
+		return err
+	}
 	var id uint64
 	if err := retry(ctx, log, "storing a dead letter", func() (err error) {
 		id, err = h.dead.Add(ctx, in.req, in.data, in.seq, in.tries.n, cause)
@@ -534,8 +592,8 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errFenced) {
+			return err
 		}
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn(what, "attempt", attempt, "err", err)

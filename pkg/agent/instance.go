@@ -41,6 +41,8 @@ type liveInstance struct {
 	store  *instance.Store
 	key    liveKey
 	hostID string
+	// mayAct says whether the request of a context may write now (Host.mayAct).
+	mayAct func(context.Context) error
 
 	mu     sync.Mutex
 	loaded bool
@@ -125,6 +127,9 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 		if err == nil {
 			i.wrote = true
 			return nil
+		}
+		if errors.Is(err, errFenced) {
+			return fmt.Errorf("saving state: %w", err)
 		}
 		if !errors.Is(err, instance.ErrConflict) {
 			// Not written (writeLocked checked): try again while the bus recovers, on the state
@@ -212,6 +217,9 @@ func (i *Instance) completing() bool {
 
 // writeLocked writes rec with compare-and-set against the revision last seen.
 func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) error {
+	if err := l.mayAct(ctx); err != nil {
+		return err
+	}
 	if !l.found {
 		rec.Revision = 0
 	}
@@ -239,8 +247,8 @@ func retryUntil(ctx context.Context, fn func() error) error {
 	backoff := 50 * time.Millisecond
 	for {
 		err := fn()
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errFenced) {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -24,13 +24,15 @@ type liveSet struct {
 	hostID string
 	// count follows len(m); nil without metrics.
 	count prometheus.Gauge
+	// mayAct is given to every live copy (liveInstance.mayAct).
+	mayAct func(context.Context) error
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
 }
 
-func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge) *liveSet {
-	return &liveSet{store: store, log: log, hostID: hostID, count: count, m: make(map[liveKey]*liveInstance)}
+func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
+	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, m: make(map[liveKey]*liveInstance)}
 }
 
 // acquire returns the instance's live copy (not loaded yet when new); release it after use.
@@ -40,7 +42,7 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 	defer s.mu.Unlock()
 	l := s.m[k]
 	if l == nil {
-		l = &liveInstance{store: s.store, key: k, hostID: s.hostID}
+		l = &liveInstance{store: s.store, key: k, hostID: s.hostID, mayAct: s.mayAct}
 		s.m[k] = l
 		if s.count != nil {
 			s.count.Inc()

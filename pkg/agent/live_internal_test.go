@@ -22,7 +22,7 @@ import (
 func TestSweepPacesWrites(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	store := instance.NewStore(res.Instances)
-	s := newLiveSet(store, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil)
+	s := newLiveSet(store, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,6 +68,10 @@ type partition struct {
 	ackedNext int
 	// consuming is true while the partition's consumer is pulled (Host.Readiness).
 	consuming bool
+
+	// fenced is set once another host may have taken the partition over while this host's
+	// lease had lapsed (lease.go): nothing of it may act any more.
+	fenced atomic.Bool
 }
 
 // ackedRequest is a request the host acknowledged: its inbox sequence and the subject its
@@ -250,10 +255,14 @@ func (h *Host) handOver(part *partition) {
 	part.others = nil
 	cons, pin := part.cons, part.pin
 	h.mu.Unlock()
-	for _, d := range back {
-		if err := d.msg.Nak(); err != nil {
-			h.log.Debug("giving a request back", "seq", d.seq, "err", err)
+	if h.leaseHeld() && !part.fenced.Load() {
+		for _, d := range back {
+			if err := d.msg.Nak(); err != nil {
+				h.log.Debug("giving a request back", "seq", d.seq, "err", err)
+			}
 		}
+	} else if len(back) > 0 {
+		h.log.Warn("requests not given back: the host's lease lapsed; they come back after the ack wait", "agent", part.key.agent, "partition", part.key.n, "count", len(back))
 	}
 	// Unpin only a pin of ours: another host may already hold the partition.
 	if cons != nil && pin != "" {
@@ -281,6 +290,7 @@ func (h *Host) handOver(part *partition) {
 
 // unpinStale unpins a partition the host owns when another client holds its pin: the pin of a
 // host that died (or of an earlier life of this host), which would otherwise stand for pinnedTTL.
+// Then the requests that client held come back at once (redeliverStale), not after the ack wait.
 func (h *Host) unpinStale(ctx context.Context, part *partition) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -298,7 +308,10 @@ func (h *Host) unpinStale(ctx context.Context, part *partition) {
 		h.log.Debug("unpinning a stale pin", "consumer", part.durable)
 		if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
 			h.log.Debug("unpinning", "consumer", part.durable, "err", err)
+			return
 		}
+		// Read before the unpin, info covers only deliveries to the stale pin's client.
+		h.redeliverStale(ctx, part, info)
 	}
 }
 
@@ -489,6 +502,20 @@ func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint
 		}
 	}
 	return true, reacks
+}
+
+// heldPartitionsLocked lists, by agent, the partitions the heartbeat names: those pulled or
+// handed over now, and those whose requests still run here (registry.FeatureFinishing).
+func (h *Host) heldPartitionsLocked() map[string][]int {
+	out := h.ownedLocked()
+	for _, d := range h.held {
+		k := d.part.key
+		if d.running && !d.part.fenced.Load() && h.parts[k] != d.part && !slices.Contains(out[k.agent], k.n) {
+			out[k.agent] = append(out[k.agent], k.n)
+			slices.Sort(out[k.agent])
+		}
+	}
+	return out
 }
 
 // ownedLocked lists the partitions pulled now, by agent.

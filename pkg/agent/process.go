@@ -18,6 +18,10 @@ import (
 // process handles one request and acknowledges it. It returns false if it gave the request back
 // to the bus unfinished (the host is shutting down), to be delivered again.
 func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
+	ctx = withFence(ctx, d.part)
+	if err := h.mayAct(ctx); err != nil {
+		return h.notActed(h.log, d, err)
+	}
 	in, log, ok := h.decode(d)
 	if !ok {
 		return true
@@ -37,6 +41,9 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		return finished
 	}
 	if err := h.handle(ctx, log, in); err != nil {
+		if errors.Is(err, errFenced) {
+			return h.notActed(log, d, err)
+		}
 		log.Warn("request not finished; giving it back", "err", err)
 		return h.giveBack(log, d)
 	}
@@ -190,10 +197,13 @@ func (h *Host) readClaim(ctx context.Context, log *slog.Logger, ref *agentbusv1.
 
 // finish acknowledges a request the host is done with; a dead-lettering that failed (err) gives
 // it back instead.
-func (h *Host) finish(_ context.Context, log *slog.Logger, d *delivery, err error) bool {
+func (h *Host) finish(ctx context.Context, log *slog.Logger, d *delivery, err error) bool {
 	if err != nil {
 		log.Warn("request not finished; giving it back", "err", err)
 		return h.giveBack(log, d)
+	}
+	if err := h.mayAct(ctx); err != nil {
+		return h.notActed(log, d, err)
 	}
 	h.mu.Lock()
 	m := d.msg
@@ -207,13 +217,30 @@ func (h *Host) finish(_ context.Context, log *slog.Logger, d *delivery, err erro
 }
 
 // giveBack returns a request to the bus unfinished, for the partition's owner to take again.
+// A request the host may not act on any more (lease.go) is left to the bus's ack wait.
 func (h *Host) giveBack(log *slog.Logger, d *delivery) bool {
+	if !h.leaseHeld() || d.part.fenced.Load() {
+		log.Warn("request not given back: the host's lease lapsed; it comes back after the ack wait", "seq", d.seq)
+		return false
+	}
 	h.mu.Lock()
 	m := d.msg
 	h.mu.Unlock()
 	if err := m.Nak(); err != nil {
 		log.Debug("giving a request back", "err", err)
 	}
+	return false
+}
+
+// notActed ends the processing of a request the host may not act on (lease.go): a fenced one is
+// left to the host that took its partition over; one whose act was cut short (the host stops)
+// comes back after the ack wait. It is neither acknowledged nor given back.
+func (h *Host) notActed(log *slog.Logger, d *delivery, err error) bool {
+	if errors.Is(err, errFenced) {
+		log.Warn("late act refused: another host took the request's partition over", "seq", d.seq, "agent", d.part.key.agent, "partition", d.part.key.n)
+		return true
+	}
+	log.Warn("request left to the bus: the host could not act on it", "seq", d.seq, "err", err)
 	return false
 }
 

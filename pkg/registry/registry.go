@@ -91,19 +91,31 @@ type Host struct {
 	ID        string    `json:"id"`
 	Agents    []string  `json:"agents"`
 	StartedAt time.Time `json:"startedAt"`
-	// Partitions are the inbox partitions the host pulls, by agent: those it owns, and those it
-	// is still handing over. Another host takes over a partition that no live host lists.
+	// Partitions are the inbox partitions the host holds, by agent: those it owns, those it is
+	// still handing over, and (FeatureFinishing) those whose requests still run there. Another
+	// host takes over a partition that no live host lists.
 	Partitions map[string][]int `json:"partitions,omitempty"`
 	// Features name what the host understands that hosts of earlier releases did not. Ingress
 	// relies on a feature for an agent only while every live host of the agent lists it
 	// (Directory.AllLiveHave), so that a rolling upgrade may replace hosts and ingresses in any
 	// order.
 	Features []string `json:"features,omitempty"`
+	// Leaving is set while the host stops: it takes no partition any more (placement leaves it
+	// out, and so do Live, LiveHosts and AllLiveHave), but Partitions still lists the
+	// partitions whose requests it is finishing, so that no other host redelivers them.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // FeatureReplyTo means the host reads a waiting ingress's reply subject from the request
 // envelope (agentbusv1.Request.reply_to), not only from the Agentbus-Reply-To header.
 const FeatureReplyTo = "reply-to"
+
+// FeatureFinishing means the host lists a partition in its heartbeat while any request of it
+// still runs there, also after it let the partition go and while it stops (Leaving): a
+// partition that no fresh heartbeat lists is held by no live host, and its unacknowledged
+// requests may be redelivered at once. Hosts redeliver so only while every live host of the
+// agent lists the feature.
+const FeatureFinishing = "finishing"
 
 // Owns reports whether the heartbeat lists the agent's partition p.
 func (h Host) Owns(agent string, p int) bool { return slices.Contains(h.Partitions[agent], p) }
@@ -439,14 +451,14 @@ func (d *Directory) VisibleAgents(tenant string) []Agent {
 	return out
 }
 
-// eachLive calls f with the heartbeat of each host whose heartbeat is fresh and that runs the
-// agent, until f returns false. f runs under the read lock.
+// eachLive calls f with the heartbeat of each host whose heartbeat is fresh, that runs the agent
+// and is not leaving, until f returns false. f runs under the read lock.
 func (d *Directory) eachLive(agent string, f func(Host) bool) {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
-		if h.seen.After(cutoff) && slices.Contains(h.host.Agents, agent) && !f(h.host) {
+		if h.seen.After(cutoff) && !h.host.Leaving && slices.Contains(h.host.Agents, agent) && !f(h.host) {
 			return
 		}
 	}
@@ -473,6 +485,21 @@ func (d *Directory) AllLiveHave(agent, feature string) bool {
 	live, all := false, true
 	d.eachLive(agent, func(h Host) bool { live, all = true, h.Has(feature); return all })
 	return live && all
+}
+
+// Holder returns the id of a host other than except whose fresh heartbeat lists the agent's
+// partition p, leaving hosts included: a host that owns the partition, hands it over, or still
+// runs requests of it.
+func (d *Directory) Holder(agent string, p int, except string) (string, bool) {
+	cutoff := d.cutoff()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, h := range d.hosts {
+		if h.host.ID != except && h.seen.After(cutoff) && h.host.Owns(agent, p) {
+			return h.host.ID, true
+		}
+	}
+	return "", false
 }
 
 // Close stops the watches.

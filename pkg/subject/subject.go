@@ -344,6 +344,15 @@ func ReplayMsgID(tenant, requestID string, deadLetterID uint64) string {
 	return DedupeID(tenant, requestID) + ":replay:" + strconv.FormatUint(deadLetterID, 10)
 }
 
+// AckReply is the acknowledgement subject of the delivery of the stream message seq by the
+// durable consumer, in JetStream's first format ($JS.ACK.{stream}.{consumer}.{delivered}.
+// {stream seq}.{consumer seq}.{time}.{pending}), which servers still accept. A client that did not
+// receive the delivery can acknowledge or give it back through it: the server identifies the
+// message by its stream sequence and accepts any consumer sequence up to its last delivery.
+func AckReply(stream, consumer string, seq, consumerSeq uint64) string {
+	return "$JS.ACK." + stream + "." + consumer + ".1." + strconv.FormatUint(seq, 10) + "." + strconv.FormatUint(consumerSeq, 10) + ".0.0"
+}
+
 // StreamMsgGetAPI is the JetStream API subject that reads a stream's message from its leader.
 // Direct gets may be answered by a follower that lags behind; a workflow host taking over a
 // partition must see every request still in the stream.

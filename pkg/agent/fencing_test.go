@@ -1,0 +1,209 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// A host dies while handling a request: the survivor runs it again as soon as it takes the
+// partition over (the dead host's heartbeat is DeadAfter old), not after the ack wait.
+func TestCrashedHostsRequestComesBackAtOnce(t *testing.T) {
+	sa := &seqAgent{}
+	const ackWait = 30 * time.Second
+	s, doomed, crash := startDoomedOwner(t, sa, ackWait)
+
+	step(t, s, "x", "1", "1m")
+	waitFor(t, 5*time.Second, "the step runs on the doomed host", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) == 1 && hosts[0] == doomed
+	})
+	crash()
+	took := waitFor(t, ackWait/2, "the survivor runs the step again", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) == 2 && hosts[1] == "survivor"
+	})
+	t.Logf("the survivor ran the dead host's request %v after the crash (ack wait %v)", took.Round(time.Millisecond), ackWait)
+}
+
+// gate passes bytes between a client and the server until it is closed: then nothing passes
+// either way, as for a host cut off from NATS or stopped with SIGSTOP, until it opens again.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	cond   *sync.Cond
+}
+
+func newGate() *gate {
+	g := &gate{}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *gate) set(closed bool) {
+	g.mu.Lock()
+	g.closed = closed
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+func (g *gate) wait() {
+	g.mu.Lock()
+	for g.closed {
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+}
+
+// copy moves src to dst through the gate.
+func (g *gate) copy(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			g.wait()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// gatedServer connects in process to srv through g.
+type gatedServer struct {
+	srv interface{ InProcessConn() (net.Conn, error) }
+	g   *gate
+}
+
+func (p gatedServer) InProcessConn() (net.Conn, error) {
+	real, err := p.srv.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	client, mine := net.Pipe()
+	go func() { p.g.copy(real, mine); _ = real.Close() }()
+	go func() { p.g.copy(mine, real); _ = mine.Close() }()
+	return client, nil
+}
+
+// A host that pauses (here: cut off from NATS) for longer than the takeover while it handles a
+// request cannot finish it once it comes back: the survivor took the partition over and ran the
+// request; the paused host's lease lapsed, and its late state write is refused. The state counts
+// the request once.
+func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		lateErr error
+		ran     = map[string]int{}
+	)
+	release := make(chan struct{})
+	var doomedID atomic.Value
+	doomedID.Store("")
+	newAgent := func() *agent.Agent {
+		a := agent.New("Fence")
+		a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+			host := r.Instance().HostID()
+			mu.Lock()
+			ran[host]++
+			mu.Unlock()
+			if host == doomedID.Load() {
+				<-release // paused mid-handler
+			}
+			type state struct{ Count int }
+			s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
+			if err != nil {
+				mu.Lock()
+				lateErr = err
+				mu.Unlock()
+				return agent.Status(http.StatusInternalServerError)
+			}
+			return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
+		})
+		return a
+	}
+	const ackWait = 30 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{newAgent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
+
+	g := newGate()
+	id := idOwning("Fence", 1, 0, "survivor")
+	doomedID.Store(id)
+	nc, err := nats.Connect("", nats.Name(id), nats.InProcessServer(gatedServer{s.NATS.Server, g}), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{newAgent()}, AckWait: ackWait, ShutdownGrace: time.Second})
+	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
+		return len(h.Partitions()["Fence"]) == 1 && settled(t, s, "Fence", 1, []string{"survivor", id})
+	})
+
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	const wf = "default:Fence:Supervisor Workflow:f"
+	enqueue(t, js, &agentbusv1.Request{RequestId: "inc-1", TenantId: "default", WorkflowId: wf, AgentName: "Fence",
+		WorkflowType: "Supervisor Workflow", ActivationName: "f", ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
+		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	waitFor(t, 5*time.Second, "the paused host starts the request", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran[id] == 1
+	})
+
+	g.set(true) // the host pauses
+	paused := time.Now()
+	took := waitFor(t, ackWait/2, "the survivor runs the request", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ran["survivor"] == 1
+	})
+	t.Logf("the survivor ran the paused host's request %v after the pause", took.Round(time.Millisecond))
+	close(release) // the paused handler goes on: its state write waits for the lease
+	time.Sleep(8*time.Second - time.Since(paused))
+	g.set(false) // the host comes back
+
+	waitFor(t, 10*time.Second, "the paused host's late write is refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lateErr != nil
+	})
+	mu.Lock()
+	assert.Contains(t, lateErr.Error(), "took the request's partition over")
+	mu.Unlock()
+
+	time.Sleep(time.Second)
+	rec, err := instance.NewStore(s.Res.Instances).Get(t.Context(), "default", wf)
+	require.NoError(t, err)
+	var st struct{ Count int }
+	require.NoError(t, json.Unmarshal(rec.State, &st))
+	assert.Equal(t, 1, st.Count, "the request changed the state %d times", st.Count)
+	// The request and its answer are stored once.
+	msgs, _, err := history.NewStore(s.Res.Messages, s.Res.Topics, js).Page(t.Context(), "default", wf, "p", history.PageOptions{Size: 10})
+	require.NoError(t, err)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, fmt.Sprintf("%s %d", m.RequestID, m.Direction))
+	}
+	assert.Len(t, msgs, 2, "thread: %s", strings.Join(got, " | "))
+}
