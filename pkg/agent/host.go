@@ -198,8 +198,8 @@ type Host struct {
 	leaseEnd atomic.Int64
 	// leaseMu serialises heartbeats, so that a lapsed lease is renewed once.
 	leaseMu sync.Mutex
-	wg     sync.WaitGroup // drainers
-	bg     sync.WaitGroup // handovers and the resolver
+	wg      sync.WaitGroup // drainers
+	bg      sync.WaitGroup // handovers and the resolver
 }
 
 // NewHost checks cfg and returns a Host; Run starts it.
