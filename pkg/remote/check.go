@@ -11,7 +11,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -19,19 +21,66 @@ import (
 
 // CheckResult is the outcome of one case of Check.
 type CheckResult struct {
-	Case   string `json:"case"`
-	OK     bool   `json:"ok"`
-	Detail string `json:"detail"`
+	Case string `json:"case"`
+	OK   bool   `json:"ok"`
+	// Skipped is a case that does not apply to the registration (it takes no Chat messages, no
+	// files, has no webhook methods); OK is true and Detail starts with "skipped: ".
+	Skipped bool   `json:"skipped,omitempty"`
+	Detail  string `json:"detail"`
 }
 
-// Check drives an agent's endpoint through the protocol's cases, as a workflow host would call
-// it, and reports each: signatures (an unsigned or wrongly signed request is refused with 401),
-// a request of another protocol version refused with 400, an answer to every method the
-// registration names (Chat, File, each Data method and webhook), a streamed chat, state sent and
-// kept across requests, and keep-alive (the second request reuses the first's connection).
-// Nothing is registered and no host is involved: it is for agent authors, before they register.
+// The cases of Check, in the order it runs them. Those named per method ("Data sum answered",
+// "webhook echo answered") are listed once for each method the registration names.
+const (
+	CaseUnsigned       = "unsigned request refused with 401"
+	CaseWronglySigned  = "wrongly signed request refused with 401"
+	CaseProtocol       = "protocol version 2 refused with 400"
+	CaseChat           = "Chat answered"
+	CaseChatStreamed   = "Chat streamed"
+	CaseFile           = "File answered"
+	CaseWebhookAnswers = "webhook responses: a status of 200-599, and a content type with a body"
+	CaseState          = "state is sent and an answer's state is valid JSON"
+	CaseOrder          = "order: 3 requests of one conversation, each sent with the state the previous one answered"
+	CaseStateConflict  = "state conflict: a request sent again with a fresher state is answered from that state"
+	CaseRetry          = "retry: a request sent again as attempt 2 is answered, not refused"
+	CaseKeepAlive      = "keep-alive: a second request reuses the connection"
+)
+
+// orderRequests is how many requests of one conversation the order case sends.
+const orderRequests = 3
+
+// Check drives an agent's endpoint through the protocol's cases (docs/remote-agents.md), as a
+// workflow host would call it, and reports each, in this order:
+//
+//   - signatures: an unsigned and a wrongly signed request are refused with 401;
+//   - a request of protocol version 2 is refused with 400;
+//   - Chat answered and Chat streamed (plain and streamed chats get a protocol answer), File
+//     answered: skipped when the registration takes no Chat messages, no files;
+//   - "Data M answered" for each Data method and "webhook W answered" for each webhook method
+//     the registration names: a protocol answer;
+//   - webhook responses: each webhook method's response has a status of 200 to 599 (or none:
+//     200) and a content type when it has a body; a method without a protocol answer fails it
+//     too; skipped without webhook methods;
+//   - state: a request sent with a state gets an answer whose state, if any, is valid JSON;
+//   - order: three requests of one conversation, sent one after another, each with the state
+//     the previous answer gave, are all answered;
+//   - state conflict: a request answered for a stale state and sent again (same requestId) with
+//     a fresher one, as a host does when its compare-and-set of the state failed, is answered,
+//     and answered from the state sent: when the order case showed that the agent's new state
+//     depends on the state it is sent, the second answer's state must not be the first's;
+//   - retry: a request sent again with the same requestId and attempt 2 is answered, without
+//     an error when attempt 1 had none: not refused as a duplicate;
+//   - keep-alive: the second of two requests reuses the first one's connection.
+//
+// The order, state-conflict and retry cases use the first request of the registration that was
+// answered with a state (Chat, then each Data method, then each webhook), so that they see how
+// the agent's state evolves; when no answer carries a state, the request of the signature cases.
+// Data methods get the parameters {} and webhooks a JSON body {}; every request is a real call
+// of the endpoint. Nothing is registered and no host is involved: it is for agent authors,
+// before they register.
 func Check(ctx context.Context, reg Registration) []CheckResult {
 	c := &checker{reg: reg, client: &http.Client{Timeout: 30 * time.Second}, workflow: "check:" + reg.Name + ":Supervisor Workflow:check-" + randomHex(4)}
+	defer c.client.CloseIdleConnections()
 	var out []CheckResult
 	add := func(name string, err error, ok string) {
 		r := CheckResult{Case: name, OK: err == nil, Detail: ok}
@@ -40,49 +89,235 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 		}
 		out = append(out, r)
 	}
+	skip := func(name, why string) {
+		out = append(out, CheckResult{Case: name, OK: true, Skipped: true, Detail: "skipped: " + why})
+	}
+	// stateful is the first request answered with a state, for the order, conflict and retry
+	// cases.
+	var stateful *Request
+	keep := func(req *Request, ans *Answer) {
+		if stateful == nil && ans != nil && ans.Error == nil && ans.State != nil {
+			r := *req
+			r.Stream = false
+			stateful = &r
+		}
+	}
+
 	first := c.pick()
-	add("unsigned request refused with 401", c.expectStatus(ctx, first, "", http.StatusUnauthorized), "401")
-	add("wrongly signed request refused with 401", c.expectStatus(ctx, first, webhooksig.NewStandardSecret(), http.StatusUnauthorized), "401")
+	add(CaseUnsigned, c.expectStatus(ctx, first, "", http.StatusUnauthorized), "401")
+	add(CaseWronglySigned, c.expectStatus(ctx, first, webhooksig.NewStandardSecret(), http.StatusUnauthorized), "401")
 	v2 := first
 	v2.Protocol = 2
-	add("protocol version 2 refused with 400", c.expectStatus(ctx, v2, reg.Secret, http.StatusBadRequest), "400")
+	add(CaseProtocol, c.expectStatus(ctx, v2, reg.Secret, http.StatusBadRequest), "400")
 	if reg.Chat {
 		req := c.request("Chat", "hello", "")
 		ans, _, err := c.call(ctx, req, reg.Secret)
 		if err == nil && (ans.Reply == nil || ans.Reply.Text == nil || *ans.Reply.Text == "") && ans.Error == nil {
 			err = errors.New("the answer has neither reply.text nor error")
 		}
-		add("Chat answered", err, "reply")
+		if err == nil {
+			keep(req, ans)
+		}
+		add(CaseChat, err, "reply")
 		req.Stream = true
 		ans, lines, err := c.call(ctx, req, reg.Secret)
 		if err == nil && ans.Error == nil && (ans.Reply == nil || ans.Reply.Text == nil) {
 			err = errors.New("the streamed answer's last line has no reply.text")
 		}
-		add("Chat streamed", err, fmt.Sprintf("%d lines", lines))
+		add(CaseChatStreamed, err, fmt.Sprintf("%d lines", lines))
+	} else {
+		skip(CaseChat, "the registration takes no Chat messages")
+		skip(CaseChatStreamed, "the registration takes no Chat messages")
 	}
 	if reg.File {
 		req := c.request("File", "check.txt", "")
-		req.Message.File = &File{Name: "check.txt", ContentType: "text/plain", Size: 5, Content: []byte("hello")}
+		req.Message.File = &File{Name: "check.txt", ContentType: "text/plain", Size: 5, SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Content: []byte("hello")}
 		_, _, err := c.call(ctx, req, reg.Secret)
-		add("File answered", err, "answer")
+		add(CaseFile, err, "answer")
+	} else {
+		skip(CaseFile, "the registration takes no files")
 	}
 	for _, m := range reg.Methods {
-		_, _, err := c.call(ctx, c.request("Data", m.Name, m.Name), reg.Secret)
+		req := c.request("Data", m.Name, m.Name)
+		ans, _, err := c.call(ctx, req, reg.Secret)
+		if err == nil {
+			keep(req, ans)
+		}
 		add("Data "+m.Name+" answered", err, "answer")
 	}
+	var responses []webhookAnswer
 	for _, w := range reg.Webhooks {
-		req := c.request("Webhook", "", "")
-		req.Message = nil
-		req.Webhook = &Webhook{Method: w, Params: map[string]string{}, Headers: map[string]string{"Content-Type": "application/json"}, ContentType: "application/json", Body: []byte(`{}`)}
+		req := c.webhookRequest(w)
 		ans, _, err := c.call(ctx, req, reg.Secret)
-		if err == nil && ans.Response != nil && ans.Response.Status != 0 && (ans.Response.Status < 200 || ans.Response.Status > 599) {
-			err = fmt.Errorf("response.status %d is not an HTTP status", ans.Response.Status)
+		if err == nil {
+			keep(req, ans)
 		}
+		responses = append(responses, webhookAnswer{method: w, ans: ans})
 		add("webhook "+w+" answered", err, "answer")
 	}
-	add("state is sent and an answer's state is valid JSON", c.state(ctx), "ok")
-	add("keep-alive: a second request reuses the connection", c.keepAlive(ctx), "reused")
+	if len(reg.Webhooks) == 0 {
+		skip(CaseWebhookAnswers, "the registration has no webhook methods")
+	} else {
+		detail, err := checkResponses(responses)
+		add(CaseWebhookAnswers, err, detail)
+	}
+	add(CaseState, c.state(ctx), "ok")
+
+	tmpl := stateful
+	if tmpl == nil {
+		tmpl = &first
+	}
+	states, detail, err := c.order(ctx, *tmpl)
+	add(CaseOrder, err, detail)
+	detail, err = c.conflict(ctx, *tmpl, states)
+	add(CaseStateConflict, err, detail)
+	detail, err = c.retry(ctx, *tmpl)
+	add(CaseRetry, err, detail)
+	add(CaseKeepAlive, c.keepAlive(ctx), "reused")
 	return out
+}
+
+// webhookAnswer is a webhook method's answer, for checkResponses; ans is nil when the call
+// failed.
+type webhookAnswer struct {
+	method string
+	ans    *Answer
+}
+
+// checkResponses checks the webhook answers' responses: a status the host can answer the
+// caller with (200 to 599; none is 200), and a content type with a body, which would otherwise
+// reach the caller as application/json. A webhook without a protocol answer fails it too: there
+// was nothing to check.
+func checkResponses(answers []webhookAnswer) (string, error) {
+	var bad []string
+	judged := 0
+	for _, a := range answers {
+		if a.ans == nil {
+			bad = append(bad, fmt.Sprintf("webhook %s: no protocol answer to check", a.method))
+			continue
+		}
+		resp := a.ans.Response
+		if a.ans.Error != nil || resp == nil {
+			continue // a failed request, or an empty 200: nothing to judge
+		}
+		judged++
+		if resp.Status != 0 && (resp.Status < 200 || resp.Status > 599) {
+			bad = append(bad, fmt.Sprintf("webhook %s: response.status %d is not from 200 to 599", a.method, resp.Status))
+		}
+		if (resp.Body != "" || len(resp.BodyBase64) > 0) && resp.ContentType == "" {
+			bad = append(bad, fmt.Sprintf("webhook %s: the response has a body but no contentType (the caller would get it as application/json)", a.method))
+		}
+	}
+	if len(bad) > 0 {
+		return "", errors.New(strings.Join(bad, "; "))
+	}
+	return fmt.Sprintf("%d responses", judged), nil
+}
+
+// order sends orderRequests requests of one conversation one after another, each with the
+// state the previous answer gave (null first), and returns the states sent, then the last
+// answer's: orderRequests+1 states.
+func (c *checker) order(ctx context.Context, tmpl Request) ([]json.RawMessage, string, error) {
+	states := []json.RawMessage{json.RawMessage("null")}
+	changes, stateless := 0, true
+	for i := range orderRequests {
+		req := c.again(tmpl)
+		req.State = states[i]
+		ans, _, err := c.call(ctx, &req, c.reg.Secret)
+		if err != nil {
+			return nil, "", fmt.Errorf("request %d of %d: %w", i+1, orderRequests, err)
+		}
+		next := states[i]
+		if ans.Error == nil && ans.State != nil {
+			if !json.Valid(ans.State) {
+				return nil, "", fmt.Errorf("request %d of %d: the answer's state is not JSON", i+1, orderRequests)
+			}
+			stateless = false
+			next = ans.State
+			if !jsonEqual(next, states[i]) {
+				changes++
+			}
+		}
+		states = append(states, next)
+	}
+	if stateless {
+		return states, fmt.Sprintf("%d requests answered; the answers carry no state", orderRequests), nil
+	}
+	return states, fmt.Sprintf("%d requests answered; the state changed %d times", orderRequests, changes), nil
+}
+
+// conflict sends a request with the first state of the order case, then again (same requestId,
+// same attempt) with a fresher one, as a host does after its compare-and-set of the state
+// failed. The second answer must be given, and, when the order case showed that the agent's
+// new state depends on the state it is sent, must not carry the state answered to the first.
+func (c *checker) conflict(ctx context.Context, tmpl Request, states []json.RawMessage) (string, error) {
+	if len(states) < orderRequests+1 {
+		return "", errors.New("not run: the order case failed")
+	}
+	stale, fresh := states[0], states[orderRequests-1]
+	req := c.again(tmpl)
+	req.State = stale
+	first, _, err := c.call(ctx, &req, c.reg.Secret)
+	if err != nil {
+		return "", fmt.Errorf("the request with the stale state: %w", err)
+	}
+	req.State = fresh
+	second, _, err := c.call(ctx, &req, c.reg.Secret)
+	if err != nil {
+		return "", fmt.Errorf("the request sent again with the fresher state: %w", err)
+	}
+	if first.Error == nil && second.Error != nil {
+		return "", fmt.Errorf("the request sent again with the fresher state was refused: %d %s", second.Error.Status, second.Error.Message)
+	}
+	if !dependsOnState(states) {
+		return "answered; the agent's state does not visibly depend on the state sent", nil
+	}
+	if first.Error == nil && second.Error == nil && first.State != nil && second.State != nil && jsonEqual(first.State, second.State) {
+		return "", errors.New("sent again with a fresher state, the request got the state answered to the stale one: " +
+			"compute the answer from the request's state, not from an earlier answer to its requestId")
+	}
+	return "answered from the fresher state", nil
+}
+
+// dependsOnState reports whether the order case's states, after the first (null), are all set
+// and all different: then the agent's new state is a function of the state it is sent.
+func dependsOnState(states []json.RawMessage) bool {
+	for i := 1; i < len(states); i++ {
+		for j := 0; j < i; j++ {
+			if jsonEqual(states[i], states[j]) {
+				return false
+			}
+		}
+	}
+	return len(states) > 2
+}
+
+// retry sends a request, then the same one (same requestId) as attempt 2: the second must be
+// answered, and, when the first was answered without an error, without one.
+func (c *checker) retry(ctx context.Context, tmpl Request) (string, error) {
+	req := c.again(tmpl)
+	first, _, err := c.call(ctx, &req, c.reg.Secret)
+	if err != nil {
+		return "", fmt.Errorf("attempt 1: %w", err)
+	}
+	req.Attempt = 2
+	second, _, err := c.call(ctx, &req, c.reg.Secret)
+	if err != nil {
+		return "", fmt.Errorf("attempt 2: %w", err)
+	}
+	if first.Error == nil && second.Error != nil {
+		return "", fmt.Errorf("attempt 2 was refused: %d %s", second.Error.Status, second.Error.Message)
+	}
+	return "attempt 2 answered", nil
+}
+
+// jsonEqual reports whether two JSON values are equal, whatever their spacing and key order.
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 type checker struct {
@@ -100,15 +335,28 @@ func (c *checker) pick() Request {
 	case len(c.reg.Methods) > 0:
 		return *c.request("Data", c.reg.Methods[0].Name, c.reg.Methods[0].Name)
 	default:
-		req := c.request("Webhook", "", "")
-		req.Message = nil
 		w := ""
 		if len(c.reg.Webhooks) > 0 {
 			w = c.reg.Webhooks[0]
 		}
-		req.Webhook = &Webhook{Method: w, Params: map[string]string{}, Headers: map[string]string{}, Body: []byte{}}
-		return *req
+		return *c.webhookRequest(w)
 	}
+}
+
+// webhookRequest is a call of the webhook method w with the JSON body {}.
+func (c *checker) webhookRequest(w string) *Request {
+	req := c.request("Webhook", "", "")
+	req.Message = nil
+	req.Webhook = &Webhook{Method: w, Params: map[string]string{}, Headers: map[string]string{"Content-Type": "application/json"},
+		ContentType: "application/json", Body: []byte(`{}`)}
+	return req
+}
+
+// again is a copy of the request with a new requestId, attempt 1 and a new deadline.
+func (c *checker) again(req Request) Request {
+	fresh := c.request(req.Type, "", "")
+	req.RequestID, req.Attempt, req.Deadline = fresh.RequestID, 1, fresh.Deadline
+	return req
 }
 
 func (c *checker) request(typ, text, method string) *Request {

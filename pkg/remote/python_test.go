@@ -113,6 +113,7 @@ func TestPythonEchoConforms(t *testing.T) {
 	var reg remote.Registration
 	require.NoError(t, json.Unmarshal(b, &reg))
 	for _, r := range remote.Check(t.Context(), reg) {
+		t.Logf("ok=%v %s: %s", r.OK, r.Case, r.Detail)
 		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
 	}
 }

@@ -1,0 +1,210 @@
+// Package remotetest serves a remote agent written against the protocol by hand
+// (docs/remote-agents.md), in the test's process, for tests of what calls remote agents: Check,
+// the command-line client. It uses no kit. Faults make it break one rule of the protocol each,
+// so that a test can see that rule's case of Check fail.
+package remotetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
+)
+
+// Faults are the rules of the protocol an Endpoint breaks; the zero value breaks none.
+type Faults struct {
+	// NoSignatureCheck takes unsigned and wrongly signed requests.
+	NoSignatureCheck bool
+	// AnyProtocol takes requests of any protocol version.
+	AnyProtocol bool
+	// CloseConnections answers every request with Connection: close.
+	CloseConnections bool
+	// CacheByRequestID answers a requestId it has seen with its first answer, whatever the state
+	// the request carries now.
+	CacheByRequestID bool
+	// RefuseRetries fails every attempt after the first with an error 409.
+	RefuseRetries bool
+	// WebhookWithoutContentType leaves the content type out of the webhook's response.
+	WebhookWithoutContentType bool
+	// WebhookStatus, when not 0, is the status of the webhook's response.
+	WebhookStatus int
+}
+
+// Endpoint is a remote agent: Chat ("You said: …", streamed word by word when asked), File
+// ("Received {name} ({n} bytes)"), the Data methods count (a counter kept in the state) and sum
+// ({"values": [...]} → {"sum": n}), and the webhook echo (the body back, with its content type).
+type Endpoint struct {
+	*httptest.Server
+	// Secret is the signing secret it checks.
+	Secret string
+	faults Faults
+
+	mu       sync.Mutex
+	answered map[string][]byte // by requestId, for Faults.CacheByRequestID
+	requests int
+}
+
+// New starts an Endpoint with a new secret; it stops when the test ends.
+func New(t testing.TB, faults Faults) *Endpoint {
+	e := &Endpoint{Secret: webhooksig.NewStandardSecret(), faults: faults, answered: map[string][]byte{}}
+	e.Server = httptest.NewServer(http.HandlerFunc(e.serve))
+	t.Cleanup(e.Close)
+	return e
+}
+
+// Registration is the endpoint's registration under name, with its secret, as a kit's Echo
+// prints its own.
+func (e *Endpoint) Registration(name string) remote.Registration {
+	return remote.Registration{
+		Name: name, URL: e.URL + "/agentbus", Chat: true, File: true, Webhooks: []string{"echo"},
+		Methods: []remote.Method{
+			{Name: "count", Description: "Increments this conversation's counter and returns it."},
+			{Name: "sum", Description: "Adds numbers.", Schema: json.RawMessage(`{"type":"object","properties":{"values":{"type":"array","items":{"type":"number"}}}}`)},
+		},
+		Secret: e.Secret,
+	}
+}
+
+// Requests is how many signed requests of protocol version 1 it answered.
+func (e *Endpoint) Requests() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.requests
+}
+
+func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
+	if e.faults.CloseConnections {
+		w.Header().Set("Connection", "close")
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST agentbus requests here", http.StatusMethodNotAllowed)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "reading the request", http.StatusBadRequest)
+		return
+	}
+	if !e.faults.NoSignatureCheck {
+		hdr := map[string]string{}
+		for k := range r.Header {
+			hdr[k] = r.Header.Get(k)
+		}
+		if err := (webhooksig.Standard{Secret: e.Secret}).Verify(hdr, body); err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+	}
+	var req remote.Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, "not a JSON request", http.StatusBadRequest)
+		return
+	}
+	if !e.faults.AnyProtocol && (req.Protocol != remote.ProtocolVersion || r.Header.Get(remote.HeaderProtocol) != strconv.Itoa(remote.ProtocolVersion)) {
+		http.Error(w, "not a protocol 1 request", http.StatusBadRequest)
+		return
+	}
+	e.mu.Lock()
+	e.requests++
+	cached, seen := e.answered[req.RequestID]
+	e.mu.Unlock()
+	if e.faults.CacheByRequestID && seen {
+		writeJSON(w, cached)
+		return
+	}
+	if req.Type == "Chat" && req.Stream && req.Message != nil {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		for _, d := range []string{"You ", "said: ", req.Message.Text} {
+			fmt.Fprintf(w, "{\"delta\":%q}\n", d)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprintf(w, "{\"reply\":{\"text\":%q}}\n", "You said: "+req.Message.Text)
+		return
+	}
+	b, err := json.Marshal(e.answer(&req))
+	if err != nil {
+		http.Error(w, "encoding the answer", http.StatusInternalServerError)
+		return
+	}
+	e.mu.Lock()
+	if _, ok := e.answered[req.RequestID]; !ok {
+		e.answered[req.RequestID] = b
+	}
+	e.mu.Unlock()
+	writeJSON(w, b)
+}
+
+// answer is the answer object of a request.
+func (e *Endpoint) answer(req *remote.Request) map[string]any {
+	fail := func(status int, msg string) map[string]any {
+		return map[string]any{"error": map[string]any{"status": status, "message": msg, "retry": false}}
+	}
+	if e.faults.RefuseRetries && req.Attempt > 1 {
+		return fail(http.StatusConflict, "this request was answered already")
+	}
+	switch {
+	case req.Type == "Webhook" && req.Webhook != nil:
+		if req.Webhook.Method != "echo" {
+			return fail(http.StatusNotFound, "no such webhook")
+		}
+		resp := map[string]any{"status": http.StatusOK, "bodyBase64": req.Webhook.Body}
+		if e.faults.WebhookStatus != 0 {
+			resp["status"] = e.faults.WebhookStatus
+		}
+		if !e.faults.WebhookWithoutContentType {
+			ct := req.Webhook.ContentType
+			if ct == "" {
+				ct = "application/octet-stream"
+			}
+			resp["contentType"] = ct
+		}
+		return map[string]any{"response": resp}
+	case req.Message == nil:
+		return fail(http.StatusBadRequest, "no message")
+	case req.Type == "Chat":
+		return map[string]any{"reply": map[string]any{"text": "You said: " + req.Message.Text}}
+	case req.Type == "File":
+		if req.Message.File == nil {
+			return map[string]any{"reply": map[string]any{"text": "No file data received."}}
+		}
+		return map[string]any{"reply": map[string]any{"text": fmt.Sprintf("Received %s (%d bytes)", req.Message.File.Name, len(req.Message.File.Content))}}
+	case req.Type == "Data" && req.Message.Method == "count":
+		var st struct {
+			Count int `json:"count"`
+		}
+		if len(req.State) > 0 && !bytes.Equal(req.State, []byte("null")) {
+			if err := json.Unmarshal(req.State, &st); err != nil {
+				return fail(http.StatusBadRequest, "the state is not the counter's")
+			}
+		}
+		st.Count++
+		return map[string]any{"reply": map[string]any{"data": map[string]any{"count": st.Count}}, "state": st}
+	case req.Type == "Data" && req.Message.Method == "sum":
+		var p struct {
+			Values []float64 `json:"values"`
+		}
+		_ = json.Unmarshal(req.Message.Data, &p)
+		sum := 0.0
+		for _, v := range p.Values {
+			sum += v
+		}
+		return map[string]any{"reply": map[string]any{"data": map[string]any{"sum": sum}}}
+	default:
+		return fail(http.StatusNotFound, "the agent has no such method")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, _ = w.Write(b)
+}
