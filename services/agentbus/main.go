@@ -1,7 +1,8 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
 // API keys, sends messages, converses with agents (optionally streamed), tails a thread, lists,
-// replays and discards dead letters, lists and cancels timers, and manages event subscriptions
-// and their undelivered events.
+// replays and discards dead letters, lists and cancels timers, manages event subscriptions and
+// their undelivered events, registers remote agents, and checks a remote agent's endpoint
+// against the protocol.
 //
 //	agentbus [global flags] <command> <subcommand> [flags] [args]
 //
@@ -11,7 +12,7 @@
 //	-key     AGENTBUS_KEY     the API key, sent as Authorization: Bearer (prefer the variable:
 //	                          a flag is visible to other users in the process list)
 //	-tenant  AGENTBUS_TENANT  the tenant of admin and history calls (default "default")
-//	-json                     print the API's JSON answers as they are
+//	-json                     print the API's JSON answers as they are (also: -o json)
 //
 // The key is never printed and never put in a URL. Errors the API answers (problem+json) are
 // printed as "error: <title> (<status>): <detail>" on stderr, and the exit code is 1.
@@ -59,11 +60,12 @@ type cli struct {
 	tenantSet bool
 	json      bool
 
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	http           *http.Client
 }
 
-const usage = `usage: agentbus [-url URL] [-key KEY] [-tenant ID] [-json] <command> [flags] [args]
+const usage = `usage: agentbus [-url URL] [-key KEY] [-tenant ID] [-json | -o json] <command> [flags] [args]
 
 commands:
   tenant create ID | tenant list | tenant delete ID
@@ -82,6 +84,14 @@ commands:
   subscription list | subscription get ID | subscription delete ID
   subscription undelivered ID [--after N] [--limit N]
   subscription replay ID EVENT_ID | subscription discard ID EVENT_ID
+  agent register [NAME] [-f FILE|-] [--endpoint URL] [--chat] [--files] [--method M]...
+       [--webhook W]... [--workflow-type T]... [--tenants T,...] [--secret whsec_...]
+       [--timeout S] [--max-concurrent N]
+  agent replace NAME [-f FILE|-] [the flags of register]
+  agent list | agent get NAME | agent remove NAME
+       (register, replace, list, get, remove: --global for the system admin's global agents)
+  agent check URL [--secret whsec_...] [-f FILE|-] [--chat] [--files] [--method M]... [--webhook W]...
+       (also: agent-check URL ...)
 
 environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
 `
@@ -89,7 +99,12 @@ environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBU
 // run is the whole command: args without the program name, env to read AGENTBUS_* from. Errors
 // are printed to stderr here; the caller only chooses the exit code.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
-	err := runCommand(ctx, args, env, stdout, stderr)
+	return runIn(ctx, args, env, os.Stdin, stdout, stderr)
+}
+
+// runIn is run reading stdin from in (for -f -).
+func runIn(ctx context.Context, args []string, env func(string) (string, bool), in io.Reader, stdout, stderr io.Writer) error {
+	err := runCommand(ctx, args, env, in, stdout, stderr)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 	case errors.As(err, new(usageError)):
@@ -100,8 +115,8 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 	return err
 }
 
-func runCommand(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) error {
-	c := &cli{stdout: stdout, stderr: stderr}
+func runCommand(ctx context.Context, args []string, env func(string) (string, bool), in io.Reader, stdout, stderr io.Writer) error {
+	c := &cli{stdin: in, stdout: stdout, stderr: stderr}
 	getenv := func(name, def string) (string, bool) {
 		if v, ok := env(name); ok && v != "" {
 			return v, true
@@ -167,6 +182,13 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 			"get": c.subscriptionGet, "show": c.subscriptionGet, "delete": c.subscriptionDelete, "rm": c.subscriptionDelete,
 			"undelivered": c.subscriptionUndelivered, "replay": c.subscriptionReplay, "discard": c.subscriptionDiscard,
 		})
+	case "agent", "agents":
+		return sub(map[string]func(context.Context, []string) error{
+			"register": c.agentRegister, "list": c.agentList, "ls": c.agentList, "get": c.agentGet, "show": c.agentGet,
+			"replace": c.agentReplace, "remove": c.agentRemove, "rm": c.agentRemove, "check": c.agentCheck,
+		})
+	case "agent-check":
+		return c.agentCheck(ctx, rest)
 	case "send":
 		return c.send(ctx, rest)
 	case "converse":
@@ -189,23 +211,26 @@ func (c *cli) flags(name string) *flag.FlagSet {
 		return nil
 	})
 	fs.BoolVar(&c.json, "json", c.json, "print the raw JSON answers")
+	fs.Func("o", "the output: table (the default) or json, as -json", func(v string) error {
+		switch v {
+		case "json":
+			c.json = true
+		case "table":
+			c.json = false
+		default:
+			return fmt.Errorf("-o takes table or json, not %q", v)
+		}
+		return nil
+	})
 	return fs
 }
 
 // parse parses a subcommand's flags, which may come before, between and after its arguments,
 // and checks the number of arguments.
 func parse(fs *flag.FlagSet, args []string, nargs int, argNames string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+	pos, err := parseAll(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	if len(pos) != nargs {
 		if nargs == 0 {
@@ -214,6 +239,23 @@ func parse(fs *flag.FlagSet, args []string, nargs int, argNames string) ([]strin
 		return nil, usageError{fmt.Sprintf("usage: agentbus %s %s", fs.Name(), argNames)}
 	}
 	return pos, nil
+}
+
+// parseAll parses a subcommand's flags, which may come before, between and after its
+// arguments, and returns the arguments.
+func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
 }
 
 // shortTime shows an API time in the local zone, to the second.
