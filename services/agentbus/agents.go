@@ -366,7 +366,7 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 	fs := c.flags("agent check")
 	var rf registrationFlags
 	rf.define(fs, false)
-	pos, err := parseBetween(fs, args, 0, 1, "URL --secret whsec_... [-f FILE] [--chat] [--files] [--method M]... [--webhook W]...")
+	pos, err := parseBetween(fs, args, 0, 1, "[URL] [--secret whsec_...] [-f FILE] [--chat] [--files] [--method M]... [--webhook W]...")
 	if err != nil {
 		return err
 	}

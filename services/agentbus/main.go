@@ -90,7 +90,7 @@ commands:
   agent replace NAME [-f FILE|-] [the flags of register]
   agent list | agent get NAME | agent remove NAME
        (register, replace, list, get, remove: --global for the system admin's global agents)
-  agent check URL [--secret whsec_...] [-f FILE|-] [--chat] [--files] [--method M]... [--webhook W]...
+  agent check [URL] [--secret whsec_...] [-f FILE|-] [--chat] [--files] [--method M]... [--webhook W]...
        (also: agent-check URL ...)
 
 environment: AGENTBUS_URL (default http://127.0.0.1:8080), AGENTBUS_KEY, AGENTBUS_TENANT (default "default")
