@@ -287,9 +287,9 @@ func dataOf(raw json.RawMessage) any {
 var errEndpoint = errors.New("the agent's endpoint failed")
 
 // post makes one call of the request and reads the answer, passing a streamed answer's deltas
-// to onDelta. An endpoint that cannot be reached, does not answer in time or answers 5xx or 429
-// is a retryable error; another status or an answer that is not a protocol answer fails the
-// request (502).
+// to onDelta. An endpoint that cannot be reached, does not answer in time, answers 5xx or 429 or
+// breaks the connection before its answer was read whole is a retryable error; another status or
+// an answer that is not a protocol answer fails the request (502).
 func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (*Answer, error) {
 	u, anyAddress, err := c.target()
 	if err != nil {
@@ -339,7 +339,7 @@ func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (
 	}
 	ans, err := readAnswer(resp, onDelta)
 	if err != nil {
-		if ctx.Err() != nil {
+		if errors.Is(err, errAnswerCut) || ctx.Err() != nil {
 			return nil, agent.Retryable(fmt.Errorf("%w: reading its answer: %w", errEndpoint, err))
 		}
 		c.log.Warn("the agent's endpoint gave an invalid answer", "requestId", req.RequestID, "err", err)
@@ -361,10 +361,39 @@ func (c *caller) target() (string, bool, error) {
 	return u.String(), literal, nil
 }
 
-// readAnswer reads a JSON answer, or a streamed one: deltas, one per line, then the answer.
+// errAnswerCut is an answer whose body could not be read to its end: the connection broke
+// after the status line (the endpoint died or reset it, the deadline passed). The endpoint
+// failed; its answer is not known to be wrong.
+var errAnswerCut = errors.New("the answer was cut off")
+
+// readAnswer reads a JSON answer, or a streamed one: deltas, one per line, then the answer. An
+// answer cut off by a failed read of the body is errAnswerCut; any other error means the answer,
+// read whole, is not a protocol answer.
 func readAnswer(resp *http.Response, onDelta func(string)) (*Answer, error) {
-	body := io.LimitReader(resp.Body, maxAnswer)
-	ct := resp.Header.Get("Content-Type")
+	src := &bodyReader{r: resp.Body}
+	ans, err := parseAnswer(io.LimitReader(src, maxAnswer), resp.Header.Get("Content-Type"), onDelta)
+	if err != nil && src.err != nil {
+		return nil, fmt.Errorf("%w: %w", errAnswerCut, src.err)
+	}
+	return ans, err
+}
+
+// bodyReader keeps the first error, other than the end, of reading a body.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// parseAnswer reads an answer of content type ct from body.
+func parseAnswer(body io.Reader, ct string, onDelta func(string)) (*Answer, error) {
 	if !isNDJSON(ct) {
 		ans := new(Answer)
 		dec := json.NewDecoder(body)

@@ -423,6 +423,9 @@ func (c *checker) call(ctx context.Context, req *Request, secret string) (*Answe
 	}
 	lines := 0
 	ans, err := readAnswer(resp, func(string) { lines++ })
+	if errors.Is(err, errAnswerCut) {
+		return nil, 0, err
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("not a protocol answer: %w", err)
 	}
