@@ -25,20 +25,30 @@ import (
 // after another, each call with an Idempotency-Key of its own that it is retried with until it
 // is answered 200: after a 5xx or a connection error, as a careful client does.
 type countLoad struct {
-	sys  *system
-	stop chan struct{}
-	wg   sync.WaitGroup
+	sys    *system
+	wf     string        // the instances' workflow id prefix: echoWF, or another agent's
+	within time.Duration // how long a call is retried before it is given up
+	stop   chan struct{}
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	counts   map[string][]int // per instance, the count each accepted call answered
-	failures []time.Time      // attempts that failed
-	reasons  map[string]int   // why they failed: a status, or the connection error
-	broken   []string         // calls that never got a 200
+	counts   map[string][]int       // per instance, the count each accepted call answered
+	times    map[string][]time.Time // per instance, when each accepted call was answered
+	failures []time.Time            // attempts that failed
+	reasons  map[string]int         // why they failed: a status, or the connection error
+	broken   []string               // calls that never got a 200
 }
 
-// startCountLoad starts workers clients over instances named prefix-0 … prefix-(n-1).
+// startCountLoad starts workers clients over Echo's instances named prefix-0 … prefix-(n-1).
 func startCountLoad(sys *system, prefix string, n, workers int) *countLoad {
-	l := &countLoad{sys: sys, stop: make(chan struct{}), counts: map[string][]int{}, reasons: map[string]int{}}
+	return startCountLoadOn(sys, echoWF, prefix, n, workers, 3*time.Minute)
+}
+
+// startCountLoadOn starts workers clients over the instances wf+prefix-0 … wf+prefix-(n-1) of an
+// agent with Echo's count and state webhooks, each call retried for at most within.
+func startCountLoadOn(sys *system, wf, prefix string, n, workers int, within time.Duration) *countLoad {
+	l := &countLoad{sys: sys, wf: wf, within: within, stop: make(chan struct{}),
+		counts: map[string][]int{}, times: map[string][]time.Time{}, reasons: map[string]int{}}
 	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	for w := range workers {
 		l.wg.Go(func() {
@@ -60,8 +70,8 @@ func startCountLoad(sys *system, prefix string, n, workers int) *countLoad {
 
 // call makes one accepted count call, retrying it with its key.
 func (l *countLoad) call(activation, key string) {
-	b, err := untilAnswered(context.Background(), 3*time.Minute, func(ctx context.Context) (int, []byte, error) {
-		return l.sys.webhook(ctx, activation, "count", nil, "Idempotency-Key", key)
+	b, err := untilAnswered(context.Background(), l.within, func(ctx context.Context) (int, []byte, error) {
+		return l.sys.webhookOn(ctx, l.wf, activation, "count", nil, "Idempotency-Key", key)
 	}, l.failed)
 	var r struct {
 		Count int `json:"count"`
@@ -75,6 +85,7 @@ func (l *countLoad) call(activation, key string) {
 	}
 	l.mu.Lock()
 	l.counts[activation] = append(l.counts[activation], r.Count)
+	l.times[activation] = append(l.times[activation], time.Now())
 	l.mu.Unlock()
 }
 
@@ -203,7 +214,7 @@ func (l *countLoad) verify(t *testing.T) {
 	defer cancel()
 	for a, got := range l.counts {
 		assertOneToN(t, a, got)
-		n := l.sys.counter(ctx, t, a)
+		n := l.sys.counterOn(ctx, t, l.wf, a)
 		assert.Equal(t, len(got), n, "instance %s counted %d calls, %d were accepted", a, n, len(got))
 	}
 }
@@ -227,10 +238,16 @@ func assertOneToN(t *testing.T, instance string, counts []int) {
 // answer, until ctx ends.
 func (s *system) counter(ctx context.Context, t *testing.T, activation string) int {
 	t.Helper()
-	status, b, err := s.webhook(ctx, activation, "state", nil)
+	return s.counterOn(ctx, t, echoWF, activation)
+}
+
+// counterOn reads the counter of the instance wf+activation as counter does.
+func (s *system) counterOn(ctx context.Context, t *testing.T, wf, activation string) int {
+	t.Helper()
+	status, b, err := s.webhookOn(ctx, wf, activation, "state", nil)
 	for (err != nil || status >= 500) && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
-		status, b, err = s.webhook(ctx, activation, "state", nil)
+		status, b, err = s.webhookOn(ctx, wf, activation, "state", nil)
 	}
 	require.NoError(t, err, "reading %s's state", activation)
 	require.Equal(t, http.StatusOK, status, "reading %s's state: %s", activation, b)

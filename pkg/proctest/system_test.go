@@ -181,11 +181,17 @@ func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
 
 // webhook calls a webhook method of an Echo instance and returns the status and body.
 func (s *system) webhook(ctx context.Context, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
+	return s.webhookOn(ctx, echoWF, activation, method, query, hdr...)
+}
+
+// webhookOn calls a webhook method of the instance wf+activation (wf is an agent's workflow id
+// prefix, such as echoWF) and returns the status and body.
+func (s *system) webhookOn(ctx context.Context, wf, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
 	if query == nil {
 		query = url.Values{}
 	}
 	query.Set("apikey", s.key)
-	u := s.ingress.URL + "/api/user/webhooks/" + url.PathEscape(echoWF+activation) + "/" + method + "?" + query.Encode()
+	u := s.ingress.URL + "/api/user/webhooks/" + url.PathEscape(wf+activation) + "/" + method + "?" + query.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		return 0, nil, err
