@@ -191,6 +191,9 @@ type Host struct {
 	beaten time.Time
 	// leaving is set once the host stops: its heartbeat says so (registry.Host.Leaving).
 	leaving bool
+	// kick asks Run to divide the partitions again now: a partition began to be consumed, and
+	// a stale pin on it may be removed (unpinStale).
+	kick chan struct{}
 
 	// epoch is when the host was made; leaseEnd is when its lease ends, as a duration since
 	// epoch (monotonic), 0 before the first heartbeat (lease.go).
@@ -211,6 +214,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	h := &Host{
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
 		sem: make(chan struct{}, cfg.MaxConcurrent), idle: make(chan *conversation), ready: make(chan struct{}), stopping: make(chan struct{}),
+		kick: make(chan struct{}, 1),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
@@ -271,8 +275,9 @@ func (h *Host) Run(ctx context.Context) error {
 
 	beat := time.NewTicker(registry.HeartbeatInterval)
 	defer beat.Stop()
-	// Membership also changes by a heartbeat growing old, which no watch reports.
-	check := time.NewTicker(registry.HeartbeatInterval / 4)
+	// Membership also changes by a heartbeat growing old, which no watch reports: looking often
+	// keeps the takeover of a dead host's partitions close to the moment it counts as dead.
+	check := time.NewTicker(registry.HeartbeatInterval / 10)
 	defer check.Stop()
 	for {
 		select {
@@ -285,6 +290,7 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 		case <-h.dir.Changed():
 		case <-check.C:
+		case <-h.kick:
 		}
 		if err := h.rebalance(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("dividing partitions", "err", err)

@@ -335,6 +335,12 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 			part.started <- err
 		}
 		if err == nil {
+			select {
+			case h.kick <- struct{}{}:
+			default:
+			}
+		}
+		if err == nil {
 			backoff = 100 * time.Millisecond
 			select {
 			case <-ctx.Done():

@@ -3,6 +3,7 @@ package proctest_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,12 +56,63 @@ func TestProcessesSurviveHostKills(t *testing.T) {
 	order.finish()
 
 	slices.Sort(recoveries)
+	median := recoveries[len(recoveries)/2]
 	t.Logf("kill → survivors answer the dead host's instances: median %v, worst %v over %d kills",
-		recoveries[len(recoveries)/2].Round(time.Millisecond), recoveries[len(recoveries)-1].Round(time.Millisecond), kills)
+		median.Round(time.Millisecond), recoveries[len(recoveries)-1].Round(time.Millisecond), kills)
 	t.Logf("%d count calls accepted, %d of their attempts failed and were retried", counts.accepted(), len(counts.failures))
 	if reasons := counts.failureReasons(); reasons != "" {
 		t.Logf("failed attempts: %s", reasons)
 	}
+	// The dead host's requests are redelivered when its partitions are taken over, not after the
+	// ack wait (10 s): a median beyond it means they waited for it.
+	assert.Less(t, median, 10*time.Second, "the dead host's requests waited for the ack wait")
+	assert.Empty(t, counts.failures, "callers with an Idempotency-Key saw errors: %s", counts.failureReasons())
+	counts.verify(t)
+	order.verify(t)
+	sys.noDeadLetters(t, 1)
+}
+
+// Under the same load, one of three hosts is stopped with SIGSTOP for 8 s, long enough to be
+// taken for dead, then let go on (SIGCONT). The survivors run its requests; when it comes back
+// its lease has lapsed, it finds its partitions pinned elsewhere and fences them, and whatever
+// its paused handlers still try to write is refused. Counts stay exact (no request completed by
+// two hosts), histories keep send order, and the paused host's log names the fencing.
+func TestProcessesPausedHostIsFenced(t *testing.T) {
+	bins := needProcesses(t)
+	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
+	sys := newSystem(t, bins, nats.URL)
+	ids := []string{"host-1", "host-2", "host-3"}
+	for _, id := range ids {
+		sys.startHost(id)
+	}
+	sys.waitSettled(ids, 30*time.Second)
+	sys.waitServing(10 * time.Second)
+
+	const instances = 48
+	counts := startCountLoad(sys, "pause", instances, 16)
+	order := startOrderLoad(sys, "order", 16, 25*time.Millisecond)
+	time.Sleep(2 * time.Second)
+
+	victim := sys.hosts["host-2"]
+	theirs := sys.instancesOf("host-2", "pause", instances)
+	victim.Pause()
+	took := sys.waitServedElsewhere("host-2", theirs, time.Minute)
+	t.Logf("host-2 paused: survivors answered its %d probed instances %v after the pause", len(theirs), slices.Max(append(took, 0)).Round(time.Millisecond))
+	time.Sleep(8*time.Second - slices.Max(append(took, 0)))
+	victim.Resume()
+	sys.waitSettled(ids, time.Minute)
+	time.Sleep(2 * time.Second)
+	counts.finish()
+	order.finish()
+
+	t.Logf("%d count calls accepted, %d of their attempts failed and were retried", counts.accepted(), len(counts.failures))
+	if reasons := counts.failureReasons(); reasons != "" {
+		t.Logf("failed attempts: %s", reasons)
+	}
+	log := victim.Log()
+	t.Logf("paused host's log: %d partitions fenced, %d late acts refused", strings.Count(log, "partition fenced"), strings.Count(log, "late act refused"))
+	assert.Contains(t, log, "heartbeat lease lapsed", "the paused host did not notice its lease lapsed")
+	assert.Contains(t, log, "partition fenced", "the paused host fenced no partition")
 	counts.verify(t)
 	order.verify(t)
 	sys.noDeadLetters(t, 1)

@@ -256,6 +256,20 @@ func (p *Proc) Stop(timeout time.Duration) bool {
 	return p.signal(syscall.SIGTERM, timeout)
 }
 
+// Pause stops the process with SIGSTOP, as a debugger, a long pause or a frozen VM would: it
+// keeps its connections but runs nothing until Resume.
+func (p *Proc) Pause() { p.send(syscall.SIGSTOP) }
+
+// Resume lets a paused process go on (SIGCONT).
+func (p *Proc) Resume() { p.send(syscall.SIGCONT) }
+
+func (p *Proc) send(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	_ = cmd.Process.Signal(sig)
+}
+
 // Terminate sends SIGTERM, as an orchestrator stopping the process does, and returns at once;
 // Wait tells how the process ended.
 func (p *Proc) Terminate() {
