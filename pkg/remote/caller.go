@@ -83,7 +83,7 @@ func (c *caller) request(typ string, inst *agent.Instance, participant, requestI
 	return &Request{
 		Protocol: ProtocolVersion, Type: typ, Agent: c.reg.Name, TenantID: inst.Tenant(),
 		WorkflowID: inst.WorkflowID(), WorkflowType: wf.WorkflowType, Activation: wf.Activation,
-		RunID: inst.RunID(), ParticipantID: participant, RequestID: requestID, Attempt: attempt,
+		RunID: inst.RunID(), HostID: inst.HostID(), ParticipantID: participant, RequestID: requestID, Attempt: attempt,
 	}
 }
 
@@ -196,6 +196,9 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 	}
 	if err := c.act(ctx, inst, ans); err != nil {
 		return nil, err
+	}
+	if ans.Complete {
+		inst.Complete()
 	}
 	return ans, nil
 }

@@ -13,14 +13,16 @@ const HeaderProtocol = "Agentbus-Protocol"
 
 // Request is what a host POSTs to a remote agent for one request.
 type Request struct {
-	Protocol      int             `json:"protocol"`
-	Type          string          `json:"type"`
-	Agent         string          `json:"agent"`
-	TenantID      string          `json:"tenantId"`
-	WorkflowID    string          `json:"workflowId"`
-	WorkflowType  string          `json:"workflowType"`
-	Activation    string          `json:"activation"`
-	RunID         string          `json:"runId"`
+	Protocol     int    `json:"protocol"`
+	Type         string `json:"type"`
+	Agent        string `json:"agent"`
+	TenantID     string `json:"tenantId"`
+	WorkflowID   string `json:"workflowId"`
+	WorkflowType string `json:"workflowType"`
+	Activation   string `json:"activation"`
+	RunID        string `json:"runId"`
+	// HostID names the workflow host serving the instance now.
+	HostID        string          `json:"hostId"`
 	ParticipantID string          `json:"participantId"`
 	RequestID     string          `json:"requestId"`
 	Attempt       int             `json:"attempt"`
@@ -72,7 +74,10 @@ type Answer struct {
 	Timers       []Timer         `json:"timers"`
 	CancelTimers []string        `json:"cancelTimers"`
 	Tells        []Tell          `json:"tells"`
-	Error        *Error          `json:"error"`
+	// Complete completes the instance once the request is answered: its next request starts a
+	// new run with fresh state.
+	Complete bool   `json:"complete"`
+	Error    *Error `json:"error"`
 }
 
 // ReplyBody is a Chat, Data or File request's reply.
