@@ -1,0 +1,290 @@
+package conformance
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// webhookCases are the cases of the webhook endpoint (docs/webhooks.md, docs/interface.md#43-webhook)
+// and Echo's webhook methods (docs/echo.md#webhook-methods).
+func (s *suite) webhookCases() []testCase {
+	return []testCase{
+		{"echo answers params, body, size and sha256", func(t *testing.T) {
+			body := []byte(`{"item":"tea","qty":2}`)
+			q := url.Values{"order": {"17", "18"}, "participantId": {"Ada"}}
+			r := s.webhook(t, "Echo", "echo", q, http.Header{"Content-Type": {"application/json"}}, body)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, "application/json", r.ContentType())
+			assert.NotEmpty(t, r.Header.Get("X-Request-Id"))
+			assert.Equal(t, map[string]any{
+				// A parameter given twice passes its first value; apikey is left out.
+				"params": map[string]any{"order": "17", "participantId": "Ada"},
+				"body":   string(body), "size": float64(len(body)), "sha256": sha(body),
+			}, r.object(t))
+		}},
+		{"echo leaves out a tenantId equal to the key's", func(t *testing.T) {
+			r := s.webhook(t, "Echo", "echo", url.Values{"tenantId": {s.target.Tenant}, "x": {"1"}}, nil, nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, map[string]any{"x": "1"}, r.object(t)["params"])
+		}},
+		{"echo of a UTF-8 body", func(t *testing.T) {
+			body := []byte("héllo ✓ 日本語\n\t\"quoted\" <tag> & done")
+			r := s.webhook(t, "Echo", "echo", nil, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, body)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			m := r.object(t)
+			assert.Equal(t, string(body), m["body"])
+			assert.NotContains(t, m, "bodyBase64")
+			assert.EqualValues(t, len(body), m["size"])
+			assert.Equal(t, sha(body), m["sha256"])
+			assert.Equal(t, map[string]any{}, m["params"])
+		}},
+		{"echo of a binary body", func(t *testing.T) {
+			body := []byte{0xff, 0xfe, 0x00, 0x80, 'a', 0xc3}
+			r := s.webhook(t, "Echo", "echo", nil, http.Header{"Content-Type": {"application/octet-stream"}}, body)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			m := r.object(t)
+			assert.Equal(t, base64.StdEncoding.EncodeToString(body), m["bodyBase64"])
+			assert.NotContains(t, m, "body")
+			assert.EqualValues(t, len(body), m["size"])
+			assert.Equal(t, sha(body), m["sha256"])
+		}},
+		{"echo of an empty body", func(t *testing.T) {
+			r := s.webhook(t, "Echo", "echo", nil, nil, nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, map[string]any{"params": map[string]any{}, "body": "", "size": float64(0), "sha256": sha(nil)}, r.object(t))
+		}},
+		{"verify answers the challenge in plain text", func(t *testing.T) {
+			r := s.webhook(t, "Echo", "verify", url.Values{"challenge": {"abc123"}}, nil, nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, "text/plain", r.ContentType())
+			assert.Equal(t, "abc123", string(r.Body))
+
+			r = s.webhook(t, "Echo", "verify", nil, http.Header{"Content-Type": {"application/json"}}, []byte(`{"challenge":"xyz"}`))
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, "text/plain", r.ContentType())
+			assert.Equal(t, "xyz", string(r.Body))
+
+			r = s.webhook(t, "Echo", "verify", nil, nil, []byte(`{"other":1}`))
+			require.Equal(t, http.StatusBadRequest, r.Status, "%s", r)
+			assert.Equal(t, "text/plain", r.ContentType())
+			assert.Equal(t, "missing challenge", string(r.Body))
+		}},
+		{"status answers the status asked for", func(t *testing.T) {
+			for _, code := range []int{200, 201, 404, 418, 500, 503} {
+				r := s.webhook(t, "Echo", "status", url.Values{"code": {strconv.Itoa(code)}}, nil, nil)
+				require.Equal(t, code, r.Status, "%s", r)
+				assert.Equal(t, "application/json", r.ContentType(), "a handler's own answer, not a problem: %s", r)
+				assert.Equal(t, map[string]any{"status": float64(code)}, r.object(t))
+			}
+			for _, code := range []string{"99", "600", "abc", ""} {
+				r := s.webhook(t, "Echo", "status", url.Values{"code": {code}}, nil, nil)
+				assert.Equal(t, http.StatusBadRequest, r.Status, "code %q: %s", code, r)
+				assert.Equal(t, "application/json", r.ContentType(), "code %q: %s", code, r)
+			}
+		}},
+		{"count and state are kept per instance", func(t *testing.T) {
+			a, b := s.act("count-a"), s.act("count-b")
+			first := s.hook(t, a, "count")
+			require.Equal(t, http.StatusOK, first.Status, "%s", first)
+			assert.Equal(t, "application/json", first.ContentType())
+			m := first.object(t)
+			assert.EqualValues(t, 1, m["count"])
+			runID, _ := m["runId"].(string)
+			require.NotEmpty(t, runID, "%s", first)
+			m = s.hook(t, a, "count").object(t)
+			assert.Equal(t, map[string]any{"count": float64(2), "runId": runID}, m)
+			assert.EqualValues(t, 1, s.hook(t, b, "count").object(t)["count"], "another instance has its own count")
+
+			st := s.hook(t, a, "state")
+			require.Equal(t, http.StatusOK, st.Status, "%s", st)
+			assert.Equal(t, map[string]any{"runId": runID, "state": map[string]any{"count": float64(2), "acks": float64(0), "sleeps": float64(0)}}, st.object(t))
+			assert.Equal(t, st.object(t), s.hook(t, a, "state").object(t), "state changes nothing")
+		}},
+		{"count of another workflow type is another instance", func(t *testing.T) {
+			a := s.act("conv")
+			sup := s.webhook(t, url.PathEscape(s.workflowID(a)), "count", nil, nil, nil).object(t)
+			conv := s.webhook(t, url.PathEscape(s.target.Tenant+":Echo:Conversational:"+a), "count", nil, nil, nil).object(t)
+			assert.EqualValues(t, 1, sup["count"])
+			assert.EqualValues(t, 1, conv["count"])
+			assert.NotEqual(t, sup["runId"], conv["runId"])
+		}},
+		{"sleep waits and counts", func(t *testing.T) {
+			a := s.act("sleep")
+			start := time.Now()
+			r := s.webhook(t, s.pathID(a), "sleep", url.Values{"ms": {"150"}}, nil, nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+			assert.Equal(t, "application/json", r.ContentType())
+			assert.Equal(t, map[string]any{"slept": float64(150)}, r.object(t))
+			r = s.webhook(t, s.pathID(a), "sleep", nil, nil, nil)
+			assert.Equal(t, map[string]any{"slept": float64(0)}, r.object(t), "ms defaults to 0")
+			st := s.hook(t, a, "state").object(t)["state"]
+			assert.Equal(t, map[string]any{"count": float64(0), "acks": float64(0), "sleeps": float64(2)}, st)
+		}},
+		{"the workflow segment's three forms", func(t *testing.T) {
+			// Echo, Echo:Supervisor Workflow and the full id of activation default are one instance.
+			forms := []string{"Echo", "Echo:Supervisor%20Workflow", url.PathEscape(s.workflowID("default"))}
+			var counts []float64
+			var runs []any
+			for _, f := range forms {
+				r := s.webhook(t, f, "count", nil, nil, nil)
+				require.Equal(t, http.StatusOK, r.Status, "%s: %s", f, r)
+				m := r.object(t)
+				counts = append(counts, m["count"].(float64))
+				runs = append(runs, m["runId"])
+			}
+			assert.Equal(t, []float64{counts[0], counts[0] + 1, counts[0] + 2}, counts)
+			assert.Equal(t, []any{runs[0], runs[0], runs[0]}, runs)
+
+			// An encoded slash is part of the activation's name.
+			a := s.act("a/b c")
+			r := s.webhook(t, url.PathEscape(s.workflowID(a)), "count", nil, nil, nil)
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.EqualValues(t, 1, r.object(t)["count"])
+		}},
+		{"workflow segments that address nothing", func(t *testing.T) {
+			assertProblem(t, s.webhook(t, "NoSuchAgent"+s.nonce, "echo", nil, nil, nil), http.StatusNotFound, "unknown-agent")
+			assertProblem(t, s.webhook(t, "Echo:NoSuchType", "echo", nil, nil, nil), http.StatusNotFound, "unknown-workflow-type")
+			assertProblem(t, s.webhook(t, "a:b:c", "echo", nil, nil, nil), http.StatusBadRequest, "invalid-workflow")
+			other := "other" + s.nonce + ":Echo:Supervisor%20Workflow:default"
+			assertProblem(t, s.webhook(t, other, "echo", nil, nil, nil), http.StatusForbidden, "forbidden")
+		}},
+		{"an unknown method is 404 unknown-method", func(t *testing.T) {
+			r := s.webhook(t, "Echo", "nosuchmethod", nil, nil, nil)
+			p := assertProblem(t, r, http.StatusNotFound, "unknown-method")
+			assert.NotEmpty(t, p["requestId"])
+			assert.Equal(t, p["requestId"], r.Header.Get("X-Request-Id"))
+			// Webhook methods match exactly.
+			assertProblem(t, s.webhook(t, "Echo", "ECHO", nil, nil, nil), http.StatusNotFound, "unknown-method")
+		}},
+		{"a missing or bad key is 401", func(t *testing.T) {
+			for _, key := range []string{"abk_not-a-key", ""} {
+				r := s.webhook(t, "Echo", "echo", url.Values{"apikey": {key}}, nil, nil)
+				assertProblem(t, r, http.StatusUnauthorized, "unauthorized")
+				assert.NotEmpty(t, r.Header.Get("WWW-Authenticate"))
+			}
+			r := s.call(t, http.MethodPost, s.target.URL+"/api/user/webhooks/Echo/echo", nil, nil)
+			assertProblem(t, r, http.StatusUnauthorized, "unauthorized")
+		}},
+		{"a tenantId other than the key's is 403", func(t *testing.T) {
+			for _, tenant := range []string{"other" + s.nonce, ""} {
+				r := s.webhook(t, "Echo", "echo", url.Values{"tenantId": {tenant}}, nil, nil)
+				assertProblem(t, r, http.StatusForbidden, "forbidden")
+			}
+		}},
+		{"only POST is served", func(t *testing.T) {
+			r := s.call(t, http.MethodGet, s.target.URL+"/api/user/webhooks/Echo/echo?apikey="+url.QueryEscape(s.target.Key), nil, nil)
+			assertProblem(t, r, http.StatusMethodNotAllowed, "method-not-allowed")
+			assert.Equal(t, "POST", r.Header.Get("Allow"))
+		}},
+		{"an Idempotency-Key replays the first answer", func(t *testing.T) {
+			a, key := s.act("idem"), s.key("idem")
+			h := http.Header{"Idempotency-Key": {key}}
+			first := s.webhook(t, s.pathID(a), "count", nil, h, nil)
+			require.Equal(t, http.StatusOK, first.Status, "%s", first)
+			assert.Equal(t, key, first.Header.Get("X-Request-Id"))
+			// Parameters and body are not compared.
+			again := s.webhook(t, s.pathID(a), "count", url.Values{"x": {"1"}}, h, []byte("other"))
+			assert.Equal(t, first.Status, again.Status)
+			assert.Equal(t, first.Header.Get("Content-Type"), again.Header.Get("Content-Type"))
+			assert.JSONEq(t, string(first.Body), string(again.Body))
+			assert.Equal(t, key, again.Header.Get("X-Request-Id"))
+			assert.EqualValues(t, 1, s.hook(t, a, "state").object(t)["state"].(map[string]any)["count"], "the retry did not run again")
+
+			// The key reused for another method is refused, and nothing runs.
+			p := assertProblem(t, s.webhook(t, s.pathID(a), "state", nil, h, nil), http.StatusUnprocessableEntity, "request-id-reused")
+			assert.Equal(t, key, p["requestId"])
+		}},
+		{"an Idempotency-Key replays a status and content type of the handler's", func(t *testing.T) {
+			h := http.Header{"Idempotency-Key": {s.key("idem-verify")}}
+			first := s.webhook(t, "Echo", "verify", url.Values{"challenge": {"once"}}, h, nil)
+			again := s.webhook(t, url.PathEscape(s.workflowID("default")), "verify", url.Values{"challenge": {"twice"}}, h, nil)
+			for _, r := range []*response{first, again} {
+				require.Equal(t, http.StatusOK, r.Status, "%s", r)
+				assert.Equal(t, "text/plain", r.ContentType())
+				assert.Equal(t, "once", string(r.Body))
+			}
+			h = http.Header{"Idempotency-Key": {s.key("idem-status")}}
+			for range 2 {
+				r := s.webhook(t, "Echo", "status", url.Values{"code": {"409"}}, h, nil)
+				assert.Equal(t, http.StatusConflict, r.Status, "%s", r)
+				assert.JSONEq(t, `{"status":409}`, string(r.Body))
+			}
+		}},
+		{"a webhook call is stored in the conversation's thread", func(t *testing.T) {
+			a := s.act("hook-history")
+			r := s.webhook(t, s.pathID(a), "echo", url.Values{"participantId": {"Bob"}, "k": {"v"}}, nil, []byte("hi"))
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			msgs := s.history(t, a, "bob", 10)
+			require.Len(t, msgs, 2, "%v", msgs)
+			out, in := msgs[0], msgs[1]
+			assert.EqualValues(t, 0, in["direction"])
+			assert.EqualValues(t, 4, in["messageType"])
+			assert.Equal(t, "echo", in["text"])
+			assert.Equal(t, map[string]any{"params": map[string]any{"participantId": "Bob", "k": "v"}, "body": "hi"}, in["data"])
+			assert.EqualValues(t, 1, out["direction"])
+			assert.EqualValues(t, 4, out["messageType"])
+			d, _ := out["data"].(map[string]any)
+			assert.EqualValues(t, 200, d["statusCode"], "%v", out)
+			assert.Equal(t, "application/json", d["contentType"])
+			assert.JSONEq(t, string(r.Body), d["content"].(string))
+			assert.Equal(t, r.Header.Get("X-Request-Id"), in["requestId"])
+		}},
+		{"ack answers 202 before its work is done", func(t *testing.T) {
+			a := s.act("ack")
+			if !s.target.has(WebhookAck) {
+				assertProblem(t, s.hook(t, a, "ack"), http.StatusNotFound, "unknown-method")
+				return
+			}
+			key := s.key("ack")
+			r := s.webhook(t, s.pathID(a), "ack", url.Values{"ms": {"300"}}, http.Header{"Idempotency-Key": {key}}, nil)
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+			assert.Equal(t, map[string]any{"accepted": true, "requestId": key}, r.object(t))
+			// The same conversation: state waits for the ack's work.
+			st := s.hook(t, a, "state").object(t)["state"].(map[string]any)
+			assert.EqualValues(t, 1, st["acks"])
+		}},
+		{"complete starts the next call on a new run", func(t *testing.T) {
+			a := s.act("complete")
+			if !s.target.has(WebhookComplete) {
+				assertProblem(t, s.hook(t, a, "complete"), http.StatusNotFound, "unknown-method")
+				return
+			}
+			first := s.hook(t, a, "count").object(t)
+			s.hook(t, a, "count")
+			done := s.hook(t, a, "complete")
+			require.Equal(t, http.StatusOK, done.Status, "%s", done)
+			assert.Equal(t, map[string]any{"completed": true, "runId": first["runId"]}, done.object(t))
+			next := s.hook(t, a, "count").object(t)
+			assert.EqualValues(t, 1, next["count"])
+			assert.NotEqual(t, first["runId"], next["runId"])
+		}},
+		{"host names the instance's host", func(t *testing.T) {
+			a := s.act("host")
+			if !s.target.has(WebhookHost) {
+				assertProblem(t, s.hook(t, a, "host"), http.StatusNotFound, "unknown-method")
+				return
+			}
+			r := s.hook(t, a, "host")
+			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			m := r.object(t)
+			assert.NotEmpty(t, m["hostId"])
+			assert.NotEmpty(t, m["runId"])
+			assert.Len(t, m, 2)
+		}},
+	}
+}
