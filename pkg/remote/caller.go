@@ -97,7 +97,7 @@ func (c *caller) message(typ string) func(ctx context.Context, m *agent.Message)
 			req.Message.Method = m.Text
 		}
 		if f := m.File; f != nil {
-			req.Message.File = &File{Name: f.Name, ContentType: f.ContentType, Size: f.Size, SHA256: f.SHA256}
+			req.Message.File = &File{Name: f.Name, ContentType: f.ContentType, Size: f.Size, SHA256: f.SHA256, Invalid: f.Invalid}
 			if f.Size <= maxInlineFile && !f.Empty && !f.Invalid {
 				content, err := f.Bytes(ctx)
 				if err != nil {

@@ -50,6 +50,9 @@ type File struct {
 	ContentType string `json:"contentType"`
 	Size        int64  `json:"size"`
 	SHA256      string `json:"sha256"`
+	// Invalid: the content sent was not valid base64, so there is none. A file without
+	// content that is not Invalid was sent empty.
+	Invalid bool `json:"invalid,omitempty"`
 	// Content is the file's bytes (base64 in JSON) when it is at most 4 MiB; left out for a
 	// larger one.
 	Content []byte `json:"content,omitempty"`
