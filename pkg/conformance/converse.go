@@ -81,6 +81,7 @@ func (s *suite) converseCases() []testCase {
 			resp := reply(t, m)
 			assertChatReply(t, resp, "You said:   spaced  out  ")
 			assert.Equal(t, "billing", resp["scope"])
+			s.eventually(t, a, "carol", func(msgs []map[string]any) bool { return len(msgs) >= 2 }, "the chat and its reply are stored")
 			msgs := s.history(t, a, "carol", 5)
 			require.Len(t, msgs, 2)
 			assert.Equal(t, "billing", msgs[0]["scope"])
@@ -229,6 +230,7 @@ func (s *suite) converseCases() []testCase {
 			assert.Equal(t, map[string]any{"sum": float64(9)}, result["data"])
 
 			// The thread holds the chat, the call, its result and the answer.
+			s.eventually(t, a, "user", func(msgs []map[string]any) bool { return len(msgs) >= 4 }, "the chat's four messages are stored")
 			msgs := s.history(t, a, "user", 4)
 			require.Len(t, msgs, 4)
 			assert.Equal(t, `sum returned {"sum":9}`, msgs[0]["text"])

@@ -142,10 +142,13 @@ func (s *suite) sendCases() []testCase {
 				assert.Equal(t, r.Header.Get("X-Request-Id"), p["requestId"])
 			}
 			// The failure is stored in the thread as the reply.
-			msgs := s.history(t, a, "ada", 1)
-			require.Len(t, msgs, 1)
-			d, _ := msgs[0]["data"].(map[string]any)
-			assert.Contains(t, d, "error", "%v", msgs[0])
+			s.eventually(t, a, "ada", func(msgs []map[string]any) bool {
+				if len(msgs) < 10 {
+					return false
+				}
+				d, _ := msgs[0]["data"].(map[string]any)
+				return d["error"] != nil && msgs[0]["direction"] == float64(1)
+			}, "each failure is stored with its request")
 		}},
 		{"unknown methods and agents are 404", func(t *testing.T) {
 			a := s.act("unknown")
@@ -250,6 +253,7 @@ func (s *suite) sendCases() []testCase {
 			assert.Equal(t, "Received u.bin (6 bytes)", reply(t, url)["text"])
 
 			// The stored incoming message holds the file's description, never its content.
+			s.eventually(t, a, "ada", func(msgs []map[string]any) bool { return len(msgs) >= 4 }, "the files and the replies are stored")
 			msgs := s.history(t, a, "ada", 4)
 			require.Len(t, msgs, 4)
 			in := msgs[3]

@@ -229,6 +229,9 @@ func (s *suite) webhookCases() []testCase {
 			a := s.act("hook-history")
 			r := s.webhook(t, s.pathID(a), "echo", url.Values{"participantId": {"Bob"}, "k": {"v"}}, nil, []byte("hi"))
 			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			// Both are stored in one write once the handler returns; the caller has its answer
+			// before that.
+			s.eventually(t, a, "bob", func(msgs []map[string]any) bool { return len(msgs) >= 2 }, "the call is stored")
 			msgs := s.history(t, a, "bob", 10)
 			require.Len(t, msgs, 2, "%v", msgs)
 			out, in := msgs[0], msgs[1]

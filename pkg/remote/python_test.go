@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/conformance"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -132,4 +133,15 @@ func TestPythonEchoInPlaceOfEcho(t *testing.T) {
 		map[string]any{"agentName": "Echo", "activationName": "shop", "participantId": "ada", "type": "Data", "text": "sum", "data": map[string]any{"values": []float64{1, 2, 3.5}}}, &ans)
 	require.Equal(t, http.StatusOK, status, "%v", ans)
 	assert.EqualValues(t, 6.5, ans["response"].(map[string]any)["data"].(map[string]any)["sum"])
+}
+
+// TestPythonEchoConformance runs the conformance suite (pkg/conformance) against the Python kit's
+// Echo registered as Echo on a stack without the Go Echo.
+func TestPythonEchoConformance(t *testing.T) {
+	reg := startPythonEcho(t, webhooksig.NewStandardSecret(), "--name", "Echo")
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil)
+	require.Equal(t, http.StatusCreated, status)
+	require.NoError(t, s.WaitLive(t.Context(), "Echo"))
+	conformance.Run(t, conformance.Target{URL: s.URL, Key: s.Key, Tenant: "default", Without: conformance.RemoteEcho})
 }

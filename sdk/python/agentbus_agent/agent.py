@@ -8,7 +8,6 @@ import binascii
 import datetime as dt
 import json
 import logging
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -112,17 +111,26 @@ class Retry(Exception):
 
 @dataclass(frozen=True)
 class FileRef:
-    """The file of a File message, as agentbus describes it; its content is at url."""
+    """The file of a File message, as agentbus describes it: its name, content type, size in
+    bytes and hex SHA-256, and its content, which agentbus sends for a file of at most 4 MiB
+    (None for a larger one). A file sent without content has size 0; invalid is True when what
+    was sent was not base64."""
 
     name: str
     content_type: str
     size: int
-    url: str
+    sha256: str = ""
+    content: bytes | None = None
+    invalid: bool = False
 
-    def read(self, timeout: float = 30.0) -> bytes:
-        """Fetches the file's content from url."""
-        with urllib.request.urlopen(self.url, timeout=timeout) as resp:
-            return resp.read()
+    def read(self) -> bytes:
+        """The file's content: b"" for a file sent without valid content. Raises ValueError
+        for a file larger than agentbus sends (4 MiB)."""
+        if self.content is not None:
+            return self.content
+        if self.size == 0:
+            return b""
+        raise ValueError(f"file {self.name!r} ({self.size} bytes) is larger than agentbus sends with the request")
 
 
 @dataclass(frozen=True)
@@ -342,8 +350,8 @@ class Agent:
     def data(self, name: str, *, description: str | None = None,
              schema: Mapping[str, Any] | None = None) -> Callable[[Handler], Handler]:
         """Registers the decorated function as the Data method name. description and schema (a
-        JSON Schema of its parameters, which agentbus checks before calling) are shown to MCP
-        clients and chat models."""
+        JSON Schema of its parameters) are shown to MCP clients and chat models; agentbus does
+        not check the parameters against the schema, the handler does."""
         if not name:
             raise ValueError("a Data method needs a name")
         if name.lower() in self._methods:
@@ -493,11 +501,11 @@ def _strings(obj: Mapping[str, Any], first: bool) -> dict[str, str]:
     return out
 
 
-def _base64(s: str) -> bytes:
+def _base64(s: str, what: str = "the webhook body") -> bytes:
     try:
         return base64.b64decode(s, validate=True)
     except binascii.Error as e:
-        raise ProtocolError("the webhook body is not base64") from e
+        raise ProtocolError(f"{what} is not base64") from e
 
 
 def _time(s: str) -> dt.datetime | None:
@@ -514,8 +522,11 @@ def _file(value: Any) -> FileRef | None:
         return None
     if not isinstance(value, Mapping):
         raise ProtocolError("file is not an object")
+    content = _field(value, "content", str, None)
     return FileRef(_field(value, "name", str, ""), _field(value, "contentType", str, ""),
-                   _field(value, "size", int, 0), _field(value, "url", str, ""))
+                   _field(value, "size", int, 0), _field(value, "sha256", str, ""),
+                   _base64(content, "the file's content") if content is not None else None,
+                   _field(value, "invalid", bool, False))
 
 
 def _rfc3339(at: dt.datetime | str) -> str:

@@ -2,14 +2,26 @@
 """EchoPy: the reference agent Echo (pkg/agents/echo, docs/echo.md) as a remote agent, for trying
 remote agents and as an example of the kit.
 
-It behaves as Echo does where protocol version 1 can say it:
+Registered under the name Echo (--name Echo) it answers as the Go Echo does, with the same
+statuses, content types, JSON and texts, for everything protocol version 1 can express
+(pkg/conformance checks it). What it lacks, and why:
 
-Webhook methods: echo, verify, status, sleep, count, state (not ack, complete, host: a remote
-agent cannot answer before it is done, complete its instance or see its host).
-Data methods: echo, sum, count, sleep, fail, remind, tick (not history, relay: a remote agent
-cannot read the thread or call another agent for a result).
-Chat: "You said: {text}", streamed word by word to a caller that streams.
-File: "Received {name} ({n} bytes)" with the file's name, content type, size and SHA-256.
+- Webhook methods ack, complete and host: a remote agent cannot answer before it is done,
+  complete its instance or see which host serves it.
+- Data methods history and relay: it cannot read its thread or wait for another agent's result.
+- Chat: "You said: {text}", streamed word by word as the offline model streams it, and
+  "call {method} {json}" runs one of its Data methods and answers "{method} returned {result}";
+  but the call and its result are not stored in the thread and a streaming caller gets no
+  tool_call and tool_result events.
+- remind names its timer "remind:{requestId}" (the protocol does not send the message id).
+- It keeps a "ticking" flag in its state for tick's "stopped" (a remote agent cannot ask whether
+  a timer exists); the state webhook shows only Echo's counters.
+
+Webhook methods: echo, verify, status, sleep, count, state.
+Data methods: echo, sum, count, sleep, fail, remind, tick.
+File: "Received {name} ({n} bytes)" with the file's name, content type, size and SHA-256;
+"No file data received." without content, and the invalid-format text for content that was not
+base64.
 
     python3 sdk/python/examples/echo.py --port 8701 --secret whsec_...
 
@@ -30,6 +42,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +51,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agentbus_agent import Agent, Context, Fail, Reply, Response, new_secret  # noqa: E402
 
-# MAX_SLEEP_MS bounds sleep, as Echo's 5 minutes; agentbus stops waiting after the agent's
-# timeoutSeconds anyway.
+# MAX_SLEEP_MS bounds sleep, as Echo's 5 minutes; the registration's timeout allows it.
 MAX_SLEEP_MS = 5 * 60 * 1000
 # MAX_REMIND_MS bounds how far ahead remind schedules: 7 days.
 MAX_REMIND_MS = 7 * 24 * 3600 * 1000
 TICK_TIMER = "tick"
+# The range of Go's int64, which Echo's whole-number parameters are.
+INT64 = range(-(1 << 63), 1 << 63)
 
+# File reply texts of docs/interface.md#41-send-message-admin, rules 3 and 4.
 NO_FILE_TEXT = "No file data received."
+INVALID_FILE_TEXT = "Invalid file format. Please ensure the file is base64 encoded."
 
 
 def new_agent(name: str, secret: str) -> Agent:
     """Returns EchoPy with its handlers."""
-    agent = Agent(name, secret, workflow_types=["Supervisor Workflow", "Conversational"])
+    # A request may take as long as Echo's longest sleep.
+    agent = Agent(name, secret, workflow_types=["Supervisor Workflow", "Conversational"], timeout_seconds=300)
+    # The Data methods by name, for the chat's "call {method} {json}": each takes the context
+    # and the parameters.
+    tools: dict[str, Callable[[Context, Any], Any]] = {}
+
+    def data(method: str, description: str, schema: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+        def register(fn: Callable[[Context, Any], Any]) -> Callable[[Context, Any], Any]:
+            tools[method] = fn
+            agent.data(method, description=description, schema=schema)(lambda ctx: fn(ctx, ctx.data))
+            return fn
+        return register
 
     # Webhook methods.
 
@@ -62,7 +89,7 @@ def new_agent(name: str, secret: str) -> Agent:
         except UnicodeDecodeError:
             out["bodyBase64"] = base64.b64encode(ctx.body).decode()
         out.update(size=len(ctx.body), sha256=hashlib.sha256(ctx.body).hexdigest())
-        return Response.json(out)
+        return json_response(out)
 
     @agent.webhook("verify")
     def verify(ctx: Context) -> Response:
@@ -72,76 +99,84 @@ def new_agent(name: str, secret: str) -> Agent:
                 body = json.loads(ctx.body)
             except ValueError:
                 body = None
-            if isinstance(body, dict) and isinstance(body.get("challenge"), str):
-                challenge = body["challenge"]
+            value = field(body, "challenge") if isinstance(body, dict) else None
+            if isinstance(value, str):
+                challenge = value
         if challenge is None:
             return Response.text("missing challenge", 400)
         return Response.text(challenge)
 
     @agent.webhook("status")
     def status(ctx: Context) -> Response:
-        code = ctx.params.get("code", "")
-        if not (code.isdigit() and 200 <= int(code) <= 599):
-            return Response.json({"error": "code must be a status from 200 to 599"}, 400)
-        return Response.json({"status": int(code)}, int(code))
+        code = atoi(ctx.params.get("code", ""))
+        if code is None or not 200 <= code <= 599:
+            return json_response({"error": "code must be a status from 200 to 599"}, 400)
+        return json_response({"status": code}, code)
 
     @agent.webhook("sleep")
     def sleep_webhook(ctx: Context) -> Response:
-        ms = param_ms(ctx, 0)
+        ms = atoi(ctx.params.get("ms", ""))
+        ms = min(ms, MAX_SLEEP_MS) if ms is not None and ms >= 0 else 0
         time.sleep(ms / 1000)
         update_state(ctx, "sleeps")
-        return Response.json({"slept": ms})
+        return json_response({"slept": ms})
 
     @agent.webhook("count")
     def count_webhook(ctx: Context) -> Response:
-        return Response.json({"count": update_state(ctx, "count")["count"], "runId": ctx.run_id})
+        return json_response({"count": update_state(ctx, "count")["count"], "runId": ctx.run_id})
 
     @agent.webhook("state")
     def state(ctx: Context) -> Response:
-        return Response.json({"runId": ctx.run_id, "state": echo_state(ctx.state)})
+        return json_response({"runId": ctx.run_id, "state": echo_state(ctx.state)})
 
-    # Data methods.
+    # Data methods: their parameters are checked as Go's Echo decodes them, with its messages.
 
-    @agent.data("echo", description="Returns its parameters unchanged.")
-    def echo_data(ctx: Context) -> Any:
-        return ctx.data if ctx.data is not None else {}
+    @data("echo", "Returns its parameters unchanged.")
+    def echo_data(ctx: Context, p: Any) -> Any:
+        return params(p, "echo")
 
-    @agent.data("sum", description='Adds numbers: {"values":[2,3]} returns {"sum":5}.', schema={
+    @data("sum", 'Adds numbers: {"values":[2,3]} returns {"sum":5}.', {
         "type": "object",
         "properties": {"values": {"type": "array", "items": {"type": "number"}, "description": "the numbers to add"}},
-    })
-    def sum_data(ctx: Context) -> Any:
-        values = (ctx.data or {}).get("values") or []
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            raise Fail(400, "values are numbers")
-        return {"sum": sum(values)}
+        "required": ["values"]})
+    def sum_data(ctx: Context, p: Any) -> Any:
+        values = param(p, "sum", "values", "array") or []
+        total = 0.0
+        for v in values:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise Fail(400, "bad parameters for sum: field values must be a JSON number")
+            total += float(v or 0)
+        return {"sum": go_number(total)}
 
-    @agent.data("count", description="Increments this conversation's counter and returns it with the run id.")
-    def count_data(ctx: Context) -> Any:
+    @data("count", "Increments this conversation's counter and returns it with the run id.")
+    def count_data(ctx: Context, p: Any) -> Any:
+        params(p, "count")
         return {"count": update_state(ctx, "count")["count"], "runId": ctx.run_id}
 
-    @agent.data("sleep", description="Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
-                schema={"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}})
-    def sleep_data(ctx: Context) -> Any:
-        ms = min(max(int((ctx.data or {}).get("ms") or 0), 0), MAX_SLEEP_MS)
+    @data("sleep", "Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
+          {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"]})
+    def sleep_data(ctx: Context, p: Any) -> Any:
+        ms = min(max(param(p, "sleep", "ms", "whole number") or 0, 0), MAX_SLEEP_MS)
         time.sleep(ms / 1000)
         return {"slept": ms}
 
-    @agent.data("fail", description="Fails with the given status (400-599, default 500) and message; for trying error paths.",
-                schema={"type": "object", "properties": {
-                    "status": {"type": "integer", "description": "HTTP status of the failure, 400-599"},
-                    "message": {"type": "string"}}})
-    def fail(ctx: Context) -> Any:
-        params = ctx.data or {}
-        raise Fail(int(params.get("status") or 500), params.get("message") or "fail was asked to fail")
+    @data("fail", "Fails with the given status (400-599, default 500) and message; for trying error paths.",
+          {"type": "object", "properties": {
+              "status": {"type": "integer", "description": "HTTP status of the failure, 400-599"},
+              "message": {"type": "string"}}})
+    def fail(ctx: Context, p: Any) -> Any:
+        code = param(p, "fail", "status", "whole number") or 0
+        message = param(p, "fail", "message", "string") or "fail was asked to fail"
+        raise Fail(code if 400 <= code <= 599 else 500, message)
 
-    @agent.data("remind", description='Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.',
-                schema={"type": "object", "properties": {
-                    "text": {"type": "string", "description": "what to say when the reminder is due"},
-                    "ms": {"type": "integer", "description": "milliseconds from now (at most 7 days)"}}})
-    def remind(ctx: Context) -> Any:
-        params = ctx.data or {}
-        text, ms = params.get("text") or "", params.get("ms") or 0
+    @data("remind", 'Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.',
+          {"type": "object", "properties": {
+              "text": {"type": "string", "description": "what to say when the reminder is due"},
+              "ms": {"type": "integer", "description": "milliseconds from now (at most 7 days)"}},
+           "required": ["text", "ms"]})
+    def remind(ctx: Context, p: Any) -> Any:
+        text = param(p, "remind", "text", "string") or ""
+        ms = param(p, "remind", "ms", "whole number") or 0
         if ctx.timer:
             # The timer's message came back: the reminder is due.
             ctx.post(text, scope=ctx.scope or None)
@@ -150,72 +185,202 @@ def new_agent(name: str, secret: str) -> Agent:
             raise Fail(400, f"remind needs a text and ms between 0 and {MAX_REMIND_MS}")
         name = "remind:" + ctx.request_id
         due = dt.datetime.now(dt.timezone.utc) + dt.timedelta(milliseconds=ms)
-        due_at = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        # RFC 3339 with the fraction's trailing zeros cut, as Go's time.RFC3339Nano.
+        due_at = due.strftime("%Y-%m-%dT%H:%M:%S.%f").rstrip("0").rstrip(".") + "Z"
         ctx.set_timer(name, at=due_at, method="remind", data={"text": text, "ms": ms})
         return {"timer": name, "dueAt": due_at}
 
-    @agent.data("tick", description='Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.',
-                schema={"type": "object", "properties": {
-                    "seconds": {"type": "integer", "description": "interval in seconds, at least 1 (default 60)"},
-                    "stop": {"type": "boolean", "description": "true cancels the ticking"}}})
-    def tick(ctx: Context) -> Any:
-        params = ctx.data or {}
+    @data("tick", 'Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.',
+          {"type": "object", "properties": {
+              "seconds": {"type": "integer", "description": "interval in seconds, at least 1 (default 60)"},
+              "stop": {"type": "boolean", "description": "true cancels the ticking"}}})
+    def tick(ctx: Context, p: Any) -> Any:
+        seconds = param(p, "tick", "seconds", "whole number") or 0
+        stop = param(p, "tick", "stop", "boolean") or False
         if ctx.timer:
             n = update_state(ctx, "ticks")["ticks"]
             ctx.post(f"tick {n}", data={"tick": n})
             return None
-        if params.get("stop"):
+        if stop:
             ctx.cancel_timer(TICK_TIMER)
-            return {"ticking": False}
-        seconds = params.get("seconds") or 60
+            stopped = bool(isinstance(ctx.state, dict) and ctx.state.get("ticking"))
+            if stopped:
+                update_state(ctx, ticking=False)
+            return {"ticking": False, "stopped": stopped}
+        if seconds == 0:
+            seconds = 60
         if seconds < 1:
             raise Fail(400, "seconds is at least 1")
         ctx.set_timer(TICK_TIMER, every=dt.timedelta(seconds=seconds), method="tick")
+        update_state(ctx, ticking=True)
         return {"ticking": True, "every": go_duration(seconds)}
 
     # Chat and File.
 
     @agent.chat
     def chat(ctx: Context) -> Any:
-        # Word by word, as Echo's offline model streams. Without a returned text the reply's
-        # text is the deltas joined.
-        for word in re.split(r"(?<= )", f"You said: {ctx.text}"):
-            if word:
-                ctx.delta(word)
-        return None
+        # As Echo's offline model: "call {method} {json}" calls a Data method, anything else is
+        # echoed. The answer is streamed word by word; the reply's text is the deltas joined.
+        call = tool_call(ctx.text, tools)
+        answer = f"You said: {ctx.text}" if call is None else run_tool(ctx, tools, *call)
+        for word in words(answer):
+            ctx.delta(word)
 
     @agent.file
     def file(ctx: Context) -> Any:
-        if ctx.file is None or ctx.file.size == 0:
+        f = ctx.file
+        if f is not None and f.invalid:
+            return INVALID_FILE_TEXT
+        if f is None or f.size == 0:
             return NO_FILE_TEXT
-        content = ctx.file.read(timeout=max(ctx.remaining() or 30.0, 1.0))
-        return Reply(f"Received {ctx.file.name} ({len(content)} bytes)", {
-            "fileName": ctx.file.name, "contentType": ctx.file.content_type, "size": len(content),
-            "sha256": hashlib.sha256(content).hexdigest()})
+        # agentbus sends the size and SHA-256 of the content, also of a file too large to send.
+        return Reply(f"Received {f.name} ({f.size} bytes)", {
+            "fileName": f.name, "contentType": f.content_type, "size": f.size, "sha256": f.sha256})
 
     return agent
 
 
+# ECHO_STATE are the counters of Echo's state, in the order Go's Echo writes them.
+ECHO_STATE = ("count", "acks", "sleeps")
+
+
 def echo_state(state: Any) -> dict[str, Any]:
-    """The instance's state as Echo keeps it: {"count", "acks", "sleeps"} and, once ticking, "ticks"."""
-    out: dict[str, Any] = {"count": 0, "acks": 0, "sleeps": 0}
-    if isinstance(state, dict):
-        out.update(state)
+    """The instance's state as Echo shows it: {"count", "acks", "sleeps"} and, once ticking has
+    posted, "ticks"."""
+    s = state if isinstance(state, dict) else {}
+    out: dict[str, Any] = {k: s.get(k, 0) for k in ECHO_STATE}
+    if s.get("ticks"):
+        out["ticks"] = s["ticks"]
     return out
 
 
-def update_state(ctx: Context, counter: str) -> dict[str, Any]:
-    """Increments one counter of the state, sets the new state and returns it."""
-    state = echo_state(ctx.state)
-    state[counter] = state.get(counter, 0) + 1
+def update_state(ctx: Context, counter: str | None = None, **flags: Any) -> dict[str, Any]:
+    """Increments one counter of the state and sets flags, sets the new state and returns it."""
+    state = dict(ctx.state) if isinstance(ctx.state, dict) else {}
+    for k in ECHO_STATE:
+        state.setdefault(k, 0)
+    if counter:
+        state[counter] = state.get(counter, 0) + 1
+    state.update(flags)
     ctx.set_state(state)
     return state
 
 
-def param_ms(ctx: Context, default: int) -> int:
-    """The ms query parameter, bounded by MAX_SLEEP_MS; default when absent or not a number."""
-    ms = ctx.params.get("ms", "")
-    return min(int(ms), MAX_SLEEP_MS) if ms.isdigit() else default
+def atoi(s: str) -> int | None:
+    """s as Go's strconv.Atoi reads it: an optional sign and ASCII digits, within int64."""
+    if not re.fullmatch(r"[+-]?[0-9]+", s):
+        return None
+    n = int(s)
+    return n if n in INT64 else None
+
+
+def field(obj: dict[str, Any], name: str) -> Any:
+    """obj's field name as Go's encoding/json decodes it: the last key equal to name, ignoring
+    case."""
+    found = None
+    for k, v in obj.items():
+        if k.lower() == name.lower():
+            found = v
+    return found
+
+
+def params(p: Any, method: str) -> dict[str, Any]:
+    """A Data method's parameters: an object, or none (null)."""
+    if p is None:
+        return {}
+    if not isinstance(p, dict):
+        raise Fail(400, f"bad parameters for {method}: must be a JSON object")
+    return p
+
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "whole number": lambda v: isinstance(v, int) and not isinstance(v, bool) and v in INT64,
+}
+
+
+def param(p: Any, method: str, name: str, kind: str) -> Any:
+    """A parameter of a Data method, None when absent or null; a value of another kind fails the
+    request with 400 and Go's Echo's message."""
+    value = field(params(p, method), name)
+    if value is not None and not _KINDS[kind](value):
+        raise Fail(400, f"bad parameters for {method}: field {name} must be a JSON {kind}")
+    return value
+
+
+def go_number(x: float) -> int | float:
+    """A float as Go's encoding/json writes it: a whole one without a fraction."""
+    return int(x) if x.is_integer() and abs(x) < 1e21 else x
+
+
+def go_numbers(value: Any) -> Any:
+    """value with its whole floats made ints, as Go writes them (1, not 1.0)."""
+    if isinstance(value, float):
+        return go_number(value)
+    if isinstance(value, dict):
+        return {k: go_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [go_numbers(v) for v in value]
+    return value
+
+
+def go_json(value: Any, sort_keys: bool = False) -> str:
+    """value as JSON the way Go's encoding/json writes it: compact, with <, >, &, U+2028 and
+    U+2029 escaped."""
+    s = json.dumps(go_numbers(value), ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys, allow_nan=False)
+    for c, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        s = s.replace(c, esc)
+    return s
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    """An application/json response written as Go's Echo writes it."""
+    return Response(status, go_json(value), "application/json")
+
+
+# SPACE is what Go's unicode.IsSpace takes for white space.
+SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_WORD = re.compile(f"^[{SPACE}]+|[^{SPACE}]+[{SPACE}]*")
+
+
+def words(s: str) -> list[str]:
+    """s split after each run of white space, as Echo's offline model streams its answer."""
+    return _WORD.findall(s)
+
+
+def tool_call(text: str, tools: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """The Data method and parameters that a chat "call {method} {json}" asks for, as Echo's
+    offline model reads it; None for any other text."""
+    strip = f"[{SPACE}]*"
+    m = re.fullmatch(f"{strip}call (.*?){strip}", text, re.S)
+    if m is None:
+        return None
+    rest = re.sub(f"^{strip}", "", m.group(1))
+    name, _, args = rest.partition(" ")
+    args = re.sub(f"^{strip}|{strip}$", "", args) or "{}"
+    if name not in tools or not args.startswith("{"):
+        return None
+    try:
+        return name, json.loads(args)
+    except ValueError:
+        return None
+
+
+def run_tool(ctx: Context, tools: Mapping[str, Callable[[Context, Any], Any]], name: str, args: Any) -> str:
+    """Runs a chat's tool call on the chat's own request and returns the answer: "{name}
+    returned {result}", the result as Go's Echo gives it to its model."""
+    try:
+        result = tools[name](ctx, args)
+        if isinstance(result, Reply):
+            result = result.data if result.data is not None else result.text
+    except Fail as e:
+        result = {"error": {"status": e.status, "message": e.message}}
+    except Exception:
+        logging.getLogger("agentbus_agent").exception("tool %s failed", name)
+        result = {"error": {"status": 500, "message": "the handler failed"}}
+    return f"{name} returned {result if isinstance(result, str) else go_json(result, sort_keys=True)}"
 
 
 def go_duration(seconds: int) -> str:

@@ -79,13 +79,25 @@ class DispatchTest(unittest.TestCase):
             self.assertEqual({}, self.client.call(self, data("nothing")))
 
     def test_file(self) -> None:
-        f = {"name": "a.txt", "contentType": "text/plain", "size": 3, "url": "http://files.example/a"}
+        f = {"name": "a.txt", "contentType": "text/plain", "size": 3, "sha256": "ba7816bf", "content": "YWJj"}
         answer = self.client.call(self, request("File", message={"text": "caption", "file": f}))
         self.assertEqual({"reply": {"text": "got a.txt"}}, answer)
         ctx = self.seen[0]
-        self.assertEqual(("a.txt", "text/plain", 3, "http://files.example/a"),
-                         (ctx.file.name, ctx.file.content_type, ctx.file.size, ctx.file.url))
+        self.assertEqual(("a.txt", "text/plain", 3, "ba7816bf", b"abc", False),
+                         (ctx.file.name, ctx.file.content_type, ctx.file.size, ctx.file.sha256, ctx.file.content,
+                          ctx.file.invalid))
+        self.assertEqual(b"abc", ctx.file.read())
         self.assertEqual("caption", ctx.text)
+
+        # A file over 4 MiB comes without content; one sent without valid content has none either.
+        self.client.call(self, request("File", message={"file": {"name": "big", "size": 5 << 20, "sha256": "00"}}))
+        self.assertIsNone(self.seen[1].file.content)
+        with self.assertRaises(ValueError):
+            self.seen[1].file.read()
+        self.client.call(self, request("File", message={"file": {"name": "x", "size": 0, "invalid": True}}))
+        self.assertEqual((True, b""), (self.seen[2].file.invalid, self.seen[2].file.read()))
+        bad = self.client.post(request("File", message={"file": {"name": "x", "size": 1, "content": "%%"}}))
+        self.assertEqual(400, bad.status, "content that is not base64 is no protocol request")
 
     def test_webhook(self) -> None:
         binary = bytes(range(256))

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import http.server
 import json
 import subprocess
 import sys
-import threading
 import unittest
 from pathlib import Path
 from typing import Any
@@ -88,6 +86,13 @@ class EchoTest(unittest.TestCase):
         self.assertEqual((400, text, "missing challenge"), self.response(webhook("verify")))
         self.assertEqual((418, "application/json", {"status": 418}), self.response(webhook("status", params={"code": "418"})))
         self.assertEqual(400, self.response(webhook("status", params={"code": "99"}))[0])
+        # As Go reads them: an optional sign, JSON keys ignoring case.
+        self.assertEqual((201, "application/json", {"status": 201}), self.response(webhook("status", params={"code": "+201"})))
+        self.assertEqual((200, text, "Q"), self.response(webhook("verify", b'{"Challenge":"Q"}')))
+        self.assertEqual((400, text, "missing challenge"), self.response(webhook("verify", b'{"challenge":5}')))
+        # JSON as Go writes it: <, > and & escaped.
+        self.assertEqual('{"params":{},"body":"\\u003ca\\u003e \\u0026","size":5,"sha256":"%s"}' % hashlib.sha256(b"<a> &").hexdigest(),
+                         self.call(webhook("echo", b"<a> &"))["response"]["body"])
 
     def test_count_keeps_state(self) -> None:
         first = self.call(webhook("count"))
@@ -122,38 +127,72 @@ class EchoTest(unittest.TestCase):
         self.assertEqual(400, self.call(data("remind", {"ms": 5}))["error"]["status"])
 
     def test_tick(self) -> None:
+        started = self.call(data("tick", {"seconds": 90}))
         self.assertEqual({"reply": {"data": {"ticking": True, "every": "1m30s"}},
-                          "timers": [{"name": "tick", "every": "90s", "method": "tick"}]},
-                         self.call(data("tick", {"seconds": 90})))
-        due = data("tick", None, state={"count": 1, "acks": 0, "sleeps": 0, "ticks": 4})
+                          "state": {"count": 0, "acks": 0, "sleeps": 0, "ticking": True},
+                          "timers": [{"name": "tick", "every": "90s", "method": "tick"}]}, started)
+        due = data("tick", None, state={"count": 1, "acks": 0, "sleeps": 0, "ticks": 4, "ticking": True})
         due["message"]["timer"] = "tick"
-        self.assertEqual({"state": {"count": 1, "acks": 0, "sleeps": 0, "ticks": 5},
+        self.assertEqual({"state": {"count": 1, "acks": 0, "sleeps": 0, "ticks": 5, "ticking": True},
                           "posts": [{"text": "tick 5", "data": {"tick": 5}}]}, self.call(due))
-        self.assertEqual({"reply": {"data": {"ticking": False}}, "cancelTimers": ["tick"]},
+        # The state webhook shows Echo's counters only.
+        self.assertEqual({"runId": "run-1", "state": {"count": 1, "acks": 0, "sleeps": 0, "ticks": 4}},
+                         self.response(webhook("state", state=due["state"]))[2])
+        self.assertEqual({"reply": {"data": {"ticking": False, "stopped": True}},
+                          "state": {"count": 0, "acks": 0, "sleeps": 0, "ticking": False}, "cancelTimers": ["tick"]},
+                         self.call(data("tick", {"stop": True}, state=started["state"])))
+        self.assertEqual({"reply": {"data": {"ticking": False, "stopped": False}}, "cancelTimers": ["tick"]},
                          self.call(data("tick", {"stop": True})))
+        self.assertEqual({"error": {"status": 400, "message": "seconds is at least 1", "retry": False}},
+                         self.call(data("tick", {"seconds": -1})))
+
+    def test_bad_parameters(self) -> None:
+        """Parameters of the wrong kind fail as Go's Echo decodes them, with its messages."""
+        for method, params, message in [
+            ("sum", {"values": "x"}, "field values must be a JSON array"),
+            ("sum", {"values": [1, "a"]}, "field values must be a JSON number"),
+            ("sleep", {"ms": 1.5}, "field ms must be a JSON whole number"),
+            ("fail", {"status": "x"}, "field status must be a JSON whole number"),
+            ("tick", {"stop": 1}, "field stop must be a JSON boolean"),
+            ("echo", [1], "must be a JSON object"),
+        ]:
+            with self.subTest(method=method, params=params):
+                self.assertEqual({"error": {"status": 400, "message": f"bad parameters for {method}: {message}", "retry": False}},
+                                 self.call(data(method, params)))
+        self.assertEqual({"reply": {"data": {"sum": 3}}}, self.call(data("sum", {"Values": [1, None, 2]})),
+                         "keys match ignoring case; null is 0")
 
     def test_chat(self) -> None:
         self.assertEqual({"reply": {"text": "You said: hello"}}, self.call(chat("hello")))
-        resp = self.client.send(chat("hello there", stream=True))
+        resp = self.client.send(chat("hello  there\n", stream=True))
         self.assertEqual("application/x-ndjson", resp.headers["Content-Type"])
-        self.assertEqual([{"delta": "You "}, {"delta": "said: "}, {"delta": "hello "}, {"delta": "there"},
-                          {"reply": {"text": "You said: hello there"}}],
+        self.assertEqual([{"delta": "You "}, {"delta": "said: "}, {"delta": "hello  "}, {"delta": "there\n"},
+                          {"reply": {"text": "You said: hello  there\n"}}],
                          [json.loads(line) for line in resp.read().splitlines()])
+
+    def test_chat_calls_a_method(self) -> None:
+        self.assertEqual({"reply": {"text": 'sum returned {"sum":5}'}}, self.call(chat('call sum {"values":[2,3]}')))
+        self.assertEqual({"reply": {"text": 'count returned {"count":3,"runId":"run-1"}'},
+                          "state": {"count": 3, "acks": 0, "sleeps": 0}},
+                         self.call(chat("call count", state={"count": 2})))
+        self.assertEqual({"reply": {"text": 'fail returned {"error":{"message":"no","status":409}}'}},
+                         self.call(chat('call fail {"status":409,"message":"no"}')))
+        # Anything else is echoed: a method it does not have, arguments that are no JSON object.
+        for text in ["call history {}", "call sum [1]", "call sum {"]:
+            self.assertEqual({"reply": {"text": "You said: " + text}}, self.call(chat(text)))
 
     def test_file(self) -> None:
         content = b"a file's content\n"
-        files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _file_handler(content))
-        threading.Thread(target=files.serve_forever, args=(0.05,), daemon=True).start()
-        self.addCleanup(files.server_close)
-        self.addCleanup(files.shutdown)
         f = {"name": "notes.txt", "contentType": "text/plain", "size": len(content),
-             "url": f"http://127.0.0.1:{files.server_address[1]}/files/notes.txt"}
+             "sha256": hashlib.sha256(content).hexdigest(), "content": base64.b64encode(content).decode()}
         self.assertEqual({"reply": {"text": f"Received notes.txt ({len(content)} bytes)", "data": {
             "fileName": "notes.txt", "contentType": "text/plain", "size": len(content),
             "sha256": hashlib.sha256(content).hexdigest()}}},
             self.call(request("File", message={"text": "", "file": f})))
         self.assertEqual({"reply": {"text": "No file data received."}},
-                         self.call(request("File", message={"text": "", "file": dict(f, size=0)})))
+                         self.call(request("File", message={"text": "", "file": {"name": "x", "size": 0}})))
+        self.assertEqual({"reply": {"text": "Invalid file format. Please ensure the file is base64 encoded."}},
+                         self.call(request("File", message={"text": "", "file": {"name": "x", "size": 0, "invalid": True}})))
 
     def test_stops_on_sigterm(self) -> None:
         proc = subprocess.Popen([sys.executable, str(ECHO), "--port", "0", "--secret", SECRET],
@@ -162,16 +201,3 @@ class EchoTest(unittest.TestCase):
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
         self.assertEqual(0, proc.returncode, stderr)
-
-
-def _file_handler(content: bytes) -> type[http.server.BaseHTTPRequestHandler]:
-    class Files(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(content)))
-            self.end_headers()
-            self.wfile.write(content)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-    return Files
