@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/conformance"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -21,9 +22,9 @@ import (
 
 // startEcho runs the compiled EchoTS on a free port with the secret and returns its
 // registration, as it prints it.
-func startEcho(t testing.TB, node, secret string) map[string]any {
+func startEcho(t testing.TB, node, secret string, args ...string) map[string]any {
 	t.Helper()
-	cmd := exec.Command(node, filepath.Join("dist", "examples", "echo.js"), "--port", "0", "--secret", secret)
+	cmd := exec.Command(node, append([]string{filepath.Join("dist", "examples", "echo.js"), "--port", "0", "--secret", secret}, args...)...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	if os.Getenv("AGENTBUS_TEST_LOG") != "" {
@@ -75,13 +76,15 @@ func TestTypeScriptEcho(t *testing.T) {
 	require.Equal(t, http.StatusCreated, api(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil))
 	require.NoError(t, s.WaitLive(t.Context(), "EchoTS"))
 
-	resp, err := http.Post(s.URL+"/api/user/webhooks/EchoTS/echo?apikey="+s.Key, "text/plain", bytes.NewReader([]byte("hello")))
+	resp, err := http.Post(s.URL+"/api/user/webhooks/EchoTS/echo?apikey="+s.Key+"&x=1", "text/plain", bytes.NewReader([]byte("hello")))
 	require.NoError(t, err)
-	body, _ := io.ReadAll(resp.Body)
+	var hook map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&hook))
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.Equal(t, "hello", string(body))
-	assert.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
+	assert.Equal(t, map[string]any{"x": "1"}, hook["params"])
+	assert.Equal(t, "hello", hook["body"])
+	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 
 	send := func(typ, text string, data any) map[string]any {
 		var ans map[string]any
@@ -109,4 +112,15 @@ func TestTypeScriptEchoConforms(t *testing.T) {
 		t.Logf("ok=%v %s: %s", r.OK, r.Case, r.Detail)
 		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
 	}
+}
+
+// TestTypeScriptEchoConformance runs the conformance suite (pkg/conformance) against the
+// TypeScript kit's Echo registered as Echo on a stack without the Go Echo.
+func TestTypeScriptEchoConformance(t *testing.T) {
+	reg := startEcho(t, build(t), webhooksig.NewStandardSecret(), "--name", "Echo")
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	require.Equal(t, "Echo", reg["name"])
+	require.Equal(t, http.StatusCreated, api(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/agents", s.Key, reg, nil))
+	require.NoError(t, s.WaitLive(t.Context(), "Echo"))
+	conformance.Run(t, conformance.Target{URL: s.URL, Key: s.Key, Tenant: "default", Without: conformance.RemoteEcho})
 }

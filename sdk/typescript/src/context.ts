@@ -122,6 +122,32 @@ export class Context<S = unknown> {
   }
 }
 
+/**
+ * UploadedFile is the file of a File message: its name, content type, size in bytes and hex
+ * SHA-256, and its content, which agentbus sends for a file of at most 4 MiB (null for a larger
+ * one). A file sent without content has size 0; invalid is true when what was sent was not
+ * base64.
+ */
+export interface UploadedFile {
+  name: string;
+  contentType: string;
+  size: number;
+  sha256: string;
+  invalid: boolean;
+  content: Buffer | null;
+}
+
+function uploadedFile(f: FileInfo): UploadedFile {
+  return {
+    name: str(f.name),
+    contentType: str(f.contentType),
+    size: typeof f.size === "number" ? f.size : 0,
+    sha256: str(f.sha256),
+    invalid: f.invalid === true,
+    content: typeof f.content === "string" ? Buffer.from(f.content, "base64") : null,
+  };
+}
+
 /** MessageContext is what a Chat, Data or File handler gets. D is the type of data. */
 export class MessageContext<D = unknown, S = unknown> extends Context<S> {
   /** The chat text, the Data method, or the file's caption. */
@@ -135,7 +161,7 @@ export class MessageContext<D = unknown, S = unknown> extends Context<S> {
   /** The name of the agent's own timer that sent the message; "" for a message a caller sent. */
   readonly timer: string;
   /** File: the uploaded file; null otherwise. */
-  readonly file: FileInfo | null;
+  readonly file: UploadedFile | null;
   readonly #delta: (text: string) => void;
 
   /** @internal */
@@ -148,7 +174,7 @@ export class MessageContext<D = unknown, S = unknown> extends Context<S> {
     this.scope = str(m.scope);
     this.hint = str(m.hint);
     this.timer = str(m.timer);
-    this.file = m.file ?? null;
+    this.file = m.file ? uploadedFile(m.file) : null;
     this.#delta = delta;
   }
 

@@ -49,6 +49,7 @@ export {
   type MessageHandler,
   Retry,
   text,
+  type UploadedFile,
   WebhookContext,
   type WebhookHandler,
   type WebhookResponse,
@@ -119,7 +120,7 @@ export interface AgentOptions {
 export interface MethodOptions {
   /** What it does and when to use it, for MCP clients and chat models. */
   description?: string;
-  /** The JSON Schema of its parameters, checked by agentbus before the agent is called. */
+  /** The JSON Schema of its parameters, for MCP clients and chat models; agentbus does not check parameters against it. */
   schema?: unknown;
 }
 

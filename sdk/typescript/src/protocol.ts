@@ -13,12 +13,18 @@ export const NDJSON_TYPE = "application/x-ndjson";
 
 export type MessageType = "Chat" | "Data" | "File" | "Webhook";
 
-/** An uploaded file of a File message: its content is fetched from url. */
+/**
+ * An uploaded file of a File message as the host sends it: size in bytes, the hex SHA-256, and
+ * the content in base64 for a file of at most 4 MiB (left out for a larger one). A file sent
+ * without content has size 0; invalid is true when what was sent was not base64.
+ */
 export interface FileInfo {
   name: string;
   contentType: string;
   size: number;
-  url: string;
+  sha256?: string;
+  content?: string;
+  invalid?: boolean;
 }
 
 /** The request a workflow host sends. */

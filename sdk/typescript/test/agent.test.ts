@@ -71,13 +71,20 @@ test("Data methods match case-insensitively and get their parameters", async (t)
 
 test("File reaches the file handler with the file", async (t) => {
   const agent = new Agent({ name: "Filer", secret: SECRET });
-  agent.file((ctx) => ({ text: `${ctx.text}: ${ctx.file?.name} ${ctx.file?.size} ${ctx.file?.contentType} ${ctx.file?.url}` }));
+  agent.file((ctx) => ({
+    text: `${ctx.text}: ${ctx.file?.name} ${ctx.file?.size} ${ctx.file?.contentType} ${ctx.file?.sha256} ${ctx.file?.invalid} ${ctx.file?.content?.toString()}`,
+  }));
   const { url } = await serve(t, agent);
   const req = request({
     type: "File",
-    message: { text: "my report", file: { name: "r.pdf", contentType: "application/pdf", size: 12, url: "http://files/r.pdf" } },
+    message: { text: "my report", file: { name: "r.pdf", contentType: "application/pdf", size: 3, sha256: "ba78", content: "YWJj" } },
   });
-  assert.deepEqual(await call(url, req), { reply: { text: "my report: r.pdf 12 application/pdf http://files/r.pdf" } });
+  assert.deepEqual(await call(url, req), { reply: { text: "my report: r.pdf 3 application/pdf ba78 false abc" } });
+  // A file too large to send comes without content; one sent without valid content too.
+  const large = request({ type: "File", message: { text: "big", file: { name: "big", contentType: "", size: 5 << 20, sha256: "00" } } });
+  assert.deepEqual(await call(url, large), { reply: { text: `big: big ${5 << 20}  00 false undefined` } });
+  const invalid = request({ type: "File", message: { text: "bad", file: { name: "x", contentType: "", size: 0, invalid: true } } });
+  assert.deepEqual(await call(url, invalid), { reply: { text: "bad: x 0   true undefined" } });
 });
 
 test("Webhook gets its method, params, headers, content type and raw body; the response is sent as text or base64", async (t) => {

@@ -1,28 +1,79 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import * as path from "node:path";
 import { type TestContext, test } from "node:test";
 
 import { echoAgent } from "../examples/echo.js";
-import type { Registration } from "../src/index.js";
+import type { Registration, WireRequest } from "../src/index.js";
 import { call, data, post, request, SECRET, serve } from "./helpers.js";
 
-test("EchoTS: webhook echo answers the body back with its content type", async (t) => {
+const sha = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
+
+// webhook is a Webhook request of a method with a body and query parameters.
+function webhook(method: string, body: Buffer | string = "", params: Record<string, string> = {}, fields: Partial<WireRequest> = {}): WireRequest {
+  return request({ ...fields, type: "Webhook", webhook: { method, params, contentType: "application/json", body: Buffer.from(body).toString("base64") } });
+}
+
+test("EchoTS: webhook echo, verify and status answer as Go's Echo", async (t) => {
   const { url } = await serve(t, echoAgent({ secret: SECRET }));
-  const body = Buffer.from([0xde, 0xad, 0xbe, 0xef, 0]);
-  const a = await call(url, request({ type: "Webhook", webhook: { method: "echo", contentType: "image/x-test", body: body.toString("base64") } }));
-  assert.equal(a.response?.status, 200);
-  assert.equal(a.response?.contentType, "image/x-test");
-  assert.deepEqual(Buffer.from(a.response?.bodyBase64 ?? "", "base64"), body);
-  const status = await call(url, request({ type: "Webhook", webhook: { method: "status", params: { code: "418" } } }));
-  assert.deepEqual(status.response, { status: 418, contentType: "application/json", body: '{"status":418}' });
+  const body = '{"item":"tea","qty":2}';
+  const echoed = await call(url, webhook("echo", body, { order: "17" }));
+  assert.deepEqual(echoed.response, {
+    status: 200,
+    contentType: "application/json",
+    body: JSON.stringify({ params: { order: "17" }, body, size: 22, sha256: sha(body) }),
+  });
+  const binary = Buffer.from([0xde, 0xad, 0xbe, 0xef, 0]);
+  assert.deepEqual(JSON.parse((await call(url, webhook("echo", binary))).response?.body ?? ""), {
+    params: {},
+    bodyBase64: binary.toString("base64"),
+    size: 5,
+    sha256: sha(binary),
+  });
+  // JSON as Go writes it: <, > and & escaped.
+  assert.equal((await call(url, webhook("echo", "<a> &"))).response?.body, `{"params":{},"body":"\\u003ca\\u003e \\u0026","size":5,"sha256":"${sha("<a> &")}"}`);
+
+  const plain = "text/plain; charset=utf-8";
+  assert.deepEqual((await call(url, webhook("verify", "", { challenge: "abc123" }))).response, { status: 200, contentType: plain, body: "abc123" });
+  assert.deepEqual((await call(url, webhook("verify", '{"challenge":"xyz"}'))).response, { status: 200, contentType: plain, body: "xyz" });
+  assert.deepEqual((await call(url, webhook("verify", '{"Challenge":"Q"}'))).response?.body, "Q", "keys match ignoring case");
+  for (const b of ["", '{"challenge":5}', "[1]"]) {
+    assert.deepEqual((await call(url, webhook("verify", b))).response, { status: 400, contentType: plain, body: "missing challenge" });
+  }
+
+  assert.deepEqual((await call(url, webhook("status", "", { code: "418" }))).response, { status: 418, contentType: "application/json", body: '{"status":418}' });
+  assert.equal((await call(url, webhook("status", "", { code: "+201" }))).response?.status, 201);
+  for (const code of ["99", "600", "abc", "", "1e3"]) {
+    assert.deepEqual((await call(url, webhook("status", "", { code }))).response, {
+      status: 400,
+      contentType: "application/json",
+      body: '{"error":"code must be a status from 200 to 599"}',
+    });
+  }
 });
 
-test("EchoTS: Data echo, sum and count, Chat and File", async (t) => {
+test("EchoTS: webhook count, sleep and state keep Echo's state", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  const first = await call(url, webhook("count"));
+  assert.deepEqual(JSON.parse(first.response?.body ?? ""), { count: 1, runId: "run-1" });
+  assert.deepEqual(first.state, { count: 1, acks: 0, sleeps: 0 });
+  const slept = await call(url, webhook("sleep", "", { ms: "20" }, { state: first.state }));
+  assert.deepEqual(JSON.parse(slept.response?.body ?? ""), { slept: 20 });
+  assert.deepEqual(slept.state, { count: 1, acks: 0, sleeps: 1 });
+  assert.deepEqual(JSON.parse((await call(url, webhook("sleep", "", { ms: "-5" }))).response?.body ?? ""), { slept: 0 });
+  const state = await call(url, webhook("state", "", {}, { state: { ...slept.state, ticks: 3, ticking: true } }));
+  assert.deepEqual(JSON.parse(state.response?.body ?? ""), { runId: "run-1", state: { count: 1, acks: 0, sleeps: 1, ticks: 3 } });
+  assert.equal(state.state, undefined, "state changes nothing");
+  assert.deepEqual(JSON.parse((await call(url, webhook("state"))).response?.body ?? ""), { runId: "run-1", state: { count: 0, acks: 0, sleeps: 0 } });
+});
+
+test("EchoTS: Data echo, sum, count and sleep, Chat and File", async (t) => {
   const { url } = await serve(t, echoAgent({ secret: SECRET }));
   assert.deepEqual(await call(url, data("echo", { a: [1, "b"] })), { reply: { data: { a: [1, "b"] } } });
   assert.deepEqual(await call(url, data("echo", null)), { reply: { data: {} } });
   assert.deepEqual(await call(url, data("Sum", { values: [2, 3, 0.5] })), { reply: { data: { sum: 5.5 } } });
+  assert.deepEqual(await call(url, data("sleep", { ms: 1 })), { reply: { data: { slept: 1 } } });
 
   // The counter lives in the state agentbus keeps: each answer's state is the next request's.
   let state: unknown = null;
@@ -35,22 +86,60 @@ test("EchoTS: Data echo, sum and count, Chat and File", async (t) => {
   assert.deepEqual(JSON.parse(hook.response?.body ?? ""), { count: 4, runId: "run-1" });
 
   assert.deepEqual(await call(url, request({ type: "Chat", message: { text: "hello there" } })), { reply: { text: "You said: hello there" } });
-  const streamed = await post(url, request({ type: "Chat", stream: true, message: { text: "hello there" } }));
+  const streamed = await post(url, request({ type: "Chat", stream: true, message: { text: "hello  there\n" } }));
   assert.deepEqual(
     streamed.text.split("\n").filter(Boolean).map((l) => JSON.parse(l)),
-    [{ delta: "You " }, { delta: "said: " }, { delta: "hello " }, { delta: "there" }, { reply: { text: "You said: hello there" } }],
+    [{ delta: "You " }, { delta: "said: " }, { delta: "hello  " }, { delta: "there\n" }, { reply: { text: "You said: hello  there\n" } }],
   );
 
-  const file = { name: "a.txt", contentType: "text/plain", size: 5, url: "http://files/a.txt" };
+  const file = { name: "a.txt", contentType: "text/plain", size: 5, sha256: sha("hello"), content: Buffer.from("hello").toString("base64") };
   assert.deepEqual(await call(url, request({ type: "File", message: { text: "a.txt", file } })), {
-    reply: { text: "Received a.txt (5 bytes)", data: { fileName: "a.txt", contentType: "text/plain", size: 5 } },
+    reply: { text: "Received a.txt (5 bytes)", data: { fileName: "a.txt", contentType: "text/plain", size: 5, sha256: sha("hello") } },
   });
   assert.deepEqual(await call(url, request({ type: "File", message: { text: "" } })), { reply: { text: "No file data received." } });
+  assert.deepEqual(await call(url, request({ type: "File", message: { text: "", file: { name: "x", contentType: "", size: 0 } } })), {
+    reply: { text: "No file data received." },
+  });
+  assert.deepEqual(await call(url, request({ type: "File", message: { text: "", file: { name: "x", contentType: "", size: 0, invalid: true } } })), {
+    reply: { text: "Invalid file format. Please ensure the file is base64 encoded." },
+  });
+});
+
+test("EchoTS: parameters of the wrong kind fail as Go's Echo decodes them", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  for (const [method, params, message] of [
+    ["sum", { values: "x" }, "field values must be a JSON array"],
+    ["sum", { values: [1, "a"] }, "field values must be a JSON number"],
+    ["sleep", { ms: 1.5 }, "field ms must be a JSON whole number"],
+    ["fail", { status: "x" }, "field status must be a JSON whole number"],
+    ["tick", { stop: 1 }, "field stop must be a JSON boolean"],
+    ["echo", [1], "must be a JSON object"],
+  ] as const) {
+    assert.deepEqual(await call(url, data(method, params)), {
+      error: { status: 400, message: `bad parameters for ${method}: ${message}`, retry: false },
+    });
+  }
+  assert.deepEqual(await call(url, data("sum", { Values: [1, null, 2] })), { reply: { data: { sum: 3 } } }, "keys match ignoring case; null is 0");
+});
+
+test("EchoTS: a chat's call {method} {json} runs a Data method", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  const chat = (text: string, fields: Partial<WireRequest> = {}) => call(url, request({ ...fields, type: "Chat", message: { text } }));
+  assert.deepEqual(await chat('call sum {"values":[2,3]}'), { reply: { text: 'sum returned {"sum":5}' } });
+  assert.deepEqual(await chat("  call  count  ", { state: { count: 2 } }), {
+    reply: { text: 'count returned {"count":3,"runId":"run-1"}' },
+    state: { count: 3, acks: 0, sleeps: 0 },
+  });
+  assert.deepEqual(await chat('call fail {"status":409,"message":"no"}'), { reply: { text: 'fail returned {"error":{"message":"no","status":409}}' } });
+  for (const text of ["call history {}", "call sum [1]", "call sum {"]) {
+    assert.deepEqual(await chat(text), { reply: { text: "You said: " + text } });
+  }
 });
 
 test("EchoTS: fail, flaky, remind, tick and tell", async (t) => {
   const { url } = await serve(t, echoAgent({ secret: SECRET }));
   assert.deepEqual(await call(url, data("fail", { status: 418, message: "teapot" })), { error: { status: 418, message: "teapot", retry: false } });
+  assert.deepEqual(await call(url, data("fail", { status: 200 })), { error: { status: 500, message: "fail was asked to fail", retry: false } });
   assert.deepEqual(await call(url, data("flaky", { attempts: 2 })), { error: { status: 503, message: "attempt 1 fails on purpose", retry: true } });
   assert.deepEqual(await call(url, data("flaky", { attempts: 2 }, { attempt: 2 })), { reply: { data: { attempt: 2 } } });
 
@@ -58,19 +147,30 @@ test("EchoTS: fail, flaky, remind, tick and tell", async (t) => {
   assert.equal(set.timers?.length, 1);
   assert.deepEqual({ ...set.timers?.[0], at: undefined }, { name: "remind:r1", at: undefined, method: "remind", data: { text: "stretch", ms: 60_000 } });
   assert.ok(Math.abs(Date.parse(set.timers?.[0]?.at ?? "") - Date.now() - 60_000) < 5_000);
+  assert.equal((set.reply?.data as { timer: string }).timer, "remind:r1");
+  assert.deepEqual(Date.parse((set.reply?.data as { dueAt: string }).dueAt), Date.parse(set.timers?.[0]?.at ?? ""));
   const fired = await call(url, data("remind", { text: "stretch", ms: 60_000 }, { message: { method: "remind", data: { text: "stretch", ms: 60_000 }, timer: "remind:r1", scope: "s" } }));
   assert.deepEqual(fired, { posts: [{ text: "stretch", scope: "s" }] });
   assert.equal((await call(url, data("remind", { text: "" }))).error?.status, 400);
+  assert.equal((await call(url, data("remind", { text: "now" }))).reply !== undefined, true, "ms defaults to 0");
 
-  assert.deepEqual(await call(url, data("tick", { seconds: 5 })), {
-    reply: { data: { ticking: true, every: "5s" } },
-    timers: [{ name: "tick", every: "5s", method: "tick" }],
+  const started = await call(url, data("tick", { seconds: 90 }));
+  assert.deepEqual(started, {
+    reply: { data: { ticking: true, every: "1m30s" } },
+    state: { count: 0, acks: 0, sleeps: 0, ticking: true },
+    timers: [{ name: "tick", every: "90s", method: "tick" }],
   });
   assert.deepEqual(await call(url, data("tick", null, { state: { count: 2, ticks: 1 }, message: { method: "tick", timer: "tick" } })), {
-    state: { count: 2, ticks: 2 },
+    state: { count: 2, acks: 0, sleeps: 0, ticks: 2 },
     posts: [{ text: "tick 2", data: { tick: 2 } }],
   });
-  assert.deepEqual(await call(url, data("tick", { stop: true })), { reply: { data: { ticking: false } }, cancelTimers: ["tick"] });
+  assert.deepEqual(await call(url, data("tick", { stop: true }, { state: started.state })), {
+    reply: { data: { ticking: false, stopped: true } },
+    state: { count: 0, acks: 0, sleeps: 0, ticking: false },
+    cancelTimers: ["tick"],
+  });
+  assert.deepEqual(await call(url, data("tick", { stop: true })), { reply: { data: { ticking: false, stopped: false } }, cancelTimers: ["tick"] });
+  assert.deepEqual(await call(url, data("tick", { seconds: -1 })), { error: { status: 400, message: "seconds is at least 1", retry: false } });
 
   assert.deepEqual(await call(url, data("tell", { activation: "b", method: "count" })), {
     reply: { data: { told: true } },
@@ -110,8 +210,9 @@ test("EchoTS runs as a program: it prints its registration and serves what it re
   assert.equal(reg.chat, true);
   assert.equal(reg.file, true);
   assert.match(reg.url, /^http:\/\/127\.0\.0\.1:\d+\/agentbus$/);
-  assert.deepEqual(reg.webhooks.sort(), ["count", "echo", "state", "status"]);
-  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["count", "echo", "fail", "flaky", "remind", "sum", "tell", "tick"]);
+  assert.deepEqual(reg.webhooks.sort(), ["count", "echo", "sleep", "state", "status", "verify"]);
+  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["count", "echo", "fail", "flaky", "remind", "sleep", "sum", "tell", "tick"]);
+  assert.equal(reg.timeoutSeconds, 300);
   assert.deepEqual(await call(reg.url, data("sum", { values: [1, 2] })), { reply: { data: { sum: 3 } } });
 
   assert.equal(made.name, "EchoTS");
