@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -66,6 +67,31 @@ func (s *suite) webhookCases() []testCase {
 			r := s.webhook(t, "Echo", "echo", nil, nil, nil)
 			require.Equal(t, http.StatusOK, r.Status, "%s", r)
 			assert.Equal(t, map[string]any{"params": map[string]any{}, "body": "", "size": float64(0), "sha256": sha(nil)}, r.object(t))
+		}},
+		{"echo of a large binary body", func(t *testing.T) {
+			// Larger than one NATS message: it travels by claim check, and so does the answer.
+			body := make([]byte, 3_000_000)
+			for i := range body {
+				body[i] = byte(i*7 + i>>8)
+			}
+			r := s.webhook(t, "Echo", "echo", nil, http.Header{"Content-Type": {"application/octet-stream"}}, body)
+			require.Equal(t, http.StatusOK, r.Status, "%.300s", r)
+			m := r.object(t)
+			assert.EqualValues(t, len(body), m["size"])
+			assert.Equal(t, sha(body), m["sha256"])
+			got, err := base64.StdEncoding.DecodeString(m["bodyBase64"].(string))
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(body, got), "the body comes back byte for byte")
+		}},
+		{"echo of a body of the largest size, 32 MiB", func(t *testing.T) {
+			body := bytes.Repeat([]byte("0123456789abcdef"), 2<<20)
+			body[5] = 0xff // not UTF-8
+			r := s.webhook(t, "Echo", "echo", nil, http.Header{"Content-Type": {"application/octet-stream"}}, body)
+			require.Equal(t, http.StatusOK, r.Status, "%.300s", r)
+			m := r.object(t)
+			assert.EqualValues(t, 33_554_432, m["size"])
+			assert.Equal(t, sha(body), m["sha256"])
+			assert.Equal(t, base64.StdEncoding.EncodeToString(body), m["bodyBase64"])
 		}},
 		{"verify answers the challenge in plain text", func(t *testing.T) {
 			r := s.webhook(t, "Echo", "verify", url.Values{"challenge": {"abc123"}}, nil, nil)

@@ -20,8 +20,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
-// maxAnswer bounds an agent's answer.
-const maxAnswer = 32 << 20
+// maxAnswer bounds an agent's answer: room for a webhook answer that holds the largest webhook
+// body (32 MiB) in base64, as Echo's echo answers a binary body, within the answer's JSON.
+const maxAnswer = 64 << 20
 
 // maxInlineFile bounds the content of a File message sent inline to an agent.
 const maxInlineFile = 4 << 20

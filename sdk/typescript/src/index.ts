@@ -85,8 +85,11 @@ export { newSecret, secretKey, sign, SignatureError, TOLERANCE_SECONDS, verify }
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 120_000;
 
-/** The largest request body the agent reads by default: 32 MiB. */
-export const MAX_BODY_BYTES = 32 << 20;
+/**
+ * The largest request body the agent reads by default, 48 MiB: agentbus's largest webhook body
+ * (32 MiB) in base64, with room for the rest of the request.
+ */
+export const MAX_BODY_BYTES = 48 << 20;
 
 /** Logger takes the kit's warnings and errors; console is one. */
 export interface Logger {
