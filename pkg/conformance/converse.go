@@ -121,6 +121,20 @@ func (s *suite) converseCases() []testCase {
 			r = s.converse(t, q, nil, []byte(`{"status":418}`))
 			assertProblem(t, r, http.StatusTeapot, "handler-error")
 		}},
+		{"a reply later than timeoutSeconds is 504 handler-timeout, and still handled", func(t *testing.T) {
+			a := s.act("converse-timeout")
+			q := converseQuery(s.workflowID(a), "Data", "sleep")
+			q.Set("timeoutSeconds", "1")
+			r := s.converse(t, q, nil, []byte(`{"ms":1600}`))
+			assertProblem(t, r, http.StatusGatewayTimeout, "handler-timeout")
+			s.eventually(t, a, "user", func(msgs []map[string]any) bool {
+				if len(msgs) == 0 {
+					return false
+				}
+				d, _ := msgs[0]["data"].(map[string]any)
+				return msgs[0]["direction"] == float64(1) && d["slept"] == float64(1600)
+			}, "the reply is stored")
+		}},
 		{"bad parameters", func(t *testing.T) {
 			for _, q := range []url.Values{
 				{"type": {"Chat"}, "text": {"hi"}},

@@ -161,6 +161,33 @@ func (s *suite) webhookCases() []testCase {
 			st := s.hook(t, a, "state").object(t)["state"]
 			assert.Equal(t, map[string]any{"count": float64(0), "acks": float64(0), "sleeps": float64(2)}, st)
 		}},
+		{"calls of one conversation run in order, of others at once", func(t *testing.T) {
+			a := s.act("order")
+			slow := make(chan *response, 1)
+			start := time.Now()
+			go func() {
+				// Not through s.call: a goroutine may not end the test.
+				r, err := http.Post(s.target.URL+"/api/user/webhooks/"+s.pathID(a)+"/sleep?ms=1500&apikey="+url.QueryEscape(s.target.Key), "", nil)
+				if err != nil {
+					slow <- nil
+					return
+				}
+				defer r.Body.Close()
+				slow <- &response{Status: r.StatusCode}
+			}()
+			time.Sleep(150 * time.Millisecond)
+			// Another conversation of the instance is not held up by the sleep.
+			other := s.webhook(t, s.pathID(a), "count", url.Values{"participantId": {"other"}}, nil, nil)
+			require.Equal(t, http.StatusOK, other.Status, "%s", other)
+			assert.Less(t, time.Since(start), 1500*time.Millisecond, "another conversation answers during the sleep")
+			// The same conversation (participant webhook) waits for the sleep.
+			st := s.hook(t, a, "state")
+			assert.GreaterOrEqual(t, time.Since(start), 1500*time.Millisecond, "the same conversation waits")
+			assert.EqualValues(t, 1, st.object(t)["state"].(map[string]any)["sleeps"])
+			r := <-slow
+			require.NotNil(t, r)
+			assert.Equal(t, http.StatusOK, r.Status)
+		}},
 		{"the workflow segment's three forms", func(t *testing.T) {
 			// Echo, Echo:Supervisor Workflow and the full id of activation default are one instance.
 			forms := []string{"Echo", "Echo:Supervisor%20Workflow", url.PathEscape(s.workflowID("default"))}
