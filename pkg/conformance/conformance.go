@@ -6,7 +6,8 @@
 //
 // Run(t, target) runs every case as a subtest. Cases of what a remote Echo cannot offer
 // (Feature, RemoteEcho) check, when the target lacks the feature, that the method is unknown
-// (404 unknown-method) instead.
+// (404 unknown-method) instead. TestGoEcho (here), TestPythonEchoConformance (pkg/remote) and
+// TestTypeScriptEchoConformance (sdk/typescript) run it against the three Echos.
 package conformance
 
 import (
