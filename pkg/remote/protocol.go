@@ -70,76 +70,76 @@ type Webhook struct {
 
 // Answer is what a remote agent answers; every field is optional.
 type Answer struct {
-	Reply        *ReplyBody      `json:"reply"`
-	Response     *Response       `json:"response"`
-	State        json.RawMessage `json:"state"`
-	Posts        []Post          `json:"posts"`
-	Timers       []Timer         `json:"timers"`
-	CancelTimers []string        `json:"cancelTimers"`
-	Tells        []Tell          `json:"tells"`
+	Reply        *ReplyBody      `json:"reply,omitempty"`
+	Response     *Response       `json:"response,omitempty"`
+	State        json.RawMessage `json:"state,omitempty"`
+	Posts        []Post          `json:"posts,omitempty"`
+	Timers       []Timer         `json:"timers,omitempty"`
+	CancelTimers []string        `json:"cancelTimers,omitempty"`
+	Tells        []Tell          `json:"tells,omitempty"`
 	// Complete completes the instance once the request is answered: its next request starts a
 	// new run with fresh state.
-	Complete bool   `json:"complete"`
-	Error    *Error `json:"error"`
+	Complete bool   `json:"complete,omitempty"`
+	Error    *Error `json:"error,omitempty"`
 }
 
 // ReplyBody is a Chat, Data or File request's reply.
 type ReplyBody struct {
-	Text *string         `json:"text"`
-	Data json.RawMessage `json:"data"`
+	Text *string         `json:"text,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Response is a webhook call's answer.
 type Response struct {
-	Status      int    `json:"status"`
-	ContentType string `json:"contentType"`
-	Body        string `json:"body"`
-	BodyBase64  []byte `json:"bodyBase64"`
+	Status      int    `json:"status,omitempty"`
+	ContentType string `json:"contentType,omitempty"`
+	Body        string `json:"body,omitempty"`
+	BodyBase64  []byte `json:"bodyBase64,omitempty"`
 }
 
 // Post is an Agent2User message.
 type Post struct {
-	ParticipantID string          `json:"participantId"`
-	Text          string          `json:"text"`
-	Data          json.RawMessage `json:"data"`
-	Scope         string          `json:"scope"`
-	Hint          string          `json:"hint"`
+	ParticipantID string          `json:"participantId,omitempty"`
+	Text          string          `json:"text,omitempty"`
+	Data          json.RawMessage `json:"data,omitempty"`
+	Scope         string          `json:"scope,omitempty"`
+	Hint          string          `json:"hint,omitempty"`
 }
 
 // Timer is a timer to set.
 type Timer struct {
 	Name     string          `json:"name"`
-	At       *time.Time      `json:"at"`
-	AfterMs  int64           `json:"afterMs"`
-	Every    string          `json:"every"`
-	Cron     string          `json:"cron"`
-	TimeZone string          `json:"timeZone"`
-	Method   string          `json:"method"`
-	Text     string          `json:"text"`
-	Data     json.RawMessage `json:"data"`
+	At       *time.Time      `json:"at,omitempty"`
+	AfterMs  int64           `json:"afterMs,omitempty"`
+	Every    string          `json:"every,omitempty"`
+	Cron     string          `json:"cron,omitempty"`
+	TimeZone string          `json:"timeZone,omitempty"`
+	Method   string          `json:"method,omitempty"`
+	Text     string          `json:"text,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
 	// ParticipantID is whose conversation gets the timer's message; empty: the request's.
-	ParticipantID string `json:"participantId"`
+	ParticipantID string `json:"participantId,omitempty"`
 }
 
 // Tell is an Agent2Agent message.
 type Tell struct {
-	Agent        string          `json:"agent"`
-	WorkflowType string          `json:"workflowType"`
-	Activation   string          `json:"activation"`
-	WorkflowID   string          `json:"workflowId"`
-	Type         string          `json:"type"`
-	Method       string          `json:"method"`
-	Text         string          `json:"text"`
-	Data         json.RawMessage `json:"data"`
-	Scope        string          `json:"scope"`
-	Hint         string          `json:"hint"`
+	Agent        string          `json:"agent,omitempty"`
+	WorkflowType string          `json:"workflowType,omitempty"`
+	Activation   string          `json:"activation,omitempty"`
+	WorkflowID   string          `json:"workflowId,omitempty"`
+	Type         string          `json:"type,omitempty"`
+	Method       string          `json:"method,omitempty"`
+	Text         string          `json:"text,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
+	Scope        string          `json:"scope,omitempty"`
+	Hint         string          `json:"hint,omitempty"`
 }
 
 // Error is a request the agent failed.
 type Error struct {
-	Status  int    `json:"status"`
+	Status  int    `json:"status,omitempty"`
 	Message string `json:"message"`
-	Retry   bool   `json:"retry"`
+	Retry   bool   `json:"retry,omitempty"`
 }
 
 // delta is one line of a streamed answer before the last.
