@@ -214,7 +214,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	h := &Host{
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
 		sem: make(chan struct{}, cfg.MaxConcurrent), idle: make(chan *conversation), ready: make(chan struct{}), stopping: make(chan struct{}),
-		kick: make(chan struct{}, 1),
+		kick:  make(chan struct{}, 1),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
