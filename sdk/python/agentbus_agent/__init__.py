@@ -3,9 +3,9 @@ standard library only.
 
 It speaks protocol version 1 of docs/remote-agents.md: it checks each request's Standard Webhooks
 signature, hands the request to the handler registered for it and turns what the handler returns
-and does (reply, webhook response, new state, posts, timers, tells, failure, streamed deltas)
-into the answer object. It is not a client of agentbus's HTTP API: registering the agent is one
-POST of Agent.registration (sdk/python/README.md shows it).
+and does (reply, webhook response, new state, posts, timers, tells, completion, failure,
+streamed deltas) into the answer object. It is not a client of agentbus's HTTP API: registering
+the agent is one POST of Agent.registration (sdk/python/README.md shows it).
 
     from agentbus_agent import Agent
 

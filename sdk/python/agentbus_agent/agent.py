@@ -143,11 +143,11 @@ class _Method:
 
 class Context:
     """One request as its handler sees it, and what the handler does besides replying: new
-    state, posts, timers, tells and streamed deltas. It lives for one handler call; use it from
+    state, posts, timers, tells, completing the instance and streamed deltas. It lives for one handler call; use it from
     the handler's thread only.
 
     Fields of the request (docs/remote-agents.md names them in camelCase):
-    type, agent, tenant_id, workflow_id, workflow_type, activation, run_id, participant,
+    type, agent, tenant_id, workflow_id, workflow_type, activation, run_id, host_id, participant,
     request_id, attempt, deadline, stream, state; a message's text, method, data, scope, hint,
     timer and file; a webhook's method, params, headers, content_type and body (bytes). request
     is the whole request object as received.
@@ -169,6 +169,8 @@ class Context:
         self.workflow_type: str = _field(request, "workflowType", str, "")
         self.activation: str = _field(request, "activation", str, "")
         self.run_id: str = _field(request, "runId", str, "")
+        #: The workflow host serving the instance now ("" from a host that does not send it).
+        self.host_id: str = _field(request, "hostId", str, "")
         self.participant: str = _field(request, "participantId", str, "")
         self.request_id: str = _field(request, "requestId", str, "")
         self.attempt: int = _field(request, "attempt", int, 1)
@@ -201,6 +203,7 @@ class Context:
         self._timers: dict[str, dict[str, Any]] = {}
         self._cancel: list[str] = []
         self._tells: list[dict[str, Any]] = []
+        self._complete = False
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """Returns a webhook caller's header, its name matched case-insensitively."""
@@ -277,6 +280,12 @@ class Context:
         self._tells.append(_compact(agent=agent, activation=activation, workflowId=workflow_id,
                                     type=DATA if method is not None else CHAT, method=method, text=text, data=data))
 
+    def complete(self) -> None:
+        """Completes the instance once the request is answered: its next request starts a new
+        run (a new run_id) with fresh state (None). The rest of the answer is carried out as
+        in any other; a failed request (Fail, Retry) completes nothing."""
+        self._complete = True
+
     def delta(self, text: str) -> None:
         """Sends a piece of the reply's text as it is produced, when the caller asked for a
         stream; the reply's text, if the handler gives none, is the pieces joined."""
@@ -307,6 +316,8 @@ class Context:
                              ("cancelTimers", self._cancel), ("tells", self._tells)):
             if effects:
                 answer[key] = effects
+        if self._complete:
+            answer["complete"] = True
         return answer
 
 

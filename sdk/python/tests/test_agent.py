@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
 import unittest
 from typing import Any
 
@@ -60,8 +61,8 @@ class DispatchTest(unittest.TestCase):
         ctx = self.seen[0]
         self.assertEqual(("Chat", "hi", "orders", "short", "t"), (ctx.type, ctx.text, ctx.scope, ctx.hint, ctx.timer))
         self.assertEqual(({"count": 2}, 3, "r-9", "ada"), (ctx.state, ctx.attempt, ctx.request_id, ctx.participant))
-        self.assertEqual(("default", "shop", "run-1", "Supervisor Workflow"),
-                         (ctx.tenant_id, ctx.activation, ctx.run_id, ctx.workflow_type))
+        self.assertEqual(("default", "shop", "run-1", "host-1", "Supervisor Workflow"),
+                         (ctx.tenant_id, ctx.activation, ctx.run_id, ctx.host_id, ctx.workflow_type))
         self.assertEqual(dt.datetime(2099, 1, 1, 0, 0, 30, tzinfo=dt.timezone.utc), ctx.deadline)
         self.assertGreater(ctx.remaining() or 0, 0)
         self.assertFalse(ctx.stream)
@@ -186,6 +187,38 @@ class EffectsTest(unittest.TestCase):
                        "text": "hello"}],
         }, self.answer(act))
 
+    def test_complete(self) -> None:
+        def finish(ctx: Context) -> Any:
+            ctx.set_state({"done": True})
+            ctx.post("bye")
+            ctx.complete()
+            return ctx.host_id
+        self.assertEqual({"reply": {"text": "host-7"}, "state": {"done": True}, "posts": [{"text": "bye"}], "complete": True},
+                         self.answer(finish, data("m0", hostId="host-7")))
+        self.assertNotIn("complete", self.answer(lambda ctx: "on"), "without complete() the instance goes on")
+
+        def webhook(ctx: Context) -> Any:
+            ctx.complete()
+            ctx.complete()
+        self.agent.webhook("done")(webhook)
+        self.assertEqual({"response": {"status": 200}, "complete": True},
+                         self.client.call(self, request("Webhook", webhook={"method": "done"})))
+
+        def streamed(ctx: Context) -> Any:
+            ctx.delta("last ")
+            ctx.delta("words")
+            ctx.complete()
+        self.agent.chat(streamed)
+        a = self.client.post(chat("hi", stream=True))
+        self.assertEqual("application/x-ndjson", a.headers["Content-Type"])
+        self.assertEqual({"reply": {"text": "last words"}, "complete": True}, json.loads(a.body.splitlines()[-1]),
+                         "a streamed answer completes in its last line")
+
+    def test_host_id_of_an_older_host(self) -> None:
+        req = data("m0")
+        del req["hostId"]
+        self.assertEqual({"reply": {"text": ""}}, self.answer(lambda ctx: ctx.host_id, req))
+
     def test_one_answer_names_a_timer_once(self) -> None:
         def reschedule(ctx: Context) -> Any:
             ctx.set_timer("a", after_ms=1, text="first")
@@ -219,6 +252,7 @@ class FailureTest(unittest.TestCase):
             ctx.post("p")
             ctx.set_timer("t", after_ms=1, text="x")
             ctx.tell(activation="b", text="t")
+            ctx.complete()
 
         @agent.data("fail")
         def fail(ctx: Context) -> Any:
