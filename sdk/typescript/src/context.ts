@@ -48,6 +48,11 @@ export class Context<S = unknown> {
   readonly workflowType: string;
   readonly activation: string;
   readonly runId: string;
+  /**
+   * The workflow host serving the instance now (with several hosts, the one that owns its
+   * partition); "" from a host that does not send it.
+   */
+  readonly hostId: string;
   /** The participant of the conversation (lowercased by agentbus). */
   readonly participantId: string;
   /** The same on every attempt of the request. */
@@ -71,6 +76,7 @@ export class Context<S = unknown> {
     this.workflowType = str(req.workflowType);
     this.activation = str(req.activation);
     this.runId = str(req.runId);
+    this.hostId = str(req.hostId);
     this.participantId = str(req.participantId);
     this.requestId = str(req.requestId);
     this.attempt = typeof req.attempt === "number" ? req.attempt : 1;
@@ -119,6 +125,16 @@ export class Context<S = unknown> {
   tell(tell: Tell): void {
     this.#fx.open();
     this.#fx.tells.push({ ...tell, type: tell.type ?? (tell.method ? "Data" : "Chat") });
+  }
+
+  /**
+   * complete completes the instance once the request is answered: its next request starts a new
+   * run (a new runId) with fresh state (null). The rest of the answer is carried out as in any
+   * other; a handler that throws completes nothing.
+   */
+  complete(): void {
+    this.#fx.open();
+    this.#fx.complete = true;
   }
 }
 
@@ -257,6 +273,7 @@ export class Effects<S> {
   readonly timers: WireTimer[] = [];
   readonly cancelTimers: string[] = [];
   readonly tells: Tell[] = [];
+  complete = false;
   #closed = false;
 
   constructor(state: S | null) {
@@ -277,6 +294,7 @@ export class Effects<S> {
     if (this.timers.length) a.timers = this.timers;
     if (this.cancelTimers.length) a.cancelTimers = this.cancelTimers;
     if (this.tells.length) a.tells = this.tells;
+    if (this.complete) a.complete = true;
     return a;
   }
 }

@@ -2,7 +2,7 @@
  * A kit for agentbus remote agents in Node 20+: handlers of Chat, Data, File and Webhook requests
  * behind one HTTP endpoint that agentbus's workflow hosts POST to, signed per Standard Webhooks
  * (protocol 1, docs/remote-agents.md). It verifies and decodes each request, calls the handler,
- * and answers with its reply, new state, posts, timers and tells. It is not a client of the
+ * and answers with its reply, new state, posts, timers, tells and completion. It is not a client of the
  * agentbus API: registering the agent is one HTTP request, whose body registration() returns.
  *
  * @example

@@ -37,6 +37,8 @@ export interface WireRequest {
   workflowType: string;
   activation: string;
   runId: string;
+  /** The workflow host serving the instance now. */
+  hostId: string;
   participantId: string;
   requestId: string;
   attempt: number;
@@ -75,6 +77,8 @@ export interface WireAnswer {
   timers?: WireTimer[];
   cancelTimers?: string[];
   tells?: Tell[];
+  /** true completes the instance once the request is answered: its next request starts a new run with fresh state. */
+  complete?: boolean;
   error?: WireError;
 }
 

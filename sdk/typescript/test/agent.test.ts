@@ -1,7 +1,19 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Agent, bytes, type Context, Fail, json, KEEP_ALIVE_TIMEOUT_MS, type MessageContext, Retry, text, type WebhookContext } from "../src/index.js";
+import {
+  Agent,
+  bytes,
+  type Context,
+  Fail,
+  json,
+  KEEP_ALIVE_TIMEOUT_MS,
+  type MessageContext,
+  Retry,
+  text,
+  type WebhookContext,
+  type WireRequest,
+} from "../src/index.js";
 import { call, data, MemoryLogger, post, request, SECRET, serve } from "./helpers.js";
 
 interface Counter {
@@ -24,6 +36,7 @@ test("Chat reaches the chat handler with every field of the request", async (t) 
     workflowType: "Conversational",
     activation: "a",
     runId: "run-9",
+    hostId: "host-3",
     participantId: "bob",
     requestId: "r-chat",
     attempt: 3,
@@ -44,6 +57,7 @@ test("Chat reaches the chat handler with every field of the request", async (t) 
   assert.equal(seen.workflowType, "Conversational");
   assert.equal(seen.activation, "a");
   assert.equal(seen.runId, "run-9");
+  assert.equal(seen.hostId, "host-3");
   assert.equal(seen.participantId, "bob");
   assert.equal(seen.requestId, "r-chat");
   assert.equal(seen.attempt, 3);
@@ -197,6 +211,43 @@ test("state, posts, timers, cancelled timers and tells are sent with the answer"
   assert.deepEqual(await call(url, request({ type: "Webhook", state: { count: 1 }, webhook: { method: "clear" } })), { response: {}, state: null });
 });
 
+test("complete completes the instance with the answer; hostId names the host", async (t) => {
+  const agent = new Agent<Counter>({ name: "Finisher", secret: SECRET });
+  agent.data("finish", (ctx) => {
+    ctx.setState({ count: 9 });
+    ctx.post({ text: "bye" });
+    ctx.complete();
+    return { text: ctx.hostId };
+  });
+  agent.data("go-on", () => ({ text: "on" }));
+  agent.webhook("done", (ctx) => {
+    ctx.complete();
+    ctx.complete();
+  });
+  agent.chat((ctx) => {
+    ctx.delta("last ");
+    ctx.delta("words");
+    ctx.complete();
+    return { text: "last words" };
+  });
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("finish", {}, { hostId: "host-7" })), {
+    reply: { text: "host-7" },
+    state: { count: 9 },
+    posts: [{ text: "bye" }],
+    complete: true,
+  });
+  assert.deepEqual(await call(url, data("go-on", {})), { reply: { text: "on" } }, "without complete() the instance goes on");
+  assert.deepEqual(await call(url, request({ type: "Webhook", webhook: { method: "done" } })), { response: {}, complete: true });
+  // A streamed answer completes in its last line.
+  const streamed = await post(url, request({ type: "Chat", stream: true, message: { text: "hi" } }));
+  assert.equal(streamed.headers["content-type"], "application/x-ndjson");
+  assert.deepEqual(JSON.parse(streamed.text.trim().split("\n").at(-1) ?? ""), { reply: { text: "last words" }, complete: true });
+  // A host that sends no hostId: "".
+  const { hostId: _, ...older } = data("finish", {});
+  assert.equal((await call(url, older as WireRequest)).reply?.text, "");
+});
+
 test("failures: Fail's status and message, Retry, and anything else as a 500 that names no internals", async (t) => {
   const log = new MemoryLogger();
   const agent = new Agent<Counter>({ name: "Failing", secret: SECRET, logger: log });
@@ -205,6 +256,7 @@ test("failures: Fail's status and message, Retry, and anything else as a 500 tha
     ctx.post({ text: "never sent" });
     ctx.setTimer({ name: "t", afterMs: 1, text: "x" });
     ctx.tell({ activation: "b", text: "x" });
+    ctx.complete();
   };
   agent.data("fail", (ctx) => {
     withEffects(ctx);

@@ -58,6 +58,7 @@ export function request(fields: Partial<WireRequest>): WireRequest {
     workflowType: "Supervisor Workflow",
     activation: "shop",
     runId: "run-1",
+    hostId: "host-1",
     participantId: "ada",
     requestId: `req-${seq}`,
     attempt: 1,
