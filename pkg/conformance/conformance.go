@@ -38,10 +38,6 @@ type Feature string
 const (
 	// WebhookAck is the webhook method ack: it answers 202 before its work is done.
 	WebhookAck Feature = "webhook ack"
-	// WebhookComplete is the webhook method complete: it completes its instance.
-	WebhookComplete Feature = "webhook complete"
-	// WebhookHost is the webhook method host: it names the workflow host of its instance.
-	WebhookHost Feature = "webhook host"
 	// DataHistory is the Data method history: it reads its thread.
 	DataHistory Feature = "Data history"
 	// DataRelay is the Data method relay: it calls another instance and waits for the result.
@@ -53,7 +49,7 @@ const (
 )
 
 // Features lists every optional feature.
-var Features = []Feature{WebhookAck, WebhookComplete, WebhookHost, DataHistory, DataRelay, ChatToolEvents}
+var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents}
 
 // RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features.
 var RemoteEcho = Features

@@ -314,33 +314,38 @@ func (s *suite) webhookCases() []testCase {
 			st := s.hook(t, a, "state").object(t)["state"].(map[string]any)
 			assert.EqualValues(t, 1, st["acks"])
 		}},
-		{"complete starts the next call on a new run", func(t *testing.T) {
+		{"complete starts the next call on a new run with fresh state", func(t *testing.T) {
 			a := s.act("complete")
-			if !s.target.has(WebhookComplete) {
-				assertProblem(t, s.hook(t, a, "complete"), http.StatusNotFound, "unknown-method")
-				return
-			}
 			first := s.hook(t, a, "count").object(t)
+			runID, _ := first["runId"].(string)
+			require.NotEmpty(t, runID, "%v", first)
 			s.hook(t, a, "count")
 			done := s.hook(t, a, "complete")
 			require.Equal(t, http.StatusOK, done.Status, "%s", done)
-			assert.Equal(t, map[string]any{"completed": true, "runId": first["runId"]}, done.object(t))
-			next := s.hook(t, a, "count").object(t)
-			assert.EqualValues(t, 1, next["count"])
-			assert.NotEqual(t, first["runId"], next["runId"])
+			assert.Equal(t, "application/json", done.ContentType())
+			assert.Equal(t, map[string]any{"completed": true, "runId": runID}, done.object(t))
+			// The next call starts a new run, whose state is fresh.
+			st := s.hook(t, a, "state")
+			require.Equal(t, http.StatusOK, st.Status, "%s", st)
+			m := st.object(t)
+			next, _ := m["runId"].(string)
+			assert.NotEmpty(t, next, "%s", st)
+			assert.NotEqual(t, runID, next, "a new run")
+			assert.Equal(t, map[string]any{"count": float64(0), "acks": float64(0), "sleeps": float64(0)}, m["state"], "fresh state")
+			assert.Equal(t, map[string]any{"count": float64(1), "runId": next}, s.hook(t, a, "count").object(t), "the new run counts from 1")
 		}},
 		{"host names the instance's host", func(t *testing.T) {
 			a := s.act("host")
-			if !s.target.has(WebhookHost) {
-				assertProblem(t, s.hook(t, a, "host"), http.StatusNotFound, "unknown-method")
-				return
-			}
+			runID := s.hook(t, a, "count").object(t)["runId"]
 			r := s.hook(t, a, "host")
 			require.Equal(t, http.StatusOK, r.Status, "%s", r)
+			assert.Equal(t, "application/json", r.ContentType())
 			m := r.object(t)
-			assert.NotEmpty(t, m["hostId"])
-			assert.NotEmpty(t, m["runId"])
-			assert.Len(t, m, 2)
+			hostID, _ := m["hostId"].(string)
+			assert.NotEmpty(t, hostID, "%s", r)
+			assert.Equal(t, map[string]any{"hostId": hostID, "runId": runID}, m)
+			st := s.hook(t, a, "state").object(t)
+			assert.EqualValues(t, 1, st["state"].(map[string]any)["count"], "host changes nothing")
 		}},
 	}
 }

@@ -6,8 +6,7 @@ Registered under the name Echo (--name Echo) it answers as the Go Echo does, wit
 statuses, content types, JSON and texts, for everything protocol version 1 can express
 (pkg/conformance checks it). What it lacks, and why:
 
-- Webhook methods ack, complete and host: a remote agent cannot answer before it is done,
-  complete its instance or see which host serves it.
+- Webhook method ack: a remote agent cannot answer before it is done.
 - Data methods history and relay: it cannot read its thread or wait for another agent's result.
 - Chat: "You said: {text}", streamed word by word as the offline model streams it, and
   "call {method} {json}" runs one of its Data methods and answers "{method} returned {result}";
@@ -17,7 +16,9 @@ statuses, content types, JSON and texts, for everything protocol version 1 can e
 - It keeps a "ticking" flag in its state for tick's "stopped" (a remote agent cannot ask whether
   a timer exists); the state webhook shows only Echo's counters.
 
-Webhook methods: echo, verify, status, sleep, count, state.
+Webhook methods: echo, verify, status, sleep, count, complete, state, host. complete answers
+{"completed": true, "runId": …} and completes the instance (its next request starts a new run
+with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
 Data methods: echo, sum, count, sleep, fail, remind, tick.
 File: "Received {name} ({n} bytes)" with the file's name, content type, size and SHA-256;
 "No file data received." without content, and the invalid-format text for content that was not
@@ -125,9 +126,18 @@ def new_agent(name: str, secret: str) -> Agent:
     def count_webhook(ctx: Context) -> Response:
         return json_response({"count": update_state(ctx, "count")["count"], "runId": ctx.run_id})
 
+    @agent.webhook("complete")
+    def complete(ctx: Context) -> Response:
+        ctx.complete()
+        return json_response({"completed": True, "runId": ctx.run_id})
+
     @agent.webhook("state")
     def state(ctx: Context) -> Response:
         return json_response({"runId": ctx.run_id, "state": echo_state(ctx.state)})
+
+    @agent.webhook("host")
+    def host(ctx: Context) -> Response:
+        return json_response({"hostId": ctx.host_id, "runId": ctx.run_id})
 
     # Data methods: their parameters are checked as Go's Echo decodes them, with its messages.
 

@@ -60,7 +60,7 @@ class EchoTest(unittest.TestCase):
     def test_registration(self) -> None:
         reg = self.registration
         self.assertEqual(("EchoPy", True, True, SECRET), (reg["name"], reg["chat"], reg["file"], reg["secret"]))
-        self.assertEqual(["echo", "verify", "status", "sleep", "count", "state"], reg["webhooks"])
+        self.assertEqual(["echo", "verify", "status", "sleep", "count", "complete", "state", "host"], reg["webhooks"])
         self.assertEqual(["echo", "sum", "count", "sleep", "fail", "remind", "tick"], [m["name"] for m in reg["methods"]])
         self.assertEqual(["Supervisor Workflow", "Conversational"], reg["workflowTypes"])
         self.assertTrue(reg["url"].startswith("http://127.0.0.1:") and reg["url"].endswith("/agentbus"))
@@ -104,6 +104,18 @@ class EchoTest(unittest.TestCase):
         self.assertEqual({"runId": "run-1", "state": {"count": 2, "acks": 0, "sleeps": 0}},
                          self.response(webhook("state", state=second["state"]))[2])
         self.assertNotIn("state", self.call(webhook("state")), "state changes nothing")
+
+    def test_complete_and_host(self) -> None:
+        state = {"count": 2, "acks": 0, "sleeps": 0}
+        done = self.call(webhook("complete", state=state))
+        self.assertEqual({"response": {"status": 200, "contentType": "application/json",
+                                       "body": '{"completed":true,"runId":"run-1"}'}, "complete": True}, done,
+                         "it completes the instance and leaves its state")
+        self.assertNotIn("complete", self.call(webhook("count")), "count does not complete")
+        self.assertEqual({"response": {"status": 200, "contentType": "application/json",
+                                       "body": '{"hostId":"host-9","runId":"run-2"}'}},
+                         self.call(webhook("host", hostId="host-9", runId="run-2", state=state)),
+                         "host changes nothing")
 
     def test_data_methods(self) -> None:
         self.assertEqual({"reply": {"data": {"a": [1]}}}, self.call(data("echo", {"a": [1]})))

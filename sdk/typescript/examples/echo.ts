@@ -3,8 +3,7 @@
 // the same statuses, content types, JSON and texts, for everything protocol version 1 can
 // express (pkg/conformance checks it). What it lacks, and why:
 //
-//   - Webhook methods ack, complete and host: a remote agent cannot answer before it is done,
-//     complete its instance or see which host serves it.
+//   - Webhook method ack: a remote agent cannot answer before it is done.
 //   - Data methods history and relay: it cannot read its thread or wait for another agent's
 //     result.
 //   - Chat: "call {method} {json}" runs one of its Data methods and answers
@@ -14,7 +13,9 @@
 //   - It keeps a "ticking" flag in its state for tick's "stopped" (a remote agent cannot ask
 //     whether a timer exists); the state webhook shows only Echo's counters.
 //
-// Webhook methods: echo, verify, status, sleep, count, state, as Echo's.
+// Webhook methods: echo, verify, status, sleep, count, complete, state, host, as Echo's: complete
+// answers {"completed": true, "runId": …} and completes the instance (its next request starts a
+// new run with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
 // Data methods: echo, sum, count, sleep, fail, remind, tick, as Echo's, with parameters checked
 // as Echo checks them; and two of its own, for trying the kit:
 //   - flaky: {"attempts": n} asks agentbus to retry until attempt n, then {"attempt": n}.
@@ -125,7 +126,12 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
     return goJSON(200, { slept: ms });
   });
   agent.webhook("count", (ctx) => goJSON(200, { count: update(ctx, "count").count, runId: ctx.runId }));
+  agent.webhook("complete", (ctx) => {
+    ctx.complete();
+    return goJSON(200, { completed: true, runId: ctx.runId });
+  });
   agent.webhook("state", (ctx) => goJSON(200, { runId: ctx.runId, state: echoState(ctx.state) }));
+  agent.webhook("host", (ctx) => goJSON(200, { hostId: ctx.hostId, runId: ctx.runId }));
 
   // Data methods: their parameters are checked as Go's Echo decodes them, with its messages.
 

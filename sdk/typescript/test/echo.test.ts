@@ -68,6 +68,21 @@ test("EchoTS: webhook count, sleep and state keep Echo's state", async (t) => {
   assert.deepEqual(JSON.parse((await call(url, webhook("state"))).response?.body ?? ""), { runId: "run-1", state: { count: 0, acks: 0, sleeps: 0 } });
 });
 
+test("EchoTS: webhook complete completes the instance, host names its host", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  const state = { count: 2, acks: 0, sleeps: 0 };
+  // It completes the instance and leaves its state.
+  assert.deepEqual(await call(url, webhook("complete", "", {}, { state })), {
+    response: { status: 200, contentType: "application/json", body: '{"completed":true,"runId":"run-1"}' },
+    complete: true,
+  });
+  assert.equal((await call(url, webhook("count"))).complete, undefined, "count does not complete");
+  // host changes nothing.
+  assert.deepEqual(await call(url, webhook("host", "", {}, { hostId: "host-9", runId: "run-2", state })), {
+    response: { status: 200, contentType: "application/json", body: '{"hostId":"host-9","runId":"run-2"}' },
+  });
+});
+
 test("EchoTS: Data echo, sum, count and sleep, Chat and File", async (t) => {
   const { url } = await serve(t, echoAgent({ secret: SECRET }));
   assert.deepEqual(await call(url, data("echo", { a: [1, "b"] })), { reply: { data: { a: [1, "b"] } } });
@@ -210,7 +225,7 @@ test("EchoTS runs as a program: it prints its registration and serves what it re
   assert.equal(reg.chat, true);
   assert.equal(reg.file, true);
   assert.match(reg.url, /^http:\/\/127\.0\.0\.1:\d+\/agentbus$/);
-  assert.deepEqual(reg.webhooks.sort(), ["count", "echo", "sleep", "state", "status", "verify"]);
+  assert.deepEqual(reg.webhooks.sort(), ["complete", "count", "echo", "host", "sleep", "state", "status", "verify"]);
   assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["count", "echo", "fail", "flaky", "remind", "sleep", "sum", "tell", "tick"]);
   assert.equal(reg.timeoutSeconds, 300);
   assert.deepEqual(await call(reg.url, data("sum", { values: [1, 2] })), { reply: { data: { sum: 3 } } });
