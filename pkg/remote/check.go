@@ -364,7 +364,7 @@ func (c *checker) request(typ, text, method string) *Request {
 	return &Request{
 		Protocol: ProtocolVersion, Type: typ, Agent: c.reg.Name, TenantID: "check",
 		WorkflowID: c.workflow, WorkflowType: "Supervisor Workflow", Activation: "check", RunID: "check-run",
-		ParticipantID: "checker", RequestID: "check-" + strconv.Itoa(c.n) + "-" + randomHex(4), Attempt: 1,
+		HostID: "check-host", ParticipantID: "checker", RequestID: "check-" + strconv.Itoa(c.n) + "-" + randomHex(4), Attempt: 1,
 		Deadline: time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond),
 		State:    json.RawMessage("null"),
 		Message:  &Message{Text: text, Method: method, Data: json.RawMessage("{}")},

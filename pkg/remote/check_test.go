@@ -80,6 +80,9 @@ func TestCheckReportsFaults(t *testing.T) {
 			map[string]string{remote.CaseProtocol: "answered 200, want 400"}},
 		{"closes connections", remotetest.Faults{CloseConnections: true},
 			map[string]string{remote.CaseKeepAlive: "opened a new connection"}},
+		{"complete that is not a boolean", remotetest.Faults{CompleteNotBoolean: true},
+			map[string]string{"webhook echo answered": "not a protocol answer: json: cannot unmarshal string into Go struct field Answer.complete of type bool",
+				remote.CaseWebhookAnswers: "webhook echo: no protocol answer to check"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ep := remotetest.New(t, tc.faults)

@@ -36,6 +36,8 @@ type Faults struct {
 	WebhookWithoutContentType bool
 	// WebhookStatus, when not 0, is the status of the webhook's response.
 	WebhookStatus int
+	// CompleteNotBoolean answers the webhook with "complete": "yes", which is no boolean.
+	CompleteNotBoolean bool
 }
 
 // Endpoint is a remote agent: Chat ("You said: …", streamed word by word when asked), File
@@ -166,6 +168,9 @@ func (e *Endpoint) answer(req *remote.Request) map[string]any {
 				ct = "application/octet-stream"
 			}
 			resp["contentType"] = ct
+		}
+		if e.faults.CompleteNotBoolean {
+			return map[string]any{"response": resp, "complete": "yes"}
 		}
 		return map[string]any{"response": resp}
 	case req.Message == nil:
