@@ -64,8 +64,13 @@ type HostConfig struct {
 	// third of it, so a live host keeps its requests however long they take, and the requests of
 	// a host that died come back after at most AckWait. Default 10s.
 	AckWait time.Duration
-	// ShutdownGrace is how long Run waits for running handlers after its context ends before
-	// cancelling theirs. Default 30s.
+	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
+	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
+	// cancelling the handlers still running (their requests go back to the bus) and writing what
+	// it keeps in memory. Once NATS has been unreachable for a second (bus.GoneAfter) the host
+	// waits for nothing that needs NATS, running handlers included: what it could not hand over
+	// is logged once, and the bus delivers those requests again (at the latest after AckWait).
+	// Default 10s.
 	ShutdownGrace time.Duration
 	// Logger receives the host's logs; nil discards them.
 	Logger *slog.Logger
@@ -122,6 +127,7 @@ const (
 	DefaultMaxDeliveries = 5
 	DefaultRetryBackoff  = time.Second
 	DefaultAckWait       = 10 * time.Second
+	DefaultShutdownGrace = 10 * time.Second
 )
 
 func (c HostConfig) withDefaults() HostConfig {
@@ -144,7 +150,7 @@ func (c HostConfig) withDefaults() HostConfig {
 		c.AckWait = DefaultAckWait
 	}
 	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -179,6 +185,10 @@ type Host struct {
 	stopping chan struct{} // closed when shutdown begins: waits for retries end
 	// hctx is the context handlers run in: it outlives Run's context by the shutdown grace.
 	hctx context.Context
+	// bctx is the context of the bus operations that outlive Run's context (handovers, the
+	// stop's writes); abandon ends it when the stop gives up on the bus (see stop).
+	bctx    context.Context
+	abandon context.CancelFunc
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition     // partitions pulled now, or being handed over
@@ -237,13 +247,16 @@ func (h *Host) ID() string { return h.cfg.ID }
 
 // Run creates the bus resources it needs, registers the agents, joins the hosts of its agents and
 // handles requests of the partitions it owns until ctx ends. Then it hands its partitions over
-// to the other hosts, lets running handlers finish (up to ShutdownGrace) and returns. It returns
+// to the other hosts, lets running handlers finish and returns, within ShutdownGrace. It returns
 // an error only if it could not start.
 func (h *Host) Run(ctx context.Context) error {
+	h.bctx, h.abandon = context.WithCancel(context.WithoutCancel(ctx))
+	defer h.abandon()
 	if err := h.start(ctx); err != nil {
 		return err
 	}
-	defer func() { _ = h.dir.Close() }()
+	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
+	defer h.untilAbandoned(func() { _ = h.dir.Close() })
 	defer func() { _ = h.replies.Close() }()
 
 	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
@@ -336,22 +349,58 @@ func (h *Host) start(ctx context.Context) error {
 	return nil
 }
 
-// stop shuts the host down: its heartbeat says it is leaving, so that the other hosts take its
-// partitions at once, it hands every partition over (requests not started go back to the bus),
-// waits for running handlers up to the grace period while its heartbeat still lists the
-// partitions they belong to, writes what is only counted in memory, and removes its heartbeat.
+// stopReserve is the end of ShutdownGrace that running handlers do not get: the stop cancels
+// the ones still running then, and writes what it keeps in memory.
+const stopReserve = 2 * time.Second
+
+// stop shuts the host down within ShutdownGrace: its heartbeat says it is leaving, so that the
+// other hosts take its partitions at once, it hands every partition over (requests not started
+// go back to the bus), lets running handlers finish until stopReserve before the end while its
+// heartbeat still lists the partitions they belong to (then cancels them: their requests go back
+// too), writes what is only counted in memory, and removes its heartbeat. Once NATS is gone
+// (bus.WhenGone), or when the time is up, it gives up on the bus: it cancels the handlers and
+// waits for nothing that needs NATS. What it could not hand over is logged once; the bus
+// delivers those requests again, to the partition's next owner, at the latest after the ack wait.
 func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
+	start := time.Now()
+	grace := h.cfg.ShutdownGrace
+	reserve := min(stopReserve, grace/4)
+	handlersBy := start.Add(grace - reserve)
+	// Bus operations end a little before the grace does, leaving time to return.
+	time.AfterFunc(grace-reserve/4, h.abandon)
+	h.mu.Lock()
+	heldWhenGone := len(h.held) // requests whose settling may not reach NATS, if it is gone
+	h.mu.Unlock()
+	gone, stopWatch := bus.WhenGone(h.cfg.Conn)
+	defer stopWatch()
+	var natsGone atomic.Bool
+	quit, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-gone:
+			h.mu.Lock()
+			heldWhenGone = len(h.held)
+			h.mu.Unlock()
+			natsGone.Store(true)
+			h.abandon()
+			cancelHandlers() // they could neither store nor acknowledge anything
+		case <-h.bctx.Done():
+		case <-quit:
+		}
+	}()
+
 	close(h.stopping)
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
 	h.mu.Lock()
 	h.leaving = true
 	h.mu.Unlock()
-	if err := h.beat(lctx); err != nil {
+	lctx, cancel := context.WithTimeout(h.bctx, 2*time.Second)
+	if err := h.beat(lctx); err != nil && h.bctx.Err() == nil {
 		h.log.Warn("announcing the stop", "err", err)
 	}
+	cancel()
 	// Keep the heartbeat (and so the lease) fresh while running handlers finish.
-	beating, stopBeating := context.WithCancel(context.WithoutCancel(ctx))
+	beating, stopBeating := context.WithCancel(h.bctx)
 	var beats sync.WaitGroup
 	beats.Go(func() {
 		t := time.NewTicker(registry.HeartbeatInterval)
@@ -369,34 +418,105 @@ func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 			}
 		}
 	})
-	defer func() {
-		stopBeating()
-		beats.Wait()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		if err := registry.Leave(ctx, h.res.Hosts, h.cfg.ID); err != nil {
-			h.log.Warn("leaving", "err", err)
-		}
-	}()
 	h.mu.Lock()
 	for _, part := range h.parts {
 		h.releaseLocked(part)
 	}
 	h.mu.Unlock()
-	h.bg.Wait() // handovers done: nothing is pulled or queued any more
+	waitUntil(&h.bg, handlersBy) // handovers done: nothing is pulled or queued any more
 
+	handled := make(chan struct{})
+	go func() { h.wg.Wait(); close(handled) }()
+	t := time.NewTimer(time.Until(handlersBy))
+	select {
+	case <-handled:
+	case <-h.bctx.Done(): // NATS is gone: the handlers were cancelled
+	case <-t.C:
+		h.log.Warn("shutdown grace over; cancelling running handlers", "running", h.running())
+		cancelHandlers()
+	}
+	t.Reset(time.Until(start.Add(grace - reserve/2)))
+	select {
+	case <-handled:
+	case <-t.C:
+	}
+	t.Stop()
+	waitUntil(&h.bg, start.Add(grace-reserve/2))
+	notWritten := h.live.sweep(h.bctx, true)
+	stopBeating()
+	beats.Wait()
+	lctx, cancel = context.WithTimeout(h.bctx, 2*time.Second)
+	leaveErr := registry.Leave(lctx, h.res.Hosts, h.cfg.ID)
+	cancel()
+	close(quit)
+	<-watched
+
+	// What the host acknowledged or gave back reached NATS if a flush goes through now.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(500*time.Millisecond, max(time.Until(start.Add(grace)), 100*time.Millisecond)))
+	delivered := !natsGone.Load() && h.cfg.Conn.IsConnected() && h.cfg.Conn.FlushWithContext(fctx) == nil
+	cancel()
+	h.mu.Lock()
+	notAcked := len(h.held) // handlers that never returned
+	h.mu.Unlock()
+	if !delivered {
+		notAcked = max(notAcked, heldWhenGone)
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if notAcked == 0 && notWritten == 0 && leaveErr == nil {
+		h.log.Info("workflow host stopped", "took", took)
+		return
+	}
+	h.log.Warn("workflow host stopped without handing everything over; the requests not acknowledged come back by redelivery",
+		"requestsNotAcknowledged", notAcked, "ackWait", h.cfg.AckWait, "instanceRecordsNotWritten", notWritten,
+		"heartbeatDeleted", leaveErr == nil, "natsReachable", !natsGone.Load(), "took", took)
+}
+
+// waitUntil waits for wg until the time by and reports whether it is done.
+func waitUntil(wg *sync.WaitGroup, by time.Time) bool {
 	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(time.Until(by))
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(h.cfg.ShutdownGrace):
-		h.log.Warn("shutdown grace over; cancelling running handlers")
-		cancelHandlers()
-		<-done
+		return true
+	case <-t.C:
+		return false
 	}
-	h.bg.Wait()
-	h.live.sweep(lctx, true)
-	h.log.Info("workflow host stopped")
+}
+
+// drainConsumption stops a partition's consumption and waits until the requests pulled already
+// have arrived, or until the stop gives up on the bus: a drain waits for NATS to confirm it.
+func (h *Host) drainConsumption(cc jetstream.ConsumeContext) {
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-h.bctx.Done():
+	}
+}
+
+// untilAbandoned calls fn and waits for it until the stop gives up on the bus: an fn that waits
+// for NATS then finishes in the background.
+func (h *Host) untilAbandoned(fn func()) {
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-h.bctx.Done():
+	}
+}
+
+// running counts the requests being handled.
+func (h *Host) running() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, d := range h.held {
+		if d.running {
+			n++
+		}
+	}
+	return n
 }
 
 // Ready is closed once Run consumes the inbox and has announced the host as alive.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,8 +63,9 @@ func (s *liveSet) release(l *liveInstance) {
 }
 
 // sweep drops instances idle for longer than liveIdle (all idle ones when all is set), writing
-// their unwritten counts first.
-func (s *liveSet) sweep(ctx context.Context, all bool) {
+// their unwritten counts first, and returns how many it could not write. The last sweep, with
+// all set, leaves reporting them to its caller.
+func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 	cutoff := time.Now().Add(-liveIdle)
 	var idle []*liveInstance
 	s.mu.Lock()
@@ -94,17 +96,22 @@ func (s *liveSet) sweep(ctx context.Context, all bool) {
 	}
 	sem := make(chan struct{}, flushConcurrency)
 	var wg sync.WaitGroup
+	var failed atomic.Int64
 	for _, l := range flush {
 		_ = pace.Wait(ctx) // returns at once when ctx ends: the writes then fail and say so
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if err := l.flush(ctx); err != nil {
-				s.log.Warn("writing instance counts", "workflowId", l.key.workflowID, "err", err)
+				failed.Add(1)
+				if !all {
+					s.log.Warn("writing instance counts", "workflowId", l.key.workflowID, "err", err)
+				}
 			}
 		})
 	}
 	wg.Wait()
+	return int(failed.Load())
 }
 
 // flushConcurrency bounds the instance writes a sweep has in flight; a sweep of this many or

@@ -236,7 +236,7 @@ func (h *Host) releaseLocked(part *partition) {
 
 // handOver finishes a release once the partition's pulling has stopped.
 func (h *Host) handOver(part *partition) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.hctx), 10*time.Second)
+	ctx, cancel := context.WithTimeout(h.bctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
 	h.mu.Lock()
@@ -344,8 +344,7 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 			backoff = 100 * time.Millisecond
 			select {
 			case <-ctx.Done():
-				cc.Drain()
-				<-cc.Closed()
+				h.drainConsumption(cc)
 				return
 			case <-cc.Closed():
 			}
