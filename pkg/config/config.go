@@ -200,7 +200,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_PARTITIONS", "partitions", "16", "inbox partitions: at most this many hosts share one agent", num(&c.Partitions, "partitions")},
 		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", num(&c.Replicas, "replicas")},
 		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", duration(&c.WebhookTimeout, "webhook-timeout", "30s", anyDuration)},
-		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "0", "ingress: how long a shutdown waits for synchronous calls in flight; 0 means the webhook timeout plus 5s", duration(&c.ShutdownTimeout, "shutdown-timeout", "35s", 0)},
+		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long a process takes at most to stop after SIGTERM (an ingress: after its drain delay), NATS reachable or not; synchronous calls in flight and running handlers get most of it; 0 means the webhook timeout plus 5s", duration(&c.ShutdownTimeout, "shutdown-timeout", "10s", 0)},
 		{"AGENTBUS_DRAIN_DELAY", "drain-delay", "0", "ingress: how long after SIGTERM /readyz answers 503 draining while requests are still served, before the listener closes, so that load balancers stop sending first", duration(&c.DrainDelay, "drain-delay", "5s", 0)},
 		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", duration(&c.HistoryMaxAge, "history-max-age", "720h", time.Nanosecond)},
 		{"AGENTBUS_MAX_FILE_BYTES", "max-file-bytes", "26214400", "largest uploaded file in bytes (25 MiB)", func(v string) error {
@@ -330,14 +330,21 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// IngressShutdownTimeout is how long an ingress that shuts down waits for its synchronous calls:
-// ShutdownTimeout, or when that is zero the webhook timeout plus 5 s, so that a webhook call
-// that arrived just before the signal still gets its answer.
-func (c Config) IngressShutdownTimeout() time.Duration {
+// StopTimeout bounds how long a process takes to stop after SIGTERM or SIGINT (an ingress:
+// after its drain delay): ShutdownTimeout, or when that is zero the webhook timeout plus 5 s, so
+// that a webhook call that arrived just before the signal still gets its answer.
+func (c Config) StopTimeout() time.Duration {
 	if c.ShutdownTimeout == 0 {
 		return c.WebhookTimeout + 5*time.Second
 	}
 	return c.ShutdownTimeout
+}
+
+// ExitReserve is the end of StopTimeout that a process keeps for closing its NATS connection
+// and flushing its traces: a second, or a quarter of StopTimeout when that is shorter than 4 s.
+// Calls in flight and running handlers get the rest.
+func (c Config) ExitReserve() time.Duration {
+	return min(time.Second, c.StopTimeout()/4)
 }
 
 // Bus is the bus sizing every process of a deployment must share.
@@ -355,6 +362,7 @@ func (c Config) Host() agent.HostConfig {
 		MaxDeliveries:       c.MaxDeliveries,
 		RetryBackoff:        c.RetryBackoff,
 		AckWait:             c.AckWait,
+		ShutdownGrace:       c.StopTimeout() - c.ExitReserve(),
 	}
 }
 

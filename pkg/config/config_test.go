@@ -35,6 +35,7 @@ func TestDefaults(t *testing.T) {
 		Partitions:            16,
 		Replicas:              1,
 		WebhookTimeout:        30 * time.Second,
+		ShutdownTimeout:       10 * time.Second,
 		HistoryMaxAge:         180 * 24 * time.Hour,
 		MaxFileBytes:          25 << 20,
 		RateLimit:             50,
@@ -129,18 +130,33 @@ func TestOverrides(t *testing.T) {
 func TestOverridesOfLifecycle(t *testing.T) {
 	testOverrides(t, []overrideCase{
 		{
+			name: "shutdown timeout 10s by default, the host's handlers get all but a second",
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 10*time.Second, c.StopTimeout())
+				assert.Equal(t, 9*time.Second, c.Host().ShutdownGrace)
+			},
+		},
+		{
 			name: "shutdown timeout 0 means the webhook timeout plus 5s",
-			vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "20s"},
+			vars: map[string]string{"AGENTBUS_WEBHOOK_TIMEOUT": "20s", "AGENTBUS_SHUTDOWN_TIMEOUT": "0"},
 			check: func(t *testing.T, c config.Config) {
 				assert.Zero(t, c.ShutdownTimeout)
-				assert.Equal(t, 25*time.Second, c.IngressShutdownTimeout())
+				assert.Equal(t, 25*time.Second, c.StopTimeout())
 			},
 		},
 		{
 			name:  "flag shutdown timeout",
 			vars:  map[string]string{"AGENTBUS_SHUTDOWN_TIMEOUT": "1m"},
 			args:  []string{"-shutdown-timeout", "12s"},
-			check: func(t *testing.T, c config.Config) { assert.Equal(t, 12*time.Second, c.IngressShutdownTimeout()) },
+			check: func(t *testing.T, c config.Config) { assert.Equal(t, 12*time.Second, c.StopTimeout()) },
+		},
+		{
+			name: "a short shutdown timeout keeps a quarter for exiting",
+			vars: map[string]string{"AGENTBUS_SHUTDOWN_TIMEOUT": "2s"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 500*time.Millisecond, c.ExitReserve())
+				assert.Equal(t, 1500*time.Millisecond, c.Host().ShutdownGrace)
+			},
 		},
 		{
 			name:  "drain delay off by default",

@@ -271,25 +271,32 @@ func (s *Stack) StopHost() error {
 	return stop()
 }
 
-// Stop shuts everything down in order: HTTP (draining requests), host, ingress, NATS.
+// Stop shuts everything down in order: HTTP (draining requests until ctx ends, then cutting off
+// the calls still waiting), the hosts and the delivery of events (at once, each within its
+// HostConfig.ShutdownGrace), ingress, NATS.
 func (s *Stack) Stop(ctx context.Context) error {
 	var errs []error
 	if s.httpSrv != nil {
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stopping HTTP: %w", err))
+			if s.cfg.Logger != nil {
+				s.cfg.Logger.Warn("calls still waiting at the shutdown timeout were cut off", "err", err)
+			}
+			_ = s.httpSrv.Close()
 		}
 		if err := <-s.httpDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, err)
 		}
 		s.httpSrv = nil
 	}
-	if s.stopDelivery != nil {
-		s.stopDelivery()
+	var beside sync.WaitGroup
+	if stop := s.stopDelivery; stop != nil {
 		s.stopDelivery = nil
+		beside.Go(stop)
 	}
 	if err := s.StopHost(); err != nil {
 		errs = append(errs, err)
 	}
+	beside.Wait()
 	if s.Ingress != nil {
 		errs = append(errs, s.Ingress.Close())
 		s.Ingress = nil

@@ -47,7 +47,9 @@ func TestDrainDelay(t *testing.T) {
 	const delay = 2 * time.Second
 	start := time.Now()
 	drained := make(chan error, 1)
-	go func() { drained <- drain(hs, s.Ingress, served, delay, 10*time.Second, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		drained <- drain(hs, s.Ingress, served, delay, 10*time.Second, nil, slog.New(slog.DiscardHandler))
+	}()
 
 	require.Eventually(t, func() bool { status, body = readyz(); return status == http.StatusServiceUnavailable },
 		delay, 10*time.Millisecond, "/readyz did not turn 503 within the delay")

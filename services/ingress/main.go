@@ -52,7 +52,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer func() {
-		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
 			log.Warn("stopping tracing", "err", err)
 		}
 	}()
@@ -61,6 +63,8 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
+	// Stopping, the ingress waits for nothing that needs a NATS that is gone.
+	defer bus.CloseWhenStopping(ctx, nc, cfg.DrainDelay+cfg.StopTimeout()-cfg.ExitReserve()/2, log)()
 	// GET /metrics serves this registry, the ingress's metrics and the process's: on
 	// AGENTBUS_METRICS_ADDR when it is set, else on the HTTP address.
 	reg := metrics.NewProcessRegistry()
@@ -93,5 +97,8 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
-	return drain(hs, srv, done, cfg.DrainDelay, cfg.IngressShutdownTimeout(), log)
+	// Calls in flight get the shutdown timeout less the time to close down.
+	natsGone, stopWatch := bus.WhenGone(nc)
+	defer stopWatch()
+	return drain(hs, srv, done, cfg.DrainDelay, cfg.StopTimeout()-cfg.ExitReserve(), natsGone, log)
 }

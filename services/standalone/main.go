@@ -86,7 +86,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		return err
 	}
 	defer func() {
-		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
 			log.Warn("stopping tracing", "err", err)
 		}
 	}()
@@ -97,8 +99,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	// One registry for the ingress and the host: GET /metrics serves it all, on
 	// AGENTBUS_METRICS_ADDR when it is set, else on the HTTP address.
 	reg := metrics.NewProcessRegistry()
+	// A stop within AGENTBUS_SHUTDOWN_TIMEOUT: synchronous calls in flight get the first half,
+	// then the host the second, less the time to close down.
 	hc := cfg.Host()
-	hc.Metrics = reg
+	hc.Metrics, hc.ShutdownGrace = reg, cfg.StopTimeout()/2-cfg.ExitReserve()
 	if cfg.OutboundURLs.Empty() {
 		// A machine of one's own: events may go to receivers on it (docs/subscriptions.md).
 		cfg.OutboundURLs = loopbackReceivers
@@ -121,8 +125,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	}
 	defer func() {
 		// The HTTP server's shutdown marks the ingress draining (/readyz 503) and ends event
-		// streams; synchronous calls in flight get AGENTBUS_SHUTDOWN_TIMEOUT for their answers.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.IngressShutdownTimeout())
+		// streams; synchronous calls in flight get half of AGENTBUS_SHUTDOWN_TIMEOUT for their
+		// answers, and the host stops within the rest.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.StopTimeout()/2)
 		defer cancel()
 		if err := st.Stop(sctx); err != nil {
 			log.Error("stopping", "err", err)

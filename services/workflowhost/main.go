@@ -66,7 +66,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer func() {
-		if err := stopTracing(context.WithoutCancel(ctx)); err != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
+		defer cancel()
+		if err := stopTracing(tctx); err != nil {
 			log.Warn("stopping tracing", "err", err)
 		}
 	}()
@@ -79,6 +81,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
+	// Stopping, the process waits for nothing that needs a NATS that is gone: the host (whose
+	// stop takes hc.ShutdownGrace at most), the remote agents' hosts and the delivery of events
+	// beside it stop within AGENTBUS_SHUTDOWN_TIMEOUT.
+	defer bus.CloseWhenStopping(ctx, nc, cfg.StopTimeout()-cfg.ExitReserve()/2, log)()
 	hc := cfg.Host()
 	hc.Conn, hc.Bus, hc.Logger = nc, cfg.Bus(), log
 	if cfg.Echo {
