@@ -1,6 +1,6 @@
 // Package proctest runs agentbus as separate processes on loopback, for tests that must kill a
 // real process (SIGKILL) rather than stop a goroutine: it builds the binaries (nats-server from
-// the nats-server module agentbus depends on, ingress, workflowhost and bench), starts NATS
+// the nats-server module agentbus depends on, ingress, workflowhost, standalone and bench), starts NATS
 // servers, alone or as a cluster, ingress and workflow hosts with their own stores and logs, and
 // kills, stops and restarts them.
 //
@@ -33,7 +33,7 @@ import (
 
 // Bins are the paths of the built binaries.
 type Bins struct {
-	NATS, Ingress, Host, Bench string
+	NATS, Ingress, Host, Standalone, Bench string
 }
 
 var (
@@ -52,16 +52,18 @@ func Build(repoRoot string) (Bins, error) {
 			return
 		}
 		built = Bins{
-			NATS:    filepath.Join(buildDir, "nats-server"),
-			Ingress: filepath.Join(buildDir, "ingress"),
-			Host:    filepath.Join(buildDir, "workflowhost"),
-			Bench:   filepath.Join(buildDir, "bench"),
+			NATS:       filepath.Join(buildDir, "nats-server"),
+			Ingress:    filepath.Join(buildDir, "ingress"),
+			Host:       filepath.Join(buildDir, "workflowhost"),
+			Standalone: filepath.Join(buildDir, "standalone"),
+			Bench:      filepath.Join(buildDir, "bench"),
 		}
 		for out, pkg := range map[string]string{
-			built.NATS:    "github.com/nats-io/nats-server/v2",
-			built.Ingress: "./services/ingress",
-			built.Host:    "./services/workflowhost",
-			built.Bench:   "./bench",
+			built.NATS:       "github.com/nats-io/nats-server/v2",
+			built.Ingress:    "./services/ingress",
+			built.Host:       "./services/workflowhost",
+			built.Standalone: "./services/standalone",
+			built.Bench:      "./bench",
 		} {
 			cmd := exec.Command("go", "build", "-o", out, pkg)
 			cmd.Dir = repoRoot
