@@ -173,6 +173,8 @@ type Host struct {
 	claims  *bus.Blobs
 	dead    *deadletter.Store
 	timers  *schedule.Store
+	// runs is the run index, appended to when a run starts (runindex.go).
+	runs    *instance.Index
 	replies *bus.Replies // waits for the replies of Agent2Agent calls
 	keeper  *bus.InboxKeeper
 	sem     chan struct{}
@@ -327,6 +329,7 @@ func (h *Host) start(ctx context.Context) error {
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
 	h.timers = schedule.NewStore(js, res.Schedules)
+	h.runs = instance.NewIndex(js, res.Runs)
 	if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
 		return err
 	}

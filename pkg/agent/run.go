@@ -35,8 +35,12 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 		fresh := instance.Record{
 			Tenant: l.key.tenant, WorkflowID: l.key.workflowID, RunID: uuid.NewString(),
 			Status: instance.Running, StartedAt: now, LastActiveAt: now, Revision: l.rec.Revision,
+			Runs: l.rec.EarlierRuns(l.rec.LastActiveAt), Indexed: true,
 		}
-		err := l.writeLocked(ctx, fresh)
+		err := h.indexRun(ctx, l, fresh)
+		if err == nil {
+			err = l.writeLocked(ctx, fresh)
+		}
 		if err == nil {
 			started = true
 			log.Debug("started run", "runId", fresh.RunID)
@@ -80,9 +84,14 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, 
 			rec.CompletedAt = &now
 		case h.cfg.ContinueAsNewEvents > 0 && rec.Events >= int64(h.cfg.ContinueAsNewEvents):
 			log.Info("continue-as-new", "oldRunId", rec.RunID, "events", rec.Events)
+			rec.Runs = rec.EarlierRuns(now)
 			rec.RunID = uuid.NewString()
 			rec.Events = 0
 			rec.StartedAt = now
+			rec.Indexed = true
+			if err := h.indexRun(ctx, l, rec); err != nil {
+				return err
+			}
 		default:
 			l.rec, l.dirty = rec, true
 			return nil

@@ -109,7 +109,9 @@ type Resources struct {
 	Undelivered   jetstream.Stream
 	// RemoteAgents holds the registrations of agents served over HTTP.
 	RemoteAgents jetstream.KeyValue
-	Config       Config
+	// Runs indexes the runs started, by tenant and agent (package instance's Index).
+	Runs   jetstream.Stream
+	Config Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -169,6 +171,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, err
 	}
 	if r.Undelivered, err = ensureUndelivered(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Runs, err = ensureRuns(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if err := ensureBuckets(ctx, js, cfg, r); err != nil {

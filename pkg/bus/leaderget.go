@@ -53,8 +53,13 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, ne
 	if err != nil {
 		return nil, fmt.Errorf("reading message %d of %s: %w", seq, stream, err)
 	}
+	return decodeMsgGet(msg.Data, stream, seq)
+}
+
+// decodeMsgGet reads the answer of a STREAM.MSG.GET request for the message at seq of stream.
+func decodeMsgGet(data []byte, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
 	var resp msgGetResponse
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+	if err := json.Unmarshal(data, &resp); err != nil {
 		return nil, fmt.Errorf("decoding message %d of %s: %w", seq, stream, err)
 	}
 	if resp.Error != nil {
@@ -68,6 +73,7 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, ne
 	}
 	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
+		var err error
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return nil, fmt.Errorf("decoding headers of message %d of %s: %w", seq, stream, err)
 		}

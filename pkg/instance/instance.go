@@ -51,6 +51,10 @@ type Record struct {
 	// WriteID names the write that stored this version, so that a writer whose write timed out
 	// can tell whether it landed.
 	WriteID string `json:"writeId,omitempty"`
+	// Runs are the instance's earlier runs, newest first, at most MaxEarlierRuns (see Next).
+	Runs []RunSummary `json:"runs,omitempty"`
+	// Indexed says that the current run has its record in the run index (Index).
+	Indexed bool `json:"indexed,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
 }

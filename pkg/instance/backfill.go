@@ -1,0 +1,138 @@
+package instance
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BackfillResult says what one Backfill did.
+type BackfillResult struct {
+	// Scanned is how many instance records were read.
+	Scanned int `json:"scanned"`
+	// Indexed is how many of them got their current run's index entry now.
+	Indexed int `json:"indexed"`
+	// Remaining is how many are still to index: Backfill ran out of time before them.
+	Remaining int `json:"remaining"`
+}
+
+// unindexed is an instance record whose current run has no index entry.
+type unindexed struct {
+	tenant, workflowID, runID string
+	startedAt                 time.Time
+}
+
+// Backfill gives the current run of every instance record that has none an index entry, oldest
+// run first, and marks the record (Record.Indexed): records written before the run index existed,
+// or by hosts of an earlier release. It reads the whole instances bucket once, so it is an
+// operator's one-off after an upgrade. It stops starting new entries at deadline (zero: none);
+// running it again goes on where it stopped, since marked records are skipped.
+//
+// A record whose run changes meanwhile is left to its host, which indexes every run it starts.
+// A Backfill that stops between an entry and its record's mark leaves that instance with two
+// entries of one run; a listing shows it once per page.
+func (x *Index) Backfill(ctx context.Context, kv jetstream.KeyValue, store *Store, deadline time.Time) (BackfillResult, error) {
+	var res BackfillResult
+	todo, err := scanUnindexed(ctx, kv, &res)
+	if err != nil {
+		return res, err
+	}
+	slices.SortFunc(todo, func(a, b unindexed) int {
+		return cmp.Or(a.startedAt.Compare(b.startedAt), cmp.Compare(a.workflowID, b.workflowID))
+	})
+	for i, u := range todo {
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			res.Remaining = len(todo) - i
+			break
+		}
+		done, err := x.backfillOne(ctx, store, u)
+		if err != nil {
+			res.Remaining = len(todo) - i
+			return res, err
+		}
+		if done {
+			res.Indexed++
+		}
+	}
+	return res, nil
+}
+
+// scanUnindexed reads every instance record and returns those not indexed.
+func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResult) ([]unindexed, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("reading the instances: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var todo []unindexed
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e = <-w.Updates():
+		}
+		if e == nil {
+			return todo, nil // the initial values are all read
+		}
+		res.Scanned++
+		var r struct {
+			Tenant     string    `json:"tenant"`
+			WorkflowID string    `json:"workflowId"`
+			RunID      string    `json:"runId"`
+			StartedAt  time.Time `json:"startedAt"`
+			Indexed    bool      `json:"indexed"`
+		}
+		if err := json.Unmarshal(e.Value(), &r); err != nil || r.Indexed || r.RunID == "" {
+			continue
+		}
+		todo = append(todo, unindexed{tenant: r.Tenant, workflowID: r.WorkflowID, runID: r.RunID, startedAt: r.StartedAt})
+	}
+}
+
+// backfillOne indexes one record's run and marks the record; it reports false when the record
+// changed run meanwhile, or was marked by someone else.
+func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (bool, error) {
+	parts := strings.Split(u.workflowID, ":")
+	if len(parts) != 4 {
+		return false, nil // not a workflow id: no agent to list it under
+	}
+	rec, err := store.Get(ctx, u.tenant, u.workflowID)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if rec.Indexed || rec.RunID != u.runID {
+		return false, nil
+	}
+	if err := x.Add(ctx, u.tenant, parts[1], Entry{WorkflowID: u.workflowID, RunID: u.runID, StartedAt: u.startedAt}); err != nil {
+		return false, err
+	}
+	for {
+		rec.Indexed = true
+		_, err := store.Put(ctx, rec)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return false, err
+		}
+		// A host wrote the record meanwhile (state, counts): mark it as it is now, if it still
+		// runs the run just indexed.
+		if rec, err = store.Get(ctx, u.tenant, u.workflowID); err != nil {
+			return false, err
+		}
+		if rec.Indexed || rec.RunID != u.runID {
+			return true, nil
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package instance_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// indexSetup returns a bus, its instance store and its run index.
+func indexSetup(t *testing.T) (context.Context, *bus.Resources, *instance.Store, *instance.Index) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	res := natstest.Bus(t, bus.Config{})
+	return ctx, res, instance.NewStore(res.Instances), instance.NewIndex(res.JS, res.Runs)
+}
+
+// startRun indexes a new run of the workflow and writes its record, as a host does.
+func startRun(t *testing.T, ctx context.Context, store *instance.Store, x *instance.Index, tenant, agent, activation, runID string, at time.Time) instance.Record {
+	t.Helper()
+	wf := tenant + ":" + agent + ":Supervisor Workflow:" + activation
+	rec, err := store.Get(ctx, tenant, wf)
+	if err != nil {
+		require.ErrorIs(t, err, instance.ErrNotFound)
+		rec = instance.Record{Tenant: tenant, WorkflowID: wf}
+	}
+	require.NoError(t, x.Add(ctx, tenant, agent, instance.Entry{WorkflowID: wf, RunID: runID, StartedAt: at}))
+	fresh := instance.Record{Tenant: tenant, WorkflowID: wf, RunID: runID, Status: instance.Running,
+		StartedAt: at, LastActiveAt: at, Revision: rec.Revision, Runs: rec.EarlierRuns(rec.LastActiveAt), Indexed: true}
+	fresh, err = store.Put(ctx, fresh)
+	require.NoError(t, err)
+	return fresh
+}
+
+func workflows(items []instance.Listed) []string {
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.Entry.WorkflowID)
+	}
+	return out
+}
+
+// TestIndexListsNewestFirstAcrossPages: 75 instances list newest run first in pages that follow
+// their cursors to the oldest, and an instance that started a new run shows once, at its new
+// place, with its earlier run in its record.
+func TestIndexListsNewestFirstAcrossPages(t *testing.T) {
+	ctx, _, store, x := indexSetup(t)
+	base := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
+	for i := range 75 {
+		startRun(t, ctx, store, x, "acme", "Echo", fmt.Sprintf("a%02d", i), fmt.Sprintf("run-%d", i), base.Add(time.Duration(i)*time.Second))
+	}
+	// a05 completes and starts again: its new run is the newest.
+	rec, err := store.Get(ctx, "acme", "acme:Echo:Supervisor Workflow:a05")
+	require.NoError(t, err)
+	done := base.Add(time.Hour)
+	rec.Status, rec.CompletedAt, rec.Events = instance.Completed, &done, 3
+	_, err = store.Put(ctx, rec)
+	require.NoError(t, err)
+	again := startRun(t, ctx, store, x, "acme", "Echo", "a05", "run-again", base.Add(2*time.Hour))
+	require.Len(t, again.Runs, 1)
+	assert.Equal(t, instance.RunSummary{RunID: "run-5", StartedAt: base.Add(5 * time.Second), CompletedAt: done, Events: 3}, again.Runs[0])
+	// Another agent and another tenant list apart.
+	startRun(t, ctx, store, x, "acme", "Other", "o", "run-o", base)
+	startRun(t, ctx, store, x, "zeta", "Echo", "z", "run-z", base)
+
+	var all []string
+	var cursor uint64
+	for page := 0; ; page++ {
+		items, next, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: 20, Before: cursor})
+		require.NoError(t, err)
+		all = append(all, workflows(items)...)
+		if next == 0 {
+			break
+		}
+		require.Less(t, page, 10, "pages end")
+		cursor = next
+	}
+	require.Len(t, all, 75)
+	assert.Equal(t, "acme:Echo:Supervisor Workflow:a05", all[0], "the newest run first")
+	assert.Equal(t, "acme:Echo:Supervisor Workflow:a74", all[1])
+	assert.Equal(t, "acme:Echo:Supervisor Workflow:a00", all[74], "the oldest last")
+	assert.NotContains(t, all[2:], "acme:Echo:Supervisor Workflow:a05", "the replaced run is not listed")
+
+	items, _, err := x.List(ctx, store, "zeta", "Echo", instance.ListOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"zeta:Echo:Supervisor Workflow:z"}, workflows(items))
+	items, next, err := x.List(ctx, store, "zeta", "Nobody", instance.ListOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, items)
+	assert.Zero(t, next)
+
+	// A cursor of another subject is refused.
+	first, _, err := x.List(ctx, store, "acme", "Other", instance.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	_, _, err = x.List(ctx, store, "zeta", "Echo", instance.ListOptions{Before: 1})
+	assert.ErrorIs(t, err, instance.ErrBadCursor)
+	_, _, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Before: 1 << 40})
+	assert.ErrorIs(t, err, instance.ErrBadCursor)
+}
+
+// TestIndexFilters: status (with the idle timeout), activation prefix and activity times select
+// instances; a sparse filter examines a bounded number of entries and hands back a cursor.
+func TestIndexFilters(t *testing.T) {
+	ctx, _, store, x := indexSetup(t)
+	now := time.Now().UTC()
+	// Instance i last ran 30-i minutes (and 30 s) ago: with a 20-minute idle timeout, those up
+	// to i=10 are idle. Every tenth is named rare-.
+	for i := range 30 {
+		name := fmt.Sprintf("busy-%02d", i)
+		if i%10 == 0 {
+			name = fmt.Sprintf("rare-%02d", i)
+		}
+		startRun(t, ctx, store, x, "acme", "Echo", name, "run-"+name, now.Add(-time.Duration(30-i)*time.Minute-30*time.Second))
+	}
+	rec, err := store.Get(ctx, "acme", "acme:Echo:Supervisor Workflow:rare-00")
+	require.NoError(t, err)
+	rec.Status, rec.CompletedAt = instance.Completed, &now
+	_, err = store.Put(ctx, rec)
+	require.NoError(t, err)
+
+	list := func(opt instance.ListOptions) ([]string, uint64) {
+		t.Helper()
+		opt.IdleTimeout = 20 * time.Minute
+		items, next, err := x.List(ctx, store, "acme", "Echo", opt)
+		require.NoError(t, err)
+		var out []string
+		for _, it := range items {
+			out = append(out, activation(it.Entry.WorkflowID)+"/"+string(it.Status))
+		}
+		return out, next
+	}
+	got, _ := list(instance.ListOptions{Prefix: "rare-"})
+	assert.Equal(t, []string{"rare-20/running", "rare-10/idle", "rare-00/completed"}, got)
+	got, _ = list(instance.ListOptions{Status: instance.Completed})
+	assert.Equal(t, []string{"rare-00/completed"}, got)
+	got, _ = list(instance.ListOptions{Status: instance.Running, Limit: 2})
+	assert.Equal(t, []string{"busy-29/running", "busy-28/running"}, got)
+	got, _ = list(instance.ListOptions{Status: instance.Idle, ActiveAfter: now.Add(-22 * time.Minute)})
+	assert.Equal(t, []string{"rare-10/idle", "busy-09/idle"}, got)
+	got, _ = list(instance.ListOptions{ActiveBefore: now.Add(-28 * time.Minute)})
+	assert.Equal(t, []string{"busy-02/idle", "busy-01/idle", "rare-00/completed"}, got)
+
+	// One per page with a sparse filter: at most 10 entries are examined per page, so the pages
+	// go on until the filter has been applied to every entry.
+	var pages [][]string
+	var cursor uint64
+	for {
+		got, next := list(instance.ListOptions{Prefix: "rare-", Limit: 1, Before: cursor})
+		pages = append(pages, got)
+		if next == 0 {
+			break
+		}
+		require.Less(t, len(pages), 10)
+		cursor = next
+	}
+	assert.Equal(t, [][]string{{"rare-20/running"}, {"rare-10/idle"}, {"rare-00/completed"}}, pages)
+	got, next := list(instance.ListOptions{Prefix: "none-", Limit: 1})
+	assert.Empty(t, got)
+	assert.NotZero(t, next, "a page that examined its whole budget hands on a cursor")
+}
+
+func activation(wf string) string {
+	for i := len(wf) - 1; i >= 0; i-- {
+		if wf[i] == ':' {
+			return wf[i+1:]
+		}
+	}
+	return wf
+}
+
+// TestIndexConcurrentWritersKeepOneChain: writers with an index each (hosts of different
+// partitions) appending to one agent's subject at once keep a chain that lists every run.
+func TestIndexConcurrentWritersKeepOneChain(t *testing.T) {
+	ctx, res, store, _ := indexSetup(t)
+	const writers, each = 4, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		x := instance.NewIndex(res.JS, res.Runs)
+		wg.Go(func() {
+			for i := range each {
+				startRun(t, ctx, store, x, "acme", "Echo", fmt.Sprintf("w%d-%02d", w, i), fmt.Sprintf("run-%d-%d", w, i), time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	x := instance.NewIndex(res.JS, res.Runs)
+	items, next, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: instance.MaxListLimit})
+	require.NoError(t, err)
+	assert.Zero(t, next)
+	assert.Len(t, items, writers*each)
+}
+
+// TestIndexSkipsRunsThatNeverStarted: an entry whose record was never written (its host lost the
+// race, or failed between the two writes) is not listed, and neither is an instance that never
+// ran.
+func TestIndexSkipsRunsThatNeverStarted(t *testing.T) {
+	ctx, _, store, x := indexSetup(t)
+	now := time.Now()
+	startRun(t, ctx, store, x, "acme", "Echo", "a", "run-a", now)
+	require.NoError(t, x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:a", RunID: "lost", StartedAt: now}))
+	require.NoError(t, x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:never", RunID: "x", StartedAt: now}))
+	items, _, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	assert.Equal(t, "run-a", items[0].Record.RunID)
+}
+
+// TestBackfillIndexesOldRecordsOnce: records written before the index existed are indexed by a
+// backfill, oldest run first, and a second backfill adds nothing.
+func TestBackfillIndexesOldRecordsOnce(t *testing.T) {
+	ctx, res, store, x := indexSetup(t)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, a := range []string{"old-2", "old-1", "old-3"} {
+		at := base.Add(time.Duration([]int{2, 1, 3}[i]) * time.Hour)
+		_, err := store.Put(ctx, instance.Record{Tenant: "acme", WorkflowID: "acme:Echo:Supervisor Workflow:" + a,
+			RunID: "r-" + a, Status: instance.Running, StartedAt: at, LastActiveAt: at})
+		require.NoError(t, err)
+	}
+	startRun(t, ctx, store, x, "acme", "Echo", "new", "r-new", base.Add(24*time.Hour))
+
+	got, err := x.Backfill(ctx, res.Instances, store, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, instance.BackfillResult{Scanned: 4, Indexed: 3}, got)
+	items, _, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{})
+	require.NoError(t, err)
+	var acts []string
+	for _, it := range items {
+		acts = append(acts, activation(it.Entry.WorkflowID))
+	}
+	assert.Equal(t, []string{"old-3", "old-2", "old-1", "new"}, acts, "backfilled entries come after the index's own, oldest run first")
+
+	got, err = x.Backfill(ctx, res.Instances, store, time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, instance.BackfillResult{Scanned: 4}, got)
+	info, err := res.Runs.Info(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, info.State.Msgs)
+}

@@ -1,0 +1,47 @@
+package subject
+
+import "hash/fnv"
+
+// RunsStream is the index of workflow runs: one small record per run started, on one subject per
+// tenant and agent (Runs), so that an agent's instances are listed newest first without scanning
+// the instances bucket, whose keys cannot be read by range.
+const RunsStream = "AGENTBUS_RUNS"
+
+const runsPrefix = "agentbus.runs"
+
+// Runs is the subject of the run index records of a tenant's agent.
+func Runs(tenant, agent string) string {
+	return string(startTokens(runsPrefix).plain(tenant).id(agent))
+}
+
+// RunsSubjects is the subject filter of the run index stream.
+func RunsSubjects() string { return runsPrefix + ".>" }
+
+// TenantRuns is the filter of every run index subject of a tenant.
+func TenantRuns(tenant string) string { return runsPrefix + "." + tenant + ".>" }
+
+// InstanceDeadLetters is the filter of the dead letters of one workflow instance of an agent.
+func InstanceDeadLetters(tenant, agent, workflowID string) string {
+	return deadPrefix + "." + tenant + "." + Token(agent) + "." + Token(workflowID) + ".>"
+}
+
+// InstanceThreads is the filter of every conversation thread of a workflow instance in the
+// history stream.
+func InstanceThreads(tenant, workflowID string) string {
+	return string(startTokens(msgPrefix).plain(tenant).id(workflowID)) + ".*"
+}
+
+// InboxPartition is the inbox partition (0..partitions-1) that the inbox's subject transform
+// (InboxTransform) gives every request of the workflow instance. It is what nats-server's
+// partition(n, tokens...) mapping function computes: the FNV-1a 32-bit hash of the named
+// tokens written one after the other without separator (here the tenant token and the workflow
+// token), modulo n.
+func InboxPartition(tenant, workflowID string, partitions int) int {
+	if partitions <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	_, _ = h.Write([]byte(Token(workflowID)))
+	return int(h.Sum32() % uint32(partitions))
+}
