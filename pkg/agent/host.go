@@ -334,6 +334,9 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
+	if err := h.followNotices(ctx); err != nil {
+		return err
+	}
 
 	regs := make([]registry.Agent, 0, len(h.agents))
 	for _, a := range h.cfg.Agents {

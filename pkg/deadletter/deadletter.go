@@ -98,6 +98,8 @@ type ListOptions struct {
 	Limit int
 	// Agent keeps only the dead letters of this agent when not empty.
 	Agent string
+	// WorkflowID, with Agent, keeps only the dead letters of this workflow instance.
+	WorkflowID string
 }
 
 // Page sizes of List.
@@ -117,6 +119,9 @@ func (s *Store) List(ctx context.Context, tenant string, opt ListOptions) ([]Let
 	filter := subject.TenantDeadLetters(tenant)
 	if opt.Agent != "" {
 		filter = subject.AgentDeadLetters(tenant, opt.Agent)
+	}
+	if opt.Agent != "" && opt.WorkflowID != "" {
+		filter = subject.InstanceDeadLetters(tenant, opt.Agent, opt.WorkflowID)
 	}
 	var out []Letter
 	for seq := opt.After + 1; ; {

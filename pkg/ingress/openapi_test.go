@@ -228,7 +228,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{"operations", contractOperations}, {"playground", contractPlayground}, {"agents", contractAgents},
 		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
 		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
-		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"subscriptions", contractSubscriptions},
+		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"instances", contractInstances}, {"subscriptions", contractSubscriptions},
 		{"remote agents", contractRemoteAgents},
 		{"readiness", contractReadiness},
 	} {

@@ -88,6 +88,9 @@ type Config struct {
 	// MetricsElsewhere makes GET /metrics on the API answer 404: whoever owns Metrics serves them
 	// on an address of their own (AGENTBUS_METRICS_ADDR, package opshttp).
 	MetricsElsewhere bool
+	// IdleTimeout is the hosts' AGENTBUS_IDLE_TIMEOUT: the instance inspector shows a running
+	// instance idle for longer as idle (it counts as completed). Zero: never.
+	IdleTimeout time.Duration
 	// Tracer receives a server span per HTTP request, whose context travels with the published
 	// request to the workflow host; nil means otel.GetTracerProvider(). A no-op provider turns
 	// tracing off at no cost per request.
@@ -338,6 +341,11 @@ func (s *Server) api() []route {
 
 		{get, "/api/v1/admin/tenants/{tenantId}/schedules", s.listSchedules},
 		{del, "/api/v1/admin/tenants/{tenantId}/schedules/{name}", s.cancelSchedule},
+
+		{get, agentInstancesPath, s.listInstances},
+		{get, instancesPath + "/{workflowId}", s.showInstance},
+		{post, instancesPath + "/{workflowId}/complete", s.completeInstance},
+		{post, backfillPath, s.backfillInstances},
 
 		{get, systemAgentsPath, s.listRemoteAgents},
 		{post, systemAgentsPath, s.registerRemoteAgent},

@@ -24,5 +24,6 @@ func FromSettings(c config.Config) Config {
 		ListenBufferBytes:     c.ListenBufferBytes,
 		MetricsElsewhere:      c.MetricsAddr != "",
 		Subscriptions:         c.Subscriptions(),
+		IdleTimeout:           c.IdleTimeout,
 	}
 }

@@ -117,6 +117,8 @@ var (
 	DeadLetterNotFound  = define("dead-letter-not-found", http.StatusNotFound, 0)
 	DeadLetterExpired   = define("dead-letter-expired", http.StatusGone, 0)
 	ScheduleNotFound    = define("schedule-not-found", http.StatusNotFound, 0)
+	InstanceNotFound    = define("instance-not-found", http.StatusNotFound, 0)
+	InstanceNotRunning  = define("instance-not-running", http.StatusConflict, 0)
 )
 
 // Problems of event subscriptions (docs/subscriptions.md).

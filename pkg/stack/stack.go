@@ -123,6 +123,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	ic.Bus, ic.Logger = cfg.Bus, cfg.Logger
+	if ic.IdleTimeout == 0 {
+		ic.IdleTimeout = cfg.Host.IdleTimeout
+	}
 	if s.Ingress, err = ingress.New(ctx, ic); err != nil {
 		return nil, err
 	}

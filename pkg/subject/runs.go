@@ -1,6 +1,10 @@
 package subject
 
-import "hash/fnv"
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+)
 
 // RunsStream is the index of workflow runs: one small record per run started, on one subject per
 // tenant and agent (Runs), so that an agent's instances are listed newest first without scanning
@@ -44,4 +48,27 @@ func InboxPartition(tenant, workflowID string, partitions int) int {
 	_, _ = h.Write([]byte(tenant))
 	_, _ = h.Write([]byte(Token(workflowID)))
 	return int(h.Sum32() % uint32(partitions))
+}
+
+const noticePrefix = "agentbus.ctl.instance"
+
+// InstanceNotice is the core NATS subject on which an operator's change of an instance record
+// (the admin API's complete) is announced: a workflow host holding the instance in memory drops
+// its copy, so that the next request reads the record anew. It is in no stream.
+func InstanceNotice(tenant, workflowID string) string {
+	return string(startTokens(noticePrefix).plain(tenant).id(workflowID))
+}
+
+// InstanceNotices is the filter of every InstanceNotice.
+func InstanceNotices() string { return noticePrefix + ".>" }
+
+// ParseInstanceNotice reads the tenant and workflow id back from an InstanceNotice subject.
+func ParseInstanceNotice(subj string) (tenant, workflowID string, err error) {
+	rest, ok := strings.CutPrefix(subj, noticePrefix+".")
+	tenant, tok, found := strings.Cut(rest, ".")
+	if !ok || !found || strings.Contains(tok, ".") {
+		return "", "", fmt.Errorf("subject %q is not an instance notice", subj)
+	}
+	workflowID, err = ParseToken(tok)
+	return tenant, workflowID, err
 }

@@ -1,0 +1,341 @@
+package ingress
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/placement"
+	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Paths of the instance inspector (docs/inspector.md).
+const (
+	agentInstancesPath = tenantAgentsPath + "/{agentName}/instances"
+	instancesPath      = tenantsPath + "/{tenantId}/instances"
+	backfillPath       = "/api/v1/admin/instances/backfill"
+)
+
+// instanceDeadLetters bounds the dead letters the inspector shows of one instance.
+const instanceDeadLetters = 20
+
+// backfillBudget is how long one backfill request indexes before it answers; the client calls
+// again to go on.
+const backfillBudget = 20 * time.Second
+
+// instanceItem is one instance of an agent's listing.
+type instanceItem struct {
+	WorkflowID   string    `json:"workflowId"`
+	WorkflowType string    `json:"workflowType"`
+	Activation   string    `json:"activation"`
+	RunID        string    `json:"runId"`
+	Status       string    `json:"status"`
+	StartedAt    time.Time `json:"startedAt"`
+	LastActiveAt time.Time `json:"lastActiveAt"`
+	Events       int64     `json:"events"`
+}
+
+// instancePage is the answer of the listing. Next, when set, is the cursor of the next page.
+type instancePage struct {
+	Instances []instanceItem `json:"instances"`
+	Next      string         `json:"next,omitempty"`
+}
+
+// instanceAnswer is one instance as the inspector shows it.
+type instanceAnswer struct {
+	WorkflowID   string     `json:"workflowId"`
+	AgentName    string     `json:"agentName"`
+	WorkflowType string     `json:"workflowType"`
+	Activation   string     `json:"activation"`
+	RunID        string     `json:"runId"`
+	Status       string     `json:"status"`
+	StartedAt    time.Time  `json:"startedAt"`
+	LastActiveAt time.Time  `json:"lastActiveAt"`
+	CompletedAt  *time.Time `json:"completedAt,omitempty"`
+	Events       int64      `json:"events"`
+	// State is the agent's state of the current run, null for none.
+	State       json.RawMessage       `json:"state"`
+	EarlierRuns []instance.RunSummary `json:"earlierRuns"`
+	// Partition is the inbox partition of the instance's requests; Host the live workflow host
+	// that owns it now, left out when no live host runs the agent.
+	Partition      int                 `json:"partition"`
+	Host           string              `json:"host,omitempty"`
+	DeadLetters    []deadletter.Letter `json:"deadLetters"`
+	Schedules      []scheduleAnswer    `json:"schedules"`
+	RecentRequests []requestSummary    `json:"recentRequests"`
+	// Queued are the requests waiting for the instance, and why (queued.go).
+	Queued []queuedRequest `json:"queued"`
+}
+
+// listInstances serves GET /api/v1/admin/tenants/{tenantId}/agents/{agentName}/instances: the
+// agent's instances in the tenant, newest run first, from the run index.
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	if !ok {
+		return
+	}
+	agent := r.PathValue("agentName")
+	if err := ident.ValidName(agent); err != nil {
+		problem.InvalidPath.Write(w, "agentName "+err.Error())
+		return
+	}
+	opt, p := instanceListOptions(r)
+	if p != nil {
+		problem.Write(w, *p)
+		return
+	}
+	opt.IdleTimeout = s.cfg.IdleTimeout
+	items, next, err := s.runIndex().List(r.Context(), s.instanceStore(), c.tenant, agent, opt)
+	switch {
+	case errors.Is(err, instance.ErrBadCursor):
+		problem.InvalidCursor.Write(w, "cursor is not the next cursor of a page of this agent's instances")
+		return
+	case err != nil:
+		s.storeFailed(w, "listing instances", err)
+		return
+	}
+	ans := instancePage{Instances: make([]instanceItem, 0, len(items))}
+	if next != 0 {
+		ans.Next = strconv.FormatUint(next, 10)
+	}
+	for _, it := range items {
+		wf, _ := ident.ParseWorkflowID(it.Entry.WorkflowID)
+		rec := it.Record
+		ans.Instances = append(ans.Instances, instanceItem{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType,
+			Activation: wf.Activation, RunID: rec.RunID, Status: string(it.Status), StartedAt: rec.StartedAt,
+			LastActiveAt: rec.LastActiveAt, Events: rec.Events})
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// instanceListOptions reads the listing's query: status, prefix, activeBefore, activeAfter,
+// limit and cursor, each optional.
+func instanceListOptions(r *http.Request) (instance.ListOptions, *problem.Problem) {
+	bad := func(detail string) (instance.ListOptions, *problem.Problem) {
+		return instance.ListOptions{}, problem.InvalidQuery.New(detail)
+	}
+	q, p := readQuery(r)
+	if p != nil {
+		return instance.ListOptions{}, p
+	}
+	var opt instance.ListOptions
+	switch v := instance.Status(q.Get("status")); v {
+	case "", instance.Running, instance.Completed, instance.Idle:
+		opt.Status = v
+	default:
+		return bad("status must be running, idle or completed")
+	}
+	opt.Prefix = q.Get("prefix")
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"activeBefore", &opt.ActiveBefore}, {"activeAfter", &opt.ActiveAfter}} {
+		v := q.Get(t.name)
+		if v == "" {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return bad(t.name + " must be an RFC 3339 time, such as 2026-11-26T09:00:00Z")
+		}
+		*t.dst = at
+	}
+	opt.Limit = instance.DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > instance.MaxListLimit {
+			return bad(fmt.Sprintf("limit must be a whole number from 1 to %d", instance.MaxListLimit))
+		}
+		opt.Limit = n
+	}
+	if v := q.Get("cursor"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return instance.ListOptions{}, problem.InvalidCursor.New("cursor is not the next cursor of a page of this agent's instances")
+		}
+		opt.Before = n
+	}
+	return opt, nil
+}
+
+// instanceTarget authenticates a call about one instance and reads it: the path's workflowId,
+// a full workflow id or the short forms the API takes elsewhere (Agent, Agent:WorkflowType).
+// Another tenant's instance is not found, exactly like a missing one. On failure it has written
+// the problem and returns false.
+func (s *Server) instanceTarget(w http.ResponseWriter, r *http.Request) (caller, ident.Workflow, instance.Record, bool) {
+	c, ok := s.identifyAdmin(w, r, adminAccess)
+	if !ok {
+		return c, ident.Workflow{}, instance.Record{}, false
+	}
+	wf, err := ident.Resolve(r.PathValue("workflowId"), c.tenant)
+	if err != nil {
+		problem.InvalidWorkflow.Write(w, err.Error())
+		return c, wf, instance.Record{}, false
+	}
+	notFound := func() (caller, ident.Workflow, instance.Record, bool) {
+		problem.InstanceNotFound.Write(w, "the tenant has no instance of this workflow id")
+		return c, wf, instance.Record{}, false
+	}
+	if wf.Tenant != c.tenant {
+		return notFound()
+	}
+	rec, err := s.instanceStore().Get(r.Context(), c.tenant, wf.ID())
+	switch {
+	case errors.Is(err, instance.ErrNotFound):
+		return notFound()
+	case err != nil:
+		s.storeFailed(w, "reading instance", err)
+		return c, wf, rec, false
+	}
+	return c, wf, rec, true
+}
+
+// showInstance serves GET /api/v1/admin/tenants/{tenantId}/instances/{workflowId}.
+func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
+	c, wf, rec, ok := s.instanceTarget(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	ans := instanceAnswer{
+		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
+		RunID: rec.RunID, Status: string(rec.StatusAt(s.cfg.IdleTimeout, time.Now())), StartedAt: rec.StartedAt,
+		LastActiveAt: rec.LastActiveAt, CompletedAt: rec.CompletedAt, Events: rec.Events, State: rec.State,
+		EarlierRuns: rec.Runs,
+		Partition:   subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
+	}
+	if ans.EarlierRuns == nil {
+		ans.EarlierRuns = []instance.RunSummary{}
+	}
+	ans.Host = s.partitionOwner(wf.Agent, ans.Partition)
+
+	var (
+		wg   sync.WaitGroup
+		errs [4]error
+	)
+	wg.Go(func() {
+		ans.DeadLetters, _, errs[0] = s.dead.List(ctx, c.tenant, deadletter.ListOptions{Agent: wf.Agent, WorkflowID: wf.ID(), Limit: instanceDeadLetters})
+	})
+	wg.Go(func() {
+		list, err := s.schedules().List(ctx, c.tenant, wf.ID())
+		ans.Schedules, errs[1] = make([]scheduleAnswer, 0, len(list)), err
+		for _, sch := range list {
+			ans.Schedules = append(ans.Schedules, scheduleOf(sch))
+		}
+	})
+	wg.Go(func() { ans.RecentRequests, errs[2] = s.recentRequests(ctx, c.tenant, wf.ID()) })
+	wg.Go(func() { ans.Queued, errs[3] = s.queuedRequests(ctx, c.tenant, wf) })
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		s.storeFailed(w, "reading instance", err)
+		return
+	}
+	if ans.DeadLetters == nil {
+		ans.DeadLetters = []deadletter.Letter{}
+	}
+	if ans.Queued == nil {
+		ans.Queued = []queuedRequest{}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// partitionOwner is the live host that owns the agent's partition p, as every host computes it
+// from the heartbeats (package placement); "" when no live host runs the agent.
+func (s *Server) partitionOwner(agent string, p int) string {
+	hosts := s.dir.LiveHosts(agent)
+	if len(hosts) == 0 {
+		return ""
+	}
+	ids := make([]string, len(hosts))
+	for i, h := range hosts {
+		ids[i] = h.ID
+	}
+	owners := placement.Assign(agent, s.res.Config.PartitionCount(), ids)
+	if p < 0 || p >= len(owners) {
+		return ""
+	}
+	return owners[p]
+}
+
+// completeAnswer names the run an operator completed.
+type completeAnswer struct {
+	WorkflowID  string    `json:"workflowId"`
+	RunID       string    `json:"runId"`
+	Status      string    `json:"status"`
+	CompletedAt time.Time `json:"completedAt"`
+}
+
+// completeAttempts bounds the compare-and-set writes of one complete that meet a host's.
+const completeAttempts = 10
+
+// completeInstance serves POST /api/v1/admin/tenants/{tenantId}/instances/{workflowId}/complete:
+// the current run is marked completed with compare-and-set, and the next message starts a new
+// run. A running instance that is idle may be completed too; a completed one is a conflict.
+func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
+	c, wf, rec, ok := s.instanceTarget(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	store := s.instanceStore()
+	for attempt := 1; ; attempt++ {
+		if rec.Status != instance.Running {
+			problem.InstanceNotRunning.Write(w, "the instance's run is completed already; its next message starts a new run")
+			return
+		}
+		now := time.Now().UTC()
+		done := rec
+		done.Status, done.CompletedAt, done.WriteID = instance.Completed, &now, ""
+		saved, err := store.Put(ctx, done)
+		if err == nil {
+			// A host holding the instance in memory drops its copy. Flushed, so that the server
+			// has the notice before the caller can send the next message.
+			nc := s.cfg.Conn
+			if err := nc.Publish(subject.InstanceNotice(c.tenant, wf.ID()), nil); err == nil {
+				_ = nc.FlushWithContext(ctx)
+			}
+			s.log.Info("instance completed", "tenant", c.tenant, "workflowId", wf.ID(), "runId", saved.RunID, "by", c.key.ID)
+			writeJSON(w, http.StatusOK, completeAnswer{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: now})
+			return
+		}
+		if !errors.Is(err, instance.ErrConflict) || attempt == completeAttempts {
+			s.storeFailed(w, "completing instance", err)
+			return
+		}
+		// A host wrote the record meanwhile: complete the run as it is now.
+		if rec, err = store.Get(ctx, c.tenant, wf.ID()); err != nil {
+			s.storeFailed(w, "completing instance", err)
+			return
+		}
+	}
+}
+
+// backfillInstances serves POST /api/v1/admin/instances/backfill (system admins): instance
+// records without an index entry get one (instance.Index.Backfill), for up to backfillBudget.
+func (s *Server) backfillInstances(w http.ResponseWriter, r *http.Request) {
+	c, ok := s.identifyAdmin(w, r, systemAccess)
+	if !ok {
+		return
+	}
+	res, err := s.runIndex().Backfill(r.Context(), s.res.Instances, s.instanceStore(), time.Now().Add(backfillBudget))
+	if err != nil {
+		s.storeFailed(w, "backfilling the run index", err)
+		return
+	}
+	s.log.Info("run index backfilled", "scanned", res.Scanned, "indexed", res.Indexed, "remaining", res.Remaining, "by", c.key.ID)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// instanceStore and runIndex are the instance records and the run index over the ingress's bus;
+// a few pointers each, made per request.
+func (s *Server) instanceStore() *instance.Store { return instance.NewStore(s.res.Instances) }
+
+func (s *Server) runIndex() *instance.Index { return instance.NewIndex(s.js, s.res.Runs) }
