@@ -1,8 +1,8 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
 // API keys, sends messages, converses with agents (optionally streamed), tails a thread, lists,
-// replays and discards dead letters, lists and cancels timers, manages event subscriptions and
-// their undelivered events, registers remote agents, and checks a remote agent's endpoint
-// against the protocol.
+// replays and discards dead letters, lists and cancels timers, lists, inspects and completes
+// workflow instances, manages event subscriptions and their undelivered events, registers remote
+// agents, and checks a remote agent's endpoint against the protocol.
 //
 //	agentbus [global flags] <command> <subcommand> [flags] [args]
 //
@@ -79,6 +79,10 @@ commands:
   deadletter replay ID | deadletter discard ID
   schedule list (--workflow W | --agent A [--activation X])
   schedule cancel NAME (--workflow W | --agent A [--activation X])
+  instances list AGENT [--status running|idle|completed] [--prefix P] [--active-before T]
+       [--active-after T] [--limit N] [--cursor C]
+  instances show WORKFLOW_ID | instances complete WORKFLOW_ID
+  instances backfill                                       (system admins, once after upgrading)
   subscription create URL --events E[,E...] [--agent A]... [--description D]
        [--secret whsec_...]
   subscription list | subscription get ID | subscription delete ID
@@ -175,6 +179,11 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 	case "schedule", "schedules":
 		return sub(map[string]func(context.Context, []string) error{
 			"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
+		})
+	case "instance", "instances":
+		return sub(map[string]func(context.Context, []string) error{
+			"list": c.instanceList, "ls": c.instanceList, "show": c.instanceShow, "get": c.instanceShow,
+			"complete": c.instanceComplete, "backfill": c.instanceBackfill,
 		})
 	case "subscription", "subscriptions":
 		return sub(map[string]func(context.Context, []string) error{

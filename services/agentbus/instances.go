@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+)
+
+// instanceItem is one instance of an agent's listing.
+type instanceItem struct {
+	WorkflowID   string `json:"workflowId"`
+	WorkflowType string `json:"workflowType"`
+	Activation   string `json:"activation"`
+	RunID        string `json:"runId"`
+	Status       string `json:"status"`
+	StartedAt    string `json:"startedAt"`
+	LastActiveAt string `json:"lastActiveAt"`
+	Events       int64  `json:"events"`
+}
+
+// instanceInfo is an instance as the inspector shows it.
+type instanceInfo struct {
+	WorkflowID   string          `json:"workflowId"`
+	AgentName    string          `json:"agentName"`
+	WorkflowType string          `json:"workflowType"`
+	Activation   string          `json:"activation"`
+	RunID        string          `json:"runId"`
+	Status       string          `json:"status"`
+	StartedAt    string          `json:"startedAt"`
+	LastActiveAt string          `json:"lastActiveAt"`
+	CompletedAt  string          `json:"completedAt"`
+	Events       int64           `json:"events"`
+	State        json.RawMessage `json:"state"`
+	EarlierRuns  []struct {
+		RunID       string `json:"runId"`
+		StartedAt   string `json:"startedAt"`
+		CompletedAt string `json:"completedAt"`
+		Events      int64  `json:"events"`
+	} `json:"earlierRuns"`
+	Partition   int          `json:"partition"`
+	Host        string       `json:"host"`
+	DeadLetters []deadLetter `json:"deadLetters"`
+	Schedules   []struct {
+		Name     string `json:"name"`
+		Schedule string `json:"schedule"`
+	} `json:"schedules"`
+	RecentRequests []struct {
+		RequestID     string `json:"requestId"`
+		ParticipantID string `json:"participantId"`
+		Type          string `json:"type"`
+		Method        string `json:"method"`
+		Timer         string `json:"timer"`
+		Status        int    `json:"status"`
+		ReceivedAt    string `json:"receivedAt"`
+		DurationMs    *int64 `json:"durationMs"`
+	} `json:"recentRequests"`
+	Queued []struct {
+		RequestID string `json:"requestId"`
+		Reason    string `json:"reason"`
+	} `json:"queued"`
+}
+
+// instancePath is where one of the current tenant's instances is: a workflow id, or Agent or
+// Agent:WorkflowType for the default activation.
+func (c *cli) instancePath(workflow string) string { return c.tenantItemPath("instances", workflow) }
+
+// instanceList prints a page of an agent's instances, newest run first.
+func (c *cli) instanceList(ctx context.Context, args []string) error {
+	fs := c.flags("instances list")
+	status := fs.String("status", "", "only instances of this status: running, idle or completed")
+	prefix := fs.String("prefix", "", "only instances whose activation name starts with this")
+	before := fs.String("active-before", "", "only instances last active before this RFC 3339 time")
+	after := fs.String("active-after", "", "only instances last active after this RFC 3339 time")
+	limit := fs.Int("limit", 0, "at most this many instances (1-200; default the server's 50)")
+	cursor := fs.String("cursor", "", "continue with older runs (the previous page's next)")
+	pos, err := parse(fs, args, 1, "AGENT [--status running|idle|completed] [--prefix P] [--limit N] [--cursor C]")
+	if err != nil {
+		return err
+	}
+	query := url.Values{}
+	for name, v := range map[string]string{"status": *status, "prefix": *prefix, "activeBefore": *before, "activeAfter": *after, "cursor": *cursor} {
+		if v != "" {
+			query.Set(name, v)
+		}
+	}
+	if *limit != 0 {
+		query.Set("limit", strconv.Itoa(*limit))
+	}
+	var ans struct {
+		Instances []instanceItem `json:"instances"`
+		Next      string         `json:"next"`
+	}
+	path := c.tenantPath() + "/agents/" + url.PathEscape(pos[0]) + "/instances"
+	if printed, err := c.fetch(ctx, http.MethodGet, path, query, nil, &ans); err != nil || printed {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTIVATION\tWORKFLOW TYPE\tSTATUS\tEVENTS\tLAST ACTIVE\tSTARTED\tRUN")
+	for _, it := range ans.Instances {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cell(it.Activation, 60), cell(it.WorkflowType, 40), it.Status, it.Events,
+			shortTime(it.LastActiveAt), shortTime(it.StartedAt), it.RunID)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if ans.Next != "" {
+		// On stderr, so that stdout stays the table alone.
+		fmt.Fprintf(c.stderr, "more: agentbus instances list %s --cursor %s\n", pos[0], ans.Next)
+	}
+	return nil
+}
+
+// instanceShow prints what the inspector shows of an instance.
+func (c *cli) instanceShow(ctx context.Context, args []string) error {
+	pos, err := parse(c.flags("instances show"), args, 1, "WORKFLOW_ID")
+	if err != nil {
+		return err
+	}
+	var in instanceInfo
+	if printed, err := c.fetch(ctx, http.MethodGet, c.instancePath(pos[0]), nil, nil, &in); err != nil || printed {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	row := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", name, cell(value, 4096))
+		}
+	}
+	row("workflow", in.WorkflowID)
+	row("status", in.Status)
+	row("run", in.RunID)
+	row("started", shortTime(in.StartedAt))
+	row("last active", shortTime(in.LastActiveAt))
+	if in.CompletedAt != "" {
+		row("completed", shortTime(in.CompletedAt))
+	}
+	row("events", strconv.FormatInt(in.Events, 10))
+	host := in.Host
+	if host == "" {
+		host = "(no live host runs the agent)"
+	}
+	row("partition", strconv.Itoa(in.Partition))
+	row("host", host)
+	if len(in.State) > 0 && string(in.State) != "null" {
+		row("state", string(in.State))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	section := func(title string, n int) bool {
+		if n == 0 {
+			return false
+		}
+		fmt.Fprintf(c.stdout, "\n%s:\n", title)
+		return true
+	}
+	if section("earlier runs", len(in.EarlierRuns)) {
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RUN\tSTARTED\tENDED\tEVENTS")
+		for _, r := range in.EarlierRuns {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt), shortTime(r.CompletedAt), r.Events)
+		}
+		_ = tw.Flush()
+	}
+	if section("recent requests", len(in.RecentRequests)) {
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  RECEIVED\tPARTICIPANT\tTYPE\tSTATUS\tMS\tREQUEST")
+		for _, r := range in.RecentRequests {
+			kind := r.Type
+			if r.Method != "" {
+				kind += "/" + r.Method
+			}
+			status, ms := "-", "-"
+			if r.Status != 0 {
+				status = strconv.Itoa(r.Status)
+			}
+			if r.DurationMs != nil {
+				ms = strconv.FormatInt(*r.DurationMs, 10)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", shortTime(r.ReceivedAt), cell(r.ParticipantID, 40), cell(kind, 40), status, ms, cell(r.RequestID, 80))
+		}
+		_ = tw.Flush()
+	}
+	if section("timers", len(in.Schedules)) {
+		for _, s := range in.Schedules {
+			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(s.Name, 60), cell(s.Schedule, 60))
+		}
+	}
+	if section("dead letters", len(in.DeadLetters)) {
+		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tDEAD\tPARTICIPANT\tTYPE\tERROR")
+		for _, l := range in.DeadLetters {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.ParticipantID, 40), cell(l.kind(), 40), cell(l.Error, 80))
+		}
+		_ = tw.Flush()
+	}
+	if section("queued", len(in.Queued)) {
+		for _, q := range in.Queued {
+			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(q.RequestID, 80), cell(q.Reason, 120))
+		}
+	}
+	return nil
+}
+
+// instanceComplete completes an instance's run; its next message starts a new one.
+func (c *cli) instanceComplete(ctx context.Context, args []string) error {
+	pos, err := parse(c.flags("instances complete"), args, 1, "WORKFLOW_ID")
+	if err != nil {
+		return err
+	}
+	var ans struct {
+		WorkflowID string `json:"workflowId"`
+		RunID      string `json:"runId"`
+	}
+	if printed, err := c.fetch(ctx, http.MethodPost, c.instancePath(pos[0])+"/complete", nil, nil, &ans); err != nil || printed {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "run %s of %s completed; the next message starts a new run\n", ans.RunID, ans.WorkflowID)
+	return nil
+}
+
+// instanceBackfill indexes the instance records written before the run index existed, calling
+// the API until nothing remains (system admins).
+func (c *cli) instanceBackfill(ctx context.Context, args []string) error {
+	if _, err := parse(c.flags("instances backfill"), args, 0, ""); err != nil {
+		return err
+	}
+	total := 0
+	for {
+		var ans struct {
+			Scanned   int `json:"scanned"`
+			Indexed   int `json:"indexed"`
+			Remaining int `json:"remaining"`
+		}
+		raw, err := c.call(ctx, http.MethodPost, "/api/v1/admin/instances/backfill", nil, nil, &ans)
+		if err != nil {
+			return err
+		}
+		total += ans.Indexed
+		if c.json {
+			c.printJSON(raw)
+		} else {
+			fmt.Fprintf(c.stdout, "scanned %d instance records, indexed %d, %d remaining\n", ans.Scanned, ans.Indexed, ans.Remaining)
+		}
+		if ans.Remaining == 0 {
+			return nil
+		}
+	}
+}
