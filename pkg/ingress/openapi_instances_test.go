@@ -22,6 +22,7 @@ func contractInstances(c *contractClient) {
 	c.want(http.StatusBadRequest, http.MethodGet, list+"?cursor=none", key, nil)
 	c.want(http.StatusForbidden, http.MethodGet, "/api/v1/admin/tenants/other/agents/Echo/instances", key, nil)
 	c.want(http.StatusUnauthorized, http.MethodGet, list, "", nil)
+	c.want(http.StatusNotFound, http.MethodGet, "/api/v1/admin/tenants/nosuch/agents/Echo/instances", systemKey, nil)
 
 	show := "/api/v1/admin/tenants/default/instances/" + url.PathEscape(wf)
 	m = c.want(http.StatusOK, http.MethodGet, show, key, nil)
@@ -35,6 +36,8 @@ func contractInstances(c *contractClient) {
 	c.want(http.StatusConflict, http.MethodPost, show+"/complete", key, nil)
 	c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/other/instances/"+url.PathEscape(wf)+"/complete", c.other, nil)
 	c.want(http.StatusForbidden, http.MethodPost, "/api/v1/admin/tenants/other/instances/"+url.PathEscape(wf)+"/complete", key, nil)
+	c.want(http.StatusBadRequest, http.MethodPost, "/api/v1/admin/tenants/default/instances/a:b:c/complete", key, nil)
+	c.want(http.StatusUnauthorized, http.MethodPost, show+"/complete", "", nil)
 
 	m = c.want(http.StatusOK, http.MethodPost, "/api/v1/admin/instances/backfill", systemKey, nil)
 	assert.EqualValues(t, 0, m["remaining"])

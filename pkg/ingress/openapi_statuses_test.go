@@ -43,7 +43,7 @@ const (
 // pathArguments fill the path parameters of the document's operations.
 var pathArguments = strings.NewReplacer("{tenantId}", callTenant, "{keyId}", callKeyID, "{id}", "1",
 	"{workflow}", "Echo", "{method}", "echo", "{file}", "app.js", "{name}", "tick",
-	"{subscriptionId}", "sub_00000000000000000000")
+	"{subscriptionId}", "sub_00000000000000000000", "{agentName}", "Echo", "{workflowId}", "Echo")
 
 // callBodies are valid bodies of the operations that take one, so that a call gets past the
 // checks of its body to the key's rate and the stores.
