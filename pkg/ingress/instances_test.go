@@ -376,3 +376,24 @@ func TestInstanceBackfill(t *testing.T) {
 	adminOK(t, s, post, "/api/v1/admin/instances/backfill", systemKey, nil, http.StatusOK, &res)
 	assert.Equal(t, instance.BackfillResult{Scanned: 3}, res)
 }
+
+// TestInstanceListedAfterContinueAsNew: a run continued as new is indexed too, so the instance
+// stays listed, once, at its new run, with the continued run among its earlier runs.
+func TestInstanceListedAfterContinueAsNew(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{ContinueAsNewEvents: 2})
+	wf := echoWorkflow("default", "long")
+	_, first := echoHost(t, s, s.Key, wf)
+	echoHost(t, s, s.Key, wf) // the second event continues the run as new
+	_, next := echoHost(t, s, s.Key, wf)
+	require.NotEqual(t, first, next)
+
+	var l instanceList
+	adminOK(t, s, get, listPath("default", "Echo", nil), s.Key, nil, http.StatusOK, &l)
+	require.Len(t, l.Instances, 1)
+	assert.Equal(t, next, l.Instances[0].RunID)
+	var got instanceShow
+	adminOK(t, s, get, instancePath("default", wf), s.Key, nil, http.StatusOK, &got)
+	require.Len(t, got.EarlierRuns, 1)
+	assert.Equal(t, first, got.EarlierRuns[0].RunID)
+	assert.EqualValues(t, 2, got.EarlierRuns[0].Events)
+}
