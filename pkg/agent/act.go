@@ -86,6 +86,8 @@ func IdleAfter(d time.Duration) Option {
 type effects struct {
 	h   *Host
 	req *agentbusv1.Request
+	// seq is the request's inbox sequence: its host shows the calls it waits for (inspect.go).
+	seq uint64
 
 	mu sync.Mutex
 	n  int

@@ -147,7 +147,9 @@ func (i *Instance) Call(ctx context.Context, to Peer, method string, params any,
 		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
 		defer cancel()
 	}
+	done := fx.h.calling(fx.seq, req)
 	rep, err := fx.h.call(ctx, req)
+	done()
 	if err != nil {
 		return err
 	}

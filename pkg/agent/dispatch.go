@@ -25,6 +25,10 @@ type delivery struct {
 	msg      jetstream.Msg // the latest delivery of the request (a redelivery replaces it)
 	running  bool
 	progress time.Time // when the bus last heard the request is being worked on
+	// started is when its current attempt began (zero before the first); wait is what its
+	// handler waits for, nil while nothing (inspect.go).
+	started time.Time
+	wait    *deliveryWait
 }
 
 // conversation is one workflow instance and participant (one stored inbox subject) while the

@@ -177,10 +177,12 @@ type Host struct {
 	runs    *instance.Index
 	replies *bus.Replies // waits for the replies of Agent2Agent calls
 	keeper  *bus.InboxKeeper
-	sem     chan struct{}
-	idle    chan *conversation // idle drainers wait on it for the next conversation to drain
-	metrics *hostMetrics       // nil without HostConfig.Metrics
-	tracer  trace.Tracer       // nil when tracing is off
+	// inspected answers on the host's inspect subject (inspect.go).
+	inspected *nats.Subscription
+	sem       chan struct{}
+	idle      chan *conversation // idle drainers wait on it for the next conversation to drain
+	metrics   *hostMetrics       // nil without HostConfig.Metrics
+	tracer    trace.Tracer       // nil when tracing is off
 
 	started  time.Time
 	ready    chan struct{}
@@ -260,6 +262,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
 	defer h.untilAbandoned(func() { _ = h.dir.Close() })
 	defer func() { _ = h.replies.Close() }()
+	defer func() { _ = h.inspected.Unsubscribe() }()
 
 	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
 	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
@@ -336,6 +339,10 @@ func (h *Host) start(ctx context.Context) error {
 	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
 	if err := h.followNotices(ctx); err != nil {
 		return err
+	}
+	if h.inspected, err = h.serveInspect(); err != nil {
+		_ = h.replies.Close()
+		return fmt.Errorf("answering inspection: %w", err)
 	}
 
 	regs := make([]registry.Agent, 0, len(h.agents))
@@ -575,17 +582,17 @@ func (h *Host) agentNames() []string {
 }
 
 // features are what this host's heartbeat says it understands (registry.Host.Features).
-var features = []string{registry.FeatureReplyTo, registry.FeatureFinishing}
+var features = []string{registry.FeatureReplyTo, registry.FeatureFinishing, registry.FeatureInspect}
 
 // beat writes the host's heartbeat: its agents, the partitions it holds (pulls, hands over or
-// finishes requests of) and its features; a heartbeat written renews the host's lease.
+// finishes requests of), its features and its requests in flight; a heartbeat written renews the host's lease.
 func (h *Host) beat(ctx context.Context) error {
 	h.leaseMu.Lock()
 	defer h.leaseMu.Unlock()
 	sent := time.Since(h.epoch)
 	h.mu.Lock()
 	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.heldPartitionsLocked(),
-		Features: features, Leaving: h.leaving}
+		Features: features, Leaving: h.leaving, InFlight: len(h.held)}
 	h.mu.Unlock()
 	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
 		return err

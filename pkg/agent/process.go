@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,6 +65,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	h.mu.Lock()
 	m := d.msg
+	d.started = time.Now()
 	h.mu.Unlock()
 	md, err := m.Metadata()
 	if err != nil {
@@ -83,7 +85,8 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	in = &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
 		replyTo:   replySubject(m.Headers(), req),
 		delivered: md.NumDelivered,
-		tries:     &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping}}
+		tries: &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
+			h: h, d: d}}
 	switch {
 	case m.Headers().Get(subject.HeaderReplay) != "":
 		in.recover = recoverDeep // later requests of its conversation ran after its attempts

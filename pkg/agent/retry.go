@@ -51,6 +51,10 @@ type attempts struct {
 	n, max   int
 	backoff  time.Duration
 	stopping <-chan struct{}
+	// h and d, when set, show a wait to the host's inspection and let an operator cut it short
+	// (inspect.go).
+	h *Host
+	d *delivery
 }
 
 // maxBackoff caps the doubling of the retry backoff.
@@ -66,8 +70,16 @@ func (a *attempts) wait(ctx context.Context) error {
 	d = min(d, maxBackoff)
 	t := time.NewTimer(d)
 	defer t.Stop()
+	var now <-chan struct{}
+	if a.h != nil {
+		now = a.h.backingOff(a.d, time.Now().Add(d), a.n+1)
+		defer a.h.backedOff(a.d)
+	}
 	select {
 	case <-t.C:
+		a.n++
+		return nil
+	case <-now: // an operator asked for the retry now
 		a.n++
 		return nil
 	case <-a.stopping:

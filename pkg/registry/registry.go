@@ -104,6 +104,10 @@ type Host struct {
 	// out, and so do Live, LiveHosts and AllLiveHave), but Partitions still lists the
 	// partitions whose requests it is finishing, so that no other host redelivers them.
 	Leaving bool `json:"leaving,omitempty"`
+	// InFlight counts the requests the host holds, queued or running, when it wrote the
+	// heartbeat. Hosts of earlier releases leave it out; those that write it list
+	// FeatureInspect.
+	InFlight int `json:"inFlight,omitempty"`
 }
 
 // FeatureReplyTo means the host reads a waiting ingress's reply subject from the request
@@ -116,6 +120,10 @@ const FeatureReplyTo = "reply-to"
 // requests may be redelivered at once. Hosts redeliver so only while every live host of the
 // agent lists the feature.
 const FeatureFinishing = "finishing"
+
+// FeatureInspect means the host answers on its inspect subject (subject.Inspect) what it holds,
+// and its heartbeat counts its requests in flight (Host.InFlight).
+const FeatureInspect = "inspect"
 
 // Owns reports whether the heartbeat lists the agent's partition p.
 func (h Host) Owns(agent string, p int) bool { return slices.Contains(h.Partitions[agent], p) }
@@ -500,6 +508,29 @@ func (d *Directory) Holder(agent string, p int, except string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// SeenHost is a heartbeat and when it arrived, by the local clock.
+type SeenHost struct {
+	Host
+	// Seen is when the heartbeat arrived (a heartbeat read when the watch started is dated back
+	// by its age as the server stored it).
+	Seen time.Time
+}
+
+// Hosts returns the fresh heartbeats of every host, leaving ones included, ordered by host id.
+func (d *Directory) Hosts() []SeenHost {
+	cutoff := d.cutoff()
+	d.mu.RLock()
+	out := make([]SeenHost, 0, len(d.hosts))
+	for _, h := range d.hosts {
+		if h.seen.After(cutoff) {
+			out = append(out, SeenHost{Host: h.host, Seen: h.seen})
+		}
+	}
+	d.mu.RUnlock()
+	slices.SortFunc(out, func(a, b SeenHost) int { return strings.Compare(a.ID, b.ID) })
+	return out
 }
 
 // Close stops the watches.

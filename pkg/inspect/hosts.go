@@ -1,0 +1,174 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Hosts is the live workflow hosts and each agent's inbox backlog per partition.
+type Hosts struct {
+	// At is when the view was read (the reader's clock); heartbeat ages are counted to it.
+	At     time.Time     `json:"at"`
+	Hosts  []HostInfo    `json:"hosts"`
+	Agents []AgentQueues `json:"agents"`
+}
+
+// HostInfo is one live host as its heartbeat tells.
+type HostInfo struct {
+	ID        string    `json:"id"`
+	StartedAt time.Time `json:"startedAt"`
+	// Agents it runs, and the partitions it holds by agent: owns, hands over, or still runs
+	// requests of.
+	Agents     []string         `json:"agents"`
+	Partitions map[string][]int `json:"partitions"`
+	// InFlight counts the requests it held, queued or running, when it wrote the heartbeat;
+	// null for a host of an earlier release, which does not tell.
+	InFlight *int `json:"inFlight"`
+	// HeartbeatAgeMs is how long ago its last heartbeat arrived.
+	HeartbeatAgeMs int64 `json:"heartbeatAgeMs"`
+	// Leaving is set while the host stops.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// AgentQueues is one agent's inbox backlog, by partition.
+type AgentQueues struct {
+	Agent      string           `json:"agent"`
+	Partitions []PartitionQueue `json:"partitions"`
+}
+
+// PartitionQueue is the backlog of one partition of an agent, as its consumer counts it.
+type PartitionQueue struct {
+	Partition int `json:"partition"`
+	// Holders are the live hosts whose heartbeat lists the partition (more than one while it
+	// changes hands).
+	Holders []string `json:"holders"`
+	// Pending counts the requests not delivered to a host yet; AckPending those delivered and
+	// not acknowledged (queued or running on a host, or held by one that died); Redelivered
+	// those delivered more than once and not acknowledged.
+	Pending     uint64 `json:"pending"`
+	AckPending  int    `json:"ackPending"`
+	Redelivered int    `json:"redelivered"`
+	// NoConsumer is set when the partition has no consumer: no host has pulled it yet.
+	NoConsumer bool `json:"noConsumer,omitempty"`
+}
+
+// consumerReads bounds the consumer infos read at once.
+const consumerReads = 8
+
+// Hosts reads the live hosts and the backlog of the agents tenant may use (every agent, and
+// every host, when tenant is ""). For a tenant, a host is listed only when it runs such an
+// agent, with only those agents and their partitions; nothing names an instance.
+func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
+	visible := make(map[string]bool)
+	for _, a := range c.Dir.VisibleAgents(tenant) {
+		visible[a.Name] = true
+	}
+	ans := Hosts{At: time.Now(), Hosts: []HostInfo{}, Agents: []AgentQueues{}}
+	holders := make(map[string]map[int][]string) // agent, partition: hosts
+	for _, h := range c.Dir.Hosts() {
+		info := HostInfo{ID: h.ID, StartedAt: h.StartedAt, Agents: []string{}, Partitions: map[string][]int{},
+			HeartbeatAgeMs: max(0, ans.At.Sub(h.Seen).Milliseconds()), Leaving: h.Leaving}
+		if h.Has(registry.FeatureInspect) {
+			n := h.InFlight
+			info.InFlight = &n
+		}
+		for _, a := range h.Agents {
+			if tenant == "" || visible[a] {
+				info.Agents = append(info.Agents, a)
+				visible[a] = true
+			}
+		}
+		for a, ps := range h.Partitions {
+			if !visible[a] {
+				continue
+			}
+			info.Partitions[a] = slices.Clone(ps)
+			if holders[a] == nil {
+				holders[a] = make(map[int][]string)
+			}
+			for _, p := range ps {
+				holders[a][p] = append(holders[a][p], h.ID)
+			}
+		}
+		if tenant != "" && len(info.Agents) == 0 {
+			continue
+		}
+		ans.Hosts = append(ans.Hosts, info)
+	}
+
+	agents := make([]string, 0, len(visible))
+	for a := range visible {
+		agents = append(agents, a)
+	}
+	slices.Sort(agents)
+	type read struct {
+		agent string
+		p     int
+	}
+	queues := make(map[read]PartitionQueue)
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	sem := make(chan struct{}, consumerReads)
+	for _, a := range agents {
+		for p := range c.Partitions {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				pq, err := c.partitionQueue(ctx, a, p)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				queues[read{a, p}] = pq
+			})
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return Hosts{}, errs[0]
+	}
+	for _, a := range agents {
+		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions)}
+		for p := range c.Partitions {
+			pq := queues[read{a, p}]
+			pq.Holders = holders[a][p]
+			if pq.Holders == nil {
+				pq.Holders = []string{}
+			}
+			slices.Sort(pq.Holders)
+			aq.Partitions = append(aq.Partitions, pq)
+		}
+		ans.Agents = append(ans.Agents, aq)
+	}
+	return ans, nil
+}
+
+// partitionQueue reads the backlog of an agent's partition from its consumer.
+func (c *Client) partitionQueue(ctx context.Context, agent string, p int) (PartitionQueue, error) {
+	pq := PartitionQueue{Partition: p}
+	cons, err := c.JS.Consumer(ctx, subject.InboxStream, subject.PartitionConsumer(agent, p))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		pq.NoConsumer = true
+		return pq, nil
+	}
+	if err != nil {
+		return pq, fmt.Errorf("inspect: reading partition %d of %s: %w", p, agent, err)
+	}
+	info := cons.CachedInfo()
+	pq.Pending, pq.AckPending, pq.Redelivered = info.NumPending, info.NumAckPending, info.NumRedelivered
+	return pq, nil
+}
