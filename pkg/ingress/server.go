@@ -366,6 +366,11 @@ func (s *Server) api() []route {
 		{del, subscriptionsPath + "/{subscriptionId}/undelivered/{id}", s.discardUndelivered},
 		{post, subscriptionsPath + "/{subscriptionId}/undelivered/{id}/replay", s.replayUndelivered},
 
+		{get, hostsPath, s.listHosts},
+		{get, tenantHostsPath, s.listHosts},
+		{get, instanceQueuePath, s.instanceQueue},
+		{post, instanceQueuePath + "/{requestId}/retry", s.retryQueued},
+
 		{get, "/healthz", s.healthz},
 		{get, "/readyz", s.readyz},
 		{get, "/metrics", s.serveMetrics},

@@ -121,6 +121,12 @@ var (
 	InstanceNotRunning  = define("instance-not-running", http.StatusConflict, 0)
 )
 
+// Problems of an instance's queue (docs/hosts-inspection.md).
+var (
+	RequestNotQueued    = define("request-not-queued", http.StatusNotFound, 0)
+	RequestNotInBackoff = define("request-not-in-backoff", http.StatusConflict, 0)
+)
+
 // Problems of event subscriptions (docs/subscriptions.md).
 var (
 	SubscriptionNotFound = define("subscription-not-found", http.StatusNotFound, 0)
