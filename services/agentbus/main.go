@@ -1,7 +1,8 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
 // API keys, sends messages, converses with agents (optionally streamed), tails a thread, lists,
 // replays and discards dead letters, lists and cancels timers, lists, inspects and completes
-// workflow instances, manages event subscriptions and their undelivered events, registers remote
+// workflow instances, shows the workflow hosts and what waits for an instance (and retries a
+// held request now), manages event subscriptions and their undelivered events, registers remote
 // agents, and checks a remote agent's endpoint against the protocol.
 //
 //	agentbus [global flags] <command> <subcommand> [flags] [args]
@@ -82,7 +83,9 @@ commands:
   instances list AGENT [--status running|idle|completed] [--prefix P] [--active-before T]
        [--active-after T] [--limit N] [--cursor C]
   instances show WORKFLOW_ID | instances complete WORKFLOW_ID
+  instances queue WORKFLOW_ID | instances retry WORKFLOW_ID REQUEST_ID
   instances backfill                                       (system admins, once after upgrading)
+  hosts [--all]           (the tenant's agents' hosts when -tenant or AGENTBUS_TENANT is set)
   subscription create URL --events E[,E...] [--agent A]... [--description D]
        [--secret whsec_...]
   subscription list | subscription get ID | subscription delete ID
@@ -180,10 +183,13 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 		return sub(map[string]func(context.Context, []string) error{
 			"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
 		})
+	case "hosts", "host":
+		return c.hosts(ctx, rest)
 	case "instance", "instances":
 		return sub(map[string]func(context.Context, []string) error{
 			"list": c.instanceList, "ls": c.instanceList, "show": c.instanceShow, "get": c.instanceShow,
 			"complete": c.instanceComplete, "backfill": c.instanceBackfill,
+			"queue": c.instanceQueue, "retry": c.instanceRetry,
 		})
 	case "subscription", "subscriptions":
 		return sub(map[string]func(context.Context, []string) error{
