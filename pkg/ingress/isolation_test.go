@@ -110,7 +110,7 @@ func TestIsolationMatrix(t *testing.T) {
 	ctx := context.Background()
 	b := seedB(t, s)
 	userA, _ := storeKey(t, s, "default", keys.RoleUser, "a-user")
-	for _, cases := range [][]isoCase{isoCallCases(s.Key, userA), isoThreadCases(s.Key, userA, b), isoManagementCases(s.Key, b)} {
+	for _, cases := range [][]isoCase{isoCallCases(s.Key, userA), isoThreadCases(s.Key, userA, b), isoManagementCases(s.Key, b), isoInspectCases(s.Key)} {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) { checkIsoCase(t, s, b, tc) })
 		}

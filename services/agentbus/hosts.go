@@ -221,7 +221,7 @@ func (c *cli) instanceQueue(ctx context.Context, args []string) error {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTICIPANT\tSTORED\tOLDEST\tNOT DELIVERED")
+	fmt.Fprintln(tw, "PARTICIPANT\tSTORED\tOLDEST\tNOT HELD")
 	for _, cv := range ans.Conversations {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", cell(cv.ParticipantID, 40), cv.Stored, age(cv.OldestAgeMs), cv.NotHeld)
 	}
