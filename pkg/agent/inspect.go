@@ -20,9 +20,9 @@ import (
 //
 // The host answers on its inspect subject from what it keeps in memory: per conversation, the
 // requests it holds in inbox order, and what each waits for. The answer is read under the host's
-// lock in one pass over the conversations asked about, bounded by inspect.MaxConversations and
-// inspect.MaxRequests; the requests are decoded after the lock is let go. Nothing is changed
-// but a retry an operator asks for.
+// lock in one pass over the conversations asked about, bounded by inspect.MaxConversations,
+// inspect.MaxRequests and inspect.MaxAnswerRequests; the requests are decoded after the lock is
+// let go. Nothing is changed but a retry an operator asks for.
 
 // deliveryWait is what a running request's handler waits for. Guarded by Host.mu.
 type deliveryWait struct {
@@ -156,6 +156,7 @@ func (h *Host) heldView(q inspect.Query) inspect.Held {
 	match := queryMatch(q)
 	ans := inspect.Held{Host: h.cfg.ID, Conversations: []inspect.Conversation{}}
 	var convs []heldConversation
+	budget := inspect.MaxAnswerRequests
 	h.mu.Lock()
 	ans.At = time.Now()
 	ans.InFlight = len(h.held)
@@ -172,7 +173,10 @@ func (h *Host) heldView(q inspect.Query) inspect.Held {
 			ans.Truncated = true
 			break
 		}
-		convs = append(convs, h.heldConversationLocked(c))
+		hc := h.heldConversationLocked(c, budget)
+		budget -= len(hc.reqs)
+		ans.Truncated = ans.Truncated || len(hc.reqs) < min(hc.count, inspect.MaxRequests)
+		convs = append(convs, hc)
 	}
 	h.mu.Unlock()
 
@@ -194,11 +198,12 @@ func (h *Host) heldView(q inspect.Query) inspect.Held {
 }
 
 // heldConversationLocked reads the state of a conversation's requests, its first
-// inspect.MaxRequests.
-func (h *Host) heldConversationLocked(c *conversation) heldConversation {
-	hc := heldConversation{key: c.key, count: len(c.queue), reqs: make([]heldRequest, 0, min(len(c.queue), inspect.MaxRequests))}
+// inspect.MaxRequests and at most budget.
+func (h *Host) heldConversationLocked(c *conversation, budget int) heldConversation {
+	n := max(0, min(len(c.queue), inspect.MaxRequests, budget))
+	hc := heldConversation{key: c.key, count: len(c.queue), reqs: make([]heldRequest, 0, n)}
 	for i, d := range c.queue {
-		if i == inspect.MaxRequests {
+		if i == n {
 			break
 		}
 		hc.reqs = append(hc.reqs, heldRequest{msg: d.msg, Request: h.stateLocked(c, i, d)})

@@ -31,10 +31,12 @@ type Query struct {
 	RequestID string `json:"requestId,omitempty"`
 }
 
-// Bounds of a host's answer: conversations listed, and requests listed per conversation.
+// Bounds of a host's answer: conversations listed, requests listed per conversation, and
+// requests listed in all, which keeps an answer well within a NATS message (1 MiB by default).
 const (
-	MaxConversations = 200
-	MaxRequests      = 50
+	MaxConversations  = 200
+	MaxRequests       = 50
+	MaxAnswerRequests = 1000
 )
 
 // States of a request a host holds.
@@ -77,7 +79,8 @@ type Held struct {
 	Running  int `json:"running"`
 	// Conversations are those asked about that the host holds requests of, by stored subject.
 	Conversations []Conversation `json:"conversations"`
-	// Truncated: there were more conversations than MaxConversations.
+	// Truncated: there were more conversations than MaxConversations, or more requests than
+	// MaxAnswerRequests (the conversations listed last then list fewer than MaxRequests).
 	Truncated bool `json:"truncated,omitempty"`
 	// Error is set when the query could not be answered.
 	Error string `json:"error,omitempty"`
