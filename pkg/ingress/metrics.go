@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/agentbus/agentbus/pkg/window"
 )
 
 // metricTenants is how many tenants, the busiest, keep their name in the tenant label; the
@@ -37,6 +38,8 @@ type apiMetrics struct {
 	handler http.Handler
 	// tracer starts the requests' server spans; nil when tracing is off.
 	tracer trace.Tracer
+	// window counts the calls that name an agent, for the stats routes (stats.go).
+	window *window.Window
 }
 
 // newMetrics registers the ingress's metrics with reg; nil means a registry of their own. Spans
@@ -73,6 +76,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Help: "History listen streams closed because their client fell further behind than the listener buffer.",
 		}),
 		tracer: tracing.Tracer(tp),
+		window: window.New(window.Config{}),
 	}
 	// A tenant that loses its place to a busier one takes its series with it: its requests
 	// count as other from then on.
@@ -124,6 +128,10 @@ type requestState struct {
 	// the tenant's waiting calls (holdWaiting).
 	sync bool
 	wait waitSlot
+	// agent is the agent the call names, once known to be registered, and status the status it
+	// counts with in the window when not the HTTP status (stats.go).
+	agent  string
+	status int
 }
 
 type requestStateKey struct{}
@@ -173,7 +181,9 @@ func (m *apiMetrics) measure(route string, next http.Handler) http.Handler {
 				name = m.tenants.Value(state.tenant)
 			}
 			m.requests.WithLabelValues(route, statusClass(status), name).Inc()
-			duration.Observe(time.Since(start).Seconds())
+			elapsed := time.Since(start)
+			duration.Observe(elapsed.Seconds())
+			m.observeCall(state, status, start.Add(elapsed), elapsed)
 			if span != nil {
 				endSpan(span, status, state.tenant)
 			}

@@ -2,8 +2,10 @@
 // publishes requests to the inbox and, for synchronous endpoints, waits for the workflow host's
 // reply and answers with it.
 //
-// It keeps no state of its own beyond caches fed by NATS watches, so any number of ingress
-// instances can run side by side. services/ingress and services/standalone serve its Handler.
+// It keeps no state of its own beyond caches fed by NATS watches and a rolling window of the
+// calls it answered (stats.go), which its stats routes gather from every instance over NATS, so
+// any number of ingress instances can run side by side. services/ingress and
+// services/standalone serve its Handler.
 package ingress
 
 import (
@@ -190,6 +192,7 @@ type Server struct {
 	waiting    *waiting
 	listeners  *listeners
 	metrics    *apiMetrics
+	stats      *statsService
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
@@ -245,6 +248,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = s.dir.Close()
 		return nil, err
 	}
+	if s.stats, err = startStats(cfg.Conn, cfg.InstanceID, s.metrics.window, s.log); err != nil {
+		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
+		return nil, err
+	}
 	s.mcpHandler = s.newMCPHandler()
 	s.handler = s.routes()
 	return s, nil
@@ -275,7 +282,7 @@ func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 // Close ends streams, and stops the watches and the reply subscription.
 func (s *Server) Close() error {
 	s.CloseStreams()
-	return errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
+	return errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
 
 // route is one line of the API: a method and a path template (gorilla/mux syntax), and the
@@ -346,6 +353,8 @@ func (s *Server) api() []route {
 		{get, instancesPath + "/{workflowId}", s.showInstance},
 		{post, instancesPath + "/{workflowId}/complete", s.completeInstance},
 		{post, backfillPath, s.backfillInstances},
+		{get, "/api/v1/admin/tenants/{tenantId}/stats", s.tenantStats},
+		{get, "/api/v1/admin/stats", s.systemStats},
 
 		{get, systemAgentsPath, s.listRemoteAgents},
 		{post, systemAgentsPath, s.registerRemoteAgent},

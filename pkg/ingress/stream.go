@@ -43,6 +43,7 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 		return es.write(sseNamed(name, "", b))
 	}
 	problemEvent := func(p problem.Problem) {
+		noteStatus(r, p.Status)
 		if p.Title == "" {
 			p.Title = http.StatusText(p.Status)
 		}

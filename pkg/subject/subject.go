@@ -282,6 +282,19 @@ func ReplyWaiter(instance, subj string) (waiter string, ack, ok bool) {
 	return waiter, ack, true
 }
 
+// StatsWindow is the core NATS subject (no stream) on which every ingress instance answers
+// with its rolling window of request counts and latencies (package window): a request names a
+// tenant, or none for all, and each instance answers on the request's reply subject.
+const StatsWindow = "agentbus.stats.window"
+
+// StatsReply is the reply subject of one stats request (StatsWindow) of an ingress instance;
+// id is a token of the request.
+func StatsReply(instance, id string) string { return statsReplyPrefix + "." + instance + "." + id }
+
+// statsReplyPrefix starts stats reply subjects; it is not under an instance's ReplyPrefix, so
+// the answers do not reach the subscription that waits for handlers' replies.
+const statsReplyPrefix = "_INBOX.agentbus-stats"
+
 // DedupeID is the JetStream message id that makes a requestId idempotent within a tenant.
 func DedupeID(tenant, requestID string) string { return tenant + ":" + requestID }
 

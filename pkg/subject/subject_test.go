@@ -196,6 +196,21 @@ func TestReplySubjects(t *testing.T) {
 	}
 }
 
+// TestStatsSubjects: a stats request's reply subject is nobody's handler reply subject, and no
+// inbox, history or dead-letter subscription takes the stats subject.
+func TestStatsSubjects(t *testing.T) {
+	for _, instance := range []string{"ing1", "stats", "agentbus"} {
+		r := subject.StatsReply(instance, "abc")
+		for _, other := range []string{instance, "stats", "agentbus-stats"} {
+			assert.False(t, subject.MatchesFilter(r, subject.ReplyPrefix(other)), "%q under ReplyPrefix(%q)", r, other)
+		}
+		assert.Len(t, strings.Split(r, "."), 4, r)
+	}
+	for _, filter := range []string{subject.InboxSubjects(), subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+		assert.False(t, subject.MatchesFilter(subject.StatsWindow, filter), filter)
+	}
+}
+
 // TestInboxPartitioning publishes several conversations several times each through a real inbox
 // stream and checks what JetStream stored: each conversation under exactly one partition, and
 // every stored subject parsing back to what was published.

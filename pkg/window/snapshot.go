@@ -77,14 +77,15 @@ func (s *Snapshot) Merge(o Snapshot) error {
 			byKey[Key{sr.Tenant, sr.Agent}] = len(s.Series) - 1
 			continue
 		}
-		s.Series[i].Slots = mergeSlots(s.Series[i].Slots, slots)
+		s.Series[i].Slots = MergeSlots(s.Series[i].Slots, slots)
 	}
 	s.sort()
 	return nil
 }
 
-// mergeSlots merges two lists of slots sorted by index.
-func mergeSlots(a, b []Slot) []Slot {
+// MergeSlots merges two lists of slots sorted by index into a new one: slots of equal index add
+// up.
+func MergeSlots(a, b []Slot) []Slot {
 	out := make([]Slot, 0, max(len(a), len(b)))
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
