@@ -1,5 +1,7 @@
 package ingress
 
+import "time"
+
 // RouteTable is the method and path template of every line of the route table, for the tests of
 // the OpenAPI document. The handlers are not called, so a zero Server does.
 func RouteTable() [][2]string {
@@ -18,3 +20,11 @@ var CleanPath = cleanPath
 
 // MaxMCPBatch is the most messages a batch to POST /mcp may hold.
 const MaxMCPBatch = maxMCPBatch
+
+// SetStatsDeadline sets how long the stats routes wait for the other ingress instances, until
+// the test ends. The package's tests do not run in parallel.
+func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := statsDeadline
+	statsDeadline = d
+	t.Cleanup(func() { statsDeadline = old })
+}

@@ -84,11 +84,14 @@ func startStats(conn *nats.Conn, instance string, w *window.Window, log *slog.Lo
 	return st, nil
 }
 
+// close stops answering stats requests. A connection closed already, or a second close, is
+// not an error.
 func (st *statsService) close() error {
-	if err := st.sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		return err
+	err := st.sub.Unsubscribe()
+	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // answer answers a stats request with this instance's window, in as many messages as it takes.
