@@ -279,7 +279,7 @@ func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
 // http.Server.RegisterOnShutdown.
 func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-// Close ends streams, and stops the watches and the reply subscription.
+// Close ends streams, and stops the watches and the reply and stats subscriptions.
 func (s *Server) Close() error {
 	s.CloseStreams()
 	return errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
