@@ -15,3 +15,11 @@ func SetResendAfter(t interface{ Cleanup(func()) }, d time.Duration) {
 	resendAfter = d
 	t.Cleanup(func() { resendAfter = old })
 }
+
+// SetLookupEvery sets how often Waiter.Await reads a late reply's kept result again, until the
+// test ends.
+func SetLookupEvery(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := lookupEvery
+	lookupEvery = d
+	t.Cleanup(func() { lookupEvery = old })
+}

@@ -62,6 +62,13 @@ type Waiter struct {
 	accepted atomic.Int32
 	msg      *nats.Msg // the request sent with Send, for a retry
 
+	// The request's kept result, which Await reads when the reply is late (LookUpResult).
+	results     jetstream.KeyValue
+	resultKey   string
+	fingerprint string
+	looking     atomic.Bool // a lookup is under way
+	duplicate   atomic.Bool // the inbox held the request already: any kept result answers it
+
 	mu         sync.Mutex
 	queue      []*agentbusv1.Reply
 	first      [1]*agentbusv1.Reply // queue's first backing array: most calls get one reply
@@ -86,7 +93,64 @@ var (
 	ErrNotAccepted = errors.New("request not accepted")
 	// ErrReplyTimeout means the request was stored but its reply did not come in time.
 	ErrReplyTimeout = errors.New("timed out waiting for the reply")
+	// ErrReused means the inbox held a request with the same de-duplication id whose kept
+	// result is for a different request (another fingerprint): the id was reused.
+	ErrReused = errors.New("request id reused for a different request")
 )
+
+// lookupEvery is how often Await reads a late reply's kept result again (LookUpResult), and
+// lookupTimeout how long one read may take: while the results bucket elects a leader a read
+// gets no answer, and the next one goes to the new leader.
+var (
+	lookupEvery   = time.Second
+	lookupTimeout = time.Second
+)
+
+// LookUpResult makes Await read the request's kept result (results, key; a workflow host
+// writes it before it sends the reply) when the reply is late: when neither the reply nor,
+// for a request not yet acknowledged, the acknowledgement came within resendAfter of Send, and
+// then every lookupEvery until one of them comes. A kept result with the request's fingerprint
+// answers Await as the reply would. A reply can be lost where an acknowledged request is not: it
+// goes over core NATS, and dies with the NATS server it passes through.
+//
+// With it, a duplicate (the inbox held a request with the same de-duplication id) does not end
+// Await with ErrDuplicate: the kept result is read at once, and then ever more slowly, up to
+// every lookupEvery, until it is there or the reply's time is up (the first request may still
+// run); a kept result with another fingerprint ends Await with ErrReused. Call it before Await,
+// for a request sent with a de-duplication id.
+func (w *Waiter) LookUpResult(results jetstream.KeyValue, key, fingerprint string) {
+	w.results, w.resultKey, w.fingerprint = results, key, fingerprint
+}
+
+// lookUp reads the request's kept result in a goroutine of its own, unless a read is under way,
+// and hands it to Await as a reply when it is the request's; ctx ends the read.
+func (w *Waiter) lookUp(ctx context.Context) {
+	if !w.looking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer w.looking.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+		defer cancel()
+		e, err := w.results.Get(ctx, w.resultKey)
+		if err != nil {
+			return // not kept yet, or no answer from the bucket: read again later
+		}
+		rep := new(agentbusv1.Reply)
+		if err := proto.Unmarshal(e.Value(), rep); err != nil {
+			return
+		}
+		if rep.GetFingerprint() != w.fingerprint {
+			if w.duplicate.Load() {
+				w.fail(ErrReused)
+			}
+			// Otherwise the result of an earlier request whose id's de-duplication window
+			// ended: the host runs this one and writes its result over it.
+			return
+		}
+		w.push(rep)
+	}()
+}
 
 // Wait registers a new waiter; call Done when no longer waiting.
 func (r *Replies) Wait() *Waiter {
@@ -140,12 +204,18 @@ func (w *Waiter) Send(m *nats.Msg) error {
 // request must be stored within accept (else ErrNotAccepted) and answered within timeout of the
 // call (else ErrReplyTimeout, once it is known to be stored). While no stream answers (a stream
 // leader being elected) it publishes the request again, as Publish does, until accept or timeout
-// is up, whichever comes first. It returns ErrDuplicate when the inbox held the request already,
-// and ctx's error when ctx ends first.
+// is up, whichever comes first. It returns ErrDuplicate when the inbox held the request already
+// (unless LookUpResult was called), and ctx's error when ctx ends first.
 func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
 	a := awaiting{w: w, start: time.Now(), accept: accept, timeout: timeout}
 	a.arm()
 	defer a.disarm()
+	if w.results != nil {
+		// Reads of the kept result end with Await.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+	}
 	for {
 		w.mu.Lock()
 		rep, failure := w.take(), w.ackFailure
@@ -182,7 +252,8 @@ type awaiting struct {
 	resend          *time.Timer
 	resendC         <-chan time.Time // nil: nothing to send again
 	backoff         noStreamBackoff
-	late            bool // the reply's time is up; only the acknowledgement is awaited
+	late            bool          // the reply's time is up; only the acknowledgement is awaited
+	lookupWait      time.Duration // after a duplicate, the pause before the next read of the kept result
 }
 
 // arm takes a's timers from the pool and starts them.
@@ -191,6 +262,7 @@ type awaiting struct {
 // it died, or the connection to it did) is sent again every resendAfter: the id keeps the inbox
 // from storing it twice. A new stream leader that has not applied the first copy yet may store
 // it again; the host then answers the copy from the result cache, as it does a caller's retry.
+// The same timer paces the reads of the kept result (LookUpResult).
 func (a *awaiting) arm() {
 	a.t = timers.Get().(*time.Timer)
 	a.t.Reset(min(a.accept, a.timeout))
@@ -199,6 +271,16 @@ func (a *awaiting) arm() {
 		a.resend.Reset(resendAfter)
 		a.resendC = a.resend.C
 	}
+}
+
+// startResend sets the resend timer to fire after d, taking it from the pool if a request
+// without a de-duplication id had none.
+func (a *awaiting) startResend(d time.Duration) {
+	if a.resend == nil {
+		a.resend = timers.Get().(*time.Timer)
+	}
+	a.resend.Reset(d)
+	a.resendC = a.resend.C
 }
 
 // disarm stops a's timers and returns them to the pool. Since Go 1.23 a stopped timer's
@@ -217,7 +299,16 @@ func (a *awaiting) disarm() {
 // ends Await.
 func (a *awaiting) refused(ctx context.Context, failure error) error {
 	switch {
-	case errors.Is(failure, ErrDuplicate):
+	case errors.Is(failure, ErrDuplicate) && a.w.results != nil:
+		// Stored before, by this call's first copy whose acknowledgement was lost or by an
+		// earlier call: the reply comes here, or the kept result answers.
+		a.w.duplicate.Store(true)
+		a.w.accepted.Store(ackAccepted)
+		a.w.lookUp(ctx)
+		a.lookupWait = 50 * time.Millisecond
+		a.startResend(a.lookupWait)
+		return nil
+	case errors.Is(failure, ErrDuplicate), errors.Is(failure, ErrReused):
 		return failure
 	case notStoredYet(failure):
 		again, err := a.backoff.pause(ctx, a.start.Add(min(a.accept, a.timeout)))
@@ -244,8 +335,19 @@ func (a *awaiting) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-a.resendC:
+		if a.w.results != nil {
+			a.w.lookUp(ctx)
+		}
 		if a.w.accepted.Load() == ackAccepted {
-			a.resendC = nil
+			switch {
+			case a.w.results == nil:
+				a.resendC = nil
+			case a.lookupWait > 0: // after a duplicate: the first request may be about done
+				a.lookupWait = min(2*a.lookupWait, lookupEvery)
+				a.resend.Reset(a.lookupWait)
+			default:
+				a.resend.Reset(lookupEvery)
+			}
 			return nil
 		}
 		if err := a.w.r.nc.PublishMsg(a.w.msg); err != nil {
@@ -328,6 +430,14 @@ const (
 	statusHeader       = "Status"
 	noRespondersStatus = "503"
 )
+
+// fail hands Await an error that ends it.
+func (w *Waiter) fail(err error) {
+	w.mu.Lock()
+	w.ackFailure = err
+	w.mu.Unlock()
+	w.wake()
+}
 
 func (w *Waiter) wake() {
 	select {

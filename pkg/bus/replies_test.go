@@ -35,6 +35,101 @@ func TestWaiterAwait(t *testing.T) {
 	t.Run("caller gone", f.testCallerGone)
 }
 
+// TestWaiterLooksUpKeptResult checks that a waiter with LookUpResult answers from the result a
+// host keeps when the reply is lost (as with the NATS server it passed through), answers a
+// duplicate from the first request's kept result, refuses a duplicate whose kept result is for
+// another request, and ignores a kept result of an earlier request with another fingerprint.
+func TestWaiterLooksUpKeptResult(t *testing.T) {
+	bus.SetResendAfter(t, 200*time.Millisecond)
+	bus.SetLookupEvery(t, 100*time.Millisecond)
+	f := newAwaitFixture(t, "KEPTTEST", "kepttest.>")
+	results, err := f.js.CreateKeyValue(f.ctx, jetstream.KeyValueConfig{Bucket: "KEPT"})
+	require.NoError(t, err)
+	keep := func(key, fingerprint, content string) {
+		t.Helper()
+		data, err := proto.Marshal(&agentbusv1.Reply{RequestId: key, StatusCode: 200, Fingerprint: fingerprint, Content: []byte(content)})
+		require.NoError(t, err)
+		_, err = results.Put(f.ctx, key, data)
+		require.NoError(t, err)
+	}
+	await := func(id, fingerprint string, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, error, time.Duration) {
+		t.Helper()
+		w := f.replies.Wait()
+		defer w.Done()
+		w.LookUpResult(results, id, fingerprint)
+		require.NoError(t, w.Send(requestMsg("kepttest."+id, id)))
+		if reply != nil {
+			reply(w)
+		}
+		start := time.Now()
+		rep, err := w.Await(f.ctx, timeout, timeout)
+		return rep, err, time.Since(start)
+	}
+
+	t.Run("reply lost", func(t *testing.T) {
+		// The host keeps the result and sends the reply, which is lost.
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			keep("lost", "fp", "kept")
+		}()
+		rep, err, took := await("lost", "fp", 5*time.Second, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "kept", string(rep.GetContent()))
+		assert.GreaterOrEqual(t, took, 200*time.Millisecond, "read once the reply was late")
+		assert.Less(t, took, time.Second)
+	})
+	t.Run("reply in time", func(t *testing.T) {
+		keep("fast", "fp", "kept")
+		rep, err, took := await("fast", "fp", 5*time.Second, func(w *bus.Waiter) {
+			f.answer(t, w, &agentbusv1.Reply{RequestId: "fast", StatusCode: 200, Fingerprint: "fp", Content: []byte("reply")})
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "reply", string(rep.GetContent()), "the reply, the cache unread")
+		assert.Less(t, took, 200*time.Millisecond)
+	})
+	t.Run("no reply, no result", func(t *testing.T) {
+		_, err, took := await("never", "fp", 500*time.Millisecond, nil)
+		assert.ErrorIs(t, err, bus.ErrReplyTimeout)
+		assert.Less(t, took, 1500*time.Millisecond)
+	})
+	t.Run("duplicate", func(t *testing.T) {
+		// "lost" is in the inbox and its result kept: a second call with its id is answered
+		// from it at once.
+		rep, err, took := await("lost", "fp", 5*time.Second, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "kept", string(rep.GetContent()))
+		assert.Less(t, took, 200*time.Millisecond)
+	})
+	t.Run("duplicate of a running request", func(t *testing.T) {
+		_, err, _ := await("running", "fp", 300*time.Millisecond, nil)
+		require.ErrorIs(t, err, bus.ErrReplyTimeout)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			keep("running", "fp", "finally")
+		}()
+		rep, err, took := await("running", "fp", 5*time.Second, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "finally", string(rep.GetContent()))
+		assert.Less(t, took, time.Second)
+	})
+	t.Run("duplicate for another request", func(t *testing.T) {
+		_, err, _ := await("lost", "other", 5*time.Second, nil)
+		assert.ErrorIs(t, err, bus.ErrReused)
+	})
+	t.Run("earlier request's result", func(t *testing.T) {
+		// Kept for a request whose id's de-duplication window ended: this one runs anew.
+		keep("reused", "old", "stale")
+		rep, err, _ := await("reused", "new", 5*time.Second, func(w *bus.Waiter) {
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				f.answer(t, w, &agentbusv1.Reply{RequestId: "reused", StatusCode: 200, Fingerprint: "new", Content: []byte("fresh")})
+			}()
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "fresh", string(rep.GetContent()))
+	})
+}
+
 // testStoredAndAnswered checks that Await drops a partial reply and returns the final one.
 func (f *awaitFixture) testStoredAndAnswered(t *testing.T) {
 	rep, err, _ := f.await(t, requestMsg("waittest.a", "one"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {

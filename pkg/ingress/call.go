@@ -124,6 +124,12 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 
 // call publishes req and waits up to timeout for its reply. It does not wait for the inbox's
 // acknowledgement on its own: the waiter reads it as it reads the reply (bus.Waiter.Await).
+//
+// A request with a caller-chosen requestId (KeepResult) is kept alive through a NATS failover
+// for its whole timeout: it is published again with its de-duplication id while no stream
+// stores it, and once its reply is late the waiter also reads the result a host keeps for it,
+// answering with whichever comes first (bus.Waiter.LookUpResult). A duplicate (the id was
+// accepted before) is answered the same way, from the first request's reply or kept result.
 func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
 	waiter := s.replies.Wait()
 	defer waiter.Done()
@@ -131,27 +137,22 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 	if err != nil {
 		return nil, err
 	}
+	accept := publishTimeout
+	if req.KeepResult {
+		// Sending it again is safe: the inbox stores one copy.
+		accept = max(accept, timeout)
+		waiter.LookUpResult(s.res.Results, subject.ResultKey(req.TenantId, req.RequestId), req.Fingerprint)
+	}
 	if err := waiter.Send(msg); err != nil {
 		return nil, fmt.Errorf("publishing request: %w", err)
 	}
-	rep, err := waiter.Await(ctx, publishTimeout, timeout)
-	if errors.Is(err, bus.ErrDuplicate) {
-		// The same requestId was accepted before: answer with that request's result, if it was
-		// the same request.
-		wctx, wcancel := context.WithTimeout(ctx, timeout)
-		defer wcancel()
-		rep, err = bus.AwaitResult(wctx, s.res.Results, req.TenantId, req.RequestId)
-		if err == nil && rep.GetFingerprint() != req.Fingerprint {
-			return nil, errKeyReused
-		}
-		if err != nil {
-			err = fmt.Errorf("%w: %w", errTimeout, err)
-		}
-	}
+	rep, err := waiter.Await(ctx, accept, timeout)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
 		return nil, errClientGone
+	case errors.Is(err, bus.ErrReused):
+		return nil, errKeyReused
 	case errors.Is(err, bus.ErrNotAccepted):
 		return nil, fmt.Errorf("publishing request: %w", err)
 	default:
