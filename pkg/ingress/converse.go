@@ -79,7 +79,7 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 			return nil, 0, p
 		}
 	}
-	if p := s.checkAgent(r, wf, kind, text); p != nil {
+	if p := s.checkAgent(r, wf, kind, text, c.keep); p != nil {
 		return nil, 0, p
 	}
 	req := newMessageRequest(wf, participant, kind, text, c.requestID, c.keep)

@@ -1,6 +1,7 @@
 package ingress_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -70,6 +71,28 @@ func TestWebhookNoLiveHost(t *testing.T) {
 	status, ct, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil)
 	problemOf(t, status, ct, b, 503)
 	assert.Less(t, time.Since(start), time.Second, "the 503 must come at once")
+}
+
+// A call with an Idempotency-Key that finds no live host is held while one may come back (the
+// hosts' heartbeats stop reaching the ingress while a NATS cluster elects the hosts bucket's
+// leader), and answered by the host that comes.
+func TestWebhookWithKeyWaitsForAHost(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	require.NoError(t, s.StopHost())
+	require.Eventually(t, func() bool {
+		status, _, _ := doRequest(t, http.MethodGet, s.URL+"/readyz", nil)
+		return status == http.StatusServiceUnavailable
+	}, 10*time.Second, 20*time.Millisecond, "the ingress still sees the stopped host")
+	go func() {
+		time.Sleep(time.Second)
+		stop, err := s.AddHost(context.Background(), "host-b")
+		assert.NoError(t, err)
+		t.Cleanup(func() { _ = stop() })
+	}()
+	start := time.Now()
+	status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil, "Idempotency-Key", "held-1")
+	assert.Equal(t, http.StatusOK, status, "%s", b)
+	assert.GreaterOrEqual(t, time.Since(start), time.Second, "answered before a host came")
 }
 
 func TestWebhookTimeoutStillProcessed(t *testing.T) {

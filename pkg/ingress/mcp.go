@@ -363,7 +363,7 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		if err != nil {
 			return nil, fmt.Errorf("encoding arguments: %w", err)
 		}
-		if p := s.checkTarget(wf, agentbusv1.Kind_KIND_DATA, method); p != nil {
+		if p := s.checkTarget(ctx, wf, agentbusv1.Kind_KIND_DATA, method, mr.keep); p != nil {
 			return nil, mcpError(*p)
 		}
 		release, p := s.holdWaitingTool(mr)

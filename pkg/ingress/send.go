@@ -144,7 +144,7 @@ func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requ
 			return nil, wait, p
 		}
 	}
-	if p := s.checkAgent(r, wf, kind, body.Text); p != nil {
+	if p := s.checkAgent(r, wf, kind, body.Text, keep); p != nil {
 		return nil, wait, p
 	}
 	req := newMessageRequest(wf, participant, kind, body.Text, requestID, keep)

@@ -24,8 +24,8 @@ import (
 // checkAgent is checkTarget for a call that names an agent: unless the agent is unknown to the
 // tenant, the call is counted in the window under the agent's name, whatever it is answered.
 // Agent names come from the registry, so the window's keys stay bounded.
-func (s *Server) checkAgent(r *http.Request, wf ident.Workflow, kind agentbusv1.Kind, method string) *problem.Problem {
-	p := s.checkTarget(wf, kind, method)
+func (s *Server) checkAgent(r *http.Request, wf ident.Workflow, kind agentbusv1.Kind, method string, keep bool) *problem.Problem {
+	p := s.checkTarget(r.Context(), wf, kind, method, keep)
 	if p == nil || p.Slug != problem.UnknownAgent.Slug {
 		if st, ok := stateOf(r); ok {
 			st.agent = wf.Agent

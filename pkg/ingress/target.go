@@ -1,11 +1,13 @@
 package ingress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/ident"
@@ -15,8 +17,9 @@ import (
 
 // checkTarget refuses at once what no host could handle: an agent, workflow type or method no
 // agent registered (404), or an agent no live host runs (503). It returns nil when the request
-// may go on.
-func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method string) *problem.Problem {
+// may go on. A request whose caller chose its requestId (keep) and finds no live host is held
+// while one may come back (awaitLive) before it is refused.
+func (s *Server) checkTarget(ctx context.Context, wf ident.Workflow, kind agentbusv1.Kind, method string, keep bool) *problem.Problem {
 	agent, ok := s.dir.Agent(wf.Agent)
 	if !ok || !agent.VisibleTo(wf.Tenant) {
 		return problem.UnknownAgent.New("no agent named " + quote(wf.Agent) + " is registered")
@@ -42,10 +45,36 @@ func (s *Server) checkTarget(wf ident.Workflow, kind agentbusv1.Kind, method str
 			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " does not take files")
 		}
 	}
-	if !s.dir.Live(wf.Agent) {
+	if !s.dir.Live(wf.Agent) && (!keep || !s.awaitLive(ctx, wf.Agent)) {
 		return problem.NoHost.New("no workflow host running agent " + quote(wf.Agent) + " is alive; try again later")
 	}
 	return nil
+}
+
+// noHostHold is how long a request with a caller-chosen requestId waits for a live host of its
+// agent before it is refused with no-host: as long as a NATS cluster may take to elect the
+// hosts bucket's leader, while the hosts' heartbeats do not reach the ingress (the ingress
+// also holds publishes that long, publishTimeout). A host that is really gone is then still
+// reported, only later.
+const noHostHold = publishTimeout
+
+// awaitLive waits up to noHostHold, or until ctx ends, for a live host of the agent, and
+// reports whether one came.
+func (s *Server) awaitLive(ctx context.Context, agent string) bool {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	giveUp := time.Now().Add(noHostHold)
+	for time.Now().Before(giveUp) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if s.dir.Live(agent) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveTarget resolves a call's workflow reference within tenant and reads its participant,

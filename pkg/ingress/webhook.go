@@ -35,7 +35,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		p = problem.InvalidHeader.New("the Content-Type header is not valid UTF-8")
 	}
 	if p == nil {
-		p = s.checkAgent(r, wf, agentbusv1.Kind_KIND_WEBHOOK, method)
+		p = s.checkAgent(r, wf, agentbusv1.Kind_KIND_WEBHOOK, method, keep)
 	}
 	var body []byte
 	if p == nil {
