@@ -65,10 +65,11 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
 		return
 	}
-	if d := h.held[seq]; d != nil {
+	if d := h.held[seq]; d != nil && !d.part.fenced.Load() {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
 		// copy, answering to the latest delivery. One already running has read its delivery and
-		// counted it: this one is counted here.
+		// counted it: this one is counted here. (One still running under a fenced tenure can no
+		// longer act: the redelivery is queued behind it, as a request of its own.)
 		running := d.running
 		d.msg, d.progress = m, time.Now()
 		h.mu.Unlock()
@@ -216,7 +217,9 @@ func (h *Host) drain(c *conversation) {
 
 // dropLocked forgets a request the host no longer holds.
 func (h *Host) dropLocked(d *delivery) {
-	delete(h.held, d.seq)
+	if h.held[d.seq] == d {
+		delete(h.held, d.seq) // not its redelivery, queued behind it
+	}
 	c := d.conv
 	if i := slices.Index(c.queue, d); i >= 0 {
 		c.queue = slices.Delete(c.queue, i, i+1)
