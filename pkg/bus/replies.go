@@ -210,12 +210,6 @@ func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*age
 	a := awaiting{w: w, start: time.Now(), accept: accept, timeout: timeout}
 	a.arm()
 	defer a.disarm()
-	if w.results != nil {
-		// Reads of the kept result end with Await.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-	}
 	for {
 		w.mu.Lock()
 		rep, failure := w.take(), w.ackFailure
@@ -254,6 +248,17 @@ type awaiting struct {
 	backoff         noStreamBackoff
 	late            bool          // the reply's time is up; only the acknowledgement is awaited
 	lookupWait      time.Duration // after a duplicate, the pause before the next read of the kept result
+	lookupCtx       context.Context
+	lookupStop      context.CancelFunc // ends the reads of the kept result when Await returns
+}
+
+// lookUp starts a read of the kept result (Waiter.lookUp) in a context that ends with Await,
+// made on the first read: a call answered in time pays nothing for it.
+func (a *awaiting) lookUp(ctx context.Context) {
+	if a.lookupStop == nil {
+		a.lookupCtx, a.lookupStop = context.WithCancel(ctx)
+	}
+	a.w.lookUp(a.lookupCtx)
 }
 
 // arm takes a's timers from the pool and starts them.
@@ -286,6 +291,9 @@ func (a *awaiting) startResend(d time.Duration) {
 // disarm stops a's timers and returns them to the pool. Since Go 1.23 a stopped timer's
 // channel holds no stale value: it can be reused.
 func (a *awaiting) disarm() {
+	if a.lookupStop != nil {
+		a.lookupStop()
+	}
 	if a.resend != nil {
 		a.resend.Stop()
 		timers.Put(a.resend)
@@ -304,7 +312,7 @@ func (a *awaiting) refused(ctx context.Context, failure error) error {
 		// earlier call: the reply comes here, or the kept result answers.
 		a.w.duplicate.Store(true)
 		a.w.accepted.Store(ackAccepted)
-		a.w.lookUp(ctx)
+		a.lookUp(ctx)
 		a.lookupWait = 50 * time.Millisecond
 		a.startResend(a.lookupWait)
 		return nil
@@ -336,7 +344,7 @@ func (a *awaiting) wait(ctx context.Context) error {
 		return ctx.Err()
 	case <-a.resendC:
 		if a.w.results != nil {
-			a.w.lookUp(ctx)
+			a.lookUp(ctx)
 		}
 		if a.w.accepted.Load() == ackAccepted {
 			switch {
