@@ -66,8 +66,9 @@ type Waiter struct {
 	results     jetstream.KeyValue
 	resultKey   string
 	fingerprint string
-	looking     atomic.Bool // a lookup is under way
-	duplicate   atomic.Bool // the inbox held the request already: any kept result answers it
+	looking     atomic.Bool       // a lookup is under way
+	kept        *agentbusv1.Reply // the kept result a lookup handed to Await; guarded by mu
+	duplicate   atomic.Bool       // the inbox held the request already: any kept result answers it
 
 	mu         sync.Mutex
 	queue      []*agentbusv1.Reply
@@ -148,8 +149,19 @@ func (w *Waiter) lookUp(ctx context.Context) {
 			// ended: the host runs this one and writes its result over it.
 			return
 		}
+		w.mu.Lock()
+		w.kept = rep
+		w.mu.Unlock()
 		w.push(rep)
 	}()
+}
+
+// FromKeptResult reports whether rep, returned by Await, is the request's kept result rather
+// than its reply (LookUpResult).
+func (w *Waiter) FromKeptResult(rep *agentbusv1.Reply) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return rep != nil && rep == w.kept
 }
 
 // Wait registers a new waiter; call Done when no longer waiting.

@@ -158,6 +158,9 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 	default:
 		return nil, errTimeout
 	}
+	if waiter.FromKeptResult(rep) {
+		s.metrics.kept.Inc()
+	}
 	if err := s.resolveContent(ctx, req, rep); err != nil {
 		return nil, err
 	}

@@ -127,6 +127,9 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 	_, _, first := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
 	_, _, again := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
 	assert.Equal(t, string(first), string(again), "a retry answers as the first call")
+	status, _, b := doRequest(t, http.MethodGet, s.URL+"/metrics", nil)
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, string(b), "agentbus_ingress_kept_results_total 1\n", "the retry was answered from the kept result")
 	_, _, next := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k2")
 	assert.Equal(t, 2.0, decode(t, next)["count"], "count after a retried request")
 	// The same key for a different request is refused, not answered with the first result.

@@ -30,6 +30,8 @@ type apiMetrics struct {
 	duration *prometheus.HistogramVec
 	waiting  prometheus.Gauge
 	timeouts prometheus.Counter
+	// kept counts calls answered from the result a host kept rather than from its reply.
+	kept prometheus.Counter
 	// listeners counts open history listen streams; overflows those closed for falling behind.
 	listeners prometheus.Gauge
 	overflows prometheus.Counter
@@ -67,6 +69,10 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Name: "agentbus_ingress_handler_timeouts_total",
 			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
 		}),
+		kept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentbus_ingress_kept_results_total",
+			Help: "Calls with a caller-chosen requestId answered from the result a host kept rather than from its reply: a retry of a request accepted before, or a call whose reply was lost.",
+		}),
 		listeners: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "agentbus_ingress_listeners",
 			Help: "Open history listen streams (Server-Sent Events).",
@@ -95,6 +101,9 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if m.timeouts, err = metrics.Register(reg, m.timeouts); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.kept, err = metrics.Register(reg, m.kept); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if m.listeners, err = metrics.Register(reg, m.listeners); err != nil {
