@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -23,21 +24,30 @@ import (
 
 // countLoad keeps calling Echo's count method on a set of instances, each instance's calls one
 // after another, each call with an Idempotency-Key of its own that it is retried with until it
-// is answered 200: after a 5xx or a connection error, as a careful client does.
+// is answered 200: after a 5xx or a connection error, as a careful client does. With several
+// ingresses (ingresses), a worker calls one of them and, after a failed attempt, retries on the
+// next.
 type countLoad struct {
-	sys    *system
-	wf     string        // the instances' workflow id prefix: echoWF, or another agent's
-	within time.Duration // how long a call is retried before it is given up
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	sys       *system
+	wf        string        // the instances' workflow id prefix: echoWF, or another agent's
+	within    time.Duration // how long a call is retried before it is given up
+	ingresses []string      // the ingresses' base URLs; none: the system's ingress
+	stop      chan struct{}
+	wg        sync.WaitGroup
 
 	mu       sync.Mutex
 	counts   map[string][]int       // per instance, the count each accepted call answered
 	times    map[string][]time.Time // per instance, when each accepted call was answered
+	calls    []span                 // each accepted call, from its first attempt to its answer
+	running  map[string]time.Time   // the calls under way, by key, and when each started
 	failures []time.Time            // attempts that failed
 	reasons  map[string]int         // why they failed: a status, or the connection error
 	broken   []string               // calls that never got a 200
+	switched int                    // attempts made on another ingress than the one before
 }
+
+// span is when a call started and when it was answered.
+type span struct{ start, end time.Time }
 
 // startCountLoad starts workers clients over Echo's instances named prefix-0 … prefix-(n-1).
 func startCountLoad(sys *system, prefix string, n, workers int) *countLoad {
@@ -47,11 +57,18 @@ func startCountLoad(sys *system, prefix string, n, workers int) *countLoad {
 // startCountLoadOn starts workers clients over the instances wf+prefix-0 … wf+prefix-(n-1) of an
 // agent with Echo's count and state webhooks, each call retried for at most within.
 func startCountLoadOn(sys *system, wf, prefix string, n, workers int, within time.Duration) *countLoad {
-	l := &countLoad{sys: sys, wf: wf, within: within, stop: make(chan struct{}),
-		counts: map[string][]int{}, times: map[string][]time.Time{}, reasons: map[string]int{}}
+	return startCountLoadVia(sys, nil, wf, prefix, n, workers, within)
+}
+
+// startCountLoadVia starts the load of startCountLoadOn, its workers spread over ingresses (base
+// URLs; none: the system's ingress), each moving to the next ingress after a failed attempt.
+func startCountLoadVia(sys *system, ingresses []string, wf, prefix string, n, workers int, within time.Duration) *countLoad {
+	l := &countLoad{sys: sys, wf: wf, within: within, ingresses: ingresses, stop: make(chan struct{}),
+		counts: map[string][]int{}, times: map[string][]time.Time{}, reasons: map[string]int{}, running: map[string]time.Time{}}
 	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	for w := range workers {
 		l.wg.Go(func() {
+			via := w
 			for seq := 0; ; seq++ {
 				for i := w; i < n; i += workers {
 					select {
@@ -60,7 +77,7 @@ func startCountLoadOn(sys *system, wf, prefix string, n, workers int, within tim
 					default:
 					}
 					a := fmt.Sprintf("%s-%d", prefix, i)
-					l.call(a, fmt.Sprintf("%s-%s-%s-%d", prefix, run, a, seq))
+					l.call(a, fmt.Sprintf("%s-%s-%s-%d", prefix, run, a, seq), &via)
 				}
 			}
 		})
@@ -68,10 +85,30 @@ func startCountLoadOn(sys *system, wf, prefix string, n, workers int, within tim
 	return l
 }
 
-// call makes one accepted count call, retrying it with its key.
-func (l *countLoad) call(activation, key string) {
+// call makes one accepted count call, retrying it with its key: on the ingress *via names (an
+// index into l.ingresses), and after a failed attempt on the next one.
+func (l *countLoad) call(activation, key string, via *int) {
+	start := time.Now()
+	l.mu.Lock()
+	l.running[key] = start
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.running, key)
+		l.mu.Unlock()
+	}()
 	b, err := untilAnswered(context.Background(), l.within, func(ctx context.Context) (int, []byte, error) {
-		return l.sys.webhookOn(ctx, l.wf, activation, "count", nil, "Idempotency-Key", key)
+		if len(l.ingresses) == 0 {
+			return l.sys.webhookOn(ctx, l.wf, activation, "count", nil, "Idempotency-Key", key)
+		}
+		status, b, err := l.sys.webhookAt(ctx, l.ingresses[*via%len(l.ingresses)], l.wf, activation, "count", nil, "Idempotency-Key", key)
+		if err != nil || status >= 500 {
+			*via++
+			l.mu.Lock()
+			l.switched++
+			l.mu.Unlock()
+		}
+		return status, b, err
 	}, l.failed)
 	var r struct {
 		Count int `json:"count"`
@@ -83,10 +120,77 @@ func (l *countLoad) call(activation, key string) {
 		l.fail(fmt.Sprintf("%s %s: %v", activation, key, err))
 		return
 	}
+	end := time.Now()
 	l.mu.Lock()
 	l.counts[activation] = append(l.counts[activation], r.Count)
-	l.times[activation] = append(l.times[activation], time.Now())
+	l.times[activation] = append(l.times[activation], end)
+	l.calls = append(l.calls, span{start, end})
 	l.mu.Unlock()
+}
+
+// waitRecovered waits until every call under way started less than a second ago: the calls
+// slowed by an event are answered and the load runs as usual again. It fails the test after
+// within.
+func (l *countLoad) waitRecovered(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		l.mu.Lock()
+		oldest := time.Now()
+		for _, start := range l.running {
+			if start.Before(oldest) {
+				oldest = start
+			}
+		}
+		l.mu.Unlock()
+		if time.Since(oldest) < time.Second {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "a call has been under way for %v", time.Since(oldest).Round(time.Millisecond))
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// latency describes the accepted calls' durations: the median of the calls answered in the
+// 3 s before at (the usual latency), and of the calls under way at any time between at and
+// until, how many there were, the slowest one's duration, and how many took longer than 1 s.
+type latency struct {
+	usual, slowest time.Duration
+	during, slow   int
+}
+
+// latencyAround measures the calls around an event at at, until until (latency).
+func (l *countLoad) latencyAround(at, until time.Time) latency {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var before []time.Duration
+	var out latency
+	for _, c := range l.calls {
+		d := c.end.Sub(c.start)
+		if c.end.Before(at) && !c.end.Before(at.Add(-3*time.Second)) {
+			before = append(before, d)
+		}
+		if c.start.Before(until) && c.end.After(at) {
+			out.during++
+			out.slowest = max(out.slowest, d)
+			if d > time.Second {
+				out.slow++
+			}
+		}
+	}
+	if len(before) > 0 {
+		slices.Sort(before)
+		out.usual = before[len(before)/2]
+	}
+	return out
+}
+
+// extra is how much longer than usual the slowest call under way took.
+func (x latency) extra() time.Duration { return max(x.slowest-x.usual, 0) }
+
+func (x latency) String() string {
+	return fmt.Sprintf("%d calls under way, the slowest %v (usually %v: %v extra), %d over 1 s",
+		x.during, x.slowest.Round(time.Millisecond), x.usual.Round(time.Millisecond), x.extra().Round(time.Millisecond), x.slow)
 }
 
 // failed records an attempt that failed, and why.
@@ -131,7 +235,8 @@ func untilAnswered(ctx context.Context, within time.Duration, attempt func(conte
 // title and type (which tells the 503s apart).
 func reason(status int, body []byte, err error) string {
 	if err != nil {
-		return "connection: " + err.Error()
+		// Without the client's own port, which differs on every connection.
+		return "connection: " + localEnd.ReplaceAllString(err.Error(), "tcp ")
 	}
 	var p struct {
 		Type  string `json:"type"`
@@ -140,6 +245,9 @@ func reason(status int, body []byte, err error) string {
 	_ = json.Unmarshal(body, &p)
 	return fmt.Sprintf("%d %s (%s)", status, p.Title, p.Type)
 }
+
+// localEnd is the local address of a connection in a net.OpError's text ("read tcp A->B: …").
+var localEnd = regexp.MustCompile(`tcp [0-9.:\[\]]+->`)
 
 // failureReasons returns how many attempts failed for each reason, most frequent first.
 func (l *countLoad) failureReasons() string {

@@ -427,6 +427,13 @@ func (n *NATS) WaitHealthy(t testing.TB, within time.Duration) {
 	WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-enabled-only=true", n.HTTPPort), within)
 }
 
+// WaitCurrent waits until the server reports every stream and consumer it holds a replica of
+// current (its /healthz without options): a node restarted on its data has caught up.
+func (n *NATS) WaitCurrent(t testing.TB, within time.Duration) {
+	t.Helper()
+	WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.HTTPPort), within)
+}
+
 // Cluster is a NATS cluster of processes.
 type Cluster struct {
 	Nodes []*NATS

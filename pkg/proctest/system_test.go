@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -56,6 +57,7 @@ type system struct {
 	natsURL string
 	env     []string
 	ingress *proctest.Ingress
+	inEnv   []string // the ingress's environment, for another ingress (addIngress)
 	hosts   map[string]*proctest.Proc
 	key     string
 	client  *http.Client
@@ -71,8 +73,9 @@ func newSystem(t testing.TB, bins proctest.Bins, natsURL string, env ...string) 
 	s := &system{t: t, bins: bins, natsURL: natsURL, hosts: map[string]*proctest.Proc{},
 		env:    append([]string{fmt.Sprintf("AGENTBUS_PARTITIONS=%d", partitions), "AGENTBUS_LOG_LEVEL=info"}, env...),
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	s.ingress = proctest.StartIngress(t, bins, "ingress", natsURL, append(s.env,
-		"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0", "AGENTBUS_WEBHOOK_TIMEOUT=20s", "AGENTBUS_MAX_WAITING_PER_TENANT=100000")...)
+	s.inEnv = append(slices.Clone(s.env),
+		"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0", "AGENTBUS_WEBHOOK_TIMEOUT=20s", "AGENTBUS_MAX_WAITING_PER_TENANT=100000")
+	s.ingress = proctest.StartIngress(t, bins, "ingress", natsURL, s.inEnv...)
 
 	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	require.NoError(t, err)
@@ -93,6 +96,13 @@ func newSystem(t testing.TB, bins proctest.Bins, natsURL string, env ...string) 
 	require.NoError(t, json.Unmarshal(b, &k))
 	s.key = k.Key
 	return s
+}
+
+// addIngress starts another ingress process of the system, named name, and waits until it
+// serves.
+func (s *system) addIngress(name string) *proctest.Ingress {
+	s.t.Helper()
+	return proctest.StartIngress(s.t, s.bins, name, s.natsURL, s.inEnv...)
 }
 
 // do sends an admin API request with a bearer key.
@@ -187,11 +197,17 @@ func (s *system) webhook(ctx context.Context, activation, method string, query u
 // webhookOn calls a webhook method of the instance wf+activation (wf is an agent's workflow id
 // prefix, such as echoWF) and returns the status and body.
 func (s *system) webhookOn(ctx context.Context, wf, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
+	return s.webhookAt(ctx, s.ingress.URL, wf, activation, method, query, hdr...)
+}
+
+// webhookAt calls a webhook method of the instance wf+activation through the ingress at base
+// (its URL) and returns the status and body.
+func (s *system) webhookAt(ctx context.Context, base, wf, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
 	if query == nil {
 		query = url.Values{}
 	}
 	query.Set("apikey", s.key)
-	u := s.ingress.URL + "/api/user/webhooks/" + url.PathEscape(wf+activation) + "/" + method + "?" + query.Encode()
+	u := base + "/api/user/webhooks/" + url.PathEscape(wf+activation) + "/" + method + "?" + query.Encode()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		return 0, nil, err
