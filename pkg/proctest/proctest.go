@@ -13,6 +13,7 @@ package proctest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -456,7 +457,48 @@ func StartCluster(t testing.TB, bins Bins, size int, syncAlways bool) *Cluster {
 	for _, n := range c.Nodes {
 		WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-meta-only=true", n.HTTPPort), 30*time.Second)
 	}
+	c.waitMetaPeers(t, 30*time.Second)
 	return c
+}
+
+// waitMetaPeers waits until the JetStream meta leader counts every other node as a current
+// peer: until then it refuses to place a replicated stream ("no suitable peers for placement,
+// peer offline"), which a service starting at once would be told.
+func (c *Cluster) waitMetaPeers(t testing.TB, within time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(within)
+	for {
+		for _, n := range c.Nodes {
+			var jsz struct {
+				Meta *struct {
+					Leader   string `json:"leader"`
+					Replicas []struct {
+						Current bool `json:"current"`
+						Offline bool `json:"offline"`
+					} `json:"replicas"`
+				} `json:"meta_cluster"`
+			}
+			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.HTTPPort))
+			if err != nil {
+				continue
+			}
+			err = json.NewDecoder(resp.Body).Decode(&jsz)
+			resp.Body.Close()
+			if err != nil || jsz.Meta == nil || jsz.Meta.Leader != n.ServerName || len(jsz.Meta.Replicas) != len(c.Nodes)-1 {
+				continue
+			}
+			current := true
+			for _, r := range jsz.Meta.Replicas {
+				current = current && r.Current && !r.Offline
+			}
+			if current {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline), "the JetStream meta leader does not count every node as a current peer within %v", within)
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // URLs returns the client URLs of all nodes, comma-separated.
