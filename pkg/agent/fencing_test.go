@@ -207,3 +207,54 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 	}
 	assert.Len(t, msgs, 2, "thread: %s", strings.Join(got, " | "))
 }
+
+// A host whose lease lapses (cut off from NATS for longer than the lease) while no other host
+// runs its agent is not fenced: nothing took its partitions over, so when it is back its paused
+// handler's state write lands, and the request is answered once.
+func TestLapsedLeaseWithoutTakeoverGoesOn(t *testing.T) {
+	release := make(chan struct{})
+	var runs atomic.Int32
+	a := agent.New("Alone")
+	a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		if runs.Add(1) == 1 {
+			<-release
+		}
+		type state struct{ Count int }
+		s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
+		if err != nil {
+			return agent.Status(http.StatusInternalServerError)
+		}
+		return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
+	})
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
+	g := newGate()
+	nc, err := nats.Connect("", nats.Name("alone"), nats.InProcessServer(gatedServer{s.NATS.Server, g}), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	startHost(t, s, agent.HostConfig{ID: "alone", Conn: nc, Agents: []*agent.Agent{a}, AckWait: 30 * time.Second})
+
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	const wf = "default:Alone:Supervisor Workflow:a"
+	enqueue(t, js, &agentbusv1.Request{RequestId: "alone-1", TenantId: "default", WorkflowId: wf, AgentName: "Alone",
+		WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
+		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	waitFor(t, 5*time.Second, "the handler starts", func() bool { return runs.Load() == 1 })
+
+	g.set(true) // cut off for longer than the lease
+	close(release)
+	time.Sleep(4 * time.Second)
+	g.set(false)
+
+	store := instance.NewStore(s.Res.Instances)
+	waitFor(t, 15*time.Second, "the paused request's state write lands", func() bool {
+		rec, err := store.Get(t.Context(), "default", wf)
+		if err != nil {
+			return false
+		}
+		var st struct{ Count int }
+		return json.Unmarshal(rec.State, &st) == nil && st.Count == 1
+	})
+	time.Sleep(time.Second)
+	assert.EqualValues(t, 1, runs.Load(), "the request ran again")
+}

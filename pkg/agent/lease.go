@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -24,13 +25,16 @@ import (
 // leaseTTL is shorter than DeadAfter and a heartbeat reaches the others after it was sent, so the
 // lease ends before any other host can count this one as dead.
 //
+// A host that takes a partition over from a host taken for dead counts the takeover in the
+// partition's key of AGENTBUS_TENURES (compare-and-set) before it removes the other host's pin
+// and gives its requests back to the bus; it takes nothing over while it cannot count. Every
+// host reads the count of a partition when it gains it.
+//
 // Once the lease lapsed, every act waits. The next heartbeat that is written renews it only after
-// the host checked that the consumer of every partition it pulls is still pinned to it: a pin
-// that changed means another host took the partition over. Such a partition is fenced: its
-// requests are dropped here without being acknowledged or given back, and every act of a
-// handler still running on one of them fails with errFenced and is logged. Requests of a
-// partition the host was only finishing (it had let the partition go) are fenced at once, as no
-// pin tells whether they were taken over.
+// the host read the count of every partition it holds requests of: one whose count moved was
+// taken over from it. Such a partition is fenced: its requests are dropped here without being
+// acknowledged or given back, and every act of a handler still running on one of them fails with
+// errFenced and is logged. The others go on where they were.
 //
 // What remains is one write that passed the check just before the pause and lands after it:
 // a state write is compare-and-set against the revision its request read, a history append
@@ -97,43 +101,96 @@ func (h *Host) renewLease(ctx context.Context, sent time.Duration) error {
 	return nil
 }
 
-// reclaim fences every partition the host holds requests of that another host may have taken
-// over while its lease had lapsed.
+// reclaim fences every partition the host holds requests of that another host took over while
+// its lease had lapsed: those whose takeover count moved since the host gained them. (Their
+// consumer's pin says less: a consumer that gets a new leader in a NATS election gets a new pin
+// too, with no other host involved.)
 func (h *Host) reclaim(ctx context.Context) error {
-	type check struct {
-		part *partition
-		cons jetstream.Consumer
-		pin  string
-	}
-	var checks []check
-	finishing := make(map[*partition]bool)
+	parts := make(map[*partition]uint64)
 	h.mu.Lock()
 	for _, part := range h.parts {
-		if !part.releasing && part.pin != "" && part.cons != nil {
-			checks = append(checks, check{part, part.cons, part.pin})
-		}
+		parts[part] = part.tenure
 	}
 	for _, d := range h.held {
-		if h.parts[d.part.key] != d.part || d.part.releasing {
-			finishing[d.part] = true
-		}
+		parts[d.part] = d.part.tenure // also one it let go and still finishes requests of
 	}
 	h.mu.Unlock()
-	for part := range finishing {
-		h.fence(part, "its requests were being finished here after it was let go")
-	}
-	for _, c := range checks {
-		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		info, err := c.cons.Info(ictx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("reading consumer %s: %w", c.part.durable, err)
+	for part, known := range parts {
+		if part.fenced.Load() {
+			continue
 		}
-		if pinnedID(info) != c.pin {
-			h.fence(c.part, "its consumer is pinned to another client now")
+		now, _, err := h.tenureOf(ctx, part.key)
+		if err != nil {
+			return err
+		}
+		if now != known {
+			h.fence(part, fmt.Sprintf("it was taken over from this host (takeover %d, this host knew %d)", now, known))
 		}
 	}
 	return nil
+}
+
+// tenureOf reads the takeover count of a partition and its revision (0 when never taken over).
+func (h *Host) tenureOf(ctx context.Context, key partKey) (n, rev uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	e, err := h.res.Tenures.Get(ctx, subject.TenureKey(key.agent, key.n))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return 0, 0, nil
+	case err != nil:
+		return 0, 0, fmt.Errorf("reading the takeovers of %s partition %d: %w", key.agent, key.n, err)
+	}
+	n, err = strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the takeovers of %s partition %d: %w", key.agent, key.n, err)
+	}
+	return n, e.Revision(), nil
+}
+
+// learnTenure reads the takeover count of a partition the host gained, before it pulls it,
+// trying again while the bus recovers.
+func (h *Host) learnTenure(ctx context.Context, part *partition) error {
+	var n uint64
+	err := retryUntil(ctx, func() (err error) {
+		n, _, err = h.tenureOf(ctx, part.key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	part.tenure = n
+	h.mu.Unlock()
+	return nil
+}
+
+// bumpTenure counts a takeover of the partition by this host, which then knows the new count.
+func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
+	key := subject.TenureKey(part.key.agent, part.key.n)
+	for attempt := 0; attempt < 5; attempt++ {
+		n, rev, err := h.tenureOf(ctx, part.key)
+		if err != nil {
+			return err
+		}
+		next := []byte(strconv.FormatUint(n+1, 10))
+		if rev == 0 {
+			_, err = h.res.Tenures.Create(ctx, key, next)
+		} else {
+			_, err = h.res.Tenures.Update(ctx, key, next, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // another host counted one meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("counting a takeover of %s partition %d: %w", part.key.agent, part.key.n, err)
+		}
+		h.mu.Lock()
+		part.tenure = n + 1
+		h.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("counting a takeover of %s partition %d: other hosts kept counting", part.key.agent, part.key.n)
 }
 
 // fence gives up a partition another host may have taken over: it stops pulling it, drops its

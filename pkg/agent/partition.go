@@ -69,9 +69,12 @@ type partition struct {
 	// consuming is true while the partition's consumer is pulled (Host.Readiness).
 	consuming bool
 
-	// fenced is set once another host may have taken the partition over while this host's
-	// lease had lapsed (lease.go): nothing of it may act any more.
+	// fenced is set once another host took the partition over while this host's lease had
+	// lapsed (lease.go): nothing of it may act any more.
 	fenced atomic.Bool
+	// tenure is the partition's takeover count (lease.go) as this host knew it when it gained
+	// the partition, or took it over itself. Guarded by Host.mu.
+	tenure uint64
 }
 
 // ackedRequest is a request the host acknowledged: its inbox sequence and the subject its
@@ -305,6 +308,15 @@ func (h *Host) unpinStale(ctx context.Context, part *partition) {
 		return
 	}
 	if id := pinnedID(info); id != "" && id != pin {
+		// The pin's holder is taken for dead: count the takeover first, so that a holder that
+		// only paused finds its partition taken when it comes back (lease.go).
+		if err := h.bumpTenure(ctx, part); err != nil {
+			h.log.Warn("counting a takeover; the stale pin stays for now", "consumer", part.durable, "err", err)
+			h.mu.Lock()
+			part.unpinChecked = false // look again on the next round
+			h.mu.Unlock()
+			return
+		}
 		h.log.Debug("unpinning a stale pin", "consumer", part.durable)
 		if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
 			h.log.Debug("unpinning", "consumer", part.durable, "err", err)
@@ -328,6 +340,10 @@ func pinnedID(info *jetstream.ConsumerInfo) string {
 // and pulls from it, and when the consumption stops on its own (the consumer was deleted, the
 // server restarted without it) it creates it again. On ctx's end it drains what was pulled.
 func (h *Host) pull(ctx context.Context, part *partition) {
+	if err := h.learnTenure(ctx, part); err != nil {
+		part.started <- err
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for first := true; ; first = false {
 		cc, err := h.consume(ctx, part)

@@ -107,6 +107,8 @@ type Resources struct {
 	// receivers did not accept in time.
 	Subscriptions jetstream.KeyValue
 	Undelivered   jetstream.Stream
+	// Tenures counts the takeovers of each partition from a host taken for dead.
+	Tenures jetstream.KeyValue
 	// RemoteAgents holds the registrations of agents served over HTTP.
 	RemoteAgents jetstream.KeyValue
 	// Runs indexes the runs started, by tenant and agent (package instance's Index).
@@ -285,6 +287,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
 		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, false},
 		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, false},
+		{&r.Tenures, jetstream.KeyValueConfig{Bucket: subject.TenuresBucket, Description: "takeovers of each inbox partition from hosts taken for dead"}, true},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg

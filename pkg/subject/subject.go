@@ -56,7 +56,14 @@ const (
 	// RemoteAgentsBucket holds the registrations of remote agents (HTTP endpoints) by agent name
 	// (AgentKey).
 	RemoteAgentsBucket = "AGENTBUS_REMOTE_AGENTS"
+	// TenuresBucket counts, per partition of an agent, how often a host took the partition over
+	// from a host taken for dead (TenureKey): a host whose lease lapsed compares it with the
+	// count it saw when it gained the partition, to tell whether it was taken from it.
+	TenuresBucket = "AGENTBUS_TENURES"
 )
+
+// TenureKey is the TenuresBucket key of an agent's partition p.
+func TenureKey(agent string, p int) string { return Token(agent) + "." + strconv.Itoa(p) }
 
 // Header names carried on bus messages.
 const (
