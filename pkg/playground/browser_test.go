@@ -1,186 +1,37 @@
 package playground_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/browsertest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
-// browserNames are the Chromium builds the browser test looks for in PATH, in this order.
-// AGENTBUS_CHROMIUM names one elsewhere. .ci/run's find_browser looks for the same.
-var browserNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
-
-// findBrowser returns the path of a Chromium binary, or skips the test saying why.
-func findBrowser(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("AGENTBUS_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range browserNames {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skipf("chromium not found: none of %s is in PATH (set AGENTBUS_CHROMIUM to a Chromium binary; "+
-		".ci/run installs Debian's chromium when apt-get is available), so the playground was not tested in a browser",
-		strings.Join(browserNames, ", "))
-	return ""
-}
-
-// browser starts a headless Chromium for the test and returns its context, bounded by timeout.
-// The browser is closed and its process waited for when the test ends. Everything the page logs
-// as an error, and every uncaught exception, is collected in problems.
-func browser(t *testing.T, timeout time.Duration) (ctx context.Context, problems func() []string) {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(findBrowser(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 900),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	browserCtx, cancelBrowser := chromedp.NewContext(allocCtx)
-	// The first action binds the browser's life to its context: this one, so that nothing of the
-	// browser outlives the test's time limit.
-	ctx, cancelTimeout := context.WithTimeout(browserCtx, timeout)
-	t.Cleanup(func() {
-		// Cancel closes the browser and waits for its process; the allocator's cancel then
-		// removes what is left.
-		if err := chromedp.Cancel(ctx); err != nil {
-			t.Logf("closing the browser: %v", err)
-		}
-		cancelTimeout()
-		cancelBrowser()
-		cancelAlloc()
-	})
-
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	err := chromedp.Listen(ctx, func(ev any) {
-		var msg string
-		switch ev := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			msg = "exception: " + ev.ExceptionDetails.Text
-			if ev.ExceptionDetails.Exception != nil {
-				msg += " " + ev.ExceptionDetails.Exception.Description
-			}
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError {
-				var parts []string
-				for _, a := range ev.Args {
-					parts = append(parts, string(a.Value)+a.Description)
-				}
-				msg = "console.error: " + strings.Join(parts, " ")
-			}
-		case *log.EventEntryAdded:
-			// Content-Security-Policy violations and failed loads are reported here.
-			if ev.Entry.Level == log.EntryLevelError {
-				msg = fmt.Sprintf("log (%s): %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
-			}
-		}
-		if msg != "" {
-			mu.Lock()
-			seen = append(seen, msg)
-			mu.Unlock()
-		}
-	})
-	require.NoError(t, err, "starting the browser")
-	_, err = chromedp.Call(ctx, log.Enable, cdp.Empty{})
-	require.NoError(t, err, "enabling the log domain")
-	_, err = chromedp.Call(ctx, runtime.Enable, cdp.Empty{})
-	require.NoError(t, err, "enabling the runtime domain")
-	return ctx, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), seen...)
-	}
-}
-
-// choose selects value in a select element and fires its change event, as a user's pick does.
-func choose(sel, value string) chromedp.Action[chromedp.Void] {
-	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		js := fmt.Sprintf(`(() => { const s = document.querySelector(%q);
-			if (!s || ![...s.options].some(o => o.value === %q)) { return false; }
-			s.value = %q; s.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`, sel, value, value)
-		ok, err := chromedp.Evaluate[bool](js)(ctx, tg)
-		if err != nil {
-			return chromedp.Void{}, err
-		}
-		if !ok {
-			return chromedp.Void{}, fmt.Errorf("%s has no option %q", sel, value)
-		}
-		return chromedp.Void{}, nil
-	}
-}
-
-// replace types text into an input or textarea in place of what it held.
-func replace(sel, text string) chromedp.Action[chromedp.Void] {
-	clear := chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`document.querySelector(%q).value = ''`, sel))
-	return chromedp.Steps(clear, chromedp.SendKeys(chromedp.CSS(sel), text))
-}
-
-// waitFor polls a JavaScript condition until it holds (at most 30 s).
-func waitFor(cond string) chromedp.Action[chromedp.Void] {
-	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		_, err := chromedp.Poll[chromedp.Void](cond, chromedp.WithPollingInterval(50*time.Millisecond))(ctx, tg)
-		if err != nil {
-			return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", cond, err)
-		}
-		return chromedp.Void{}, nil
-	}
-}
+// The helpers live in package browsertest, shared with the console's browser test.
+var (
+	browser    = browsertest.Start
+	choose     = browsertest.Choose
+	replace    = browsertest.Replace
+	waitFor    = browsertest.WaitFor
+	text       = browsertest.Text
+	screenshot = browsertest.Screenshot
+)
 
 // threadHas is a condition: a message of that direction ("in" to the agent, "out" from it) in
 // the thread whose text or data contains want.
 func threadHas(direction, want string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll('#thread li[data-direction=%q]')].some(li => li.textContent.includes(%q))`, direction, want)
-}
-
-// text reads an element's text.
-func text(t *testing.T, ctx context.Context, id string) string {
-	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
-	require.NoError(t, err, "reading #%s", id)
-	return s
-}
-
-// screenshot writes a PNG of the whole page under the test's temp dir, and into
-// AGENTBUS_SCREENSHOT_DIR when that is set (the temp dir goes when the test ends).
-func screenshot(t *testing.T, ctx context.Context, name string) {
-	t.Helper()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 is a PNG, less a JPEG
-	require.NoError(t, err, "taking a screenshot")
-	shot := filepath.Join(t.TempDir(), name)
-	require.NoError(t, os.WriteFile(shot, png, 0o644))
-	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
-	if dir := os.Getenv("AGENTBUS_SCREENSHOT_DIR"); dir != "" {
-		keep := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(keep, png, 0o644))
-		t.Logf("screenshot kept: %s", keep)
-	}
 }
 
 // TestPlaygroundInBrowser drives the playground page in a headless Chromium against a whole
