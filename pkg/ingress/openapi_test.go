@@ -225,7 +225,7 @@ func TestOpenAPIContract(t *testing.T) {
 		name string
 		run  func(*contractClient)
 	}{
-		{"operations", contractOperations}, {"playground", contractPlayground}, {"agents", contractAgents},
+		{"operations", contractOperations}, {"playground", contractPlayground}, {"console", contractConsole}, {"agents", contractAgents},
 		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
 		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
 		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"instances", contractInstances}, {"subscriptions", contractSubscriptions},
@@ -291,6 +291,28 @@ func contractPlayground(c *contractClient) {
 	c.want(http.StatusNotFound, http.MethodGet, "/ui/nope.js", "", nil)
 	c.want(http.StatusNotFound, http.MethodGet, "/ui/index.html", "", nil)
 	c.want(http.StatusMethodNotAllowed, http.MethodPost, "/ui", "", nil)
+}
+
+// contractConsole: the operator console and its files, with their ETags.
+func contractConsole(c *contractClient) {
+	t := c.t
+	// The client follows the redirect of /console/; the transport checks both answers.
+	for _, p := range []string{"/console", "/console/"} {
+		status, h, b := c.do(http.MethodGet, p, "", nil)
+		assert.Equal(t, http.StatusOK, status, p)
+		assert.Equal(t, "text/html; charset=utf-8", h.Get("Content-Type"), p)
+		assert.Contains(t, string(b), "agentbus console", p)
+	}
+	for _, f := range []string{"app.js", "style.css", "favicon.svg"} {
+		c.want(http.StatusOK, http.MethodGet, "/console/"+f, "", nil)
+	}
+	_, h, _ := c.do(http.MethodGet, "/console/app.js", "", nil)
+	c.want(http.StatusNotModified, http.MethodGet, "/console/app.js", "", nil, "If-None-Match", h.Get("ETag"))
+	_, h, _ = c.do(http.MethodGet, "/console", "", nil)
+	c.want(http.StatusNotModified, http.MethodGet, "/console", "", nil, "If-None-Match", h.Get("ETag"))
+	c.want(http.StatusNotFound, http.MethodGet, "/console/nope.js", "", nil)
+	c.want(http.StatusNotFound, http.MethodGet, "/console/index.html", "", nil)
+	c.want(http.StatusMethodNotAllowed, http.MethodPost, "/console", "", nil)
 }
 
 // contractAgents: the agent list, by a tenant's key and by the system key.

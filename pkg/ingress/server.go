@@ -301,8 +301,9 @@ type route struct {
 // letters by its tenant admins and by system admins; the tenant-less system-admin keys, under
 // /api/v1/admin/keys, by system admins. The admin messaging endpoints name the tenant in the
 // path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,
-// in the header or the query. /healthz, /readyz, /metrics, /openapi.json and the playground page
-// (/ui, which asks the user for a key and then calls the API like any client) take no key.
+// in the header or the query. /healthz, /readyz, /metrics, /openapi.json, the playground page
+// (/ui) and the operator console (/console) take no key: the pages ask the user for one and then
+// call the API like any client.
 //
 // The calls come first: gorilla/mux tries routes in order, and each route it tries on the way
 // costs a match (and an allocation for an escaped path) on every request.
@@ -389,6 +390,9 @@ func (s *Server) api() []route {
 		{get, playgroundPath, s.playgroundPage},
 		{get, playgroundPath + "/", s.toPlayground},
 		{get, playgroundPath + "/{file}", s.playgroundFile},
+		{get, consolePath, s.consolePage},
+		{get, consolePath + "/", s.toConsole},
+		{get, consolePath + "/{file}", s.consoleFile},
 	}
 }
 

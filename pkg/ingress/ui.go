@@ -3,6 +3,7 @@ package ingress
 import (
 	"net/http"
 
+	"github.com/agentbus/agentbus/pkg/console"
 	"github.com/agentbus/agentbus/pkg/playground"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
@@ -28,4 +29,25 @@ func (s *Server) playgroundFile(w http.ResponseWriter, r *http.Request) {
 // else one day.
 func (s *Server) toPlayground(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, playgroundPath, http.StatusFound)
+}
+
+// consolePath is where the operator console is served; its files are below it.
+const consolePath = "/console"
+
+// consolePage serves GET /console, the operator console (package console). Like the playground
+// it takes no key: the page asks for an admin key and calls the admin API with it.
+func (s *Server) consolePage(w http.ResponseWriter, r *http.Request) {
+	console.Serve(w, r, "")
+}
+
+// consoleFile serves GET /console/{file}, the console's script, style sheet and icon.
+func (s *Server) consoleFile(w http.ResponseWriter, r *http.Request) {
+	if !console.Serve(w, r, r.PathValue("file")) {
+		problem.NotFound.Write(w, "no such endpoint")
+	}
+}
+
+// toConsole redirects GET /console/ to the console's one address.
+func (s *Server) toConsole(w http.ResponseWriter, r *http.Request) {
+	http.Redirect(w, r, consolePath, http.StatusFound)
 }

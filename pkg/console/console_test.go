@@ -1,0 +1,130 @@
+package console_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/console"
+	"github.com/agentbus/agentbus/pkg/playground"
+)
+
+// serve answers a GET of name through console.Serve.
+func serve(t *testing.T, name string, hdr ...string) (*httptest.ResponseRecorder, bool) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "/console/"+name, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		r.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	return w, console.Serve(w, r, name)
+}
+
+// Every file goes out with the playground's security headers, and is revalidated with its ETag.
+func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
+	play := httptest.NewRecorder()
+	require.True(t, playground.Serve(play, httptest.NewRequest(http.MethodGet, "/ui", nil), ""))
+	for _, tc := range []struct {
+		name, file, contentType string
+	}{
+		{name: "page", file: "", contentType: "text/html; charset=utf-8"},
+		{name: "script", file: "app.js", contentType: "text/javascript; charset=utf-8"},
+		{name: "style sheet", file: "style.css", contentType: "text/css; charset=utf-8"},
+		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, ok := serve(t, tc.file)
+			require.True(t, ok)
+			assert.Equal(t, http.StatusOK, w.Code)
+			h := w.Header()
+			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
+			assert.Equal(t, console.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
+			for _, name := range []string{"Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options",
+				"Referrer-Policy", "Cross-Origin-Opener-Policy", "Cache-Control"} {
+				assert.NotEmpty(t, h.Get(name), name)
+				assert.Equal(t, play.Header().Get(name), h.Get(name), "%s differs from the playground's", name)
+			}
+			assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
+			assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
+			assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"))
+			assert.NotEmpty(t, w.Body.Bytes())
+
+			etag := h.Get("ETag")
+			require.NotEmpty(t, etag)
+			w, ok = serve(t, tc.file, "If-None-Match", etag)
+			require.True(t, ok)
+			assert.Equal(t, http.StatusNotModified, w.Code)
+			assert.Empty(t, w.Body.Bytes())
+		})
+	}
+}
+
+func TestServeRefusesOtherNames(t *testing.T) {
+	for _, name := range []string{"index.html", "nope.js", "../console.go", "static", "static/app.js", "console.go"} {
+		w, ok := serve(t, name)
+		assert.False(t, ok, name)
+		assert.Empty(t, w.Header(), "%s: nothing written", name)
+	}
+}
+
+// The page works under the strict policy: no inline script, style or handler, nothing from
+// another origin; the script renders nothing as HTML and never puts a key in a URL.
+func TestPageNeedsNoInlineCodeAndKeepsTheKeyOutOfURLs(t *testing.T) {
+	assert.Equal(t, playground.ContentSecurityPolicy, console.ContentSecurityPolicy)
+	for _, unsafe := range []string{"unsafe-inline", "unsafe-eval", "*", "data:", "http:"} {
+		assert.NotContains(t, console.ContentSecurityPolicy, unsafe)
+	}
+
+	w, ok := serve(t, "")
+	require.True(t, ok)
+	page := w.Body.String()
+	for _, tag := range regexp.MustCompile(`(?i)<script\b[^>]*>`).FindAllString(page, -1) {
+		assert.Regexp(t, `\ssrc="/console/[a-z]+\.js"`, tag, "a script without src is inline")
+	}
+	assert.NotRegexp(t, `(?i)<style\b`, page)
+	assert.NotRegexp(t, `(?i)\sstyle\s*=`, page)
+	assert.NotRegexp(t, `(?i)\son[a-z]+\s*=`, page, "inline event handler")
+	assert.NotRegexp(t, `(?i)javascript:`, page)
+	assert.NotRegexp(t, `(?i)(src|href)="(https?:)?//`, page, "a file of another origin")
+	assert.Contains(t, page, `href="/ui"`, "the console links to the playground")
+
+	// Every file the page refers to is served.
+	refs := regexp.MustCompile(`(?:src|href)="/console/([^"]+)"`).FindAllStringSubmatch(page, -1)
+	assert.Len(t, refs, 3)
+	for _, m := range refs {
+		_, ok := serve(t, m[1])
+		assert.True(t, ok, "the page refers to /console/%s", m[1])
+	}
+
+	// Every input has a label.
+	for _, m := range regexp.MustCompile(`<(?:input|select)\b[^>]*\sid="([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		if regexp.MustCompile(`<label[^>]*>\s*<input[^>]*id="` + m[1] + `"`).MatchString(page) {
+			continue // wrapped in its label
+		}
+		assert.Contains(t, page, `for="`+m[1]+`"`, "#%s has no label", m[1])
+	}
+
+	w, ok = serve(t, "app.js")
+	require.True(t, ok)
+	script := w.Body.String()
+	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",
+		"apikey", "localStorage", "https://"} {
+		assert.NotContains(t, script, bad)
+	}
+	// The one http:// address in the script is the SVG namespace, a name that is never loaded.
+	assert.Equal(t, []string{"http://www.w3.org/2000/svg"}, regexp.MustCompile(`http://[^'"]*`).FindAllString(script, -1))
+	// The key goes into the Authorization header, and into no address.
+	assert.Len(t, regexp.MustCompile(`'Bearer ' \+ state\.key`).FindAllString(script, -1), 1)
+	for _, line := range strings.Split(script, "\n") {
+		if strings.Contains(line, "state.key") {
+			for _, url := range []string{"URLSearchParams", "location", "fetch(", "/api/", "?"} {
+				assert.NotContains(t, line, url, "the key near an address: %s", strings.TrimSpace(line))
+			}
+		}
+	}
+}
