@@ -195,6 +195,7 @@ Try the Echo agent:
     curl -s -X POST '%[1]s/api/user/webhooks/Echo/echo?apikey=%[3]s&hello=world' -d '{"ping":1}'
 
 or open the playground in a browser and paste the key: %[1]s/ui
+(the operator console, for the same key: %[1]s/console)
 
 `, st.URL, devTenant, secret)
 	return nil
