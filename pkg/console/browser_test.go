@@ -207,14 +207,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	for _, series := range []string{"errors", "p50", "p99"} {
 		assert.GreaterOrEqual(t, points("Echo", series), 1, "%s has a point where calls were", series)
 	}
-	// The rate's newest point is above the chart's baseline: it has calls.
+	// The rate line rises above the chart's baseline where the calls were (the newest slot may
+	// have just begun, without calls).
 	assert.True(t, evaluate[bool](t, ctx, `(() => { const svg = document.querySelector('article[data-agent="Echo"] figure[data-chart="rate"] svg');
-		const c = svg.querySelector('circle'); const base = Number(svg.querySelector('line.grid').getAttribute('y1'));
-		return c !== null && Number(c.getAttribute('cy')) < base; })()`))
+		const base = Number(svg.querySelector('line.grid').getAttribute('y1'));
+		const ys = [...svg.querySelector('path').getAttribute('d').matchAll(/[ML][\d.]+ ([\d.]+)/g)].map(m => Number(m[1]));
+		return ys.length === 30 && Math.min(...ys) < base && svg.querySelector('circle') !== null; })()`))
 	assert.Contains(t, evaluate[string](t, ctx, `document.querySelector('article[data-agent="Echo"] figure[data-chart="latency"] svg title').textContent`), "p99: latest")
 	assert.Equal(t, 0, evaluate[int](t, ctx, `document.querySelectorAll('article[data-agent="Ledger"]').length`))
 	assert.NotContains(t, evaluate[string](t, ctx, `document.getElementById('page-agents').textContent`), "Ledger")
 	assert.True(t, evaluate[bool](t, ctx, `document.getElementById('tenant-ranking').hidden`), "the tenant ranking is for system admins")
+	// A refresh keeps the keyboard focus on the link it was on.
+	n := loads(t, ctx, "agents")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('article[data-agent="Echo"] h3 a').focus()`),
+		waitFor(loadedAfter("agents", n)),
+	), "refreshing the agents page; the page's problems: %v", problems())
+	assert.Equal(t, "#/instances?agent=Echo", evaluate[string](t, ctx, `document.activeElement.getAttribute('href')`))
 	screenshot(t, ctx, "console-agents-tenant.png")
 
 	// Instances: Echo's twelve, from the card's link, ten a page; a filter; Billing's one.
@@ -225,7 +234,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(rows+` === 12`),
 	), "the instances page; the page's problems: %v", problems())
 	assert.Equal(t, []string{"Billing", "Echo"}, evaluate[[]string](t, ctx, `[...document.querySelectorAll('#inst-agent option')].map(o => o.value)`))
-	n := loads(t, ctx, "instances")
+	n = loads(t, ctx, "instances")
 	require.NoError(t, chromedp.Do(ctx,
 		choose("#inst-limit", "10"),
 		chromedp.Click(chromedp.ID("inst-search")),

@@ -235,6 +235,25 @@
     });
   }
 
+  // keepFocus runs render, which rebuilds what is inside box, and gives the focus back to the
+  // same link or button when it was inside: a refresh does not throw a keyboard user out.
+  function keepFocus(box, render) {
+    const f = document.activeElement;
+    let sel = null;
+    if (f && f !== box && box.contains(f)) {
+      if (f.getAttribute('href')) {
+        sel = `[href="${CSS.escape(f.getAttribute('href'))}"]`;
+      } else if (f.getAttribute('aria-label')) {
+        sel = `[aria-label="${CSS.escape(f.getAttribute('aria-label'))}"]`;
+      }
+    }
+    render();
+    if (sel) {
+      const again = box.querySelector(sel);
+      if (again) { again.focus(); }
+    }
+  }
+
   // hostClass gives each host a colour class, h0…h7, and a short label, H1, H2, …: kept while
   // the page is open, so a host keeps its colour across refreshes.
   function hostMark(id) {
@@ -599,7 +618,7 @@
       return;
     }
     setNote('agents-error', '');
-    renderStats(mine.value);
+    keepFocus($('agent-stats'), () => renderStats(mine.value));
     $('tenant-ranking').hidden = !system;
     if (system) {
       if (all.status === 'rejected') {
@@ -866,8 +885,10 @@
       return;
     }
     setNote('instance-error', '');
-    renderInstance(inst.value);
-    renderQueue(queue);
+    keepFocus($('instance-body'), () => {
+      renderInstance(inst.value);
+      renderQueue(queue);
+    });
     $('instance-body').hidden = false;
     loaded('instance');
   }
