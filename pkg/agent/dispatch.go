@@ -65,6 +65,14 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
 		return
 	}
+	if _, done := part.ackedReplyLocked(seq); done {
+		// A copy of a request this host finished and acknowledged, delivered before the
+		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
+		// as the bus may hand one here): nothing is left to do.
+		h.mu.Unlock()
+		_ = m.Ack()
+		return
+	}
 	if d := h.held[seq]; d != nil && !d.part.fenced.Load() {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
 		// copy, answering to the latest delivery. One already running has read its delivery and

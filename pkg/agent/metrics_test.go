@@ -241,6 +241,8 @@ func TestHostMetricsRedelivered(t *testing.T) {
 	})
 	_, hosts := sa.starts("r")
 	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the step ran on the doomed host, then once on the survivor")
-	assert.EqualValues(t, 1, value(t, reg, "agentbus_redeliveries_total", stepSeries),
+	// Once when its ack wait ran out, and once more if the survivor, taking the partition over,
+	// gave it back on the dead host's behalf just as that delivery reached it.
+	assert.GreaterOrEqual(t, value(t, reg, "agentbus_redeliveries_total", stepSeries), float64(1),
 		"the survivor got the request a second time")
 }
