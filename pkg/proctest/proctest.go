@@ -8,7 +8,8 @@
 // a directory of their own, named in the test's output when the first one starts and kept when
 // the test fails (or when AGENTBUS_PROCTEST_KEEP_LOGS is set); nothing is printed after a
 // failure, so that the end of a failed test's output is its failure message. It is not for
-// production use, and it needs the go command.
+// production use, and it needs the go command. Its functions take a T: a test's testing.TB, or
+// a command's own (bench/soak runs a deployment of processes this way).
 package proctest
 
 import (
@@ -26,11 +27,23 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// T is what proctest needs of its caller: a test's testing.TB, or a command that runs processes
+// the same way (bench/soak). Cleanup functions run when the caller ends, last registered first;
+// Failed tells whether to keep the log directory.
+type T interface {
+	Helper()
+	Cleanup(func())
+	TempDir() string
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	FailNow()
+	Failed() bool
+}
 
 // Bins are the paths of the built binaries.
 type Bins struct {
@@ -90,7 +103,7 @@ func Cleanup() {
 // killed and restarted (on loopback, every connection's local end takes an ephemeral port, which
 // could otherwise be one a killed NATS node must bind again). No port is handed out twice in one
 // test process. It falls back to a kernel-chosen port when that range has no free port.
-func FreePort(t testing.TB) int {
+func FreePort(t T) int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
@@ -162,7 +175,7 @@ type Proc struct {
 
 // Start starts bin as a process named name (for logs), with args and, on top of the test's
 // environment, env ("KEY=value"). Its output goes to name.log in the test's log directory.
-func Start(t testing.TB, name, bin string, args, env []string) *Proc {
+func Start(t T, name, bin string, args, env []string) *Proc {
 	t.Helper()
 	p := &Proc{Name: name, bin: bin, args: args, env: env, log: filepath.Join(logDir(t), name+".log")}
 	require.NoError(t, p.start(), "starting %s", name)
@@ -172,12 +185,12 @@ func Start(t testing.TB, name, bin string, args, env []string) *Proc {
 
 var (
 	logDirsMu sync.Mutex
-	logDirs   = map[testing.TB]string{}
+	logDirs   = map[T]string{}
 )
 
 // logDir returns the directory the test's processes log to, creating it on the first call. It
 // outlives the test when the test fails.
-func logDir(t testing.TB) string {
+func logDir(t T) string {
 	t.Helper()
 	logDirsMu.Lock()
 	defer logDirsMu.Unlock()
@@ -319,7 +332,7 @@ func (p *Proc) signal(sig syscall.Signal, timeout time.Duration) bool {
 }
 
 // Restart starts the process again, with the same arguments, after it exited.
-func (p *Proc) Restart(t testing.TB) {
+func (p *Proc) Restart(t T) {
 	t.Helper()
 	require.False(t, p.Running(), "restarting %s while it runs", p.Name)
 	require.NoError(t, p.start(), "restarting %s", p.Name)
@@ -350,7 +363,7 @@ func (p *Proc) Log() string {
 }
 
 // WaitHTTP polls url until it answers 200, failing the test after within.
-func WaitHTTP(t testing.TB, url string, within time.Duration) {
+func WaitHTTP(t T, url string, within time.Duration) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(within)
@@ -393,7 +406,7 @@ type NATSOptions struct {
 }
 
 // StartNATS starts a nats-server with JetStream on loopback and waits until it is healthy.
-func StartNATS(t testing.TB, bins Bins, o NATSOptions) *NATS {
+func StartNATS(t T, bins Bins, o NATSOptions) *NATS {
 	t.Helper()
 	if o.Name == "" {
 		o.Name = "n1"
@@ -423,7 +436,7 @@ func StartNATS(t testing.TB, bins Bins, o NATSOptions) *NATS {
 }
 
 // WaitHealthy waits until the server reports JetStream healthy.
-func (n *NATS) WaitHealthy(t testing.TB, within time.Duration) {
+func (n *NATS) WaitHealthy(t T, within time.Duration) {
 	t.Helper()
 	WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz?js-enabled-only=true", n.HTTPPort), within)
 }
@@ -442,7 +455,7 @@ type Cluster struct {
 
 // StartCluster starts size NATS servers n1, n2, … routed to each other and waits until
 // JetStream has a meta leader.
-func StartCluster(t testing.TB, bins Bins, size int, syncAlways bool) *Cluster {
+func StartCluster(t T, bins Bins, size int, syncAlways bool) *Cluster {
 	t.Helper()
 	ports := make([]int, size)
 	routes := make([]string, size)
@@ -528,7 +541,7 @@ type Ingress struct {
 
 // StartIngress starts an ingress against natsURL with the given extra environment and waits
 // until it serves.
-func StartIngress(t testing.TB, bins Bins, name, natsURL string, env ...string) *Ingress {
+func StartIngress(t T, bins Bins, name, natsURL string, env ...string) *Ingress {
 	t.Helper()
 	port := FreePort(t)
 	in := &Ingress{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
@@ -541,13 +554,13 @@ func StartIngress(t testing.TB, bins Bins, name, natsURL string, env ...string) 
 
 // StartHost starts a workflow host with the given id against natsURL. It does not wait: the
 // test watches the host's heartbeat.
-func StartHost(t testing.TB, bins Bins, id, natsURL string, env ...string) *Proc {
+func StartHost(t T, bins Bins, id, natsURL string, env ...string) *Proc {
 	t.Helper()
 	return Start(t, id, bins.Host, nil, append([]string{"AGENTBUS_NATS_URL=" + natsURL, "AGENTBUS_HOST_ID=" + id}, env...))
 }
 
 // Context returns a context that ends with the test or after d.
-func Context(t testing.TB, d time.Duration) context.Context {
+func Context(t T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

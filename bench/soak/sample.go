@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// procSample is one process's figures at a sample; a figure that could not be read is NaN.
+type procSample struct {
+	name                    string
+	rssMiB, goroutines, fds float64
+	cpuSeconds              float64 // user and system time since the process started
+}
+
+// streamSample is a stream's size at a sample.
+type streamSample struct {
+	name            string
+	messages, bytes int64
+}
+
+// sample is everything read at one time.
+type sample struct {
+	at      time.Duration // since the load started
+	procs   []procSample
+	streams []streamSample // sorted by name
+	load    snapshot
+}
+
+// sample reads the processes' and the streams' figures and the load's counts.
+func (d *deployment) sample(ctx context.Context, at time.Duration, l *load) sample {
+	s := sample{at: at, load: l.snapshot()}
+	for _, p := range d.procs() {
+		ps := procSample{name: p.name, rssMiB: math.NaN(), goroutines: math.NaN(), fds: math.NaN(), cpuSeconds: cpuSeconds(p.p.Pid())}
+		if b, err := p.p.RSS(); err == nil {
+			ps.rssMiB = float64(b) / (1 << 20)
+		}
+		if es, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.p.Pid())); err == nil {
+			ps.fds = float64(len(es))
+		}
+		if p.name == "nats" {
+			ps.goroutines = d.natsGoroutines(ctx)
+		} else {
+			ps.goroutines = d.metric(ctx, d.metrics[p.name], "go_goroutines")
+		}
+		s.procs = append(s.procs, ps)
+	}
+	s.streams = d.streams(ctx)
+	return s
+}
+
+// cpuSeconds reads a process's user and system time from /proc/{pid}/stat; NaN when it cannot.
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.NaN()
+	}
+	// The fields after the command name, which is in parentheses: utime and stime are the 12th
+	// and 13th, in clock ticks (USER_HZ, 100 on Linux).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return math.NaN()
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return math.NaN()
+	}
+	return (utime + stime) / 100
+}
+
+// get reads a monitoring endpoint.
+func (d *deployment) get(ctx context.Context, u string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: status %d", u, resp.StatusCode)
+	}
+	return b, err
+}
+
+// metric reads an unlabelled gauge from a Prometheus endpoint; NaN when it cannot.
+func (d *deployment) metric(ctx context.Context, base, name string) float64 {
+	b, err := d.get(ctx, base+"/metrics")
+	if err != nil {
+		return math.NaN()
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
+	}
+	return math.NaN()
+}
+
+// natsGoroutines counts the goroutines in nats-server's goroutine dump; NaN when it cannot.
+func (d *deployment) natsGoroutines(ctx context.Context) float64 {
+	b, err := d.get(ctx, fmt.Sprintf("http://127.0.0.1:%d/stacksz", d.nats.HTTPPort))
+	if err != nil {
+		return math.NaN()
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "goroutine ") {
+			n++
+		}
+	}
+	return float64(n)
+}
+
+// streams reads every stream's message count and bytes from nats-server's /jsz (key-value
+// buckets are the streams KV_{bucket}, object stores OBJ_{store}); nil when it cannot.
+func (d *deployment) streams(ctx context.Context) []streamSample {
+	b, err := d.get(ctx, fmt.Sprintf("http://127.0.0.1:%d/jsz?streams=true", d.nats.HTTPPort))
+	if err != nil {
+		return nil
+	}
+	var jsz struct {
+		Accounts []struct {
+			Streams []struct {
+				Name  string `json:"name"`
+				State struct {
+					Messages int64 `json:"messages"`
+					Bytes    int64 `json:"bytes"`
+				} `json:"state"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	if json.Unmarshal(b, &jsz) != nil {
+		return nil
+	}
+	var out []streamSample
+	for _, a := range jsz.Accounts {
+		for _, st := range a.Streams {
+			out = append(out, streamSample{name: st.Name, messages: st.State.Messages, bytes: st.State.Bytes})
+		}
+	}
+	slices.SortFunc(out, func(a, b streamSample) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// print writes the sample: a line per process, one for the streams that hold anything, one for
+// the load. prev, the sample before, gives the load's rate; header prints the columns' names.
+func (s sample) print(w io.Writer, prev *sample, header bool) {
+	at := clock(s.at)
+	if header {
+		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s\n", "time", "process", "RSS MiB", "goroutines", "fds", "CPU %")
+	}
+	for i, p := range s.procs {
+		cpu := math.NaN() // of one CPU, since the sample before
+		if prev != nil && i < len(prev.procs) && s.at > prev.at {
+			cpu = 100 * (p.cpuSeconds - prev.procs[i].cpuSeconds) / (s.at - prev.at).Seconds()
+		}
+		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s\n", at, p.name, num(p.rssMiB, 1), num(p.goroutines, 0), num(p.fds, 0), num(cpu, 1))
+	}
+	var parts []string
+	for _, st := range s.streams {
+		if st.messages > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d msgs %s", st.name, st.messages, size(st.bytes)))
+		}
+	}
+	if s.streams == nil {
+		parts = []string{"(could not read /jsz)"}
+	}
+	fmt.Fprintf(w, "%6s  %-8s %s\n", at, "streams", strings.Join(parts, ", "))
+	rate := ""
+	if prev != nil && s.at > prev.at {
+		rate = fmt.Sprintf(" (%.1f/s)", float64(s.load.requests-prev.load.requests)/(s.at-prev.at).Seconds())
+	}
+	ls := s.load.listeners
+	fmt.Fprintf(w, "%6s  %-8s %d requests%s, %d errors, p50 %s p99 %s; listen streams %d open, %d reconnects, %d events, %d errors\n",
+		at, "load", s.load.requests, rate, s.load.errors, ms(s.load.p50), ms(s.load.p99), ls.open, ls.reconnects, ls.events, ls.errors)
+}
+
+// clock prints d as m:ss.
+func clock(d time.Duration) string {
+	d = d.Round(time.Second)
+	return fmt.Sprintf("%d:%02d", int(d.Minutes()), int(d.Seconds())%60)
+}
+
+func num(f float64, decimals int) string {
+	if math.IsNaN(f) {
+		return "?"
+	}
+	return strconv.FormatFloat(f, 'f', decimals, 64)
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
+}
+
+// size prints a byte count in B, KiB or MiB.
+func size(b int64) string {
+	switch {
+	case b < 1<<10:
+		return fmt.Sprintf("%d B", b)
+	case b < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	}
+}
