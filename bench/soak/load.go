@@ -102,18 +102,26 @@ func (l *load) run(ctx context.Context) {
 	for i := range l.o.Listeners {
 		l.wg.Go(func() { l.listenLoop(ctx, i) })
 	}
-	period := time.Duration(float64(time.Second) / l.o.Rate)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	// Request n is due at n/rate seconds from the start; one that is late (the dispatcher did not
+	// run in time) is sent at once, so that the rate holds on a busy machine.
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	next := map[string]int{}
 	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
+		due := start.Add(time.Duration(float64(n) * float64(time.Second) / l.o.Rate))
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
 			l.wg.Wait()
 			l.client.CloseIdleConnections()
 			l.listen.CloseIdleConnections()
 			return
-		case <-tick.C:
 		}
 		kind := cycle[n%len(cycle)]
 		i := next[kind] % l.o.Instances
@@ -378,14 +386,11 @@ func readEvents(r io.Reader, f func(event) bool) error {
 // connection for 30 to 90 s, resuming from the last event it received.
 func (l *load) listenLoop(ctx context.Context, i int) {
 	lastID := ""
-	for first := true; ctx.Err() == nil; first = false {
+	connected := false
+	for ctx.Err() == nil {
 		hold := 30*time.Second + rand.N(60*time.Second)
-		id, err := l.listenOnce(ctx, i, lastID, hold)
+		id, err := l.listenOnce(ctx, i, lastID, hold, &connected)
 		l.mu.Lock()
-		l.listeners.connects++
-		if !first {
-			l.listeners.reconnects++
-		}
 		if err != nil && ctx.Err() == nil {
 			l.listeners.errors++
 			l.showError(fmt.Sprintf("listen soak-%d", i), err)
@@ -404,9 +409,10 @@ func (l *load) listenLoop(ctx context.Context, i int) {
 }
 
 // listenOnce holds one listen stream for hold (or until ctx ends) and returns the id of the last
-// message event it received. The server ending the stream first, a resume id it does not find,
+// message event it received; connected tells whether the listener had a stream before, and is
+// set once this one is answered. The server ending the stream first, a resume id it does not find,
 // and an overflow are errors.
-func (l *load) listenOnce(ctx context.Context, i int, lastID string, hold time.Duration) (string, error) {
+func (l *load) listenOnce(ctx context.Context, i int, lastID string, hold time.Duration, connected *bool) (string, error) {
 	hctx, cancel := context.WithTimeout(ctx, hold)
 	defer cancel()
 	u := l.d.ingress.URL + "/api/v1/admin/tenants/" + tenant + "/messaging/listen?workflowId=" + url.QueryEscape(workflow(i)) + "&participantId=" + participant
@@ -429,6 +435,11 @@ func (l *load) listenOnce(ctx context.Context, i int, lastID string, hold time.D
 	}
 	l.mu.Lock()
 	l.listeners.open++
+	l.listeners.connects++
+	if *connected {
+		l.listeners.reconnects++
+	}
+	*connected = true
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()

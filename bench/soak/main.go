@@ -25,13 +25,17 @@
 // (status, and the echoed data where there is some); a listen stream that the server ends, or that
 // cannot resume from its last event, is an error too.
 //
-// The process figures come from /proc (resident memory, open file descriptors) and, for
+// Request n is due n/rate seconds after the start, and one that is late is sent at once.
+//
+// The process figures come from /proc (resident memory, open file descriptors, CPU time) and, for
 // goroutines, from go_goroutines on the ingress's and hosts' /metrics and from the goroutine dump
-// of nats-server's monitoring port (/stacksz); the streams' from its /jsz.
+// of nats-server's monitoring port (/stacksz); nats-server's connections and subscriptions from
+// its /varz, its consumers and the streams' sizes from its /jsz.
 //
 // The verdict: of the samples after -warmup, the mean of the last third against the mean of the
-// first third, for each process and figure. A growth larger than the figure's threshold (the
-// larger of an absolute and a relative one, printed with the verdict) is a leak. The streams grow
+// first third, for each process and figure, and for nats-server's connections, subscriptions and
+// consumers. A growth larger than the figure's threshold (the larger of an absolute and a
+// relative one, printed with the verdict) is a leak. The streams grow
 // by design (the history keeps every call; instances and topics stay in their buckets): their
 // growth is printed per request, not judged, except the inbox's, which holds only requests not
 // yet done and must not grow.

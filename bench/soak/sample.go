@@ -28,10 +28,16 @@ type streamSample struct {
 	messages, bytes int64
 }
 
+// natsSample is nats-server's own counts at a sample; NaN when they could not be read.
+type natsSample struct {
+	connections, subscriptions, consumers float64
+}
+
 // sample is everything read at one time.
 type sample struct {
 	at      time.Duration // since the load started
 	procs   []procSample
+	nats    natsSample
 	streams []streamSample // sorted by name
 	load    snapshot
 }
@@ -54,7 +60,7 @@ func (d *deployment) sample(ctx context.Context, at time.Duration, l *load) samp
 		}
 		s.procs = append(s.procs, ps)
 	}
-	s.streams = d.streams(ctx)
+	s.streams, s.nats = d.jetstream(ctx)
 	return s
 }
 
@@ -132,15 +138,27 @@ func (d *deployment) natsGoroutines(ctx context.Context) float64 {
 	return float64(n)
 }
 
-// streams reads every stream's message count and bytes from nats-server's /jsz (key-value
-// buckets are the streams KV_{bucket}, object stores OBJ_{store}); nil when it cannot.
-func (d *deployment) streams(ctx context.Context) []streamSample {
+// jetstream reads every stream's message count and bytes and the count of consumers from
+// nats-server's /jsz (key-value buckets are the streams KV_{bucket}, object stores OBJ_{store}),
+// and the connections and subscriptions from /varz; nil and NaN for what it cannot.
+func (d *deployment) jetstream(ctx context.Context) ([]streamSample, natsSample) {
+	n := natsSample{connections: math.NaN(), subscriptions: math.NaN(), consumers: math.NaN()}
+	if b, err := d.get(ctx, fmt.Sprintf("http://127.0.0.1:%d/varz", d.nats.HTTPPort)); err == nil {
+		var varz struct {
+			Connections   *float64 `json:"connections"`
+			Subscriptions *float64 `json:"subscriptions"`
+		}
+		if json.Unmarshal(b, &varz) == nil && varz.Connections != nil && varz.Subscriptions != nil {
+			n.connections, n.subscriptions = *varz.Connections, *varz.Subscriptions
+		}
+	}
 	b, err := d.get(ctx, fmt.Sprintf("http://127.0.0.1:%d/jsz?streams=true", d.nats.HTTPPort))
 	if err != nil {
-		return nil
+		return nil, n
 	}
 	var jsz struct {
-		Accounts []struct {
+		Consumers *float64 `json:"consumers"`
+		Accounts  []struct {
 			Streams []struct {
 				Name  string `json:"name"`
 				State struct {
@@ -151,16 +169,19 @@ func (d *deployment) streams(ctx context.Context) []streamSample {
 		} `json:"account_details"`
 	}
 	if json.Unmarshal(b, &jsz) != nil {
-		return nil
+		return nil, n
 	}
-	var out []streamSample
+	if jsz.Consumers != nil {
+		n.consumers = *jsz.Consumers
+	}
+	out := []streamSample{}
 	for _, a := range jsz.Accounts {
 		for _, st := range a.Streams {
 			out = append(out, streamSample{name: st.Name, messages: st.State.Messages, bytes: st.State.Bytes})
 		}
 	}
 	slices.SortFunc(out, func(a, b streamSample) int { return strings.Compare(a.name, b.name) })
-	return out
+	return out, n
 }
 
 // print writes the sample: a line per process, one for the streams that hold anything, one for
@@ -186,7 +207,8 @@ func (s sample) print(w io.Writer, prev *sample, header bool) {
 	if s.streams == nil {
 		parts = []string{"(could not read /jsz)"}
 	}
-	fmt.Fprintf(w, "%6s  %-8s %s\n", at, "streams", strings.Join(parts, ", "))
+	fmt.Fprintf(w, "%6s  %-8s %s connections, %s subscriptions, %s consumers; %s\n", at, "streams",
+		num(s.nats.connections, 0), num(s.nats.subscriptions, 0), num(s.nats.consumers, 0), strings.Join(parts, ", "))
 	rate := ""
 	if prev != nil && s.at > prev.at {
 		rate = fmt.Sprintf(" (%.1f/s)", float64(s.load.requests-prev.load.requests)/(s.at-prev.at).Seconds())

@@ -93,3 +93,27 @@ func TestSlopeLeavesOutNaN(t *testing.T) {
 		t.Errorf("slope %v, want 2", got)
 	}
 }
+
+func TestJudgeLeavesNATSMemoryOfShortRunsUnjudged(t *testing.T) {
+	// Samples every 10 s over two minutes; nats-server's memory climbs 3 MiB a sample.
+	s := samplesOf(make([]float64, 13), flat)
+	for i := range s {
+		s[i].at = time.Duration(i) * 10 * time.Second
+		s[i].procs[0].rssMiB = 30 + 3*float64(i)
+		s[i].procs[1].rssMiB = 30
+	}
+	v := judge(s, time.Minute, okLoad())
+	if !v.pass {
+		t.Fatalf("nats-server's memory judged over two minutes: %v", v.reasons)
+	}
+	if r := v.rows[0]; r.proc != "nats" || r.figure != figureRSS || r.unjudged == "" {
+		t.Errorf("first row %+v, want nats-server's memory, unjudged", r)
+	}
+	// The host's memory is judged all the same.
+	for i := range s {
+		s[i].procs[1].rssMiB = 30 + 5*float64(i)
+	}
+	if v := judge(s, time.Minute, okLoad()); v.pass {
+		t.Error("a host's memory growing 5 MiB every 10 s passed")
+	}
+}
