@@ -443,7 +443,7 @@ func (n *NATS) WaitHealthy(t T, within time.Duration) {
 
 // WaitCurrent waits until the server reports every stream and consumer it holds a replica of
 // current (its /healthz without options): a node restarted on its data has caught up.
-func (n *NATS) WaitCurrent(t testing.TB, within time.Duration) {
+func (n *NATS) WaitCurrent(t T, within time.Duration) {
 	t.Helper()
 	WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.HTTPPort), within)
 }
@@ -477,7 +477,7 @@ func StartCluster(t T, bins Bins, size int, syncAlways bool) *Cluster {
 // waitMetaPeers waits until the JetStream meta leader counts every other node as a current
 // peer: until then it refuses to place a replicated stream ("no suitable peers for placement,
 // peer offline"), which a service starting at once would be told.
-func (c *Cluster) waitMetaPeers(t testing.TB, within time.Duration) {
+func (c *Cluster) waitMetaPeers(t T, within time.Duration) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(within)
