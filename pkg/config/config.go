@@ -54,6 +54,7 @@ type Config struct {
 	RetryBackoff          time.Duration
 	AckWait               time.Duration
 	MetricsAddr           string
+	PprofAddr             string
 	SyncAlways            bool
 	LLMBaseURL            string
 	LLMModel              string
@@ -232,6 +233,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", str(&c.MetricsAddr)},
+		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", str(&c.PprofAddr)},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

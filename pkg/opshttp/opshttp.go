@@ -1,6 +1,7 @@
 // Package opshttp serves a process's operator endpoints, /healthz, /readyz and /metrics, on an
 // address of their own (AGENTBUS_METRICS_ADDR), apart from any API: orchestrators probe them and
-// Prometheus scrapes them on a port that need not be reachable by the API's clients.
+// Prometheus scrapes them on a port that need not be reachable by the API's clients. It also
+// serves Go's profiling endpoints on another address, when one is set (AGENTBUS_PPROF_ADDR).
 //
 // It is not an API router: the ingress also answers /healthz and /readyz on its API address,
 // where load balancers look for them.
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,6 +107,35 @@ func Serve(addr string, h http.Handler, log *slog.Logger) (stop func(), err erro
 		if err := srv.Shutdown(ctx); err != nil {
 			_ = srv.Close()
 		}
+		<-done
+	}, nil
+}
+
+// ServePprof serves Go's profiling endpoints (net/http/pprof, under /debug/pprof/) on addr
+// (AGENTBUS_PPROF_ADDR) until stop is called. They need no key: addr must not be reachable from
+// outside. A CPU profile in progress is cut short by stop.
+func ServePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s for profiling: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: readHeaderTimeout}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving profiles", "err", err)
+		}
+	}()
+	log.Info("profiling endpoint listening", "addr", ln.Addr().String())
+	return func() {
+		_ = srv.Close()
 		<-done
 	}, nil
 }

@@ -3,6 +3,9 @@ package opshttp_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
@@ -90,4 +94,24 @@ func TestHealthHandler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ServePprof serves Go's profiling index and endpoints, and nothing once stopped.
+func TestServePprof(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	stop, err := opshttp.ServePprof(addr, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err, path)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	stop()
+	_, err = http.Get("http://" + addr + "/debug/pprof/")
+	assert.Error(t, err, "served after stop")
 }

@@ -58,6 +58,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 			log.Warn("stopping tracing", "err", err)
 		}
 	}()
+	if cfg.PprofAddr != "" {
+		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-ingress", log)
 	if err != nil {
 		return err

@@ -92,6 +92,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 			log.Warn("stopping tracing", "err", err)
 		}
 	}()
+	if cfg.PprofAddr != "" {
+		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	model, err := cfg.ChatModel(log)
 	if err != nil {
 		return err

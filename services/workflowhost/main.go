@@ -76,6 +76,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	if err != nil {
 		return err
 	}
+	if cfg.PprofAddr != "" {
+		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-workflowhost", log)
 	if err != nil {
 		return err
