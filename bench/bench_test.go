@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -232,10 +234,11 @@ func TestParseRates(t *testing.T) {
 
 func TestParsePhases(t *testing.T) {
 	for in, want := range map[string][]string{
-		"both":                   {phaseBare, phaseAgentbus},
-		"agentbus":               {phaseAgentbus},
-		"agentbus,pipeline,bare": {phaseBare, phasePipeline, phaseAgentbus},
-		"pipeline,agentbus":      {phasePipeline, phaseAgentbus},
+		"both":                    {phaseBare, phaseAgentbus},
+		"agentbus":                {phaseAgentbus},
+		"agentbus,pipeline,bare":  {phaseBare, phasePipeline, phaseAgentbus},
+		"pipeline,agentbus":       {phasePipeline, phaseAgentbus},
+		"processes,bare,agentbus": {phaseBare, phaseAgentbus, phaseProcesses},
 	} {
 		got, err := parsePhases(in)
 		assert.NoError(t, err, "parsePhases(%q)", in)
@@ -244,6 +247,58 @@ func TestParsePhases(t *testing.T) {
 	for _, bad := range []string{"", "all", "bare,", "bare,nope", "Bare"} {
 		got, err := parsePhases(bad)
 		assert.Error(t, err, "parsePhases(%q) = %v, want an error", bad, got)
+	}
+}
+
+// TestProcessesPhase runs the processes phase briefly, profiling its servers, and checks that
+// every request succeeded, that the CPU per call counts the servers' processes, and that each
+// server's profile was written. It builds the binaries: set AGENTBUS_PROCESS_TEST=1 to run it.
+func TestProcessesPhase(t *testing.T) {
+	if testing.Short() || os.Getenv("AGENTBUS_PROCESS_TEST") == "" {
+		t.Skip("builds and runs nats-server, ingress and workflowhost; set AGENTBUS_PROCESS_TEST=1")
+	}
+	defer removeBuilt()
+	o := options{
+		Duration:   time.Second,
+		Warmup:     300 * time.Millisecond,
+		Clients:    4,
+		Instances:  10,
+		Partitions: 4,
+		Body:       []byte(`{"ping":1}`),
+		Target:     targetWebhook,
+		ProcEnv:    procEnv{},
+	}
+	o.ProfileServers = filepath.Join(t.TempDir(), "cpu")
+	client := newClient(o.Clients)
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := runTarget(ctx, phaseProcesses, o, client)
+	require.NoError(t, err)
+	assert.Zero(t, res.Errors, "%d errors of %d requests: %v", res.Errors, res.Requests, res.topErrors(5))
+	assert.Positive(t, res.RPS())
+	// The servers do most of the work: more CPU than this process alone used.
+	assert.Greater(t, res.CPU, time.Duration(0))
+	for _, name := range procNames {
+		fi, err := os.Stat(o.ProfileServers + "." + name)
+		if assert.NoError(t, err, "profile of %s", name) {
+			assert.Positive(t, fi.Size(), "profile of %s", name)
+		}
+	}
+	var out bytes.Buffer
+	printTable(&out, []string{phaseProcesses}, map[string]result{phaseProcesses: res})
+	t.Log("\n" + out.String())
+}
+
+func TestProcEnv(t *testing.T) {
+	p := procEnv{}
+	require.NoError(t, p.Set("all:GOGC=400"))
+	require.NoError(t, p.Set("nats:GOMAXPROCS=1"))
+	assert.Equal(t, []string{"GOGC=400", "GOMAXPROCS=1"}, p.of(procNATS))
+	assert.Equal(t, []string{"GOGC=400"}, p.of(procIngress))
+	assert.Equal(t, "all:GOGC=400,nats:GOMAXPROCS=1", p.String())
+	for _, bad := range []string{"GOGC=400", "host:GOGC=400", "nats:GOGC", ":A=1"} {
+		assert.Error(t, procEnv{}.Set(bad), bad)
 	}
 }
 

@@ -68,6 +68,16 @@ type options struct {
 	// answers, when set, are what the bare phase answers; else it computes them (webhook) or
 	// measures them from the stack (the others).
 	answers *answers
+	// Bins is a directory with the binaries of the processes phase (nats-server, ingress,
+	// workflowhost); empty builds them from this module. ProcEnv is extra environment of its
+	// processes.
+	Bins    string
+	ProcEnv procEnv
+	// Rounds is how many times the phases run in turn (the command's -rounds).
+	Rounds int
+	// ProfileServers, when set, is the file prefix of CPU profiles of the measured window taken
+	// from the processes that serve the phase (processes phase only): prefix.nats and so on.
+	ProfileServers string
 }
 
 func (o options) validate() error {
@@ -132,6 +142,8 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		ep, stop, err = startAgentbus(ctx, o)
 	case phasePipeline:
 		ep, stop, err = startPipeline(ctx, o)
+	case phaseProcesses:
+		ep, stop, err = startProcesses(ctx, o)
 	default:
 		return result{Phase: phase}, fmt.Errorf("unknown phase %q", phase)
 	}
@@ -178,8 +190,8 @@ type result struct {
 	// the pointer-holding heap, goroutine stacks and globals, in bytes.
 	GCCPU time.Duration
 	Scan  gcScan
-	// CPU is the CPU time (user and system) this process used during the measured window; zero
-	// where the platform does not tell.
+	// CPU is the CPU time (user and system) this process used during the measured window, and
+	// for the processes phase the servers' processes too; zero where the platform does not tell.
 	CPU  time.Duration
 	errs map[string]int
 }
@@ -389,14 +401,23 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		gcBefore, _ := readGC()
-		cpuBefore := processCPU()
+		others := func() time.Duration { return 0 }
+		if ep.others != nil {
+			others = ep.others
+		}
+		waitProfiles := func() {}
+		if o.ProfileServers != "" && ep.profile != nil {
+			waitProfiles = ep.profile(o.ProfileServers, o.Duration)
+		}
+		cpuBefore := processCPU() + others()
 		sleepUntil(ctx, measureEnd)
-		cpu = processCPU() - cpuBefore
+		cpu = processCPU() + others() - cpuBefore
 		runtime.ReadMemStats(&after)
 		var gcAfter time.Duration
 		gcAfter, scan = readGC()
 		gcCPU = gcAfter - gcBefore
 		end()
+		waitProfiles()
 		mallocs = after.Mallocs - before.Mallocs
 		allocBytes = after.TotalAlloc - before.TotalAlloc
 		gcs = after.NumGC - before.NumGC

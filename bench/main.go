@@ -106,10 +106,12 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
-// Targets that the benchmark reports against.
+// Targets that the benchmark reports against. targetProcessesRatio is the separate processes'
+// throughput as a share of the in-process stack's.
 const (
-	targetRatio = 0.25
-	targetP99   = 10 * time.Millisecond
+	targetRatio          = 0.25
+	targetP99            = 10 * time.Millisecond
+	targetProcessesRatio = 0.85
 )
 
 func main() {
@@ -125,7 +127,11 @@ func main() {
 	flag.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
 	flag.StringVar(&prof.trace, "trace", "", "write an execution trace of the agentbus phase's measured window to `file`, with each request slower than half the p99 target logged in it (category \"slow\", its latency in µs)")
 	flag.StringVar(&memprofile, "memprofile", "", "write the allocation profile of the whole run to `file` when it ends (with -phase agentbus: the agentbus phase, its warm-up and the stack's start)")
-	phase := flag.String("phase", "both", "phases to run: both (bare and agentbus), or a comma-separated list of bare, pipeline (the floor: HTTP → JetStream → consumer → reply, webhook only) and agentbus")
+	phase := flag.String("phase", "both", "phases to run: both (bare and agentbus), or a comma-separated list of bare, pipeline (the floor: HTTP → JetStream → consumer → reply, webhook only), agentbus and processes (nats-server, ingress and workflowhost as separate processes)")
+	flag.IntVar(&o.Rounds, "rounds", 1, "run the phases this many times in turn (bare, agentbus, processes, bare, …) and summarise the ratios of each round and their medians")
+	flag.StringVar(&o.Bins, "bins", "", "processes phase: take nats-server, ingress and workflowhost from `dir` instead of building them from this module")
+	o.ProcEnv = procEnv{}
+	flag.Var(o.ProcEnv, "penv", "processes phase: extra environment of a process, `name:KEY=VALUE` (name: nats, ingress, workflowhost or all); repeat for more")
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
@@ -146,6 +152,9 @@ func main() {
 	}
 	if err := o.validate(); err != nil {
 		fatalf("%v", err)
+	}
+	if o.Rounds < 1 {
+		fatalf("-rounds must be at least 1")
 	}
 	closedGiven := false
 	flag.Visit(func(f *flag.Flag) { closedGiven = closedGiven || f.Name == "closed" })
@@ -172,8 +181,11 @@ func main() {
 	if all && prof.any() {
 		fatalf("-cpuprofile and -trace profile one target; give -target")
 	}
-	if prof.any() && !slices.Contains(phases, phaseAgentbus) {
-		fatalf("-cpuprofile and -trace profile the agentbus phase, which -phase %s does not run", *phase)
+	if prof.any() && !slices.Contains(phases, phaseAgentbus) && !slices.Contains(phases, phaseProcesses) {
+		fatalf("-cpuprofile and -trace profile the agentbus or processes phase, which -phase %s does not run", *phase)
+	}
+	if slices.Contains(phases, phaseProcesses) && o.URL != "" {
+		fatalf("the %s phase starts its own processes; -url loads the agentbus phase's", phaseProcesses)
 	}
 	if slices.Contains(phases, phasePipeline) && (all || o.Target != targetWebhook) {
 		fatalf("the %s phase serves the webhook target only", phasePipeline)
@@ -229,21 +241,21 @@ func main() {
 }
 
 // parsePhases reads -phase: "both", or a list of phases, run in the order bare, pipeline,
-// agentbus whatever the list's.
+// agentbus, processes whatever the list's.
 func parsePhases(list string) ([]string, error) {
 	if list == "both" {
 		return []string{phaseBare, phaseAgentbus}, nil
 	}
 	given := strings.Split(list, ",")
 	var phases []string
-	for _, p := range []string{phaseBare, phasePipeline, phaseAgentbus} {
+	for _, p := range []string{phaseBare, phasePipeline, phaseAgentbus, phaseProcesses} {
 		if slices.Contains(given, p) {
 			phases = append(phases, p)
 		}
 	}
 	for _, g := range given {
 		if !slices.Contains(phases, g) {
-			return nil, fmt.Errorf("%q is not a phase: want both, or a list of bare, pipeline and agentbus", g)
+			return nil, fmt.Errorf("%q is not a phase: want both, or a list of bare, pipeline, agentbus and processes", g)
 		}
 	}
 	return phases, nil
@@ -254,6 +266,7 @@ var suiteTargets = []string{targetWebhook, targetSend, targetConverse}
 
 // exit ends the command: 130 when interrupted, 1 when a run failed.
 func exit(ctx context.Context, failed bool) {
+	removeBuilt()
 	if ctx.Err() != nil {
 		fmt.Println("\ninterrupted: figures cover only part of the run")
 		os.Exit(130)
@@ -266,7 +279,7 @@ func exit(ctx context.Context, failed bool) {
 // execute runs one target's closed loop (when runClosed) and open loops at rates, for the given
 // phases, prints their tables and returns the closed loop's ratio and whether anything failed.
 func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, prof profiles, minRatio float64) (float64, bool) {
-	// The runs, in order: the closed loop's phases, then for each rate the open loop's.
+	// The runs of a round, in order: the closed loop's phases, then for each rate the open loop's.
 	var runs []run
 	if runClosed {
 		for _, name := range phases {
@@ -278,12 +291,11 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 			runs = append(runs, run{phase: name, rate: r})
 		}
 	}
-	agentbusRuns := 0
+	profiled := map[string]int{} // runs of each profiled phase in a round
 	for _, r := range runs {
-		if r.phase == phaseAgentbus {
-			agentbusRuns++
-		}
+		profiled[r.phase]++
 	}
+	rounds := max(o.Rounds, 1)
 
 	// The bare phase answers as the agentbus phase would; measure that once for all its runs.
 	if o.Target != targetWebhook && slices.Contains(phases, phaseBare) {
@@ -302,88 +314,211 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 		}
 		load = " load=" + load
 	}
+	if rounds > 1 {
+		load += fmt.Sprintf(" rounds=%d", rounds)
+	}
+	if slices.Contains(phases, phaseProcesses) {
+		load += " processes=nats-server,ingress,workflowhost"
+		if env := o.ProcEnv.String(); env != "" {
+			load += " penv=" + env
+		}
+	}
 	fmt.Printf("agentbus bench: %s GOMAXPROCS=%d NumCPU=%d GOGC=%s target=%s clients=%d instances=%d partitions=%d warmup=%s duration=%s body=%dB%s\n",
 		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), o.GOGC, o.Target, o.Clients, o.Instances, o.Partitions, o.Warmup, o.Duration, len(o.Body), load)
 
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()
 
-	results := map[string]result{}
 	failed := false
-	var sites allocSites // the closed loop's agentbus phase, when the stack runs in this process
-	for _, r := range runs {
-		po := o
-		po.Rate = r.rate
-		if r.phase == phaseAgentbus && prof.any() {
-			suffix := ""
-			if agentbusRuns > 1 && r.rate > 0 {
-				suffix = ".rate" + fmtRate(r.rate)
+	var all []map[string]result // each round's results
+	for round := 1; round <= rounds && ctx.Err() == nil; round++ {
+		results := map[string]result{}
+		var sites allocSites // the closed loop's agentbus phase, when the stack runs in this process
+		for _, r := range runs {
+			po := o
+			po.Rate = r.rate
+			if prof.any() && (r.phase == phaseAgentbus || r.phase == phaseProcesses) {
+				suffix := ""
+				if profiled[r.phase] > 1 && r.rate > 0 {
+					suffix = ".rate" + fmtRate(r.rate)
+				}
+				if rounds > 1 {
+					suffix += fmt.Sprintf(".round%d", round)
+				}
+				if r.phase == phaseProcesses {
+					// The load generator's profile beside the servers'.
+					suffix += "." + phaseProcesses
+					if prof.cpu != "" {
+						po.ProfileServers = prof.cpu + suffix
+					}
+					suffix += ".bench"
+				}
+				po.OnMeasure = prof.hook(suffix)
 			}
-			po.OnMeasure = prof.hook(suffix)
-		}
-		if r.phase == phaseAgentbus && r.rate == 0 && o.URL == "" {
-			po.OnMeasure = allocHook(&sites, po.OnMeasure)
-		}
-		fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", r, o.Warmup, o.Duration)
-		if o.stackGC > 0 {
-			gc := o.stackGC
-			if r.phase == phaseBare {
-				gc = 100
+			if r.phase == phaseAgentbus && r.rate == 0 && o.URL == "" {
+				po.OnMeasure = allocHook(&sites, po.OnMeasure)
 			}
-			debug.SetGCPercent(gc)
-		}
-		runtime.GC() // do not bill one phase's garbage to the next
-		res, err := runTarget(ctx, r.phase, po, client)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", r, err)
-			failed = true
-			if res.Requests == 0 {
-				continue
+			label := r.String()
+			if rounds > 1 {
+				label = fmt.Sprintf("%s (round %d of %d)", r, round, rounds)
 			}
-		}
-		results[r.String()] = res
-		if ctx.Err() != nil {
-			break
-		}
-	}
-
-	fmt.Println()
-	var labels []string
-	if runClosed {
-		if len(rates) > 0 {
-			fmt.Printf("closed loop, %d clients:\n", o.Clients)
-		}
-		printTable(os.Stdout, phases, results)
-		sites.print(os.Stdout, 12, results[phaseAgentbus].AllocsPerCall())
-		if minRatio > 0 {
-			ab, bare := results[phaseAgentbus], results[phaseBare]
-			if bare.RPS() == 0 || ab.RPS()/bare.RPS() < minRatio {
-				fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", minRatio)
+			fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", label, o.Warmup, o.Duration)
+			if o.stackGC > 0 {
+				gc := o.stackGC
+				if r.phase == phaseBare || r.phase == phaseProcesses {
+					gc = 100 // the load generator alone, or net/http's bare handler
+				}
+				debug.SetGCPercent(gc)
+			}
+			runtime.GC() // do not bill one phase's garbage to the next
+			res, err := runTarget(ctx, r.phase, po, client)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", r, err)
 				failed = true
+				if res.Requests == 0 {
+					continue
+				}
+			}
+			results[r.String()] = res
+			if ctx.Err() != nil {
+				break
 			}
 		}
-		labels = append(labels, phases...)
-	}
-	if len(rates) > 0 {
+		all = append(all, results)
+
+		fmt.Println()
+		if rounds > 1 {
+			fmt.Printf("round %d of %d:\n", round, rounds)
+		}
+		var labels []string
 		if runClosed {
-			fmt.Println()
+			if len(rates) > 0 {
+				fmt.Printf("closed loop, %d clients:\n", o.Clients)
+			}
+			printTable(os.Stdout, phases, results)
+			sites.print(os.Stdout, 12, results[phaseAgentbus].AllocsPerCall())
+			labels = append(labels, phases...)
 		}
-		fmt.Printf("open loop, fixed offered load, at most %d in flight; latency from each request's scheduled start:\n", o.Clients)
-		printRateTable(os.Stdout, phases, rates, results)
-		for _, r := range rates {
-			for _, name := range phases {
-				labels = append(labels, run{name, r}.String())
+		if len(rates) > 0 {
+			if runClosed {
+				fmt.Println()
+			}
+			fmt.Printf("open loop, fixed offered load, at most %d in flight; latency from each request's scheduled start:\n", o.Clients)
+			printRateTable(os.Stdout, phases, rates, results)
+			for _, r := range rates {
+				for _, name := range phases {
+					labels = append(labels, run{name, r}.String())
+				}
 			}
 		}
+		if printErrors(os.Stdout, labels, results) {
+			failed = true
+		}
 	}
-	if printErrors(os.Stdout, labels, results) {
+	if rounds > 1 && runClosed {
+		fmt.Println()
+		printRounds(os.Stdout, phases, all)
+	}
+	ratio := medianOf(all, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseAgentbus, phaseBare) })
+	if runClosed && minRatio > 0 && slices.Contains(phases, phaseAgentbus) && ratio < minRatio {
+		fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", minRatio)
 		failed = true
 	}
-	ratio := 0.0
-	if ab, bare := results[phaseAgentbus], results[phaseBare]; bare.RPS() > 0 {
-		ratio = ab.RPS() / bare.RPS()
-	}
 	return ratio, failed
+}
+
+// ratioOf is the closed loop's req/s of phase a over phase b in res; ok is false unless both ran.
+func ratioOf(res map[string]result, a, b string) (float64, bool) {
+	ra, okA := res[a]
+	rb, okB := res[b]
+	if !okA || !okB || rb.RPS() == 0 {
+		return 0, false
+	}
+	return ra.RPS() / rb.RPS(), true
+}
+
+// medianOf is the median of f over the rounds where it is defined, 0 where it is nowhere.
+func medianOf(rounds []map[string]result, f func(map[string]result) (float64, bool)) float64 {
+	var vs []float64
+	for _, res := range rounds {
+		if v, ok := f(res); ok {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	if len(vs)%2 == 1 {
+		return vs[len(vs)/2]
+	}
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+}
+
+// printRounds prints the closed loop's req/s, p99 and ratios of each round, and their medians.
+func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
+	type col struct {
+		head string
+		f    func(map[string]result) (float64, bool)
+		unit string
+	}
+	var cols []col
+	for _, p := range phases {
+		cols = append(cols, col{p + " req/s", func(res map[string]result) (float64, bool) {
+			r, ok := res[p]
+			return r.RPS(), ok
+		}, "%.0f"})
+	}
+	ratio := func(a, b string) {
+		if slices.Contains(phases, a) && slices.Contains(phases, b) {
+			cols = append(cols, col{a + "/" + b, func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) }, "%.3f"})
+		}
+	}
+	ratio(phaseAgentbus, phaseBare)
+	ratio(phaseProcesses, phaseBare)
+	ratio(phaseProcesses, phaseAgentbus)
+	for _, p := range []string{phaseAgentbus, phaseProcesses} {
+		if slices.Contains(phases, p) {
+			cols = append(cols, col{p + " p99 ms", func(res map[string]result) (float64, bool) {
+				r, ok := res[p]
+				return float64(r.P99) / float64(time.Millisecond), ok
+			}, "%.2f"})
+			cols = append(cols, col{p + " CPU/call µs", func(res map[string]result) (float64, bool) {
+				r, ok := res[p]
+				return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
+			}, "%.0f"})
+		}
+	}
+	fmt.Fprintf(w, "closed loop, %d rounds, phases in turn:\n", len(rounds))
+	fmt.Fprintf(w, "%-7s", "round")
+	for _, c := range cols {
+		fmt.Fprintf(w, " %*s", max(len(c.head), 8), c.head)
+	}
+	fmt.Fprintln(w)
+	cell := func(c col, v float64, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf(c.unit, v)
+	}
+	for i, res := range rounds {
+		fmt.Fprintf(w, "%-7d", i+1)
+		for _, c := range cols {
+			v, ok := c.f(res)
+			fmt.Fprintf(w, " %*s", max(len(c.head), 8), cell(c, v, ok))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%-7s", "median")
+	for _, c := range cols {
+		v := medianOf(rounds, c.f)
+		fmt.Fprintf(w, " %*s", max(len(c.head), 8), cell(c, v, v != 0))
+	}
+	fmt.Fprintln(w)
+	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
+		m := medianOf(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseProcesses, phaseAgentbus) })
+		fmt.Fprintf(w, "median ratio processes/agentbus req/s: %.3f   (target >= %.2f: %s)\n", m, targetProcessesRatio, verdict(m >= targetProcessesRatio))
+	}
 }
 
 // maxRate bounds -rate and -rates; far beyond what loopback HTTP can do.
@@ -457,8 +592,28 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 			fmt.Fprintf(w, "ratio agentbus/pipeline req/s: %.3f\n", ab.RPS()/pipe.RPS())
 		}
 	}
+	if pr, ok := results[phaseProcesses]; ok && pr.RPS() > 0 {
+		if okB && bare.RPS() > 0 {
+			fmt.Fprintf(w, "ratio processes/bare req/s: %.3f\n", pr.RPS()/bare.RPS())
+		}
+		if okA && ab.RPS() > 0 {
+			ratio := pr.RPS() / ab.RPS()
+			fmt.Fprintf(w, "ratio processes/agentbus req/s: %.3f   (target >= %.2f: %s)\n", ratio, targetProcessesRatio, verdict(ratio >= targetProcessesRatio))
+		}
+	}
 	if okA {
 		fmt.Fprintf(w, "agentbus p99: %s   (target < %s: %s)\n", fmtDur(ab.P99), fmtDur(targetP99), verdict(ab.P99 < targetP99))
+	}
+	if pr, ok := results[phaseProcesses]; ok {
+		fmt.Fprintf(w, "processes p99: %s   (target < %s: %s)\n", fmtDur(pr.P99), fmtDur(targetP99), verdict(pr.P99 < targetP99))
+		if pr.CPU > 0 {
+			// All four processes: load generator, nats-server, ingress and workflow host.
+			line := fmt.Sprintf("CPU per call: processes %s (load generator and servers)", fmtDur(pr.CPUPerCall()))
+			if okA && ab.CPU > 0 {
+				line += fmt.Sprintf(", agentbus %s, ratio agentbus/processes %.3f", fmtDur(ab.CPUPerCall()), float64(ab.CPUPerCall())/float64(pr.CPUPerCall()))
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 	if okA && okB {
 		// The bare phase's allocations are the load generator's and net/http's; what agentbus
@@ -528,6 +683,10 @@ func printRateTable(w io.Writer, phases []string, rates []float64, results map[s
 			if met {
 				best = max(best, rate)
 			}
+		}
+		if pr, ok := results[run{phaseProcesses, rate}.String()]; ok {
+			met := pr.P99 < targetP99 && pr.Unsent == 0
+			fmt.Fprintf(w, "processes p99 at %s req/s: %s   (target < %s: %s)\n", fmtRate(rate), fmtDur(pr.P99), fmtDur(targetP99), verdict(met))
 		}
 	}
 	switch {
@@ -635,6 +794,7 @@ func (p profiles) hook(suffix string) func() func() {
 }
 
 func fatalf(format string, args ...any) {
+	removeBuilt()
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 	os.Exit(2)
 }
