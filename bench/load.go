@@ -192,8 +192,11 @@ type result struct {
 	Scan  gcScan
 	// CPU is the CPU time (user and system) this process used during the measured window, and
 	// for the processes phase the servers' processes too; zero where the platform does not tell.
-	CPU  time.Duration
-	errs map[string]int
+	CPU time.Duration
+	// Procs is what each process used when other processes serve the load: "bench" (this one,
+	// the load generator) and the servers by name; nil otherwise.
+	Procs map[string]procUsage
+	errs  map[string]int
 }
 
 // GCCPUPerCall is the garbage collector's CPU per request of the measured window.
@@ -392,6 +395,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		gcs                 uint32
 		cpu, gcCPU          time.Duration
 		scan                gcScan
+		procs               map[string]procUsage
 	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
@@ -401,7 +405,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		gcBefore, _ := readGC()
-		others := func() time.Duration { return 0 }
+		others := func() map[string]procUsage { return nil }
 		if ep.others != nil {
 			others = ep.others
 		}
@@ -409,9 +413,18 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		if o.ProfileServers != "" && ep.profile != nil {
 			waitProfiles = ep.profile(o.ProfileServers, o.Duration)
 		}
-		cpuBefore := processCPU() + others()
+		cpuBefore, othersBefore := processCPU(), others()
 		sleepUntil(ctx, measureEnd)
-		cpu = processCPU() + others() - cpuBefore
+		cpu = processCPU() - cpuBefore
+		if after := others(); after != nil {
+			procs = map[string]procUsage{}
+			for name, u := range after {
+				procs[name] = u.minus(othersBefore[name])
+				if name != "bench" {
+					cpu += procs[name].CPU
+				}
+			}
+		}
 		runtime.ReadMemStats(&after)
 		var gcAfter time.Duration
 		gcAfter, scan = readGC()
@@ -424,7 +437,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, Procs: procs, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {

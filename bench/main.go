@@ -613,6 +613,16 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 				line += fmt.Sprintf(", agentbus %s, ratio agentbus/processes %.3f", fmtDur(ab.CPUPerCall()), float64(ab.CPUPerCall())/float64(pr.CPUPerCall()))
 			}
 			fmt.Fprintln(w, line)
+			var parts []string
+			for _, name := range append([]string{"bench"}, procNames...) {
+				if u, ok := pr.Procs[name]; ok && pr.Requests > 0 {
+					n := float64(pr.Requests)
+					parts = append(parts, fmt.Sprintf("%s %s (%.1f reads, %.1f writes)", name, fmtDur(u.CPU/time.Duration(pr.Requests)), float64(u.Reads)/n, float64(u.Writes)/n))
+				}
+			}
+			if len(parts) > 0 {
+				fmt.Fprintf(w, "per call by process, CPU and read and write system calls: %s\n", strings.Join(parts, "; "))
+			}
 		}
 	}
 	if okA && okB {

@@ -139,6 +139,44 @@ func (c *child) cpu() time.Duration {
 	return time.Duration(ut+st) * time.Second / clockTicks
 }
 
+// syscalls is how many read and write system calls the process made so far (Linux: /proc).
+func syscalls(pid string) (reads, writes int64) {
+	b, err := os.ReadFile("/proc/" + pid + "/io")
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+			reads, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			writes, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return reads, writes
+}
+
+// procUsage is what a process used: CPU time, and read and write system calls (sockets, files
+// and pipes alike).
+type procUsage struct {
+	CPU           time.Duration
+	Reads, Writes int64
+}
+
+func (u procUsage) minus(v procUsage) procUsage {
+	return procUsage{u.CPU - v.CPU, u.Reads - v.Reads, u.Writes - v.Writes}
+}
+
+func (c *child) usage() procUsage {
+	r, w := syscalls(strconv.Itoa(c.cmd.Process.Pid))
+	return procUsage{c.cpu(), r, w}
+}
+
+// selfUsage is this process's usage: the load generator's, in the processes phase.
+func selfUsage() procUsage {
+	r, w := syscalls("self")
+	return procUsage{processCPU(), r, w}
+}
+
 // clockTicks is the unit of /proc's CPU times (USER_HZ), 100 on every Linux platform Go runs on.
 const clockTicks = 100
 
@@ -187,6 +225,10 @@ func startProcesses(ctx context.Context, o options) (ep endpoint, stop func() er
 	stop = func() error {
 		for i := len(children) - 1; i >= 0; i-- {
 			children[i].stop()
+		}
+		if os.Getenv("AGENTBUS_BENCH_KEEP_LOGS") != "" {
+			fmt.Fprintf(os.Stderr, "bench: the processes' logs and store are in %s\n", dir)
+			return nil
 		}
 		return os.RemoveAll(dir)
 	}
@@ -293,12 +335,13 @@ func startProcesses(ctx context.Context, o options) (ep endpoint, stop func() er
 			return endpoint{}, nil, fmt.Errorf("the processes did not answer a call within a minute: %w", err)
 		}
 	}
-	ep.others = func() time.Duration {
-		var sum time.Duration
+	ep.others = func() map[string]procUsage {
+		u := make(map[string]procUsage, len(children)+1)
+		u["bench"] = selfUsage()
 		for _, c := range children {
-			sum += c.cpu()
+			u[c.name] = c.usage()
 		}
-		return sum
+		return u
 	}
 	ep.profile = func(prefix string, d time.Duration) func() {
 		return profileChildren(children, prefix, d)

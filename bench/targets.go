@@ -64,10 +64,10 @@ type endpoint struct {
 	reqs   []request
 	auth   string // Authorization header; empty for none
 	status int    // the status every answer must have
-	// others, when set, returns the CPU time used so far by the other processes that serve the
-	// load; profile starts CPU profiles of d of them, into files named prefix.name, and returns a
-	// function that waits until they are written.
-	others  func() time.Duration
+	// others, when set, returns the CPU time used so far by each of the other processes that
+	// serve the load, by name; profile starts CPU profiles of d of them, into files named
+	// prefix.name, and returns a function that waits until they are written.
+	others  func() map[string]procUsage
 	profile func(prefix string, d time.Duration) (wait func())
 }
 
