@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
@@ -47,6 +48,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
+	// A small heap that turns over fast: collect less often than Go's default unless GOGC says
+	// otherwise (docs/configuration.md).
+	gc := gogc.Set(lookupEnv)
 	stopTracing, err := tracing.Setup(ctx, "agentbus-ingress")
 	if err != nil {
 		return err
@@ -97,7 +101,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	hs := srv.HTTPServer()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	log.Info("ingress listening", "addr", ln.Addr().String())
+	log.Info("ingress listening", "addr", ln.Addr().String(), "gogc", gc)
 
 	select {
 	case err := <-done:

@@ -33,6 +33,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/remote"
@@ -61,6 +62,9 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	log := cfg.Logger(stderr)
+	// A small heap that turns over fast: collect less often than Go's default unless GOGC says
+	// otherwise (docs/configuration.md).
+	log.Info("garbage collector target", "gogc", gogc.Set(lookupEnv))
 	stopTracing, err := tracing.Setup(ctx, "agentbus-workflowhost")
 	if err != nil {
 		return err
