@@ -103,6 +103,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
@@ -319,6 +320,9 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 	}
 	if slices.Contains(phases, phaseProcesses) {
 		load += " processes=nats-server,ingress,workflowhost"
+		if os.Getenv("GOGC") == "" {
+			load += fmt.Sprintf(" (GOGC=%d)", gogc.Default)
+		}
 		if env := o.ProcEnv.String(); env != "" {
 			load += " penv=" + env
 		}

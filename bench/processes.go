@@ -21,6 +21,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/gogc"
 )
 
 // The processes phase is the scaled-out deployment on this machine: nats-server, one ingress and
@@ -276,7 +278,13 @@ func startProcesses(ctx context.Context, o options) (ep endpoint, stop func() er
 		natsPort, natsMon, natsProf, store), 0o644); err != nil {
 		return endpoint{}, nil, err
 	}
-	n, err := start(procNATS, bins.nats, []string{"-c", conf}, nil)
+	// nats-server collects garbage as the deploy configs have it, the agentbus binaries as they
+	// set it themselves, unless the environment gives GOGC.
+	var natsEnv []string
+	if os.Getenv("GOGC") == "" {
+		natsEnv = []string{"GOGC=" + strconv.Itoa(gogc.Default)}
+	}
+	n, err := start(procNATS, bins.nats, []string{"-c", conf}, natsEnv)
 	if err != nil {
 		return endpoint{}, nil, err
 	}
