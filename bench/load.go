@@ -196,7 +196,10 @@ type result struct {
 	// Procs is what each process used when other processes serve the load: "bench" (this one,
 	// the load generator) and the servers by name; nil otherwise.
 	Procs map[string]procUsage
-	errs  map[string]int
+	// NATSIn and NATSOut are the messages the NATS server received and sent during the window,
+	// where it runs as a process of its own.
+	NATSIn, NATSOut int64
+	errs            map[string]int
 }
 
 // GCCPUPerCall is the garbage collector's CPU per request of the measured window.
@@ -396,6 +399,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		cpu, gcCPU          time.Duration
 		scan                gcScan
 		procs               map[string]procUsage
+		natsIn, natsOut     int64
 	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
@@ -413,9 +417,17 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		if o.ProfileServers != "" && ep.profile != nil {
 			waitProfiles = ep.profile(o.ProfileServers, o.Duration)
 		}
+		var inBefore, outBefore int64
+		if ep.msgs != nil {
+			inBefore, outBefore = ep.msgs()
+		}
 		cpuBefore, othersBefore := processCPU(), others()
 		sleepUntil(ctx, measureEnd)
 		cpu = processCPU() - cpuBefore
+		if ep.msgs != nil {
+			in, out := ep.msgs()
+			natsIn, natsOut = in-inBefore, out-outBefore
+		}
 		if after := others(); after != nil {
 			procs = map[string]procUsage{}
 			for name, u := range after {
@@ -437,7 +449,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, Procs: procs, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, Procs: procs, NATSIn: natsIn, NATSOut: natsOut, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {

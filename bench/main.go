@@ -627,6 +627,9 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 			if len(parts) > 0 {
 				fmt.Fprintf(w, "per call by process, CPU and read and write system calls: %s\n", strings.Join(parts, "; "))
 			}
+			if pr.NATSIn > 0 && pr.Requests > 0 {
+				fmt.Fprintf(w, "NATS messages per call: %.2f in, %.2f out\n", float64(pr.NATSIn)/float64(pr.Requests), float64(pr.NATSOut)/float64(pr.Requests))
+			}
 		}
 	}
 	if okA && okB {

@@ -351,6 +351,8 @@ func startProcesses(ctx context.Context, o options) (ep endpoint, stop func() er
 		}
 		return u
 	}
+	varz := fmt.Sprintf("http://127.0.0.1:%d/varz", natsMon)
+	ep.msgs = func() (in, out int64) { return natsMsgs(varz) }
 	ep.profile = func(prefix string, d time.Duration) func() {
 		return profileChildren(children, prefix, d)
 	}
@@ -389,6 +391,24 @@ func fetchProfile(url, file string, d time.Duration) error {
 	}
 	_, err = io.Copy(f, resp.Body)
 	return errors.Join(err, f.Close())
+}
+
+// natsMsgs reads the messages a NATS server received and sent so far from its /varz.
+func natsMsgs(varz string) (in, out int64) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(varz)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	var v struct {
+		InMsgs  int64 `json:"in_msgs"`
+		OutMsgs int64 `json:"out_msgs"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return 0, 0
+	}
+	return v.InMsgs, v.OutMsgs
 }
 
 // waitOK polls url until it answers 200, while c runs.

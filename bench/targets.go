@@ -67,7 +67,9 @@ type endpoint struct {
 	// others, when set, returns the CPU time used so far by each of the other processes that
 	// serve the load, by name; profile starts CPU profiles of d of them, into files named
 	// prefix.name, and returns a function that waits until they are written.
-	others  func() map[string]procUsage
+	others func() map[string]procUsage
+	// msgs, when set, returns the messages the NATS server has received and sent so far.
+	msgs    func() (in, out int64)
 	profile func(prefix string, d time.Duration) (wait func())
 }
 
