@@ -51,10 +51,26 @@
 // the open loop at each rate in turn, after the closed loop unless -closed=false; with -rate the
 // closed loop runs only if -closed is given.
 //
+// -phase processes runs the same load against the scaled-out deployment on this machine:
+// nats-server (at GOGC=400, as the deploy configs run it), one ingress and one workflow host, each
+// a process of its own built from this module (or taken from -bins DIR) and talking over loopback
+// TCP. Its CPU per call is that of all four processes (load generator and servers), and the table
+// adds each process's CPU and read and write system calls per call and the NATS messages per call.
+// -penv name:KEY=VALUE adds to a process's environment (name: nats, ingress, workflowhost or all).
+// With -cpuprofile FILE its servers are profiled through their profiling endpoints
+// (AGENTBUS_PPROF_ADDR; nats-server's prof_port) into FILE.processes.nats, .ingress and
+// .workflowhost, and the load generator into FILE.processes.bench. AGENTBUS_BENCH_KEEP_LOGS=1
+// keeps their logs and store.
+//
+// -rounds N runs the phases N times in turn (bare, agentbus, processes, bare, …), prints each
+// round's tables, then the req/s, ratios, p99 and CPU per call of every round and their medians:
+// on a shared machine the phases of one round see about the same machine.
+//
 // Usage:
 //
 //	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 16]
-//	               [-body '{"ping":1}'] [-phase both|bare|agentbus] [-cpuprofile FILE] [-trace FILE]
+//	               [-body '{"ping":1}'] [-phase both|bare|agentbus|bare,agentbus,processes,…]
+//	               [-rounds N] [-bins DIR] [-penv name:KEY=VALUE] [-cpuprofile FILE] [-trace FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
 //	               [-min-ratio R]
@@ -493,6 +509,10 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 			}, "%.0f"})
 		}
 	}
+	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
+		// What the req/s ratio would be were both phases bound by the same CPUs alone.
+		cols = append(cols, col{"CPU/call agentbus/processes", cpuRatio, "%.3f"})
+	}
 	fmt.Fprintf(w, "closed loop, %d rounds, phases in turn:\n", len(rounds))
 	fmt.Fprintf(w, "%-7s", "round")
 	for _, c := range cols {
@@ -522,7 +542,19 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
 		m := medianOf(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseProcesses, phaseAgentbus) })
 		fmt.Fprintf(w, "median ratio processes/agentbus req/s: %.3f   (target >= %.2f: %s)\n", m, targetProcessesRatio, verdict(m >= targetProcessesRatio))
+		c := medianOf(rounds, cpuRatio)
+		fmt.Fprintf(w, "median ratio of CPU per call agentbus/processes: %.3f   (the req/s ratio were both bound by the same CPUs alone)\n", c)
 	}
+}
+
+// cpuRatio is the agentbus phase's CPU per call over the processes phase's in res.
+func cpuRatio(res map[string]result) (float64, bool) {
+	a, okA := res[phaseAgentbus]
+	p, okP := res[phaseProcesses]
+	if !okA || !okP || a.CPU == 0 || p.CPU == 0 {
+		return 0, false
+	}
+	return float64(a.CPUPerCall()) / float64(p.CPUPerCall()), true
 }
 
 // maxRate bounds -rate and -rates; far beyond what loopback HTTP can do.
