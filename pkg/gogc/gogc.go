@@ -2,10 +2,10 @@
 // environment gives none.
 //
 // Go's default, 100, collects whenever the heap has doubled since the last collection. The
-// ingress and the workflow host keep a live heap of a few megabytes and allocate about 10 KB per
-// call, so under load they collected every few tens of milliseconds (about 27 and 18 times a
-// second at 7,000 calls a second, docs/performance.md), each collection costing about the same
-// whatever the heap's size. A process that embeds the NATS server holds the store's block
+// ingress and the workflow host keep a live heap of 2–3 MB and allocate with every call, so under
+// load they collected every few tens of milliseconds (about 27 and 18 times a second at 8,000
+// calls a second, docs/performance.md), each collection costing about the same whatever the
+// heap's size. A process that embeds the NATS server holds the store's block
 // caches, and at 100 collects every few hundred milliseconds, its slowest calls piling up around
 // the collections. At 400 each collects four to five times less often, for a few more megabytes
 // of memory in the ingress and the host, and about 1.6 times the resident memory in the
