@@ -36,7 +36,8 @@
 // length of activation name to a stack started for the purpose. Load generator and servers share
 // the machine's CPUs.
 //
-// Each phase runs -warmup unmeasured, then -duration measured, and stops by itself. Every
+// Each phase first sends one request to each instance (-clients at a time), which starts the
+// instances' runs, then runs -warmup unmeasured, then -duration measured, and stops by itself. Every
 // response must have the target's status (202 for send, else 200); anything else is counted,
 // shown and makes the command exit with status 1.
 //
