@@ -28,6 +28,7 @@ import (
 // keep-alive, 100 conversations), and prints each one's rate and p99 and the remote ones' rates
 // as shares of Go's, measured in one run.
 func BenchmarkRemoteWebhookEcho(b *testing.B) {
+	b.Cleanup(benchClient.CloseIdleConnections)
 	pyReg := startPythonEcho(b, webhooksig.NewStandardSecret())
 	tsReg := startTypeScriptEcho(b, webhooksig.NewStandardSecret())
 	s := stacktest.Start(b, stacktest.Options{})
@@ -93,7 +94,10 @@ type run struct {
 	rate     float64
 }
 
-// measure makes n POSTs to url over the given clients.
+// benchClient keeps a connection per client alive (http.DefaultTransport keeps two).
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+// measure makes n POSTs to url over the given clients, on keep-alive connections.
 func measure(b *testing.B, url string, n, clients int) run {
 	var mu sync.Mutex
 	var all []time.Duration
@@ -104,7 +108,7 @@ func measure(b *testing.B, url string, n, clients int) run {
 			for i := c; i < n; i += clients {
 				t0 := time.Now()
 				// 100 conversations: one conversation's calls run one at a time.
-				resp, err := http.Post(url+"&participantId=c"+strconv.Itoa(i%100), "application/json", bytes.NewReader([]byte(`{"n":1}`)))
+				resp, err := benchClient.Post(url+"&participantId=c"+strconv.Itoa(i%100), "application/json", bytes.NewReader([]byte(`{"n":1}`)))
 				if err != nil {
 					b.Error(err)
 					return
