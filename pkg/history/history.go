@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -38,8 +37,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// PrevDepth is how many previous sequences a message's subject.HeaderPrev header lists.
-const PrevDepth = 32
+// PrevDepth is how many previous sequences a subject.HeaderPrev header lists.
+const PrevDepth = bus.PrevDepth
 
 // Errors callers test for.
 var (
@@ -199,7 +198,7 @@ func (s *Store) read(ctx context.Context, tenant, workflowID, participant string
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: %w", err)
 	}
-	prev, err := parsePrev(raw.Header)
+	prev, err := bus.ParsePrev(raw.Header)
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
@@ -295,12 +294,12 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		*buf = body[:0]
 		nm := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 		if cur.LastSeq != 0 {
-			nm.Header.Set(subject.HeaderPrev, formatPrev(cur.LastSeq, cur.Prev))
+			nm.Header.Set(subject.HeaderPrev, bus.FormatPrev(cur.LastSeq, cur.Prev))
 		}
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
-			if isWrongLastSeq(err) {
+			if bus.IsWrongLastSeq(err) {
 				return ErrConflict
 			}
 			return fmt.Errorf("appending to thread: %w", err)
@@ -416,42 +415,6 @@ func (s *Store) remember(key string, list []string) {
 	}
 }
 
-// formatPrev is the subject.HeaderPrev value of the message after last: last, then prev, at most
-// PrevDepth sequences.
-func formatPrev(last uint64, prev []uint64) string {
-	b := make([]byte, 0, 8*PrevDepth)
-	b = strconv.AppendUint(b, last, 10)
-	for _, p := range prev[:min(len(prev), PrevDepth-1)] {
-		b = append(b, ',')
-		b = strconv.AppendUint(b, p, 10)
-	}
-	return string(b)
-}
-
-// parsePrev reads a message's subject.HeaderPrev header: nil when absent, at most PrevDepth
-// sequences.
-func parsePrev(h nats.Header) ([]uint64, error) {
-	v := h.Get(subject.HeaderPrev)
-	if v == "" {
-		return nil, nil
-	}
-	parts := strings.Split(v, ",")
-	out := make([]uint64, 0, min(len(parts), PrevDepth))
-	for _, p := range parts[:min(len(parts), PrevDepth)] {
-		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 64)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("bad %s header %q", subject.HeaderPrev, v)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
 func isKVConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)
+	return errors.Is(err, jetstream.ErrKeyExists) || bus.IsWrongLastSeq(err)
 }

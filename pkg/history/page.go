@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -136,7 +137,7 @@ func (p *pager) collect(ctx context.Context, s *Store, subj string, head *jetstr
 	if err != nil {
 		return false, err
 	}
-	chain, err := parsePrev(head.Header)
+	chain, err := bus.ParsePrev(head.Header)
 	if err != nil {
 		return false, fmt.Errorf("reading thread: message %d: %w", head.Sequence, err)
 	}
@@ -161,7 +162,7 @@ func (p *pager) collect(ctx context.Context, s *Store, subj string, head *jetstr
 			break
 		}
 		if chain = chain[n:]; len(chain) == 0 {
-			if chain, err = parsePrev(p.last.Header); err != nil {
+			if chain, err = bus.ParsePrev(p.last.Header); err != nil {
 				return false, fmt.Errorf("reading thread: message %d: %w", p.last.Sequence, err)
 			}
 		}
@@ -211,7 +212,7 @@ func (p *pager) cursor() (uint64, error) {
 	if p.rest {
 		return next, nil
 	}
-	older, err := parsePrev(p.last.Header)
+	older, err := bus.ParsePrev(p.last.Header)
 	if err != nil {
 		return 0, fmt.Errorf("reading thread: message %d: %w", p.last.Sequence, err)
 	}

@@ -31,8 +31,8 @@ import (
 // current run; the others are of a run since replaced (whose successor has a newer entry of its
 // own) or of a run that never started (its host failed or lost the race between the two writes).
 
-// PrevDepth is how many previous sequences an entry's subject.HeaderPrev header lists.
-const PrevDepth = 32
+// PrevDepth is how many previous sequences a subject.HeaderPrev header lists.
+const PrevDepth = bus.PrevDepth
 
 // Page sizes of Index.List.
 const (
@@ -105,7 +105,7 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	for attempt := 1; ; attempt++ {
 		m := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 		if h.last != 0 {
-			m.Header.Set(subject.HeaderPrev, formatPrev(h.last, h.prev))
+			m.Header.Set(subject.HeaderPrev, bus.FormatPrev(h.last, h.prev))
 		}
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(h.last, 10))
 		ack, err := bus.Publish(ctx, x.js, m)
@@ -114,7 +114,7 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 			return nil
 		}
 		x.forget(subj)
-		if !isWrongLastSeq(err) || attempt == appendAttempts {
+		if !bus.IsWrongLastSeq(err) || attempt == appendAttempts {
 			return fmt.Errorf("appending to the run index: %w", err)
 		}
 		var newest *Entry
@@ -162,7 +162,7 @@ func (x *Index) readHead(ctx context.Context, subj string) (indexHead, *Entry, e
 	if err != nil {
 		return indexHead{}, nil, fmt.Errorf("reading the run index: %w", err)
 	}
-	prev, err := parsePrev(raw.Header)
+	prev, err := bus.ParsePrev(raw.Header)
 	if err != nil {
 		return indexHead{}, nil, fmt.Errorf("reading the run index: entry %d: %w", raw.Sequence, err)
 	}
@@ -238,7 +238,7 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 	case head.Subject != subj:
 		return nil, 0, ErrBadCursor
 	}
-	chain, err := parsePrev(head.Header)
+	chain, err := bus.ParsePrev(head.Header)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the run index: entry %d: %w", head.Sequence, err)
 	}
@@ -263,7 +263,7 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 				break
 			}
 			if chain = chain[len(batch):]; len(chain) == 0 {
-				if chain, err = parsePrev(batch[len(batch)-1].Header); err != nil {
+				if chain, err = bus.ParsePrev(batch[len(batch)-1].Header); err != nil {
 					return nil, 0, fmt.Errorf("reading the run index: entry %d: %w", batch[len(batch)-1].Sequence, err)
 				}
 			}
@@ -382,39 +382,4 @@ func tenantOf(workflowID string) string {
 
 func activationOf(workflowID string) string {
 	return workflowID[strings.LastIndexByte(workflowID, ':')+1:]
-}
-
-// formatPrev is the subject.HeaderPrev value of the entry after last: last, then prev, at most
-// PrevDepth sequences (the form history records use).
-func formatPrev(last uint64, prev []uint64) string {
-	b := make([]byte, 0, 8*PrevDepth)
-	b = strconv.AppendUint(b, last, 10)
-	for _, p := range prev[:min(len(prev), PrevDepth-1)] {
-		b = append(b, ',')
-		b = strconv.AppendUint(b, p, 10)
-	}
-	return string(b)
-}
-
-// parsePrev reads an entry's subject.HeaderPrev header: nil when absent.
-func parsePrev(h nats.Header) ([]uint64, error) {
-	v := h.Get(subject.HeaderPrev)
-	if v == "" {
-		return nil, nil
-	}
-	parts := strings.Split(v, ",")
-	out := make([]uint64, 0, min(len(parts), PrevDepth))
-	for _, p := range parts[:min(len(parts), PrevDepth)] {
-		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 64)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("bad %s header %q", subject.HeaderPrev, v)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
