@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -236,20 +235,9 @@ func (h *Host) redeliverStale(ctx context.Context, part *partition, info *jetstr
 		return
 	}
 	var seqs []uint64
-	for seq, last := info.AckFloor.Stream+1, info.Delivered.Stream; seq <= last; {
-		m, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, seq, part.filter)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if err != nil {
-			h.log.Debug("reading unacknowledged requests to redeliver", "consumer", part.durable, "err", err)
-			return
-		}
-		if m.Sequence > last {
-			break
-		}
-		seqs = append(seqs, m.Sequence)
-		seq = m.Sequence + 1
+	if err := h.eachUnacked(ctx, part, info, func(seq uint64, _ string) { seqs = append(seqs, seq) }); err != nil {
+		h.log.Debug("reading unacknowledged requests to redeliver", "consumer", part.durable, "err", err)
+		return
 	}
 	n := 0
 	for _, seq := range seqs {

@@ -438,21 +438,31 @@ func (h *Host) snapshot(ctx context.Context, part *partition) (map[string][]uint
 		return nil, fmt.Errorf("reading partition state: %w", err)
 	}
 	others := make(map[string][]uint64)
+	err = h.eachUnacked(ctx, part, info, func(seq uint64, subj string) { others[subj] = append(others[subj], seq) })
+	if err != nil {
+		return nil, err
+	}
+	return others, nil
+}
+
+// eachUnacked calls fn, in stream order, with each request of the partition that info shows
+// delivered and not acknowledged and that the inbox's leader still holds.
+func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream.ConsumerInfo, fn func(seq uint64, subj string)) error {
 	for seq, last := info.AckFloor.Stream+1, info.Delivered.Stream; seq <= last; {
 		m, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, seq, part.filter)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading unacknowledged requests: %w", err)
+			return fmt.Errorf("reading unacknowledged requests: %w", err)
 		}
 		if m.Sequence > last {
 			break
 		}
-		others[m.Subject] = append(others[m.Subject], m.Sequence)
+		fn(m.Sequence, m.Subject)
 		seq = m.Sequence + 1
 	}
-	return others, nil
+	return nil
 }
 
 // takeOver begins a new tenure of part under pin: it snapshots the requests held elsewhere,
