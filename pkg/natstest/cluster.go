@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -9,7 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // Cluster is an embedded NATS cluster with JetStream, all in the test's process: servers n1, n2,
@@ -150,4 +155,26 @@ func (c *Cluster) shutdown() {
 	for _, ns := range c.Servers {
 		ns.WaitForShutdown()
 	}
+}
+
+// ClusterBus starts a three-node cluster for the test and creates agentbus's streams, buckets
+// and object stores on it, each with three replicas (one inbox partition unless cfg says
+// otherwise). The connection of the returned resources closes when the test ends.
+func ClusterBus(t testing.TB, cfg bus.Config) (*Cluster, *bus.Resources) {
+	t.Helper()
+	cfg.Replicas = 3
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	cl := NewCluster(t, 3)
+	nc, err := nats.Connect(cl.URLs(), nats.Name(t.Name()))
+	require.NoError(t, err, "connecting to the NATS cluster")
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err, "creating a JetStream context")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := bus.Ensure(ctx, js, cfg)
+	require.NoError(t, err, "creating agentbus resources")
+	return cl, res
 }
