@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -178,7 +179,7 @@ func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
 		} else {
 			_, err = h.res.Tenures.Update(ctx, key, next, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if bus.IsConflict(err) {
 			continue // another host counted one meanwhile
 		}
 		if err != nil {

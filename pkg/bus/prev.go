@@ -1,13 +1,11 @@
 package bus
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -46,11 +44,4 @@ func ParsePrev(h nats.Header) ([]uint64, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// IsWrongLastSeq reports whether err is the stream's refusal of a publish whose expected last
-// subject sequence did not match: another writer appended to the subject first.
-func IsWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

@@ -299,7 +299,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
-			if bus.IsWrongLastSeq(err) {
+			if bus.IsConflict(err) {
 				return ErrConflict
 			}
 			return fmt.Errorf("appending to thread: %w", err)
@@ -385,7 +385,7 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 			s.remember(key, list)
 			return nil
 		}
-		if !isKVConflict(err) {
+		if !bus.IsConflict(err) {
 			return fmt.Errorf("writing topics: %w", err)
 		}
 	}
@@ -413,8 +413,4 @@ func (s *Store) remember(key string, list []string) {
 	for _, t := range list {
 		set[t] = struct{}{}
 	}
-}
-
-func isKVConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || bus.IsWrongLastSeq(err)
 }

@@ -114,7 +114,7 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 			return nil
 		}
 		x.forget(subj)
-		if !bus.IsWrongLastSeq(err) || attempt == appendAttempts {
+		if !bus.IsConflict(err) || attempt == appendAttempts {
 			return fmt.Errorf("appending to the run index: %w", err)
 		}
 		var newest *Entry

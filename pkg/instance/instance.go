@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -113,19 +114,11 @@ func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
 		rev, err = s.kv.Update(ctx, key, b, r.Revision)
 	}
 	if err != nil {
-		if isConflict(err) {
+		if bus.IsConflict(err) {
 			return Record{}, ErrConflict
 		}
 		return Record{}, fmt.Errorf("writing instance: %w", err)
 	}
 	r.Revision = rev
 	return r, nil
-}
-
-func isConflict(err error) bool {
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

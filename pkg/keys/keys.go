@@ -26,6 +26,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 )
 
@@ -119,7 +120,7 @@ func (s *Store) CreateTenant(ctx context.Context, id string) (Tenant, error) {
 	t := Tenant{ID: id, CreatedAt: time.Now().UTC()}
 	b, _ := json.Marshal(t)
 	if _, err := s.tenants.Create(ctx, id, b); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if bus.IsConflict(err) {
 			return Tenant{}, ErrTenantExists
 		}
 		return Tenant{}, fmt.Errorf("creating tenant: %w", err)
@@ -215,7 +216,7 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		b, _ := json.Marshal(t)
 		if _, err := s.tenants.Update(ctx, id, b, rev); err == nil {
 			break
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !bus.IsConflict(err) {
 			return fmt.Errorf("marking tenant deleted: %w", err)
 		}
 	}
@@ -277,7 +278,7 @@ func (s *Store) Seed(ctx context.Context, secret string, nk NewKey) (Key, error)
 	}
 	if _, err := s.keys.Create(ctx, h, b); err != nil {
 		_ = s.keys.Purge(ctx, indexKey(k.ID))
-		if errors.Is(err, jetstream.ErrKeyExists) { // seeded concurrently
+		if bus.IsConflict(err) { // seeded concurrently
 			return s.byHash(ctx, h)
 		}
 		return Key{}, fmt.Errorf("storing key: %w", err)
@@ -291,7 +292,7 @@ func indexKey(id string) string { return "id." + id }
 
 // index stores the id index entry of the key with hash h, unless it is there.
 func (s *Store) index(ctx context.Context, id, h string) error {
-	if _, err := s.keys.Create(ctx, indexKey(id), []byte(h)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := s.keys.Create(ctx, indexKey(id), []byte(h)); err != nil && !bus.IsConflict(err) {
 		return fmt.Errorf("indexing key: %w", err)
 	}
 	return nil
@@ -429,7 +430,7 @@ func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, erro
 		b, _ := json.Marshal(k)
 		if _, err := s.keys.Update(ctx, h, b, e.Revision()); err == nil {
 			return k, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !bus.IsConflict(err) {
 			return Key{}, fmt.Errorf("revoking key: %w", err)
 		}
 	}

@@ -247,7 +247,7 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 			return Registration{}, fmt.Errorf("encoding registration: %w", err)
 		}
 		if _, err := s.kv.Create(ctx, key, b); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
+			if bus.IsConflict(err) {
 				return Registration{}, ErrExists
 			}
 			return Registration{}, fmt.Errorf("storing registration: %w", err)

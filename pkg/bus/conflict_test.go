@@ -1,0 +1,169 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// TestIsConflict: the errors a compare-and-set write is refused with, as the stream and nats.go's
+// KV answer them, are conflicts; other errors are not.
+func TestIsConflict(t *testing.T) {
+	wrongLast := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequence, Description: "wrong last sequence: 3"}
+	inProcess := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"}
+	for name, err := range map[string]error{
+		"wrong last sequence":                        fmt.Errorf("nats: %w", wrongLast),
+		"wrong last sequence, replicated":            fmt.Errorf("nats: %w", inProcess),
+		"key exists":                                 jetstream.ErrKeyExists,
+		"key exists, replicated":                     fmt.Errorf("%w: %w", inProcess, jetstream.ErrKeyExists),
+		"key revision mismatch":                      fmt.Errorf("%w: %w", wrongLast, jetstream.ErrKeyRevisionMismatch),
+		"key revision mismatch, replicated":          fmt.Errorf("%w: %w", inProcess, jetstream.ErrKeyRevisionMismatch),
+		"create of a deleted key, replicated":        inProcess,
+		"wrapped by the caller":                      fmt.Errorf("writing: %w", fmt.Errorf("nats: %w", inProcess)),
+		"revision mismatch without the stream's own": jetstream.ErrKeyRevisionMismatch,
+	} {
+		assert.True(t, bus.IsConflict(err), "%s: %v", name, err)
+	}
+	for name, err := range map[string]error{
+		"nil":             nil,
+		"other API error": &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		"no stream":       jetstream.ErrNoStreamResponse,
+		"timeout":         context.DeadlineExceeded,
+		"key not found":   jetstream.ErrKeyNotFound,
+	} {
+		assert.False(t, bus.IsConflict(err), "%s: %v", name, err)
+	}
+}
+
+// Race tests set racers writers going at once, a round at a time, until a replicated stream has
+// refused one of them with the code it uses while another write to the subject is still being
+// agreed on (jetstream.JSErrCodeStreamWrongLastSequenceConstant), or fail after maxRaceRounds.
+const (
+	racers        = 8
+	maxRaceRounds = 200
+)
+
+// race runs write(0) … write(racers-1) at once and returns their errors.
+func race(write func(i int) error) []error {
+	errs := make([]error, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			errs[i] = write(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// errorCode returns the JetStream API error code in err's chain, or 0.
+func errorCode(err error) jetstream.ErrorCode {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode
+	}
+	return 0
+}
+
+// TestConflictOnReplicatedStream: on a stream and a bucket with three replicas, writers racing on
+// one subject with appends that expect its last sequence, on one key with updates at its
+// revision, and on one deleted key with creates, are refused as conflicts, whichever code the
+// stream refuses them with, and at most one of each round wins.
+func TestConflictOnReplicatedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	cl := natstest.NewCluster(t, 3)
+	nc, err := nats.Connect(cl.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "CAS", Subjects: []string{"cas.>"}, Replicas: 3})
+	require.NoError(t, err)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "cas", Replicas: 3})
+	require.NoError(t, err)
+
+	t.Run("appends", func(t *testing.T) {
+		rounds(t, func() []error {
+			var last uint64
+			if raw, err := bus.LeaderLast(ctx, nc, "CAS", "cas.one"); err == nil {
+				last = raw.Sequence
+			} else {
+				require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+			}
+			return race(func(i int) error {
+				m := nats.NewMsg("cas.one")
+				m.Data = []byte(strconv.Itoa(i))
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+				_, err := bus.Publish(ctx, js, m)
+				return err
+			})
+		})
+	})
+	t.Run("kv updates", func(t *testing.T) {
+		rev, err := kv.Create(ctx, "update", []byte("0"))
+		require.NoError(t, err)
+		rounds(t, func() []error {
+			e, err := kv.Get(ctx, "update")
+			require.NoError(t, err)
+			rev = max(rev, e.Revision()) // a replica may answer with an older one
+			return race(func(i int) error {
+				_, err := kv.Update(ctx, "update", []byte(strconv.Itoa(i)), rev)
+				return err
+			})
+		})
+	})
+	t.Run("kv creates of a deleted key", func(t *testing.T) {
+		rounds(t, func() []error {
+			require.NoError(t, kv.Delete(ctx, "create"))
+			return race(func(i int) error {
+				_, err := kv.Create(ctx, "create", []byte(strconv.Itoa(i)))
+				return err
+			})
+		})
+	})
+}
+
+// rounds runs round, which sets writers racing and returns their errors, until one was the
+// replicated stream's, at most maxRaceRounds times. Every error must be a conflict, and at most
+// one writer of a round may win.
+func rounds(t *testing.T, round func() []error) {
+	t.Helper()
+	counts := map[jetstream.ErrorCode]int{}
+	won := 0
+	for n := 1; counts[jetstream.JSErrCodeStreamWrongLastSequenceConstant] == 0; n++ {
+		require.LessOrEqual(t, n, maxRaceRounds, "no write was refused with code %d in %d rounds (codes seen: %v)",
+			jetstream.JSErrCodeStreamWrongLastSequenceConstant, maxRaceRounds, counts)
+		wins := 0
+		for _, err := range round() {
+			if err == nil {
+				wins++
+				continue
+			}
+			counts[errorCode(err)]++
+			require.True(t, bus.IsConflict(err), "round %d: a refusal not taken for a conflict: %v", n, err)
+		}
+		require.LessOrEqual(t, wins, 1, "round %d: writers that won", n)
+		won += wins
+	}
+	require.Positive(t, won, "writes that won")
+	t.Logf("refusals by code: %v; writes that won: %d", counts, won)
+}

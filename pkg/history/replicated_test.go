@@ -1,0 +1,97 @@
+package history_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// TestConcurrentWritersOnReplicatedStream: writers appending to one thread at once, on a stream
+// and a topics bucket with three replicas, each reloading its cursor when another appended first:
+// every failed append is ErrConflict, whichever code the stream refused it with, each message is
+// stored once in one chain, and the thread lists every writer's scope. The rounds (a thread
+// each) go on until the stream has used the code of a replicated stream, whose write to the
+// subject is still being agreed on, or fail after maxRounds.
+func TestConcurrentWritersOnReplicatedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	const writers, maxRounds = 8, 50
+	cl, res := natstest.ClusterBus(t, bus.Config{})
+	seen := natstest.WatchAPIErrors(t, cl.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	e := env{ctx: ctx, store: history.NewStore(res.Messages, res.Topics, res.JS), res: res}
+	var scopes []string
+	for i := range writers {
+		scopes = append(scopes, fmt.Sprintf("t%d", i))
+	}
+	for round := 1; seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant) == 0; round++ {
+		require.LessOrEqual(t, round, maxRounds, "no write was refused with code %d", jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		participant := fmt.Sprintf("p%d", round)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				s := e.another()
+				<-start
+				var old history.Cursor
+				for {
+					cur, err := s.Cursor(ctx, tenant, wf, participant)
+					if !assert.NoError(t, err) {
+						return
+					}
+					cur.Carry(&old)
+					err = s.Append(ctx, tenant, wf, participant, &cur, chat(fmt.Sprintf("%s-%d", participant, i), "hi"), &history.Message{
+						ID: fmt.Sprintf("%s-%d-scoped", participant, i), Direction: history.Out, MessageType: history.Chat, Scope: scopes[i]})
+					if err == nil {
+						return
+					}
+					if !assert.ErrorIs(t, err, history.ErrConflict, "round %d, writer %d", round, i) {
+						return
+					}
+					old = cur
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.False(t, t.Failed())
+
+		// Pages and topics are read from any replica: wait until it has the thread's last writes.
+		last, err := bus.LeaderLast(ctx, res.JS.Conn(), subject.MessagesStream, subject.Thread(tenant, wf, participant))
+		require.NoError(t, err)
+		var topics []string
+		for {
+			page, _, err := e.store.Page(ctx, tenant, wf, participant, history.PageOptions{Size: 1})
+			require.NoError(t, err)
+			topics, err = e.store.Topics(ctx, tenant, wf, participant)
+			require.NoError(t, err)
+			if len(page) == 1 && page[0].Pos>>1 == last.Sequence && len(topics) == writers {
+				break
+			}
+			require.NoError(t, ctx.Err(), "round %d: the replicas did not catch up", round)
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Equal(t, scopes, topics, "round %d: topics", round)
+		got := ids(walk(t, e, participant, history.PageOptions{}))
+		require.Len(t, got, 2*writers, "round %d: the thread's messages", round)
+		slices.Sort(got)
+		require.Len(t, slices.Compact(got), 2*writers, "round %d: the thread's messages, once each", round)
+	}
+	t.Logf("refusals: %d with code %d, %d with code %d",
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

@@ -1,0 +1,143 @@
+package instance_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// The tests on a replicated bus set racers writers going at once, a round at a time, until the
+// stream has refused one of them with the code a replicated stream uses while another write to
+// the subject is still being agreed on, or fail after maxRaceRounds rounds.
+const (
+	racers        = 8
+	maxRaceRounds = 100
+)
+
+// replicatedSetup starts a three-node cluster with agentbus's resources replicated on the three,
+// and counts the API errors the cluster answers with.
+func replicatedSetup(t *testing.T) (context.Context, *bus.Resources, *natstest.APIErrors) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	cl, res := natstest.ClusterBus(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx, res, natstest.WatchAPIErrors(t, cl.URLs())
+}
+
+// race runs write(0) … write(racers-1) at once and returns their errors.
+func race(write func(i int) error) []error {
+	errs := make([]error, racers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Go(func() {
+			<-start
+			errs[i] = write(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
+// TestPutConflictsOnReplicatedBucket: writers that read one instance record at the same revision
+// and update it at once, on a bucket with three replicas: one wins, the others get ErrConflict
+// whichever code the stream refused them with, and no update is lost.
+func TestPutConflictsOnReplicatedBucket(t *testing.T) {
+	ctx, res, seen := replicatedSetup(t)
+	s := instance.NewStore(res.Instances)
+	const wf = "acme:Echo:Supervisor Workflow:race"
+	_, err := s.Put(ctx, newRecord("acme", wf))
+	require.NoError(t, err)
+	won := 0
+	for round := 1; seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant) == 0; round++ {
+		require.LessOrEqual(t, round, maxRaceRounds, "no update was refused with code %d", jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		read, err := s.Get(ctx, "acme", wf)
+		require.NoError(t, err)
+		wins := 0
+		for _, err := range race(func(i int) error {
+			r := read
+			r.Events++
+			r.State = json.RawMessage(fmt.Sprintf(`{"writer":%d}`, i))
+			r.WriteID = fmt.Sprintf("round-%d-writer-%d", round, i)
+			_, err := s.Put(ctx, r)
+			return err
+		}) {
+			if err == nil {
+				wins++
+				continue
+			}
+			require.ErrorIs(t, err, instance.ErrConflict, "round %d", round)
+		}
+		require.Equal(t, 1, wins, "round %d: writers that won", round)
+		won++
+	}
+	got, err := s.Get(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1+won, got.Events, "events: one per update that won")
+	t.Logf("%d rounds; refusals: %d with code %d, %d with code %d", won,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// TestIndexConcurrentWritersOnReplicatedStream: hosts appending runs to one agent's index at
+// once, on a stream with three replicas, all succeed, and the subject holds one chain: each
+// entry's subject.HeaderPrev lists the entries before it, and each run is stored once.
+func TestIndexConcurrentWritersOnReplicatedStream(t *testing.T) {
+	ctx, res, seen := replicatedSetup(t)
+	xs := make([]*instance.Index, racers)
+	for i := range xs {
+		xs[i] = instance.NewIndex(res.JS, res.Runs)
+	}
+	added := 0
+	for round := 1; seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant) == 0; round++ {
+		require.LessOrEqual(t, round, maxRaceRounds, "no append was refused with code %d", jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		for i, err := range race(func(i int) error {
+			wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:r%d-w%d", round, i)
+			return xs[i].Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: "run-" + wf, StartedAt: time.Now()})
+		}) {
+			require.NoError(t, err, "round %d, writer %d", round, i)
+		}
+		added += racers
+	}
+	t.Logf("%d entries; refusals: %d with code %d, %d with code %d", added,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+
+	subj := subject.Runs("acme", "Echo")
+	var chain []uint64 // the entries read, newest first
+	runs := make(map[string]bool)
+	for seq := uint64(1); ; seq++ {
+		raw, err := bus.LeaderGet(ctx, res.JS.Conn(), subject.RunsStream, seq, "")
+		if err != nil {
+			require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+			break
+		}
+		require.Equal(t, subj, raw.Subject)
+		prev, err := bus.ParsePrev(raw.Header)
+		require.NoError(t, err)
+		want := chain[:min(len(chain), bus.PrevDepth)]
+		require.Equal(t, append([]uint64{}, want...), append([]uint64{}, prev...), "entry %d: the entries before it", seq)
+		var e instance.Entry
+		require.NoError(t, json.Unmarshal(raw.Data, &e))
+		require.False(t, runs[e.RunID], "run %s stored twice", e.RunID)
+		runs[e.RunID] = true
+		chain = append([]uint64{seq}, chain...)
+	}
+	assert.Len(t, runs, added, "runs stored")
+}
