@@ -1,4 +1,4 @@
-"""The HTTP server of an agent: http.server with HTTP/1.1 keep-alive, one thread a connection.
+"""The HTTP server of an agent: HTTP/1.1 with keep-alive, one thread a connection.
 
 Each POST, on any path, is one request: its signature is checked on the raw body, it is decoded
 and handed to the agent, and the answer goes back as JSON, or as NDJSON when the request asked
@@ -7,11 +7,14 @@ for a stream and the handler sends deltas.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import signal
 import socket
+import socketserver
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from http import HTTPStatus
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +36,13 @@ DEFAULT_IDLE_TIMEOUT = 120.0
 _POLL = 0.05
 
 
-class AgentServer(ThreadingHTTPServer):
+class AgentServer(socketserver.ThreadingTCPServer):
     """Serves one Agent. start serves in a background thread, run in the foreground until a
     signal; stop stops accepting, lets in-flight requests finish (up to a grace period) and closes
     the connections. Used as a context manager, it is stopped on exit."""
 
     daemon_threads = True
+    allow_reuse_address = True
     # Connections are closed by stop, not joined: an idle keep-alive connection would hold it.
     block_on_close = False
 
@@ -129,11 +133,15 @@ class AgentServer(ThreadingHTTPServer):
                 self._conns.discard(conn)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "agentbus-agent-python/1"
-    # Headers and body go out in separate writes; with Nagle's algorithm, a keep-alive peer's
-    # delayed ACK would hold each answer's body back ~40 ms.
+class _Handler(socketserver.StreamRequestHandler):
+    """One connection: its requests one after another, while it is kept alive.
+
+    A lean HTTP/1.1 server of what the host sends (POSTs with a Content-Length): http.server's
+    parsing of headers through the email package cost more than the rest of a request.
+    """
+
+    # Headers and body go out in one write; without Nagle's algorithm a streamed answer's
+    # chunks leave at once.
     disable_nagle_algorithm = True
     server: AgentServer
 
@@ -141,22 +149,74 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.idle_timeout
         super().setup()
         self.server._track(self.connection, True)
+        self.headers: dict[str, str] = {}
+        self.close_connection = False
 
     def finish(self) -> None:
         self.server._track(self.connection, False)
-        super().finish()
+        try:
+            super().finish()
+        except OSError:
+            pass  # the peer is gone
 
-    def do_POST(self) -> None:
+    def handle(self) -> None:
+        try:
+            while not self.close_connection:
+                method = self._read_head()
+                if method is None:
+                    return
+                if method == "POST":
+                    self._post()
+                else:
+                    self._send(405, b"POST agentbus requests here\n", _TEXT, extra=b"Allow: POST\r\n")
+        except (TimeoutError, ConnectionError):
+            pass  # an idle connection timed out, or the peer went away
+
+    def _read_head(self) -> str | None:
+        """Reads a request's line and headers; None when the connection is to be closed (the
+        peer closed it, or the request was refused here)."""
+        line = self.rfile.readline(_MAX_LINE + 1)
+        while line in (b"\r\n", b"\n"):
+            line = self.rfile.readline(_MAX_LINE + 1)  # blank lines before a request are allowed
+        if not line:
+            return None
+        if len(line) > _MAX_LINE:
+            self._send(414, b"the request line is too long\n", _TEXT, close=True)
+            return None
+        parts = line.split()
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            self._send(400, b"not an HTTP/1.1 request\n", _TEXT, close=True)
+            return None
+        headers: dict[str, str] = {}
+        for _ in range(_MAX_HEADERS + 1):
+            h = self.rfile.readline(_MAX_LINE + 1)
+            if h in (b"\r\n", b"\n", b""):
+                break
+            name, colon, value = h.partition(b":")
+            if not colon or len(h) > _MAX_LINE:
+                self._send(400, b"a malformed header\n", _TEXT, close=True)
+                return None
+            key = name.strip().lower().decode("latin-1")
+            v = value.strip().decode("latin-1")
+            headers[key] = headers[key] + ", " + v if key in headers else v
+        else:
+            self._send(431, b"too many headers\n", _TEXT, close=True)
+            return None
+        self.headers = headers
+        conn = headers.get("connection", "").lower()
+        self.close_connection = "close" in conn or (parts[2] == b"HTTP/1.0" and "keep-alive" not in conn)
+        if headers.get("expect", "").lower() == "100-continue":
+            self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        return parts[0].decode("latin-1")
+
+    def _post(self) -> None:
         if not self.server._begin():
-            self._send(503, b"the agent is stopping\n", "text/plain; charset=utf-8", close=True)
+            self._send(503, b"the agent is stopping\n", _TEXT, close=True)
             return
         try:
             self._serve()
         finally:
             self.server._end()
-
-    def do_GET(self) -> None:
-        self._send(405, b"POST agentbus requests here\n", "text/plain; charset=utf-8", extra={"Allow": "POST"})
 
     def _serve(self) -> None:
         """Reads, verifies and decodes one request, runs its handler and answers."""
@@ -168,47 +228,67 @@ class _Handler(BaseHTTPRequestHandler):
             verify(agent.secret, self.headers, body)
         except SignatureError as e:
             agent.log.warning("request refused: %s (webhook-id %s)", e, self.headers.get("webhook-id"))
-            self._send(401, f"{e}\n".encode(), "text/plain; charset=utf-8")
+            self._send(401, f"{e}\n".encode(), _TEXT)
             return
         stream = _Stream(self)
         try:
             answer = agent.answer(json.loads(body), stream.delta)
         except (ProtocolError, ValueError) as e:  # ValueError: not JSON
             agent.log.warning("request refused: %s (webhook-id %s)", e, self.headers.get("webhook-id"))
-            self._send(400, f"not an agentbus protocol 1 request: {e}\n".encode(), "text/plain; charset=utf-8")
+            self._send(400, f"not an agentbus protocol 1 request: {e}\n".encode(), _TEXT)
             return
         if stream.started:
             stream.finish(answer)
         else:
-            self._send(200, answer, "application/json")
+            self._send(200, answer, b"application/json")
 
     def _read_body(self) -> bytes | None:
         """The request's body, or None when it was answered for want of a usable length."""
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        length = self.headers.get("content-length")
+        if length is None or not length.isdigit() or "transfer-encoding" in self.headers:
             # Without a length the next request on the connection cannot be found.
-            self._send(411, b"Content-Length is required\n", "text/plain; charset=utf-8", close=True)
+            self._send(411, b"Content-Length is required\n", _TEXT, close=True)
             return None
-        if int(length) > self.server.max_body:
-            self._send(413, b"the request is too large\n", "text/plain; charset=utf-8", close=True)
+        n = int(length)
+        if n > self.server.max_body:
+            self._send(413, b"the request is too large\n", _TEXT, close=True)
             return None
-        return self.rfile.read(int(length))
+        body = self.rfile.read(n)
+        if len(body) < n:
+            raise ConnectionError("the request's body was cut off")
+        return body
 
-    def _send(self, status: int, body: bytes, content_type: str, close: bool = False,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (extra or {}).items():
-            self.send_header(name, value)
+    def _head(self, status: int, fields: bytes) -> bytes:
+        """A response's status line and headers: the server's own, then fields (each ending in
+        CRLF)."""
+        close = b"Connection: close\r\n" if self.close_connection else b""
+        return b"HTTP/1.1 %d %s\r\nServer: %s\r\nDate: %s\r\n%s%s\r\n" % (
+            status, _REASONS.get(status, b"Status"), _SERVER, _date(), fields, close)
+
+    def _send(self, status: int, body: bytes, content_type: bytes, close: bool = False, extra: bytes = b"") -> None:
+        """Answers status with body, in one write; close closes the connection after it."""
         if close:
-            self.send_header("Connection", "close")
             self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
+        head = self._head(status, b"Content-Type: %s\r\nContent-Length: %d\r\n%s" % (content_type, len(body), extra))
+        self.wfile.write(head + body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        self.server.agent.log.debug("%s " + format, self.address_string(), *args)
+
+# What a request's line and each header may hold, and how many headers it may have.
+_MAX_LINE, _MAX_HEADERS = 65536, 100
+_TEXT = b"text/plain; charset=utf-8"
+_SERVER = b"agentbus-agent-python/1"
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
+def _date() -> bytes:
+    """The Date header's value, made once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, email.utils.formatdate(now, usegmt=True).encode())
+    return _date_cache[1]
 
 
 class _Stream:
@@ -220,25 +300,22 @@ class _Stream:
         self._broken = False
 
     def delta(self, text: str) -> None:
+        head = b""
         if not self.started:
             self.started = True
-            self._h.send_response(200)
-            self._h.send_header("Content-Type", "application/x-ndjson")
-            self._h.send_header("Transfer-Encoding", "chunked")
-            self._h.end_headers()
-        self._chunk(_dumps({"delta": text}).encode() + b"\n")
+            head = self._h._head(200, b"Content-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n")
+        self._write(head, _dumps({"delta": text}).encode() + b"\n")
 
     def finish(self, answer: bytes) -> None:
-        self._chunk(answer + b"\n")
-        self._chunk(b"")
+        self._write(b"", answer + b"\n", last=True)
 
-    def _chunk(self, data: bytes) -> None:
+    def _write(self, head: bytes, data: bytes, last: bool = False) -> None:
         # A caller gone away must not fail the handler: the rest is dropped, the connection
         # closed, and agentbus, which got no answer, tries the request again.
         if self._broken:
             return
         try:
-            self._h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self._h.wfile.write(head + b"%x\r\n%s\r\n" % (len(data), data) + (b"0\r\n\r\n" if last else b""))
         except OSError:
             self._broken = True
             self._h.close_connection = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import secrets
@@ -29,6 +30,7 @@ class SignatureError(ValueError):
     check that failed and is safe to show the sender."""
 
 
+@functools.lru_cache(maxsize=64)  # verify decodes the agent's secret on every request
 def decode_secret(secret: str) -> bytes:
     """Returns the HMAC key of a ``whsec_`` secret, or raises ValueError when it is not one that
     agentbus accepts (``whsec_`` and the base64 of 24 to 64 bytes)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import time
 import unittest
@@ -11,7 +12,7 @@ from typing import Any
 
 from agentbus_agent import Context, Fail
 
-from .helpers import Client, chat, data, new_agent, serve
+from .helpers import Client, chat, data, new_agent, serve, signed
 
 
 class StreamTest(unittest.TestCase):
@@ -114,6 +115,26 @@ class KeepAliveTest(unittest.TestCase):
         resp = http.client.HTTPResponse(conn.sock)
         resp.begin()
         self.assertEqual((411, True), (resp.status, resp.will_close))
+
+
+    def test_malformed_requests_close(self) -> None:
+        for raw, status in [(b"NOT HTTP\r\n\r\n", 400), (b"POST /a HTTP/1.1\r\nno colon\r\n\r\n", 400),
+                            (b"POST /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414),
+                            (b"POST /a HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n", 431)]:
+            with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+                sock.sendall(raw)
+                resp = http.client.HTTPResponse(sock)
+                resp.begin()
+                self.assertEqual((status, True), (resp.status, resp.will_close), raw[:20])
+                resp.read()
+                self.assertEqual(b"", sock.recv(1), "the server closed the connection")
+
+    def test_header_names_any_case(self) -> None:
+        req = data("echo", {"n": 3})
+        body = json.dumps(req).encode()
+        headers = {k.upper(): v for k, v in signed(body).items()}
+        resp = self.client.post(body, headers=headers)
+        self.assertEqual(200, resp.status, resp.body)
 
 
 class StopTest(unittest.TestCase):
