@@ -43,6 +43,9 @@ class AgentServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # A host opens up to its maxConcurrent connections at once; socketserver's backlog of 5
+    # would refuse most of such a burst.
+    request_queue_size = socket.SOMAXCONN
     # Connections are closed by stop, not joined: an idle keep-alive connection would hold it.
     block_on_close = False
 
