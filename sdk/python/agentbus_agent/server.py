@@ -172,8 +172,8 @@ class _Handler(socketserver.StreamRequestHandler):
                     self._post()
                 else:
                     self._send(405, b"POST agentbus requests here\n", _TEXT, extra=b"Allow: POST\r\n")
-        except (TimeoutError, ConnectionError):
-            pass  # an idle connection timed out, or the peer went away
+        except OSError:
+            pass  # an idle connection timed out, the peer went away, or stop closed it
 
     def _read_head(self) -> str | None:
         """Reads a request's line and headers; None when the connection is to be closed (the
