@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/window"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -345,8 +347,21 @@ func defaultWorkflowType(a registry.Agent) string {
 
 // mcpCall returns the handler of the tool of agent's Data method.
 func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (_ *mcp.CallToolResult, err error) {
 		mr := mcpFromContext(ctx)
+		// The call counts in the stats window once its agent is known to the tenant, with the
+		// status of the problem it met (a failed method's too), or 200.
+		var counted ident.Workflow
+		status, start := http.StatusOK, time.Now()
+		defer func() {
+			if counted.Agent != "" && s.metrics.window != nil {
+				if err != nil && status == http.StatusOK {
+					status = http.StatusInternalServerError
+				}
+				end := time.Now()
+				s.metrics.window.Observe(window.Key{Tenant: counted.Tenant, Agent: counted.Agent}, end, end.Sub(start), window.OutcomeOf(status))
+			}
+		}()
 		args := map[string]json.RawMessage{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
 			if err := json.Unmarshal(raw, &args); err != nil {
@@ -363,11 +378,17 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		if err != nil {
 			return nil, fmt.Errorf("encoding arguments: %w", err)
 		}
-		if p := s.checkTarget(ctx, wf, agentbusv1.Kind_KIND_DATA, method, mr.keep); p != nil {
+		p := s.checkTarget(ctx, wf, agentbusv1.Kind_KIND_DATA, method, mr.keep)
+		if p == nil || p.Slug != problem.UnknownAgent.Slug {
+			counted = wf
+		}
+		if p != nil {
+			status = p.Status
 			return nil, mcpError(*p)
 		}
 		release, p := s.holdWaitingTool(mr)
 		if p != nil {
+			status = p.Status
 			return nil, mcpError(*p)
 		}
 		defer release()
@@ -379,10 +400,13 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		call.Data = params
 		rep, err := s.call(ctx, call, defaultWait)
 		if err != nil {
-			return nil, mcpError(s.callProblem(mcpPath, call, err))
+			p := s.callProblem(mcpPath, call, err)
+			status = p.Status
+			return nil, mcpError(p)
 		}
 		ans, p := s.messageAnswer(call, idsOf(call), rep)
 		if p != nil {
+			status = p.Status
 			// The method failed: a tool error the model can read, not a protocol error.
 			detail := fmt.Sprintf("%s (%d %s)", p.Detail, p.Status, p.Slug)
 			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: detail}}}, nil

@@ -16,7 +16,7 @@ import (
 )
 
 // Calls counted in the window: the webhook, send (with wait and without) and converse calls
-// that name a registered agent, once their tenant is known. Each counts once, when its answer
+// that name a registered agent, once their tenant is known, and each MCP tool call (mcp.go). Each counts once, when its answer
 // is finished, with the latency the caller saw (from the request's arrival to the handler's
 // return, as agentbus_http_request_duration_seconds) and its status: 5xx an error, 4xx a client
 // error. A streamed call counts with the status of its error event when it ends with one.

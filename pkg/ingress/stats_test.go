@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -331,4 +332,36 @@ func TestStatsIsolation(t *testing.T) {
 	assert.Equal(t, 3, all.Tenants[0].Totals.Requests)
 	assert.Equal(t, "default", all.Tenants[1].Tenant)
 	assert.Equal(t, 4, all.Totals.Requests)
+}
+
+// TestStatsCountMCPToolCalls: each MCP tool call counts under its agent, a failed method with
+// its status; a call refused before it names a known agent does not count.
+func TestStatsCountMCPToolCalls(t *testing.T) {
+	st := stacktest.Start(t, stacktest.Options{})
+	tool := func(id int, name, args string) map[string]any {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"` + name + `","arguments":` + args + `}}`
+		status, _, out := mcpPost(t, st, st.Key, body)
+		require.Equal(t, http.StatusOK, status, "%v", out)
+		return out
+	}
+	for i := range 3 {
+		out := tool(i, "Echo.sum", `{"values":[1,2]}`)
+		require.NotNil(t, out["result"], "%v", out)
+	}
+	out := tool(10, "Echo.fail", `{"status":503}`)
+	assert.Equal(t, true, out["result"].(map[string]any)["isError"], "%v", out)
+	out = tool(11, "Echo.fail", `{"status":422}`)
+	assert.Equal(t, true, out["result"].(map[string]any)["isError"], "%v", out)
+	tool(12, "Echo.sum", `{"workflow":"Vault"}`) // invalid arguments: not counted
+
+	var ans statsAnswer
+	require.Eventually(t, func() bool {
+		ans = getStats(t, st.URL, "/api/v1/admin/tenants/default/stats", st.Key)
+		return len(ans.Agents) == 1 && ans.Agents[0].Totals.Requests >= 5
+	}, 5*time.Second, 50*time.Millisecond, "the stats count the tool calls")
+	echo := agentOf(t, ans.Agents, "Echo")
+	assert.Equal(t, 5, echo.Totals.Requests)
+	assert.Equal(t, 1, echo.Totals.Errors)
+	assert.Equal(t, 1, echo.Totals.ClientErrors)
 }
