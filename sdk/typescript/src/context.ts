@@ -63,12 +63,11 @@ export class Context<S = unknown> {
   readonly deadline: Date;
   /** Whether the caller asked for the reply streamed (see MessageContext.delta). */
   readonly stream: boolean;
-  /** Aborted at the deadline or when the host hangs up: pass it to fetch and the like. */
-  readonly signal: AbortSignal;
   readonly #fx: Effects<S>;
+  #signal: AbortSignal | (() => AbortSignal);
 
   /** @internal */
-  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal) {
+  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal | (() => AbortSignal)) {
     this.type = req.type;
     this.agent = str(req.agent);
     this.tenantId = str(req.tenantId);
@@ -82,8 +81,17 @@ export class Context<S = unknown> {
     this.attempt = typeof req.attempt === "number" ? req.attempt : 1;
     this.deadline = new Date(str(req.deadline));
     this.stream = req.stream === true;
-    this.signal = signal;
+    this.#signal = signal;
     this.#fx = fx;
+  }
+
+  /**
+   * Aborted at the deadline or when the host hangs up: pass it to fetch and the like. It is made
+   * when first read, so that a handler that never reads it costs no timer.
+   */
+  get signal(): AbortSignal {
+    if (typeof this.#signal === "function") this.#signal = this.#signal();
+    return this.#signal;
   }
 
   /** The instance's state: null for a fresh run; what setState was given, once called. */
@@ -181,7 +189,7 @@ export class MessageContext<D = unknown, S = unknown> extends Context<S> {
   readonly #delta: (text: string) => void;
 
   /** @internal */
-  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal, delta: (text: string) => void) {
+  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal | (() => AbortSignal), delta: (text: string) => void) {
     super(req, fx, signal);
     const m = req.message as WireMessage;
     this.text = str(m.text);
@@ -217,7 +225,7 @@ export class WebhookContext<S = unknown> extends Context<S> {
   readonly body: Buffer;
 
   /** @internal */
-  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal) {
+  constructor(req: WireRequest, fx: Effects<S>, signal: AbortSignal | (() => AbortSignal)) {
     super(req, fx, signal);
     const w = req.webhook as WireWebhook;
     this.method = str(w.method);

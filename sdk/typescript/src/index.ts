@@ -275,12 +275,11 @@ export class Agent<S = unknown> {
       return plain(res, 400, (err as Error).message);
     }
     const out = new Output(res, wire.stream === true);
-    const signal = requestSignal(wire, res);
-    out.finish(await this.#answer(wire, out, signal));
+    out.finish(await this.#answer(wire, out, () => requestSignal(wire, res)));
   }
 
   // answer runs the request's handler and returns the encoded answer.
-  async #answer(req: WireRequest, out: Output, signal: AbortSignal): Promise<string> {
+  async #answer(req: WireRequest, out: Output, signal: () => AbortSignal): Promise<string> {
     const route = this.#route(req);
     if (!route) {
       return JSON.stringify({ error: { status: 404, message: "the agent has no such method", retry: false } });
@@ -391,10 +390,13 @@ function requestSignal(req: WireRequest, res: http.ServerResponse): AbortSignal 
   const ms = new Date(str(req.deadline)).getTime() - Date.now();
   const timer = Number.isFinite(ms) ? setTimeout(() => ac.abort(new Error("the request's deadline passed")), Math.max(ms, 0)) : undefined;
   timer?.unref();
-  res.once("close", () => {
+  const closed = (): void => {
     clearTimeout(timer);
     if (!res.writableFinished) ac.abort(new Error("the host hung up"));
-  });
+  };
+  // Made when a handler first reads it: the host may have hung up already.
+  if (res.closed) closed();
+  else res.once("close", closed);
   return ac.signal;
 }
 

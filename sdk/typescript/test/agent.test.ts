@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import http from "node:http";
 import { test } from "node:test";
 
 import {
@@ -10,6 +11,7 @@ import {
   KEEP_ALIVE_TIMEOUT_MS,
   type MessageContext,
   Retry,
+  sign,
   text,
   type WebhookContext,
   type WireRequest,
@@ -434,6 +436,44 @@ test("the signal aborts at the request's deadline", async (t) => {
   const reply = a.reply?.data as { waitedMs: number; reason: string };
   assert.ok(reply.waitedMs >= 100 && reply.waitedMs < 5000, JSON.stringify(reply));
   assert.match(reply.reason, /deadline/);
+});
+
+test("the signal aborts when the host hangs up, also when first read after it did", async (t) => {
+  const agent = new Agent({ name: "Patient", secret: SECRET });
+  const reasons: string[] = [];
+  let started: () => void = () => {};
+  let gone: () => void = () => {};
+  agent.data("wait", async (ctx) => {
+    started();
+    if ((ctx.data as { late?: boolean }).late) {
+      await new Promise<void>((resolve) => (gone = resolve));
+      await new Promise((resolve) => setTimeout(resolve, 50)); // the close event is past
+    }
+    if (!ctx.signal.aborted) await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+    reasons.push(String(ctx.signal.reason));
+    return { text: "too late" };
+  });
+  const { url } = await serve(t, agent);
+  for (const late of [false, true]) {
+    const body = Buffer.from(JSON.stringify(data("wait", { late })));
+    const ts = Math.floor(Date.now() / 1000);
+    const req = http.request(url, {
+      method: "POST",
+      agent: false,
+      headers: { "content-type": "application/json", "webhook-id": "msg_x", "webhook-timestamp": String(ts), "webhook-signature": sign(SECRET, "msg_x", ts, body) },
+    });
+    req.on("error", () => {});
+    await new Promise<void>((resolve) => {
+      started = resolve;
+      req.end(body);
+    });
+    req.destroy();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    gone();
+  }
+  for (let i = 0; i < 100 && reasons.length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+  assert.equal(reasons.length, 2, "both handlers saw the abort");
+  for (const reason of reasons) assert.match(reason, /hung up/);
 });
 
 test("registration lists the handlers and options, and checks the URL", () => {
