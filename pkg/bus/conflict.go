@@ -1,7 +1,10 @@
 package bus
 
 import (
+	"context"
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,4 +33,54 @@ func IsConflict(err error) bool {
 		return true
 	}
 	return false
+}
+
+// A writer that lost a compare-and-set race pauses before it reads again and retries: on a
+// replicated stream the write that beat it may still be being agreed on, and until it is, the
+// leader shows the subject's old last sequence (and a replica's direct get may show an older
+// one still), so a retry at once is refused again. The pauses grow from conflictFirstWait to
+// conflictMaxWait: short next to the few milliseconds a replicated write takes, so that
+// writers racing on one subject wait about as long as the race lasts.
+//
+// A writer that has just written knows the subject's newest sequence and needs no read, so under
+// steady contention it tends to win again, and the others to wait longer: sixteen writers
+// appending over and over to one subject of a stream with three replicas see some appends lose
+// fifty times in a row or more, over a few hundred milliseconds. So a write is bounded by the
+// time it has met conflicts, ConflictPatience, rather than by a number of attempts.
+const (
+	conflictFirstWait = 100 * time.Microsecond
+	conflictMaxWait   = 4 * time.Millisecond
+	// ConflictPatience is how long a write goes on after its first conflict before it gives up.
+	ConflictPatience = 2 * time.Second
+)
+
+// ErrConflictsPersisted is ConflictBackoff.Wait's answer when a write has met conflicts for
+// ConflictPatience.
+var ErrConflictsPersisted = errors.New("other writers kept getting there first")
+
+// ConflictBackoff paces the attempts of one compare-and-set write after each conflict
+// (IsConflict). Its zero value is ready; use one per write. The first attempt, which meets no
+// conflict when no other writer is there, waits for nothing.
+type ConflictBackoff struct {
+	wait  time.Duration
+	since time.Time // of the first conflict
+}
+
+// Wait pauses before the next attempt: a random time between half and all of a step that
+// doubles from conflictFirstWait up to conflictMaxWait, so that writers that met at once do not
+// meet again. It returns ctx's error when ctx ends first, and ErrConflictsPersisted without
+// pausing once ConflictPatience has passed since the first conflict.
+func (b *ConflictBackoff) Wait(ctx context.Context) error {
+	if now := time.Now(); b.since.IsZero() {
+		b.since = now
+	} else if now.Sub(b.since) >= ConflictPatience {
+		return ErrConflictsPersisted
+	}
+	return sleep(ctx, b.next())
+}
+
+// next is the next pause.
+func (b *ConflictBackoff) next() time.Duration {
+	b.wait = min(max(2*b.wait, conflictFirstWait), conflictMaxWait)
+	return b.wait/2 + rand.N(b.wait/2+1)
 }

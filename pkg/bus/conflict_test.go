@@ -80,6 +80,38 @@ func errorCode(err error) jetstream.ErrorCode {
 	return 0
 }
 
+// TestConflictBackoff: the pauses after conflicts start well under a millisecond, grow, stay
+// within a few milliseconds, and differ from one writer to another; a context that ends cuts one
+// short, and a write that has met conflicts for ConflictPatience gives up.
+func TestConflictBackoff(t *testing.T) {
+	var b bus.ConflictBackoff
+	steps := []time.Duration{100 * time.Microsecond, 200 * time.Microsecond, 400 * time.Microsecond,
+		800 * time.Microsecond, 1600 * time.Microsecond, 3200 * time.Microsecond, 4 * time.Millisecond, 4 * time.Millisecond}
+	for i, step := range steps {
+		d := b.NextConflictWait()
+		assert.GreaterOrEqual(t, d, step/2, "pause %d", i+1)
+		assert.LessOrEqual(t, d, step, "pause %d", i+1)
+	}
+	distinct := map[time.Duration]bool{}
+	for range 20 {
+		var b bus.ConflictBackoff
+		for range 5 {
+			b.NextConflictWait()
+		}
+		distinct[b.NextConflictWait()] = true
+	}
+	assert.Greater(t, len(distinct), 1, "pauses are jittered")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, b.Wait(ctx), context.Canceled)
+	require.NoError(t, b.Wait(context.Background()))
+	b.SinceFirstConflict(bus.ConflictPatience - time.Second)
+	require.NoError(t, b.Wait(context.Background()), "within its patience")
+	b.SinceFirstConflict(bus.ConflictPatience)
+	assert.ErrorIs(t, b.Wait(context.Background()), bus.ErrConflictsPersisted, "past its patience")
+}
+
 // TestConflictOnReplicatedStream: on a stream and a bucket with three replicas, writers racing on
 // one subject with appends that expect its last sequence, on one key with updates at its
 // revision, and on one deleted key with creates, are refused as conflicts, whichever code the

@@ -23,3 +23,9 @@ func SetLookupEvery(t interface{ Cleanup(func()) }, d time.Duration) {
 	lookupEvery = d
 	t.Cleanup(func() { lookupEvery = old })
 }
+
+// NextConflictWait returns the pause b.Wait would take next, and counts it taken.
+func (b *ConflictBackoff) NextConflictWait() time.Duration { return b.next() }
+
+// SinceFirstConflict makes b's first conflict d ago.
+func (b *ConflictBackoff) SinceFirstConflict(d time.Duration) { b.since = time.Now().Add(-d) }
