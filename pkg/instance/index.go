@@ -74,9 +74,6 @@ type indexHead struct {
 // appended to again.
 const maxHeads = 10000
 
-// appendAttempts bounds the appends of one entry that meet another writer's.
-const appendAttempts = 50
-
 // NewIndex returns an Index over the run index stream.
 func NewIndex(js jetstream.JetStream, stream jetstream.Stream) *Index {
 	return &Index{js: js, stream: stream, heads: make(map[string]indexHead)}
@@ -84,8 +81,9 @@ func NewIndex(js jetstream.JetStream, stream jetstream.Stream) *Index {
 
 // Add appends e, a run of the tenant's agent, to the index. Each append expects the subject's
 // last sequence to be the one it knows, so that concurrent writers (the hosts of the agent's
-// partitions) keep one chain; one that meets another's entry reads the newest from the stream's
-// leader and appends again. An append whose acknowledgement was lost and that landed is
+// partitions) keep one chain; one that meets another's entry pauses a little (bus.ConflictBackoff),
+// reads the newest from the stream's leader and appends again, for as long as ctx and
+// bus.ConflictPatience allow. An append whose acknowledgement was lost and that landed is
 // recognised and not stored twice.
 func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	subj := subject.Runs(tenant, agent)
@@ -102,7 +100,8 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 			return err
 		}
 	}
-	for attempt := 1; ; attempt++ {
+	var backoff bus.ConflictBackoff
+	for {
 		m := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
 		if h.last != 0 {
 			m.Header.Set(subject.HeaderPrev, bus.FormatPrev(h.last, h.prev))
@@ -114,8 +113,11 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 			return nil
 		}
 		x.forget(subj)
-		if !bus.IsConflict(err) || attempt == appendAttempts {
+		if !bus.IsConflict(err) {
 			return fmt.Errorf("appending to the run index: %w", err)
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("appending to the run index: %w: %w", err, werr)
 		}
 		var newest *Entry
 		if h, newest, err = x.readHead(ctx, subj); err != nil {

@@ -3,6 +3,7 @@ package instance_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -118,7 +119,47 @@ func TestIndexConcurrentWritersOnReplicatedStream(t *testing.T) {
 	t.Logf("%d entries; refusals: %d with code %d, %d with code %d", added,
 		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
 		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	requireOneChain(ctx, t, res, added)
+}
 
+// TestIndexBusyWritersOnReplicatedStream: many hosts appending runs to one agent's index over and
+// over, on a stream with three replicas, so that appends meet others' again and again: every one
+// succeeds, and the subject holds one chain of every run once.
+func TestIndexBusyWritersOnReplicatedStream(t *testing.T) {
+	const writers, appends = 16, 20
+	ctx, res, seen := replicatedSetup(t)
+	errs := make([]error, writers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			x := instance.NewIndex(res.JS, res.Runs)
+			<-start
+			for i := range appends {
+				wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:w%d-%d", w, i)
+				if err := x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: "run-" + wf, StartedAt: time.Now()}); err != nil {
+					errs[w] = errors.Join(errs[w], fmt.Errorf("append %d: %w", i, err))
+				}
+			}
+		})
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	for w, err := range errs {
+		assert.NoError(t, err, "writer %d", w)
+	}
+	t.Logf("%d appends in %v; refusals: %d with code %d, %d with code %d", writers*appends, time.Since(began).Round(time.Millisecond),
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	requireOneChain(ctx, t, res, writers*appends)
+}
+
+// requireOneChain checks that the index of acme's Echo, read from the stream's leader, is one
+// chain of want runs: each entry's subject.HeaderPrev lists the entries before it, and each run
+// is stored once.
+func requireOneChain(ctx context.Context, t *testing.T, res *bus.Resources, want int) {
+	t.Helper()
 	subj := subject.Runs("acme", "Echo")
 	var chain []uint64 // the entries read, newest first
 	runs := make(map[string]bool)
@@ -139,5 +180,5 @@ func TestIndexConcurrentWritersOnReplicatedStream(t *testing.T) {
 		runs[e.RunID] = true
 		chain = append([]uint64{seq}, chain...)
 	}
-	assert.Len(t, runs, added, "runs stored")
+	assert.Equal(t, want, len(runs), "runs stored")
 }
