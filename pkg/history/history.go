@@ -54,9 +54,6 @@ var (
 // KV read per thread and scope seen again.
 const maxKnownTopicThreads = 10000
 
-// topicAttempts bounds compare-and-set retries of a topic list under concurrent writers.
-const topicAttempts = 10
-
 // Store reads and writes conversation history. It is safe for concurrent use.
 type Store struct {
 	stream jetstream.Stream
@@ -356,12 +353,16 @@ func (s *Store) readTopics(ctx context.Context, key string) ([]string, uint64, e
 	return slices.Compact(list), e.Revision(), nil
 }
 
-// addTopic adds scope to a thread's topic list unless it is known to be there.
+// addTopic adds scope to a thread's topic list unless it is known to be there. The list is
+// written with compare-and-set; a write that meets another writer's pauses a little
+// (bus.ConflictBackoff), reads the list again and retries, for as long as ctx and
+// bus.ConflictPatience allow.
 func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 	if s.isKnown(key, scope) {
 		return nil
 	}
-	for range topicAttempts {
+	var backoff bus.ConflictBackoff
+	for {
 		list, rev, err := s.readTopics(ctx, key)
 		if err != nil {
 			return err
@@ -388,8 +389,10 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 		if !bus.IsConflict(err) {
 			return fmt.Errorf("writing topics: %w", err)
 		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("writing topics: %w: %w", err, werr)
+		}
 	}
-	return fmt.Errorf("writing topics: still changing after %d attempts", topicAttempts)
 }
 
 func (s *Store) isKnown(key, scope string) bool {

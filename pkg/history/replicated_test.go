@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -94,4 +95,96 @@ func TestConcurrentWritersOnReplicatedStream(t *testing.T) {
 	t.Logf("refusals: %d with code %d, %d with code %d",
 		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
 		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// TestBusyWritersOnReplicatedStream: many writers appending to one thread over and over, each
+// message of a scope of its own, on a stream and a topics bucket with three replicas, each
+// writer reloading its cursor when another appended first: every append stores its message once,
+// in one chain, and the thread lists every scope.
+func TestBusyWritersOnReplicatedStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	const writers, appends = 16, 20
+	cl, res := natstest.ClusterBus(t, bus.Config{})
+	seen := natstest.WatchAPIErrors(t, cl.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	e := env{ctx: ctx, store: history.NewStore(res.Messages, res.Topics, res.JS), res: res}
+	const participant = "busy"
+	var (
+		mu      sync.Mutex
+		reloads int
+		scopes  []string
+	)
+	errs := make([]error, writers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		for i := range appends {
+			scopes = append(scopes, fmt.Sprintf("w%02d-%02d", w, i))
+		}
+		wg.Go(func() {
+			s := e.another()
+			<-start
+			for i := range appends {
+				id := fmt.Sprintf("w%02d-%02d", w, i)
+				var old history.Cursor
+				for {
+					cur, err := s.Cursor(ctx, tenant, wf, participant)
+					if err != nil {
+						errs[w] = fmt.Errorf("append %d: %w", i, err)
+						return
+					}
+					cur.Carry(&old)
+					err = s.Append(ctx, tenant, wf, participant, &cur, &history.Message{
+						ID: id, Direction: history.Out, MessageType: history.Chat, Scope: id})
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, history.ErrConflict) {
+						errs[w] = fmt.Errorf("append %d: %w", i, err)
+						return
+					}
+					mu.Lock()
+					reloads++
+					mu.Unlock()
+					old = cur
+				}
+			}
+		})
+	}
+	began := time.Now()
+	close(start)
+	wg.Wait()
+	for w, err := range errs {
+		assert.NoError(t, err, "writer %d", w)
+	}
+	t.Logf("%d appends in %v, %d cursor reloads; refusals: %d with code %d, %d with code %d", writers*appends,
+		time.Since(began).Round(time.Millisecond), reloads,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), jetstream.JSErrCodeStreamWrongLastSequence,
+		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	require.False(t, t.Failed())
+
+	// Pages and topics are read from any replica: wait until it has the thread's last writes.
+	last, err := bus.LeaderLast(ctx, res.JS.Conn(), subject.MessagesStream, subject.Thread(tenant, wf, participant))
+	require.NoError(t, err)
+	var topics []string
+	for {
+		page, _, err := e.store.Page(ctx, tenant, wf, participant, history.PageOptions{Size: 1})
+		require.NoError(t, err)
+		topics, err = e.store.Topics(ctx, tenant, wf, participant)
+		require.NoError(t, err)
+		if len(page) == 1 && page[0].Pos>>1 == last.Sequence && len(topics) == len(scopes) {
+			break
+		}
+		require.NoError(t, ctx.Err(), "the replicas did not catch up")
+		time.Sleep(10 * time.Millisecond)
+	}
+	slices.Sort(scopes)
+	require.Equal(t, scopes, topics, "topics")
+	got := ids(walk(t, e, participant, history.PageOptions{}))
+	require.Len(t, got, len(scopes), "the thread's messages")
+	slices.Sort(got)
+	require.Equal(t, scopes, got, "the thread's messages, once each")
 }
