@@ -221,6 +221,11 @@ func checkSecret(secret string) error {
 
 // Put registers an agent, or replaces owner's registration of that name (replace). The answer
 // carries the secret: the one given, the one kept, or a new one.
+//
+// A replace is of the whole registration, and the last one wins: one that meets another writer's
+// change (a compare-and-set conflict) pauses a little (bus.ConflictBackoff), reads the
+// registration again and replaces it, for as long as ctx and bus.ConflictPatience allow. One
+// that finds it removed meanwhile answers ErrNotFound.
 func (s *Store) Put(ctx context.Context, owner string, r Registration, replace bool) (Registration, error) {
 	if err := s.validate(owner, &r); err != nil {
 		return Registration{}, err
@@ -228,6 +233,21 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	key := subject.AgentKey(r.Name)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	r.CreatedAt, r.UpdatedAt = now, now
+	var backoff bus.ConflictBackoff
+	for {
+		reg, err := s.put(ctx, owner, key, r, replace)
+		if !bus.IsConflict(err) {
+			return reg, err
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return Registration{}, fmt.Errorf("%w: %w", err, werr)
+		}
+	}
+}
+
+// put makes one attempt of Put, with r validated. It answers an error that bus.IsConflict
+// recognises when the registration changed between its read and its update.
+func (s *Store) put(ctx context.Context, owner, key string, r Registration, replace bool) (Registration, error) {
 	old, err := s.kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):

@@ -281,6 +281,38 @@ func TestRemoteAgentRegistrationIsTenantSafe(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, status)
 }
 
+// TestConcurrentReplacesOverHTTP: admins replacing one registration at once with PUT are all
+// answered 200, the last writer winning.
+func TestConcurrentReplacesOverHTTP(t *testing.T) {
+	const writers = 8
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Racy", "http://127.0.0.1:10/agent"), nil)
+	require.Equal(t, http.StatusCreated, status)
+	urls := map[string]bool{}
+	statuses := make([]int, writers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range writers {
+		url := fmt.Sprintf("http://127.0.0.1:10/agent-%d", w)
+		urls[url] = true
+		wg.Go(func() {
+			<-start
+			statuses[w], _ = call(t, http.MethodPut, s.URL+"/api/v1/admin/agents/Racy", systemKey, registration("Racy", url), nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for w, status := range statuses {
+		assert.Equal(t, http.StatusOK, status, "writer %d", w)
+	}
+	var got remote.Registration
+	status, _ = call(t, http.MethodGet, s.URL+"/api/v1/admin/agents/Racy", systemKey, nil, &got)
+	require.Equal(t, http.StatusOK, status)
+	assert.True(t, urls[got.URL], "the registration is one writer's: %s", got.URL)
+	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Racy", systemKey, nil, nil)
+	require.Equal(t, http.StatusNoContent, status)
+}
+
 // TestCheckReportsFailures: an endpoint that checks no signature, takes any protocol version and
 // closes every connection fails exactly those cases of Check.
 func TestCheckReportsFailures(t *testing.T) {
