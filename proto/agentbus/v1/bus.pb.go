@@ -559,7 +559,15 @@ type Reply struct {
 	// (package agent's ChatWithTools): a tool call, sent before it runs.
 	ToolCall *ToolCall `protobuf:"bytes,12,opt,name=tool_call,json=toolCall,proto3" json:"tool_call,omitempty"`
 	// A partial reply of a streamed Chat request: the result of a tool call, sent after it ran.
-	ToolResult    *ToolResult `protobuf:"bytes,13,opt,name=tool_result,json=toolResult,proto3" json:"tool_result,omitempty"`
+	ToolResult *ToolResult `protobuf:"bytes,13,opt,name=tool_result,json=toolResult,proto3" json:"tool_result,omitempty"`
+	// A partial reply of a streamed request: the handler runs again (a retry, or a redelivery
+	// after its host stopped). The deltas and tool events sent before it belong to an earlier
+	// attempt: the waiter discards them, and the new attempt streams its answer from the
+	// beginning. It comes before every attempt after the first, so it may precede an attempt that
+	// streams nothing.
+	Restart bool `protobuf:"varint,14,opt,name=restart,proto3" json:"restart,omitempty"`
+	// With restart: the number of the attempt that starts (2 for the first retry).
+	Attempt       int32 `protobuf:"varint,15,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +684,20 @@ func (x *Reply) GetToolResult() *ToolResult {
 		return x.ToolResult
 	}
 	return nil
+}
+
+func (x *Reply) GetRestart() bool {
+	if x != nil {
+		return x.Restart
+	}
+	return false
+}
+
+func (x *Reply) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
 }
 
 // ToolCall is a call of an agent's Data method that a language model asked for.
@@ -868,7 +890,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05empty\x18\x06 \x01(\bR\x05empty\x12\x18\n" +
-	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xae\x03\n" +
+	"\ainvalid\x18\a \x01(\bR\ainvalid\"\xe2\x03\n" +
 	"\x05Reply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1f\n" +
@@ -886,7 +908,9 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\x05delta\x18\v \x01(\tR\x05delta\x122\n" +
 	"\ttool_call\x18\f \x01(\v2\x15.agentbus.v1.ToolCallR\btoolCall\x128\n" +
 	"\vtool_result\x18\r \x01(\v2\x17.agentbus.v1.ToolResultR\n" +
-	"toolResultJ\x04\b\t\x10\n" +
+	"toolResult\x12\x18\n" +
+	"\arestart\x18\x0e \x01(\bR\arestart\x12\x18\n" +
+	"\aattempt\x18\x0f \x01(\x05R\aattemptJ\x04\b\t\x10\n" +
 	"\"L\n" +
 	"\bToolCall\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
