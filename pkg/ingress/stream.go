@@ -25,7 +25,9 @@ func wantsEventStream(r *http.Request) bool {
 // "delta" events ({"delta": "…"}) while the handler produces its answer, and "tool_call" and
 // "tool_result" events while a chat's model has the agent's Data methods run (partialEvent), then
 // one "message" event holding the same answer the JSON endpoint gives, or one "error" event
-// holding a problem.
+// holding a problem. A "restart" event ({"attempt": n}) says that the handler runs again (a
+// retry, or a redelivery after its host stopped): the client discards the deltas and tool events
+// before it, and the answer is streamed again from its beginning.
 func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids sendIDs, timeout time.Duration) {
 	req.Stream = true
 	waiter := s.replies.Wait()
@@ -100,8 +102,17 @@ type toolResultEvent struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// restartEvent is the data of a "restart" event: the handler runs again, as attempt Attempt
+// (2 for the first retry), and what was streamed before belongs to an earlier attempt.
+type restartEvent struct {
+	Attempt int32 `json:"attempt"`
+}
+
 // partialEvent is the event name and data of a partial reply.
 func partialEvent(rep *agentbusv1.Reply) (string, any) {
+	if rep.GetRestart() {
+		return "restart", restartEvent{Attempt: rep.GetAttempt()}
+	}
 	if tc := rep.GetToolCall(); tc != nil {
 		args := json.RawMessage(tc.GetArguments())
 		if !json.Valid(args) {
