@@ -36,6 +36,7 @@ func FuzzEnvelopeDecode(f *testing.F) {
 	for _, rep := range []*agentbusv1.Reply{
 		{RequestId: "r1", StatusCode: 200, Content: []byte(`{"id":"x"}`), ContentType: "application/json", RunId: "run"},
 		{StatusCode: 404, Error: "unknown-method", Partial: true, Delta: "δ", ContentRef: &agentbusv1.BlobRef{Name: "n"}},
+		{StatusCode: 200, Partial: true, Restart: true, Attempt: 2},
 	} {
 		b, _ := proto.Marshal(rep)
 		f.Add(b)

@@ -209,11 +209,14 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 }
 
 // runMessage calls a Chat, Data or File handler until it answers or its attempts are used up,
-// and returns the reply to send and the outgoing message to store.
+// and returns the reply to send and the outgoing message to store. The caller of a streamed
+// request is told before each attempt after the first (a retry, or a redelivery) that the answer
+// starts over: what earlier attempts streamed is to be discarded.
 func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd Handler, m *Message) (*agentbusv1.Reply, *history.Message, error) {
 	req := in.req
 	hm := h.metrics.handler(req)
-	if req.GetStream() && in.replyTo != "" {
+	streamed := req.GetStream() && in.replyTo != ""
+	if streamed {
 		m.delta = func(text string) {
 			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Delta: text, StatusCode: http.StatusOK})
 		}
@@ -229,6 +232,9 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 			return nil, nil, err
 		}
 		m.Attempt = in.tries.n
+		if streamed && in.tries.n > 1 {
+			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Restart: true, Attempt: int32(in.tries.n), StatusCode: http.StatusOK})
+		}
 		start := time.Now()
 		reply, err := callHandler(ctx, log, hd, m)
 		hm.observe(start)

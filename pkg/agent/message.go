@@ -58,6 +58,8 @@ type Message struct {
 // Delta sends a piece of the reply's text to a caller that asked for the reply streamed (converse
 // with Accept: text/event-stream), while the handler produces it, for example a language model's
 // tokens. Callers that did not ask get only the final Reply, which should hold the whole text.
+// An attempt after the first (Attempt above 1) streams from the beginning: the caller was told to
+// drop what earlier attempts sent.
 func (m *Message) Delta(text string) {
 	if m.delta != nil && text != "" {
 		m.delta(text)

@@ -1,11 +1,15 @@
 package agent_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -391,6 +395,104 @@ func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
 	assert.Equal(t, want, got, "the thread, newest first")
 	_, hosts := sa.starts("x")
 	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the hosts that ran the tool")
+}
+
+// A host dies while it streams a chat's answer (the model's tool call was sent, and the tool
+// naps); the survivor runs the request again. The caller's stream says so with a restart event
+// before the survivor's events, and what follows it is the whole answer, streamed once.
+func TestRedeliveredStreamRestarts(t *testing.T) {
+	sa := &seqAgent{}
+	s, doomed, crash := startDoomedOwner(t, sa, 2*time.Second)
+
+	query := url.Values{"workflow": {seqWorkflow}, "type": {"Chat"}, "participantId": {"x"}, "timeoutSeconds": {"60"},
+		"text": {`call nap {"n":"1","sleep":"1m"}`}, "apikey": {s.Key}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	events := sseEvents(resp.Body)
+
+	first := <-events
+	require.Equal(t, "tool_call", first.name, "the doomed host's first event: %+v", first)
+	waitFor(t, 5*time.Second, "the doomed host naps in the tool", func() bool {
+		ns, hosts := sa.starts("x")
+		return len(ns) == 1 && hosts[0] == doomed
+	})
+	crash()
+
+	var rest []sseEvent
+	for ev := range events {
+		rest = append(rest, ev)
+	}
+	// The survivor's attempt is the request's second delivery or a later one (the bus may have
+	// delivered it in between, to a host that gave it back before running it).
+	require.NotEmpty(t, rest, "the stream after the crash")
+	require.Equal(t, "restart", rest[0].name, "the stream after the crash: %+v", rest)
+	last, attempt := 0, 1
+	for i, ev := range rest {
+		if ev.name == "restart" {
+			var r struct{ Attempt int }
+			require.NoError(t, json.Unmarshal([]byte(ev.data), &r), "restart event %+v", ev)
+			assert.Greater(t, r.Attempt, attempt, "restart event %+v after attempt %d", ev, attempt)
+			last, attempt = i, r.Attempt
+		}
+	}
+	after := rest[last+1:]
+	var names []string
+	for _, ev := range after {
+		names = append(names, ev.name)
+	}
+	require.GreaterOrEqual(t, len(after), 4, "the stream after the last restart: %v", names)
+	assert.Equal(t, []string{"tool_call", "tool_result"}, names[:2], "the stream after the last restart: %+v", after)
+	require.Equal(t, "message", names[len(names)-1], "the stream after the last restart: %+v", after)
+	var text strings.Builder
+	for _, ev := range after[2 : len(after)-1] {
+		var d struct{ Delta *string }
+		require.Equal(t, "delta", ev.name, "the stream after the last restart: %+v", after)
+		require.NoError(t, json.Unmarshal([]byte(ev.data), &d))
+		require.NotNil(t, d.Delta, "delta event %+v", ev)
+		text.WriteString(*d.Delta)
+	}
+	var final struct {
+		Response struct{ Text string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(after[len(after)-1].data), &final))
+	assert.Equal(t, `nap returned "1"`, final.Response.Text)
+	assert.Equal(t, final.Response.Text, text.String(), "the deltas after the restart add up to the answer")
+	_, hosts := sa.starts("x")
+	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the hosts that ran the tool")
+}
+
+// sseEvent is one event of a Server-Sent Events stream.
+type sseEvent struct{ name, data string }
+
+// sseEvents reads a Server-Sent Events stream and passes on its events, comments left out, as
+// they come; the channel closes when the stream ends.
+func sseEvents(r io.Reader) <-chan sseEvent {
+	out := make(chan sseEvent, 64)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(r)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev != (sseEvent{}) {
+					out <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data += strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return out
 }
 
 // A host that stops cleanly while a handler runs lets it finish there, gives the requests queued
