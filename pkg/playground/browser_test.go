@@ -1,10 +1,13 @@
 package playground_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/browsertest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -200,5 +204,50 @@ func TestPlaygroundShowsMessagesStoredWhileConnecting(t *testing.T) {
 	stored := threadIDs(t, s, activation, "user")
 	slices.Reverse(stored)
 	assert.Equal(t, stored, ids, "the page shows the thread's messages, oldest first, once each")
+	assert.Empty(t, problems())
+}
+
+// A streamed chat whose handler runs again: the page drops what the failed attempt streamed when
+// the restart event comes, and shows only the new attempt's text (here while that attempt still
+// runs, before the final message replaces the streamed text anyway).
+func TestPlaygroundStreamRestarts(t *testing.T) {
+	ctx, problems := browser(t, time.Minute)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	flaky := agent.New("Flaky")
+	flaky.ChatFunc(func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		if m.Attempt == 1 {
+			m.Delta("a first try ")
+			return agent.NoReply, agent.Retryable(errors.New("the model went away"))
+		}
+		m.Delta("You said: ")
+		m.Delta(m.Text)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return agent.Say("You said: " + m.Text), nil
+	})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{flaky}})
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(s.URL+"/ui"),
+		chromedp.WaitVisible(chromedp.ID("key")),
+		chromedp.SendKeys(chromedp.ID("key"), s.Key),
+		chromedp.Click(chromedp.ID("load-agents")),
+		waitFor(`document.querySelector('#agent option[value="Flaky"]') !== null`),
+		choose("#agent", "Flaky"),
+		choose("#workflow-type", "Supervisor Workflow"),
+		replace("#chat-text", "hello"),
+		chromedp.Click(chromedp.ID("send")),
+		waitFor(`document.getElementById('answer').textContent === 'You said: hello'`),
+		waitFor(`document.getElementById('answer-meta').textContent.startsWith('streaming, attempt 2')`),
+	)
+	require.NoError(t, err, "a streamed chat that runs again; the page's problems: %v", problems())
+	releaseOnce.Do(func() { close(release) })
+	err = chromedp.Do(ctx, waitFor(`document.getElementById('answer-meta').textContent.startsWith('200 streamed')`))
+	require.NoError(t, err, "the final message; the page's problems: %v", problems())
+	assert.Equal(t, "You said: hello", text(t, ctx, "answer"))
 	assert.Empty(t, problems())
 }

@@ -525,7 +525,9 @@
       return;
     }
     // The model's tool calls and their results stay listed above the text, also once the
-    // final message replaces the streamed text: they are how the answer came about.
+    // final message replaces the streamed text: they are how the answer came about. A restart
+    // event means the handler runs again and streams its answer from the beginning: the text and
+    // tool calls streamed before it are dropped.
     let tools = '';
     let text = '';
     showAnswer(`streaming (request ${requestId})`, '');
@@ -537,6 +539,10 @@
       if (ev.event === 'delta') {
         text += v.delta || '';
         $('answer').textContent = tools + text;
+      } else if (ev.event === 'restart') {
+        tools = '';
+        text = '';
+        showAnswer(`streaming, attempt ${v.attempt} (request ${requestId})`, '');
       } else if (ev.event === 'tool_call') {
         tools += `[tool call ${v.name} ${JSON.stringify(v.arguments)}]\n`;
         $('answer').textContent = tools + text;
