@@ -426,3 +426,24 @@ func TestTailReconnects(t *testing.T) {
 	assert.Equal(t, "m1", requests[1].Header.Get("Last-Event-ID"), "reconnection's Last-Event-ID")
 	assert.NotContains(t, stdout.String()+stderr.String(), "abk_secret", "the key was printed")
 }
+
+// TestConverseStreamRestart checks that converse --stream starts a new line when the handler runs
+// again: the deltas printed before the restart event stay on a line of their own, a note goes to
+// stderr, and the last line is the whole answer.
+func TestConverseStreamRestart(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: delta\ndata: {\"delta\":\"You said: \"}\n\nevent: delta\ndata: {\"delta\":\"he\"}\n\n"+
+			"event: restart\ndata: {\"attempt\":2}\n\n"+
+			"event: delta\ndata: {\"delta\":\"You said: \"}\n\nevent: delta\ndata: {\"delta\":\"hello\"}\n\n"+
+			"event: message\ndata: {\"requestId\":\"r\",\"response\":{\"text\":\"You said: hello\",\"data\":null}}\n\n")
+	}))
+	defer srv.Close()
+	var stdout, stderr syncBuffer
+	env := map[string]string{"AGENTBUS_URL": srv.URL, "AGENTBUS_KEY": "abk_secret"}
+	err := run(context.Background(), []string{"converse", "--workflow", "Echo", "--text", "hello", "--stream"},
+		func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &stdout, &stderr)
+	require.NoError(t, err, "stderr %q", stderr.String())
+	assert.Equal(t, "You said: he\nYou said: hello\n", stdout.String())
+	assert.Equal(t, "the handler runs again (attempt 2): its answer starts over\n", stderr.String())
+}

@@ -252,7 +252,9 @@ func (c *cli) printAnswer(raw []byte) error {
 }
 
 // printStream relays a streamed converse answer: the deltas as they come, then a newline; the
-// final message event only when no delta came (or with -json); an error event as an error.
+// final message event only when no delta came (or with -json); an error event as an error. A
+// restart event after deltas (the handler runs again and streams its answer from the beginning)
+// ends their line, with a note on stderr: the new attempt's deltas follow on a line of their own.
 func (c *cli) printStream(r io.Reader) error {
 	deltas := false
 	var (
@@ -268,6 +270,16 @@ func (c *cli) printStream(r io.Reader) error {
 			if json.Unmarshal([]byte(ev.Data), &d) == nil && !c.json {
 				fmt.Fprint(c.stdout, d.Delta)
 				deltas = true
+			}
+		case "restart":
+			if deltas {
+				var rs struct {
+					Attempt int `json:"attempt"`
+				}
+				_ = json.Unmarshal([]byte(ev.Data), &rs)
+				fmt.Fprintln(c.stdout)
+				fmt.Fprintf(c.stderr, "the handler runs again (attempt %d): its answer starts over\n", rs.Attempt)
+				deltas = false
 			}
 		case "message":
 			final = []byte(ev.Data)
