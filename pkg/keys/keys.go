@@ -199,10 +199,16 @@ func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
 // The tenant is first marked deleted, so that it is unknown from then on (no key is created for
 // it any more), then its keys are revoked, then its record goes. If it fails part way the tenant
 // stays marked and unknown to readers, and calling DeleteTenant again finishes the work.
+//
+// A write that meets another's (a compare-and-set conflict: another deletion of the tenant, or a
+// revocation of one of its keys, at the same time) pauses a little (bus.ConflictBackoff), reads
+// the record again and goes on from what it finds, for as long as ctx and bus.ConflictPatience
+// allow; then DeleteTenant answers an error wrapping bus.ErrConflictsPersisted.
 func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	if !ident.ValidTenant(id) {
 		return ErrUnknownTenant
 	}
+	var backoff bus.ConflictBackoff
 	for {
 		t, rev, err := s.tenant(ctx, id)
 		if err != nil {
@@ -214,10 +220,15 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		now := time.Now().UTC()
 		t.DeletedAt = &now
 		b, _ := json.Marshal(t)
-		if _, err := s.tenants.Update(ctx, id, b, rev); err == nil {
+		_, err = s.tenants.Update(ctx, id, b, rev)
+		if err == nil {
 			break
-		} else if !bus.IsConflict(err) {
+		}
+		if !bus.IsConflict(err) {
 			return fmt.Errorf("marking tenant deleted: %w", err)
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("marking tenant deleted: %w: %w", err, werr)
 		}
 	}
 	stored, err := s.list(ctx, id)
@@ -403,7 +414,12 @@ func (s *Store) Revoke(ctx context.Context, secret string) error {
 // revoke marks the record under hash h revoked and returns it. id, when given, must be the
 // record's. With fresh, a key already revoked is ErrRevoked; without, revoking it again keeps
 // the first revocation time.
+//
+// A revocation that meets another writer's (a compare-and-set conflict) pauses a little
+// (bus.ConflictBackoff) and reads the record again, for as long as ctx and bus.ConflictPatience
+// allow; then it answers an error wrapping bus.ErrConflictsPersisted.
 func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, error) {
+	var backoff bus.ConflictBackoff
 	for {
 		e, err := s.keys.Get(ctx, h)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -428,10 +444,15 @@ func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, erro
 		now := time.Now().UTC()
 		k.RevokedAt = &now
 		b, _ := json.Marshal(k)
-		if _, err := s.keys.Update(ctx, h, b, e.Revision()); err == nil {
+		_, err = s.keys.Update(ctx, h, b, e.Revision())
+		if err == nil {
 			return k, nil
-		} else if !bus.IsConflict(err) {
+		}
+		if !bus.IsConflict(err) {
 			return Key{}, fmt.Errorf("revoking key: %w", err)
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return Key{}, fmt.Errorf("revoking key: %w: %w", err, werr)
 		}
 	}
 }

@@ -1,0 +1,154 @@
+package keys_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// replicatedSetup starts a three-node cluster whose keys and tenants buckets have three
+// replicas, and returns a store over them with count user keys of tenant acme, and a count of
+// the API errors the cluster answers with.
+func replicatedSetup(t *testing.T, count int) (context.Context, *keys.Store, []keys.Key, *natstest.APIErrors) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	cl, res := natstest.ClusterBus(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	store := keys.NewStore(res.Keys, res.Tenants)
+	_, err := store.CreateTenant(ctx, "acme")
+	require.NoError(t, err)
+	var ks []keys.Key
+	for i := range count {
+		_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprintf("k%d", i)})
+		require.NoError(t, err)
+		ks = append(ks, k)
+	}
+	return ctx, store, ks, natstest.WatchAPIErrors(t, cl.URLs())
+}
+
+// conflicts is how many writes the cluster refused as compare-and-set conflicts.
+func conflicts(t *testing.T, seen *natstest.APIErrors) int {
+	t.Helper()
+	stale, racing := seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	t.Logf("refusals: %d with code %d, %d with code %d", stale, jetstream.JSErrCodeStreamWrongLastSequence, racing, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	return stale + racing
+}
+
+// TestConcurrentRevocations: admins revoking the same keys at once, on buckets with three
+// replicas, all succeed, and all are answered the one revocation time that is stored.
+func TestConcurrentRevocations(t *testing.T) {
+	const writers, rounds = 8, 5
+	ctx, store, _, seen := replicatedSetup(t, 0)
+	for round := range rounds {
+		_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprint(round)})
+		require.NoError(t, err)
+		got := make([]keys.Key, writers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				<-start
+				var err error
+				got[w], err = store.RevokeID(ctx, k.ID)
+				assert.NoError(t, err, "round %d, writer %d", round, w)
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.False(t, t.Failed())
+		stored, err := store.Get(ctx, k.ID)
+		require.NoError(t, err)
+		require.NotNil(t, stored.RevokedAt, "round %d: the key is revoked", round)
+		for w, g := range got {
+			if assert.NotNil(t, g.RevokedAt, "round %d, writer %d", round, w) {
+				assert.True(t, stored.RevokedAt.Equal(*g.RevokedAt), "round %d, writer %d: answered %v, stored %v", round, w, g.RevokedAt, stored.RevokedAt)
+			}
+		}
+	}
+	assert.NotZero(t, conflicts(t, seen), "revocations that met a conflict")
+}
+
+// TestConcurrentTenantDeletions: admins deleting one tenant at once while others revoke its keys,
+// on buckets with three replicas: every deletion succeeds or, when another one finished before
+// it began, finds no tenant; every revocation succeeds; and the tenant ends deleted with all its
+// keys revoked.
+func TestConcurrentTenantDeletions(t *testing.T) {
+	const deleters = 8
+	ctx, store, ks, seen := replicatedSetup(t, 4)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	deleted := 0
+	for w := range deleters {
+		wg.Go(func() {
+			<-start
+			err := store.DeleteTenant(ctx, "acme")
+			if err == nil {
+				mu.Lock()
+				deleted++
+				mu.Unlock()
+				return
+			}
+			assert.ErrorIs(t, err, keys.ErrUnknownTenant, "deleter %d", w)
+		})
+	}
+	for _, k := range ks {
+		wg.Go(func() {
+			<-start
+			_, err := store.RevokeID(ctx, k.ID)
+			assert.NoError(t, err, "revoking %s", k.Name)
+		})
+	}
+	close(start)
+	wg.Wait()
+	assert.NotZero(t, deleted, "deletions that succeeded")
+	_, err := store.GetTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrUnknownTenant)
+	all, err := store.Keys(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, all, len(ks))
+	for _, k := range all {
+		assert.NotNil(t, k.RevokedAt, "key %s", k.Name)
+	}
+	assert.NotZero(t, conflicts(t, seen), "writes that met a conflict")
+}
+
+// TestRevocationGivesUpOnPersistentConflicts: a revocation whose every write loses a
+// compare-and-set race gives up once bus.ConflictPatience has passed since the first, with
+// bus.ErrConflictsPersisted, and the key stays as it was.
+func TestRevocationGivesUpOnPersistentConflicts(t *testing.T) {
+	ctx, res, store, _ := setup(t)
+	_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.NoError(t, err)
+	losing := keys.NewStore(alwaysLosing{res.Keys}, res.Tenants)
+	began := time.Now()
+	_, err = losing.RevokeID(ctx, k.ID)
+	took := time.Since(began)
+	require.ErrorIs(t, err, bus.ErrConflictsPersisted)
+	assert.ErrorIs(t, err, jetstream.ErrKeyRevisionMismatch, "the last conflict is kept")
+	assert.GreaterOrEqual(t, took, bus.ConflictPatience)
+	assert.Less(t, took, bus.ConflictPatience+time.Second)
+	stored, err := store.Get(ctx, k.ID)
+	require.NoError(t, err)
+	assert.Nil(t, stored.RevokedAt)
+}
+
+// alwaysLosing is a bucket whose every Update loses a compare-and-set race.
+type alwaysLosing struct{ jetstream.KeyValue }
+
+func (alwaysLosing) Update(context.Context, string, []byte, uint64) (uint64, error) {
+	return 0, jetstream.ErrKeyRevisionMismatch
+}
