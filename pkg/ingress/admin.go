@@ -13,6 +13,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -81,8 +82,16 @@ func mayManage(c caller, role keys.Role) bool {
 	return c.isSystem() || role != keys.RoleSystemAdmin
 }
 
-// storeFailed answers a failure of the key or tenant store; the cause is only logged.
+// storeFailed answers a failure of a store on the bus (tenants, keys, instances, remote agents):
+// 503 bus-unavailable with Retry-After; the cause is only logged. A write that kept meeting other
+// writers' changes of its record for bus.ConflictPatience (bus.ErrConflictsPersisted) failed no
+// less, and is answered the same, with a detail that says so.
 func (s *Server) storeFailed(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, bus.ErrConflictsPersisted) {
+		s.log.Warn(what, "err", err)
+		problem.BusUnavailable.Write(w, "other writers kept changing the same record at the same time; try again")
+		return
+	}
 	s.log.Error(what, "err", err)
 	problem.BusUnavailable.Write(w, "try again")
 }

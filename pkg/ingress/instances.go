@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/instance"
@@ -273,12 +274,13 @@ type completeAnswer struct {
 	CompletedAt time.Time `json:"completedAt"`
 }
 
-// completeAttempts bounds the compare-and-set writes of one complete that meet a host's.
-const completeAttempts = 10
-
 // completeInstance serves POST /api/v1/admin/tenants/{tenantId}/instances/{workflowId}/complete:
 // the current run is marked completed with compare-and-set, and the next message starts a new
 // run. A running instance that is idle may be completed too; a completed one is a conflict.
+//
+// A write that meets a host's (or another operator's) pauses a little (bus.ConflictBackoff),
+// reads the record again and completes the run as it is then, for as long as the request and
+// bus.ConflictPatience allow; then the answer is storeFailed's.
 func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
 	c, wf, rec, ok := s.instanceTarget(w, r)
 	if !ok {
@@ -286,7 +288,8 @@ func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	store := s.instanceStore()
-	for attempt := 1; ; attempt++ {
+	var backoff bus.ConflictBackoff
+	for {
 		if rec.Status != instance.Running {
 			problem.InstanceNotRunning.Write(w, "the instance's run is completed already; its next message starts a new run")
 			return
@@ -306,8 +309,12 @@ func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, completeAnswer{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: now})
 			return
 		}
-		if !errors.Is(err, instance.ErrConflict) || attempt == completeAttempts {
+		if !errors.Is(err, instance.ErrConflict) {
 			s.storeFailed(w, "completing instance", err)
+			return
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			s.storeFailed(w, "completing instance", fmt.Errorf("%w: %w", err, werr))
 			return
 		}
 		// A host wrote the record meanwhile: complete the run as it is now.

@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +20,11 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -345,6 +353,127 @@ func TestHostInMemoryDoesNotOverwriteACompletion(t *testing.T) {
 	assert.Equal(t, rec.RunID, after.RunID)
 	_, next := echoHost(t, s, s.Key, wf)
 	assert.NotEqual(t, rec.RunID, next, "the next call starts a new run")
+}
+
+// TestInstanceCompleteWhileHostsWrite: operators complete a run whose record writers keep
+// changing at the same time (as hosts write state and counts): the write of a complete that
+// loses to another reads the record again and completes the run as it is then, so the run ends
+// completed, one operator is answered 200 and the others 409 instance-not-running, and no
+// writer overwrites the completion.
+func TestInstanceCompleteWhileHostsWrite(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	completeWhileWritersWrite(t, s.URL, s.Key, instance.NewStore(s.Res.Instances))
+}
+
+// TestInstanceCompleteWhileHostsWriteReplicated is TestInstanceCompleteWhileHostsWrite on a
+// bucket with three replicas, where a write that lost is refused again while the one that won
+// is being agreed on.
+func TestInstanceCompleteWhileHostsWriteReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	cl, res := natstest.ClusterBus(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(cl.URLs(), "ingress", stacktest.Logger())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	srv, err := ingress.New(ctx, ingress.Config{Conn: nc, Bus: bus.Config{Replicas: 3, Partitions: 1}, Logger: stacktest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	ks := keys.NewStore(res.Keys, res.Tenants)
+	require.NoError(t, ks.EnsureTenant(ctx, "default"))
+	key, _, err := ks.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "test"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return srv.KeyKnown(key) }, 5*time.Second, 5*time.Millisecond)
+	completeWhileWritersWrite(t, hs.URL, key, instance.NewStore(res.Instances))
+}
+
+// completeWhileWritersWrite has writers count events on running instances of tenant default,
+// one after the other, while operators complete each through the ingress at base, and checks
+// the outcome.
+func completeWhileWritersWrite(t *testing.T, base, key string, store *instance.Store) {
+	const rounds, writers, operators = 10, 16, 4
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for round := range rounds {
+		wf := echoWorkflow("default", fmt.Sprintf("busy-%d", round))
+		now := time.Now().UTC()
+		first, err := store.Put(ctx, instance.Record{Tenant: "default", WorkflowID: wf, RunID: "run-busy",
+			Status: instance.Running, StartedAt: now, LastActiveAt: now})
+		require.NoError(t, err)
+
+		// Each writer counts events on the record, from the revision it last wrote or read,
+		// until the run is completed (or the operators are done).
+		var writes atomic.Int64
+		var done atomic.Bool
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				rec := first
+				for rec.Status == instance.Running && !done.Load() {
+					rec.Events++
+					saved, err := store.Put(ctx, rec)
+					if err == nil {
+						rec = saved
+						writes.Add(1)
+						continue
+					}
+					if !assert.ErrorIs(t, err, instance.ErrConflict, "round %d, writer %d", round, w) {
+						return
+					}
+					if rec, err = store.Get(ctx, "default", wf); !assert.NoError(t, err, "round %d, writer %d", round, w) {
+						return
+					}
+				}
+			})
+		}
+		for writes.Load() < writers && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+
+		statuses := make([]int, operators)
+		bodies := make([]string, operators)
+		var ops sync.WaitGroup
+		for i := range operators {
+			ops.Go(func() {
+				req, err := http.NewRequestWithContext(ctx, post, base+instancePath("default", wf)+"/complete", nil)
+				if !assert.NoError(t, err) {
+					return
+				}
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := http.DefaultClient.Do(req)
+				if !assert.NoError(t, err, "round %d, operator %d", round, i) {
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				statuses[i], bodies[i] = resp.StatusCode, string(b)
+			})
+		}
+		ops.Wait()
+		done.Store(true)
+		wg.Wait()
+		completed := 0
+		for i, status := range statuses {
+			switch status {
+			case http.StatusOK:
+				completed++
+			case http.StatusConflict:
+				assert.Contains(t, bodies[i], "urn:agentbus:problem:instance-not-running", "round %d, operator %d", round, i)
+			default:
+				t.Errorf("round %d, operator %d: %d %s", round, i, status, bodies[i])
+			}
+		}
+		assert.Equal(t, 1, completed, "round %d: operators answered 200", round)
+		after, err := store.Get(ctx, "default", wf)
+		require.NoError(t, err)
+		assert.Equal(t, instance.Completed, after.Status, "round %d: the completion is not overwritten", round)
+		assert.Equal(t, "run-busy", after.RunID, "round %d", round)
+		t.Logf("round %d: %d writes of the writers", round, writes.Load())
+	}
 }
 
 // TestInstanceBackfill: records written before the run index existed are listed once a system
