@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // BackfillResult says what one Backfill did.
@@ -98,7 +100,9 @@ func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResu
 }
 
 // backfillOne indexes one record's run and marks the record; it reports false when the record
-// changed run meanwhile, or was marked by someone else.
+// changed run meanwhile, or was marked by someone else. A mark that meets a host's write pauses
+// a little (bus.ConflictBackoff) and reads the record again, for as long as ctx and
+// bus.ConflictPatience allow.
 func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (bool, error) {
 	parts := strings.Split(u.workflowID, ":")
 	if len(parts) != 4 {
@@ -117,6 +121,7 @@ func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (boo
 	if err := x.Add(ctx, u.tenant, parts[1], Entry{WorkflowID: u.workflowID, RunID: u.runID, StartedAt: u.startedAt}); err != nil {
 		return false, err
 	}
+	var backoff bus.ConflictBackoff
 	for {
 		rec.Indexed = true
 		_, err := store.Put(ctx, rec)
@@ -126,8 +131,11 @@ func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (boo
 		if !errors.Is(err, ErrConflict) {
 			return false, err
 		}
-		// A host wrote the record meanwhile (state, counts): mark it as it is now, if it still
-		// runs the run just indexed.
+		// A host wrote the record meanwhile (state, counts): after a pause, mark it as it is
+		// now, if it still runs the run just indexed.
+		if werr := backoff.Wait(ctx); werr != nil {
+			return false, fmt.Errorf("marking an instance indexed: %w: %w", err, werr)
+		}
 		if rec, err = store.Get(ctx, u.tenant, u.workflowID); err != nil {
 			return false, err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,4 +182,70 @@ func requireOneChain(ctx context.Context, t *testing.T, res *bus.Resources, want
 		chain = append([]uint64{seq}, chain...)
 	}
 	assert.Equal(t, want, len(runs), "runs stored")
+}
+
+// TestBackfillWhileHostsWrite: a backfill of records whose hosts keep writing them (state,
+// counts), on a bucket and a stream with three replicas: each mark that loses to a host's write
+// reads the record again, every record ends indexed and marked at the run it had, and no host's
+// write undoes a mark.
+func TestBackfillWhileHostsWrite(t *testing.T) {
+	const records, writersEach = 4, 4
+	ctx, res, seen := replicatedSetup(t)
+	store := instance.NewStore(res.Instances)
+	var firsts []instance.Record
+	for i := range records {
+		rec := newRecord("acme", fmt.Sprintf("acme:Echo:Supervisor Workflow:old-%d", i))
+		rec.RunID = fmt.Sprintf("run-old-%d", i)
+		rec, err := store.Put(ctx, rec)
+		require.NoError(t, err)
+		firsts = append(firsts, rec)
+	}
+
+	// Each writer counts events on its record, from the revision it last wrote or read.
+	var writes atomic.Int64
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for i := range records * writersEach {
+		wg.Go(func() {
+			rec := firsts[i%records]
+			for !done.Load() {
+				rec.Events++
+				saved, err := store.Put(ctx, rec)
+				if err == nil {
+					rec = saved
+					writes.Add(1)
+					continue
+				}
+				if !assert.ErrorIs(t, err, instance.ErrConflict, "writer %d", i) {
+					return
+				}
+				if rec, err = store.Get(ctx, "acme", rec.WorkflowID); !assert.NoError(t, err, "writer %d", i) {
+					return
+				}
+			}
+		})
+	}
+	for writes.Load() < records*writersEach && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	before := conflictRefusals(seen)
+	got, err := instance.NewIndex(res.JS, res.Runs).Backfill(ctx, res.Instances, store, time.Time{})
+	marking := conflictRefusals(seen) - before
+	done.Store(true)
+	wg.Wait()
+	require.NoError(t, err)
+	assert.Equal(t, instance.BackfillResult{Scanned: records, Indexed: records}, got)
+	for _, first := range firsts {
+		rec, err := store.Get(ctx, "acme", first.WorkflowID)
+		require.NoError(t, err)
+		assert.True(t, rec.Indexed, "%s is marked", rec.WorkflowID)
+		assert.Equal(t, first.RunID, rec.RunID, "%s", rec.WorkflowID)
+	}
+	requireOneChain(ctx, t, res, records)
+	t.Logf("%d writes of the hosts; %d refusals during the backfill", writes.Load(), marking)
+}
+
+// conflictRefusals is how many writes the cluster has refused as compare-and-set conflicts.
+func conflictRefusals(seen *natstest.APIErrors) int {
+	return seen.Count(jetstream.JSErrCodeStreamWrongLastSequence) + seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
