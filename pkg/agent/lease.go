@@ -166,9 +166,13 @@ func (h *Host) learnTenure(ctx context.Context, part *partition) error {
 }
 
 // bumpTenure counts a takeover of the partition by this host, which then knows the new count.
+// A count that meets another host's (a compare-and-set conflict) pauses a little
+// (bus.ConflictBackoff), reads the count again and adds one to it, for as long as ctx and
+// bus.ConflictPatience allow.
 func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
 	key := subject.TenureKey(part.key.agent, part.key.n)
-	for attempt := 0; attempt < 5; attempt++ {
+	var backoff bus.ConflictBackoff
+	for {
 		n, rev, err := h.tenureOf(ctx, part.key)
 		if err != nil {
 			return err
@@ -179,18 +183,20 @@ func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
 		} else {
 			_, err = h.res.Tenures.Update(ctx, key, next, rev)
 		}
-		if bus.IsConflict(err) {
-			continue // another host counted one meanwhile
+		if err == nil {
+			h.mu.Lock()
+			part.tenure = n + 1
+			h.mu.Unlock()
+			return nil
 		}
-		if err != nil {
+		if !bus.IsConflict(err) {
 			return fmt.Errorf("counting a takeover of %s partition %d: %w", part.key.agent, part.key.n, err)
 		}
-		h.mu.Lock()
-		part.tenure = n + 1
-		h.mu.Unlock()
-		return nil
+		// Another host counted one meanwhile.
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("counting a takeover of %s partition %d: %w: %w", part.key.agent, part.key.n, err, werr)
+		}
 	}
-	return fmt.Errorf("counting a takeover of %s partition %d: other hosts kept counting", part.key.agent, part.key.n)
 }
 
 // fence gives up a partition another host may have taken over: it stops pulling it, drops its
