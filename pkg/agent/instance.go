@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -98,12 +99,14 @@ func (i *Instance) State(v any) error {
 
 // UpdateRawState changes the state atomically: fn gets the current JSON state (nil for none) and
 // returns the new one. The change is written at once with compare-and-set; when the record
-// changed in between (another host, an operator), fn is called again on the newer state. fn must
-// have no side effects beyond computing the new state.
+// changed in between (another host, an operator), fn is called again on the newer state, after
+// a short pause (bus.ConflictBackoff), for as long as ctx and bus.ConflictPatience allow. fn
+// must have no side effects beyond computing the new state.
 func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessage) (json.RawMessage, error)) error {
 	l := i.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var backoff bus.ConflictBackoff
 	for {
 		base := l.rec.State
 		a := l.rec.Applying
@@ -131,7 +134,11 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 		if errors.Is(err, errFenced) {
 			return fmt.Errorf("saving state: %w", err)
 		}
-		if !errors.Is(err, instance.ErrConflict) {
+		if errors.Is(err, instance.ErrConflict) {
+			if werr := backoff.Wait(ctx); werr != nil {
+				return fmt.Errorf("saving state: %w: %w", err, werr)
+			}
+		} else {
 			// Not written (writeLocked checked): try again while the bus recovers, on the state
 			// as stored now.
 			select {
@@ -150,7 +157,9 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 // again: when the request was the last to change the state, the state goes back to what it was
 // before, so that a request that crashed its host after changing the state, or that failed and
 // is retried, changes it once. (When a request of another conversation of the instance changed
-// the state since, the earlier attempt's change stays: it cannot be told apart any more.)
+// the state since, the earlier attempt's change stays: it cannot be told apart any more.) A write
+// that meets another's (a compare-and-set conflict) pauses a little (bus.ConflictBackoff) and
+// reads the record again, for as long as ctx and bus.ConflictPatience allow.
 func (i *Instance) rewind(ctx context.Context) error {
 	l := i.live
 	l.mu.Lock()
@@ -159,6 +168,7 @@ func (i *Instance) rewind(ctx context.Context) error {
 	if err := l.reloadLocked(ctx); err != nil {
 		return err
 	}
+	var backoff bus.ConflictBackoff
 	for {
 		a := l.rec.Applying
 		if a == nil || a.RequestID != i.requestID {
@@ -173,6 +183,9 @@ func (i *Instance) rewind(ctx context.Context) error {
 		}
 		if !errors.Is(err, instance.ErrConflict) {
 			return fmt.Errorf("undoing an earlier attempt's state change: %w", err)
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("undoing an earlier attempt's state change: %w: %w", err, werr)
 		}
 		if err := retryUntil(ctx, func() error { return l.reloadLocked(ctx) }); err != nil {
 			return fmt.Errorf("undoing an earlier attempt's state change: %w", err)

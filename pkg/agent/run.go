@@ -3,21 +3,24 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
 // startOrLoad returns the running instance of the request's workflow, starting a new run when
 // there is none, the last one completed, or it has been idle for longer than the idle timeout
 // (update-with-start). When several hosts race to start, compare-and-set lets exactly one win;
-// the others load its run.
+// the others pause a little (bus.ConflictBackoff) and load its run.
 func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *liveInstance) (*Instance, error) {
 	l.mu.Lock()
 	started := false
+	var backoff bus.ConflictBackoff
 	for {
 		if !l.loaded {
 			if err := l.reloadLocked(ctx); err != nil {
@@ -50,7 +53,12 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 			l.mu.Unlock()
 			return nil, err
 		}
-		l.loaded = false // someone else started it: read theirs
+		// Someone else started it: read theirs once it has landed.
+		if werr := backoff.Wait(ctx); werr != nil {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("starting a run: %w: %w", err, werr)
+		}
+		l.loaded = false
 	}
 	l.mu.Unlock()
 	inst := &Instance{live: l}
@@ -64,12 +72,15 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 
 // finishRun counts the event, completes the run if asked, and rolls over long runs
 // (continue-as-new). Counting alone is not written at once: it goes with the next write of the
-// record or when the host drops the idle instance.
+// record or when the host drops the idle instance. A write that meets another's (a
+// compare-and-set conflict) pauses a little (bus.ConflictBackoff), reads the record again and
+// finishes the run as it is then, for as long as ctx and bus.ConflictPatience allow.
 func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, runID string) error {
 	l := inst.live
 	complete := inst.completing()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var backoff bus.ConflictBackoff
 	for {
 		if l.rec.RunID != runID || l.rec.Status != instance.Running {
 			return nil // the run ended meanwhile (another participant completed it)
@@ -102,6 +113,9 @@ func (h *Host) finishRun(ctx context.Context, log *slog.Logger, inst *Instance, 
 		}
 		if !errors.Is(err, instance.ErrConflict) {
 			return err
+		}
+		if werr := backoff.Wait(ctx); werr != nil {
+			return fmt.Errorf("finishing a run: %w: %w", err, werr)
 		}
 		if err := l.reloadLocked(ctx); err != nil {
 			return err
