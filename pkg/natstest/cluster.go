@@ -174,7 +174,17 @@ func ClusterBus(t testing.TB, cfg bus.Config) (*Cluster, *bus.Resources) {
 	require.NoError(t, err, "creating a JetStream context")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := bus.Ensure(ctx, js, cfg)
-	require.NoError(t, err, "creating agentbus resources")
-	return cl, res
+	// Right after the cluster forms, the meta leader may not count every peer online yet and
+	// refuses to place three replicas (no suitable peers, 10005): try again until it does.
+	for {
+		res, err := bus.Ensure(ctx, js, cfg)
+		if err == nil {
+			return cl, res
+		}
+		select {
+		case <-ctx.Done():
+			require.NoError(t, err, "creating agentbus resources")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
