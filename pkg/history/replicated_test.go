@@ -71,21 +71,7 @@ func TestConcurrentWritersOnReplicatedStream(t *testing.T) {
 		wg.Wait()
 		require.False(t, t.Failed())
 
-		// Pages and topics are read from any replica: wait until it has the thread's last writes.
-		last, err := bus.LeaderLast(ctx, res.JS.Conn(), subject.MessagesStream, subject.Thread(tenant, wf, participant))
-		require.NoError(t, err)
-		var topics []string
-		for {
-			page, _, err := e.store.Page(ctx, tenant, wf, participant, history.PageOptions{Size: 1})
-			require.NoError(t, err)
-			topics, err = e.store.Topics(ctx, tenant, wf, participant)
-			require.NoError(t, err)
-			if len(page) == 1 && page[0].Pos>>1 == last.Sequence && len(topics) == writers {
-				break
-			}
-			require.NoError(t, ctx.Err(), "round %d: the replicas did not catch up", round)
-			time.Sleep(10 * time.Millisecond)
-		}
+		topics := caughtUp(t, e, tenant, wf, participant, writers)
 		require.Equal(t, scopes, topics, "round %d: topics", round)
 		got := ids(walk(t, e, participant, history.PageOptions{}))
 		require.Len(t, got, 2*writers, "round %d: the thread's messages", round)
@@ -166,25 +152,31 @@ func TestBusyWritersOnReplicatedStream(t *testing.T) {
 		seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant), jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 	require.False(t, t.Failed())
 
-	// Pages and topics are read from any replica: wait until it has the thread's last writes.
-	last, err := bus.LeaderLast(ctx, res.JS.Conn(), subject.MessagesStream, subject.Thread(tenant, wf, participant))
-	require.NoError(t, err)
-	var topics []string
-	for {
-		page, _, err := e.store.Page(ctx, tenant, wf, participant, history.PageOptions{Size: 1})
-		require.NoError(t, err)
-		topics, err = e.store.Topics(ctx, tenant, wf, participant)
-		require.NoError(t, err)
-		if len(page) == 1 && page[0].Pos>>1 == last.Sequence && len(topics) == len(scopes) {
-			break
-		}
-		require.NoError(t, ctx.Err(), "the replicas did not catch up")
-		time.Sleep(10 * time.Millisecond)
-	}
+	topics := caughtUp(t, e, tenant, wf, participant, len(scopes))
 	slices.Sort(scopes)
 	require.Equal(t, scopes, topics, "topics")
 	got := ids(walk(t, e, participant, history.PageOptions{}))
 	require.Len(t, got, len(scopes), "the thread's messages")
 	slices.Sort(got)
 	require.Equal(t, scopes, got, "the thread's messages, once each")
+}
+
+// caughtUp waits until the replica that answers reads has the thread's last write and n topics,
+// and returns the topics: pages and topics are read from any replica.
+func caughtUp(t *testing.T, e env, tenant, wf, participant string, n int) []string {
+	t.Helper()
+	ctx := e.ctx
+	last, err := bus.LeaderLast(ctx, e.res.JS.Conn(), subject.MessagesStream, subject.Thread(tenant, wf, participant))
+	require.NoError(t, err)
+	for {
+		page, _, err := e.store.Page(ctx, tenant, wf, participant, history.PageOptions{Size: 1})
+		require.NoError(t, err)
+		topics, err := e.store.Topics(ctx, tenant, wf, participant)
+		require.NoError(t, err)
+		if len(page) == 1 && page[0].Pos>>1 == last.Sequence && len(topics) == n {
+			return topics
+		}
+		require.NoError(t, ctx.Err(), "the replicas did not catch up")
+		time.Sleep(10 * time.Millisecond)
+	}
 }
