@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,22 +53,6 @@ const (
 	racers        = 8
 	maxRaceRounds = 200
 )
-
-// race runs write(0) … write(racers-1) at once and returns their errors.
-func race(write func(i int) error) []error {
-	errs := make([]error, racers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			errs[i] = write(i)
-		})
-	}
-	close(start)
-	wg.Wait()
-	return errs
-}
 
 // errorCode returns the JetStream API error code in err's chain, or 0.
 func errorCode(err error) jetstream.ErrorCode {
@@ -141,7 +124,7 @@ func TestConflictOnReplicatedStream(t *testing.T) {
 			} else {
 				require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
 			}
-			return race(func(i int) error {
+			return natstest.Race(racers, func(i int) error {
 				m := nats.NewMsg("cas.one")
 				m.Data = []byte(strconv.Itoa(i))
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
@@ -157,7 +140,7 @@ func TestConflictOnReplicatedStream(t *testing.T) {
 			e, err := kv.Get(ctx, "update")
 			require.NoError(t, err)
 			rev = max(rev, e.Revision()) // a replica may answer with an older one
-			return race(func(i int) error {
+			return natstest.Race(racers, func(i int) error {
 				_, err := kv.Update(ctx, "update", []byte(strconv.Itoa(i)), rev)
 				return err
 			})
@@ -166,7 +149,7 @@ func TestConflictOnReplicatedStream(t *testing.T) {
 	t.Run("kv creates of a deleted key", func(t *testing.T) {
 		rounds(t, func() []error {
 			require.NoError(t, kv.Delete(ctx, "create"))
-			return race(func(i int) error {
+			return natstest.Race(racers, func(i int) error {
 				_, err := kv.Create(ctx, "create", []byte(strconv.Itoa(i)))
 				return err
 			})

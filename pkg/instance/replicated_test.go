@@ -41,22 +41,6 @@ func replicatedSetup(t *testing.T) (context.Context, *bus.Resources, *natstest.A
 	return ctx, res, natstest.WatchAPIErrors(t, cl.URLs())
 }
 
-// race runs write(0) … write(racers-1) at once and returns their errors.
-func race(write func(i int) error) []error {
-	errs := make([]error, racers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			errs[i] = write(i)
-		})
-	}
-	close(start)
-	wg.Wait()
-	return errs
-}
-
 // TestPutConflictsOnReplicatedBucket: writers that read one instance record at the same revision
 // and update it at once, on a bucket with three replicas: one wins, the others get ErrConflict
 // whichever code the stream refused them with, and no update is lost.
@@ -72,7 +56,7 @@ func TestPutConflictsOnReplicatedBucket(t *testing.T) {
 		read, err := s.Get(ctx, "acme", wf)
 		require.NoError(t, err)
 		wins := 0
-		for _, err := range race(func(i int) error {
+		for _, err := range natstest.Race(racers, func(i int) error {
 			r := read
 			r.Events++
 			r.State = json.RawMessage(fmt.Sprintf(`{"writer":%d}`, i))
@@ -109,7 +93,7 @@ func TestIndexConcurrentWritersOnReplicatedStream(t *testing.T) {
 	added := 0
 	for round := 1; seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant) == 0; round++ {
 		require.LessOrEqual(t, round, maxRaceRounds, "no append was refused with code %d", jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-		for i, err := range race(func(i int) error {
+		for i, err := range natstest.Race(racers, func(i int) error {
 			wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:r%d-w%d", round, i)
 			return xs[i].Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: "run-" + wf, StartedAt: time.Now()})
 		}) {

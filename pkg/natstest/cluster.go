@@ -188,3 +188,20 @@ func ClusterBus(t testing.TB, cfg bus.Config) (*Cluster, *bus.Resources) {
 		}
 	}
 }
+
+// Race runs write(0) … write(n-1) at once, released together, and returns their errors: writers
+// that race on one subject or key of a replicated stream, as hosts and ingresses do.
+func Race(n int, write func(i int) error) []error {
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = write(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
