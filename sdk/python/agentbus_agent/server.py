@@ -171,7 +171,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 if method == "POST":
                     self._post()
                 else:
-                    self._send(405, b"POST agentbus requests here\n", _TEXT, extra=b"Allow: POST\r\n")
+                    # Its body, if it has one, is not read: the connection cannot go on after it.
+                    body = self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers
+                    self._send(405, b"POST agentbus requests here\n", _TEXT, close=body, extra=b"Allow: POST\r\n")
         except OSError:
             pass  # an idle connection timed out, the peer went away, or stop closed it
 

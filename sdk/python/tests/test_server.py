@@ -129,6 +129,13 @@ class KeepAliveTest(unittest.TestCase):
                 resp.read()
                 self.assertEqual(b"", sock.recv(1), "the server closed the connection")
 
+    def test_a_refused_method_with_a_body_closes(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+            sock.sendall(b"PUT /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+            resp = http.client.HTTPResponse(sock)
+            resp.begin()
+            self.assertEqual((405, True), (resp.status, resp.will_close))
+
     def test_header_names_any_case(self) -> None:
         req = data("echo", {"n": 3})
         body = json.dumps(req).encode()
