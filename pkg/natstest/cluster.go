@@ -28,8 +28,8 @@ type Cluster struct {
 }
 
 // NewCluster starts a cluster of size servers (3 makes R3 streams possible) and waits until
-// JetStream has a meta leader and every server has JetStream enabled. It shuts down when the
-// test ends.
+// JetStream has a meta leader, every server has JetStream enabled, and streams can be placed on
+// every server. It shuts down when the test ends.
 func NewCluster(t testing.TB, size int) *Cluster {
 	t.Helper()
 	require.Positive(t, size, "cluster size")
@@ -65,7 +65,37 @@ func NewCluster(t testing.TB, size int) *Cluster {
 		require.True(t, ns.ReadyForConnections(10*time.Second), "NATS server n%d not ready within 10s", i+1)
 	}
 	require.Eventually(t, c.formed, 20*time.Second, 25*time.Millisecond, "JetStream cluster did not form within 20s")
+	c.waitPlacing(t)
 	return c
+}
+
+// waitPlacing waits until the meta leader places a stream on every server: right after the
+// cluster forms it may not have heard from each peer yet, and refuses to place replicas on one
+// (no suitable peers, peer offline: 10005). A probe stream with a replica on each server is
+// created until it is placed, then deleted.
+func (c *Cluster) waitPlacing(t testing.TB) {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.Name(t.Name()+" placement probe"))
+	require.NoError(t, err, "connecting to the NATS cluster")
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err, "creating a JetStream context")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := jetstream.StreamConfig{Name: "NATSTEST_PLACEMENT", Subjects: []string{"natstest.placement"},
+		Replicas: min(len(c.Servers), 5), Storage: jetstream.MemoryStorage}
+	for {
+		_, err := js.CreateStream(ctx, cfg)
+		if err == nil {
+			require.NoError(t, js.DeleteStream(ctx, cfg.Name), "deleting the placement probe")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			require.NoError(t, err, "placing a stream on every server of the cluster")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // formed reports whether every server runs JetStream, sees all its peers, and one is meta leader.
@@ -174,19 +204,9 @@ func ClusterBus(t testing.TB, cfg bus.Config) (*Cluster, *bus.Resources) {
 	require.NoError(t, err, "creating a JetStream context")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Right after the cluster forms, the meta leader may not count every peer online yet and
-	// refuses to place three replicas (no suitable peers, 10005): try again until it does.
-	for {
-		res, err := bus.Ensure(ctx, js, cfg)
-		if err == nil {
-			return cl, res
-		}
-		select {
-		case <-ctx.Done():
-			require.NoError(t, err, "creating agentbus resources")
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	res, err := bus.Ensure(ctx, js, cfg)
+	require.NoError(t, err, "creating agentbus resources")
+	return cl, res
 }
 
 // Race runs write(0) … write(n-1) at once, released together, and returns their errors: writers
