@@ -22,7 +22,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
-	"github.com/agentbus/agentbus/pkg/window"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -349,18 +348,16 @@ func defaultWorkflowType(a registry.Agent) string {
 func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (_ *mcp.CallToolResult, err error) {
 		mr := mcpFromContext(ctx)
-		// The call counts in the stats window once its agent is known to the tenant, with the
-		// status of the problem it met (a failed method's too), or 200.
-		var counted ident.Workflow
+		// The call counts in the stats window once its agent is known to the tenant (st.agent),
+		// with the status of the problem it met (a failed method's too), or 200.
+		var st requestState
 		status, start := http.StatusOK, time.Now()
 		defer func() {
-			if counted.Agent != "" && s.metrics.window != nil {
-				if err != nil && status == http.StatusOK {
-					status = http.StatusInternalServerError
-				}
-				end := time.Now()
-				s.metrics.window.Observe(window.Key{Tenant: counted.Tenant, Agent: counted.Agent}, end, end.Sub(start), window.OutcomeOf(status))
+			if err != nil && status == http.StatusOK {
+				status = http.StatusInternalServerError
 			}
+			end := time.Now()
+			s.metrics.observeCall(&st, status, end, end.Sub(start))
 		}()
 		args := map[string]json.RawMessage{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
@@ -379,8 +376,8 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 			return nil, fmt.Errorf("encoding arguments: %w", err)
 		}
 		p := s.checkTarget(ctx, wf, agentbusv1.Kind_KIND_DATA, method, mr.keep)
-		if p == nil || p.Slug != problem.UnknownAgent.Slug {
-			counted = wf
+		if countsUnderAgent(p) {
+			st.tenant, st.agent = wf.Tenant, wf.Agent
 		}
 		if p != nil {
 			status = p.Status

@@ -26,12 +26,18 @@ import (
 // Agent names come from the registry, so the window's keys stay bounded.
 func (s *Server) checkAgent(r *http.Request, wf ident.Workflow, kind agentbusv1.Kind, method string, keep bool) *problem.Problem {
 	p := s.checkTarget(r.Context(), wf, kind, method, keep)
-	if p == nil || p.Slug != problem.UnknownAgent.Slug {
+	if countsUnderAgent(p) {
 		if st, ok := stateOf(r); ok {
 			st.agent = wf.Agent
 		}
 	}
 	return p
+}
+
+// countsUnderAgent reports whether a call whose target check answered p counts in the window
+// under its agent: unless the agent is unknown to the tenant.
+func countsUnderAgent(p *problem.Problem) bool {
+	return p == nil || p.Slug != problem.UnknownAgent.Slug
 }
 
 // noteStatus sets the status r counts with in the window, when it is not the HTTP status: an
