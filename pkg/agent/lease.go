@@ -171,8 +171,7 @@ func (h *Host) learnTenure(ctx context.Context, part *partition) error {
 // bus.ConflictPatience allow.
 func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
 	key := subject.TenureKey(part.key.agent, part.key.n)
-	var backoff bus.ConflictBackoff
-	for {
+	return bus.RetryConflicts(ctx, func() error {
 		n, rev, err := h.tenureOf(ctx, part.key)
 		if err != nil {
 			return err
@@ -183,20 +182,15 @@ func (h *Host) bumpTenure(ctx context.Context, part *partition) error {
 		} else {
 			_, err = h.res.Tenures.Update(ctx, key, next, rev)
 		}
-		if err == nil {
-			h.mu.Lock()
-			part.tenure = n + 1
-			h.mu.Unlock()
-			return nil
-		}
-		if !bus.IsConflict(err) {
+		if err != nil {
+			// On a conflict (another host counted one meanwhile) the count is read again.
 			return fmt.Errorf("counting a takeover of %s partition %d: %w", part.key.agent, part.key.n, err)
 		}
-		// Another host counted one meanwhile.
-		if werr := backoff.Wait(ctx); werr != nil {
-			return fmt.Errorf("counting a takeover of %s partition %d: %w: %w", part.key.agent, part.key.n, err, werr)
-		}
-	}
+		h.mu.Lock()
+		part.tenure = n + 1
+		h.mu.Unlock()
+		return nil
+	})
 }
 
 // fence gives up a partition another host may have taken over: it stops pulling it, drops its

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -83,4 +84,20 @@ func (b *ConflictBackoff) Wait(ctx context.Context) error {
 func (b *ConflictBackoff) next() time.Duration {
 	b.wait = min(max(2*b.wait, conflictFirstWait), conflictMaxWait)
 	return b.wait/2 + rand.N(b.wait/2+1)
+}
+
+// RetryConflicts calls attempt, a compare-and-set write that reads what it changes, until it
+// answers anything but a conflict (IsConflict), pausing with a ConflictBackoff before each new
+// attempt. A conflict that outlasts ctx or ConflictPatience is answered wrapped with Wait's error.
+func RetryConflicts(ctx context.Context, attempt func() error) error {
+	var b ConflictBackoff
+	for {
+		err := attempt()
+		if !IsConflict(err) {
+			return err
+		}
+		if werr := b.Wait(ctx); werr != nil {
+			return fmt.Errorf("%w: %w", err, werr)
+		}
+	}
 }

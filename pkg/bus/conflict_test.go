@@ -63,6 +63,31 @@ func errorCode(err error) jetstream.ErrorCode {
 	return 0
 }
 
+// TestRetryConflicts: an attempt is made again after each conflict until it answers anything
+// else, which is returned as it is; a conflict outlasting the context is answered with both.
+func TestRetryConflicts(t *testing.T) {
+	conflict := fmt.Errorf("writing: %w", jetstream.ErrKeyRevisionMismatch)
+	other := errors.New("the bus is down")
+	for _, last := range []error{nil, other} {
+		calls := 0
+		err := bus.RetryConflicts(context.Background(), func() error {
+			if calls++; calls < 3 {
+				return conflict
+			}
+			return last
+		})
+		assert.Equal(t, 3, calls)
+		assert.Equal(t, last, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	err := bus.RetryConflicts(ctx, func() error { calls++; return conflict })
+	assert.ErrorIs(t, err, jetstream.ErrKeyRevisionMismatch)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 1, calls, "the pause after the first conflict meets the ended context")
+}
+
 // TestConflictBackoff: the pauses after conflicts start well under a millisecond, grow, stay
 // within a few milliseconds, and differ from one writer to another; a context that ends cuts one
 // short, and a write that has met conflicts for ConflictPatience gives up.

@@ -361,8 +361,7 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 	if s.isKnown(key, scope) {
 		return nil
 	}
-	var backoff bus.ConflictBackoff
-	for {
+	return bus.RetryConflicts(ctx, func() error {
 		list, rev, err := s.readTopics(ctx, key)
 		if err != nil {
 			return err
@@ -382,17 +381,12 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 		} else {
 			_, err = s.topics.Update(ctx, key, b, rev)
 		}
-		if err == nil {
-			s.remember(key, list)
-			return nil
-		}
-		if !bus.IsConflict(err) {
+		if err != nil {
 			return fmt.Errorf("writing topics: %w", err)
 		}
-		if werr := backoff.Wait(ctx); werr != nil {
-			return fmt.Errorf("writing topics: %w: %w", err, werr)
-		}
-	}
+		s.remember(key, list)
+		return nil
+	})
 }
 
 func (s *Store) isKnown(key, scope string) bool {

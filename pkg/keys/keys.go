@@ -208,28 +208,21 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	if !ident.ValidTenant(id) {
 		return ErrUnknownTenant
 	}
-	var backoff bus.ConflictBackoff
-	for {
+	err := bus.RetryConflicts(ctx, func() error {
 		t, rev, err := s.tenant(ctx, id)
-		if err != nil {
+		if err != nil || t.DeletedAt != nil {
 			return err
-		}
-		if t.DeletedAt != nil {
-			break
 		}
 		now := time.Now().UTC()
 		t.DeletedAt = &now
 		b, _ := json.Marshal(t)
-		_, err = s.tenants.Update(ctx, id, b, rev)
-		if err == nil {
-			break
-		}
-		if !bus.IsConflict(err) {
+		if _, err := s.tenants.Update(ctx, id, b, rev); err != nil {
 			return fmt.Errorf("marking tenant deleted: %w", err)
 		}
-		if werr := backoff.Wait(ctx); werr != nil {
-			return fmt.Errorf("marking tenant deleted: %w: %w", err, werr)
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	stored, err := s.list(ctx, id)
 	if err != nil {
@@ -419,42 +412,39 @@ func (s *Store) Revoke(ctx context.Context, secret string) error {
 // (bus.ConflictBackoff) and reads the record again, for as long as ctx and bus.ConflictPatience
 // allow; then it answers an error wrapping bus.ErrConflictsPersisted.
 func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, error) {
-	var backoff bus.ConflictBackoff
-	for {
+	var k Key
+	err := bus.RetryConflicts(ctx, func() error {
 		e, err := s.keys.Get(ctx, h)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Key{}, ErrUnknownKey
+			return ErrUnknownKey
 		}
 		if err != nil {
-			return Key{}, fmt.Errorf("reading key: %w", err)
+			return fmt.Errorf("reading key: %w", err)
 		}
-		k, err := decodeKey(e.Value())
-		if err != nil {
-			return Key{}, err
+		if k, err = decodeKey(e.Value()); err != nil {
+			return err
 		}
 		if id != "" && k.ID != id {
-			return Key{}, ErrUnknownKey
+			return ErrUnknownKey
 		}
 		if k.RevokedAt != nil {
 			if fresh {
-				return Key{}, ErrRevoked
+				return ErrRevoked
 			}
-			return k, nil
+			return nil
 		}
 		now := time.Now().UTC()
 		k.RevokedAt = &now
 		b, _ := json.Marshal(k)
-		_, err = s.keys.Update(ctx, h, b, e.Revision())
-		if err == nil {
-			return k, nil
+		if _, err := s.keys.Update(ctx, h, b, e.Revision()); err != nil {
+			return fmt.Errorf("revoking key: %w", err)
 		}
-		if !bus.IsConflict(err) {
-			return Key{}, fmt.Errorf("revoking key: %w", err)
-		}
-		if werr := backoff.Wait(ctx); werr != nil {
-			return Key{}, fmt.Errorf("revoking key: %w: %w", err, werr)
-		}
+		return nil
+	})
+	if err != nil {
+		return Key{}, err
 	}
+	return k, nil
 }
 
 // Keys returns every stored key record of a tenant ("" for all), oldest first.

@@ -233,16 +233,15 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	key := subject.AgentKey(r.Name)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	r.CreatedAt, r.UpdatedAt = now, now
-	var backoff bus.ConflictBackoff
-	for {
-		reg, err := s.put(ctx, owner, key, r, replace)
-		if !bus.IsConflict(err) {
-			return reg, err
-		}
-		if werr := backoff.Wait(ctx); werr != nil {
-			return Registration{}, fmt.Errorf("%w: %w", err, werr)
-		}
+	var reg Registration
+	err := bus.RetryConflicts(ctx, func() (err error) {
+		reg, err = s.put(ctx, owner, key, r, replace)
+		return err
+	})
+	if err != nil {
+		return Registration{}, err
 	}
+	return reg, nil
 }
 
 // put makes one attempt of Put, with r validated. It answers an error that bus.IsConflict
