@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,45 +108,6 @@ func hostsLive(t *testing.T, ctx context.Context, store *instance.Store, wf stri
 	return ls
 }
 
-// countEvents has writers count events on the record of wf, from the revision each last wrote
-// or read, as hosts do, until the run is no longer running or stop is called; it returns once
-// they have written a few times.
-func countEvents(t *testing.T, ctx context.Context, store *instance.Store, wf string, writers int) (stop func()) {
-	t.Helper()
-	first, err := store.Get(ctx, "default", wf)
-	require.NoError(t, err)
-	var writes atomic.Int64
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Go(func() {
-			rec := first
-			for rec.Status == instance.Running && !done.Load() {
-				rec.Events++
-				saved, err := store.Put(ctx, rec)
-				if err == nil {
-					rec = saved
-					writes.Add(1)
-					continue
-				}
-				if !assert.ErrorIs(t, err, instance.ErrConflict, "writer %d", w) {
-					return
-				}
-				if rec, err = store.Get(ctx, "default", wf); !assert.NoError(t, err, "writer %d", w) {
-					return
-				}
-			}
-		})
-	}
-	for writes.Load() < int64(writers) && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	return func() {
-		done.Store(true)
-		wg.Wait()
-	}
-}
-
 // startOrLoadConcurrently: hosts starting a fresh instance at once, on a bucket with three
 // replicas, all succeed: one starts the run, the others load it.
 func startOrLoadConcurrently(t *testing.T, ctx context.Context, res *bus.Resources) {
@@ -224,7 +184,7 @@ func rewindWhileOthersWrite(t *testing.T, ctx context.Context, res *bus.Resource
 			State: json.RawMessage(`{"N":1}`), Applying: &instance.Applying{RequestID: "req-1", Before: json.RawMessage(`{"N":0}`)}})
 		require.NoError(t, err)
 		l := hostsLive(t, ctx, store, wf, 1)[0]
-		stop := countEvents(t, ctx, store, wf, writers)
+		stop := natstest.CountEvents(t, ctx, store, "default", wf, writers)
 		err = (&Instance{live: l, requestID: "req-1"}).rewind(ctx)
 		stop()
 		require.NoError(t, err, "round %d", round)
@@ -246,7 +206,7 @@ func finishRunWhileOthersWrite(t *testing.T, ctx context.Context, res *bus.Resou
 		_, err := store.Put(ctx, instance.Record{Tenant: "default", WorkflowID: wf, RunID: "run-1", Status: instance.Running})
 		require.NoError(t, err)
 		l := hostsLive(t, ctx, store, wf, 1)[0]
-		stop := countEvents(t, ctx, store, wf, writers)
+		stop := natstest.CountEvents(t, ctx, store, "default", wf, writers)
 		inst := &Instance{live: l, requestID: "req-1"}
 		inst.Complete()
 		err = (&Host{}).finishRun(ctx, log, inst, "run-1")

@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -401,38 +400,13 @@ func completeWhileWritersWrite(t *testing.T, base, key string, store *instance.S
 	for round := range rounds {
 		wf := echoWorkflow("default", fmt.Sprintf("busy-%d", round))
 		now := time.Now().UTC()
-		first, err := store.Put(ctx, instance.Record{Tenant: "default", WorkflowID: wf, RunID: "run-busy",
+		_, err := store.Put(ctx, instance.Record{Tenant: "default", WorkflowID: wf, RunID: "run-busy",
 			Status: instance.Running, StartedAt: now, LastActiveAt: now})
 		require.NoError(t, err)
 
-		// Each writer counts events on the record, from the revision it last wrote or read,
-		// until the run is completed (or the operators are done).
-		var writes atomic.Int64
-		var done atomic.Bool
-		var wg sync.WaitGroup
-		for w := range writers {
-			wg.Go(func() {
-				rec := first
-				for rec.Status == instance.Running && !done.Load() {
-					rec.Events++
-					saved, err := store.Put(ctx, rec)
-					if err == nil {
-						rec = saved
-						writes.Add(1)
-						continue
-					}
-					if !assert.ErrorIs(t, err, instance.ErrConflict, "round %d, writer %d", round, w) {
-						return
-					}
-					if rec, err = store.Get(ctx, "default", wf); !assert.NoError(t, err, "round %d, writer %d", round, w) {
-						return
-					}
-				}
-			})
-		}
-		for writes.Load() < writers && ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
-		}
+		// Writers count events on the record until the run is completed (or the operators are
+		// done).
+		stop := natstest.CountEvents(t, ctx, store, "default", wf, writers)
 
 		statuses := make([]int, operators)
 		bodies := make([]string, operators)
@@ -454,8 +428,7 @@ func completeWhileWritersWrite(t *testing.T, base, key string, store *instance.S
 			})
 		}
 		ops.Wait()
-		done.Store(true)
-		wg.Wait()
+		writes := stop()
 		completed := 0
 		for i, status := range statuses {
 			switch status {
@@ -472,7 +445,7 @@ func completeWhileWritersWrite(t *testing.T, base, key string, store *instance.S
 		require.NoError(t, err)
 		assert.Equal(t, instance.Completed, after.Status, "round %d: the completion is not overwritten", round)
 		assert.Equal(t, "run-busy", after.RunID, "round %d", round)
-		t.Logf("round %d: %d writes of the writers", round, writes.Load())
+		t.Logf("round %d: %d writes of the writers", round, writes)
 	}
 }
 
