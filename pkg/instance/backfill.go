@@ -68,22 +68,12 @@ func (x *Index) Backfill(ctx context.Context, kv jetstream.KeyValue, store *Stor
 
 // scanUnindexed reads every instance record and returns those not indexed.
 func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResult) ([]unindexed, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	entries, err := bus.Entries(ctx, kv)
 	if err != nil {
 		return nil, fmt.Errorf("reading the instances: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
 	var todo []unindexed
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e = <-w.Updates():
-		}
-		if e == nil {
-			return todo, nil // the initial values are all read
-		}
+	for _, e := range entries {
 		res.Scanned++
 		var r struct {
 			Tenant     string    `json:"tenant"`
@@ -97,6 +87,7 @@ func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResu
 		}
 		todo = append(todo, unindexed{tenant: r.Tenant, workflowID: r.WorkflowID, runID: r.RunID, startedAt: r.StartedAt})
 	}
+	return todo, nil
 }
 
 // backfillOne indexes one record's run and marks the record; it reports false when the record

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // Authenticator checks API key secrets. It keeps the key records in memory, fed by a watch on the
@@ -47,8 +49,14 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 		return nil, fmt.Errorf("watching keys: %w", err)
 	}
 	a.watcher, a.stopWatch = w, stopWatch
+	upTo, err := bus.NewestRevision(ctx, keysKV)
+	if err != nil {
+		_ = w.Stop()
+		stopWatch()
+		return nil, fmt.Errorf("loading keys: %w", err)
+	}
 	ready := make(chan struct{})
-	go a.run(ready)
+	go a.run(upTo, ready)
 	select {
 	case <-ready:
 		return a, nil
@@ -60,37 +68,47 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 	}
 }
 
-func (a *Authenticator) run(ready chan struct{}) {
+// run follows the keys bucket; it closes ready once the entries read include its revision upTo
+// (bus.NewestRevision), or at once when that is 0.
+func (a *Authenticator) run(upTo uint64, ready chan struct{}) {
 	defer close(a.done)
-	loaded := false
+	loaded := upTo == 0
+	if loaded {
+		close(ready)
+	}
 	for e := range a.watcher.Updates() {
-		if e == nil { // end of the initial values
-			if !loaded {
-				loaded = true
-				close(ready)
-			}
-			continue
+		if e == nil {
+			continue // the watcher's own end of the initial values: may come early
 		}
-		if !looksLikeHash(e.Key()) {
-			continue
+		a.apply(e)
+		if !loaded && e.Revision() >= upTo {
+			loaded = true
+			close(ready)
 		}
-		a.mu.Lock()
-		switch e.Operation() {
-		case jetstream.KeyValuePut:
-			k, err := decodeKey(e.Value())
-			if err != nil {
-				a.log.Error("ignoring bad key record", "err", err)
-				delete(a.byID, e.Key())
-			} else {
-				a.byID[e.Key()] = k
-			}
-		default: // delete or purge
-			delete(a.byID, e.Key())
-		}
-		a.mu.Unlock()
 	}
 	if !loaded {
 		close(ready)
+	}
+}
+
+// apply takes one entry of the keys bucket into the cache.
+func (a *Authenticator) apply(e jetstream.KeyValueEntry) {
+	if !looksLikeHash(e.Key()) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		k, err := decodeKey(e.Value())
+		if err != nil {
+			a.log.Error("ignoring bad key record", "err", err)
+			delete(a.byID, e.Key())
+		} else {
+			a.byID[e.Key()] = k
+		}
+	default: // delete or purge
+		delete(a.byID, e.Key())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,4 +152,64 @@ type alwaysLosing struct{ jetstream.KeyValue }
 
 func (alwaysLosing) Update(context.Context, string, []byte, uint64) (uint64, error) {
 	return 0, jetstream.ErrKeyRevisionMismatch
+}
+
+// TestAuthenticatorLoadsWhileKeysAreWritten: authenticators started while the keys bucket is
+// written all the time (keys created and revoked, the records of existing keys written again as
+// they are), on buckets with three replicas, know on return every key created before they
+// started.
+func TestAuthenticatorLoadsWhileKeysAreWritten(t *testing.T) {
+	const before, writers, starts = 12, 4, 15
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	_, res := natstest.ClusterBus(t, bus.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	store := keys.NewStore(res.Keys, res.Tenants)
+	_, err := store.CreateTenant(ctx, "acme")
+	require.NoError(t, err)
+	var secrets []string
+	for i := range before {
+		secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprintf("before-%d", i)})
+		require.NoError(t, err)
+		secrets = append(secrets, secret)
+	}
+	records, err := bus.Entries(ctx, res.Keys)
+	require.NoError(t, err)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 0; !stop.Load(); n++ {
+			e := records[n%len(records)]
+			if _, err := res.Keys.Put(ctx, e.Key(), e.Value()); err != nil && ctx.Err() == nil {
+				t.Errorf("rewriting %s: %v", e.Key(), err)
+				return
+			}
+		}
+	})
+	for w := range writers {
+		wg.Go(func() {
+			for n := 0; !stop.Load(); n++ {
+				_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprintf("w%d-%d", w, n)})
+				if err == nil {
+					_, err = store.RevokeID(ctx, k.ID)
+				}
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	for s := range starts {
+		auth, err := keys.NewAuthenticator(ctx, res.Keys, "", nil)
+		require.NoError(t, err)
+		for i, secret := range secrets {
+			_, err := auth.Authenticate(secret)
+			assert.NoError(t, err, "start %d: key %d on return", s, i)
+		}
+		require.NoError(t, auth.Close())
+	}
 }

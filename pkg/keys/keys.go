@@ -169,13 +169,9 @@ func (s *Store) tenant(ctx context.Context, id string) (Tenant, uint64, error) {
 
 // ListTenants returns every tenant, ordered by id.
 func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
-	lister, err := s.tenants.ListKeys(ctx)
+	ids, err := bus.Keys(ctx, s.tenants)
 	if err != nil {
 		return nil, fmt.Errorf("listing tenants: %w", err)
-	}
-	var ids []string
-	for id := range lister.Keys() {
-		ids = append(ids, id)
 	}
 	out := make([]Tenant, 0, len(ids))
 	for _, id := range ids {
@@ -474,12 +470,12 @@ type storedKey struct {
 
 // list reads every key record of a tenant ("" for all).
 func (s *Store) list(ctx context.Context, tenant string) ([]storedKey, error) {
-	lister, err := s.keys.ListKeys(ctx)
+	all, err := bus.Keys(ctx, s.keys)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}
 	var hashes []string
-	for h := range lister.Keys() {
+	for _, h := range all {
 		if looksLikeHash(h) { // else not a key record (the id index, say)
 			hashes = append(hashes, h)
 		}

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -208,16 +210,27 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
 		apply func(e jetstream.KeyValueEntry, initial bool)
-	}{{registryKV, d.applyAgent}, {hostsKV, d.applyHost}} {
+		// byMarker: loaded at the watcher's own end-of-initial-values marker, for the hosts
+		// bucket, whose values expire (bus.NewestRevision) and are all written again within a
+		// heartbeat.
+		byMarker bool
+	}{{registryKV, d.applyAgent, false}, {hostsKV, d.applyHost, true}} {
 		w, err := kv.kv.WatchAll(watchCtx)
 		if err != nil {
 			_ = d.Close()
 			return nil, fmt.Errorf("watching %s: %w", kv.kv.Bucket(), err)
 		}
 		d.watchers = append(d.watchers, w)
+		var upTo uint64
+		if kv.byMarker {
+			upTo = math.MaxUint64
+		} else if upTo, err = bus.NewestRevision(ctx, kv.kv); err != nil {
+			_ = d.Close()
+			return nil, fmt.Errorf("loading %s: %w", kv.kv.Bucket(), err)
+		}
 		ready := make(chan struct{})
 		d.wg.Add(1)
-		go d.follow(w, kv.apply, ready)
+		go d.follow(w, kv.apply, upTo, ready)
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -228,18 +241,28 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	return d, nil
 }
 
-func (d *Directory) follow(w jetstream.KeyWatcher, apply func(e jetstream.KeyValueEntry, initial bool), ready chan struct{}) {
+// follow applies a watch's entries; it closes ready once they include the bucket's revision
+// upTo (bus.NewestRevision), at once when that is 0, or, when it is math.MaxUint64, at the
+// watcher's own end-of-initial-values marker (which may come early under concurrent writes).
+func (d *Directory) follow(w jetstream.KeyWatcher, apply func(e jetstream.KeyValueEntry, initial bool), upTo uint64, ready chan struct{}) {
 	defer d.wg.Done()
-	loaded := false
+	loaded := upTo == 0
+	if loaded {
+		close(ready)
+	}
 	for e := range w.Updates() {
 		if e == nil {
-			if !loaded {
+			if !loaded && upTo == math.MaxUint64 {
 				loaded = true
 				close(ready)
 			}
 			continue
 		}
 		apply(e, !loaded)
+		if !loaded && e.Revision() >= upTo {
+			loaded = true
+			close(ready)
+		}
 	}
 	if !loaded {
 		close(ready)

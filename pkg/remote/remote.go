@@ -339,15 +339,10 @@ func (s *Store) Get(ctx context.Context, owner, name string) (Registration, erro
 // List returns the registrations a caller sees, by name: a tenant's own (owner), or every one
 // (owner "").
 func (s *Store) List(ctx context.Context, owner string) ([]Registration, error) {
-	lister, err := s.kv.ListKeys(ctx)
+	keys, err := bus.Keys(ctx, s.kv)
 	if err != nil {
 		return nil, fmt.Errorf("listing remote agents: %w", err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	_ = lister.Stop() // the keys are all read
 	out := []Registration{}
 	for _, k := range keys {
 		e, err := s.kv.Get(ctx, k)

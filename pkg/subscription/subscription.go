@@ -372,15 +372,10 @@ func decode(b []byte) (Subscription, error) {
 
 // List returns the tenant's subscriptions, oldest first, with their secrets.
 func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, subject.TenantSubscriptionKeys(tenant))
+	keys, err := bus.KeysMatching(ctx, s.js.Conn(), s.kv, subject.TenantSubscriptionKeys(tenant))
 	if err != nil {
 		return nil, fmt.Errorf("listing subscriptions: %w", err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	_ = lister.Stop() // the keys are all read; it reports only that it had stopped
 	out := make([]Subscription, 0, len(keys))
 	for _, k := range keys {
 		e, err := s.kv.Get(ctx, k)

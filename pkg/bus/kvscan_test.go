@@ -1,0 +1,86 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// TestEntriesWhileWritten: on a bucket with three replicas whose keys writers keep updating,
+// every listing holds every key written before it began, each once, with its newest value as
+// of the listing, and none that was deleted before it; the filtered listing holds the matching
+// keys only.
+func TestEntriesWhileWritten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	const keys, writers, listings = 8, 8, 40
+	cl := natstest.NewCluster(t, 3)
+	nc, err := nats.Connect(cl.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "scan", Replicas: 3})
+	require.NoError(t, err)
+
+	empty, err := bus.Entries(ctx, kv)
+	require.NoError(t, err)
+	assert.Empty(t, empty, "an empty bucket")
+
+	for i := range keys {
+		_, err := kv.Put(ctx, key(i), []byte("0"))
+		require.NoError(t, err)
+	}
+	_, err = kv.Put(ctx, "gone.0", []byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(ctx, "gone.0"))
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for n := 1; !stop.Load(); n++ {
+				if _, err := kv.Put(ctx, key((w+n)%keys), []byte(strconv.Itoa(n))); err != nil && ctx.Err() == nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+
+	for l := range listings {
+		entries, err := bus.Entries(ctx, kv)
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		for i, e := range entries {
+			require.False(t, seen[e.Key()], "listing %d: %s twice", l, e.Key())
+			seen[e.Key()] = true
+			if i > 0 {
+				require.Greater(t, e.Revision(), entries[i-1].Revision(), "listing %d: oldest revision first", l)
+			}
+		}
+		require.Len(t, entries, keys, "listing %d: %v", l, seen)
+
+		matching, err := bus.KeysMatching(ctx, nc, kv, "k.1", "k.2", "gone.>")
+		require.NoError(t, err)
+		require.Equal(t, []string{"k.1", "k.2"}, matching, "listing %d", l)
+	}
+}
+
+func key(i int) string { return fmt.Sprintf("k.%d", i) }
