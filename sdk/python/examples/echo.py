@@ -73,16 +73,18 @@ def new_agent(name: str, secret: str) -> Agent:
     # and the parameters.
     tools: dict[str, Callable[[Context, Any], Any]] = {}
 
-    def data(method: str, description: str, schema: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    def data(method: str, description: str, schema: Mapping[str, Any] | None = None,
+             blocking: bool = False) -> Callable[..., Any]:
         def register(fn: Callable[[Context, Any], Any]) -> Callable[[Context, Any], Any]:
             tools[method] = fn
-            agent.data(method, description=description, schema=schema)(lambda ctx: fn(ctx, ctx.data))
+            agent.data(method, description=description, schema=schema, blocking=blocking)(lambda ctx: fn(ctx, ctx.data))
             return fn
         return register
 
-    # Webhook methods.
+    # Webhook methods. Every handler but sleep, chat (which may call sleep) and file (whose
+    # content may be large) returns at once: they run on the server's loop (blocking=False).
 
-    @agent.webhook("echo")
+    @agent.webhook("echo", blocking=False)
     def echo(ctx: Context) -> Response:
         out: dict[str, Any] = {"params": ctx.params}
         try:
@@ -92,7 +94,7 @@ def new_agent(name: str, secret: str) -> Agent:
         out.update(size=len(ctx.body), sha256=hashlib.sha256(ctx.body).hexdigest())
         return json_response(out)
 
-    @agent.webhook("verify")
+    @agent.webhook("verify", blocking=False)
     def verify(ctx: Context) -> Response:
         challenge = ctx.params.get("challenge")
         if challenge is None:
@@ -107,7 +109,7 @@ def new_agent(name: str, secret: str) -> Agent:
             return Response.text("missing challenge", 400)
         return Response.text(challenge)
 
-    @agent.webhook("status")
+    @agent.webhook("status", blocking=False)
     def status(ctx: Context) -> Response:
         code = atoi(ctx.params.get("code", ""))
         if code is None or not 200 <= code <= 599:
@@ -122,20 +124,20 @@ def new_agent(name: str, secret: str) -> Agent:
         update_state(ctx, "sleeps")
         return json_response({"slept": ms})
 
-    @agent.webhook("count")
+    @agent.webhook("count", blocking=False)
     def count_webhook(ctx: Context) -> Response:
         return json_response({"count": update_state(ctx, "count")["count"], "runId": ctx.run_id})
 
-    @agent.webhook("complete")
+    @agent.webhook("complete", blocking=False)
     def complete(ctx: Context) -> Response:
         ctx.complete()
         return json_response({"completed": True, "runId": ctx.run_id})
 
-    @agent.webhook("state")
+    @agent.webhook("state", blocking=False)
     def state(ctx: Context) -> Response:
         return json_response({"runId": ctx.run_id, "state": echo_state(ctx.state)})
 
-    @agent.webhook("host")
+    @agent.webhook("host", blocking=False)
     def host(ctx: Context) -> Response:
         return json_response({"hostId": ctx.host_id, "runId": ctx.run_id})
 
@@ -164,7 +166,8 @@ def new_agent(name: str, secret: str) -> Agent:
         return {"count": update_state(ctx, "count")["count"], "runId": ctx.run_id}
 
     @data("sleep", "Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
-          {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"]})
+          {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"]},
+          blocking=True)
     def sleep_data(ctx: Context, p: Any) -> Any:
         ms = min(max(param(p, "sleep", "ms", "whole number") or 0, 0), MAX_SLEEP_MS)
         time.sleep(ms / 1000)

@@ -10,7 +10,7 @@ import time
 import unittest
 from typing import Any
 
-from agentbus_agent import Context, Fail
+from agentbus_agent import AgentServer, Context, Fail
 
 from .helpers import Client, chat, data, new_agent, serve, signed
 
@@ -167,3 +167,109 @@ class StopTest(unittest.TestCase):
         self.assertEqual({"reply": {"text": "done"}}, answers[0].json())
         with self.assertRaises(OSError):
             Client(self, srv.port).post(data("slow"))
+
+
+def raw_request(obj: Any) -> bytes:
+    """obj as a signed POST, the bytes of a whole HTTP/1.1 request."""
+    body = json.dumps(obj).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in signed(body).items())
+    return f"POST /agentbus HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{head}\r\n".encode() + body
+
+
+def read_answers(test: unittest.TestCase, sock: socket.socket, n: int) -> list[Any]:
+    """Reads n JSON answers (with a Content-Length) from sock, in order."""
+    out = []
+    with sock.makefile("rb") as f:
+        for _ in range(n):
+            test.assertTrue(f.readline().startswith(b"HTTP/1.1 200 "))
+            length = 0
+            while (line := f.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            out.append(json.loads(f.read(length)))
+    return out
+
+
+class LoopTest(unittest.TestCase):
+    """Handlers on the loop (blocking=False) and on workers, side by side."""
+
+    def setUp(self) -> None:
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+        agent = new_agent()
+
+        @agent.data("wait")
+        def wait(ctx: Context) -> Any:
+            self.waiting.set()
+            if not self.release.wait(5):
+                raise RuntimeError("not released")
+            return "waited"
+
+        @agent.data("quick", blocking=False)
+        def quick(ctx: Context) -> Any:
+            return {"thread": threading.current_thread().name, "n": ctx.data}
+
+        @agent.chat(blocking=False)
+        def chat_(ctx: Context) -> Any:
+            ctx.delta("a ")
+            ctx.delta("b")
+
+        self.srv = serve(self, agent)
+        self.addCleanup(self.release.set)
+
+    def test_a_waiting_handler_holds_up_no_other_connection(self) -> None:
+        slow = Client(self, self.srv.port)
+        answers: list[Any] = []
+        t = threading.Thread(target=lambda: answers.append(slow.post(data("wait"))))
+        t.start()
+        self.assertTrue(self.waiting.wait(5))
+        got = Client(self, self.srv.port).call(self, data("quick", 1))
+        self.assertEqual(1, got["reply"]["data"]["n"], "answered while the other waits")
+        self.assertTrue(got["reply"]["data"]["thread"].startswith("agentbus-agent-"), got)
+        self.assertNotIn("worker", got["reply"]["data"]["thread"], "a blocking=False handler runs on the loop")
+        self.release.set()
+        t.join(5)
+        self.assertEqual({"reply": {"text": "waited"}}, answers[0].json())
+
+    def test_pipelined_requests_are_answered_in_order(self) -> None:
+        self.release.set()
+        with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+            sock.sendall(raw_request(data("quick", 1)) + raw_request(data("wait")) + raw_request(data("quick", 3)))
+            got = read_answers(self, sock, 3)
+        self.assertEqual(1, got[0]["reply"]["data"]["n"])
+        self.assertEqual({"reply": {"text": "waited"}}, got[1], "a worker's answer, between the loop's")
+        self.assertEqual(3, got[2]["reply"]["data"]["n"])
+
+    def test_a_request_in_pieces(self) -> None:
+        raw = raw_request(data("quick", 7))
+        with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for i in range(0, len(raw), 7):
+                sock.sendall(raw[i:i + 7])
+                time.sleep(0.001)
+            self.assertEqual(7, read_answers(self, sock, 1)[0]["reply"]["data"]["n"])
+
+    def test_line_feeds_without_carriage_returns(self) -> None:
+        raw = raw_request(data("quick", 9))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+            sock.sendall(b"\r\n" + head.replace(b"\r\n", b"\n") + b"\n\n" + body)
+            self.assertEqual(9, read_answers(self, sock, 1)[0]["reply"]["data"]["n"])
+
+    def test_a_stream_from_the_loop(self) -> None:
+        resp = Client(self, self.srv.port).send(chat("hi", stream=True))
+        self.assertEqual("application/x-ndjson", resp.headers["Content-Type"])
+        self.assertEqual([{"delta": "a "}, {"delta": "b"}, {"reply": {"text": "a b"}}],
+                         [json.loads(line) for line in resp.read().splitlines()])
+
+
+class IdleTest(unittest.TestCase):
+    def test_an_idle_connection_is_closed(self) -> None:
+        agent = new_agent()
+        srv = AgentServer(agent, "127.0.0.1", 0, idle_timeout=0.3).start()
+        self.addCleanup(srv.stop, 5)
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            began = time.monotonic()
+            self.assertEqual(b"", sock.recv(1), "closed by the server")
+            self.assertLess(time.monotonic() - began, 5)
