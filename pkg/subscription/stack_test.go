@@ -149,11 +149,20 @@ func TestSubscriberDownThenUp(t *testing.T) {
 	}
 	wg.Wait()
 	want := threads * per * 2
-	require.Eventually(t, func() bool {
+	if !assert.Eventually(t, func() bool {
 		rcv.mu.Lock()
 		defer rcv.mu.Unlock()
 		return len(uniqueIDs(rcv.got)) >= want
-	}, down+60*time.Second, 100*time.Millisecond, "every event delivered after the receiver came back")
+	}, down+60*time.Second, 100*time.Millisecond, "every event delivered after the receiver came back") {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		byThread := map[string]int{}
+		for _, e := range rcv.got {
+			byThread[fmt.Sprint(e.thread, " ", e.direction)]++
+		}
+		t.Fatalf("%d of %d events after %d refused attempts; deliveries by thread and direction: %v",
+			len(uniqueIDs(rcv.got)), want, rcv.refused, byThread)
+	}
 	upAfter := time.Since(rcv.upAt)
 
 	rcv.mu.Lock()
