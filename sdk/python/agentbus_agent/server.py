@@ -295,7 +295,7 @@ class _Conn:
     def process(self) -> None:
         """Serves the requests complete in the buffer, on the loop, until one goes to a worker."""
         while not self.busy and not self.closed:
-            if self._head_end < 0 and not self._read_head():
+            if self._head_end < 0 and (not self.buf or not self._read_head()):
                 return  # incomplete, or refused and closed
             body_at = self._head_end
             if self.method != "POST":
@@ -325,16 +325,19 @@ class _Conn:
         """Reads the lines of a request's head from the buffer; False while it is incomplete.
         A head that cannot be served is answered and the connection closed."""
         buf = self.buf
-        lines: list[bytes] | None = None
+        lines: list[str] | None = None
         if not self._lines:
-            # The usual head, CRLF throughout, split at once; anything else line by line.
+            # The usual head, short and CRLF throughout, split at once; anything else line by
+            # line.
             end = buf.find(b"\r\n\r\n", self._scan)
-            if end > self._scan:
-                lines = bytes(buf[self._scan:end]).split(b"\r\n")
-                if not lines[0] or len(lines) > _MAX_HEADERS + 1 or any(b"\n" in x or len(x) > _MAX_LINE for x in lines):
-                    lines = None
-                else:
-                    self._scan = end + 4
+            if self._scan < end <= self._scan + _MAX_LINE:
+                head = bytes(buf[self._scan:end])
+                if not head.startswith(b"\r\n") and head.count(b"\n") == head.count(b"\r\n"):
+                    lines = head.decode("latin-1").split("\r\n")
+                    if len(lines) > _MAX_HEADERS + 1:
+                        lines = None
+                    else:
+                        self._scan = end + 4
         while lines is None:
             m = _LINE_END.search(buf, self._scan)
             if m is None:
@@ -355,7 +358,8 @@ class _Conn:
             if not line:
                 if not self._lines:
                     continue  # blank lines before a request are allowed
-                lines, self._lines = self._lines, []
+                lines = [x.decode("latin-1") for x in self._lines]
+                self._lines = []
                 break
             self._lines.append(line)
             if len(self._lines) > _MAX_HEADERS + 1:
@@ -363,22 +367,22 @@ class _Conn:
                 return False
         end, self._scan = self._scan, 0
         parts = lines[0].split()
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             self.send(400, b"not an HTTP/1.1 request\n", _TEXT, close=True)
             return False
         headers: dict[str, str] = {}
         for h in lines[1:]:
-            name, colon, value = h.partition(b":")
+            name, colon, value = h.partition(":")
             if not colon:
                 self.send(400, b"a malformed header\n", _TEXT, close=True)
                 return False
-            key = name.strip().lower().decode("latin-1")
-            v = value.strip().decode("latin-1")
+            key = name.strip().lower()
+            v = value.strip()
             headers[key] = headers[key] + ", " + v if key in headers else v
-        self.method = parts[0].decode("latin-1")
+        self.method = parts[0]
         self.headers = headers
         conn = headers.get("connection", "").lower()
-        self.close_connection = "close" in conn or (parts[2] == b"HTTP/1.0" and "keep-alive" not in conn)
+        self.close_connection = "close" in conn or (parts[2] == "HTTP/1.0" and "keep-alive" not in conn)
         self._head_end = end
         if headers.get("expect", "").lower() == "100-continue" and self.method == "POST":
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
