@@ -91,7 +91,7 @@ func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResu
 }
 
 // backfillOne indexes one record's run and marks the record; it reports false when the record
-// changed run meanwhile, or was marked by someone else. A mark that meets a host's write pauses
+// changed run, was marked by someone else or was deleted meanwhile. A mark that meets a host's write pauses
 // a little (bus.ConflictBackoff) and reads the record again, for as long as ctx and
 // bus.ConflictPatience allow.
 func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (bool, error) {
@@ -127,7 +127,11 @@ func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (boo
 		if werr := backoff.Wait(ctx); werr != nil {
 			return false, fmt.Errorf("marking an instance indexed: %w: %w", err, werr)
 		}
-		if rec, err = store.Get(ctx, u.tenant, u.workflowID); err != nil {
+		rec, err = store.Get(ctx, u.tenant, u.workflowID)
+		if errors.Is(err, ErrNotFound) {
+			return false, nil // deleted meanwhile: its entry lists a run that no record has
+		}
+		if err != nil {
 			return false, err
 		}
 		if rec.Indexed || rec.RunID != u.runID {

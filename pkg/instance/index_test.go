@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -245,4 +246,43 @@ func TestBackfillIndexesOldRecordsOnce(t *testing.T) {
 	info, err := res.Runs.Info(ctx)
 	require.NoError(t, err)
 	assert.EqualValues(t, 4, info.State.Msgs)
+}
+
+// deletedOnUpdate is an instances bucket whose first compare-and-set update loses to a delete
+// of the record, as when an operator removes an instance while a backfill marks it.
+type deletedOnUpdate struct {
+	jetstream.KeyValue
+	done bool
+}
+
+func (d *deletedOnUpdate) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if !d.done {
+		d.done = true
+		if err := d.KeyValue.Delete(ctx, key); err != nil {
+			return 0, err
+		}
+		return 0, jetstream.ErrKeyExists
+	}
+	return d.KeyValue.Update(ctx, key, value, last)
+}
+
+// TestBackfillOfARecordDeletedMeanwhile: a record deleted while the backfill marks it is left
+// alone, and the backfill goes on without an error.
+func TestBackfillOfARecordDeletedMeanwhile(t *testing.T) {
+	ctx, res, store, x := indexSetup(t)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, a := range []string{"gone", "kept"} {
+		_, err := store.Put(ctx, instance.Record{Tenant: "acme", WorkflowID: "acme:Echo:Supervisor Workflow:" + a,
+			RunID: "r-" + a, Status: instance.Running, StartedAt: at, LastActiveAt: at})
+		require.NoError(t, err)
+		at = at.Add(time.Hour)
+	}
+	got, err := x.Backfill(ctx, res.Instances, instance.NewStore(&deletedOnUpdate{KeyValue: res.Instances}), time.Time{})
+	require.NoError(t, err)
+	assert.Equal(t, instance.BackfillResult{Scanned: 2, Indexed: 1}, got)
+	_, err = store.Get(ctx, "acme", "acme:Echo:Supervisor Workflow:gone")
+	require.ErrorIs(t, err, instance.ErrNotFound)
+	kept, err := store.Get(ctx, "acme", "acme:Echo:Supervisor Workflow:kept")
+	require.NoError(t, err)
+	assert.True(t, kept.Indexed)
 }
