@@ -91,8 +91,8 @@ func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResu
 }
 
 // backfillOne indexes one record's run and marks the record; it reports false when the record
-// changed run, was marked by someone else or was deleted meanwhile. A mark that meets a host's write pauses
-// a little (bus.ConflictBackoff) and reads the record again, for as long as ctx and
+// changed run, was marked by someone else or was deleted meanwhile. A mark that meets a host's
+// write pauses a little (bus.ConflictBackoff) and reads the record again, for as long as ctx and
 // bus.ConflictPatience allow.
 func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (bool, error) {
 	parts := strings.Split(u.workflowID, ":")
