@@ -171,5 +171,8 @@ func (a *Agent) registration() registry.Agent {
 		reg.Methods = append(reg.Methods, registry.Method{Name: dm.name, Description: dm.description, InputSchema: dm.inputSchema()})
 	}
 	reg.Chat, reg.File = a.chat != nil, a.file != nil
+	if a.idleAfter > 0 {
+		reg.IdleAfterMs = max(a.idleAfter.Milliseconds(), 1)
+	}
 	return reg
 }

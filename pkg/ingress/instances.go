@@ -76,6 +76,14 @@ type instanceAnswer struct {
 	Queued []queuedRequest `json:"queued"`
 }
 
+// idleTimeout is how long an instance of the agent may go without a message before the
+// inspector shows it idle: the agent's own timeout (agent.IdleAfter), as its hosts registered
+// it, else the deployment's.
+func (s *Server) idleTimeout(agent string) time.Duration {
+	reg, _ := s.dir.Agent(agent)
+	return reg.IdleTimeout(s.cfg.IdleTimeout)
+}
+
 // listInstances serves GET /api/v1/admin/tenants/{tenantId}/agents/{agentName}/instances: the
 // agent's instances in the tenant, newest run first, from the run index.
 func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +101,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	opt.IdleTimeout = s.cfg.IdleTimeout
+	opt.IdleTimeout = s.idleTimeout(agent)
 	items, next, err := s.runIndex().List(r.Context(), s.instanceStore(), c.tenant, agent, opt)
 	switch {
 	case errors.Is(err, instance.ErrBadCursor):
@@ -208,7 +216,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ans := instanceAnswer{
 		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
-		RunID: rec.RunID, Status: string(rec.StatusAt(s.cfg.IdleTimeout, time.Now())), StartedAt: rec.StartedAt,
+		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: rec.StartedAt,
 		LastActiveAt: rec.LastActiveAt, CompletedAt: rec.CompletedAt, Events: rec.Events, State: rec.State,
 		EarlierRuns: rec.Runs,
 		Partition:   subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),

@@ -499,3 +499,32 @@ func TestInstanceListedAfterContinueAsNew(t *testing.T) {
 	assert.Equal(t, first, got.EarlierRuns[0].RunID)
 	assert.EqualValues(t, 2, got.EarlierRuns[0].Events)
 }
+
+// TestInstanceIdleAfterTheAgentsTimeout: an agent with an idle timeout of its own
+// (agent.IdleAfter) has its instances shown idle after it, in the listing and the inspector,
+// where the deployment has none; another agent's stay running.
+func TestInstanceIdleAfterTheAgentsTimeout(t *testing.T) {
+	sleepy := agent.New("Sleepy", agent.IdleAfter(300*time.Millisecond))
+	sleepy.WebhookFunc("ping", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Response{StatusCode: http.StatusOK, Content: []byte(`{"pong":true}`)}
+	})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(), sleepy}})
+	sleepyWF := "default:Sleepy:Supervisor Workflow:nap"
+	status, _, b := call(t, s.URL, sleepyWF, "ping", q("apikey", s.Key), nil)
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	echoHost(t, s, s.Key, echoWorkflow("default", "awake"))
+
+	var l instanceList
+	require.Eventually(t, func() bool {
+		adminOK(t, s, get, listPath("default", "Sleepy", nil), s.Key, nil, http.StatusOK, &l)
+		return slices.Equal([]string{"nap/idle"}, activations(l))
+	}, 5*time.Second, 50*time.Millisecond, "listed idle: %v", activations(l))
+	var show instanceShow
+	adminOK(t, s, get, instancePath("default", sleepyWF), s.Key, nil, http.StatusOK, &show)
+	assert.Equal(t, "idle", show.Status)
+	adminOK(t, s, get, listPath("default", "Sleepy", q("status", "idle")), s.Key, nil, http.StatusOK, &l)
+	assert.Equal(t, []string{"nap/idle"}, activations(l))
+
+	adminOK(t, s, get, listPath("default", "Echo", nil), s.Key, nil, http.StatusOK, &l)
+	assert.Equal(t, []string{"awake/running"}, activations(l), "Echo has no idle timeout")
+}

@@ -91,7 +91,8 @@ type Config struct {
 	// on an address of their own (AGENTBUS_METRICS_ADDR, package opshttp).
 	MetricsElsewhere bool
 	// IdleTimeout is the hosts' AGENTBUS_IDLE_TIMEOUT: the instance inspector shows a running
-	// instance idle for longer as idle (it counts as completed). Zero: never.
+	// instance idle for longer as idle (it counts as completed), unless its agent has a timeout
+	// of its own (agent.IdleAfter). Zero: never.
 	IdleTimeout time.Duration
 	// Tracer receives a server span per HTTP request, whose context travels with the published
 	// request to the workflow host; nil means otel.GetTracerProvider(). A no-op provider turns

@@ -49,6 +49,19 @@ type Agent struct {
 	File    bool     `json:"file,omitempty"`
 	// Tenants that may call the agent; empty means every tenant.
 	Tenants []string `json:"tenants,omitempty"`
+	// IdleAfterMs is the agent's own idle timeout in milliseconds (agent.IdleAfter): a running
+	// instance without a message for that long completes when its next message comes. 0: the
+	// hosts' AGENTBUS_IDLE_TIMEOUT applies.
+	IdleAfterMs int64 `json:"idleAfterMs,omitempty"`
+}
+
+// IdleTimeout is how long the agent's instances may go without a message before they count as
+// completed: the agent's own IdleAfterMs, else hosts, the hosts' timeout (0: never).
+func (a Agent) IdleTimeout(hosts time.Duration) time.Duration {
+	if a.IdleAfterMs > 0 {
+		return time.Duration(a.IdleAfterMs) * time.Millisecond
+	}
+	return hosts
 }
 
 // Method describes a Data method: what a client needs to call it as a tool.
