@@ -18,9 +18,9 @@ import (
 )
 
 // replicatedSetup starts a three-node cluster whose keys and tenants buckets have three
-// replicas, and returns a store over them with count user keys of tenant acme, and a count of
-// the API errors the cluster answers with.
-func replicatedSetup(t *testing.T, count int) (context.Context, *keys.Store, []keys.Key, *natstest.APIErrors) {
+// replicas, and returns the bus, a store over them with count user keys of tenant acme, and a
+// count of the API errors the cluster answers with.
+func replicatedSetup(t *testing.T, count int) (context.Context, *bus.Resources, *keys.Store, []keys.Key, *natstest.APIErrors) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a three-node NATS cluster")
@@ -37,7 +37,7 @@ func replicatedSetup(t *testing.T, count int) (context.Context, *keys.Store, []k
 		require.NoError(t, err)
 		ks = append(ks, k)
 	}
-	return ctx, store, ks, natstest.WatchAPIErrors(t, cl.URLs())
+	return ctx, res, store, ks, natstest.WatchAPIErrors(t, cl.URLs())
 }
 
 // conflicts is how many writes the cluster refused as compare-and-set conflicts.
@@ -52,7 +52,7 @@ func conflicts(t *testing.T, seen *natstest.APIErrors) int {
 // replicas, all succeed, and all are answered the one revocation time that is stored.
 func TestConcurrentRevocations(t *testing.T) {
 	const writers, rounds = 8, 5
-	ctx, store, _, seen := replicatedSetup(t, 0)
+	ctx, _, store, _, seen := replicatedSetup(t, 0)
 	for round := range rounds {
 		_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprint(round)})
 		require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestConcurrentRevocations(t *testing.T) {
 // keys revoked.
 func TestConcurrentTenantDeletions(t *testing.T) {
 	const deleters = 8
-	ctx, store, ks, seen := replicatedSetup(t, 4)
+	ctx, _, store, ks, seen := replicatedSetup(t, 4)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -160,15 +160,7 @@ func (alwaysLosing) Update(context.Context, string, []byte, uint64) (uint64, err
 // started.
 func TestAuthenticatorLoadsWhileKeysAreWritten(t *testing.T) {
 	const before, writers, starts = 12, 4, 15
-	if testing.Short() {
-		t.Skip("starts a three-node NATS cluster")
-	}
-	_, res := natstest.ClusterBus(t, bus.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	store := keys.NewStore(res.Keys, res.Tenants)
-	_, err := store.CreateTenant(ctx, "acme")
-	require.NoError(t, err)
+	ctx, res, store, _, _ := replicatedSetup(t, 0)
 	var secrets []string
 	for i := range before {
 		secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: fmt.Sprintf("before-%d", i)})
