@@ -2,6 +2,7 @@ package proctest_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/proctest"
+	"github.com/agentbus/agentbus/pkg/registry"
 )
 
 // Under a load of idempotent count calls and of ordered messages, one of three workflow host
@@ -21,6 +23,12 @@ import (
 // every instance counted exactly its accepted calls (each answer 1..n once), every conversation's
 // history shows its messages in the order they were sent, nothing is dead-lettered, and the time
 // from each kill until the survivors answered the dead host's instances is printed.
+//
+// Each kill comes at a random moment of the victim's heartbeat cycle, as a crash does: the
+// survivors take a host for dead registry.DeadAfter after its last heartbeat, so the takeover
+// comes between DeadAfter-HeartbeatInterval and DeadAfter after the kill, plus the takeover's
+// own time. Without the pause the kills would all come just after a heartbeat (the restarted
+// victim's heartbeats are in step with waitSettled), the slowest case.
 func TestProcessesSurviveHostKills(t *testing.T) {
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
@@ -42,6 +50,7 @@ func TestProcessesSurviveHostKills(t *testing.T) {
 	for round := range kills {
 		victim := ids[round%len(ids)]
 		theirs := sys.instancesOf(victim, "crash", instances)
+		time.Sleep(rand.N(registry.HeartbeatInterval))
 		sys.hosts[victim].Kill()
 		took := sys.waitServedElsewhere(victim, theirs, 2*time.Minute)
 		worst := slices.Max(append(took, 0))
