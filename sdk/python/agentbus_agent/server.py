@@ -155,7 +155,15 @@ class AgentServer:
                     elif key.data is _WAKE:
                         self._woken()
                     else:
-                        key.data.readable()
+                        conn = key.data
+                        try:
+                            conn.readable()
+                        except Exception:
+                            # A fault of the server's own, not of a handler (the agent answers
+                            # those): it costs the connection, not the loop.
+                            self.agent.log.exception("serving a connection; it is closed")
+                            if not conn.busy:
+                                conn.close()
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + 1.0
                     self._sweep()
@@ -195,7 +203,12 @@ class AgentServer:
             conn.busy = False
             conn.last = time.monotonic()
             self._sel.register(conn.sock, selectors.EVENT_READ, conn)
-            conn.process()  # a request that came in behind the one just answered
+            try:
+                conn.process()  # a request that came in behind the one just answered
+            except Exception:
+                self.agent.log.exception("serving a connection; it is closed")
+                if not conn.busy:
+                    conn.close()
 
     def _sweep(self) -> None:
         """Closes the connections idle for longer than idle_timeout."""
@@ -427,6 +440,9 @@ class _Conn:
         server = self.server
         try:
             self._answer(stream, server.agent._run(ctx, handler))
+        except Exception:
+            server.agent.log.exception("answering a request; its connection is closed")
+            self.close_connection = True
         finally:
             server._end()
             if self.close_connection and not self.closed:

@@ -11,6 +11,7 @@ import unittest
 from typing import Any
 
 from agentbus_agent import AgentServer, Context, Fail
+from agentbus_agent import server as server_module
 
 from .helpers import Client, chat, data, new_agent, serve, signed
 
@@ -256,6 +257,22 @@ class LoopTest(unittest.TestCase):
         with socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
             sock.sendall(b"\r\n" + head.replace(b"\r\n", b"\n") + b"\n\n" + body)
             self.assertEqual(9, read_answers(self, sock, 1)[0]["reply"]["data"]["n"])
+
+    def test_a_fault_of_the_server_costs_one_connection(self) -> None:
+        real = server_module.Context
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a fault of the server")
+        server_module.Context = broken  # type: ignore[assignment,misc]
+        try:
+            with self.assertLogs("agentbus_agent", level="ERROR"), \
+                    socket.create_connection(("127.0.0.1", self.srv.port), timeout=10) as sock:
+                sock.sendall(raw_request(data("quick", 1)))
+                self.assertEqual(b"", sock.recv(1), "that connection is closed")
+        finally:
+            server_module.Context = real  # type: ignore[misc]
+        self.assertEqual(2, Client(self, self.srv.port).call(self, data("quick", 2))["reply"]["data"]["n"],
+                         "the loop serves on")
 
     def test_a_stream_from_the_loop(self) -> None:
         resp = Client(self, self.srv.port).send(chat("hi", stream=True))
