@@ -348,6 +348,21 @@ class RegistrationTest(unittest.TestCase):
             with self.subTest(name), self.assertRaisesRegex(ValueError, "twice"):
                 register()
 
+    def test_blocking(self) -> None:
+        agent = new_agent()
+        quick, slow, ping, chat_, file_ = (lambda ctx: 1), (lambda ctx: 2), (lambda ctx: 3), (lambda ctx: 4), (lambda ctx: 5)
+        agent.data("quick", blocking=False)(quick)
+        agent.data("slow")(slow)
+        agent.webhook("ping", blocking=False)(ping)
+        self.assertIs(chat_, agent.chat(blocking=False)(chat_), "the decorator returns the handler")
+        self.assertIs(file_, agent.file(file_))
+        for handler, blocks in [(quick, False), (slow, True), (ping, False), (chat_, False), (file_, True)]:
+            with self.subTest(handler(None)):
+                self.assertEqual(blocks, agent._blocks(handler))
+        with self.assertRaisesRegex(ValueError, "twice"):
+            agent.chat(blocking=False)(lambda ctx: None)
+        self.assertNotIn("blocking", json.dumps(agent.registration("http://x/")), "the server's concern only")
+
     def test_invalid(self) -> None:
         for name, make in [("no name", lambda: Agent("", SECRET)), ("a bad secret", lambda: Agent("a", "s3cret")),
                            ("timeout", lambda: Agent("a", SECRET, timeout_seconds=301)),
