@@ -29,3 +29,11 @@ func (b *ConflictBackoff) NextConflictWait() time.Duration { return b.next() }
 
 // SinceFirstConflict makes b's first conflict d ago.
 func (b *ConflictBackoff) SinceFirstConflict(d time.Duration) { b.since = time.Now().Add(-d) }
+
+// SetScanIdle sets how long Scan waits for its watch before it reads the keys it waits for
+// directly, until the test ends.
+func SetScanIdle(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := scanIdle
+	scanIdle = d
+	t.Cleanup(func() { scanIdle = old })
+}

@@ -1,48 +1,131 @@
 package bus
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Entries reads the current entry of every key of a bucket, oldest revision first; deleted and
-// purged keys are left out.
+// scanIdle is how long Scan waits for the watch's next entry before it reads the keys it still
+// waits for directly.
+var scanIdle = 2 * time.Second
+
+// Scan calls fn with the entries of a bucket's keys that match one of filters (wildcards
+// allowed; every key when there are none), as a watch of them delivers them, oldest revision
+// first, until it has given every key that held a value or a delete marker when Scan began, at
+// that revision or a later one. A key written meanwhile may come more than once, its later
+// entries after the earlier; a deleted or purged key comes as an entry whose Operation is not
+// jetstream.KeyValuePut. An error of fn ends Scan with it.
 //
-// It reads every key that was written before the call, also while others write the bucket. A
-// bucket watcher's "initial values done" marker cannot promise that: it follows the per-message
+// A watch's own "initial values done" marker cannot promise that: it follows the per-message
 // pending count, which the server may report as zero before the last initial value under
 // concurrent writes, so nats.go's ListKeys and a watcher's first nil can end a listing early.
-// Entries instead asks the stream's leader for the bucket's newest revision once the watch has
-// begun and reads the watch up to that revision: every key written earlier has been delivered by
-// then, as its initial value or as a later update.
-func Entries(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.WatchAll(ctx)
+// Scan instead asks the stream's leader which keys hold a message once the watch has begun, and
+// reads the watch until it has delivered each of them; a key whose message went away unseen (a
+// bucket with a TTL) is read directly after a pause of the watch.
+func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, filters []string, fn func(jetstream.KeyValueEntry) error) error {
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	w, err := kv.WatchFiltered(ctx, slices.Clone(filters)) // it prefixes the filters in place
 	if err != nil {
-		return nil, fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
+		return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
-	upTo, err := NewestRevision(ctx, kv)
+	waiting, err := keysHeld(ctx, js, kv.Bucket(), filters)
+	if err != nil {
+		return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
+	}
+	// direct holds the revisions of the keys read directly: the watch's older entries of them
+	// are not given.
+	direct := make(map[string]uint64)
+	idle := time.NewTimer(scanIdle)
+	defer idle.Stop()
+	for len(waiting) > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), ctx.Err())
+		case <-idle.C:
+			if err := readDirectly(ctx, kv, waiting, direct, fn); err != nil {
+				return err
+			}
+			idle.Reset(scanIdle)
+			continue
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("reading bucket %s: the watch ended", kv.Bucket())
+			}
+			if e == nil {
+				continue // the watch's own marker: not to be relied on
+			}
+			if rev, ok := direct[e.Key()]; ok && e.Revision() <= rev {
+				continue
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
+			delete(waiting, e.Key())
+			idle.Reset(scanIdle)
+		}
+	}
+	return nil
+}
+
+// keysHeld returns the keys of the bucket that match one of filters and hold a message (a value
+// or a delete marker), as the stream's leader answers.
+func keysHeld(ctx context.Context, js jetstream.JetStream, bucket string, filters []string) (map[string]bool, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
 		return nil, err
 	}
-	return readUpTo(ctx, kv, w, upTo)
+	prefix := "$KV." + bucket + "."
+	keys := make(map[string]bool)
+	for _, f := range filters {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+f))
+		if err != nil {
+			return nil, err
+		}
+		for subj := range info.State.Subjects {
+			keys[strings.TrimPrefix(subj, prefix)] = true
+		}
+	}
+	return keys, nil
+}
+
+// readDirectly reads the keys Scan still waits for from the bucket, gives fn those that hold a
+// value, notes their revisions in direct and forgets them all.
+func readDirectly(ctx context.Context, kv jetstream.KeyValue, waiting map[string]bool, direct map[string]uint64, fn func(jetstream.KeyValueEntry) error) error {
+	for key := range waiting {
+		e, err := kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("reading %s of bucket %s: %w", key, kv.Bucket(), err)
+		default:
+			direct[key] = e.Revision()
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		delete(waiting, key)
+	}
+	return nil
 }
 
 // NewestRevision is the revision of the newest write to a bucket (0 when it holds none), as the
 // stream's leader knows it. A watch of the whole bucket that began before the call has delivered
-// every value written before it once it delivers an entry of that revision or a later one: the
-// point at which a cache that follows the bucket has loaded it (the watcher's own nil marker may
-// come earlier; see Entries).
+// the values written before it once it delivers an entry of that revision or a later one, but
+// for a key written again after the call before the watch delivered it, which comes a moment
+// later with its new value: the point at which a cache that follows the bucket has loaded it
+// (the watcher's own nil marker may come much earlier; see Scan, which waits for every key).
 //
 // In a bucket with a TTL the newest value may expire after the call and before the watch
-// delivers it; a watch then reaches that point only with the next write. Such buckets are read
-// with Entries only when something writes them often.
+// delivers it; a watch then reaches that point only with the next write.
 func NewestRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) {
 	st, err := kv.Status(ctx) // stream info: answered by the stream's leader
 	if err != nil {
@@ -58,87 +141,48 @@ func NewestRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) 
 	return 0, nil
 }
 
-// EntriesMatching is Entries for the keys that match one of filters (wildcards allowed); nc
-// reaches the stream's leader.
-func EntriesMatching(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, filters ...string) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.WatchFiltered(ctx, slices.Clone(filters)) // it prefixes the keys in place
-	if err != nil {
-		return nil, fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	var upTo uint64 // the newest matching revision written before the watch began
-	for _, f := range filters {
-		last, err := LeaderLast(ctx, nc, "KV_"+kv.Bucket(), "$KV."+kv.Bucket()+"."+f)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
-		}
-		upTo = max(upTo, last.Sequence)
-	}
-	return readUpTo(ctx, kv, w, upTo)
-}
-
-// readUpTo reads a watch until the entry at revision upTo or later, and returns the entries of
-// the keys that are not deleted, oldest revision first.
-func readUpTo(ctx context.Context, kv jetstream.KeyValue, w jetstream.KeyWatcher, upTo uint64) ([]jetstream.KeyValueEntry, error) {
+// Entries returns the current entry of every key of a bucket that matches one of filters (every
+// key when there are none), as Scan finds them, oldest revision first; deleted and purged keys
+// are left out.
+func Entries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, filters ...string) ([]jetstream.KeyValueEntry, error) {
 	current := make(map[string]jetstream.KeyValueEntry)
-	for upTo > 0 {
-		var e jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("reading bucket %s: %w", kv.Bucket(), ctx.Err())
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			return nil, fmt.Errorf("reading bucket %s: the watch ended", kv.Bucket())
-		}
-		if e == nil {
-			continue // the watcher's own end-of-initial-values marker: not to be relied on
-		}
+	err := Scan(ctx, js, kv, filters, func(e jetstream.KeyValueEntry) error {
 		if e.Operation() == jetstream.KeyValuePut {
 			current[e.Key()] = e
 		} else {
 			delete(current, e.Key())
 		}
-		if e.Revision() >= upTo {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]jetstream.KeyValueEntry, 0, len(current))
 	for _, e := range current {
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
+	slices.SortFunc(out, func(a, b jetstream.KeyValueEntry) int {
+		switch {
+		case a.Revision() < b.Revision():
+			return -1
+		case a.Revision() > b.Revision():
+			return 1
+		}
+		return 0
+	})
 	return out, nil
 }
 
-// Keys reads the keys of a bucket, sorted, as Entries finds them.
-func Keys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
-	entries, err := Entries(ctx, kv)
+// Keys returns the keys of a bucket, sorted, as Entries finds them.
+func Keys(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) ([]string, error) {
+	entries, err := Entries(ctx, js, kv)
 	if err != nil {
 		return nil, err
 	}
-	return sortedKeys(entries), nil
-}
-
-// KeysMatching reads the keys of a bucket that match one of filters, sorted, as
-// EntriesMatching finds them.
-func KeysMatching(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, filters ...string) ([]string, error) {
-	entries, err := EntriesMatching(ctx, nc, kv, filters...)
-	if err != nil {
-		return nil, err
-	}
-	return sortedKeys(entries), nil
-}
-
-func sortedKeys(entries []jetstream.KeyValueEntry) []string {
 	keys := make([]string, len(entries))
 	for i, e := range entries {
 		keys[i] = e.Key()
 	}
 	slices.Sort(keys)
-	return keys
+	return keys, nil
 }

@@ -135,7 +135,7 @@ func startClusterStack(t *testing.T) *clusterStack {
 	require.NoError(t, err)
 	res, err := bus.Ensure(ctx, js, busCfg)
 	require.NoError(t, err)
-	ks := keys.NewStore(res.Keys, res.Tenants)
+	ks := keys.NewStore(res.JS, res.Keys, res.Tenants)
 	require.NoError(t, ks.EnsureTenant(ctx, "default"))
 	key, _, err := ks.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "test"})
 	require.NoError(t, err)

@@ -382,7 +382,7 @@ func TestInstanceCompleteWhileHostsWriteReplicated(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	ks := keys.NewStore(res.Keys, res.Tenants)
+	ks := keys.NewStore(res.JS, res.Keys, res.Tenants)
 	require.NoError(t, ks.EnsureTenant(ctx, "default"))
 	key, _, err := ks.Create(ctx, keys.NewKey{Tenant: "default", Role: keys.RoleTenantAdmin, Name: "test"})
 	require.NoError(t, err)

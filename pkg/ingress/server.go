@@ -228,7 +228,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.res, err = bus.Ensure(ctx, s.js, cfg.Bus); err != nil {
 		return nil, err
 	}
-	s.keys = keys.NewStore(s.res.Keys, s.res.Tenants)
+	s.keys = keys.NewStore(s.res.JS, s.res.Keys, s.res.Tenants)
 	s.claims = bus.NewBlobs(s.res.Claims, cfg.Conn.MaxPayload())
 	s.dead = deadletter.NewStore(s.res, s.claims)
 	subs := cfg.Subscriptions

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ type unindexed struct {
 // entries of one run; a listing shows it once per page.
 func (x *Index) Backfill(ctx context.Context, kv jetstream.KeyValue, store *Store, deadline time.Time) (BackfillResult, error) {
 	var res BackfillResult
-	todo, err := scanUnindexed(ctx, kv, &res)
+	todo, err := x.scanUnindexed(ctx, kv, &res)
 	if err != nil {
 		return res, err
 	}
@@ -67,14 +68,18 @@ func (x *Index) Backfill(ctx context.Context, kv jetstream.KeyValue, store *Stor
 }
 
 // scanUnindexed reads every instance record and returns those not indexed.
-func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResult) ([]unindexed, error) {
-	entries, err := bus.Entries(ctx, kv)
-	if err != nil {
-		return nil, fmt.Errorf("reading the instances: %w", err)
-	}
-	var todo []unindexed
-	for _, e := range entries {
-		res.Scanned++
+func (x *Index) scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResult) ([]unindexed, error) {
+	seen := make(map[string]bool)
+	todo := make(map[string]unindexed)
+	err := bus.Scan(ctx, x.js, kv, nil, func(e jetstream.KeyValueEntry) error {
+		delete(todo, e.Key()) // an entry of a key seen before is newer
+		if e.Operation() != jetstream.KeyValuePut {
+			return nil
+		}
+		if !seen[e.Key()] {
+			seen[e.Key()] = true
+			res.Scanned++
+		}
 		var r struct {
 			Tenant     string    `json:"tenant"`
 			WorkflowID string    `json:"workflowId"`
@@ -82,12 +87,15 @@ func scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *BackfillResu
 			StartedAt  time.Time `json:"startedAt"`
 			Indexed    bool      `json:"indexed"`
 		}
-		if err := json.Unmarshal(e.Value(), &r); err != nil || r.Indexed || r.RunID == "" {
-			continue
+		if err := json.Unmarshal(e.Value(), &r); err == nil && !r.Indexed && r.RunID != "" {
+			todo[e.Key()] = unindexed{tenant: r.Tenant, workflowID: r.WorkflowID, runID: r.RunID, startedAt: r.StartedAt}
 		}
-		todo = append(todo, unindexed{tenant: r.Tenant, workflowID: r.WorkflowID, runID: r.RunID, startedAt: r.StartedAt})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the instances: %w", err)
 	}
-	return todo, nil
+	return slices.Collect(maps.Values(todo)), nil
 }
 
 // backfillOne indexes one record's run and marks the record; it reports false when the record

@@ -28,7 +28,7 @@ func replicatedSetup(t *testing.T, count int) (context.Context, *bus.Resources, 
 	cl, res := natstest.ClusterBus(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	store := keys.NewStore(res.Keys, res.Tenants)
+	store := keys.NewStore(res.JS, res.Keys, res.Tenants)
 	_, err := store.CreateTenant(ctx, "acme")
 	require.NoError(t, err)
 	var ks []keys.Key
@@ -134,7 +134,7 @@ func TestRevocationGivesUpOnPersistentConflicts(t *testing.T) {
 	ctx, res, store, _ := setup(t)
 	_, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
 	require.NoError(t, err)
-	losing := keys.NewStore(alwaysLosing{res.Keys}, res.Tenants)
+	losing := keys.NewStore(res.JS, alwaysLosing{res.Keys}, res.Tenants)
 	began := time.Now()
 	_, err = losing.RevokeID(ctx, k.ID)
 	took := time.Since(began)
@@ -167,7 +167,7 @@ func TestAuthenticatorLoadsWhileKeysAreWritten(t *testing.T) {
 		require.NoError(t, err)
 		secrets = append(secrets, secret)
 	}
-	records, err := bus.Entries(ctx, res.Keys)
+	records, err := bus.Entries(ctx, res.JS, res.Keys)
 	require.NoError(t, err)
 	var stop atomic.Bool
 	var wg sync.WaitGroup

@@ -103,13 +103,14 @@ func appendHash(dst []byte, secret string) []byte {
 
 // Store reads and writes tenants and keys.
 type Store struct {
+	js      jetstream.JetStream
 	keys    jetstream.KeyValue
 	tenants jetstream.KeyValue
 }
 
-// NewStore returns a Store over the keys and tenants buckets.
-func NewStore(keysKV, tenantsKV jetstream.KeyValue) *Store {
-	return &Store{keys: keysKV, tenants: tenantsKV}
+// NewStore returns a Store over the keys and tenants buckets of js.
+func NewStore(js jetstream.JetStream, keysKV, tenantsKV jetstream.KeyValue) *Store {
+	return &Store{js: js, keys: keysKV, tenants: tenantsKV}
 }
 
 // CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted.
@@ -169,7 +170,7 @@ func (s *Store) tenant(ctx context.Context, id string) (Tenant, uint64, error) {
 
 // ListTenants returns every tenant, ordered by id.
 func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
-	ids, err := bus.Keys(ctx, s.tenants)
+	ids, err := bus.Keys(ctx, s.js, s.tenants)
 	if err != nil {
 		return nil, fmt.Errorf("listing tenants: %w", err)
 	}
@@ -470,7 +471,7 @@ type storedKey struct {
 
 // list reads every key record of a tenant ("" for all).
 func (s *Store) list(ctx context.Context, tenant string) ([]storedKey, error) {
-	all, err := bus.Keys(ctx, s.keys)
+	all, err := bus.Keys(ctx, s.js, s.keys)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}

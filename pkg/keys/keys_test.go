@@ -32,7 +32,7 @@ func setup(t *testing.T) (context.Context, *bus.Resources, *keys.Store, *keys.Au
 	t.Cleanup(func() {
 		assert.NoError(t, auth.Close(), "closing authenticator")
 	})
-	return ctx, res, keys.NewStore(res.Keys, res.Tenants), auth
+	return ctx, res, keys.NewStore(res.JS, res.Keys, res.Tenants), auth
 }
 
 // eventually polls f until it returns nil or the deadline passes.

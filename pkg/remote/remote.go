@@ -88,6 +88,7 @@ var (
 
 // Store keeps registrations.
 type Store struct {
+	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	registry jetstream.KeyValue
 	allow    *outbound.AllowList
@@ -96,7 +97,7 @@ type Store struct {
 // NewStore returns a Store over the bus's buckets; allow is the allow-list a tenant's
 // registration must match.
 func NewStore(res *bus.Resources, allow *outbound.AllowList) *Store {
-	return &Store{kv: res.RemoteAgents, registry: res.Registry, allow: allow}
+	return &Store{js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow}
 }
 
 // validate checks a registration of owner ("" for a system admin) and fills in its defaults.
@@ -339,19 +340,12 @@ func (s *Store) Get(ctx context.Context, owner, name string) (Registration, erro
 // List returns the registrations a caller sees, by name: a tenant's own (owner), or every one
 // (owner "").
 func (s *Store) List(ctx context.Context, owner string) ([]Registration, error) {
-	keys, err := bus.Keys(ctx, s.kv)
+	entries, err := bus.Entries(ctx, s.js, s.kv)
 	if err != nil {
 		return nil, fmt.Errorf("listing remote agents: %w", err)
 	}
 	out := []Registration{}
-	for _, k := range keys {
-		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading registration: %w", err)
-		}
+	for _, e := range entries {
 		r, err := decode(e.Value())
 		if err != nil {
 			return nil, err

@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Res, err = bus.Ensure(ctx, js, cfg.Bus); err != nil {
 		return nil, err
 	}
-	s.Keys = keys.NewStore(s.Res.Keys, s.Res.Tenants)
+	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
 
 	s.cfg = cfg
 	if len(cfg.Agents) > 0 {

@@ -372,19 +372,12 @@ func decode(b []byte) (Subscription, error) {
 
 // List returns the tenant's subscriptions, oldest first, with their secrets.
 func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error) {
-	keys, err := bus.KeysMatching(ctx, s.js.Conn(), s.kv, subject.TenantSubscriptionKeys(tenant))
+	entries, err := bus.Entries(ctx, s.js, s.kv, subject.TenantSubscriptionKeys(tenant))
 	if err != nil {
 		return nil, fmt.Errorf("listing subscriptions: %w", err)
 	}
-	out := make([]Subscription, 0, len(keys))
-	for _, k := range keys {
-		e, err := s.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading subscription: %w", err)
-		}
+	out := make([]Subscription, 0, len(entries))
+	for _, e := range entries {
 		sub, err := decode(e.Value())
 		if err != nil {
 			return nil, err
