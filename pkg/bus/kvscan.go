@@ -172,17 +172,3 @@ func Entries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	})
 	return out, nil
 }
-
-// Keys returns the keys of a bucket, sorted, as Entries finds them.
-func Keys(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) ([]string, error) {
-	entries, err := Entries(ctx, js, kv)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]string, len(entries))
-	for i, e := range entries {
-		keys[i] = e.Key()
-	}
-	slices.Sort(keys)
-	return keys, nil
-}

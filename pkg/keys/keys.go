@@ -170,18 +170,15 @@ func (s *Store) tenant(ctx context.Context, id string) (Tenant, uint64, error) {
 
 // ListTenants returns every tenant, ordered by id.
 func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
-	ids, err := bus.Keys(ctx, s.js, s.tenants)
+	entries, err := bus.Entries(ctx, s.js, s.tenants)
 	if err != nil {
 		return nil, fmt.Errorf("listing tenants: %w", err)
 	}
-	out := make([]Tenant, 0, len(ids))
-	for _, id := range ids {
-		t, _, err := s.tenant(ctx, id)
-		if errors.Is(err, ErrUnknownTenant) {
-			continue // deleted since it was listed
-		}
-		if err != nil {
-			return nil, err
+	out := make([]Tenant, 0, len(entries))
+	for _, e := range entries {
+		var t Tenant
+		if err := json.Unmarshal(e.Value(), &t); err != nil {
+			return nil, fmt.Errorf("decoding tenant: %w", err)
 		}
 		if t.DeletedAt == nil {
 			out = append(out, t)
@@ -471,32 +468,21 @@ type storedKey struct {
 
 // list reads every key record of a tenant ("" for all).
 func (s *Store) list(ctx context.Context, tenant string) ([]storedKey, error) {
-	all, err := bus.Keys(ctx, s.js, s.keys)
+	entries, err := bus.Entries(ctx, s.js, s.keys)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)
 	}
-	var hashes []string
-	for _, h := range all {
-		if looksLikeHash(h) { // else not a key record (the id index, say)
-			hashes = append(hashes, h)
-		}
-	}
 	var out []storedKey
-	for _, h := range hashes {
-		k, err := s.byHash(ctx, h)
-		if errors.Is(err, ErrUnknownKey) {
-			continue
+	for _, e := range entries {
+		if !looksLikeHash(e.Key()) {
+			continue // not a key record (the id index, say)
 		}
-		var syntax *json.SyntaxError
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &syntax) || errors.As(err, &typeErr) {
+		k, err := decodeKey(e.Value())
+		if err != nil {
 			continue // a damaged record authenticates nothing; listing goes on
 		}
-		if err != nil {
-			return nil, err
-		}
 		if tenant == "" || k.Tenant == tenant {
-			out = append(out, storedKey{hash: h, key: k})
+			out = append(out, storedKey{hash: e.Key(), key: k})
 		}
 	}
 	return out, nil
