@@ -123,15 +123,18 @@ class AgentServer:
                 return
             self._draining = True
         self._wake()  # the loop closes the listener
+        if threading.current_thread() is self._loop_thread:
+            grace = 0  # a handler on the loop: the requests in flight cannot end while it waits
         with self._cond:
             if not self._cond.wait_for(lambda: self._inflight == 0, timeout=grace):
                 self.agent.log.warning("stopping with %d requests in flight", self._inflight)
             self._closing = True
-        if self._loop_thread is not None:
-            self._wake()
-            self._loop_thread.join()
-        else:
+        if self._loop_thread is None:
             self._close_all()
+        else:
+            self._wake()
+            if threading.current_thread() is not self._loop_thread:
+                self._loop_thread.join()
 
     def __enter__(self) -> AgentServer:
         return self
