@@ -125,18 +125,8 @@ func TestConflictBackoff(t *testing.T) {
 // revision, and on one deleted key with creates, are refused as conflicts, whichever code the
 // stream refuses them with, and at most one of each round wins.
 func TestConflictOnReplicatedStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node NATS cluster")
-	}
-	cl := natstest.NewCluster(t, 3)
-	nc, err := nats.Connect(cl.URLs())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "CAS", Subjects: []string{"cas.>"}, Replicas: 3})
+	nc, js, ctx := withCluster(t, 30*time.Second)
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CAS", Subjects: []string{"cas.>"}, Replicas: 3})
 	require.NoError(t, err)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "cas", Replicas: 3})
 	require.NoError(t, err)

@@ -32,6 +32,24 @@ func withStream(t *testing.T, name string, subjects ...string) (*nats.Conn, jets
 	return nc, js, ctx
 }
 
+// withCluster starts a three-node embedded cluster (skipped with -short) and returns a
+// connection to it, its JetStream context and a context that ends with the test (at most d).
+func withCluster(t *testing.T, d time.Duration) (*nats.Conn, jetstream.JetStream, context.Context) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a three-node NATS cluster")
+	}
+	cl := natstest.NewCluster(t, 3)
+	nc, err := nats.Connect(cl.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return nc, js, ctx
+}
+
 // lossyServer subscribes to subjects as a stream's server would that answers the copies of
 // each message it receives in turn with answers (the first copy with the first answer, and so
 // on; "" is no answer at all, as from a server that died before it answered; copies after the

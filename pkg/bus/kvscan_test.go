@@ -10,31 +10,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
 // TestEntriesWhileWritten: on a bucket with three replicas whose keys writers keep updating,
 // every listing holds every key written before it began, each once, and none that was deleted
 // before it; the filtered listing holds the matching keys only.
 func TestEntriesWhileWritten(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-node NATS cluster")
-	}
 	const keys, writers, listings = 8, 8, 40
-	cl := natstest.NewCluster(t, 3)
-	nc, err := nats.Connect(cl.URLs())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
+	_, js, ctx := withCluster(t, 60*time.Second)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "scan", Replicas: 3})
 	require.NoError(t, err)
 
