@@ -62,7 +62,7 @@ func NewCluster(t testing.TB, size int) *Cluster {
 		c.Servers = append(c.Servers, ns)
 	}
 	for i, ns := range c.Servers {
-		require.True(t, ns.ReadyForConnections(10*time.Second), "NATS server n%d not ready within 10s", i+1)
+		require.True(t, ns.ReadyForConnections(30*time.Second), "NATS server n%d not ready within 30s", i+1)
 	}
 	require.Eventually(t, c.formed, 20*time.Second, 25*time.Millisecond, "JetStream cluster did not form within 20s")
 	c.waitPlacing(t)
