@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/placement"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -180,7 +181,11 @@ func (h *Host) rebalance(ctx context.Context) error {
 				switch {
 				case claimed:
 					part.unpinChecked = false
-				case !part.unpinChecked && part.cons != nil:
+				case !part.unpinChecked && part.cons != nil && time.Since(h.started) >= registry.DeadAfter:
+					// Not before this host has watched the heartbeats for DeadAfter: a host that
+					// started at the same moment may hold the pin before its first heartbeat
+					// lists the partition, and counting a takeover from it would fence it later
+					// for nothing.
 					part.unpinChecked = true
 					h.bg.Go(func() { h.unpinStale(ctx, part) })
 				}

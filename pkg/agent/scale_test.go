@@ -547,3 +547,43 @@ func TestLongHandlerKeepsItsRequest(t *testing.T) {
 	ns, _ := sa.starts("z")
 	assert.Equal(t, []string{"1", "2"}, ns)
 }
+
+// TestHostsStartingTogetherCountNoTakeover: hosts that start at the same moment divide the
+// partitions without counting a takeover from one another, as none of them was taken for dead:
+// a count would fence the partition's owner the next time its lease lapsed.
+func TestHostsStartingTogetherCountNoTakeover(t *testing.T) {
+	const partitions = 16
+	s := stacktest.Start(t, stacktest.Options{Partitions: partitions, NoAgents: true})
+	ids := []string{"host-a", "host-b", "host-c"}
+	var hosts []*agent.Host
+	for _, id := range ids {
+		nc, err := s.NATS.Connect(id)
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		h, err := agent.NewHost(agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{echo.New()}, Bus: s.Res.Config, Logger: stacktest.Logger()})
+		require.NoError(t, err)
+		hosts = append(hosts, h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for _, h := range hosts {
+		wg.Go(func() { _ = h.Run(ctx) })
+	}
+	for _, h := range hosts {
+		select {
+		case <-h.Ready():
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "a host did not start")
+		}
+	}
+	waitFor(t, 10*time.Second, "three hosts divide the partitions", func() bool { return settled(t, s, echo.Name, partitions, ids) })
+	time.Sleep(registry.DeadAfter + time.Second) // past the moment a host may count a takeover
+	lister, err := s.Res.Tenures.ListKeys(ctx)
+	require.NoError(t, err)
+	var counted []string
+	for k := range lister.Keys() {
+		counted = append(counted, k)
+	}
+	assert.Empty(t, counted, "takeovers counted between hosts that all live")
+}
