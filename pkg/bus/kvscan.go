@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -161,14 +162,6 @@ func Entries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 	for _, e := range current {
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b jetstream.KeyValueEntry) int {
-		switch {
-		case a.Revision() < b.Revision():
-			return -1
-		case a.Revision() > b.Revision():
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
 	return out, nil
 }
