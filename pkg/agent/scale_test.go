@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -579,11 +580,7 @@ func TestHostsStartingTogetherCountNoTakeover(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "three hosts divide the partitions", func() bool { return settled(t, s, echo.Name, partitions, ids) })
 	time.Sleep(registry.DeadAfter + time.Second) // past the moment a host may count a takeover
-	lister, err := s.Res.Tenures.ListKeys(ctx)
+	counted, err := bus.Entries(ctx, s.Res.JS, s.Res.Tenures)
 	require.NoError(t, err)
-	var counted []string
-	for k := range lister.Keys() {
-		counted = append(counted, k)
-	}
 	assert.Empty(t, counted, "takeovers counted between hosts that all live")
 }
