@@ -356,21 +356,17 @@ class _Conn:
                         self._scan = end + 4
         while lines is None:
             m = _LINE_END.search(buf, self._scan)
-            if m is None:
-                if len(buf) - self._scan > _MAX_LINE:
-                    if not self._lines:
-                        self.send(414, b"the request line is too long\n", _TEXT, close=True)
-                    else:
-                        self.send(400, b"a malformed header\n", _TEXT, close=True)
-                return False
-            line = bytes(buf[self._scan:m.start()])
-            self._scan = m.end()
-            if len(line) > _MAX_LINE:
+            # A line too long, whether it has ended yet or not.
+            if (m.start() if m else len(buf)) - self._scan > _MAX_LINE:
                 if not self._lines:
                     self.send(414, b"the request line is too long\n", _TEXT, close=True)
                 else:
                     self.send(400, b"a malformed header\n", _TEXT, close=True)
                 return False
+            if m is None:
+                return False
+            line = bytes(buf[self._scan:m.start()])
+            self._scan = m.end()
             if not line:
                 if not self._lines:
                     continue  # blank lines before a request are allowed
