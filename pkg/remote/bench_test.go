@@ -26,14 +26,17 @@ import (
 // BenchmarkRemoteWebhookEcho calls the webhook echo of the Go Echo and of the Python and
 // TypeScript kits' Echos, registered as remote agents, through the whole stack (keep-alive
 // clients, 100 conversations), and prints each one's rate and p99 and the remote ones' rates as
-// shares of Go's. The three take turns for AGENTBUS_BENCH_ROUNDS rounds (3) of 6000 calls over
-// AGENTBUS_BENCH_CLIENTS clients (64), and the shares are the medians of the rounds' shares.
+// shares of Go's. The three take turns for AGENTBUS_BENCH_ROUNDS rounds (3) of
+// AGENTBUS_BENCH_CALLS calls (6000) over AGENTBUS_BENCH_CLIENTS clients (64), and the shares are
+// the medians of the rounds' shares. On Linux each round also prints the CPU time per call of
+// this process (the stack and the load generator) and of the agent's own process.
 func BenchmarkRemoteWebhookEcho(b *testing.B) {
 	b.Cleanup(benchClient.CloseIdleConnections)
-	pyReg := startPythonEcho(b, webhooksig.NewStandardSecret())
-	tsReg := startTypeScriptEcho(b, webhooksig.NewStandardSecret())
+	pyReg, pyProc := startPythonEchoProcess(b, webhooksig.NewStandardSecret())
+	tsReg, tsProc := startTypeScriptEcho(b, webhooksig.NewStandardSecret())
 	s := stacktest.Start(b, stacktest.Options{})
 	urls := map[string]string{"Go": s.URL + "/api/user/webhooks/Echo/echo?apikey=" + s.Key}
+	procs := map[string]*os.Process{"Python": pyProc, "TypeScript": tsProc}
 	for name, reg := range map[string]map[string]any{"Python": pyReg, "TypeScript": tsReg} {
 		if reg == nil {
 			continue
@@ -44,7 +47,7 @@ func BenchmarkRemoteWebhookEcho(b *testing.B) {
 		require.NoError(b, s.WaitLive(b.Context(), agent))
 		urls[name] = s.URL + "/api/user/webhooks/" + agent + "/echo?apikey=" + s.Key
 	}
-	const calls = 6000
+	calls := envInt(b, "AGENTBUS_BENCH_CALLS", 6000)
 	clients, rounds := envInt(b, "AGENTBUS_BENCH_CLIENTS", 64), envInt(b, "AGENTBUS_BENCH_ROUNDS", 3)
 	names := []string{"Go", "Python", "TypeScript"}
 	for _, u := range urls {
@@ -60,10 +63,26 @@ func BenchmarkRemoteWebhookEcho(b *testing.B) {
 				if !ok {
 					continue
 				}
+				proc := procs[name]
+				self, agent := processCPU(nil), time.Duration(0)
+				if proc != nil {
+					agent = processCPU(proc)
+				}
 				r := measure(b, u, calls, clients)
+				self = processCPU(nil) - self
+				if proc != nil {
+					agent = processCPU(proc) - agent
+				}
 				runs[name] = r
-				line += fmt.Sprintf(" %s %.0f/s p50 %v p99 %v (%.2f of Go);", name, r.rate, r.p50.Round(time.Microsecond*10),
+				line += fmt.Sprintf(" %s %.0f/s p50 %v p99 %v (%.2f of Go)", name, r.rate, r.p50.Round(time.Microsecond*10),
 					r.p99.Round(time.Microsecond*10), r.rate/runs["Go"].rate)
+				if self > 0 {
+					line += fmt.Sprintf(", CPU per call: stack %v", self/time.Duration(calls))
+				}
+				if agent > 0 {
+					line += fmt.Sprintf(", agent %v", agent/time.Duration(calls))
+				}
+				line += ";"
 				shares[name] = append(shares[name], r.rate/runs["Go"].rate)
 			}
 			b.Log(line)
@@ -94,15 +113,42 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
+// processCPU returns the CPU time, user and system, that the process (this one when nil) has
+// used so far; 0 where the system does not tell it (/proc of Linux).
+func processCPU(p *os.Process) time.Duration {
+	name := "/proc/self/stat"
+	if p != nil {
+		name = "/proc/" + strconv.Itoa(p.Pid) + "/stat"
+	}
+	stat, err := os.ReadFile(name)
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which is in parentheses and may hold spaces:
+	// utime and stime are the 12th and 13th, in clock ticks (100 a second on Linux).
+	_, after, _ := bytes.Cut(stat, []byte(") "))
+	f := strings.Fields(string(after))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
 // startTypeScriptEcho runs the TypeScript kit's compiled Echo (sdk/typescript/dist, which
-// go test ./sdk/typescript builds) and returns its registration; nil when it is not built.
-func startTypeScriptEcho(b *testing.B, secret string) map[string]any {
+// go test ./sdk/typescript builds) and returns its registration and process; nil when it is not
+// built.
+func startTypeScriptEcho(b *testing.B, secret string) (map[string]any, *os.Process) {
 	_, here, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(here), "..", "..", "sdk", "typescript", "dist", "examples", "echo.js")
 	node, err := exec.LookPath("node")
 	if _, serr := os.Stat(script); err != nil || serr != nil {
 		b.Log("no node or no sdk/typescript/dist (go test ./sdk/typescript builds it): the TypeScript Echo is left out")
-		return nil
+		return nil, nil
 	}
 	cmd := exec.Command(node, script, "--port", "0", "--secret", secret)
 	out, err := cmd.StdoutPipe()
@@ -111,7 +157,7 @@ func startTypeScriptEcho(b *testing.B, secret string) map[string]any {
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var reg map[string]any
 	require.NoError(b, json.NewDecoder(out).Decode(&reg))
-	return reg
+	return reg, cmd.Process
 }
 
 type run struct {

@@ -25,6 +25,13 @@ import (
 // its registration, as it prints it. Without python3 the test is skipped, unless CI is set.
 func startPythonEcho(t testing.TB, secret string, args ...string) map[string]any {
 	t.Helper()
+	reg, _ := startPythonEchoProcess(t, secret, args...)
+	return reg
+}
+
+// startPythonEchoProcess is startPythonEcho that also returns the Echo's process.
+func startPythonEchoProcess(t testing.TB, secret string, args ...string) (map[string]any, *os.Process) {
+	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		if os.Getenv("CI") != "" {
@@ -55,7 +62,7 @@ func startPythonEcho(t testing.TB, secret string, args ...string) map[string]any
 	})
 	var reg map[string]any
 	require.NoError(t, json.NewDecoder(out).Decode(&reg), "reading EchoPy's registration")
-	return reg
+	return reg, cmd.Process
 }
 
 // TestPythonEcho registers the Python kit's Echo and calls it through the whole stack: a webhook,
