@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -140,6 +141,41 @@ func NewestRevision(ctx context.Context, kv jetstream.KeyValue) (uint64, error) 
 		return st.LastSeq, nil // values expire oldest first: the newest is still there
 	}
 	return 0, nil
+}
+
+// AtMarker, as the revision Follow waits for, makes it count a bucket loaded at the watcher's own
+// end-of-initial-values marker: for a bucket whose values expire and are all written again
+// within moments (heartbeats), where NewestRevision may name a value that expires unseen.
+const AtMarker = math.MaxUint64
+
+// Follow hands every entry a watch of a whole bucket delivers to apply, in order, with loading
+// set while the bucket is not loaded yet, and closes loaded once it is: once an entry of
+// revision upTo or later arrived (upTo from NewestRevision, read after the watch began), at
+// once when upTo is 0, at the watcher's own marker when it is AtMarker. It returns when the
+// watch's updates end (the watch stopped), having closed loaded by then in any case.
+func Follow(w jetstream.KeyWatcher, upTo uint64, loaded chan<- struct{}, apply func(e jetstream.KeyValueEntry, loading bool)) {
+	done := upTo == 0
+	if done {
+		close(loaded)
+	}
+	for e := range w.Updates() {
+		if e == nil {
+			// The watcher's own end of the initial values: may come early (see Scan).
+			if !done && upTo == AtMarker {
+				done = true
+				close(loaded)
+			}
+			continue
+		}
+		apply(e, !done)
+		if !done && e.Revision() >= upTo {
+			done = true
+			close(loaded)
+		}
+	}
+	if !done {
+		close(loaded)
+	}
 }
 
 // Entries returns the current entry of every key of a bucket that matches one of filters (every

@@ -110,3 +110,103 @@ func TestScanReadsWhatItsWatchDoesNotDeliver(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a=a", "c=c"}, got)
 }
+
+// followed runs bus.Follow on a watch of kv up to upTo and returns a channel of the keys it
+// applies, each with "*" when applied while loading, the loaded channel, and a stop that ends
+// the watch and waits for Follow to return.
+func followed(t *testing.T, ctx context.Context, kv jetstream.KeyValue, upTo func() uint64) (<-chan string, <-chan struct{}, func()) {
+	t.Helper()
+	w, err := kv.WatchAll(ctx)
+	require.NoError(t, err)
+	applied := make(chan string, 100)
+	loaded := make(chan struct{})
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		bus.Follow(w, upTo(), loaded, func(e jetstream.KeyValueEntry, loading bool) {
+			k := e.Key()
+			if loading {
+				k += "*"
+			}
+			applied <- k
+		})
+	}()
+	stop := func() {
+		require.NoError(t, w.Stop())
+		<-returned
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return applied, loaded, stop
+}
+
+// TestFollow: a cache that follows a bucket is loaded once the newest revision read after its
+// watch began arrived, at once for an empty bucket, at the watcher's marker with AtMarker, and
+// when the watch ends in any case; entries before that are marked as loading.
+func TestFollow(t *testing.T) {
+	_, js, ctx := withStream(t, "UNUSED", "unused.>")
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "follow"})
+	require.NoError(t, err)
+	newest := func() uint64 {
+		rev, err := bus.NewestRevision(ctx, kv)
+		require.NoError(t, err)
+		return rev
+	}
+
+	t.Run("empty", func(t *testing.T) {
+		_, loaded, stop := followed(t, ctx, kv, newest)
+		defer stop()
+		select {
+		case <-loaded:
+		case <-time.After(5 * time.Second):
+			t.Fatal("an empty bucket is not loaded at once")
+		}
+	})
+
+	for _, k := range []string{"a", "b", "c"} {
+		_, err := kv.Put(ctx, k, []byte(k))
+		require.NoError(t, err)
+	}
+	late := 0
+	for _, tc := range []struct {
+		name string
+		upTo func() uint64
+	}{{"newest", newest}, {"marker", func() uint64 { return bus.AtMarker }}} {
+		t.Run(tc.name, func(t *testing.T) {
+			applied, loaded, stop := followed(t, ctx, kv, tc.upTo)
+			defer stop()
+			select {
+			case <-loaded:
+			case <-time.After(5 * time.Second):
+				t.Fatal("not loaded")
+			}
+			// Entries are applied before loaded closes: those of the load are all there.
+			assert.Equal(t, []string{"a*", "b*", "c*"}, []string{<-applied, <-applied, <-applied})
+			require.Empty(t, applied)
+			// Written again after the load: not applied as loading.
+			late++
+			_, err := kv.Put(ctx, "c", []byte(strconv.Itoa(late)))
+			require.NoError(t, err)
+			select {
+			case k := <-applied:
+				assert.Equal(t, "c", k, "written after the load")
+			case <-time.After(5 * time.Second):
+				t.Fatal("a later write was not applied")
+			}
+		})
+	}
+
+	t.Run("watch ends first", func(t *testing.T) {
+		_, loaded, stop := followed(t, ctx, kv, func() uint64 { return newest() + 1000 })
+		select {
+		case <-loaded:
+			t.Fatal("loaded before the revision arrived")
+		case <-time.After(100 * time.Millisecond):
+		}
+		stop()
+		select {
+		case <-loaded:
+		default:
+			t.Fatal("Follow returned without closing loaded")
+		}
+	})
+}

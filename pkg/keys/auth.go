@@ -72,23 +72,7 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 // (bus.NewestRevision), or at once when that is 0.
 func (a *Authenticator) run(upTo uint64, ready chan struct{}) {
 	defer close(a.done)
-	loaded := upTo == 0
-	if loaded {
-		close(ready)
-	}
-	for e := range a.watcher.Updates() {
-		if e == nil {
-			continue // the watcher's own end of the initial values: may come early
-		}
-		a.apply(e)
-		if !loaded && e.Revision() >= upTo {
-			loaded = true
-			close(ready)
-		}
-	}
-	if !loaded {
-		close(ready)
-	}
+	bus.Follow(a.watcher, upTo, ready, func(e jetstream.KeyValueEntry, _ bool) { a.apply(e) })
 }
 
 // apply takes one entry of the keys bucket into the cache.

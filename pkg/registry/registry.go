@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -236,14 +235,13 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 		d.watchers = append(d.watchers, w)
 		var upTo uint64
 		if kv.byMarker {
-			upTo = math.MaxUint64
+			upTo = bus.AtMarker
 		} else if upTo, err = bus.NewestRevision(ctx, kv.kv); err != nil {
 			_ = d.Close()
 			return nil, fmt.Errorf("loading %s: %w", kv.kv.Bucket(), err)
 		}
 		ready := make(chan struct{})
-		d.wg.Add(1)
-		go d.follow(w, kv.apply, upTo, ready)
+		d.wg.Go(func() { bus.Follow(w, upTo, ready, kv.apply) })
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -252,34 +250,6 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 		}
 	}
 	return d, nil
-}
-
-// follow applies a watch's entries; it closes ready once they include the bucket's revision
-// upTo (bus.NewestRevision), at once when that is 0, or, when it is math.MaxUint64, at the
-// watcher's own end-of-initial-values marker (which may come early under concurrent writes).
-func (d *Directory) follow(w jetstream.KeyWatcher, apply func(e jetstream.KeyValueEntry, initial bool), upTo uint64, ready chan struct{}) {
-	defer d.wg.Done()
-	loaded := upTo == 0
-	if loaded {
-		close(ready)
-	}
-	for e := range w.Updates() {
-		if e == nil {
-			if !loaded && upTo == math.MaxUint64 {
-				loaded = true
-				close(ready)
-			}
-			continue
-		}
-		apply(e, !loaded)
-		if !loaded && e.Revision() >= upTo {
-			loaded = true
-			close(ready)
-		}
-	}
-	if !loaded {
-		close(ready)
-	}
 }
 
 func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
