@@ -50,13 +50,10 @@ func heartbeats(t *testing.T, s *stacktest.Stack) map[string]registry.Host {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out := map[string]registry.Host{}
-	lister, err := s.Res.Hosts.ListKeys(ctx)
+	// bus.Entries, not nats.go's ListKeys, which can end early while hosts write heartbeats.
+	entries, err := bus.Entries(ctx, s.Res.JS, s.Res.Hosts)
 	require.NoError(t, err)
-	for key := range lister.Keys() {
-		e, err := s.Res.Hosts.Get(ctx, key)
-		if err != nil {
-			continue
-		}
+	for _, e := range entries {
 		var h registry.Host
 		require.NoError(t, json.Unmarshal(e.Value(), &h))
 		out[h.ID] = h

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -138,15 +139,12 @@ func (s *system) startHost(id string, env ...string) {
 // heartbeats returns the heartbeats in the hosts bucket, by host id.
 func (s *system) heartbeats(ctx context.Context) map[string]registry.Host {
 	out := map[string]registry.Host{}
-	lister, err := s.hostsKV.ListKeys(ctx)
+	// bus.Entries, not nats.go's ListKeys, which can end early while hosts write heartbeats.
+	entries, err := bus.Entries(ctx, s.js, s.hostsKV)
 	if err != nil {
 		return out
 	}
-	for key := range lister.Keys() {
-		e, err := s.hostsKV.Get(ctx, key)
-		if err != nil {
-			continue
-		}
+	for _, e := range entries {
 		var h registry.Host
 		if json.Unmarshal(e.Value(), &h) == nil {
 			out[h.ID] = h
