@@ -27,7 +27,7 @@ import (
 // TypeScript kits' Echos, registered as remote agents, through the whole stack (keep-alive
 // clients, 100 conversations), and prints each one's rate and p99 and the remote ones' rates as
 // shares of Go's. The three take turns for AGENTBUS_BENCH_ROUNDS rounds (3) of
-// AGENTBUS_BENCH_CALLS calls (6000) over AGENTBUS_BENCH_CLIENTS clients (64), and the shares are
+// AGENTBUS_BENCH_CALLS calls (20,000) over AGENTBUS_BENCH_CLIENTS clients (64), and the shares are
 // the medians of the rounds' shares. On Linux each round also prints the CPU time per call of
 // this process (the stack and the load generator) and of the agent's own process.
 func BenchmarkRemoteWebhookEcho(b *testing.B) {
@@ -47,7 +47,7 @@ func BenchmarkRemoteWebhookEcho(b *testing.B) {
 		require.NoError(b, s.WaitLive(b.Context(), agent))
 		urls[name] = s.URL + "/api/user/webhooks/" + agent + "/echo?apikey=" + s.Key
 	}
-	calls := envInt(b, "AGENTBUS_BENCH_CALLS", 6000)
+	calls := envInt(b, "AGENTBUS_BENCH_CALLS", 20000)
 	clients, rounds := envInt(b, "AGENTBUS_BENCH_CLIENTS", 64), envInt(b, "AGENTBUS_BENCH_ROUNDS", 3)
 	names := []string{"Go", "Python", "TypeScript"}
 	for _, u := range urls {
