@@ -302,34 +302,54 @@ func (h *Host) handOver(part *partition) {
 func (h *Host) unpinStale(ctx context.Context, part *partition) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	lookAgain := func() { // on the next round
+		h.mu.Lock()
+		part.unpinChecked = false
+		h.mu.Unlock()
+	}
 	h.mu.Lock()
 	cons, pin := part.cons, part.pin
 	h.mu.Unlock()
 	info, err := cons.Info(ctx)
 	if err != nil {
-		h.mu.Lock()
-		part.unpinChecked = false // look again on the next round
-		h.mu.Unlock()
+		lookAgain()
 		return
 	}
-	if id := pinnedID(info); id != "" && id != pin {
-		// The pin's holder is taken for dead: count the takeover first, so that a holder that
-		// only paused finds its partition taken when it comes back (lease.go).
-		if err := h.bumpTenure(ctx, part); err != nil {
-			h.log.Warn("counting a takeover; the stale pin stays for now", "consumer", part.durable, "err", err)
-			h.mu.Lock()
-			part.unpinChecked = false // look again on the next round
-			h.mu.Unlock()
-			return
-		}
-		h.log.Debug("unpinning a stale pin", "consumer", part.durable)
-		if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
-			h.log.Debug("unpinning", "consumer", part.durable, "err", err)
-			return
-		}
-		// Read before the unpin, info covers only deliveries to the stale pin's client.
-		h.redeliverStale(ctx, part, info)
+	id := pinnedID(info)
+	if id == "" || id == pin {
+		return
 	}
+	// The pin's holder is taken for dead, by the heartbeats the directory's watch delivered.
+	// Not while the watch lags behind the bucket: the holder may have written heartbeats since
+	// that it has not delivered yet, and then holds its lease (lease.go).
+	if current, err := h.dir.HostsCurrent(ctx); err != nil || !current {
+		h.log.Debug("not taking a partition over while the heartbeats are not all read", "consumer", part.durable, "err", err)
+		lookAgain()
+		return
+	}
+	// And not when a heartbeat the watch delivered since the round began claims it, as rebalance
+	// asks before it starts this.
+	for _, hb := range h.dir.LiveHosts(part.key.agent) {
+		if hb.ID != h.cfg.ID && hb.Owns(part.key.agent, part.key.n) {
+			h.log.Debug("not taking a partition over: a live host claims it", "consumer", part.durable, "holder", hb.ID)
+			lookAgain()
+			return
+		}
+	}
+	// Count the takeover first, so that a holder that only paused finds its partition taken when
+	// it comes back (lease.go).
+	if err := h.bumpTenure(ctx, part); err != nil {
+		h.log.Warn("counting a takeover; the stale pin stays for now", "consumer", part.durable, "err", err)
+		lookAgain()
+		return
+	}
+	h.log.Debug("unpinning a stale pin", "consumer", part.durable)
+	if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+		h.log.Debug("unpinning", "consumer", part.durable, "err", err)
+		return
+	}
+	// Read before the unpin, info covers only deliveries to the stale pin's client.
+	h.redeliverStale(ctx, part, info)
 }
 
 func pinnedID(info *jetstream.ConsumerInfo) string {

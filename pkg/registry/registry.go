@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -200,6 +201,10 @@ type Directory struct {
 	// bucketDownAt is when a reading last found the bucket unreadable or without a leader.
 	bucketDownAt time.Time
 
+	// watched is the revision of the newest entry of the hosts bucket that its watch delivered
+	// (HostsCurrent). The watch delivers in revision order, so every older one came before it.
+	watched atomic.Uint64
+
 	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
 	stopWatch context.CancelFunc
 	watchers  []jetstream.KeyWatcher
@@ -280,6 +285,24 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.applyHostLocked(e, initial)
+	d.watched.Store(e.Revision())
+}
+
+// HostsCurrent reports whether the hosts bucket's watch has delivered every heartbeat the bucket
+// holds now (its newest revision, as the stream's leader reports it). A watch can fall seconds
+// behind the bucket (after a NATS election its consumer is made again), while the hosts it shows
+// as silent write heartbeats; a host that is about to take another's partitions over because
+// the directory counts it dead checks this first. It is false, too, while the bucket cannot be
+// read.
+func (d *Directory) HostsCurrent(ctx context.Context) (bool, error) {
+	if d.hostsKV == nil {
+		return true, nil
+	}
+	newest, err := bus.NewestRevision(ctx, d.hostsKV)
+	if err != nil {
+		return false, err
+	}
+	return d.watched.Load() >= newest, nil
 }
 
 // applyHostLocked is applyHost for a caller that holds d.mu and signals the change itself.

@@ -249,3 +249,30 @@ func TestMethodDescriptions(t *testing.T) {
 	assert.True(t, old.HasDataMethod("sum"))
 	assert.Empty(t, old.Methods)
 }
+
+// TestHostsCurrent: the directory is current once its watch delivered the bucket's newest
+// heartbeat or leaving, and not while a heartbeat it has not delivered is in the bucket (here,
+// its watch stopped).
+func TestHostsCurrent(t *testing.T) {
+	ctx, res := setup(t)
+	current := func(d *registry.Directory) bool {
+		ok, err := d.HostsCurrent(ctx)
+		require.NoError(t, err)
+		return ok
+	}
+	d := newDirectory(t, ctx, res)
+	assert.True(t, current(d), "an empty bucket")
+	h := registry.Host{ID: "host-1", Agents: []string{"Echo"}, StartedAt: time.Now()}
+	require.NoError(t, registry.Beat(ctx, res.Hosts, h))
+	eventually(t, time.Second, "current after a heartbeat", func() bool { return current(d) })
+	require.NoError(t, registry.Leave(ctx, res.Hosts, h.ID))
+	eventually(t, time.Second, "current after a leaving", func() bool { return current(d) })
+
+	lagging, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, nil)
+	require.NoError(t, err)
+	assert.True(t, current(lagging), "loaded")
+	require.NoError(t, lagging.Close()) // its watch delivers nothing more
+	require.NoError(t, registry.Beat(ctx, res.Hosts, h))
+	eventually(t, time.Second, "the open directory current", func() bool { return current(d) })
+	assert.False(t, current(lagging), "a heartbeat the watch did not deliver")
+}
