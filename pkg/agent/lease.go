@@ -88,11 +88,13 @@ func (h *Host) mayAct(ctx context.Context) error {
 }
 
 // renewLease is called with h.leaseMu held after a heartbeat sent at sent (since h.epoch) was
-// written. When the lease had lapsed before, it first fences the partitions another host may
-// have taken over; an error leaves the lease lapsed.
+// written. When the lease had lapsed before the write ended, it first fences the partitions
+// another host may have taken over; an error leaves the lease lapsed. A heartbeat sent before
+// the lease ended but written after it counts as lapsed too: while its write hung (a NATS
+// election), the others may have counted this host dead by the heartbeat before it.
 func (h *Host) renewLease(ctx context.Context, sent time.Duration) error {
-	if end := time.Duration(h.leaseEnd.Load()); end != 0 && sent >= end {
-		h.log.Warn("heartbeat lease lapsed; checking which partitions are still this host's", "lapsedFor", (sent - end).Round(time.Millisecond))
+	if end, written := time.Duration(h.leaseEnd.Load()), time.Since(h.epoch); end != 0 && written >= end {
+		h.log.Warn("heartbeat lease lapsed; checking which partitions are still this host's", "lapsedFor", (written - end).Round(time.Millisecond))
 		if err := h.reclaim(ctx); err != nil {
 			return fmt.Errorf("checking the partitions after the lease lapsed: %w", err)
 		}
