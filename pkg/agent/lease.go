@@ -27,8 +27,10 @@ import (
 //
 // A host that takes a partition over from a host taken for dead counts the takeover in the
 // partition's key of AGENTBUS_TENURES (compare-and-set) before it removes the other host's pin
-// and gives its requests back to the bus; it takes nothing over while it cannot count. Every
-// host reads the count of a partition when it gains it.
+// and gives its requests back to the bus; it takes nothing over while it cannot count, nor
+// unless, before and after counting, its directory has read every heartbeat in the bucket and
+// none claims the partition (holderGone). Every host reads the count of a partition when it
+// gains it.
 //
 // Once the lease lapsed, every act waits. The next heartbeat that is written renews it only after
 // the host read the count of every partition it holds requests of: one whose count moved was

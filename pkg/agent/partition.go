@@ -320,26 +320,23 @@ func (h *Host) unpinStale(ctx context.Context, part *partition) {
 		return
 	}
 	// The pin's holder is taken for dead, by the heartbeats the directory's watch delivered.
-	// Not while the watch lags behind the bucket: the holder may have written heartbeats since
-	// that it has not delivered yet, and then holds its lease (lease.go).
-	if current, err := h.dir.HostsCurrent(ctx); err != nil || !current {
-		h.log.Debug("not taking a partition over while the heartbeats are not all read", "consumer", part.durable, "err", err)
+	if !h.holderGone(ctx, part) {
 		lookAgain()
 		return
-	}
-	// And not when a heartbeat the watch delivered since the round began claims it, as rebalance
-	// asks before it starts this.
-	for _, hb := range h.dir.LiveHosts(part.key.agent) {
-		if hb.ID != h.cfg.ID && hb.Owns(part.key.agent, part.key.n) {
-			h.log.Debug("not taking a partition over: a live host claims it", "consumer", part.durable, "holder", hb.ID)
-			lookAgain()
-			return
-		}
 	}
 	// Count the takeover first, so that a holder that only paused finds its partition taken when
 	// it comes back (lease.go).
 	if err := h.bumpTenure(ctx, part); err != nil {
 		h.log.Warn("counting a takeover; the stale pin stays for now", "consumer", part.durable, "err", err)
+		lookAgain()
+		return
+	}
+	// Still so once counted: a holder whose heartbeat was written before the count was, and
+	// after the look above, may have read the count before this host wrote it and renewed its
+	// lease. One written later renews it only after the holder read the count (lease.go), and
+	// then it stops acting on the partition. A count left without an unpin costs nothing: the
+	// holder, alive after all, keeps the pin and fences the partition at its next lapse, if any.
+	if !h.holderGone(ctx, part) {
 		lookAgain()
 		return
 	}
@@ -350,6 +347,24 @@ func (h *Host) unpinStale(ctx context.Context, part *partition) {
 	}
 	// Read before the unpin, info covers only deliveries to the stale pin's client.
 	h.redeliverStale(ctx, part, info)
+}
+
+// holderGone reports whether the partition's previous holder may be taken for dead now: the
+// directory's watch has delivered every heartbeat the hosts bucket holds (a watch can lag
+// seconds behind it after a NATS election, while the holder writes heartbeats and holds its
+// lease), and no live heartbeat other than this host's claims the partition.
+func (h *Host) holderGone(ctx context.Context, part *partition) bool {
+	if current, err := h.dir.HostsCurrent(ctx); err != nil || !current {
+		h.log.Debug("not taking a partition over while the heartbeats are not all read", "consumer", part.durable, "err", err)
+		return false
+	}
+	for _, hb := range h.dir.LiveHosts(part.key.agent) {
+		if hb.ID != h.cfg.ID && hb.Owns(part.key.agent, part.key.n) {
+			h.log.Debug("not taking a partition over: a live host claims it", "consumer", part.durable, "holder", hb.ID)
+			return false
+		}
+	}
+	return true
 }
 
 func pinnedID(info *jetstream.ConsumerInfo) string {
