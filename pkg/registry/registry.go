@@ -204,6 +204,8 @@ type Directory struct {
 	// watched is the revision of the newest entry of the hosts bucket that its watch delivered
 	// (HostsCurrent). The watch delivers in revision order, so every older one came before it.
 	watched atomic.Uint64
+	// behindAt is when HostsCurrent last found the watch behind (Unix nanoseconds).
+	behindAt atomic.Int64
 
 	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
 	stopWatch context.CancelFunc
@@ -294,16 +296,29 @@ func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
 // as silent write heartbeats; a host that is about to take another's partitions over because
 // the directory counts it dead checks this first. It is false, too, while the bucket cannot be
 // read.
+//
+// A watch found behind is taken to be so for behindFor without asking again, so that the hosts'
+// partitions waiting on it cost the bucket's stream one request in that time, not one each.
 func (d *Directory) HostsCurrent(ctx context.Context) (bool, error) {
 	if d.hostsKV == nil {
 		return true, nil
+	}
+	if at := d.behindAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < behindFor {
+		return false, nil
 	}
 	newest, err := bus.NewestRevision(ctx, d.hostsKV)
 	if err != nil {
 		return false, err
 	}
-	return d.watched.Load() >= newest, nil
+	if d.watched.Load() < newest {
+		d.behindAt.Store(time.Now().UnixNano())
+		return false, nil
+	}
+	return true, nil
 }
+
+// behindFor is how long HostsCurrent takes a watch it found behind to be so.
+const behindFor = 50 * time.Millisecond
 
 // applyHostLocked is applyHost for a caller that holds d.mu and signals the change itself.
 func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
