@@ -109,96 +109,132 @@ func (p gatedServer) InProcessConn() (net.Conn, error) {
 	return client, nil
 }
 
+// incAgent is an agent whose webhook inc counts its runs per host and adds one to the
+// instance's state; on the host named paused it waits for release before it writes.
+type incAgent struct {
+	name    string
+	mu      sync.Mutex
+	ran     map[string]int
+	lateErr error // the last state write that failed
+	paused  atomic.Value
+	release chan struct{}
+}
+
+func newIncAgent(name string) *incAgent {
+	a := &incAgent{name: name, ran: map[string]int{}, release: make(chan struct{})}
+	a.paused.Store("")
+	return a
+}
+
+// agent builds the agent, for one host.
+func (a *incAgent) agent() *agent.Agent {
+	ag := agent.New(a.name)
+	ag.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		host := r.Instance().HostID()
+		a.mu.Lock()
+		a.ran[host]++
+		a.mu.Unlock()
+		if host == a.paused.Load() {
+			<-a.release
+		}
+		type state struct{ Count int }
+		s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
+		if err != nil {
+			a.mu.Lock()
+			a.lateErr = err
+			a.mu.Unlock()
+			return agent.Status(http.StatusInternalServerError)
+		}
+		return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
+	})
+	return ag
+}
+
+// runs returns how often the request ran on the host.
+func (a *incAgent) runs(host string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ran[host]
+}
+
+// late returns the last state write that failed.
+func (a *incAgent) late() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lateErr
+}
+
+// enqueueInc puts an inc request of the agent's instance activation, conversation p, in the
+// inbox and returns the instance's workflow id.
+func enqueueInc(t *testing.T, s *stacktest.Stack, agentName, activation, requestID string) string {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	wf := "default:" + agentName + ":Supervisor Workflow:" + activation
+	enqueue(t, js, &agentbusv1.Request{RequestId: requestID, TenantId: "default", WorkflowId: wf, AgentName: agentName,
+		WorkflowType: "Supervisor Workflow", ActivationName: activation, ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
+		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	return wf
+}
+
+// stateCount reads the Count of an instance's state.
+func stateCount(t *testing.T, s *stacktest.Stack, wf string) int {
+	t.Helper()
+	rec, err := instance.NewStore(s.Res.Instances).Get(t.Context(), "default", wf)
+	require.NoError(t, err)
+	var st struct{ Count int }
+	require.NoError(t, json.Unmarshal(rec.State, &st))
+	return st.Count
+}
+
+// connectVia connects to the stack's server through srv (a gatedServer or a droppingServer),
+// named name.
+func connectVia(t *testing.T, srv nats.InProcessConnProvider, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(srv), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 // A host that pauses (here: cut off from NATS) for longer than the takeover while it handles a
 // request cannot finish it once it comes back: the survivor took the partition over and ran the
 // request; the paused host's lease lapsed, and its late state write is refused. The state counts
 // the request once.
 func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
-	var (
-		mu      sync.Mutex
-		lateErr error
-		ran     = map[string]int{}
-	)
-	release := make(chan struct{})
-	var doomedID atomic.Value
-	doomedID.Store("")
-	newAgent := func() *agent.Agent {
-		a := agent.New("Fence")
-		a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
-			host := r.Instance().HostID()
-			mu.Lock()
-			ran[host]++
-			mu.Unlock()
-			if host == doomedID.Load() {
-				<-release // paused mid-handler
-			}
-			type state struct{ Count int }
-			s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
-			if err != nil {
-				mu.Lock()
-				lateErr = err
-				mu.Unlock()
-				return agent.Status(http.StatusInternalServerError)
-			}
-			return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
-		})
-		return a
-	}
+	fa := newIncAgent("Fence")
 	const ackWait = 30 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{newAgent()},
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{fa.agent()},
 		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
 
 	g := newGate()
 	id := idOwning("Fence", 1, 0, "survivor")
-	doomedID.Store(id)
-	nc, err := nats.Connect("", nats.Name(id), nats.InProcessServer(gatedServer{s.NATS.Server, g}), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{newAgent()}, AckWait: ackWait, ShutdownGrace: time.Second})
+	fa.paused.Store(id)
+	nc := connectVia(t, gatedServer{s.NATS.Server, g}, id)
+	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{fa.agent()}, AckWait: ackWait, ShutdownGrace: time.Second})
 	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
 		return len(h.Partitions()["Fence"]) == 1 && settled(t, s, "Fence", 1, []string{"survivor", id})
 	})
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	const wf = "default:Fence:Supervisor Workflow:f"
-	enqueue(t, js, &agentbusv1.Request{RequestId: "inc-1", TenantId: "default", WorkflowId: wf, AgentName: "Fence",
-		WorkflowType: "Supervisor Workflow", ActivationName: "f", ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
-		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
-	waitFor(t, 5*time.Second, "the paused host starts the request", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran[id] == 1
-	})
+	wf := enqueueInc(t, s, "Fence", "f", "inc-1")
+	waitFor(t, 5*time.Second, "the paused host starts the request", func() bool { return fa.runs(id) == 1 })
 
 	g.set(true) // the host pauses
 	paused := time.Now()
-	took := waitFor(t, ackWait/2, "the survivor runs the request", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran["survivor"] == 1
-	})
+	took := waitFor(t, ackWait/2, "the survivor runs the request", func() bool { return fa.runs("survivor") == 1 })
 	t.Logf("the survivor ran the paused host's request %v after the pause", took.Round(time.Millisecond))
-	close(release) // the paused handler goes on: its state write waits for the lease
+	close(fa.release) // the paused handler goes on: its state write waits for the lease
 	time.Sleep(8*time.Second - time.Since(paused))
 	g.set(false) // the host comes back
 
-	waitFor(t, 10*time.Second, "the paused host's late write is refused", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return lateErr != nil
-	})
-	mu.Lock()
-	assert.Contains(t, lateErr.Error(), "took the request's partition over")
-	mu.Unlock()
+	waitFor(t, 10*time.Second, "the paused host's late write is refused", func() bool { return fa.late() != nil })
+	assert.Contains(t, fa.late().Error(), "took the request's partition over")
 
 	time.Sleep(time.Second)
-	rec, err := instance.NewStore(s.Res.Instances).Get(t.Context(), "default", wf)
-	require.NoError(t, err)
-	var st struct{ Count int }
-	require.NoError(t, json.Unmarshal(rec.State, &st))
-	assert.Equal(t, 1, st.Count, "the request changed the state %d times", st.Count)
+	assert.Equal(t, 1, stateCount(t, s, wf), "the request changed the state more than once")
 	// The request and its answer are stored once.
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
 	msgs, _, err := history.NewStore(s.Res.Messages, s.Res.Topics, js).Page(t.Context(), "default", wf, "p", history.PageOptions{Size: 10})
 	require.NoError(t, err)
 	var got []string
@@ -212,37 +248,18 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 // runs its agent is not fenced: nothing took its partitions over, so when it is back its paused
 // handler's state write lands, and the request is answered once.
 func TestLapsedLeaseWithoutTakeoverGoesOn(t *testing.T) {
-	release := make(chan struct{})
-	var runs atomic.Int32
-	a := agent.New("Alone")
-	a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
-		if runs.Add(1) == 1 {
-			<-release
-		}
-		type state struct{ Count int }
-		s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
-		if err != nil {
-			return agent.Status(http.StatusInternalServerError)
-		}
-		return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
-	})
+	fa := newIncAgent("Alone")
+	fa.paused.Store("alone")
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
 	g := newGate()
-	nc, err := nats.Connect("", nats.Name("alone"), nats.InProcessServer(gatedServer{s.NATS.Server, g}), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	startHost(t, s, agent.HostConfig{ID: "alone", Conn: nc, Agents: []*agent.Agent{a}, AckWait: 30 * time.Second})
+	nc := connectVia(t, gatedServer{s.NATS.Server, g}, "alone")
+	startHost(t, s, agent.HostConfig{ID: "alone", Conn: nc, Agents: []*agent.Agent{fa.agent()}, AckWait: 30 * time.Second})
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	const wf = "default:Alone:Supervisor Workflow:a"
-	enqueue(t, js, &agentbusv1.Request{RequestId: "alone-1", TenantId: "default", WorkflowId: wf, AgentName: "Alone",
-		WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
-		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
-	waitFor(t, 5*time.Second, "the handler starts", func() bool { return runs.Load() == 1 })
+	wf := enqueueInc(t, s, "Alone", "a", "alone-1")
+	waitFor(t, 5*time.Second, "the handler starts", func() bool { return fa.runs("alone") == 1 })
 
 	g.set(true) // cut off for longer than the lease
-	close(release)
+	close(fa.release)
 	time.Sleep(4 * time.Second)
 	g.set(false)
 
@@ -256,5 +273,5 @@ func TestLapsedLeaseWithoutTakeoverGoesOn(t *testing.T) {
 		return json.Unmarshal(rec.State, &st) == nil && st.Count == 1
 	})
 	time.Sleep(time.Second)
-	assert.EqualValues(t, 1, runs.Load(), "the request ran again")
+	assert.Equal(t, 1, fa.runs("alone"), "the request ran again")
 }

@@ -3,29 +3,21 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
-	"github.com/agentbus/agentbus/pkg/instance"
-	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
-	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // droppingServer is an in-process server whose connections drop, while drop is set, the messages
@@ -83,67 +75,22 @@ func (p *droppingServer) filter(dst io.Writer, src io.Reader) {
 // its watch shows as silent, even when that host is paused; once the watch has caught up it
 // does, and the paused host, back, is fenced: the request changes the state once.
 func TestLaggingWatchTakesNothingOver(t *testing.T) {
-	var (
-		mu      sync.Mutex
-		lateErr error
-		ran     = map[string]int{}
-	)
-	release := make(chan struct{})
-	var pausedID atomic.Value
-	pausedID.Store("")
-	newAgent := func() *agent.Agent {
-		a := agent.New("Lag")
-		a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
-			host := r.Instance().HostID()
-			mu.Lock()
-			ran[host]++
-			mu.Unlock()
-			if host == pausedID.Load() {
-				<-release
-			}
-			type state struct{ Count int }
-			s, err := agent.UpdateState(ctx, r.Instance(), func(s *state) error { s.Count++; return nil })
-			if err != nil {
-				mu.Lock()
-				lateErr = err
-				mu.Unlock()
-				return agent.Status(http.StatusInternalServerError)
-			}
-			return agent.JSON(http.StatusOK, map[string]int{"count": s.Count})
-		})
-		return a
-	}
+	fa := newIncAgent("Lag")
 	const ackWait = 30 * time.Second
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1}) // no host of its own
 
 	ds := &droppingServer{srv: s.NATS.Server, prefix: []byte("$KV." + subject.HostsBucket + ".")}
-	tnc, err := nats.Connect("", nats.Name("taker"), nats.InProcessServer(ds), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(tnc.Close)
-	startHost(t, s, agent.HostConfig{ID: "taker", Conn: tnc, Agents: []*agent.Agent{newAgent()}, AckWait: ackWait})
-
+	startHost(t, s, agent.HostConfig{ID: "taker", Conn: connectVia(t, ds, "taker"), Agents: []*agent.Agent{fa.agent()}, AckWait: ackWait})
 	g := newGate()
 	id := idOwning("Lag", 1, 0, "taker")
-	pausedID.Store(id)
-	hnc, err := nats.Connect("", nats.Name(id), nats.InProcessServer(gatedServer{s.NATS.Server, g}), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(hnc.Close)
-	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: hnc, Agents: []*agent.Agent{newAgent()}, AckWait: ackWait, ShutdownGrace: time.Second})
+	fa.paused.Store(id)
+	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: connectVia(t, gatedServer{s.NATS.Server, g}, id),
+		Agents: []*agent.Agent{fa.agent()}, AckWait: ackWait, ShutdownGrace: time.Second})
 	waitFor(t, 10*time.Second, "the holder owns the partition", func() bool {
 		return len(h.Partitions()["Lag"]) == 1 && settled(t, s, "Lag", 1, []string{"taker", id})
 	})
-
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	const wf = "default:Lag:Supervisor Workflow:l"
-	enqueue(t, js, &agentbusv1.Request{RequestId: "inc-1", TenantId: "default", WorkflowId: wf, AgentName: "Lag",
-		WorkflowType: "Supervisor Workflow", ActivationName: "l", ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
-		Method: "inc", CreatedAtMs: time.Now().UnixMilli()}, nil)
-	waitFor(t, 5*time.Second, "the holder starts the request", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran[id] == 1
-	})
+	wf := enqueueInc(t, s, "Lag", "l", "inc-1")
+	waitFor(t, 5*time.Second, "the holder starts the request", func() bool { return fa.runs(id) == 1 })
 	takeovers := func() string { // the partition's takeover count
 		e, err := s.Res.Tenures.Get(t.Context(), subject.TenureKey("Lag", 0))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -161,32 +108,18 @@ func TestLaggingWatchTakesNothingOver(t *testing.T) {
 	paused := time.Now()
 	time.Sleep(3*time.Second + 3*time.Second)
 	assert.Equal(t, "0", takeovers(), "a takeover counted while the watch lagged")
-	mu.Lock()
-	assert.Zero(t, ran["taker"], "the request ran on the taker while its watch lagged")
-	mu.Unlock()
+	assert.Zero(t, fa.runs("taker"), "the request ran on the taker while its watch lagged")
 
 	// The watch catches up: the holder's last heartbeat is old, and the taker takes over.
 	ds.drop.Store(false)
-	took := waitFor(t, 8*time.Second, "the taker runs the request", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return ran["taker"] == 1
-	})
+	took := waitFor(t, 8*time.Second, "the taker runs the request", func() bool { return fa.runs("taker") == 1 })
 	t.Logf("the taker ran the request %v after the watch caught up (%v after the pause)", took.Round(time.Millisecond),
 		time.Since(paused).Round(time.Millisecond))
 	assert.Equal(t, "1", takeovers())
 
-	close(release)
+	close(fa.release)
 	g.set(false) // the holder comes back: its late write is refused
-	waitFor(t, 10*time.Second, "the holder's late write is refused", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return lateErr != nil
-	})
+	waitFor(t, 10*time.Second, "the holder's late write is refused", func() bool { return fa.late() != nil })
 	time.Sleep(time.Second)
-	rec, err := instance.NewStore(s.Res.Instances).Get(t.Context(), "default", wf)
-	require.NoError(t, err)
-	var st struct{ Count int }
-	require.NoError(t, json.Unmarshal(rec.State, &st))
-	assert.Equal(t, 1, st.Count, "the request changed the state %d times", st.Count)
+	assert.Equal(t, 1, stateCount(t, s, wf), "the request changed the state more than once")
 }
