@@ -65,10 +65,11 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
 		return
 	}
-	if _, done := part.ackedReplyLocked(seq); done {
+	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq) {
 		// A copy of a request this host finished and acknowledged, delivered before the
 		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
-		// as the bus may hand one here): nothing is left to do.
+		// as the bus may hand one here), or after it was lost (ackedSeqs): nothing is left to
+		// do but to acknowledge it again.
 		h.mu.Unlock()
 		_ = m.Ack()
 		return

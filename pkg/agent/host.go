@@ -198,6 +198,7 @@ type Host struct {
 	parts   map[partKey]*partition     // partitions pulled now, or being handed over
 	convs   map[string]*conversation   // conversations with requests held, by stored subject
 	held    map[uint64]*delivery       // requests held, queued or running, by inbox sequence
+	acked   ackedSeqs                  // requests this host acknowledged lately
 	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
 	// resolving is set while the goroutine that watches blocked conversations runs.
 	resolving bool

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -64,6 +65,47 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 		info, err := c.Info(ctx)
 		return err == nil && info.NumAckPending == 0
 	})
+}
+
+// An acknowledgement lost while the host keeps its partition leaves the finished request in the
+// inbox until the ack wait ends; the bus then delivers it again, after the conversation's next
+// request ran and more than the partition's last 32 acknowledgements later. The host, which
+// acknowledged it, acknowledges the copy again: the request does not run twice, nor out of order.
+func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
+	sa := &seqAgent{}
+	const ackWait = 4 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
+	lossy := &ackDropper{srv: s.NATS.Server}
+	nc, err := nats.Connect("", nats.InProcessServer(lossy), nats.Name("lossy"))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
+
+	lossy.drop.Store(true)
+	step(t, s, "x", "1", "")
+	waitFor(t, 5*time.Second, "step 1 ran and its acknowledgement was lost", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 1 && lossy.dropped.Load() > 0
+	})
+	lossy.drop.Store(false)
+	step(t, s, "x", "2", "")
+	for i := range 40 {
+		step(t, s, fmt.Sprint("y", i), "1", "")
+	}
+	consumer := subject.PartitionConsumer("Seq", 0)
+	const requests = 2 + 40
+	waitFor(t, 3*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
+		c, err := s.Res.Inbox.Consumer(t.Context(), consumer)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(t.Context())
+		return err == nil && info.Delivered.Consumer > requests && info.NumAckPending == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	ns, _ := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
 }
 
 // ackDropper provides in-process connections that lose the JetStream acknowledgements they
