@@ -20,6 +20,9 @@ type delivery struct {
 	seq  uint64
 	part *partition
 	conv *conversation
+	// stored is when the inbox stored the request (Unix nanoseconds): with seq, it names the
+	// request even across an inbox deleted and made again (ackedSeqs).
+	stored int64
 
 	// Guarded by Host.mu.
 	msg      jetstream.Msg // the latest delivery of the request (a redelivery replaces it)
@@ -65,7 +68,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
 		return
 	}
-	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq) {
+	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, md.Timestamp.UnixNano()) {
 		// A copy of a request this host finished and acknowledged, delivered before the
 		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
 		// as the bus may hand one here), or after it was lost (ackedSeqs): nothing is left to
@@ -108,7 +111,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		c = &conversation{key: m.Subject()}
 		h.convs[c.key] = c
 	}
-	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now()}
+	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: md.Timestamp.UnixNano()}
 	h.held[seq] = d
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {

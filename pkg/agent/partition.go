@@ -106,31 +106,34 @@ func (part *partition) ackedReplyLocked(seq uint64) (string, bool) {
 	return "", false
 }
 
-// ackedSeqs remembers the inbox sequences a host acknowledged among the newest ackedWindow ones
-// (a slot per sequence modulo the window, holding the sequence that last used it). An
-// acknowledgement is sent once and not confirmed: one lost on its way (to a consumer leader that
-// died) leaves the request in the inbox, and the bus delivers it again once the ack wait has
-// run out, after the conversation's later requests ran. A host that finds such a copy here
-// acknowledges it and drops it instead of running the request again, for as long as its
-// sequence is in the window: about 16 s of an inbox taking 16,000 requests a second. (The 32
+// ackedSeqs remembers which of the newest ackedWindow inbox sequences a host acknowledged: a slot
+// per sequence modulo the window holds the stored time of the request that last used it, which
+// tells it apart from another with the same sequence modulo the window, or in an inbox deleted
+// and made again. An acknowledgement is sent once and not confirmed: one lost on its way (to a
+// consumer leader that died) leaves the request in the inbox, and the bus delivers it again once
+// the ack wait has run out, after the conversation's later requests ran. A host that finds such
+// a copy here acknowledges it and drops it instead of running the request again, for as long as
+// its sequence is in the window: about 16 s of an inbox taking 16,000 requests a second. (The 32
 // last acknowledgements of a partition, acked, also keep the subjects they went to, which a new
 // tenure needs.) Guarded by Host.mu.
 type ackedSeqs struct {
-	slots []uint64
+	slots []int64
 }
 
 // ackedWindow is how many of the newest inbox sequences ackedSeqs covers: 2 MiB of slots.
 const ackedWindow = 1 << 18
 
-func (a *ackedSeqs) add(seq uint64) {
+// add remembers the request at seq, stored at stored (Unix nanoseconds), as acknowledged.
+func (a *ackedSeqs) add(seq uint64, stored int64) {
 	if a.slots == nil {
-		a.slots = make([]uint64, ackedWindow)
+		a.slots = make([]int64, ackedWindow)
 	}
-	a.slots[seq%ackedWindow] = seq
+	a.slots[seq%ackedWindow] = stored
 }
 
-func (a *ackedSeqs) has(seq uint64) bool {
-	return a.slots != nil && a.slots[seq%ackedWindow] == seq
+// has reports whether the request at seq, stored at stored, was acknowledged.
+func (a *ackedSeqs) has(seq uint64, stored int64) bool {
+	return a.slots != nil && stored != 0 && a.slots[seq%ackedWindow] == stored
 }
 
 // consumerConfig is the configuration of a partition's durable consumer.
