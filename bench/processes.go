@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/gogc"
+	"github.com/agentbus/agentbus/pkg/proctest"
 )
 
 // The processes phase is the scaled-out deployment on this machine: nats-server, one ingress and
@@ -120,25 +121,11 @@ func (c *child) stop() {
 	}
 }
 
-// cpu is the CPU time, user and system, the process has used so far (Linux: /proc).
+// cpu is the CPU time, user and system, the process has used so far (Linux: /proc); 0 when it
+// cannot be read.
 func (c *child) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command name, which is in parentheses: utime and stime are the
-	// 14th and 15th of the line, the 12th and 13th after it.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / clockTicks
+	d, _ := proctest.CPU(c.cmd.Process.Pid)
+	return d
 }
 
 // syscalls is how many read and write system calls the process made so far (Linux: /proc).
@@ -178,9 +165,6 @@ func selfUsage() procUsage {
 	r, w := syscalls("self")
 	return procUsage{processCPU(), r, w}
 }
-
-// clockTicks is the unit of /proc's CPU times (USER_HZ), 100 on every Linux platform Go runs on.
-const clockTicks = 100
 
 // procEnv is extra environment of the processes, by process name or "all", from -penv.
 type procEnv map[string][]string

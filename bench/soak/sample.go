@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/proctest"
 )
 
 // procSample is one process's figures at a sample; a figure that could not be read is NaN.
@@ -66,23 +68,11 @@ func (d *deployment) sample(ctx context.Context, at time.Duration, l *load) samp
 
 // cpuSeconds reads a process's user and system time from /proc/{pid}/stat; NaN when it cannot.
 func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := proctest.CPU(pid)
 	if err != nil {
 		return math.NaN()
 	}
-	// The fields after the command name, which is in parentheses: utime and stime are the 12th
-	// and 13th, in clock ticks (USER_HZ, 100 on Linux).
-	_, rest, ok := strings.Cut(string(b), ") ")
-	f := strings.Fields(rest)
-	if !ok || len(f) < 13 {
-		return math.NaN()
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return math.NaN()
-	}
-	return (utime + stime) / 100
+	return d.Seconds()
 }
 
 // get reads a monitoring endpoint.

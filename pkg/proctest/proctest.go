@@ -356,6 +356,34 @@ func (p *Proc) RSS() (int64, error) {
 	return 0, errors.New("no VmRSS in process status")
 }
 
+// CPU returns the CPU time, user and system, that the process with this id has used so far,
+// from /proc/{pid}/stat (Linux).
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading process stat: %w", err)
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces and
+	// parentheses: utime and stime are the 14th and 15th of the line, the 12th and 13th after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("no command name in process stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("too few fields in process stat")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("reading CPU times in process stat: %w", err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// clockTicks is the unit of /proc's CPU times (USER_HZ), 100 on every Linux platform Go runs on.
+const clockTicks = 100
+
 // Log returns the whole log of the process.
 func (p *Proc) Log() string {
 	b, _ := os.ReadFile(p.log)

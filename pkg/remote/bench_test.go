@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -116,27 +117,12 @@ func envInt(b *testing.B, name string, def int) int {
 // processCPU returns the CPU time, user and system, that the process (this one when nil) has
 // used so far; 0 where the system does not tell it (/proc of Linux).
 func processCPU(p *os.Process) time.Duration {
-	name := "/proc/self/stat"
+	pid := os.Getpid()
 	if p != nil {
-		name = "/proc/" + strconv.Itoa(p.Pid) + "/stat"
+		pid = p.Pid
 	}
-	stat, err := os.ReadFile(name)
-	if err != nil {
-		return 0
-	}
-	// The fields after the command's name, which is in parentheses and may hold spaces:
-	// utime and stime are the 12th and 13th, in clock ticks (100 a second on Linux).
-	_, after, _ := bytes.Cut(stat, []byte(") "))
-	f := strings.Fields(string(after))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	d, _ := proctest.CPU(pid)
+	return d
 }
 
 // startTypeScriptEcho runs the TypeScript kit's compiled Echo (sdk/typescript/dist, which
