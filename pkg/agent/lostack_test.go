@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -26,28 +27,11 @@ import (
 // again, and the conversation's next request runs at once instead of after the ack wait, and
 // the finished one does not run twice.
 func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
-	sa := &seqAgent{}
 	const ackWait = 10 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
-		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
-	lossy := &ackDropper{srv: s.NATS.Server}
-	nc, err := nats.Connect("", nats.InProcessServer(lossy), nats.Name("lossy"))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
-
-	lossy.drop.Store(true)
-	step(t, s, "x", "1", "")
-	waitFor(t, 5*time.Second, "step 1 ran and its acknowledgement was lost", func() bool {
-		ns, _ := sa.starts("x")
-		return len(ns) == 1 && lossy.dropped.Load() > 0
-	})
-	lossy.drop.Store(false)
+	s, sa := stepWithLostAck(t, ackWait)
 
 	// A new pin begins a new tenure, as a consumer leader's election does.
-	ctx := t.Context()
-	consumer := subject.PartitionConsumer("Seq", 0)
-	require.NoError(t, s.Res.Inbox.UnpinConsumer(ctx, consumer, "hosts"))
+	require.NoError(t, s.Res.Inbox.UnpinConsumer(t.Context(), subject.PartitionConsumer("Seq", 0), "hosts"))
 	sent := time.Now()
 	step(t, s, "x", "2", "")
 	waitFor(t, ackWait/2, "step 2 ran before step 1's ack wait ended", func() bool {
@@ -58,12 +42,8 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 	ns, _ := sa.starts("x")
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
 	waitFor(t, 5*time.Second, "the inbox holds no unacknowledged request", func() bool {
-		c, err := s.Res.Inbox.Consumer(ctx, consumer)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(ctx)
-		return err == nil && info.NumAckPending == 0
+		info := seqConsumer(t, s)
+		return info != nil && info.NumAckPending == 0
 	})
 }
 
@@ -72,8 +52,29 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 // request ran and more than the partition's last 32 acknowledgements later. The host, which
 // acknowledged it, acknowledges the copy again: the request does not run twice, nor out of order.
 func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
-	sa := &seqAgent{}
 	const ackWait = 4 * time.Second
+	s, sa := stepWithLostAck(t, ackWait)
+
+	step(t, s, "x", "2", "")
+	for i := range 40 {
+		step(t, s, fmt.Sprint("y", i), "1", "")
+	}
+	const requests = 2 + 40
+	waitFor(t, 3*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
+		info := seqConsumer(t, s)
+		return info != nil && info.Delivered.Consumer > requests && info.NumAckPending == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	ns, _ := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
+}
+
+// stepWithLostAck starts a stack whose one Seq partition is owned by a host whose connection
+// loses acknowledgements while told to, and runs step 1 of conversation x there with its
+// acknowledgement lost.
+func stepWithLostAck(t *testing.T, ackWait time.Duration) (*stacktest.Stack, *seqAgent) {
+	t.Helper()
+	sa := &seqAgent{}
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
 	lossy := &ackDropper{srv: s.NATS.Server}
@@ -89,23 +90,20 @@ func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 		return len(ns) == 1 && lossy.dropped.Load() > 0
 	})
 	lossy.drop.Store(false)
-	step(t, s, "x", "2", "")
-	for i := range 40 {
-		step(t, s, fmt.Sprint("y", i), "1", "")
+	return s, sa
+}
+
+// seqConsumer reads the info of Seq's partition consumer; nil when it cannot now.
+func seqConsumer(t *testing.T, s *stacktest.Stack) *jetstream.ConsumerInfo {
+	c, err := s.Res.Inbox.Consumer(t.Context(), subject.PartitionConsumer("Seq", 0))
+	if err != nil {
+		return nil
 	}
-	consumer := subject.PartitionConsumer("Seq", 0)
-	const requests = 2 + 40
-	waitFor(t, 3*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
-		c, err := s.Res.Inbox.Consumer(t.Context(), consumer)
-		if err != nil {
-			return false
-		}
-		info, err := c.Info(t.Context())
-		return err == nil && info.Delivered.Consumer > requests && info.NumAckPending == 0
-	})
-	time.Sleep(200 * time.Millisecond)
-	ns, _ := sa.starts("x")
-	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
+	info, err := c.Info(t.Context())
+	if err != nil {
+		return nil
+	}
+	return info
 }
 
 // ackDropper provides in-process connections that lose the JetStream acknowledgements they
