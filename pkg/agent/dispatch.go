@@ -56,7 +56,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	seq := md.Sequence.Stream
+	seq, stored := md.Sequence.Stream, md.Timestamp.UnixNano()
 	pin := m.Headers().Get(subject.HeaderPinID)
 	h.mu.Lock()
 	if part.fenced.Load() {
@@ -68,7 +68,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
 		return
 	}
-	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, md.Timestamp.UnixNano()) {
+	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, stored) {
 		// A copy of a request this host finished and acknowledged, delivered before the
 		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
 		// as the bus may hand one here), or after it was lost (ackedSeqs): nothing is left to
@@ -111,7 +111,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		c = &conversation{key: m.Subject()}
 		h.convs[c.key] = c
 	}
-	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: md.Timestamp.UnixNano()}
+	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
 	h.held[seq] = d
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
