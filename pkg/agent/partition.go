@@ -202,12 +202,7 @@ func (h *Host) rebalance(ctx context.Context) error {
 			// A partition the host owns but a dead host (or one that let it go) may still be
 			// pinned to: look once nobody else claims it.
 			if part != nil && !part.releasing {
-				claimed := false
-				for _, hb := range live {
-					if hb.ID != h.cfg.ID && hb.Owns(a.name, p) {
-						claimed = true
-					}
-				}
+				_, claimed := h.claimant(live, key)
 				switch {
 				case claimed:
 					part.unpinChecked = false
@@ -388,13 +383,22 @@ func (h *Host) holderGone(ctx context.Context, part *partition) bool {
 		h.log.Debug("not taking a partition over while the heartbeats are not all read", "consumer", part.durable, "err", err)
 		return false
 	}
-	for _, hb := range h.dir.LiveHosts(part.key.agent) {
-		if hb.ID != h.cfg.ID && hb.Owns(part.key.agent, part.key.n) {
-			h.log.Debug("not taking a partition over: a live host claims it", "consumer", part.durable, "holder", hb.ID)
-			return false
-		}
+	if holder, claimed := h.claimant(h.dir.LiveHosts(part.key.agent), part.key); claimed {
+		h.log.Debug("not taking a partition over: a live host claims it", "consumer", part.durable, "holder", holder)
+		return false
 	}
 	return true
+}
+
+// claimant returns a host among live, other than this one, whose heartbeat says it owns the
+// partition.
+func (h *Host) claimant(live []registry.Host, key partKey) (string, bool) {
+	for _, hb := range live {
+		if hb.ID != h.cfg.ID && hb.Owns(key.agent, key.n) {
+			return hb.ID, true
+		}
+	}
+	return "", false
 }
 
 func pinnedID(info *jetstream.ConsumerInfo) string {
