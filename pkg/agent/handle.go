@@ -47,7 +47,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if err != nil {
 		return err
 	}
-	x := &exchange{h: h, log: log, l: l, req: req, in: incomingMessage(req, req.GetBody())}
+	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin, in: incomingMessage(req, req.GetBody())}
 	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {
 		// Followers of the thread see a chat message while the model answers it.
 		if _, err := x.storeIn(ctx); err != nil {
@@ -149,7 +149,7 @@ func (h *Host) messageWithTools(a *Agent, x *exchange, inst *Instance) *Message 
 			if _, err := x.storeIn(ctx); err != nil {
 				return err
 			}
-			return retry(ctx, log, "storing a tool call", func() error { return h.store(ctx, x.l, req, hm) })
+			return retry(ctx, log, "storing a tool call", func() error { return x.store(ctx, hm) })
 		},
 	}
 	return m
@@ -276,11 +276,12 @@ func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *I
 // unless something needs it stored earlier: the handler reading the history before it, a tool
 // call stored after it, or a chat message, which the thread's followers see at once.
 type exchange struct {
-	h   *Host
-	log *slog.Logger
-	l   *liveInstance
-	req *agentbusv1.Request
-	in  *history.Message
+	h      *Host
+	log    *slog.Logger
+	l      *liveInstance
+	req    *agentbusv1.Request
+	origin history.Origin // the request's, written on the records it stores
+	in     *history.Message
 
 	mu       sync.Mutex
 	inStored bool
@@ -292,7 +293,7 @@ func (x *exchange) storeIn(ctx context.Context) (uint64, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if !x.inStored {
-		if err := retry(ctx, x.log, "storing the incoming message", func() error { return x.h.store(ctx, x.l, x.req, x.in) }); err != nil {
+		if err := retry(ctx, x.log, "storing the incoming message", func() error { return x.store(ctx, x.in) }); err != nil {
 			return 0, err
 		}
 		x.inStored = true
@@ -309,7 +310,7 @@ func (x *exchange) storeOut(ctx context.Context, out *history.Message) error {
 	if !x.inStored {
 		msgs = []*history.Message{x.in, out}
 	}
-	if err := retry(ctx, x.log, "storing the reply", func() error { return x.h.store(ctx, x.l, x.req, msgs...) }); err != nil {
+	if err := retry(ctx, x.log, "storing the reply", func() error { return x.store(ctx, msgs...) }); err != nil {
 		return err
 	}
 	x.inStored = true
@@ -334,9 +335,11 @@ func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentb
 	return nil
 }
 
-// store appends msgs (one, or a request and its reply) to the request's thread as one record,
-// reloading the thread's append cursor when another writer got there first.
-func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Request, msgs ...*history.Message) error {
+// store appends msgs (one, or a request and its reply) to the request's thread as one record
+// that names the request (history.Origin), reloading the thread's append cursor when another
+// writer got there first.
+func (x *exchange) store(ctx context.Context, msgs ...*history.Message) error {
+	h, l, req := x.h, x.l, x.req
 	if err := h.mayAct(ctx); err != nil {
 		return err
 	}
@@ -345,6 +348,7 @@ func (h *Host) store(ctx context.Context, l *liveInstance, req *agentbusv1.Reque
 	if err != nil {
 		return err
 	}
+	cur.Origin = x.origin
 	// History keeps a shortened copy of a message too large to store; the caller still gets m.
 	stored := make([]history.Message, len(msgs))
 	ptrs := make([]*history.Message, len(msgs))

@@ -28,7 +28,7 @@ import (
 // the finished one does not run twice.
 func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 	const ackWait = 10 * time.Second
-	s, sa := stepWithLostAck(t, ackWait)
+	s, sa, _ := stepWithLostAck(t, ackWait)
 
 	// A new pin begins a new tenure, as a consumer leader's election does.
 	require.NoError(t, s.Res.Inbox.UnpinConsumer(t.Context(), subject.PartitionConsumer("Seq", 0), "hosts"))
@@ -53,7 +53,7 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 // acknowledged it, acknowledges the copy again: the request does not run twice, nor out of order.
 func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 	const ackWait = 4 * time.Second
-	s, sa := stepWithLostAck(t, ackWait)
+	s, sa, _ := stepWithLostAck(t, ackWait)
 
 	step(t, s, "x", "2", "")
 	for i := range 40 {
@@ -69,19 +69,42 @@ func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
 }
 
+// An acknowledgement lost shortly before its host hands the partition over leaves the finished
+// request in the inbox; once the ack wait ends the bus delivers it again to the new owner, which
+// never saw it, after the conversation's next request ran. The thread's newest record is that
+// later request's: the new owner acknowledges the copy without running it.
+func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
+	const ackWait = 4 * time.Second
+	s, sa, stop := stepWithLostAck(t, ackWait)
+
+	step(t, s, "x", "2", "")
+	waitFor(t, 5*time.Second, "step 2 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 2
+	})
+	stop()
+	waitFor(t, 4*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
+		info := seqConsumer(t, s)
+		return info != nil && info.Delivered.Consumer > 2 && info.NumAckPending == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+}
+
 // stepWithLostAck starts a stack whose one Seq partition is owned by a host whose connection
 // loses acknowledgements while told to, and runs step 1 of conversation x there with its
-// acknowledgement lost.
-func stepWithLostAck(t *testing.T, ackWait time.Duration) (*stacktest.Stack, *seqAgent) {
+// acknowledgement lost. stop stops that host, which hands the partition to the stack's.
+func stepWithLostAck(t *testing.T, ackWait time.Duration) (s *stacktest.Stack, sa *seqAgent, stop func()) {
 	t.Helper()
-	sa := &seqAgent{}
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+	sa = &seqAgent{}
+	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
 	lossy := &ackDropper{srv: s.NATS.Server}
 	nc, err := nats.Connect("", nats.InProcessServer(lossy), nats.Name("lossy"))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
+	_, _, stop = startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
 
 	lossy.drop.Store(true)
 	step(t, s, "x", "1", "")
@@ -90,7 +113,7 @@ func stepWithLostAck(t *testing.T, ackWait time.Duration) (*stacktest.Stack, *se
 		return len(ns) == 1 && lossy.dropped.Load() > 0
 	})
 	lossy.drop.Store(false)
-	return s, sa
+	return s, sa, stop
 }
 
 // seqConsumer reads the info of Seq's partition consumer; nil when it cannot now.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -31,6 +32,9 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 		var span trace.Span
 		ctx, span = h.startSpan(ctx, in.header, in)
 		defer func() { endSpan(span, in, finished) }()
+	}
+	if settled, finished := h.settleHandled(ctx, log, d, in); settled {
+		return finished
 	}
 	claim := in.req.GetEnvelopeRef()
 	if claim != nil {
@@ -82,7 +86,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	if md.NumDelivered > 1 {
 		h.metrics.redelivered(d.part.key.agent, req)
 	}
-	in = &inbound{seq: d.seq, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
+	in = &inbound{seq: d.seq, origin: history.Origin{Seq: d.seq, Stored: d.stored}, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
 		replyTo:   replySubject(m.Headers(), req),
 		delivered: md.NumDelivered,
 		tries: &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
@@ -144,11 +148,42 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 	return false, false
 }
 
+// settleHandled acknowledges, without running it, a copy of a request delivered again after a
+// later request of its conversation stored a record in the thread (the thread's newest record
+// names a request the inbox stored after this one): the request was handled before, and its
+// acknowledgement was lost. A conversation's requests run one at a time in inbox order, so a later
+// one stores nothing before this one was finished. This catches what the host's own memory of its
+// acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
+// A request with a kept result is answered from it instead (settleEarly); a request whose
+// thread cannot be read now is given back.
+func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
+	req := in.req
+	if in.recover != recoverTail || req.GetKeepResult() {
+		return false, false
+	}
+	var cur history.Cursor
+	err := retry(ctx, log, "reading the request's thread", func() (err error) {
+		cur, err = h.history.Cursor(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
+		return err
+	})
+	if err != nil {
+		log.Warn("request not started; giving it back", "err", err)
+		return true, h.giveBack(log, d)
+	}
+	if !in.origin.Before(cur.Newest) {
+		return false, false
+	}
+	log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
+		"seq", in.seq, "later", cur.Newest.Seq)
+	return true, h.finish(ctx, log, d, nil)
+}
+
 // inbound is a request being processed: what the inbox delivered and how often it was tried.
 type inbound struct {
 	seq     uint64
-	agent   string // the agent of the partition it came from
-	data    []byte // the inbox message's payload, as delivered
+	origin  history.Origin // seq, and when the inbox stored the request
+	agent   string         // the agent of the partition it came from
+	data    []byte         // the inbox message's payload, as delivered
 	req     *agentbusv1.Request
 	header  nats.Header // the inbox message's headers
 	replyTo string

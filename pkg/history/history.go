@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,6 +90,46 @@ type Cursor struct {
 	storedFor string
 	// found holds the positions, by ID, of the messages Recover found stored for its request.
 	found map[string]uint64
+
+	// Origin, when set, is written on every record appended with the Cursor: the inbox request
+	// whose handling stores them.
+	Origin Origin
+	// Newest is the Origin of the thread's newest record, as read or appended with the Cursor;
+	// zero when the record names none.
+	Newest Origin
+}
+
+// Origin names the inbox request whose handling stored a record: its inbox sequence, and the
+// time the inbox stored it (Unix nanoseconds), which tells a request of an inbox deleted and
+// made again apart from an older one with the same sequence.
+type Origin struct {
+	Seq    uint64
+	Stored int64
+}
+
+// Before reports whether the inbox stored o before p; false when either is unknown (zero).
+func (o Origin) Before(p Origin) bool {
+	return o.Seq != 0 && p.Seq != 0 && o.Seq < p.Seq && o.Stored <= p.Stored
+}
+
+// format is o as the subject.HeaderOrigin header's value.
+func (o Origin) format() string {
+	return strconv.FormatUint(o.Seq, 10) + " " + strconv.FormatInt(o.Stored, 10)
+}
+
+// parseOrigin reads a subject.HeaderOrigin header's value; a missing or malformed one is the zero
+// Origin, which is before nothing.
+func parseOrigin(v string) Origin {
+	seq, stored, ok := strings.Cut(v, " ")
+	if !ok {
+		return Origin{}
+	}
+	s, err1 := strconv.ParseUint(seq, 10, 64)
+	t, err2 := strconv.ParseInt(stored, 10, 64)
+	if err1 != nil || err2 != nil {
+		return Origin{}
+	}
+	return Origin{Seq: s, Stored: t}
 }
 
 // maxStored bounds Cursor.stored: a request's messages, with its tool calls (2 per round, 8
@@ -199,7 +240,7 @@ func (s *Store) read(ctx context.Context, tenant, workflowID, participant string
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
-	cur := Cursor{LastSeq: raw.Sequence, Prev: prev}
+	cur := Cursor{LastSeq: raw.Sequence, Prev: prev, Newest: parseOrigin(raw.Header.Get(subject.HeaderOrigin))}
 	msgs, err := decodeRecord(raw.Sequence, raw.Data)
 	if err != nil {
 		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
@@ -294,6 +335,9 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 			nm.Header.Set(subject.HeaderPrev, bus.FormatPrev(cur.LastSeq, cur.Prev))
 		}
 		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
+		if cur.Origin.Seq != 0 {
+			nm.Header.Set(subject.HeaderOrigin, cur.Origin.format())
+		}
 		ack, err := bus.Publish(ctx, s.js, nm)
 		if err != nil {
 			if bus.IsConflict(err) {
@@ -311,7 +355,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 			prev = append(prev, cur.LastSeq)
 			prev = append(prev, cur.Prev[:min(len(cur.Prev), PrevDepth-1)]...)
 		}
-		cur.LastSeq, cur.Prev = ack.Sequence, prev
+		cur.LastSeq, cur.Prev, cur.Newest = ack.Sequence, prev, cur.Origin
 	}
 	for _, m := range msgs {
 		if m.Scope == "" {

@@ -433,6 +433,56 @@ func TestConflict(t *testing.T) {
 	require.Equal(t, []string{"b", "c", "a"}, ids(walk(t, e, user, history.PageOptions{})), "thread")
 }
 
+// Each record names the request that stored it (Cursor.Origin), and a Cursor read from the
+// thread knows the newest record's (Newest): a copy of an earlier request delivered again can
+// tell that a later one stored a record since.
+func TestOrigin(t *testing.T) {
+	e := setup(t)
+	cur, err := e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	require.Zero(t, cur.Newest, "an empty thread")
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("a", "a")))
+	read, err := e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	require.Zero(t, read.Newest, "a record appended without an origin names none")
+
+	first := history.Origin{Seq: 7, Stored: 1_700_000_000_000_000_000}
+	cur.Origin = first
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("b", "b"), chat("c", "c")))
+	require.Equal(t, first, cur.Newest, "the appending cursor")
+	read, err = e.store.Cursor(e.ctx, tenant, wf, user)
+	require.NoError(t, err)
+	require.Equal(t, first, read.Newest, "a cursor read anew")
+
+	later := history.Origin{Seq: 9, Stored: first.Stored + 1}
+	cur.Origin = later
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("d", "d")))
+	read, err = e.store.Recover(e.ctx, tenant, wf, user, "r-b", false)
+	require.NoError(t, err)
+	require.Equal(t, later, read.Newest, "a cursor Recover read")
+	assert.True(t, first.Before(read.Newest), "the earlier request's copy sees a later record")
+	assert.False(t, later.Before(read.Newest), "the newest record's own request")
+}
+
+func TestOriginBefore(t *testing.T) {
+	at := int64(1_700_000_000_000_000_000)
+	for _, c := range []struct {
+		name string
+		o, p history.Origin
+		want bool
+	}{
+		{"an earlier sequence stored earlier", history.Origin{3, at}, history.Origin{4, at + 1}, true},
+		{"an earlier sequence stored at the same time", history.Origin{3, at}, history.Origin{4, at}, true},
+		{"the same request", history.Origin{4, at}, history.Origin{4, at}, false},
+		{"a later sequence", history.Origin{5, at}, history.Origin{4, at}, false},
+		{"an inbox made again: a lower sequence stored later", history.Origin{3, at + 5}, history.Origin{900, at}, false},
+		{"no origin on the record", history.Origin{3, at}, history.Origin{}, false},
+		{"no origin of the request", history.Origin{}, history.Origin{4, at}, false},
+	} {
+		assert.Equal(t, c.want, c.o.Before(c.p), c.name)
+	}
+}
+
 func TestDedupe(t *testing.T) {
 	e := setup(t)
 	var cur history.Cursor

@@ -75,6 +75,11 @@ const (
 	// previous messages, newest first, comma-separated: the newest page of a thread is read
 	// from the last message and these, without scanning the stream.
 	HeaderPrev = "Agentbus-Prev"
+	// HeaderOrigin names, on a stored history record, the inbox request whose handling stored
+	// it: its inbox sequence and the time the inbox stored it (Unix nanoseconds), separated by
+	// a space. A copy of a request delivered again after a later request of its conversation
+	// stored a record was handled before.
+	HeaderOrigin = "Agentbus-Origin"
 	// HeaderPinID is set by the server on every message a pinned-client consumer delivers: the
 	// id of the pin the message was delivered under. A new id means the partition changed hands.
 	HeaderPinID = "Nats-Pin-Id"
