@@ -154,21 +154,23 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 // acknowledgement was lost. A conversation's requests run one at a time in inbox order, so a later
 // one stores nothing before this one was finished. This catches what the host's own memory of its
 // acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
-// A request with a kept result is answered from it instead (settleEarly); a request whose
-// thread cannot be read now is given back.
+// A request with a kept result is answered from it instead (settleEarly). A request whose
+// thread cannot be read within threadCheckPatience is handled as any redelivered one.
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
 	req := in.req
 	if in.recover != recoverTail || req.GetKeepResult() {
 		return false, false
 	}
 	var cur history.Cursor
-	err := retry(ctx, log, "reading the request's thread", func() (err error) {
-		cur, err = h.history.Cursor(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
+	rctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
+	err := retry(rctx, log, "reading the request's thread", func() (err error) {
+		cur, err = h.history.Cursor(rctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
 		return err
 	})
+	cancel()
 	if err != nil {
-		log.Warn("request not started; giving it back", "err", err)
-		return true, h.giveBack(log, d)
+		log.Warn("could not tell whether a request delivered again was handled before; running it", "err", err)
+		return false, false
 	}
 	if !in.origin.Before(cur.Newest) {
 		return false, false
@@ -177,6 +179,9 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 		"seq", in.seq, "later", cur.Newest.Seq)
 	return true, h.finish(ctx, log, d, nil)
 }
+
+// threadCheckPatience bounds settleHandled's read of a thread.
+const threadCheckPatience = 5 * time.Second
 
 // inbound is a request being processed: what the inbox delivered and how often it was tried.
 type inbound struct {
