@@ -15,10 +15,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // An acknowledgement that never reaches the bus (in flight to a consumer leader that died)
@@ -28,7 +32,7 @@ import (
 // the finished one does not run twice.
 func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 	const ackWait = 10 * time.Second
-	s, sa, _ := stepWithLostAck(t, ackWait)
+	s, sa, _ := stepWithLostAck(t, ackWait, step)
 
 	// A new pin begins a new tenure, as a consumer leader's election does.
 	require.NoError(t, s.Res.Inbox.UnpinConsumer(t.Context(), subject.PartitionConsumer("Seq", 0), "hosts"))
@@ -53,7 +57,7 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 // acknowledged it, acknowledges the copy again: the request does not run twice, nor out of order.
 func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 	const ackWait = 4 * time.Second
-	s, sa, _ := stepWithLostAck(t, ackWait)
+	s, sa, _ := stepWithLostAck(t, ackWait, step)
 
 	step(t, s, "x", "2", "")
 	for i := range 40 {
@@ -75,7 +79,7 @@ func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 // later request's: the new owner acknowledges the copy without running it.
 func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
 	const ackWait = 4 * time.Second
-	s, sa, stop := stepWithLostAck(t, ackWait)
+	s, sa, stop := stepWithLostAck(t, ackWait, step)
 
 	step(t, s, "x", "2", "")
 	waitFor(t, 5*time.Second, "step 2 ran", func() bool {
@@ -92,10 +96,49 @@ func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
 }
 
+// A request sent as a claim check (a large one, kept in the claims store while it waits) whose
+// acknowledgement was lost comes back to another host after its claim was deleted, which a host
+// does once it acknowledged the request. Its own record is its thread's newest: it was finished,
+// and is acknowledged, not dead-lettered for a missing claim nor run again.
+func TestLostAcknowledgementOfAClaimCheckedRequest(t *testing.T) {
+	const ackWait = 4 * time.Second
+	s, sa, stop := stepWithLostAck(t, ackWait, claimStep)
+
+	stop()
+	waitFor(t, 4*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
+		info := seqConsumer(t, s)
+		return info != nil && info.Delivered.Consumer > 1 && info.NumAckPending == 0
+	})
+	time.Sleep(200 * time.Millisecond)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1"}, ns, "steps started (on %v)", hosts)
+	info, err := s.Res.DeadLetters.Info(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, info.State.Msgs, "dead letters")
+}
+
+// claimStep publishes a Seq step as a claim check, as an ingress publishes a request too large
+// for the inbox: the whole request in the claims store, a stub naming it in the inbox.
+func claimStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
+	t.Helper()
+	nc := natstest.Conn(t, s.NATS)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	req := stepRequest(participant, n, sleep)
+	data, err := proto.Marshal(req)
+	require.NoError(t, err)
+	ref, err := bus.NewBlobs(s.Res.Claims, nc.MaxPayload()).Put(t.Context(),
+		subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "request-1"), data)
+	require.NoError(t, err)
+	stub := proto.Clone(req).(*agentbusv1.Request)
+	stub.Params, stub.EnvelopeRef = nil, ref
+	enqueue(t, js, stub, nil)
+}
+
 // stepWithLostAck starts a stack whose one Seq partition is owned by a host whose connection
-// loses acknowledgements while told to, and runs step 1 of conversation x there with its
-// acknowledgement lost. stop stops that host, which hands the partition to the stack's.
-func stepWithLostAck(t *testing.T, ackWait time.Duration) (s *stacktest.Stack, sa *seqAgent, stop func()) {
+// loses acknowledgements while told to, and runs step 1 of conversation x there, sent with send,
+// with its acknowledgement lost. stop stops that host, which hands the partition to the stack's.
+func stepWithLostAck(t *testing.T, ackWait time.Duration, send func(t *testing.T, s *stacktest.Stack, participant, n, sleep string)) (s *stacktest.Stack, sa *seqAgent, stop func()) {
 	t.Helper()
 	sa = &seqAgent{}
 	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
@@ -107,7 +150,7 @@ func stepWithLostAck(t *testing.T, ackWait time.Duration) (s *stacktest.Stack, s
 	_, _, stop = startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
 
 	lossy.drop.Store(true)
-	step(t, s, "x", "1", "")
+	send(t, s, "x", "1", "")
 	waitFor(t, 5*time.Second, "step 1 ran and its acknowledgement was lost", func() bool {
 		ns, _ := sa.starts("x")
 		return len(ns) == 1 && lossy.dropped.Load() > 0

@@ -103,10 +103,19 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 // loadClaim replaces a request sent as a claim check with the whole request. A request whose
 // stored copy is gone can never run and must not hold up its conversation: it is dead-lettered,
 // and settled is true, as it is when the copy cannot be read now (the request is given back).
+// A copy delivered again whose own record, or a later request's, is its thread's newest was
+// finished before (a host deletes the stored copy only after it acknowledged the request, and
+// the acknowledgement was lost): it is acknowledged.
 func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
 	full, err := h.readClaim(ctx, log, in.req.GetEnvelopeRef())
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
+		if in.recover == recoverTail {
+			if newest, ok := h.newestOrigin(ctx, log, in.req); ok && (newest == in.origin || in.origin.Before(newest)) {
+				log.Info("request finished before (its stored copy is deleted, and its record or a later one is its thread's newest); acknowledging this copy", "seq", in.seq)
+				return true, h.finish(ctx, log, d, nil)
+			}
+		}
 		return true, h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
 	case err != nil:
 		return true, h.giveBack(log, d)
@@ -161,23 +170,30 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 	if in.recover != recoverTail || req.GetKeepResult() {
 		return false, false
 	}
-	var cur history.Cursor
-	rctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
-	err := retry(rctx, log, "reading the request's thread", func() (err error) {
-		cur, err = h.history.Cursor(rctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
-		return err
-	})
-	cancel()
-	if err != nil {
-		log.Warn("could not tell whether a request delivered again was handled before; running it", "err", err)
-		return false, false
-	}
-	if !in.origin.Before(cur.Newest) {
+	newest, ok := h.newestOrigin(ctx, log, req)
+	if !ok || !in.origin.Before(newest) {
 		return false, false
 	}
 	log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
-		"seq", in.seq, "later", cur.Newest.Seq)
+		"seq", in.seq, "later", newest.Seq)
 	return true, h.finish(ctx, log, d, nil)
+}
+
+// newestOrigin reads which request stored the newest record of req's thread, retrying for up to
+// threadCheckPatience; ok is false when the thread could not be read.
+func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, req *agentbusv1.Request) (newest history.Origin, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
+	defer cancel()
+	err := retry(ctx, log, "reading the request's thread", func() error {
+		cur, err := h.history.Cursor(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
+		newest = cur.Newest
+		return err
+	})
+	if err != nil {
+		log.Warn("could not tell whether a request delivered again was handled before", "err", err)
+		return history.Origin{}, false
+	}
+	return newest, true
 }
 
 // threadCheckPatience bounds settleHandled's read of a thread.

@@ -223,10 +223,14 @@ func step(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
 	nc := natstest.Conn(t, s.NATS)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	req := &agentbusv1.Request{RequestId: fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano()), TenantId: "default",
+	enqueue(t, js, stepRequest(participant, n, sleep), nil)
+}
+
+// stepRequest is the request of a Seq step, as step publishes it.
+func stepRequest(participant, n, sleep string) *agentbusv1.Request {
+	return &agentbusv1.Request{RequestId: fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano()), TenantId: "default",
 		WorkflowId: seqWorkflow, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "step", Params: map[string]string{"n": n, "sleep": sleep}, CreatedAtMs: time.Now().UnixMilli()}
-	enqueue(t, js, req, nil)
 }
 
 // chatStep publishes a Seq chat step, as step does a webhook step: a chat message asking the
