@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,69 +41,6 @@ func TestCrashedHostsRequestComesBackAtOnce(t *testing.T) {
 		return len(ns) == 2 && hosts[1] == "survivor"
 	})
 	t.Logf("the survivor ran the dead host's request %v after the crash (ack wait %v)", took.Round(time.Millisecond), ackWait)
-}
-
-// gate passes bytes between a client and the server until it is closed: then nothing passes
-// either way, as for a host cut off from NATS or stopped with SIGSTOP, until it opens again.
-type gate struct {
-	mu     sync.Mutex
-	closed bool
-	cond   *sync.Cond
-}
-
-func newGate() *gate {
-	g := &gate{}
-	g.cond = sync.NewCond(&g.mu)
-	return g
-}
-
-func (g *gate) set(closed bool) {
-	g.mu.Lock()
-	g.closed = closed
-	g.mu.Unlock()
-	g.cond.Broadcast()
-}
-
-func (g *gate) wait() {
-	g.mu.Lock()
-	for g.closed {
-		g.cond.Wait()
-	}
-	g.mu.Unlock()
-}
-
-// copy moves src to dst through the gate.
-func (g *gate) copy(dst io.Writer, src io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			g.wait()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// gatedServer connects in process to srv through g.
-type gatedServer struct {
-	srv interface{ InProcessConn() (net.Conn, error) }
-	g   *gate
-}
-
-func (p gatedServer) InProcessConn() (net.Conn, error) {
-	real, err := p.srv.InProcessConn()
-	if err != nil {
-		return nil, err
-	}
-	client, mine := net.Pipe()
-	go func() { p.g.copy(real, mine); _ = real.Close() }()
-	go func() { p.g.copy(mine, real); _ = mine.Close() }()
-	return client, nil
 }
 
 // incAgent is an agent whose webhook inc counts its runs per host and adds one to the
@@ -187,16 +121,6 @@ func stateCount(t *testing.T, s *stacktest.Stack, wf string) int {
 	return st.Count
 }
 
-// connectVia connects to the stack's server through srv (a gatedServer or a droppingServer),
-// named name.
-func connectVia(t *testing.T, srv nats.InProcessConnProvider, name string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(srv), nats.MaxReconnects(-1))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	return nc
-}
-
 // A host that pauses (here: cut off from NATS) for longer than the takeover while it handles a
 // request cannot finish it once it comes back: the survivor took the partition over and ran the
 // request; the paused host's lease lapsed, and its late state write is refused. The state counts
@@ -207,10 +131,10 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{fa.agent()},
 		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
 
-	g := newGate()
+	g := &natstest.Proxy{Server: s.NATS.Server}
 	id := idOwning("Fence", 1, 0, "survivor")
 	fa.paused.Store(id)
-	nc := connectVia(t, gatedServer{s.NATS.Server, g}, id)
+	nc := g.Connect(t, id)
 	h, _, _ := startHost(t, s, agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{fa.agent()}, AckWait: ackWait, ShutdownGrace: time.Second})
 	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
 		return len(h.Partitions()["Fence"]) == 1 && settled(t, s, "Fence", 1, []string{"survivor", id})
@@ -219,13 +143,13 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 	wf := enqueueInc(t, s, "Fence", "f", "inc-1")
 	waitFor(t, 5*time.Second, "the paused host starts the request", func() bool { return fa.runs(id) == 1 })
 
-	g.set(true) // the host pauses
+	g.Pause() // the host pauses
 	paused := time.Now()
 	took := waitFor(t, ackWait/2, "the survivor runs the request", func() bool { return fa.runs("survivor") == 1 })
 	t.Logf("the survivor ran the paused host's request %v after the pause", took.Round(time.Millisecond))
 	close(fa.release) // the paused handler goes on: its state write waits for the lease
 	time.Sleep(8*time.Second - time.Since(paused))
-	g.set(false) // the host comes back
+	g.Resume() // the host comes back
 
 	waitFor(t, 10*time.Second, "the paused host's late write is refused", func() bool { return fa.late() != nil })
 	assert.Contains(t, fa.late().Error(), "took the request's partition over")
@@ -251,17 +175,17 @@ func TestLapsedLeaseWithoutTakeoverGoesOn(t *testing.T) {
 	fa := newIncAgent("Alone")
 	fa.paused.Store("alone")
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
-	g := newGate()
-	nc := connectVia(t, gatedServer{s.NATS.Server, g}, "alone")
+	g := &natstest.Proxy{Server: s.NATS.Server}
+	nc := g.Connect(t, "alone")
 	startHost(t, s, agent.HostConfig{ID: "alone", Conn: nc, Agents: []*agent.Agent{fa.agent()}, AckWait: 30 * time.Second})
 
 	wf := enqueueInc(t, s, "Alone", "a", "alone-1")
 	waitFor(t, 5*time.Second, "the handler starts", func() bool { return fa.runs("alone") == 1 })
 
-	g.set(true) // cut off for longer than the lease
+	g.Pause() // cut off for longer than the lease
 	close(fa.release)
 	time.Sleep(4 * time.Second)
-	g.set(false)
+	g.Resume()
 
 	store := instance.NewStore(s.Res.Instances)
 	waitFor(t, 15*time.Second, "the paused request's state write lands", func() bool {

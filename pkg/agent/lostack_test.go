@@ -3,15 +3,10 @@ package agent_test
 import (
 	"bytes"
 	"fmt"
-	"net"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,19 +138,19 @@ func stepWithLostAck(t *testing.T, ackWait time.Duration, send func(t *testing.T
 	sa = &seqAgent{}
 	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
-	lossy := &ackDropper{srv: s.NATS.Server}
-	nc, err := nats.Connect("", nats.InProcessServer(lossy), nats.Name("lossy"))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	_, _, stop = startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: nc, AckWait: ackWait})
+	var losing atomic.Bool
+	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
+		return toServer && losing.Load() && bytes.HasPrefix(subj, []byte("$JS.ACK."))
+	}}
+	_, _, stop = startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: lossy.Connect(t, "lossy"), AckWait: ackWait})
 
-	lossy.drop.Store(true)
+	losing.Store(true)
 	send(t, s, "x", "1", "")
 	waitFor(t, 5*time.Second, "step 1 ran and its acknowledgement was lost", func() bool {
 		ns, _ := sa.starts("x")
-		return len(ns) == 1 && lossy.dropped.Load() > 0
+		return len(ns) == 1 && lossy.Dropped.Load() > 0
 	})
-	lossy.drop.Store(false)
+	losing.Store(false)
 	return s, sa, stop
 }
 
@@ -170,66 +165,4 @@ func seqConsumer(t *testing.T, s *stacktest.Stack) *jetstream.ConsumerInfo {
 		return nil
 	}
 	return info
-}
-
-// ackDropper provides in-process connections that lose the JetStream acknowledgements they
-// publish while drop is set.
-type ackDropper struct {
-	srv     *server.Server
-	drop    atomic.Bool
-	dropped atomic.Int64
-}
-
-func (d *ackDropper) InProcessConn() (net.Conn, error) {
-	c, err := d.srv.InProcessConn()
-	if err != nil {
-		return nil, err
-	}
-	return &ackDroppingConn{Conn: c, d: d}, nil
-}
-
-// ackDroppingConn passes the client's protocol on command by command, without the publishes to
-// $JS.ACK. subjects while its dropper drops them.
-type ackDroppingConn struct {
-	net.Conn
-	d       *ackDropper
-	mu      sync.Mutex
-	pending []byte // the start of a command not all written yet
-}
-
-func (c *ackDroppingConn) Write(b []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.pending = append(c.pending, b...)
-	var out []byte
-	for {
-		i := bytes.Index(c.pending, []byte("\r\n"))
-		if i < 0 {
-			break
-		}
-		n, drop := i+2, false
-		if f := bytes.Fields(c.pending[:i]); len(f) >= 3 && (string(f[0]) == "PUB" || string(f[0]) == "HPUB") {
-			size, err := strconv.Atoi(string(f[len(f)-1]))
-			if err != nil {
-				return 0, err
-			}
-			if len(c.pending) < n+size+2 {
-				break // the payload is still to come
-			}
-			n += size + 2
-			drop = c.d.drop.Load() && bytes.HasPrefix(f[1], []byte("$JS.ACK."))
-		}
-		if drop {
-			c.d.dropped.Add(1)
-		} else {
-			out = append(out, c.pending[:n]...)
-		}
-		c.pending = c.pending[n:]
-	}
-	if len(out) > 0 {
-		if _, err := c.Conn.Write(out); err != nil {
-			return 0, err
-		}
-	}
-	return len(b), nil
 }

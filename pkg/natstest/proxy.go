@@ -1,0 +1,128 @@
+package natstest
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+)
+
+// Proxy connects clients in process to a NATS server through a filter of their protocol, for
+// tests of what a client does when messages are lost or its connection stalls. It passes the
+// protocol on operation by operation: while paused nothing passes either way (a client cut off
+// from NATS, or stopped with SIGSTOP), and a message Drop reports is left out.
+type Proxy struct {
+	// Server is where the connections go: a NATS server (*server.Server), or another Proxy.
+	Server nats.InProcessConnProvider
+	// Drop, when set, is asked about every message: those the client publishes (toServer, PUB
+	// and HPUB) and those the server delivers to it (MSG and HMSG), by subject. A message it
+	// reports true for is not passed on, and counted in Dropped.
+	Drop func(toServer bool, subject []byte) bool
+	// Dropped counts the messages left out.
+	Dropped atomic.Int64
+
+	mu     sync.Mutex
+	paused bool
+	cond   *sync.Cond
+}
+
+// Connect connects to the server through p; the connection is closed when the test ends.
+func (p *Proxy) Connect(t testing.TB, name string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(p), nats.MaxReconnects(-1))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Pause stops all traffic through p, both ways, until Resume.
+func (p *Proxy) Pause() { p.set(true) }
+
+// Resume lets traffic through p again.
+func (p *Proxy) Resume() { p.set(false) }
+
+func (p *Proxy) set(paused bool) {
+	p.mu.Lock()
+	p.init()
+	p.paused = paused
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// init makes the condition variable; p.mu is held.
+func (p *Proxy) init() {
+	if p.cond == nil {
+		p.cond = sync.NewCond(&p.mu)
+	}
+}
+
+// wait returns once p is not paused.
+func (p *Proxy) wait() {
+	p.mu.Lock()
+	p.init()
+	for p.paused {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// InProcessConn implements nats.InProcessConnProvider.
+func (p *Proxy) InProcessConn() (net.Conn, error) {
+	server, err := p.Server.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	client, mine := net.Pipe()
+	go func() { p.pass(server, mine, true); _ = server.Close() }()
+	go func() { p.pass(mine, server, false); _ = mine.Close() }()
+	return client, nil
+}
+
+// pass copies src's protocol to dst an operation at a time, leaving out the messages Drop
+// reports. A message's control line ends with the length of the payload that follows it.
+func (p *Proxy) pass(dst io.Writer, src io.Reader, toServer bool) {
+	r := bufio.NewReaderSize(src, 64<<10)
+	msgOps := [][]byte{[]byte("MSG "), []byte("HMSG ")}
+	if toServer {
+		msgOps = [][]byte{[]byte("PUB "), []byte("HPUB ")}
+	}
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return
+		}
+		op := append([]byte(nil), line...) // line is r's buffer, which reading the payload reuses
+		drop := false
+		if bytes.HasPrefix(op, msgOps[0]) || bytes.HasPrefix(op, msgOps[1]) {
+			f := bytes.Fields(op)
+			if len(f) < 3 {
+				return
+			}
+			n, err := strconv.Atoi(string(f[len(f)-1]))
+			if err != nil {
+				return
+			}
+			body := make([]byte, n+2) // and its CRLF
+			if _, err := io.ReadFull(r, body); err != nil {
+				return
+			}
+			drop = p.Drop != nil && p.Drop(toServer, f[1])
+			op = append(op, body...)
+		}
+		if drop {
+			p.Dropped.Add(1)
+			continue
+		}
+		p.wait()
+		if _, err := dst.Write(op); err != nil {
+			return
+		}
+	}
+}
