@@ -164,7 +164,7 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 	first, last := post[0], post[len(post)-1]
 	v.requests = last.load.requests - first.load.requests
 	for _, st := range last.streams {
-		g := streamGrowth{name: st.name, messages: st.messages, bytes: st.bytes}
+		g := streamGrowth(st)
 		for _, b := range first.streams {
 			if b.name == st.name {
 				g.messages -= b.messages

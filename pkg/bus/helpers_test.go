@@ -106,8 +106,8 @@ func newAwaitFixture(t *testing.T, name string, subjects ...string) *awaitFixtur
 }
 
 // await sends m with a new waiter, calls reply with the waiter if it is not nil, and returns
-// what Await makes of it within accept and timeout, and how long Await took.
-func (f *awaitFixture) await(t *testing.T, m *nats.Msg, accept, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, error, time.Duration) {
+// how long Await took and what it makes of it within accept and timeout.
+func (f *awaitFixture) await(t *testing.T, m *nats.Msg, accept, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, time.Duration, error) {
 	t.Helper()
 	w := f.replies.Wait()
 	defer w.Done()
@@ -117,7 +117,7 @@ func (f *awaitFixture) await(t *testing.T, m *nats.Msg, accept, timeout time.Dur
 	}
 	start := time.Now()
 	rep, err := w.Await(f.ctx, accept, timeout)
-	return rep, err, time.Since(start)
+	return rep, time.Since(start), err
 }
 
 // answer publishes rep as a workflow host does, to the reply subject of w.

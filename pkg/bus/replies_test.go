@@ -52,7 +52,7 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 		_, err = results.Put(f.ctx, key, data)
 		require.NoError(t, err)
 	}
-	await := func(id, fingerprint string, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, error, time.Duration) {
+	await := func(id, fingerprint string, timeout time.Duration, reply func(*bus.Waiter)) (*agentbusv1.Reply, time.Duration, error) {
 		t.Helper()
 		w := f.replies.Wait()
 		defer w.Done()
@@ -63,7 +63,7 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 		}
 		start := time.Now()
 		rep, err := w.Await(f.ctx, timeout, timeout)
-		return rep, err, time.Since(start)
+		return rep, time.Since(start), err
 	}
 
 	t.Run("reply lost", func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			keep("lost", "fp", "kept")
 		}()
-		rep, err, took := await("lost", "fp", 5*time.Second, nil)
+		rep, took, err := await("lost", "fp", 5*time.Second, nil)
 		require.NoError(t, err)
 		assert.Equal(t, "kept", string(rep.GetContent()))
 		assert.GreaterOrEqual(t, took, 200*time.Millisecond, "read once the reply was late")
@@ -80,7 +80,7 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 	})
 	t.Run("reply in time", func(t *testing.T) {
 		keep("fast", "fp", "kept")
-		rep, err, took := await("fast", "fp", 5*time.Second, func(w *bus.Waiter) {
+		rep, took, err := await("fast", "fp", 5*time.Second, func(w *bus.Waiter) {
 			f.answer(t, w, &agentbusv1.Reply{RequestId: "fast", StatusCode: 200, Fingerprint: "fp", Content: []byte("reply")})
 		})
 		require.NoError(t, err)
@@ -88,38 +88,38 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 		assert.Less(t, took, 200*time.Millisecond)
 	})
 	t.Run("no reply, no result", func(t *testing.T) {
-		_, err, took := await("never", "fp", 500*time.Millisecond, nil)
+		_, took, err := await("never", "fp", 500*time.Millisecond, nil)
 		assert.ErrorIs(t, err, bus.ErrReplyTimeout)
 		assert.Less(t, took, 1500*time.Millisecond)
 	})
 	t.Run("duplicate", func(t *testing.T) {
 		// "lost" is in the inbox and its result kept: a second call with its id is answered
 		// from it at once.
-		rep, err, took := await("lost", "fp", 5*time.Second, nil)
+		rep, took, err := await("lost", "fp", 5*time.Second, nil)
 		require.NoError(t, err)
 		assert.Equal(t, "kept", string(rep.GetContent()))
 		assert.Less(t, took, 200*time.Millisecond)
 	})
 	t.Run("duplicate of a running request", func(t *testing.T) {
-		_, err, _ := await("running", "fp", 300*time.Millisecond, nil)
+		_, _, err := await("running", "fp", 300*time.Millisecond, nil)
 		require.ErrorIs(t, err, bus.ErrReplyTimeout)
 		go func() {
 			time.Sleep(300 * time.Millisecond)
 			keep("running", "fp", "finally")
 		}()
-		rep, err, took := await("running", "fp", 5*time.Second, nil)
+		rep, took, err := await("running", "fp", 5*time.Second, nil)
 		require.NoError(t, err)
 		assert.Equal(t, "finally", string(rep.GetContent()))
 		assert.Less(t, took, time.Second)
 	})
 	t.Run("duplicate for another request", func(t *testing.T) {
-		_, err, _ := await("lost", "other", 5*time.Second, nil)
+		_, _, err := await("lost", "other", 5*time.Second, nil)
 		assert.ErrorIs(t, err, bus.ErrReused)
 	})
 	t.Run("earlier request's result", func(t *testing.T) {
 		// Kept for a request whose id's de-duplication window ended: this one runs anew.
 		keep("reused", "old", "stale")
-		rep, err, _ := await("reused", "new", 5*time.Second, func(w *bus.Waiter) {
+		rep, _, err := await("reused", "new", 5*time.Second, func(w *bus.Waiter) {
 			go func() {
 				time.Sleep(500 * time.Millisecond)
 				f.answer(t, w, &agentbusv1.Reply{RequestId: "reused", StatusCode: 200, Fingerprint: "new", Content: []byte("fresh")})
@@ -132,7 +132,7 @@ func TestWaiterLooksUpKeptResult(t *testing.T) {
 
 // testStoredAndAnswered checks that Await drops a partial reply and returns the final one.
 func (f *awaitFixture) testStoredAndAnswered(t *testing.T) {
-	rep, err, _ := f.await(t, requestMsg("waittest.a", "one"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {
+	rep, _, err := f.await(t, requestMsg("waittest.a", "one"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {
 		f.answer(t, w, &agentbusv1.Reply{RequestId: "one", Partial: true, Content: []byte("part")})
 		f.answer(t, w, &agentbusv1.Reply{RequestId: "one", StatusCode: 200, Content: []byte("done")})
 	})
@@ -143,7 +143,7 @@ func (f *awaitFixture) testStoredAndAnswered(t *testing.T) {
 // testDuplicate checks that a request whose de-duplication id the inbox holds already is
 // reported as a duplicate.
 func (f *awaitFixture) testDuplicate(t *testing.T) {
-	_, err, _ := f.await(t, requestMsg("waittest.a", "one"), 5*time.Second, 5*time.Second, nil)
+	_, _, err := f.await(t, requestMsg("waittest.a", "one"), 5*time.Second, 5*time.Second, nil)
 	assert.ErrorIs(t, err, bus.ErrDuplicate)
 }
 
@@ -152,7 +152,7 @@ func (f *awaitFixture) testDuplicate(t *testing.T) {
 func (f *awaitFixture) testRefused(t *testing.T) {
 	m := requestMsg("waittest.a", "")
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "99")
-	_, err, _ := f.await(t, m, 5*time.Second, 5*time.Second, nil)
+	_, _, err := f.await(t, m, 5*time.Second, 5*time.Second, nil)
 	assert.ErrorIs(t, err, bus.ErrNotAccepted)
 	var apiErr *jetstream.APIError
 	require.True(t, errors.As(err, &apiErr), "%v", err)
@@ -162,7 +162,7 @@ func (f *awaitFixture) testRefused(t *testing.T) {
 // testNoStream checks that, while no stream answers, Await sends the request again until
 // accept is up, then says so.
 func (f *awaitFixture) testNoStream(t *testing.T) {
-	_, err, took := f.await(t, requestMsg("nostream.a", ""), time.Second, 5*time.Second, nil)
+	_, took, err := f.await(t, requestMsg("nostream.a", ""), time.Second, 5*time.Second, nil)
 	assert.ErrorIs(t, err, bus.ErrNotAccepted)
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 	assert.GreaterOrEqual(t, took, 500*time.Millisecond, "sent again while accept allowed")
@@ -172,7 +172,7 @@ func (f *awaitFixture) testNoStream(t *testing.T) {
 // testNoStreamWithinReplyTime checks that, while no stream answers, Await gives up when the
 // reply's time is up, before accept is.
 func (f *awaitFixture) testNoStreamWithinReplyTime(t *testing.T) {
-	_, err, took := f.await(t, requestMsg("nostream.a", ""), 5*time.Second, 600*time.Millisecond, nil)
+	_, took, err := f.await(t, requestMsg("nostream.a", ""), 5*time.Second, 600*time.Millisecond, nil)
 	assert.ErrorIs(t, err, bus.ErrNotAccepted, "not stored: the caller may try again")
 	assert.Less(t, took, 1100*time.Millisecond, "gave up when the reply's time was up")
 }
@@ -186,7 +186,7 @@ func (f *awaitFixture) testStreamElected(t *testing.T) {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LATE", Subjects: []string{"late.>"}})
 		assert.NoError(t, err)
 	}()
-	rep, err, took := f.await(t, requestMsg("late.a", "late-1"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {
+	rep, took, err := f.await(t, requestMsg("late.a", "late-1"), 5*time.Second, 5*time.Second, func(w *bus.Waiter) {
 		go func() {
 			// The host's reply comes once the request is stored.
 			for ctx.Err() == nil {
@@ -215,7 +215,7 @@ func (f *awaitFixture) testStreamElected(t *testing.T) {
 // testStoredNoReply checks that a stored request whose reply does not come ends with
 // ErrReplyTimeout.
 func (f *awaitFixture) testStoredNoReply(t *testing.T) {
-	_, err, took := f.await(t, requestMsg("waittest.a", ""), 5*time.Second, 200*time.Millisecond, nil)
+	_, took, err := f.await(t, requestMsg("waittest.a", ""), 5*time.Second, 200*time.Millisecond, nil)
 	assert.ErrorIs(t, err, bus.ErrReplyTimeout)
 	assert.Less(t, took, 2*time.Second)
 }
@@ -224,7 +224,7 @@ func (f *awaitFixture) testStoredNoReply(t *testing.T) {
 // responder that swallows requests) is not accepted once accept is up.
 func (f *awaitFixture) testNeverAcknowledged(t *testing.T) {
 	blackhole(t, f.nc)
-	_, err, took := f.await(t, requestMsg("blackhole.a", ""), 300*time.Millisecond, 5*time.Second, nil)
+	_, took, err := f.await(t, requestMsg("blackhole.a", ""), 300*time.Millisecond, 5*time.Second, nil)
 	assert.ErrorIs(t, err, bus.ErrNotAccepted)
 	assert.ErrorIs(t, err, nats.ErrTimeout)
 	assert.Less(t, took, 2*time.Second)
@@ -240,7 +240,7 @@ func (f *awaitFixture) testAcknowledgedLate(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer func() { _ = slow.Unsubscribe() }()
-	_, err, took := f.await(t, requestMsg("slow.a", ""), 5*time.Second, 50*time.Millisecond, nil)
+	_, took, err := f.await(t, requestMsg("slow.a", ""), 5*time.Second, 50*time.Millisecond, nil)
 	assert.ErrorIs(t, err, bus.ErrReplyTimeout)
 	assert.GreaterOrEqual(t, took, 250*time.Millisecond)
 	assert.Less(t, took, 2*time.Second)
@@ -256,15 +256,15 @@ func (f *awaitFixture) testAcknowledgementLost(t *testing.T) {
 
 	// With a de-duplication id it is sent again, and stored: the caller hears that its
 	// reply did not come, not that the request was refused.
-	_, err, took := f.await(t, requestMsg("lossy.a", "lossy-1"), 2*time.Second, 500*time.Millisecond, nil)
+	_, took, err := f.await(t, requestMsg("lossy.a", "lossy-1"), 2*time.Second, 500*time.Millisecond, nil)
 	assert.ErrorIs(t, err, bus.ErrReplyTimeout)
 	assert.Less(t, took, time.Second)
 	// Without one it is not: a second copy could be stored twice.
-	_, err, _ = f.await(t, requestMsg("lossy.b", ""), 600*time.Millisecond, 5*time.Second, nil)
+	_, _, err = f.await(t, requestMsg("lossy.b", ""), 600*time.Millisecond, 5*time.Second, nil)
 	assert.ErrorIs(t, err, bus.ErrNotAccepted)
 	assert.ErrorIs(t, err, nats.ErrTimeout)
 	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
-	_, err, _ = f.await(t, requestMsg("inflight.a", "inflight-1"), 2*time.Second, 800*time.Millisecond, nil)
+	_, _, err = f.await(t, requestMsg("inflight.a", "inflight-1"), 2*time.Second, 800*time.Millisecond, nil)
 	assert.ErrorIs(t, err, bus.ErrReplyTimeout, "stored in the end")
 	assert.Equal(t, map[string]int{"inflight.a": 3}, seenInFlight())
 }

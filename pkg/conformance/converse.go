@@ -201,7 +201,7 @@ func (s *suite) converseCases() []testCase {
 			assert.EqualValues(t, 422, p["status"])
 			assert.Equal(t, "nope", p["detail"])
 			assert.NotEmpty(t, p["requestId"])
-			assert.Equal(t, http.StatusText(422), p["title"])
+			assert.Equal(t, http.StatusText(http.StatusUnprocessableEntity), p["title"])
 		}},
 		{"checks before the stream answer a problem", func(t *testing.T) {
 			resp, _ := s.stream(t, converseQuery("Echo", "Data", "nosuchmethod"), nil)

@@ -31,9 +31,6 @@ const (
 	// sseWriteTimeout bounds each write to an event stream: a client that stops reading is
 	// dropped after it, however long the stream has lived.
 	sseWriteTimeout = 30 * time.Second
-	// listenRetryAfter is the Retry-After of a listen refused for the caps: a place is free again
-	// only when another stream ends.
-	listenRetryAfter = 5
 )
 
 // historyListen serves GET …/messaging/listen: a Server-Sent Events stream of the messages

@@ -204,9 +204,6 @@ type Listed struct {
 	Status Status
 }
 
-// listConcurrency bounds the reads a listing has in flight.
-const listConcurrency = 32
-
 // List returns a page of the tenant's agent's instances, newest run first, read through store,
 // and the cursor of the next page (0 when there are no older runs). It examines at most
 // ScanFactor times the page size of index entries: a sparse filter may return a short page, or

@@ -21,7 +21,7 @@ type options struct {
 	Size   int    `json:"size,omitempty" jsonschema:"page size, default 20"`
 	Scope  string `json:"scope,omitzero"`
 	Strict *bool  `json:"strict"`
-	hidden int
+	hidden int    //lint:ignore U1000 an unexported field, which the schema leaves out
 	Skip   string `json:"-"`
 	Plain  string
 	Count  int64 `json:"count,string"`

@@ -172,13 +172,6 @@ func fileName(name string) string {
 	return name
 }
 
-// stringField is a string field of a registration body, "" when absent or not a string.
-func stringField(obj map[string]json.RawMessage, key string) string {
-	var s string
-	_ = json.Unmarshal(obj[key], &s)
-	return s
-}
-
 // agentRegister registers a remote agent: POST …/agents.
 func (c *cli) agentRegister(ctx context.Context, args []string) error {
 	fs := c.flags("agent register")
