@@ -205,11 +205,10 @@ func internal(ip netip.Addr) bool {
 		ip.IsInterfaceLocalMulticast() || cgnat.Contains(ip)
 }
 
-// NewClient returns the HTTP client deliveries are made with: no proxy from the environment, no
-// redirects followed (a 3xx is a failed delivery), each attempt bounded by timeout, and, unless
-// anyAddress, no connection to an internal address (checked on the address actually dialled,
-// so that a DNS answer that changes after the check does not get around it).
-func NewClient(timeout time.Duration, anyAddress bool) *http.Client {
+// Dialer returns the dialer of NewClient's connections: each dial bounded by timeout and, unless
+// anyAddress, refused (ErrInternalAddress) for an internal address, checked on the address
+// actually dialled.
+func Dialer(timeout time.Duration, anyAddress bool) *net.Dialer {
 	dialer := &net.Dialer{Timeout: timeout}
 	if !anyAddress {
 		dialer.Control = func(_, address string, _ syscall.RawConn) error {
@@ -220,6 +219,15 @@ func NewClient(timeout time.Duration, anyAddress bool) *http.Client {
 			return nil
 		}
 	}
+	return dialer
+}
+
+// NewClient returns the HTTP client deliveries are made with: no proxy from the environment, no
+// redirects followed (a 3xx is a failed delivery), each attempt bounded by timeout, and, unless
+// anyAddress, no connection to an internal address (checked on the address actually dialled,
+// so that a DNS answer that changes after the check does not get around it).
+func NewClient(timeout time.Duration, anyAddress bool) *http.Client {
+	dialer := Dialer(timeout, anyAddress)
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{

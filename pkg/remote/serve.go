@@ -122,7 +122,8 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 	log := cfg.Logger.With("agent", reg.Name)
 	hc := cfg.Host
 	hc.ID = cfg.Host.ID + "/" + subject.Token(reg.Name)
-	hc.Agents = []*agent.Agent{newCaller(reg, cfg.Allow, log).agent()}
+	c := newCaller(reg, cfg.Allow, log)
+	hc.Agents = []*agent.Agent{c.agent()}
 	hc.MaxConcurrent = reg.MaxConcurrent
 	hc.Logger = log
 	host, err := agent.NewHost(hc)
@@ -138,5 +139,6 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 		if err := <-done; err != nil {
 			log.Warn("stopping remote agent", "err", err)
 		}
+		c.close()
 	}, nil
 }
