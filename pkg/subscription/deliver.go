@@ -275,7 +275,7 @@ func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jet
 	events, err := eventsOf(sub, src, m, md)
 	if err != nil {
 		log.Error("skipping a stored message that is not an event", "err", err)
-		_ = m.Ack()
+		_ = m.DoubleAck(ctx)
 		return
 	}
 	for i, ev := range events {
@@ -303,7 +303,10 @@ func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jet
 		}
 		break
 	}
-	_ = m.Ack()
+	// Acknowledged with the server's confirmation before the next pull: the consumer allows one
+	// event in flight, and a pull request that reached the server before the acknowledgement took
+	// effect could wait out its expiry (30 s) with the next event ready.
+	_ = m.DoubleAck(ctx)
 }
 
 // keep stores an event the receiver did not accept in time as undelivered.
