@@ -59,11 +59,7 @@ func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 		step(t, s, fmt.Sprint("y", i), "1", "")
 	}
 	const requests = 2 + 40
-	waitFor(t, 3*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
-		info := seqConsumer(t, s)
-		return info != nil && info.Delivered.Consumer > requests && info.NumAckPending == 0
-	})
-	time.Sleep(200 * time.Millisecond)
+	waitRedelivered(t, s, requests, 3*ackWait)
 	ns, _ := sa.starts("x")
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once")
 }
@@ -82,11 +78,7 @@ func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
 		return len(ns) == 2
 	})
 	stop()
-	waitFor(t, 4*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
-		info := seqConsumer(t, s)
-		return info != nil && info.Delivered.Consumer > 2 && info.NumAckPending == 0
-	})
-	time.Sleep(200 * time.Millisecond)
+	waitRedelivered(t, s, 2, 4*ackWait)
 	ns, hosts := sa.starts("x")
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
 }
@@ -100,11 +92,7 @@ func TestLostAcknowledgementOfAClaimCheckedRequest(t *testing.T) {
 	s, sa, stop := stepWithLostAck(t, ackWait, claimStep)
 
 	stop()
-	waitFor(t, 4*ackWait, "step 1 delivered again, and no request left unacknowledged", func() bool {
-		info := seqConsumer(t, s)
-		return info != nil && info.Delivered.Consumer > 1 && info.NumAckPending == 0
-	})
-	time.Sleep(200 * time.Millisecond)
+	waitRedelivered(t, s, 1, 4*ackWait)
 	ns, hosts := sa.starts("x")
 	assert.Equal(t, []string{"1"}, ns, "steps started (on %v)", hosts)
 	info, err := s.Res.DeadLetters.Info(t.Context())
@@ -152,6 +140,18 @@ func stepWithLostAck(t *testing.T, ackWait time.Duration, send func(t *testing.T
 	})
 	losing.Store(false)
 	return s, sa, stop
+}
+
+// waitRedelivered waits, up to within, until Seq's partition consumer has delivered more than
+// sent requests (step 1 again) and none is left unacknowledged, and a moment more for the host
+// to have run whatever it was going to run.
+func waitRedelivered(t *testing.T, s *stacktest.Stack, sent uint64, within time.Duration) {
+	t.Helper()
+	waitFor(t, within, "step 1 delivered again, and no request left unacknowledged", func() bool {
+		info := seqConsumer(t, s)
+		return info != nil && info.Delivered.Consumer > sent && info.NumAckPending == 0
+	})
+	time.Sleep(200 * time.Millisecond)
 }
 
 // seqConsumer reads the info of Seq's partition consumer; nil when it cannot now.
