@@ -27,40 +27,30 @@ const maxAnswer = 64 << 20
 // maxInlineFile bounds the content of a File message sent inline to an agent.
 const maxInlineFile = 4 << 20
 
-// caller makes a registration's requests to its endpoint: an https endpoint's with net/http's
-// client (TLS, HTTP/2), a plain-HTTP one's with a pool that makes each call on the handler's
-// goroutine (pool.go).
+// caller makes a registration's requests to its endpoint, through a pool of keep-alive
+// connections that makes each call on the handler's goroutine (pool.go).
 type caller struct {
 	reg    Registration
 	allow  *outbound.AllowList
-	public *http.Client // names must resolve to public addresses
-	any    *http.Client // any address: system admins' registrations, allow-list entries naming one
-	// publicPool and anyPool are the same for plain HTTP.
-	publicPool, anyPool *pool
-	log                 *slog.Logger
+	public *pool // names must resolve to public addresses
+	any    *pool // any address: system admins' registrations, allow-list entries naming one
+	log    *slog.Logger
 }
 
-// newCaller returns the caller of a registration.
+// newCaller returns the caller of a registration. Its pools keep a connection for each request
+// that may be in flight: keep-alive is most of an endpoint's speed.
 func newCaller(reg Registration, allow *outbound.AllowList, log *slog.Logger) *caller {
 	timeout := time.Duration(reg.TimeoutSeconds) * time.Second
-	c := &caller{reg: reg, allow: allow, public: outbound.NewClient(timeout, false), any: outbound.NewClient(timeout, true),
-		publicPool: newPool(outbound.Dialer(timeout, false).DialContext, reg.MaxConcurrent),
-		anyPool:    newPool(outbound.Dialer(timeout, true).DialContext, reg.MaxConcurrent),
-		log:        log.With("agent", reg.Name)}
-	for _, cl := range []*http.Client{c.public, c.any} {
-		// Keep a connection for each request that may be in flight: keep-alive is most of an
-		// endpoint's speed.
-		cl.Transport.(*http.Transport).MaxIdleConnsPerHost = reg.MaxConcurrent
-	}
-	return c
+	return &caller{reg: reg, allow: allow,
+		public: newPool(outbound.Dialer(timeout, false).DialContext, nil, reg.MaxConcurrent),
+		any:    newPool(outbound.Dialer(timeout, true).DialContext, nil, reg.MaxConcurrent),
+		log:    log.With("agent", reg.Name)}
 }
 
 // close closes the idle connections to the endpoint.
 func (c *caller) close() {
-	c.public.CloseIdleConnections()
-	c.any.CloseIdleConnections()
-	c.publicPool.close()
-	c.anyPool.close()
+	c.public.close()
+	c.any.close()
 }
 
 // agent builds the agent whose handlers call the endpoint.
@@ -338,16 +328,11 @@ func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set(HeaderProtocol, strconv.Itoa(ProtocolVersion))
 	hreq.Header.Set("User-Agent", "agentbus-host")
-	client, pool := c.public, c.publicPool
+	pool := c.public
 	if anyAddress {
-		client, pool = c.any, c.anyPool
+		pool = c.any
 	}
-	var resp *http.Response
-	if hreq.URL.Scheme == "http" {
-		resp, err = pool.roundTrip(hreq)
-	} else {
-		resp, err = client.Do(hreq)
-	}
+	resp, err := pool.roundTrip(hreq)
 	if err != nil {
 		return nil, agent.Retryable(fmt.Errorf("%w: %w", errEndpoint, unwrapURL(err)))
 	}

@@ -57,7 +57,7 @@ func TestPostAnswerCutOff(t *testing.T) {
 			t.Cleanup(srv.Close)
 			c := newCaller(Registration{Name: "Cut", URL: srv.URL, TimeoutSeconds: 5, MaxConcurrent: 4, Secret: webhooksig.NewStandardSecret()},
 				nil, slog.New(slog.DiscardHandler))
-			t.Cleanup(func() { c.public.CloseIdleConnections(); c.any.CloseIdleConnections() })
+			t.Cleanup(c.close)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var deltas []string

@@ -3,7 +3,9 @@ package remote
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,14 +15,15 @@ import (
 	"time"
 )
 
-// pool keeps the keep-alive connections to a plain-HTTP endpoint and makes each call on the
-// goroutine that asks for it: it writes the request and reads the answer with net/http's own
-// request writer and response reader, where net/http's Transport hands every call to two
-// goroutines of its connection and back (docs/remote-agents.md#performance). A call has a
-// connection to itself from its request to the end of its answer's body.
+// pool keeps the keep-alive HTTP/1.1 connections to an endpoint (http, or https with TLS) and
+// makes each call on the goroutine that asks for it: it writes the request and reads the answer
+// with net/http's own request writer and response reader, where net/http's Transport hands every
+// call to two goroutines of its connection and back (docs/remote-agents.md#performance). A call
+// has a connection to itself from its request to the end of its answer's body.
 type pool struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	max  int // idle connections kept
+	tls  *tls.Config // for https; nil: the system's roots
+	max  int         // idle connections kept
 
 	mu     sync.Mutex
 	idle   []*poolConn // the most recently used last
@@ -33,29 +36,36 @@ const poolIdleTimeout = 90 * time.Second
 
 // poolConn is one connection of a pool.
 type poolConn struct {
+	key   string // scheme://host:port
 	nc    net.Conn
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	since time.Time // idle since
 }
 
-// newPool returns a pool that dials with dial and keeps up to max idle connections.
-func newPool(dial func(ctx context.Context, network, addr string) (net.Conn, error), max int) *pool {
-	return &pool{dial: dial, max: max}
+// newPool returns a pool that dials with dial, verifies https endpoints' certificates with
+// tlsConfig (nil: the system's roots) and keeps up to max idle connections.
+func newPool(dial func(ctx context.Context, network, addr string) (net.Conn, error), tlsConfig *tls.Config, max int) *pool {
+	return &pool{dial: dial, tls: tlsConfig, max: max}
 }
 
-// roundTrip sends req, whose URL is http, and reads the answer's head. The caller reads the body
+// roundTrip sends req, whose URL is http or https, and reads the answer's head. The caller reads the body
 // and closes it, which gives the connection back when the body was read to its end. A request
 // that fails on a connection the endpoint may have closed while it was idle, before any answer,
 // is sent once more on a new connection (the protocol's requests may be sent again).
 func (p *pool) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	addr := req.URL.Host
-	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	u := req.URL
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
 	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
 	for attempt := 0; ; attempt++ {
-		c, reused, err := p.get(ctx, addr)
+		c, reused, err := p.get(ctx, u.Scheme, addr, u.Hostname())
 		if err != nil {
 			return nil, err
 		}
@@ -104,18 +114,20 @@ func closedWhileIdle(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// get returns an idle connection to addr, or a new one; reused tells which.
-func (p *pool) get(ctx context.Context, addr string) (c *poolConn, reused bool, err error) {
+// get returns an idle connection to addr over scheme, or a new one; reused tells which.
+func (p *pool) get(ctx context.Context, scheme, addr, host string) (c *poolConn, reused bool, err error) {
+	key := scheme + "://" + addr
 	now := time.Now()
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c = p.idle[len(p.idle)-1]
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.since) < poolIdleTimeout {
+		if c.key == key && now.Sub(c.since) < poolIdleTimeout {
 			p.mu.Unlock()
 			return c, true, nil
 		}
-		_ = c.nc.Close() // the older ones below it are older still
+		// Idle too long (and the older ones below it too), or another endpoint's.
+		_ = c.nc.Close()
 		for _, old := range p.idle {
 			_ = old.nc.Close()
 		}
@@ -126,7 +138,20 @@ func (p *pool) get(ctx context.Context, addr string) (c *poolConn, reused bool, 
 	if err != nil {
 		return nil, false, err
 	}
-	return &poolConn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, false, nil
+	if scheme == "https" {
+		cfg := &tls.Config{}
+		if p.tls != nil {
+			cfg = p.tls.Clone()
+		}
+		cfg.ServerName, cfg.NextProtos = host, []string{"http/1.1"}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, false, err
+		}
+		nc = tc
+	}
+	return &poolConn{key: key, nc: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10)}, false, nil
 }
 
 // put gives a connection back, idle from now.

@@ -3,6 +3,8 @@ package remote
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -52,7 +54,7 @@ func poolCall(t *testing.T, ctx context.Context, p *pool, url, body string) (int
 	return resp.StatusCode, string(b), err
 }
 
-func testPool() *pool { return newPool(outbound.Dialer(5*time.Second, true).DialContext, 4) }
+func testPool() *pool { return newPool(outbound.Dialer(5*time.Second, true).DialContext, nil, 4) }
 
 // Calls one after the other share one connection, and each gets its own answer.
 func TestPoolKeepsTheConnection(t *testing.T) {
@@ -177,9 +179,41 @@ func TestPoolReusesOnlyFinishedConnections(t *testing.T) {
 // A pool for public addresses refuses to dial a loopback one.
 func TestPoolRefusesInternalAddresses(t *testing.T) {
 	s := startPoolServer(t, func(w http.ResponseWriter, r *http.Request) {})
-	p := newPool(outbound.Dialer(5*time.Second, false).DialContext, 4)
+	p := newPool(outbound.Dialer(5*time.Second, false).DialContext, nil, 4)
 	defer p.close()
 	_, _, err := poolCall(t, t.Context(), p, s.URL, "a")
 	assert.ErrorIs(t, err, outbound.ErrInternalAddress)
 	assert.Zero(t, s.conns.Load())
+}
+
+// An https endpoint is called over TLS (HTTP/1.1), its certificate verified, on one kept
+// connection; one whose certificate does not verify is refused.
+func TestPoolSpeaksTLS(t *testing.T) {
+	var conns atomic.Int64
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Proto)
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	s.StartTLS()
+	defer s.Close()
+	roots := s.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	p := newPool(outbound.Dialer(5*time.Second, true).DialContext, &tls.Config{RootCAs: roots}, 4)
+	defer p.close()
+	for range 3 {
+		status, body, err := poolCall(t, t.Context(), p, s.URL, "a")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status)
+		assert.Equal(t, "HTTP/1.1", body)
+	}
+	assert.EqualValues(t, 1, conns.Load(), "connections")
+
+	untrusting := newPool(outbound.Dialer(5*time.Second, true).DialContext, nil, 4)
+	defer untrusting.close()
+	_, _, err := poolCall(t, t.Context(), untrusting, s.URL, "a")
+	var unknown x509.UnknownAuthorityError
+	assert.ErrorAs(t, err, &unknown, "a certificate no root vouches for")
 }
