@@ -306,6 +306,6 @@ func (h *Host) storePost(ctx context.Context, log *slog.Logger, in *inbound) err
 			out.MessageType = history.Data
 		}
 	}
-	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin, in: out, inStored: true}
+	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin(), in: out, inStored: true}
 	return x.storeOut(ctx, out)
 }

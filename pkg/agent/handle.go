@@ -47,7 +47,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if err != nil {
 		return err
 	}
-	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin, in: incomingMessage(req, req.GetBody())}
+	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin(), in: incomingMessage(req, req.GetBody())}
 	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {
 		// Followers of the thread see a chat message while the model answers it.
 		if _, err := x.storeIn(ctx); err != nil {

@@ -86,7 +86,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	if md.NumDelivered > 1 {
 		h.metrics.redelivered(d.part.key.agent, req)
 	}
-	in = &inbound{seq: d.seq, origin: history.Origin{Seq: d.seq, Stored: d.stored}, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
+	in = &inbound{seq: d.seq, stored: d.stored, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
 		replyTo:   replySubject(m.Headers(), req),
 		delivered: md.NumDelivered,
 		tries: &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
@@ -111,7 +111,7 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		if in.recover == recoverTail {
-			if newest, ok := h.newestOrigin(ctx, log, in.req); ok && (newest == in.origin || in.origin.Before(newest)) {
+			if newest, ok := h.newestOrigin(ctx, log, in.req); ok && (newest == in.origin() || in.origin().Before(newest)) {
 				log.Info("request finished before (its stored copy is deleted, and its record or a later one is its thread's newest); acknowledging this copy", "seq", in.seq)
 				return true, h.finish(ctx, log, d, nil)
 			}
@@ -171,7 +171,7 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 		return false, false
 	}
 	newest, ok := h.newestOrigin(ctx, log, req)
-	if !ok || !in.origin.Before(newest) {
+	if !ok || !in.origin().Before(newest) {
 		return false, false
 	}
 	log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
@@ -196,15 +196,18 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, req *agentbus
 	return newest, true
 }
 
+// origin names the request as the history records it stores do.
+func (in *inbound) origin() history.Origin { return history.Origin{Seq: in.seq, Stored: in.stored} }
+
 // threadCheckPatience bounds settleHandled's read of a thread.
 const threadCheckPatience = 5 * time.Second
 
 // inbound is a request being processed: what the inbox delivered and how often it was tried.
 type inbound struct {
 	seq     uint64
-	origin  history.Origin // seq, and when the inbox stored the request
-	agent   string         // the agent of the partition it came from
-	data    []byte         // the inbox message's payload, as delivered
+	stored  int64  // when the inbox stored the request (Unix nanoseconds)
+	agent   string // the agent of the partition it came from
+	data    []byte // the inbox message's payload, as delivered
 	req     *agentbusv1.Request
 	header  nats.Header // the inbox message's headers
 	replyTo string
