@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -334,7 +333,7 @@ func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (
 	}
 	resp, err := pool.roundTrip(hreq)
 	if err != nil {
-		return nil, agent.Retryable(fmt.Errorf("%w: %w", errEndpoint, unwrapURL(err)))
+		return nil, agent.Retryable(fmt.Errorf("%w: %w", errEndpoint, err))
 	}
 	defer resp.Body.Close()
 	switch {
@@ -445,13 +444,4 @@ func parseAnswer(body io.Reader, ct string, onDelta func(string)) (*Answer, erro
 
 func isNDJSON(ct string) bool {
 	return len(ct) >= len("application/x-ndjson") && ct[:len("application/x-ndjson")] == "application/x-ndjson"
-}
-
-// unwrapURL drops the *url.Error around a transport error, which repeats the URL.
-func unwrapURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
 }

@@ -49,10 +49,10 @@ func newPool(dial func(ctx context.Context, network, addr string) (net.Conn, err
 	return &pool{dial: dial, tls: tlsConfig, max: max}
 }
 
-// roundTrip sends req, whose URL is http or https, and reads the answer's head. The caller reads the body
-// and closes it, which gives the connection back when the body was read to its end. A request
-// that fails on a connection the endpoint may have closed while it was idle, before any answer,
-// is sent once more on a new connection (the protocol's requests may be sent again).
+// roundTrip sends req, whose URL is http or https, and reads the answer's head. The caller reads
+// the body and closes it, which gives the connection back when the body was read to its end. A
+// request that fails on a connection the endpoint may have closed while it was idle, before any
+// answer, is sent once more on a new connection (the protocol's requests may be sent again).
 func (p *pool) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	u := req.URL
@@ -60,8 +60,12 @@ func (p *pool) roundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("unsupported scheme %q", u.Scheme)
 	}
 	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	switch {
+	case port != "":
+	case u.Scheme == "https":
+		port = "443"
+	default:
+		port = "80"
 	}
 	addr := net.JoinHostPort(u.Hostname(), port)
 	for attempt := 0; ; attempt++ {
