@@ -49,32 +49,16 @@ func heartbeats(t *testing.T, s *stacktest.Stack) map[string]registry.Host {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out := map[string]registry.Host{}
-	// bus.Entries, not nats.go's ListKeys, which can end early while hosts write heartbeats.
-	entries, err := bus.Entries(ctx, s.Res.JS, s.Res.Hosts)
+	hbs, err := registry.Heartbeats(ctx, s.Res.JS, s.Res.Hosts)
 	require.NoError(t, err)
-	for _, e := range entries {
-		var h registry.Host
-		require.NoError(t, json.Unmarshal(e.Value(), &h))
-		out[h.ID] = h
-	}
-	return out
+	return hbs
 }
 
-// settled reports whether the live heartbeats divide the agent's partitions as placement says,
-// each partition claimed by exactly one host.
+// settled reports whether the heartbeats of hosts ids divide the agent's partitions as
+// placement says (registry.Settled).
 func settled(t *testing.T, s *stacktest.Stack, agentName string, partitions int, ids []string) bool {
 	t.Helper()
-	hbs := heartbeats(t, s)
-	want := placement.Assign(agentName, partitions, ids)
-	for p, owner := range want {
-		for id, hb := range hbs {
-			if hb.Owns(agentName, p) != (id == owner) {
-				return false
-			}
-		}
-	}
-	return true
+	return registry.Settled(heartbeats(t, s), agentName, partitions, ids)
 }
 
 // waitFor polls cond until it holds, failing the test after within.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -181,37 +180,6 @@ func remoteHostIDs(agent string, ids ...string) []string {
 		out[i] = id + "/" + subject.Token(agent)
 	}
 	return out
-}
-
-// waitSettledAgent waits until the heartbeats of hosts ids divide the agent's partitions as
-// placement says, each partition listed by exactly one of them.
-func (s *system) waitSettledAgent(agent string, ids []string, within time.Duration) {
-	s.t.Helper()
-	ctx := proctest.Context(s.t, within+5*time.Second)
-	want := placement.Assign(agent, partitions, ids)
-	deadline := time.Now().Add(within)
-	for {
-		hbs := s.heartbeats(ctx)
-		settled := true
-		for p, owner := range want {
-			for _, id := range ids {
-				hb, ok := hbs[id]
-				if !ok || hb.Owns(agent, p) != (id == owner) {
-					settled = false
-				}
-			}
-		}
-		if settled {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, id := range ids {
-				s.t.Logf("heartbeat %s: %v", id, hbs[id].Partitions[agent])
-			}
-			require.FailNowf(s.t, "not settled", "hosts %v did not settle %s's partitions within %v", ids, agent, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // waitAnswersOn waits until an instance of the agent of wf answers its state webhook.

@@ -19,8 +19,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/bus"
-	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -136,51 +134,32 @@ func (s *system) startHost(id string, env ...string) {
 	s.mu.Unlock()
 }
 
-// heartbeats returns the heartbeats in the hosts bucket, by host id.
+// heartbeats returns the heartbeats in the hosts bucket, by host id (none when it cannot be
+// read).
 func (s *system) heartbeats(ctx context.Context) map[string]registry.Host {
-	out := map[string]registry.Host{}
-	// bus.Entries, not nats.go's ListKeys, which can end early while hosts write heartbeats.
-	entries, err := bus.Entries(ctx, s.js, s.hostsKV)
-	if err != nil {
-		return out
-	}
-	for _, e := range entries {
-		var h registry.Host
-		if json.Unmarshal(e.Value(), &h) == nil {
-			out[h.ID] = h
-		}
-	}
-	return out
+	hbs, _ := registry.Heartbeats(ctx, s.js, s.hostsKV)
+	return hbs
 }
 
-// settled reports whether the heartbeats of hosts ids divide Echo's partitions as placement
-// says, each partition listed by exactly one of them.
-func (s *system) settled(ctx context.Context, ids []string) bool {
-	hbs := s.heartbeats(ctx)
-	want := placement.Assign("Echo", partitions, ids)
-	for p, owner := range want {
-		for _, id := range ids {
-			hb, ok := hbs[id]
-			if !ok || hb.Owns("Echo", p) != (id == owner) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// waitSettled waits until hosts ids have settled the partitions and returns how long it took.
+// waitSettled waits until hosts ids have settled Echo's partitions and returns how long it took.
 func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
+	s.t.Helper()
+	return s.waitSettledAgent("Echo", ids, within)
+}
+
+// waitSettledAgent waits until the heartbeats of hosts ids divide the agent's partitions as
+// placement says (registry.Settled), and returns how long it took.
+func (s *system) waitSettledAgent(agent string, ids []string, within time.Duration) time.Duration {
 	s.t.Helper()
 	ctx := proctest.Context(s.t, within+5*time.Second)
 	start := time.Now()
-	for !s.settled(ctx, ids) {
+	for !registry.Settled(s.heartbeats(ctx), agent, partitions, ids) {
 		if time.Since(start) > within {
 			hbs := s.heartbeats(ctx)
 			for id, hb := range hbs {
-				s.t.Logf("heartbeat %s: %v", id, hb.Partitions["Echo"])
+				s.t.Logf("heartbeat %s: %v", id, hb.Partitions[agent])
 			}
-			require.FailNowf(s.t, "not settled", "hosts %v did not settle the partitions within %v", ids, within)
+			require.FailNowf(s.t, "not settled", "hosts %v did not settle %s's partitions within %v", ids, agent, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -170,6 +171,39 @@ func Beat(ctx context.Context, kv jetstream.KeyValue, h Host) error {
 		return fmt.Errorf("writing heartbeat: %w", err)
 	}
 	return nil
+}
+
+// Heartbeats reads every heartbeat in the hosts bucket, live or stale, by host id. A value that
+// is not a heartbeat is skipped.
+func Heartbeats(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (map[string]Host, error) {
+	// bus.Entries, not nats.go's ListKeys, which can end early while hosts write heartbeats.
+	entries, err := bus.Entries(ctx, js, kv)
+	if err != nil {
+		return nil, fmt.Errorf("reading heartbeats: %w", err)
+	}
+	out := make(map[string]Host, len(entries))
+	for _, e := range entries {
+		var h Host
+		if json.Unmarshal(e.Value(), &h) == nil && h.ID != "" {
+			out[h.ID] = h
+		}
+	}
+	return out, nil
+}
+
+// Settled reports whether the heartbeats of hosts ids divide the agent's partitions as
+// placement assigns them: every one of ids has a heartbeat, and each partition is listed by its
+// owner and by no other of ids. Hosts not in ids are not looked at.
+func Settled(hbs map[string]Host, agent string, partitions int, ids []string) bool {
+	for p, owner := range placement.Assign(agent, partitions, ids) {
+		for _, id := range ids {
+			hb, ok := hbs[id]
+			if !ok || hb.Owns(agent, p) != (id == owner) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Leave removes a host's heartbeat, so that ingress stops counting on it at once.

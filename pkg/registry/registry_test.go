@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -275,4 +277,43 @@ func TestHostsCurrent(t *testing.T) {
 	require.NoError(t, registry.Beat(ctx, res.Hosts, h))
 	eventually(t, time.Second, "the open directory current", func() bool { return current(d) })
 	assert.False(t, current(lagging), "a heartbeat the watch did not deliver")
+}
+
+// Heartbeats reads every host's heartbeat, and Settled tells whether the hosts named divide an
+// agent's partitions as placement assigns them.
+func TestHeartbeatsSettled(t *testing.T) {
+	ctx, res := setup(t)
+	ids := []string{"host-a", "host-b"}
+	owners := placement.Assign("Echo", 4, ids)
+	claims := map[string][]int{}
+	for p, owner := range owners {
+		claims[owner] = append(claims[owner], p)
+	}
+	beat := func(id string, parts []int) {
+		h := registry.Host{ID: id, Agents: []string{"Echo"}, Partitions: map[string][]int{"Echo": parts}}
+		require.NoError(t, registry.Beat(ctx, res.Hosts, h))
+	}
+
+	hbs, err := registry.Heartbeats(ctx, res.JS, res.Hosts)
+	require.NoError(t, err)
+	assert.Empty(t, hbs)
+
+	beat("host-a", claims["host-a"])
+	hbs, err = registry.Heartbeats(ctx, res.JS, res.Hosts)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"host-a"}, slices.Collect(maps.Keys(hbs)))
+	assert.False(t, registry.Settled(hbs, "Echo", 4, ids), "host-b has no heartbeat")
+
+	beat("host-b", append(slices.Clone(claims["host-b"]), claims["host-a"][0]))
+	hbs, err = registry.Heartbeats(ctx, res.JS, res.Hosts)
+	require.NoError(t, err)
+	assert.False(t, registry.Settled(hbs, "Echo", 4, ids), "a partition listed by two hosts")
+
+	beat("host-b", claims["host-b"])
+	beat("gone", []int{0, 1, 2, 3}) // not among ids
+	hbs, err = registry.Heartbeats(ctx, res.JS, res.Hosts)
+	require.NoError(t, err)
+	assert.Len(t, hbs, 3)
+	assert.True(t, registry.Settled(hbs, "Echo", 4, ids))
+	assert.False(t, registry.Settled(hbs, "Echo", 4, []string{"host-a"}), "host-a alone owns every partition")
 }
