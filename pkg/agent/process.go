@@ -111,7 +111,7 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 	switch {
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		if in.recover == recoverTail {
-			if newest, ok := h.newestOrigin(ctx, log, in.req); ok && (newest == in.origin() || in.origin().Before(newest)) {
+			if newest, ok := h.newestOrigin(ctx, log, in); ok && (newest == in.origin() || in.origin().Before(newest)) {
 				log.Info("request finished before (its stored copy is deleted, and its record or a later one is its thread's newest); acknowledging this copy", "seq", in.seq)
 				return true, h.finish(ctx, log, d, nil)
 			}
@@ -170,7 +170,7 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 	if in.recover != recoverTail || req.GetKeepResult() {
 		return false, false
 	}
-	newest, ok := h.newestOrigin(ctx, log, req)
+	newest, ok := h.newestOrigin(ctx, log, in)
 	if !ok || !in.origin().Before(newest) {
 		return false, false
 	}
@@ -179,11 +179,17 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 	return true, h.finish(ctx, log, d, nil)
 }
 
-// newestOrigin reads which request stored the newest record of req's thread, retrying for up to
-// threadCheckPatience; ok is false when the thread could not be read.
-func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, req *agentbusv1.Request) (newest history.Origin, ok bool) {
+// newestOrigin reads which request stored the newest record of in's thread, retrying for up to
+// threadCheckPatience; ok is false when the thread could not be read. The answer is kept in in:
+// a request's thread is read at most once.
+func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, in *inbound) (newest history.Origin, ok bool) {
+	if in.thread != nil {
+		return in.thread.newest, in.thread.ok
+	}
+	in.thread = new(threadCheck)
 	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
 	defer cancel()
+	req := in.req
 	err := retry(ctx, log, "reading the request's thread", func() error {
 		cur, err := h.history.Cursor(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
 		newest = cur.Newest
@@ -193,7 +199,14 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, req *agentbus
 		log.Warn("could not tell whether a request delivered again was handled before", "err", err)
 		return history.Origin{}, false
 	}
+	in.thread.newest, in.thread.ok = newest, true
 	return newest, true
+}
+
+// threadCheck is what newestOrigin read of a request's thread.
+type threadCheck struct {
+	newest history.Origin
+	ok     bool
 }
 
 // origin names the request as the history records it stores do.
@@ -222,6 +235,8 @@ type inbound struct {
 	// deadID.
 	deadLettered bool
 	deadID       uint64
+	// thread is set once newestOrigin read the request's thread.
+	thread *threadCheck
 }
 
 // recovery is how a request's host looks for messages its earlier deliveries stored.
