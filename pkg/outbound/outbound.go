@@ -1,3 +1,8 @@
+// Package outbound is how agentbus reaches URLs that tenants give it: the receivers of event
+// subscriptions (docs/subscriptions.md) and the endpoints of remote agents
+// (docs/remote-agents.md). It holds the operator's allow-list of such URLs (AGENTBUS_OUTBOUND_URLS)
+// and the dialer and HTTP client that refuse, on the address actually dialled, to connect a name
+// to a loopback, private or otherwise internal address (server-side request forgery).
 package outbound
 
 import (
