@@ -1,0 +1,14 @@
+package main
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/pkg/natstest"
+)
+
+// Every test stops what it starts: servers, NATS, the ingress's run.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
+}
