@@ -149,8 +149,9 @@ func TestSubscriberDownThenUp(t *testing.T) {
 	}
 	wg.Wait()
 	want := threads * per * 2
-	// A pull request left waiting while the next event was ready would hold delivery up for its
-	// expiry (30 s): the bound leaves less than that after the receiver comes back.
+	// A request for the next event that the server no longer holds stalls delivery until the
+	// missing heartbeats are noticed (4 s; 30 s at nats.go's default heartbeat): the bound leaves
+	// less than 30 s after the receiver comes back.
 	if !assert.Eventually(t, func() bool {
 		rcv.mu.Lock()
 		defer rcv.mu.Unlock()

@@ -67,6 +67,9 @@ const (
 	FirstBackoff = time.Second
 	// ackWait is how long a consumer waits for a delivering host before another gets the event.
 	ackWait = 30 * time.Second
+	// pullHeartbeat is how often the server tells a delivering host that its request for the next
+	// event still waits. A host that hears nothing for two of them asks again (deliver.go).
+	pullHeartbeat = 2 * time.Second
 	// maxDescription bounds a subscription's description.
 	maxDescription = 256
 	// maxAgents bounds the agents a subscription filters on.
