@@ -248,29 +248,41 @@ func (s *Store) pull(ctx context.Context, sub *Subscription, src source) error {
 	if err != nil {
 		return fmt.Errorf("finding the subscription's consumer: %w", err)
 	}
-	// The request for the next event is sent when Next is called, after the previous one was
-	// acknowledged; the server then answers with the event, or with a heartbeat every
-	// pullHeartbeat while it waits. Now and then (about one run in ten of the receiver-down test,
-	// nats-server 2.15.2) the server holds no such request afterwards (its consumer info shows none
-	// waiting and events pending), and no heartbeat comes: Next reports the missing heartbeats
-	// after two intervals and asks again when called again. Without the short heartbeat that took
-	// 30 s, half the request's expiry.
+	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
+	for {
+		err := s.consume(ctx, sub, src.name, cons)
+		if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			return err
+		}
+		log.Debug("the request for the next event went unanswered; asking again")
+	}
+}
+
+// consume delivers the events of the consumer's messages, one at a time, until ctx ends or
+// pulling fails.
+//
+// The request for the next event is sent when Next is called, after the previous one was
+// acknowledged; the server answers with the event, or with a heartbeat every pullHeartbeat while
+// it waits. Now and then (about one run in ten of the receiver-down test, nats-server 2.15.2) the
+// server holds no such request afterwards (its consumer info shows none waiting and events
+// pending), and no heartbeat comes: Next reports the missing heartbeats after two intervals
+// (with nats.go's default heartbeat, after 30 s) and pull asks again with a new iterator. A new
+// one, not the same: were the request only slow to be answered, the same iterator would have two
+// requests at the server, and an event for the second could find its one-message buffer holding
+// a heartbeat and be dropped. The server gives nothing to the old iterator's requests once its
+// subscription is gone, which Stop ends right after.
+func (s *Store) consume(ctx context.Context, sub *Subscription, src string, cons jetstream.Consumer) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("pulling events: %w", err)
 	}
 	defer it.Stop()
-	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
-		if errors.Is(err, jetstream.ErrNoHeartbeat) {
-			log.Debug("the request for the next event went unanswered; asking again")
-			continue
-		}
 		if err != nil {
 			return fmt.Errorf("pulling events: %w", err)
 		}
-		s.handle(ctx, sub, src.name, m)
+		s.handle(ctx, sub, src, m)
 	}
 }
 

@@ -1,6 +1,7 @@
 package subscription_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -247,4 +249,53 @@ func TestCreateValidatesAndLimits(t *testing.T) {
 	list, err := f.store.List(ctx, "acme")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+}
+
+// A request for the next event that never reaches the server (here: dropped on its way) holds
+// delivery up only until the missing heartbeats tell the deliverer to ask again: a few seconds,
+// not the request's expiry of 30 s.
+func TestLostRequestForTheNextEvent(t *testing.T) {
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	hist := history.NewStore(res.Messages, res.Topics, res.JS)
+	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
+	require.NoError(t, err)
+	cfg := subscription.Config{Allow: allow}
+	setup := subscription.NewStore(res, cfg)
+
+	// The deliverer's connection loses its third request for the next event.
+	var requests atomic.Int64
+	next := []byte("$JS.API.CONSUMER.MSG.NEXT.")
+	proxy := &natstest.Proxy{Server: srv.Server, Drop: func(toServer bool, subj []byte) bool {
+		return toServer && bytes.HasPrefix(subj, next) && requests.Add(1) == 3
+	}}
+	djs, err := jetstream.New(proxy.Connect(t, "deliverer"))
+	require.NoError(t, err)
+	dres, err := bus.Ensure(ctx, djs, bus.Config{Partitions: 1})
+	require.NoError(t, err)
+	f := &fixture{res: dres, store: subscription.NewStore(dres, cfg), hist: hist}
+
+	rcv := newReceiver(t, nil)
+	sub, err := setup.Create(ctx, "acme", subscription.New{URL: rcv.URL + "/hook", Events: []string{subscription.MessageIncoming}})
+	require.NoError(t, err)
+	rcv.secret = sub.Secret
+	f.deliver(t)
+	const n = 5
+	for i := range n {
+		f.say(t, "acme", "shop", "ada", fmt.Sprint("m", i))
+	}
+	start := time.Now()
+	require.Eventually(t, func() bool { return len(rcv.deliveries()) == n }, 15*time.Second, 20*time.Millisecond,
+		"every event delivered, though a request for one was lost")
+	t.Logf("%d events delivered in %v; %d requests for the next event, %d dropped", n,
+		time.Since(start).Round(time.Millisecond), requests.Load(), proxy.Dropped.Load())
+	assert.EqualValues(t, 1, proxy.Dropped.Load(), "the third request was dropped")
+	for i, d := range rcv.deliveries() {
+		assert.Equal(t, fmt.Sprint("in m", i), d.text, "in order")
+	}
 }
