@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/agent"
@@ -399,41 +400,47 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// parseAnswer reads an answer of content type ct from body.
+// parseAnswer reads an answer of content type ct from body: one JSON answer, or a stream of
+// deltas ending with the answer, as NDJSON lines or as server-sent events.
 func parseAnswer(body io.Reader, ct string, onDelta func(string)) (*Answer, error) {
-	if !isNDJSON(ct) {
-		ans := new(Answer)
-		dec := json.NewDecoder(body)
-		if err := dec.Decode(ans); err != nil {
-			return nil, err
-		}
-		return ans, nil
+	switch {
+	case isNDJSON(ct):
+		return parseStream(body, ndjsonItems, onDelta)
+	case isEventStream(ct):
+		return parseStream(body, eventItems, onDelta)
 	}
+	ans := new(Answer)
+	if err := json.NewDecoder(body).Decode(ans); err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// parseStream reads a streamed answer whose items (JSON objects) items splits from body: a
+// {"delta": text} for each piece of the reply, passed to onDelta, then the answer.
+func parseStream(body io.Reader, items func(*bufio.Scanner, func([]byte) error) error, onDelta func(string)) (*Answer, error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), maxAnswer)
 	var last []byte
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
+	err := items(sc, func(item []byte) error {
 		if last != nil {
-			return nil, errors.New("a line after the answer")
+			return errors.New("an item after the answer")
 		}
 		var d delta
-		if json.Unmarshal(line, &d) == nil && d.Delta != nil {
+		if json.Unmarshal(item, &d) == nil && d.Delta != nil {
 			if onDelta != nil {
 				onDelta(*d.Delta)
 			}
-			continue
+			return nil
 		}
-		last = append([]byte(nil), line...)
-	}
-	if err := sc.Err(); err != nil {
+		last = append([]byte(nil), item...)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	if last == nil {
-		return nil, errors.New("a stream without an answer line")
+		return nil, errors.New("a stream without an answer")
 	}
 	ans := new(Answer)
 	if err := json.Unmarshal(last, ans); err != nil {
@@ -442,6 +449,57 @@ func parseAnswer(body io.Reader, ct string, onDelta func(string)) (*Answer, erro
 	return ans, nil
 }
 
-func isNDJSON(ct string) bool {
-	return len(ct) >= len("application/x-ndjson") && ct[:len("application/x-ndjson")] == "application/x-ndjson"
+// ndjsonItems passes each non-blank line to item.
+func ndjsonItems(sc *bufio.Scanner, item func([]byte) error) error {
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if err := item(line); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// eventItems passes the data of each server-sent event to item, as the HTML standard reads an
+// event stream: the data lines of an event, joined by newlines, make its data, and a blank line
+// ends the event; comments, event names, ids and retry fields are ignored, and so is an event
+// without data or one the stream ends before its blank line.
+func eventItems(sc *bufio.Scanner, item func([]byte) error) error {
+	var data []byte
+	hasData := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if hasData {
+				if err := item(data); err != nil {
+					return err
+				}
+			}
+			data, hasData = data[:0], false
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) != "data" {
+			continue // a comment (no field name), or another field
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if hasData {
+			data = append(data, '\n')
+		}
+		data, hasData = append(data, value...), true
+	}
+	return sc.Err()
+}
+
+func isNDJSON(ct string) bool { return hasMediaType(ct, "application/x-ndjson") }
+
+func isEventStream(ct string) bool { return hasMediaType(ct, "text/event-stream") }
+
+// hasMediaType reports whether the Content-Type ct names the media type mt (in any case), with
+// or without parameters.
+func hasMediaType(ct, mt string) bool {
+	return len(ct) >= len(mt) && strings.EqualFold(ct[:len(mt)], mt) && (len(ct) == len(mt) || ct[len(mt)] == ';' || ct[len(mt)] == ' ')
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +85,56 @@ func writeRaw(t *testing.T, w *bufio.ReadWriter, raw string) {
 	if err := w.Flush(); err != nil {
 		t.Error(err)
 	}
+}
+
+// A streamed answer comes as NDJSON lines or as server-sent events: deltas, then the answer.
+func TestParseStreamedAnswer(t *testing.T) {
+	cases := []struct {
+		name, ct, body string
+		deltas         []string
+		reply          string // the answer's reply.text; "" when parsing fails
+	}{
+		{name: "NDJSON", ct: "application/x-ndjson", body: "{\"delta\":\"a\"}\n\n{\"delta\":\"b\"}\r\n{\"reply\":{\"text\":\"ab\"}}\n",
+			deltas: []string{"a", "b"}, reply: "ab"},
+		{name: "NDJSON after the answer", ct: "application/x-ndjson", body: "{\"reply\":{\"text\":\"a\"}}\n{\"delta\":\"b\"}\n"},
+		{name: "NDJSON without an answer", ct: "application/x-ndjson", body: "{\"delta\":\"a\"}\n", deltas: []string{"a"}},
+		{name: "events", ct: "text/event-stream; charset=utf-8",
+			body:   ": a comment\nevent: delta\nid: 1\ndata: {\"delta\":\"a\"}\n\ndata:{\"delta\":\"b\"}\r\n\r\nretry: 100\n\nevent: answer\ndata: {\"reply\":\n" + "data: {\"text\":\"ab\"}}\n\n",
+			deltas: []string{"a", "b"}, reply: "ab"},
+		{name: "events in upper case", ct: "Text/Event-Stream", body: "data: {\"reply\":{\"text\":\"x\"}}\n\n", reply: "x"},
+		{name: "event cut off before its blank line", ct: "text/event-stream", body: "data: {\"delta\":\"a\"}\n\ndata: {\"reply\":{\"text\":\"a\"}}\n",
+			deltas: []string{"a"}},
+		{name: "event after the answer", ct: "text/event-stream", body: "data: {\"reply\":{\"text\":\"a\"}}\n\ndata: {\"delta\":\"b\"}\n\n"},
+		{name: "event that is not JSON", ct: "text/event-stream", body: "data: [DONE]\n\n"},
+		{name: "another media type is one JSON answer", ct: "text/event-streamx", body: "data: {}\n\n"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var deltas []string
+			ans, err := parseAnswer(strings.NewReader(tc.body), tc.ct, func(d string) { deltas = append(deltas, d) })
+			assert.Equal(t, tc.deltas, deltas)
+			if tc.reply == "" {
+				assert.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, ans.Reply)
+			require.NotNil(t, ans.Reply.Text)
+			assert.Equal(t, tc.reply, *ans.Reply.Text)
+		})
+	}
+}
+
+// An endpoint's answer, of any content type, is read without a panic, and an answer read whole is
+// an Answer.
+func FuzzParseAnswer(f *testing.F) {
+	f.Add("application/json", `{"reply":{"text":"a"},"state":{"n":1}}`)
+	f.Add("application/x-ndjson", "{\"delta\":\"a\"}\n{\"reply\":{\"text\":\"a\"}}\n")
+	f.Add("text/event-stream", "event: delta\ndata: {\"delta\":\"a\"}\n\n: c\ndata: {\"reply\":\ndata: {\"text\":\"a\"}}\n\n")
+	f.Fuzz(func(t *testing.T, ct, body string) {
+		ans, err := parseAnswer(strings.NewReader(body), ct, func(string) {})
+		if err == nil && ans == nil {
+			t.Fatal("no error and no answer")
+		}
+	})
 }

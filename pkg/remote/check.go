@@ -120,11 +120,11 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 		}
 		add(CaseChat, err, "reply")
 		req.Stream = true
-		ans, lines, err := c.call(ctx, req, reg.Secret)
+		ans, parts, err := c.call(ctx, req, reg.Secret)
 		if err == nil && ans.Error == nil && (ans.Reply == nil || ans.Reply.Text == nil) {
-			err = errors.New("the streamed answer's last line has no reply.text")
+			err = errors.New("the streamed answer's last part has no reply.text")
 		}
-		add(CaseChatStreamed, err, fmt.Sprintf("%d lines", lines))
+		add(CaseChatStreamed, err, fmt.Sprintf("%d deltas and the answer", parts-1))
 	} else {
 		skip(CaseChat, "the registration takes no Chat messages")
 		skip(CaseChatStreamed, "the registration takes no Chat messages")
@@ -411,7 +411,8 @@ func (c *checker) expectStatus(ctx context.Context, req Request, secret string, 
 	return nil
 }
 
-// call sends a signed request and reads its answer as a host does, counting a stream's lines.
+// call sends a signed request and reads its answer as a host does, counting a stream's parts
+// (its deltas and the answer; 1 for an answer that is not streamed).
 func (c *checker) call(ctx context.Context, req *Request, secret string) (*Answer, int, error) {
 	resp, err := c.post(ctx, *req, secret, nil)
 	if err != nil {
@@ -421,15 +422,15 @@ func (c *checker) call(ctx context.Context, req *Request, secret string) (*Answe
 	if resp.StatusCode != http.StatusOK {
 		return nil, 0, fmt.Errorf("answered %d, want 200", resp.StatusCode)
 	}
-	lines := 0
-	ans, err := readAnswer(resp, func(string) { lines++ })
+	deltas := 0
+	ans, err := readAnswer(resp, func(string) { deltas++ })
 	if errors.Is(err, errAnswerCut) {
 		return nil, 0, err
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("not a protocol answer: %w", err)
 	}
-	return ans, lines + 1, nil
+	return ans, deltas + 1, nil
 }
 
 // state sends a request with a state and checks that a state the agent answers is JSON.

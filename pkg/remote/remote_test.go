@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,14 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case req.Type == "Webhook":
 		answer(map[string]any{"response": map[string]any{"status": 201, "contentType": req.Webhook.ContentType, "bodyBase64": req.Webhook.Body}})
+	case req.Type == "Chat" && req.Stream && req.Message.Text == "events":
+		// Server-sent events, with what a stream may hold besides data.
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, d := range []string{"You ", "said: ", req.Message.Text} {
+			fmt.Fprintf(w, ": a comment\nevent: delta\ndata: {\"delta\":%q}\n\n", d)
+			w.(http.Flusher).Flush()
+		}
+		fmt.Fprintf(w, "event: answer\ndata: {\"reply\":\ndata: {\"text\":%q}}\n\n", "You said: "+req.Message.Text)
 	case req.Type == "Chat" && req.Stream:
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		for _, d := range []string{"You ", "said: ", req.Message.Text} {
@@ -207,26 +216,29 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 		require.Equal(t, http.StatusOK, status)
 		assert.Equal(t, "You said: hello", ans["response"].(map[string]any)["text"])
 	})
-	t.Run("streamed chat", func(t *testing.T) {
-		req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?workflow=Remo&type=Chat&text=hello&participantId=ada", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+s.Key)
-		req.Header.Set("Accept", "text/event-stream")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
-		var deltas []string
-		for _, line := range strings.Split(string(b), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: {\"delta\":"); ok {
-				deltas = append(deltas, strings.TrimSuffix(d, "}"))
+	// The endpoint streams "hello" as NDJSON and "events" as server-sent events.
+	for _, text := range []string{"hello", "events"} {
+		t.Run("streamed chat "+text, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, s.URL+"/api/user/rest/converse?workflow=Remo&type=Chat&participantId=ada&text="+text, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+s.Key)
+			req.Header.Set("Accept", "text/event-stream")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+			var deltas []string
+			for _, line := range strings.Split(string(b), "\n") {
+				if d, ok := strings.CutPrefix(line, "data: {\"delta\":"); ok {
+					deltas = append(deltas, strings.TrimSuffix(d, "}"))
+				}
 			}
-		}
-		assert.Equal(t, []string{`"You "`, `"said: "`, `"hello"`}, deltas, "%s", b)
-		assert.Contains(t, string(b), "event: message")
-		assert.Contains(t, string(b), "You said: hello")
-	})
+			assert.Equal(t, []string{`"You "`, `"said: "`, strconv.Quote(text)}, deltas, "%s", b)
+			assert.Contains(t, string(b), "event: message")
+			assert.Contains(t, string(b), "You said: "+text)
+		})
+	}
 	ep.mu.Lock()
 	assert.Zero(t, ep.badSigs, "every request is signed")
 	ep.mu.Unlock()

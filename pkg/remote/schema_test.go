@@ -34,7 +34,7 @@ func TestProtocolSchema(t *testing.T) {
 		"$schema":     "https://json-schema.org/draft/2020-12/schema",
 		"$id":         "https://agentbus.dev/schemas/remote-agent-protocol-1.json",
 		"title":       "agentbus remote agent protocol, version 1",
-		"description": "A workflow host POSTs a Request (JSON, signed per Standard Webhooks) to a remote agent's URL; the agent answers with an Answer, or with NDJSON lines of {\"delta\": text} ending with an Answer when the request has stream: true. docs/remote-agents.md describes every field.",
+		"description": "A workflow host POSTs a Request (JSON, signed per Standard Webhooks) to a remote agent's URL; the agent answers with an Answer, or, when the request has stream: true, with {\"delta\": text} objects ending with an Answer, as NDJSON lines or as the data of server-sent events. docs/remote-agents.md describes every field.",
 		"$defs":       defs,
 	}
 	var b bytes.Buffer
