@@ -25,6 +25,12 @@ const relayConsumer = "timer-relay"
 // relayAckWait is how long a relaying host may take before another gets the fired request.
 const relayAckWait = 10 * time.Second
 
+// relayPullExpiry bounds each request a relaying host makes for fired timers. The server answers
+// a waiting request with heartbeats (every half of it) and nats.go asks again when they stop, so a
+// request the server no longer holds delays fired timers by at most about this long, not by the
+// default expiry of 30 s.
+const relayPullExpiry = 5 * time.Second
+
 // RequestID is the request id of what a schedule sent when it fired with the given stream
 // sequence: the same for every relay of that firing, new for the next.
 func RequestID(name string, seq uint64) string {
@@ -46,7 +52,8 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating the timer relay consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { s.relay(ctx, log, m) }, jetstream.PullMaxMessages(64))
+	cc, err := cons.Consume(func(m jetstream.Msg) { s.relay(ctx, log, m) }, jetstream.PullMaxMessages(64),
+		jetstream.PullExpiry(relayPullExpiry))
 	if err != nil {
 		return fmt.Errorf("relaying timers: %w", err)
 	}
