@@ -29,7 +29,11 @@ var scanIdle = 2 * time.Second
 // concurrent writes, so nats.go's ListKeys and a watcher's first nil can end a listing early.
 // Scan instead asks the stream's leader which keys hold a message once the watch has begun, and
 // reads the watch until it has delivered each of them; a key whose message went away unseen (a
-// bucket with a TTL) is read directly after a pause of the watch.
+// bucket with a TTL) is read directly after a pause of the watch. In a replicated bucket the
+// watch's consumer may run on a replica that lags behind the leader, and begin with a key's
+// older entry (a value the leader already holds a delete marker for): Scan also asks the leader
+// for the newest revision of a matching key and reads the watch until it has delivered that
+// revision or a later one, and with it every entry before it.
 func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, filters []string, fn func(jetstream.KeyValueEntry) error) error {
 	if len(filters) == 0 {
 		filters = []string{">"}
@@ -39,20 +43,24 @@ func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, fi
 		return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
 	}
 	defer func() { _ = w.Stop() }()
-	waiting, err := keysHeld(ctx, js, kv.Bucket(), filters)
+	waiting, newest, err := keysHeld(ctx, js, kv.Bucket(), filters)
 	if err != nil {
 		return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
 	}
+	var seen uint64 // the newest revision the watch delivered
 	// direct holds the revisions of the keys read directly: the watch's older entries of them
 	// are not given.
 	direct := make(map[string]uint64)
 	idle := time.NewTimer(scanIdle)
 	defer idle.Stop()
-	for len(waiting) > 0 {
+	for len(waiting) > 0 || seen < newest {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("reading bucket %s: %w", kv.Bucket(), ctx.Err())
 		case <-idle.C:
+			if len(waiting) == 0 {
+				return nil // the newest revision went away unseen (a TTL, a purge)
+			}
 			if err := readDirectly(ctx, kv, waiting, direct, fn); err != nil {
 				return err
 			}
@@ -65,6 +73,7 @@ func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, fi
 			if e == nil {
 				continue // the watch's own marker: not to be relied on
 			}
+			seen = max(seen, e.Revision())
 			if rev, ok := direct[e.Key()]; ok && e.Revision() <= rev {
 				continue
 			}
@@ -79,24 +88,33 @@ func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, fi
 }
 
 // keysHeld returns the keys of the bucket that match one of filters and hold a message (a value
-// or a delete marker), as the stream's leader answers.
-func keysHeld(ctx context.Context, js jetstream.JetStream, bucket string, filters []string) (map[string]bool, error) {
-	stream, err := js.Stream(ctx, "KV_"+bucket)
+// or a delete marker), and the newest revision of those keys, as the stream's leader answers.
+func keysHeld(ctx context.Context, js jetstream.JetStream, bucket string, filters []string) (keys map[string]bool, newest uint64, err error) {
+	name := "KV_" + bucket
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	prefix := "$KV." + bucket + "."
-	keys := make(map[string]bool)
+	keys = make(map[string]bool)
 	for _, f := range filters {
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+f))
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for subj := range info.State.Subjects {
 			keys[strings.TrimPrefix(subj, prefix)] = true
 		}
+		if len(info.State.Subjects) == 0 {
+			continue
+		}
+		last, err := leaderLastSeq(ctx, js.Conn(), name, prefix+f)
+		if err != nil {
+			return nil, 0, err
+		}
+		newest = max(newest, last)
 	}
-	return keys, nil
+	return keys, newest, nil
 }
 
 // readDirectly reads the keys Scan still waits for from the bucket, gives fn those that hold a

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 type msgGetRequest struct {
 	Seq        uint64 `json:"seq,omitempty"`
 	NextBySubj string `json:"next_by_subj,omitempty"`
+	LastBySubj string `json:"last_by_subj,omitempty"`
 }
 
 type msgGetResponse struct {
@@ -54,6 +56,32 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, ne
 		return nil, fmt.Errorf("reading message %d of %s: %w", seq, stream, err)
 	}
 	return decodeMsgGet(msg.Data, stream, seq)
+}
+
+// leaderLastSeq returns the sequence of the newest message of a stream whose subject matches
+// filter (wildcards allowed), as the stream's leader answers; 0 when there is none.
+func leaderLastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
+	req, err := json.Marshal(msgGetRequest{LastBySubj: filter})
+	if err != nil {
+		return 0, fmt.Errorf("encoding message get: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
+	if err != nil {
+		return 0, fmt.Errorf("reading the last message of %s on %s: %w", stream, filter, err)
+	}
+	m, err := decodeMsgGet(msg.Data, stream, 0)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
 }
 
 // decodeMsgGet reads the answer of a STREAM.MSG.GET request for the message at seq of stream.
