@@ -269,8 +269,8 @@ func (s *Store) pull(ctx context.Context, sub *Subscription, src source) error {
 // (with nats.go's default heartbeat, after 30 s) and pull asks again with a new iterator. A new
 // one, not the same: were the request only slow to be answered, the same iterator would have two
 // requests at the server, and an event for the second could find its one-message buffer holding
-// a heartbeat and be dropped. The server gives nothing to the old iterator's requests once its
-// subscription is gone, which Stop ends right after.
+// a heartbeat and be dropped. The old iterator is drained first: the server gives nothing to its
+// requests once its subscription is gone, and an event that came at the last moment is handled.
 func (s *Store) consume(ctx context.Context, sub *Subscription, src string, cons jetstream.Consumer) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
@@ -279,6 +279,16 @@ func (s *Store) consume(ctx context.Context, sub *Subscription, src string, cons
 	defer it.Stop()
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			it.Drain()
+			for {
+				m, derr := it.Next(jetstream.NextContext(ctx))
+				if derr != nil {
+					break // drained (ErrMsgIteratorClosed), or stopping
+				}
+				s.handle(ctx, sub, src, m)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("pulling events: %w", err)
 		}
