@@ -111,6 +111,67 @@ func TestScanReadsWhatItsWatchDoesNotDeliver(t *testing.T) {
 	assert.Equal(t, []string{"a=a", "c=c"}, got)
 }
 
+// laggingWatch is a bucket whose watches deliver what a watch on a replica that lags behind the
+// leader would: first the entries it recorded before the bucket's last writes, then, a moment
+// later, those writes.
+type laggingWatch struct {
+	jetstream.KeyValue
+	stale, later []jetstream.KeyValueEntry
+}
+
+func (l laggingWatch) WatchFiltered(context.Context, []string, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	ch := make(chan jetstream.KeyValueEntry, len(l.stale)+len(l.later)+1)
+	for _, e := range l.stale {
+		ch <- e
+	}
+	ch <- nil // the watch's own marker, as a lagging watch sends it
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		for _, e := range l.later {
+			ch <- e
+		}
+	}()
+	return silentWatcher{ch}, nil
+}
+
+// TestScanWaitsForTheLeadersNewestRevision: a watch that begins with a key's entry older than
+// what the leader holds (its value, where the leader holds a delete marker or a newer value) is
+// read until it delivered the leader's newest revision, so the listing holds the current entries.
+func TestScanWaitsForTheLeadersNewestRevision(t *testing.T) {
+	_, js, ctx := withStream(t, "UNUSED", "unused.>")
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lag"})
+	require.NoError(t, err)
+	for _, k := range []string{"a", "b", "gone"} {
+		_, err := kv.Put(ctx, k, []byte(k))
+		require.NoError(t, err)
+	}
+	// What a replica that has not applied the last two writes delivers first.
+	w, err := kv.WatchAll(ctx)
+	require.NoError(t, err)
+	defer func() { _ = w.Stop() }()
+	var stale, later []jetstream.KeyValueEntry
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		stale = append(stale, e)
+	}
+	require.NoError(t, kv.Delete(ctx, "gone"))
+	_, err = kv.Put(ctx, "b", []byte("b2"))
+	require.NoError(t, err)
+	for len(later) < 2 {
+		later = append(later, <-w.Updates())
+	}
+
+	entries, err := bus.Entries(ctx, js, laggingWatch{KeyValue: kv, stale: stale, later: later})
+	require.NoError(t, err)
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Key()+"="+string(e.Value()))
+	}
+	assert.Equal(t, []string{"a=a", "b=b2"}, got, "the current entries, not the lagging watch's first ones")
+}
+
 // followed runs bus.Follow on a watch of kv up to upTo and returns a channel of the keys it
 // applies, each with "*" when applied while loading, the loaded channel, and a stop that ends
 // the watch and waits for Follow to return.
