@@ -108,11 +108,14 @@ func keysHeld(ctx context.Context, js jetstream.JetStream, bucket string, filter
 		if len(info.State.Subjects) == 0 {
 			continue
 		}
-		last, err := leaderLastSeq(ctx, js.Conn(), name, prefix+f)
-		if err != nil {
+		last, err := LeaderLast(ctx, js.Conn(), name, prefix+f)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound): // gone since the info was read
+		case err != nil:
 			return nil, 0, err
+		default:
+			newest = max(newest, last.Sequence)
 		}
-		newest = max(newest, last)
 	}
 	return keys, newest, nil
 }

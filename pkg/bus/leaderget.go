@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -42,7 +41,13 @@ type msgGetResponse struct {
 // Unlike a direct get, which any replica may answer from a state that lags behind, it sees every
 // message the stream holds at the time of the call, so its answer may be relied on for ordering.
 func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, nextBySubject string) (*jetstream.RawStreamMsg, error) {
-	req, err := json.Marshal(msgGetRequest{Seq: seq, NextBySubj: nextBySubject})
+	return leaderMsgGet(ctx, nc, stream, msgGetRequest{Seq: seq, NextBySubj: nextBySubject})
+}
+
+// leaderMsgGet sends a STREAM.MSG.GET request to the stream's leader, bounded by 5 s when ctx
+// has no deadline, and reads its answer.
+func leaderMsgGet(ctx context.Context, nc *nats.Conn, stream string, r msgGetRequest) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("encoding message get: %w", err)
 	}
@@ -53,35 +58,12 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, ne
 	}
 	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
 	if err != nil {
-		return nil, fmt.Errorf("reading message %d of %s: %w", seq, stream, err)
+		if r.LastBySubj != "" {
+			return nil, fmt.Errorf("reading the last message of %s on %s: %w", stream, r.LastBySubj, err)
+		}
+		return nil, fmt.Errorf("reading message %d of %s: %w", r.Seq, stream, err)
 	}
-	return decodeMsgGet(msg.Data, stream, seq)
-}
-
-// leaderLastSeq returns the sequence of the newest message of a stream whose subject matches
-// filter (wildcards allowed), as the stream's leader answers; 0 when there is none.
-func leaderLastSeq(ctx context.Context, nc *nats.Conn, stream, filter string) (uint64, error) {
-	req, err := json.Marshal(msgGetRequest{LastBySubj: filter})
-	if err != nil {
-		return 0, fmt.Errorf("encoding message get: %w", err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
-	if err != nil {
-		return 0, fmt.Errorf("reading the last message of %s on %s: %w", stream, filter, err)
-	}
-	m, err := decodeMsgGet(msg.Data, stream, 0)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return m.Sequence, nil
+	return decodeMsgGet(msg.Data, stream, r.Seq)
 }
 
 // decodeMsgGet reads the answer of a STREAM.MSG.GET request for the message at seq of stream.

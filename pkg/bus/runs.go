@@ -2,9 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,24 +23,10 @@ func ensureRuns(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstr
 	})
 }
 
-// LeaderLast reads the last message of a stream on a subject from the stream's leader, which has
-// every message stored so far (a direct get may be answered by a replica that lags). It answers
-// jetstream.ErrMsgNotFound when the subject has none.
+// LeaderLast reads the last message of a stream on a subject (wildcards allowed: the newest of
+// those matching) from the stream's leader, which has every message stored so far (a direct get
+// may be answered by a replica that lags). It answers jetstream.ErrMsgNotFound when the subject
+// has none.
 func LeaderLast(ctx context.Context, nc *nats.Conn, stream, subj string) (*jetstream.RawStreamMsg, error) {
-	req, err := json.Marshal(struct {
-		LastBySubj string `json:"last_by_subj"`
-	}{subj})
-	if err != nil {
-		return nil, fmt.Errorf("encoding message get: %w", err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
-	if err != nil {
-		return nil, fmt.Errorf("reading the last message of %s: %w", stream, err)
-	}
-	return decodeMsgGet(msg.Data, stream, 0)
+	return leaderMsgGet(ctx, nc, stream, msgGetRequest{LastBySubj: subj})
 }
