@@ -1,14 +1,11 @@
 package schedule_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -123,25 +120,12 @@ func TestRecurringTimerFiresWithNewRequestIDs(t *testing.T) {
 // A relaying host's request for fired timers that never reaches the server (here: dropped on its
 // way) delays a timer by a few seconds at most, not by the request's default expiry of 30 s.
 func TestLostRelayRequestDelaysTimersBriefly(t *testing.T) {
-	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	// The relaying host's connection loses its first request for fired timers.
+	loss := natstest.LosePullRequest(t, "relay", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	require.NoError(t, err)
-
-	// The relaying host's connection loses its first request for fired timers.
-	var requests atomic.Int64
-	next := []byte("$JS.API.CONSUMER.MSG.NEXT.")
-	proxy := &natstest.Proxy{Server: srv.Server, Drop: func(toServer bool, subj []byte) bool {
-		return toServer && bytes.HasPrefix(subj, next) && requests.Add(1) == 1
-	}}
-	rjs, err := jetstream.New(proxy.Connect(t, "relay"))
-	require.NoError(t, err)
-	rres, err := bus.Ensure(ctx, rjs, bus.Config{Partitions: 1})
-	require.NoError(t, err)
-	relay := schedule.NewStore(rres.JS, rres.Schedules)
+	res := loss.Res
+	relay := schedule.NewStore(loss.Lossy.JS, loss.Lossy.Schedules)
 	rctx, stop := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)
 	go func() { relayed <- relay.Relay(rctx, slog.New(slog.DiscardHandler)) }()
@@ -155,7 +139,7 @@ func TestLostRelayRequestDelaysTimersBriefly(t *testing.T) {
 	require.Len(t, got, 1, "the timer is relayed")
 	late := time.Since(due)
 	t.Logf("relayed within %v of its time; %d requests for fired timers, %d dropped", late.Round(time.Millisecond),
-		requests.Load(), proxy.Dropped.Load())
-	assert.EqualValues(t, 1, proxy.Dropped.Load(), "the first request was dropped")
+		loss.Requests.Load(), loss.Proxy.Dropped.Load())
+	assert.EqualValues(t, 1, loss.Proxy.Dropped.Load(), "the first request was dropped")
 	assert.Less(t, late, 12*time.Second)
 }

@@ -1,7 +1,6 @@
 package subscription_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -255,30 +253,17 @@ func TestCreateValidatesAndLimits(t *testing.T) {
 // delivery up only until the missing heartbeats tell the deliverer to ask again: a few seconds,
 // not the request's expiry of 30 s.
 func TestLostRequestForTheNextEvent(t *testing.T) {
-	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	// The deliverer's connection loses its third request for the next event.
+	loss := natstest.LosePullRequest(t, "deliverer", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
-	require.NoError(t, err)
+	res := loss.Res
 	hist := history.NewStore(res.Messages, res.Topics, res.JS)
 	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
 	require.NoError(t, err)
 	cfg := subscription.Config{Allow: allow}
 	setup := subscription.NewStore(res, cfg)
-
-	// The deliverer's connection loses its third request for the next event.
-	var requests atomic.Int64
-	next := []byte("$JS.API.CONSUMER.MSG.NEXT.")
-	proxy := &natstest.Proxy{Server: srv.Server, Drop: func(toServer bool, subj []byte) bool {
-		return toServer && bytes.HasPrefix(subj, next) && requests.Add(1) == 3
-	}}
-	djs, err := jetstream.New(proxy.Connect(t, "deliverer"))
-	require.NoError(t, err)
-	dres, err := bus.Ensure(ctx, djs, bus.Config{Partitions: 1})
-	require.NoError(t, err)
-	f := &fixture{res: dres, store: subscription.NewStore(dres, cfg), hist: hist}
+	f := &fixture{res: loss.Lossy, store: subscription.NewStore(loss.Lossy, cfg), hist: hist}
 
 	rcv := newReceiver(t, nil)
 	sub, err := setup.Create(ctx, "acme", subscription.New{URL: rcv.URL + "/hook", Events: []string{subscription.MessageIncoming}})
@@ -293,8 +278,8 @@ func TestLostRequestForTheNextEvent(t *testing.T) {
 	require.Eventually(t, func() bool { return len(rcv.deliveries()) == n }, 15*time.Second, 20*time.Millisecond,
 		"every event delivered, though a request for one was lost")
 	t.Logf("%d events delivered in %v; %d requests for the next event, %d dropped", n,
-		time.Since(start).Round(time.Millisecond), requests.Load(), proxy.Dropped.Load())
-	assert.EqualValues(t, 1, proxy.Dropped.Load(), "the third request was dropped")
+		time.Since(start).Round(time.Millisecond), loss.Requests.Load(), loss.Proxy.Dropped.Load())
+	assert.EqualValues(t, 1, loss.Proxy.Dropped.Load(), "the third request was dropped")
 	for i, d := range rcv.deliveries() {
 		assert.Equal(t, fmt.Sprint("in m", i), d.text, "in order")
 	}
