@@ -274,19 +274,23 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		cfg jetstream.KeyValueConfig
 		// fromLeader makes every read go to the bucket's stream leader. NATS answers KV reads
 		// from any replica by default ("direct get"), and a replica may not have applied the
-		// latest write yet, notably just after a node restarts or the leader changes. The
-		// buckets whose reads decide whether a request already ran must not read stale.
+		// latest write yet: under load, just after a node restarts or the leader changes, or
+		// while it is cut off from the others. The buckets whose reads decide whether a
+		// request already ran must not read stale, nor those whose records an API call may
+		// read right after another wrote them (a key revoked or a tenant used right after it
+		// was created). Those read often (hosts, topics) keep direct gets; the hot paths of
+		// the others read watches, not gets.
 		fromLeader bool
 	}{
-		{&r.Keys, jetstream.KeyValueConfig{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5}, false},
-		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}, false},
+		{&r.Keys, jetstream.KeyValueConfig{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5}, true},
+		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}, true},
 		{&r.Instances, jetstream.KeyValueConfig{Bucket: subject.InstancesBucket, Description: "workflow instances and agent state"}, true},
-		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}, false},
+		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}, true},
 		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}, false},
 		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}, true},
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
-		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, false},
-		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, false},
+		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, true},
+		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, true},
 		{&r.Tenures, jetstream.KeyValueConfig{Bucket: subject.TenuresBucket, Description: "takeovers of each inbox partition from hosts taken for dead"}, true},
 	}
 	for _, kv := range kvs {

@@ -32,11 +32,31 @@ type Cluster struct {
 // every server. It shuts down when the test ends.
 func NewCluster(t testing.TB, size int) *Cluster {
 	t.Helper()
+	return newCluster(t, size, nil)
+}
+
+// NewClusterWithCut starts a cluster as NewCluster does whose last server's routes pass through
+// the returned RouteCut, which can cut that server off from the others.
+func NewClusterWithCut(t testing.TB, size int) (*Cluster, *RouteCut) {
+	t.Helper()
+	require.GreaterOrEqual(t, size, 2, "cluster size")
+	cut := newRouteCut(t)
+	return newCluster(t, size, cut), cut
+}
+
+func newCluster(t testing.TB, size int, cut *RouteCut) *Cluster {
+	t.Helper()
 	require.Positive(t, size, "cluster size")
 	ports := freePorts(t, size)
-	routes := make([]string, size)
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", p)
+	routes := make([][]string, size) // each server's
+	for i := range size {
+		for j, p := range ports {
+			routes[i] = append(routes[i], fmt.Sprintf("nats://127.0.0.1:%d", p))
+			if cut != nil && (i == size-1) != (j == size-1) {
+				// The last server reaches the others, and they reach it, only through a proxy.
+				routes[i][j] = "nats://" + cut.proxy(t, p)
+			}
+		}
 	}
 	c := &Cluster{killed: make([]bool, size)}
 	t.Cleanup(c.shutdown)
@@ -54,7 +74,11 @@ func NewCluster(t testing.TB, size int) *Cluster {
 				Host: "127.0.0.1",
 				Port: ports[i],
 			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+			Routes: server.RoutesFromStr(strings.Join(routes[i], ",")),
+		}
+		if cut != nil && i == size-1 {
+			// What the others learn of it and connect to: its proxy, as they route to it.
+			opts.Cluster.Advertise = strings.TrimPrefix(routes[0][i], "nats://")
 		}
 		ns, err := server.NewServer(opts)
 		require.NoError(t, err, "creating NATS server n%d", i+1)
