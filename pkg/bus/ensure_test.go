@@ -59,3 +59,40 @@ func TestEnsureKeepsPartitionsOfAFullInbox(t *testing.T) {
 	require.NoError(t, err, "a drained inbox may change, whatever markers it holds")
 	assert.Equal(t, 8, partitions())
 }
+
+// TestEnsureMakesExistingBucketsReadFromTheLeader: buckets declared as nats.go declares them
+// (direct gets on, as every bucket but instances, results and tenures was before it read from
+// its leader) keep their records when Ensure declares them again without direct gets.
+func TestEnsureMakesExistingBucketsReadFromTheLeader(t *testing.T) {
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, c := range []jetstream.KeyValueConfig{
+		{Bucket: subject.KeysBucket, Description: "API keys by SHA-256 hash", History: 5},
+		{Bucket: subject.TenantsBucket, Description: "tenants"},
+		{Bucket: subject.RegistryBucket, Description: "registered agents and methods"},
+		{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"},
+		{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"},
+	} {
+		c.Storage = jetstream.FileStorage
+		kv, err := js.CreateOrUpdateKeyValue(ctx, c)
+		require.NoError(t, err, c.Bucket)
+		_, err = kv.PutString(ctx, "k", "kept")
+		require.NoError(t, err, c.Bucket)
+	}
+
+	res, err := bus.Ensure(ctx, js, bus.Config{})
+	require.NoError(t, err)
+	buckets := []jetstream.KeyValue{res.Keys, res.Tenants, res.Registry, res.Subscriptions, res.RemoteAgents}
+	for _, kv := range buckets {
+		s, err := js.Stream(ctx, "KV_"+kv.Bucket())
+		require.NoError(t, err)
+		assert.False(t, s.CachedInfo().Config.AllowDirect, "%s still answers direct gets", kv.Bucket())
+		e, err := kv.Get(ctx, "k")
+		if assert.NoError(t, err, kv.Bucket()) {
+			assert.Equal(t, "kept", string(e.Value()), kv.Bucket())
+		}
+	}
+}
