@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // File is an uploaded file as a File handler sees it. Ingress has decoded and checked the
@@ -36,7 +38,7 @@ func (f *File) Bytes(ctx context.Context) ([]byte, error) {
 	if f.Empty || f.Invalid || f.object == "" {
 		return nil, nil
 	}
-	b, err := f.store.GetBytes(ctx, f.object)
+	b, err := bus.ReadObject(ctx, f.store, f.object)
 	if err != nil {
 		return nil, fmt.Errorf("reading file %s: %w", f.Name, err)
 	}

@@ -51,22 +51,23 @@ func (b *Blobs) Put(ctx context.Context, name string, data []byte) (*agentbusv1.
 
 // Get reads the bytes a reference points at and checks them against it.
 func (b *Blobs) Get(ctx context.Context, ref *agentbusv1.BlobRef) ([]byte, error) {
-	data, err := b.read(ctx, ref)
+	data, err := ReadObject(ctx, b.store, ref.GetName())
 	if err != nil {
 		return nil, fmt.Errorf("reading blob %s: %w", ref.GetName(), err)
 	}
 	sum := sha256.Sum256(data)
-	if hex.EncodeToString(sum[:]) != ref.GetSha256() {
+	if int64(len(data)) != ref.GetSize() || hex.EncodeToString(sum[:]) != ref.GetSha256() {
 		return nil, fmt.Errorf("reading blob %s: %w", ref.GetName(), ErrBlobCorrupt)
 	}
 	return data, nil
 }
 
-// read reads a blob into a buffer of the size the store records for it, which must be the
-// reference's: one allocation, where the store's GetBytes grows a buffer from nothing and copies
-// what it read at each step (megabytes, for a large request).
-func (b *Blobs) read(ctx context.Context, ref *agentbusv1.BlobRef) ([]byte, error) {
-	obj, err := b.store.Get(ctx, ref.GetName())
+// ReadObject reads an object of store whole, into a buffer of the size the store records for
+// it: one allocation, where nats.go's GetBytes grows a buffer from nothing and copies what it
+// read at each step (megabytes, for a large request or file). Reading on to the object's end
+// makes the store check its digest.
+func ReadObject(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+	obj, err := store.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -75,20 +76,16 @@ func (b *Blobs) read(ctx context.Context, ref *agentbusv1.BlobRef) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	if info.Size != uint64(ref.GetSize()) || ref.GetSize() < 0 {
-		return nil, ErrBlobCorrupt
-	}
 	data := make([]byte, info.Size)
 	if _, err := io.ReadFull(obj, data); err != nil {
 		return nil, err
 	}
-	// Reading on to its end makes the store check the object's digest.
 	var more [1]byte
 	for {
 		n, err := obj.Read(more[:])
 		switch {
 		case n > 0:
-			return nil, ErrBlobCorrupt
+			return nil, fmt.Errorf("object %s is longer than its recorded %d bytes", name, info.Size)
 		case errors.Is(err, io.EOF):
 			return data, nil
 		case err != nil:
