@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // TestBucketsReadNothingStaleFromACutOffReplica: a replica of a bucket that does not hear from
@@ -70,7 +71,7 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, "%s through the server to be cut off", name)
 	}
 
-	// The cut lasts about a second: a replica that hears nothing from its leader for some
+	// The cut lasts two to three seconds: a replica that hears nothing from its leader for some
 	// seconds more stands for election and stops answering direct gets.
 	cut.Cut()
 	for name, kv := range all {
@@ -142,7 +143,7 @@ func leadElsewhere(ctx context.Context, t *testing.T, js jetstream.JetStream, st
 			return
 		}
 		if info.Cluster.Leader == avoid {
-			_, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil)
+			_, err := js.Conn().RequestWithContext(ctx, subject.StreamStepdownAPI(stream), nil)
 			assert.NoError(c, err)
 		}
 		assert.NotEqual(c, avoid, info.Cluster.Leader)

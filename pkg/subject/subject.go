@@ -383,6 +383,10 @@ func AckReply(stream, consumer string, seq, consumerSeq uint64) string {
 // partition must see every request still in the stream.
 func StreamMsgGetAPI(stream string) string { return "$JS.API.STREAM.MSG.GET." + stream }
 
+// StreamStepdownAPI is the JetStream API subject that asks a stream's leader to step down, so
+// that another replica leads.
+func StreamStepdownAPI(stream string) string { return "$JS.API.STREAM.LEADER.STEPDOWN." + stream }
+
 // ClaimName is the object name of a claim-checked payload ("request" or "reply") of a request.
 func ClaimName(tenant, requestID, part string) string {
 	return tenant + "/" + Token(requestID) + "/" + part
