@@ -28,3 +28,6 @@ func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
 	statsDeadline = d
 	t.Cleanup(func() { statsDeadline = old })
 }
+
+// ListenSendBuffer is the kernel send buffer a listen stream's connection is given.
+const ListenSendBuffer = listenSendBuffer

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -522,6 +523,21 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
+// connKey is the context key of the connection a request came on (withConn).
+type connKey struct{}
+
+// withConn is HTTPServer's ConnContext: it keeps each connection in its requests' context, for
+// the handlers that set options on it (limitSendBuffer).
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// connOf is the connection of a request served by HTTPServer, or nil.
+func connOf(ctx context.Context) net.Conn {
+	c, _ := ctx.Value(connKey{}).(net.Conn)
+	return c
+}
+
 // HTTPServer returns an http.Server for the API with timeouts that fit the configuration: slow
 // clients cannot hold connections, a webhook may wait its whole timeout for the handler, and a
 // shutdown marks the server draining (Drain) and ends open event streams instead of waiting for
@@ -534,6 +550,7 @@ func (s *Server) HTTPServer() *http.Server {
 		WriteTimeout:      max(s.cfg.WebhookTimeout, maxWaitSecs*time.Second) + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    hardHeaderBytes, // limitHeaders refuses more than maxHeaderBytes
+		ConnContext:       withConn,
 	}
 	hs.RegisterOnShutdown(s.Drain)
 	hs.RegisterOnShutdown(s.CloseStreams)
