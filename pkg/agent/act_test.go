@@ -137,6 +137,7 @@ func TestReminderSurvivesRestart(t *testing.T) {
 
 // tick posts every second until stopped; stopping cancels its timer.
 func TestTickStartsAndStops(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, body := sendData(t, s, echo.Name, "tick", "ada", "tick", map[string]any{"seconds": 1})
 	require.Equal(t, http.StatusOK, status, "%s", body)

@@ -23,6 +23,7 @@ import (
 // three-node cluster whose streams and buckets have three replicas, all succeed (the subtests).
 // At the end it logs how many writes the cluster refused as conflicts.
 func TestConflictsOnReplicatedBus(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-node NATS cluster")
 	}

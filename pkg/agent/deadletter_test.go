@@ -209,6 +209,7 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 // An instance with no message for the idle timeout is completed: the next message starts a new
 // run with fresh state.
 func TestIdleInstanceStartsANewRun(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Host: agent.HostConfig{IdleTimeout: 700 * time.Millisecond}})
 	wf := "default:Echo:Supervisor Workflow:idle"
 	_, _, b := post(t, s, wf, "count", "")

@@ -26,6 +26,7 @@ import (
 // A host dies while handling a request: the survivor runs it again as soon as it takes the
 // partition over (the dead host's heartbeat is DeadAfter old), not after the ack wait.
 func TestCrashedHostsRequestComesBackAtOnce(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	const ackWait = 30 * time.Second
 	s, doomed, crash := startDoomedOwner(t, sa, ackWait)
@@ -126,6 +127,7 @@ func stateCount(t *testing.T, s *stacktest.Stack, wf string) int {
 // request; the paused host's lease lapsed, and its late state write is refused. The state counts
 // the request once.
 func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
+	t.Parallel()
 	fa := newIncAgent("Fence")
 	const ackWait = 30 * time.Second
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{fa.agent()},
@@ -172,6 +174,7 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 // runs its agent is not fenced: nothing took its partitions over, so when it is back its paused
 // handler's state write lands, and the request is answered once.
 func TestLapsedLeaseWithoutTakeoverGoesOn(t *testing.T) {
+	t.Parallel()
 	fa := newIncAgent("Alone")
 	fa.paused.Store("alone")
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})

@@ -62,6 +62,7 @@ func countOf(t *testing.T, b []byte) countReply {
 }
 
 func TestContinueAsNewCarriesState(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{ContinueAsNewEvents: 3})
 	wf := "Echo:Conversational"
 	var runs []string
@@ -102,6 +103,7 @@ func TestConcurrentStartersShareOneRun(t *testing.T) {
 }
 
 func TestHandlerFailuresAndLargeReplies(t *testing.T) {
+	t.Parallel()
 	a := agent.New("Edge")
 	a.WebhookFunc("panic", func(context.Context, *agent.WebhookRequest) agent.Response { panic("secret internal detail") })
 	a.WebhookFunc("badstatus", func(context.Context, *agent.WebhookRequest) agent.Response { return agent.Status(99) })

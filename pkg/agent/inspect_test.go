@@ -21,6 +21,7 @@ import (
 // the new owner holds the conversation's next request back, and says it waits for the earlier
 // one, which the leaving host still runs; the requests behind it are queued.
 func TestInspectShowsTheRequestHeldElsewhere(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{ID: "stays"}})
 	leaving, _, cancel := startSeqOwner(t, s, sa, "stays", agent.HostConfig{})

@@ -21,6 +21,7 @@ import (
 // its watch shows as silent, even when that host is paused; once the watch has caught up it
 // does, and the paused host, back, is fenced: the request changes the state once.
 func TestLaggingWatchTakesNothingOver(t *testing.T) {
+	t.Parallel()
 	fa := newIncAgent("Lag")
 	const ackWait = 30 * time.Second
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1}) // no host of its own

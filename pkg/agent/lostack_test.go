@@ -26,6 +26,7 @@ import (
 // again, and the conversation's next request runs at once instead of after the ack wait, and
 // the finished one does not run twice.
 func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
+	t.Parallel()
 	const ackWait = 10 * time.Second
 	s, sa, _ := stepWithLostAck(t, ackWait, step)
 
@@ -51,6 +52,7 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 // request ran and more than the partition's last 32 acknowledgements later. The host, which
 // acknowledged it, acknowledges the copy again: the request does not run twice, nor out of order.
 func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
+	t.Parallel()
 	const ackWait = 4 * time.Second
 	s, sa, _ := stepWithLostAck(t, ackWait, step)
 
@@ -69,6 +71,7 @@ func TestLostAcknowledgementDoesNotRunARequestTwice(t *testing.T) {
 // never saw it, after the conversation's next request ran. The thread's newest record is that
 // later request's: the new owner acknowledges the copy without running it.
 func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
+	t.Parallel()
 	const ackWait = 4 * time.Second
 	s, sa, stop := stepWithLostAck(t, ackWait, step)
 
@@ -88,6 +91,7 @@ func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
 // does once it acknowledged the request. Its own record is its thread's newest: it was finished,
 // and is acknowledged, not dead-lettered for a missing claim nor run again.
 func TestLostAcknowledgementOfAClaimCheckedRequest(t *testing.T) {
+	t.Parallel()
 	const ackWait = 4 * time.Second
 	s, sa, stop := stepWithLostAck(t, ackWait, claimStep)
 

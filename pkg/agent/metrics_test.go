@@ -89,6 +89,7 @@ func outcome(agentName, kind, method, o string) map[string]string {
 // A host given a registry counts each handler's runs and outcomes, the partitions it owns, the
 // instances it holds and the requests waiting in its partitions.
 func TestHostMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	s := stacktest.Start(t, stacktest.Options{Host: agent.HostConfig{Metrics: reg}})
 
@@ -218,6 +219,7 @@ func TestHostMetricsCached(t *testing.T) {
 // A host that crashes while its handler runs leaves the request unacknowledged; JetStream
 // delivers it again to the partition's next owner, which counts one redelivery and runs it.
 func TestHostMetricsRedelivered(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	sa := &seqAgent{}
 	const ackWait = time.Second

@@ -304,6 +304,7 @@ func idOwning(agentName string, partitions, p int, other string) string {
 // the survivor takes the partition over. The survivor runs the dead host's request first (once
 // the bus redelivers it), then the later one: the conversation is not reordered.
 func TestCrashedHostsRequestRunsFirst(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	// The ack wait is longer than the takeover (a heartbeat 3 s old), so that the dead host's
 	// request is still pending when the survivor starts pulling.
@@ -338,6 +339,7 @@ func TestCrashedHostsRequestRunsFirst(t *testing.T) {
 // each message once: the survivor read back what the dead host had stored before storing
 // anything (a plain cursor knows only the newest record, and would store the chat message again).
 func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	s, doomed, crash := startDoomedOwner(t, sa, 2*time.Second)
 
@@ -387,6 +389,7 @@ func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
 // naps); the survivor runs the request again. The caller's stream says so with a restart event
 // before the survivor's events, and what follows it is the whole answer, streamed once.
 func TestRedeliveredStreamRestarts(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	s, doomed, crash := startDoomedOwner(t, sa, 2*time.Second)
 
@@ -484,6 +487,7 @@ func sseEvents(r io.Reader) <-chan sseEvent {
 // A host that stops cleanly while a handler runs lets it finish there, gives the requests queued
 // behind it back, and the next owner runs them after it, in order, each once.
 func TestCleanHandoverKeepsOrder(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{ID: "stays"}})
 	leaving, _, cancel := startSeqOwner(t, s, sa, "stays", agent.HostConfig{})
@@ -524,6 +528,7 @@ func TestCleanHandoverKeepsOrder(t *testing.T) {
 // A handler that runs longer than the ack wait keeps its request, and so does a request queued
 // behind it: neither is delivered twice.
 func TestLongHandlerKeepsItsRequest(t *testing.T) {
+	t.Parallel()
 	sa := &seqAgent{}
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}, Host: agent.HostConfig{AckWait: 300 * time.Millisecond}})
 	step(t, s, "z", "1", "1500ms")
@@ -538,6 +543,7 @@ func TestLongHandlerKeepsItsRequest(t *testing.T) {
 // partitions without counting a takeover from one another, as none of them was taken for dead:
 // a count would fence the partition's owner the next time its lease lapsed.
 func TestHostsStartingTogetherCountNoTakeover(t *testing.T) {
+	t.Parallel()
 	const partitions = 16
 	s := stacktest.Start(t, stacktest.Options{Partitions: partitions, NoAgents: true})
 	ids := []string{"host-a", "host-b", "host-c"}

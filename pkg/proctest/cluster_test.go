@@ -25,6 +25,10 @@ import (
 // twice, nothing is dead-lettered, and the extra latency of the calls under way during each
 // election is printed.
 func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
+	// Beside the two tests of this package that need little CPU and time nothing but a stop
+	// (TestProcessesStopWithNATSGone, TestProcessesRelaysSurviveCallerHostKills); it times
+	// nothing it judges, and waits for the cluster most of its 90 s.
+	t.Parallel()
 	bins := needProcesses(t)
 	cluster := proctest.StartCluster(t, bins, 3, true)
 	sys := newSystem(t, bins, cluster.URLs(), "AGENTBUS_REPLICAS=3")

@@ -23,6 +23,7 @@ import (
 // which the callee answers with its first result instead of counting again.) The time from each
 // kill until relays were answered again is printed.
 func TestProcessesRelaysSurviveCallerHostKills(t *testing.T) {
+	t.Parallel() // beside TestProcessesSurviveNATSLeaderKills: it needs a fifth of a CPU
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
 	sys := newSystem(t, bins, nats.URL)

@@ -32,6 +32,7 @@ const longSleep = 15 * time.Second
 // at warn level what it could not hand over. When NATS comes back, a new host handles every
 // request the first one held: the inbox empties, by redelivery.
 func TestProcessesStopWithNATSGone(t *testing.T) {
+	t.Parallel() // beside TestProcessesSurviveNATSLeaderKills: it needs a third of a CPU
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{Dir: t.TempDir()})
 	sys := newSystem(t, bins, nats.URL)
