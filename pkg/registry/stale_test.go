@@ -29,7 +29,7 @@ func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // TestStaleHeartbeatIsNotLive feeds real bucket entries to a Directory with a controlled clock:
-// a host whose last heartbeat arrived more than three intervals ago is taken for dead (its
+// a host whose last heartbeat arrived more than DeadAfter ago is taken for dead (its
 // heartbeat expires from the bucket without a delete marker, so the Directory must age it out).
 func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -55,8 +55,8 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	}{
 		{name: "fresh", advance: 0, want: true},
 		{name: "one interval old", advance: HeartbeatInterval, want: true},
-		{name: "just under three intervals", advance: 2*HeartbeatInterval - time.Millisecond, want: true},
-		{name: "past three intervals", advance: 2 * time.Millisecond, want: false},
+		{name: "just under DeadAfter", advance: DeadAfter - HeartbeatInterval - time.Millisecond, want: true},
+		{name: "past DeadAfter", advance: 2 * time.Millisecond, want: false},
 	}
 	for _, tt := range tests {
 		// Subtests run in order and share the clock.
@@ -71,8 +71,8 @@ func TestStaleHeartbeatIsNotLive(t *testing.T) {
 	assert.True(t, d.Live("Echo"), "Echo not live after a fresh beat")
 }
 
-// TestStalledHeartbeatsAreReadFromTheBucket: when no heartbeat of any host has arrived for three
-// intervals, the Directory reads the known hosts' heartbeats from the bucket. What the bucket
+// TestStalledHeartbeatsAreReadFromTheBucket: when no heartbeat of any host has arrived for
+// DeadAfter, the Directory reads the known hosts' heartbeats from the bucket. What the bucket
 // holds decides (here heartbeats as old as the silence: the hosts are dead); when the bucket
 // cannot be read (its stream electing a leader, here the server gone), the hosts count as they
 // stood when the heartbeats stopped: the newest host is live, one already stale then is not.
@@ -144,7 +144,7 @@ func TestHostsStandWhileTheBucketGetsItsLeaderBack(t *testing.T) {
 
 // TestStalledWatchReadsFreshHeartbeats: heartbeats go on reaching the bucket but not the
 // Directory's watch (its consumer was on a NATS node that died). Once no heartbeat has arrived
-// for three intervals, the Directory reads them from the bucket and the host stays live; a
+// for DeadAfter, the Directory reads them from the bucket and the host stays live; a
 // Directory that cannot read the bucket takes it for dead.
 func TestStalledWatchReadsFreshHeartbeats(t *testing.T) {
 	_, hosts, entry := heartbeatBucket(t)
