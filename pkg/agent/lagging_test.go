@@ -28,7 +28,7 @@ func TestLaggingWatchTakesNothingOver(t *testing.T) {
 
 	// The taker's connection loses the heartbeats its watch would deliver while told to.
 	var lag atomic.Bool
-	heartbeats := []byte("$KV." + subject.HostsBucket + ".")
+	heartbeats := []byte(subject.KVKeyPrefix(subject.HostsBucket))
 	ds := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
 		return !toServer && lag.Load() && bytes.HasPrefix(subj, heartbeats)
 	}}

@@ -395,9 +395,9 @@ func leaderReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.K
 		dupes = c.TTL
 	}
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:              "KV_" + c.Bucket,
+		Name:              subject.KVStream(c.Bucket),
 		Description:       c.Description,
-		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		Subjects:          []string{subject.KVKeyPrefix(c.Bucket) + ">"},
 		MaxMsgsPerSubject: history,
 		MaxBytes:          -1,
 		MaxAge:            c.TTL,

@@ -87,7 +87,7 @@ func TestEnsureMakesExistingBucketsReadFromTheLeader(t *testing.T) {
 	require.NoError(t, err)
 	buckets := []jetstream.KeyValue{res.Keys, res.Tenants, res.Registry, res.Subscriptions, res.RemoteAgents}
 	for _, kv := range buckets {
-		s, err := js.Stream(ctx, "KV_"+kv.Bucket())
+		s, err := js.Stream(ctx, subject.KVStream(kv.Bucket()))
 		require.NoError(t, err)
 		assert.False(t, s.CachedInfo().Config.AllowDirect, "%s still answers direct gets", kv.Bucket())
 		e, err := kv.Get(ctx, "k")

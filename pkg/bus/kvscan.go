@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // scanIdle is how long Scan waits for the watch's next entry before it reads the keys it still
@@ -90,12 +92,12 @@ func Scan(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, fi
 // keysHeld returns the keys of the bucket that match one of filters and hold a message (a value
 // or a delete marker), and the newest revision of those keys, as the stream's leader answers.
 func keysHeld(ctx context.Context, js jetstream.JetStream, bucket string, filters []string) (keys map[string]bool, newest uint64, err error) {
-	name := "KV_" + bucket
+	name := subject.KVStream(bucket)
 	stream, err := js.Stream(ctx, name)
 	if err != nil {
 		return nil, 0, err
 	}
-	prefix := "$KV." + bucket + "."
+	prefix := subject.KVKeyPrefix(bucket)
 	keys = make(map[string]bool)
 	for _, f := range filters {
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(prefix+f))

@@ -57,7 +57,7 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 	cutJS := connect(2)
 	cutOff := map[string]jetstream.KeyValue{}
 	for name, kv := range all {
-		stream := "KV_" + kv.Bucket()
+		stream := subject.KVStream(kv.Bucket())
 		leadElsewhere(ctx, t, js, stream, cl.Name(2))
 		cutOff[name], err = cutJS.KeyValue(ctx, kv.Bucket())
 		require.NoError(t, err)

@@ -124,7 +124,7 @@ func (f *benchFill) fillTo(b *testing.B, n int) {
 		rec, err := json.Marshal(instance.Record{Tenant: benchTenant, WorkflowID: wf, RunID: runID, Status: instance.Running,
 			StartedAt: at, LastActiveAt: at, Events: 3, State: json.RawMessage(`{"count":3}`), Indexed: true})
 		require.NoError(b, err)
-		fut, err = f.js.PublishAsync("$KV."+subject.InstancesBucket+"."+subject.InstanceKey(benchTenant, wf), rec)
+		fut, err = f.js.PublishAsync(subject.KVKeyPrefix(subject.InstancesBucket)+subject.InstanceKey(benchTenant, wf), rec)
 		require.NoError(b, err)
 		recs = append(recs, fut)
 

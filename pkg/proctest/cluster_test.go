@@ -144,7 +144,7 @@ func (s *system) requireReplicas(ctx context.Context, t *testing.T, replicas int
 		assert.Equal(t, replicas, info.Config.Replicas, "stream %s", info.Config.Name)
 	}
 	for _, want := range []string{subject.InboxStream, subject.MessagesStream, subject.DeadLettersStream,
-		"KV_" + subject.InstancesBucket, "KV_" + subject.HostsBucket, "KV_" + subject.KeysBucket} {
+		subject.KVStream(subject.InstancesBucket), subject.KVStream(subject.HostsBucket), subject.KVStream(subject.KeysBucket)} {
 		assert.Contains(t, names, want)
 	}
 }

@@ -378,6 +378,13 @@ func AckReply(stream, consumer string, seq, consumerSeq uint64) string {
 	return "$JS.ACK." + stream + "." + consumer + ".1." + strconv.FormatUint(seq, 10) + "." + strconv.FormatUint(consumerSeq, 10) + ".0.0"
 }
 
+// KVStream is the name of the stream that holds a key-value bucket, as NATS names it.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVKeyPrefix is the prefix of the subjects of a key-value bucket's keys ($KV.{bucket}.{key}),
+// as NATS builds them.
+func KVKeyPrefix(bucket string) string { return "$KV." + bucket + "." }
+
 // StreamMsgGetAPI is the JetStream API subject that reads a stream's message from its leader.
 // Direct gets may be answered by a follower that lags behind; a workflow host taking over a
 // partition must see every request still in the stream.
