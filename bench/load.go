@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"runtime/trace"
@@ -150,9 +151,15 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 	if err != nil {
 		return result{Phase: phase}, err
 	}
+	primed := time.Now()
 	if err := prime(ctx, client, ep, o.Clients); err != nil {
 		client.CloseIdleConnections()
 		return result{Phase: phase}, errors.Join(fmt.Errorf("priming the instances: %w", err), stop())
+	}
+	if took := time.Since(primed); len(ep.reqs) > 1 && phase != phaseBare {
+		// The first request to an instance starts its run: what a new instance costs.
+		fmt.Fprintf(os.Stderr, "  %s: first calls to %d instances in %v, %.0f a second\n",
+			phase, len(ep.reqs), took.Round(time.Millisecond), float64(len(ep.reqs))/took.Seconds())
 	}
 	res := runPhase(ctx, phase, o, client, ep)
 	// Connections to this server are useless from now on; close them before the server stops.

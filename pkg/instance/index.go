@@ -62,6 +62,17 @@ type Index struct {
 	// heads caches, by subject, the newest entry this Index appended or read there, so that an
 	// append by the subject's usual writer needs no read first.
 	heads map[string]indexHead
+	// turns holds, by subject, the appends under way or waiting: one at a time per subject.
+	turns map[string]*turn
+}
+
+// turn lets one append at a time go to a subject. Each append expects the subject's last
+// sequence, so concurrent appends of one Index (a host's partitions starting runs of one agent)
+// would only meet each other's entries: one lands, and each other pays a conflict, a pause and
+// a read of the newest entry before it tries again. In turn, each append finds its head cached.
+type turn struct {
+	slot  chan struct{} // holds a token while an append runs
+	users int           // appends holding or waiting for the slot; guarded by Index.mu
 }
 
 // indexHead is a subject's newest entry: its sequence and the sequences before it, newest first.
@@ -76,12 +87,39 @@ const maxHeads = 10000
 
 // NewIndex returns an Index over the run index stream.
 func NewIndex(js jetstream.JetStream, stream jetstream.Stream) *Index {
-	return &Index{js: js, stream: stream, heads: make(map[string]indexHead)}
+	return &Index{js: js, stream: stream, heads: make(map[string]indexHead), turns: make(map[string]*turn)}
+}
+
+// await waits for subj's turn, or for ctx to end. The caller calls done once it has appended,
+// whether or not await returned an error.
+func (x *Index) await(ctx context.Context, subj string) (done func(), err error) {
+	x.mu.Lock()
+	t := x.turns[subj]
+	if t == nil {
+		t = &turn{slot: make(chan struct{}, 1)}
+		x.turns[subj] = t
+	}
+	t.users++
+	x.mu.Unlock()
+	leave := func() {
+		x.mu.Lock()
+		if t.users--; t.users == 0 {
+			delete(x.turns, subj)
+		}
+		x.mu.Unlock()
+	}
+	select {
+	case t.slot <- struct{}{}:
+		return func() { <-t.slot; leave() }, nil
+	case <-ctx.Done():
+		return leave, ctx.Err()
+	}
 }
 
 // Add appends e, a run of the tenant's agent, to the index. Each append expects the subject's
 // last sequence to be the one it knows, so that concurrent writers (the hosts of the agent's
-// partitions) keep one chain; one that meets another's entry pauses a little (bus.ConflictBackoff),
+// partitions) keep one chain. The appends of one Index to a subject go one at a time, so only
+// other writers' entries are met; one that meets another's entry pauses a little (bus.ConflictBackoff),
 // reads the newest from the stream's leader and appends again, for as long as ctx and
 // bus.ConflictPatience allow. An append whose acknowledgement was lost and that landed is
 // recognised and not stored twice.
@@ -91,6 +129,11 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	body, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("encoding run index entry: %w", err)
+	}
+	done, err := x.await(ctx, subj)
+	defer done()
+	if err != nil {
+		return fmt.Errorf("appending to the run index: %w", err)
 	}
 	x.mu.Lock()
 	h, known := x.heads[subj]

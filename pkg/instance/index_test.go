@@ -2,6 +2,7 @@ package instance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // indexSetup returns a bus, its instance store and its run index.
@@ -199,6 +201,71 @@ func TestIndexConcurrentWritersKeepOneChain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, next)
 	assert.Len(t, items, writers*each)
+}
+
+// TestIndexSharedByManyWritersKeepsOneChain: one Index used by many goroutines at once (a host's
+// partitions starting runs of one agent) appends every run without meeting its own entries (no
+// append is refused for a wrong last sequence), each entry naming the one stored before it, and
+// keeps nothing for the subject once they are done.
+func TestIndexSharedByManyWritersKeepsOneChain(t *testing.T) {
+	ctx, res, store, x := indexSetup(t)
+	seen := natstest.WatchAPIErrorsOn(t, res.JS.Conn())
+	const writers, each = 16, 8
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				startRun(t, ctx, store, x, "acme", "Echo", fmt.Sprintf("w%02d-%d", w, i), fmt.Sprintf("run-%d-%d", w, i), time.Now())
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, x.Turns(), "turns left behind")
+	assert.Zero(t, seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), "appends refused for a wrong last sequence")
+
+	items, next, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: instance.MaxListLimit})
+	require.NoError(t, err)
+	assert.Zero(t, next)
+	assert.Len(t, items, writers*each)
+	// Each entry's header names the entry before it on the subject: one chain, no forks.
+	var chain []uint64
+	for seq := uint64(1); ; seq++ {
+		raw, err := res.Runs.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		require.NoError(t, err)
+		prev, err := bus.ParsePrev(raw.Header)
+		require.NoError(t, err)
+		if len(chain) == 0 {
+			assert.Empty(t, prev, "entry %d", seq)
+		} else {
+			require.NotEmpty(t, prev, "entry %d", seq)
+			assert.Equal(t, chain[len(chain)-1], prev[0], "entry %d", seq)
+		}
+		chain = append(chain, seq)
+	}
+	assert.Len(t, chain, writers*each, "entries stored")
+}
+
+// TestIndexAppendWaitingForItsTurnEndsWithItsContext: an append waiting while another of the same
+// Index has the subject's turn gives up when its context ends, and the turn is free once the
+// other is done.
+func TestIndexAppendWaitingForItsTurnEndsWithItsContext(t *testing.T) {
+	ctx, _, _, x := indexSetup(t)
+	done, err := x.AwaitTurn(ctx, subject.Runs("acme", "Echo"))
+	require.NoError(t, err)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = x.Add(short, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:a", RunID: "r1"})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, 1, x.Turns(), "the holder's turn")
+
+	done()
+	assert.Zero(t, x.Turns())
+	require.NoError(t, x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:a", RunID: "r1"}))
+	assert.Zero(t, x.Turns())
 }
 
 // TestIndexSkipsRunsThatNeverStarted: an entry whose record was never written (its host lost the

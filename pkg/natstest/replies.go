@@ -27,9 +27,17 @@ func WatchAPIErrors(t testing.TB, urls string) *APIErrors {
 	nc, err := nats.Connect(urls, nats.Name(t.Name()+" API errors"))
 	require.NoError(t, err, "connecting to NATS")
 	t.Cleanup(nc.Close)
+	return WatchAPIErrorsOn(t, nc)
+}
+
+// WatchAPIErrorsOn is WatchAPIErrors on a connection the test has, such as the one of a
+// Bus, which sees the answers to every connection's requests. It unsubscribes when the test
+// ends.
+func WatchAPIErrorsOn(t testing.TB, nc *nats.Conn) *APIErrors {
+	t.Helper()
 	a := &APIErrors{counts: make(map[jetstream.ErrorCode]int)}
 	errCode := []byte(`"err_code"`)
-	_, err = nc.Subscribe(nats.InboxPrefix+">", func(m *nats.Msg) {
+	sub, err := nc.Subscribe(nats.InboxPrefix+">", func(m *nats.Msg) {
 		if !bytes.Contains(m.Data, errCode) {
 			return
 		}
@@ -44,6 +52,7 @@ func WatchAPIErrors(t testing.TB, urls string) *APIErrors {
 		a.mu.Unlock()
 	})
 	require.NoError(t, err, "subscribing to replies")
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, nc.Flush(), "subscribing to replies")
 	return a
 }
