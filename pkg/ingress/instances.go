@@ -112,8 +112,8 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans := instancePage{Instances: make([]instanceItem, 0, len(items))}
-	if next != 0 {
-		ans.Next = strconv.FormatUint(next, 10)
+	if next != (instance.Cursor{}) {
+		ans.Next = next.String()
 	}
 	for _, it := range items {
 		wf, _ := ident.ParseWorkflowID(it.Entry.WorkflowID)
@@ -166,11 +166,11 @@ func instanceListOptions(r *http.Request) (instance.ListOptions, *problem.Proble
 		opt.Limit = n
 	}
 	if v := q.Get("cursor"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n == 0 {
+		cur, err := instance.ParseCursor(v)
+		if err != nil {
 			return instance.ListOptions{}, problem.InvalidCursor.New("cursor is not the next cursor of a page of this agent's instances")
 		}
-		opt.Before = n
+		opt.Before = cur
 	}
 	return opt, nil
 }

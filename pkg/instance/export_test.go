@@ -1,13 +1,36 @@
 package instance
 
-import "context"
+// MaxBatch is how many runs one index entry holds at most.
+const MaxBatch = maxBatch
 
-// AwaitTurn waits for subj's turn to append, as Index.Add does.
-func (x *Index) AwaitTurn(ctx context.Context, subj string) (done func(), err error) {
-	return x.await(ctx, subj)
+// Hold keeps subj's turn busy, as an append under way would: the runs added meanwhile queue up
+// until release, which appends them.
+func (x *Index) Hold(subj string) (release func()) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t := x.turns[subj]
+	if t == nil {
+		t = &turn{}
+		x.turns[subj] = t
+	}
+	if t.busy {
+		panic("Hold: an append to " + subj + " is under way")
+	}
+	t.busy = true
+	return func() { go x.flush(subj, t) }
 }
 
-// Turns is how many subjects have appends under way or waiting.
+// Queued is how many runs wait in subj's turn.
+func (x *Index) Queued(subj string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if t := x.turns[subj]; t != nil {
+		return len(t.queue)
+	}
+	return 0
+}
+
+// Turns is how many subjects have runs queued or an append under way.
 func (x *Index) Turns() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()

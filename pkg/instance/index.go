@@ -1,10 +1,12 @@
 package instance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,17 +64,9 @@ type Index struct {
 	// heads caches, by subject, the newest entry this Index appended or read there, so that an
 	// append by the subject's usual writer needs no read first.
 	heads map[string]indexHead
-	// turns holds, by subject, the appends under way or waiting: one at a time per subject.
+	// turns holds, by subject, the runs waiting to be appended and whether an append is under
+	// way.
 	turns map[string]*turn
-}
-
-// turn lets one append at a time go to a subject. Each append expects the subject's last
-// sequence, so concurrent appends of one Index (a host's partitions starting runs of one agent)
-// would only meet each other's entries: one lands, and each other pays a conflict, a pause and
-// a read of the newest entry before it tries again. In turn, each append finds its head cached.
-type turn struct {
-	slot  chan struct{} // holds a token while an append runs
-	users int           // appends holding or waiting for the slot; guarded by Index.mu
 }
 
 // indexHead is a subject's newest entry: its sequence and the sequences before it, newest first.
@@ -85,55 +79,135 @@ type indexHead struct {
 // appended to again.
 const maxHeads = 10000
 
+// turn queues the runs an Index appends to one subject: one append at a time, each carrying every
+// run queued while the one before it was under way (at most maxBatch). Each append expects the
+// subject's last sequence, so concurrent appends of one Index (a host's partitions starting runs
+// of one agent) would only meet each other's entries: one lands, and each other pays a conflict,
+// a pause and a read of the newest entry before it tries again. The chain takes one append per
+// round trip to the stream's leader; an entry holding several runs lets more runs through.
+type turn struct {
+	queue []*pendingRun
+	busy  bool // a flush goroutine is appending this subject's queue
+}
+
+// pendingRun is one Add waiting in its subject's turn.
+type pendingRun struct {
+	ctx  context.Context
+	e    Entry
+	done chan error // the append's outcome; buffered
+}
+
+// maxBatch bounds the runs of one entry: about 150 bytes each.
+const maxBatch = 256
+
 // NewIndex returns an Index over the run index stream.
 func NewIndex(js jetstream.JetStream, stream jetstream.Stream) *Index {
 	return &Index{js: js, stream: stream, heads: make(map[string]indexHead), turns: make(map[string]*turn)}
 }
 
-// await waits for subj's turn, or for ctx to end. The caller calls done once it has appended,
-// whether or not await returned an error.
-func (x *Index) await(ctx context.Context, subj string) (done func(), err error) {
-	x.mu.Lock()
-	t := x.turns[subj]
-	if t == nil {
-		t = &turn{slot: make(chan struct{}, 1)}
-		x.turns[subj] = t
-	}
-	t.users++
-	x.mu.Unlock()
-	leave := func() {
-		x.mu.Lock()
-		if t.users--; t.users == 0 {
-			delete(x.turns, subj)
-		}
-		x.mu.Unlock()
-	}
-	select {
-	case t.slot <- struct{}{}:
-		return func() { <-t.slot; leave() }, nil
-	case <-ctx.Done():
-		return leave, ctx.Err()
-	}
-}
-
-// Add appends e, a run of the tenant's agent, to the index. Each append expects the subject's
-// last sequence to be the one it knows, so that concurrent writers (the hosts of the agent's
-// partitions) keep one chain. The appends of one Index to a subject go one at a time, so only
-// other writers' entries are met; one that meets another's entry pauses a little (bus.ConflictBackoff),
-// reads the newest from the stream's leader and appends again, for as long as ctx and
-// bus.ConflictPatience allow. An append whose acknowledgement was lost and that landed is
-// recognised and not stored twice.
+// Add appends e, a run of the tenant's agent, to the index, and returns once the entry holding it
+// is stored. The runs an Index is given for one subject go in turn: an entry holds every run
+// queued while the append before it was under way. Each append expects the subject's last
+// sequence to be the one it knows, so that concurrent writers (the hosts of the agent's
+// partitions) keep one chain; one that meets another's entry pauses a little
+// (bus.ConflictBackoff), reads the newest from the stream's leader and appends again, for as long
+// as bus.ConflictPatience and the context of one of its runs' Adds allow. An append whose
+// acknowledgement was lost and that landed is recognised and not stored twice.
 func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	subj := subject.Runs(tenant, agent)
 	e.StartedAt = e.StartedAt.UTC()
-	body, err := json.Marshal(e)
+	p := &pendingRun{ctx: ctx, e: e, done: make(chan error, 1)}
+	x.mu.Lock()
+	t := x.turns[subj]
+	if t == nil {
+		t = &turn{}
+		x.turns[subj] = t
+	}
+	t.queue = append(t.queue, p)
+	start := !t.busy
+	t.busy = true
+	x.mu.Unlock()
+	if start {
+		go x.flush(subj, t)
+	}
+	select {
+	case err := <-p.done:
+		return err
+	case <-ctx.Done():
+		// The run may still be appended; an entry of a run never started is skipped by listings.
+		return fmt.Errorf("appending to the run index: %w", ctx.Err())
+	}
+}
+
+// flush appends subj's queued runs, as many as maxBatch an entry, until none are left.
+func (x *Index) flush(subj string, t *turn) {
+	for {
+		x.mu.Lock()
+		n := min(len(t.queue), maxBatch)
+		if n == 0 {
+			t.busy = false
+			if x.turns[subj] == t {
+				delete(x.turns, subj)
+			}
+			x.mu.Unlock()
+			return
+		}
+		batch := slices.Clone(t.queue[:n])
+		t.queue = slices.Delete(t.queue, 0, n)
+		x.mu.Unlock()
+
+		batch = slices.DeleteFunc(batch, func(p *pendingRun) bool {
+			if err := p.ctx.Err(); err != nil {
+				p.done <- fmt.Errorf("appending to the run index: %w", err)
+				return true
+			}
+			return false
+		})
+		if len(batch) == 0 {
+			continue
+		}
+		ctx, cancel := batchContext(batch)
+		runs := make([]Entry, len(batch))
+		for i, p := range batch {
+			runs[i] = p.e
+		}
+		err := x.append(ctx, subj, runs)
+		cancel()
+		for _, p := range batch {
+			p.done <- err
+		}
+	}
+}
+
+// batchContext is the context of an append that carries the runs of batch: it ends once every
+// one of their Adds' contexts has ended.
+func batchContext(batch []*pendingRun) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	left := int64(len(batch))
+	var mu sync.Mutex
+	stops := make([]func() bool, len(batch))
+	for i, p := range batch {
+		stops[i] = context.AfterFunc(p.ctx, func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if left--; left == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// append stores runs, oldest first, as one entry of subj.
+func (x *Index) append(ctx context.Context, subj string, runs []Entry) error {
+	body, err := encodeRuns(runs)
 	if err != nil {
 		return fmt.Errorf("encoding run index entry: %w", err)
-	}
-	done, err := x.await(ctx, subj)
-	defer done()
-	if err != nil {
-		return fmt.Errorf("appending to the run index: %w", err)
 	}
 	x.mu.Lock()
 	h, known := x.heads[subj]
@@ -162,15 +236,43 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 		if werr := backoff.Wait(ctx); werr != nil {
 			return fmt.Errorf("appending to the run index: %w: %w", err, werr)
 		}
-		var newest *Entry
+		var newest []Entry
 		if h, newest, err = x.readHead(ctx, subj); err != nil {
 			return err
 		}
-		if newest != nil && newest.RunID == e.RunID && newest.WorkflowID == e.WorkflowID {
+		if slices.ContainsFunc(newest, func(e Entry) bool { return e.RunID == runs[0].RunID && e.WorkflowID == runs[0].WorkflowID }) {
 			x.remember(subj, h) // an earlier publish of this entry landed
 			return nil
 		}
 	}
+}
+
+// encodeRuns is an entry's body: one run as a JSON object, several as a JSON array of them,
+// oldest first.
+func encodeRuns(runs []Entry) ([]byte, error) {
+	if len(runs) == 1 {
+		return json.Marshal(runs[0])
+	}
+	return json.Marshal(runs)
+}
+
+// decodeRuns reads an entry's runs, oldest first.
+func decodeRuns(data []byte) ([]Entry, error) {
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '[' {
+		var runs []Entry
+		if err := json.Unmarshal(trimmed, &runs); err != nil {
+			return nil, err
+		}
+		if len(runs) == 0 {
+			return nil, errors.New("an entry with no runs")
+		}
+		return runs, nil
+	}
+	var e Entry
+	if err := json.Unmarshal(data, &e); err != nil {
+		return nil, err
+	}
+	return []Entry{e}, nil
 }
 
 // next is the head after appending the entry at seq.
@@ -198,8 +300,8 @@ func (x *Index) forget(subj string) {
 	x.mu.Unlock()
 }
 
-// readHead reads a subject's newest entry from the stream's leader.
-func (x *Index) readHead(ctx context.Context, subj string) (indexHead, *Entry, error) {
+// readHead reads a subject's newest entry from the stream's leader, and its runs.
+func (x *Index) readHead(ctx context.Context, subj string) (indexHead, []Entry, error) {
 	raw, err := bus.LeaderLast(ctx, x.js.Conn(), subject.RunsStream, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return indexHead{}, nil, nil
@@ -211,11 +313,42 @@ func (x *Index) readHead(ctx context.Context, subj string) (indexHead, *Entry, e
 	if err != nil {
 		return indexHead{}, nil, fmt.Errorf("reading the run index: entry %d: %w", raw.Sequence, err)
 	}
-	var e Entry
-	if err := json.Unmarshal(raw.Data, &e); err != nil {
+	runs, err := decodeRuns(raw.Data)
+	if err != nil {
 		return indexHead{}, nil, fmt.Errorf("reading the run index: entry %d: %w", raw.Sequence, err)
 	}
-	return indexHead{last: raw.Sequence, prev: prev}, &e, nil
+	return indexHead{last: raw.Sequence, prev: prev}, runs, nil
+}
+
+// Cursor is where a listing goes on: after the first Runs runs (newest first) of the entry at
+// stream sequence Seq, or after the whole entry when Runs is 0. The zero Cursor is the newest.
+type Cursor struct {
+	Seq  uint64
+	Runs int
+}
+
+// String is the cursor as the API gives it: "{seq}", or "{seq}.{runs}" inside an entry.
+func (c Cursor) String() string {
+	if c.Runs == 0 {
+		return strconv.FormatUint(c.Seq, 10)
+	}
+	return strconv.FormatUint(c.Seq, 10) + "." + strconv.Itoa(c.Runs)
+}
+
+// ParseCursor reverses Cursor.String.
+func ParseCursor(s string) (Cursor, error) {
+	seqText, runsText, inside := strings.Cut(s, ".")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil || seq == 0 {
+		return Cursor{}, ErrBadCursor
+	}
+	c := Cursor{Seq: seq}
+	if inside {
+		if c.Runs, err = strconv.Atoi(runsText); err != nil || c.Runs <= 0 || c.Runs >= maxBatch || runsText[0] == '+' {
+			return Cursor{}, ErrBadCursor
+		}
+	}
+	return c, nil
 }
 
 // ListOptions select a page of an agent's instances.
@@ -223,8 +356,8 @@ type ListOptions struct {
 	// Limit is the page size: default DefaultListLimit, at most MaxListLimit.
 	Limit int
 	// Before continues with the runs older than this cursor (the next cursor of the previous
-	// page); 0 starts at the newest.
-	Before uint64
+	// page); the zero Cursor starts at the newest.
+	Before Cursor
 	// Status keeps only instances of this status: Running (and not idle), Idle or Completed.
 	Status Status
 	// Prefix keeps only instances whose activation name starts with it.
@@ -248,10 +381,10 @@ type Listed struct {
 }
 
 // List returns a page of the tenant's agent's instances, newest run first, read through store,
-// and the cursor of the next page (0 when there are no older runs). It examines at most
-// ScanFactor times the page size of index entries: a sparse filter may return a short page, or
-// an empty one, with a cursor to go on.
-func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, opt ListOptions) ([]Listed, uint64, error) {
+// and the cursor of the next page (the zero Cursor when there are no older runs). It examines at
+// most ScanFactor times the page size of runs: a sparse filter may return a short page, or an
+// empty one, with a cursor to go on.
+func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, opt ListOptions) ([]Listed, Cursor, error) {
 	limit := opt.Limit
 	if limit <= 0 {
 		limit = DefaultListLimit
@@ -265,58 +398,72 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 		head *jetstream.RawStreamMsg
 		err  error
 	)
-	if opt.Before == 0 {
+	if opt.Before.Seq == 0 {
 		head, err = x.stream.GetLastMsgForSubject(ctx, subj)
 	} else {
-		head, err = x.stream.GetMsg(ctx, opt.Before)
+		head, err = x.stream.GetMsg(ctx, opt.Before.Seq)
 	}
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound) && opt.Before == 0:
-		return []Listed{}, 0, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound) && opt.Before.Seq == 0:
+		return []Listed{}, Cursor{}, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, 0, ErrBadCursor
+		return nil, Cursor{}, ErrBadCursor
 	case err != nil:
-		return nil, 0, fmt.Errorf("reading the run index: %w", err)
+		return nil, Cursor{}, fmt.Errorf("reading the run index: %w", err)
 	case head.Subject != subj:
-		return nil, 0, ErrBadCursor
+		return nil, Cursor{}, ErrBadCursor
 	}
 	chain, err := bus.ParsePrev(head.Header)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the run index: entry %d: %w", head.Sequence, err)
+		return nil, Cursor{}, fmt.Errorf("reading the run index: entry %d: %w", head.Sequence, err)
 	}
-	var batch []*jetstream.RawStreamMsg
-	if opt.Before == 0 {
-		batch = []*jetstream.RawStreamMsg{head}
+	var pending []indexedRun // runs to examine, newest first
+	if opt.Before.Seq == 0 || opt.Before.Runs > 0 {
+		if pending, err = entryRuns(head); err != nil {
+			return nil, Cursor{}, err
+		}
+		if opt.Before.Runs >= len(pending) {
+			return nil, Cursor{}, ErrBadCursor
+		}
+		pending = pending[opt.Before.Runs:]
 	}
 	out := make([]Listed, 0, limit)
 	seen := make(map[string]struct{}, limit)
 	budget := ScanFactor * limit
-	last := head // the oldest entry examined
+	var last indexedRun // the oldest run examined
 	for {
-		if len(batch) == 0 {
+		if len(pending) == 0 {
 			if len(chain) == 0 || budget == 0 {
 				break
 			}
 			n := min(len(chain), budget, max(limit-len(out), 8))
-			if batch, err = x.getMany(ctx, subj, chain[:n]); err != nil {
-				return nil, 0, err
+			batch, err := x.getMany(ctx, subj, chain[:n])
+			if err != nil {
+				return nil, Cursor{}, err
 			}
 			if len(batch) == 0 {
 				break
 			}
 			if chain = chain[len(batch):]; len(chain) == 0 {
 				if chain, err = bus.ParsePrev(batch[len(batch)-1].Header); err != nil {
-					return nil, 0, fmt.Errorf("reading the run index: entry %d: %w", batch[len(batch)-1].Sequence, err)
+					return nil, Cursor{}, fmt.Errorf("reading the run index: entry %d: %w", batch[len(batch)-1].Sequence, err)
 				}
 			}
+			for _, raw := range batch {
+				runs, err := entryRuns(raw)
+				if err != nil {
+					return nil, Cursor{}, err
+				}
+				pending = append(pending, runs...)
+			}
 		}
-		n := min(len(batch), budget)
-		items, err := x.examine(ctx, store, batch[:n], opt)
+		n := min(len(pending), budget)
+		items, err := x.examine(ctx, store, pending[:n], opt)
 		if err != nil {
-			return nil, 0, err
+			return nil, Cursor{}, err
 		}
 		for i, it := range items {
-			last = batch[i]
+			last = pending[i]
 			budget--
 			if it == nil {
 				continue
@@ -327,37 +474,59 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 			seen[it.Entry.WorkflowID] = struct{}{}
 			out = append(out, *it)
 			if len(out) == limit {
-				return out, cursorAfter(last), nil
+				return out, last.after(), nil
 			}
 		}
-		batch = batch[n:]
+		pending = pending[n:]
 		if budget == 0 {
-			return out, cursorAfter(last), nil
+			return out, last.after(), nil
 		}
 	}
-	return out, 0, nil
+	return out, Cursor{}, nil
 }
 
-// cursorAfter is the cursor of the page after one that ended at raw: its sequence when older
-// entries exist, else 0.
-func cursorAfter(raw *jetstream.RawStreamMsg) uint64 {
-	if raw.Header.Get(subject.HeaderPrev) == "" {
-		return 0
+// indexedRun is one run of an index entry.
+type indexedRun struct {
+	raw   *jetstream.RawStreamMsg
+	entry Entry
+	k, n  int // its place among the entry's n runs, newest first
+}
+
+// entryRuns returns the runs of an entry, newest first.
+func entryRuns(raw *jetstream.RawStreamMsg) ([]indexedRun, error) {
+	runs, err := decodeRuns(raw.Data)
+	if err != nil {
+		return nil, fmt.Errorf("reading the run index: entry %d: %w", raw.Sequence, err)
 	}
-	return raw.Sequence
+	out := make([]indexedRun, len(runs))
+	for i, e := range runs {
+		k := len(runs) - 1 - i
+		out[k] = indexedRun{raw: raw, entry: e, k: k, n: len(runs)}
+	}
+	return out, nil
 }
 
-// examine reads the instance records of a batch of entries at once and returns, in the batch's
+// after is the cursor of the page after one that ended at r: inside r's entry while it holds
+// older runs, else r's entry when older entries exist, else the zero Cursor.
+func (r indexedRun) after() Cursor {
+	switch {
+	case r.k+1 < r.n:
+		return Cursor{Seq: r.raw.Sequence, Runs: r.k + 1}
+	case r.raw.Header.Get(subject.HeaderPrev) == "":
+		return Cursor{}
+	default:
+		return Cursor{Seq: r.raw.Sequence}
+	}
+}
+
+// examine reads the instance records of a batch of runs at once and returns, in the batch's
 // order, the instances the options keep (nil for the others).
-func (x *Index) examine(ctx context.Context, store *Store, batch []*jetstream.RawStreamMsg, opt ListOptions) ([]*Listed, error) {
+func (x *Index) examine(ctx context.Context, store *Store, batch []indexedRun, opt ListOptions) ([]*Listed, error) {
 	items := make([]*Listed, len(batch))
 	errs := make([]error, len(batch))
 	var wg sync.WaitGroup
-	for i, raw := range batch {
-		var e Entry
-		if err := json.Unmarshal(raw.Data, &e); err != nil {
-			return nil, fmt.Errorf("reading the run index: entry %d: %w", raw.Sequence, err)
-		}
+	for i, r := range batch {
+		e := r.entry
 		if opt.Prefix != "" && !strings.HasPrefix(activationOf(e.WorkflowID), opt.Prefix) {
 			continue
 		}

@@ -53,7 +53,7 @@ func BenchmarkInstanceListing(b *testing.B) {
 				t0 := time.Now()
 				page, next, err := x.List(ctx, store, benchTenant, benchAgent, instance.ListOptions{Limit: 50})
 				lat = append(lat, time.Since(t0))
-				if err != nil || len(page) != 50 || next == 0 || page[0].Entry.WorkflowID != benchWorkflow(n-1) {
+				if err != nil || len(page) != 50 || next == (instance.Cursor{}) || page[0].Entry.WorkflowID != benchWorkflow(n-1) {
 					require.NoError(b, err)
 					require.Len(b, page, 50)
 					require.NotZero(b, next)

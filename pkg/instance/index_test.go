@@ -2,6 +2,7 @@ package instance_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -76,12 +77,12 @@ func TestIndexListsNewestFirstAcrossPages(t *testing.T) {
 	startRun(t, ctx, store, x, "zeta", "Echo", "z", "run-z", base)
 
 	var all []string
-	var cursor uint64
+	var cursor instance.Cursor
 	for page := 0; ; page++ {
 		items, next, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: 20, Before: cursor})
 		require.NoError(t, err)
 		all = append(all, workflows(items)...)
-		if next == 0 {
+		if next == (instance.Cursor{}) {
 			break
 		}
 		require.Less(t, page, 10, "pages end")
@@ -105,9 +106,9 @@ func TestIndexListsNewestFirstAcrossPages(t *testing.T) {
 	first, _, err := x.List(ctx, store, "acme", "Other", instance.ListOptions{Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, first, 1)
-	_, _, err = x.List(ctx, store, "zeta", "Echo", instance.ListOptions{Before: 1})
+	_, _, err = x.List(ctx, store, "zeta", "Echo", instance.ListOptions{Before: instance.Cursor{Seq: 1}})
 	assert.ErrorIs(t, err, instance.ErrBadCursor)
-	_, _, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Before: 1 << 40})
+	_, _, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Before: instance.Cursor{Seq: 1 << 40}})
 	assert.ErrorIs(t, err, instance.ErrBadCursor)
 }
 
@@ -131,7 +132,7 @@ func TestIndexFilters(t *testing.T) {
 	_, err = store.Put(ctx, rec)
 	require.NoError(t, err)
 
-	list := func(opt instance.ListOptions) ([]string, uint64) {
+	list := func(opt instance.ListOptions) ([]string, instance.Cursor) {
 		t.Helper()
 		opt.IdleTimeout = 20 * time.Minute
 		items, next, err := x.List(ctx, store, "acme", "Echo", opt)
@@ -156,11 +157,11 @@ func TestIndexFilters(t *testing.T) {
 	// One per page with a sparse filter: at most 10 entries are examined per page, so the pages
 	// go on until the filter has been applied to every entry.
 	var pages [][]string
-	var cursor uint64
+	var cursor instance.Cursor
 	for {
 		got, next := list(instance.ListOptions{Prefix: "rare-", Limit: 1, Before: cursor})
 		pages = append(pages, got)
-		if next == 0 {
+		if next == (instance.Cursor{}) {
 			break
 		}
 		require.Less(t, len(pages), 10)
@@ -227,8 +228,10 @@ func TestIndexSharedByManyWritersKeepsOneChain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, next)
 	assert.Len(t, items, writers*each)
-	// Each entry's header names the entry before it on the subject: one chain, no forks.
+	// Each entry's header names the entry before it on the subject: one chain, no forks, and
+	// every run in it once.
 	var chain []uint64
+	runs := map[string]bool{}
 	for seq := uint64(1); ; seq++ {
 		raw, err := res.Runs.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -243,29 +246,144 @@ func TestIndexSharedByManyWritersKeepsOneChain(t *testing.T) {
 			require.NotEmpty(t, prev, "entry %d", seq)
 			assert.Equal(t, chain[len(chain)-1], prev[0], "entry %d", seq)
 		}
+		var batch []instance.Entry
+		if raw.Data[0] == '[' {
+			require.NoError(t, json.Unmarshal(raw.Data, &batch))
+		} else {
+			var e instance.Entry
+			require.NoError(t, json.Unmarshal(raw.Data, &e))
+			batch = append(batch, e)
+		}
+		for _, e := range batch {
+			assert.False(t, runs[e.RunID], "run %s stored twice", e.RunID)
+			runs[e.RunID] = true
+		}
 		chain = append(chain, seq)
 	}
-	assert.Len(t, chain, writers*each, "entries stored")
+	assert.Len(t, runs, writers*each, "runs stored")
+	t.Logf("%d runs in %d entries", len(runs), len(chain))
 }
 
-// TestIndexAppendWaitingForItsTurnEndsWithItsContext: an append waiting while another of the same
-// Index has the subject's turn gives up when its context ends, and the turn is free once the
-// other is done.
-func TestIndexAppendWaitingForItsTurnEndsWithItsContext(t *testing.T) {
-	ctx, _, _, x := indexSetup(t)
-	done, err := x.AwaitTurn(ctx, subject.Runs("acme", "Echo"))
+// TestIndexAppendsRunsQueuedMeanwhileAsOneEntry: the runs added while an append to the subject
+// is under way go as one entry, in the order they came, and list newest first, a page able to end
+// inside an entry; a run whose Add gave up while it waited is not appended.
+func TestIndexAppendsRunsQueuedMeanwhileAsOneEntry(t *testing.T) {
+	ctx, res, store, x := indexSetup(t)
+	subj := subject.Runs("acme", "Echo")
+	base := time.Now().Add(-time.Hour)
+	startRun(t, ctx, store, x, "acme", "Echo", "a0", "run-0", base)
+
+	release := x.Hold(subj)
+	gaveUp, cancel := context.WithCancel(ctx)
+	errs := make([]error, 6)
+	returned := make(chan struct{}) // by the Add that gives up
+	var wg sync.WaitGroup
+	for i := 1; i <= 5; i++ {
+		addCtx := ctx
+		if i == 3 {
+			addCtx = gaveUp
+		}
+		wg.Go(func() {
+			wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:a%d", i)
+			errs[i] = x.Add(addCtx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: fmt.Sprintf("run-%d", i), StartedAt: base.Add(time.Duration(i) * time.Second)})
+			if i == 3 {
+				close(returned)
+			}
+		})
+		require.Eventually(t, func() bool { return x.Queued(subj) == i }, 5*time.Second, time.Millisecond, "run %d queued", i)
+	}
+	cancel()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Add that gave up did not return while the turn was held")
+	}
+	require.ErrorIs(t, errs[3], context.Canceled)
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if i != 3 {
+			require.NoError(t, err, "run %d", i)
+		}
+	}
+	assert.Zero(t, x.Turns(), "turns left behind")
+
+	// Two entries: the first run alone, as an object; the four others as one array, oldest first.
+	last, err := res.Runs.GetLastMsgForSubject(ctx, subj)
 	require.NoError(t, err)
+	require.EqualValues(t, 2, last.Sequence, "entries stored")
+	var runs []instance.Entry
+	require.NoError(t, json.Unmarshal(last.Data, &runs))
+	var ids []string
+	for _, e := range runs {
+		ids = append(ids, e.RunID)
+	}
+	assert.Equal(t, []string{"run-1", "run-2", "run-4", "run-5"}, ids)
 
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	err = x.Add(short, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:a", RunID: "r1"})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, 1, x.Turns(), "the holder's turn")
+	for _, i := range []int{1, 2, 4, 5} {
+		wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:a%d", i)
+		at := base.Add(time.Duration(i) * time.Second)
+		_, err := store.Put(ctx, instance.Record{Tenant: "acme", WorkflowID: wf, RunID: fmt.Sprintf("run-%d", i),
+			Status: instance.Running, StartedAt: at, LastActiveAt: at, Indexed: true})
+		require.NoError(t, err)
+	}
+	page, next, err := x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: 3})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme:Echo:Supervisor Workflow:a5", "acme:Echo:Supervisor Workflow:a4",
+		"acme:Echo:Supervisor Workflow:a2"}, workflows(page))
+	assert.Equal(t, instance.Cursor{Seq: 2, Runs: 3}, next, "the next page starts inside the entry")
+	assert.Equal(t, "2.3", next.String())
+	parsed, err := instance.ParseCursor(next.String())
+	require.NoError(t, err)
+	page, next, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: 3, Before: parsed})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme:Echo:Supervisor Workflow:a1", "acme:Echo:Supervisor Workflow:a0"}, workflows(page))
+	assert.Zero(t, next)
 
-	done()
-	assert.Zero(t, x.Turns())
-	require.NoError(t, x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: "acme:Echo:Supervisor Workflow:a", RunID: "r1"}))
-	assert.Zero(t, x.Turns())
+	// A page that ends with an entry's oldest run goes on after the whole entry.
+	page, next, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Limit: 4})
+	require.NoError(t, err)
+	assert.Len(t, page, 4)
+	assert.Equal(t, instance.Cursor{Seq: 2}, next)
+	assert.Equal(t, "2", next.String())
+
+	// Cursors that name no place in this list are refused.
+	for _, c := range []instance.Cursor{{Seq: 2, Runs: 4}, {Seq: 1, Runs: 1}} {
+		_, _, err = x.List(ctx, store, "acme", "Echo", instance.ListOptions{Before: c})
+		assert.ErrorIs(t, err, instance.ErrBadCursor, "cursor %v", c)
+	}
+	for _, text := range []string{"", "0", "x", "2.", "2.0", "2.x", "2.-1", "2.+1", "-2", "2.3.1", fmt.Sprintf("2.%d", instance.MaxBatch)} {
+		_, err := instance.ParseCursor(text)
+		assert.ErrorIs(t, err, instance.ErrBadCursor, "cursor %q", text)
+	}
+}
+
+// TestIndexEntryHoldsAtMostMaxBatchRuns: more runs queued than one entry holds go as several.
+func TestIndexEntryHoldsAtMostMaxBatchRuns(t *testing.T) {
+	ctx, res, _, x := indexSetup(t)
+	subj := subject.Runs("acme", "Echo")
+	release := x.Hold(subj)
+	n := instance.MaxBatch + 1
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:b%03d", i)
+			errs[i] = x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: "run-" + wf, StartedAt: time.Now()})
+		})
+	}
+	require.Eventually(t, func() bool { return x.Queued(subj) == n }, 10*time.Second, time.Millisecond, "runs queued")
+	release()
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	info, err := res.Runs.Info(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, info.State.Msgs, "entries")
+	first, err := res.Runs.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	var runs []instance.Entry
+	require.NoError(t, json.Unmarshal(first.Data, &runs))
+	assert.Len(t, runs, instance.MaxBatch)
 }
 
 // TestIndexSkipsRunsThatNeverStarted: an entry whose record was never written (its host lost the
