@@ -457,7 +457,8 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 				pending = append(pending, runs...)
 			}
 		}
-		n := min(len(pending), budget)
+		// An entry may hold hundreds of runs: examine about as many as the page still needs.
+		n := min(len(pending), budget, max(limit-len(out), 8))
 		items, err := x.examine(ctx, store, pending[:n], opt)
 		if err != nil {
 			return nil, Cursor{}, err
