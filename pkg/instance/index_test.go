@@ -45,6 +45,19 @@ func startRun(t *testing.T, ctx context.Context, store *instance.Store, x *insta
 	return fresh
 }
 
+// entryRuns decodes an index entry: one run as an object, or several as an array.
+func entryRuns(t *testing.T, data []byte) []instance.Entry {
+	t.Helper()
+	if len(data) > 0 && data[0] == '[' {
+		var runs []instance.Entry
+		require.NoError(t, json.Unmarshal(data, &runs))
+		return runs
+	}
+	var e instance.Entry
+	require.NoError(t, json.Unmarshal(data, &e))
+	return []instance.Entry{e}
+}
+
 func workflows(items []instance.Listed) []string {
 	out := make([]string, 0, len(items))
 	for _, it := range items {
@@ -246,15 +259,7 @@ func TestIndexSharedByManyWritersKeepsOneChain(t *testing.T) {
 			require.NotEmpty(t, prev, "entry %d", seq)
 			assert.Equal(t, chain[len(chain)-1], prev[0], "entry %d", seq)
 		}
-		var batch []instance.Entry
-		if raw.Data[0] == '[' {
-			require.NoError(t, json.Unmarshal(raw.Data, &batch))
-		} else {
-			var e instance.Entry
-			require.NoError(t, json.Unmarshal(raw.Data, &e))
-			batch = append(batch, e)
-		}
-		for _, e := range batch {
+		for _, e := range entryRuns(t, raw.Data) {
 			assert.False(t, runs[e.RunID], "run %s stored twice", e.RunID)
 			runs[e.RunID] = true
 		}

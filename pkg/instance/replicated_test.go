@@ -140,10 +140,45 @@ func TestIndexBusyWritersOnReplicatedStream(t *testing.T) {
 	requireOneChain(ctx, t, res, writers*appends)
 }
 
+// TestIndexHostsStartingManyRunsAtOnce: three hosts, each starting runs of one agent from eight
+// goroutines at once (its partitions), on a stream with three replicas: every Add succeeds (no
+// host starves while the others keep appending), and the subject holds one chain of every run
+// once.
+func TestIndexHostsStartingManyRunsAtOnce(t *testing.T) {
+	const hosts, workers, each = 3, 8, 20
+	ctx, res, _ := replicatedSetup(t)
+	var (
+		wg   sync.WaitGroup
+		errs [hosts]error
+		mu   sync.Mutex
+	)
+	for h := range hosts {
+		x := instance.NewIndex(res.JS, res.Runs)
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					wf := fmt.Sprintf("acme:Echo:Supervisor Workflow:h%d-w%d-%02d", h, w, i)
+					if err := x.Add(ctx, "acme", "Echo", instance.Entry{WorkflowID: wf, RunID: "run-" + wf, StartedAt: time.Now()}); err != nil {
+						mu.Lock()
+						errs[h] = errors.Join(errs[h], err)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for h, err := range errs {
+		assert.NoError(t, err, "host %d", h)
+	}
+	entries := requireOneChain(ctx, t, res, hosts*workers*each)
+	t.Logf("%d runs in %d entries", hosts*workers*each, entries)
+}
+
 // requireOneChain checks that the index of acme's Echo, read from the stream's leader, is one
 // chain of want runs: each entry's subject.HeaderPrev lists the entries before it, and each run
 // is stored once.
-func requireOneChain(ctx context.Context, t *testing.T, res *bus.Resources, want int) {
+func requireOneChain(ctx context.Context, t *testing.T, res *bus.Resources, want int) (entries int) {
 	t.Helper()
 	subj := subject.Runs("acme", "Echo")
 	var chain []uint64 // the entries read, newest first
@@ -159,13 +194,14 @@ func requireOneChain(ctx context.Context, t *testing.T, res *bus.Resources, want
 		require.NoError(t, err)
 		want := chain[:min(len(chain), bus.PrevDepth)]
 		require.Equal(t, append([]uint64{}, want...), append([]uint64{}, prev...), "entry %d: the entries before it", seq)
-		var e instance.Entry
-		require.NoError(t, json.Unmarshal(raw.Data, &e))
-		require.False(t, runs[e.RunID], "run %s stored twice", e.RunID)
-		runs[e.RunID] = true
+		for _, e := range entryRuns(t, raw.Data) {
+			require.False(t, runs[e.RunID], "run %s stored twice", e.RunID)
+			runs[e.RunID] = true
+		}
 		chain = append([]uint64{seq}, chain...)
 	}
 	assert.Equal(t, want, len(runs), "runs stored")
+	return len(chain)
 }
 
 // TestBackfillWhileHostsWrite: a backfill of records whose hosts keep writing them (state,
