@@ -31,7 +31,12 @@ func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
 	t.Parallel()
 	bins := needProcesses(t)
 	cluster := proctest.StartCluster(t, bins, 3, true)
-	sys := newSystem(t, bins, cluster.URLs(), "AGENTBUS_REPLICAS=3")
+	// Callers wait as long as the ingress's default webhook timeout, 30 s, not the 20 s of the
+	// other multi-process tests: in one run of about thirty elections (2026-11-27) a call under
+	// way took 22.6 s, when both hosts' leases lapsed while the hosts bucket elected its leader,
+	// one host then took partitions over from the other, and requests went round the fence
+	// (docs/architecture.md#failure-and-recovery).
+	sys := newSystem(t, bins, cluster.URLs(), "AGENTBUS_REPLICAS=3", "AGENTBUS_WEBHOOK_TIMEOUT=30s")
 	ids := []string{"host-1", "host-2"}
 	for _, id := range ids {
 		sys.startHost(id)

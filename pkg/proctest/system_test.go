@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -70,10 +69,12 @@ type system struct {
 func newSystem(t testing.TB, bins proctest.Bins, natsURL string, env ...string) *system {
 	t.Helper()
 	s := &system{t: t, bins: bins, natsURL: natsURL, hosts: map[string]*proctest.Proc{},
-		env:    append([]string{fmt.Sprintf("AGENTBUS_PARTITIONS=%d", partitions), "AGENTBUS_LOG_LEVEL=info"}, env...),
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
-	s.inEnv = append(slices.Clone(s.env),
-		"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0", "AGENTBUS_WEBHOOK_TIMEOUT=20s", "AGENTBUS_MAX_WAITING_PER_TENANT=100000")
+		env: append([]string{fmt.Sprintf("AGENTBUS_PARTITIONS=%d", partitions), "AGENTBUS_LOG_LEVEL=info"}, env...),
+		// Longer than any webhook timeout a test gives the ingress, so that the ingress answers.
+		client: &http.Client{Timeout: 45 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}}
+	// The ingress's settings, then env, which may change them (the last of a name counts).
+	s.inEnv = append([]string{"AGENTBUS_ADMIN_KEY=" + adminKey, "AGENTBUS_RATE_LIMIT=0", "AGENTBUS_WEBHOOK_TIMEOUT=20s",
+		"AGENTBUS_MAX_WAITING_PER_TENANT=100000"}, s.env...)
 	s.ingress = proctest.StartIngress(t, bins, "ingress", natsURL, s.inEnv...)
 
 	nc, err := nats.Connect(natsURL, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
