@@ -228,14 +228,19 @@ type Directory struct {
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
 	// lastBeat is the local time the newest heartbeat of any host arrived.
 	lastBeat time.Time
+	// resumedAt is when heartbeats arrived again after none of any host had for stallGap, and
+	// stalledFrom when the last one before that silence had (see cutoff).
+	resumedAt, stalledFrom time.Time
 
 	// hostsKV is read when every heartbeat has stopped arriving (see cutoff); nil never is.
 	hostsKV  jetstream.KeyValue
 	probeMu  sync.Mutex
 	probedAt time.Time
 	bucketUp bool
-	// bucketDownAt is when a reading last found the bucket unreadable or without a leader.
+	// bucketDownAt is when a reading last found the bucket unreadable or without a leader;
+	// bucketDown the same in Unix nanoseconds, for readers without probeMu.
 	bucketDownAt time.Time
+	bucketDown   atomic.Int64
 
 	// watched is the revision of the newest entry of the hosts bucket that its watch delivered
 	// (HostsCurrent). The watch delivers in revision order, so every older one came before it.
@@ -372,10 +377,24 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 		seen = seen.Add(-min(age, 2*DeadAfter))
 	}
 	d.hosts[e.Key()] = seenHost{host: h, seen: seen}
+	if silence := seen.Sub(d.lastBeat); !initial && !d.lastBeat.IsZero() && silence >= stallGap &&
+		(silence < DeadAfter || d.bucketDown.Load() > d.lastBeat.UnixNano()) {
+		if d.resumedAt.IsZero() || seen.Sub(d.resumedAt) >= DeadAfter {
+			d.stalledFrom = d.lastBeat
+		} // else another silence before the hosts were all back: as they stood before the first
+		d.resumedAt = seen
+	}
 	if seen.After(d.lastBeat) {
 		d.lastBeat = seen
 	}
 }
+
+// stallGap is a silence of every host's heartbeats that means they were not getting through
+// (the hosts bucket electing a leader, or this watch cut off), not that the hosts died: two
+// intervals, in which each live host writes two. A silence of DeadAfter or more counts so only
+// when a reading of the bucket during it found the bucket down (refresh): one that found it
+// readable and stale found the hosts dead.
+const stallGap = 2 * HeartbeatInterval
 
 // probeEvery bounds how often the hosts bucket is read while no heartbeat arrives, and
 // probeTimeout how long a reading may take.
@@ -393,16 +412,32 @@ const (
 // stopped rather than all taken for dead at once; so too when it holds no fresh heartbeat but its
 // stream has no leader, which no heartbeat could have been written to, or got one less than
 // DeadAfter ago, before the hosts' next heartbeats could reach it.
+//
+// Once heartbeats arrive again after such a silence (of stallGap or more), the first to arrive
+// say nothing of the others, whose writes failed alike and which write their next within an
+// interval: for DeadAfter from then the hosts count as they stood when the silence began, so
+// that the first host through does not take the others' partitions over.
 func (d *Directory) cutoff() time.Time {
 	now := d.now()
 	cutoff := now.Add(-DeadAfter)
 	d.mu.RLock()
-	last := d.lastBeat
+	last, resumed, stalled := d.lastBeat, d.resumedAt, d.stalledFrom
 	d.mu.RUnlock()
-	if last.IsZero() || last.After(cutoff) || d.refresh() {
+	if !resumed.IsZero() && now.Sub(resumed) < DeadAfter {
+		cutoff = earlier(cutoff, stalled.Add(-DeadAfter))
+	}
+	if last.IsZero() || last.After(now.Add(-DeadAfter)) || d.refresh() {
 		return cutoff
 	}
-	return last.Add(-DeadAfter)
+	return earlier(cutoff, last.Add(-DeadAfter))
+}
+
+// earlier returns the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // refresh reads the heartbeats of the known hosts from the bucket, at most every probeEvery,
@@ -476,6 +511,7 @@ func (d *Directory) refresh() bool {
 	}
 	if err != nil && !errors.Is(err, errBucketJustBack) {
 		d.bucketDownAt = now
+		d.bucketDown.Store(now.UnixNano())
 	}
 	d.probedAt, d.bucketUp = now, err == nil
 	if err != nil {

@@ -239,3 +239,66 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 	clk.Advance(DeadAfter + time.Second)
 	assert.True(t, d.Live("Echo"), "the bucket has no leader: as the host stood")
 }
+
+// TestHostsStandWhenHeartbeatsResume: after a silence of every host's heartbeats that is the
+// hosts bucket's (it could not be read during the silence; or the silence was shorter than
+// DeadAfter), the first heartbeat through does not make the others dead: they count as they
+// stood when the silence began for DeadAfter, in which they write their next. Without a
+// silence, a host whose heartbeats stop while another's go on is dead after DeadAfter.
+func TestHostsStandWhenHeartbeatsResume(t *testing.T) {
+	down, downKV, _ := heartbeatBucket(t)
+	_, _, entry := heartbeatBucket(t)
+	h1, h2 := entry("h1"), entry("h2")
+	live := func(d *Directory) []string {
+		var ids []string
+		for _, h := range d.LiveHosts("Echo") {
+			ids = append(ids, h.ID)
+		}
+		return ids
+	}
+	start := func(kv jetstream.KeyValue) (*Directory, *clock) {
+		clk := &clock{t: time.Now()}
+		d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
+			changed: make(chan struct{}, 1), hostsKV: kv}
+		d.applyHost(h1, false)
+		d.applyHost(h2, false)
+		return d, clk
+	}
+
+	// A long silence while the bucket cannot be read.
+	d, clk := start(downKV)
+	down.Shutdown()
+	clk.Advance(4 * time.Second)
+	assert.Equal(t, []string{"h1", "h2"}, live(d), "during the silence the bucket cannot be read: as they stood")
+	d.applyHost(h2, false)
+	assert.Equal(t, []string{"h1", "h2"}, live(d), "right after the silence: as they stood")
+	for range 2 {
+		clk.Advance(HeartbeatInterval)
+		d.applyHost(h2, false)
+		assert.Equal(t, []string{"h1", "h2"}, live(d), "within DeadAfter of the silence's end")
+	}
+	clk.Advance(DeadAfter - 2*HeartbeatInterval - time.Millisecond)
+	assert.Equal(t, []string{"h1", "h2"}, live(d), "just under DeadAfter after the silence")
+	clk.Advance(2 * time.Millisecond)
+	d.applyHost(h2, false)
+	assert.Equal(t, []string{"h2"}, live(d), "DeadAfter after the silence, h1 wrote nothing: dead")
+
+	// A silence shorter than DeadAfter, whatever the bucket.
+	d, clk = start(nil)
+	clk.Advance(2 * time.Second)
+	d.applyHost(h2, false)
+	clk.Advance(DeadAfter - 2*time.Second + HeartbeatInterval) // h1's heartbeat is DeadAfter old
+	d.applyHost(h2, false)
+	assert.Equal(t, []string{"h1", "h2"}, live(d), "within DeadAfter of a short silence's end")
+	clk.Advance(2*time.Second - HeartbeatInterval)
+	d.applyHost(h2, false)
+	assert.Equal(t, []string{"h2"}, live(d), "DeadAfter after a short silence, h1 wrote nothing: dead")
+
+	// No silence: h2 goes on beating.
+	d, clk = start(nil)
+	for range 4 {
+		clk.Advance(HeartbeatInterval)
+		d.applyHost(h2, false)
+	}
+	assert.Equal(t, []string{"h2"}, live(d), "h2 went on beating, h1 did not for %v: dead", 4*HeartbeatInterval)
+}
