@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -146,9 +147,7 @@ func (x *Index) flush(subj string, t *turn) {
 		n := min(len(t.queue), maxBatch)
 		if n == 0 {
 			t.busy = false
-			if x.turns[subj] == t {
-				delete(x.turns, subj)
-			}
+			delete(x.turns, subj) // Add keeps a busy turn in the map; the next makes a new one
 			x.mu.Unlock()
 			return
 		}
@@ -183,14 +182,12 @@ func (x *Index) flush(subj string, t *turn) {
 // one of their Adds' contexts has ended.
 func batchContext(batch []*pendingRun) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
-	left := int64(len(batch))
-	var mu sync.Mutex
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, p := range batch {
 		stops[i] = context.AfterFunc(p.ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if left--; left == 0 {
+			if left.Add(-1) == 0 {
 				cancel()
 			}
 		})

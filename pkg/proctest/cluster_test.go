@@ -32,10 +32,9 @@ func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
 	bins := needProcesses(t)
 	cluster := proctest.StartCluster(t, bins, 3, true)
 	// Callers wait as long as the ingress's default webhook timeout, 30 s, not the 20 s of the
-	// other multi-process tests: in one run of about thirty elections (2026-11-27) a call under
-	// way took 22.6 s, when both hosts' leases lapsed while the hosts bucket elected its leader,
-	// one host then took partitions over from the other, and requests went round the fence
-	// (docs/architecture.md#failure-and-recovery).
+	// other multi-process tests: an election of each stream, bucket and consumer the dead node
+	// led takes 4–9 s, and a call may need several. docs/architecture.md (What survives a
+	// crash, and why) describes a call such a chain held for 22.6 s.
 	sys := newSystem(t, bins, cluster.URLs(), "AGENTBUS_REPLICAS=3", "AGENTBUS_WEBHOOK_TIMEOUT=30s")
 	ids := []string{"host-1", "host-2"}
 	for _, id := range ids {

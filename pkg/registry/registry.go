@@ -238,9 +238,8 @@ type Directory struct {
 	probedAt time.Time
 	bucketUp bool
 	// bucketDownAt is when a reading last found the bucket unreadable or without a leader;
-	// bucketDown the same in Unix nanoseconds, for readers without probeMu.
+	// guarded by mu, since arriving heartbeats read it too.
 	bucketDownAt time.Time
-	bucketDown   atomic.Int64
 
 	// watched is the revision of the newest entry of the hosts bucket that its watch delivered
 	// (HostsCurrent). The watch delivers in revision order, so every older one came before it.
@@ -378,7 +377,7 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	}
 	d.hosts[e.Key()] = seenHost{host: h, seen: seen}
 	if silence := seen.Sub(d.lastBeat); !initial && !d.lastBeat.IsZero() && silence >= stallGap &&
-		(silence < DeadAfter || d.bucketDown.Load() > d.lastBeat.UnixNano()) {
+		(silence < DeadAfter || d.bucketDownAt.After(d.lastBeat)) {
 		if d.resumedAt.IsZero() || seen.Sub(d.resumedAt) >= DeadAfter {
 			d.stalledFrom = d.lastBeat
 		} // else another silence before the hosts were all back: as they stood before the first
@@ -501,7 +500,10 @@ func (d *Directory) refresh() bool {
 			if st, err = d.hostsKV.Status(ctx); err == nil && !hasLeader(st) {
 				err = errBucketLeaderless
 			}
-			if err == nil && !d.bucketDownAt.IsZero() && now.Sub(d.bucketDownAt) < DeadAfter {
+			d.mu.RLock()
+			downAt := d.bucketDownAt
+			d.mu.RUnlock()
+			if err == nil && !downAt.IsZero() && now.Sub(downAt) < DeadAfter {
 				// Its stream has a leader again, since less than DeadAfter: the hosts, which
 				// write every HeartbeatInterval, may not have reached it yet (their writes
 				// failed while it had none).
@@ -510,8 +512,9 @@ func (d *Directory) refresh() bool {
 		}
 	}
 	if err != nil && !errors.Is(err, errBucketJustBack) {
+		d.mu.Lock()
 		d.bucketDownAt = now
-		d.bucketDown.Store(now.UnixNano())
+		d.mu.Unlock()
 	}
 	d.probedAt, d.bucketUp = now, err == nil
 	if err != nil {

@@ -91,24 +91,17 @@ func TestStalledHeartbeatsAreReadFromTheBucket(t *testing.T) {
 		d.applyHost(last, false)
 		return d, clk
 	}
-	live := func(d *Directory) []string {
-		var out []string
-		for _, h := range d.LiveHosts("Echo") {
-			out = append(out, h.ID)
-		}
-		return out
-	}
 
 	d, clk := directory()
-	assert.Equal(t, []string{"last"}, live(d), "heartbeats arriving")
+	assert.Equal(t, []string{"last"}, liveEcho(d), "heartbeats arriving")
 	clk.Advance(DeadAfter + time.Second)
-	assert.Empty(t, live(d), "no heartbeat for 4s, and the bucket holds none newer: every host is dead")
+	assert.Empty(t, liveEcho(d), "no heartbeat for 4s, and the bucket holds none newer: every host is dead")
 	assert.False(t, d.AnyLive())
 
 	d, clk = directory()
 	srv.Shutdown()
 	clk.Advance(DeadAfter + time.Second)
-	assert.Equal(t, []string{"last"}, live(d), "no heartbeat, and the bucket cannot be read: hosts as they stood")
+	assert.Equal(t, []string{"last"}, liveEcho(d), "no heartbeat, and the bucket cannot be read: hosts as they stood")
 	assert.True(t, d.Live("Echo"))
 }
 
@@ -249,13 +242,6 @@ func TestHostsStandWhenHeartbeatsResume(t *testing.T) {
 	down, downKV, _ := heartbeatBucket(t)
 	_, _, entry := heartbeatBucket(t)
 	h1, h2 := entry("h1"), entry("h2")
-	live := func(d *Directory) []string {
-		var ids []string
-		for _, h := range d.LiveHosts("Echo") {
-			ids = append(ids, h.ID)
-		}
-		return ids
-	}
 	start := func(kv jetstream.KeyValue) (*Directory, *clock) {
 		clk := &clock{t: time.Now()}
 		d := &Directory{log: slog.New(slog.DiscardHandler), now: clk.Now, agents: map[string]Agent{}, hosts: map[string]seenHost{},
@@ -269,19 +255,19 @@ func TestHostsStandWhenHeartbeatsResume(t *testing.T) {
 	d, clk := start(downKV)
 	down.Shutdown()
 	clk.Advance(4 * time.Second)
-	assert.Equal(t, []string{"h1", "h2"}, live(d), "during the silence the bucket cannot be read: as they stood")
+	assert.Equal(t, []string{"h1", "h2"}, liveEcho(d), "during the silence the bucket cannot be read: as they stood")
 	d.applyHost(h2, false)
-	assert.Equal(t, []string{"h1", "h2"}, live(d), "right after the silence: as they stood")
+	assert.Equal(t, []string{"h1", "h2"}, liveEcho(d), "right after the silence: as they stood")
 	for range 2 {
 		clk.Advance(HeartbeatInterval)
 		d.applyHost(h2, false)
-		assert.Equal(t, []string{"h1", "h2"}, live(d), "within DeadAfter of the silence's end")
+		assert.Equal(t, []string{"h1", "h2"}, liveEcho(d), "within DeadAfter of the silence's end")
 	}
 	clk.Advance(DeadAfter - 2*HeartbeatInterval - time.Millisecond)
-	assert.Equal(t, []string{"h1", "h2"}, live(d), "just under DeadAfter after the silence")
+	assert.Equal(t, []string{"h1", "h2"}, liveEcho(d), "just under DeadAfter after the silence")
 	clk.Advance(2 * time.Millisecond)
 	d.applyHost(h2, false)
-	assert.Equal(t, []string{"h2"}, live(d), "DeadAfter after the silence, h1 wrote nothing: dead")
+	assert.Equal(t, []string{"h2"}, liveEcho(d), "DeadAfter after the silence, h1 wrote nothing: dead")
 
 	// A silence shorter than DeadAfter, whatever the bucket.
 	d, clk = start(nil)
@@ -289,10 +275,10 @@ func TestHostsStandWhenHeartbeatsResume(t *testing.T) {
 	d.applyHost(h2, false)
 	clk.Advance(DeadAfter - 2*time.Second + HeartbeatInterval) // h1's heartbeat is DeadAfter old
 	d.applyHost(h2, false)
-	assert.Equal(t, []string{"h1", "h2"}, live(d), "within DeadAfter of a short silence's end")
+	assert.Equal(t, []string{"h1", "h2"}, liveEcho(d), "within DeadAfter of a short silence's end")
 	clk.Advance(2*time.Second - HeartbeatInterval)
 	d.applyHost(h2, false)
-	assert.Equal(t, []string{"h2"}, live(d), "DeadAfter after a short silence, h1 wrote nothing: dead")
+	assert.Equal(t, []string{"h2"}, liveEcho(d), "DeadAfter after a short silence, h1 wrote nothing: dead")
 
 	// No silence: h2 goes on beating.
 	d, clk = start(nil)
@@ -300,5 +286,14 @@ func TestHostsStandWhenHeartbeatsResume(t *testing.T) {
 		clk.Advance(HeartbeatInterval)
 		d.applyHost(h2, false)
 	}
-	assert.Equal(t, []string{"h2"}, live(d), "h2 went on beating, h1 did not for %v: dead", 4*HeartbeatInterval)
+	assert.Equal(t, []string{"h2"}, liveEcho(d), "h2 went on beating, h1 did not for %v: dead", 4*HeartbeatInterval)
+}
+
+// liveEcho returns the ids of the live hosts of Echo, in order.
+func liveEcho(d *Directory) []string {
+	var ids []string
+	for _, h := range d.LiveHosts("Echo") {
+		ids = append(ids, h.ID)
+	}
+	return ids
 }
