@@ -121,7 +121,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/gogc"
-	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
 // Targets that the benchmark reports against. targetProcessesRatio is the separate processes'
@@ -215,7 +214,7 @@ func main() {
 	switch {
 	case o.GOGC != "":
 	case o.URL == "":
-		o.stackGC = natsembed.DefaultGCPercent
+		o.stackGC = gogc.Default
 		o.GOGC = fmt.Sprintf("%d (bare phase: 100)", o.stackGC)
 	default:
 		o.GOGC = "100"

@@ -20,11 +20,10 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
-	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
-	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/agentbus/agentbus/pkg/service"
 )
 
 func main() {
@@ -43,32 +42,12 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(ctx, args[1:], lookupEnv, stderr)
 	}
-	cfg, err := config.Load("ingress", args, lookupEnv, stderr)
+	p, err := service.Start(ctx, "ingress", "agentbus-ingress", args, lookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	log := cfg.Logger(stderr)
-	// A small heap that turns over fast: collect less often than Go's default unless GOGC says
-	// otherwise (docs/configuration.md).
-	gc := gogc.Set(lookupEnv)
-	stopTracing, err := tracing.Setup(ctx, "agentbus-ingress")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
-		defer cancel()
-		if err := stopTracing(tctx); err != nil {
-			log.Warn("stopping tracing", "err", err)
-		}
-	}()
-	if cfg.PprofAddr != "" {
-		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
-	}
+	defer p.Close(ctx)
+	cfg, log := p.Config, p.Log
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-ingress", log)
 	if err != nil {
 		return err
@@ -101,7 +80,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	hs := srv.HTTPServer()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	log.Info("ingress listening", "addr", ln.Addr().String(), "gogc", gc)
+	log.Info("ingress listening", "addr", ln.Addr().String(), "gogc", p.GOGC)
 
 	select {
 	case err := <-done:

@@ -25,11 +25,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/metrics"
-	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/service"
 	"github.com/agentbus/agentbus/pkg/stack"
-	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 func main() {
@@ -70,34 +69,14 @@ const devTenant = "default"
 const devKeyName = "dev (generated)"
 
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout, stderr io.Writer) error {
-	cfg, err := config.Load("standalone", args, lookupEnv, stderr)
+	p, err := service.Start(ctx, "standalone", "agentbus", args, lookupEnv, stderr)
 	if err != nil {
 		return err
 	}
+	defer p.Close(ctx)
+	cfg, log, gogc := p.Config, p.Log, p.GOGC
 	if cfg.NATSURL != "" {
 		return errors.New("the standalone runs its own embedded NATS; to use AGENTBUS_NATS_URL run services/ingress and services/workflowhost")
-	}
-	log := cfg.Logger(stderr)
-	// The process holds the NATS server's store caches: it collects garbage less often than
-	// Go's default unless GOGC says otherwise (docs/configuration.md).
-	gogc := natsembed.SetGCPercent(lookupEnv)
-	stopTracing, err := tracing.Setup(ctx, "agentbus")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
-		defer cancel()
-		if err := stopTracing(tctx); err != nil {
-			log.Warn("stopping tracing", "err", err)
-		}
-	}()
-	if cfg.PprofAddr != "" {
-		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
 	}
 	model, err := cfg.ChatModel(log)
 	if err != nil {

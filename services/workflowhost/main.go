@@ -33,12 +33,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
-	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/service"
 	"github.com/agentbus/agentbus/pkg/subscription"
-	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 func main() {
@@ -57,35 +56,16 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return healthcheck(ctx, args[1:], lookupEnv, stderr)
 	}
-	cfg, err := config.Load("workflowhost", args, lookupEnv, stderr)
+	p, err := service.Start(ctx, "workflowhost", "agentbus-workflowhost", args, lookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	log := cfg.Logger(stderr)
-	// A small heap that turns over fast: collect less often than Go's default unless GOGC says
-	// otherwise (docs/configuration.md).
-	log.Info("garbage collector target", "gogc", gogc.Set(lookupEnv))
-	stopTracing, err := tracing.Setup(ctx, "agentbus-workflowhost")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ExitReserve()/2)
-		defer cancel()
-		if err := stopTracing(tctx); err != nil {
-			log.Warn("stopping tracing", "err", err)
-		}
-	}()
+	defer p.Close(ctx)
+	cfg, log := p.Config, p.Log
+	log.Info("garbage collector target", "gogc", p.GOGC)
 	model, err := cfg.ChatModel(log)
 	if err != nil {
 		return err
-	}
-	if cfg.PprofAddr != "" {
-		stopPprof, err := opshttp.ServePprof(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer stopPprof()
 	}
 	nc, err := bus.Connect(cfg.NATSURL, "agentbus-workflowhost", log)
 	if err != nil {
