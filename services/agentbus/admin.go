@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"text/tabwriter"
 )
 
 type tenantInfo struct {
@@ -53,7 +52,7 @@ func (c *cli) tenantList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, "/api/v1/admin/tenants", nil, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tCREATED")
 	for _, t := range ans.Tenants {
 		fmt.Fprintf(tw, "%s\t%s\n", t.ID, shortTime(t.CreatedAt))
@@ -131,7 +130,7 @@ func (c *cli) keyList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.keysPath(*system), nil, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tNAME\tROLE\tCREATED\tREVOKED")
 	for _, k := range ans.Keys {
 		revoked := "-"

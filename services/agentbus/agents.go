@@ -12,7 +12,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/agentbus/agentbus/pkg/remote"
 )
@@ -261,7 +260,7 @@ func (c *cli) agentList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.agentsPath(*global, ""), nil, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "NAME\tURL\tMETHODS\tCHAT\tFILE\tTENANTS")
 	for _, a := range ans.Agents {
 		tenants := "*"
@@ -414,7 +413,7 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 		}
 		c.printJSON(raw)
 	} else {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		tw := c.table()
 		for _, r := range results {
 			verdict := "PASS"
 			switch {

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"unicode"
 )
 
@@ -77,7 +76,7 @@ func (c *cli) deadLetterList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(""), query, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tDEAD\tAGENT\tWORKFLOW\tPARTICIPANT\tTYPE\tATTEMPTS\tERROR")
 	for _, l := range ans.DeadLetters {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.AgentName, 40), cell(l.WorkflowID, 80),
@@ -102,12 +101,8 @@ func (c *cli) deadLetterShow(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(pos[0]), nil, nil, &l); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	row := func(name, value string) {
-		if value != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", name, cell(value, 4096))
-		}
-	}
+	tw := c.fields()
+	row := tw.row
 	row("id", strconv.FormatUint(l.ID, 10))
 	row("tenant", l.TenantID)
 	row("agent", l.AgentName)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -53,7 +52,7 @@ func (c *cli) hosts(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, path, nil, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "HOST\tIN FLIGHT\tHEARTBEAT\tAGENTS\tPARTITIONS")
 	for _, h := range ans.Hosts {
 		inFlight := "?"
@@ -75,7 +74,7 @@ func (c *cli) hosts(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout)
-	tw = tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw = c.table()
 	fmt.Fprintln(tw, "AGENT\tPARTITION\tHOLDERS\tPENDING\tACK PENDING\tREDELIVERED")
 	for _, a := range ans.Agents {
 		for _, p := range a.Partitions {
@@ -220,7 +219,7 @@ func (c *cli) instanceQueue(ctx context.Context, args []string) error {
 		return nil
 	}
 	now := time.Now()
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "PARTICIPANT\tSTORED\tOLDEST\tNOT HELD")
 	for _, cv := range ans.Conversations {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", cell(cv.ParticipantID, 40), cv.Stored, age(cv.OldestAgeMs), cv.NotHeld)
@@ -229,7 +228,7 @@ func (c *cli) instanceQueue(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintln(c.stdout)
-	tw = tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw = c.table()
 	fmt.Fprintln(tw, "PARTICIPANT\tSEQ\tREQUEST\tTYPE\tAGE\tATTEMPT\tHOST\tSTATE")
 	for _, cv := range ans.Conversations {
 		for _, r := range cv.Requests {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"text/tabwriter"
 )
 
 // instanceItem is one instance of an agent's listing.
@@ -98,7 +97,7 @@ func (c *cli) instanceList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, path, query, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ACTIVATION\tWORKFLOW TYPE\tSTATUS\tEVENTS\tLAST ACTIVE\tSTARTED\tRUN")
 	for _, it := range ans.Instances {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cell(it.Activation, 60), cell(it.WorkflowType, 40), it.Status, it.Events,
@@ -124,12 +123,8 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.instancePath(pos[0]), nil, nil, &in); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	row := func(name, value string) {
-		if value != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", name, cell(value, 4096))
-		}
-	}
+	tw := c.fields()
+	row := tw.row
 	row("workflow", in.WorkflowID)
 	row("status", in.Status)
 	row("run", in.RunID)
@@ -159,7 +154,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		return true
 	}
 	if section("earlier runs", len(in.EarlierRuns)) {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		tw := c.table()
 		fmt.Fprintln(tw, "  RUN\tSTARTED\tENDED\tEVENTS")
 		for _, r := range in.EarlierRuns {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt), shortTime(r.CompletedAt), r.Events)
@@ -167,7 +162,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		_ = tw.Flush()
 	}
 	if section("recent requests", len(in.RecentRequests)) {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		tw := c.table()
 		fmt.Fprintln(tw, "  RECEIVED\tPARTICIPANT\tTYPE\tSTATUS\tMS\tREQUEST")
 		for _, r := range in.RecentRequests {
 			kind := r.Type
@@ -191,7 +186,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		}
 	}
 	if section("dead letters", len(in.DeadLetters)) {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+		tw := c.table()
 		fmt.Fprintln(tw, "  ID\tDEAD\tPARTICIPANT\tTYPE\tERROR")
 		for _, l := range in.DeadLetters {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.ParticipantID, 40), cell(l.kind(), 40), cell(l.Error, 80))

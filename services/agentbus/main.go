@@ -30,6 +30,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 )
 
@@ -212,6 +213,23 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 		return c.tail(ctx, rest)
 	default:
 		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+}
+
+// table writes tab-separated columns to stdout, aligned when it is flushed.
+func (c *cli) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+}
+
+// fieldList prints one thing as "name:  value" lines, aligned when it is flushed.
+type fieldList struct{ *tabwriter.Writer }
+
+func (c *cli) fields() fieldList { return fieldList{c.table()} }
+
+// row prints a field unless its value is empty, with control characters shown as '?'.
+func (f fieldList) row(name, value string) {
+	if value != "" {
+		fmt.Fprintf(f, "%s:\t%s\n", name, cell(value, 4096))
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"text/tabwriter"
 )
 
 // instanceFlags are the flags that name a workflow instance, as tail names its thread.
@@ -57,7 +56,7 @@ func (c *cli) scheduleList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.schedulesPath(""), query, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "NAME\tSCHEDULE\tPARTICIPANT\tTYPE\tSET")
 	for _, s := range ans.Schedules {
 		kind := s.Type

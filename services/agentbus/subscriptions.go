@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 )
 
 // subscriptionInfo is an event subscription as the API shows it; Secret only in the answer that
@@ -114,7 +113,7 @@ func (c *cli) subscriptionList(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.subscriptionsPath(""), nil, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tURL\tEVENTS\tAGENTS\tCREATED\tDESCRIPTION")
 	for _, s := range ans.Subscriptions {
 		agents := "*"
@@ -136,12 +135,8 @@ func (c *cli) subscriptionGet(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.subscriptionsPath(pos[0]), nil, nil, &s); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	row := func(name, value string) {
-		if value != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", name, cell(value, 4096))
-		}
-	}
+	tw := c.fields()
+	row := tw.row
 	row("id", s.ID)
 	row("tenant", s.TenantID)
 	row("url", s.URL)
@@ -192,7 +187,7 @@ func (c *cli) subscriptionUndelivered(ctx context.Context, args []string) error 
 	if printed, err := c.fetch(ctx, http.MethodGet, c.undeliveredPath(pos[0], ""), query, nil, &ans); err != nil || printed {
 		return err
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	tw := c.table()
 	fmt.Fprintln(tw, "ID\tFAILED\tEVENT\tTYPE\tATTEMPTS\tERROR")
 	for _, e := range ans.Events {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.ID, shortTime(e.FailedAt), cell(e.EventID, 80), cell(e.Type, 40), e.Attempts, cell(e.Error, 80))
