@@ -2,25 +2,53 @@
 // workflow host) runs beside its own work, and stops it again: its settings and logger, the
 // garbage collector's target, tracing and the profiling endpoint.
 //
-// A process's run function begins with Start and defers Close:
+// A binary's main hands its run function to Main, and run begins with Start and defers Close:
 //
-//	p, err := service.Start(ctx, "ingress", "agentbus-ingress", args, lookupEnv, stderr)
-//	if err != nil {
-//		return err
+//	func main() {
+//		service.Main("ingress", func(ctx context.Context, args []string, lookupEnv config.LookupEnv) error {
+//			return run(ctx, args, lookupEnv, os.Stderr)
+//		})
 //	}
-//	defer p.Close(ctx)
+//
+//	func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {
+//		p, err := service.Start(ctx, "ingress", "agentbus-ingress", args, lookupEnv, stderr)
+//		if err != nil {
+//			return err
+//		}
+//		defer p.Close(ctx)
+//		…
+//	}
 package service
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/opshttp"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
+
+// Main is a server binary's main: it calls run with a context that SIGINT or SIGTERM ends, the
+// command line's arguments and os.LookupEnv. When run fails, it prints the error after name on
+// stderr and exits 1; help asked for (flag.ErrHelp) is not a failure.
+func Main(name string, run func(ctx context.Context, args []string, lookupEnv config.LookupEnv) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.LookupEnv)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
 
 // Process is a server process's settings, its logger, and what Start started for it.
 type Process struct {

@@ -9,14 +9,10 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -27,15 +23,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "ingress:", err)
-		os.Exit(1)
-	}
+	service.Main("ingress", func(ctx context.Context, args []string, lookupEnv config.LookupEnv) error {
+		return run(ctx, args, lookupEnv, os.Stderr)
+	})
 }
 
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {

@@ -10,12 +10,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -32,15 +29,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "standalone:", err)
-		os.Exit(1)
-	}
+	service.Main("standalone", func(ctx context.Context, args []string, lookupEnv config.LookupEnv) error {
+		return run(ctx, args, lookupEnv, os.Stdout, os.Stderr)
+	})
 }
 
 // loopbackReceivers is the standalone's allow-list of subscription receivers when

@@ -16,14 +16,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,15 +38,9 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "workflowhost:", err)
-		os.Exit(1)
-	}
+	service.Main("workflowhost", func(ctx context.Context, args []string, lookupEnv config.LookupEnv) error {
+		return run(ctx, args, lookupEnv, os.Stderr)
+	})
 }
 
 func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr io.Writer) error {
