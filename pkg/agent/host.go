@@ -639,7 +639,9 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 		// duplicate), so it must be written: keep trying while the bus recovers.
 		key := subject.ResultKey(req.GetTenantId(), req.GetRequestId())
 		if err := retry(ctx, log, "caching the result", func() error {
-			_, err := h.res.Results.Put(ctx, key, data)
+			actx, cancel := bus.Attempt(ctx)
+			defer cancel()
+			_, err := h.res.Results.Put(actx, key, data)
 			return err
 		}); err != nil {
 			log.Error("caching result", "err", err)
@@ -656,7 +658,9 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 // reports whether it answered, or an error when the cache could not be read: the request must
 // then wait, since running it again might repeat it.
 func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) (bool, error) {
-	e, err := h.res.Results.Get(ctx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
+	actx, cancel := bus.Attempt(ctx)
+	e, err := h.res.Results.Get(actx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
+	cancel()
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil // not handled yet
 	}

@@ -237,7 +237,9 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 		rec.Revision = 0
 	}
 	rec.WriteID = nuid.Next()
-	saved, err := l.store.Put(ctx, rec)
+	actx, cancel := bus.Attempt(ctx)
+	saved, err := l.store.Put(actx, rec)
+	cancel()
 	if err != nil && !errors.Is(err, instance.ErrConflict) {
 		// The outcome is unknown (a timeout while the cluster elects a leader, say): the write
 		// may have landed. Read the record back, retrying while the bus recovers, and keep what
@@ -274,7 +276,9 @@ func retryUntil(ctx context.Context, fn func() error) error {
 
 // reloadLocked reads the record from the bucket, dropping unwritten counts.
 func (l *liveInstance) reloadLocked(ctx context.Context) error {
-	rec, err := l.store.Get(ctx, l.key.tenant, l.key.workflowID)
+	actx, cancel := bus.Attempt(ctx)
+	rec, err := l.store.Get(actx, l.key.tenant, l.key.workflowID)
+	cancel()
 	switch {
 	case errors.Is(err, instance.ErrNotFound):
 		l.rec, l.found = instance.Record{Tenant: l.key.tenant, WorkflowID: l.key.workflowID}, false

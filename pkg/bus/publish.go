@@ -27,9 +27,24 @@ const (
 )
 
 // resendAfter is how long Publish and Waiter.Await wait for the acknowledgement of a message
-// with a de-duplication id before they send it again. An acknowledgement takes milliseconds;
-// one that has not come by then was lost with the server or the connection it went through.
+// that a stream stores at most once (resendable) before they send it again. An acknowledgement
+// takes milliseconds; one that has not come by then was lost with the server or the connection
+// it went through, or with the stream's leader, whose followers drop what reaches them until
+// they have elected a new one (4–9 s after its node died).
 var resendAfter = 2 * time.Second
+
+// AttemptTimeout bounds one attempt of a read or write on a request's path that its caller
+// tries again when it fails (an instance's record, a kept result): while the stream or bucket
+// it goes to elects a leader (4–9 s after the leader's node died), what reaches the followers
+// is dropped unanswered, and an attempt that waited for JetStream's default timeout (5 s) could
+// add five seconds to a call for each stream or bucket it met that way. Use Attempt.
+const AttemptTimeout = 2 * time.Second
+
+// Attempt returns ctx bounded by AttemptTimeout, for one attempt of an operation its caller
+// tries again.
+func Attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, AttemptTimeout)
+}
 
 // noStreamBackoff paces the publishes of one message while no stream answers.
 type noStreamBackoff struct{ wait time.Duration }
@@ -60,18 +75,20 @@ func (b *noStreamBackoff) pause(ctx context.Context, until time.Time) (bool, err
 // server that died must not block the publisher for ever.
 //
 // It publishes again while no stream answers (nats.ErrNoResponders: nothing was stored), and,
-// when m has a de-duplication id (jetstream.MsgIDHeader), when no acknowledgement came within
-// resendAfter; a message without one is never published again once the server may have stored
-// it, so it is stored at most once.
+// when a stream stores m at most once however often it is sent (resendable), when no
+// acknowledgement came within resendAfter; any other message is never published again once the
+// server may have stored it, so it is stored at most once. A message sent again that expects a
+// last sequence may be refused as a conflict (IsConflict) because its first copy was stored:
+// its writer reads the subject again, as after any conflict, and finds it there.
 func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
 	nc := js.Conn()
 	giveUp, hasDeadline := ctx.Deadline()
 	if !hasDeadline {
 		giveUp = time.Now().Add(js.Options().DefaultTimeout)
 	}
-	idempotent := m.Header.Get(jetstream.MsgIDHeader) != ""
+	resend := resendable(m)
 	request := func() (*nats.Msg, error) {
-		if hasDeadline && !idempotent {
+		if hasDeadline && !resend {
 			return nc.RequestMsgWithContext(ctx, m)
 		}
 		// RequestMsg with a timeout takes a pooled timer; a context with one would cost several
@@ -80,7 +97,7 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 			return nil, err
 		}
 		wait := time.Until(giveUp)
-		if idempotent {
+		if resend {
 			wait = min(wait, resendAfter)
 		}
 		if wait <= 0 {
@@ -101,12 +118,21 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 			if again, _ := backoff.pause(ctx, giveUp); !again {
 				break
 			}
-		} else if !idempotent || !errors.Is(err, nats.ErrTimeout) || !time.Now().Before(giveUp) || ctx.Err() != nil {
+		} else if !resend || !errors.Is(err, nats.ErrTimeout) || !time.Now().Before(giveUp) || ctx.Err() != nil {
 			break
 		}
 		resp, err = request()
 	}
 	return nil, noStreamErr(err)
+}
+
+// resendable reports whether a stream stores m at most once however often it is sent: m has a
+// de-duplication id (jetstream.MsgIDHeader), or expects the stream's or its subject's last
+// sequence, which a stored copy changes, so that a second copy is refused.
+func resendable(m *nats.Msg) bool {
+	return m.Header.Get(jetstream.MsgIDHeader) != "" ||
+		m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != "" ||
+		m.Header.Get(jetstream.ExpectedLastSeqHeader) != ""
 }
 
 // noStreamErr names a publish that no stream answered (nats.ErrNoResponders) as PublishMsg does,

@@ -87,7 +87,10 @@ func testPublishLateStream(t *testing.T, js jetstream.JetStream, ctx context.Con
 
 // testPublishAckLost stands in for a server that takes a message and dies before it answers:
 // the first copy of each message gets no acknowledgement, the next one does. A message with a
-// de-duplication id is sent again; one without is not, as it may have been stored.
+// de-duplication id, or one that expects its subject's last sequence, is sent again; any other
+// is not, as it may have been stored. A real stream refuses the second copy of a message that
+// expects a last sequence once the first is stored: a conflict, which its writer resolves by
+// reading the subject.
 func testPublishAckLost(t *testing.T, nc *nats.Conn, js jetstream.JetStream, ctx context.Context) {
 	bus.SetResendAfter(t, 200*time.Millisecond)
 	seen := lossyServer(t, nc, "lossy.>", "", stored)
@@ -108,7 +111,28 @@ func testPublishAckLost(t *testing.T, nc *nats.Conn, js jetstream.JetStream, ctx
 	assert.Equal(t, uint64(1), ack.Sequence)
 	_, err = publish("lossy.b", "", 600*time.Millisecond)
 	assert.Error(t, err)
-	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1}, seen())
+	expecting := func(subj string) *nats.Msg {
+		m := nats.NewMsg(subj)
+		m.Data = []byte("x")
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		return m
+	}
+	ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ecancel()
+	ack, err = bus.Publish(ectx, js, expecting("lossy.c"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), ack.Sequence)
+	assert.Equal(t, map[string]int{"lossy.a": 2, "lossy.b": 1, "lossy.c": 2}, seen())
+
+	require.NoError(t, nc.PublishMsg(expecting("pubtest.expecting")), "a first copy, stored without an acknowledgement")
+	stream, err := js.Stream(ectx, "PUBTEST")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := stream.GetLastMsgForSubject(ectx, "pubtest.expecting")
+		return err == nil
+	}, time.Second, 10*time.Millisecond)
+	_, err = bus.Publish(ectx, js, expecting("pubtest.expecting"))
+	assert.True(t, bus.IsConflict(err), "the second copy: %v", err)
 	ack, err = publish("inflight.a", "inflight-1", 2*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), ack.Sequence)
