@@ -8,15 +8,11 @@ const MaxBatch = maxBatch
 func (x *Index) Hold(subj string) (release func()) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	t := x.turns[subj]
-	if t == nil {
-		t = &turn{}
-		x.turns[subj] = t
-	}
-	if t.busy {
+	if x.turns[subj] != nil {
 		panic("Hold: an append to " + subj + " is under way")
 	}
-	t.busy = true
+	t := &turn{}
+	x.turns[subj] = t
 	return func() { go x.flush(subj, t) }
 }
 

@@ -65,8 +65,8 @@ type Index struct {
 	// heads caches, by subject, the newest entry this Index appended or read there, so that an
 	// append by the subject's usual writer needs no read first.
 	heads map[string]indexHead
-	// turns holds, by subject, the runs waiting to be appended and whether an append is under
-	// way.
+	// turns holds, by subject, the runs waiting to be appended while a flush goroutine appends
+	// them: a subject is in turns exactly while its flush runs.
 	turns map[string]*turn
 }
 
@@ -88,7 +88,6 @@ const maxHeads = 10000
 // round trip to the stream's leader; an entry holding several runs lets more runs through.
 type turn struct {
 	queue []*pendingRun
-	busy  bool // a flush goroutine is appending this subject's queue
 }
 
 // pendingRun is one Add waiting in its subject's turn.
@@ -120,13 +119,12 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	p := &pendingRun{ctx: ctx, e: e, done: make(chan error, 1)}
 	x.mu.Lock()
 	t := x.turns[subj]
-	if t == nil {
+	start := t == nil
+	if start {
 		t = &turn{}
 		x.turns[subj] = t
 	}
 	t.queue = append(t.queue, p)
-	start := !t.busy
-	t.busy = true
 	x.mu.Unlock()
 	if start {
 		go x.flush(subj, t)
@@ -146,8 +144,7 @@ func (x *Index) flush(subj string, t *turn) {
 		x.mu.Lock()
 		n := min(len(t.queue), maxBatch)
 		if n == 0 {
-			t.busy = false
-			delete(x.turns, subj) // Add keeps a busy turn in the map; the next makes a new one
+			delete(x.turns, subj) // the next Add makes a new turn and starts its flush
 			x.mu.Unlock()
 			return
 		}
