@@ -26,19 +26,19 @@ const (
 	noStreamMaxWait   = 500 * time.Millisecond
 )
 
-// resendAfter is how long Publish and Waiter.Await wait for the acknowledgement of a message
-// that a stream stores at most once (resendable) before they send it again. An acknowledgement
-// takes milliseconds; one that has not come by then was lost with the server or the connection
-// it went through, or with the stream's leader, whose followers drop what reaches them until
-// they have elected a new one (4–9 s after its node died).
-var resendAfter = 2 * time.Second
-
 // AttemptTimeout bounds one attempt of a read or write on a request's path that its caller
-// tries again when it fails (an instance's record, a kept result): while the stream or bucket
-// it goes to elects a leader (4–9 s after the leader's node died), what reaches the followers
-// is dropped unanswered, and an attempt that waited for JetStream's default timeout (5 s) could
-// add five seconds to a call for each stream or bucket it met that way. Use Attempt.
+// tries again when it fails (an instance's record, a kept result; a publish that a stream stores
+// at most once, resendAfter). An answer takes milliseconds; one that has not come by then was
+// lost with the server or the connection it went through, or with the stream's or bucket's
+// leader, whose followers drop what reaches them unanswered until they have elected a new one
+// (4–9 s after its node died). An attempt that waited for JetStream's default timeout (5 s)
+// could add five seconds to a call for each stream or bucket it met that way. Use Attempt.
 const AttemptTimeout = 2 * time.Second
+
+// resendAfter is how long Publish and Waiter.Await wait for the acknowledgement of a message
+// that a stream stores at most once (resendable) before they send it again: AttemptTimeout,
+// which tests shorten (SetResendAfter).
+var resendAfter = AttemptTimeout
 
 // Attempt returns ctx bounded by AttemptTimeout, for one attempt of an operation its caller
 // tries again.
