@@ -1,15 +1,18 @@
 // Package ident validates and builds the identifiers agentbus passes around: tenant ids,
 // workflow ids and participant ids, following docs/identifiers.md.
 //
-// It knows nothing of the bus or of HTTP; callers turn its errors into responses.
+// The limits on length and characters are package subject's (subject.CheckTenant,
+// subject.CheckName), which bounds every caller value that becomes part of a subject; ident adds
+// the rules of each identifier's shape. It knows nothing of HTTP; callers turn its errors into
+// responses.
 package ident
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // DefaultWorkflowType is the workflow type used when none is given.
@@ -24,23 +27,8 @@ var (
 	ErrInvalidWorkflow = errors.New("workflow must be {agent}, {agent}:{workflowType} or {tenantId}:{agent}:{workflowType}:{activation}")
 )
 
-const maxIDLen = 256
-
-// ValidTenant reports whether id is a valid tenant id.
-func ValidTenant(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
-}
+// ValidTenant reports whether id is a valid tenant id (subject.CheckTenant).
+func ValidTenant(id string) bool { return subject.CheckTenant("tenantId", id) == nil }
 
 // Workflow identifies one workflow instance.
 type Workflow struct {
@@ -108,22 +96,15 @@ func (w Workflow) validNames() error {
 	return nil
 }
 
-// ValidName checks one segment of a workflow id: non-empty, at most 256 bytes, valid UTF-8
-// printable text without ':' (the separator) or control characters.
+// ValidName checks one segment of a workflow id: a name (subject.CheckName: 1 to 256 bytes of
+// valid UTF-8 without control characters) without ':' (the separator). The error reads after
+// the segment's name ("is empty").
 func ValidName(s string) error {
-	if s == "" {
-		return errors.New("is empty")
+	if err := subject.CheckName("", s); err != nil {
+		return err
 	}
-	if len(s) > maxIDLen {
-		return fmt.Errorf("is longer than %d bytes", maxIDLen)
-	}
-	for _, r := range s {
-		if r == ':' {
-			return errors.New("contains ':'")
-		}
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return errors.New("contains a control or invalid character")
-		}
+	if strings.IndexByte(s, ':') >= 0 {
+		return errors.New("contains ':'")
 	}
 	return nil
 }
@@ -131,14 +112,15 @@ func ValidName(s string) error {
 // Participant normalises a participant id: trimmed and lowercased, since participants are
 // compared case-insensitively. It returns an error for ids that are too long or not text.
 func Participant(id string) (string, error) {
-	id = strings.ToLower(strings.TrimSpace(id))
-	if len(id) > maxIDLen {
-		return "", fmt.Errorf("participantId is longer than %d bytes", maxIDLen)
+	id = strings.TrimSpace(id)
+	// Checked before lowercasing, which turns invalid UTF-8 into U+FFFD.
+	if err := subject.CheckText("participantId", id, subject.MaxNameBytes); err != nil {
+		return "", err
 	}
-	for _, r := range id {
-		if unicode.IsControl(r) || r == utf8.RuneError {
-			return "", errors.New("participantId contains a control or invalid character")
-		}
+	// Lowercasing may lengthen it (İ is 2 bytes, i̇ 3).
+	id = strings.ToLower(id)
+	if err := subject.CheckText("participantId", id, subject.MaxNameBytes); err != nil {
+		return "", err
 	}
 	return id, nil
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -107,8 +106,12 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	return nil
 }
 
-// Cancel removes the instance's schedule of that name. It reports whether there was one.
+// Cancel removes the instance's schedule of that name. It reports whether there was one: a name
+// Set would refuse names none, and is not looked up (it would not fit in a subject).
 func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bool, error) {
+	if validName(name) != nil {
+		return false, nil
+	}
 	subj := subject.Schedule(tenant, workflowID, name)
 	if _, err := s.stream.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
@@ -190,9 +193,10 @@ func decode(raw *jetstream.RawStreamMsg) (Schedule, error) {
 // MaxName bounds a schedule's name.
 const MaxName = 128
 
+// validName checks a schedule's name: 1 to MaxName bytes of text (subject.CheckText).
 func validName(name string) error {
-	if name == "" || len(name) > MaxName || strings.ContainsAny(name, "\x00") {
-		return fmt.Errorf("%w: a schedule name is 1-%d characters", ErrInvalid, MaxName)
+	if name == "" || subject.CheckText("", name, MaxName) != nil {
+		return fmt.Errorf("%w: a schedule name is 1-%d bytes of text without control characters", ErrInvalid, MaxName)
 	}
 	return nil
 }
