@@ -221,7 +221,7 @@ func (i *Instance) participant(to string) (string, error) {
 	}
 	p, err := ident.Participant(to)
 	if err != nil || p == "" {
-		return "", fmt.Errorf("agent: participant %q is not 1-256 characters of text", to)
+		return "", fmt.Errorf("agent: participant %s is not 1-256 characters of text", subject.Quote(to))
 	}
 	return p, nil
 }

@@ -202,7 +202,7 @@ func (to Peer) workflow(tenant string) (ident.Workflow, error) {
 	}
 	for _, name := range []string{wf.Agent, wf.WorkflowType, wf.Activation} {
 		if err := ident.ValidName(name); err != nil {
-			return wf, callError(problem.InvalidPeer, ErrPeerNotFound, fmt.Sprintf("%q %v", name, err))
+			return wf, callError(problem.InvalidPeer, ErrPeerNotFound, fmt.Sprintf("%s %v", subject.Quote(name), err))
 		}
 	}
 	return wf, nil
@@ -213,10 +213,10 @@ func (to Peer) workflow(tenant string) (ident.Workflow, error) {
 func (h *Host) checkPeer(wf ident.Workflow, method string) error {
 	reg, ok := h.dir.Agent(wf.Agent)
 	if !ok || !reg.VisibleTo(wf.Tenant) || !slices.Contains(reg.WorkflowTypes, wf.WorkflowType) {
-		return callError(problem.UnknownAgent, ErrPeerNotFound, fmt.Sprintf("no agent %q with workflow type %q", wf.Agent, wf.WorkflowType))
+		return callError(problem.UnknownAgent, ErrPeerNotFound, fmt.Sprintf("no agent %s with workflow type %s", subject.Quote(wf.Agent), subject.Quote(wf.WorkflowType)))
 	}
 	if method != "" && !slices.Contains(reg.DataMethods, strings.ToLower(method)) {
-		return callError(problem.UnknownMethod, ErrPeerNotFound, fmt.Sprintf("agent %q has no Data method %q", wf.Agent, method))
+		return callError(problem.UnknownMethod, ErrPeerNotFound, fmt.Sprintf("agent %s has no Data method %s", subject.Quote(wf.Agent), subject.Quote(method)))
 	}
 	return nil
 }

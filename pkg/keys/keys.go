@@ -28,6 +28,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // Prefix starts every key agentbus generates, so that leaked keys are recognisable (secret
@@ -253,7 +254,7 @@ func (s *Store) Create(ctx context.Context, nk NewKey) (string, Key, error) {
 // existed).
 func (s *Store) Seed(ctx context.Context, secret string, nk NewKey) (Key, error) {
 	if !nk.Role.Valid() {
-		return Key{}, fmt.Errorf("role %q is not valid", nk.Role)
+		return Key{}, fmt.Errorf("role %s is not valid", subject.Quote(string(nk.Role)))
 	}
 	if nk.Role != RoleSystemAdmin && !ident.ValidTenant(nk.Tenant) {
 		return Key{}, ident.ErrInvalidTenant

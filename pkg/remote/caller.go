@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -221,12 +222,12 @@ func (c *caller) act(ctx context.Context, inst *agent.Instance, ans *Answer) err
 			err = inst.Schedule(ctx, timer)
 		}
 		if err != nil {
-			return c.actionFailed("timer "+strconv.Quote(t.Name), err)
+			return c.actionFailed("timer "+subject.Quote(t.Name), err)
 		}
 	}
 	for _, name := range ans.CancelTimers {
 		if _, err := inst.CancelTimer(ctx, name); err != nil {
-			return c.actionFailed("cancelling timer "+strconv.Quote(name), err)
+			return c.actionFailed("cancelling timer "+subject.Quote(name), err)
 		}
 	}
 	for _, t := range ans.Tells {
@@ -273,7 +274,7 @@ func timerOf(t Timer) (agent.Timer, error) {
 	if t.Every != "" {
 		d, err := time.ParseDuration(t.Every)
 		if err != nil {
-			return agent.Timer{}, fmt.Errorf("%w: every %q is not a duration such as 1m", agent.ErrTimer, t.Every)
+			return agent.Timer{}, fmt.Errorf("%w: every %s is not a duration such as 1m", agent.ErrTimer, subject.Quote(t.Every))
 		}
 		out.Every = d
 	}

@@ -39,6 +39,7 @@ const (
 	MaxMaxConcurrent      = 1024
 	maxNames              = 256
 	maxURL                = 2048
+	maxDescription        = 4096
 	maxSchema             = 64 << 10
 )
 
@@ -121,12 +122,12 @@ func (s *Store) validate(owner string, r *Registration) error {
 	}
 	for _, w := range r.Webhooks {
 		if err := ident.ValidName(w); err != nil || strings.Contains(w, "/") {
-			return bad("webhook %q: a name without '/' or ':'", w)
+			return bad("webhook %s: a name without '/' or ':'", subject.Quote(w))
 		}
 	}
 	for _, t := range r.WorkflowTypes {
 		if err := ident.ValidName(t); err != nil {
-			return bad("workflow type %q: %v", t, err)
+			return bad("workflow type %s: %v", subject.Quote(t), err)
 		}
 	}
 	if err := validMethods(r.Methods); err != nil {
@@ -138,7 +139,7 @@ func (s *Store) validate(owner string, r *Registration) error {
 	}
 	for _, t := range r.Tenants {
 		if !ident.ValidTenant(t) {
-			return bad("tenant %q is not a valid tenant id", t)
+			return bad("tenant %s is not a valid tenant id", subject.Quote(t))
 		}
 	}
 	switch {
@@ -168,19 +169,22 @@ func validMethods(methods []Method) error {
 	seen := map[string]bool{}
 	for _, m := range methods {
 		if err := ident.ValidName(m.Name); err != nil {
-			return fmt.Errorf("method %q: %v", m.Name, err)
+			return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
 		}
 		if seen[strings.ToLower(m.Name)] {
-			return fmt.Errorf("method %q given twice", m.Name)
+			return fmt.Errorf("method %s given twice", subject.Quote(m.Name))
 		}
 		seen[strings.ToLower(m.Name)] = true
+		if err := subject.CheckText("description", m.Description, maxDescription); err != nil {
+			return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
+		}
 		if len(m.Schema) > maxSchema {
-			return fmt.Errorf("method %q: the schema is larger than %d bytes", m.Name, maxSchema)
+			return fmt.Errorf("method %s: the schema is larger than %d bytes", subject.Quote(m.Name), maxSchema)
 		}
 		if len(m.Schema) > 0 {
 			var obj map[string]any
 			if err := json.Unmarshal(m.Schema, &obj); err != nil {
-				return fmt.Errorf("method %q: the schema is not a JSON object", m.Name)
+				return fmt.Errorf("method %s: the schema is not a JSON object", subject.Quote(m.Name))
 			}
 		}
 	}
@@ -192,8 +196,8 @@ func (s *Store) checkURL(owner, raw string) error {
 	if raw == "" {
 		return fmt.Errorf("%w: url is required", ErrInvalid)
 	}
-	if len(raw) > maxURL {
-		return fmt.Errorf("%w: url is longer than %d bytes", ErrInvalid, maxURL)
+	if err := subject.CheckText("url", raw, maxURL); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if owner != "" {
 		if _, _, err := s.allow.Check(raw); err != nil {
@@ -220,8 +224,9 @@ func checkSecret(secret string) error {
 	return nil
 }
 
-// Put registers an agent, or replaces owner's registration of that name (replace). The answer
-// carries the secret: the one given, the one kept, or a new one.
+// Put registers an agent, or replaces owner's registration of that name (replace). The
+// registration it returns carries the secret: the one given, the one kept, or a new one; only a
+// new registration's answer shows it to the caller (Redacted).
 //
 // A replace is of the whole registration, and the last one wins: one that meets another writer's
 // change (a compare-and-set conflict) pauses a little (bus.ConflictBackoff), reads the

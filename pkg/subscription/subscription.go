@@ -29,7 +29,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -195,8 +194,8 @@ func (s *Store) validate(tenant string, n New) (Subscription, error) {
 	if n.URL == "" {
 		return bad("url is required")
 	}
-	if len(n.URL) > maxURL {
-		return bad("url is longer than %d bytes", maxURL)
+	if err := subject.CheckText("url", n.URL, maxURL); err != nil {
+		return bad("%v", err)
 	}
 	if _, _, err := s.cfg.Allow.Check(n.URL); err != nil {
 		if errors.Is(err, outbound.ErrURLNotAllowed) {
@@ -210,7 +209,7 @@ func (s *Store) validate(tenant string, n New) (Subscription, error) {
 	}
 	for _, e := range n.Events {
 		if !slices.Contains(EventTypes, e) {
-			return bad("unknown event type %q: want %s", e, strings.Join(EventTypes, ", "))
+			return bad("unknown event type %s: want %s", subject.Quote(e), strings.Join(EventTypes, ", "))
 		}
 		if !slices.Contains(sub.Events, e) {
 			sub.Events = append(sub.Events, e)
@@ -221,14 +220,14 @@ func (s *Store) validate(tenant string, n New) (Subscription, error) {
 	}
 	for _, a := range n.Agents {
 		if err := ident.ValidName(a); err != nil {
-			return bad("agent %q: %v", a, err)
+			return bad("agent %s: %v", subject.Quote(a), err)
 		}
 		if !slices.Contains(sub.Agents, a) {
 			sub.Agents = append(sub.Agents, a)
 		}
 	}
-	if len(n.Description) > maxDescription || !utf8.ValidString(n.Description) {
-		return bad("description must be UTF-8 text of at most %d bytes", maxDescription)
+	if err := subject.CheckText("description", n.Description, maxDescription); err != nil {
+		return bad("%v", err)
 	}
 	if sub.Secret == "" {
 		sub.Secret = webhooksig.NewStandardSecret()
