@@ -10,13 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // Admin API limits.
@@ -49,10 +48,14 @@ type newKeyAnswer struct {
 	Replaces string `json:"replaces,omitempty"`
 }
 
-// identifyAdmin is identify for the admin API; on failure it has written the problem and
-// returns false.
+// identifyAdmin is identify for the admin API, after the query's check (readQuery); on failure
+// it has written the problem and returns false.
 func (s *Server) identifyAdmin(w http.ResponseWriter, r *http.Request, a access) (caller, bool) {
-	c, p := s.identify(r, r.URL.Query(), a)
+	query, p := readQuery(r)
+	var c caller
+	if p == nil {
+		c, p = s.identify(r, query, a)
+	}
 	if p != nil {
 		problem.Write(w, *p)
 		return caller{}, false
@@ -239,6 +242,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	invalid := func(detail string) {
 		problem.InvalidField.Write(w, detail)
 	}
+	nameErr := subject.CheckText("name", body.Name, maxKeyName)
 	switch {
 	case !body.Role.Valid():
 		invalid("role must be user, tenant-admin or system-admin")
@@ -252,8 +256,8 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	case tenant == "" && body.Role != keys.RoleSystemAdmin:
 		invalid("keys of a tenant are created with POST " + tenantsPath + "/{tenantId}/keys")
 		return
-	case !validKeyName(body.Name):
-		invalid("name must be at most 128 bytes of text without control characters")
+	case nameErr != nil:
+		invalid(nameErr.Error())
 		return
 	}
 	secret, k, err := s.keys.Create(r.Context(), keys.NewKey{Tenant: tenant, Role: body.Role, Name: body.Name, CreatedBy: c.key.ID})
@@ -392,14 +396,6 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID})
 }
 
-// validKeyName reports whether a key name is short printable text.
-func validKeyName(name string) bool {
-	if len(name) > maxKeyName || !utf8.ValidString(name) {
-		return false
-	}
-	return !strings.ContainsFunc(name, unicode.IsControl)
-}
-
 // decodeAdminBody reads a body that must be exactly one JSON object with only the fields of v.
 // Unknown fields are refused, so that a misspelt field is not silently dropped.
 func decodeAdminBody(w http.ResponseWriter, r *http.Request, v any) *problem.Problem {
@@ -431,7 +427,7 @@ func decodeAdminBody(w http.ResponseWriter, r *http.Request, v any) *problem.Pro
 		if typeErr.Field == "" {
 			return invalid("not an object")
 		}
-		return invalid("field " + quote(typeErr.Field) + " has the wrong type")
+		return invalid("field " + subject.Quote(typeErr.Field) + " has the wrong type")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json has no type for this error; the field name is the client's, so it is
 		// shown bounded.
@@ -439,7 +435,7 @@ func decodeAdminBody(w http.ResponseWriter, r *http.Request, v any) *problem.Pro
 		if uerr != nil {
 			return invalid("unknown field")
 		}
-		return invalid("unknown field " + quote(name))
+		return invalid("unknown field " + subject.Quote(name))
 	default:
 		return invalid(jsonProblem(err))
 	}

@@ -340,7 +340,7 @@ func adminInputRefusals(s *stacktest.Stack, k refusalKeys) []adminRefusal {
 		{name: "duplicate tenant", method: post, path: tenants, key: systemKey, body: `{"id":"default"}`, want: 409, slug: "tenant-exists"},
 		{name: "unknown key id", method: del, path: ownKeys + "/5b0c6f5e-2d39-4d3e-9c8e-0f7b1f2a3c4d", key: s.Key, want: 404, slug: "unknown-key"},
 		{name: "malformed key id", method: del, path: ownKeys + "/not-an-id", key: s.Key, want: 404, slug: "unknown-key"},
-		{name: "key id with a dot", method: get, path: ownKeys + "/a.b", key: s.Key, want: 404, slug: "unknown-key"},
+		{name: "key id with a dot", method: get, path: ownKeys + "/a.b", key: s.Key, want: 400, slug: "invalid-path"},
 		{name: "rotate unknown key", method: post, path: ownKeys + "/5b0c6f5e-2d39-4d3e-9c8e-0f7b1f2a3c4d/rotate", key: s.Key, want: 404, slug: "unknown-key"},
 		{name: "rotate a revoked key", method: post, path: ownKeys + "/" + revokedRec.ID + "/rotate", key: s.Key, want: 409, slug: "key-revoked"},
 

@@ -2,11 +2,9 @@ package ingress
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -258,7 +256,7 @@ type userCall struct {
 }
 
 // startUserCall reads the request id (Idempotency-Key, else a new UUID, also sent back as
-// X-Request-Id), the query and the caller (identify, by a), then checks the Idempotency-Key.
+// X-Request-Id; the edge checked it, pathValues), the query and the caller (identify, by a).
 // A synchronous call is then counted among the tenant's waiting requests (holdWaiting).
 // On failure it has written the problem and returns false.
 func (s *Server) startUserCall(w http.ResponseWriter, r *http.Request, a access) (userCall, bool) {
@@ -285,12 +283,6 @@ func (s *Server) startUser(r *http.Request, c *userCall, a access) *problem.Prob
 	}
 	if c.caller, p = s.identify(r, c.query, a); p != nil {
 		return p
-	}
-	if len(c.requestID) > maxIdempotencyKey {
-		return problem.InvalidIdempotencyKey.New(fmt.Sprintf("Idempotency-Key is longer than %d characters", maxIdempotencyKey))
-	}
-	if !utf8.ValidString(c.requestID) {
-		return problem.InvalidIdempotencyKey.New("Idempotency-Key is not valid UTF-8")
 	}
 	return s.holdWaiting(r, c.tenant)
 }

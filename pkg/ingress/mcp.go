@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -243,7 +244,7 @@ func (w *mcpProblemWriter) finish() {
 	if w.status == http.StatusBadRequest && w.call != nil && strings.HasPrefix(detail, sdkNotHandled) {
 		// The specification's answer to a request is a JSON-RPC response, its error included;
 		// a notification gets none, so its refusal stays an HTTP error, with the error as body.
-		e := &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + quote(w.call.Method)}
+		e := &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: " + subject.Quote(w.call.Method)}
 		w.Header().Del("X-Content-Type-Options") // the SDK's, for its plain text
 		if w.call.IsCall() {
 			writeRPCError(w.ResponseWriter, http.StatusOK, w.call.ID.Raw(), e)

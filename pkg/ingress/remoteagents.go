@@ -54,8 +54,9 @@ func (s *Server) listRemoteAgents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// registerRemoteAgent serves POST …/agents; putRemoteAgent PUT …/agents/{name}. The answers
-// are the only ones that show the signing secret.
+// registerRemoteAgent serves POST …/agents; putRemoteAgent PUT …/agents/{name}. The answer of a
+// registration is the only one that shows the signing secret: a replacement keeps the secret, or
+// takes the one its caller gave, and answers without it.
 func (s *Server) registerRemoteAgent(w http.ResponseWriter, r *http.Request) {
 	s.storeRemoteAgent(w, r, false)
 }
@@ -103,6 +104,9 @@ func (s *Server) storeRemoteAgent(w http.ResponseWriter, r *http.Request, replac
 			prefix = tenantsPath + "/" + owner + "/agents"
 		}
 		w.Header().Set("Location", prefix+"/"+reg.Name)
+	}
+	if replace {
+		reg = reg.Redacted()
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, status, reg)

@@ -2,10 +2,13 @@ package ingress_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +22,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
 // Secrets out of logs (docs/security.md#what-is-protected): keys given in the apikey query parameter, the
@@ -236,4 +242,75 @@ func checkNoSecrets(t *testing.T, logs string, answers [][]byte, secrets []strin
 	if t.Failed() && testing.Verbose() {
 		t.Logf("logs:\n%s", logs)
 	}
+}
+
+// TestSecretsShownOnlyAtRegistration (docs/admin.md#rules): a remote agent's signing secret is
+// answered only by its registration, and a subscription's only by its creation. Every route of
+// the OpenAPI document is called, reads and writes alike, as a tenant admin (a system admin on
+// the system's routes) on a tenant that has both, DELETEs last; no answer, headers included,
+// may carry a secret.
+func TestSecretsShownOnlyAtRegistration(t *testing.T) {
+	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
+	require.NoError(t, err)
+	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow}}}, "default", "other")
+	addr := strings.TrimPrefix(s.URL, "http://")
+	secrets := map[string]string{}
+	register := func(path, key, name string) {
+		secret := webhooksig.NewStandardSecret()
+		var reg map[string]any
+		adminOK(t, s.Stack, post, path, key, map[string]any{"name": name, "url": "http://127.0.0.1:9/agent", "methods": []map[string]string{{"name": "m"}}, "secret": secret}, http.StatusCreated, &reg)
+		assert.Equal(t, secret, reg["secret"], "the registration's answer shows the secret")
+		secrets[path+" "+name] = secret
+	}
+	register("/api/v1/admin/tenants/default/agents", s.Key, "TenantSecretAgent")
+	register("/api/v1/admin/agents", systemKey, "SystemSecretAgent")
+	subSecret := webhooksig.NewStandardSecret()
+	var sub map[string]any
+	adminOK(t, s.Stack, post, "/api/v1/admin/tenants/default/subscriptions", s.Key,
+		map[string]any{"url": "http://127.0.0.1:9/hook", "events": []string{"message.incoming"}, "secret": subSecret}, http.StatusCreated, &sub)
+	assert.Equal(t, subSecret, sub["secret"], "the creation's answer shows the secret")
+	secrets["subscription"] = subSecret
+
+	// A replacement that gives a new secret does not answer with it either.
+	newSecret := webhooksig.NewStandardSecret()
+	status, h, b := adminReq(t, s.Stack, put, "/api/v1/admin/tenants/default/agents/TenantSecretAgent", s.Key,
+		map[string]any{"name": "TenantSecretAgent", "url": "http://127.0.0.1:9/agent", "methods": []map[string]string{{"name": "m"}}, "secret": newSecret})
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	assert.NotContains(t, decode(t, b), "secret")
+	assert.Equal(t, "no-store", h.Get("Cache-Control"))
+	secrets["replaced"] = newSecret
+
+	doc := loadOpenAPI(t)
+	ops := operations(doc)
+	// DELETEs last, so that the other routes find what they name.
+	slices.SortStableFunc(ops, func(a, b string) int {
+		return cmp.Compare(boolInt(strings.HasPrefix(a, del+" ")), boolInt(strings.HasPrefix(b, del+" ")))
+	})
+	calls := 0
+	for _, opKey := range ops {
+		method, path, _ := strings.Cut(opKey, " ")
+		values := maps.Clone(ordinary)
+		values["subscriptionId"] = sub["id"].(string)
+		values["name"] = "TenantSecretAgent"
+		if strings.HasPrefix(path, "/api/v1/admin/agents") {
+			values["name"] = "SystemSecretAgent"
+		}
+		op := doc.Paths.Find(path).GetOperation(method)
+		status, answer := exchangeRaw(t, addr, rawRequest(s.Key, method, path, hostileParams(op), values, nil, ""), true)
+		calls++
+		assert.Less(t, status, 500, "%s: %.300s", opKey, answer)
+		for what, secret := range secrets {
+			// Not assert.NotContains, which would print the secret.
+			assert.False(t, strings.Contains(answer, secret) || strings.Contains(answer, strings.TrimPrefix(secret, webhooksig.StandardSecretPrefix)),
+				"%s (status %d) answers the secret of %s", opKey, status, what)
+		}
+	}
+	t.Logf("%d routes called; none answered a secret", calls)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -71,9 +73,15 @@ const (
 // tenant, then the message (sendRequest).
 func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	body, p := s.readSendBody(w, r)
-	var c caller
+	var (
+		c     caller
+		query url.Values
+	)
 	if p == nil {
-		c, p = s.identify(r, r.URL.Query(), sendAccess, body.Authorization)
+		query, p = readQuery(r)
+	}
+	if p == nil {
+		c, p = s.identify(r, query, sendAccess, body.Authorization)
 	}
 	if p != nil {
 		problem.Write(w, *p)
@@ -82,6 +90,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	requestID, keep := body.RequestID, body.RequestID != ""
 	if !keep {
 		requestID = uuid.NewString()
+	} else if err := subject.CheckRequestID("requestId", requestID); err != nil {
+		// Before it is answered in X-Request-Id and the problem.
+		problem.InvalidField.Write(w, err.Error())
+		return
 	}
 	w.Header().Set("X-Request-Id", requestID)
 	req, wait, p := s.sendRequest(r, c.tenant, body, requestID, keep)
@@ -153,14 +165,11 @@ func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requ
 }
 
 // sendTarget checks the fields of a send body that name the message and its target: the
-// requestId, the required fields, type, names, participant, lengths, and the method of Data and
+// required fields, type, names, participant, lengths, and the method of Data and
 // Webhook messages. The workflow type defaults to ident.DefaultWorkflowType.
 func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
 	fail := func(t problem.Type, detail string) (ident.Workflow, agentbusv1.Kind, string, *problem.Problem) {
 		return ident.Workflow{}, 0, "", t.New(detail)
-	}
-	if len(requestID) > maxIdempotencyKey {
-		return fail(problem.InvalidField, fmt.Sprintf("requestId is longer than %d characters", maxIdempotencyKey))
 	}
 	for _, f := range []struct{ name, v string }{
 		{"agentName", body.AgentName}, {"activationName", body.ActivationName}, {"participantId", body.ParticipantID}, {"type", body.Type},

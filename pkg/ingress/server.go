@@ -410,7 +410,7 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.api() {
 		t := compileTemplate(rt.path)
 		router.MatcherFunc(t.matcher(rt.method)).Methods(rt.method).
-			Handler(s.metrics.measure(rt.path, pathValues(rt.path, rt.handler)))
+			Handler(s.metrics.measure(rt.path, pathValues(rt.method, rt.path, rt.handler)))
 	}
 	// Requests no route takes are counted too, under route "unknown".
 	router.NotFoundHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -464,8 +464,12 @@ func cleanPath(p string) string {
 }
 
 // pathValues hands the handler the route's path variables as r.PathValue, unescaped, and the
-// route's template as r.Pattern, as net/http's ServeMux does; handlers need nothing of mux.
-func pathValues(template string, h http.HandlerFunc) http.HandlerFunc {
+// route's template as r.Pattern, as net/http's ServeMux does; handlers need nothing of mux. It is
+// also the edge of the path and the headers: a path variable or a header the route takes that
+// breaks its rule (params.go) is refused with 400 before the handler runs. The query's
+// parameters are checked by readQuery, where handlers read them.
+func pathValues(method, template string, h http.HandlerFunc) http.HandlerFunc {
+	headers := paramsOf(method, template).header
 	return func(w http.ResponseWriter, r *http.Request) {
 		for name, v := range mux.Vars(r) {
 			u, err := url.PathUnescape(v)
@@ -474,7 +478,15 @@ func pathValues(template string, h http.HandlerFunc) http.HandlerFunc {
 				problem.InvalidPath.Write(w, "the path is not valid URL encoding")
 				return
 			}
+			if p := checkParam("path", name, template, u); p != nil {
+				problem.Write(w, *p)
+				return
+			}
 			r.SetPathValue(name, u)
+		}
+		if p := checkHeaders(r, template, headers); p != nil {
+			problem.Write(w, *p)
+			return
 		}
 		r.Pattern = template
 		h(w, r)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -22,31 +23,31 @@ import (
 func (s *Server) checkTarget(ctx context.Context, wf ident.Workflow, kind agentbusv1.Kind, method string, keep bool) *problem.Problem {
 	agent, ok := s.dir.Agent(wf.Agent)
 	if !ok || !agent.VisibleTo(wf.Tenant) {
-		return problem.UnknownAgent.New("no agent named " + quote(wf.Agent) + " is registered")
+		return problem.UnknownAgent.New("no agent named " + subject.Quote(wf.Agent) + " is registered")
 	}
 	if !agent.HasWorkflowType(wf.WorkflowType) {
-		return problem.UnknownWorkflowType.New("agent " + quote(wf.Agent) + " has no workflow type " + quote(wf.WorkflowType))
+		return problem.UnknownWorkflowType.New("agent " + subject.Quote(wf.Agent) + " has no workflow type " + subject.Quote(wf.WorkflowType))
 	}
 	switch kind {
 	case agentbusv1.Kind_KIND_WEBHOOK:
 		if !agent.HasWebhook(method) {
-			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " has no webhook method " + quote(method))
+			return problem.UnknownMethod.New("agent " + subject.Quote(wf.Agent) + " has no webhook method " + subject.Quote(method))
 		}
 	case agentbusv1.Kind_KIND_DATA:
 		if !agent.HasDataMethod(method) {
-			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " has no data method " + quote(method))
+			return problem.UnknownMethod.New("agent " + subject.Quote(wf.Agent) + " has no data method " + subject.Quote(method))
 		}
 	case agentbusv1.Kind_KIND_CHAT:
 		if !agent.Chat {
-			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " does not take chat messages")
+			return problem.UnknownMethod.New("agent " + subject.Quote(wf.Agent) + " does not take chat messages")
 		}
 	case agentbusv1.Kind_KIND_FILE:
 		if !agent.File {
-			return problem.UnknownMethod.New("agent " + quote(wf.Agent) + " does not take files")
+			return problem.UnknownMethod.New("agent " + subject.Quote(wf.Agent) + " does not take files")
 		}
 	}
 	if !s.dir.Live(wf.Agent) && (!keep || !s.awaitLive(ctx, wf.Agent)) {
-		return problem.NoHost.New("no workflow host running agent " + quote(wf.Agent) + " is alive; try again later")
+		return problem.NoHost.New("no workflow host running agent " + subject.Quote(wf.Agent) + " is alive; try again later")
 	}
 	return nil
 }
@@ -112,7 +113,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *pro
 
 // readQuery parses r's query string. Every name and value must be valid UTF-8: they reach
 // handlers and the bus as text, which the bus's encoding refuses otherwise, so such a request is
-// refused here, naming the parameter, before anything is published.
+// refused here, naming the parameter, before anything is published. Each parameter the route
+// takes (its OpenAPI operation's) must also pass its rule (params.go); the others, a webhook's
+// own parameters, are the handler's.
 func readQuery(r *http.Request) (url.Values, *problem.Problem) {
 	bad := func(detail string) (url.Values, *problem.Problem) {
 		return nil, problem.InvalidQuery.New(detail)
@@ -123,11 +126,18 @@ func readQuery(r *http.Request) (url.Values, *problem.Problem) {
 	}
 	for name, values := range query {
 		if !utf8.ValidString(name) {
-			return bad("the query parameter name " + quote(name) + " is not valid UTF-8")
+			return bad("the query parameter name " + subject.Quote(name) + " is not valid UTF-8")
 		}
 		for _, v := range values {
 			if !utf8.ValidString(v) {
-				return bad("the query parameter " + quote(name) + " is not valid UTF-8")
+				return bad("the query parameter " + subject.Quote(name) + " is not valid UTF-8")
+			}
+		}
+	}
+	for _, name := range paramsOf(r.Method, r.Pattern).query {
+		for _, v := range query[name] {
+			if p := checkParam("query", name, r.Pattern, v); p != nil {
+				return nil, p
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,9 +14,6 @@ import (
 // webhookParticipant is the participant of a webhook call that names none, so that webhooks to
 // one instance are handled one at a time, in arrival order.
 const webhookParticipant = "webhook"
-
-// maxIdempotencyKey bounds the Idempotency-Key header.
-const maxIdempotencyKey = 200
 
 // webhook serves POST /api/user/webhooks/{workflow}/{method}?apikey=…[&tenantId=…][&name=value…]
 // (docs/interface.md#43-webhook): the caller receives the handler's own status, content and content type.
@@ -104,12 +100,4 @@ func headerBlock(h http.Header) []byte {
 		block = bus.AppendHeader(block, name, strings.Join(values, ", ")) // one value: no copy
 	}
 	return block
-}
-
-// quote shows a client-supplied name in a detail message, bounded and escaped.
-func quote(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return fmt.Sprintf("%q", s)
 }
