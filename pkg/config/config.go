@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -380,9 +381,43 @@ func (c Config) Subscriptions() subscription.Config {
 	}
 }
 
-// Logger returns a text logger on w at the configured level.
+// Logger returns a text logger on w at the configured level, whose values are bounded
+// (BoundLogValue).
 func (c Config) Logger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.LogLevel}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: c.LogLevel, ReplaceAttr: BoundLogValue}))
+}
+
+// MaxLogValueBytes bounds each value of a log line (docs/configuration.md#logs): what a caller
+// sends may reach a log line as a value or inside an error, and a line must not repeat a large
+// request.
+const MaxLogValueBytes = 512
+
+// BoundLogValue is a slog.HandlerOptions.ReplaceAttr: a string value or an error's text longer
+// than MaxLogValueBytes is cut there, at a character's start, and ends with "…" and how many
+// bytes were cut.
+func BoundLogValue(_ []string, a slog.Attr) slog.Attr {
+	var s string
+	switch a.Value.Kind() {
+	case slog.KindString:
+		s = a.Value.String()
+	case slog.KindAny:
+		err, ok := a.Value.Any().(error)
+		if !ok {
+			return a
+		}
+		s = err.Error()
+	default:
+		return a
+	}
+	if len(s) <= MaxLogValueBytes {
+		return a
+	}
+	n := MaxLogValueBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	a.Value = slog.StringValue(s[:n] + "…(" + strconv.Itoa(len(s)-n) + " more bytes)")
+	return a
 }
 
 // chatModelTimeout is shorter than a synchronous caller's default wait (60 s), so that a caller

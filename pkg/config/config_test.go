@@ -2,11 +2,14 @@ package config_test
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -446,4 +449,23 @@ func TestLogger(t *testing.T) {
 			assert.Equal(t, tt.wantInfo, strings.Contains(buf.String(), "info-line"), "info logged")
 		})
 	}
+}
+
+// TestLoggerBoundsValues (docs/configuration.md#logs): a value of a log line, a string or an
+// error's text, is cut at MaxLogValueBytes, at a character's start; short values are as they were.
+func TestLoggerBoundsValues(t *testing.T) {
+	var buf bytes.Buffer
+	log := config.Config{LogLevel: slog.LevelInfo}.Logger(&buf)
+	long := strings.Repeat("é", 10_000) // two bytes each: the cut falls inside one at an odd limit
+	log.Error("cancelling schedule", "name", long, "err", fmt.Errorf("reading schedule %q: %w", long, errors.New("boom")), "short", "kept")
+	line := buf.String()
+	assert.Less(t, len(line), 3*config.MaxLogValueBytes, "the line: %d bytes", len(line))
+	assert.Contains(t, line, "more bytes)")
+	assert.Contains(t, line, "short=kept")
+	assert.True(t, utf8.ValidString(line), "cut at a character's start")
+	assert.NotContains(t, line, strings.Repeat("é", config.MaxLogValueBytes/2+1))
+
+	buf.Reset()
+	log.Info("with a group", slog.Group("req", "path", long))
+	assert.Less(t, len(buf.String()), 2*config.MaxLogValueBytes, "a group's values are bounded too")
 }
