@@ -4,9 +4,12 @@ package natstest
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -25,6 +28,30 @@ func Server(t testing.TB, dir string) *natsembed.Server {
 	s, err := natsembed.Start(natsembed.Config{StoreDir: dir, Listen: "127.0.0.1:-1"})
 	require.NoError(t, err, "starting NATS")
 	t.Cleanup(s.Stop)
+	return s
+}
+
+// ServerAt starts a server like Server, serving clients on listen (host:port), such as the
+// address of a server stopped before (s.Addr().String()): the clients of that one reconnect to
+// this one. With token set, the server requires that authorization token, which no client of
+// this package or of bus.Connect sends: nats.go closes such a connection for good once it was
+// refused twice in a row.
+func ServerAt(t testing.TB, dir, listen, token string) *natsembed.Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	host, port, err := net.SplitHostPort(listen)
+	require.NoError(t, err, "NATS listen address")
+	p, err := strconv.Atoi(port)
+	require.NoError(t, err, "NATS listen port")
+	ns, err := server.NewServer(&server.Options{ServerName: "agentbus", JetStream: true, StoreDir: dir,
+		NoSigs: true, NoLog: true, Host: host, Port: p, Authorization: token})
+	require.NoError(t, err, "creating NATS")
+	ns.Start()
+	s := &natsembed.Server{Server: ns}
+	t.Cleanup(s.Stop)
+	require.True(t, ns.ReadyForConnections(10*time.Second), "NATS not ready within 10s")
 	return s
 }
 

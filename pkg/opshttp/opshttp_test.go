@@ -40,6 +40,7 @@ func TestHealthHandler(t *testing.T) {
 		{name: "starting", path: "/readyz", notReady: "starting", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"starting"}`},
 		{name: "starting and disconnected", path: "/readyz", notReady: "starting", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"starting"}`},
 		{name: "ready but disconnected", path: "/readyz", status: nats.RECONNECTING, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
+		{name: "ready but closed", path: "/readyz", status: nats.CLOSED, wantCode: 503, wantBody: `{"status":"nats disconnected"}`},
 		{name: "HEAD", method: http.MethodHead, path: "/readyz", status: nats.CONNECTED, wantCode: 200},
 		{name: "stopping", path: "/readyz", notReady: "stopping", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"stopping"}`},
 		{name: "partition not consumed", path: "/readyz", notReady: "partition 3 of Echo not consumed", status: nats.CONNECTED, wantCode: 503, wantBody: `{"status":"partition 3 of Echo not consumed"}`},

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -263,6 +264,10 @@ func (s *Stack) AddHost(ctx context.Context, id string, agents ...*agent.Agent) 
 		return runErr
 	}, nil
 }
+
+// Conns returns the NATS connections the stack opened so far: those of Start, and of each
+// AddHost before the call. Stop closes them.
+func (s *Stack) Conns() []*nats.Conn { return slices.Clone(s.conns) }
 
 // StopHost stops the workflow host Start began, letting running handlers finish.
 func (s *Stack) StopHost() error {

@@ -43,6 +43,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
+	// A connection nats.go closes for good ends the run with an error, so that the process exits
+	// 1 and its supervisor starts it again.
+	ctx, stopWatch := bus.FailWhenClosed(ctx, log, nc)
+	defer stopWatch()
 	// Stopping, the ingress waits for nothing that needs a NATS that is gone.
 	defer bus.CloseWhenStopping(ctx, nc, cfg.DrainDelay+cfg.StopTimeout()-cfg.ExitReserve()/2, log)()
 	// GET /metrics serves this registry, the ingress's metrics and the process's: on
@@ -77,8 +81,22 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return fmt.Errorf("serving HTTP: %w", err)
 	case <-ctx.Done():
 	}
+	closed := bus.ClosedCause(ctx)
+	delay := cfg.DrainDelay
+	if closed != nil {
+		// Nothing can be served any more: a refused connection sends clients elsewhere sooner
+		// than a 503.
+		delay = 0
+	}
 	// Calls in flight get the shutdown timeout less the time to close down.
-	natsGone, stopWatch := bus.WhenGone(nc)
-	defer stopWatch()
-	return drain(hs, srv, done, cfg.DrainDelay, cfg.StopTimeout()-cfg.ExitReserve(), natsGone, log)
+	natsGone, stopGone := bus.WhenGone(nc)
+	defer stopGone()
+	err = drain(hs, srv, done, delay, cfg.StopTimeout()-cfg.ExitReserve(), natsGone, log)
+	if closed != nil {
+		if err != nil {
+			log.Error("draining", "err", err)
+		}
+		return closed
+	}
+	return err
 }

@@ -53,6 +53,10 @@ func builtin(cfg config.Config, model llm.Model) []*agent.Agent {
 	return []*agent.Agent{echo.New(echo.WithModel(model))}
 }
 
+// testHookStarted, when a test sets it, is called with the stack run started, so that the
+// test can reach the connections the process is watched by.
+var testHookStarted func(*stack.Stack)
+
 // devTenant is the tenant the standalone seeds for newcomers.
 const devTenant = "default"
 
@@ -111,6 +115,14 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 		}
 	}()
 
+	// Its NATS runs in the process, but a protocol error still makes nats.go close a connection
+	// for good: that ends the run with an error, so that the process exits 1 and its supervisor
+	// starts it again.
+	ctx, stopWatch := bus.FailWhenClosed(ctx, log, st.Conns()...)
+	defer stopWatch()
+	if testHookStarted != nil {
+		testHookStarted(st)
+	}
 	if cfg.MetricsAddr != "" {
 		stopOps, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(st.Ingress.NATSStatus, st.Ingress.Readiness, metrics.Handler(reg)), log)
 		if err != nil {
@@ -124,7 +136,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg), "gogc", gogc)
 	<-ctx.Done()
 	log.Info("shutting down")
-	return nil
+	return bus.ClosedCause(ctx)
 }
 
 // seedDevKey makes sure tenant "default" exists with a dev key: the one from

@@ -63,6 +63,10 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer nc.Close()
+	// A connection nats.go closes for good ends the run with an error, so that the process exits
+	// 1 and its supervisor starts it again.
+	ctx, stopWatch := bus.FailWhenClosed(ctx, log, nc)
+	defer stopWatch()
 	// Stopping, the process waits for nothing that needs a NATS that is gone: the host (whose
 	// stop takes hc.ShutdownGrace at most), the remote agents' hosts and the delivery of events
 	// beside it stop within AGENTBUS_SHUTDOWN_TIMEOUT.
@@ -108,9 +112,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	if host == nil {
 		log.Info("workflow host running remote agents only (AGENTBUS_ECHO=false)")
 		<-ctx.Done()
-		return nil
+		return bus.ClosedCause(ctx)
 	}
-	return host.Run(ctx)
+	err = host.Run(ctx)
+	if closed := bus.ClosedCause(ctx); closed != nil {
+		return closed
+	}
+	return err
 }
 
 // runBeside runs, beside the host, the delivery of the tenants' event subscriptions (package
