@@ -596,6 +596,14 @@ func (h *Host) beat(ctx context.Context) error {
 		Features: features, Leaving: h.leaving, InFlight: len(h.held)}
 	h.mu.Unlock()
 	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			// No stream stores heartbeats: a NATS restart lost the bucket (memory storage).
+			if created, cerr := bus.EnsureHosts(ctx, h.js, h.res.Config); cerr != nil {
+				err = errors.Join(err, cerr)
+			} else if created {
+				h.log.Info("hosts bucket created again: NATS had lost it")
+			}
+		}
 		return err
 	}
 	if err := h.renewLease(ctx, sent); err != nil {

@@ -286,7 +286,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Tenants, jetstream.KeyValueConfig{Bucket: subject.TenantsBucket, Description: "tenants"}, true},
 		{&r.Instances, jetstream.KeyValueConfig{Bucket: subject.InstancesBucket, Description: "workflow instances and agent state"}, true},
 		{&r.Registry, jetstream.KeyValueConfig{Bucket: subject.RegistryBucket, Description: "registered agents and methods"}, true},
-		{&r.Hosts, jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}, false},
+		{&r.Hosts, hostsBucket, false},
 		{&r.Results, jetstream.KeyValueConfig{Bucket: subject.ResultsBucket, Description: "replies by requestId for idempotent retries", TTL: cfg.DedupeWindow}, true},
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
 		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, true},
@@ -310,6 +310,31 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		}
 	}
 	return nil
+}
+
+// hostsBucket is the hosts bucket's configuration, but for its replicas.
+var hostsBucket = jetstream.KeyValueConfig{Bucket: subject.HostsBucket, Description: "live workflow hosts", TTL: HostTTL, Storage: jetstream.MemoryStorage}
+
+// EnsureHosts creates the hosts bucket again, as Ensure does, when it does not exist; it leaves
+// an existing one alone. The bucket is in memory storage, so that heartbeats cost no disk
+// writes: a NATS server, or a whole cluster, that restarts comes back without it, and the
+// processes that kept running would find no bucket to write heartbeats to or watch. A host
+// whose heartbeat finds no stream calls it.
+func EnsureHosts(ctx context.Context, js jetstream.JetStream, cfg Config) (created bool, err error) {
+	_, err = js.KeyValue(ctx, subject.HostsBucket)
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return false, err
+	}
+	c := hostsBucket
+	c.Replicas = cfg.withDefaults().Replicas
+	_, err = js.CreateKeyValue(ctx, c)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return false, nil // another process was first
+	}
+	if err != nil {
+		return false, fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
+	}
+	return true, nil
 }
 
 // ensureFiles creates or updates the object store of uploaded files.

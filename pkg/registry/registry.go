@@ -249,8 +249,13 @@ type Directory struct {
 
 	// stopWatch ends the watches' context: nats.go keeps a goroutine per watch until it ends.
 	stopWatch context.CancelFunc
+	watchMu   sync.Mutex // guards watchers and closed: a lost watch is replaced (follow)
 	watchers  []jetstream.KeyWatcher
+	closed    bool
 	wg        sync.WaitGroup
+	// hostsGone is signalled when a reading found the hosts bucket's stream gone (refresh):
+	// its watch is then stopped and made again once the bucket exists again.
+	hostsGone chan struct{}
 }
 
 type seenHost struct {
@@ -265,7 +270,7 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
-		stopWatch: stopWatch, hostsKV: hostsKV}
+		stopWatch: stopWatch, hostsKV: hostsKV, hostsGone: make(chan struct{}, 1)}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
 		apply func(e jetstream.KeyValueEntry, initial bool)
@@ -279,7 +284,10 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 			_ = d.Close()
 			return nil, fmt.Errorf("watching %s: %w", kv.kv.Bucket(), err)
 		}
+		d.watchMu.Lock()
+		i := len(d.watchers)
 		d.watchers = append(d.watchers, w)
+		d.watchMu.Unlock()
 		var upTo uint64
 		if kv.byMarker {
 			upTo = bus.AtMarker
@@ -288,7 +296,7 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 			return nil, fmt.Errorf("loading %s: %w", kv.kv.Bucket(), err)
 		}
 		ready := make(chan struct{})
-		d.wg.Go(func() { bus.Follow(w, upTo, ready, kv.apply) })
+		d.wg.Go(func() { d.follow(watchCtx, i, kv.kv, w, upTo, ready, kv.apply) })
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -297,6 +305,89 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 		}
 	}
 	return d, nil
+}
+
+// rewatchEvery is how often a directory tries to watch a bucket again whose watch ended.
+const rewatchEvery = 500 * time.Millisecond
+
+// follow applies what the watch w of bucket kv (the directory's i-th) delivers, as bus.Follow
+// does, and watches kv again when the watch ends while ctx is live. The hosts bucket is in
+// memory storage: a NATS server or cluster that restarts whole comes back without it, until a
+// host creates it again (bus.EnsureHosts). nats.go ends a watch whose stream it finds gone, or
+// follows the bucket made again only at its next check of the watch's idle heartbeats (10 s);
+// a reading that finds the stream gone (refresh) stops the hosts bucket's watch at once. follow
+// then watches kv again every rewatchEvery until it can, taking what the new watch delivers up
+// to its marker as read back (loading).
+func (d *Directory) follow(ctx context.Context, i int, kv jetstream.KeyValue, w jetstream.KeyWatcher, upTo uint64,
+	ready chan struct{}, apply func(jetstream.KeyValueEntry, bool)) {
+	var gone chan struct{}
+	if kv == d.hostsKV {
+		gone = d.hostsGone
+	}
+	for {
+		followed := make(chan struct{})
+		var stopper sync.WaitGroup
+		stopper.Go(func() {
+			select {
+			case <-gone:
+				_ = w.Stop() // its updates end, and so does Follow
+			case <-followed:
+			}
+		})
+		bus.Follow(w, upTo, ready, apply)
+		close(followed)
+		stopper.Wait()
+		if w = d.rewatch(ctx, i, kv); w == nil {
+			return
+		}
+		select {
+		case <-gone: // from before this watch began
+		default:
+		}
+		upTo, ready = bus.AtMarker, make(chan struct{})
+		if kv == d.hostsKV {
+			// A bucket made again counts its revisions from 1.
+			d.watched.Store(0)
+		}
+	}
+}
+
+// rewatch watches bucket kv again in place of the directory's i-th watch, which ended, and
+// returns the new watch; nil once ctx ended or the directory closed.
+func (d *Directory) rewatch(ctx context.Context, i int, kv jetstream.KeyValue) jetstream.KeyWatcher {
+	d.watchMu.Lock()
+	closed := d.closed
+	d.watchMu.Unlock()
+	if closed || ctx.Err() != nil {
+		return nil
+	}
+	d.log.Warn("watch of a bucket ended: watching it again once the bucket exists", "bucket", kv.Bucket())
+	t := time.NewTicker(rewatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		w, err := kv.WatchAll(ctx)
+		if err != nil {
+			d.log.Debug("watching a bucket again", "bucket", kv.Bucket(), "err", err)
+			continue
+		}
+		d.watchMu.Lock()
+		closed := d.closed
+		if !closed {
+			d.watchers[i] = w
+		}
+		d.watchMu.Unlock()
+		if closed {
+			_ = w.Stop()
+			return nil
+		}
+		d.log.Info("watching the bucket again", "bucket", kv.Bucket())
+		return w
+	}
 }
 
 func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
@@ -515,6 +606,12 @@ func (d *Directory) refresh() bool {
 		d.mu.Lock()
 		d.bucketDownAt = now
 		d.mu.Unlock()
+		if _, serr := d.hostsKV.Status(ctx); errors.Is(serr, jetstream.ErrStreamNotFound) {
+			select {
+			case d.hostsGone <- struct{}{}:
+			default:
+			}
+		}
 	}
 	d.probedAt, d.bucketUp = now, err == nil
 	if err != nil {
@@ -654,8 +751,12 @@ func (d *Directory) Hosts() []SeenHost {
 
 // Close stops the watches.
 func (d *Directory) Close() error {
+	d.watchMu.Lock()
+	d.closed = true
+	watchers := d.watchers
+	d.watchMu.Unlock()
 	var errs []error
-	for _, w := range d.watchers {
+	for _, w := range watchers {
 		if err := w.Stop(); err != nil {
 			errs = append(errs, err)
 		}
