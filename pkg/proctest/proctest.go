@@ -418,6 +418,9 @@ type NATS struct {
 	HTTPPort   int
 	// URL is its client URL.
 	URL string
+
+	opts NATSOptions
+	conf string // its config file's path
 }
 
 // NATSOptions configure a NATS server process.
@@ -431,6 +434,10 @@ type NATSOptions struct {
 	Routes      []string
 	// SyncAlways fsyncs every write, as the production configs do.
 	SyncAlways bool
+	// Token, when set, is the authorization token clients must send
+	// (nats://token@127.0.0.1:port). The processes of a test send none: a server that requires
+	// one refuses them, and nats.go closes a connection refused twice in a row for good.
+	Token string
 }
 
 // StartNATS starts a nats-server with JetStream on loopback and waits until it is healthy.
@@ -442,8 +449,21 @@ func StartNATS(t T, bins Bins, o NATSOptions) *NATS {
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
 	}
-	n := &NATS{ServerName: o.Name, Port: FreePort(t), HTTPPort: FreePort(t)}
+	n := &NATS{ServerName: o.Name, Port: FreePort(t), HTTPPort: FreePort(t), opts: o}
 	n.URL = fmt.Sprintf("nats://127.0.0.1:%d", n.Port)
+	n.conf = filepath.Join(t.TempDir(), o.Name+".conf")
+	n.writeConf(t)
+	n.Proc = Start(t, "nats-"+o.Name, bins.NATS, []string{"-c", n.conf}, nil)
+	if o.ClusterPort == 0 {
+		n.WaitHealthy(t, 20*time.Second)
+	}
+	return n
+}
+
+// writeConf writes the server's config file from its options.
+func (n *NATS) writeConf(t T) {
+	t.Helper()
+	o := n.opts
 	var conf strings.Builder
 	fmt.Fprintf(&conf, "server_name: %s\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\n", o.Name, n.Port, n.HTTPPort)
 	fmt.Fprintf(&conf, "jetstream {\n  store_dir: %q\n", o.Dir)
@@ -454,13 +474,18 @@ func StartNATS(t T, bins Bins, o NATSOptions) *NATS {
 	if o.ClusterPort != 0 {
 		fmt.Fprintf(&conf, "cluster {\n  name: agentbus\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", o.ClusterPort, strings.Join(o.Routes, ", "))
 	}
-	path := filepath.Join(t.TempDir(), o.Name+".conf")
-	require.NoError(t, os.WriteFile(path, []byte(conf.String()), 0o644), "writing the NATS config")
-	n.Proc = Start(t, "nats-"+o.Name, bins.NATS, []string{"-c", path}, nil)
-	if o.ClusterPort == 0 {
-		n.WaitHealthy(t, 20*time.Second)
+	if o.Token != "" {
+		fmt.Fprintf(&conf, "authorization {\n  token: %q\n}\n", o.Token)
 	}
-	return n
+	require.NoError(t, os.WriteFile(n.conf, []byte(conf.String()), 0o644), "writing the NATS config")
+}
+
+// SetToken rewrites the server's config with an authorization token ("" for none, as
+// NATSOptions.Token), which takes effect when it starts again (Restart).
+func (n *NATS) SetToken(t T, token string) {
+	t.Helper()
+	n.opts.Token = token
+	n.writeConf(t)
 }
 
 // WaitHealthy waits until the server reports JetStream healthy.
