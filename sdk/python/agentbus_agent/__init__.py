@@ -24,9 +24,9 @@ import sys as _sys
 if _sys.version_info < (3, 11):
     raise ImportError("agentbus_agent needs Python 3.11 or newer")
 
-from .agent import (  # noqa: E402
-    CHAT, DATA, FILE, PROTOCOL, WEBHOOK, Agent, Context, Fail, FileRef, Handler, ProtocolError, Reply, Response,
-    Retry,
+from .agent import Agent  # noqa: E402
+from .context import (  # noqa: E402
+    CHAT, DATA, FILE, PROTOCOL, WEBHOOK, Context, Fail, FileRef, Handler, ProtocolError, Reply, Response, Retry,
 )
 from .server import AgentServer  # noqa: E402
 from .signature import TOLERANCE_SECONDS, SignatureError, decode_secret, new_secret, sign, verify  # noqa: E402

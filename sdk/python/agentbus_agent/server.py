@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import queue
 import re
 import selectors
@@ -26,13 +27,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .agent import Context, ProtocolError, _dumps
+from .context import Context, Handler, ProtocolError, _dumps
 from .signature import SignatureError, verify
-
-if TYPE_CHECKING:
-    from .agent import Agent, Handler
 
 #: The largest request body read, in bytes: agentbus's largest webhook body (32 MiB) in base64,
 #: with room for the rest of the request.
@@ -60,12 +58,28 @@ _LINE_END = re.compile(rb"\r?\n")
 _LISTENER, _WAKE = "listener", "wake"
 
 
+class ServedAgent(Protocol):
+    """What the server needs of the agent it serves; Agent is one. The server depends on this
+    rather than on Agent, whose server method makes one: agent imports server, not the other
+    way round."""
+
+    name: str
+    secret: str
+    log: logging.Logger
+
+    def _route(self, ctx: Context) -> Handler | None: ...
+
+    def _blocks(self, handler: Handler | None) -> bool: ...
+
+    def _run(self, ctx: Context, handler: Handler | None) -> bytes: ...
+
+
 class AgentServer:
     """Serves one Agent. start serves in a background thread, run in the foreground until a
     signal; stop stops accepting, lets in-flight requests finish (up to a grace period) and closes
     the connections. Used as a context manager, it is stopped on exit."""
 
-    def __init__(self, agent: Agent, host: str, port: int, *, max_body: int = DEFAULT_MAX_BODY,
+    def __init__(self, agent: ServedAgent, host: str, port: int, *, max_body: int = DEFAULT_MAX_BODY,
                  idle_timeout: float = DEFAULT_IDLE_TIMEOUT) -> None:
         self.agent = agent
         self.max_body = max_body
