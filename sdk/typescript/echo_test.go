@@ -24,7 +24,14 @@ import (
 // registration, as it prints it.
 func startEcho(t testing.TB, node, secret string, args ...string) map[string]any {
 	t.Helper()
-	cmd := exec.Command(node, append([]string{filepath.Join("dist", "examples", "echo.js"), "--port", "0", "--secret", secret}, args...)...)
+	return startEchoCommand(t, node, append([]string{filepath.Join("dist", "examples", "echo.js"), "--port", "0", "--secret", secret}, args...)...)
+}
+
+// startEchoCommand runs an EchoTS with the command line given and returns its registration, as
+// it prints it; the process is stopped when the test ends.
+func startEchoCommand(t testing.TB, name string, args ...string) map[string]any {
+	t.Helper()
+	cmd := exec.Command(name, args...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	if os.Getenv("AGENTBUS_TEST_LOG") != "" {

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 // EchoTS is agentbus's reference agent Echo (pkg/agents/echo, docs/echo.md) as a remote agent in
 // TypeScript. Registered under the name Echo (--name Echo) it answers as the Go Echo does, with
 // the same statuses, content types, JSON and texts, for everything protocol version 1 can
@@ -28,6 +29,8 @@
 // Run it (after npm run build, from sdk/typescript):
 //
 //   node dist/examples/echo.js --port 8702 --secret whsec_…
+//
+// or, in a project that installed the kit's package, npx agentbus-echots with the same flags.
 //
 // Flags fall back to AGENT_NAME, AGENT_HOST, AGENT_PORT, AGENT_SECRET and AGENT_URL; without a
 // secret it makes one. It prints its registration body on stdout once it listens.
