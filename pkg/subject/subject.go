@@ -439,6 +439,16 @@ func SubscriptionKey(tenant, id string) string { return tenant + "." + id }
 // TenantSubscriptionKeys is the KV key filter of every subscription of a tenant.
 func TenantSubscriptionKeys(tenant string) string { return tenant + ".*" }
 
+// SubscriptionKeys is the KV key filter of every subscription, without their delivery progress.
+func SubscriptionKeys() string { return "*.*" }
+
+// SubscriptionProgressKey is the subscriptions KV key that keeps which events of a stored message
+// of one source ("msg", "dead") a subscription's receiver has had, while a later event of the
+// message is retried.
+func SubscriptionProgressKey(tenant, id, source string) string {
+	return tenant + "." + id + "." + source
+}
+
 // SubscriptionConsumer is the durable name of the consumer that delivers one source of events
 // ("msg": the history stream; "dead": the dead-letter stream) to a tenant's subscription.
 func SubscriptionConsumer(tenant, id, source string) string {

@@ -177,7 +177,7 @@ func (s *Store) Deliver(ctx context.Context) {
 // deliver runs a delivery of every subscription, starting and stopping them as subscriptions
 // come and go, until ctx ends or the watch of the subscriptions fails.
 func (s *Store) deliver(ctx context.Context) error {
-	w, err := s.kv.WatchAll(ctx)
+	w, err := s.kv.Watch(ctx, subject.SubscriptionKeys())
 	if err != nil {
 		return fmt.Errorf("watching subscriptions: %w", err)
 	}
@@ -296,9 +296,11 @@ func (s *Store) consume(ctx context.Context, sub *Subscription, src string, cons
 	}
 }
 
-// handle delivers the events of one consumed message and acknowledges it; a failed delivery is
-// tried again later (the consumer holds back the source's later events meanwhile) until the
-// retry period of the message has passed, and then kept as undelivered.
+// handle delivers the events of one consumed message, in order, and acknowledges it once each
+// was accepted or kept. A failed event is tried again later, alone: the message is negatively
+// acknowledged with a delay (the consumer holds back the source's later messages meanwhile), and
+// its progress says which of its events are done. Once the retry period of the message has
+// passed, an event that fails is kept as undelivered and the next one is tried.
 func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jetstream.Msg) {
 	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
 	md, err := m.Metadata()
@@ -312,33 +314,45 @@ func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jet
 		_ = m.DoubleAck(ctx)
 		return
 	}
-	for i, ev := range events {
+	p := s.progressOf(ctx, sub, src, md, len(events))
+	tried := false
+	for _, ev := range events {
+		if p.done(ev.ID) {
+			continue
+		}
+		if tried {
+			_ = m.InProgress() // two attempts may outlast the ack wait
+		}
+		tried = true
+		attempts := p.attempts(md.NumDelivered)
 		err := s.post(ctx, sub, ev)
 		if err == nil {
+			p.finish(ev.ID, md.NumDelivered)
 			continue
 		}
 		if ctx.Err() != nil {
+			s.saveProgress(ctx, sub, src, p)
 			_ = m.Nak() // stopping: another host takes it now
 			return
 		}
 		if time.Since(md.Timestamp) < s.cfg.RetryFor {
-			wait := s.backoff(md.NumDelivered)
-			log.Info("delivering an event; trying again", "url", sub.URL, "event", ev.ID, "attempt", md.NumDelivered, "in", wait, "err", err)
+			wait := s.backoff(attempts)
+			log.Info("delivering an event; trying again", "url", sub.URL, "event", ev.ID, "attempt", attempts, "in", wait, "err", err)
+			s.saveProgress(ctx, sub, src, p)
 			_ = m.NakWithDelay(wait)
 			return
 		}
-		log.Warn("giving up delivering events; kept as undelivered", "url", sub.URL, "event", ev.ID, "attempts", md.NumDelivered, "err", err)
-		for _, left := range events[i:] {
-			if kerr := s.keep(ctx, sub, left, md.NumDelivered, err); kerr != nil {
-				log.Warn("keeping an undelivered event; trying again", "err", kerr)
-				_ = m.NakWithDelay(time.Second)
-				return
-			}
+		log.Warn("giving up delivering an event; kept as undelivered", "url", sub.URL, "event", ev.ID, "attempts", attempts, "err", err)
+		if kerr := s.keep(ctx, sub, ev, attempts, err); kerr != nil {
+			log.Warn("keeping an undelivered event; trying again", "err", kerr)
+			s.saveProgress(ctx, sub, src, p)
+			_ = m.NakWithDelay(time.Second)
+			return
 		}
-		break
+		p.finish(ev.ID, md.NumDelivered)
 	}
 	// Acknowledged with the server's confirmation before the next request: the consumer allows
-	// one event in flight, and the next one is delivered once this one is acknowledged.
+	// one message in flight, and the next one is delivered once this one is acknowledged.
 	_ = m.DoubleAck(ctx)
 }
 

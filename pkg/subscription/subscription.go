@@ -8,10 +8,11 @@
 // subscription be in flight at a time: events reach the receiver in the order they were stored,
 // so in order per thread. Every workflow host runs Deliver, which pulls from every
 // subscription's consumers; a host that dies hands its delivery over when the consumer's ack
-// wait ends. A failed delivery is tried again with a growing wait until the retry period, counted
-// from when the event was stored, has passed; the event is then kept in AGENTBUS_UNDELIVERED,
-// from where an operator replays or discards it. Events carry a stable webhook-id, so a receiver
-// de-duplicates what it got twice.
+// wait ends. A stored message may carry two events (a request and its reply, stored together);
+// each is delivered on its own: a failed event is tried again, alone, with a growing wait until
+// the retry period, counted from when it was stored, has passed; it is then kept in
+// AGENTBUS_UNDELIVERED, from where an operator replays or discards it, and the next event is
+// tried. Events carry a stable webhook-id, so a receiver de-duplicates what it got twice.
 //
 // It does not decide who may manage subscriptions; the ingress checks the caller first.
 package subscription
@@ -406,6 +407,9 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 		return fmt.Errorf("removing subscription: %w", err)
 	}
 	if err := s.removeConsumers(ctx, &sub); err != nil {
+		return err
+	}
+	if err := s.removeProgress(ctx, &sub); err != nil {
 		return err
 	}
 	if err := s.undelivered.Purge(ctx, jetstream.WithPurgeSubject(subject.Undelivered(tenant, id))); err != nil {

@@ -31,7 +31,14 @@ type receiver struct {
 	got      []delivery
 	attempts atomic.Int64
 	fail     func() bool
-	secret   string
+	// refuse, when set, decides an attempt the receiver did not fail: it gets the event's type and
+	// which attempt of the event (by webhook-id) this is, counting from 1, and returns the status
+	// to refuse it with, or 0 to accept it.
+	refuse func(typ string, attempt int) int
+	// tries counts the attempts of each event by webhook-id; types holds each one's type.
+	tries  map[string]int
+	types  map[string]string
+	secret string
 }
 
 type delivery struct {
@@ -40,14 +47,19 @@ type delivery struct {
 }
 
 func newReceiver(t *testing.T, fail func() bool) *receiver {
-	r := &receiver{fail: fail}
+	return startReceiver(t, &receiver{fail: fail})
+}
+
+// newRefusingReceiver returns a receiver that refuses the attempts refuse names.
+func newRefusingReceiver(t *testing.T, refuse func(typ string, attempt int) int) *receiver {
+	return startReceiver(t, &receiver{refuse: refuse})
+}
+
+func startReceiver(t *testing.T, r *receiver) *receiver {
+	r.tries, r.types = map[string]int{}, map[string]string{}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.attempts.Add(1)
 		body, _ := io.ReadAll(req.Body)
-		if r.fail != nil && r.fail() {
-			w.WriteHeader(http.StatusInternalServerError)
-			return
-		}
 		var ev struct {
 			Type string `json:"type"`
 			Data struct {
@@ -59,11 +71,24 @@ func newReceiver(t *testing.T, fail func() bool) *receiver {
 		require.NoError(t, json.Unmarshal(body, &ev))
 		r.mu.Lock()
 		defer r.mu.Unlock()
+		id := req.Header.Get("Webhook-Id")
+		r.tries[id]++
+		r.types[id] = ev.Type
+		if r.fail != nil && r.fail() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		if r.refuse != nil {
+			if code := r.refuse(ev.Type, r.tries[id]); code != 0 {
+				w.WriteHeader(code)
+				return
+			}
+		}
 		hdr := map[string]string{}
 		for k := range req.Header {
 			hdr[k] = req.Header.Get(k)
 		}
-		d := delivery{id: req.Header.Get("Webhook-Id"), typ: ev.Type,
+		d := delivery{id: id, typ: ev.Type,
 			thread:    ev.Data.Message.WorkflowID + "/" + ev.Data.Message.ParticipantID,
 			verifyErr: webhooksig.Standard{Secret: r.secret}.Verify(hdr, body)}
 		if ev.Data.Message.Text != nil {
@@ -82,10 +107,25 @@ func (r *receiver) deliveries() []delivery {
 	return append([]delivery(nil), r.got...)
 }
 
+// triesOf returns the attempts the receiver got of each event of a type, by webhook-id.
+func (r *receiver) triesOf(typ string) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for id, n := range r.tries {
+		if r.types[id] == typ {
+			out[id] = n
+		}
+	}
+	return out
+}
+
 type fixture struct {
 	res   *bus.Resources
 	store *subscription.Store
 	hist  *history.Store
+	// cfg is the store's configuration, for another host's store (host).
+	cfg subscription.Config
 }
 
 func newFixture(t testing.TB, cfg subscription.Config) *fixture {
@@ -95,14 +135,20 @@ func newFixture(t testing.TB, cfg subscription.Config) *fixture {
 		cfg.Allow, err = outbound.ParseAllowList("http://127.0.0.1:*")
 		require.NoError(t, err)
 	}
-	return &fixture{res: res, store: subscription.NewStore(res, cfg), hist: history.NewStore(res.Messages, res.Topics, res.JS)}
+	return &fixture{res: res, store: subscription.NewStore(res, cfg), hist: history.NewStore(res.Messages, res.Topics, res.JS), cfg: cfg}
 }
 
 // deliver runs Deliver until the test ends.
-func (f *fixture) deliver(t *testing.T) {
+func (f *fixture) deliver(t *testing.T) { deliverOn(t, f.store) }
+
+// host returns the store of another workflow host on the same bus.
+func (f *fixture) host() *subscription.Store { return subscription.NewStore(f.res, f.cfg) }
+
+// deliverOn runs the store's Deliver until the test ends.
+func deliverOn(t *testing.T, store *subscription.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); f.store.Deliver(ctx) }()
+	go func() { defer close(done); store.Deliver(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
