@@ -20,7 +20,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -100,7 +99,7 @@ type contractTransport struct {
 
 func newContractTransport(t *testing.T, doc *openapi3.T) *contractTransport {
 	t.Helper()
-	router, err := gorillamux.NewRouter(doc)
+	router, err := pathRouter(doc)
 	require.NoError(t, err)
 	return &contractTransport{t: t, router: router, seen: map[string]bool{}}
 }
@@ -426,6 +425,14 @@ func contractSend(c *contractClient) {
 	c.want(http.StatusOK, http.MethodPost, p+"?wait=true", key, file)
 	c.want(http.StatusBadRequest, http.MethodPost, p, key, "not json")
 	c.want(http.StatusBadRequest, http.MethodPost, p, key, map[string]any{"agentName": "Echo"})
+	// Data the document refuses for its message type (TestOpenAPISendRequestData).
+	for _, bad := range []map[string]any{
+		withFields(chat, "type", "Data", "text", "sum", "data", []int{2, 3}),
+		withFields(chat, "type", "File", "text", "a.txt", "data", 42),
+		withFields(chat, "type", "File", "text", "a.txt", "data", map[string]any{"content": 42}),
+	} {
+		c.want(http.StatusBadRequest, http.MethodPost, p, key, bad)
+	}
 	c.want(http.StatusBadRequest, http.MethodPost, p+"?wait=maybe", key, chat)
 	c.want(http.StatusBadRequest, http.MethodPost, "/api/v1/admin/messaging/send", key, chat)
 	c.want(http.StatusBadRequest, http.MethodPost, p, key, chat, "X-Tenant-Id", "other")
