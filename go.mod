@@ -30,7 +30,9 @@ require (
 	github.com/chromedp/cdproto v0.159.0 // tests: the playground page in headless Chromium (pkg/playground)
 	github.com/chromedp/chromedp v0.23.0 // tests: the playground page in headless Chromium (pkg/playground)
 	github.com/modelcontextprotocol/go-sdk v1.8.0 // the official MCP SDK: POST /mcp (pkg/ingress/mcp.go)
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // Data methods' parameters checked against their JSON Schema (pkg/jsonschema)
 	golang.org/x/sys v0.49.0 // bench: timerfd, the open loop's precise sleep that leaves the scheduler's P free (bench/sleep_linux.go)
+	golang.org/x/text v0.43.0 // the English wording of the schema validator's messages (pkg/jsonschema)
 )
 
 require (
@@ -56,7 +58,6 @@ require (
 	github.com/oasdiff/yaml3 v0.0.14 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/segmentio/encoding v0.5.4 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
@@ -72,7 +73,6 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 )

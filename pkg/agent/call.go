@@ -50,6 +50,9 @@ var (
 	ErrCallTimeout = errors.New("agent: the call timed out")
 	// ErrCallFailed: the callee's handler failed; CallError holds its status and message.
 	ErrCallFailed = errors.New("agent: the called handler failed")
+	// ErrCallParams: the parameters do not match the schema of the callee's method, which did
+	// not run; CallError's message says where they fail.
+	ErrCallParams = errors.New("agent: the call's parameters do not match the method's schema")
 	// ErrCallDeadLettered: the callee failed on every attempt and kept the call as a dead letter.
 	ErrCallDeadLettered = errors.New("agent: the call was dead-lettered")
 	// ErrCallCycle: the callee's instance is already waiting in the chain of calls that led
@@ -119,8 +122,8 @@ func (i *Instance) Tell(ctx context.Context, to Peer, l Letter) error {
 
 // Call calls a Data method of another instance of the tenant (Agent2Agent) and waits for its
 // reply, at most until ctx's deadline or DefaultCallTimeout. The reply's data is decoded into
-// out (when not nil). Failures wrap ErrPeerNotFound, ErrCallTimeout, ErrCallFailed,
-// ErrCallDeadLettered, ErrCallCycle or ErrCallDepth.
+// out (when not nil). Failures wrap ErrPeerNotFound, ErrCallParams, ErrCallTimeout,
+// ErrCallFailed, ErrCallDeadLettered, ErrCallCycle or ErrCallDepth.
 //
 // A handler run again after a crash or a retry that makes the same calls in the same order
 // reaches each callee with the same request id: the callee runs once, and the caller gets its
@@ -270,10 +273,12 @@ func decodeCallReply(rep *agentbusv1.Reply, out any) error {
 	if slug := rep.GetError(); slug != "" {
 		e := &CallError{Status: int(rep.GetStatusCode()), Slug: slug, Message: string(rep.GetContent()), kind: ErrCallFailed}
 		switch slug {
-		case "unknown-agent", "unknown-method":
+		case problem.UnknownAgent.Slug, problem.UnknownMethod.Slug:
 			e.kind = ErrPeerNotFound
-		case "dead-lettered":
+		case problem.DeadLettered.Slug:
 			e.kind = ErrCallDeadLettered
+		case problem.InvalidMethodParameters.Slug:
+			e.kind = ErrCallParams
 		}
 		return e
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonenc"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -38,6 +39,10 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	}
 	a, target, refusal := h.route(req)
 	if refusal != nil {
+		if in.replyTo == "" && !req.GetKeepResult() {
+			// Nobody waits for the answer (a timer, a tell): the log is all that is left of it.
+			log.Warn("request refused", "method", req.GetMethod(), "problem", refusal.GetError(), "detail", string(refusal.GetContent()))
+		}
 		h.reply(ctx, log, req, in.replyTo, refusal)
 		return nil
 	}
@@ -85,9 +90,10 @@ type target struct {
 	handler Handler
 }
 
-// route finds the agent and the handler of a request, or the reply that refuses it. The ingress
-// checks the agent and tenant too; a request that reached the inbox otherwise (a dead letter
-// replayed after the agent was restricted, an older ingress) is refused here.
+// route finds the agent and the handler of a request, or the reply that refuses it: nothing is
+// stored of a refused request. The ingress checks the agent, the tenant and a Data call's
+// parameters too; a request that reached the inbox otherwise (a dead letter replayed after the
+// agent was restricted, an older ingress, a timer, an Agent2Agent call) is refused here.
 func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply) {
 	a := h.agents[req.GetAgentName()]
 	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
@@ -101,6 +107,9 @@ func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply
 		t.handler = a.chat
 	case agentbusv1.Kind_KIND_DATA:
 		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
+			if err := dm.params.Validate(req.GetData()); err != nil {
+				return nil, target{}, webhookReply(platformError(problem.InvalidMethodParameters, jsonschema.ParamsDetail(dm.name, err)), "")
+			}
 			t.handler = dm.handler
 		}
 	case agentbusv1.Kind_KIND_FILE:

@@ -171,6 +171,12 @@ func (a *Agent) ChatFunc(f func(ctx context.Context, m *Message) (Reply, error))
 // Data registers the handler of a Data method. Method names match case-insensitively. It panics
 // when the method is registered already. Options describe the method to a language model that
 // calls it as a tool (ChatWithTools) and to the registry's readers.
+//
+// A method with a schema (Schema, or the one Method derives) has every call's parameters checked
+// against it before the handler runs, wherever the call comes from: a call that does not match
+// is answered 400 invalid-method-parameters naming where it fails, and neither the call nor the
+// answer is stored; a tool call's result is that failure. Data panics when the schema is not a
+// valid JSON Schema (jsonschema.Compile).
 func (a *Agent) Data(method string, h Handler, opts ...MethodOption) {
 	key := strings.ToLower(method)
 	if key == "" || h == nil {
@@ -182,6 +188,13 @@ func (a *Agent) Data(method string, h Handler, opts ...MethodOption) {
 	dm := &dataMethod{name: method, handler: h}
 	for _, o := range opts {
 		o(dm)
+	}
+	if dm.schema != nil {
+		params, err := jsonschema.Compile(dm.schema)
+		if err != nil {
+			panic(fmt.Sprintf("agent %s: data method %q: %v", a.name, method, err))
+		}
+		dm.params = params
 	}
 	a.data[key] = dm
 }
@@ -197,6 +210,8 @@ type dataMethod struct {
 	handler     Handler
 	description string
 	schema      json.RawMessage // nil: any object
+	// params checks the parameters against schema; nil when there is nothing to check.
+	params *jsonschema.Validator
 }
 
 // MethodOption describes a Data method.
@@ -209,7 +224,8 @@ func Describe(description string) MethodOption {
 }
 
 // Schema sets the JSON Schema of a Data method's parameters object, overriding the one Method
-// derives from its parameter type. It panics unless schema is a JSON object.
+// derives from its parameter type; calls are checked against it (see Agent.Data). It panics
+// unless schema is a JSON object, and Data panics unless it is a valid JSON Schema.
 func Schema(schema json.RawMessage) MethodOption {
 	var obj map[string]any
 	if err := json.Unmarshal(schema, &obj); err != nil || obj == nil {
@@ -233,9 +249,10 @@ func (a *Agent) FileFunc(f func(ctx context.Context, m *Message) (Reply, error))
 	a.File(HandlerFunc(f))
 }
 
-// Method registers a typed Data method: the message's parameters are decoded into In (bad
-// parameters are answered with 400 and the decoding error), and fn's Out is the reply's data.
-// The Message is available through MessageFrom(ctx).
+// Method registers a typed Data method: the message's parameters are checked against the
+// method's schema (see Agent.Data) and decoded into In (parameters that match the schema but not
+// In, such as 1.5 for an int field, are answered with 400 handler-error and the decoding error),
+// and fn's Out is the reply's data. The Message is available through MessageFrom(ctx).
 //
 // The parameters' JSON Schema, which a language model sees when the method is offered as a tool,
 // is derived from In as package jsonschema describes (json tags name the properties; a field is

@@ -367,13 +367,18 @@ func toolCallMessage(req *agentbusv1.Request, method string, call llm.ToolCall, 
 }
 
 // callTool calls dm's handler with the tool call stored as in, on the chat's instance. A call of
-// a tool the agent does not have, or with arguments that are not JSON, fails as a Data call would.
+// a tool the agent does not have, with arguments that are not JSON, or with arguments that do not
+// match the method's schema, fails as a Data call would, without running the handler: the model
+// reads why in the result and may call again.
 func callTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCall, in *history.Message) (Reply, error) {
 	switch {
 	case dm == nil:
 		return Reply{}, Errorf(http.StatusNotFound, "no tool named %q", call.Name)
 	case in.Data == nil:
 		return Reply{}, Errorf(http.StatusBadRequest, "the arguments of %s are not valid JSON", dm.name)
+	}
+	if err := dm.params.Validate(in.Data); err != nil {
+		return Reply{}, &Error{Status: problem.InvalidMethodParameters.Status, Message: jsonschema.ParamsDetail(dm.name, err)}
 	}
 	tm := &Message{
 		Type:          DataMessage,

@@ -228,7 +228,7 @@ func (s *suite) sendCases() []testCase {
 			assert.Equal(t, http.StatusAccepted, accepted.Status, "%s", accepted)
 			assert.EqualValues(t, 1, s.hook(t, a, "state").object(t)["state"].(map[string]any)["count"], "count ran once")
 
-			body["text"] = "sum"
+			body["text"], body["data"] = "sum", map[string]any{"values": []int{1}}
 			assertProblem(t, s.send(t, "wait=true", body), http.StatusUnprocessableEntity, "request-id-reused")
 		}},
 		{"File with base64 content in a string", func(t *testing.T) {
@@ -303,6 +303,9 @@ func (s *suite) sendCases() []testCase {
 				return len(msgs) > 0 && msgs[0]["text"] == "stretch" && msgs[0]["direction"] == float64(1)
 			}, "the reminder is posted")
 			r := s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "remind", "data": map[string]any{"ms": 5}})
+			p := assertProblem(t, r, http.StatusBadRequest, "invalid-method-parameters")
+			assert.Equal(t, "the parameters of remind do not match its schema: missing property 'text'", p["detail"])
+			r = s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "remind", "data": map[string]any{"text": "now", "ms": -5}})
 			assertProblem(t, r, http.StatusBadRequest, "handler-error")
 		}},
 		{"Data tick posts until stopped", func(t *testing.T) {

@@ -48,8 +48,8 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 }
 
 // converseRequest checks a converse call and builds its request. Checks go: workflow, type and
-// text present, type, lengths, workflow, participant, timeoutSeconds, the Data body, then the
-// target's registration and host.
+// text present, type, lengths, workflow, participant, timeoutSeconds, the Data body, the
+// target's registration and host, then the Data body against the method's schema.
 func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userCall) (*agentbusv1.Request, time.Duration, *problem.Problem) {
 	query := c.query
 	for _, name := range []string{"workflow", "type", "text"} {
@@ -81,6 +81,11 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 	}
 	if p := s.checkAgent(r, wf, kind, text, c.keep); p != nil {
 		return nil, 0, p
+	}
+	if kind == agentbusv1.Kind_KIND_DATA {
+		if p := s.checkParams(wf.Agent, text, data); p != nil {
+			return nil, 0, p
+		}
 	}
 	req := newMessageRequest(wf, participant, kind, text, c.requestID, c.keep)
 	req.Data, req.Scope, req.Hint = data, query.Get("topic"), query.Get("hint")

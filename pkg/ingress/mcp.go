@@ -384,6 +384,13 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 			status = p.Status
 			return nil, mcpError(*p)
 		}
+		if p := s.checkParams(agent, method, params); p != nil {
+			// Arguments that do not match the tool's inputSchema are a tool execution error, not a
+			// protocol error, so that a model can read why and call again (MCP 2025-11-25,
+			// server/tools, "Error Handling").
+			status = p.Status
+			return mcpToolError(p), nil
+		}
 		release, p := s.holdWaitingTool(mr)
 		if p != nil {
 			status = p.Status
@@ -406,11 +413,16 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		if p != nil {
 			status = p.Status
 			// The method failed: a tool error the model can read, not a protocol error.
-			detail := fmt.Sprintf("%s (%d %s)", p.Detail, p.Status, p.Slug)
-			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: detail}}}, nil
+			return mcpToolError(p), nil
 		}
 		return mcpResult(ans), nil
 	}
+}
+
+// mcpToolError is a tool result that reports p, for a model to read.
+func mcpToolError(p *problem.Problem) *mcp.CallToolResult {
+	detail := fmt.Sprintf("%s (%d %s)", p.Detail, p.Status, p.Slug)
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: detail}}}
 }
 
 // mcpAddress reads the conversation a tool call addresses from its reserved arguments.

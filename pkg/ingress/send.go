@@ -205,7 +205,8 @@ func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow,
 }
 
 // sendPayload puts a send body's data on req, as its kind takes it: a Webhook's body, a Data
-// message's parameters (a JSON object), a Chat message's data, a File's stored content.
+// message's parameters (a JSON object that matches the method's schema), a Chat message's data,
+// a File's stored content.
 func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, tenant string, body sendBody) *problem.Problem {
 	given := len(body.Data) > 0 && string(body.Data) != "null"
 	switch req.GetKind() {
@@ -218,6 +219,9 @@ func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, tenan
 		}
 		if given {
 			req.Data = body.Data
+		}
+		if p := s.checkParams(req.GetAgentName(), req.GetMethod(), req.GetData()); p != nil {
+			return p
 		}
 	case agentbusv1.Kind_KIND_CHAT:
 		if given {

@@ -195,6 +195,8 @@ type Server struct {
 	listeners  *listeners
 	metrics    *apiMetrics
 	stats      *statsService
+	// params checks Data calls' parameters against their methods' registered schemas.
+	params methodParams
 
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once

@@ -1,6 +1,9 @@
-// Package jsonschema derives a JSON Schema (draft 2020-12) from a Go type: the schema of the JSON
-// that encoding/json decodes into that type. Agents use it to describe their typed Data methods'
-// parameters to a language model (as tools) and, through the registry, to other clients.
+// Package jsonschema derives a JSON Schema (draft 2020-12) from a Go type, the schema of the JSON
+// that encoding/json decodes into that type, and checks Data methods' parameters against their
+// schemas. Agents use the derived schemas to describe their typed Data methods' parameters to a
+// language model (as tools) and, through the registry, to other clients; hosts and the ingress
+// check every call's parameters against the method's schema before its handler runs (Compile,
+// Validator).
 //
 // The rules follow encoding/json: a struct is an object whose properties are its exported fields,
 // named by their json tags ("-" skips a field, embedded structs are inlined); a field is required
@@ -11,8 +14,9 @@
 // `jsonschema:"…"` tag becomes its description. A struct type that contains itself is not
 // expanded a second time: the inner occurrence accepts any value.
 //
-// It is not a validator and covers only what a Go type can say: no enums, patterns or ranges.
-// When those matter, write the schema by hand.
+// A derived schema covers only what a Go type can say: no enums, patterns or ranges. When those
+// matter, write the schema by hand; Compile takes any schema. The package does not validate
+// documents other than parameters, nor generate Go types from schemas.
 package jsonschema
 
 import (

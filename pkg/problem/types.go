@@ -78,6 +78,14 @@ var (
 	MethodNotAllowed      = define("method-not-allowed", http.StatusMethodNotAllowed, 0)
 )
 
+// Problems of a Data call's parameters, answered by the ingress or the workflow host before the
+// method's handler runs.
+var (
+	// InvalidMethodParameters: the parameters do not match the JSON Schema the method advertises
+	// (registry.Method.InputSchema).
+	InvalidMethodParameters = define("invalid-method-parameters", http.StatusBadRequest, 0)
+)
+
 // Problems of who is calling and for which tenant.
 var (
 	Unauthorized   = define("unauthorized", http.StatusUnauthorized, 0)

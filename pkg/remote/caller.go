@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -73,7 +74,13 @@ func (c *caller) agent() *agent.Agent {
 	for _, m := range c.reg.Methods {
 		mopts := []agent.MethodOption{agent.Describe(m.Description)}
 		if len(m.Schema) > 0 {
-			mopts = append(mopts, agent.Schema(m.Schema))
+			if _, err := jsonschema.Compile(m.Schema); err != nil {
+				// Stored before schemas were compiled at registration: offered, and called,
+				// as taking any object, until the registration is replaced.
+				c.log.Warn("the schema of a method is not valid; its calls are not checked", "method", m.Name, "err", err)
+			} else {
+				mopts = append(mopts, agent.Schema(m.Schema))
+			}
 		}
 		a.DataFunc(m.Name, c.message("Data"), mopts...)
 	}

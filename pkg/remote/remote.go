@@ -26,6 +26,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -185,6 +186,10 @@ func validMethods(methods []Method) error {
 			var obj map[string]any
 			if err := json.Unmarshal(m.Schema, &obj); err != nil {
 				return fmt.Errorf("method %s: the schema is not a JSON object", subject.Quote(m.Name))
+			}
+			// Calls are checked against it: one that cannot check them is refused now.
+			if _, err := jsonschema.Compile(m.Schema); err != nil {
+				return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
 			}
 		}
 	}

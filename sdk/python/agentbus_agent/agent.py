@@ -75,8 +75,9 @@ class Agent:
     def data(self, name: str, *, description: str | None = None,
              schema: Mapping[str, Any] | None = None, blocking: bool = True) -> Callable[[Handler], Handler]:
         """Registers the decorated function as the Data method name. description and schema (a
-        JSON Schema of its parameters) are shown to MCP clients and chat models; agentbus does
-        not check the parameters against the schema, the handler does. blocking: see Agent."""
+        JSON Schema of its parameters) are shown to MCP clients and chat models, and agentbus
+        checks every call's parameters against the schema before the call reaches the agent.
+        blocking: see Agent."""
         if not name:
             raise ValueError("a Data method needs a name")
         if name.lower() in self._methods:

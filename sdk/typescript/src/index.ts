@@ -123,7 +123,7 @@ export interface AgentOptions {
 export interface MethodOptions {
   /** What it does and when to use it, for MCP clients and chat models. */
   description?: string;
-  /** The JSON Schema of its parameters, for MCP clients and chat models; agentbus does not check parameters against it. */
+  /** The JSON Schema of its parameters, for MCP clients and chat models; agentbus checks every call's parameters against it. */
   schema?: unknown;
 }
 
