@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,13 +17,17 @@ import (
 
 // Authenticator checks API key secrets. It keeps the key records in memory, fed by a watch on the
 // keys bucket: a key created, revoked or deleted anywhere is seen here as soon as NATS delivers
-// the change (well under a second on a healthy cluster).
+// the change (well under a second on a healthy cluster). Revision tells how far it is; the
+// ingress that makes a change waits until every ingress's Authenticator has it before it answers.
 type Authenticator struct {
 	adminHash []byte // Hash of AGENTBUS_ADMIN_KEY; nil without one
 	log       *slog.Logger
 
 	mu   sync.RWMutex
 	byID map[string]Key // by hash
+	// revision is that of the newest entry of the keys bucket the watch delivered and the
+	// cache took in; the watch delivers in revision order, so every older one came before it.
+	revision atomic.Uint64
 
 	watcher   jetstream.KeyWatcher
 	stopWatch context.CancelFunc // ends the watch's subscription even when NATS is gone
@@ -72,8 +77,17 @@ func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 // (bus.NewestRevision), or at once when that is 0.
 func (a *Authenticator) run(upTo uint64, ready chan struct{}) {
 	defer close(a.done)
-	bus.Follow(a.watcher, upTo, ready, func(e jetstream.KeyValueEntry, _ bool) { a.apply(e) })
+	bus.Follow(a.watcher, upTo, ready, func(e jetstream.KeyValueEntry, _ bool) {
+		a.apply(e)
+		a.revision.Store(e.Revision())
+	})
 }
+
+// Revision is the revision of the keys bucket up to which the cache holds every write: a key
+// created, revoked or rotated at that revision or before is authenticated as the bucket has it.
+// An ingress that wrote a key compares it with the bucket's revision after the write to know
+// when its cache holds it (bus.NewestRevision).
+func (a *Authenticator) Revision() uint64 { return a.revision.Load() }
 
 // apply takes one entry of the keys bucket into the cache.
 func (a *Authenticator) apply(e jetstream.KeyValueEntry) {

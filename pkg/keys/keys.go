@@ -4,8 +4,8 @@
 // role, name, creator, creation and revocation times); the secret itself is shown once, when it
 // is created, and never kept. A second entry, id.{keyId}, holds the hash, so that a key can be
 // found, revoked and rotated by its id without reading the whole bucket. Authentication reads a
-// map kept current by watching the bucket, so revocation reaches every ingress instance as soon
-// as the watch delivers it.
+// map kept current by watching the bucket (Authenticator); its Revision tells an ingress that
+// wrote a key when the map holds the write.
 //
 // It does not do HTTP; ingress maps its errors to 401/403.
 package keys
@@ -189,17 +189,28 @@ func (s *Store) ListTenants(ctx context.Context) ([]Tenant, error) {
 	return out, nil
 }
 
-// DeleteTenant removes a tenant and revokes all its keys; ErrUnknownTenant if there is none.
+// DeleteTenant removes a tenant and revokes all its keys; ErrUnknownTenant if there is none. It
+// is RetireTenant, then RemoveTenant.
+func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+	if err := s.RetireTenant(ctx, id); err != nil {
+		return err
+	}
+	return s.RemoveTenant(ctx, id)
+}
+
+// RetireTenant marks a tenant deleted and revokes all its keys; ErrUnknownTenant if there is
+// none, or it was removed (RemoveTenant).
 //
 // The tenant is first marked deleted, so that it is unknown from then on (no key is created for
-// it any more), then its keys are revoked, then its record goes. If it fails part way the tenant
-// stays marked and unknown to readers, and calling DeleteTenant again finishes the work.
+// it any more), then its keys are revoked. A tenant marked stays unknown to readers; calling
+// RetireTenant again, after a failure part way or to confirm the revocations, goes on from what
+// it finds.
 //
 // A write that meets another's (a compare-and-set conflict: another deletion of the tenant, or a
 // revocation of one of its keys, at the same time) pauses a little (bus.ConflictBackoff), reads
 // the record again and goes on from what it finds, for as long as ctx and bus.ConflictPatience
-// allow; then DeleteTenant answers an error wrapping bus.ErrConflictsPersisted.
-func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+// allow; then RetireTenant answers an error wrapping bus.ErrConflictsPersisted.
+func (s *Store) RetireTenant(ctx context.Context, id string) error {
 	if !ident.ValidTenant(id) {
 		return ErrUnknownTenant
 	}
@@ -227,6 +238,25 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 		if _, err := s.revoke(ctx, e.hash, "", false); err != nil && !errors.Is(err, ErrUnknownKey) {
 			return err
 		}
+	}
+	return nil
+}
+
+// RemoveTenant removes the record of a tenant RetireTenant retired, so that its id may be used
+// again. A tenant not retired is left alone (an error); one removed already is not an error.
+func (s *Store) RemoveTenant(ctx context.Context, id string) error {
+	if !ident.ValidTenant(id) {
+		return ErrUnknownTenant
+	}
+	t, _, err := s.tenant(ctx, id)
+	if errors.Is(err, ErrUnknownTenant) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if t.DeletedAt == nil {
+		return fmt.Errorf("removing tenant %s: it is not retired", id)
 	}
 	if err := s.tenants.Delete(ctx, id); err != nil {
 		return fmt.Errorf("deleting tenant: %w", err)

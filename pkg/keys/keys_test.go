@@ -682,6 +682,72 @@ func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
 	})
 }
 
+// TestRetireThenRemoveTenant: a retired tenant is unknown and its keys revoked, its id still
+// taken until RemoveTenant, which leaves a tenant not retired alone.
+func TestRetireThenRemoveTenant(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	for _, id := range []string{"acme", "kept"} {
+		_, err := store.CreateTenant(ctx, id)
+		require.NoError(t, err)
+	}
+	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.NoError(t, err)
+	authenticates(t, auth, secret)
+
+	require.NoError(t, store.RetireTenant(ctx, "acme"))
+	require.NoError(t, store.RetireTenant(ctx, "acme"), "retiring again")
+	_, err = store.GetTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrUnknownTenant, "a retired tenant")
+	_, err = store.CreateTenant(ctx, "acme")
+	assert.ErrorIs(t, err, keys.ErrTenantExists, "the id of a retired tenant")
+	eventually(t, time.Second, func() error {
+		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
+			return errors.New("key of a retired tenant: err = " + errString(err))
+		}
+		return nil
+	})
+
+	assert.Error(t, store.RemoveTenant(ctx, "kept"), "removing a tenant not retired")
+	_, err = store.GetTenant(ctx, "kept")
+	assert.NoError(t, err, "a tenant RemoveTenant refused")
+	require.NoError(t, store.RemoveTenant(ctx, "acme"))
+	require.NoError(t, store.RemoveTenant(ctx, "acme"), "removing again")
+	_, err = store.CreateTenant(ctx, "acme")
+	assert.NoError(t, err, "the id of a removed tenant")
+	assert.ErrorIs(t, store.RetireTenant(ctx, "nobody"), keys.ErrUnknownTenant)
+}
+
+// TestAuthenticatorRevision: the authenticator's revision reaches the bucket's after a write,
+// and then it authenticates as the bucket says.
+func TestAuthenticatorRevision(t *testing.T) {
+	ctx, res, store, auth := setup(t)
+	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.NoError(t, err)
+	rev, err := bus.NewestRevision(ctx, res.Keys)
+	require.NoError(t, err)
+	require.NotZero(t, rev)
+	eventually(t, time.Second, func() error {
+		if auth.Revision() < rev {
+			return errors.New("the authenticator's revision is behind the bucket's")
+		}
+		return nil
+	})
+	_, err = auth.Authenticate(secret)
+	require.NoError(t, err, "a key created at or before the authenticator's revision")
+
+	require.NoError(t, store.Revoke(ctx, secret))
+	rev, err = bus.NewestRevision(ctx, res.Keys)
+	require.NoError(t, err)
+	eventually(t, time.Second, func() error {
+		if auth.Revision() < rev {
+			return errors.New("the authenticator's revision is behind the bucket's")
+		}
+		return nil
+	})
+	_, err = auth.Authenticate(secret)
+	assert.ErrorIs(t, err, keys.ErrRevoked, "a key revoked at or before the authenticator's revision")
+}
+
 func tenantIDs(ts []keys.Tenant) []string {
 	var ids []string
 	for _, t := range ts {

@@ -223,7 +223,12 @@ type Directory struct {
 
 	mu     sync.RWMutex
 	agents map[string]Agent // by name
-	hosts  map[string]seenHost
+	// agentRevs are the registry bucket's revisions of the registrations in agents.
+	agentRevs map[string]uint64
+	hosts     map[string]seenHost
+	// agentsWatched is the revision of the newest entry of the registry bucket that its watch
+	// delivered (AgentsRevision); every older one came before it.
+	agentsWatched atomic.Uint64
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
 	// lastBeat is the local time the newest heartbeat of any host arrived.
@@ -269,7 +274,7 @@ func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 		log = slog.New(slog.DiscardHandler)
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
+	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), agentRevs: make(map[string]uint64), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
 		stopWatch: stopWatch, hostsKV: hostsKV, hostsGone: make(chan struct{}, 1)}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
@@ -391,6 +396,7 @@ func (d *Directory) rewatch(ctx context.Context, i int, kv jetstream.KeyValue) j
 }
 
 func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
+	defer d.agentsWatched.Store(e.Revision())
 	name, err := subject.ParseToken(e.Key())
 	if err != nil {
 		return
@@ -399,6 +405,7 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 	defer d.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(d.agents, name)
+		delete(d.agentRevs, name)
 		return
 	}
 	var a Agent
@@ -407,6 +414,19 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 		return
 	}
 	d.agents[name] = a
+	d.agentRevs[name] = e.Revision()
+}
+
+// AgentsRevision is the revision of the registry bucket up to which the directory holds every
+// registration: one written or removed at that revision or before is seen as the bucket has it.
+func (d *Directory) AgentsRevision() uint64 { return d.agentsWatched.Load() }
+
+// AgentRevision is the registry bucket's revision of the agent's registration as the directory
+// holds it; 0 when it holds none.
+func (d *Directory) AgentRevision(name string) uint64 {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.agentRevs[name]
 }
 
 // applyHost records a heartbeat, or a host's leaving. A heartbeat that arrives as it happens is

@@ -317,3 +317,26 @@ func TestHeartbeatsSettled(t *testing.T) {
 	assert.True(t, registry.Settled(hbs, "Echo", 4, ids))
 	assert.False(t, registry.Settled(hbs, "Echo", 4, []string{"host-a"}), "host-a alone owns every partition")
 }
+
+// TestAgentRevisions: the directory's revision of the registry reaches the bucket's after a
+// registration and after a removal, and names the revision of each registration it holds.
+func TestAgentRevisions(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	assert.Zero(t, d.AgentRevision("Echo"), "an agent never registered")
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{echo}))
+	rev, err := bus.NewestRevision(ctx, res.Registry)
+	require.NoError(t, err)
+	eventually(t, time.Second, "the directory's revision reaches the bucket's", func() bool { return d.AgentsRevision() >= rev })
+	assert.Equal(t, rev, d.AgentRevision("Echo"), "the revision of Echo's registration")
+	_, ok := d.Agent("Echo")
+	assert.True(t, ok, "a registration at or before the directory's revision")
+
+	require.NoError(t, res.Registry.Purge(ctx, subject.AgentKey("Echo")))
+	rev, err = bus.NewestRevision(ctx, res.Registry)
+	require.NoError(t, err)
+	eventually(t, time.Second, "the directory's revision reaches the bucket's", func() bool { return d.AgentsRevision() >= rev })
+	_, ok = d.Agent("Echo")
+	assert.False(t, ok, "a registration removed at or before the directory's revision")
+	assert.Zero(t, d.AgentRevision("Echo"), "a removed agent")
+}
