@@ -190,12 +190,24 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
-	err := s.keys.DeleteTenant(r.Context(), tenant)
+	err := s.keys.RetireTenant(r.Context(), tenant)
 	if errors.Is(err, keys.ErrUnknownTenant) {
 		problem.UnknownTenant.Write(w, "no such tenant")
 		return
 	}
 	if err != nil {
+		s.storeFailed(w, "deleting tenant", err)
+		return
+	}
+	// The record goes once every ingress refuses the tenant's keys: until then a call again
+	// finds it, retired, and confirms again.
+	if !s.confirmKeys(r.Context()) {
+		s.log.Warn("tenant deleted, its keys' revocation not yet confirmed", "tenant", tenant, "by", c.key.ID)
+		problem.BusUnavailable.Write(w, "the tenant is deleted and its keys revoked, but not every ingress instance confirmed within "+
+			confirmTimeout.String()+" that it refuses them; delete the tenant again to confirm it")
+		return
+	}
+	if err := s.keys.RemoveTenant(r.Context(), tenant); err != nil {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
@@ -268,8 +280,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	if !s.tenantStillThere(w, r.Context(), k) {
 		return
 	}
-	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", c.key.ID)
-	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: k})
+	confirmed := s.confirmKeys(r.Context())
+	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", c.key.ID, "confirmed", confirmed)
+	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: k}, confirmed)
 }
 
 // tenantStillThere closes the race between creating a key and deleting its tenant: a tenant
@@ -295,15 +308,26 @@ func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k 
 	return false
 }
 
-// writeNewKey answers 201 with a new key; the secret must not be cached anywhere on the way.
-func writeNewKey(w http.ResponseWriter, r *http.Request, a newKeyAnswer) {
+// writeNewKey answers with a new key: 201 once every ingress instance accepts it (confirmed),
+// else 202. The secret must not be cached anywhere on the way.
+func writeNewKey(w http.ResponseWriter, r *http.Request, a newKeyAnswer, confirmed bool) {
 	prefix := systemKeysPath
 	if t := r.PathValue("tenantId"); t != "" {
 		prefix = tenantsPath + "/" + t + "/keys"
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Location", prefix+"/"+a.ID)
-	writeJSON(w, http.StatusCreated, a)
+	writeJSON(w, confirmedStatus(http.StatusCreated, confirmed), a)
+}
+
+// confirmedStatus is the status of a write's answer: done once every ingress instance sees the
+// write (confirmed), else 202 Accepted: stored, and seen everywhere once the instances that did
+// not confirm catch up.
+func confirmedStatus(done int, confirmed bool) int {
+	if confirmed {
+		return done
+	}
+	return http.StatusAccepted
 }
 
 // scopedKey reads the key the path names, which must be of the scope's tenant: a key of
@@ -354,8 +378,8 @@ func (s *Server) manageableKey(w http.ResponseWriter, r *http.Request, verb stri
 	return c, k, true
 }
 
-// revokeKey revokes a key. It takes effect on every ingress through the watch of the keys
-// bucket. Revoking a revoked key again is not an error and keeps the first revocation time.
+// revokeKey revokes a key, and answers once every ingress refuses it. Revoking a revoked key
+// again is not an error, keeps the first revocation time, and confirms the revocation again.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	c, k, ok := s.manageableKey(w, r, "revoke")
 	if !ok {
@@ -364,6 +388,12 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	tenant := c.tenant
 	if _, err := s.keys.RevokeID(r.Context(), k.ID); err != nil {
 		s.storeFailed(w, "revoking key", err)
+		return
+	}
+	if !s.confirmKeys(r.Context()) {
+		s.log.Warn("key revoked, not yet confirmed", "tenant", tenant, "key", k.ID, "by", c.key.ID)
+		problem.BusUnavailable.Write(w, "the key is revoked, but not every ingress instance confirmed within "+
+			confirmTimeout.String()+" that it refuses it; revoke it again to confirm it")
 		return
 	}
 	s.log.Info("key revoked", "tenant", tenant, "key", k.ID, "by", c.key.ID)
@@ -392,8 +422,9 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 	if !s.tenantStillThere(w, r.Context(), nk) {
 		return
 	}
-	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", c.key.ID)
-	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID})
+	confirmed := s.confirmKeys(r.Context())
+	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", c.key.ID, "confirmed", confirmed)
+	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID}, confirmed)
 }
 
 // decodeAdminBody reads a body that must be exactly one JSON object with only the fields of v.

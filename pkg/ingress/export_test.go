@@ -31,3 +31,14 @@ func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
 
 // ListenSendBuffer is the kernel send buffer a listen stream's connection is given.
 const ListenSendBuffer = listenSendBuffer
+
+// SetConfirmTimeout sets how long an admin write waits for every ingress instance to confirm
+// it, until the test ends.
+func SetConfirmTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := confirmTimeout
+	confirmTimeout = d
+	t.Cleanup(func() { confirmTimeout = old })
+}
+
+// PresentIngresses are the other ingress instances the server waits for when it confirms a write.
+func (s *Server) PresentIngresses() []string { return s.confirms.present() }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/remote"
@@ -56,7 +57,9 @@ func (s *Server) listRemoteAgents(w http.ResponseWriter, r *http.Request) {
 
 // registerRemoteAgent serves POST …/agents; putRemoteAgent PUT …/agents/{name}. The answer of a
 // registration is the only one that shows the signing secret: a replacement keeps the secret, or
-// takes the one its caller gave, and answers without it.
+// takes the one its caller gave, and answers without it. Either answers once a workflow host
+// serves the registration and every ingress routes calls by it, or with 202 when that does not
+// come within confirmTimeout.
 func (s *Server) registerRemoteAgent(w http.ResponseWriter, r *http.Request) {
 	s.storeRemoteAgent(w, r, false)
 }
@@ -89,12 +92,20 @@ func (s *Server) storeRemoteAgent(w http.ResponseWriter, r *http.Request, replac
 			return
 		}
 	}
+	// The hosts write the agent's entry in the registry once they serve the registration:
+	// entries after this revision are of this registration.
+	before, err := bus.NewestRevision(r.Context(), s.res.Registry)
+	if err != nil {
+		s.storeFailed(w, "registering a remote agent", err)
+		return
+	}
 	reg, err := s.remote.Put(r.Context(), owner, body, replace)
 	if err != nil {
 		s.remoteFailed(w, "registering a remote agent", err)
 		return
 	}
-	s.log.Info("remote agent registered", "agent", reg.Name, "owner", owner, "url", reg.URL, "replaced", replace, "by", c.key.ID)
+	served := s.confirmServed(r.Context(), reg.Name, before)
+	s.log.Info("remote agent registered", "agent", reg.Name, "owner", owner, "url", reg.URL, "replaced", replace, "by", c.key.ID, "served", served)
 	status := http.StatusCreated
 	if replace {
 		status = http.StatusOK
@@ -109,7 +120,7 @@ func (s *Server) storeRemoteAgent(w http.ResponseWriter, r *http.Request, replac
 		reg = reg.Redacted()
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, status, reg)
+	writeJSON(w, confirmedStatus(status, served), reg)
 }
 
 func (s *Server) getRemoteAgent(w http.ResponseWriter, r *http.Request) {
@@ -135,8 +146,9 @@ func (s *Server) deleteRemoteAgent(w http.ResponseWriter, r *http.Request) {
 		s.remoteFailed(w, "removing a remote agent", err)
 		return
 	}
-	s.log.Info("remote agent removed", "agent", name, "owner", owner, "by", c.key.ID)
-	w.WriteHeader(http.StatusNoContent)
+	confirmed := s.confirmAgents(r.Context())
+	s.log.Info("remote agent removed", "agent", name, "owner", owner, "by", c.key.ID, "confirmed", confirmed)
+	w.WriteHeader(confirmedStatus(http.StatusNoContent, confirmed))
 }
 
 // remoteFailed answers a failure of the remote-agent store.

@@ -195,6 +195,8 @@ type Server struct {
 	listeners  *listeners
 	metrics    *apiMetrics
 	stats      *statsService
+	// confirms makes admin writes wait until every instance's caches hold them (confirm.go).
+	confirms *confirmer
 	// params checks Data calls' parameters against their methods' registered schemas.
 	params methodParams
 
@@ -240,20 +242,25 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.subs = subscription.NewStore(s.res, subs)
 	s.remote = remote.NewStore(s.res, subs.Allow)
+	// Before the caches load: a write this instance is not asked to confirm is in them.
+	if s.confirms, err = startConfirmer(cfg.Conn, cfg.InstanceID, s.cacheHolds, s.log); err != nil {
+		return nil, err
+	}
 	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
+		_ = s.confirms.close()
 		return nil, err
 	}
 	if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
-		_ = s.auth.Close()
+		_ = errors.Join(s.auth.Close(), s.confirms.close())
 		return nil, err
 	}
+	s.confirms.markLoaded()
 	if s.replies, err = bus.NewReplies(cfg.Conn, cfg.InstanceID, s.log); err != nil {
-		_ = s.auth.Close()
-		_ = s.dir.Close()
+		_ = errors.Join(s.dir.Close(), s.auth.Close(), s.confirms.close())
 		return nil, err
 	}
 	if s.stats, err = startStats(cfg.Conn, cfg.InstanceID, s.metrics.window, s.log); err != nil {
-		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close())
+		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close(), s.confirms.close())
 		return nil, err
 	}
 	s.mcpHandler = s.newMCPHandler()
@@ -283,10 +290,11 @@ func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
 // http.Server.RegisterOnShutdown.
 func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-// Close ends streams, and stops the watches and the reply and stats subscriptions.
+// Close ends streams, tells the other instances this one leaves (admin writes no longer wait for
+// it), and stops the watches and the reply, stats and confirmation subscriptions.
 func (s *Server) Close() error {
 	s.CloseStreams()
-	return errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
+	return errors.Join(s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
 
 // route is one line of the API: a method and a path template (gorilla/mux syntax), and the

@@ -8,14 +8,17 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -504,7 +507,13 @@ type secondIngress struct {
 	*ingress.Server
 	URL  string
 	conn *nats.Conn
+	lag  *atomic.Int64
 }
+
+// Lag delays from now on everything the NATS server sends the ingress by d: the watches of its
+// caches, the answers to its requests, the messages of its subscriptions. So lags an ingress
+// whose NATS server is loaded, or far from the others of its cluster.
+func (in *secondIngress) Lag(d time.Duration) { in.lag.Store(int64(d)) }
 
 // startIngress starts a second ingress with cfg (Conn, Bus and Logger are filled in) and waits
 // until it knows the stack's key.
@@ -512,7 +521,8 @@ func startIngress(t *testing.T, s *stacktest.Stack, cfg ingress.Config) *secondI
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	nc, err := s.NATS.Connect("second ingress")
+	lag := new(atomic.Int64)
+	nc, err := s.NATS.Connect("second ingress", nats.InProcessServer(laggingServer{s.NATS.Server, lag}))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	cfg.Conn, cfg.Bus, cfg.Logger = nc, bus.Config{Partitions: 4}, stacktest.Logger()
@@ -524,7 +534,68 @@ func startIngress(t *testing.T, s *stacktest.Stack, cfg ingress.Config) *secondI
 	t.Cleanup(hs.Close)
 	require.Eventually(t, func() bool { return srv.KeyKnown(s.Key) }, 10*time.Second, 5*time.Millisecond,
 		"the second ingress never knew the stack's key")
-	return &secondIngress{Server: srv, URL: hs.URL, conn: nc}
+	return &secondIngress{Server: srv, URL: hs.URL, conn: nc, lag: lag}
+}
+
+// laggingServer connects a client in process to a NATS server, and delays every byte the server
+// sends the client by the duration lag holds when the bytes arrive.
+type laggingServer struct {
+	srv *server.Server
+	lag *atomic.Int64
+}
+
+func (l laggingServer) InProcessConn() (net.Conn, error) {
+	c, err := l.srv.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	lc := &laggingConn{Conn: c, lag: l.lag, chunks: make(chan lagChunk, 1024)}
+	go lc.pump()
+	return lc, nil
+}
+
+// laggingConn is a connection whose reads return what arrived lag earlier.
+type laggingConn struct {
+	net.Conn
+	lag     *atomic.Int64
+	chunks  chan lagChunk
+	err     error // why pump stopped; read once chunks is closed
+	pending []byte
+}
+
+// lagChunk is what one read of the underlying connection got, and when it is to be read.
+type lagChunk struct {
+	due time.Time
+	b   []byte
+}
+
+func (c *laggingConn) pump() {
+	for {
+		b := make([]byte, 32<<10)
+		n, err := c.Conn.Read(b)
+		if n > 0 {
+			c.chunks <- lagChunk{due: time.Now().Add(time.Duration(c.lag.Load())), b: b[:n]}
+		}
+		if err != nil {
+			c.err = err
+			close(c.chunks)
+			return
+		}
+	}
+}
+
+func (c *laggingConn) Read(p []byte) (int, error) {
+	if len(c.pending) == 0 {
+		ch, ok := <-c.chunks
+		if !ok {
+			return 0, c.err
+		}
+		time.Sleep(time.Until(ch.due))
+		c.pending = ch.b
+	}
+	n := copy(p, c.pending)
+	c.pending = c.pending[n:]
+	return n, nil
 }
 
 // modelStack runs a stack whose Echo chats through the OpenAI-compatible server h, as model.

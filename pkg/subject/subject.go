@@ -307,6 +307,24 @@ func StatsReply(instance, id string) string { return statsReplyPrefix + "." + in
 // the answers do not reach the subscription that waits for handlers' replies.
 const statsReplyPrefix = "_INBOX.agentbus-stats"
 
+// IngressPresence is the core NATS subject on which every ingress instance announces, every
+// second, that it runs (and, when it stops, that it leaves): an admin write waits for the
+// instances heard lately (IngressConfirm).
+const IngressPresence = "agentbus.ingress.presence"
+
+// IngressConfirm is the core NATS subject on which the ingress instance that made an admin write
+// asks every instance whether its caches hold it; each answers on the request's reply subject
+// once they do, and at once that it waits when they do not yet.
+const IngressConfirm = "agentbus.ingress.confirm"
+
+// ConfirmReply is the reply subject of one confirmation request (IngressConfirm) of an ingress
+// instance; id is a token of the request.
+func ConfirmReply(instance, id string) string { return confirmReplyPrefix + "." + instance + "." + id }
+
+// confirmReplyPrefix starts confirmation reply subjects, outside an instance's ReplyPrefix as
+// statsReplyPrefix is.
+const confirmReplyPrefix = "_INBOX.agentbus-confirm"
+
 // DedupeID is the JetStream message id that makes a requestId idempotent within a tenant.
 func DedupeID(tenant, requestID string) string { return tenant + ":" + requestID }
 

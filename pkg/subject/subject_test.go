@@ -211,6 +211,23 @@ func TestStatsSubjects(t *testing.T) {
 	}
 }
 
+// TestConfirmSubjects: a confirmation's reply subject is nobody's handler or stats reply subject,
+// and no inbox, history or dead-letter subscription takes the presence and confirmation subjects.
+func TestConfirmSubjects(t *testing.T) {
+	for _, instance := range []string{"ing1", "confirm", "agentbus"} {
+		r := subject.ConfirmReply(instance, "abc")
+		for _, other := range []string{instance, "confirm", "agentbus-confirm"} {
+			assert.False(t, subject.MatchesFilter(r, subject.ReplyPrefix(other)), "%q under ReplyPrefix(%q)", r, other)
+		}
+		assert.NotEqual(t, subject.StatsReply(instance, "abc"), r)
+		assert.Len(t, strings.Split(r, "."), 4, r)
+	}
+	for _, filter := range []string{subject.InboxSubjects(), subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+		assert.False(t, subject.MatchesFilter(subject.IngressPresence, filter), filter)
+		assert.False(t, subject.MatchesFilter(subject.IngressConfirm, filter), filter)
+	}
+}
+
 // TestInboxPartitioning publishes several conversations several times each through a real inbox
 // stream and checks what JetStream stored: each conversation under exactly one partition, and
 // every stored subject parsing back to what was published.
