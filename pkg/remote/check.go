@@ -75,12 +75,21 @@ const orderRequests = 3
 // The order, state-conflict and retry cases use the first request of the registration that was
 // answered with a state (Chat, then each Data method, then each webhook), so that they see how
 // the agent's state evolves; when no answer carries a state, the request of the signature cases.
-// Data methods get the parameters {} and webhooks a JSON body {}; every request is a real call
-// of the endpoint. Nothing is registered and no host is involved: it is for agent authors,
-// before they register.
+// Their details name that request.
+//
+// A Data method gets the first of its schema's examples as its parameters; a method without
+// examples, the smallest object its schema takes when one can be made from the schema's required
+// properties, else {}; the method's case says which it sent. A method that a registration would
+// refuse (its examples do not match its schema, say) fails its case without a call. Webhooks get
+// a JSON body {}. Every request is a real call of the endpoint. Nothing is registered and no host
+// is involved: it is for agent authors, before they register.
 func Check(ctx context.Context, reg Registration) []CheckResult {
 	c := &checker{reg: reg, client: &http.Client{Timeout: 30 * time.Second}, workflow: "check:" + reg.Name + ":Supervisor Workflow:check-" + randomHex(4)}
 	defer c.client.CloseIdleConnections()
+	c.params = make(map[string]checkParams, len(reg.Methods))
+	for _, m := range reg.Methods {
+		c.params[m.Name] = paramsFor(m)
+	}
 	var out []CheckResult
 	add := func(name string, err error, ok string) {
 		r := CheckResult{Case: name, OK: err == nil, Detail: ok}
@@ -138,12 +147,19 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 		skip(CaseFile, "the registration takes no files")
 	}
 	for _, m := range reg.Methods {
-		req := c.request("Data", m.Name, m.Name)
+		params := c.params[m.Name]
+		if params.refused != nil {
+			add("Data "+m.Name+" answered", params.refused, "")
+			continue
+		}
+		req := c.dataRequest(m.Name)
 		ans, _, err := c.call(ctx, req, reg.Secret)
 		if err == nil {
 			keep(req, ans)
+		} else {
+			err = fmt.Errorf("%w; %s", err, params)
 		}
-		add("Data "+m.Name+" answered", err, "answer")
+		add("Data "+m.Name+" answered", err, "answer; "+params.String())
 	}
 	var responses []webhookAnswer
 	for _, w := range reg.Webhooks {
@@ -241,9 +257,9 @@ func (c *checker) order(ctx context.Context, tmpl Request) ([]json.RawMessage, s
 		states = append(states, next)
 	}
 	if stateless {
-		return states, fmt.Sprintf("%d requests answered; the answers carry no state", orderRequests), nil
+		return states, fmt.Sprintf("%s: %d requests answered; the answers carry no state", describe(tmpl), orderRequests), nil
 	}
-	return states, fmt.Sprintf("%d requests answered; the state changed %d times", orderRequests, changes), nil
+	return states, fmt.Sprintf("%s: %d requests answered; the state changed %d times", describe(tmpl), orderRequests, changes), nil
 }
 
 // conflict sends a request with the first state of the order case, then again (same requestId,
@@ -270,13 +286,13 @@ func (c *checker) conflict(ctx context.Context, tmpl Request, states []json.RawM
 		return "", fmt.Errorf("the request sent again with the fresher state was refused: %d %s", second.Error.Status, second.Error.Message)
 	}
 	if !dependsOnState(states) {
-		return "answered; the agent's state does not visibly depend on the state sent", nil
+		return describe(tmpl) + ": answered; the agent's state does not visibly depend on the state sent", nil
 	}
 	if first.Error == nil && second.Error == nil && first.State != nil && second.State != nil && jsonEqual(first.State, second.State) {
 		return "", errors.New("sent again with a fresher state, the request got the state answered to the stale one: " +
 			"compute the answer from the request's state, not from an earlier answer to its requestId")
 	}
-	return "answered from the fresher state", nil
+	return describe(tmpl) + ": answered from the fresher state", nil
 }
 
 // dependsOnState reports whether the order case's states, after the first (null), are all set
@@ -308,7 +324,18 @@ func (c *checker) retry(ctx context.Context, tmpl Request) (string, error) {
 	if first.Error == nil && second.Error != nil {
 		return "", fmt.Errorf("attempt 2 was refused: %d %s", second.Error.Status, second.Error.Message)
 	}
-	return "attempt 2 answered", nil
+	return describe(tmpl) + ": attempt 2 answered", nil
+}
+
+// describe names the request a case sent: "Chat", "Data count", "webhook echo".
+func describe(req Request) string {
+	switch {
+	case req.Webhook != nil:
+		return "webhook " + req.Webhook.Method
+	case req.Type == "Data" && req.Message != nil:
+		return "Data " + req.Message.Method
+	}
+	return req.Type
 }
 
 // jsonEqual reports whether two JSON values are equal, whatever their spacing and key order.
@@ -324,7 +351,9 @@ type checker struct {
 	reg      Registration
 	client   *http.Client
 	workflow string
-	n        int
+	// params are the parameters each Data method is sent, by name.
+	params map[string]checkParams
+	n      int
 }
 
 // pick is a request the agent can take: a Chat, else its first Data method or webhook.
@@ -333,7 +362,7 @@ func (c *checker) pick() Request {
 	case c.reg.Chat:
 		return *c.request("Chat", "hello", "")
 	case len(c.reg.Methods) > 0:
-		return *c.request("Data", c.reg.Methods[0].Name, c.reg.Methods[0].Name)
+		return *c.dataRequest(c.reg.Methods[0].Name)
 	default:
 		w := ""
 		if len(c.reg.Webhooks) > 0 {
@@ -349,6 +378,15 @@ func (c *checker) webhookRequest(w string) *Request {
 	req.Message = nil
 	req.Webhook = &Webhook{Method: w, Params: map[string]string{}, Headers: map[string]string{"Content-Type": "application/json"},
 		ContentType: "application/json", Body: []byte(`{}`)}
+	return req
+}
+
+// dataRequest is a call of the Data method with the parameters paramsFor chose.
+func (c *checker) dataRequest(method string) *Request {
+	req := c.request("Data", method, method)
+	if p, ok := c.params[method]; ok {
+		req.Message.Data = p.data
+	}
 	return req
 }
 

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,8 +55,11 @@ func TestCheckConformingEndpoint(t *testing.T) {
 	for _, r := range results {
 		byCase[r.Case] = r.Detail
 	}
-	assert.Equal(t, "3 requests answered; the state changed 3 times", byCase[remote.CaseOrder])
-	assert.Equal(t, "answered from the fresher state", byCase[remote.CaseStateConflict])
+	assert.Equal(t, "answer; sent {} (no schema, no examples)", byCase["Data count answered"])
+	assert.Equal(t, `answer; sent {"values":[2,3]} (its example)`, byCase["Data sum answered"])
+	assert.Equal(t, "Data count: 3 requests answered; the state changed 3 times", byCase[remote.CaseOrder])
+	assert.Equal(t, "Data count: answered from the fresher state", byCase[remote.CaseStateConflict])
+	assert.Equal(t, "Data count: attempt 2 answered", byCase[remote.CaseRetry])
 	assert.Equal(t, "1 responses", byCase[remote.CaseWebhookAnswers])
 }
 
@@ -111,7 +115,7 @@ func TestCheckSkipsWhatDoesNotApply(t *testing.T) {
 	}
 	assert.NotContains(t, results, "webhook echo answered")
 	assert.Empty(t, failed(results))
-	assert.Equal(t, "3 requests answered; the state changed 3 times", results[remote.CaseOrder].Detail)
+	assert.Equal(t, "Data count: 3 requests answered; the state changed 3 times", results[remote.CaseOrder].Detail)
 }
 
 // TestCheckStatelessAgent: an agent whose answers carry no state passes the state cases, which
@@ -122,6 +126,97 @@ func TestCheckStatelessAgent(t *testing.T) {
 	reg.Methods = reg.Methods[1:] // sum only: no answer carries a state
 	results := cases(t, reg)
 	assert.Empty(t, failed(results))
-	assert.Equal(t, "3 requests answered; the answers carry no state", results[remote.CaseOrder].Detail)
-	assert.Equal(t, "answered; the agent's state does not visibly depend on the state sent", results[remote.CaseStateConflict].Detail)
+	assert.Equal(t, "Chat: 3 requests answered; the answers carry no state", results[remote.CaseOrder].Detail)
+	assert.Equal(t, "Chat: answered; the agent's state does not visibly depend on the state sent", results[remote.CaseStateConflict].Detail)
+}
+
+// adder is the endpoint's registration with its Data method add only, whose schema is schema
+// (none when nil).
+func adder(ep *remotetest.Endpoint, schema string) remote.Registration {
+	reg := ep.Registration("Adder")
+	reg.Chat, reg.File, reg.Webhooks = false, false, nil
+	add := remotetest.Add
+	add.Schema = nil
+	if schema != "" {
+		add.Schema = json.RawMessage(schema)
+	}
+	reg.Methods = []remote.Method{add}
+	return reg
+}
+
+// TestCheckSendsExamples: a method whose parameters need a property is called with its schema's
+// first example, and the state cases run on it: its total changes with each request, and the
+// request sent again with a fresher state is answered from that state. Called with {}, the
+// same agent fails the cases.
+func TestCheckSendsExamples(t *testing.T) {
+	ep := remotetest.New(t, remotetest.Faults{})
+	results := cases(t, adder(ep, string(remotetest.Add.Schema)))
+	assert.Empty(t, failed(results))
+	assert.Equal(t, `answer; sent {"n":2} (its example)`, results["Data add answered"].Detail)
+	assert.Equal(t, "Data add: 3 requests answered; the state changed 3 times", results[remote.CaseOrder].Detail)
+	assert.Equal(t, "Data add: answered from the fresher state", results[remote.CaseStateConflict].Detail)
+	assert.Equal(t, "Data add: attempt 2 answered", results[remote.CaseRetry].Detail)
+
+	results = cases(t, adder(ep, `{"type":"object","properties":{"n":{"type":"number"}},"required":["n"],"examples":[{"n":5},{"n":1}]}`))
+	assert.Empty(t, failed(results))
+	assert.Equal(t, `answer; sent {"n":5} (the first of its 2 examples)`, results["Data add answered"].Detail)
+
+	// The cache fault answers the request sent again from the stale state: with real
+	// parameters, the conflict case sees it.
+	cached := remotetest.New(t, remotetest.Faults{CacheByRequestID: true})
+	got := failed(cases(t, adder(cached, string(remotetest.Add.Schema))))
+	assert.Len(t, got, 1, "%v", got)
+	assert.Contains(t, got[remote.CaseStateConflict], "got the state answered to the stale one")
+
+	// Without a schema or examples, add is sent {}, which it refuses.
+	got = failed(cases(t, adder(ep, "")))
+	assert.Equal(t, "answered 422, want 200; sent {} (no schema, no examples)", got["Data add answered"])
+	assert.Contains(t, got[remote.CaseOrder], "request 1 of 3: answered 422, want 200")
+	assert.Contains(t, got, remote.CaseRetry)
+}
+
+// TestCheckMakesParams: a method without examples is sent the smallest object its schema takes,
+// made from its required properties, and the case says so; when none can be made, {}, and the
+// case says whether {} matches the schema.
+func TestCheckMakesParams(t *testing.T) {
+	ep := remotetest.New(t, remotetest.Faults{})
+	for _, tc := range []struct {
+		name, schema, detail string
+	}{
+		{"a required number", `{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]}`,
+			`answer; sent {"n":0} (no examples; made from the schema's required properties)`},
+		{"a minimum, a default and objects", `{"properties":{"n":{"type":"integer","minimum":3},"by":{"type":"string"},` +
+			`"opts":{"type":"object","properties":{"mode":{"enum":["fast","slow"]},"on":{"type":"boolean","default":true}},"required":["mode","on"]}},"required":["n","opts"]}`,
+			`answer; sent {"n":3,"opts":{"mode":"fast","on":true}} (no examples; made from the schema's required properties)`},
+		{"nothing required", `{"type":"object","properties":{"n":{"type":"number"}}}`,
+			"answered 422, want 200; sent {} (no examples; the schema requires no property)"},
+		{"a required property the made value does not satisfy", `{"type":"object","properties":{"n":{"type":"number","exclusiveMinimum":0}},"required":["n"]}`,
+			"answered 422, want 200; sent {} (no examples, and the schema's required properties could not be given values; " +
+				"{} does not match the schema, so no host would send it: give the method examples)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cases(t, adder(ep, tc.schema))["Data add answered"]
+			assert.Equal(t, tc.detail, r.Detail)
+		})
+	}
+}
+
+// TestCheckRefusedExamples: a method that a registration would refuse, its examples not
+// matching its schema, fails its case without a call.
+func TestCheckRefusedExamples(t *testing.T) {
+	ep := remotetest.New(t, remotetest.Faults{})
+	for _, tc := range []struct {
+		name, schema, detail string
+	}{
+		{"of another type", `{"type":"object","properties":{"n":{"type":"number"}},"required":["n"],"examples":[{"n":1},{"n":"two"}]}`,
+			`a registration with this method is refused: method "add": examples[1] does not match the schema: at /n: got string, want number`},
+		{"not an object", `{"type":"object","examples":[[1]]}`,
+			`a registration with this method is refused: method "add": examples[0] is not a JSON object, which a method's parameters are`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := cases(t, adder(ep, tc.schema))["Data add answered"]
+			assert.False(t, r.OK)
+			assert.Equal(t, tc.detail, r.Detail)
+		})
+	}
 }

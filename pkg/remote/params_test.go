@@ -88,6 +88,15 @@ func TestRemoteAgentInvalidSchemaRefused(t *testing.T) {
 		{"a pattern Go cannot match", map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "string", "pattern": "^(?!x)"}}},
 			"is not valid regex"},
 		{"a schema from elsewhere", map[string]any{"$ref": "file:///etc/passwd"}, "schemas are not loaded from anywhere"},
+		{"an example the schema refuses", map[string]any{"type": "object", "properties": map[string]any{"by": map[string]any{"type": "integer"}},
+			"required": []string{"by"}, "examples": []any{map[string]any{"by": 2}, map[string]any{}}},
+			`invalid registration: method "count": examples[1] does not match the schema: missing property 'by'`},
+		{"an example that is no object", map[string]any{"type": "object", "examples": []any{"by 2"}},
+			`invalid registration: method "count": examples[0] is not a JSON object, which a method's parameters are`},
+		{"examples that are no array", map[string]any{"type": "object", "examples": map[string]any{"by": 2}},
+			`invalid registration: method "count": the schema is not a valid JSON Schema: at /examples: got object, want array`},
+		{"too many examples", map[string]any{"type": "object", "examples": make([]map[string]any, 17)},
+			`invalid registration: method "count": the schema gives 17 examples, at most 16`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p map[string]any
@@ -97,4 +106,12 @@ func TestRemoteAgentInvalidSchemaRefused(t *testing.T) {
 			assert.Contains(t, p["detail"], tc.detail)
 		})
 	}
+	// Examples the schema takes are kept with it.
+	schema := map[string]any{"type": "object", "properties": map[string]any{"by": map[string]any{"type": "integer"}},
+		"required": []string{"by"}, "examples": []any{map[string]any{"by": 2}}}
+	var reg remote.Registration
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, withCountSchema("http://127.0.0.1:1/agentbus", schema), &reg)
+	require.Equal(t, http.StatusCreated, status, "%v", reg)
+	require.Len(t, reg.Methods, 1)
+	assert.JSONEq(t, `{"type":"object","properties":{"by":{"type":"integer"}},"required":["by"],"examples":[{"by":2}]}`, string(reg.Methods[0].Schema))
 }

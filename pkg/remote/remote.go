@@ -169,31 +169,47 @@ func validMethods(methods []Method) error {
 	}
 	seen := map[string]bool{}
 	for _, m := range methods {
-		if err := ident.ValidName(m.Name); err != nil {
-			return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
+		if _, err := validMethod(m); err != nil {
+			return err
 		}
 		if seen[strings.ToLower(m.Name)] {
 			return fmt.Errorf("method %s given twice", subject.Quote(m.Name))
 		}
 		seen[strings.ToLower(m.Name)] = true
-		if err := subject.CheckText("description", m.Description, maxDescription); err != nil {
-			return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
-		}
-		if len(m.Schema) > maxSchema {
-			return fmt.Errorf("method %s: the schema is larger than %d bytes", subject.Quote(m.Name), maxSchema)
-		}
-		if len(m.Schema) > 0 {
-			var obj map[string]any
-			if err := json.Unmarshal(m.Schema, &obj); err != nil {
-				return fmt.Errorf("method %s: the schema is not a JSON object", subject.Quote(m.Name))
-			}
-			// Calls are checked against it: one that cannot check them is refused now.
-			if _, err := jsonschema.Compile(m.Schema); err != nil {
-				return fmt.Errorf("method %s: %v", subject.Quote(m.Name), err)
-			}
-		}
 	}
 	return nil
+}
+
+// validMethod checks one Data method as a registration gives it (its name, description, schema
+// and the schema's examples) and returns the validator of its parameters: nil when the method
+// takes every object.
+func validMethod(m Method) (*jsonschema.Validator, error) {
+	name := subject.Quote(m.Name)
+	if err := ident.ValidName(m.Name); err != nil {
+		return nil, fmt.Errorf("method %s: %v", name, err)
+	}
+	if err := subject.CheckText("description", m.Description, maxDescription); err != nil {
+		return nil, fmt.Errorf("method %s: %v", name, err)
+	}
+	if len(m.Schema) > maxSchema {
+		return nil, fmt.Errorf("method %s: the schema is larger than %d bytes", name, maxSchema)
+	}
+	if len(m.Schema) == 0 {
+		return nil, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(m.Schema, &obj); err != nil {
+		return nil, fmt.Errorf("method %s: the schema is not a JSON object", name)
+	}
+	// Calls are checked against it: one that cannot check them is refused now.
+	v, err := jsonschema.Compile(m.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("method %s: %v", name, err)
+	}
+	if err := checkExamples(m.Schema, v); err != nil {
+		return nil, fmt.Errorf("method %s: %v", name, err)
+	}
+	return v, nil
 }
 
 // checkURL accepts a system admin's absolute http(s) URL, and a tenant's on the allow-list.

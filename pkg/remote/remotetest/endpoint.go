@@ -43,6 +43,7 @@ type Faults struct {
 // Endpoint is a remote agent: Chat ("You said: …", streamed word by word when asked), File
 // ("Received {name} ({n} bytes)"), the Data methods count (a counter kept in the state) and sum
 // ({"values": [...]} → {"sum": n}), and the webhook echo (the body back, with its content type).
+// It also serves the Data method add (Add), which its Registration leaves out.
 type Endpoint struct {
 	*httptest.Server
 	// Secret is the signing secret it checks.
@@ -69,10 +70,19 @@ func (e *Endpoint) Registration(name string) remote.Registration {
 		Name: name, URL: e.URL + "/agentbus", Chat: true, File: true, Webhooks: []string{"echo"},
 		Methods: []remote.Method{
 			{Name: "count", Description: "Increments this conversation's counter and returns it."},
-			{Name: "sum", Description: "Adds numbers.", Schema: json.RawMessage(`{"type":"object","properties":{"values":{"type":"array","items":{"type":"number"}}}}`)},
+			{Name: "sum", Description: "Adds numbers.", Schema: json.RawMessage(`{"type":"object","properties":{"values":{"type":"array","items":{"type":"number"}}},"examples":[{"values":[2,3]}]}`)},
 		},
 		Secret: e.Secret,
 	}
+}
+
+// Add is the Data method add: it adds n to a total kept in the state and answers the total. Its
+// parameters need n, as its schema says, and its example gives it: without n, as with the
+// parameters {}, it answers 422 and no protocol answer, as an agent may that leaves checking its
+// parameters to agentbus.
+var Add = remote.Method{
+	Name: "add", Description: "Adds n to the total.",
+	Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"number"}},"required":["n"],"examples":[{"n":2}]}`),
 }
 
 // Requests is how many signed requests of protocol version 1 it answered.
@@ -132,7 +142,12 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "{\"reply\":{\"text\":%q}}\n", "You said: "+req.Message.Text)
 		return
 	}
-	b, err := json.Marshal(e.answer(&req))
+	ans := e.answer(&req)
+	if ans == nil {
+		http.Error(w, "the parameters are not add's", http.StatusUnprocessableEntity)
+		return
+	}
+	b, err := json.Marshal(ans)
 	if err != nil {
 		http.Error(w, "encoding the answer", http.StatusInternalServerError)
 		return
@@ -145,7 +160,7 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, b)
 }
 
-// answer is the answer object of a request.
+// answer is the answer object of a request; nil for a call of add without n.
 func (e *Endpoint) answer(req *remote.Request) map[string]any {
 	fail := func(status int, msg string) map[string]any {
 		return map[string]any{"error": map[string]any{"status": status, "message": msg, "retry": false}}
@@ -193,6 +208,23 @@ func (e *Endpoint) answer(req *remote.Request) map[string]any {
 		}
 		st.Count++
 		return map[string]any{"reply": map[string]any{"data": map[string]any{"count": st.Count}}, "state": st}
+	case req.Type == "Data" && req.Message.Method == Add.Name:
+		var p struct {
+			N *float64 `json:"n"`
+		}
+		if json.Unmarshal(req.Message.Data, &p) != nil || p.N == nil {
+			return nil
+		}
+		var st struct {
+			Total float64 `json:"total"`
+		}
+		if len(req.State) > 0 && !bytes.Equal(req.State, []byte("null")) {
+			if err := json.Unmarshal(req.State, &st); err != nil {
+				return fail(http.StatusBadRequest, "the state is not the total's")
+			}
+		}
+		st.Total += *p.N
+		return map[string]any{"reply": map[string]any{"data": st}, "state": st}
 	case req.Type == "Data" && req.Message.Method == "sum":
 		var p struct {
 			Values []float64 `json:"values"`
