@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -358,7 +359,9 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 	fs := c.flags("agent check")
 	var rf registrationFlags
 	rf.define(fs, false)
-	pos, err := parseBetween(fs, args, 0, 1, "[URL] [--secret whsec_...] [-f FILE] [--chat] [--files] [--method M]... [--webhook W]...")
+	var examples exampleFlag
+	fs.Var(&examples, "example", `parameters to send a Data method, METHOD=JSON object ('sum={"values":[2,3]}'), in place of its schema's examples; repeat it`)
+	pos, err := parseBetween(fs, args, 0, 1, "[URL] [--secret whsec_...] [-f FILE] [--chat] [--files] [--method M]... [--webhook W]... [--example M=JSON]...")
 	if err != nil {
 		return err
 	}
@@ -390,6 +393,9 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 	}
 	if reg.Name == "" {
 		reg.Name = "Checked"
+	}
+	if err := examples.apply(reg.Methods); err != nil {
+		return usageError{"agent check: " + err.Error()}
 	}
 	results := remote.Check(ctx, reg)
 	if err := ctx.Err(); err != nil {
@@ -431,6 +437,53 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.stderr, "%s: %d passed, %d failed, %d skipped\n", cell(reg.URL, 4096), passed, failed, skipped)
 	if failed > 0 {
 		return errCheckFailed{failed: failed, of: len(results)}
+	}
+	return nil
+}
+
+// exampleFlag is agent check's --example: sample parameters of Data methods, each
+// METHOD=JSON, given as they are (a JSON object has commas, so they are not a list).
+type exampleFlag []string
+
+func (f *exampleFlag) String() string { return strings.Join(*f, " ") }
+func (f *exampleFlag) Set(v string) error {
+	*f = append(*f, v)
+	return nil
+}
+
+// apply makes the examples given the examples of their methods' schemas, in the order given, in
+// place of the schemas' own, which is where remote.Check takes a method's parameters from.
+func (f exampleFlag) apply(methods []remote.Method) error {
+	given := map[int][]json.RawMessage{}
+	for _, v := range f {
+		name, params, ok := strings.Cut(v, "=")
+		i := slices.IndexFunc(methods, func(m remote.Method) bool { return strings.EqualFold(m.Name, name) })
+		switch {
+		case !ok:
+			return fmt.Errorf("--example %q: give METHOD=JSON", v)
+		case i < 0:
+			return fmt.Errorf("--example %q: the registration has no Data method %q (give it with --method or -f)", v, name)
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(params), &obj); err != nil || obj == nil {
+			return fmt.Errorf("--example %q: the parameters are not a JSON object", v)
+		}
+		given[i] = append(given[i], json.RawMessage(params))
+	}
+	for i, list := range given {
+		schema := map[string]json.RawMessage{}
+		if len(methods[i].Schema) > 0 {
+			if err := json.Unmarshal(methods[i].Schema, &schema); err != nil || schema == nil {
+				return fmt.Errorf("the schema of %s is not a JSON object", methods[i].Name)
+			}
+		}
+		var err error
+		if schema["examples"], err = json.Marshal(list); err != nil {
+			return err
+		}
+		if methods[i].Schema, err = json.Marshal(schema); err != nil {
+			return err
+		}
 	}
 	return nil
 }

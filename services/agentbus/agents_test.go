@@ -280,6 +280,15 @@ func (a *agents) testCheck(t *testing.T) {
 	checkLine(t, r.stdout, "PASS", remote.CaseStateConflict)
 	assert.Contains(t, r.stderr, ": 9 passed, 0 failed, 4 skipped")
 
+	// add needs parameters: --example gives them, and the state cases run on it; sent {}, it
+	// fails.
+	r = h.ok("", "agent-check", a.ep.URL+"/agentbus", "--secret", a.ep.Secret, "--method", "add", "--example", `add={"n": 2}`, "--example", `ADD={"n":3}`)
+	assert.Contains(t, checkLine(t, r.stdout, "PASS", "Data add answered"), `answer; sent {"n":2} (the first of its 2 examples)`)
+	assert.Contains(t, checkLine(t, r.stdout, "PASS", remote.CaseStateConflict), "Data add: answered from the fresher state")
+	r = h.cmd("", false, "agent-check", a.ep.URL+"/agentbus", "--secret", a.ep.Secret, "--method", "add")
+	require.ErrorAs(t, r.err, new(errCheckFailed), "stdout %s\nstderr %s", r.stdout, r.stderr)
+	assert.Contains(t, checkLine(t, r.stdout, "FAIL", "Data add answered"), "answered 422, want 200; sent {} (no schema, no examples)")
+
 	// From stdin, as JSON.
 	raw, err := os.ReadFile(a.file)
 	require.NoError(t, err)
@@ -334,6 +343,8 @@ func (a *agents) testUsage(t *testing.T) {
 		{"agent", "list", "x"}, {"agent", "remove"}, {"agent", "replace", "Remo"}, {"agent", "replace"},
 		{"agent", "check"}, {"agent", "check", "-f", a.file, "--secret", ""}, {"agent-check", "http://127.0.0.1:1/x", "--secret", "whsec_x"},
 		{"agent-check", "ftp://127.0.0.1/x", "--secret", "whsec_x", "--chat"},
+		{"agent", "check", "-f", a.file, "--example", `nosuch={}`}, {"agent", "check", "-f", a.file, "--example", `sum=[2,3]`},
+		{"agent", "check", "-f", a.file, "--example", `sum`},
 	} {
 		r := h.cmd(h.st.Key, false, args...)
 		assert.ErrorAs(t, r.err, new(usageError), "agentbus %q: stderr %q", args, r.stderr)
