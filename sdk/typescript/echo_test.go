@@ -115,10 +115,21 @@ func TestTypeScriptEchoConforms(t *testing.T) {
 	require.NoError(t, err)
 	var reg remote.Registration
 	require.NoError(t, json.Unmarshal(b, &reg))
+	byCase := map[string]string{}
 	for _, r := range remote.Check(t.Context(), reg) {
 		t.Logf("ok=%v %s: %s", r.OK, r.Case, r.Detail)
 		assert.True(t, r.OK, "%s: %s", r.Case, r.Detail)
+		byCase[r.Case] = r.Detail
 	}
+	// Every Data method is sent its schema's first example, and the state cases run on count:
+	// its counter goes up with each request, and the request sent again with a fresher state
+	// is answered from it.
+	for _, m := range reg.Methods {
+		assert.Regexp(t, `^answer; sent \{.*\} \((its example|the first of its \d+ examples)\)$`, byCase["Data "+m.Name+" answered"], m.Name)
+	}
+	assert.Equal(t, `answer; sent {"values":[2,3]} (the first of its 2 examples)`, byCase["Data sum answered"])
+	assert.Equal(t, "Data count: 3 requests answered; the state changed 3 times", byCase[remote.CaseOrder])
+	assert.Equal(t, "Data count: answered from the fresher state", byCase[remote.CaseStateConflict])
 }
 
 // TestTypeScriptEchoConformance runs the conformance suite (pkg/conformance) against the

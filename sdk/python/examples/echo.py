@@ -143,14 +143,18 @@ def new_agent(name: str, secret: str) -> Agent:
 
     # Data methods: their parameters are checked as Go's Echo decodes them, with its messages.
 
-    @data("echo", "Returns its parameters unchanged.")
+    # Each schema gives examples: parameters a call may send, which agentbus checks against the
+    # schema at registration and `agentbus agent check` sends.
+
+    @data("echo", "Returns its parameters unchanged.", {"type": "object", "examples": [{"text": "hello"}]})
     def echo_data(ctx: Context, p: Any) -> Any:
         return params(p, "echo")
 
     @data("sum", 'Adds numbers: {"values":[2,3]} returns {"sum":5}.', {
         "type": "object",
         "properties": {"values": {"type": "array", "items": {"type": "number"}, "description": "the numbers to add"}},
-        "required": ["values"]})
+        "required": ["values"],
+        "examples": [{"values": [2, 3]}, {"values": [1.5, -4, 10]}]})
     def sum_data(ctx: Context, p: Any) -> Any:
         values = param(p, "sum", "values", "array") or []
         total = 0.0
@@ -160,13 +164,15 @@ def new_agent(name: str, secret: str) -> Agent:
             total += float(v or 0)
         return {"sum": go_number(total)}
 
-    @data("count", "Increments this conversation's counter and returns it with the run id.")
+    @data("count", "Increments this conversation's counter and returns it with the run id.",
+          {"type": "object", "examples": [{}]})
     def count_data(ctx: Context, p: Any) -> Any:
         params(p, "count")
         return {"count": update_state(ctx, "count")["count"], "runId": ctx.run_id}
 
     @data("sleep", "Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
-          {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"]},
+          {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"],
+           "examples": [{"ms": 10}]},
           blocking=True)
     def sleep_data(ctx: Context, p: Any) -> Any:
         ms = min(max(param(p, "sleep", "ms", "whole number") or 0, 0), MAX_SLEEP_MS)
@@ -176,7 +182,8 @@ def new_agent(name: str, secret: str) -> Agent:
     @data("fail", "Fails with the given status (400-599, default 500) and message; for trying error paths.",
           {"type": "object", "properties": {
               "status": {"type": "integer", "description": "HTTP status of the failure, 400-599"},
-              "message": {"type": "string"}}})
+              "message": {"type": "string"}},
+           "examples": [{"status": 409, "message": "already done"}]})
     def fail(ctx: Context, p: Any) -> Any:
         code = param(p, "fail", "status", "whole number") or 0
         message = param(p, "fail", "message", "string") or "fail was asked to fail"
@@ -186,7 +193,8 @@ def new_agent(name: str, secret: str) -> Agent:
           {"type": "object", "properties": {
               "text": {"type": "string", "description": "what to say when the reminder is due"},
               "ms": {"type": "integer", "description": "milliseconds from now (at most 7 days)"}},
-           "required": ["text", "ms"]})
+           "required": ["text", "ms"],
+           "examples": [{"text": "stretch", "ms": 60000}]})
     def remind(ctx: Context, p: Any) -> Any:
         text = param(p, "remind", "text", "string") or ""
         ms = param(p, "remind", "ms", "whole number") or 0
@@ -206,7 +214,8 @@ def new_agent(name: str, secret: str) -> Agent:
     @data("tick", 'Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.',
           {"type": "object", "properties": {
               "seconds": {"type": "integer", "description": "interval in seconds, at least 1 (default 60)"},
-              "stop": {"type": "boolean", "description": "true cancels the ticking"}}})
+              "stop": {"type": "boolean", "description": "true cancels the ticking"}},
+           "examples": [{"seconds": 60}, {"stop": True}]})
     def tick(ctx: Context, p: Any) -> Any:
         seconds = param(p, "tick", "seconds", "whole number") or 0
         stop = param(p, "tick", "stop", "boolean") or False

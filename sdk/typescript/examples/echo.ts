@@ -136,9 +136,14 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
   agent.webhook("state", (ctx) => goJSON(200, { runId: ctx.runId, state: echoState(ctx.state) }));
   agent.webhook("host", (ctx) => goJSON(200, { hostId: ctx.hostId, runId: ctx.runId }));
 
-  // Data methods: their parameters are checked as Go's Echo decodes them, with its messages.
+  // Data methods: their parameters are checked as Go's Echo decodes them, with its messages. Each
+  // schema gives examples: parameters a call may send, which agentbus checks against the schema
+  // at registration and `agentbus agent check` sends.
 
-  method("echo", (_ctx, p) => params(p, "echo"), "Returns its parameters unchanged.");
+  method("echo", (_ctx, p) => params(p, "echo"), "Returns its parameters unchanged.", {
+    type: "object",
+    examples: [{ text: "hello" }],
+  });
   method(
     "sum",
     (_ctx, p) => {
@@ -155,6 +160,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
       type: "object",
       properties: { values: { type: "array", items: { type: "number" }, description: "the numbers to add" } },
       required: ["values"],
+      examples: [{ values: [2, 3] }, { values: [1.5, -4, 10] }],
     },
   );
   method(
@@ -164,6 +170,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
       return { count: update(ctx, "count").count, runId: ctx.runId };
     },
     "Increments this conversation's counter and returns it with the run id.",
+    { type: "object", examples: [{}] },
   );
   method(
     "sleep",
@@ -173,7 +180,12 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
       return { slept: ms };
     },
     "Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
-    { type: "object", properties: { ms: { type: "integer", description: "milliseconds to wait" } }, required: ["ms"] },
+    {
+      type: "object",
+      properties: { ms: { type: "integer", description: "milliseconds to wait" } },
+      required: ["ms"],
+      examples: [{ ms: 10 }],
+    },
   );
   method(
     "fail",
@@ -186,6 +198,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
     {
       type: "object",
       properties: { status: { type: "integer", description: "HTTP status of the failure, 400-599" }, message: { type: "string" } },
+      examples: [{ status: 409, message: "already done" }],
     },
   );
   method(
@@ -213,6 +226,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
         ms: { type: "integer", description: "milliseconds from now (at most 7 days)" },
       },
       required: ["text", "ms"],
+      examples: [{ text: "stretch", ms: 60000 }],
     },
   );
   method(
@@ -244,6 +258,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
         seconds: { type: "integer", description: "interval in seconds, at least 1 (default 60)" },
         stop: { type: "boolean", description: "true cancels the ticking" },
       },
+      examples: [{ seconds: 60 }, { stop: true }],
     },
   );
   method(
@@ -254,6 +269,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
       return { attempt: ctx.attempt };
     },
     "Asks to be retried until attempt `attempts` (default 2), then returns the attempt; for trying retries.",
+    { type: "object", examples: [{ attempts: 1 }, { attempts: 3 }] },
   );
   method(
     "tell",
@@ -272,6 +288,7 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
       return { told: true };
     },
     'Sends a Data or Chat message to another instance of this tenant without waiting: {"activation":"b","method":"count"}.',
+    { type: "object", examples: [{ activation: "b", method: "count" }] },
   );
 
   // Chat and File.
