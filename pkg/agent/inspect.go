@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -103,7 +104,7 @@ func (h *Host) answerInspect(m *nats.Msg) {
 	var q inspect.Query
 	var ans any
 	if err := json.Unmarshal(m.Data, &q); err != nil {
-		ans = inspect.Held{Host: h.cfg.ID, At: time.Now(), Error: "the query is not JSON: " + err.Error()}
+		ans = inspect.Held{Host: h.cfg.ID, At: timefmt.Now(), Error: "the query is not JSON: " + err.Error()}
 	} else {
 		switch q.Op {
 		case inspect.OpHeld:
@@ -111,7 +112,7 @@ func (h *Host) answerInspect(m *nats.Msg) {
 		case inspect.OpRetry:
 			ans = h.retryNow(q)
 		default:
-			ans = inspect.Held{Host: h.cfg.ID, At: time.Now(), Error: "unknown op " + strconv.Quote(q.Op)}
+			ans = inspect.Held{Host: h.cfg.ID, At: timefmt.Now(), Error: "unknown op " + strconv.Quote(q.Op)}
 		}
 	}
 	data, err := json.Marshal(ans)
@@ -158,7 +159,7 @@ func (h *Host) heldView(q inspect.Query) inspect.Held {
 	var convs []heldConversation
 	budget := inspect.MaxAnswerRequests
 	h.mu.Lock()
-	ans.At = time.Now()
+	ans.At = timefmt.Now()
 	ans.InFlight = len(h.held)
 	for _, d := range h.held {
 		if d.running {
@@ -214,7 +215,7 @@ func (h *Host) heldConversationLocked(c *conversation, budget int) heldConversat
 // stateLocked is the state of the request d at place i of its conversation's queue.
 func (h *Host) stateLocked(c *conversation, i int, d *delivery) inspect.Request {
 	r := inspect.Request{Sequence: d.seq}
-	at := func(t time.Time) *time.Time { return &t }
+	at := func(t time.Time) *timefmt.Time { return &timefmt.Time{Time: t} }
 	w := d.wait
 	if w != nil {
 		r.Attempt = w.attempt
@@ -225,7 +226,7 @@ func (h *Host) stateLocked(c *conversation, i int, d *delivery) inspect.Request 
 	case d.running && w != nil && len(w.calls) > 0:
 		call := w.calls[0]
 		r.State, r.Reason, r.Since = inspect.StateHeld, inspect.ReasonWaitingForCall, at(call.since)
-		r.Call = &inspect.Call{Agent: call.agent, WorkflowID: call.workflowID, Method: call.method, Since: call.since}
+		r.Call = &inspect.Call{Agent: call.agent, WorkflowID: call.workflowID, Method: call.method, Since: timefmt.Of(call.since)}
 	case d.running && !d.started.IsZero():
 		r.State, r.Since = inspect.StateRunning, at(d.started)
 	case d.running:
@@ -244,7 +245,7 @@ func (h *Host) stateLocked(c *conversation, i int, d *delivery) inspect.Request 
 func describeHeld(r heldRequest) inspect.Request {
 	out := r.Request
 	if md, err := r.msg.Metadata(); err == nil {
-		out.StoredAt = md.Timestamp
+		out.StoredAt = timefmt.Of(md.Timestamp)
 		if out.Attempt == 0 {
 			out.Attempt = int(md.NumDelivered)
 		}

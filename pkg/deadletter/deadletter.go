@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/tracing"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -55,8 +56,8 @@ type Letter struct {
 	Error    string `json:"error"`
 	Attempts int    `json:"attempts"`
 	// ReceivedAt is when the ingress accepted the request, DeadAt when it was given up.
-	ReceivedAt time.Time `json:"receivedAt"`
-	DeadAt     time.Time `json:"deadAt"`
+	ReceivedAt timefmt.Time `json:"receivedAt"`
+	DeadAt     timefmt.Time `json:"deadAt"`
 }
 
 // Store reads and writes dead letters.
@@ -271,10 +272,10 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 		BodySize:      len(req.GetBody()),
 		Error:         raw.Header.Get(subject.HeaderError),
 		Attempts:      attempts,
-		DeadAt:        raw.Time.UTC(),
+		DeadAt:        timefmt.Of(raw.Time.UTC()),
 	}
 	if ms := req.GetCreatedAtMs(); ms > 0 {
-		l.ReceivedAt = time.UnixMilli(ms).UTC()
+		l.ReceivedAt = timefmt.Of(time.UnixMilli(ms).UTC())
 	}
 	switch req.GetKind() {
 	case agentbusv1.Kind_KIND_DATA, agentbusv1.Kind_KIND_WEBHOOK:

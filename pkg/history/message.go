@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/jsonenc"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Direction says who sent a message.
@@ -42,10 +43,6 @@ const MetaToolCallID = "toolCallId"
 // participant.
 const MetaTimer = "timer"
 
-// timeLayout is how CreatedAt is written: RFC 3339 in UTC with exactly three fractional digits,
-// so that every stored message has the same, sortable shape.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // Message is one stored message with the fields of the interface's message
 // (docs/interface.md#21-message-common-structure-all-types). Its JSON form is what clients see
 // in history responses.
@@ -53,7 +50,7 @@ type Message struct {
 	// ID is unique; the writer gives it (a UUID), and storing the same ID again within the
 	// stream's dedupe window stores nothing.
 	ID string `json:"id"`
-	// CreatedAt is written in UTC with millisecond precision.
+	// CreatedAt is written as package timefmt writes every time: UTC, milliseconds.
 	CreatedAt   time.Time   `json:"createdAt"`
 	Direction   Direction   `json:"direction"`
 	MessageType MessageType `json:"messageType"`
@@ -97,50 +94,11 @@ type wireMessage struct {
 	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
-// appendStamp appends t in UTC as t.UTC().AppendFormat(b, timeLayout) does, without reading the
-// layout (a tenth of a webhook call's JSON encoding went to it).
-func appendStamp(b []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 {
-		return t.AppendFormat(b, timeLayout)
-	}
-	hour, minute, sec := t.Clock()
-	b = appendDigits(b, year, 4)
-	b = append(b, '-')
-	b = appendDigits(b, int(month), 2)
-	b = append(b, '-')
-	b = appendDigits(b, day, 2)
-	b = append(b, 'T')
-	b = appendDigits(b, hour, 2)
-	b = append(b, ':')
-	b = appendDigits(b, minute, 2)
-	b = append(b, ':')
-	b = appendDigits(b, sec, 2)
-	b = append(b, '.')
-	b = appendDigits(b, t.Nanosecond()/int(time.Millisecond), 3)
-	return append(b, 'Z')
-}
-
-// appendDigits appends the n (at most 4) low decimal digits of v (v >= 0), with leading zeros.
-func appendDigits(b []byte, v, n int) []byte {
-	start := len(b)
-	b = append(b, "0000"[:n]...)
-	for i := len(b) - 1; i >= start; i-- {
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return b
-}
-
 // Storable reports whether t can be a message's createdAt: its year in UTC has four digits, as
 // ISO 8601 timestamps need.
-func Storable(t time.Time) bool {
-	y := t.UTC().Year()
-	return y >= 0 && y <= 9999
-}
+func Storable(t time.Time) bool { return timefmt.InRange(t) }
 
-// MarshalJSON writes createdAt in UTC with milliseconds and a nil or empty Data as null.
+// MarshalJSON writes createdAt as package timefmt does and a nil or empty Data as null.
 func (m Message) MarshalJSON() ([]byte, error) {
 	return m.AppendJSON(make([]byte, 0, 256+len(m.Data)))
 }
@@ -151,7 +109,7 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 	b := append(dst, `{"id":`...)
 	b = jsonenc.AppendString(b, m.ID)
 	b = append(b, `,"createdAt":"`...)
-	b = appendStamp(b, m.CreatedAt)
+	b = timefmt.Append(b, m.CreatedAt)
 	b = append(b, `","direction":`...)
 	b = jsonenc.AppendInt(b, int64(m.Direction))
 	b = append(b, `,"messageType":`...)
@@ -209,7 +167,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	var t time.Time
 	if w.CreatedAt != "" {
 		var err error
-		if t, err = time.Parse(time.RFC3339Nano, w.CreatedAt); err != nil {
+		if t, err = timefmt.Parse(w.CreatedAt); err != nil {
 			return fmt.Errorf("decoding createdAt: %w", err)
 		}
 		if !Storable(t) {

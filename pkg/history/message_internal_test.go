@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // MarshalJSON writes what encoding/json writes for the wire form.
@@ -25,7 +27,7 @@ func FuzzMarshalMatchesEncodingJSON(f *testing.F) {
 				m.Metadata = map[string]string{MetaToolCallID: hint, text: scope}
 			}
 		}
-		w := wireMessage{ID: m.ID, CreatedAt: m.CreatedAt.UTC().Format(timeLayout), Direction: m.Direction, MessageType: m.MessageType,
+		w := wireMessage{ID: m.ID, CreatedAt: m.CreatedAt.UTC().Format(timefmt.Layout), Direction: m.Direction, MessageType: m.MessageType,
 			Text: m.Text, Data: m.Data, Hint: m.Hint, RequestID: m.RequestID, ParticipantID: m.ParticipantID, WorkflowID: m.WorkflowID, Scope: m.Scope,
 			Metadata: m.Metadata}
 		if len(w.Data) == 0 {

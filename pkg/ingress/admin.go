@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Admin API limits.
@@ -34,11 +34,13 @@ const (
 
 // tenantAnswer is a tenant as the admin API shows it.
 type tenantAnswer struct {
-	ID        string    `json:"id"`
-	CreatedAt time.Time `json:"createdAt"`
+	ID        string       `json:"id"`
+	CreatedAt timefmt.Time `json:"createdAt"`
 }
 
-func tenantOf(t keys.Tenant) tenantAnswer { return tenantAnswer{ID: t.ID, CreatedAt: t.CreatedAt} }
+func tenantOf(t keys.Tenant) tenantAnswer {
+	return tenantAnswer{ID: t.ID, CreatedAt: timefmt.Of(t.CreatedAt)}
+}
 
 // newKeyAnswer is a key just created or rotated: its secret, shown this once, and its record.
 type newKeyAnswer struct {

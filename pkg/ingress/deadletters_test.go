@@ -168,7 +168,7 @@ func TestDeadLetterListAndGet(t *testing.T) {
 	assert.Contains(t, l.Error, "boom on purpose", "a panic's value is the dead letter's error")
 	assert.Equal(t, len(`{"order":42}`), l.BodySize)
 	assert.False(t, l.ReceivedAt.IsZero())
-	assert.False(t, l.DeadAt.Before(l.ReceivedAt))
+	assert.False(t, l.DeadAt.Before(l.ReceivedAt.Time))
 
 	adminOK(t, s, http.MethodGet, deadLetterOf("default", flakyA), systemKey, nil, http.StatusOK, &l)
 	assert.Equal(t, "mendable", l.Method)

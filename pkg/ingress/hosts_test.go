@@ -118,7 +118,7 @@ func TestStuckInstanceQueue(t *testing.T) {
 	assert.Equal(t, "block", running.Method)
 	assert.Equal(t, inspect.StateRunning, running.State)
 	require.NotNil(t, running.Since)
-	assert.Greater(t, time.Since(*running.Since), 1500*time.Millisecond, "running since")
+	assert.Greater(t, time.Since(running.Since.Time), 1500*time.Millisecond, "running since")
 	assert.Equal(t, 1, running.Attempt, "one delivery: the ack wait passed without a redelivery")
 	assert.GreaterOrEqual(t, running.AgeMs, int64(1500))
 	assert.Equal(t, q.Owner, running.Host)
@@ -163,7 +163,7 @@ func TestStuckInstanceQueue(t *testing.T) {
 	backoff := requestsOf(readQueue(flakyWF))[0]
 	assert.Equal(t, inspect.StateHeld, backoff.State)
 	require.NotNil(t, backoff.Until)
-	assert.WithinDuration(t, time.Now().Add(time.Minute), *backoff.Until, 10*time.Second, "until the backoff's end")
+	assert.WithinDuration(t, time.Now().Add(time.Minute), backoff.Until.Time, 10*time.Second, "until the backoff's end")
 	assert.Equal(t, 2, backoff.Attempt, "the attempt next")
 	var retried struct {
 		WorkflowID string                `json:"workflowId"`

@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // What the inspector reads of an instance's threads for its recent requests.
@@ -42,9 +42,9 @@ type requestSummary struct {
 	Timer  string `json:"timer,omitempty"`
 	// Status is the answer's status (a webhook handler's, a failure's, else 200), left out
 	// while there is no answer.
-	Status     int        `json:"status,omitempty"`
-	ReceivedAt time.Time  `json:"receivedAt"`
-	AnsweredAt *time.Time `json:"answeredAt,omitempty"`
+	Status     int           `json:"status,omitempty"`
+	ReceivedAt timefmt.Time  `json:"receivedAt"`
+	AnsweredAt *timefmt.Time `json:"answeredAt,omitempty"`
 	// DurationMs is the time from the incoming message to the answer.
 	DurationMs *int64 `json:"durationMs,omitempty"`
 	// pos is the incoming message's position in the history stream, which orders requests
@@ -78,7 +78,7 @@ func (s *Server) recentRequests(ctx context.Context, tenant, workflowID string) 
 		out = append(out, pairRequests(page)...)
 	}
 	slices.SortFunc(out, func(a, b requestSummary) int {
-		return cmp.Or(b.ReceivedAt.Compare(a.ReceivedAt), cmp.Compare(b.pos, a.pos))
+		return cmp.Or(b.ReceivedAt.Compare(a.ReceivedAt.Time), cmp.Compare(b.pos, a.pos))
 	})
 	return out[:min(len(out), recentRequestCount)], nil
 }
@@ -140,12 +140,12 @@ func pairRequests(page []history.Message) []requestSummary {
 			continue
 		}
 		sum := requestSummary{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: messageTypeName(m.MessageType),
-			Timer: m.Metadata[history.MetaTimer], ReceivedAt: m.CreatedAt, pos: m.Pos}
+			Timer: m.Metadata[history.MetaTimer], ReceivedAt: timefmt.Of(m.CreatedAt), pos: m.Pos}
 		if (m.MessageType == history.Webhook || m.MessageType == history.Data) && m.Text != nil {
 			sum.Method = *m.Text
 		}
 		if a, ok := answers[m.RequestID]; ok {
-			at := a.CreatedAt
+			at := timefmt.Of(a.CreatedAt)
 			d := at.Sub(m.CreatedAt).Milliseconds()
 			sum.AnsweredAt, sum.DurationMs, sum.Status = &at, &d, answerStatus(a)
 		}

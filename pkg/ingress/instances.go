@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Paths of the instance inspector (docs/inspector.md).
@@ -34,14 +35,14 @@ const backfillBudget = 20 * time.Second
 
 // instanceItem is one instance of an agent's listing.
 type instanceItem struct {
-	WorkflowID   string    `json:"workflowId"`
-	WorkflowType string    `json:"workflowType"`
-	Activation   string    `json:"activation"`
-	RunID        string    `json:"runId"`
-	Status       string    `json:"status"`
-	StartedAt    time.Time `json:"startedAt"`
-	LastActiveAt time.Time `json:"lastActiveAt"`
-	Events       int64     `json:"events"`
+	WorkflowID   string       `json:"workflowId"`
+	WorkflowType string       `json:"workflowType"`
+	Activation   string       `json:"activation"`
+	RunID        string       `json:"runId"`
+	Status       string       `json:"status"`
+	StartedAt    timefmt.Time `json:"startedAt"`
+	LastActiveAt timefmt.Time `json:"lastActiveAt"`
+	Events       int64        `json:"events"`
 }
 
 // instancePage is the answer of the listing. Next, when set, is the cursor of the next page.
@@ -52,16 +53,16 @@ type instancePage struct {
 
 // instanceAnswer is one instance as the inspector shows it.
 type instanceAnswer struct {
-	WorkflowID   string     `json:"workflowId"`
-	AgentName    string     `json:"agentName"`
-	WorkflowType string     `json:"workflowType"`
-	Activation   string     `json:"activation"`
-	RunID        string     `json:"runId"`
-	Status       string     `json:"status"`
-	StartedAt    time.Time  `json:"startedAt"`
-	LastActiveAt time.Time  `json:"lastActiveAt"`
-	CompletedAt  *time.Time `json:"completedAt,omitempty"`
-	Events       int64      `json:"events"`
+	WorkflowID   string        `json:"workflowId"`
+	AgentName    string        `json:"agentName"`
+	WorkflowType string        `json:"workflowType"`
+	Activation   string        `json:"activation"`
+	RunID        string        `json:"runId"`
+	Status       string        `json:"status"`
+	StartedAt    timefmt.Time  `json:"startedAt"`
+	LastActiveAt timefmt.Time  `json:"lastActiveAt"`
+	CompletedAt  *timefmt.Time `json:"completedAt,omitempty"`
+	Events       int64         `json:"events"`
 	// State is the agent's state of the current run, null for none.
 	State       json.RawMessage       `json:"state"`
 	EarlierRuns []instance.RunSummary `json:"earlierRuns"`
@@ -119,8 +120,8 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		wf, _ := ident.ParseWorkflowID(it.Entry.WorkflowID)
 		rec := it.Record
 		ans.Instances = append(ans.Instances, instanceItem{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType,
-			Activation: wf.Activation, RunID: rec.RunID, Status: string(it.Status), StartedAt: rec.StartedAt,
-			LastActiveAt: rec.LastActiveAt, Events: rec.Events})
+			Activation: wf.Activation, RunID: rec.RunID, Status: string(it.Status), StartedAt: timefmt.Of(rec.StartedAt),
+			LastActiveAt: timefmt.Of(rec.LastActiveAt), Events: rec.Events})
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -216,8 +217,8 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	ans := instanceAnswer{
 		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
-		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: rec.StartedAt,
-		LastActiveAt: rec.LastActiveAt, CompletedAt: rec.CompletedAt, Events: rec.Events, State: rec.State,
+		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: timefmt.Of(rec.StartedAt),
+		LastActiveAt: timefmt.Of(rec.LastActiveAt), CompletedAt: timefmt.OfPtr(rec.CompletedAt), Events: rec.Events, State: rec.State,
 		EarlierRuns: rec.Runs,
 		Partition:   subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
 	}
@@ -276,10 +277,10 @@ func (s *Server) partitionOwner(agent string, p int) string {
 
 // completeAnswer names the run an operator completed.
 type completeAnswer struct {
-	WorkflowID  string    `json:"workflowId"`
-	RunID       string    `json:"runId"`
-	Status      string    `json:"status"`
-	CompletedAt time.Time `json:"completedAt"`
+	WorkflowID  string       `json:"workflowId"`
+	RunID       string       `json:"runId"`
+	Status      string       `json:"status"`
+	CompletedAt timefmt.Time `json:"completedAt"`
 }
 
 // completeInstance serves POST /api/v1/admin/tenants/{tenantId}/instances/{workflowId}/complete:
@@ -314,7 +315,7 @@ func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
 				_ = nc.FlushWithContext(ctx)
 			}
 			s.log.Info("instance completed", "tenant", c.tenant, "workflowId", wf.ID(), "runId", saved.RunID, "by", c.key.ID)
-			writeJSON(w, http.StatusOK, completeAnswer{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: now})
+			writeJSON(w, http.StatusOK, completeAnswer{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: timefmt.Of(now)})
 			return
 		}
 		if !errors.Is(err, instance.ErrConflict) {

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonenc"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -155,7 +156,7 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentb
 			content = map[string]any{"base64": rep.GetContent()}
 		}
 		data, _ := json.Marshal(map[string]any{"statusCode": status, "contentType": rep.GetContentType(), "content": content})
-		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: time.Now().UTC().Format(timeFormat),
+		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: timefmt.Format(time.Now()),
 			Scope: req.GetScope(), Hint: req.GetHint()}
 	case len(rep.GetContent()) > 0:
 		var m responseMessage
@@ -172,6 +173,3 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentb
 	}
 	return ans, nil
 }
-
-// timeFormat is ISO 8601 with milliseconds, as stored messages use.
-const timeFormat = "2006-01-02T15:04:05.000Z07:00"

@@ -2,11 +2,11 @@ package ingress
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/schedule"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -14,9 +14,9 @@ import (
 type scheduleAnswer struct {
 	Name string `json:"name"`
 	// Schedule is when it fires: "@at {time}", "@every {duration}" or a cron expression.
-	Schedule  string    `json:"schedule"`
-	TimeZone  string    `json:"timeZone,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
+	Schedule  string       `json:"schedule"`
+	TimeZone  string       `json:"timeZone,omitempty"`
+	CreatedAt timefmt.Time `json:"createdAt"`
 	// ParticipantID is the participant whose thread the timer's message goes to.
 	ParticipantID string `json:"participantId"`
 	// Type is the message it sends, Chat or Data; Method the Data method, Text a Chat's text.
@@ -33,7 +33,7 @@ type schedulesAnswer struct {
 
 func scheduleOf(sch schedule.Schedule) scheduleAnswer {
 	req := sch.Request
-	a := scheduleAnswer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: sch.Created,
+	a := scheduleAnswer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: timefmt.Of(sch.Created),
 		ParticipantID: req.GetParticipantId(), Type: "Chat", Text: req.GetText()}
 	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
 		a.Type, a.Method, a.Text = "Data", req.GetMethod(), ""

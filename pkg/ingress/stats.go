@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/window"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -76,7 +77,7 @@ type statsCounts struct {
 
 // slotStats are the counts of one slot, from Start for the stats' slotSeconds.
 type slotStats struct {
-	Start time.Time `json:"start"`
+	Start timefmt.Time `json:"start"`
 	statsCounts
 }
 
@@ -93,9 +94,9 @@ type statsHeader struct {
 	SlotSeconds   int `json:"slotSeconds"`
 	// From is the start of the oldest slot, To the time of the answer: the last slot is the
 	// current one, still filling.
-	From      time.Time `json:"from"`
-	To        time.Time `json:"to"`
-	Ingresses gathered  `json:"ingresses"`
+	From      timefmt.Time `json:"from"`
+	To        timefmt.Time `json:"to"`
+	Ingresses gathered     `json:"ingresses"`
 	// OverCap is set when an ingress instance that answered did not count the calls of some
 	// agent within the window, because it held as many agents as it keeps.
 	OverCap bool `json:"overCap,omitempty"`
@@ -260,7 +261,7 @@ func (s *Server) statsView(w http.ResponseWriter, r *http.Request, tenant string
 	v := statsView{snap: snap, first: last - int64(slots) + 1, last: last}
 	v.header = statsHeader{
 		WindowSeconds: int(int64(slots) * slotMs / 1000), SlotSeconds: int(slotMs / 1000),
-		From: time.UnixMilli(v.first * slotMs).UTC(), To: now.UTC(),
+		From: timefmt.Of(time.UnixMilli(v.first * slotMs)), To: timefmt.Of(now),
 		Ingresses: got, OverCap: snap.Dropped,
 	}
 	return v, true
@@ -312,7 +313,7 @@ func (v *statsView) agent(name string, slots []window.Slot) (agentStats, window.
 			sl, slots = slots[0], slots[1:]
 		}
 		total.Add(&sl)
-		a.Slots = append(a.Slots, slotStats{Start: sl.Start(v.snap.SlotMs), statsCounts: countsOf(&sl)})
+		a.Slots = append(a.Slots, slotStats{Start: timefmt.Of(sl.Start(v.snap.SlotMs)), statsCounts: countsOf(&sl)})
 	}
 	a.Totals = countsOf(&total)
 	return a, total

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Client asks the hosts and reads the inbox. Its fields are required.
@@ -49,7 +50,7 @@ type InstanceQueue struct {
 	Partition int    `json:"partition"`
 	Owner     string `json:"owner,omitempty"`
 	// At is when the view was read (the reader's clock); ages are counted to it.
-	At time.Time `json:"at"`
+	At timefmt.Time `json:"at"`
 	// Conversations are the instance's conversations with requests stored in the inbox, by
 	// participant.
 	Conversations []ConversationQueue `json:"conversations"`
@@ -66,9 +67,9 @@ type ConversationQueue struct {
 	// Stored counts the conversation's requests in the inbox: those hosts hold (queued or
 	// running) and those not delivered yet. OldestStoredAt is when the oldest was stored, and
 	// OldestAgeMs its age.
-	Stored         int        `json:"stored"`
-	OldestStoredAt *time.Time `json:"oldestStoredAt,omitempty"`
-	OldestAgeMs    int64      `json:"oldestAgeMs"`
+	Stored         int           `json:"stored"`
+	OldestStoredAt *timefmt.Time `json:"oldestStoredAt,omitempty"`
+	OldestAgeMs    int64         `json:"oldestAgeMs"`
 	// NotHeld counts the stored requests no host that answered holds: not delivered yet, or
 	// held by a host that did not answer.
 	NotHeld int `json:"notHeld"`
@@ -121,7 +122,7 @@ func (c *Client) Instance(ctx context.Context, tenant, workflowID string) (Insta
 	if inboxErr != nil {
 		return InstanceQueue{}, inboxErr
 	}
-	ans.At = time.Now()
+	ans.At = timefmt.Now()
 	ans.Unanswered = missed
 
 	byParticipant := make(map[string]*ConversationQueue)
@@ -141,7 +142,7 @@ func (c *Client) Instance(ctx context.Context, tenant, workflowID string) (Insta
 		cq := conv(in.Participant)
 		cq.Stored += int(n)
 		if t, ok := oldest[subj]; ok {
-			cq.OldestStoredAt = &t
+			cq.OldestStoredAt = &timefmt.Time{Time: t}
 			cq.OldestAgeMs = ans.At.Sub(t).Milliseconds()
 		}
 	}
@@ -152,7 +153,7 @@ func (c *Client) Instance(ctx context.Context, tenant, workflowID string) (Insta
 			}
 			cq := conv(hc.ParticipantID)
 			for _, r := range hc.Requests {
-				cq.Requests = append(cq.Requests, QueuedRequest{Request: r, Host: hv.Host, AgeMs: ans.At.Sub(r.StoredAt).Milliseconds()})
+				cq.Requests = append(cq.Requests, QueuedRequest{Request: r, Host: hv.Host, AgeMs: ans.At.Sub(r.StoredAt.Time).Milliseconds()})
 			}
 			cq.NotHeld -= hc.Count
 		}
@@ -162,7 +163,7 @@ func (c *Client) Instance(ctx context.Context, tenant, workflowID string) (Insta
 		slices.SortFunc(cq.Requests, func(a, b QueuedRequest) int { return compareUint(a.Sequence, b.Sequence) })
 		if cq.OldestStoredAt == nil && len(cq.Requests) > 0 {
 			t := cq.Requests[0].StoredAt
-			cq.OldestStoredAt, cq.OldestAgeMs = &t, ans.At.Sub(t).Milliseconds()
+			cq.OldestStoredAt, cq.OldestAgeMs = &t, ans.At.Sub(t.Time).Milliseconds()
 		}
 		ans.Conversations = append(ans.Conversations, *cq)
 	}
@@ -339,7 +340,7 @@ func (c *Client) Retry(ctx context.Context, tenant, workflowID, requestID string
 		if a.Request == nil {
 			continue
 		}
-		r := QueuedRequest{Request: *a.Request, Host: a.Host, AgeMs: now.Sub(a.Request.StoredAt).Milliseconds()}
+		r := QueuedRequest{Request: *a.Request, Host: a.Host, AgeMs: now.Sub(a.Request.StoredAt.Time).Milliseconds()}
 		switch a.Outcome {
 		case RetryStarted:
 			return r, nil

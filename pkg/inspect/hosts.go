@@ -6,26 +6,26 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Hosts is the live workflow hosts and each agent's inbox backlog per partition.
 type Hosts struct {
 	// At is when the view was read (the reader's clock); heartbeat ages are counted to it.
-	At     time.Time     `json:"at"`
+	At     timefmt.Time  `json:"at"`
 	Hosts  []HostInfo    `json:"hosts"`
 	Agents []AgentQueues `json:"agents"`
 }
 
 // HostInfo is one live host as its heartbeat tells.
 type HostInfo struct {
-	ID        string    `json:"id"`
-	StartedAt time.Time `json:"startedAt"`
+	ID        string       `json:"id"`
+	StartedAt timefmt.Time `json:"startedAt"`
 	// Agents it runs, and the partitions it holds by agent: owns, hands over, or still runs
 	// requests of.
 	Agents     []string         `json:"agents"`
@@ -72,10 +72,10 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 	for _, a := range c.Dir.VisibleAgents(tenant) {
 		visible[a.Name] = true
 	}
-	ans := Hosts{At: time.Now(), Hosts: []HostInfo{}, Agents: []AgentQueues{}}
+	ans := Hosts{At: timefmt.Now(), Hosts: []HostInfo{}, Agents: []AgentQueues{}}
 	holders := make(map[string]map[int][]string) // agent, partition: hosts
 	for _, h := range c.Dir.Hosts() {
-		info := HostInfo{ID: h.ID, StartedAt: h.StartedAt, Agents: []string{}, Partitions: map[string][]int{},
+		info := HostInfo{ID: h.ID, StartedAt: timefmt.Of(h.StartedAt), Agents: []string{}, Partitions: map[string][]int{},
 			HeartbeatAgeMs: max(0, ans.At.Sub(h.Seen).Milliseconds()), Leaving: h.Leaving}
 		if h.Has(registry.FeatureInspect) {
 			n := h.InFlight

@@ -10,7 +10,7 @@
 // heartbeats. Nothing here changes a request but the retry that is asked for.
 package inspect
 
-import "time"
+import "github.com/agentbus/agentbus/pkg/timefmt"
 
 // Operations of a Query.
 const (
@@ -72,7 +72,7 @@ const (
 type Held struct {
 	Host string `json:"host"`
 	// At is the host's clock when it answered.
-	At time.Time `json:"at"`
+	At timefmt.Time `json:"at"`
 	// InFlight counts every request the host holds, queued or running, of any tenant; Running
 	// those whose handler runs (or waits in it: retry backoff, a call).
 	InFlight int `json:"inFlight"`
@@ -108,15 +108,15 @@ type Request struct {
 	Type   string `json:"type"`
 	Method string `json:"method,omitempty"`
 	// StoredAt is when the inbox stored it (the NATS server's clock).
-	StoredAt time.Time `json:"storedAt"`
+	StoredAt timefmt.Time `json:"storedAt"`
 	// Attempt is the attempt running or next: deliveries to hosts and retries counted.
 	Attempt int    `json:"attempt"`
 	State   string `json:"state"`
 	Reason  string `json:"reason,omitempty"`
 	// Since: running since, or waiting for Call since (the host's clock).
-	Since *time.Time `json:"since,omitempty"`
+	Since *timefmt.Time `json:"since,omitempty"`
 	// Until: the end of a retry backoff (the host's clock).
-	Until *time.Time `json:"until,omitempty"`
+	Until *timefmt.Time `json:"until,omitempty"`
 	// EarlierSequence is the request it waits for (ReasonEarlierElsewhere, ReasonBehind).
 	EarlierSequence uint64 `json:"earlierSequence,omitempty"`
 	Call            *Call  `json:"call,omitempty"`
@@ -125,10 +125,10 @@ type Request struct {
 // Call is an Agent2Agent call a handler waits for: the callee's instance (of the same tenant),
 // its Data method and since when.
 type Call struct {
-	Agent      string    `json:"agent"`
-	WorkflowID string    `json:"workflowId"`
-	Method     string    `json:"method"`
-	Since      time.Time `json:"since"`
+	Agent      string       `json:"agent"`
+	WorkflowID string       `json:"workflowId"`
+	Method     string       `json:"method"`
+	Since      timefmt.Time `json:"since"`
 }
 
 // Outcomes of OpRetry.

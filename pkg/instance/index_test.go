@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // indexSetup returns a bus, its instance store and its run index.
@@ -84,7 +85,7 @@ func TestIndexListsNewestFirstAcrossPages(t *testing.T) {
 	require.NoError(t, err)
 	again := startRun(t, ctx, store, x, "acme", "Echo", "a05", "run-again", base.Add(2*time.Hour))
 	require.Len(t, again.Runs, 1)
-	assert.Equal(t, instance.RunSummary{RunID: "run-5", StartedAt: base.Add(5 * time.Second), CompletedAt: done, Events: 3}, again.Runs[0])
+	assert.Equal(t, instance.RunSummary{RunID: "run-5", StartedAt: timefmt.Of(base.Add(5 * time.Second)), CompletedAt: timefmt.Of(done), Events: 3}, again.Runs[0])
 	// Another agent and another tenant list apart.
 	startRun(t, ctx, store, x, "acme", "Other", "o", "run-o", base)
 	startRun(t, ctx, store, x, "zeta", "Echo", "z", "run-z", base)

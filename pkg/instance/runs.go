@@ -1,6 +1,10 @@
 package instance
 
-import "time"
+import (
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/timefmt"
+)
 
 // MaxEarlierRuns is how many earlier runs an instance record keeps (Record.Runs).
 const MaxEarlierRuns = 10
@@ -12,10 +16,10 @@ const Idle Status = "idle"
 
 // RunSummary is an earlier run of an instance.
 type RunSummary struct {
-	RunID       string    `json:"runId"`
-	StartedAt   time.Time `json:"startedAt"`
-	CompletedAt time.Time `json:"completedAt"`
-	Events      int64     `json:"events"`
+	RunID       string       `json:"runId"`
+	StartedAt   timefmt.Time `json:"startedAt"`
+	CompletedAt timefmt.Time `json:"completedAt"`
+	Events      int64        `json:"events"`
 }
 
 // Summary is the summary of r's run, ended at ended unless r says when it completed.
@@ -23,7 +27,7 @@ func (r Record) Summary(ended time.Time) RunSummary {
 	if r.CompletedAt != nil {
 		ended = *r.CompletedAt
 	}
-	return RunSummary{RunID: r.RunID, StartedAt: r.StartedAt, CompletedAt: ended.UTC(), Events: r.Events}
+	return RunSummary{RunID: r.RunID, StartedAt: timefmt.Of(r.StartedAt), CompletedAt: timefmt.Of(ended.UTC()), Events: r.Events}
 }
 
 // EarlierRuns returns the earlier runs of the run that replaces r's: r's own run first (ended at

@@ -9,8 +9,8 @@
 // named by their json tags ("-" skips a field, embedded structs are inlined); a field is required
 // unless its tag says omitempty or omitzero or it is a pointer; slices and arrays are arrays
 // ([]byte is a base64 string); maps are objects whose values match additionalProperties;
-// time.Time is a date-time string; json.RawMessage, interfaces and types with their own
-// UnmarshalJSON accept any value; types with UnmarshalText are strings. A field's
+// time.Time and timefmt.Time are date-time strings; json.RawMessage, interfaces and types with
+// their own UnmarshalJSON accept any value; types with UnmarshalText are strings. A field's
 // `jsonschema:"…"` tag becomes its description. A struct type that contains itself is not
 // expanded a second time: the inner occurrence accepts any value.
 //
@@ -28,6 +28,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Schema is a JSON Schema of the subset this package writes. Its JSON form lists properties in
@@ -131,6 +133,7 @@ func JSON(t reflect.Type) (json.RawMessage, error) {
 
 var (
 	timeType        = reflect.TypeFor[time.Time]()
+	timefmtType     = reflect.TypeFor[timefmt.Time]()
 	rawMessageType  = reflect.TypeFor[json.RawMessage]()
 	numberType      = reflect.TypeFor[json.Number]()
 	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
@@ -145,7 +148,7 @@ type deriver struct {
 // schema derives t's schema; path names where t was met, for errors.
 func (d deriver) schema(t reflect.Type, path string) (*Schema, error) {
 	switch t {
-	case timeType:
+	case timeType, timefmtType:
 		return &Schema{Type: "string", Format: "date-time"}, nil
 	case rawMessageType:
 		return &Schema{}, nil
@@ -158,7 +161,7 @@ func (d deriver) schema(t reflect.Type, path string) (*Schema, error) {
 	// Types that decode themselves: JSON ones take anything, text ones a string.
 	pt := reflect.PointerTo(t)
 	if t.Implements(jsonUnmarshaler) || pt.Implements(jsonUnmarshaler) {
-		if t == timeType {
+		if t == timeType || t == timefmtType {
 			return &Schema{Type: "string", Format: "date-time"}, nil
 		}
 		return &Schema{}, nil

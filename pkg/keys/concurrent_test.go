@@ -75,7 +75,7 @@ func TestConcurrentRevocations(t *testing.T) {
 		require.NotNil(t, stored.RevokedAt, "round %d: the key is revoked", round)
 		for w, g := range got {
 			if assert.NotNil(t, g.RevokedAt, "round %d, writer %d", round, w) {
-				assert.True(t, stored.RevokedAt.Equal(*g.RevokedAt), "round %d, writer %d: answered %v, stored %v", round, w, g.RevokedAt, stored.RevokedAt)
+				assert.True(t, stored.RevokedAt.Equal(g.RevokedAt.Time), "round %d, writer %d: answered %v, stored %v", round, w, g.RevokedAt, stored.RevokedAt)
 			}
 		}
 	}

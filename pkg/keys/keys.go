@@ -29,6 +29,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Prefix starts every key agentbus generates, so that leaked keys are recognisable (secret
@@ -60,13 +61,13 @@ var (
 
 // Key is the stored record of an API key. It never holds the secret.
 type Key struct {
-	ID        string     `json:"id"`
-	Tenant    string     `json:"tenant"`
-	Role      Role       `json:"role"`
-	Name      string     `json:"name"`
-	CreatedBy string     `json:"createdBy,omitempty"`
-	CreatedAt time.Time  `json:"createdAt"`
-	RevokedAt *time.Time `json:"revokedAt,omitempty"`
+	ID        string        `json:"id"`
+	Tenant    string        `json:"tenant"`
+	Role      Role          `json:"role"`
+	Name      string        `json:"name"`
+	CreatedBy string        `json:"createdBy,omitempty"`
+	CreatedAt timefmt.Time  `json:"createdAt"`
+	RevokedAt *timefmt.Time `json:"revokedAt,omitempty"`
 }
 
 // Tenant is a tenant record.
@@ -298,7 +299,7 @@ func (s *Store) Seed(ctx context.Context, secret string, nk NewKey) (Key, error)
 	} else if !errors.Is(err, ErrUnknownKey) {
 		return Key{}, err
 	}
-	k := Key{ID: uuid.NewString(), Tenant: nk.Tenant, Role: nk.Role, Name: nk.Name, CreatedBy: nk.CreatedBy, CreatedAt: time.Now().UTC()}
+	k := Key{ID: uuid.NewString(), Tenant: nk.Tenant, Role: nk.Role, Name: nk.Name, CreatedBy: nk.CreatedBy, CreatedAt: timefmt.Now()}
 	b, _ := json.Marshal(k)
 	// The index goes first: a record is never without it. An index whose record was not
 	// stored points at a hash without a record of that id, which Get treats as unknown.
@@ -458,7 +459,7 @@ func (s *Store) revoke(ctx context.Context, h, id string, fresh bool) (Key, erro
 			}
 			return nil
 		}
-		now := time.Now().UTC()
+		now := timefmt.Now()
 		k.RevokedAt = &now
 		b, _ := json.Marshal(k)
 		if _, err := s.keys.Update(ctx, h, b, e.Revision()); err != nil {
@@ -483,7 +484,7 @@ func (s *Store) Keys(ctx context.Context, tenant string) ([]Key, error) {
 		out = append(out, e.key)
 	}
 	slices.SortStableFunc(out, func(a, b Key) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		if c := a.CreatedAt.Compare(b.CreatedAt.Time); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)

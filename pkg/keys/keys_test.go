@@ -164,7 +164,7 @@ func TestRevoke(t *testing.T) {
 	revokedAt := func(ks []keys.Key) map[string]*time.Time {
 		m := make(map[string]*time.Time)
 		for _, k := range ks {
-			m[k.ID] = k.RevokedAt
+			m[k.ID] = k.RevokedAt.Std()
 		}
 		return m
 	}
@@ -471,7 +471,7 @@ func TestGetByID(t *testing.T) {
 	assert.Equal(t, "acme", got.Tenant, "Get = %+v, want %+v", got, rec)
 	assert.Equal(t, "ci", got.Name, "Get = %+v, want %+v", got, rec)
 	assert.Equal(t, "admin", got.CreatedBy, "Get = %+v, want %+v", got, rec)
-	assert.True(t, got.CreatedAt.Equal(rec.CreatedAt), "Get = %+v, want %+v", got, rec)
+	assert.True(t, got.CreatedAt.Equal(rec.CreatedAt.Time), "Get = %+v, want %+v", got, rec)
 	for _, tt := range []struct {
 		name string
 		id   string
@@ -529,7 +529,7 @@ func TestRevokeID(t *testing.T) {
 	again, err := store.RevokeID(ctx, rec.ID)
 	require.NoError(t, err, "second RevokeID")
 	require.NotNil(t, again.RevokedAt, "second RevokeID = %+v, want the record with revokedAt", again)
-	assert.True(t, again.RevokedAt.Equal(*revoked.RevokedAt), "second RevokeID moved revokedAt from %v to %v", revoked.RevokedAt, again.RevokedAt)
+	assert.True(t, again.RevokedAt.Equal(revoked.RevokedAt.Time), "second RevokeID moved revokedAt from %v to %v", revoked.RevokedAt, again.RevokedAt)
 }
 
 func TestRotate(t *testing.T) {

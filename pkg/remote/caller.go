@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -273,7 +274,7 @@ func (c *caller) actionFailed(what string, err error) error {
 func timerOf(t Timer) (agent.Timer, error) {
 	out := agent.Timer{Name: t.Name, Cron: t.Cron, TimeZone: t.TimeZone, Method: t.Method, Text: t.Text, Data: dataOf(t.Data), To: t.ParticipantID}
 	if t.At != nil {
-		out.At = *t.At
+		out.At = t.At.Time
 	}
 	if t.AfterMs > 0 {
 		out.After = time.Duration(t.AfterMs) * time.Millisecond
@@ -315,7 +316,7 @@ func (c *caller) post(ctx context.Context, req *Request, onDelta func(string)) (
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	req.Deadline = deadline.UTC().Truncate(time.Millisecond)
+	req.Deadline = timefmt.Of(deadline)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	body, err := json.Marshal(req)

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -403,7 +404,7 @@ func (c *checker) request(typ, text, method string) *Request {
 		Protocol: ProtocolVersion, Type: typ, Agent: c.reg.Name, TenantID: "check",
 		WorkflowID: c.workflow, WorkflowType: "Supervisor Workflow", Activation: "check", RunID: "check-run",
 		HostID: "check-host", ParticipantID: "checker", RequestID: "check-" + strconv.Itoa(c.n) + "-" + randomHex(4), Attempt: 1,
-		Deadline: time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond),
+		Deadline: timefmt.Of(time.Now().Add(30 * time.Second)),
 		State:    json.RawMessage("null"),
 		Message:  &Message{Text: text, Method: method, Data: json.RawMessage("{}")},
 	}

@@ -2,7 +2,8 @@ package remote
 
 import (
 	"encoding/json"
-	"time"
+
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // ProtocolVersion is the version of the protocol (docs/remote-agents.md) this package speaks.
@@ -26,7 +27,7 @@ type Request struct {
 	ParticipantID string          `json:"participantId"`
 	RequestID     string          `json:"requestId"`
 	Attempt       int             `json:"attempt"`
-	Deadline      time.Time       `json:"deadline"`
+	Deadline      timefmt.Time    `json:"deadline"`
 	Stream        bool            `json:"stream"`
 	State         json.RawMessage `json:"state"`
 	Message       *Message        `json:"message"`
@@ -109,7 +110,7 @@ type Post struct {
 // Timer is a timer to set.
 type Timer struct {
 	Name     string          `json:"name"`
-	At       *time.Time      `json:"at,omitempty"`
+	At       *timefmt.Time   `json:"at,omitempty"`
 	AfterMs  int64           `json:"afterMs,omitempty"`
 	Every    string          `json:"every,omitempty"`
 	Cron     string          `json:"cron,omitempty"`

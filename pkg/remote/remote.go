@@ -20,7 +20,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -61,9 +61,9 @@ type Registration struct {
 	TimeoutSeconds int    `json:"timeoutSeconds"`
 	MaxConcurrent  int    `json:"maxConcurrent"`
 	// Secret signs the requests; shown only in the answer that registers the agent.
-	Secret    string    `json:"secret,omitempty"`
-	CreatedAt time.Time `json:"createdAt"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	Secret    string       `json:"secret,omitempty"`
+	CreatedAt timefmt.Time `json:"createdAt"`
+	UpdatedAt timefmt.Time `json:"updatedAt"`
 }
 
 // Method is a Data method of a remote agent.
@@ -258,7 +258,7 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 		return Registration{}, err
 	}
 	key := subject.AgentKey(r.Name)
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := timefmt.Now()
 	r.CreatedAt, r.UpdatedAt = now, now
 	var reg Registration
 	err := bus.RetryConflicts(ctx, func() (err error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -31,8 +32,10 @@ type endpoint struct {
 	secret   atomic.Value // string
 	mu       sync.Mutex
 	requests []remote.Request
-	badSigs  int
-	flaky    atomic.Int64 // requests of Data "flaky" seen
+	// deadlines are the requests' deadlines as they were written.
+	deadlines []string
+	badSigs   int
+	flaky     atomic.Int64 // requests of Data "flaky" seen
 }
 
 func newEndpoint(t *testing.T) *endpoint {
@@ -57,12 +60,16 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req remote.Request
-	if err := json.Unmarshal(body, &req); err != nil {
+	var raw struct {
+		Deadline string `json:"deadline"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || json.Unmarshal(body, &raw) != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	e.mu.Lock()
 	e.requests = append(e.requests, req)
+	e.deadlines = append(e.deadlines, raw.Deadline)
 	e.mu.Unlock()
 	answer := func(v any) {
 		w.Header().Set("Content-Type", "application/json")
@@ -241,6 +248,9 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	}
 	ep.mu.Lock()
 	assert.Zero(t, ep.badSigs, "every request is signed")
+	for _, d := range ep.deadlines {
+		assert.Regexp(t, timefmt.Pattern, d, "a deadline in the one form of every time")
+	}
 	ep.mu.Unlock()
 
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)

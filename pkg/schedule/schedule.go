@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -51,8 +52,8 @@ type Schedule struct {
 	Created time.Time `json:"createdAt"`
 }
 
-// At is the pattern of a schedule that fires once at t.
-func At(t time.Time) string { return "@at " + t.UTC().Format(time.RFC3339Nano) }
+// At is the pattern of a schedule that fires once at t, to the millisecond.
+func At(t time.Time) string { return "@at " + timefmt.Format(t) }
 
 // Every is the pattern of a schedule that fires every d (at least one second).
 func Every(d time.Duration) string { return "@every " + d.String() }

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -35,9 +36,9 @@ type Event struct {
 
 // envelope is an event's body.
 type envelope struct {
-	Type      string    `json:"type"`
-	Timestamp time.Time `json:"timestamp"`
-	Data      any       `json:"data"`
+	Type      string       `json:"type"`
+	Timestamp timefmt.Time `json:"timestamp"`
+	Data      any          `json:"data"`
 }
 
 // messageData is the data of a message event.
@@ -70,7 +71,7 @@ func messageEvents(sub *Subscription, seq uint64, data []byte) ([]Event, error) 
 		if !sub.wants(typ, wf.Agent) {
 			continue
 		}
-		body, err := json.Marshal(envelope{Type: typ, Timestamp: m.CreatedAt.UTC(), Data: messageData{TenantID: sub.TenantID, AgentName: wf.Agent, Message: m}})
+		body, err := json.Marshal(envelope{Type: typ, Timestamp: timefmt.Of(m.CreatedAt), Data: messageData{TenantID: sub.TenantID, AgentName: wf.Agent, Message: m}})
 		if err != nil {
 			return nil, fmt.Errorf("encoding event: %w", err)
 		}

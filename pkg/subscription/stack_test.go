@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -239,6 +240,10 @@ func TestDeadLetterEvents(t *testing.T) {
 	assert.Equal(t, "Failing", data["agentName"])
 	dl := data["deadLetter"].(map[string]any)
 	assert.Equal(t, "always down", dl["error"])
+	// The event's timestamp is the dead letter's deadAt; both are in the one form of every time.
+	assert.Equal(t, dl["deadAt"], ev["timestamp"])
+	assert.Regexp(t, timefmt.Pattern, ev["timestamp"])
+	assert.Regexp(t, timefmt.Pattern, dl["receivedAt"])
 	assert.Equal(t, fmt.Sprintf("dl_%v", dl["id"]), ev["webhook-id"])
 
 	var letters struct {

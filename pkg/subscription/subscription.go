@@ -37,6 +37,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -125,9 +126,9 @@ type Subscription struct {
 	// Events are the event types delivered.
 	Events []string `json:"events"`
 	// Agents, when not empty, limits the events to those of these agents.
-	Agents      []string  `json:"agents,omitempty"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"createdAt"`
+	Agents      []string     `json:"agents,omitempty"`
+	Description string       `json:"description,omitempty"`
+	CreatedAt   timefmt.Time `json:"createdAt"`
 	// Secret signs the deliveries (whsec_ and a base64 key). Stored, and shown to the API only
 	// when the subscription is created.
 	Secret string `json:"secret,omitempty"`
@@ -276,7 +277,7 @@ func (s *Store) Create(ctx context.Context, tenant string, n New) (Subscription,
 	if len(have) >= s.cfg.MaxPerTenant {
 		return Subscription{}, ErrLimit
 	}
-	sub.ID, sub.CreatedAt = newID(), time.Now().UTC().Truncate(time.Millisecond)
+	sub.ID, sub.CreatedAt = newID(), timefmt.Now()
 	for _, src := range s.sources(&sub) {
 		if _, err := src.stream.CreateConsumer(ctx, src.consumer(&sub)); err != nil {
 			s.removeConsumers(context.WithoutCancel(ctx), &sub)
@@ -388,7 +389,7 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Subscription, error)
 		out = append(out, sub)
 	}
 	slices.SortFunc(out, func(a, b Subscription) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		if c := a.CreatedAt.Compare(b.CreatedAt.Time); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)

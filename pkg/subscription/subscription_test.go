@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -44,6 +45,7 @@ type receiver struct {
 type delivery struct {
 	id, typ, thread, text string
 	verifyErr             error
+	body                  []byte
 }
 
 func newReceiver(t *testing.T, fail func() bool) *receiver {
@@ -90,7 +92,7 @@ func startReceiver(t *testing.T, r *receiver) *receiver {
 		}
 		d := delivery{id: id, typ: ev.Type,
 			thread:    ev.Data.Message.WorkflowID + "/" + ev.Data.Message.ParticipantID,
-			verifyErr: webhooksig.Standard{Secret: r.secret}.Verify(hdr, body)}
+			verifyErr: webhooksig.Standard{Secret: r.secret}.Verify(hdr, body), body: body}
 		if ev.Data.Message.Text != nil {
 			d.text = *ev.Data.Message.Text
 		}
@@ -204,6 +206,45 @@ func TestDeliveryRetriesInOrderUntilTheReceiverRecovers(t *testing.T) {
 		assert.Equal(t, want, d.text, "thread %s in order", th)
 		next[th]++
 		assert.True(t, strings.HasPrefix(d.id, "msg_"))
+	}
+}
+
+// An event's timestamp is its message's createdAt, both in the one form of every time (package
+// timefmt): UTC, exactly three fractional digits, a whole second included.
+func TestEventTimestampIsTheMessagesCreatedAt(t *testing.T) {
+	f := newFixture(t, subscription.Config{})
+	rcv := newReceiver(t, nil)
+	ctx := context.Background()
+	sub, err := f.store.Create(ctx, "acme", subscription.New{URL: rcv.URL, Events: []string{subscription.MessageIncoming, subscription.MessageOutgoing}})
+	require.NoError(t, err)
+	rcv.secret = sub.Secret
+	f.deliver(t)
+
+	wf := "acme:Echo:Default:times"
+	cur, err := f.hist.Cursor(ctx, "acme", wf, "ada")
+	require.NoError(t, err)
+	in, out := "a whole second", "nanoseconds in another zone"
+	require.NoError(t, f.hist.Append(ctx, "acme", wf, "ada", &cur,
+		&history.Message{Direction: history.In, Text: &in, ParticipantID: "ada", WorkflowID: wf, RequestID: "r1",
+			CreatedAt: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)},
+		&history.Message{Direction: history.Out, Text: &out, ParticipantID: "ada", WorkflowID: wf, RequestID: "r1",
+			CreatedAt: time.Date(2026, 3, 4, 6, 6, 7, 340_999_999, time.FixedZone("CET", 3600))}))
+	want := map[string]string{in: "2026-03-04T05:06:07.000Z", out: "2026-03-04T05:06:07.340Z"}
+
+	require.Eventually(t, func() bool { return len(rcv.deliveries()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	for _, d := range rcv.deliveries() {
+		var ev struct {
+			Timestamp string `json:"timestamp"`
+			Data      struct {
+				Message struct {
+					CreatedAt string `json:"createdAt"`
+				} `json:"message"`
+			} `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(d.body, &ev), "%s", d.body)
+		assert.Equal(t, want[d.text], ev.Timestamp, "%s", d.body)
+		assert.Equal(t, ev.Timestamp, ev.Data.Message.CreatedAt, "%s", d.body)
+		assert.Regexp(t, timefmt.Pattern, ev.Timestamp)
 	}
 }
 

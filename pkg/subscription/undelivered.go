@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // ErrEventNotFound means the subscription has no undelivered event with that id.
@@ -24,9 +24,9 @@ type Undelivered struct {
 	EventID string `json:"eventId"`
 	Type    string `json:"type"`
 	// Error is what the last attempt got.
-	Error    string    `json:"error"`
-	Attempts int       `json:"attempts"`
-	FailedAt time.Time `json:"failedAt"`
+	Error    string       `json:"error"`
+	Attempts int          `json:"attempts"`
+	FailedAt timefmt.Time `json:"failedAt"`
 	// Event is the body that was POSTed.
 	Event json.RawMessage `json:"event"`
 }
@@ -41,7 +41,7 @@ func undeliveredOf(raw *jetstream.RawStreamMsg) Undelivered {
 	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
 	u := Undelivered{
 		ID: raw.Sequence, EventID: raw.Header.Get(subject.HeaderEventID), Type: raw.Header.Get(subject.HeaderEventType),
-		Error: raw.Header.Get(subject.HeaderError), Attempts: attempts, FailedAt: raw.Time.UTC(),
+		Error: raw.Header.Get(subject.HeaderError), Attempts: attempts, FailedAt: timefmt.Of(raw.Time),
 	}
 	if json.Valid(raw.Data) {
 		u.Event = json.RawMessage(raw.Data)

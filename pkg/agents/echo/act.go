@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // maxRemind bounds how far ahead remind schedules.
@@ -36,7 +37,7 @@ func remind(ctx context.Context, in remindIn) (map[string]any, error) {
 	if err := inst.Schedule(ctx, agent.Timer{Name: name, At: due, Method: "remind", Data: in, Scope: m.Scope}); err != nil {
 		return nil, err
 	}
-	return map[string]any{"timer": name, "dueAt": due.UTC().Format(time.RFC3339Nano)}, nil
+	return map[string]any{"timer": name, "dueAt": timefmt.Format(due)}, nil
 }
 
 type tickIn struct {
