@@ -494,6 +494,33 @@ func TestGetByID(t *testing.T) {
 	}
 }
 
+// A key record stored by an earlier release, whose times were written as time.Time writes them
+// (nanoseconds, an offset), still reads, and is answered in the one form of every time.
+func TestRecordWithEarlierTimesReads(t *testing.T) {
+	ctx, res, store, _ := setup(t)
+	secret, rec, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "ci"})
+	require.NoError(t, err)
+	old, err := json.Marshal(map[string]any{"id": rec.ID, "tenant": "acme", "role": "user", "name": "ci",
+		"createdAt": "2026-05-01T10:20:21.887541162Z", "revokedAt": "2026-05-01T12:20:22+02:00"})
+	require.NoError(t, err)
+	_, err = res.Keys.Put(ctx, keys.Hash(secret), old)
+	require.NoError(t, err)
+
+	got, err := store.Get(ctx, rec.ID)
+	require.NoError(t, err)
+	assert.True(t, got.CreatedAt.Equal(time.Date(2026, 5, 1, 10, 20, 21, 887541162, time.UTC)), "createdAt %v", got.CreatedAt)
+	require.NotNil(t, got.RevokedAt)
+	assert.True(t, got.RevokedAt.Equal(time.Date(2026, 5, 1, 10, 20, 22, 0, time.UTC)), "revokedAt %v", got.RevokedAt)
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"createdAt":"2026-05-01T10:20:21.887Z"`)
+	assert.Contains(t, string(b), `"revokedAt":"2026-05-01T10:20:22.000Z"`)
+	listed, err := store.Keys(ctx, "acme")
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	assert.Equal(t, got, listed[0])
+}
+
 func TestIndexPointingElsewhereIsUnknown(t *testing.T) {
 	ctx, res, store, _ := setup(t)
 	_, a, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
