@@ -1,5 +1,5 @@
 // Package docs_test checks the repository's Markdown: every relative link names a file that
-// exists, and every #fragment a heading of the file it points to.
+// exists, and every #fragment a heading of the file it points to; the short pages stay short.
 package docs_test
 
 import (
@@ -179,5 +179,17 @@ func TestLayoutNamesEveryPackage(t *testing.T) {
 	for dir := range listed {
 		_, err := os.Stat(filepath.Join("..", filepath.FromSlash(dir)))
 		assert.NoError(t, err, "development.md's layout names %s", dir)
+	}
+}
+
+// TestShortPages: the README is a newcomer's path and performance.md the current figures; each
+// stays within 250 lines, detail going to the pages they link and the figures' history to
+// CHANGELOG.md.
+func TestShortPages(t *testing.T) {
+	for _, page := range []string{filepath.Join("..", "README.md"), "performance.md"} {
+		b, err := os.ReadFile(page)
+		require.NoError(t, err)
+		lines := strings.Count(string(b), "\n")
+		assert.LessOrEqual(t, lines, 250, "%s has %d lines", page, lines)
 	}
 }
