@@ -146,9 +146,12 @@ type routeParams struct {
 	path, query, header []string
 }
 
+// routeKey names a route by its method and path template.
+type routeKey struct{ method, template string }
+
 // declaredParams reads, once, the parameters of every operation of the OpenAPI document, by
-// method and path template ("GET /api/v1/admin/hosts").
-var declaredParams = sync.OnceValue(func() map[string]routeParams {
+// method and path template.
+var declaredParams = sync.OnceValue(func() map[routeKey]routeParams {
 	var doc struct {
 		Paths      map[string]map[string]json.RawMessage `json:"paths"`
 		Components struct {
@@ -158,7 +161,7 @@ var declaredParams = sync.OnceValue(func() map[string]routeParams {
 	if err := json.Unmarshal(openAPIDocument, &doc); err != nil {
 		panic(fmt.Sprintf("the embedded OpenAPI document: %v", err))
 	}
-	out := make(map[string]routeParams)
+	out := make(map[routeKey]routeParams)
 	for path, item := range doc.Paths {
 		for method, raw := range item {
 			var op struct {
@@ -181,7 +184,7 @@ var declaredParams = sync.OnceValue(func() map[string]routeParams {
 					rp.header = append(rp.header, p.Name)
 				}
 			}
-			out[strings.ToUpper(method)+" "+path] = rp
+			out[routeKey{strings.ToUpper(method), path}] = rp
 		}
 	}
 	return out
@@ -195,7 +198,9 @@ type openAPIParam struct {
 }
 
 // paramsOf returns the parameters of the route of method and template.
-func paramsOf(method, template string) routeParams { return declaredParams()[method+" "+template] }
+func paramsOf(method, template string) routeParams {
+	return declaredParams()[routeKey{method, template}]
+}
 
 // checkParam checks one value of a parameter against its rule; nil when it passes or the
 // parameter has no rule.
@@ -204,7 +209,8 @@ func checkParam(in, name, template, v string) *problem.Problem {
 	if !ok {
 		return nil
 	}
-	err := rule.check(paramField(in, name), v)
+	// Checked without a field, whose name is only built for a refusal (checks run on every call).
+	err := rule.check("", v)
 	if err == nil {
 		return nil
 	}
@@ -212,7 +218,7 @@ func checkParam(in, name, template, v string) *problem.Problem {
 	if in == "path" && name == "id" {
 		refused = idRefused(template)
 	}
-	return refused.New(err.Error())
+	return refused.New(paramField(in, name) + " " + err.Error())
 }
 
 // paramField names a parameter in a problem's detail: `the query parameter "agentName"`.
