@@ -76,6 +76,10 @@ type options struct {
 	ProcEnv procEnv
 	// Rounds is how many times the phases run in turn (the command's -rounds).
 	Rounds int
+	// RateLimit, when positive, is the in-process ingress's rate limit of every key and every
+	// tenant, in requests a second (the command's -rate-limit): set above the load, it measures
+	// what the limiter costs a call. Zero sets none.
+	RateLimit float64
 	// ProfileServers, when set, is the file prefix of CPU profiles of the measured window taken
 	// from the processes that serve the phase (processes phase only): prefix.nats and so on.
 	ProfileServers string

@@ -74,7 +74,7 @@
 //	               [-rounds N] [-bins DIR] [-penv name:KEY=VALUE] [-cpuprofile FILE] [-trace FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
-//	               [-min-ratio R]
+//	               [-min-ratio R] [-rate-limit N]
 //	go run ./bench -target all [-rates N,N,…]   # webhook, send and converse, then webhook's open loop
 //
 // -url loads an agentbus that is already running (an ingress base URL) instead of starting one:
@@ -84,6 +84,10 @@
 //
 // -target all runs the closed loop of webhook, send and converse in turn (each with its bare
 // phase), then webhook's open loop at -rates, and ends with the three ratios side by side.
+//
+// -rate-limit N gives the in-process ingress a rate limit of N requests a second for every key
+// and every tenant; above the load, it refuses nothing and the run measures what the limiter
+// costs a call.
 //
 // -min-ratio R makes the command exit with status 1 when the closed loop's ratio is below R: CI
 // runs a short bench with -min-ratio 0.15 to catch a collapse (not drift: machines vary).
@@ -154,6 +158,7 @@ func main() {
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
 	minRatio := flag.Float64("min-ratio", 0, "exit with status 1 when the closed loop's agentbus/bare ratio is below `R` (a regression guard; 0: off)")
 	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", ")+", or all (webhook, send and converse, then webhook's open loop)")
+	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "agentbus phase: every key's and tenant's rate limit in the in-process ingress, `N` requests a second; set above the load, it measures the limiter's cost (0: no limit)")
 	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
 	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
 	flag.Parse()
@@ -172,6 +177,9 @@ func main() {
 	}
 	if o.Rounds < 1 {
 		fatalf("-rounds must be at least 1")
+	}
+	if !(o.RateLimit >= 0) {
+		fatalf("-rate-limit must be 0 or more")
 	}
 	closedGiven := false
 	flag.Visit(func(f *flag.Flag) { closedGiven = closedGiven || f.Name == "closed" })

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/stack"
 )
@@ -156,6 +157,7 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   []*agent.Agent{echo.New()},
 		Bus:      bus.Config{Partitions: o.Partitions},
+		Ingress:  ingress.Config{RateLimit: ingress.Rate{PerSecond: o.RateLimit}},
 		Logger:   nil,
 	})
 	if err != nil {
