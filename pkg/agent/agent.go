@@ -84,6 +84,7 @@ type Agent struct {
 	onStart       func(ctx context.Context, inst *Instance) error
 	tenants       []string // empty: every tenant
 	idleAfter     time.Duration
+	maxConcurrent int // handler slots of its own on each host; 0: the host's shared ones
 }
 
 // Option configures an Agent.
@@ -105,6 +106,21 @@ func OnStart(fn func(ctx context.Context, inst *Instance) error) Option {
 // By default every tenant may call an agent.
 func Tenants(tenants ...string) Option {
 	return func(a *Agent) { a.tenants = slices.Clone(tenants) }
+}
+
+// MaxConcurrent gives the agent n handler slots of its own on each host that runs it, in place of
+// a share of the host's (HostConfig.MaxConcurrent): at most n of its requests run at once on a
+// host, and when more may run, a slot that frees up goes to its tenants in turn (HostConfig.Share
+// is asked with the agent's name). For an agent behind a limit of its own, such as a model
+// provider's cap on concurrent calls: its slow requests then neither hold the slots of the host's
+// other agents nor wait behind theirs. New panics when n is not positive.
+func MaxConcurrent(n int) Option {
+	return func(a *Agent) {
+		if n < 1 {
+			panic(fmt.Sprintf("agent %s: MaxConcurrent(%d): not positive", a.name, n))
+		}
+		a.maxConcurrent = n
+	}
 }
 
 // New returns an agent. It panics on an invalid name, as http.ServeMux panics on a bad pattern:

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -38,12 +39,44 @@ type delivery struct {
 // host holds requests of it. Its requests run one at a time, in inbox order; an idle
 // conversation costs nothing.
 type conversation struct {
-	key string
+	key    string
+	tenant string // the tenant, from the stored subject: whose turn its requests take
+	slots  *slots // the handler slots its agent's requests run in
 
 	// Guarded by Host.mu.
 	queue   []*delivery // ascending sequence; the head may be running
-	running bool        // a goroutine drains it
+	running bool        // its head is running
+	ready   bool        // it waits in its slots' queue for a slot to run its head
 	blocked bool        // the head waits for an earlier request held elsewhere
+}
+
+// slots are the handler slots an agent's requests run in, which free up one at a time and go to
+// the tenants in turn (package fairshare): the host's MaxConcurrent, shared by the agents that
+// have no capacity of their own, or an agent's own (MaxConcurrent). A conversation whose head may
+// run waits in ready under its tenant; the drainers, at most one per slot, each take the next
+// conversation the queue hands out, run its head, and put it back at the end of its tenant's line
+// if it has more. So a waiting conversation costs no goroutine, and a tenant with a backlog takes
+// one turn in each round like any other, however much it queued first.
+type slots struct {
+	// agent is the agent whose tenants' shares the slots follow (HostConfig.Share); empty when
+	// several agents share them.
+	agent string
+	size  int
+
+	// Guarded by Host.mu.
+	ready *fairshare.Queue[string, *conversation]
+	// drainers run now (at most size); idle of them wait on wake for a conversation to be ready.
+	drainers, idle int
+	wake           chan struct{}
+}
+
+// newSlots returns size slots for the agent's requests ("" for several agents).
+func (h *Host) newSlots(agentName string, size int) *slots {
+	var share func(string) fairshare.Share
+	if h.cfg.Share != nil {
+		share = func(tenant string) fairshare.Share { return h.cfg.Share(tenant, agentName) }
+	}
+	return &slots{agent: agentName, size: size, ready: fairshare.New[string, *conversation](share), wake: make(chan struct{}, size)}
 }
 
 func compareSeq(a, b uint64) int { return cmp.Compare(a, b) }
@@ -108,7 +141,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	}
 	c := h.convs[m.Subject()]
 	if c == nil {
-		c = &conversation{key: m.Subject()}
+		c = &conversation{key: m.Subject(), tenant: subject.StoredInboxTenant(m.Subject()), slots: h.slots[part.key.agent]}
 		h.convs[c.key] = c
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
@@ -130,25 +163,46 @@ func (h *Host) waitsLocked(c *conversation) bool {
 	return len(seqs) > 0 && seqs[0] < head.seq
 }
 
-// scheduleLocked starts draining a conversation whose head may run now.
+// scheduleLocked puts a conversation whose head may run in its slots' queue, and wakes or starts
+// a drainer for it.
 func (h *Host) scheduleLocked(c *conversation) {
-	if c.running || len(c.queue) == 0 {
-		return
+	if h.readyLocked(c) {
+		h.wakeLocked(c.slots)
+	}
+}
+
+// readyLocked puts a conversation whose head may run at the end of its tenant's line in its slots'
+// queue, or parks it when its head waits for a request held elsewhere. It reports whether it
+// queued it.
+func (h *Host) readyLocked(c *conversation) bool {
+	if c.running || c.ready || len(c.queue) == 0 {
+		return false
 	}
 	if h.waitsLocked(c) {
 		h.blockLocked(c)
-		return
+		return false
 	}
 	if c.blocked {
 		c.blocked = false
 		delete(h.blocked, c)
 	}
-	c.running = true
-	select {
-	case h.idle <- c:
-	default:
+	c.ready = true
+	c.slots.ready.Push(c.tenant, c)
+	return true
+}
+
+// wakeLocked gets a drainer to take the next conversation of the slots: an idle one, or a new one
+// while fewer run than there are slots. When every slot is taken, the next drainer that finishes
+// a request takes it.
+func (h *Host) wakeLocked(s *slots) {
+	switch {
+	case s.idle > 0:
+		s.idle--
+		s.wake <- struct{}{} // never blocks: it holds a place for each drainer
+	case s.drainers < s.size:
+		s.drainers++
 		h.wg.Add(1)
-		go h.drainer(c)
+		go h.drainer(s)
 	}
 }
 
@@ -157,22 +211,73 @@ func (h *Host) scheduleLocked(c *conversation) {
 // stacks are deep (docs/performance.md).
 const drainerIdle = time.Second
 
-// drainer drains c, then the conversations handed to it while it idles, until none comes for
-// drainerIdle or the host stops.
-func (h *Host) drainer(c *conversation) {
+// drainer is one of the slots: it runs the head of the conversation the slots' queue hands out
+// next, one request at a time, until none is ready for drainerIdle or the host stops.
+func (h *Host) drainer(s *slots) {
 	defer h.wg.Done()
 	idle := time.NewTimer(drainerIdle)
 	defer idle.Stop()
 	for {
-		h.drain(c)
-		idle.Reset(drainerIdle)
-		select {
-		case c = <-h.idle:
-		case <-idle.C:
-			return
-		case <-h.stopping:
-			return
+		h.mu.Lock()
+		c, d := h.takeLocked(s)
+		if c == nil {
+			s.idle++
+			h.mu.Unlock()
+			if !h.awaitWork(s, idle) {
+				return
+			}
+			continue
 		}
+		h.mu.Unlock()
+		h.drain(c, d)
+	}
+}
+
+// awaitWork waits, as an idle drainer of s, until it is woken, and reports whether it was; false
+// when drainerIdle passed or the host stops first, and the drainer ends.
+func (h *Host) awaitWork(s *slots, idle *time.Timer) bool {
+	idle.Reset(drainerIdle)
+	select {
+	case <-s.wake:
+		return true
+	case <-idle.C:
+	case <-h.stopping:
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-s.wake: // woken just as it gave up: a conversation is ready
+		return true
+	default:
+	}
+	s.idle--
+	s.drainers--
+	return false
+}
+
+// takeLocked takes the next conversation whose head may run from the slots' queue and marks its
+// head running; nil when none is ready (or its tenant is at its cap).
+func (h *Host) takeLocked(s *slots) (*conversation, *delivery) {
+	for {
+		tenant, c, ok := s.ready.Next()
+		if !ok {
+			return nil, nil
+		}
+		c.ready = false
+		if len(c.queue) == 0 || h.waitsLocked(c) {
+			// Its requests went back to the bus while it waited (a handover), or a new tenure
+			// found an earlier request of it held elsewhere.
+			s.ready.Done(tenant)
+			if len(c.queue) == 0 {
+				h.forgetLocked(c)
+			} else {
+				h.blockLocked(c)
+			}
+			continue
+		}
+		d := c.queue[0]
+		c.running, d.running = true, true
+		return c, d
 	}
 }
 
@@ -188,42 +293,30 @@ func (h *Host) blockLocked(c *conversation) {
 	}
 }
 
-// drain handles the conversation's requests in order while they may run.
-func (h *Host) drain(c *conversation) {
-	for {
-		h.mu.Lock()
-		if len(c.queue) == 0 {
-			c.running = false
-			h.forgetLocked(c)
-			h.mu.Unlock()
-			return
-		}
-		if h.waitsLocked(c) {
-			c.running = false
-			h.blockLocked(c)
-			h.mu.Unlock()
-			return
-		}
-		d := c.queue[0]
-		d.running = true
-		h.mu.Unlock()
+// drain handles the conversation's head d in a slot, then puts the conversation back at the end
+// of its tenant's line if it has more, and frees the slot.
+func (h *Host) drain(c *conversation, d *delivery) {
+	gaveBack := !h.process(h.hctx, d)
 
-		h.sem <- struct{}{}
-		gaveBack := !h.process(h.hctx, d)
-		<-h.sem
-
-		h.mu.Lock()
-		h.dropLocked(d)
-		if gaveBack {
-			// It goes back to the bus and comes back after the requests queued behind it, which
-			// must therefore wait for it as for a request held elsewhere.
-			seqs := d.part.others[c.key]
-			i, _ := slices.BinarySearch(seqs, d.seq)
-			if d.part.others != nil {
-				d.part.others[c.key] = slices.Insert(seqs, i, d.seq)
-			}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropLocked(d)
+	if gaveBack {
+		// It goes back to the bus and comes back after the requests queued behind it, which
+		// must therefore wait for it as for a request held elsewhere.
+		seqs := d.part.others[c.key]
+		i, _ := slices.BinarySearch(seqs, d.seq)
+		if d.part.others != nil {
+			d.part.others[c.key] = slices.Insert(seqs, i, d.seq)
 		}
-		h.mu.Unlock()
+	}
+	c.running = false
+	// Queued before the slot is freed, so that a tenant that keeps its place keeps its share
+	// too; no drainer is woken: this one takes the next conversation itself.
+	h.readyLocked(c)
+	c.slots.ready.Done(c.tenant)
+	if len(c.queue) == 0 {
+		h.forgetLocked(c)
 	}
 }
 

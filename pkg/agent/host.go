@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -57,8 +58,20 @@ type HostConfig struct {
 	// RetryBackoff is the wait before the first retry; each further retry waits twice as long,
 	// up to a minute. Default 1s.
 	RetryBackoff time.Duration
-	// MaxConcurrent caps handlers running at once. Default 1024.
+	// MaxConcurrent is how many handlers of the agents without a capacity of their own (see the
+	// agent option MaxConcurrent) run at once: the host's handler slots, which those agents
+	// share. When more requests may run than there are free slots, a slot that frees up goes to
+	// the tenants in turn (Share), and within a tenant to its conversations in turn, one request
+	// each, not to the request that came first. Default 1024.
 	MaxConcurrent int
+	// Share gives a tenant's share of the handler slots of an agent (fairshare.Share): its
+	// weight in the turns, and at most how many of its requests run at once. agent is the agent
+	// whose slots they are, or "" for the slots several agents share (HostConfig.MaxConcurrent
+	// on a host of more than one such agent). It is called when a tenant's request comes to wait
+	// for a slot while none of the tenant's wait or run there, not for every request, under the
+	// host's lock: it must be quick, a read of memory. Nil, or a zero Share, gives every tenant
+	// weight 1 and no cap.
+	Share func(tenant, agent string) fairshare.Share
 	// AckWait is how long the bus waits for news of a request before it gives the request to
 	// another host: a host tells the bus about every request it holds (queued or running) every
 	// third of it, so a live host keeps its requests however long they take, and the requests of
@@ -179,10 +192,11 @@ type Host struct {
 	keeper  *bus.InboxKeeper
 	// inspected answers on the host's inspect subject (inspect.go).
 	inspected *nats.Subscription
-	sem       chan struct{}
-	idle      chan *conversation // idle drainers wait on it for the next conversation to drain
-	metrics   *hostMetrics       // nil without HostConfig.Metrics
-	tracer    trace.Tracer       // nil when tracing is off
+	// slots are the handler slots of each agent (dispatch.go): the agents without a capacity of
+	// their own share one.
+	slots   map[string]*slots
+	metrics *hostMetrics // nil without HostConfig.Metrics
+	tracer  trace.Tracer // nil when tracing is off
 
 	started  time.Time
 	ready    chan struct{}
@@ -228,14 +242,30 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	cfg = cfg.withDefaults()
 	h := &Host{
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
-		sem: make(chan struct{}, cfg.MaxConcurrent), idle: make(chan *conversation), ready: make(chan struct{}), stopping: make(chan struct{}),
+		slots: make(map[string]*slots), ready: make(chan struct{}), stopping: make(chan struct{}),
 		kick:  make(chan struct{}, 1),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
 	}
+	var shared []string // the agents without slots of their own
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
+		if a.maxConcurrent > 0 {
+			h.slots[a.name] = h.newSlots(a.name, a.maxConcurrent)
+		} else {
+			shared = append(shared, a.name)
+		}
+	}
+	if len(shared) > 0 {
+		name := ""
+		if len(shared) == 1 {
+			name = shared[0]
+		}
+		s := h.newSlots(name, cfg.MaxConcurrent)
+		for _, n := range shared {
+			h.slots[n] = s
+		}
 	}
 	if cfg.Metrics != nil {
 		m, err := newHostMetrics(cfg.Metrics, cfg.Agents)

@@ -229,12 +229,14 @@ func (h *Host) stateLocked(c *conversation, i int, d *delivery) inspect.Request 
 		r.Call = &inspect.Call{Agent: call.agent, WorkflowID: call.workflowID, Method: call.method, Since: timefmt.Of(call.since)}
 	case d.running && !d.started.IsZero():
 		r.State, r.Since = inspect.StateRunning, at(d.started)
-	case d.running:
-		r.State, r.Reason = inspect.StateQueued, inspect.ReasonWaitingForSlot
+	case d.running: // a slot took it; its attempt has not begun
+		r.State, r.Reason = inspect.StateQueued, inspect.ReasonNext
 	case i > 0:
 		r.State, r.Reason, r.EarlierSequence = inspect.StateQueued, inspect.ReasonBehind, c.queue[i-1].seq
 	case h.waitsLocked(c):
 		r.State, r.Reason, r.EarlierSequence = inspect.StateHeld, inspect.ReasonEarlierElsewhere, d.part.others[c.key][0]
+	case c.ready:
+		r.State, r.Reason = inspect.StateQueued, inspect.ReasonWaitingForSlot
 	default:
 		r.State, r.Reason = inspect.StateQueued, inspect.ReasonNext
 	}

@@ -63,8 +63,9 @@ const (
 	ReasonBehind = "behind-earlier-request"
 	// ReasonNext: it is next and about to start.
 	ReasonNext = "next"
-	// ReasonWaitingForSlot: it is next, but the host runs as many handlers as it may
-	// (AGENTBUS_MAX_CONCURRENT).
+	// ReasonWaitingForSlot: it is next, and waits for a handler slot of its agent on the host
+	// (agent.HostConfig.MaxConcurrent, agent.MaxConcurrent, a remote agent's maxConcurrent),
+	// which go to the tenants in turn.
 	ReasonWaitingForSlot = "waiting-for-slot"
 )
 
