@@ -8,13 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
-// Rate is a token bucket: PerSecond requests a second on average, and up to Burst at once.
+// Rate is a token bucket: PerSecond requests a second on average, and up to Burst at once, of
+// every ingress instance together (ratelimit.go).
 type Rate struct {
 	// PerSecond is the refill rate. Zero or less means no limit.
 	PerSecond float64
@@ -35,85 +34,18 @@ const (
 	DefaultReadHeaderTimeout   = 10 * time.Second
 )
 
-// limiterSweepEvery is how often buckets that have refilled are dropped. A full bucket is what
-// a new key gets, so dropping one loses nothing; keys idle for longer than the refill time cost
-// no memory.
-const limiterSweepEvery = time.Minute
-
-// limiter holds one token bucket per API key id. It runs no goroutine: allow sweeps the map
-// now and then, under the same lock.
-type limiter struct {
-	def     Rate
-	tenants map[string]Rate
-
-	mu        sync.Mutex
-	buckets   map[string]*rate.Limiter
-	lastSweep time.Time
-}
-
-func newLimiter(def Rate, tenants map[string]Rate) *limiter {
-	l := &limiter{def: def.withDefaults(), tenants: make(map[string]Rate, len(tenants)), buckets: make(map[string]*rate.Limiter)}
-	for t, r := range tenants {
-		l.tenants[t] = r.withDefaults()
-	}
-	return l
-}
-
-// rateOf is the rate of a key: its tenant's override, else the default.
-func (l *limiter) rateOf(k keys.Key) Rate {
-	if r, ok := l.tenants[k.Tenant]; ok {
-		return r
-	}
-	return l.def
-}
-
-// allow takes a token from the key's bucket. When there is none it returns how long until there
-// will be one.
-func (l *limiter) allow(k keys.Key, now time.Time) (bool, time.Duration) {
-	r := l.rateOf(k)
-	if r.PerSecond <= 0 {
-		return true, 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.lastSweep) >= limiterSweepEvery {
-		l.sweep(now)
-	}
-	b, ok := l.buckets[k.ID]
-	if !ok {
-		b = rate.NewLimiter(rate.Limit(r.PerSecond), r.Burst)
-		l.buckets[k.ID] = b
-	}
-	res := b.ReserveN(now, 1)
-	if !res.OK() {
-		return false, time.Second
-	}
-	if d := res.DelayFrom(now); d > 0 {
-		// Refused requests do not count: give the token back.
-		res.CancelAt(now)
-		return false, d
-	}
-	return true, 0
-}
-
-// sweep drops the buckets that have refilled. l.mu is held.
-func (l *limiter) sweep(now time.Time) {
-	l.lastSweep = now
-	for id, b := range l.buckets {
-		if b.TokensAt(now) >= float64(b.Burst()) {
-			delete(l.buckets, id)
-		}
-	}
-}
-
-// limit applies the key's rate limit; over it, the answer is a 429 problem.
+// limit applies the key's rate limit and its tenant's; over either, the answer is a 429 problem.
 func (s *Server) limit(k keys.Key) *problem.Problem {
-	ok, wait := s.limits.allow(k, time.Now())
+	ok, wait, scope := s.limits.allow(k, time.Now())
 	if ok {
 		return nil
 	}
 	secs := max(1, int(math.Ceil(wait.Seconds())))
-	p := problem.RateLimited.New(fmt.Sprintf("too many requests with this API key; retry in %d s", secs))
+	what := "with this API key"
+	if scope == scopeTenant {
+		what = "for this tenant (all its keys together)"
+	}
+	p := problem.RateLimited.New(fmt.Sprintf("too many requests %s; retry in %d s", what, secs))
 	p.RetryAfter = secs
 	return p
 }

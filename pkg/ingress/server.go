@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -54,12 +53,20 @@ type Config struct {
 	// MaxFileBytes bounds uploaded files (decoded). Default 25 MiB. The send endpoint takes
 	// bodies large enough for such a file in base64.
 	MaxFileBytes int64
-	// RateLimit is every API key's request rate (a token bucket per key id). The zero value
-	// means no limit; the services set AGENTBUS_RATE_LIMIT and AGENTBUS_RATE_BURST.
+	// RateLimit is every API key's request rate (a token bucket per key id), across every
+	// ingress instance together. The zero value means no limit; the services set
+	// AGENTBUS_RATE_LIMIT and AGENTBUS_RATE_BURST. Give every instance the same rates.
 	RateLimit Rate
 	// TenantRateLimits override RateLimit for the keys of a tenant; a zero Rate there means no
-	// limit for that tenant.
+	// limit for that tenant's keys.
 	TenantRateLimits map[string]Rate
+	// TenantRateLimit is every tenant's request rate, all its keys together, across every
+	// ingress instance together; the zero value means none. The system-admin key belongs to no
+	// tenant and is not counted.
+	TenantRateLimit Rate
+	// TenantRateLimitTenants override TenantRateLimit for a tenant; a zero Rate there means no
+	// limit for that tenant. Server.SetTenantRates changes a tenant's rates at runtime.
+	TenantRateLimitTenants map[string]Rate
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
@@ -123,11 +130,16 @@ func (c Config) Validate() error {
 		return errors.New("ingress: negative listener limit")
 	}
 	for tenant, r := range c.TenantRateLimits {
-		if r.Burst < 0 || math.IsNaN(r.PerSecond) {
+		if !r.valid() {
 			return fmt.Errorf("ingress: invalid rate limit of tenant %q", tenant)
 		}
 	}
-	if c.RateLimit.Burst < 0 || math.IsNaN(c.RateLimit.PerSecond) {
+	for tenant, r := range c.TenantRateLimitTenants {
+		if !r.valid() {
+			return fmt.Errorf("ingress: invalid tenant rate limit of tenant %q", tenant)
+		}
+	}
+	if !c.RateLimit.valid() || !c.TenantRateLimit.valid() {
 		return errors.New("ingress: invalid rate limit")
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
@@ -191,10 +203,13 @@ type Server struct {
 	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
 	mcpHandler http.Handler
 	limits     *limiter
-	waiting    *waiting
-	listeners  *listeners
-	metrics    *apiMetrics
-	stats      *statsService
+	// sharing exchanges the demand of busy keys and tenants with the other instances, so that
+	// the rate limits hold across all of them (ratesharing.go).
+	sharing   *rateSharing
+	waiting   *waiting
+	listeners *listeners
+	metrics   *apiMetrics
+	stats     *statsService
 	// confirms makes admin writes wait until every instance's caches hold them (confirm.go).
 	confirms *confirmer
 	// params checks Data calls' parameters against their methods' registered schemas.
@@ -216,7 +231,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("ingress", cfg.InstanceID),
 		closing: make(chan struct{}),
-		limits:  newLimiter(cfg.RateLimit, cfg.TenantRateLimits),
+		limits: newLimiter(rateTable{key: cfg.RateLimit, keyOf: cfg.TenantRateLimits,
+			tenant: cfg.TenantRateLimit, tenantOf: cfg.TenantRateLimitTenants}, demandEvery),
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
 		listeners: &listeners{
 			perKey: cfg.MaxListenersPerKey, perTenant: cfg.MaxListenersPerTenant,
@@ -263,6 +279,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close(), s.confirms.close())
 		return nil, err
 	}
+	if s.sharing, err = startRateSharing(cfg.Conn, cfg.InstanceID, s.limits, s.confirms.present, s.log); err != nil {
+		_ = errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.confirms.close())
+		return nil, err
+	}
 	s.mcpHandler = s.newMCPHandler()
 	s.handler = s.routes()
 	return s, nil
@@ -291,11 +311,27 @@ func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
 func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // Close ends streams, tells the other instances this one leaves (admin writes no longer wait for
-// it), and stops the watches and the reply, stats and confirmation subscriptions.
+// it, rate limits no longer count its demand), and stops the watches and the reply, stats,
+// confirmation and rate demand subscriptions.
 func (s *Server) Close() error {
 	s.CloseStreams()
-	return errors.Join(s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
+	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
+
+// SetTenantRates sets a tenant's rate limits on this instance, in place of the configured ones,
+// from its next request on; ResetTenantRates goes back to those. The rates hold across every
+// instance together once every instance has the same: set them on each. A zero Rate is no
+// limit; a Burst of 0 is twice the rate.
+func (s *Server) SetTenantRates(tenant string, r TenantRates) error {
+	return s.limits.setTenant(tenant, &r)
+}
+
+// ResetTenantRates gives a tenant the configured rate limits again (Config.RateLimit,
+// TenantRateLimits, TenantRateLimit, TenantRateLimitTenants).
+func (s *Server) ResetTenantRates(tenant string) { _ = s.limits.setTenant(tenant, nil) }
+
+// TenantRates returns the rate limits a tenant's calls have now.
+func (s *Server) TenantRates(tenant string) TenantRates { return s.limits.tenantRates(tenant) }
 
 // route is one line of the API: a method and a path template (gorilla/mux syntax), and the
 // handler that answers it.

@@ -317,6 +317,11 @@ const IngressPresence = "agentbus.ingress.presence"
 // once they do, and at once that it waits when they do not yet.
 const IngressConfirm = "agentbus.ingress.confirm"
 
+// IngressDemand is the core NATS subject on which every ingress instance tells the others, every
+// 200 ms while any is busy, the demand it sees of its busy keys and tenants, so that each sets
+// its share of their rate limits.
+const IngressDemand = "agentbus.ingress.demand"
+
 // ConfirmReply is the reply subject of one confirmation request (IngressConfirm) of an ingress
 // instance; id is a token of the request.
 func ConfirmReply(instance, id string) string { return confirmReplyPrefix + "." + instance + "." + id }

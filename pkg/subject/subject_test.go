@@ -212,7 +212,8 @@ func TestStatsSubjects(t *testing.T) {
 }
 
 // TestConfirmSubjects: a confirmation's reply subject is nobody's handler or stats reply subject,
-// and no inbox, history or dead-letter subscription takes the presence and confirmation subjects.
+// and no inbox, history or dead-letter subscription takes the presence, confirmation and rate
+// demand subjects.
 func TestConfirmSubjects(t *testing.T) {
 	for _, instance := range []string{"ing1", "confirm", "agentbus"} {
 		r := subject.ConfirmReply(instance, "abc")
@@ -225,6 +226,7 @@ func TestConfirmSubjects(t *testing.T) {
 	for _, filter := range []string{subject.InboxSubjects(), subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
 		assert.False(t, subject.MatchesFilter(subject.IngressPresence, filter), filter)
 		assert.False(t, subject.MatchesFilter(subject.IngressConfirm, filter), filter)
+		assert.False(t, subject.MatchesFilter(subject.IngressDemand, filter), filter)
 	}
 }
 

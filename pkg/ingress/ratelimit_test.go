@@ -1,0 +1,168 @@
+package ingress_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/stack"
+)
+
+// offered is what a load of requests got: the accepted ones by time since the load started,
+// the other answers, and one refusal as it came.
+type offered struct {
+	mu       sync.Mutex
+	start    time.Time
+	sent     int
+	accepted []time.Duration
+	other    map[int]int
+	refusal  struct {
+		status int
+		header http.Header
+		body   []byte
+	}
+}
+
+// acceptedRate is the accepted requests a second from `from` after the start to `to`.
+func (o *offered) acceptedRate(from, to time.Duration) float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, at := range o.accepted {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return float64(n) / (to - from).Seconds()
+}
+
+// offer sends GET /api/user/agents with key at rate a second for d, request i to bases[i %
+// len(bases)], and counts the answers: 200 is accepted, 429 refused.
+func offer(t *testing.T, bases []string, key string, rate float64, d time.Duration) *offered {
+	t.Helper()
+	o := &offered{start: time.Now(), other: map[int]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	every := time.Duration(float64(time.Second) / rate)
+	for i := 0; ; i++ {
+		due := o.start.Add(time.Duration(i) * every)
+		if due.Sub(o.start) >= d {
+			break
+		}
+		time.Sleep(time.Until(due))
+		o.sent++
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, bases[i%len(bases)]+"/api/user/agents", nil)
+			if err != nil {
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				o.mu.Lock()
+				o.other[0]++
+				o.mu.Unlock()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				o.accepted = append(o.accepted, due.Sub(o.start))
+			case http.StatusTooManyRequests:
+				if o.refusal.status == 0 {
+					o.refusal.status, o.refusal.header, o.refusal.body = resp.StatusCode, resp.Header, b
+				}
+			default:
+				o.other[resp.StatusCode]++
+			}
+		})
+	}
+	wg.Wait()
+	return o
+}
+
+// TestRateLimitAcrossInstances: three ingress instances on one NATS hold a key's rate and a
+// tenant's rate together, where each alone would let through its own: 150 requests a second
+// spread over the three, against a rate of 20 a second, are accepted at about 20 a second.
+// Refusals are 429 rate-limited with Retry-After; a quiet key of the same tenant and a quiet
+// tenant, on another instance, get every request through.
+func TestRateLimitAcrossInstances(t *testing.T) {
+	cfg := ingress.Config{
+		TenantRateLimits:       map[string]ingress.Rate{"keyed": {PerSecond: 20, Burst: 20}},
+		TenantRateLimitTenants: map[string]ingress.Rate{"acme": {PerSecond: 20, Burst: 20}, "quiet": {PerSecond: 20, Burst: 20}},
+	}
+	s := startStack(t, stack.Config{Ingress: cfg}, "default", "keyed", "acme", "quiet")
+	second, third := startIngress(t, s.Stack, cfg), startIngress(t, s.Stack, cfg)
+	bases := []string{s.URL, second.URL, third.URL}
+	require.Eventually(t, func() bool {
+		return len(s.Ingress.PresentIngresses()) == 2 && len(second.PresentIngresses()) == 2 && len(third.PresentIngresses()) == 2
+	}, 5*time.Second, 10*time.Millisecond, "the instances never heard of each other")
+	keyedQuiet := createKey(t, s.Stack, "keyed", s.keys["keyed"], "quiet", "user").Key
+	acmeSecond := createKey(t, s.Stack, "acme", s.keys["acme"], "second", "user").Key
+
+	const (
+		rate    = 20.0
+		load    = 150.0
+		runFor  = 4 * time.Second
+		measure = time.Second // after the burst
+	)
+	for _, tc := range []struct {
+		name   string
+		keys   []string // the busy load's keys, each sending load/len(keys)
+		quiet  string   // a key that sends little, on the third instance
+		detail string
+	}{
+		{name: "a key's rate", keys: []string{s.keys["keyed"]}, quiet: keyedQuiet, detail: "too many requests with this API key"},
+		{name: "a tenant's rate", keys: []string{s.keys["acme"], acmeSecond}, quiet: s.keys["quiet"], detail: "too many requests for this tenant"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			loads := make([]*offered, len(tc.keys))
+			for i, key := range tc.keys {
+				wg.Go(func() { loads[i] = offer(t, bases, key, load/float64(len(tc.keys)), runFor) })
+			}
+			var quiet *offered
+			wg.Go(func() { quiet = offer(t, bases[2:], tc.quiet, 5, runFor) })
+			wg.Wait()
+
+			got := 0.0
+			for _, o := range loads {
+				got += o.acceptedRate(measure, runFor)
+				assert.Empty(t, o.other, "answers other than 200 and 429")
+			}
+			t.Logf("%s of %.0f/s, %.0f/s offered over three instances: %.1f/s accepted after the first second", tc.name, rate, load, got)
+			assert.InDelta(t, rate, got, rate*0.2, "accepted rate")
+
+			r := loads[0].refusal
+			wantRateLimited(t, r.status, r.header, r.body, 1)
+			assert.Contains(t, decode(t, r.body)["detail"], tc.detail)
+			assert.Equal(t, quiet.sent, len(quiet.accepted), "the quiet key's requests, on the third instance: %v", quiet.other)
+		})
+	}
+
+	t.Run("rates set at runtime", func(t *testing.T) {
+		for _, in := range []*ingress.Server{s.Ingress, second.Server, third.Server} {
+			require.NoError(t, in.SetTenantRates("quiet", ingress.TenantRates{Tenant: ingress.Rate{PerSecond: 0.01, Burst: 1}}))
+		}
+		// Each instance's share of a burst of 1 is one request.
+		status, _, b := do(t, http.MethodGet, third.URL+"/api/user/agents", s.keys["quiet"], nil)
+		require.Equal(t, http.StatusOK, status, "%s", b)
+		status, h, b := do(t, http.MethodGet, third.URL+"/api/user/agents", s.keys["quiet"], nil)
+		wantRateLimited(t, status, h, b, 300)
+		for _, in := range []*ingress.Server{s.Ingress, second.Server, third.Server} {
+			in.ResetTenantRates("quiet")
+			assert.Equal(t, ingress.Rate{PerSecond: 20, Burst: 20}, in.TenantRates("quiet").Tenant)
+		}
+	})
+}
