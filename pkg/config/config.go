@@ -28,39 +28,44 @@ import (
 
 // Config holds every setting. Each service uses the ones it needs.
 type Config struct {
-	HTTPAddr              string
-	NATSURL               string
-	DataDir               string
-	NATSListen            string
-	DevAPIKey             string
-	AdminKey              string
-	Partitions            int
-	Replicas              int
-	WebhookTimeout        time.Duration
-	ShutdownTimeout       time.Duration
-	DrainDelay            time.Duration
-	HistoryMaxAge         time.Duration
-	MaxFileBytes          int64
-	RateLimit             float64
-	RateBurst             int
-	TenantRateLimits      map[string]Rate
-	MaxWaitingPerTenant   int
-	MaxListenersPerKey    int
-	MaxListenersPerTenant int
-	ListenBufferBytes     int
-	ContinueAsNewEvents   int
-	HostID                string
-	IdleTimeout           time.Duration
-	MaxDeliveries         int
-	RetryBackoff          time.Duration
-	AckWait               time.Duration
-	MetricsAddr           string
-	PprofAddr             string
-	SyncAlways            bool
-	LLMBaseURL            string
-	LLMModel              string
-	LLMAPIKey             string
-	LogLevel              slog.Level
+	HTTPAddr         string
+	NATSURL          string
+	DataDir          string
+	NATSListen       string
+	DevAPIKey        string
+	AdminKey         string
+	Partitions       int
+	Replicas         int
+	WebhookTimeout   time.Duration
+	ShutdownTimeout  time.Duration
+	DrainDelay       time.Duration
+	HistoryMaxAge    time.Duration
+	MaxFileBytes     int64
+	RateLimit        float64
+	RateBurst        int
+	TenantRateLimits map[string]Rate
+	// TenantRateLimit and TenantRateBurst are every tenant's rate, all its keys together (0:
+	// none; a burst of 0 is twice the rate), and TenantRateLimitTenants a tenant's own.
+	TenantRateLimit        float64
+	TenantRateBurst        int
+	TenantRateLimitTenants map[string]Rate
+	MaxWaitingPerTenant    int
+	MaxListenersPerKey     int
+	MaxListenersPerTenant  int
+	ListenBufferBytes      int
+	ContinueAsNewEvents    int
+	HostID                 string
+	IdleTimeout            time.Duration
+	MaxDeliveries          int
+	RetryBackoff           time.Duration
+	AckWait                time.Duration
+	MetricsAddr            string
+	PprofAddr              string
+	SyncAlways             bool
+	LLMBaseURL             string
+	LLMModel               string
+	LLMAPIKey              string
+	LogLevel               slog.Level
 	// OutboundURLs is the allow-list of the URLs tenants may make agentbus call: event
 	// subscription receivers and their remote agents.
 	OutboundURLs              *outbound.AllowList
@@ -79,13 +84,14 @@ type Rate struct {
 	Burst     int
 }
 
-// parseTenantRates reads "tenant=rate[:burst],…", for example "acme=200:400,beta=5:10".
-func parseTenantRates(v string) (map[string]Rate, error) {
+// parseTenantRates reads "tenant=rate[:burst],…", for example "acme=200:400,beta=5:10", the
+// value of the setting name.
+func parseTenantRates(name, v string) (map[string]Rate, error) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
 	bad := func(item string) error {
-		return fmt.Errorf("rate-limit-tenants: %q is not tenant=rate:burst, such as acme=200:400", item)
+		return fmt.Errorf("%s: %q is not tenant=rate:burst, such as acme=200:400", name, item)
 	}
 	rates := make(map[string]Rate)
 	for _, item := range strings.Split(v, ",") {
@@ -96,7 +102,7 @@ func parseTenantRates(v string) (map[string]Rate, error) {
 			return nil, bad(item)
 		}
 		if _, dup := rates[tenant]; dup {
-			return nil, fmt.Errorf("rate-limit-tenants: tenant %q is given twice", tenant)
+			return nil, fmt.Errorf("%s: tenant %q is given twice", name, tenant)
 		}
 		perSec, burst, hasBurst := strings.Cut(spec, ":")
 		var r Rate
@@ -168,10 +174,10 @@ func rate(dst *float64, name string) func(string) error {
 	}
 }
 
-// tenantRates returns the setter of the per-tenant rate overrides (parseTenantRates).
-func tenantRates(dst *map[string]Rate) func(string) error {
+// tenantRates returns the setter of per-tenant rates, the setting name (parseTenantRates).
+func tenantRates(dst *map[string]Rate, name string) func(string) error {
 	return func(v string) error {
-		rates, err := parseTenantRates(v)
+		rates, err := parseTenantRates(name, v)
 		if err != nil {
 			return err
 		}
@@ -215,7 +221,17 @@ func (c *Config) settings() []setting {
 		}},
 		{"AGENTBUS_RATE_LIMIT", "rate-limit", "50", "requests a second per API key; 0 means no limit", rate(&c.RateLimit, "rate-limit")},
 		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", positive(&c.RateBurst, "rate-burst")},
-		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", tenantRates(&c.TenantRateLimits)},
+		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", tenantRates(&c.TenantRateLimits, "rate-limit-tenants")},
+		{"AGENTBUS_TENANT_RATE_LIMIT", "tenant-rate-limit", "0", "requests a second per tenant, all its keys together; 0 means no limit", rate(&c.TenantRateLimit, "tenant-rate-limit")},
+		{"AGENTBUS_TENANT_RATE_BURST", "tenant-rate-burst", "0", "requests a tenant may make at once above its rate; 0 means twice the rate", func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("tenant-rate-burst: %q is not a whole number, 0 or more", v)
+			}
+			c.TenantRateBurst = n
+			return nil
+		}},
+		{"AGENTBUS_TENANT_RATE_LIMIT_TENANTS", "tenant-rate-limit-tenants", "", "a tenant's own rate:burst, all its keys together, such as acme=1000:1000,beta=5", tenantRates(&c.TenantRateLimitTenants, "tenant-rate-limit-tenants")},
 		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
 		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},
 		{"AGENTBUS_MAX_LISTENERS_PER_TENANT", "max-listeners-per-tenant", "200", "history listen streams a tenant may have open at once on an ingress", positive(&c.MaxListenersPerTenant, "max-listeners-per-tenant")},

@@ -283,6 +283,19 @@ func TestOverridesOfTheRest(t *testing.T) {
 			},
 		},
 		{
+			name: "env tenant rates",
+			vars: map[string]string{
+				"AGENTBUS_TENANT_RATE_LIMIT": "100", "AGENTBUS_TENANT_RATE_BURST": "150",
+				"AGENTBUS_TENANT_RATE_LIMIT_TENANTS": "acme=1000:1000,beta=0",
+			},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, 100.0, c.TenantRateLimit)
+				assert.Equal(t, 150, c.TenantRateBurst)
+				assert.Equal(t, map[string]config.Rate{"acme": {PerSecond: 1000, Burst: 1000}, "beta": {}}, c.TenantRateLimitTenants)
+				assert.Nil(t, c.TenantRateLimits, "the tenants' key rates")
+			},
+		},
+		{
 			name: "rate limit off",
 			args: []string{"-rate-limit=0"},
 			check: func(t *testing.T, c config.Config) {
@@ -330,6 +343,9 @@ func TestBadValues(t *testing.T) {
 		{name: "tenant rate bad burst", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=200:0"}, mention: []string{"acme=200:0"}},
 		{name: "tenant rate negative", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=-5:10"}, mention: []string{"acme=-5:10"}},
 		{name: "tenant rate bad tenant", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "a b=5:10"}, mention: []string{"rate-limit-tenants"}},
+		{name: "negative tenant rate", vars: map[string]string{"AGENTBUS_TENANT_RATE_LIMIT": "-5"}, mention: []string{"AGENTBUS_TENANT_RATE_LIMIT"}},
+		{name: "negative tenant burst", vars: map[string]string{"AGENTBUS_TENANT_RATE_BURST": "-1"}, mention: []string{"AGENTBUS_TENANT_RATE_BURST"}},
+		{name: "tenant's own rate bad", vars: map[string]string{"AGENTBUS_TENANT_RATE_LIMIT_TENANTS": "acme:5"}, mention: []string{"tenant-rate-limit-tenants", "acme:5"}},
 		{name: "tenant rate twice", vars: map[string]string{"AGENTBUS_RATE_LIMIT_TENANTS": "acme=5:10,acme=6:10"}, mention: []string{"twice"}},
 		{name: "negative drain delay", vars: map[string]string{"AGENTBUS_DRAIN_DELAY": "-1s"}, mention: []string{"AGENTBUS_DRAIN_DELAY"}},
 		{name: "drain delay without unit", args: []string{"-drain-delay", "5"}, mention: []string{"drain-delay"}},

@@ -7,9 +7,12 @@ import "github.com/agentbus/agentbus/pkg/config"
 // Logger, Metrics and Tracer as it wants them. With AGENTBUS_METRICS_ADDR set, /metrics is served
 // there and not on the API's address.
 func FromSettings(c config.Config) Config {
-	tenants := make(map[string]Rate, len(c.TenantRateLimits))
-	for tenant, r := range c.TenantRateLimits {
-		tenants[tenant] = Rate(r)
+	rates := func(m map[string]config.Rate) map[string]Rate {
+		out := make(map[string]Rate, len(m))
+		for tenant, r := range m {
+			out[tenant] = Rate(r)
+		}
+		return out
 	}
 	return Config{
 		Bus:                   c.Bus(),
@@ -17,7 +20,7 @@ func FromSettings(c config.Config) Config {
 		WebhookTimeout:        c.WebhookTimeout,
 		MaxFileBytes:          c.MaxFileBytes,
 		RateLimit:             Rate{PerSecond: c.RateLimit, Burst: c.RateBurst},
-		TenantRateLimits:      tenants,
+		TenantRateLimits:      rates(c.TenantRateLimits),
 		MaxWaitingPerTenant:   c.MaxWaitingPerTenant,
 		MaxListenersPerKey:    c.MaxListenersPerKey,
 		MaxListenersPerTenant: c.MaxListenersPerTenant,
@@ -25,5 +28,8 @@ func FromSettings(c config.Config) Config {
 		MetricsElsewhere:      c.MetricsAddr != "",
 		Subscriptions:         c.Subscriptions(),
 		IdleTimeout:           c.IdleTimeout,
+
+		TenantRateLimit:        Rate{PerSecond: c.TenantRateLimit, Burst: c.TenantRateBurst},
+		TenantRateLimitTenants: rates(c.TenantRateLimitTenants),
 	}
 }

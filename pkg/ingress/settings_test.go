@@ -28,3 +28,19 @@ func TestSettingsDefaultsAreTheIngressDefaults(t *testing.T) {
 	c.MetricsAddr = "127.0.0.1:9090"
 	assert.True(t, ingress.FromSettings(c).MetricsElsewhere, "with a metrics address, /metrics leaves the API")
 }
+
+// The rate settings reach the ingress: each key's, a tenant's keys', each tenant's and a
+// tenant's own.
+func TestSettingsRates(t *testing.T) {
+	env := map[string]string{
+		"AGENTBUS_RATE_LIMIT": "5", "AGENTBUS_RATE_BURST": "7", "AGENTBUS_RATE_LIMIT_TENANTS": "acme=9:10",
+		"AGENTBUS_TENANT_RATE_LIMIT": "100", "AGENTBUS_TENANT_RATE_LIMIT_TENANTS": "acme=1000:1500,beta=0",
+	}
+	c, err := config.Load("test", nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+	require.NoError(t, err)
+	ic := ingress.FromSettings(c)
+	assert.Equal(t, ingress.Rate{PerSecond: 5, Burst: 7}, ic.RateLimit)
+	assert.Equal(t, map[string]ingress.Rate{"acme": {PerSecond: 9, Burst: 10}}, ic.TenantRateLimits)
+	assert.Equal(t, ingress.Rate{PerSecond: 100}, ic.TenantRateLimit, "a burst of 0: twice the rate")
+	assert.Equal(t, map[string]ingress.Rate{"acme": {PerSecond: 1000, Burst: 1500}, "beta": {}}, ic.TenantRateLimitTenants)
+}
