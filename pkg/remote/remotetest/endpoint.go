@@ -11,9 +11,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -43,7 +45,7 @@ type Faults struct {
 // Endpoint is a remote agent: Chat ("You said: …", streamed word by word when asked), File
 // ("Received {name} ({n} bytes)"), the Data methods count (a counter kept in the state) and sum
 // ({"values": [...]} → {"sum": n}), and the webhook echo (the body back, with its content type).
-// It also serves the Data method add (Add), which its Registration leaves out.
+// It also serves the Data methods add (Add) and sleep (Sleep), which its Registration leaves out.
 type Endpoint struct {
 	*httptest.Server
 	// Secret is the signing secret it checks.
@@ -53,11 +55,12 @@ type Endpoint struct {
 	mu       sync.Mutex
 	answered map[string][]byte // by requestId, for Faults.CacheByRequestID
 	requests int
+	slept    map[string][]int // by conversation, for Slept
 }
 
 // New starts an Endpoint with a new secret; it stops when the test ends.
 func New(t testing.TB, faults Faults) *Endpoint {
-	e := &Endpoint{Secret: webhooksig.NewStandardSecret(), faults: faults, answered: map[string][]byte{}}
+	e := &Endpoint{Secret: webhooksig.NewStandardSecret(), faults: faults, answered: map[string][]byte{}, slept: map[string][]int{}}
 	e.Server = httptest.NewServer(http.HandlerFunc(e.serve))
 	t.Cleanup(e.Close)
 	return e
@@ -83,6 +86,29 @@ func (e *Endpoint) Registration(name string) remote.Registration {
 var Add = remote.Method{
 	Name: "add", Description: "Adds n to the total.",
 	Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"number"}},"required":["n"],"examples":[{"n":2}]}`),
+}
+
+// Sleep is the Data method sleep: it waits ms milliseconds (at most 10 s), then answers
+// {"slept": ms, "n": n}, and notes n under its conversation (Slept). A slow agent, for tests of
+// how the hosts share its slots.
+var Sleep = remote.Method{
+	Name: "sleep", Description: "Waits ms milliseconds, then answers.",
+	Schema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"},"n":{"type":"integer"}},"examples":[{"ms":10,"n":1}]}`),
+}
+
+// maxSleep bounds Sleep's wait.
+const maxSleep = 10 * time.Second
+
+// Slept returns the n of every sleep call answered, in the order answered, by conversation:
+// "{tenant} {workflowId} {participantId}".
+func (e *Endpoint) Slept() map[string][]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string][]int, len(e.slept))
+	for k, v := range e.slept {
+		out[k] = slices.Clone(v)
+	}
+	return out
 }
 
 // Requests is how many signed requests of protocol version 1 it answered.
@@ -225,6 +251,18 @@ func (e *Endpoint) answer(req *remote.Request) map[string]any {
 		}
 		st.Total += *p.N
 		return map[string]any{"reply": map[string]any{"data": st}, "state": st}
+	case req.Type == "Data" && req.Message.Method == Sleep.Name:
+		var p struct {
+			MS int `json:"ms"`
+			N  int `json:"n"`
+		}
+		_ = json.Unmarshal(req.Message.Data, &p)
+		time.Sleep(min(time.Duration(max(p.MS, 0))*time.Millisecond, maxSleep))
+		e.mu.Lock()
+		conv := req.TenantID + " " + req.WorkflowID + " " + req.ParticipantID
+		e.slept[conv] = append(e.slept[conv], p.N)
+		e.mu.Unlock()
+		return map[string]any{"reply": map[string]any{"data": map[string]int{"slept": p.MS, "n": p.N}}}
 	case req.Type == "Data" && req.Message.Method == "sum":
 		var p struct {
 			Values []float64 `json:"values"`
