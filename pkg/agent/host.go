@@ -29,6 +29,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -184,6 +185,7 @@ type Host struct {
 	live    *liveSet
 	history *history.Store
 	claims  *bus.Blobs
+	usage   *usage.Meter // counts what the host stores per tenant (usage.go)
 	dead    *deadletter.Store
 	timers  *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
@@ -306,6 +308,7 @@ func (h *Host) Run(ctx context.Context) error {
 	loops.Go(func() { h.keepAlive(bgCtx) })
 	loops.Go(func() { h.keeper.Run(bgCtx) })
 	loops.Go(func() { h.relayTimers(bgCtx) })
+	loops.Go(func() { h.runUsage(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}
@@ -364,6 +367,9 @@ func (h *Host) start(ctx context.Context) error {
 	h.dead = deadletter.NewStore(res, h.claims)
 	h.timers = schedule.NewStore(js, res.Schedules)
 	h.runs = instance.NewIndex(js, res.Runs)
+	if err := h.meterUsage(); err != nil {
+		return err
+	}
 	if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
 		return err
 	}

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -26,7 +28,20 @@ type Blobs struct {
 	store jetstream.ObjectStore
 	// inline is the largest payload sent inside a message.
 	inline int
+	// meter, when set, counts the bytes of the claims stored and deleted (Meter).
+	meter ClaimMeter
 }
+
+// ClaimMeter counts, per tenant, the bytes of the claims a Blobs stores and deletes (package
+// usage's Meter).
+type ClaimMeter interface {
+	// CountClaim adds bytes, negative for a claim deleted, to what tenant stored at stored.
+	CountClaim(tenant string, bytes int64, stored time.Time)
+}
+
+// Meter makes b count the claims it stores and deletes in m, by the tenant their name starts
+// with (subject.ClaimName). Deleting a claim then reads its size and time first.
+func (b *Blobs) Meter(m ClaimMeter) { b.meter = m }
 
 // NewBlobs returns Blobs that inline payloads up to maxPayload minus room for the envelope.
 func NewBlobs(store jetstream.ObjectStore, maxPayload int64) *Blobs {
@@ -43,8 +58,12 @@ func (b *Blobs) Fits(n int) bool { return n <= b.inline }
 // Put stores data under name and returns its reference.
 func (b *Blobs) Put(ctx context.Context, name string, data []byte) (*agentbusv1.BlobRef, error) {
 	sum := sha256.Sum256(data)
-	if _, err := b.store.Put(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(data)); err != nil {
+	info, err := b.store.Put(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(data))
+	if err != nil {
 		return nil, fmt.Errorf("storing blob %s: %w", name, err)
+	}
+	if b.meter != nil {
+		b.meter.CountClaim(subject.ClaimTenant(name), ObjectBytes(info), info.ModTime)
 	}
 	return &agentbusv1.BlobRef{Name: name, Size: int64(len(data)), Sha256: hex.EncodeToString(sum[:])}, nil
 }
@@ -99,9 +118,23 @@ func (b *Blobs) Delete(ctx context.Context, ref *agentbusv1.BlobRef) error {
 	if ref == nil {
 		return nil
 	}
+	var info *jetstream.ObjectInfo
+	if b.meter != nil {
+		// What is subtracted is what was counted, on the day it was: a claim deleted after
+		// midnight leaves no negative count behind once its day ages out.
+		var err error
+		if info, err = b.store.GetInfo(ctx, ref.GetName()); errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("deleting blob %s: %w", ref.GetName(), err)
+		}
+	}
 	err := b.store.Delete(ctx, ref.GetName())
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("deleting blob %s: %w", ref.GetName(), err)
+	}
+	if info != nil && err == nil {
+		b.meter.CountClaim(subject.ClaimTenant(ref.GetName()), -ObjectBytes(info), info.ModTime)
 	}
 	return nil
 }

@@ -112,8 +112,11 @@ type Resources struct {
 	// RemoteAgents holds the registrations of agents served over HTTP.
 	RemoteAgents jetstream.KeyValue
 	// Runs indexes the runs started, by tenant and agent (package instance's Index).
-	Runs   jetstream.Stream
-	Config Config
+	Runs jetstream.Stream
+	// Usage and UsageTotals count what each tenant stores (package usage): bytes by kind and
+	// day, and instances.
+	Usage, UsageTotals jetstream.Stream
+	Config             Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -176,6 +179,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, err
 	}
 	if r.Runs, err = ensureRuns(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Usage, r.UsageTotals, err = ensureUsage(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if err := ensureBuckets(ctx, js, cfg, r); err != nil {

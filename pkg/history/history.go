@@ -36,6 +36,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/usage"
 )
 
 // PrevDepth is how many previous sequences a subject.HeaderPrev header lists.
@@ -65,7 +66,14 @@ type Store struct {
 	// known holds, per topics key, the scopes known to be in the thread's topic list, so that
 	// appending a message of a known scope costs no KV operation.
 	known map[string]map[string]struct{}
+
+	// meter, when set, counts the bytes of the records appended (Meter).
+	meter *usage.Meter
 }
+
+// Meter makes s count the bytes of every record it appends in m, as the store counts them
+// (bus.RecordBytes), by the thread's tenant.
+func (s *Store) Meter(m *usage.Meter) { s.meter = m }
 
 // NewStore returns a Store over the history stream, the topics bucket and the JetStream context
 // used for live follows.
@@ -344,6 +352,9 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 				return ErrConflict
 			}
 			return fmt.Errorf("appending to thread: %w", err)
+		}
+		if s.meter != nil {
+			s.meter.Add(tenant, usage.History, bus.RecordBytes(subj, bus.HeaderBytes(nm.Header), len(body)))
 		}
 		for i, m := range rec {
 			m.Pos = position(ack.Sequence, i)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/usage"
 )
 
 // Status of an instance.
@@ -77,6 +78,15 @@ func (r Record) IdleFor(timeout time.Duration, now time.Time) bool {
 // Store reads and writes instance records.
 type Store struct {
 	kv jetstream.KeyValue
+	// meter, when set, counts the instances created (Meter).
+	meter *usage.Meter
+}
+
+// Meter makes s count every instance it creates (a record written where there was none) in m,
+// and returns s.
+func (s *Store) Meter(m *usage.Meter) *Store {
+	s.meter = m
+	return s
 }
 
 // NewStore returns a Store over the instances bucket.
@@ -118,6 +128,9 @@ func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
 			return Record{}, ErrConflict
 		}
 		return Record{}, fmt.Errorf("writing instance: %w", err)
+	}
+	if r.Revision == 0 {
+		s.meter.AddInstance(r.Tenant)
 	}
 	r.Revision = rev
 	return r, nil

@@ -27,6 +27,11 @@ type Config struct {
 	SyncAlways bool
 	// ServerName defaults to "agentbus".
 	ServerName string
+	// MaxStore bounds what JetStream stores on disk, in bytes. Zero means the server's default:
+	// 75% of the free space of StoreDir's disk when it starts. The server's own limit is not in
+	// what clients can read, so the account that in-process and unauthenticated clients use gets
+	// it as its limit: JetStream's account info then reports it (package usage's Level).
+	MaxStore int64
 }
 
 // Server is a running embedded NATS server.
@@ -53,6 +58,10 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.SyncAlways {
 		opts.SyncAlways = true
 	}
+	if cfg.MaxStore > 0 {
+		// The server refuses an account limit as large as its own.
+		opts.JetStreamMaxStore = cfg.MaxStore + 1
+	}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
 		if err != nil {
@@ -73,7 +82,28 @@ func Start(cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, errors.New("NATS server did not become ready within 10s")
 	}
+	if err := limitAccount(ns); err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
 	return &Server{Server: ns}, nil
+}
+
+// limitAccount gives the global account the server's storage, less the byte the server keeps
+// (Config.MaxStore), as its limit, and no other.
+func limitAccount(ns *server.Server) error {
+	js := ns.JetStreamConfig()
+	if js == nil {
+		return errors.New("natsembed: JetStream is not enabled")
+	}
+	limits := server.JetStreamAccountLimits{
+		MaxMemory: -1, MaxStore: js.MaxStore - 1, MaxStreams: -1, MaxConsumers: -1, MaxAckPending: -1,
+		MemoryMaxStreamBytes: -1, StoreMaxStreamBytes: -1,
+	}
+	if err := ns.GlobalAccount().UpdateJetStreamLimits(map[string]server.JetStreamAccountLimits{"": limits}); err != nil {
+		return fmt.Errorf("natsembed: limiting the account's storage: %w", err)
+	}
+	return nil
 }
 
 // Connect opens an in-process client connection, whether or not the server also listens (over

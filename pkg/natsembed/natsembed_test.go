@@ -54,3 +54,25 @@ func TestStartRefusesABadConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxStoreIsTheAccountsLimit: the server's storage limit is what its clients' account info
+// reports, given or the server's default.
+func TestMaxStoreIsTheAccountsLimit(t *testing.T) {
+	for _, max := range []int64{0, 64 << 20} {
+		s, err := natsembed.Start(natsembed.Config{StoreDir: t.TempDir(), MaxStore: max})
+		require.NoError(t, err)
+		nc, err := s.Connect("limits")
+		require.NoError(t, err)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		ai, err := js.AccountInfo(t.Context())
+		require.NoError(t, err)
+		if max > 0 {
+			assert.Equal(t, max, ai.Limits.MaxStore)
+		} else {
+			assert.Equal(t, s.JetStreamConfig().MaxStore-1, ai.Limits.MaxStore, "the server's default")
+		}
+		nc.Close()
+		s.Stop()
+	}
+}

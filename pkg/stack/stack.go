@@ -50,6 +50,9 @@ type Config struct {
 	Host agent.HostConfig
 	// SyncAlways fsyncs every JetStream write.
 	SyncAlways bool
+	// MaxStore bounds what the embedded JetStream stores on disk (natsembed.Config.MaxStore);
+	// zero means the server's default.
+	MaxStore int64
 	// Logger receives all logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -84,7 +87,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			s.Stop(context.Background())
 		}
 	}()
-	if s.NATS, err = natsembed.Start(natsembed.Config{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways}); err != nil {
+	if s.NATS, err = natsembed.Start(natsembed.Config{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, MaxStore: cfg.MaxStore}); err != nil {
 		return nil, err
 	}
 	conn := func(name string) (*nats.Conn, error) {

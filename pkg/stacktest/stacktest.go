@@ -60,6 +60,9 @@ type Options struct {
 	// Subscriptions configures event subscriptions. Zero fields get the stack's test defaults:
 	// loopback HTTP receivers allowed, and at most 200 ms between two attempts.
 	Subscriptions subscription.Config
+	// MaxStore bounds what the embedded JetStream stores on disk; zero means the server's
+	// default.
+	MaxStore int64
 }
 
 // loopbackReceivers is the test stacks' default allow-list of subscription receivers.
@@ -128,6 +131,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs},
 		Host:     hc,
 		Logger:   Logger(),
+		MaxStore: opts.MaxStore,
 	})
 	require.NoError(t, err, "starting stack")
 	t.Cleanup(func() {

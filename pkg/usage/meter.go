@@ -1,0 +1,266 @@
+package usage
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// FlushInterval is how often a Meter publishes what it counted: how stale the usage a Reader
+// sees is, at most, besides NATS's own delay.
+const FlushInterval = time.Second
+
+// maxUnacknowledged bounds the increments a Meter keeps to send again with their
+// de-duplication ids after their publish failed; past it, the oldest are added back to the
+// counts not yet sent, and may then be counted twice if they were stored after all.
+const maxUnacknowledged = 10000
+
+// flushTimeout bounds one flush of Run.
+const flushTimeout = 2 * time.Second
+
+// Meter counts what a process stores, per tenant, and publishes it to the usage counters once
+// a FlushInterval (Run). Counting is a map update under a lock: no NATS round trip. It is safe
+// for concurrent use; the nil Meter counts nothing.
+type Meter struct {
+	js  jetstream.JetStream
+	log *slog.Logger
+	// id starts the de-duplication ids of the meter's increments, so that one sent again
+	// after its acknowledgement was lost is counted once.
+	id string
+
+	mu sync.Mutex
+	// pending are the counts not yet sent, by counter; tenants the same by tenant.
+	pending map[counter]int64
+	tenants map[string]*Usage
+	// unacknowledged are increments sent whose publish failed, to send again as they are.
+	unacknowledged []*nats.Msg
+	seq            uint64
+}
+
+// counter names one usage counter: a kind's bytes of a tenant on a day, or (kind numKinds) a
+// tenant's instances.
+type counter struct {
+	tenant string
+	kind   Kind
+	day    int32
+}
+
+// subject is the counter's subject.
+func (c counter) subject() string {
+	if c.kind == numKinds {
+		return subject.UsageTotal(c.tenant, instancesCounter)
+	}
+	return subject.UsageDay(c.tenant, c.kind.String(), dayStart(c.day).Format(subject.UsageDayLayout))
+}
+
+// NewMeter returns a Meter that publishes over nc; Run sends what it counts. log receives its
+// failures to publish; nil discards them.
+func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
+	// A JetStream context of its own: waiting for its asynchronous publishes waits for no one
+	// else's.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage)}, nil
+}
+
+// Add counts bytes of kind k that tenant stored now; negative bytes were removed.
+func (m *Meter) Add(tenant string, k Kind, bytes int64) { m.AddAt(tenant, k, bytes, time.Now()) }
+
+// AddAt counts bytes of kind k that tenant stored at the time stored: what is removed is
+// subtracted from the day it was counted on.
+func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
+	if m == nil || bytes == 0 || tenant == "" || k >= numKinds {
+		return
+	}
+	c := counter{tenant: tenant, kind: k, day: dayOf(stored)}
+	m.mu.Lock()
+	m.pending[c] += bytes
+	m.pendingOf(tenant).Bytes[k] += bytes
+	m.mu.Unlock()
+}
+
+// CountClaim counts a claim-checked payload (bus.ClaimMeter).
+func (m *Meter) CountClaim(tenant string, bytes int64, stored time.Time) {
+	m.AddAt(tenant, Payloads, bytes, stored)
+}
+
+// AddInstance counts a workflow instance tenant created.
+func (m *Meter) AddInstance(tenant string) {
+	if m == nil || tenant == "" {
+		return
+	}
+	m.mu.Lock()
+	m.pending[counter{tenant: tenant, kind: numKinds}]++
+	m.pendingOf(tenant).Instances++
+	m.mu.Unlock()
+}
+
+// pendingOf is what tenant has pending; m.mu is held.
+func (m *Meter) pendingOf(tenant string) *Usage {
+	u := m.tenants[tenant]
+	if u == nil {
+		u = new(Usage)
+		m.tenants[tenant] = u
+	}
+	return u
+}
+
+// Pending is what m counted of tenant and has not published yet: what a Reader in the same
+// process does not see yet.
+func (m *Meter) Pending(tenant string) Usage {
+	if m == nil {
+		return Usage{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if u := m.tenants[tenant]; u != nil {
+		return *u
+	}
+	return Usage{}
+}
+
+// Run publishes what m counted every FlushInterval until ctx ends. What is counted after the
+// last of these is published by a Flush of the caller's, with the time it has left.
+func (m *Meter) Run(ctx context.Context) {
+	t := time.NewTicker(FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+		if err := m.Flush(fctx); err != nil && ctx.Err() == nil {
+			m.log.Warn("publishing usage counts", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Flush publishes what m counted, one increment per counter, and the increments of earlier
+// flushes that failed. Those that fail again are kept for the next flush.
+func (m *Meter) Flush(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	batch := m.take()
+	if len(batch) == 0 {
+		return nil
+	}
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	var failed []*nats.Msg
+	var errs []error
+	for i, msg := range batch {
+		f, err := m.js.PublishMsgAsync(msg)
+		if err != nil {
+			failed, errs = append(failed, msg), append(errs, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			failed, errs = append(failed, batch[i]), append(errs, err)
+		case <-ctx.Done():
+			failed, errs = append(failed, batch[i]), append(errs, ctx.Err())
+		}
+	}
+	m.keep(failed)
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d increments not acknowledged: %w", len(failed), len(batch), errs[0])
+	}
+	return nil
+}
+
+// take returns the increments to send: those not acknowledged before, then one for each
+// counter counted since.
+func (m *Meter) take() []*nats.Msg {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	batch := m.unacknowledged
+	m.unacknowledged = nil
+	for c, n := range m.pending {
+		if n == 0 {
+			continue
+		}
+		m.seq++
+		msg := nats.NewMsg(c.subject())
+		msg.Header.Set(subject.HeaderIncr, strconv.FormatInt(n, 10))
+		msg.Header.Set(jetstream.MsgIDHeader, m.id+"."+strconv.FormatUint(m.seq, 10))
+		batch = append(batch, msg)
+	}
+	clear(m.pending)
+	clear(m.tenants)
+	return batch
+}
+
+// keep holds failed increments for the next flush, at most maxUnacknowledged of them.
+func (m *Meter) keep(failed []*nats.Msg) {
+	if len(failed) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unacknowledged = append(m.unacknowledged, failed...)
+	over := len(m.unacknowledged) - maxUnacknowledged
+	if over <= 0 {
+		return
+	}
+	for _, msg := range m.unacknowledged[:over] {
+		c, n, ok := parseIncrement(msg)
+		if ok {
+			m.pending[c] += n
+		}
+	}
+	m.unacknowledged = append(m.unacknowledged[:0], m.unacknowledged[over:]...)
+}
+
+// parseIncrement reads back the counter and increment of a message take made.
+func parseIncrement(msg *nats.Msg) (counter, int64, bool) {
+	n, err := strconv.ParseInt(msg.Header.Get(subject.HeaderIncr), 10, 64)
+	if err != nil {
+		return counter{}, 0, false
+	}
+	if tenant, what, err := subject.ParseUsageTotal(msg.Subject); err == nil && what == instancesCounter {
+		return counter{tenant: tenant, kind: numKinds}, n, true
+	}
+	c, ok := parseDayCounter(msg.Subject)
+	return c, n, ok
+}
+
+// parseDayCounter reads a day counter's subject.
+func parseDayCounter(subj string) (counter, bool) {
+	tenant, kind, day, err := subject.ParseUsageDay(subj)
+	if err != nil {
+		return counter{}, false
+	}
+	k, ok := kindNamed(kind)
+	if !ok {
+		return counter{}, false
+	}
+	t, err := time.Parse(subject.UsageDayLayout, day)
+	if err != nil {
+		return counter{}, false
+	}
+	return counter{tenant: tenant, kind: k, day: dayOf(t)}, true
+}

@@ -1,0 +1,158 @@
+// Package usage counts what each tenant keeps in JetStream, for the storage quotas: the bytes of
+// its history records, uploaded files and large payloads (claim checks), and its workflow
+// instances. Writers count as they store (Meter): they add up in memory and, once a second,
+// publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
+// process of the deployment adds to the same counters. Readers follow the counters (Reader) and
+// sum each tenant's days that are still within their kind's retention, so that bytes that aged
+// out of the store drop out of the usage with their day. It also reads how full the JetStream
+// account's storage is (Level).
+//
+// It refuses nothing itself: the ingress decides what to refuse (docs/limits.md#storage-quotas).
+// It is not a billing record: a process that dies loses the counts of its last second.
+package usage
+
+import (
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+)
+
+// Kind is a kind of stored bytes, counted apart.
+type Kind uint8
+
+// The kinds of stored bytes.
+const (
+	// History is the conversation history's records (AGENTBUS_MESSAGES).
+	History Kind = iota
+	// Files is the files of File messages (AGENTBUS_FILES).
+	Files
+	// Payloads is the requests and replies too large for one message (claim checks,
+	// AGENTBUS_CLAIMS); they are counted while they exist.
+	Payloads
+	numKinds
+)
+
+// kinds is the one table of the kinds: the name each has in counter subjects, the API and
+// metrics, and how long the store keeps what it counts.
+var kinds = [numKinds]struct {
+	name   string
+	window func(bus.Config) time.Duration
+}{
+	History:  {"history", func(c bus.Config) time.Duration { return c.HistoryMaxAge }},
+	Files:    {"files", func(c bus.Config) time.Duration { return c.HistoryMaxAge }},
+	Payloads: {"payloads", func(c bus.Config) time.Duration { return c.InboxMaxAge }},
+}
+
+// Kinds lists the kinds, in order.
+func Kinds() []Kind { return []Kind{History, Files, Payloads} }
+
+// String is the kind's name: history, files or payloads.
+func (k Kind) String() string {
+	if k < numKinds {
+		return kinds[k].name
+	}
+	return "unknown"
+}
+
+// kindNamed returns the kind of a name String gives.
+func kindNamed(name string) (Kind, bool) {
+	for k := range numKinds {
+		if kinds[k].name == name {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// instancesCounter is what the totals counter of a tenant's instances is named.
+const instancesCounter = "instances"
+
+// Usage is what one tenant keeps: bytes by kind, within each kind's retention, and instances.
+type Usage struct {
+	Bytes     [numKinds]int64
+	Instances int64
+}
+
+// Total is the bytes of every kind together, what the byte quota bounds.
+func (u Usage) Total() int64 {
+	var n int64
+	for _, b := range u.Bytes {
+		n += b
+	}
+	return n
+}
+
+// Add adds v's figures to u's.
+func (u *Usage) Add(v Usage) {
+	for k := range u.Bytes {
+		u.Bytes[k] += v.Bytes[k]
+	}
+	u.Instances += v.Instances
+}
+
+// Quota bounds what one tenant may keep. Zero means no bound.
+type Quota struct {
+	// Bytes bounds the tenant's bytes stored, every kind together.
+	Bytes int64
+	// Instances bounds how many workflow instances the tenant has.
+	Instances int64
+}
+
+// Quotas gives a tenant's quota. It is asked on every request that stores something, so it
+// answers from memory, and it may answer differently from one call to the next (a per-tenant
+// setting changed at runtime).
+type Quotas func(tenant string) Quota
+
+// Fixed is the Quotas that gives every tenant q.
+func Fixed(q Quota) Quotas { return func(string) Quota { return q } }
+
+// Report is a tenant's usage as the API answers it
+// (GET /api/v1/admin/tenants/{tenantId}/usage, docs/admin.md#storage-usage).
+type Report struct {
+	Tenant string      `json:"tenant"`
+	Bytes  ReportBytes `json:"bytes"`
+	// Instances is how many workflow instances the tenant has.
+	Instances int64       `json:"instances"`
+	Quota     ReportQuota `json:"quota"`
+}
+
+// ReportBytes are a tenant's bytes stored, by kind and in all.
+type ReportBytes struct {
+	History  int64 `json:"history"`
+	Files    int64 `json:"files"`
+	Payloads int64 `json:"payloads"`
+	Total    int64 `json:"total"`
+}
+
+// ReportQuota is a tenant's quota; 0 means no bound.
+type ReportQuota struct {
+	Bytes     int64 `json:"bytes"`
+	Instances int64 `json:"instances"`
+}
+
+// NewReport is the report of tenant's usage u under quota q.
+func NewReport(tenant string, u Usage, q Quota) Report {
+	return Report{
+		Tenant: tenant,
+		Bytes: ReportBytes{
+			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Total: u.Total(),
+		},
+		Instances: u.Instances,
+		Quota:     ReportQuota{Bytes: q.Bytes, Instances: q.Instances},
+	}
+}
+
+// dayOf is the UTC day of t, counted from the Unix epoch.
+func dayOf(t time.Time) int32 {
+	s := t.Unix()
+	d := s / secondsPerDay
+	if s < 0 && s%secondsPerDay != 0 {
+		d--
+	}
+	return int32(d)
+}
+
+const secondsPerDay = 24 * 60 * 60
+
+// dayStart is when day d begins.
+func dayStart(d int32) time.Time { return time.Unix(int64(d)*secondsPerDay, 0).UTC() }
