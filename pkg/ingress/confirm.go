@@ -188,18 +188,25 @@ func (c *confirmer) announceEvery() {
 	}
 }
 
-// heard notes another instance's announcement.
+// heard notes another instance's announcement. An instance heard of for the first time is
+// answered with this one's announcement, so that an instance that starts knows the others at
+// once rather than at their next announcement: the rate limits' even shares count them.
 func (c *confirmer) heard(m *nats.Msg) {
 	var p presence
 	if json.Unmarshal(m.Data, &p) != nil || p.V != confirmVersion || p.Instance == "" || p.Instance == c.instance {
 		return
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	_, known := c.peers[p.Instance]
 	if p.Leaving {
 		delete(c.peers, p.Instance)
 	} else {
 		c.peers[p.Instance] = time.Now()
+	}
+	answer := !known && !p.Leaving && !c.closed
+	c.mu.Unlock()
+	if answer {
+		c.announce(false)
 	}
 }
 

@@ -179,3 +179,44 @@ func TestConfirmationMessages(t *testing.T) {
 	}
 	assert.Empty(t, ask(`{"v":2,"from":"asker","id":"4","state":{},"waitMs":200}`, 300*time.Millisecond), "answers to another version")
 }
+
+// TestNewIngressIsAnswered: an instance heard of for the first time is answered at once with
+// the announcements of the others, so that one that starts knows them before the requests
+// come, not a second later.
+func TestNewIngressIsAnswered(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	nc, err := s.NATS.Connect("newcomer")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	heard := make(chan string, 16)
+	sub, err := nc.Subscribe(subject.IngressPresence, func(m *nats.Msg) {
+		var p struct{ Instance string }
+		if json.Unmarshal(m.Data, &p) == nil && p.Instance != "newcomer" {
+			heard <- p.Instance
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	// Past an announcement of its own, which comes every second.
+	select {
+	case <-heard:
+	case <-time.After(2 * time.Second):
+		require.Fail(t, "the ingress never announced itself")
+	}
+	sent := time.Now()
+	require.NoError(t, nc.Publish(subject.IngressPresence, []byte(`{"v":1,"instance":"newcomer"}`)))
+	select {
+	case <-heard:
+		assert.Less(t, time.Since(sent), 200*time.Millisecond, "the ingress answered a newcomer with its announcement")
+	case <-time.After(2 * time.Second):
+		require.Fail(t, "the ingress never announced itself again")
+	}
+	// Known now: heard again, it is not answered again.
+	require.NoError(t, nc.Publish(subject.IngressPresence, []byte(`{"v":1,"instance":"newcomer"}`)))
+	select {
+	case <-heard:
+		assert.Fail(t, "the ingress answered a known instance")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

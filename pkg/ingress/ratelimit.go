@@ -39,7 +39,7 @@ import (
 // which cannot let the instances together exceed the rate.
 
 // Timing of the demand exchange. A variable, so that tests may set it.
-var demandEvery = 200 * time.Millisecond
+var demandEvery = 100 * time.Millisecond
 
 const (
 	// demandForPeriods: a report counts this many periods after it arrived, so that one late or

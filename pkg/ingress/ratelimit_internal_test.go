@@ -39,7 +39,7 @@ type simReport struct {
 }
 
 func newSimCluster(t *testing.T, n int, rates rateTable) *simCluster {
-	c := &simCluster{t: t, every: 200 * time.Millisecond, latency: 2 * time.Millisecond,
+	c := &simCluster{t: t, every: demandEvery, latency: 2 * time.Millisecond,
 		now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), rnd: rand.New(rand.NewPCG(1, 2))}
 	for i := range n {
 		c.lims = append(c.lims, newLimiter(rates, c.every))

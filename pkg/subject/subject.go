@@ -318,7 +318,7 @@ const IngressPresence = "agentbus.ingress.presence"
 const IngressConfirm = "agentbus.ingress.confirm"
 
 // IngressDemand is the core NATS subject on which every ingress instance tells the others, every
-// 200 ms while any is busy, the demand it sees of its busy keys and tenants, so that each sets
+// 100 ms while any is busy, the demand it sees of its busy keys and tenants, so that each sets
 // its share of their rate limits.
 const IngressDemand = "agentbus.ingress.demand"
 
