@@ -75,6 +75,11 @@ type Config struct {
 	SubscriptionMaxBackoff    time.Duration
 	// Echo runs the built-in reference agent Echo.
 	Echo bool
+
+	// The storage quotas of each tenant (0: none) and the store guard (docs/limits.md).
+	TenantMaxBytes, TenantMaxInstances           int64
+	StoreGuardLargePercent, StoreGuardAllPercent int
+	StoreMaxBytes                                int64
 }
 
 // Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
@@ -162,6 +167,31 @@ func positive(dst *int, name string) func(string) error {
 	}
 }
 
+// byteCount returns the setter of a whole-number option that may be 0 (none) and is counted in
+// 64 bits: bytes, instances.
+func byteCount(dst *int64, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: %q is not a whole number, 0 or more", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// percent returns the setter of a share in percent, 0 to 100.
+func percent(dst *int, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100 {
+			return fmt.Errorf("%s: %q is not a whole percentage from 0 to 100", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
 // rate returns the setter of a requests-a-second option: a finite number, 0 or more.
 func rate(dst *float64, name string) func(string) error {
 	return func(v string) error {
@@ -236,6 +266,11 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},
 		{"AGENTBUS_MAX_LISTENERS_PER_TENANT", "max-listeners-per-tenant", "200", "history listen streams a tenant may have open at once on an ingress", positive(&c.MaxListenersPerTenant, "max-listeners-per-tenant")},
 		{"AGENTBUS_LISTEN_BUFFER_BYTES", "listen-buffer-bytes", "262144", "bytes of events a listen stream holds for a client that reads slower than its thread grows, before it ends the stream with an overflow event (256 KiB)", positive(&c.ListenBufferBytes, "listen-buffer-bytes")},
+		{"AGENTBUS_TENANT_MAX_BYTES", "tenant-max-bytes", "1073741824", "bytes each tenant may keep stored (1 GiB): history, files and large payloads until they age out; 0 means no quota", byteCount(&c.TenantMaxBytes, "tenant-max-bytes")},
+		{"AGENTBUS_TENANT_MAX_INSTANCES", "tenant-max-instances", "100000", "workflow instances each tenant may have; 0 means no quota", byteCount(&c.TenantMaxInstances, "tenant-max-instances")},
+		{"AGENTBUS_STORE_GUARD_LARGE_PERCENT", "store-guard-large-percent", "90", "share of the JetStream account's storage from which requests storing more than 64 KiB are refused; 0 turns it off", percent(&c.StoreGuardLargePercent, "store-guard-large-percent")},
+		{"AGENTBUS_STORE_GUARD_ALL_PERCENT", "store-guard-all-percent", "97", "share of the JetStream account's storage from which every request that stores is refused; 0 turns it off", percent(&c.StoreGuardAllPercent, "store-guard-all-percent")},
+		{"AGENTBUS_STORE_MAX_BYTES", "store-max-bytes", "0", "the store guard's max storage when the JetStream account has no limit of its own (the servers' max_file_store together); 0 means the account's only", byteCount(&c.StoreMaxBytes, "store-max-bytes")},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
 		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "0", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},

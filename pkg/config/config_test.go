@@ -58,6 +58,11 @@ func TestDefaults(t *testing.T) {
 		SubscriptionRetryFor:      24 * time.Hour,
 		SubscriptionMaxBackoff:    10 * time.Minute,
 		Echo:                      true,
+
+		TenantMaxBytes:         1 << 30,
+		TenantMaxInstances:     100_000,
+		StoreGuardLargePercent: 90,
+		StoreGuardAllPercent:   97,
 	}
 	assert.Equal(t, want, c, "defaults")
 }

@@ -83,6 +83,11 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 		// Strings that are not valid UTF-8 are the only thing proto3 refuses to encode.
 		return nil, fmt.Errorf("encoding request: %w: %w", errUnencodable, err)
 	}
+	if req.GetFile().GetObject() == "" { // a file's request was admitted with its file (storeFile)
+		if p := s.admit(ctx, req.TenantId, req.WorkflowId, int64(len(data))); p != nil {
+			return nil, &refusal{p}
+		}
+	}
 	if !s.claims.Fits(len(data)) {
 		// Too large for one message: the request goes by claim check, and the inbox carries
 		// what routing and de-duplication need.
@@ -195,8 +200,13 @@ func (s *Server) writeCallError(w http.ResponseWriter, r *http.Request, req *age
 // callProblem is what the caller of a request whose call failed is told; path names the
 // endpoint in the log of an unexpected failure.
 func (s *Server) callProblem(path string, req *agentbusv1.Request, err error) problem.Problem {
-	var p *problem.Problem
+	var (
+		p       *problem.Problem
+		refused *refusal
+	)
 	switch {
+	case errors.As(err, &refused):
+		p = refused.p
 	case errors.Is(err, errTimeout):
 		s.metrics.timeouts.Inc()
 		p = problem.HandlerTimeout.New("the handler did not answer in time; the request was accepted and will still be processed")

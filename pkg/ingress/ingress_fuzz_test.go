@@ -264,7 +264,7 @@ func contains(list []string, v string) bool {
 func checkStoreFile(t *testing.T, ctx context.Context, s *Server, store *fuzzObjectStore, body sendBody) (*agentbusv1.FileRef, *problem.Problem) {
 	t.Helper()
 	store.last, store.puts = nil, 0
-	ref, prob := s.storeFile(ctx, "acme", body)
+	ref, prob := s.storeFile(ctx, &agentbusv1.Request{TenantId: "acme"}, body)
 	if prob != nil {
 		require.Nil(t, ref, "storeFile gave both a reference and %+v", prob)
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge}, prob.Status, "storeFile status for data %q", body.Data)

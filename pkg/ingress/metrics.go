@@ -42,6 +42,8 @@ type apiMetrics struct {
 	tracer trace.Tracer
 	// window counts the calls that name an agent, for the stats routes (stats.go).
 	window *window.Window
+	// reg is where the metrics are registered, for those registered later (quota.go).
+	reg prometheus.Registerer
 }
 
 // newMetrics registers the ingress's metrics with reg; nil means a registry of their own. Spans
@@ -83,6 +85,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 		}),
 		tracer: tracing.Tracer(tp),
 		window: window.New(window.Config{}),
+		reg:    reg,
 	}
 	// A tenant that loses its place to a busier one takes its series with it: its requests
 	// count as other from then on.

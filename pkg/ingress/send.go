@@ -161,7 +161,7 @@ func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requ
 	}
 	req := newMessageRequest(wf, participant, kind, body.Text, requestID, keep)
 	req.Scope, req.Hint = body.Topic, body.Hint
-	return req, wait, s.sendPayload(r.Context(), req, tenant, body)
+	return req, wait, s.sendPayload(r.Context(), req, body)
 }
 
 // sendTarget checks the fields of a send body that name the message and its target: the
@@ -207,7 +207,7 @@ func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow,
 // sendPayload puts a send body's data on req, as its kind takes it: a Webhook's body, a Data
 // message's parameters (a JSON object that matches the method's schema), a Chat message's data,
 // a File's stored content.
-func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, tenant string, body sendBody) *problem.Problem {
+func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, body sendBody) *problem.Problem {
 	given := len(body.Data) > 0 && string(body.Data) != "null"
 	switch req.GetKind() {
 	case agentbusv1.Kind_KIND_WEBHOOK:
@@ -228,7 +228,7 @@ func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, tenan
 			req.Data = body.Data
 		}
 	case agentbusv1.Kind_KIND_FILE:
-		ref, p := s.storeFile(ctx, tenant, body)
+		ref, p := s.storeFile(ctx, req, body)
 		if p != nil {
 			return p
 		}
@@ -266,10 +266,11 @@ func waitParams(r *http.Request) (wait bool, timeout time.Duration, problem stri
 	return wait, timeout, ""
 }
 
-// storeFile decodes a File message's content and stores it in AGENTBUS_FILES. Empty content and
-// invalid base64 are not errors: the handler is told, and answers as the interface asks
-// (docs/interface.md#41-send-message-admin, rules 3 and 4).
-func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*agentbusv1.FileRef, *problem.Problem) {
+// storeFile decodes a File message's content and stores it in AGENTBUS_FILES, if req's tenant may
+// store it (admit). Empty content and invalid base64 are not errors: the handler is told, and
+// answers as the interface asks (docs/interface.md#41-send-message-admin, rules 3 and 4).
+func (s *Server) storeFile(ctx context.Context, req *agentbusv1.Request, body sendBody) (*agentbusv1.FileRef, *problem.Problem) {
+	tenant := req.GetTenantId()
 	ref := &agentbusv1.FileRef{FileName: body.Text}
 	var content string
 	switch {
@@ -319,14 +320,19 @@ func (s *Server) storeFile(ctx context.Context, tenant string, body sendBody) (*
 		ref.Empty = true
 		return ref, nil
 	}
+	if p := s.admit(ctx, tenant, req.GetWorkflowId(), int64(len(data))); p != nil {
+		return nil, p
+	}
 	sum := sha256.Sum256(data)
 	ref.Size, ref.Sha256 = int64(len(data)), hex.EncodeToString(sum[:])
 	ref.Object = tenant + "/" + uuid.NewString()
 	meta := jetstream.ObjectMeta{Name: ref.Object, Description: ref.FileName, Headers: map[string][]string{"Content-Type": {ref.ContentType}}}
-	if _, err := s.res.Files.Put(ctx, meta, bytes.NewReader(data)); err != nil {
+	info, err := s.res.Files.Put(ctx, meta, bytes.NewReader(data))
+	if err != nil {
 		s.log.Error("storing file", "err", err)
 		return nil, problem.BusUnavailable.New("the file could not be stored; try again")
 	}
+	s.storage.countFile(tenant, info)
 	return ref, nil
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/usage"
 )
 
 // Config configures the ingress. Zero values mean the documented defaults.
@@ -106,6 +107,14 @@ type Config struct {
 	// request to the workflow host; nil means otel.GetTracerProvider(). A no-op provider turns
 	// tracing off at no cost per request.
 	Tracer trace.TracerProvider
+	// Quotas gives each tenant's storage quota: bytes stored and workflow instances
+	// (docs/limits.md#storage-quotas). It is asked on every request that stores something, so
+	// that a quota changed at runtime holds from the next request on. Nil means no quota; the
+	// services set AGENTBUS_TENANT_MAX_BYTES and AGENTBUS_TENANT_MAX_INSTANCES.
+	Quotas usage.Quotas
+	// StoreGuard refuses requests that store while the JetStream account's storage is nearly
+	// full. The zero value refuses nothing; the services set AGENTBUS_STORE_GUARD_*.
+	StoreGuard StoreGuard
 }
 
 // Defaults.
@@ -144,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
 		return errors.New("ingress: admin key must be at least 16 characters")
+	}
+	if err := c.StoreGuard.Validate(); err != nil {
+		return err
 	}
 	return c.Bus.Validate()
 }
@@ -218,6 +230,9 @@ type Server struct {
 	closing   chan struct{} // closed by CloseStreams
 	closeOnce sync.Once
 	ready     readiness
+
+	// storage knows what tenants store, for their quotas and the store guard (quota.go).
+	storage *storage
 }
 
 // New connects the ingress to the bus: it creates missing resources and loads keys and the
@@ -258,6 +273,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.subs = subscription.NewStore(s.res, subs)
 	s.remote = remote.NewStore(s.res, subs.Allow)
+	if s.storage, err = s.startStorage(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.storage.close()
+		}
+	}()
 	// Before the caches load: a write this instance is not asked to confirm is in them.
 	if s.confirms, err = startConfirmer(cfg.Conn, cfg.InstanceID, s.cacheHolds, s.log); err != nil {
 		return nil, err
@@ -313,7 +336,8 @@ func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 // Close ends streams, tells the other instances this one leaves (admin writes no longer wait for
 // it, rate limits no longer count its demand), and stops the watches and the reply, stats,
 // confirmation and rate demand subscriptions.
-func (s *Server) Close() error {
+func (s *Server) Close() (err error) {
+	defer func() { err = errors.Join(err, s.storage.close()) }()
 	s.CloseStreams()
 	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
 }
@@ -403,6 +427,7 @@ func (s *Server) api() []route {
 		{post, instancesPath + "/{workflowId}/complete", s.completeInstance},
 		{post, backfillPath, s.backfillInstances},
 		{get, "/api/v1/admin/tenants/{tenantId}/stats", s.tenantStats},
+		{get, "/api/v1/admin/tenants/{tenantId}/usage", s.tenantUsage},
 		{get, "/api/v1/admin/stats", s.systemStats},
 
 		{get, systemAgentsPath, s.listRemoteAgents},

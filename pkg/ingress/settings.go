@@ -14,7 +14,7 @@ func FromSettings(c config.Config) Config {
 		}
 		return out
 	}
-	return Config{
+	cfg := Config{
 		Bus:                   c.Bus(),
 		AdminKey:              c.AdminKey,
 		WebhookTimeout:        c.WebhookTimeout,
@@ -32,4 +32,6 @@ func FromSettings(c config.Config) Config {
 		TenantRateLimit:        Rate{PerSecond: c.TenantRateLimit, Burst: c.TenantRateBurst},
 		TenantRateLimitTenants: rates(c.TenantRateLimitTenants),
 	}
+	cfg.Quotas, cfg.StoreGuard = storageSettings(c)
+	return cfg
 }

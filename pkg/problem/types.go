@@ -116,6 +116,16 @@ var (
 	Internal             = define("internal", http.StatusInternalServerError, 0)
 )
 
+// Problems of storage (docs/limits.md#storage-quotas): a request that would store more than its
+// tenant may keep, or anything large while the deployment's store is nearly full. 507
+// Insufficient Storage: retrying does not help until stored data ages out, is removed, or the
+// quota or the store grows.
+var (
+	StorageQuotaExceeded  = define("storage-quota-exceeded", http.StatusInsufficientStorage, 0)
+	InstanceQuotaExceeded = define("instance-quota-exceeded", http.StatusInsufficientStorage, 0)
+	StoreNearlyFull       = define("store-nearly-full", http.StatusInsufficientStorage, 0)
+)
+
 // Problems of the admin API: tenants, keys and dead letters.
 var (
 	TenantExists        = define("tenant-exists", http.StatusConflict, 0)

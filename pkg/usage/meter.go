@@ -19,6 +19,12 @@ import (
 // sees is, at most, besides NATS's own delay.
 const FlushInterval = time.Second
 
+// EarlyFlushBytes is how many bytes a Meter counts (stored or removed) before it publishes them
+// without waiting for the next FlushInterval: large writes (files, claims) reach the readers of
+// every process within milliseconds, so that a tenant storing them fast through several
+// processes passes its quota by little; small ones cost one publish a second.
+const EarlyFlushBytes = 256 << 10
+
 // maxUnacknowledged bounds the increments a Meter keeps to send again with their
 // de-duplication ids after their publish failed; past it, the oldest are added back to the
 // counts not yet sent, and may then be counted twice if they were stored after all.
@@ -44,6 +50,10 @@ type Meter struct {
 	// unacknowledged are increments sent whose publish failed, to send again as they are.
 	unacknowledged []*nats.Msg
 	seq            uint64
+	// unflushed is the bytes counted since the last flush, stored and removed alike; past
+	// EarlyFlushBytes, kick asks Run to flush now.
+	unflushed int64
+	kick      chan struct{}
 }
 
 // counter names one usage counter: a kind's bytes of a tenant on a day, or (kind numKinds) a
@@ -74,7 +84,7 @@ func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage)}, nil
+	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage), kick: make(chan struct{}, 1)}, nil
 }
 
 // Add counts bytes of kind k that tenant stored now; negative bytes were removed.
@@ -90,7 +100,15 @@ func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
 	m.mu.Lock()
 	m.pending[c] += bytes
 	m.pendingOf(tenant).Bytes[k] += bytes
+	m.unflushed += max(bytes, -bytes)
+	early := m.unflushed >= EarlyFlushBytes
 	m.mu.Unlock()
+	if early {
+		select {
+		case m.kick <- struct{}{}:
+		default: // a flush is asked for already
+		}
+	}
 }
 
 // CountClaim counts a claim-checked payload (bus.ClaimMeter).
@@ -133,8 +151,9 @@ func (m *Meter) Pending(tenant string) Usage {
 	return Usage{}
 }
 
-// Run publishes what m counted every FlushInterval until ctx ends. What is counted after the
-// last of these is published by a Flush of the caller's, with the time it has left.
+// Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
+// until ctx ends. What is counted after the last of these is published by a Flush of the
+// caller's, with the time it has left.
 func (m *Meter) Run(ctx context.Context) {
 	t := time.NewTicker(FlushInterval)
 	defer t.Stop()
@@ -143,6 +162,7 @@ func (m *Meter) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.kick:
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		if err := m.Flush(fctx); err != nil && ctx.Err() == nil {
@@ -211,6 +231,7 @@ func (m *Meter) take() []*nats.Msg {
 	}
 	clear(m.pending)
 	clear(m.tenants)
+	m.unflushed = 0
 	return batch
 }
 
