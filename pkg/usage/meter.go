@@ -30,6 +30,11 @@ const EarlyFlushBytes = 256 << 10
 // counts not yet sent, and may then be counted twice if they were stored after all.
 const maxUnacknowledged = 10000
 
+// maxFlushCounters is how many counters a flush publishes at once, beyond those sent again: a
+// tenant's instances and bytes of three kinds, for 4096 tenants that all stored something within
+// the second. Counters beyond it wait for the next flush.
+const maxFlushCounters = 4 * 4096
+
 // flushTimeout bounds one flush of Run.
 const flushTimeout = 2 * time.Second
 
@@ -76,8 +81,9 @@ func (c counter) subject() string {
 // failures to publish; nil discards them.
 func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
 	// A JetStream context of its own: waiting for its asynchronous publishes waits for no one
-	// else's.
-	js, err := jetstream.New(nc)
+	// else's. A flush publishes one increment per counter counted since the last: with many
+	// tenants, more than the default 4000 in flight.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxUnacknowledged+maxFlushCounters))
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
@@ -219,18 +225,33 @@ func (m *Meter) take() []*nats.Msg {
 	defer m.mu.Unlock()
 	batch := m.unacknowledged
 	m.unacknowledged = nil
+	taken := 0
 	for c, n := range m.pending {
 		if n == 0 {
+			delete(m.pending, c)
 			continue
 		}
+		if taken == maxFlushCounters {
+			break
+		}
+		taken++
+		delete(m.pending, c)
 		m.seq++
 		msg := nats.NewMsg(c.subject())
 		msg.Header.Set(subject.HeaderIncr, strconv.FormatInt(n, 10))
 		msg.Header.Set(jetstream.MsgIDHeader, m.id+"."+strconv.FormatUint(m.seq, 10))
 		batch = append(batch, msg)
 	}
-	clear(m.pending)
+	// What a process that has not published yet still counts as its own (Pending): only what
+	// is left for the next flush.
 	clear(m.tenants)
+	for c, n := range m.pending {
+		if c.kind == numKinds {
+			m.pendingOf(c.tenant).Instances += n
+		} else {
+			m.pendingOf(c.tenant).Bytes[c.kind] += n
+		}
+	}
 	m.unflushed = 0
 	return batch
 }

@@ -214,3 +214,28 @@ func TestStoresCountWhatTheyStore(t *testing.T) {
 	require.NoError(t, err)
 	usageOf(t, r, "acme", bytes(int64(info.State.Bytes), 0, 0, 1))
 }
+
+// TestAFlushOfManyCounters: a meter that counted for more tenants than a flush publishes at
+// once publishes the rest with the next, and reports them as pending meanwhile.
+func TestAFlushOfManyCounters(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	r := watch(t, res)
+	m := meter(t, res)
+	const tenants = 4*4096 + 100
+	for i := range tenants {
+		m.AddInstance("t" + strconv.Itoa(i))
+	}
+	flush(t, m)
+	pending := 0
+	for i := range tenants {
+		if m.Pending("t"+strconv.Itoa(i)).Instances == 1 {
+			pending++
+		}
+	}
+	assert.Equal(t, 100, pending, "left for the next flush")
+	flush(t, m)
+	require.Eventually(t, func() bool { return len(r.Tenants()) == tenants }, 20*time.Second, 50*time.Millisecond)
+	for _, tenant := range []string{"t0", "t" + strconv.Itoa(tenants-1)} {
+		assert.Equal(t, int64(1), r.Of(tenant).Instances, tenant)
+	}
+}
