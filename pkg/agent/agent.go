@@ -50,7 +50,9 @@
 // change to reach its agents.
 //
 // Handlers of one conversation (workflow instance and participant) are called one at a time, in
-// arrival order; different conversations run concurrently, also on the same instance. Delivery
+// arrival order; different conversations run concurrently, also on the same instance, in the
+// host's handler slots (HostConfig.MaxConcurrent, or an agent's own: MaxConcurrent), which go to
+// the tenants in turn when more requests wait than slots are free (HostConfig.Share). Delivery
 // is at least once: a host that crashes after a handler ran but before the request was
 // acknowledged runs it again elsewhere.
 //

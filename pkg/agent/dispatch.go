@@ -58,10 +58,7 @@ type conversation struct {
 // if it has more. So a waiting conversation costs no goroutine, and a tenant with a backlog takes
 // one turn in each round like any other, however much it queued first.
 type slots struct {
-	// agent is the agent whose tenants' shares the slots follow (HostConfig.Share); empty when
-	// several agents share them.
-	agent string
-	size  int
+	size int
 
 	// Guarded by Host.mu.
 	ready *fairshare.Queue[string, *conversation]
@@ -70,13 +67,14 @@ type slots struct {
 	wake           chan struct{}
 }
 
-// newSlots returns size slots for the agent's requests ("" for several agents).
+// newSlots returns size slots for the agent's requests, whose tenants' shares HostConfig.Share
+// gives ("" for the slots of several agents).
 func (h *Host) newSlots(agentName string, size int) *slots {
 	var share func(string) fairshare.Share
 	if h.cfg.Share != nil {
 		share = func(tenant string) fairshare.Share { return h.cfg.Share(tenant, agentName) }
 	}
-	return &slots{agent: agentName, size: size, ready: fairshare.New[string, *conversation](share), wake: make(chan struct{}, size)}
+	return &slots{size: size, ready: fairshare.New[string, *conversation](share), wake: make(chan struct{}, size)}
 }
 
 func compareSeq(a, b uint64) int { return cmp.Compare(a, b) }

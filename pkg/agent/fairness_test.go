@@ -26,6 +26,8 @@ import (
 type slowAgent struct {
 	name  string
 	sleep time.Duration
+	// gate, when set, holds every handler until it is closed.
+	gate chan struct{}
 
 	mu    sync.Mutex
 	order map[string][]int       // by tenant, workflow and participant: each request's n, as handled
@@ -54,6 +56,9 @@ func (a *slowAgent) agent(opts ...agent.Option) *agent.Agent {
 		a.conc[tenant]++
 		a.peak[tenant] = max(a.peak[tenant], a.conc[tenant])
 		a.mu.Unlock()
+		if a.gate != nil {
+			<-a.gate
+		}
 		time.Sleep(a.sleep)
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -262,11 +267,12 @@ func TestWeightsShareSlots(t *testing.T) {
 
 // An agent with slots of its own (agent.MaxConcurrent) runs at most that many requests at once,
 // and the host's other agents, which share the host's slots, answer while its slots are full. A
-// tenant's cap (HostConfig.Share's MaxConcurrent) holds within them, while another tenant uses
+// tenant's cap (HostConfig.Share's MaxConcurrent) holds within them, while another tenant takes
 // the rest.
 func TestAgentWithSlotsOfItsOwn(t *testing.T) {
 	t.Parallel()
-	sa := newSlowAgent("Slow", 200*time.Millisecond)
+	sa := newSlowAgent("Slow", 0)
+	sa.gate = make(chan struct{})
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sa.agent(agent.MaxConcurrent(3)), echo.New()},
 		Host: agent.HostConfig{MaxConcurrent: 2, Share: func(tenant, agentName string) fairshare.Share {
 			if tenant == "other" && agentName == "Slow" {
@@ -275,7 +281,7 @@ func TestAgentWithSlotsOfItsOwn(t *testing.T) {
 			return fairshare.Share{}
 		}}})
 	var wg sync.WaitGroup
-	for i := range 12 {
+	for i := range 3 {
 		wg.Go(func() {
 			status, b := sendWork(t, s, s.Key, "default", "Slow", "a-"+strconv.Itoa(i), "p", 1, true)
 			assert.Equal(t, http.StatusOK, status, "send: %s", b)
@@ -285,25 +291,29 @@ func TestAgentWithSlotsOfItsOwn(t *testing.T) {
 			assert.Equal(t, http.StatusOK, status, "send: %s", b)
 		})
 	}
-	waitFor(t, 5*time.Second, "Slow's slots are full", func() bool {
+	running := func() (a, b int) {
 		sa.mu.Lock()
 		defer sa.mu.Unlock()
-		return sa.conc["default"]+sa.conc["other"] == 3
-	})
-	for i := range 4 { // more than the host's 2 slots: they are free, Slow has its own
-		status, _, b := post(t, s, "default:Echo:Supervisor Workflow:e"+strconv.Itoa(i), "echo", "")
-		assert.Equal(t, http.StatusOK, status, "Echo: %s", b)
-		sa.mu.Lock()
-		assert.Equal(t, 3, sa.conc["default"]+sa.conc["other"], "Echo answered while Slow's slots were full")
-		sa.mu.Unlock()
+		return sa.conc["default"], sa.conc["other"]
 	}
+	waitFor(t, 10*time.Second, "Slow's slots are full", func() bool { a, b := running(); return a+b == 3 })
+	a, b := running()
+	assert.Equal(t, 1, b, "tenant other's cap")
+	assert.Equal(t, 2, a, "tenant default takes the slots other may not")
+	for i := range 4 { // more than the host's 2 slots, which Slow does not use
+		status, _, body := post(t, s, "default:Echo:Supervisor Workflow:e"+strconv.Itoa(i), "echo", "")
+		assert.Equal(t, http.StatusOK, status, "Echo: %s", body)
+	}
+	a, b = running()
+	assert.Equal(t, 3, a+b, "Slow's slots while Echo answered")
+	close(sa.gate)
 	wg.Wait()
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
 	assert.Equal(t, 1, sa.peak["other"], "tenant other's cap")
-	assert.LessOrEqual(t, sa.peak["default"], 3)
-	assert.Equal(t, 12, len(sa.ended["default"]))
-	assert.Equal(t, 12, len(sa.ended["other"]))
+	assert.Equal(t, 2, sa.peak["default"])
+	assert.Len(t, sa.ended["default"], 3)
+	assert.Len(t, sa.ended["other"], 3)
 }
 
 func TestMaxConcurrentMustBePositive(t *testing.T) {

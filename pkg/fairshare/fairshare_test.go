@@ -272,7 +272,7 @@ func TestDoneWithoutNextPanics(t *testing.T) {
 // waiting, each with a few items: the cost per item does not grow with the keys. A key that
 // comes and goes with each item (a tenant's lone request) is the "key per item" case.
 func BenchmarkQueue(b *testing.B) {
-	for _, keys := range []int{1, 1000, 100000} {
+	for _, keys := range []int{1, 1000, 10000, 100000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
 			q := fairshare.New[string, int](nil)
 			names := make([]string, keys)

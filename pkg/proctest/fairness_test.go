@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,17 +23,23 @@ import (
 
 // A remote agent of two tenants, with 8 slots (maxConcurrent) and a method that takes 100 ms,
 // served by a workflow host process behind an ingress process: tenant A queues 400 requests
-// (5 s of work), each a conversation of its own, plus one conversation of ten; tenant B's 20
-// concurrent calls made then are each answered within a second, not after A's backlog. Every
-// request of A is handled, each conversation's in order.
+// (5 s of work; AGENTBUS_FAIRNESS_BACKLOG sets another number), each a conversation of its own,
+// plus one conversation of ten; tenant B's 20 concurrent calls made then are each answered
+// within a second, not after A's backlog. Every request of A is handled, each conversation's in
+// order. The host's resident memory before the backlog and while it holds it is printed.
 func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 	const (
 		slots   = 8
 		sleepMS = 100
-		backlog = 400
 		bCalls  = 20
 		seqLen  = 10
 	)
+	backlog := 400
+	if v := os.Getenv("AGENTBUS_FAIRNESS_BACKLOG"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "AGENTBUS_FAIRNESS_BACKLOG")
+		backlog = n
+	}
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
 	sys := newSystem(t, bins, nats.URL)
@@ -64,6 +71,8 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 		return sys.sendAs(ctx, tenant, key, wait, map[string]any{"agentName": "Slow", "activationName": activation, "participantId": "p",
 			"type": "Data", "text": "sleep", "data": map[string]int{"ms": sleepMS, "n": n}})
 	}
+	rssBefore, err := sys.hosts["host-1"].RSS()
+	require.NoError(t, err)
 	start = time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { // one conversation of A with several requests, sent in order
@@ -101,6 +110,10 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 	}
 	t.Logf("tenant A's %d requests accepted in %v; %d handled by then", backlog+seqLen, time.Since(start).Round(time.Millisecond), handled("default"))
 	require.Less(t, handled("default"), backlog/2, "the backlog is gone before B calls: the test measures nothing")
+	time.Sleep(time.Second) // the host pulls the backlog
+	if rss, err := sys.hosts["host-1"].RSS(); err == nil {
+		t.Logf("the host's resident memory: %.1f MiB before the backlog, %.1f MiB holding it", float64(rssBefore)/(1<<20), float64(rss)/(1<<20))
+	}
 
 	took := make([]time.Duration, bCalls)
 	for i := range bCalls {
@@ -120,7 +133,7 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 		bCalls, sorted[bCalls-1].Round(time.Millisecond), sorted[bCalls/2].Round(time.Millisecond), backlog+seqLen-handled("default"))
 	assert.Less(t, sorted[bCalls-1], time.Second, "B's calls wait behind A's backlog")
 
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute + time.Duration(backlog)*sleepMS*time.Millisecond/slots)
 	for handled("default") < backlog+seqLen && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
