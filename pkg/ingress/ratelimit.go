@@ -13,7 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 )
 
-// Rate limits hold across every ingress instance together (docs/limits.md#across-instances).
+// Rate limits hold across every ingress instance together (docs/limits.md#across-ingress-instances).
 // A call pays no NATS round trip for them: each instance keeps a token bucket per key and per
 // tenant in memory, and sets its rate to the instance's share of the rate of all instances.
 // Every demandEvery each instance tells the others (ratesharing.go) the demand it sees, the
@@ -38,10 +38,10 @@ import (
 // the others. What a report leaves out, its sender and every receiver limit to an even share,
 // which cannot let the instances together exceed the rate.
 
-// Timing of the demand exchange. A variable, so that tests may set it.
-var demandEvery = 100 * time.Millisecond
-
 const (
+	// demandEvery is how often the instances exchange their demand: a load that moves from one
+	// instance to another is followed within about a period.
+	demandEvery = 100 * time.Millisecond
 	// demandForPeriods: a report counts this many periods after it arrived, so that one late or
 	// lost report does not drop its sender's demand.
 	demandForPeriods = 3
