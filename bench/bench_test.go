@@ -53,6 +53,33 @@ func TestBenchSmoke(t *testing.T) {
 	checkGoroutines(t, before)
 }
 
+// TestBenchTenants spreads the webhook load over tenants (-tenants), each instance called with
+// its tenant's key: every request succeeds, and the bare phase answers the same sizes.
+func TestBenchTenants(t *testing.T) {
+	o := options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Clients: 4, Instances: 6, Tenants: 3,
+		Partitions: 4, Body: []byte(`{"ping":1}`), Target: targetWebhook}
+	require.NoError(t, o.validate())
+	assert.Equal(t, "bench-2", tenantOf(o, 5))
+	client := newClient(o.Clients)
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := map[string]result{}
+	for _, phase := range []string{phaseBare, phaseAgentbus} {
+		res, err := runTarget(ctx, phase, o, client)
+		require.NoError(t, err, phase)
+		assert.Positive(t, res.Requests, phase)
+		assert.Zero(t, res.Errors, "%s: %v", phase, res.topErrors(5))
+		results[phase] = res
+	}
+	assert.Equal(t, results[phaseBare].AvgRespBytes(), results[phaseAgentbus].AvgRespBytes())
+
+	o.Target = targetSend
+	assert.Error(t, o.validate(), "-tenants with another target")
+	o.Target, o.Tenants = targetWebhook, 7
+	assert.Error(t, o.validate(), "more tenants than instances")
+}
+
 // TestBenchTargets runs both phases of every target briefly and checks that every request
 // succeeded and that the bare phase answered as much as the agentbus phase. Twelve instances
 // give activation names of two lengths, and answers of two sizes for all but webhook.

@@ -51,6 +51,11 @@ type options struct {
 	Clients    int
 	Instances  int
 	Partitions int
+	// Tenants spreads the instances over this many tenants, bench-0 to bench-{Tenants-1}, each
+	// with a key of its own (webhook target, in-process stack only); 1 or less: all in tenant
+	// "default". tenantKeys are their keys, set by the agentbus phase.
+	Tenants    int
+	tenantKeys []string
 	Body       []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
@@ -105,6 +110,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-body must be a JSON object for -target %s: it holds the echo method's parameters", o.Target)
 	case (o.URL == "") != (o.Key == ""):
 		return errors.New("-url and -key go together")
+	case o.Tenants > 1 && (o.Target != targetWebhook || o.URL != ""):
+		return errors.New("-tenants is for the webhook target of the in-process stack")
+	case o.Tenants > o.Instances:
+		return errors.New("-tenants must not be more than -instances: each tenant gets instances of its own")
 	}
 	return nil
 }

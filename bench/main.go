@@ -69,7 +69,7 @@
 //
 // Usage:
 //
-//	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 16]
+//	go run ./bench [-duration 10s] [-warmup 2s] [-clients 64] [-instances 1000] [-partitions 16] [-tenants N]
 //	               [-body '{"ping":1}'] [-phase both|bare|agentbus|bare,agentbus,processes,…]
 //	               [-rounds N] [-bins DIR] [-penv name:KEY=VALUE] [-cpuprofile FILE] [-trace FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
@@ -88,6 +88,11 @@
 // -rate-limit N gives the in-process ingress a rate limit of N requests a second for every key
 // and every tenant; above the load, it refuses nothing and the run measures what the limiter
 // costs a call.
+//
+// -tenants N spreads the webhook load over N tenants, bench-0 to bench-{N-1}, each with a key of its
+// own: instance i belongs to tenant i mod N. With -instances as large, every tenant has a
+// conversation of its own in flight, which measures what the hosts' turns among tenants cost a
+// call (the agentbus phase creates the tenants and keys before it starts).
 //
 // -min-ratio R makes the command exit with status 1 when the closed loop's ratio is below R: CI
 // runs a short bench with -min-ratio 0.15 to catch a collapse (not drift: machines vary).
@@ -144,6 +149,7 @@ func main() {
 	flag.IntVar(&o.Clients, "clients", 64, "concurrent client goroutines (open loop: most requests in flight at once)")
 	flag.IntVar(&o.Instances, "instances", 1000, "workflow instances to spread requests over")
 	flag.IntVar(&o.Partitions, "partitions", bus.DefaultPartitions, "inbox partitions of the bus")
+	flag.IntVar(&o.Tenants, "tenants", 1, "spread the instances over `N` tenants, bench-0 to bench-{N-1}, each with a key of its own (webhook target, bare, pipeline and agentbus phases)")
 	body := flag.String("body", `{"ping":1}`, "request body")
 	flag.StringVar(&prof.cpu, "cpuprofile", "", "write a CPU profile of the agentbus phase's measured window to `file`")
 	flag.StringVar(&prof.trace, "trace", "", "write an execution trace of the agentbus phase's measured window to `file`, with each request slower than half the p99 target logged in it (category \"slow\", its latency in µs)")
@@ -208,6 +214,9 @@ func main() {
 	}
 	if prof.any() && !slices.Contains(phases, phaseAgentbus) && !slices.Contains(phases, phaseProcesses) {
 		fatalf("-cpuprofile and -trace profile the agentbus or processes phase, which -phase %s does not run", *phase)
+	}
+	if slices.Contains(phases, phaseProcesses) && o.Tenants > 1 {
+		fatalf("-tenants is for the in-process phases, not %s", phaseProcesses)
 	}
 	if slices.Contains(phases, phaseProcesses) && o.URL != "" {
 		fatalf("the %s phase starts its own processes; -url loads the agentbus phase's", phaseProcesses)
@@ -341,6 +350,9 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 	}
 	if rounds > 1 {
 		load += fmt.Sprintf(" rounds=%d", rounds)
+	}
+	if o.Tenants > 1 {
+		load += fmt.Sprintf(" tenants=%d", o.Tenants)
 	}
 	if slices.Contains(phases, phaseProcesses) {
 		load += " processes=nats-server,ingress,workflowhost"

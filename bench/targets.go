@@ -48,7 +48,27 @@ const (
 )
 
 // workflowID is the workflow the i-th instance of the load is addressed to.
-func workflowID(i int) string { return "default:Echo:Supervisor Workflow:" + activation(i) }
+func workflowID(o options, i int) string {
+	return tenantOf(o, i) + ":Echo:Supervisor Workflow:" + activation(i)
+}
+
+// tenantOf is the tenant of the i-th instance of the load: benchTenant, or with -tenants N, the
+// tenant of its place among the N (the instances are dealt round-robin to them).
+func tenantOf(o options, i int) string {
+	if o.Tenants <= 1 {
+		return benchTenant
+	}
+	return fmt.Sprintf("bench-%d", i%o.Tenants)
+}
+
+// benchTenants are the tenants of -tenants n: bench-0, bench-1, …
+func benchTenants(o options) []string {
+	out := make([]string, o.Tenants)
+	for j := range out {
+		out[j] = tenantOf(o, j)
+	}
+	return out
+}
 
 // activation is the activation name of the i-th instance of the load.
 func activation(i int) string { return fmt.Sprintf("bench-%d", i) }
@@ -101,7 +121,11 @@ func newEndpoint(o options, base, key string) (endpoint, error) {
 		}
 		qs := query.Encode()
 		for i := range ep.reqs {
-			ep.reqs[i] = request{url: base + "/api/user/webhooks/" + url.PathEscape(workflowID(i)) + "/echo?" + qs, body: o.Body}
+			if len(o.tenantKeys) > 0 {
+				query.Set("apikey", o.tenantKeys[i%len(o.tenantKeys)])
+				qs = query.Encode()
+			}
+			ep.reqs[i] = request{url: base + "/api/user/webhooks/" + url.PathEscape(workflowID(o, i)) + "/echo?" + qs, body: o.Body}
 		}
 	case targetSend, targetSendWait:
 		target := base + "/api/v1/admin/tenants/" + benchTenant + "/messaging/send"
@@ -128,7 +152,7 @@ func newEndpoint(o options, base, key string) (endpoint, error) {
 		for i := range ep.reqs {
 			// The workflow as the usage spells it: colons kept, the space as %20.
 			ep.reqs[i] = request{
-				url:  base + "/api/user/rest/converse?workflow=" + url.PathEscape(workflowID(i)) + "&type=Data&text=echo&participantId=" + benchParticipant,
+				url:  base + "/api/user/rest/converse?workflow=" + url.PathEscape(workflowID(o, i)) + "&type=Data&text=echo&participantId=" + benchParticipant,
 				body: o.Body,
 			}
 		}
@@ -178,17 +202,28 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 		}
 	}()
 
-	if err = st.Keys.EnsureTenant(sctx, benchTenant); err != nil {
-		return endpoint{}, nil, fmt.Errorf("creating tenant: %w", err)
+	tenants := []string{benchTenant}
+	if o.Tenants > 1 {
+		tenants = benchTenants(o)
 	}
-	key, _, err := st.Keys.Create(sctx, keys.NewKey{Tenant: benchTenant, Role: keys.RoleTenantAdmin, Name: "bench"})
-	if err != nil {
-		return endpoint{}, nil, fmt.Errorf("creating key: %w", err)
+	var key string
+	for _, tenant := range tenants {
+		if err = st.Keys.EnsureTenant(ctx, tenant); err != nil {
+			return endpoint{}, nil, fmt.Errorf("creating tenant: %w", err)
+		}
+		if key, _, err = st.Keys.Create(ctx, keys.NewKey{Tenant: tenant, Role: keys.RoleTenantAdmin, Name: "bench"}); err != nil {
+			return endpoint{}, nil, fmt.Errorf("creating key: %w", err)
+		}
+		if o.Tenants > 1 {
+			o.tenantKeys = append(o.tenantKeys, key)
+		}
 	}
-	// Keys reach the ingress through its watch of the keys bucket.
+	// Keys reach the ingress through its watch of the keys bucket, in the order they were made.
+	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for !st.Ingress.KeyKnown(key) {
-		if !sleepUntil(sctx, time.Now().Add(2*time.Millisecond)) {
-			err = fmt.Errorf("waiting for the key to reach the ingress: %w", sctx.Err())
+		if !sleepUntil(kctx, time.Now().Add(2*time.Millisecond)) {
+			err = fmt.Errorf("waiting for the key to reach the ingress: %w", kctx.Err())
 			return endpoint{}, nil, err
 		}
 	}
