@@ -116,7 +116,10 @@ type Resources struct {
 	// Usage and UsageTotals count what each tenant stores (package usage): bytes by kind and
 	// day, and instances.
 	Usage, UsageTotals jetstream.Stream
-	Config             Config
+	// TenantLimits holds the limits set per tenant at runtime (package tenantlimits); SlotGrants
+	// divides each tenant's cap on its requests running at once among the workflow hosts.
+	TenantLimits, SlotGrants jetstream.KeyValue
+	Config                   Config
 }
 
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
@@ -298,6 +301,8 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, true},
 		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, true},
 		{&r.Tenures, jetstream.KeyValueConfig{Bucket: subject.TenuresBucket, Description: "takeovers of each inbox partition from hosts taken for dead"}, true},
+		{&r.TenantLimits, jetstream.KeyValueConfig{Bucket: subject.TenantLimitsBucket, Description: "limits set per tenant and agent at runtime"}, true},
+		{&r.SlotGrants, jetstream.KeyValueConfig{Bucket: subject.SlotGrantsBucket, Description: "each host's part of a tenant's cap on its requests running at once"}, true},
 	}
 	for _, kv := range kvs {
 		c := kv.cfg
