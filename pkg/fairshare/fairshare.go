@@ -20,6 +20,10 @@ type Share struct {
 	// MaxConcurrent caps how many of the key's items are out at once (handed out by Next and not
 	// yet given back with Done): a key at its cap waits out its turns. Zero or less means no cap.
 	MaxConcurrent int
+	// Hold keeps every item of the key waiting, whatever MaxConcurrent says: none is handed out
+	// until the key's Share lets it (Reshare). A cap of none, as when the key's part of a cap
+	// shared with others is nothing for now.
+	Hold bool
 }
 
 // Queue holds items under keys and hands them out in turns. The zero value is not usable; use
@@ -46,8 +50,10 @@ const spareKeys = 64
 type key[K comparable, V any] struct {
 	id    K
 	items fifo[V]
-	// weight and limit are the key's Share, read when the key came in (limit 0: no cap).
+	// weight, limit and hold are the key's Share, read when the key came in or at Reshare
+	// (limit 0: no cap).
 	weight, limit int
+	hold          bool
 	out           int
 	// credit is how many more items the key gets in its current turn.
 	credit int
@@ -75,7 +81,8 @@ func (q *Queue[K, V]) Push(id K, v V) {
 		} else {
 			k = new(key[K, V])
 		}
-		k.id, k.weight, k.limit = id, max(s.Weight, 1), max(s.MaxConcurrent, 0)
+		k.id = id
+		k.set(s)
 		q.keys[id] = k
 		q.peak = max(q.peak, len(q.keys))
 	}
@@ -88,6 +95,11 @@ func (q *Queue[K, V]) Push(id K, v V) {
 // key may have an item now (none waits, or every key that has one is at its cap). The item is
 // out until Done is called with its key.
 func (q *Queue[K, V]) Next() (id K, v V, ok bool) {
+	for q.turns.len() > 0 && !q.turns.front().open() {
+		// Its share was lowered (Reshare) while it was in the turns.
+		k := q.turns.pop()
+		k.inTurn, k.credit = false, 0
+	}
 	if q.turns.len() == 0 {
 		return id, v, false
 	}
@@ -100,7 +112,7 @@ func (q *Queue[K, V]) Next() (id K, v V, ok bool) {
 	k.out++
 	k.credit--
 	switch {
-	case k.items.len() == 0 || k.limit > 0 && k.out >= k.limit:
+	case k.items.len() == 0 || !k.open():
 		// Out of the turns until it has an item again, or one of its items comes back: it then
 		// waits for a whole round, as a newcomer does.
 		q.turns.pop()
@@ -147,9 +159,34 @@ func (q *Queue[K, V]) forget(k *key[K, V]) {
 
 // enter puts k at the end of the turns if it may have an item handed out and is not there.
 func (q *Queue[K, V]) enter(k *key[K, V]) {
-	if !k.inTurn && k.items.len() > 0 && (k.limit == 0 || k.out < k.limit) {
+	if !k.inTurn && k.items.len() > 0 && k.open() {
 		k.inTurn = true
 		q.turns.push(k)
+	}
+}
+
+// set takes a Share in.
+func (k *key[K, V]) set(s Share) {
+	k.weight, k.limit, k.hold = max(s.Weight, 1), max(s.MaxConcurrent, 0), s.Hold
+	k.credit = min(k.credit, k.weight)
+}
+
+// open reports whether the key's share lets one more of its items out.
+func (k *key[K, V]) open() bool { return !k.hold && (k.limit == 0 || k.out < k.limit) }
+
+// Reshare reads anew the Share of every key held for which match is true, as when the key came
+// in: a key whose cap was raised or released takes its turn again, one whose cap was lowered
+// hands nothing out until its items out are fewer than the new cap (the items out stay out).
+// It costs O(keys held). The owner then has the items that may now be handed out handed out.
+func (q *Queue[K, V]) Reshare(match func(K) bool) {
+	if q.share == nil {
+		return
+	}
+	for id, k := range q.keys {
+		if match(id) {
+			k.set(q.share(id))
+			q.enter(k)
+		}
 	}
 }
 

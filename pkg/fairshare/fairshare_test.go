@@ -306,3 +306,60 @@ func BenchmarkQueue(b *testing.B) {
 		}
 	})
 }
+
+// Reshare changes a key's share while it has items: a hold keeps them all waiting, a raised cap
+// lets more out at once, a lowered one lets none out until fewer are out than it allows, and a
+// changed weight holds from the key's next turn. Keys not matched keep theirs.
+func TestReshare(t *testing.T) {
+	table := map[string]fairshare.Share{"a": {Hold: true}}
+	q := fairshare.New[string, int](shares(table))
+	for i := range 6 {
+		q.Push("a", i)
+	}
+	q.Push("b", 0)
+	k, _, ok := q.Next()
+	require.True(t, ok)
+	assert.Equal(t, "b", k, "a is held")
+	_, _, ok = q.Next()
+	assert.False(t, ok, "a is held")
+
+	table["a"] = fairshare.Share{MaxConcurrent: 3}
+	q.Reshare(func(k string) bool { return k == "a" })
+	for i := range 3 {
+		k, v, ok := q.Next()
+		require.True(t, ok)
+		assert.Equal(t, "a", k)
+		assert.Equal(t, i, v)
+	}
+	_, _, ok = q.Next()
+	assert.False(t, ok, "a is at its cap of 3")
+
+	table["a"] = fairshare.Share{MaxConcurrent: 1}
+	q.Reshare(func(string) bool { return true })
+	q.Done("a")
+	q.Done("a")
+	_, _, ok = q.Next()
+	assert.False(t, ok, "one out: at the lowered cap")
+	q.Done("a")
+	k, v, ok := q.Next()
+	require.True(t, ok, "none out: below the lowered cap")
+	assert.Equal(t, "a", k)
+	assert.Equal(t, 3, v)
+
+	table["a"] = fairshare.Share{Weight: 2, Hold: true}
+	q.Reshare(func(k string) bool { return k == "a" })
+	q.Done("a")
+	table["a"] = fairshare.Share{Weight: 2}
+	q.Push("c", 0)
+	q.Reshare(func(k string) bool { return k == "a" })
+	got := ""
+	for {
+		k, _, ok := q.Next()
+		if !ok {
+			break
+		}
+		got += k
+		q.Done(k)
+	}
+	assert.Equal(t, "caa", got, "c came in while a was held; a's weight is 2")
+}
