@@ -204,6 +204,16 @@ func (q *Queue[K, V]) Waiting(id K) (waiting, out int) {
 	return 0, 0
 }
 
+// Range calls f with every key held, its items waiting and its items out, in no order, until f
+// returns false. It costs O(keys held).
+func (q *Queue[K, V]) Range(f func(id K, waiting, out int) bool) {
+	for id, k := range q.keys {
+		if !f(id, k.items.len(), k.out) {
+			return
+		}
+	}
+}
+
 // fifo is a first-in-first-out queue on a slice: push and pop cost O(1), amortised.
 type fifo[T any] struct {
 	buf  []T

@@ -363,3 +363,18 @@ func TestReshare(t *testing.T) {
 	}
 	assert.Equal(t, "caa", got, "c came in while a was held; a's weight is 2")
 }
+
+// Range tells every key held with its items waiting and out.
+func TestRange(t *testing.T) {
+	q := fairshare.New[string, int](nil)
+	q.Push("a", 1)
+	q.Push("a", 2)
+	q.Push("b", 1)
+	_, _, _ = q.Next() // a's first
+	got := map[string][2]int{}
+	q.Range(func(k string, waiting, out int) bool {
+		got[k] = [2]int{waiting, out}
+		return true
+	})
+	assert.Equal(t, map[string][2]int{"a": {1, 1}, "b": {1, 0}}, got)
+}
