@@ -39,9 +39,9 @@ type delivery struct {
 // host holds requests of it. Its requests run one at a time, in inbox order; an idle
 // conversation costs nothing.
 type conversation struct {
-	key    string
-	tenant string // the tenant, from the stored subject: whose turn its requests take
-	slots  *slots // the handler slots its agent's requests run in
+	key   string
+	share shareKey // its tenant (from the stored subject) and agent: whose turn its requests take
+	slots *slots   // the handler slots its agent's requests run in
 
 	// Guarded by Host.mu.
 	queue   []*delivery // ascending sequence; the head may be running
@@ -53,28 +53,24 @@ type conversation struct {
 // slots are the handler slots an agent's requests run in, which free up one at a time and go to
 // the tenants in turn (package fairshare): the host's MaxConcurrent, shared by the agents that
 // have no capacity of their own, or an agent's own (MaxConcurrent). A conversation whose head may
-// run waits in ready under its tenant; the drainers, at most one per slot, each take the next
-// conversation the queue hands out, run its head, and put it back at the end of its tenant's line
-// if it has more. So a waiting conversation costs no goroutine, and a tenant with a backlog takes
-// one turn in each round like any other, however much it queued first.
+// run waits in ready under its tenant and agent (on slots several agents share, a tenant takes
+// turns per agent); the drainers, at most one per slot, each take the next conversation the queue
+// hands out, run its head, and put it back at the end of its tenant's line if it has more. So a
+// waiting conversation costs no goroutine, and a tenant with a backlog takes one turn in each
+// round like any other, however much it queued first.
 type slots struct {
 	size int
 
 	// Guarded by Host.mu.
-	ready *fairshare.Queue[string, *conversation]
+	ready *fairshare.Queue[shareKey, *conversation]
 	// drainers run now (at most size); idle of them wait on wake for a conversation to be ready.
 	drainers, idle int
 	wake           chan struct{}
 }
 
-// newSlots returns size slots for the agent's requests, whose tenants' shares HostConfig.Share
-// gives ("" for the slots of several agents).
-func (h *Host) newSlots(agentName string, size int) *slots {
-	var share func(string) fairshare.Share
-	if h.cfg.Share != nil {
-		share = func(tenant string) fairshare.Share { return h.cfg.Share(tenant, agentName) }
-	}
-	return &slots{size: size, ready: fairshare.New[string, *conversation](share), wake: make(chan struct{}, size)}
+// newSlots returns size slots, whose tenants' shares shareOf gives (limits.go).
+func (h *Host) newSlots(size int) *slots {
+	return &slots{size: size, ready: fairshare.New[shareKey, *conversation](h.shareOf), wake: make(chan struct{}, size)}
 }
 
 func compareSeq(a, b uint64) int { return cmp.Compare(a, b) }
@@ -139,7 +135,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	}
 	c := h.convs[m.Subject()]
 	if c == nil {
-		c = &conversation{key: m.Subject(), tenant: subject.StoredInboxTenant(m.Subject()), slots: h.slots[part.key.agent]}
+		c = &conversation{key: m.Subject(), share: shareKey{subject.StoredInboxTenant(m.Subject()), part.key.agent}, slots: h.slots[part.key.agent]}
 		h.convs[c.key] = c
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
@@ -185,7 +181,7 @@ func (h *Host) readyLocked(c *conversation) bool {
 		delete(h.blocked, c)
 	}
 	c.ready = true
-	c.slots.ready.Push(c.tenant, c)
+	c.slots.ready.Push(c.share, c)
 	return true
 }
 
@@ -257,7 +253,7 @@ func (h *Host) awaitWork(s *slots, idle *time.Timer) bool {
 // head running; nil when none is ready (or its tenant is at its cap).
 func (h *Host) takeLocked(s *slots) (*conversation, *delivery) {
 	for {
-		tenant, c, ok := s.ready.Next()
+		key, c, ok := s.ready.Next()
 		if !ok {
 			return nil, nil
 		}
@@ -265,7 +261,7 @@ func (h *Host) takeLocked(s *slots) (*conversation, *delivery) {
 		if len(c.queue) == 0 || h.waitsLocked(c) {
 			// Its requests went back to the bus while it waited (a handover), or a new tenure
 			// found an earlier request of it held elsewhere.
-			s.ready.Done(tenant)
+			s.ready.Done(key)
 			if len(c.queue) == 0 {
 				h.forgetLocked(c)
 			} else {
@@ -312,7 +308,7 @@ func (h *Host) drain(c *conversation, d *delivery) {
 	// Queued before the slot is freed, so that a tenant that keeps its place keeps its share
 	// too; no drainer is woken: this one takes the next conversation itself.
 	h.readyLocked(c)
-	c.slots.ready.Done(c.tenant)
+	c.slots.ready.Done(c.share)
 	if len(c.queue) == 0 {
 		h.forgetLocked(c)
 	}

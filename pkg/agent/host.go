@@ -23,11 +23,13 @@ import (
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
 	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -65,14 +67,20 @@ type HostConfig struct {
 	// the tenants in turn (Share), and within a tenant to its conversations in turn, one request
 	// each, not to the request that came first. Default 1024.
 	MaxConcurrent int
-	// Share gives a tenant's share of the handler slots of an agent (fairshare.Share): its
-	// weight in the turns, and at most how many of its requests run at once. agent is the agent
-	// whose slots they are, or "" for the slots several agents share (HostConfig.MaxConcurrent
-	// on a host of more than one such agent). It is called when a tenant's request comes to wait
-	// for a slot while none of the tenant's wait or run there, not for every request, under the
-	// host's lock: it must be quick, a read of memory. Nil, or a zero Share, gives every tenant
-	// weight 1 and no cap.
+	// Share gives a tenant's share of the handler slots of an agent on this host
+	// (fairshare.Share): its weight in the turns of the agent's requests, and at most how many of
+	// them run at once on the host. It is called when a tenant's request of the agent comes to
+	// wait for a slot while none of the tenant's requests of the agent wait or run there, and
+	// when the tenant's limits change, not for every request, under the host's lock: it must be
+	// quick, a read of memory. Nil, or a zero Share, gives every tenant weight 1 and no cap. The
+	// limits a system admin sets per tenant (package tenantlimits, which the host follows) win
+	// over it: their weight replaces its weight, and their cap across the hosts applies besides
+	// its cap.
 	Share func(tenant, agent string) fairshare.Share
+	// TenantMaxConcurrent caps each tenant's requests of an agent running at once over every
+	// host of the agent together (AGENTBUS_TENANT_MAX_CONCURRENT), for the tenants whose limits
+	// set no cap of their own; give every host the same. Zero means no cap.
+	TenantMaxConcurrent int
 	// AckWait is how long the bus waits for news of a request before it gives the request to
 	// another host: a host tells the bus about every request it holds (queued or running) every
 	// third of it, so a live host keeps its requests however long they take, and the requests of
@@ -115,6 +123,9 @@ func (c HostConfig) Validate() error {
 	}
 	if c.MaxDeliveries < 0 || c.RetryBackoff < 0 || c.AckWait < 0 {
 		return errors.New("host: negative MaxDeliveries, RetryBackoff or AckWait")
+	}
+	if c.TenantMaxConcurrent < 0 {
+		return errors.New("host: negative TenantMaxConcurrent")
 	}
 	return c.Bus.Validate()
 }
@@ -199,6 +210,16 @@ type Host struct {
 	slots   map[string]*slots
 	metrics *hostMetrics // nil without HostConfig.Metrics
 	tracer  trace.Tracer // nil when tracing is off
+	// limits are the tenants' limits set at runtime (limits.go); grants this host's parts of
+	// the tenants' caps across the hosts (grants.go).
+	limits atomic.Pointer[tenantlimits.Cache]
+	grants *grants
+	// board adds up the hosts' load reports, loadSub feeds it, and lastLoad is this host's own
+	// last report (load.go); loadSoon asks for the next report now.
+	board    *inspect.LoadBoard
+	loadSub  *nats.Subscription
+	loadSoon chan struct{}
+	lastLoad atomic.Pointer[[]inspect.LoadEntry]
 
 	started  time.Time
 	ready    chan struct{}
@@ -249,22 +270,20 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
 		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
+		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1),
 	}
+	h.grants = newGrants(h)
 	var shared []string // the agents without slots of their own
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
 		if a.maxConcurrent > 0 {
-			h.slots[a.name] = h.newSlots(a.name, a.maxConcurrent)
+			h.slots[a.name] = h.newSlots(a.maxConcurrent)
 		} else {
 			shared = append(shared, a.name)
 		}
 	}
 	if len(shared) > 0 {
-		name := ""
-		if len(shared) == 1 {
-			name = shared[0]
-		}
-		s := h.newSlots(name, cfg.MaxConcurrent)
+		s := h.newSlots(cfg.MaxConcurrent)
 		for _, n := range shared {
 			h.slots[n] = s
 		}
@@ -275,6 +294,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 			return nil, fmt.Errorf("registering host metrics: %w", err)
 		}
 		h.metrics = m
+		if err := h.collectLoad(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("registering host metrics: %w", err)
+		}
 	}
 	return h, nil
 }
@@ -294,6 +316,8 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
 	defer h.untilAbandoned(func() { _ = h.dir.Close() })
+	defer h.untilAbandoned(func() { h.grants.close(); _ = h.stopLimits() })
+	defer func() { _ = h.loadSub.Unsubscribe() }()
 	defer func() { _ = h.replies.Close() }()
 	defer func() { _ = h.inspected.Unsubscribe() }()
 
@@ -309,6 +333,8 @@ func (h *Host) Run(ctx context.Context) error {
 	loops.Go(func() { h.keeper.Run(bgCtx) })
 	loops.Go(func() { h.relayTimers(bgCtx) })
 	loops.Go(func() { h.runUsage(bgCtx) })
+	loops.Go(func() { h.grants.run(bgCtx) })
+	loops.Go(func() { h.reportLoad(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}
@@ -392,11 +418,40 @@ func (h *Host) start(ctx context.Context) error {
 	if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
 		return err
 	}
+	if err := h.startFollowing(ctx); err != nil {
+		_ = h.dir.Close()
+		return err
+	}
 	if err := h.beat(ctx); err != nil {
+		h.stopFollowing()
 		_ = h.dir.Close()
 		return err
 	}
 	return nil
+}
+
+// startFollowing starts following the tenants' limits, the hosts' load reports and the grants of
+// the caps across the hosts; stopFollowing stops them again.
+func (h *Host) startFollowing(ctx context.Context) (err error) {
+	if err := h.startLimits(ctx); err != nil {
+		return err
+	}
+	if h.loadSub, err = h.followLoad(); err != nil {
+		_ = h.stopLimits()
+		return err
+	}
+	if err := h.startGrants(ctx); err != nil {
+		_ = h.loadSub.Unsubscribe()
+		_ = h.stopLimits()
+		return err
+	}
+	return nil
+}
+
+func (h *Host) stopFollowing() {
+	h.grants.close()
+	_ = h.loadSub.Unsubscribe()
+	_ = h.stopLimits()
 }
 
 // stopReserve is the end of ShutdownGrace that running handlers do not get: the stop cancels

@@ -177,17 +177,27 @@ func (k *key[K, V]) open() bool { return !k.hold && (k.limit == 0 || k.out < k.l
 // Reshare reads anew the Share of every key held for which match is true, as when the key came
 // in: a key whose cap was raised or released takes its turn again, one whose cap was lowered
 // hands nothing out until its items out are fewer than the new cap (the items out stay out).
-// It costs O(keys held). The owner then has the items that may now be handed out handed out.
-func (q *Queue[K, V]) Reshare(match func(K) bool) {
+// It costs O(keys held), and returns how many items of the matched keys their shares let out
+// now, so that the owner has them handed out.
+func (q *Queue[K, V]) Reshare(match func(K) bool) (open int) {
 	if q.share == nil {
-		return
+		return 0
 	}
 	for id, k := range q.keys {
-		if match(id) {
-			k.set(q.share(id))
-			q.enter(k)
+		if !match(id) {
+			continue
+		}
+		k.set(q.share(id))
+		q.enter(k)
+		switch {
+		case !k.open():
+		case k.limit == 0:
+			open += k.items.len()
+		default:
+			open += min(k.items.len(), k.limit-k.out)
 		}
 	}
+	return open
 }
 
 // Len returns how many items wait, under every key.

@@ -324,7 +324,7 @@ func TestReshare(t *testing.T) {
 	assert.False(t, ok, "a is held")
 
 	table["a"] = fairshare.Share{MaxConcurrent: 3}
-	q.Reshare(func(k string) bool { return k == "a" })
+	assert.Equal(t, 3, q.Reshare(func(k string) bool { return k == "a" }), "a lets 3 of its 6 out")
 	for i := range 3 {
 		k, v, ok := q.Next()
 		require.True(t, ok)
@@ -335,7 +335,7 @@ func TestReshare(t *testing.T) {
 	assert.False(t, ok, "a is at its cap of 3")
 
 	table["a"] = fairshare.Share{MaxConcurrent: 1}
-	q.Reshare(func(string) bool { return true })
+	assert.Zero(t, q.Reshare(func(string) bool { return true }), "3 out of a cap of 1")
 	q.Done("a")
 	q.Done("a")
 	_, _, ok = q.Next()

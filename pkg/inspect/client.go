@@ -28,6 +28,9 @@ type Client struct {
 	Dir *registry.Directory
 	// Partitions is the inbox's partition count (bus.Config.PartitionCount).
 	Partitions int
+	// Queues, when set, gives the tenants' queues the hosts report (LoadBoard.Queues, with
+	// their limits), those of tenant only unless it is "": Hosts lists them under their agents.
+	Queues func(tenant string) []TenantQueue
 }
 
 // hostTimeout bounds the wait for one host's answer: a host answers from memory, so one that

@@ -39,10 +39,14 @@ type HostInfo struct {
 	Leaving bool `json:"leaving,omitempty"`
 }
 
-// AgentQueues is one agent's inbox backlog, by partition.
+// AgentQueues is one agent's inbox backlog, by partition, and what the hosts hold of each
+// tenant's requests of it.
 type AgentQueues struct {
 	Agent      string           `json:"agent"`
 	Partitions []PartitionQueue `json:"partitions"`
+	// Tenants are the tenants whose requests of the agent the hosts hold, the most queued
+	// first, as the hosts' load reports tell (a tenant's view: its own only).
+	Tenants []TenantQueue `json:"tenants"`
 }
 
 // PartitionQueue is the backlog of one partition of an agent, as its consumer counts it.
@@ -65,8 +69,9 @@ type PartitionQueue struct {
 const consumerReads = 8
 
 // Hosts reads the live hosts and the backlog of the agents tenant may use (every agent, and
-// every host, when tenant is ""). For a tenant, a host is listed only when it runs such an
-// agent, with only those agents and their partitions; nothing names an instance.
+// every host, when tenant is ""), with the tenants' queues of each agent (Queues). For a tenant,
+// a host is listed only when it runs such an agent, with only those agents and their
+// partitions, and only its own queues; nothing names an instance.
 func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 	visible := make(map[string]bool)
 	for _, a := range c.Dir.VisibleAgents(tenant) {
@@ -141,8 +146,17 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 	if len(errs) > 0 {
 		return Hosts{}, errs[0]
 	}
+	byAgent := map[string][]TenantQueue{}
+	if c.Queues != nil {
+		for _, q := range c.Queues(tenant) {
+			byAgent[q.Agent] = append(byAgent[q.Agent], q)
+		}
+	}
 	for _, a := range agents {
-		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions)}
+		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions), Tenants: byAgent[a]}
+		if aq.Tenants == nil {
+			aq.Tenants = []TenantQueue{}
+		}
 		for p := range c.Partitions {
 			pq := queues[read{a, p}]
 			pq.Holders = holders[a][p]

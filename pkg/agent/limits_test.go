@@ -1,0 +1,105 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// setLimits stores a tenant's limits as the admin API does.
+func setLimits(t *testing.T, s *stacktest.Stack, tenant string, l tenantlimits.Limits) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := tenantlimits.NewStore(s.Res.TenantLimits).Put(ctx, tenant, l, "test")
+	require.NoError(t, err)
+}
+
+// A tenant's cap on its requests running at once holds over two hosts together: its requests,
+// spread over both by partition, never run more at once than the cap, and all of them run;
+// another tenant, without a cap, is not held by it. Raised while they wait, the cap lets more
+// run within a second.
+func TestCapAcrossHosts(t *testing.T) {
+	t.Parallel()
+	sa := newSlowAgent("Slow", 40*time.Millisecond)
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sa.agent(agent.MaxConcurrent(16))}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stop, err := s.AddHost(ctx, "second", sa.agent(agent.MaxConcurrent(16)))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, stop()) }()
+	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(3)}})
+
+	// The grants' record, read meanwhile: its grants never add up to more than the cap, and both
+	// hosts hold some.
+	var mostHosts, mostGranted int
+	watching, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-watching:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			e, err := s.Res.SlotGrants.Get(ctx, subject.SlotGrantKey("default", "Slow"))
+			if err != nil {
+				continue
+			}
+			var rec struct{ Hosts map[string]int }
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				sum := 0
+				for _, g := range rec.Hosts {
+					sum += g
+				}
+				mostHosts, mostGranted = max(mostHosts, len(rec.Hosts)), max(mostGranted, sum)
+			}
+		}
+	}()
+
+	const count = 120
+	backlog(t, s, s.Key, "default", "Slow", "a-", count)
+	backlog(t, s, s.OtherKey, "other", "Slow", "b-", 40)
+	waitFor(t, 30*time.Second, "every request handled", func() bool {
+		return sa.handled("default") == count && sa.handled("other") == 40
+	})
+	close(watching)
+	<-watched
+	assert.Equal(t, 2, mostHosts, "both hosts held a part of the cap")
+	assert.Equal(t, 3, mostGranted, "the parts add up to the cap")
+	sa.mu.Lock()
+	peak, otherPeak := sa.peak["default"], sa.peak["other"]
+	sa.peak["default"] = 0
+	sa.mu.Unlock()
+	t.Logf("the most requests of the capped tenant running at once over both hosts: %d; of the other: %d", peak, otherPeak)
+	assert.Equal(t, 3, peak, "the cap of 3, reached and never passed")
+	assert.Greater(t, otherPeak, 3, "the other tenant is not capped")
+
+	// A raised cap holds within a second, and the tenant's requests use it.
+	sa.gate = make(chan struct{})
+	for i := range 8 {
+		go sendWork(t, s, s.Key, "default", "Slow", "c-"+strconv.Itoa(i), "p", 1, false)
+	}
+	waitFor(t, 10*time.Second, "3 running", func() bool { sa.mu.Lock(); defer sa.mu.Unlock(); return sa.conc["default"] == 3 })
+	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(6)}})
+	took := waitFor(t, 5*time.Second, "6 running", func() bool { sa.mu.Lock(); defer sa.mu.Unlock(); return sa.conc["default"] == 6 })
+	t.Logf("the raised cap was used %v after it was written", took)
+	assert.Less(t, took, time.Second)
+	close(sa.gate)
+	waitFor(t, 10*time.Second, "every request handled", func() bool { return sa.handled("default") == count+8 })
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	assert.Equal(t, 6, sa.peak["default"])
+}

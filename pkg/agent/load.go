@@ -1,0 +1,234 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// The host's load report (inspect.Load): every inspect.LoadEvery while it holds requests, and
+// once more when it holds none any more or stops, the host tells on subject.HostLoad how many of
+// each tenant's requests of each agent it holds queued and running, how many of the tenant's
+// conversations could run, and how long the oldest queued request has waited. It is counted
+// under the host's lock in one pass over the conversations it holds, and costs no NATS round
+// trip: one core NATS message a quarter of a second. The ingress instances bound the tenants'
+// queued requests with the reports; the hosts divide the caps across the hosts by them
+// (grants.go), and keep the last one for their metrics.
+
+// followLoad subscribes to the hosts' load reports, this host's own included.
+func (h *Host) followLoad() (*nats.Subscription, error) {
+	sub, err := h.cfg.Conn.Subscribe(subject.HostLoad, func(m *nats.Msg) { h.board.Take(m.Data, time.Now()) })
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to load reports: %w", err)
+	}
+	return sub, nil
+}
+
+// reportLoad sends the host's load report every inspect.LoadEvery, and when asked sooner
+// (reportSoon), until ctx ends; then it sends an empty one, so that what it held no longer
+// counts.
+func (h *Host) reportLoad(ctx context.Context) {
+	t := time.NewTicker(inspect.LoadEvery)
+	defer t.Stop()
+	sent := false // the last report held entries
+	for {
+		select {
+		case <-ctx.Done():
+			h.lastLoad.Store(nil)
+			if sent {
+				h.sendLoad(inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: []inspect.LoadEntry{}})
+			}
+			return
+		case <-t.C:
+		case <-h.loadSoon:
+		}
+		l := h.countLoad(time.Now())
+		h.lastLoad.Store(&l.Entries)
+		if len(l.Entries) > 0 || sent {
+			h.sendLoad(l)
+		}
+		sent = len(l.Entries) > 0
+	}
+}
+
+// reportSoon has the load report sent now rather than at its next tick.
+func (h *Host) reportSoon() {
+	select {
+	case h.loadSoon <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) sendLoad(l inspect.Load) {
+	b, _ := json.Marshal(l)
+	if err := h.cfg.Conn.Publish(subject.HostLoad, b); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("sending the load report", "err", err)
+	}
+}
+
+// countLoad counts what the host holds, by tenant and agent.
+func (h *Host) countLoad(now time.Time) inspect.Load {
+	type count struct {
+		inspect.LoadEntry
+		oldest int64 // when the inbox stored the oldest queued request (Unix nanoseconds)
+	}
+	counts := map[shareKey]*count{}
+	at := func(k shareKey) *count {
+		c := counts[k]
+		if c == nil {
+			c = &count{LoadEntry: inspect.LoadEntry{Tenant: k.tenant, Agent: k.agent}}
+			counts[k] = c
+		}
+		return c
+	}
+	h.mu.Lock()
+	for _, c := range h.convs {
+		if len(c.queue) == 0 {
+			continue
+		}
+		n := at(c.share)
+		queued := c.queue
+		if c.running {
+			n.Running++
+			queued = queued[1:]
+		}
+		n.Queued += len(queued)
+		if len(queued) > 0 && (n.oldest == 0 || queued[0].stored < n.oldest) {
+			n.oldest = queued[0].stored
+		}
+	}
+	seen := map[*slots]bool{}
+	for _, s := range h.slots {
+		if !seen[s] {
+			seen[s] = true
+			s.ready.Range(func(k shareKey, waiting, out int) bool {
+				at(k).Want = waiting + out
+				return true
+			})
+		}
+	}
+	h.mu.Unlock()
+
+	l := inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: make([]inspect.LoadEntry, 0, len(counts))}
+	for _, c := range counts {
+		if c.oldest > 0 {
+			c.OldestMs = max(0, now.Sub(time.Unix(0, c.oldest)).Milliseconds())
+		}
+		l.Entries = append(l.Entries, c.LoadEntry)
+	}
+	slices.SortFunc(l.Entries, func(a, b inspect.LoadEntry) int {
+		return cmp.Or(cmp.Compare(b.Queued, a.Queued), cmp.Compare(b.Running, a.Running),
+			cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Agent, b.Agent))
+	})
+	if len(l.Entries) > inspect.MaxLoadEntries {
+		l.Entries, l.Full = l.Entries[:inspect.MaxLoadEntries], true
+	}
+	return l
+}
+
+// metricTenants is how many tenants keep their name in the tenant label of the queue metrics:
+// those with the most requests held; the others are added up as metrics.Other.
+const metricTenants = 20
+
+var (
+	queuedDesc = prometheus.NewDesc("agentbus_tenant_queued_requests",
+		"Requests of a tenant the host holds that do not run yet, by agent, as of the host's last load report.",
+		[]string{"agent", "tenant"}, nil)
+	runningDesc = prometheus.NewDesc("agentbus_tenant_running_requests",
+		"Requests of a tenant running in the agent's handlers on the host, by agent.",
+		[]string{"agent", "tenant"}, nil)
+	oldestDesc = prometheus.NewDesc("agentbus_tenant_oldest_queued_seconds",
+		"How long the oldest queued request of a tenant the host holds has waited since the inbox stored it, by agent.",
+		[]string{"agent", "tenant"}, nil)
+)
+
+// loadCollector exports the last load report of every host of the process that shares its
+// registry, added up per agent and tenant when scraped.
+type loadCollector struct {
+	mu    sync.Mutex
+	hosts []*Host
+}
+
+// collectLoad registers the host's queue metrics.
+func (h *Host) collectLoad(r prometheus.Registerer) error {
+	c, err := metrics.Register(r, &loadCollector{})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.hosts = append(c.hosts, h)
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *loadCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queuedDesc
+	ch <- runningDesc
+	ch <- oldestDesc
+}
+
+func (c *loadCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ agent, tenant string }
+	sums := map[key]*inspect.LoadEntry{}
+	byTenant := map[string]int{}
+	c.mu.Lock()
+	hosts := slices.Clone(c.hosts)
+	c.mu.Unlock()
+	for _, h := range hosts {
+		last := h.lastLoad.Load()
+		if last == nil {
+			continue
+		}
+		for _, e := range *last {
+			s := sums[key{e.Agent, e.Tenant}]
+			if s == nil {
+				s = &inspect.LoadEntry{Agent: e.Agent, Tenant: e.Tenant}
+				sums[key{e.Agent, e.Tenant}] = s
+			}
+			s.Queued += e.Queued
+			s.Running += e.Running
+			s.OldestMs = max(s.OldestMs, e.OldestMs)
+			byTenant[e.Tenant] += e.Queued + e.Running
+		}
+	}
+	tenants := make([]string, 0, len(byTenant))
+	for t := range byTenant {
+		tenants = append(tenants, t)
+	}
+	slices.SortFunc(tenants, func(a, b string) int { return cmp.Or(cmp.Compare(byTenant[b], byTenant[a]), cmp.Compare(a, b)) })
+	named := map[string]bool{}
+	for _, t := range tenants[:min(len(tenants), metricTenants)] {
+		named[t] = true
+	}
+	out := map[key]*inspect.LoadEntry{}
+	for k, s := range sums {
+		if !named[k.tenant] {
+			k.tenant = metrics.Other
+		}
+		o := out[k]
+		if o == nil {
+			o = &inspect.LoadEntry{}
+			out[k] = o
+		}
+		o.Queued += s.Queued
+		o.Running += s.Running
+		o.OldestMs = max(o.OldestMs, s.OldestMs)
+	}
+	for k, o := range out {
+		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(o.Queued), k.agent, k.tenant)
+		ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(o.Running), k.agent, k.tenant)
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, float64(o.OldestMs)/1000, k.agent, k.tenant)
+	}
+}
