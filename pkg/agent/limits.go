@@ -73,7 +73,8 @@ func (h *Host) shareOf(k shareKey) fairshare.Share {
 }
 
 // limitsChanged takes in a change of a tenant's limits: its weights and caps are read anew.
-func (h *Host) limitsChanged(tenant string) {
+func (h *Host) limitsChanged(c *tenantlimits.Cache, tenant string) {
+	h.limits.CompareAndSwap(nil, c) // while it loads
 	h.reshare(func(k shareKey) bool { return k.tenant == tenant })
 	h.grants.kick()
 }

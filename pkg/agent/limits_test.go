@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -102,4 +103,26 @@ func TestCapAcrossHosts(t *testing.T) {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
 	assert.Equal(t, 6, sa.peak["default"])
+}
+
+// The host's queue metrics: what it holds of each tenant's requests of an agent, queued and
+// running, and the oldest wait, as of its last load report.
+func TestTenantQueueMetrics(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	sa := newSlowAgent("Slow", 0)
+	sa.gate = make(chan struct{})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sa.agent(agent.MaxConcurrent(1))}, Host: agent.HostConfig{Metrics: reg}})
+	for i := range 3 {
+		go sendWork(t, s, s.Key, "default", "Slow", "m-"+strconv.Itoa(i), "p", 1, false)
+	}
+	labels := map[string]string{"agent": "Slow", "tenant": "default"}
+	waitFor(t, 5*time.Second, "2 queued, 1 running", func() bool {
+		return value(t, reg, "agentbus_tenant_queued_requests", labels) == 2 && value(t, reg, "agentbus_tenant_running_requests", labels) == 1
+	})
+	waitFor(t, 5*time.Second, "an oldest wait", func() bool { return value(t, reg, "agentbus_tenant_oldest_queued_seconds", labels) > 0 })
+	close(sa.gate)
+	waitFor(t, 5*time.Second, "nothing held, no series", func() bool {
+		return len(series(t, reg, "agentbus_tenant_queued_requests", nil)) == 0
+	})
 }

@@ -162,6 +162,22 @@ func (b *LoadBoard) Wants(p Pair, except string, now time.Time) map[string]int {
 	return out
 }
 
+// Covered returns the time up to which every host's reports are in: the arrival of the oldest
+// of the hosts' last reports, now when no host reports. A request a host took before then is
+// in its reports.
+func (b *LoadBoard) Covered(now time.Time) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sweep(now)
+	at := now
+	for _, h := range b.hosts {
+		if h.at.Before(at) {
+			at = h.at
+		}
+	}
+	return at
+}
+
 // Reported reports whether host's report is current.
 func (b *LoadBoard) Reported(host string, now time.Time) bool {
 	b.mu.Lock()

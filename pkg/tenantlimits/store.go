@@ -123,7 +123,7 @@ func decode(e jetstream.KeyValueEntry) (Entry, error) {
 // ingress that wrote a record waits until every ingress's cache holds it before it answers.
 type Cache struct {
 	log      *slog.Logger
-	onChange func(tenant string)
+	onChange func(c *Cache, tenant string)
 
 	mu   sync.RWMutex
 	recs map[string]Entry
@@ -139,10 +139,10 @@ type Cache struct {
 }
 
 // Watch starts following the bucket kv and returns once the records it holds are loaded.
-// onChange, when not nil, is called with a tenant whose record changed (written, replaced or
-// removed), after the cache holds the change: for each record as it is loaded, then for each
-// change, one at a time, on the watch's goroutine. Close stops it.
-func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(tenant string), log *slog.Logger) (*Cache, error) {
+// onChange, when not nil, is called with the cache and a tenant whose record changed (written,
+// replaced or removed), after the cache holds the change: for each record as it is loaded, then
+// for each change, one at a time, on the watch's goroutine. Close stops it.
+func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(c *Cache, tenant string), log *slog.Logger) (*Cache, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -168,7 +168,7 @@ func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(tenant stri
 			c.apply(e)
 			c.revision.Store(e.Revision())
 			if c.onChange != nil {
-				c.onChange(e.Key())
+				c.onChange(c, e.Key())
 			}
 		})
 	}()

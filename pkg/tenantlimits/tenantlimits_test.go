@@ -95,7 +95,7 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 
 	var mu sync.Mutex
 	var changed []string
-	cache, err := tenantlimits.Watch(ctx, res.TenantLimits, func(tenant string) {
+	cache, err := tenantlimits.Watch(ctx, res.TenantLimits, func(_ *tenantlimits.Cache, tenant string) {
 		mu.Lock()
 		defer mu.Unlock()
 		changed = append(changed, tenant)
