@@ -192,6 +192,10 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
+	if err := s.tenantLimits.store.Delete(r.Context(), tenant); err != nil {
+		s.storeFailed(w, "deleting tenant", err)
+		return
+	}
 	err := s.keys.RetireTenant(r.Context(), tenant)
 	if errors.Is(err, keys.ErrUnknownTenant) {
 		problem.UnknownTenant.Write(w, "no such tenant")

@@ -65,6 +65,8 @@ type cacheState struct {
 	Agents uint64 `json:"agents,omitempty"`
 	// Live are agents the directory must see a live host of.
 	Live []string `json:"live,omitempty"`
+	// Limits is a revision of the tenant limits bucket the limits cache must have taken in.
+	Limits uint64 `json:"limits,omitempty"`
 }
 
 // presence is an announcement on subject.IngressPresence.
@@ -381,7 +383,7 @@ func (c *confirmer) missing(answered map[string]bool) []string {
 
 // cacheHolds reports whether this instance's caches hold want.
 func (s *Server) cacheHolds(want cacheState) bool {
-	if s.auth.Revision() < want.Keys || s.dir.AgentsRevision() < want.Agents {
+	if s.auth.Revision() < want.Keys || s.dir.AgentsRevision() < want.Agents || s.tenantLimits.cache.Revision() < want.Limits {
 		return false
 	}
 	for _, a := range want.Live {

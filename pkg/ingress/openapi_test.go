@@ -228,7 +228,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{"webhook", contractWebhook}, {"mcp", contractMCP}, {"converse", contractConverse}, {"send", contractSend},
 		{"history", contractHistory}, {"tenants", contractTenants}, {"keys", contractKeys},
 		{"dead letters", contractDeadLetters}, {"timers", contractTimers}, {"instances", contractInstances}, {"subscriptions", contractSubscriptions},
-		{"remote agents", contractRemoteAgents}, {"hosts", contractHosts}, {"stats", contractStats}, {"usage", contractUsage},
+		{"remote agents", contractRemoteAgents}, {"hosts", contractHosts}, {"stats", contractStats}, {"usage", contractUsage}, {"limits", contractLimits},
 		{"readiness", contractReadiness},
 	} {
 		t.Run(step.name, func(t *testing.T) {

@@ -36,6 +36,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
 	"github.com/agentbus/agentbus/pkg/usage"
 )
 
@@ -115,6 +116,12 @@ type Config struct {
 	// StoreGuard refuses requests that store while the JetStream account's storage is nearly
 	// full. The zero value refuses nothing; the services set AGENTBUS_STORE_GUARD_*.
 	StoreGuard StoreGuard
+	// TenantLimits are the defaults of the limits set per tenant at runtime (tenantlimits.go):
+	// MaxQueued, which this instance holds each tenant's requests of an agent to
+	// (AGENTBUS_TENANT_MAX_QUEUED), and MaxConcurrent, which the hosts hold and the API shows
+	// (AGENTBUS_TENANT_MAX_CONCURRENT). A tenant's record wins over them, and over the rates
+	// and Quotas above.
+	TenantLimits tenantlimits.Defaults
 }
 
 // Defaults.
@@ -156,6 +163,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.StoreGuard.Validate(); err != nil {
 		return err
+	}
+	if c.TenantLimits.MaxQueued < 0 || c.TenantLimits.MaxConcurrent < 0 {
+		return errors.New("ingress: negative tenant limit")
 	}
 	return c.Bus.Validate()
 }
@@ -233,6 +243,8 @@ type Server struct {
 
 	// storage knows what tenants store, for their quotas and the store guard (quota.go).
 	storage *storage
+	// tenantLimits follows the limits set per tenant at runtime (tenantlimits.go).
+	tenantLimits *tenantLimitsState
 }
 
 // New connects the ingress to the bus: it creates missing resources and loads keys and the
@@ -273,6 +285,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.subs = subscription.NewStore(s.res, subs)
 	s.remote = remote.NewStore(s.res, subs.Allow)
+	// The quotas a tenant's limits set win over the configured ones (tenantlimits.go).
+	s.cfg.Quotas = func(tenant string) usage.Quota { return s.tenantLimits.quota(cfg.Quotas, tenant) }
 	if s.storage, err = s.startStorage(ctx); err != nil {
 		return nil, err
 	}
@@ -285,25 +299,29 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.confirms, err = startConfirmer(cfg.Conn, cfg.InstanceID, s.cacheHolds, s.log); err != nil {
 		return nil, err
 	}
-	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
+	if _, err = s.startTenantLimits(ctx, cfg.Quotas); err != nil {
 		_ = s.confirms.close()
 		return nil, err
 	}
+	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
+		_ = errors.Join(s.tenantLimits.close(), s.confirms.close())
+		return nil, err
+	}
 	if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
-		_ = errors.Join(s.auth.Close(), s.confirms.close())
+		_ = errors.Join(s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
 		return nil, err
 	}
 	s.confirms.markLoaded()
 	if s.replies, err = bus.NewReplies(cfg.Conn, cfg.InstanceID, s.log); err != nil {
-		_ = errors.Join(s.dir.Close(), s.auth.Close(), s.confirms.close())
+		_ = errors.Join(s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
 		return nil, err
 	}
 	if s.stats, err = startStats(cfg.Conn, cfg.InstanceID, s.metrics.window, s.log); err != nil {
-		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close(), s.confirms.close())
+		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
 		return nil, err
 	}
 	if s.sharing, err = startRateSharing(cfg.Conn, cfg.InstanceID, s.limits, s.confirms.present, s.log); err != nil {
-		_ = errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.confirms.close())
+		_ = errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
 		return nil, err
 	}
 	s.mcpHandler = s.newMCPHandler()
@@ -339,7 +357,7 @@ func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 func (s *Server) Close() (err error) {
 	defer func() { err = errors.Join(err, s.storage.close()) }()
 	s.CloseStreams()
-	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close())
+	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close())
 }
 
 // SetTenantRates sets a tenant's rate limits on this instance, in place of the configured ones,
@@ -428,6 +446,8 @@ func (s *Server) api() []route {
 		{post, backfillPath, s.backfillInstances},
 		{get, "/api/v1/admin/tenants/{tenantId}/stats", s.tenantStats},
 		{get, "/api/v1/admin/tenants/{tenantId}/usage", s.tenantUsage},
+		{get, tenantLimitsPath, s.getTenantLimits},
+		{put, tenantLimitsPath, s.putTenantLimits},
 		{get, "/api/v1/admin/stats", s.systemStats},
 
 		{get, systemAgentsPath, s.listRemoteAgents},

@@ -1,6 +1,9 @@
 package ingress
 
-import "github.com/agentbus/agentbus/pkg/config"
+import (
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
+)
 
 // FromSettings is the ingress configuration the AGENTBUS_* settings give
 // (docs/configuration.md), for the services that serve the API: the caller fills in Conn, and
@@ -33,5 +36,6 @@ func FromSettings(c config.Config) Config {
 		TenantRateLimitTenants: rates(c.TenantRateLimitTenants),
 	}
 	cfg.Quotas, cfg.StoreGuard = storageSettings(c)
+	cfg.TenantLimits = tenantlimits.Defaults{MaxQueued: c.TenantMaxQueued, MaxConcurrent: c.TenantMaxConcurrent}
 	return cfg
 }
