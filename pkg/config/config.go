@@ -80,6 +80,9 @@ type Config struct {
 	TenantMaxBytes, TenantMaxInstances           int64
 	StoreGuardLargePercent, StoreGuardAllPercent int
 	StoreMaxBytes                                int64
+	// TenantMaxQueued and TenantMaxConcurrent cap each tenant's requests of an agent queued and
+	// running at once over every host (0: none), unless the tenant's limits set their own.
+	TenantMaxQueued, TenantMaxConcurrent int
 }
 
 // Rate is one tenant's rate limit: PerSecond requests a second (0: no limit) and bursts of up to
@@ -180,6 +183,18 @@ func byteCount(dst *int64, name string) func(string) error {
 	}
 }
 
+// nonNegative returns the setter of a whole-number option that may be 0 (none).
+func nonNegative(dst *int, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%s: %q is not a whole number, 0 or more", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
 // percent returns the setter of a share in percent, 0 to 100.
 func percent(dst *int, name string) func(string) error {
 	return func(v string) error {
@@ -270,6 +285,8 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_TENANT_MAX_INSTANCES", "tenant-max-instances", "100000", "workflow instances each tenant may have; 0 means no quota", byteCount(&c.TenantMaxInstances, "tenant-max-instances")},
 		{"AGENTBUS_STORE_GUARD_LARGE_PERCENT", "store-guard-large-percent", "90", "share of the JetStream account's storage from which requests storing more than 64 KiB are refused; 0 turns it off", percent(&c.StoreGuardLargePercent, "store-guard-large-percent")},
 		{"AGENTBUS_STORE_GUARD_ALL_PERCENT", "store-guard-all-percent", "97", "share of the JetStream account's storage from which every request that stores is refused; 0 turns it off", percent(&c.StoreGuardAllPercent, "store-guard-all-percent")},
+		{"AGENTBUS_TENANT_MAX_QUEUED", "tenant-max-queued", "0", "each tenant's requests of an agent that may wait to run; past it webhook, send and converse answer 429 too-many-queued; 0 means no cap", nonNegative(&c.TenantMaxQueued, "tenant-max-queued")},
+		{"AGENTBUS_TENANT_MAX_CONCURRENT", "tenant-max-concurrent", "0", "each tenant's requests of an agent running at once over every workflow host together; 0 means no cap", nonNegative(&c.TenantMaxConcurrent, "tenant-max-concurrent")},
 		{"AGENTBUS_STORE_MAX_BYTES", "store-max-bytes", "0", "the store guard's max storage when the JetStream account has no limit of its own (the servers' max_file_store together); 0 means the account's only", byteCount(&c.StoreMaxBytes, "store-max-bytes")},
 		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
 		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
@@ -416,6 +433,7 @@ func (c Config) Host() agent.HostConfig {
 		MaxDeliveries:       c.MaxDeliveries,
 		RetryBackoff:        c.RetryBackoff,
 		AckWait:             c.AckWait,
+		TenantMaxConcurrent: c.TenantMaxConcurrent,
 		ShutdownGrace:       c.StopTimeout() - c.ExitReserve(),
 	}
 }
