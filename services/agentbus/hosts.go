@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/inspect"
 )
 
 // hostsView is the answer of the hosts endpoints.
@@ -32,6 +34,7 @@ type hostsView struct {
 			Redelivered int      `json:"redelivered"`
 			NoConsumer  bool     `json:"noConsumer"`
 		} `json:"partitions"`
+		Tenants []inspect.TenantQueue `json:"tenants"`
 	} `json:"agents"`
 }
 
@@ -87,6 +90,33 @@ func (c *cli) hosts(ctx context.Context, args []string) error {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\n", cell(a.Agent, 40), p.Partition, cell(holders, 120), p.Pending, p.AckPending, p.Redelivered)
 		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return c.tenantQueues(ans)
+}
+
+// tenantQueues prints what the hosts hold of each tenant's requests of each agent, when they
+// hold any.
+func (c *cli) tenantQueues(ans hostsView) error {
+	var rows []inspect.TenantQueue
+	for _, a := range ans.Agents {
+		rows = append(rows, a.Tenants...)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	fmt.Fprintln(c.stdout)
+	tw := c.table()
+	fmt.Fprintln(tw, "AGENT\tTENANT\tQUEUED\tRUNNING\tOLDEST\tMAX QUEUED\tMAX CONCURRENT")
+	for _, q := range rows {
+		oldest := "-"
+		if q.Queued > 0 {
+			oldest = age(q.OldestWaitMs)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cell(q.Agent, 40), q.Tenant, q.Queued, q.Running, oldest,
+			orNone(int64(q.MaxQueued), itoa), orNone(int64(q.MaxConcurrent), itoa))
 	}
 	return tw.Flush()
 }

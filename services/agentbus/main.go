@@ -1,5 +1,5 @@
 // Command agentbus is the command-line client of the agentbus HTTP API: it manages tenants and
-// API keys, shows what a tenant stores against its quotas, sends messages, converses with agents (optionally streamed), tails a thread, lists,
+// API keys, sets a tenant's limits, shows what a tenant stores against its quotas, sends messages, converses with agents (optionally streamed), tails a thread, lists,
 // replays and discards dead letters, lists and cancels timers, lists, inspects and completes
 // workflow instances, shows the workflow hosts and what waits for an instance (and retries a
 // held request now), manages event subscriptions and their undelivered events, registers remote
@@ -72,6 +72,10 @@ const usage = `usage: agentbus [-url URL] [-key KEY] [-tenant ID] [-json | -o js
 commands:
   tenant create ID | tenant list | tenant delete ID
   tenant usage [ID]       (the bytes the tenant stores, its instances, its quotas; default -tenant)
+  tenant limits get [ID]  (its weight, caps, rates and quotas: what holds, and what was set)
+  tenant limits set [ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N]
+       [--rate R[:B]] [--key-rate R[:B]] [--max-bytes N] [--max-instances N] [--replace] | -f FILE
+       (system admins; a value "default" takes what was set away)
   key create [--name N] [--role user|tenant-admin|system-admin]
   key list | key revoke KEYID | key rotate KEYID          (--system: the tenant-less system keys)
   send --agent A [--activation X] --participant P [--type Chat|Data|File|Webhook]
@@ -171,7 +175,7 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 	case "tenant", "tenants":
 		return sub(map[string]func(context.Context, []string) error{
 			"create": c.tenantCreate, "list": c.tenantList, "ls": c.tenantList, "delete": c.tenantDelete, "rm": c.tenantDelete,
-			"usage": c.tenantUsage,
+			"usage": c.tenantUsage, "limits": c.tenantLimits,
 		})
 	case "key", "keys":
 		return sub(map[string]func(context.Context, []string) error{
