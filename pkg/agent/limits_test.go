@@ -28,8 +28,8 @@ func setLimits(t *testing.T, s *stacktest.Stack, tenant string, l tenantlimits.L
 	require.NoError(t, err)
 }
 
-// A tenant's cap on its requests running at once holds over two hosts together: its requests,
-// spread over both by partition, never run more at once than the cap, and all of them run;
+// A tenant's cap on its requests running at once holds over three hosts together: its requests,
+// spread over them by partition, never run more at once than the cap, and all of them run;
 // another tenant, without a cap, is not held by it. Raised while they wait, the cap lets more
 // run within a second.
 func TestCapAcrossHosts(t *testing.T) {
@@ -38,13 +38,15 @@ func TestCapAcrossHosts(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sa.agent(agent.MaxConcurrent(16))}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stop, err := s.AddHost(ctx, "second", sa.agent(agent.MaxConcurrent(16)))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, stop()) }()
+	for _, id := range []string{"second", "third"} {
+		stop, err := s.AddHost(ctx, id, sa.agent(agent.MaxConcurrent(16)))
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, stop()) }()
+	}
 	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(3)}})
 
-	// The grants' record, read meanwhile: its grants never add up to more than the cap, and both
-	// hosts hold some.
+	// The grants' record, read meanwhile: its grants never add up to more than the cap, and every
+	// host holds some.
 	var mostHosts, mostGranted int
 	watching, watched := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -78,13 +80,13 @@ func TestCapAcrossHosts(t *testing.T) {
 	})
 	close(watching)
 	<-watched
-	assert.Equal(t, 2, mostHosts, "both hosts held a part of the cap")
+	assert.Equal(t, 3, mostHosts, "every host held a part of the cap")
 	assert.Equal(t, 3, mostGranted, "the parts add up to the cap")
 	sa.mu.Lock()
 	peak, otherPeak := sa.peak["default"], sa.peak["other"]
 	sa.peak["default"] = 0
 	sa.mu.Unlock()
-	t.Logf("the most requests of the capped tenant running at once over both hosts: %d; of the other: %d", peak, otherPeak)
+	t.Logf("the most requests of the capped tenant running at once over the three hosts: %d; of the other: %d", peak, otherPeak)
 	assert.Equal(t, 3, peak, "the cap of 3, reached and never passed")
 	assert.Greater(t, otherPeak, 3, "the other tenant is not capped")
 
