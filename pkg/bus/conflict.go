@@ -63,6 +63,10 @@ var ErrConflictsPersisted = errors.New("other writers kept getting there first")
 // (IsConflict). Its zero value is ready; use one per write. The first attempt, which meets no
 // conflict when no other writer is there, waits for nothing.
 type ConflictBackoff struct {
+	// Patience is how long the write goes on after its first conflict; 0 means
+	// ConflictPatience.
+	Patience time.Duration
+
 	wait  time.Duration
 	since time.Time // of the first conflict
 }
@@ -70,11 +74,15 @@ type ConflictBackoff struct {
 // Wait pauses before the next attempt: a random time between half and all of a step that
 // doubles from conflictFirstWait up to conflictMaxWait, so that writers that met at once do not
 // meet again. It returns ctx's error when ctx ends first, and ErrConflictsPersisted without
-// pausing once ConflictPatience has passed since the first conflict.
+// pausing once its Patience has passed since the first conflict.
 func (b *ConflictBackoff) Wait(ctx context.Context) error {
+	patience := b.Patience
+	if patience <= 0 {
+		patience = ConflictPatience
+	}
 	if now := time.Now(); b.since.IsZero() {
 		b.since = now
-	} else if now.Sub(b.since) >= ConflictPatience {
+	} else if now.Sub(b.since) >= patience {
 		return ErrConflictsPersisted
 	}
 	return sleep(ctx, b.next())
@@ -90,7 +98,13 @@ func (b *ConflictBackoff) next() time.Duration {
 // answers anything but a conflict (IsConflict), pausing with a ConflictBackoff before each new
 // attempt. A conflict that outlasts ctx or ConflictPatience is answered wrapped with Wait's error.
 func RetryConflicts(ctx context.Context, attempt func() error) error {
-	var b ConflictBackoff
+	return RetryConflictsFor(ctx, ConflictPatience, attempt)
+}
+
+// RetryConflictsFor is RetryConflicts with a patience of its own: for a write that may wait
+// longer than most, such as one that only adds to a set, which no order depends on.
+func RetryConflictsFor(ctx context.Context, patience time.Duration, attempt func() error) error {
+	b := ConflictBackoff{Patience: patience}
 	for {
 		err := attempt()
 		if !IsConflict(err) {

@@ -118,6 +118,14 @@ func TestConflictBackoff(t *testing.T) {
 	require.NoError(t, b.Wait(context.Background()), "within its patience")
 	b.SinceFirstConflict(bus.ConflictPatience)
 	assert.ErrorIs(t, b.Wait(context.Background()), bus.ErrConflictsPersisted, "past its patience")
+
+	// A patience of its own.
+	long := bus.ConflictBackoff{Patience: 3 * bus.ConflictPatience}
+	require.NoError(t, long.Wait(context.Background()))
+	long.SinceFirstConflict(2 * bus.ConflictPatience)
+	require.NoError(t, long.Wait(context.Background()), "within its own patience")
+	long.SinceFirstConflict(3 * bus.ConflictPatience)
+	assert.ErrorIs(t, long.Wait(context.Background()), bus.ErrConflictsPersisted, "past its own patience")
 }
 
 // TestConflictOnReplicatedStream: on a stream and a bucket with three replicas, writers racing on

@@ -408,15 +408,22 @@ func (s *Store) readTopics(ctx context.Context, key string) ([]string, uint64, e
 	return slices.Compact(list), e.Revision(), nil
 }
 
+// topicPatience is how long adding a topic goes on meeting other writers before it gives up.
+// Longer than bus.ConflictPatience: the list is a set that only grows, so the add is the same
+// whenever it lands, and the message it belongs to is stored already. Many writers adding
+// scopes to one thread at once, on a busy machine, can otherwise keep one of them out for
+// seconds, since a writer that has just written tends to win again.
+const topicPatience = 10 * time.Second
+
 // addTopic adds scope to a thread's topic list unless it is known to be there. The list is
 // written with compare-and-set; a write that meets another writer's pauses a little
 // (bus.ConflictBackoff), reads the list again and retries, for as long as ctx and
-// bus.ConflictPatience allow.
+// topicPatience allow.
 func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 	if s.isKnown(key, scope) {
 		return nil
 	}
-	return bus.RetryConflicts(ctx, func() error {
+	return bus.RetryConflictsFor(ctx, topicPatience, func() error {
 		list, rev, err := s.readTopics(ctx, key)
 		if err != nil {
 			return err
