@@ -5,9 +5,13 @@
 
 (() => {
   const KEY_STORE = 'agentbus.console.key';
-  const PAGES = ['hosts', 'agents', 'instances', 'instance', 'deadletters'];
+  const PAGES = ['hosts', 'agents', 'instances', 'instance', 'deadletters', 'limits'];
   // How often a page reads its data again while it is shown, in milliseconds.
-  const REFRESH = {hosts: 3000, agents: 5000, instance: 5000};
+  const REFRESH = {hosts: 3000, agents: 5000, instance: 5000, limits: 5000};
+  // The queue charts of the limits page: the samples of the last QUEUE_WINDOW, in slots of
+  // QUEUE_SLOT (each slot shows the most its samples held).
+  const QUEUE_WINDOW = 5 * 60 * 1000;
+  const QUEUE_SLOT = 10 * 1000;
   const SVG = 'http://www.w3.org/2000/svg';
 
   const $ = (id) => document.getElementById(id);
@@ -26,6 +30,9 @@
     lastLoad: 0,
     inst: {cursors: [''], index: 0, next: ''},
     dl: {after: '', next: ''},
+    // The limits page: its tenant's record as last read, whether the form shows it, and the
+    // samples of its queues from the hosts view ({at, agents: {name: {queued, running, oldestWaitMs}}}).
+    lim: {tenant: '', record: null, filled: false, samples: []},
     hostColours: new Map(), // host id -> index, stable while the page is open
   };
 
@@ -71,47 +78,54 @@
     b.className = 'badge ' + (kind || '');
   }
 
-  // ApiError is a failed API call: its HTTP status (0 when the API could not be reached) and a
-  // line for the reader.
+  // ApiError is a failed API call: its HTTP status (0 when the API could not be reached), a
+  // line for the reader, and the problem's detail when the answer was a problem.
   class ApiError extends Error {
-    constructor(status, message) {
+    constructor(status, message, detail) {
       super(message);
       this.status = status;
+      this.detail = detail || '';
     }
   }
 
-  // describeError turns a failed answer into one line: a problem's status, title and detail.
-  async function describeError(resp) {
+  // failure turns a failed answer into an ApiError: a problem's status, title and detail.
+  async function failure(resp) {
     const text = await resp.text().catch(() => '');
     try {
       const p = JSON.parse(text);
       if (p && p.title) {
-        return `${p.status || resp.status} ${p.title}${p.detail ? ': ' + p.detail : ''}`;
+        return new ApiError(resp.status, `${p.status || resp.status} ${p.title}${p.detail ? ': ' + p.detail : ''}`, p.detail);
       }
     } catch (_) { /* not JSON */ }
-    return `${resp.status} ${resp.statusText}${text ? ': ' + text.slice(0, 200) : ''}`;
+    return new ApiError(resp.status, `${resp.status} ${resp.statusText}${text ? ': ' + text.slice(0, 200) : ''}`);
   }
 
-  // api calls the admin API with the key in the Authorization header and answers the decoded
-  // JSON (null for an empty body), or throws an ApiError.
-  async function api(method, path) {
+  // call calls the admin API with the key in the Authorization header, and body, when given, as
+  // JSON. It answers the status and the decoded JSON (null for an empty body), or throws an
+  // ApiError.
+  async function call(method, path, body) {
+    const headers = {Authorization: 'Bearer ' + state.key};
+    const init = {method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer'};
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
     let resp;
     try {
-      resp = await fetch(path, {
-        method,
-        headers: {Authorization: 'Bearer ' + state.key},
-        cache: 'no-store',
-        credentials: 'omit',
-        referrerPolicy: 'no-referrer',
-      });
+      resp = await fetch(path, init);
     } catch (err) {
       throw new ApiError(0, 'cannot reach the API: ' + err.message);
     }
     if (!resp.ok) {
-      throw new ApiError(resp.status, await describeError(resp));
+      throw await failure(resp);
     }
     const text = await resp.text();
-    return text ? JSON.parse(text) : null;
+    return {status: resp.status, value: text ? JSON.parse(text) : null};
+  }
+
+  // api calls the admin API without a body and answers the decoded JSON.
+  async function api(method, path) {
+    return (await call(method, path)).value;
   }
 
   function tenantPath(rest, tenant) {
@@ -156,6 +170,40 @@
   function fmtPct(v) {
     if (v === null || v === undefined) { return '–'; }
     return v < 10 && v !== 0 ? `${v.toFixed(1)} %` : `${Math.round(v)} %`;
+  }
+
+  const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+
+  // fmtBytes shows a number of bytes in binary units, to three figures.
+  function fmtBytes(v) {
+    if (v === null || v === undefined) { return '–'; }
+    let i = 0;
+    while (v >= 1024 && i < BYTE_UNITS.length - 1) {
+      v /= 1024;
+      i++;
+    }
+    if (i === 0 || Number.isInteger(v)) { return `${v} ${BYTE_UNITS[i]}`; }
+    return `${v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : Math.round(v)} ${BYTE_UNITS[i]}`;
+  }
+
+  // exactBytes writes a number of bytes in the largest binary unit that holds it whole, for the
+  // form: 536870912 is '512 MiB'; parseBytes reads it back.
+  function exactBytes(v) {
+    let i = 0;
+    while (v > 0 && v % 1024 === 0 && i < BYTE_UNITS.length - 1) {
+      v /= 1024;
+      i++;
+    }
+    return i === 0 ? String(v) : `${v} ${BYTE_UNITS[i]}`;
+  }
+
+  function parseBytes(text) {
+    const m = /^(\d+(?:\.\d+)?)\s*([kmgtp]i?b|b)?$/i.exec(text);
+    if (!m) { return null; }
+    const unit = (m[2] || 'b').toLowerCase();
+    const binary = BYTE_UNITS.findIndex((u) => u.toLowerCase() === unit);
+    const decimal = ['b', 'kb', 'mb', 'gb', 'tb', 'pb'].indexOf(unit);
+    return Math.round(Number(m[1]) * (binary >= 0 ? Math.pow(1024, binary) : Math.pow(1000, decimal)));
   }
 
   function pretty(value) {
@@ -408,7 +456,8 @@
         a.removeAttribute('aria-current');
       }
     }
-    const titles = {hosts: 'Hosts', agents: 'Agents', instances: 'Instances', instance: 'Instance', deadletters: 'Dead letters'};
+    const titles = {hosts: 'Hosts', agents: 'Agents', instances: 'Instances', instance: 'Instance', deadletters: 'Dead letters',
+      limits: 'Limits'};
     document.title = `${titles[state.page]} · agentbus console`;
     if (!state.role || !state.tenant) {
       noKey();
@@ -421,22 +470,27 @@
   // noKey shows, on every page, that it has nothing to show yet.
   function noKey() {
     const why = !state.role ? 'No key yet: paste a tenant-admin or system-admin key above.' : 'No tenant to show.';
-    for (const id of ['hosts-error', 'agents-error', 'instances-error', 'instance-error', 'dl-error']) {
+    for (const id of ['hosts-error', 'agents-error', 'instances-error', 'instance-error', 'dl-error', 'limits-error']) {
       setNote(id, why, 'error');
     }
     badge('hosts-live', 'not loaded');
     badge('agents-live', 'not loaded');
-    for (const id of ['host-list', 'partition-maps', 'agent-stats', 'inst-queue', 'inst-recent', 'inst-dead', 'inst-timers', 'inst-runs']) {
+    badge('limits-live', 'not loaded');
+    for (const id of ['host-list', 'partition-maps', 'agent-stats', 'inst-queue', 'inst-recent', 'inst-dead', 'inst-timers', 'inst-runs',
+      'limits-agents', 'usage-box', 'queue-charts']) {
       $(id).replaceChildren();
     }
-    for (const id of ['instances-table', 'dl-table', 'tenant-table']) {
+    for (const id of ['instances-table', 'dl-table', 'tenant-table', 'limits-table']) {
       $(id).tBodies[0].replaceChildren();
     }
-    for (const id of ['hosts-meta', 'agents-meta', 'agents-quiet', 'instances-empty', 'dl-empty', 'instances-caption']) {
+    for (const id of ['hosts-meta', 'agents-meta', 'agents-quiet', 'instances-empty', 'dl-empty', 'instances-caption', 'limits-caption',
+      'queues-quiet', 'limits-action']) {
       $(id).textContent = '';
     }
     $('instance-body').hidden = true;
     $('tenant-ranking').hidden = true;
+    $('limits-edit').hidden = true;
+    state.lim = {tenant: '', record: null, filled: false, samples: []};
   }
 
   // load reads the shown page's data; answers that arrive after the page, tenant or key changed
@@ -494,6 +548,11 @@
       fillAgentSelect('dl-agent', state.params.get('agent') || '', true);
       state.dl = {after: '', next: ''};
     },
+    limits() {
+      state.lim.filled = false;
+      setNote('limits-action', '');
+      $('limits-edit').hidden = state.role !== 'system';
+    },
   };
 
   const loaders = {
@@ -502,6 +561,7 @@
     instances: loadInstances,
     instance: loadInstance,
     deadletters: loadDeadLetters,
+    limits: loadLimits,
   };
 
   // ---- hosts and partitions -----------------------------------------------------------------
@@ -746,7 +806,7 @@
     const described = c.series.map((s) => {
       const vals = s.values.filter((v) => v !== null);
       return vals.length ? `${s.label}: latest ${c.unit(vals[vals.length - 1])}, highest ${c.unit(Math.max(...vals))}` :
-        `${s.label}: no calls`;
+        `${s.label}: ${c.none || 'no calls'}`;
     }).join('; ');
     svg.appendChild(svgEl('title', {}, `${c.title} over the last ${c.minutes} minutes. ${described}.`));
     for (const v of [0, top / 2, top]) {
@@ -1070,6 +1130,334 @@
     load();
   }
 
+  // ---- limits, usage and queues -------------------------------------------------------------
+
+  async function loadLimits(gen) {
+    const tenant = state.tenant;
+    const [rec, use, hosts] = await Promise.allSettled([api('GET', tenantPath('/limits')), api('GET', tenantPath('/usage')),
+      api('GET', tenantPath('/hosts'))]);
+    if (gen !== state.gen) { return; }
+    if (state.lim.tenant !== tenant) {
+      state.lim = {tenant, record: null, filled: false, samples: []};
+    }
+    const failed = [];
+    if (rec.status === 'fulfilled') {
+      state.lim.record = rec.value;
+      renderLimits(rec.value);
+      if (!state.lim.filled) {
+        fillLimitsForm(rec.value);
+        state.lim.filled = true;
+      }
+    } else {
+      failed.push('the limits failed: ' + rec.reason.message);
+    }
+    if (use.status === 'fulfilled') {
+      renderUsage(use.value);
+    } else {
+      failed.push('the usage failed: ' + use.reason.message);
+    }
+    if (hosts.status === 'fulfilled') {
+      sampleQueues(hosts.value, Date.now());
+    } else {
+      failed.push('the queues failed: ' + hosts.reason.message);
+    }
+    keepFocus($('queue-charts'), () => renderQueues(Date.now()));
+    if (failed.length) {
+      setNote('limits-error', 'Reading ' + failed.join('; reading '), 'error');
+      badge('limits-live', 'error', 'error');
+      return;
+    }
+    setNote('limits-error', '');
+    badge('limits-live', 'updated ' + clock(new Date()), 'live');
+    loaded('limits');
+  }
+
+  const noLimit = (v) => v ? String(v) : 'no limit';
+  const noQuota = (fmt) => (v) => v ? fmt(v) : 'no quota';
+
+  function fmtLimitRate(r) {
+    if (!r || !r.perSecond) { return 'no limit'; }
+    return `${fmtRate(r.perSecond)}, burst ${r.burst ? r.burst : 'twice the rate'}`;
+  }
+
+  // LIMITS are the rows of the limits table: the field, what it is, and how its value reads.
+  const LIMITS = [
+    ['weight', 'Weight: its share of an agent\'s handler slots while tenants wait', String],
+    ['maxConcurrent', 'Requests of an agent running at once, over every host', noLimit],
+    ['maxQueued', 'Requests of an agent queued (past it: 429 too-many-queued)', noLimit],
+    ['rate', 'Rate of all its requests', fmtLimitRate],
+    ['keyRate', 'Rate of each of its keys', fmtLimitRate],
+    ['maxBytes', 'Stored bytes quota', noQuota(fmtBytes)],
+    ['maxInstances', 'Instances quota', noQuota(String)],
+  ];
+
+  function renderLimits(rec) {
+    const set = rec.limits || {};
+    const eff = rec.effective || {};
+    const body = $('limits-table').tBodies[0];
+    body.replaceChildren();
+    for (const [field, label, fmt] of LIMITS) {
+      const mine = set[field] === undefined || set[field] === null ? {text: 'not set: the deployment\'s', className: 'note'} : fmt(set[field]);
+      body.appendChild(row([label, fmt(eff[field] === undefined ? 0 : eff[field]), mine], {limit: field}));
+    }
+    $('limits-caption').textContent = rec.updatedAt ? `Tenant ${rec.tenant}: set at ${time(rec.updatedAt)} by ${rec.updatedBy}.` :
+      `Tenant ${rec.tenant}: nothing is set, the deployment's settings hold.`;
+
+    const box = $('limits-agents');
+    box.replaceChildren();
+    const names = Object.keys(set.agents || {}).sort();
+    if (names.length) {
+      box.appendChild(table(['Agent', '#Weight', 'Running at once', 'Queued', 'Rate of its calls'], names.map((n) => {
+        const e = (eff.agents || {})[n] || {};
+        return row([n, {text: e.weight, className: 'num'}, noLimit(e.maxConcurrent), noLimit(e.maxQueued), fmtLimitRate(e.rate)], {agent: n});
+      }), 'Agents with values of their own: what holds for the tenant\'s requests of each.'));
+    }
+  }
+
+  function renderUsage(u) {
+    const box = $('usage-box');
+    box.replaceChildren();
+    const bytes = u.bytes || {};
+    const quota = u.quota || {};
+    box.appendChild(usageBar('bytes', 'Stored bytes', bytes.total || 0, quota.bytes || 0, fmtBytes));
+    box.appendChild(usageBar('instances', 'Instances', u.instances || 0, quota.instances || 0, String));
+    const figures = el('dl', 'figures');
+    for (const [k, name] of [['history', 'history'], ['files', 'files'], ['large payloads', 'payloads']]) {
+      const d = append(el('div'), el('dt', '', k), el('dd', '', fmtBytes(bytes[name] || 0)));
+      d.dataset.figure = name;
+      figures.appendChild(d);
+    }
+    box.appendChild(figures);
+  }
+
+  // usageBar shows what is used of a quota as a meter, and in words.
+  function usageBar(name, label, used, quota, fmt) {
+    const div = el('div', 'usage');
+    div.dataset.usage = name;
+    const id = 'usage-' + name;
+    const lab = el('label', '', label);
+    lab.htmlFor = id;
+    div.appendChild(lab);
+    if (quota > 0) {
+      const m = el('meter');
+      m.id = id;
+      m.min = 0;
+      m.max = quota;
+      m.value = Math.min(used, quota);
+      m.low = quota * 0.75;
+      m.high = quota * 0.9;
+      m.optimum = 0;
+      div.appendChild(m);
+    }
+    const pct = 100 * used / quota;
+    const words = el('span', 'usage-text', quota > 0 ? `${fmt(used)} of ${fmt(quota)} (${pct > 0 && pct < 0.1 ? 'under 0.1 %' : fmtPct(pct)})` :
+      `${fmt(used)}; no quota`);
+    if (quota <= 0) { words.id = id; }
+    div.appendChild(words);
+    return div;
+  }
+
+  // sampleQueues keeps what the hosts view says the tenant's requests of each agent are, and
+  // drops the samples older than the window.
+  function sampleQueues(view, now) {
+    const agents = {};
+    for (const a of view.agents || []) {
+      const q = (a.tenants || []).find((t) => t.tenant === state.lim.tenant) || {};
+      agents[a.agent] = {queued: q.queued || 0, running: q.running || 0, oldestWaitMs: q.oldestWaitMs || 0};
+    }
+    state.lim.samples = state.lim.samples.filter((s) => now - s.at < QUEUE_WINDOW);
+    state.lim.samples.push({at: now, agents});
+  }
+
+  // capsOf are the caps of the tenant's requests of an agent, from its limits record.
+  function capsOf(agent) {
+    const eff = (state.lim.record && state.lim.record.effective) || {};
+    const e = (eff.agents || {})[agent] || eff;
+    return {maxQueued: e.maxQueued || 0, maxConcurrent: e.maxConcurrent || 0};
+  }
+
+  // renderQueues draws, per agent that had requests queued or running in the window, its figures
+  // now and charts of its queued and running requests and its oldest wait, per slot.
+  function renderQueues(now) {
+    const samples = state.lim.samples;
+    const box = $('queue-charts');
+    box.replaceChildren();
+    if (samples.length === 0) {
+      $('queues-quiet').textContent = 'No sample yet: the hosts view could not be read.';
+      return;
+    }
+    const latest = samples[samples.length - 1];
+    const names = Object.keys(latest.agents).sort();
+    const busy = names.filter((n) => samples.some((s) => s.agents[n] && (s.agents[n].queued || s.agents[n].running)));
+    const n = QUEUE_WINDOW / QUEUE_SLOT;
+    const last = Math.floor(now / QUEUE_SLOT);
+    const grid = el('div', 'agents');
+    for (const name of busy) {
+      const series = {queued: new Array(n).fill(null), running: new Array(n).fill(null), wait: new Array(n).fill(null)};
+      for (const s of samples) {
+        const q = s.agents[name];
+        const i = n - 1 - (last - Math.floor(s.at / QUEUE_SLOT));
+        if (!q || i < 0 || i >= n) { continue; }
+        series.queued[i] = Math.max(series.queued[i] || 0, q.queued);
+        series.running[i] = Math.max(series.running[i] || 0, q.running);
+        series.wait[i] = Math.max(series.wait[i] || 0, q.oldestWaitMs);
+      }
+      grid.appendChild(queueCard(name, latest.agents[name] || {queued: 0, running: 0, oldestWaitMs: 0}, series, samples));
+    }
+    box.appendChild(grid);
+    const quiet = names.filter((x) => !busy.includes(x));
+    const since = Math.round((now - samples[0].at) / 1000);
+    $('queues-quiet').textContent = `${samples.length} sample${samples.length === 1 ? '' : 's'} over ${since} s. ` +
+      (busy.length ? '' : 'Nothing of the tenant was queued or running in them. ') +
+      (quiet.length ? `Nothing queued or running: ${quiet.join(', ')}.` : '');
+  }
+
+  function queueCard(name, now, series, samples) {
+    const card = el('article', 'agent-card');
+    card.dataset.agent = name;
+    card.appendChild(append(el('h3'), el('span', '', name), link('#/instances?' + new URLSearchParams({agent: name}), 'instances')));
+    const caps = capsOf(name);
+    const longest = Math.max(...samples.map((s) => (s.agents[name] || {}).oldestWaitMs || 0));
+    const figures = el('dl', 'figures');
+    const fig = (k, v, field) => {
+      const d = append(el('div'), el('dt', '', k), el('dd', '', v));
+      d.dataset.figure = field;
+      figures.appendChild(d);
+    };
+    fig('queued', String(now.queued), 'queued');
+    fig('running', String(now.running), 'running');
+    fig('oldest wait', now.queued ? fmtMs(now.oldestWaitMs) : '–', 'oldestWait');
+    fig('longest wait seen', longest ? fmtMs(longest) : '–', 'longestWait');
+    fig('queued cap', noLimit(caps.maxQueued), 'maxQueued');
+    fig('running cap', noLimit(caps.maxConcurrent), 'maxConcurrent');
+    card.appendChild(figures);
+    const minutes = QUEUE_WINDOW / 60000;
+    const count = (v) => String(Math.round(v));
+    const charts = el('div', 'charts');
+    charts.appendChild(chart({name: 'queue', title: 'Requests queued / running', unit: count, minTop: 1, minutes, none: 'no sample',
+      series: [{key: 'queued', label: 'queued', values: series.queued}, {key: 'running', label: 'running', values: series.running}]}));
+    charts.appendChild(chart({name: 'wait', title: 'Oldest wait', unit: fmtMs, minTop: 100, minutes, none: 'no sample',
+      series: [{key: 'wait', label: 'oldest wait', values: series.wait}]}));
+    card.appendChild(charts);
+    return card;
+  }
+
+  // The form's inputs: each input's id (lim-…) and the field of the record it sets.
+  const LIMIT_INPUTS = [['weight', 'weight'], ['maxConcurrent', 'maxConcurrent'], ['maxQueued', 'maxQueued'],
+    ['rate', 'rate.perSecond'], ['burst', 'rate.burst'], ['keyRate', 'keyRate.perSecond'], ['keyBurst', 'keyRate.burst'],
+    ['maxBytes', 'maxBytes'], ['maxInstances', 'maxInstances']];
+
+  function fillLimitsForm(rec) {
+    const l = rec.limits || {};
+    const put = (id, v) => { $('lim-' + id).value = v === undefined || v === null ? '' : String(v); };
+    put('weight', l.weight);
+    put('maxConcurrent', l.maxConcurrent);
+    put('maxQueued', l.maxQueued);
+    put('rate', l.rate && l.rate.perSecond);
+    put('burst', l.rate && l.rate.burst);
+    put('keyRate', l.keyRate && l.keyRate.perSecond);
+    put('keyBurst', l.keyRate && l.keyRate.burst);
+    put('maxBytes', l.maxBytes === undefined ? undefined : exactBytes(l.maxBytes));
+    put('maxInstances', l.maxInstances);
+    markField('');
+  }
+
+  // markField marks the input of field as invalid (and only it; none for ''), and focuses it.
+  function markField(field) {
+    for (const [id, f] of LIMIT_INPUTS) {
+      const input = $('lim-' + id);
+      if (f === field) {
+        input.setAttribute('aria-invalid', 'true');
+        input.setAttribute('aria-describedby', 'limits-action');
+        input.focus();
+      } else {
+        input.removeAttribute('aria-invalid');
+        input.removeAttribute('aria-describedby');
+      }
+    }
+  }
+
+  // FieldProblem is a value of the form that is not a number at all; the API checks the rest.
+  class FieldProblem extends Error {
+    constructor(field, message) {
+      super(message);
+      this.field = field;
+    }
+  }
+
+  // limitsBody reads the form into the record to PUT: the fields filled in, and the agents'
+  // values as last read.
+  function limitsBody() {
+    const text = (id) => $('lim-' + id).value.trim();
+    const num = (id, field) => {
+      const v = text(id);
+      if (!v) { return undefined; }
+      const n = Number(v);
+      if (!Number.isFinite(n)) { throw new FieldProblem(field, `${field} must be a number`); }
+      return n;
+    };
+    const rate = (id, burstId, field) => {
+      const perSecond = num(id, field + '.perSecond');
+      const burst = num(burstId, field + '.burst');
+      if (perSecond === undefined && burst === undefined) { return undefined; }
+      if (perSecond === undefined) { throw new FieldProblem(field + '.perSecond', `${field}.perSecond must be given with its burst`); }
+      return burst === undefined ? {perSecond} : {perSecond, burst};
+    };
+    let maxBytes;
+    if (text('maxBytes')) {
+      maxBytes = parseBytes(text('maxBytes'));
+      if (maxBytes === null) {
+        throw new FieldProblem('maxBytes', 'maxBytes must be a number of bytes, with or without a unit (KiB, MiB, GiB, TiB; KB, MB, GB, TB)');
+      }
+    }
+    const set = (state.lim.record && state.lim.record.limits) || {};
+    return {
+      weight: num('weight', 'weight'),
+      maxConcurrent: num('maxConcurrent', 'maxConcurrent'),
+      maxQueued: num('maxQueued', 'maxQueued'),
+      rate: rate('rate', 'burst', 'rate'),
+      keyRate: rate('keyRate', 'keyBurst', 'keyRate'),
+      maxBytes,
+      maxInstances: num('maxInstances', 'maxInstances'),
+      agents: set.agents,
+    };
+  }
+
+  async function saveLimits() {
+    const tenant = state.tenant;
+    if (state.role !== 'system' || !state.lim.record || state.lim.tenant !== tenant) { return; }
+    let body;
+    try {
+      body = limitsBody();
+    } catch (err) {
+      if (!(err instanceof FieldProblem)) { throw err; }
+      setNote('limits-action', 'Not saved: ' + err.message + '.', 'error');
+      markField(err.field);
+      return;
+    }
+    markField('');
+    $('lim-save').disabled = true;
+    try {
+      const ans = await call('PUT', tenantPath('/limits', tenant), body);
+      if (state.tenant === tenant) {
+        state.lim.record = ans.value;
+        renderLimits(ans.value);
+        fillLimitsForm(ans.value);
+      }
+      setNote('limits-action', ans.status === 202 ?
+        `Saved for tenant ${tenant}; not every ingress instance confirmed it in time: each applies it once it catches up.` :
+        `Saved for tenant ${tenant}: every ingress instance applies it.`, 'ok');
+    } catch (err) {
+      setNote('limits-action', 'Not saved: ' + err.message, 'error');
+      if (err.status === 400 && err.detail) {
+        markField(err.detail.split(' ')[0]);
+      }
+    } finally {
+      $('lim-save').disabled = false;
+    }
+    load();
+  }
+
   // ---- wiring -------------------------------------------------------------------------------
 
   function init() {
@@ -1129,6 +1517,15 @@
     $('dl-more').addEventListener('click', () => {
       state.dl.after = state.dl.next;
       load();
+    });
+
+    $('limits-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      saveLimits();
+    });
+    $('lim-reset').addEventListener('click', () => {
+      if (state.lim.record) { fillLimitsForm(state.lim.record); }
+      setNote('limits-action', '');
     });
 
     window.addEventListener('hashchange', route);
