@@ -167,6 +167,7 @@ func main() {
 	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "agentbus phase: every key's and tenant's rate limit in the in-process ingress, `N` requests a second; set above the load, it measures the limiter's cost (0: no limit)")
 	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
 	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
+	serveDir := flag.String("serve", "", "serve the webhook load of -phase's bare, pipeline and agentbus phases until interrupted instead of loading them, for an outside load generator; writes each phase's request targets to `dir`/PHASE.paths (see bench/wrk.lua)")
 	flag.Parse()
 	o.Body = []byte(*body)
 
@@ -240,6 +241,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *serveDir != "" {
+		if err := serve(ctx, o, phases, *serveDir); err != nil {
+			fatalf("-serve: %v", err)
+		}
+		return
+	}
 	if !all {
 		_, failed := execute(ctx, o, phases, rates, runClosed, prof, *minRatio)
 		writeAllocProfile(memprofile)
