@@ -26,6 +26,11 @@ type deployment struct {
 	nats    *proctest.NATS
 	ingress *proctest.Ingress
 	hosts   []*proctest.Proc
+	// standalone is set when the ingress is the standalone, with its embedded NATS and host: then
+	// nats is nil and hosts empty.
+	standalone bool
+	// pprof is the base URL of the standalone's profiling endpoint; empty otherwise.
+	pprof string
 	// metrics are the base URLs of the ingress's and the hosts' operator endpoints, by process name.
 	metrics map[string]string
 	key     string
@@ -40,6 +45,9 @@ type proc struct {
 
 // procs lists the processes in the order the samples print them.
 func (d *deployment) procs() []proc {
+	if d.standalone {
+		return []proc{{"standalone", d.ingress.Proc}}
+	}
 	ps := []proc{{"nats", d.nats.Proc}, {"ingress", d.ingress.Proc}}
 	for _, h := range d.hosts {
 		ps = append(ps, proc{h.Name, h})
@@ -49,29 +57,46 @@ func (d *deployment) procs() []proc {
 
 // startDeployment starts nats-server, the ingress and the hosts, creates the tenant and a key,
 // and waits until every host serves. It fails t (FailNow) when something does not come up.
-func startDeployment(t proctest.T, bins proctest.Bins, hosts int) *deployment {
-	d := &deployment{t: t, metrics: map[string]string{}, client: &http.Client{Timeout: 10 * time.Second}}
-	d.nats = proctest.StartNATS(t, bins, proctest.NATSOptions{})
-	env := []string{"AGENTBUS_LOG_LEVEL=info"}
+//
+// With standalone it starts the standalone instead (its store in a temporary directory, its NATS
+// in-process only, its profiling endpoint on a free port), with env added to its environment,
+// and hosts must be 1.
+func startDeployment(t proctest.T, bins proctest.Bins, hosts int, standalone bool, env []string) *deployment {
+	d := &deployment{t: t, metrics: map[string]string{}, client: &http.Client{Timeout: 10 * time.Second}, standalone: standalone}
+	env = append([]string{"AGENTBUS_LOG_LEVEL=info"}, env...)
 	metricsAddr := func(name string) string {
 		addr := fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 		d.metrics[name] = "http://" + addr
 		return "AGENTBUS_METRICS_ADDR=" + addr
 	}
-	d.ingress = proctest.StartIngress(t, bins, "ingress", d.nats.URL, append(env, metricsAddr("ingress"),
-		"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0")...)
-	for i := range hosts {
-		id := fmt.Sprintf("host-%d", i+1)
-		d.hosts = append(d.hosts, proctest.StartHost(t, bins, id, d.nats.URL, append(env, metricsAddr(id))...))
-	}
-	for _, h := range d.hosts {
-		proctest.WaitHTTP(t, d.metrics[h.Name]+"/readyz", 60*time.Second)
+	if standalone {
+		port, pprofPort := proctest.FreePort(t), proctest.FreePort(t)
+		d.pprof = fmt.Sprintf("http://127.0.0.1:%d", pprofPort)
+		d.ingress = &proctest.Ingress{URL: fmt.Sprintf("http://127.0.0.1:%d", port)}
+		d.ingress.Proc = proctest.Start(t, "standalone", bins.Standalone, nil, append([]string{
+			"AGENTBUS_DATA_DIR=" + t.TempDir(), "AGENTBUS_NATS_LISTEN=", "AGENTBUS_HTTP_ADDR=" + fmt.Sprintf("127.0.0.1:%d", port),
+			"AGENTBUS_PPROF_ADDR=" + fmt.Sprintf("127.0.0.1:%d", pprofPort), metricsAddr("standalone"),
+			"AGENTBUS_ADMIN_KEY=" + adminKey, "AGENTBUS_RATE_LIMIT=0",
+		}, env...))
+		proctest.WaitHTTP(t, d.metrics["standalone"]+"/readyz", 60*time.Second)
+	} else {
+		d.nats = proctest.StartNATS(t, bins, proctest.NATSOptions{})
+		d.ingress = proctest.StartIngress(t, bins, "ingress", d.nats.URL, append(env, metricsAddr("ingress"),
+			"AGENTBUS_ADMIN_KEY="+adminKey, "AGENTBUS_RATE_LIMIT=0")...)
+		for i := range hosts {
+			id := fmt.Sprintf("host-%d", i+1)
+			d.hosts = append(d.hosts, proctest.StartHost(t, bins, id, d.nats.URL, append(env, metricsAddr(id))...))
+		}
+		for _, h := range d.hosts {
+			proctest.WaitHTTP(t, d.metrics[h.Name]+"/readyz", 60*time.Second)
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	status, b, err := d.admin(ctx, http.MethodPost, "/api/v1/admin/tenants", adminKey, `{"id":"default"}`)
-	if err != nil || (status != http.StatusCreated && status != http.StatusOK) {
+	// The standalone seeds tenant default itself (409 tenant-exists).
+	if err != nil || (status != http.StatusCreated && status != http.StatusOK && !(standalone && status == http.StatusConflict)) {
 		d.fatalf("creating tenant default: %d %s %v", status, b, err)
 	}
 	status, b, err = d.admin(ctx, http.MethodPost, "/api/v1/admin/tenants/default/keys", adminKey, `{"name":"soak","role":"tenant-admin"}`)

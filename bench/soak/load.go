@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // The kinds of request of the load.
@@ -260,6 +262,7 @@ func (l *load) call(ctx context.Context, method, u string, bearer bool, body []b
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	l.idempotencyKey(req)
 	resp, err := l.client.Do(req)
 	if err != nil {
 		return nil, unwrapURL(err)
@@ -290,6 +293,14 @@ func checkReply(b []byte, params string) error {
 		return fmt.Errorf("echo answered data %s, want %s", trim(r.Response.Data), params)
 	}
 	return nil
+}
+
+// idempotencyKey gives a POST its own Idempotency-Key (a new UUID) under -idempotency-keys. A
+// streamed converse goes without: one with a key is answered whole, not streamed.
+func (l *load) idempotencyKey(req *http.Request) {
+	if l.o.IdempotencyKeys && req.Method == http.MethodPost {
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+	}
 }
 
 // converseStream makes a streamed Chat call and checks the stream: some delta events, then one

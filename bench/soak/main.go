@@ -45,7 +45,16 @@
 // Usage:
 //
 //	go run ./bench/soak [-duration 30m] [-interval 30s] [-warmup D] [-rate 40] [-instances 100]
-//	                    [-listeners 4] [-hosts 2]
+//	                    [-listeners 4] [-hosts 2] [-standalone] [-idempotency-keys] [-env KEY=VALUE …]
+//
+// -standalone runs services/standalone (its NATS and one host in the process) in place of
+// nats-server, the ingress and the hosts; its NATS has no monitoring port, so the streams and
+// nats-server's counts are not read, and its profiling endpoint (AGENTBUS_PPROF_ADDR) is named
+// at the start. -env adds a setting to the environment of the processes agentbus runs (GOGC,
+// AGENTBUS_MEMORY_LIMIT, …). -idempotency-keys sends every POST but the streamed converse with an
+// Idempotency-Key of its own, as a client that retries safely does: the server then keeps, for the dedupe window, the
+// request's de-duplication id and its result. Every Go process's line also shows its heap in use and the heap
+// size of its next collection (go_memstats_heap_alloc_bytes, go_memstats_next_gc_bytes).
 //
 // -warmup defaults to a quarter of -duration, at most 5 minutes. It must be run from the
 // repository (it builds the binaries there). The processes log to a directory named at the start
@@ -76,6 +85,25 @@ type options struct {
 	Instances int
 	Listeners int
 	Hosts     int
+	// Standalone runs the standalone in place of nats-server, the ingress and the hosts.
+	Standalone bool
+	// IdempotencyKeys gives every webhook, send and converse call an Idempotency-Key of its own.
+	IdempotencyKeys bool
+	// Env is added to the environment of every process agentbus runs (KEY=VALUE).
+	Env envList
+}
+
+// envList is a repeatable flag of KEY=VALUE settings.
+type envList []string
+
+func (e *envList) String() string { return strings.Join(*e, " ") }
+
+func (e *envList) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", v)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 func main() {
@@ -87,6 +115,9 @@ func main() {
 	flag.IntVar(&o.Instances, "instances", 100, "Echo instances the requests are spread over")
 	flag.IntVar(&o.Listeners, "listeners", 4, "history listen streams kept open")
 	flag.IntVar(&o.Hosts, "hosts", 2, "workflow host processes")
+	flag.BoolVar(&o.Standalone, "standalone", false, "run the standalone (embedded NATS and one host) instead of separate processes")
+	flag.BoolVar(&o.IdempotencyKeys, "idempotency-keys", false, "give every webhook, send and converse Data call its own Idempotency-Key, so that the server keeps its de-duplication id and its result for the dedupe window (10 minutes)")
+	flag.Var(&o.Env, "env", "KEY=VALUE added to the environment of agentbus's processes (repeatable): -env GOGC=100")
 	flag.Parse()
 	if o.Warmup == 0 {
 		o.Warmup = min(o.Duration/4, 5*time.Minute)
@@ -102,6 +133,9 @@ func main() {
 		fatalf("-rate %v: want a rate above 0 and at most 2000 a second", o.Rate)
 	case o.Instances < 1 || o.Listeners < 0 || o.Listeners > o.Instances || o.Hosts < 1:
 		fatalf("want -instances ≥ 1, 0 ≤ -listeners ≤ -instances, -hosts ≥ 1")
+	}
+	if o.Standalone {
+		o.Hosts = 1
 	}
 
 	r := &runner{}
@@ -134,9 +168,14 @@ func soak(r *runner, o options) int {
 	r.Cleanup(proctest.Cleanup)
 	fmt.Printf("soak: built in %v\n", time.Since(began).Round(100*time.Millisecond))
 
-	d := startDeployment(r, bins, o.Hosts)
-	fmt.Printf("soak: nats-server %s, ingress %s, %d workflow host(s) serving, tenant default and its key ready in %v\n",
-		d.nats.URL, d.ingress.URL, o.Hosts, time.Since(began).Round(100*time.Millisecond))
+	d := startDeployment(r, bins, o.Hosts, o.Standalone, o.Env)
+	if o.Standalone {
+		fmt.Printf("soak: standalone %s (profiles on %s/debug/pprof/) serving, tenant default and its key ready in %v\n",
+			d.ingress.URL, d.pprof, time.Since(began).Round(100*time.Millisecond))
+	} else {
+		fmt.Printf("soak: nats-server %s, ingress %s, %d workflow host(s) serving, tenant default and its key ready in %v\n",
+			d.nats.URL, d.ingress.URL, o.Hosts, time.Since(began).Round(100*time.Millisecond))
+	}
 
 	// A process that dies ends the run.
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -22,6 +22,9 @@ type procSample struct {
 	name                    string
 	rssMiB, goroutines, fds float64
 	cpuSeconds              float64 // user and system time since the process started
+	// heapMiB is a Go process's heap in use (objects live and not yet collected), goalMiB the
+	// heap size at which its next collection starts; NaN for nats-server.
+	heapMiB, goalMiB float64
 }
 
 // streamSample is a stream's size at a sample.
@@ -42,13 +45,16 @@ type sample struct {
 	nats    natsSample
 	streams []streamSample // sorted by name
 	load    snapshot
+	// standalone: the deployment is the standalone, whose NATS has no monitoring port.
+	standalone bool
 }
 
 // sample reads the processes' and the streams' figures and the load's counts.
 func (d *deployment) sample(ctx context.Context, at time.Duration, l *load) sample {
-	s := sample{at: at, load: l.snapshot()}
+	s := sample{at: at, load: l.snapshot(), standalone: d.standalone}
 	for _, p := range d.procs() {
-		ps := procSample{name: p.name, rssMiB: math.NaN(), goroutines: math.NaN(), fds: math.NaN(), cpuSeconds: cpuSeconds(p.p.Pid())}
+		ps := procSample{name: p.name, rssMiB: math.NaN(), goroutines: math.NaN(), fds: math.NaN(), cpuSeconds: cpuSeconds(p.p.Pid()),
+			heapMiB: math.NaN(), goalMiB: math.NaN()}
 		if b, err := p.p.RSS(); err == nil {
 			ps.rssMiB = float64(b) / (1 << 20)
 		}
@@ -58,11 +64,16 @@ func (d *deployment) sample(ctx context.Context, at time.Duration, l *load) samp
 		if p.name == "nats" {
 			ps.goroutines = d.natsGoroutines(ctx)
 		} else {
-			ps.goroutines = d.metric(ctx, d.metrics[p.name], "go_goroutines")
+			m := d.gauges(ctx, d.metrics[p.name], "go_goroutines", "go_memstats_heap_alloc_bytes", "go_memstats_next_gc_bytes")
+			ps.goroutines, ps.heapMiB, ps.goalMiB = m[0], m[1]/(1<<20), m[2]/(1<<20)
 		}
 		s.procs = append(s.procs, ps)
 	}
-	s.streams, s.nats = d.jetstream(ctx)
+	if !d.standalone {
+		s.streams, s.nats = d.jetstream(ctx)
+	} else {
+		s.nats = natsSample{connections: math.NaN(), subscriptions: math.NaN(), consumers: math.NaN()}
+	}
 	return s
 }
 
@@ -95,22 +106,29 @@ func (d *deployment) get(ctx context.Context, u string) ([]byte, error) {
 	return b, err
 }
 
-// metric reads an unlabelled gauge from a Prometheus endpoint; NaN when it cannot.
-func (d *deployment) metric(ctx context.Context, base, name string) float64 {
+// gauges reads unlabelled gauges from a Prometheus endpoint, in the order of names; NaN for one
+// it cannot.
+func (d *deployment) gauges(ctx context.Context, base string, names ...string) []float64 {
+	out := make([]float64, len(names))
+	for i := range out {
+		out[i] = math.NaN()
+	}
 	b, err := d.get(ctx, base+"/metrics")
 	if err != nil {
-		return math.NaN()
+		return out
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(b)))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				return f
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[i] = f
+				}
 			}
 		}
 	}
-	return math.NaN()
+	return out
 }
 
 // natsGoroutines counts the goroutines in nats-server's goroutine dump; NaN when it cannot.
@@ -179,14 +197,15 @@ func (d *deployment) jetstream(ctx context.Context) ([]streamSample, natsSample)
 func (s sample) print(w io.Writer, prev *sample, header bool) {
 	at := clock(s.at)
 	if header {
-		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s\n", "time", "process", "RSS MiB", "goroutines", "fds", "CPU %")
+		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s %9s %9s\n", "time", "process", "RSS MiB", "goroutines", "fds", "CPU %", "heap MiB", "goal MiB")
 	}
 	for i, p := range s.procs {
 		cpu := math.NaN() // of one CPU, since the sample before
 		if prev != nil && i < len(prev.procs) && s.at > prev.at {
 			cpu = 100 * (p.cpuSeconds - prev.procs[i].cpuSeconds) / (s.at - prev.at).Seconds()
 		}
-		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s\n", at, p.name, num(p.rssMiB, 1), num(p.goroutines, 0), num(p.fds, 0), num(cpu, 1))
+		fmt.Fprintf(w, "%6s  %-8s %8s %11s %6s %6s %9s %9s\n", at, p.name, num(p.rssMiB, 1), num(p.goroutines, 0), num(p.fds, 0), num(cpu, 1),
+			num(p.heapMiB, 1), num(p.goalMiB, 1))
 	}
 	var parts []string
 	for _, st := range s.streams {
@@ -197,8 +216,10 @@ func (s sample) print(w io.Writer, prev *sample, header bool) {
 	if s.streams == nil {
 		parts = []string{"(could not read /jsz)"}
 	}
-	fmt.Fprintf(w, "%6s  %-8s %s connections, %s subscriptions, %s consumers; %s\n", at, "streams",
-		num(s.nats.connections, 0), num(s.nats.subscriptions, 0), num(s.nats.consumers, 0), strings.Join(parts, ", "))
+	if !s.standalone { // the standalone's NATS has no monitoring port
+		fmt.Fprintf(w, "%6s  %-8s %s connections, %s subscriptions, %s consumers; %s\n", at, "streams",
+			num(s.nats.connections, 0), num(s.nats.subscriptions, 0), num(s.nats.consumers, 0), strings.Join(parts, ", "))
+	}
 	rate := ""
 	if prev != nil && s.at > prev.at {
 		rate = fmt.Sprintf(" (%.1f/s)", float64(s.load.requests-prev.load.requests)/(s.at-prev.at).Seconds())
