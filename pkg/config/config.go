@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/gogc"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/outbound"
@@ -61,11 +62,14 @@ type Config struct {
 	AckWait                time.Duration
 	MetricsAddr            string
 	PprofAddr              string
-	SyncAlways             bool
-	LLMBaseURL             string
-	LLMModel               string
-	LLMAPIKey              string
-	LogLevel               slog.Level
+	// MemoryLimit is the process's soft memory limit in bytes (0: none), unless GOMEMLIMIT
+	// sets one (package gogc).
+	MemoryLimit int64
+	SyncAlways  bool
+	LLMBaseURL  string
+	LLMModel    string
+	LLMAPIKey   string
+	LogLevel    slog.Level
 	// OutboundURLs is the allow-list of the URLs tenants may make agentbus call: event
 	// subscription receivers and their remote agents.
 	OutboundURLs              *outbound.AllowList
@@ -303,6 +307,14 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", str(&c.MetricsAddr)},
 		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", str(&c.PprofAddr)},
+		{"AGENTBUS_MEMORY_LIMIT", "memory-limit", "256MiB", "soft limit of the memory the Go runtime holds (the garbage collector collects more often near it, never more often than at GOGC 100): a byte count with B, KiB, MiB, GiB or TiB; 0 means none; GOMEMLIMIT, when set, wins", func(v string) error {
+			n, ok := gogc.ParseBytes(v)
+			if !ok {
+				return fmt.Errorf("memory-limit: %q is not a byte count such as 256MiB, 1GiB or 0", v)
+			}
+			c.MemoryLimit = n
+			return nil
+		}},
 		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {

@@ -52,6 +52,7 @@ func TestDefaults(t *testing.T) {
 		RetryBackoff:          time.Second,
 		AckWait:               10 * time.Second,
 		LogLevel:              slog.LevelInfo,
+		MemoryLimit:           256 << 20,
 
 		MaxSubscriptionsPerTenant: 10,
 		SubscriptionTimeout:       10 * time.Second,
@@ -214,6 +215,28 @@ func TestOverridesOfLifecycle(t *testing.T) {
 func TestOverridesOfTheRest(t *testing.T) {
 	testOverrides(t, []overrideCase{
 		{
+			name: "memory limit",
+			vars: map[string]string{"AGENTBUS_MEMORY_LIMIT": "1GiB"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, int64(1<<30), c.MemoryLimit)
+			},
+		},
+		{
+			name: "memory limit flag, none",
+			vars: map[string]string{"AGENTBUS_MEMORY_LIMIT": "1GiB"},
+			args: []string{"-memory-limit", "0"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Zero(t, c.MemoryLimit)
+			},
+		},
+		{
+			name: "memory limit in bytes",
+			args: []string{"-memory-limit", "300000000"},
+			check: func(t *testing.T, c config.Config) {
+				assert.Equal(t, int64(300_000_000), c.MemoryLimit)
+			},
+		},
+		{
 			name: "subscriptions",
 			vars: map[string]string{
 				"AGENTBUS_OUTBOUND_URLS": "https://*.example.com, http://127.0.0.1:*", "AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "3",
@@ -363,6 +386,8 @@ func TestBadValues(t *testing.T) {
 		{name: "short dev key", args: []string{"-dev-api-key", "short"}, mention: []string{"dev API key"}},
 		{name: "plain http receivers elsewhere", vars: map[string]string{"AGENTBUS_OUTBOUND_URLS": "http://example.com"}, mention: []string{"AGENTBUS_OUTBOUND_URLS", "loopback"}},
 		{name: "long subscription timeout", args: []string{"-subscription-timeout", "1m"}, mention: []string{"subscription-timeout"}},
+		{name: "memory limit without a known unit", vars: map[string]string{"AGENTBUS_MEMORY_LIMIT": "1GB"}, mention: []string{"AGENTBUS_MEMORY_LIMIT", "1GB"}},
+		{name: "negative memory limit", args: []string{"-memory-limit", "-1"}, mention: []string{"memory-limit"}},
 		{name: "zero subscriptions", vars: map[string]string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT": "0"}, mention: []string{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT"}},
 	}
 	for _, tt := range tests {

@@ -1,5 +1,6 @@
 // Package gogc sets the garbage collector's target of agentbus's processes (GOGC) when the
-// environment gives none.
+// environment gives none, and their soft memory limit (Limit: AGENTBUS_MEMORY_LIMIT, unless
+// GOMEMLIMIT is set).
 //
 // Go's default, 100, collects whenever the heap has doubled since the last collection. The
 // ingress and the workflow host keep a live heap of 2–3 MB and allocate with every call, so under
@@ -10,6 +11,10 @@
 // the collections. At 400 each collects four to five times less often, for a few more megabytes
 // of memory in the ingress and the host, and about 1.6 times the resident memory in the
 // standalone (130 → 211 MB in the benchmark's open loop).
+//
+// At 400 alone, a heap that holds more (the standalone's store caches and the de-duplication ids
+// and results it keeps for 10 minutes) may grow to five times what is live before a collection:
+// the memory limit caps that, and below it the target of 400 holds.
 package gogc
 
 import (

@@ -1,6 +1,6 @@
 // Package service starts what each agentbus server process (the standalone, the ingress, the
 // workflow host) runs beside its own work, and stops it again: its settings and logger, the
-// garbage collector's target, tracing and the profiling endpoint.
+// garbage collector's target and memory limit, tracing and the profiling endpoint.
 //
 // A binary's main hands its run function to Main, and run begins with Start and defers Close:
 //
@@ -56,7 +56,11 @@ type Process struct {
 	Log    *slog.Logger
 	// GOGC is the garbage collector's target in effect: GOGC's value as given, or gogc.Default.
 	GOGC string
+	// MemoryLimit is the soft memory limit in effect: "GOMEMLIMIT=…" as given, "off", or
+	// AGENTBUS_MEMORY_LIMIT's as "256MiB" (gogc.Limit).
+	MemoryLimit string
 
+	stopLimit   func()
 	stopTracing func(context.Context) error
 	stopPprof   func()
 }
@@ -64,8 +68,10 @@ type Process struct {
 // Start reads the settings of the process called name (config.Load: its flags in args, then
 // the environment through lookupEnv; flag.ErrHelp when args ask for help), logs to stderr at
 // their level, sets the garbage collector's target (gogc.Set: a process's small heap turns over
-// fast, so it collects less often than Go's default unless GOGC says otherwise), starts tracing
-// as serviceName (tracing.Setup) and, when AGENTBUS_PPROF_ADDR is set, the profiling endpoint.
+// fast, so it collects less often than Go's default unless GOGC says otherwise) and the memory
+// limit that caps the heap's growth between collections (gogc.Limit: AGENTBUS_MEMORY_LIMIT
+// unless GOMEMLIMIT is set), starts tracing as serviceName (tracing.Setup) and, when
+// AGENTBUS_PPROF_ADDR is set, the profiling endpoint.
 // Close the Process when the process stops.
 func Start(ctx context.Context, name, serviceName string, args []string, lookupEnv config.LookupEnv, stderr io.Writer) (*Process, error) {
 	cfg, err := config.Load(name, args, lookupEnv, stderr)
@@ -73,7 +79,9 @@ func Start(ctx context.Context, name, serviceName string, args []string, lookupE
 		return nil, err
 	}
 	p := &Process{Config: cfg, Log: cfg.Logger(stderr), GOGC: gogc.Set(lookupEnv)}
+	p.stopLimit, p.MemoryLimit = gogc.Limit(lookupEnv, cfg.MemoryLimit)
 	if p.stopTracing, err = tracing.Setup(ctx, serviceName); err != nil {
+		p.stopLimit()
 		return nil, err
 	}
 	if cfg.PprofAddr != "" {
@@ -85,12 +93,13 @@ func Start(ctx context.Context, name, serviceName string, args []string, lookupE
 	return p, nil
 }
 
-// Close stops the profiling endpoint and then tracing, which gets half of the settings'
-// ExitReserve to send the spans it holds, even when ctx has ended.
+// Close stops the profiling endpoint, the memory limit's watch and then tracing, which gets
+// half of the settings' ExitReserve to send the spans it holds, even when ctx has ended.
 func (p *Process) Close(ctx context.Context) {
 	if p.stopPprof != nil {
 		p.stopPprof()
 	}
+	p.stopLimit()
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.Config.ExitReserve()/2)
 	defer cancel()
 	if err := p.stopTracing(tctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -44,6 +45,8 @@ func freeAddr(t *testing.T) string {
 func TestStartAndClose(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(before) })
+	beforeLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(beforeLimit) })
 	addr := freeAddr(t)
 	var logs strings.Builder
 	p, err := service.Start(t.Context(), "ingress", "agentbus-test", []string{"-log-level", "debug"},
@@ -51,6 +54,8 @@ func TestStartAndClose(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "400", p.GOGC)
 	assert.Equal(t, gogc.Default, debug.SetGCPercent(100), "without GOGC, the default target")
+	assert.Equal(t, "256MiB", p.MemoryLimit)
+	assert.Equal(t, int64(gogc.DefaultMemoryLimit), debug.SetMemoryLimit(-1), "without GOMEMLIMIT, the default limit")
 	assert.True(t, p.Log.Enabled(t.Context(), -4), "the flag's level wins over the environment's")
 
 	res, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
@@ -82,4 +87,27 @@ func TestStartRefuses(t *testing.T) {
 	_, err = service.Start(t.Context(), "ingress", "agentbus-test", nil,
 		env(map[string]string{"AGENTBUS_PPROF_ADDR": ln.Addr().String(), "GOGC": "100"}), io.Discard)
 	assert.ErrorContains(t, err, "for profiling")
+}
+
+// TestStartMemoryLimit: AGENTBUS_MEMORY_LIMIT sets the soft memory limit, 0 none, and GOMEMLIMIT
+// given wins; Close stops the limit's watch (TestMain checks that no goroutine is left).
+func TestStartMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	for _, tt := range []struct {
+		env       map[string]string
+		inEffect  string
+		wantLimit int64
+	}{
+		{map[string]string{"AGENTBUS_MEMORY_LIMIT": "1GiB"}, "1GiB", 1 << 30},
+		{map[string]string{"AGENTBUS_MEMORY_LIMIT": "0"}, "off", math.MaxInt64},
+		{map[string]string{"AGENTBUS_MEMORY_LIMIT": "1GiB", "GOMEMLIMIT": "123MiB"}, "GOMEMLIMIT=123MiB", 7 << 40},
+	} {
+		debug.SetMemoryLimit(7 << 40) // stands for what the runtime took from GOMEMLIMIT
+		p, err := service.Start(t.Context(), "workflowhost", "agentbus-test", nil, env(tt.env), io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, tt.inEffect, p.MemoryLimit)
+		assert.Equal(t, tt.wantLimit, debug.SetMemoryLimit(-1))
+		p.Close(t.Context())
+	}
 }

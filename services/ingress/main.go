@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	hs := srv.HTTPServer()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	log.Info("ingress listening", "addr", ln.Addr().String(), "gogc", p.GOGC)
+	log.Info("ingress listening", "addr", ln.Addr().String(), "gogc", p.GOGC, "memoryLimit", p.MemoryLimit)
 
 	select {
 	case err := <-done:

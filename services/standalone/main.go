@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stdout,
 	if err := seedDevKey(ctx, st, cfg, stdout); err != nil {
 		return err
 	}
-	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg), "gogc", gogc)
+	log.Info("agentbus standalone running", "http", st.URL, "data", cfg.DataDir, "nats", natsAddr(cfg), "gogc", gogc, "memoryLimit", p.MemoryLimit)
 	<-ctx.Done()
 	log.Info("shutting down")
 	return bus.ClosedCause(ctx)

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 	}
 	defer p.Close(ctx)
 	cfg, log := p.Config, p.Log
-	log.Info("garbage collector target", "gogc", p.GOGC)
+	log.Info("garbage collector target", "gogc", p.GOGC, "memoryLimit", p.MemoryLimit)
 	model, err := cfg.ChatModel(log)
 	if err != nil {
 		return err
