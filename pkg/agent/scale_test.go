@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -405,26 +405,26 @@ func TestRedeliveredStreamRestarts(t *testing.T) {
 	events := sseEvents(resp.Body)
 
 	first := <-events
-	require.Equal(t, "tool_call", first.name, "the doomed host's first event: %+v", first)
+	require.Equal(t, "tool_call", first.Event, "the doomed host's first event: %+v", first)
 	waitFor(t, 5*time.Second, "the doomed host naps in the tool", func() bool {
 		ns, hosts := sa.starts("x")
 		return len(ns) == 1 && hosts[0] == doomed
 	})
 	crash()
 
-	var rest []sseEvent
+	var rest []sse.Event
 	for ev := range events {
 		rest = append(rest, ev)
 	}
 	// The survivor's attempt is the request's second delivery or a later one (the bus may have
 	// delivered it in between, to a host that gave it back before running it).
 	require.NotEmpty(t, rest, "the stream after the crash")
-	require.Equal(t, "restart", rest[0].name, "the stream after the crash: %+v", rest)
+	require.Equal(t, "restart", rest[0].Event, "the stream after the crash: %+v", rest)
 	last, attempt := 0, 1
 	for i, ev := range rest {
-		if ev.name == "restart" {
+		if ev.Event == "restart" {
 			var r struct{ Attempt int }
-			require.NoError(t, json.Unmarshal([]byte(ev.data), &r), "restart event %+v", ev)
+			require.NoError(t, json.Unmarshal([]byte(ev.Data), &r), "restart event %+v", ev)
 			assert.Greater(t, r.Attempt, attempt, "restart event %+v after attempt %d", ev, attempt)
 			last, attempt = i, r.Attempt
 		}
@@ -432,7 +432,7 @@ func TestRedeliveredStreamRestarts(t *testing.T) {
 	after := rest[last+1:]
 	var names []string
 	for _, ev := range after {
-		names = append(names, ev.name)
+		names = append(names, ev.Event)
 	}
 	require.GreaterOrEqual(t, len(after), 4, "the stream after the last restart: %v", names)
 	assert.Equal(t, []string{"tool_call", "tool_result"}, names[:2], "the stream after the last restart: %+v", after)
@@ -440,46 +440,28 @@ func TestRedeliveredStreamRestarts(t *testing.T) {
 	var text strings.Builder
 	for _, ev := range after[2 : len(after)-1] {
 		var d struct{ Delta *string }
-		require.Equal(t, "delta", ev.name, "the stream after the last restart: %+v", after)
-		require.NoError(t, json.Unmarshal([]byte(ev.data), &d))
+		require.Equal(t, "delta", ev.Event, "the stream after the last restart: %+v", after)
+		require.NoError(t, json.Unmarshal([]byte(ev.Data), &d))
 		require.NotNil(t, d.Delta, "delta event %+v", ev)
 		text.WriteString(*d.Delta)
 	}
 	var final struct {
 		Response struct{ Text string }
 	}
-	require.NoError(t, json.Unmarshal([]byte(after[len(after)-1].data), &final))
+	require.NoError(t, json.Unmarshal([]byte(after[len(after)-1].Data), &final))
 	assert.Equal(t, `nap returned "1"`, final.Response.Text)
 	assert.Equal(t, final.Response.Text, text.String(), "the deltas after the restart add up to the answer")
 	_, hosts := sa.starts("x")
 	assert.Equal(t, []string{doomed, "survivor"}, hosts, "the hosts that ran the tool")
 }
 
-// sseEvent is one event of a Server-Sent Events stream.
-type sseEvent struct{ name, data string }
-
 // sseEvents reads a Server-Sent Events stream and passes on its events, comments left out, as
 // they come; the channel closes when the stream ends.
-func sseEvents(r io.Reader) <-chan sseEvent {
-	out := make(chan sseEvent, 64)
+func sseEvents(r io.Reader) <-chan sse.Event {
+	out := make(chan sse.Event, 64)
 	go func() {
 		defer close(out)
-		sc := bufio.NewScanner(r)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev != (sseEvent{}) {
-					out <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, "event: "):
-				ev.name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				ev.data += strings.TrimPrefix(line, "data: ")
-			}
-		}
+		_ = sse.NewReader(r).Each(func(ev sse.Event) bool { out <- ev; return true })
 	}()
 	return out
 }

@@ -11,7 +11,6 @@
 package conformance
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -28,6 +27,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // Feature names an optional part of Echo: one that an Echo behind the remote-agent protocol,
@@ -288,48 +289,13 @@ func assertProblem(t *testing.T, r *response, status int, slug string) map[strin
 	return p
 }
 
-// event is one Server-Sent Event.
-type event struct {
-	ID, Name, Data string
-}
-
 // readEvents reads Server-Sent Events from r until it ends or stop returns true for an event.
-func readEvents(r io.Reader, stop func(event) bool) []event {
-	var out []event
-	var cur event
-	var data []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 8<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if data == nil && cur.Name == "" && cur.ID == "" {
-				continue
-			}
-			cur.Data = strings.Join(data, "\n")
-			if cur.Name == "" {
-				cur.Name = "message"
-			}
-			out = append(out, cur)
-			if stop != nil && stop(cur) {
-				return out
-			}
-			cur, data = event{}, nil
-		case strings.HasPrefix(line, ":"):
-		default:
-			field, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "event":
-				cur.Name = value
-			case "data":
-				data = append(data, value)
-			case "id":
-				cur.ID = value
-			}
-		}
-	}
+func readEvents(r io.Reader, stop func(sse.Event) bool) []sse.Event {
+	var out []sse.Event
+	_ = sse.NewReader(r).Each(func(ev sse.Event) bool {
+		out = append(out, ev)
+		return stop == nil || !stop(ev)
+	})
 	return out
 }
 

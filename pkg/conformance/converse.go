@@ -10,10 +10,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // stream makes a converse call with Accept: text/event-stream and reads its events to the end.
-func (s *suite) stream(t *testing.T, query url.Values, body []byte) (*http.Response, []event) {
+func (s *suite) stream(t *testing.T, query url.Values, body []byte) (*http.Response, []sse.Event) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.target.URL+"/api/user/rest/converse?"+query.Encode(), strings.NewReader(string(body)))
 	require.NoError(t, err)
@@ -29,20 +31,20 @@ func (s *suite) stream(t *testing.T, query url.Values, body []byte) (*http.Respo
 }
 
 // names lists the events' names.
-func names(events []event) []string {
+func names(events []sse.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
-		out[i] = e.Name
+		out[i] = e.Event
 	}
 	return out
 }
 
 // deltas lists the delta events' texts.
-func deltas(t *testing.T, events []event) []string {
+func deltas(t *testing.T, events []sse.Event) []string {
 	t.Helper()
 	var out []string
 	for _, e := range events {
-		if e.Name == "delta" {
+		if e.Event == "delta" {
 			d, ok := jsonOf(t, e.Data)["delta"].(string)
 			assert.True(t, ok, "a delta event holds {\"delta\": text}: %s", e.Data)
 			out = append(out, d)
@@ -168,10 +170,10 @@ func (s *suite) converseCases() []testCase {
 			assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"), resp.Header.Get("Content-Type"))
 			require.NotEmpty(t, events)
 			last := events[len(events)-1]
-			require.Equal(t, "message", last.Name, "one message event ends the stream: %v", names(events))
+			require.Equal(t, "message", last.Event, "one message event ends the stream: %v", names(events))
 			assert.Equal(t, []string{"You ", "said: ", "hello ", "there"}, deltas(t, events), "the offline model's words")
 			for _, e := range events[:len(events)-1] {
-				assert.Equal(t, "delta", e.Name)
+				assert.Equal(t, "delta", e.Event)
 			}
 			m := jsonOf(t, last.Data)
 			assert.NotEmpty(t, m["messageId"])
@@ -255,7 +257,7 @@ func (s *suite) converseCases() []testCase {
 		}},
 		{"listen follows a thread and resumes after Last-Event-ID", func(t *testing.T) {
 			a := s.act("listen")
-			listen := func(lastEventID string, want int) []event {
+			listen := func(lastEventID string, want int) []sse.Event {
 				q := url.Values{"agentName": {"Echo"}, "activationName": {a}, "participantId": {"ada"}}
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
 					s.target.URL+"/api/v1/admin/tenants/"+url.PathEscape(s.target.Tenant)+"/messaging/listen?"+q.Encode(), nil)
@@ -273,10 +275,10 @@ func (s *suite) converseCases() []testCase {
 					// The stream holds what is stored from now on, read below.
 					s.sendWait(t, a, "Chat", "are you there?", nil)
 				}
-				got := make(chan []event, 1)
+				got := make(chan []sse.Event, 1)
 				go func() {
 					n := 0
-					got <- readEvents(resp.Body, func(event) bool { n++; return n == want })
+					got <- readEvents(resp.Body, func(sse.Event) bool { n++; return n == want })
 				}()
 				select {
 				case evs := <-got:
@@ -290,7 +292,7 @@ func (s *suite) converseCases() []testCase {
 			require.Len(t, events, 2)
 			var msgs []map[string]any
 			for _, e := range events {
-				assert.Equal(t, "message", e.Name)
+				assert.Equal(t, "message", e.Event)
 				var m map[string]any
 				require.NoError(t, json.Unmarshal([]byte(e.Data), &m))
 				assert.Equal(t, m["id"], e.ID, "the event id is the message's id")

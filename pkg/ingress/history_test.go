@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -345,7 +346,7 @@ func TestHistoryTopics(t *testing.T) {
 // stream is an open listen request.
 type stream struct {
 	Resp   *http.Response
-	Events chan sseEvent
+	Events chan sse.Event
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -359,7 +360,7 @@ func listen(t *testing.T, s *stacktest.Stack, query url.Values, hdr ...string) *
 		cancel()
 		require.NoError(t, err)
 	}
-	st := &stream{Resp: resp, Events: make(chan sseEvent, 100), cancel: cancel, done: make(chan struct{})}
+	st := &stream{Resp: resp, Events: make(chan sse.Event, 100), cancel: cancel, done: make(chan struct{})}
 	t.Cleanup(st.Close)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
@@ -368,7 +369,7 @@ func listen(t *testing.T, s *stacktest.Stack, query url.Values, hdr ...string) *
 	go func() {
 		defer close(st.done)
 		defer close(st.Events)
-		scanEvents(resp.Body, func(ev sseEvent) bool { st.Events <- ev; return true })
+		scanEvents(resp.Body, func(ev sse.Event) bool { st.Events <- ev; return true })
 	}()
 	return st
 }
@@ -381,14 +382,14 @@ func (st *stream) Close() {
 }
 
 // next returns the stream's next message event, skipping comments.
-func (st *stream) next(t *testing.T) (sseEvent, storedMessage) {
+func (st *stream) next(t *testing.T) (sse.Event, storedMessage) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
 		case ev, ok := <-st.Events:
 			require.True(t, ok, "the stream ended")
-			if ev.Comment != "" {
+			if ev.IsComment() {
 				continue
 			}
 			var m storedMessage

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -211,7 +212,7 @@ func readWholeThread(t *testing.T, base, key, activation string, n int) []string
 		if err != nil {
 			return ids
 		}
-		scanEvents(resp.Body, func(ev sseEvent) bool {
+		scanEvents(resp.Body, func(ev sse.Event) bool {
 			if ev.Event == "message" {
 				ids = append(ids, ev.ID)
 			}
@@ -233,7 +234,7 @@ func checkOverflowed(t *testing.T, c net.Conn) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	events := readEvents(resp.Body)
 	var msgs []string
-	var overflow *sseEvent
+	var overflow *sse.Event
 	for i, ev := range events {
 		switch ev.Event {
 		case "message":

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -30,7 +31,7 @@ func TestConverseStreams(t *testing.T) {
 	})
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{teller, echo.New()}})
 
-	stream := func(typ, text string) []sseEvent {
+	stream := func(typ, text string) []sse.Event {
 		t.Helper()
 		return streamConverse(t, s, q("workflow", "Teller", "type", typ, "text", text, "apikey", s.Key))
 	}
@@ -97,7 +98,7 @@ func TestConverseStreamRestartsWhenTheHandlerRunsAgain(t *testing.T) {
 }
 
 // eventNames lists the events' names.
-func eventNames(events []sseEvent) []string {
+func eventNames(events []sse.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = e.Event

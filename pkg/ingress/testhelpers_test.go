@@ -30,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -277,42 +278,12 @@ func doPeek(t *testing.T, base, method, path, body string, hdr ...string) (int, 
 	return resp.StatusCode, ct, b
 }
 
-// sseEvent is one event or comment of an event stream.
-type sseEvent struct {
-	ID, Event, Data string
-	// Comment is the text of a comment line; such an event has no other field.
-	Comment string
-}
-
 // scanEvents reads an event stream, handing each event or comment to emit until emit returns
 // false or the stream ends.
-func scanEvents(r io.Reader, emit func(sseEvent) bool) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var ev sseEvent
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if ev != (sseEvent{}) && !emit(ev) {
-				return
-			}
-			ev = sseEvent{}
-		case strings.HasPrefix(line, ":"):
-			ev.Comment = strings.TrimSpace(line[1:])
-		default:
-			name, value, _ := strings.Cut(line, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch name {
-			case "id":
-				ev.ID = value
-			case "event":
-				ev.Event = value
-			case "data":
-				ev.Data += value
-			}
-		}
-	}
+func scanEvents(r io.Reader, emit func(sse.Event) bool) {
+	rd := sse.NewReader(r)
+	rd.KeepComments = true
+	_ = rd.Each(emit)
 }
 
 // isoQuery encodes name/value pairs as a query string with its '?'.
@@ -408,10 +379,10 @@ func metricValue(t *testing.T, base, name string) float64 {
 }
 
 // readEvents reads an event stream to its end; comments are left out.
-func readEvents(r io.Reader) []sseEvent {
-	var out []sseEvent
-	scanEvents(r, func(ev sseEvent) bool {
-		if ev.Comment == "" {
+func readEvents(r io.Reader) []sse.Event {
+	var out []sse.Event
+	scanEvents(r, func(ev sse.Event) bool {
+		if !ev.IsComment() {
 			out = append(out, ev)
 		}
 		return true
@@ -421,7 +392,7 @@ func readEvents(r io.Reader) []sseEvent {
 
 // streamConverse POSTs a converse call that asks for an event stream, checks that one opened
 // and reads it to its end.
-func streamConverse(t *testing.T, s *stacktest.Stack, query url.Values) []sseEvent {
+func streamConverse(t *testing.T, s *stacktest.Stack, query url.Values) []sse.Event {
 	t.Helper()
 	status, ct, b := doCT(t, http.MethodPost, s.URL+"/api/user/rest/converse?"+query.Encode(), nil, "Accept", "text/event-stream")
 	require.Equal(t, http.StatusOK, status, "stream answer: %s", b)
@@ -430,7 +401,7 @@ func streamConverse(t *testing.T, s *stacktest.Stack, query url.Values) []sseEve
 }
 
 // deltaText checks that every event is a delta and joins their text.
-func deltaText(t *testing.T, events []sseEvent) string {
+func deltaText(t *testing.T, events []sse.Event) string {
 	t.Helper()
 	var joined strings.Builder
 	for _, e := range events {
@@ -444,7 +415,7 @@ func deltaText(t *testing.T, events []sseEvent) string {
 
 // finalText checks that a stream's last event is the message that ends it, and returns its
 // text.
-func finalText(t *testing.T, last sseEvent) string {
+func finalText(t *testing.T, last sse.Event) string {
 	t.Helper()
 	var final syncAnswer
 	require.Equal(t, "message", last.Event, "last event %+v", last)

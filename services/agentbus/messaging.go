@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -15,7 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // syncAnswer is the answer of send and converse: the ids and, when waited for, the reply.
@@ -261,7 +261,7 @@ func (c *cli) printStream(r io.Reader) error {
 		final     []byte
 		streamErr error
 	)
-	err := readEvents(r, func(ev sseEvent) bool {
+	err := readEvents(r, func(ev sse.Event) bool {
 		switch ev.Event {
 		case "delta":
 			var d struct {
@@ -318,52 +318,10 @@ func (c *cli) printStream(r io.Reader) error {
 	return c.printAnswer(final)
 }
 
-// sseEvent is one Server-Sent Event.
-type sseEvent struct {
-	ID, Event, Data string
-	// Comment is the text of a comment line (": …"), delivered as an event of its own.
-	Comment string
-}
-
-// readEvents reads Server-Sent Events from r and calls f with each, and with each comment,
-// until f returns false or r ends (nil at a clean end).
-func readEvents(r io.Reader, f func(sseEvent) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxAnswer)
-	var (
-		ev   sseEvent
-		data []string
-		has  bool
-	)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			if has {
-				if ev.Event == "" {
-					ev.Event = "message"
-				}
-				ev.Data = strings.Join(data, "\n")
-				if !f(ev) {
-					return nil
-				}
-			}
-			ev, data, has = sseEvent{}, nil, false
-			continue
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "":
-			if !f(sseEvent{Comment: value}) {
-				return nil
-			}
-		case "event":
-			ev.Event, has = value, true
-		case "data":
-			data, has = append(data, value), true
-		case "id":
-			ev.ID, has = value, true
-		}
-	}
-	return sc.Err()
+// readEvents reads Server-Sent Events from r and calls f with each, and with each comment
+// (Event empty), until f returns false or r ends (nil at a clean end).
+func readEvents(r io.Reader, f func(sse.Event) bool) error {
+	rd := sse.NewReaderSize(r, maxAnswer)
+	rd.KeepComments = true
+	return rd.Each(f)
 }

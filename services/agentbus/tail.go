@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // Reconnection delays of tail.
@@ -152,7 +154,7 @@ func (t *tailer) listen(ctx context.Context) (connected bool, err error) {
 	} else {
 		fmt.Fprintln(t.stderr, "tail: reconnected")
 	}
-	err = readEvents(resp.Body, func(ev sseEvent) bool {
+	err = readEvents(resp.Body, func(ev sse.Event) bool {
 		if strings.HasPrefix(ev.Comment, "last-event-id not found") {
 			fmt.Fprintln(t.stderr, "tail: warning: the last message seen is no longer in the thread; messages may have been missed")
 		}
