@@ -177,27 +177,54 @@ const AtMarker = math.MaxUint64
 // once when upTo is 0, at the watcher's own marker when it is AtMarker. It returns when the
 // watch's updates end (the watch stopped), having closed loaded by then in any case.
 func Follow(w jetstream.KeyWatcher, upTo uint64, loaded chan<- struct{}, apply func(e jetstream.KeyValueEntry, loading bool)) {
-	done := upTo == 0
-	if done {
-		close(loaded)
+	_ = FollowContext(context.Background(), w, upTo, loaded, apply)
+}
+
+// ErrWatchEnded is FollowContext's answer when the watch's updates end before its context does:
+// the watch was stopped, or its connection closed.
+var ErrWatchEnded = errors.New("the watch ended")
+
+// FollowContext is Follow until ctx ends as well: it returns nil when ctx ends, ErrWatchEnded
+// when the watch's updates end first, having closed loaded (which may be nil) in either case.
+// It does not stop the watch; its caller does.
+func FollowContext(ctx context.Context, w jetstream.KeyWatcher, upTo uint64, loaded chan<- struct{}, apply func(e jetstream.KeyValueEntry, loading bool)) error {
+	done := false
+	markLoaded := func() {
+		done = true
+		if loaded != nil {
+			close(loaded)
+		}
 	}
-	for e := range w.Updates() {
+	if upTo == 0 {
+		markLoaded()
+	}
+	defer func() {
+		if !done {
+			markLoaded()
+		}
+	}()
+	for {
+		var e jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return ErrWatchEnded
+		}
 		if e == nil {
 			// The watcher's own end of the initial values: may come early (see Scan).
 			if !done && upTo == AtMarker {
-				done = true
-				close(loaded)
+				markLoaded()
 			}
 			continue
 		}
 		apply(e, !done)
 		if !done && e.Revision() >= upTo {
-			done = true
-			close(loaded)
+			markLoaded()
 		}
-	}
-	if !done {
-		close(loaded)
 	}
 }
 

@@ -271,3 +271,51 @@ func TestFollow(t *testing.T) {
 		}
 	})
 }
+
+// TestFollowContext: FollowContext applies what the watch delivers and returns nil when its
+// context ends, ErrWatchEnded when the watch stops first, and closes loaded in either case.
+func TestFollowContext(t *testing.T) {
+	_, js, ctx := withStream(t, "UNUSED", "unused.>")
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "followctx"})
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "a", []byte("a"))
+	require.NoError(t, err)
+
+	for _, end := range []string{"context", "watch"} {
+		t.Run(end, func(t *testing.T) {
+			w, err := kv.WatchAll(ctx)
+			require.NoError(t, err)
+			defer func() { _ = w.Stop() }()
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			applied := make(chan string, 10)
+			loaded := make(chan struct{})
+			returned := make(chan error, 1)
+			go func() {
+				returned <- bus.FollowContext(fctx, w, bus.AtMarker, loaded, func(e jetstream.KeyValueEntry, _ bool) { applied <- e.Key() })
+			}()
+			select {
+			case k := <-applied:
+				assert.Equal(t, "a", k)
+			case <-time.After(5 * time.Second):
+				t.Fatal("nothing applied")
+			}
+			<-loaded
+			if end == "context" {
+				cancel()
+			} else {
+				require.NoError(t, w.Stop())
+			}
+			select {
+			case err := <-returned:
+				if end == "context" {
+					assert.NoError(t, err)
+				} else {
+					assert.ErrorIs(t, err, bus.ErrWatchEnded)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("FollowContext did not return")
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -73,48 +72,35 @@ func watch(ctx context.Context, cfg ServeConfig, running map[string]*served) err
 		return fmt.Errorf("watching remote agents: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			return errors.New("the watch of remote agents ended")
-		}
-		if e == nil {
-			continue // the end of the initial values
-		}
+	err = bus.FollowContext(ctx, w, 0, nil, func(e jetstream.KeyValueEntry, _ bool) {
 		key := e.Key()
 		cur := running[key]
-		if e.Operation() != jetstream.KeyValuePut {
-			if cur != nil {
-				cur.stop()
-				delete(running, key)
-			}
-			continue
-		}
-		if cur != nil && bytes.Equal(cur.value, e.Value()) {
-			continue
+		if cur != nil && e.Operation() == jetstream.KeyValuePut && bytes.Equal(cur.value, e.Value()) {
+			return
 		}
 		if cur != nil {
 			cur.stop()
 			delete(running, key)
 		}
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
 		reg, err := decode(e.Value())
 		if err != nil {
 			cfg.Logger.Error("ignoring a bad remote agent registration", "key", key, "err", err)
-			continue
+			return
 		}
 		stop, err := start(ctx, cfg, reg)
 		if err != nil {
 			cfg.Logger.Error("serving remote agent", "agent", reg.Name, "err", err)
-			continue
+			return
 		}
 		running[key] = &served{value: e.Value(), stop: stop}
+	})
+	if err != nil {
+		return fmt.Errorf("remote agents: %w", err)
 	}
+	return nil
 }
 
 // start runs a host for a registration until the returned func is called.

@@ -191,38 +191,29 @@ func (s *Store) deliver(ctx context.Context) error {
 		}
 		wg.Wait()
 	}()
-	for {
-		var e jetstream.KeyValueEntry
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok = <-w.Updates():
-		}
-		if !ok {
-			return errors.New("the watch of subscriptions ended")
-		}
-		if e == nil {
-			continue // the end of the initial values
-		}
+	err = bus.FollowContext(ctx, w, 0, nil, func(e jetstream.KeyValueEntry, _ bool) {
 		stop, ok := running[e.Key()]
 		if e.Operation() != jetstream.KeyValuePut {
 			if ok {
 				stop()
 				delete(running, e.Key())
 			}
-			continue
+			return
 		}
 		sub, err := decode(e.Value())
 		if ok || err != nil {
-			continue
+			return
 		}
 		sctx, stop := context.WithCancel(ctx)
 		running[e.Key()] = stop
 		for _, src := range s.sources(&sub) {
 			wg.Go(func() { s.run(sctx, &sub, src) })
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscriptions: %w", err)
 	}
+	return nil
 }
 
 // run delivers the subscription's events of one source until ctx ends, starting again after a
