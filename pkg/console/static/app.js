@@ -1306,10 +1306,9 @@
     }
     box.appendChild(grid);
     const quiet = names.filter((x) => !busy.includes(x));
-    const since = Math.round((now - samples[0].at) / 1000);
-    $('queues-quiet').textContent = `${samples.length} sample${samples.length === 1 ? '' : 's'} over ${since} s. ` +
-      (busy.length ? '' : 'Nothing of the tenant was queued or running in them. ') +
-      (quiet.length ? `Nothing queued or running: ${quiet.join(', ')}.` : '');
+    const n0 = samples.length;
+    $('queues-quiet').textContent = `Sampled ${n0} time${n0 === 1 ? '' : 's'} since ${clock(new Date(samples[0].at))}. ` +
+      (!busy.length ? 'Nothing of the tenant was queued or running.' : quiet.length ? `Nothing queued or running: ${quiet.join(', ')}.` : '');
   }
 
   function queueCard(name, now, series, samples) {
