@@ -262,3 +262,43 @@ func TestHostRefusesTenantsTheAgentIsNotFor(t *testing.T) {
 	assert.EqualValues(t, http.StatusOK, send("default").GetStatusCode(), "the agent's tenant's request")
 	assert.EqualValues(t, 1, calls.Load())
 }
+
+// A webhook handler that returns Fail is answered at once with the problem its cause chooses,
+// not retried, and not kept as a dead letter; one that Responds with Fail is answered the same.
+func TestWebhookFailIsAnswered(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	a := agent.New("Failing")
+	a.WebhookFunc("order", func(context.Context, *agent.WebhookRequest) agent.Response {
+		calls.Add(1)
+		return agent.Fail(&agent.Error{Status: http.StatusUnprocessableEntity, Message: "unknown order 41", Err: errors.New("no row 41")})
+	})
+	a.WebhookFunc("db", func(context.Context, *agent.WebhookRequest) agent.Response {
+		calls.Add(1)
+		return agent.Fail(errors.New("dialing db-7.internal:5432: refused"))
+	})
+	a.WebhookFunc("early", func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+		calls.Add(1)
+		r.Respond(agent.Fail(agent.Errorf(http.StatusConflict, "already shipped")))
+		return agent.Status(http.StatusOK)
+	})
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}})
+	for _, c := range []struct {
+		method, detail string
+		status         int
+	}{
+		{"order", "unknown order 41", http.StatusUnprocessableEntity},
+		{"db", "the handler failed", http.StatusInternalServerError},
+		{"early", "already shipped", http.StatusConflict},
+	} {
+		status, header, body := post(t, s, "Failing", c.method, "")
+		assert.Equal(t, c.status, status, c.method)
+		assert.Equal(t, "application/problem+json", header.Get("Content-Type"), c.method)
+		var p problemBody
+		assert.NoError(t, json.Unmarshal(body, &p), c.method)
+		assert.Equal(t, "urn:agentbus:problem:handler-error", p.Type, c.method)
+		assert.Equal(t, c.detail, p.Detail, c.method)
+		assert.NotContains(t, string(body), "db-7", c.method)
+	}
+	assert.EqualValues(t, 3, calls.Load(), "each ran once: a Fail is not retried")
+}

@@ -32,7 +32,7 @@ func Example() {
 			return nil
 		})
 		if err != nil {
-			return agent.Status(http.StatusInternalServerError)
+			return agent.Fail(fmt.Errorf("counting the greeting: %w", err)) // logged; the caller gets a 500 problem
 		}
 		return agent.Text(http.StatusOK, fmt.Sprintf("hello %s (#%d)", r.Params["name"], s.Greeted))
 	})

@@ -189,6 +189,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 			ParticipantID: req.GetParticipantId(),
 			Attempt:       in.tries.n,
 			inst:          inst,
+			log:           log,
 			respond:       respond,
 		}
 		start := time.Now()
@@ -471,29 +472,7 @@ func callHandler(ctx context.Context, log *slog.Logger, hd Handler, m *Message) 
 // store (nil when the handler sent no reply).
 func messageReply(req *agentbusv1.Request, reply Reply, err error, log *slog.Logger) (*agentbusv1.Reply, *history.Message) {
 	if err != nil {
-		status, detail, slug := problem.HandlerError.Status, "the handler failed", problem.HandlerError.Slug
-		var (
-			he *Error
-			ce *CallError
-		)
-		if errors.As(err, &ce) {
-			// A call this handler made failed, and the handler passed the failure on.
-			status, detail, slug = ce.Status, ce.Message, ce.Slug
-		} else if errors.As(err, &he) {
-			status, detail = he.Status, he.Message
-			if status < 400 || status > 599 {
-				status = http.StatusInternalServerError
-			}
-			if he.Err != nil {
-				level := slog.LevelWarn
-				if status < 500 {
-					level = slog.LevelDebug // the caller's mistake, answered as such
-				}
-				log.Log(context.Background(), level, "handler failed", "status", status, "err", he.Err)
-			}
-		} else {
-			log.Error("handler failed", "err", err)
-		}
+		status, slug, detail := failure(log, err)
 		return errorReply(req, status, slug, detail, "out")
 	}
 	if reply.Text == nil && reply.Data == nil {

@@ -786,7 +786,8 @@ func webhookReply(resp Response, runID string) *agentbusv1.Reply {
 		RunId: runID, Error: resp.platformError}
 }
 
-// callWebhook runs the handler, turning a panic into a retryable failure.
+// callWebhook runs the handler, turning a panic into a retryable failure and a Fail into the
+// answer of its cause.
 func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *WebhookRequest) (resp Response) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -798,7 +799,7 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 	if resp.retry != nil {
 		return resp
 	}
-	return resp.normalized()
+	return resp.answer(log.With("method", r.Method))
 }
 
 // deadLetter keeps the request as a dead letter with its last error, retrying while the bus

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"reflect"
 	"slices"
@@ -129,6 +130,40 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// failure is what the caller gets for a handler's error, a Data handler's or a webhook
+// handler's (Fail): the status and client-safe message of an *Error (a status outside 400–599
+// becomes 500), a call's failure the handler passed on as it came, and for any other error a
+// 500 that names no internals. The cause is logged: at Error for an error agentbus knows nothing
+// of, at Warn for an *Error's cause with a 5xx status, at Debug for one with a 4xx status (the
+// caller's mistake, answered as such).
+func failure(log *slog.Logger, err error) (status int, slug, detail string) {
+	status, slug, detail = problem.HandlerError.Status, problem.HandlerError.Slug, "the handler failed"
+	var (
+		he *Error
+		ce *CallError
+	)
+	switch {
+	case errors.As(err, &ce):
+		// A call this handler made failed, and the handler passed the failure on.
+		status, detail, slug = ce.Status, ce.Message, ce.Slug
+	case errors.As(err, &he):
+		status, detail = he.Status, he.Message
+		if status < 400 || status > 599 {
+			status = http.StatusInternalServerError
+		}
+		if he.Err != nil {
+			level := slog.LevelWarn
+			if status < 500 {
+				level = slog.LevelDebug
+			}
+			log.Log(context.Background(), level, "handler failed", "status", status, "err", he.Err)
+		}
+	default:
+		log.Error("handler failed", "err", err)
+	}
+	return status, slug, detail
+}
 
 // Errorf returns an *Error with the given status.
 func Errorf(status int, format string, args ...any) error {

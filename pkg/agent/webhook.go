@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 )
 
@@ -38,6 +39,7 @@ type WebhookRequest struct {
 	Attempt int
 
 	inst    *Instance
+	log     *slog.Logger
 	respond func(Response)
 	once    sync.Once
 }
@@ -52,7 +54,11 @@ func (r *WebhookRequest) Instance() *Instance { return r.inst }
 func (r *WebhookRequest) Respond(resp Response) {
 	r.once.Do(func() {
 		if r.respond != nil {
-			r.respond(resp.normalized())
+			log := r.log
+			if log == nil {
+				log = slog.New(slog.DiscardHandler)
+			}
+			r.respond(resp.answer(log.With("method", r.Method)))
 		}
 	})
 }

@@ -247,7 +247,7 @@ func ack(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 		return agent.Status(http.StatusServiceUnavailable)
 	}
 	if _, err := agent.UpdateState(ctx, r.Instance(), func(s *State) error { s.Acks++; return nil }); err != nil {
-		return agent.Status(http.StatusInternalServerError)
+		return agent.Fail(fmt.Errorf("updating the state: %w", err))
 	}
 	return agent.Status(http.StatusOK) // not sent: the caller already has its 202
 }
@@ -265,7 +265,7 @@ func sleep(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 		return agent.Status(http.StatusServiceUnavailable)
 	}
 	if _, err := agent.UpdateState(ctx, r.Instance(), func(s *State) error { s.Sleeps++; return nil }); err != nil {
-		return agent.Status(http.StatusInternalServerError)
+		return agent.Fail(fmt.Errorf("updating the state: %w", err))
 	}
 	return agent.JSON(http.StatusOK, map[string]any{"slept": sleptMs(r)})
 }
@@ -273,7 +273,7 @@ func sleep(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 func count(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 	s, err := agent.UpdateState(ctx, r.Instance(), func(s *State) error { s.Count++; return nil })
 	if err != nil {
-		return agent.Status(http.StatusInternalServerError)
+		return agent.Fail(fmt.Errorf("updating the state: %w", err))
 	}
 	return agent.JSON(http.StatusOK, map[string]any{"count": s.Count, "runId": r.Instance().RunID()})
 }
@@ -286,7 +286,7 @@ func complete(_ context.Context, r *agent.WebhookRequest) agent.Response {
 func state(_ context.Context, r *agent.WebhookRequest) agent.Response {
 	var s State
 	if err := r.Instance().State(&s); err != nil {
-		return agent.Status(http.StatusInternalServerError)
+		return agent.Fail(fmt.Errorf("reading the state: %w", err))
 	}
 	return agent.JSON(http.StatusOK, map[string]any{"runId": r.Instance().RunID(), "state": s})
 }
