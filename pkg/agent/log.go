@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -15,10 +16,12 @@ func requestLog(base *slog.Logger, req *agentbusv1.Request) *slog.Logger {
 }
 
 // requestHandler adds a request's attributes to the records it hands to base, first, as
-// base.WithAttrs would have.
+// base.WithAttrs would have, then those of the Logger.With calls on it (extra): these too are
+// only formatted when a record is written.
 type requestHandler struct {
-	base slog.Handler
-	req  *agentbusv1.Request
+	base  slog.Handler
+	req   *agentbusv1.Request
+	extra []slog.Attr
 }
 
 func (h *requestHandler) attrs() []slog.Attr {
@@ -32,6 +35,7 @@ func (h *requestHandler) Enabled(ctx context.Context, level slog.Level) bool {
 func (h *requestHandler) Handle(ctx context.Context, r slog.Record) error {
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
 	out.AddAttrs(h.attrs()...)
+	out.AddAttrs(h.extra...)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(a)
 		return true
@@ -40,9 +44,15 @@ func (h *requestHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h *requestHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return h.base.WithAttrs(h.attrs()).WithAttrs(attrs)
+	if len(attrs) == 0 {
+		return h
+	}
+	return &requestHandler{base: h.base, req: h.req, extra: append(slices.Clip(h.extra), attrs...)}
 }
 
 func (h *requestHandler) WithGroup(name string) slog.Handler {
-	return h.base.WithAttrs(h.attrs()).WithGroup(name)
+	if name == "" {
+		return h
+	}
+	return h.base.WithAttrs(h.attrs()).WithAttrs(h.extra).WithGroup(name)
 }

@@ -27,6 +27,7 @@ func TestRequestLogWritesAsWith(t *testing.T) {
 		l := log(base)
 		l.Warn("retrying", "attempt", 2, "err", errors.New("boom"))
 		l.With("method", "sum").Info("answered", "status", 200)
+		l.With("method", "sum").With("attempt", 3).WithGroup("call").Warn("failed", "code", 502)
 		l.WithGroup("call").Error("failed", "code", 500)
 		l.Debug("not written")
 		return buf.String()

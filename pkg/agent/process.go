@@ -77,7 +77,13 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 		_ = m.Term()
 		return nil, nil, false
 	}
-	req := new(agentbusv1.Request)
+	// One allocation holds what the request's handling needs of its delivery: the request, its
+	// attempts and its logger.
+	in = &inbound{seq: d.seq, stored: d.stored, agent: d.part.key.agent, data: m.Data(), header: m.Headers(),
+		delivered: md.NumDelivered,
+		tries: attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
+			h: h, d: d}}
+	req := &in.decoded
 	if err := proto.Unmarshal(m.Data(), req); err != nil {
 		h.log.Error("dropping undecodable request", "subject", m.Subject(), "err", err)
 		_ = m.Term()
@@ -86,18 +92,16 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	if md.NumDelivered > 1 {
 		h.metrics.redelivered(d.part.key.agent, req)
 	}
-	in = &inbound{seq: d.seq, stored: d.stored, agent: d.part.key.agent, data: m.Data(), req: req, header: m.Headers(),
-		replyTo:   replySubject(m.Headers(), req),
-		delivered: md.NumDelivered,
-		tries: &attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
-			h: h, d: d}}
+	in.req, in.replyTo = req, replySubject(m.Headers(), req)
 	switch {
 	case m.Headers().Get(subject.HeaderReplay) != "":
 		in.recover = recoverDeep // later requests of its conversation ran after its attempts
 	case md.NumDelivered > 1:
 		in.recover = recoverTail
 	}
-	return in, requestLog(h.log, req), true
+	in.logHandler = requestHandler{base: h.log.Handler(), req: req}
+	in.log = *slog.New(&in.logHandler)
+	return in, &in.log, true
 }
 
 // loadClaim replaces a request sent as a claim check with the whole request. A request whose
@@ -226,7 +230,7 @@ type inbound struct {
 	replyTo string
 	// delivered is how often the inbox delivered the request, this time included.
 	delivered uint64
-	tries     *attempts
+	tries     attempts
 	// recover is set when earlier deliveries may have stored messages of the request (it is
 	// redelivered, or replayed): they are read back before any is stored, so that none is stored
 	// twice (history.Store.Recover).
@@ -237,6 +241,12 @@ type inbound struct {
 	deadID       uint64
 	// thread is set once newestOrigin read the request's thread.
 	thread *threadCheck
+
+	// decoded, logHandler and log are the storage of req as delivered and of the request's
+	// logger (requestLog), kept here to spare them allocations of their own.
+	decoded    agentbusv1.Request
+	logHandler requestHandler
+	log        slog.Logger
 }
 
 // recovery is how a request's host looks for messages its earlier deliveries stored.
