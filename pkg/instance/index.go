@@ -387,97 +387,139 @@ func (x *Index) List(ctx context.Context, store *Store, tenant, agent string, op
 	if opt.Now.IsZero() {
 		opt.Now = time.Now()
 	}
-	subj := subject.Runs(tenant, agent)
-	var (
-		head *jetstream.RawStreamMsg
-		err  error
-	)
-	if opt.Before.Seq == 0 {
-		head, err = x.stream.GetLastMsgForSubject(ctx, subj)
-	} else {
-		head, err = x.stream.GetMsg(ctx, opt.Before.Seq)
-	}
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound) && opt.Before.Seq == 0:
-		return []Listed{}, Cursor{}, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return nil, Cursor{}, ErrBadCursor
-	case err != nil:
-		return nil, Cursor{}, fmt.Errorf("reading the run index: %w", err)
-	case head.Subject != subj:
-		return nil, Cursor{}, ErrBadCursor
-	}
-	chain, err := bus.ParsePrev(head.Header)
+	w := &runWalk{x: x, subj: subject.Runs(tenant, agent)}
+	empty, err := w.start(ctx, opt.Before)
 	if err != nil {
-		return nil, Cursor{}, fmt.Errorf("reading the run index: entry %d: %w", head.Sequence, err)
+		return nil, Cursor{}, err
 	}
-	var pending []indexedRun // runs to examine, newest first
-	if opt.Before.Seq == 0 || opt.Before.Runs > 0 {
-		if pending, err = entryRuns(head); err != nil {
-			return nil, Cursor{}, err
-		}
-		if opt.Before.Runs >= len(pending) {
-			return nil, Cursor{}, ErrBadCursor
-		}
-		pending = pending[opt.Before.Runs:]
+	if empty {
+		return []Listed{}, Cursor{}, nil
 	}
-	out := make([]Listed, 0, limit)
-	seen := make(map[string]struct{}, limit)
-	budget := ScanFactor * limit
-	var last indexedRun // the oldest run examined
-	for {
-		if len(pending) == 0 {
-			if len(chain) == 0 || budget == 0 {
-				break
-			}
-			n := min(len(chain), budget, max(limit-len(out), 8))
-			batch, err := x.getMany(ctx, subj, chain[:n])
-			if err != nil {
-				return nil, Cursor{}, err
-			}
-			if len(batch) == 0 {
-				break
-			}
-			if chain = chain[len(batch):]; len(chain) == 0 {
-				if chain, err = bus.ParsePrev(batch[len(batch)-1].Header); err != nil {
-					return nil, Cursor{}, fmt.Errorf("reading the run index: entry %d: %w", batch[len(batch)-1].Sequence, err)
-				}
-			}
-			for _, raw := range batch {
-				runs, err := entryRuns(raw)
-				if err != nil {
-					return nil, Cursor{}, err
-				}
-				pending = append(pending, runs...)
-			}
-		}
+	p := listPage{out: make([]Listed, 0, limit), seen: make(map[string]struct{}, limit), limit: limit, budget: ScanFactor * limit}
+	for p.budget > 0 {
 		// An entry may hold hundreds of runs: examine about as many as the page still needs.
-		n := min(len(pending), budget, max(limit-len(out), 8))
-		items, err := x.examine(ctx, store, pending[:n], opt)
+		want := min(p.budget, max(limit-len(p.out), 8))
+		runs, err := w.next(ctx, want)
 		if err != nil {
 			return nil, Cursor{}, err
 		}
-		for i, it := range items {
-			last = pending[i]
-			budget--
-			if it == nil {
-				continue
-			}
-			if _, dup := seen[it.Entry.WorkflowID]; dup {
-				continue
-			}
-			seen[it.Entry.WorkflowID] = struct{}{}
-			out = append(out, *it)
-			if len(out) == limit {
-				return out, last.after(), nil
-			}
+		if len(runs) == 0 {
+			return p.out, Cursor{}, nil
 		}
-		pending = pending[n:]
-		if budget == 0 {
-			return out, last.after(), nil
+		items, err := x.examine(ctx, store, runs, opt)
+		if err != nil {
+			return nil, Cursor{}, err
+		}
+		if p.take(runs, items) {
+			return p.out, p.last.after(), nil
 		}
 	}
-	return out, Cursor{}, nil
+	return p.out, p.last.after(), nil
+}
+
+// runWalk walks an agent's run index from an entry to older ones, run by run, newest first.
+type runWalk struct {
+	x    *Index
+	subj string
+	// chain holds the sequences of older entries still to read, pending the runs read and not
+	// handed out yet.
+	chain   []uint64
+	pending []indexedRun
+}
+
+// start reads the entry the listing starts at: the newest, or the one of before. empty reports
+// an index without entries (and no before).
+func (w *runWalk) start(ctx context.Context, before Cursor) (empty bool, err error) {
+	var head *jetstream.RawStreamMsg
+	if before.Seq == 0 {
+		head, err = w.x.stream.GetLastMsgForSubject(ctx, w.subj)
+	} else {
+		head, err = w.x.stream.GetMsg(ctx, before.Seq)
+	}
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound) && before.Seq == 0:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, ErrBadCursor
+	case err != nil:
+		return false, fmt.Errorf("reading the run index: %w", err)
+	case head.Subject != w.subj:
+		return false, ErrBadCursor
+	}
+	if w.chain, err = bus.ParsePrev(head.Header); err != nil {
+		return false, fmt.Errorf("reading the run index: entry %d: %w", head.Sequence, err)
+	}
+	if before.Seq != 0 && before.Runs == 0 {
+		return false, nil // the cursor points past this entry's runs: on with the older ones
+	}
+	if w.pending, err = entryRuns(head); err != nil {
+		return false, err
+	}
+	if before.Runs >= len(w.pending) {
+		return false, ErrBadCursor
+	}
+	w.pending = w.pending[before.Runs:]
+	return false, nil
+}
+
+// next hands out up to n runs, reading older entries when none is pending; none at the end.
+func (w *runWalk) next(ctx context.Context, n int) ([]indexedRun, error) {
+	if len(w.pending) == 0 && len(w.chain) > 0 {
+		batch, err := w.x.getMany(ctx, w.subj, w.chain[:min(len(w.chain), n)])
+		if err != nil {
+			return nil, err
+		}
+		if len(batch) == 0 {
+			return nil, nil
+		}
+		if w.chain = w.chain[len(batch):]; len(w.chain) == 0 {
+			oldest := batch[len(batch)-1]
+			if w.chain, err = bus.ParsePrev(oldest.Header); err != nil {
+				return nil, fmt.Errorf("reading the run index: entry %d: %w", oldest.Sequence, err)
+			}
+		}
+		for _, raw := range batch {
+			runs, err := entryRuns(raw)
+			if err != nil {
+				return nil, err
+			}
+			w.pending = append(w.pending, runs...)
+		}
+	}
+	runs := w.pending[:min(len(w.pending), n)]
+	w.pending = w.pending[len(runs):]
+	return runs, nil
+}
+
+// listPage collects a page of instances from the runs examined.
+type listPage struct {
+	out   []Listed
+	seen  map[string]struct{}
+	limit int
+	// budget is the runs the listing may still examine; last the oldest examined.
+	budget int
+	last   indexedRun
+}
+
+// take adds the instances of runs that matched (items, nil where a run did not), each
+// instance once, and reports whether the page is full.
+func (p *listPage) take(runs []indexedRun, items []*Listed) (full bool) {
+	for i, it := range items {
+		p.last = runs[i]
+		p.budget--
+		if it == nil {
+			continue
+		}
+		if _, dup := p.seen[it.Entry.WorkflowID]; dup {
+			continue
+		}
+		p.seen[it.Entry.WorkflowID] = struct{}{}
+		p.out = append(p.out, *it)
+		if len(p.out) == p.limit {
+			return true
+		}
+	}
+	return false
 }
 
 // indexedRun is one run of an index entry.
