@@ -91,107 +91,140 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 	for _, m := range reg.Methods {
 		c.params[m.Name] = paramsFor(m)
 	}
-	var out []CheckResult
-	add := func(name string, err error, ok string) {
-		r := CheckResult{Case: name, OK: err == nil, Detail: ok}
-		if err != nil {
-			r.Detail = err.Error()
-		}
-		out = append(out, r)
-	}
-	skip := func(name, why string) {
-		out = append(out, CheckResult{Case: name, OK: true, Skipped: true, Detail: "skipped: " + why})
-	}
-	// stateful is the first request answered with a state, for the order, conflict and retry
-	// cases.
-	var stateful *Request
-	keep := func(req *Request, ans *Answer) {
-		if stateful == nil && ans != nil && ans.Error == nil && ans.State != nil {
-			r := *req
-			r.Stream = false
-			stateful = &r
-		}
-	}
-
 	first := c.pick()
-	add(CaseUnsigned, c.expectStatus(ctx, first, "", http.StatusUnauthorized), "401")
-	add(CaseWronglySigned, c.expectStatus(ctx, first, webhooksig.NewStandardSecret(), http.StatusUnauthorized), "401")
+	c.signatureCases(ctx, first)
+	c.chatCases(ctx)
+	c.fileCase(ctx)
+	c.methodCases(ctx)
+	c.webhookCases(ctx)
+	c.add(CaseState, c.state(ctx), "ok")
+	c.sequenceCases(ctx, first)
+	return c.out
+}
+
+// add records a case's result: passed with detail ok, or failed with err.
+func (c *checker) add(name string, err error, ok string) {
+	r := CheckResult{Case: name, OK: err == nil, Detail: ok}
+	if err != nil {
+		r.Detail = err.Error()
+	}
+	c.out = append(c.out, r)
+}
+
+// skip records a case skipped, and why.
+func (c *checker) skip(name, why string) {
+	c.out = append(c.out, CheckResult{Case: name, OK: true, Skipped: true, Detail: "skipped: " + why})
+}
+
+// keep notes req as the request of the order, conflict and retry cases when it is the first
+// answered with a state.
+func (c *checker) keep(req *Request, ans *Answer) {
+	if c.stateful == nil && ans != nil && ans.Error == nil && ans.State != nil {
+		r := *req
+		r.Stream = false
+		c.stateful = &r
+	}
+}
+
+// signatureCases: a request unsigned, one signed with another secret, and one of an unknown
+// protocol version are refused.
+func (c *checker) signatureCases(ctx context.Context, first Request) {
+	c.add(CaseUnsigned, c.expectStatus(ctx, first, "", http.StatusUnauthorized), "401")
+	c.add(CaseWronglySigned, c.expectStatus(ctx, first, webhooksig.NewStandardSecret(), http.StatusUnauthorized), "401")
 	v2 := first
 	v2.Protocol = 2
-	add(CaseProtocol, c.expectStatus(ctx, v2, reg.Secret, http.StatusBadRequest), "400")
-	if reg.Chat {
-		req := c.request("Chat", "hello", "")
-		ans, _, err := c.call(ctx, req, reg.Secret)
-		if err == nil && (ans.Reply == nil || ans.Reply.Text == nil || *ans.Reply.Text == "") && ans.Error == nil {
-			err = errors.New("the answer has neither reply.text nor error")
-		}
-		if err == nil {
-			keep(req, ans)
-		}
-		add(CaseChat, err, "reply")
-		req.Stream = true
-		ans, parts, err := c.call(ctx, req, reg.Secret)
-		if err == nil && ans.Error == nil && (ans.Reply == nil || ans.Reply.Text == nil) {
-			err = errors.New("the streamed answer's last part has no reply.text")
-		}
-		add(CaseChatStreamed, err, fmt.Sprintf("%d deltas and the answer", parts-1))
-	} else {
-		skip(CaseChat, "the registration takes no Chat messages")
-		skip(CaseChatStreamed, "the registration takes no Chat messages")
+	c.add(CaseProtocol, c.expectStatus(ctx, v2, c.reg.Secret, http.StatusBadRequest), "400")
+}
+
+// chatCases: a Chat message is answered with a reply, and streamed with deltas and the answer.
+func (c *checker) chatCases(ctx context.Context) {
+	if !c.reg.Chat {
+		c.skip(CaseChat, "the registration takes no Chat messages")
+		c.skip(CaseChatStreamed, "the registration takes no Chat messages")
+		return
 	}
-	if reg.File {
-		req := c.request("File", "check.txt", "")
-		req.Message.File = &File{Name: "check.txt", ContentType: "text/plain", Size: 5, SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Content: []byte("hello")}
-		_, _, err := c.call(ctx, req, reg.Secret)
-		add(CaseFile, err, "answer")
-	} else {
-		skip(CaseFile, "the registration takes no files")
+	req := c.request("Chat", "hello", "")
+	ans, _, err := c.call(ctx, req, c.reg.Secret)
+	if err == nil && (ans.Reply == nil || ans.Reply.Text == nil || *ans.Reply.Text == "") && ans.Error == nil {
+		err = errors.New("the answer has neither reply.text nor error")
 	}
-	for _, m := range reg.Methods {
+	if err == nil {
+		c.keep(req, ans)
+	}
+	c.add(CaseChat, err, "reply")
+	req.Stream = true
+	ans, parts, err := c.call(ctx, req, c.reg.Secret)
+	if err == nil && ans.Error == nil && (ans.Reply == nil || ans.Reply.Text == nil) {
+		err = errors.New("the streamed answer's last part has no reply.text")
+	}
+	c.add(CaseChatStreamed, err, fmt.Sprintf("%d deltas and the answer", parts-1))
+}
+
+// fileCase: a File message is answered.
+func (c *checker) fileCase(ctx context.Context) {
+	if !c.reg.File {
+		c.skip(CaseFile, "the registration takes no files")
+		return
+	}
+	req := c.request("File", "check.txt", "")
+	req.Message.File = &File{Name: "check.txt", ContentType: "text/plain", Size: 5, SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Content: []byte("hello")}
+	_, _, err := c.call(ctx, req, c.reg.Secret)
+	c.add(CaseFile, err, "answer")
+}
+
+// methodCases: each Data method is answered, with the parameters its schema gives.
+func (c *checker) methodCases(ctx context.Context) {
+	for _, m := range c.reg.Methods {
 		params := c.params[m.Name]
 		if params.refused != nil {
-			add("Data "+m.Name+" answered", params.refused, "")
+			c.add("Data "+m.Name+" answered", params.refused, "")
 			continue
 		}
 		req := c.dataRequest(m.Name)
-		ans, _, err := c.call(ctx, req, reg.Secret)
+		ans, _, err := c.call(ctx, req, c.reg.Secret)
 		if err == nil {
-			keep(req, ans)
+			c.keep(req, ans)
 		} else {
 			err = fmt.Errorf("%w; %s", err, params)
 		}
-		add("Data "+m.Name+" answered", err, "answer; "+params.String())
+		c.add("Data "+m.Name+" answered", err, "answer; "+params.String())
 	}
+}
+
+// webhookCases: each webhook method is answered, with a response the ingress can send on.
+func (c *checker) webhookCases(ctx context.Context) {
 	var responses []webhookAnswer
-	for _, w := range reg.Webhooks {
+	for _, w := range c.reg.Webhooks {
 		req := c.webhookRequest(w)
-		ans, _, err := c.call(ctx, req, reg.Secret)
+		ans, _, err := c.call(ctx, req, c.reg.Secret)
 		if err == nil {
-			keep(req, ans)
+			c.keep(req, ans)
 		}
 		responses = append(responses, webhookAnswer{method: w, ans: ans})
-		add("webhook "+w+" answered", err, "answer")
+		c.add("webhook "+w+" answered", err, "answer")
 	}
-	if len(reg.Webhooks) == 0 {
-		skip(CaseWebhookAnswers, "the registration has no webhook methods")
-	} else {
-		detail, err := checkResponses(responses)
-		add(CaseWebhookAnswers, err, detail)
+	if len(c.reg.Webhooks) == 0 {
+		c.skip(CaseWebhookAnswers, "the registration has no webhook methods")
+		return
 	}
-	add(CaseState, c.state(ctx), "ok")
+	detail, err := checkResponses(responses)
+	c.add(CaseWebhookAnswers, err, detail)
+}
 
-	tmpl := stateful
+// sequenceCases: the order, state-conflict and retry cases on the first request answered with
+// a state (else first), and the keep-alive case.
+func (c *checker) sequenceCases(ctx context.Context, first Request) {
+	tmpl := c.stateful
 	if tmpl == nil {
 		tmpl = &first
 	}
 	states, detail, err := c.order(ctx, *tmpl)
-	add(CaseOrder, err, detail)
+	c.add(CaseOrder, err, detail)
 	detail, err = c.conflict(ctx, *tmpl, states)
-	add(CaseStateConflict, err, detail)
+	c.add(CaseStateConflict, err, detail)
 	detail, err = c.retry(ctx, *tmpl)
-	add(CaseRetry, err, detail)
-	add(CaseKeepAlive, c.keepAlive(ctx), "reused")
-	return out
+	c.add(CaseRetry, err, detail)
+	c.add(CaseKeepAlive, c.keepAlive(ctx), "reused")
 }
 
 // webhookAnswer is a webhook method's answer, for checkResponses; ans is nil when the call
@@ -355,6 +388,10 @@ type checker struct {
 	// params are the parameters each Data method is sent, by name.
 	params map[string]checkParams
 	n      int
+
+	// out are the cases' results so far; stateful is the first request answered with a state.
+	out      []CheckResult
+	stateful *Request
 }
 
 // pick is a request the agent can take: a Chat, else its first Data method or webhook.
