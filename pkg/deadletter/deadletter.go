@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -260,6 +261,7 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 		return Letter{}, fmt.Errorf("decoding dead letter %d: %w", raw.Sequence, err)
 	}
 	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
+	kind := msgkind.Of(req.GetKind())
 	l := Letter{
 		ID:            raw.Sequence,
 		TenantID:      req.GetTenantId(),
@@ -267,7 +269,7 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 		WorkflowID:    req.GetWorkflowId(),
 		ParticipantID: req.GetParticipantId(),
 		RequestID:     req.GetRequestId(),
-		Type:          TypeName(req.GetKind()),
+		Type:          kind.Name,
 		Params:        req.GetParams(),
 		BodySize:      len(req.GetBody()),
 		Error:         raw.Header.Get(subject.HeaderError),
@@ -277,30 +279,13 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 	if ms := req.GetCreatedAtMs(); ms > 0 {
 		l.ReceivedAt = timefmt.Of(time.UnixMilli(ms).UTC())
 	}
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_DATA, agentbusv1.Kind_KIND_WEBHOOK:
+	if kind.Method {
 		l.Method = req.GetMethod()
-	default:
+	} else {
 		l.Text = req.GetText()
 	}
 	if d := req.GetData(); len(d) > 0 && json.Valid(d) {
 		l.Data = json.RawMessage(d)
 	}
 	return l, nil
-}
-
-// TypeName is the message type name of a request kind, as the API names types.
-func TypeName(k agentbusv1.Kind) string {
-	switch k {
-	case agentbusv1.Kind_KIND_CHAT:
-		return "Chat"
-	case agentbusv1.Kind_KIND_DATA:
-		return "Data"
-	case agentbusv1.Kind_KIND_FILE:
-		return "File"
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		return "Webhook"
-	default:
-		return "Unknown"
-	}
 }
