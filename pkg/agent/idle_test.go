@@ -20,7 +20,8 @@ import (
 )
 
 // An idle workflow instance costs its host no memory and no goroutine: after a burst of requests
-// to many instances, the host holds none of them once they have been idle for liveIdle.
+// to many instances, the host holds none of them once they have been idle for as long as it keeps
+// them (liveKeep, shortened here).
 func TestIdleInstancesCostNothing(t *testing.T) {
 	srv := natstest.Server(t, "")
 	a := New("Counter")
@@ -40,6 +41,10 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		assert.NoError(t, <-done)
 	})
 	<-h.Ready()
+	// Idle instances are kept for liveKeep at most; here, for no longer than liveIdle.
+	h.live.mu.Lock()
+	h.live.keep = liveIdle
+	h.live.mu.Unlock()
 
 	// 200 instances, each hit once; replies come back on a subscription of our own.
 	nc := natstest.Conn(t, srv)

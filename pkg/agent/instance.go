@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -35,9 +36,10 @@ type Instance struct {
 }
 
 // liveInstance is a host's in-memory copy of an instance record while the instance is in use
-// (and for a short while after): every handler running on the instance shares it, so they see
-// each other's state changes, and a busy instance is not read from the bucket on each request.
-// The host drops it once the instance has been idle for liveIdle.
+// (and for a while after): every handler running on the instance shares it, so they see each
+// other's state changes, and a busy instance is not read from the bucket on each request. The
+// host writes its counts once the instance has been idle for liveIdle, and drops it once idle
+// for liveKeep (liveSet.sweep).
 type liveInstance struct {
 	store  *instance.Store
 	key    liveKey
@@ -47,8 +49,13 @@ type liveInstance struct {
 
 	mu     sync.Mutex
 	loaded bool
-	found  bool
-	rec    instance.Record
+	// gen is the liveSet's gen when rec was read: a copy read before the host's last tenure
+	// began is read again (liveSet.stale).
+	gen   uint64
+	found bool
+	rec   instance.Record
+	// size is about what the copy holds (liveInstance.bytes), set with rec.
+	size atomic.Int64
 	// dirty means rec holds event counts or activity times not written yet; they are written
 	// with the next write of the record, or when the host drops it.
 	dirty bool
@@ -254,8 +261,12 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 		return err
 	}
 	l.rec, l.found, l.dirty = saved, true, false
+	l.size.Store(int64(len(saved.State)))
 	return nil
 }
+
+// bytes is about what the copy holds in memory: its state and liveBaseBytes.
+func (l *liveInstance) bytes() int { return liveBaseBytes + int(l.size.Load()) }
 
 // retryUntil calls fn until it succeeds or ctx ends, backing off up to a second.
 func retryUntil(ctx context.Context, fn func() error) error {
@@ -288,6 +299,7 @@ func (l *liveInstance) reloadLocked(ctx context.Context) error {
 		l.rec, l.found = rec, true
 	}
 	l.loaded, l.dirty = true, false
+	l.size.Store(int64(len(l.rec.State)))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,23 @@ import (
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
-// liveIdle is how long a host keeps an unused instance in memory. Past it, an idle instance
-// costs the host nothing.
+// liveIdle is how long an unused instance's event counts and activity time may wait in memory:
+// past it, the host writes them (one write per idle period, none while the instance is busy).
 const liveIdle = 2 * time.Second
+
+// liveKeep is how long a host keeps an unused instance in memory, its counts written, so that an
+// instance called every few seconds is not read again (its record and its threads' cursors) on
+// every call, nor written when dropped. Past it, or sooner when the idle instances kept hold more
+// than liveKeepBytes (the longest idle go first), an idle instance costs the host nothing.
+const liveKeep = 30 * time.Second
+
+// liveKeepBytes bounds what the idle instances kept past liveIdle hold: their states, and
+// liveBaseBytes each.
+const liveKeepBytes = 16 << 20
+
+// liveBaseBytes is about what a live instance holds besides its state: the record's other
+// fields, a cursor or two, the map entry.
+const liveBaseBytes = 1 << 10
 
 // liveSet holds the instances in use on a host. Partitions are keyed by workflow, so one host
 // holds all conversations of an instance and its copy stays the one that writes.
@@ -27,14 +42,25 @@ type liveSet struct {
 	count prometheus.Gauge
 	// mayAct is given to every live copy (liveInstance.mayAct).
 	mayAct func(context.Context) error
+	// keep is how long an idle instance is kept (liveKeep; tests shorten it); guarded by mu.
+	keep time.Duration
+	// gen counts the tenures this host began (stale): a copy loaded before the last is read
+	// again before its next request, since another host may have run the instance meanwhile.
+	gen atomic.Uint64
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
 }
 
 func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
-	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, m: make(map[liveKey]*liveInstance)}
+	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep, m: make(map[liveKey]*liveInstance)}
 }
+
+// stale makes every copy in memory read its record anew before its next request: called when
+// the host begins a tenure of a partition, whose instances another host may have run since this
+// host last did (their history cursors need nothing: an append expects its thread's last
+// sequence, and one that meets another's reads the thread again).
+func (s *liveSet) stale() { s.gen.Add(1) }
 
 // acquire returns the instance's live copy (not loaded yet when new); release it after use.
 func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
@@ -62,16 +88,36 @@ func (s *liveSet) release(l *liveInstance) {
 	s.mu.Unlock()
 }
 
-// sweep drops instances idle for longer than liveIdle (all idle ones when all is set), writing
-// their unwritten counts first, and returns how many it could not write. The last sweep, with
-// all set, leaves reporting them to its caller.
+// sweep writes the unwritten counts of instances idle for longer than liveIdle and drops those
+// idle for longer than keep, or the longest idle of them while those kept hold more than
+// liveKeepBytes (all idle ones when all is set). It returns how many it could not write. The
+// last sweep, with all set, leaves reporting them to its caller.
 func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
-	cutoff := time.Now().Add(-liveIdle)
-	var idle []*liveInstance
+	now := time.Now()
+	var idle, kept []*liveInstance
+	held := 0
 	s.mu.Lock()
 	for k, l := range s.m {
-		if l.users == 0 && (all || l.idleSince.Before(cutoff)) {
+		if l.users != 0 {
+			continue
+		}
+		switch since := now.Sub(l.idleSince); {
+		case all || since > s.keep:
 			delete(s.m, k)
+			idle = append(idle, l)
+		case since > liveIdle:
+			kept = append(kept, l)
+			held += l.bytes()
+		}
+	}
+	if held > liveKeepBytes {
+		// Over the budget: the longest idle go first.
+		slices.SortFunc(kept, func(a, b *liveInstance) int { return a.idleSince.Compare(b.idleSince) })
+		for len(kept) > 0 && held > liveKeepBytes {
+			l := kept[0]
+			kept = kept[1:]
+			held -= l.bytes()
+			delete(s.m, l.key)
 			idle = append(idle, l)
 		}
 	}
@@ -79,6 +125,8 @@ func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 		s.count.Sub(float64(len(idle)))
 	}
 	s.mu.Unlock()
+	// The kept ones' counts are written too (once: a written copy is clean until its next call).
+	idle = append(idle, kept...)
 	// One write per instance: written one after the other they would fall behind a host that
 	// sees thousands of new instances a second, and the idle ones would pile up in memory. A
 	// regular sweep spreads its writes over the time until the next: after a burst of traffic

@@ -52,10 +52,48 @@ func TestSweepPacesWrites(t *testing.T) {
 	// The first flushConcurrency go at once, the rest at n per sweepEvery.
 	least := sweepEvery * time.Duration(n-flushConcurrency) / n
 	assert.GreaterOrEqual(t, took, least*9/10, "%d writes were spread over the sweep interval", n)
-	assert.Zero(t, s.size(), "the idle instances left memory")
+	assert.Equal(t, n, s.size(), "idle for less than liveKeep, the instances are kept")
 	for _, l := range idle {
 		got, err := store.Get(ctx, l.key.tenant, l.key.workflowID)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), got.Events, "%s: its count was written", l.key.workflowID)
+		assert.False(t, l.needsFlush(), "%s: its copy is clean", l.key.workflowID)
+	}
+
+	// Past liveKeep they leave memory, with nothing more to write.
+	s.mu.Lock()
+	for _, l := range s.m {
+		l.idleSince = time.Now().Add(-2 * liveKeep)
+	}
+	s.mu.Unlock()
+	assert.Zero(t, s.sweep(ctx, false))
+	assert.Zero(t, s.size(), "the idle instances left memory")
+}
+
+// The idle instances kept past liveIdle hold at most liveKeepBytes: the longest idle go first.
+func TestLiveSetKeepsWithinBudget(t *testing.T) {
+	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	const n = 3 * liveKeepBytes / (liveBaseBytes + 4096) // three times the budget, at 4 KiB of state each
+	for i := range n {
+		l := s.acquire("default", fmt.Sprintf("default:Echo:Supervisor Workflow:b-%d", i))
+		l.size.Store(4096)
+		s.release(l)
+	}
+	base := time.Now().Add(-liveIdle - time.Second)
+	s.mu.Lock()
+	for i := range n {
+		s.m[liveKey{"default", fmt.Sprintf("default:Echo:Supervisor Workflow:b-%d", i)}].idleSince = base.Add(-time.Duration(i) * time.Millisecond) // b-0 the least idle
+	}
+	s.mu.Unlock()
+	assert.Zero(t, s.sweep(context.Background(), false))
+	kept := s.size()
+	assert.LessOrEqual(t, kept*(liveBaseBytes+4096), liveKeepBytes)
+	assert.Greater(t, kept*(liveBaseBytes+4096), liveKeepBytes-(liveBaseBytes+4096), "the budget is used")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range kept {
+		if _, ok := s.m[liveKey{"default", fmt.Sprintf("default:Echo:Supervisor Workflow:b-%d", i)}]; !ok {
+			t.Fatalf("b-%d is not kept, though among the %d least idle", i, kept)
+		}
 	}
 }

@@ -547,6 +547,11 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
 		others, err := h.snapshot(ctx, part)
 		if err == nil {
 			taken, reacks := h.beginTenure(part, pin, others)
+			if taken {
+				// Another host may have run the partition's instances since this one last
+				// did: the copies kept in memory are read again before their next request.
+				h.live.stale()
+			}
 			// Requests this host finished whose acknowledgement the bus never got: acknowledged
 			// again, they leave the inbox, and the conversations waiting for them go on at the
 			// next look of resolve instead of after the ack wait.

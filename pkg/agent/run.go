@@ -22,11 +22,12 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 	started := false
 	var backoff bus.ConflictBackoff
 	for {
-		if !l.loaded {
+		if gen := h.liveGen(); !l.loaded || l.gen != gen {
 			if err := l.reloadLocked(ctx); err != nil {
 				l.mu.Unlock()
 				return nil, err
 			}
+			l.gen = gen
 		}
 		if l.found && l.rec.Status == instance.Running && !h.idleToComplete(ctx, log, a, l.rec) {
 			break
@@ -68,6 +69,14 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 		}
 	}
 	return inst, nil
+}
+
+// liveGen is the generation of the host's copies in memory (liveSet.stale).
+func (h *Host) liveGen() uint64 {
+	if h.live == nil {
+		return 0 // a test's host without one
+	}
+	return h.live.gen.Load()
 }
 
 // finishRun counts the event, completes the run if asked, and rolls over long runs
