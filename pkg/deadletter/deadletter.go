@@ -289,3 +289,18 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 	}
 	return l, nil
 }
+
+// Page is the answer of the dead-letter list: a page of letters, oldest first. Next, when not 0,
+// is the after of the next page.
+type Page struct {
+	DeadLetters []Letter `json:"deadLetters"`
+	Next        uint64   `json:"next,omitempty"`
+}
+
+// Replayed is the answer of a replay: which dead letter was sent again, and the request it
+// became again.
+type Replayed struct {
+	Replayed   uint64 `json:"replayed"`
+	RequestID  string `json:"requestId"`
+	WorkflowID string `json:"workflowId"`
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
-	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Admin API limits.
@@ -31,24 +30,6 @@ const (
 	tenantsPath    = "/api/v1/admin/tenants"
 	systemKeysPath = "/api/v1/admin/keys"
 )
-
-// tenantAnswer is a tenant as the admin API shows it.
-type tenantAnswer struct {
-	ID        string       `json:"id"`
-	CreatedAt timefmt.Time `json:"createdAt"`
-}
-
-func tenantOf(t keys.Tenant) tenantAnswer {
-	return tenantAnswer{ID: t.ID, CreatedAt: timefmt.Of(t.CreatedAt)}
-}
-
-// newKeyAnswer is a key just created or rotated: its secret, shown this once, and its record.
-type newKeyAnswer struct {
-	Secret string `json:"key"`
-	keys.Key
-	// Replaces is the id of the key a rotation revoked.
-	Replaces string `json:"replaces,omitempty"`
-}
 
 // identifyAdmin is identify for the admin API, after the query's check (readQuery); on failure
 // it has written the problem and returns false.
@@ -110,13 +91,11 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "listing tenants", err)
 		return
 	}
-	out := make([]tenantAnswer, 0, len(ts))
+	out := keys.TenantList{Tenants: make([]keys.TenantInfo, 0, len(ts))}
 	for _, t := range ts {
-		out = append(out, tenantOf(t))
+		out.Tenants = append(out.Tenants, keys.InfoOf(t))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Tenants []tenantAnswer `json:"tenants"`
-	}{out})
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
@@ -143,7 +122,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", tenantsPath+"/"+t.ID)
-	writeJSON(w, http.StatusCreated, tenantOf(t))
+	writeJSON(w, http.StatusCreated, keys.InfoOf(t))
 }
 
 func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +139,7 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "reading tenant", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tenantOf(t))
+	writeJSON(w, http.StatusOK, keys.InfoOf(t))
 }
 
 // deleteTenant removes a tenant, its dead letters and its subscriptions, and revokes its keys. Its
@@ -238,9 +217,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {
 			out = append(out, k)
 		}
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Keys []keys.Key `json:"keys"`
-	}{out})
+	writeJSON(w, http.StatusOK, keys.KeyList{Keys: out})
 }
 
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
@@ -288,7 +265,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 	}
 	confirmed := s.confirmKeys(r.Context())
 	s.log.Info("key created", "tenant", tenant, "key", k.ID, "role", k.Role, "by", c.key.ID, "confirmed", confirmed)
-	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: k}, confirmed)
+	writeNewKey(w, r, keys.Created{Secret: secret, Key: k}, confirmed)
 }
 
 // tenantStillThere closes the race between creating a key and deleting its tenant: a tenant
@@ -316,7 +293,7 @@ func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k 
 
 // writeNewKey answers with a new key: 201 once every ingress instance accepts it (confirmed),
 // else 202. The secret must not be cached anywhere on the way.
-func writeNewKey(w http.ResponseWriter, r *http.Request, a newKeyAnswer, confirmed bool) {
+func writeNewKey(w http.ResponseWriter, r *http.Request, a keys.Created, confirmed bool) {
 	prefix := systemKeysPath
 	if t := r.PathValue("tenantId"); t != "" {
 		prefix = tenantsPath + "/" + t + "/keys"
@@ -430,7 +407,7 @@ func (s *Server) rotateKey(w http.ResponseWriter, r *http.Request) {
 	}
 	confirmed := s.confirmKeys(r.Context())
 	s.log.Info("key rotated", "tenant", tenant, "key", nk.ID, "replaces", old.ID, "by", c.key.ID, "confirmed", confirmed)
-	writeNewKey(w, r, newKeyAnswer{Secret: secret, Key: nk, Replaces: old.ID}, confirmed)
+	writeNewKey(w, r, keys.Created{Secret: secret, Key: nk, Replaces: old.ID}, confirmed)
 }
 
 // decodeAdminBody reads a body that must be exactly one JSON object with only the fields of v.

@@ -12,20 +12,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
-// deadLetterPage is the answer of the list endpoint. Next, when not 0, is the after of the
-// next page.
-type deadLetterPage struct {
-	DeadLetters []deadletter.Letter `json:"deadLetters"`
-	Next        uint64              `json:"next,omitempty"`
-}
-
-// replayAnswer says which dead letter was sent again, and the request it became again.
-type replayAnswer struct {
-	Replayed   uint64 `json:"replayed"`
-	RequestID  string `json:"requestId"`
-	WorkflowID string `json:"workflowId"`
-}
-
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	c, ok := s.keyScope(w, r)
 	if !ok {
@@ -45,7 +31,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if letters == nil {
 		letters = []deadletter.Letter{} // an empty list, not null
 	}
-	writeJSON(w, http.StatusOK, deadLetterPage{DeadLetters: letters, Next: next})
+	writeJSON(w, http.StatusOK, deadletter.Page{DeadLetters: letters, Next: next})
 }
 
 func (s *Server) getDeadLetter(w http.ResponseWriter, r *http.Request) {
@@ -76,7 +62,7 @@ func (s *Server) replayDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("dead letter replayed", "tenant", tenant, "deadLetter", id, "requestId", l.RequestID, "by", c.key.ID)
-	writeJSON(w, http.StatusAccepted, replayAnswer{Replayed: id, RequestID: l.RequestID, WorkflowID: l.WorkflowID})
+	writeJSON(w, http.StatusAccepted, deadletter.Replayed{Replayed: id, RequestID: l.RequestID, WorkflowID: l.WorkflowID})
 }
 
 func (s *Server) discardDeadLetter(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 )
@@ -30,32 +31,10 @@ const (
 	recentPerThread = 3 * recentRequestCount
 )
 
-// requestSummary is one request an instance handled, as its thread's history holds it: the
-// incoming message and the answer to it.
-type requestSummary struct {
-	RequestID     string `json:"requestId"`
-	ParticipantID string `json:"participantId"`
-	// Type is the incoming message's type (Chat, Data, File, Webhook); Method a Data or webhook
-	// method; Timer the timer that sent it.
-	Type   string `json:"type"`
-	Method string `json:"method,omitempty"`
-	Timer  string `json:"timer,omitempty"`
-	// Status is the answer's status (a webhook handler's, a failure's, else 200), left out
-	// while there is no answer.
-	Status     int           `json:"status,omitempty"`
-	ReceivedAt timefmt.Time  `json:"receivedAt"`
-	AnsweredAt *timefmt.Time `json:"answeredAt,omitempty"`
-	// DurationMs is the time from the incoming message to the answer.
-	DurationMs *int64 `json:"durationMs,omitempty"`
-	// pos is the incoming message's position in the history stream, which orders requests
-	// received within one millisecond.
-	pos uint64
-}
-
 // recentRequests returns the newest requests of the instance's threads, newest first: the
 // threads with the newest records (of at most recentThreadsSeen) are read a page each, and each
 // incoming message is paired with the answer that carries its request id.
-func (s *Server) recentRequests(ctx context.Context, tenant, workflowID string) ([]requestSummary, error) {
+func (s *Server) recentRequests(ctx context.Context, tenant, workflowID string) ([]inspect.RecentRequest, error) {
 	threads, err := s.newestThreads(ctx, tenant, workflowID)
 	if err != nil {
 		return nil, err
@@ -73,12 +52,12 @@ func (s *Server) recentRequests(ctx context.Context, tenant, workflowID string) 
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	out := make([]requestSummary, 0, recentRequestCount)
+	out := make([]inspect.RecentRequest, 0, recentRequestCount)
 	for _, page := range pages {
 		out = append(out, pairRequests(page)...)
 	}
-	slices.SortFunc(out, func(a, b requestSummary) int {
-		return cmp.Or(b.ReceivedAt.Compare(a.ReceivedAt.Time), cmp.Compare(b.pos, a.pos))
+	slices.SortFunc(out, func(a, b inspect.RecentRequest) int {
+		return cmp.Or(b.ReceivedAt.Compare(a.ReceivedAt.Time), cmp.Compare(b.Pos, a.Pos))
 	})
 	return out[:min(len(out), recentRequestCount)], nil
 }
@@ -128,9 +107,9 @@ func (s *Server) newestThreads(ctx context.Context, tenant, workflowID string) (
 
 // pairRequests reads the requests of one page of a thread (newest message first): each incoming
 // message with its request's first answer. Tool calls of a chat are part of its request.
-func pairRequests(page []history.Message) []requestSummary {
+func pairRequests(page []history.Message) []inspect.RecentRequest {
 	answers := make(map[string]history.Message)
-	var out []requestSummary
+	var out []inspect.RecentRequest
 	for _, m := range page {
 		if m.RequestID == "" || m.Metadata[history.MetaToolCallID] != "" {
 			continue
@@ -139,8 +118,8 @@ func pairRequests(page []history.Message) []requestSummary {
 			answers[m.RequestID] = m // the page is newest first: the first answer comes last
 			continue
 		}
-		sum := requestSummary{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: messageTypeName(m.MessageType),
-			Timer: m.Metadata[history.MetaTimer], ReceivedAt: timefmt.Of(m.CreatedAt), pos: m.Pos}
+		sum := inspect.RecentRequest{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: messageTypeName(m.MessageType),
+			Timer: m.Metadata[history.MetaTimer], ReceivedAt: timefmt.Of(m.CreatedAt), Pos: m.Pos}
 		if (m.MessageType == history.Webhook || m.MessageType == history.Data) && m.Text != nil {
 			sum.Method = *m.Text
 		}

@@ -1,7 +1,6 @@
 package ingress
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,9 +11,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 )
@@ -32,50 +33,6 @@ const instanceDeadLetters = 20
 // backfillBudget is how long one backfill request indexes before it answers; the client calls
 // again to go on.
 const backfillBudget = 20 * time.Second
-
-// instanceItem is one instance of an agent's listing.
-type instanceItem struct {
-	WorkflowID   string       `json:"workflowId"`
-	WorkflowType string       `json:"workflowType"`
-	Activation   string       `json:"activation"`
-	RunID        string       `json:"runId"`
-	Status       string       `json:"status"`
-	StartedAt    timefmt.Time `json:"startedAt"`
-	LastActiveAt timefmt.Time `json:"lastActiveAt"`
-	Events       int64        `json:"events"`
-}
-
-// instancePage is the answer of the listing. Next, when set, is the cursor of the next page.
-type instancePage struct {
-	Instances []instanceItem `json:"instances"`
-	Next      string         `json:"next,omitempty"`
-}
-
-// instanceAnswer is one instance as the inspector shows it.
-type instanceAnswer struct {
-	WorkflowID   string        `json:"workflowId"`
-	AgentName    string        `json:"agentName"`
-	WorkflowType string        `json:"workflowType"`
-	Activation   string        `json:"activation"`
-	RunID        string        `json:"runId"`
-	Status       string        `json:"status"`
-	StartedAt    timefmt.Time  `json:"startedAt"`
-	LastActiveAt timefmt.Time  `json:"lastActiveAt"`
-	CompletedAt  *timefmt.Time `json:"completedAt,omitempty"`
-	Events       int64         `json:"events"`
-	// State is the agent's state of the current run, null for none.
-	State       json.RawMessage       `json:"state"`
-	EarlierRuns []instance.RunSummary `json:"earlierRuns"`
-	// Partition is the inbox partition of the instance's requests; Host the live workflow host
-	// that owns it now, left out when no live host runs the agent.
-	Partition      int                 `json:"partition"`
-	Host           string              `json:"host,omitempty"`
-	DeadLetters    []deadletter.Letter `json:"deadLetters"`
-	Schedules      []scheduleAnswer    `json:"schedules"`
-	RecentRequests []requestSummary    `json:"recentRequests"`
-	// Queued are the requests waiting for the instance, and why (queued.go).
-	Queued []queuedRequest `json:"queued"`
-}
 
 // idleTimeout is how long an instance of the agent may go without a message before the
 // inspector shows it idle: the agent's own timeout (agent.IdleAfter), as its hosts registered
@@ -112,14 +69,14 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "listing instances", err)
 		return
 	}
-	ans := instancePage{Instances: make([]instanceItem, 0, len(items))}
+	ans := instance.Page{Instances: make([]instance.Item, 0, len(items))}
 	if next != (instance.Cursor{}) {
 		ans.Next = next.String()
 	}
 	for _, it := range items {
 		wf, _ := ident.ParseWorkflowID(it.Entry.WorkflowID)
 		rec := it.Record
-		ans.Instances = append(ans.Instances, instanceItem{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType,
+		ans.Instances = append(ans.Instances, instance.Item{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType,
 			Activation: wf.Activation, RunID: rec.RunID, Status: string(it.Status), StartedAt: timefmt.Of(rec.StartedAt),
 			LastActiveAt: timefmt.Of(rec.LastActiveAt), Events: rec.Events})
 	}
@@ -215,7 +172,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	ans := instanceAnswer{
+	ans := inspect.InstanceView{
 		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
 		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: timefmt.Of(rec.StartedAt),
 		LastActiveAt: timefmt.Of(rec.LastActiveAt), CompletedAt: timefmt.OfPtr(rec.CompletedAt), Events: rec.Events, State: rec.State,
@@ -236,7 +193,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	})
 	wg.Go(func() {
 		list, err := s.schedules().List(ctx, c.tenant, wf.ID())
-		ans.Schedules, errs[1] = make([]scheduleAnswer, 0, len(list)), err
+		ans.Schedules, errs[1] = make([]schedule.Timer, 0, len(list)), err
 		for _, sch := range list {
 			ans.Schedules = append(ans.Schedules, scheduleOf(sch))
 		}
@@ -252,7 +209,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 		ans.DeadLetters = []deadletter.Letter{}
 	}
 	if ans.Queued == nil {
-		ans.Queued = []queuedRequest{}
+		ans.Queued = []inspect.Waiting{}
 	}
 	writeJSON(w, http.StatusOK, ans)
 }
@@ -273,14 +230,6 @@ func (s *Server) partitionOwner(agent string, p int) string {
 		return ""
 	}
 	return owners[p]
-}
-
-// completeAnswer names the run an operator completed.
-type completeAnswer struct {
-	WorkflowID  string       `json:"workflowId"`
-	RunID       string       `json:"runId"`
-	Status      string       `json:"status"`
-	CompletedAt timefmt.Time `json:"completedAt"`
 }
 
 // completeInstance serves POST /api/v1/admin/tenants/{tenantId}/instances/{workflowId}/complete:
@@ -315,7 +264,7 @@ func (s *Server) completeInstance(w http.ResponseWriter, r *http.Request) {
 				_ = nc.FlushWithContext(ctx)
 			}
 			s.log.Info("instance completed", "tenant", c.tenant, "workflowId", wf.ID(), "runId", saved.RunID, "by", c.key.ID)
-			writeJSON(w, http.StatusOK, completeAnswer{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: timefmt.Of(now)})
+			writeJSON(w, http.StatusOK, instance.CompletedRun{WorkflowID: saved.WorkflowID, RunID: saved.RunID, Status: string(saved.Status), CompletedAt: timefmt.Of(now)})
 			return
 		}
 		if !errors.Is(err, instance.ErrConflict) {

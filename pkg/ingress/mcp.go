@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -472,7 +473,7 @@ func mcpAddress(args map[string]json.RawMessage, agent, tenant string, dir *regi
 
 // mcpResult is a Data method's answer as a tool result: its data as structured content (and as
 // JSON text, for clients that read only text), and its text, if any.
-func mcpResult(ans *syncAnswer) *mcp.CallToolResult {
+func mcpResult(ans *history.SyncAnswer) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{Content: []mcp.Content{}}
 	if ans.Response == nil {
 		return res

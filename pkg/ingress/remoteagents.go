@@ -18,11 +18,6 @@ const (
 	tenantAgentsPath = tenantsPath + "/{tenantId}/agents"
 )
 
-// remoteAgentList is the answer of the list endpoints.
-type remoteAgentList struct {
-	Agents []remote.Registration `json:"agents"`
-}
-
 // remoteOwner identifies the caller of a remote-agent endpoint and the owner it acts for: the
 // path's tenant, or "" (a system admin's agents). On failure it has written the problem.
 func (s *Server) remoteOwner(w http.ResponseWriter, r *http.Request) (caller, string, bool) {
@@ -48,7 +43,7 @@ func (s *Server) listRemoteAgents(w http.ResponseWriter, r *http.Request) {
 		s.remoteFailed(w, "listing remote agents", err)
 		return
 	}
-	out := remoteAgentList{Agents: make([]remote.Registration, 0, len(regs))}
+	out := remote.List{Agents: make([]remote.Registration, 0, len(regs))}
 	for _, reg := range regs {
 		out.Agents = append(out.Agents, reg.Redacted())
 	}

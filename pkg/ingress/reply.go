@@ -2,31 +2,19 @@ package ingress
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
-	"github.com/agentbus/agentbus/pkg/jsonenc"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
-
-// responseMessage is the reply as synchronous endpoints show it (docs/interface.md#24-converse-response).
-type responseMessage struct {
-	ID          string          `json:"id"`
-	Text        *string         `json:"text"`
-	Data        json.RawMessage `json:"data"`
-	MessageType int             `json:"messageType"`
-	CreatedAt   string          `json:"createdAt"`
-	Scope       string          `json:"scope,omitempty"`
-	Hint        string          `json:"hint,omitempty"`
-}
 
 // newMessageRequest is the envelope of a Chat, Data, File or Webhook message to a workflow: a new
 // message id, the workflow's routing fields, and the text as the method of Data and Webhook.
@@ -51,75 +39,20 @@ func newMessageRequest(wf ident.Workflow, participant string, kind agentbusv1.Ki
 }
 
 // idsOf names what a message request is, as the answers show it.
-func idsOf(req *agentbusv1.Request) sendIDs {
-	return sendIDs{MessageID: req.MessageId, RequestID: req.RequestId, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, req.ParticipantId)}
-}
-
-// syncAnswer is the answer of send with wait=true: the ids and the handler's reply, null when
-// the handler sent none.
-type syncAnswer struct {
-	sendIDs
-	Response *responseMessage `json:"response"`
-}
-
-// MarshalJSON writes what encoding/json would write for a, without reflection (appendJSON).
-func (a *syncAnswer) MarshalJSON() ([]byte, error) { return a.appendJSON(nil) }
-
-// appendJSON appends a's JSON form, byte for byte encoding/json's for the struct: every
-// synchronous send and converse call writes one, and encoding/json's reflection took about 2 %
-// of such a call's CPU. It fails only on invalid JSON in the response's data.
-func (a *syncAnswer) appendJSON(dst []byte) ([]byte, error) {
-	b := append(dst, `{"messageId":`...)
-	b = jsonenc.AppendString(b, a.MessageID)
-	b = append(b, `,"requestId":`...)
-	b = jsonenc.AppendString(b, a.RequestID)
-	b = append(b, `,"workflowId":`...)
-	b = jsonenc.AppendString(b, a.WorkflowID)
-	b = append(b, `,"threadId":`...)
-	b = jsonenc.AppendString(b, a.ThreadID)
-	b = append(b, `,"response":`...)
-	m := a.Response
-	if m == nil {
-		return append(b, "null}"...), nil
-	}
-	b = append(b, `{"id":`...)
-	b = jsonenc.AppendString(b, m.ID)
-	b = append(b, `,"text":`...)
-	if m.Text == nil {
-		b = append(b, "null"...)
-	} else {
-		b = jsonenc.AppendString(b, *m.Text)
-	}
-	b = append(b, `,"data":`...)
-	var err error
-	if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
-		return dst, fmt.Errorf("encoding the response's data: %w", err)
-	}
-	b = append(b, `,"messageType":`...)
-	b = jsonenc.AppendInt(b, int64(m.MessageType))
-	b = append(b, `,"createdAt":`...)
-	b = jsonenc.AppendString(b, m.CreatedAt)
-	if m.Scope != "" {
-		b = append(b, `,"scope":`...)
-		b = jsonenc.AppendString(b, m.Scope)
-	}
-	if m.Hint != "" {
-		b = append(b, `,"hint":`...)
-		b = jsonenc.AppendString(b, m.Hint)
-	}
-	return append(b, "}}"...), nil
+func idsOf(req *agentbusv1.Request) history.IDs {
+	return history.IDs{MessageID: req.MessageId, RequestID: req.RequestId, WorkflowID: req.WorkflowId, ThreadID: subject.ThreadID(req.WorkflowId, req.ParticipantId)}
 }
 
 // writeMessageReply answers a synchronous send (or converse) with the handler's reply, or with a
 // problem when the handler failed.
-func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) {
+func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids history.IDs, rep *agentbusv1.Reply) {
 	ans, p := s.messageAnswer(req, ids, rep)
 	if p != nil {
 		problem.Write(w, *p)
 		return
 	}
-	// Not writeJSON: encoding/json would check and compact appendJSON's output once more.
-	b, err := ans.appendJSON(make([]byte, 0, 512+len(rep.GetContent())))
+	// Not writeJSON: encoding/json would check and compact AppendJSON's output once more.
+	b, err := ans.AppendJSON(make([]byte, 0, 512+len(rep.GetContent())))
 	if err != nil {
 		s.log.Error("encoding the answer", "err", err)
 	}
@@ -142,13 +75,13 @@ func hostProblem(rep *agentbusv1.Reply) problem.Problem {
 }
 
 // messageAnswer is what a synchronous caller gets for rep: the answer, or a problem.
-func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentbusv1.Reply) (*syncAnswer, *problem.Problem) {
+func (s *Server) messageAnswer(req *agentbusv1.Request, ids history.IDs, rep *agentbusv1.Reply) (*history.SyncAnswer, *problem.Problem) {
 	status := int(rep.GetStatusCode())
 	if rep.GetError() != "" {
 		p := hostProblem(rep)
 		return nil, &p
 	}
-	ans := &syncAnswer{sendIDs: ids}
+	ans := &history.SyncAnswer{IDs: ids}
 	switch {
 	case req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK:
 		content := any(string(rep.GetContent()))
@@ -156,10 +89,10 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids sendIDs, rep *agentb
 			content = map[string]any{"base64": rep.GetContent()}
 		}
 		data, _ := json.Marshal(map[string]any{"statusCode": status, "contentType": rep.GetContentType(), "content": content})
-		ans.Response = &responseMessage{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: timefmt.Format(time.Now()),
+		ans.Response = &history.Reply{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: timefmt.Format(time.Now()),
 			Scope: req.GetScope(), Hint: req.GetHint()}
 	case len(rep.GetContent()) > 0:
-		var m responseMessage
+		var m history.Reply
 		if err := json.Unmarshal(rep.GetContent(), &m); err != nil {
 			s.log.Error("decoding reply message", "err", err)
 			p := problem.BadReply.New("the handler's reply could not be read")

@@ -10,30 +10,9 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
-// scheduleAnswer is one timer of a workflow instance, as the admin API shows it.
-type scheduleAnswer struct {
-	Name string `json:"name"`
-	// Schedule is when it fires: "@at {time}", "@every {duration}" or a cron expression.
-	Schedule  string       `json:"schedule"`
-	TimeZone  string       `json:"timeZone,omitempty"`
-	CreatedAt timefmt.Time `json:"createdAt"`
-	// ParticipantID is the participant whose thread the timer's message goes to.
-	ParticipantID string `json:"participantId"`
-	// Type is the message it sends, Chat or Data; Method the Data method, Text a Chat's text.
-	Type   string `json:"type"`
-	Method string `json:"method,omitempty"`
-	Text   string `json:"text,omitempty"`
-}
-
-// schedulesAnswer is the answer of the schedules endpoint.
-type schedulesAnswer struct {
-	WorkflowID string           `json:"workflowId"`
-	Schedules  []scheduleAnswer `json:"schedules"`
-}
-
-func scheduleOf(sch schedule.Schedule) scheduleAnswer {
+func scheduleOf(sch schedule.Schedule) schedule.Timer {
 	req := sch.Request
-	a := scheduleAnswer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: timefmt.Of(sch.Created),
+	a := schedule.Timer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: timefmt.Of(sch.Created),
 		ParticipantID: req.GetParticipantId(), Type: "Chat", Text: req.GetText()}
 	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
 		a.Type, a.Method, a.Text = "Data", req.GetMethod(), ""
@@ -75,7 +54,7 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "listing schedules", err)
 		return
 	}
-	ans := schedulesAnswer{WorkflowID: wf.ID(), Schedules: make([]scheduleAnswer, 0, len(list))}
+	ans := schedule.Timers{WorkflowID: wf.ID(), Schedules: make([]schedule.Timer, 0, len(list))}
 	for _, sch := range list {
 		ans.Schedules = append(ans.Schedules, scheduleOf(sch))
 	}

@@ -237,14 +237,6 @@ func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, body 
 	return nil
 }
 
-// sendIDs name what send accepted.
-type sendIDs struct {
-	MessageID  string `json:"messageId"`
-	RequestID  string `json:"requestId"`
-	WorkflowID string `json:"workflowId"`
-	ThreadID   string `json:"threadId"`
-}
-
 // waitParams reads wait and timeoutSeconds.
 func waitParams(r *http.Request) (wait bool, timeout time.Duration, problem string) {
 	q := r.URL.Query()

@@ -13,24 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
-
-type syncAnswer struct {
-	MessageID  string `json:"messageId"`
-	RequestID  string `json:"requestId"`
-	WorkflowID string `json:"workflowId"`
-	ThreadID   string `json:"threadId"`
-	Response   *struct {
-		ID          string          `json:"id"`
-		Text        *string         `json:"text"`
-		Data        json.RawMessage `json:"data"`
-		MessageType int             `json:"messageType"`
-		CreatedAt   string          `json:"createdAt"`
-		Scope       string          `json:"scope"`
-		Hint        string          `json:"hint"`
-	} `json:"response"`
-}
 
 func TestSendTypes(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
@@ -40,7 +25,7 @@ func TestSendTypes(t *testing.T) {
 	status, ct, b := send(t, s, "default", "", msg("type", "Chat", "text", "queued"), auth...)
 	require.Equal(t, http.StatusAccepted, status, "%s", b)
 	assert.Equal(t, "application/json", ct, "202")
-	var ids syncAnswer
+	var ids history.SyncAnswer
 	require.NoError(t, json.Unmarshal(b, &ids), "202 body %s", b)
 	assert.NotEmpty(t, ids.MessageID, "202 body %s", b)
 	assert.NotEmpty(t, ids.RequestID, "202 body %s", b)
@@ -82,7 +67,7 @@ func TestSendTypes(t *testing.T) {
 }
 
 // sendWait sends body to tenant default with the stack's key and wait=true, and decodes the 200.
-func sendWait(t *testing.T, s *stacktest.Stack, body any) syncAnswer {
+func sendWait(t *testing.T, s *stacktest.Stack, body any) history.SyncAnswer {
 	t.Helper()
 	status, _, b := send(t, s, "default", "wait=true", body, bearerHeader(s.Key)...)
 	return answerOf(t, status, b)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -28,7 +29,7 @@ func wantsEventStream(r *http.Request) bool {
 // holding a problem. A "restart" event ({"attempt": n}) says that the handler runs again (a
 // retry, or a redelivery after its host stopped): the client discards the deltas and tool events
 // before it, and the answer is streamed again from its beginning.
-func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids sendIDs, timeout time.Duration) {
+func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids history.IDs, timeout time.Duration) {
 	req.Stream = true
 	waiter := s.replies.Wait()
 	defer waiter.Done()
@@ -102,16 +103,10 @@ type toolResultEvent struct {
 	Data json.RawMessage `json:"data"`
 }
 
-// restartEvent is the data of a "restart" event: the handler runs again, as attempt Attempt
-// (2 for the first retry), and what was streamed before belongs to an earlier attempt.
-type restartEvent struct {
-	Attempt int32 `json:"attempt"`
-}
-
 // partialEvent is the event name and data of a partial reply.
 func partialEvent(rep *agentbusv1.Reply) (string, any) {
 	if rep.GetRestart() {
-		return "restart", restartEvent{Attempt: rep.GetAttempt()}
+		return "restart", history.StreamRestart{Attempt: rep.GetAttempt()}
 	}
 	if tc := rep.GetToolCall(); tc != nil {
 		args := json.RawMessage(tc.GetArguments())
@@ -127,5 +122,5 @@ func partialEvent(rep *agentbusv1.Reply) (string, any) {
 		}
 		return "tool_result", toolResultEvent{ID: tr.GetId(), Name: tr.GetName(), Text: tr.Text, Data: data}
 	}
-	return "delta", map[string]string{"delta": rep.GetDelta()}
+	return "delta", history.StreamDelta{Delta: rep.GetDelta()}
 }

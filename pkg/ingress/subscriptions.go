@@ -15,24 +15,6 @@ import (
 // subscriptionsPath is the collection of a tenant's event subscriptions (docs/subscriptions.md).
 const subscriptionsPath = tenantsPath + "/{tenantId}/subscriptions"
 
-// subscriptionList is the answer of the list endpoint.
-type subscriptionList struct {
-	Subscriptions []subscription.Subscription `json:"subscriptions"`
-}
-
-// undeliveredPage is the answer of the undelivered-events endpoint: a page, oldest first, and
-// the id to continue after (0: no more).
-type undeliveredPage struct {
-	Events []subscription.Undelivered `json:"events"`
-	Next   uint64                     `json:"next"`
-}
-
-// eventReplayAnswer is the answer of a replay the receiver accepted.
-type eventReplayAnswer struct {
-	Delivered bool                     `json:"delivered"`
-	Event     subscription.Undelivered `json:"event"`
-}
-
 // listSubscriptions serves GET …/subscriptions: the tenant's subscriptions, oldest first,
 // without their secrets.
 func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +27,7 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		s.subscriptionFailed(w, "listing subscriptions", err)
 		return
 	}
-	out := subscriptionList{Subscriptions: make([]subscription.Subscription, 0, len(subs))}
+	out := subscription.List{Subscriptions: make([]subscription.Subscription, 0, len(subs))}
 	for _, sub := range subs {
 		out.Subscriptions = append(out.Subscriptions, sub.Redacted())
 	}
@@ -119,7 +101,7 @@ func (s *Server) listUndelivered(w http.ResponseWriter, r *http.Request) {
 		s.subscriptionFailed(w, "listing undelivered events", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, undeliveredPage{Events: events, Next: next})
+	writeJSON(w, http.StatusOK, subscription.UndeliveredPage{Events: events, Next: next})
 }
 
 // undeliveredPaging reads the list's after and limit, each optional.
@@ -172,7 +154,7 @@ func (s *Server) replayUndelivered(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("undelivered event replayed", "tenant", c.tenant, "subscription", sub, "event", ev.EventID, "by", c.key.ID)
-	writeJSON(w, http.StatusOK, eventReplayAnswer{Delivered: true, Event: ev})
+	writeJSON(w, http.StatusOK, subscription.Replayed{Delivered: true, Event: ev})
 }
 
 func (s *Server) discardUndelivered(w http.ResponseWriter, r *http.Request) {

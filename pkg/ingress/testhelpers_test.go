@@ -27,6 +27,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -345,10 +346,10 @@ func postLater(u, contentType string, body []byte) <-chan int {
 }
 
 // answerOf checks that a call waiting for its reply got a 200 and decodes its answer.
-func answerOf(t *testing.T, status int, b []byte) syncAnswer {
+func answerOf(t *testing.T, status int, b []byte) history.SyncAnswer {
 	t.Helper()
 	require.Equal(t, http.StatusOK, status, "%s", b)
-	var a syncAnswer
+	var a history.SyncAnswer
 	require.NoError(t, json.Unmarshal(b, &a), "answer %s", b)
 	return a
 }
@@ -417,7 +418,7 @@ func deltaText(t *testing.T, events []sse.Event) string {
 // text.
 func finalText(t *testing.T, last sse.Event) string {
 	t.Helper()
-	var final syncAnswer
+	var final history.SyncAnswer
 	require.Equal(t, "message", last.Event, "last event %+v", last)
 	require.NoError(t, json.Unmarshal([]byte(last.Data), &final), "last event %+v", last)
 	require.True(t, final.Response != nil && final.Response.Text != nil, "last event %+v", last)

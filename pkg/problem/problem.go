@@ -31,7 +31,9 @@ type Problem struct {
 	RetryAfter int
 }
 
-type body struct {
+// Body is a problem as its JSON shows it: what Write sends, and what a client decodes an error
+// answer (or a stream's error event) into.
+type Body struct {
 	Type      string `json:"type"`
 	Title     string `json:"title"`
 	Status    int    `json:"status"`
@@ -53,7 +55,7 @@ func Write(w http.ResponseWriter, p Problem) {
 	if p.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="agentbus"`)
 	}
-	b, _ := json.Marshal(body{Type: TypePrefix + p.Slug, Title: p.Title, Status: p.Status, Detail: p.Detail, RequestID: p.RequestID})
+	b, _ := json.Marshal(Body{Type: TypePrefix + p.Slug, Title: p.Title, Status: p.Status, Detail: p.Detail, RequestID: p.RequestID})
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(b)
 }

@@ -73,6 +73,11 @@ type Method struct {
 	Schema      json.RawMessage `json:"schema,omitempty"`
 }
 
+// List is the answer of a remote-agent list: registrations without their secrets.
+type List struct {
+	Agents []Registration `json:"agents"`
+}
+
 // Redacted is the registration without its secret.
 func (r Registration) Redacted() Registration {
 	r.Secret = ""

@@ -435,3 +435,21 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
 	}
 	return nil
 }
+
+// List is the answer of the subscription list: the tenant's subscriptions, secrets left out.
+type List struct {
+	Subscriptions []Subscription `json:"subscriptions"`
+}
+
+// UndeliveredPage is the answer of the undelivered-events list: a page, oldest first, and the
+// id to continue after (0: no more).
+type UndeliveredPage struct {
+	Events []Undelivered `json:"events"`
+	Next   uint64        `json:"next"`
+}
+
+// Replayed is the answer of a replay of an undelivered event the receiver accepted.
+type Replayed struct {
+	Delivered bool        `json:"delivered"`
+	Event     Undelivered `json:"event"`
+}

@@ -1,0 +1,70 @@
+package inspect
+
+import (
+	"encoding/json"
+
+	"github.com/agentbus/agentbus/pkg/deadletter"
+	"github.com/agentbus/agentbus/pkg/instance"
+	"github.com/agentbus/agentbus/pkg/schedule"
+	"github.com/agentbus/agentbus/pkg/timefmt"
+)
+
+// InstanceView is one instance as the inspector shows it.
+type InstanceView struct {
+	WorkflowID   string        `json:"workflowId"`
+	AgentName    string        `json:"agentName"`
+	WorkflowType string        `json:"workflowType"`
+	Activation   string        `json:"activation"`
+	RunID        string        `json:"runId"`
+	Status       string        `json:"status"`
+	StartedAt    timefmt.Time  `json:"startedAt"`
+	LastActiveAt timefmt.Time  `json:"lastActiveAt"`
+	CompletedAt  *timefmt.Time `json:"completedAt,omitempty"`
+	Events       int64         `json:"events"`
+	// State is the agent's state of the current run, null for none.
+	State       json.RawMessage       `json:"state"`
+	EarlierRuns []instance.RunSummary `json:"earlierRuns"`
+	// Partition is the inbox partition of the instance's requests; Host the live workflow host
+	// that owns it now, left out when no live host runs the agent.
+	Partition      int                 `json:"partition"`
+	Host           string              `json:"host,omitempty"`
+	DeadLetters    []deadletter.Letter `json:"deadLetters"`
+	Schedules      []schedule.Timer    `json:"schedules"`
+	RecentRequests []RecentRequest     `json:"recentRequests"`
+	// Queued are the requests waiting for the instance, and why (the ingress's queued.go).
+	Queued []Waiting `json:"queued"`
+}
+
+// RecentRequest is one request an instance handled, as its thread's history holds it: the
+// incoming message and the answer to it.
+type RecentRequest struct {
+	RequestID     string `json:"requestId"`
+	ParticipantID string `json:"participantId"`
+	// Type is the incoming message's type (Chat, Data, File, Webhook); Method a Data or webhook
+	// method; Timer the timer that sent it.
+	Type   string `json:"type"`
+	Method string `json:"method,omitempty"`
+	Timer  string `json:"timer,omitempty"`
+	// Status is the answer's status (a webhook handler's, a failure's, else 200), left out
+	// while there is no answer.
+	Status     int           `json:"status,omitempty"`
+	ReceivedAt timefmt.Time  `json:"receivedAt"`
+	AnsweredAt *timefmt.Time `json:"answeredAt,omitempty"`
+	// DurationMs is the time from the incoming message to the answer.
+	DurationMs *int64 `json:"durationMs,omitempty"`
+	// Pos is the incoming message's position in the history stream, which orders requests
+	// received within one millisecond.
+	Pos uint64 `json:"-"`
+}
+
+// Waiting is a request a workflow host holds for an instance, and what it does or waits
+// for; the queue route (InstanceQueue) tells more: ages, times, the requests not delivered yet.
+type Waiting struct {
+	RequestID     string `json:"requestId"`
+	ParticipantID string `json:"participantId"`
+	Type          string `json:"type"`
+	Method        string `json:"method,omitempty"`
+	// Reason is the request's state (running, queued, held) and, after a colon, why it waits
+	// (docs/hosts-inspection.md).
+	Reason string `json:"reason"`
+}
