@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/jsonenc"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -256,7 +257,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 		}
 		if !in.tries.exhausted() {
 			hm.count(outcomeRetried)
-			log.Warn("handler failed; retrying", "type", messageType(req.GetKind()), "attempt", in.tries.n, "err", err)
+			log.Warn("handler failed; retrying", "type", msgkind.Of(req.GetKind()).History, "attempt", in.tries.n, "err", err)
 			if err := in.tries.wait(ctx); err != nil {
 				return nil, nil, err
 			}
@@ -507,11 +508,12 @@ func deadLetterResponse(in *inbound) Response {
 
 // incomingMessage is the stored form of the request.
 func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
+	k := msgkind.Of(req.GetKind())
 	m := &history.Message{
 		ID:            req.GetMessageId(),
 		CreatedAt:     createdAt(req.GetCreatedAtMs()),
 		Direction:     history.In,
-		MessageType:   messageType(req.GetKind()),
+		MessageType:   k.History,
 		Hint:          req.GetHint(),
 		RequestID:     req.GetRequestId(),
 		ParticipantID: req.GetParticipantId(),
@@ -526,25 +528,21 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	if t := req.GetTimer(); t != "" {
 		m.Metadata = map[string]string{history.MetaTimer: t}
 	}
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		method := req.GetMethod()
-		m.Text = &method
+	// The text is the method of a kind that names one; the data is kept as the kind carries it.
+	text := req.GetText()
+	if k.Method {
+		text = req.GetMethod()
+	}
+	m.Text = &text
+	switch k.Payload {
+	case msgkind.HTTPBody:
 		m.Data = appendWebhookCall(make([]byte, 0, 64+len(body)), req.GetParams(), body)
 		m.DataCompact = true
-	case agentbusv1.Kind_KIND_DATA:
-		method := req.GetMethod()
-		m.Text = &method
-		m.Data = jsonOrNil(req.GetData())
-	case agentbusv1.Kind_KIND_FILE:
-		text := req.GetText()
-		m.Text = &text
+	case msgkind.StoredFile:
 		if f := req.GetFile(); f != nil {
 			m.Data, _ = json.Marshal(map[string]any{"fileName": f.GetFileName(), "contentType": f.GetContentType(), "fileSize": f.GetSize(), "sha256": f.GetSha256()})
 		}
 	default:
-		text := req.GetText()
-		m.Text = &text
 		m.Data = jsonOrNil(req.GetData())
 	}
 	return m
@@ -559,7 +557,7 @@ func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawM
 		ID:            messageID(req, part),
 		CreatedAt:     time.Now().UTC(),
 		Direction:     history.Out,
-		MessageType:   messageType(req.GetKind()),
+		MessageType:   msgkind.Of(req.GetKind()).History,
 		Text:          text,
 		Data:          data,
 		Hint:          req.GetHint(),
@@ -646,17 +644,4 @@ func jsonOrNil(b []byte) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(b)
-}
-
-func messageType(k agentbusv1.Kind) history.MessageType {
-	switch k {
-	case agentbusv1.Kind_KIND_DATA:
-		return history.Data
-	case agentbusv1.Kind_KIND_FILE:
-		return history.File
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		return history.Webhook
-	default:
-		return history.Chat
-	}
 }

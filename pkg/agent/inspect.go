@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -254,7 +255,7 @@ func describeHeld(r heldRequest) inspect.Request {
 	}
 	req := new(agentbusv1.Request)
 	if err := proto.Unmarshal(r.msg.Data(), req); err == nil {
-		out.RequestID, out.Type, out.Method = req.GetRequestId(), typeName(req.GetKind()), req.GetMethod()
+		out.RequestID, out.Type, out.Method = req.GetRequestId(), msgkind.Of(req.GetKind()).Name, req.GetMethod()
 	}
 	return out
 }
@@ -320,20 +321,4 @@ func (h *Host) retryNow(q inspect.Query) inspect.Retried {
 		h.log.Info("retrying a request now, as an operator asked", "seq", seq, "requestId", q.RequestID)
 	}
 	return ans
-}
-
-// typeName names a request's kind as the API does.
-func typeName(k agentbusv1.Kind) string {
-	switch k {
-	case agentbusv1.Kind_KIND_DATA:
-		return "Data"
-	case agentbusv1.Kind_KIND_FILE:
-		return "File"
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		return "Webhook"
-	case agentbusv1.Kind_KIND_POST:
-		return "Post"
-	default:
-		return "Chat"
-	}
 }

@@ -3,12 +3,12 @@ package agent
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -138,7 +138,7 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 		m.unhandled[a.name] = &unhandled
 		m.owned[a.name] = owned.WithLabelValues(a.name)
 		for _, k := range a.handlerKeys() {
-			kind := kindName(k.kind)
+			kind := msgkind.Of(k.kind).Label
 			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kind, k.method), requestCounters: counters(k.agent, kind, k.method)}
 			for o, name := range outcomeNames {
 				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kind, k.method, name)
@@ -172,13 +172,7 @@ func (m *hostMetrics) handler(req *agentbusv1.Request) *handlerMetrics {
 	if m == nil {
 		return nil
 	}
-	k := handlerKey{agent: req.GetAgentName(), kind: req.GetKind()}
-	switch k.kind {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		k.method = req.GetMethod()
-	case agentbusv1.Kind_KIND_DATA:
-		k.method = strings.ToLower(req.GetMethod())
-	}
+	k := handlerKey{agent: req.GetAgentName(), kind: req.GetKind(), method: msgkind.Of(req.GetKind()).MethodKey(req.GetMethod())}
 	return m.handlers[k]
 }
 

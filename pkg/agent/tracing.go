@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/tracing"
-	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 // Attributes of the handler spans.
@@ -27,7 +27,7 @@ const (
 // handler runs in its context, so that an agent's own spans nest under it.
 func (h *Host) startSpan(ctx context.Context, header nats.Header, in *inbound) (context.Context, trace.Span) {
 	req := in.req
-	kind := kindName(req.GetKind())
+	kind := msgkind.Of(req.GetKind()).Label
 	name := "handle " + req.GetAgentName() + " " + kind
 	if req.GetMethod() != "" {
 		name += " " + req.GetMethod()
@@ -57,20 +57,5 @@ func endSpan(span trace.Span, in *inbound, finished bool) {
 func recordAttempt(ctx context.Context, err error) {
 	if err != nil {
 		trace.SpanFromContext(ctx).RecordError(err)
-	}
-}
-
-// kindName names a request's kind in spans and metric labels: "webhook", "chat", "data" or
-// "file".
-func kindName(k agentbusv1.Kind) string {
-	switch k {
-	case agentbusv1.Kind_KIND_WEBHOOK:
-		return "webhook"
-	case agentbusv1.Kind_KIND_DATA:
-		return "data"
-	case agentbusv1.Kind_KIND_FILE:
-		return "file"
-	default:
-		return "chat"
 	}
 }
