@@ -5,36 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+
+	"github.com/agentbus/agentbus/pkg/keys"
 )
-
-type tenantInfo struct {
-	ID        string `json:"id"`
-	CreatedAt string `json:"createdAt"`
-}
-
-type keyInfo struct {
-	ID        string  `json:"id"`
-	Tenant    string  `json:"tenant"`
-	Role      string  `json:"role"`
-	Name      string  `json:"name"`
-	CreatedBy string  `json:"createdBy"`
-	CreatedAt string  `json:"createdAt"`
-	RevokedAt *string `json:"revokedAt"`
-}
-
-// newKey is a created or rotated key: its secret, shown once, and its record.
-type newKey struct {
-	Secret string `json:"key"`
-	keyInfo
-	Replaces string `json:"replaces"`
-}
 
 func (c *cli) tenantCreate(ctx context.Context, args []string) error {
 	pos, err := parse(c.flags("tenant create"), args, 1, "ID")
 	if err != nil {
 		return err
 	}
-	var t tenantInfo
+	var t keys.TenantInfo
 	if printed, err := c.fetch(ctx, http.MethodPost, "/api/v1/admin/tenants", nil, map[string]string{"id": pos[0]}, &t); err != nil || printed {
 		return err
 	}
@@ -46,16 +26,14 @@ func (c *cli) tenantList(ctx context.Context, args []string) error {
 	if _, err := parse(c.flags("tenant list"), args, 0, ""); err != nil {
 		return err
 	}
-	var ans struct {
-		Tenants []tenantInfo `json:"tenants"`
-	}
+	var ans keys.TenantList
 	if printed, err := c.fetch(ctx, http.MethodGet, "/api/v1/admin/tenants", nil, nil, &ans); err != nil || printed {
 		return err
 	}
 	tw := c.table()
 	fmt.Fprintln(tw, "ID\tCREATED")
 	for _, t := range ans.Tenants {
-		fmt.Fprintf(tw, "%s\t%s\n", t.ID, shortTime(t.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\n", t.ID, shortTime(t.CreatedAt.Time))
 	}
 	return tw.Flush()
 }
@@ -90,7 +68,7 @@ func (c *cli) keyCreate(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args, 0, ""); err != nil {
 		return err
 	}
-	var k newKey
+	var k keys.Created
 	raw, err := c.call(ctx, http.MethodPost, c.keysPath(*role == "system-admin"), nil, map[string]string{"name": *name, "role": *role}, &k)
 	if err != nil {
 		return err
@@ -100,7 +78,7 @@ func (c *cli) keyCreate(ctx context.Context, args []string) error {
 
 // showNewKey prints a new key's secret alone on stdout (so that it can be captured) and what it
 // is on stderr.
-func (c *cli) showNewKey(raw []byte, k newKey, what string) error {
+func (c *cli) showNewKey(raw []byte, k keys.Created, what string) error {
 	scope := "tenant " + k.Tenant
 	if k.Tenant == "" {
 		scope = "no tenant (system)"
@@ -124,9 +102,7 @@ func (c *cli) keyList(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args, 0, ""); err != nil {
 		return err
 	}
-	var ans struct {
-		Keys []keyInfo `json:"keys"`
-	}
+	var ans keys.KeyList
 	if printed, err := c.fetch(ctx, http.MethodGet, c.keysPath(*system), nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -135,9 +111,9 @@ func (c *cli) keyList(ctx context.Context, args []string) error {
 	for _, k := range ans.Keys {
 		revoked := "-"
 		if k.RevokedAt != nil {
-			revoked = shortTime(*k.RevokedAt)
+			revoked = shortTime(k.RevokedAt.Time)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Role, shortTime(k.CreatedAt), revoked)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Role, shortTime(k.CreatedAt.Time), revoked)
 	}
 	return tw.Flush()
 }
@@ -165,7 +141,7 @@ func (c *cli) keyRotate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var k newKey
+	var k keys.Created
 	raw, err := c.call(ctx, http.MethodPost, c.keysPath(*system)+"/"+url.PathEscape(pos[0])+"/rotate", nil, nil, &k)
 	if err != nil {
 		return err

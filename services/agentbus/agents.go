@@ -23,25 +23,6 @@ const systemAgentsPath = "/api/v1/admin/agents"
 // maxRegistrationFile bounds a registration file read into memory; the API takes less.
 const maxRegistrationFile = 4 << 20
 
-// remoteAgent is a remote agent's registration as the API shows it; Secret only in the answer
-// that registers or replaces it.
-type remoteAgent struct {
-	Name          string              `json:"name"`
-	URL           string              `json:"url"`
-	Chat          bool                `json:"chat"`
-	File          bool                `json:"file"`
-	Webhooks      []string            `json:"webhooks"`
-	Methods       []remoteAgentMethod `json:"methods"`
-	WorkflowTypes []string            `json:"workflowTypes"`
-	Tenants       []string            `json:"tenants"`
-	Owner         string              `json:"owner"`
-	Secret        string              `json:"secret"`
-}
-
-type remoteAgentMethod struct {
-	Name string `json:"name"`
-}
-
 // agentsPath is where the current tenant's remote agents are, or with global the system
 // admin's; with name, one of them.
 func (c *cli) agentsPath(global bool, name string) string {
@@ -125,7 +106,7 @@ func (r *registrationFlags) body(fs *flag.FlagSet, stdin io.Reader) (map[string]
 		case "webhook":
 			set("webhooks", []string(r.webhooks))
 		case "method":
-			methods := make([]remoteAgentMethod, len(r.methods))
+			methods := make([]remote.Method, len(r.methods))
 			for i, m := range r.methods {
 				methods[i].Name = m
 			}
@@ -193,7 +174,7 @@ func (c *cli) agentRegister(ctx context.Context, args []string) error {
 		return usageError{"agent register needs -f FILE or the registration's flags (--name, --endpoint, ...)"}
 	}
 	_, givenSecret := body["secret"]
-	var reg remoteAgent
+	var reg remote.Registration
 	raw, err := c.call(ctx, http.MethodPost, c.agentsPath(*global, ""), nil, body, &reg)
 	if err != nil {
 		return err
@@ -213,7 +194,7 @@ func (c *cli) agentRegister(ctx context.Context, args []string) error {
 }
 
 // servedTo says whom an agent serves.
-func servedTo(reg remoteAgent) string {
+func servedTo(reg remote.Registration) string {
 	switch {
 	case reg.Owner != "":
 		return "an agent of tenant " + cell(reg.Owner, 200)
@@ -241,7 +222,7 @@ func (c *cli) agentReplace(ctx context.Context, args []string) error {
 	if rf.file == "" && len(body) == 0 {
 		return usageError{"agent replace needs -f FILE or the registration's flags (--endpoint, --chat, ...)"}
 	}
-	var reg remoteAgent
+	var reg remote.Registration
 	if printed, err := c.fetch(ctx, http.MethodPut, c.agentsPath(*global, pos[0]), nil, body, &reg); err != nil || printed {
 		return err
 	}
@@ -255,9 +236,7 @@ func (c *cli) agentList(ctx context.Context, args []string) error {
 	if _, err := parse(fs, args, 0, ""); err != nil {
 		return err
 	}
-	var ans struct {
-		Agents []remoteAgent `json:"agents"`
-	}
+	var ans remote.List
 	if printed, err := c.fetch(ctx, http.MethodGet, c.agentsPath(*global, ""), nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -276,7 +255,7 @@ func (c *cli) agentList(ctx context.Context, args []string) error {
 
 // methodsSummary names an agent's Data methods and webhooks, at most three of each:
 // "count,sum; webhooks: echo", "a,b,c +2".
-func methodsSummary(a remoteAgent) string {
+func methodsSummary(a remote.Registration) string {
 	names := make([]string, len(a.Methods))
 	for i, m := range a.Methods {
 		names[i] = m.Name

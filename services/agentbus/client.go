@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/agentbus/agentbus/pkg/problem"
 )
 
 // maxAnswer bounds a JSON answer read into memory.
@@ -90,11 +92,7 @@ func readProblem(resp *http.Response) error {
 	}
 	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
-		var p struct {
-			Title  string `json:"title"`
-			Status int    `json:"status"`
-			Detail string `json:"detail"`
-		}
+		var p problem.Body
 		if json.Unmarshal(raw, &p) == nil {
 			if p.Title != "" {
 				e.Title = p.Title

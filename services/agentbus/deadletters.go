@@ -9,35 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/agentbus/agentbus/pkg/deadletter"
 )
-
-// deadLetter is a dead letter as the API shows it.
-type deadLetter struct {
-	ID            uint64            `json:"id"`
-	TenantID      string            `json:"tenantId"`
-	AgentName     string            `json:"agentName"`
-	WorkflowID    string            `json:"workflowId"`
-	ParticipantID string            `json:"participantId"`
-	RequestID     string            `json:"requestId"`
-	Type          string            `json:"type"`
-	Method        string            `json:"method"`
-	Text          string            `json:"text"`
-	Params        map[string]string `json:"params"`
-	Data          json.RawMessage   `json:"data"`
-	BodySize      int               `json:"bodySize"`
-	Error         string            `json:"error"`
-	Attempts      int               `json:"attempts"`
-	ReceivedAt    string            `json:"receivedAt"`
-	DeadAt        string            `json:"deadAt"`
-}
-
-// kind is the dead letter's type, with its method when it has one.
-func (l deadLetter) kind() string {
-	if l.Method == "" {
-		return l.Type
-	}
-	return l.Type + "/" + l.Method
-}
 
 // deadLettersPath is where the current tenant's dead letters are, or with id one of them.
 func (c *cli) deadLettersPath(id string) string { return c.tenantItemPath("deadletters", id) }
@@ -69,18 +43,15 @@ func (c *cli) deadLetterList(ctx context.Context, args []string) error {
 	if *limit != 0 {
 		query.Set("limit", strconv.Itoa(*limit))
 	}
-	var ans struct {
-		DeadLetters []deadLetter `json:"deadLetters"`
-		Next        uint64       `json:"next"`
-	}
+	var ans deadletter.Page
 	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(""), query, nil, &ans); err != nil || printed {
 		return err
 	}
 	tw := c.table()
 	fmt.Fprintln(tw, "ID\tDEAD\tAGENT\tWORKFLOW\tPARTICIPANT\tTYPE\tATTEMPTS\tERROR")
 	for _, l := range ans.DeadLetters {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.AgentName, 40), cell(l.WorkflowID, 80),
-			cell(l.ParticipantID, 40), cell(l.kind(), 40), l.Attempts, cell(l.Error, 80))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", l.ID, shortTime(l.DeadAt.Time), cell(l.AgentName, 40), cell(l.WorkflowID, 80),
+			cell(l.ParticipantID, 40), cell(kindOf(l.Type, l.Method), 40), l.Attempts, cell(l.Error, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -97,7 +68,7 @@ func (c *cli) deadLetterShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var l deadLetter
+	var l deadletter.Letter
 	if printed, err := c.fetch(ctx, http.MethodGet, c.deadLettersPath(pos[0]), nil, nil, &l); err != nil || printed {
 		return err
 	}
@@ -112,8 +83,8 @@ func (c *cli) deadLetterShow(ctx context.Context, args []string) error {
 	row("type", l.Type)
 	row("method", l.Method)
 	row("attempts", strconv.Itoa(l.Attempts))
-	row("received", shortTime(l.ReceivedAt))
-	row("dead", shortTime(l.DeadAt))
+	row("received", shortTime(l.ReceivedAt.Time))
+	row("dead", shortTime(l.DeadAt.Time))
 	row("error", l.Error)
 	row("text", l.Text)
 	if len(l.Params) > 0 {
@@ -132,11 +103,7 @@ func (c *cli) deadLetterReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		Replayed   uint64 `json:"replayed"`
-		RequestID  string `json:"requestId"`
-		WorkflowID string `json:"workflowId"`
-	}
+	var ans deadletter.Replayed
 	if printed, err := c.fetch(ctx, http.MethodPost, c.deadLettersPath(pos[0])+"/replay", nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -156,6 +123,14 @@ func (c *cli) deadLetterDiscard(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.stdout, "dead letter %s discarded\n", pos[0])
 	}
 	return nil
+}
+
+// kindOf is a message's type, with its method when it has one: "Data/sum".
+func kindOf(typ, method string) string {
+	if method == "" {
+		return typ
+	}
+	return typ + "/" + method
 }
 
 // cell makes a value that a handler chose (an error, a panic's value, a name) fit one table

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -128,12 +129,7 @@ func (d *deadLetters) testList(t *testing.T) {
 func (d *deadLetters) checkListJSON(t *testing.T) {
 	t.Helper()
 	r := d.h.ok(d.h.st.Key, "-json", "deadletter", "list", "--agent", "Flaky")
-	var ans struct {
-		DeadLetters []struct {
-			ID        uint64 `json:"id"`
-			AgentName string `json:"agentName"`
-		} `json:"deadLetters"`
-	}
+	var ans deadletter.Page
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), r.stdout)
 	require.Len(t, ans.DeadLetters, 2)
 	assert.Equal(t, d.first, strconv.FormatUint(ans.DeadLetters[0].ID, 10))
@@ -151,10 +147,7 @@ func (d *deadLetters) testShow(t *testing.T) {
 		assert.Contains(t, r.stdout, want)
 	}
 	r = h.ok(adminKey, "-json", "deadletter", "show", second)
-	var l struct {
-		ID       uint64 `json:"id"`
-		Attempts int    `json:"attempts"`
-	}
+	var l deadletter.Letter
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &l), r.stdout)
 	assert.Equal(t, second, strconv.FormatUint(l.ID, 10))
 	assert.Equal(t, 2, l.Attempts)

@@ -12,31 +12,8 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
-
-// hostsView is the answer of the hosts endpoints.
-type hostsView struct {
-	Hosts []struct {
-		ID             string           `json:"id"`
-		Agents         []string         `json:"agents"`
-		Partitions     map[string][]int `json:"partitions"`
-		InFlight       *int             `json:"inFlight"`
-		HeartbeatAgeMs int64            `json:"heartbeatAgeMs"`
-		Leaving        bool             `json:"leaving"`
-	} `json:"hosts"`
-	Agents []struct {
-		Agent      string `json:"agent"`
-		Partitions []struct {
-			Partition   int      `json:"partition"`
-			Holders     []string `json:"holders"`
-			Pending     uint64   `json:"pending"`
-			AckPending  int      `json:"ackPending"`
-			Redelivered int      `json:"redelivered"`
-			NoConsumer  bool     `json:"noConsumer"`
-		} `json:"partitions"`
-		Tenants []inspect.TenantQueue `json:"tenants"`
-	} `json:"agents"`
-}
 
 // hosts prints the live workflow hosts and each agent's backlog per partition: every host and
 // agent for a system admin, those of the agents the tenant may use when a tenant is named
@@ -51,7 +28,7 @@ func (c *cli) hosts(ctx context.Context, args []string) error {
 	if c.tenantSet {
 		path = c.tenantPath() + "/hosts"
 	}
-	var ans hostsView
+	var ans inspect.Hosts
 	if printed, err := c.fetch(ctx, http.MethodGet, path, nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -99,7 +76,7 @@ func (c *cli) hosts(ctx context.Context, args []string) error {
 
 // tenantQueues prints what the hosts hold of each tenant's requests of each agent, when they
 // hold any.
-func (c *cli) tenantQueues(ans hostsView) error {
+func (c *cli) tenantQueues(ans inspect.Hosts) error {
 	var rows []inspect.TenantQueue
 	for _, a := range ans.Agents {
 		rows = append(rows, a.Tenants...)
@@ -153,45 +130,22 @@ func age(ms int64) string {
 	}
 }
 
-// queuedRequest is a request as the queue endpoint shows it.
-type queuedRequest struct {
-	Sequence        uint64 `json:"sequence"`
-	RequestID       string `json:"requestId"`
-	Type            string `json:"type"`
-	Method          string `json:"method"`
-	Attempt         int    `json:"attempt"`
-	State           string `json:"state"`
-	Reason          string `json:"reason"`
-	Since           string `json:"since"`
-	Until           string `json:"until"`
-	EarlierSequence uint64 `json:"earlierSequence"`
-	Call            *struct {
-		Agent      string `json:"agent"`
-		WorkflowID string `json:"workflowId"`
-		Method     string `json:"method"`
-	} `json:"call"`
-	Host  string `json:"host"`
-	AgeMs int64  `json:"ageMs"`
-}
-
 // why says what a queued request does or waits for.
-func (r queuedRequest) why(now time.Time) string {
-	since := func(s string) string {
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
+func why(r inspect.QueuedRequest, now time.Time) string {
+	since := func(t *timefmt.Time) string {
+		if t == nil {
 			return ""
 		}
-		return " for " + age(now.Sub(t).Milliseconds())
+		return " for " + age(now.Sub(t.Time).Milliseconds())
 	}
 	switch r.Reason {
 	case "":
 		return r.State + since(r.Since)
 	case "retry-backoff":
-		t, err := time.Parse(time.RFC3339Nano, r.Until)
-		if err != nil {
+		if r.Until == nil {
 			return "held: retry backoff"
 		}
-		return "held: retry backoff, again in " + age(t.Sub(now).Milliseconds())
+		return "held: retry backoff, again in " + age(r.Until.Sub(now).Milliseconds())
 	case "waiting-for-call":
 		if r.Call == nil {
 			return "held: waiting for a call" + since(r.Since)
@@ -220,19 +174,7 @@ func (c *cli) instanceQueue(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		WorkflowID    string `json:"workflowId"`
-		Partition     int    `json:"partition"`
-		Owner         string `json:"owner"`
-		Conversations []struct {
-			ParticipantID string          `json:"participantId"`
-			Stored        int             `json:"stored"`
-			OldestAgeMs   int64           `json:"oldestAgeMs"`
-			NotHeld       int             `json:"notHeld"`
-			Requests      []queuedRequest `json:"requests"`
-		} `json:"conversations"`
-		Unanswered []string `json:"unansweredHosts"`
-	}
+	var ans inspect.InstanceQueue
 	if printed, err := c.fetch(ctx, http.MethodGet, c.instanceQueuePath(pos[0]), nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -262,12 +204,9 @@ func (c *cli) instanceQueue(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "PARTICIPANT\tSEQ\tREQUEST\tTYPE\tAGE\tATTEMPT\tHOST\tSTATE")
 	for _, cv := range ans.Conversations {
 		for _, r := range cv.Requests {
-			kind := r.Type
-			if r.Method != "" {
-				kind += "/" + r.Method
-			}
+			kind := kindOf(r.Type, r.Method)
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", cell(cv.ParticipantID, 40), r.Sequence, cell(r.RequestID, 60), cell(kind, 40),
-				age(r.AgeMs), r.Attempt, cell(r.Host, 60), cell(r.why(now), 160))
+				age(r.AgeMs), r.Attempt, cell(r.Host, 60), cell(why(r, now), 160))
 		}
 	}
 	return tw.Flush()

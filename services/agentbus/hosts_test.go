@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/inspect"
 )
 
 // TestCLIHostsAndQueue: the CLI shows the hosts, an instance's queue with a running request and
@@ -22,7 +24,7 @@ func TestCLIHostsAndQueue(t *testing.T) {
 	assert.Regexp(t, `(?m)^\S+\s+\d+\s+\S+ ago\s+Echo\s+Echo:0-3$`, r.stdout)
 	assert.Regexp(t, `(?m)^Echo\s+3\s+\S+\s+0\s+0\s+0$`, r.stdout, "every partition, with --all")
 	r = h.ok(adminKey, "hosts", "-o", "json")
-	var view hostsView
+	var view inspect.Hosts
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &view), "hosts -o json printed %q", r.stdout)
 	require.Len(t, view.Hosts, 1)
 	assert.Equal(t, []string{"Echo"}, view.Hosts[0].Agents)
@@ -45,11 +47,7 @@ func TestCLIHostsAndQueue(t *testing.T) {
 	assert.Regexp(t, `(?m)^ada\s+\d+\s+\S+\s+Data/sum\s+\S+\s+1\s+\S+\s+queued behind #\d+$`, r.stdout)
 
 	r = h.ok(key, "instances", "queue", wf, "-o", "json")
-	var q struct {
-		Conversations []struct {
-			Requests []queuedRequest `json:"requests"`
-		} `json:"conversations"`
-	}
+	var q inspect.InstanceQueue
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &q), "instances queue -o json printed %q", r.stdout)
 	require.Len(t, q.Conversations, 1)
 	require.NotEmpty(t, q.Conversations[0].Requests)

@@ -2,66 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/instance"
 )
-
-// instanceItem is one instance of an agent's listing.
-type instanceItem struct {
-	WorkflowID   string `json:"workflowId"`
-	WorkflowType string `json:"workflowType"`
-	Activation   string `json:"activation"`
-	RunID        string `json:"runId"`
-	Status       string `json:"status"`
-	StartedAt    string `json:"startedAt"`
-	LastActiveAt string `json:"lastActiveAt"`
-	Events       int64  `json:"events"`
-}
-
-// instanceInfo is an instance as the inspector shows it.
-type instanceInfo struct {
-	WorkflowID   string          `json:"workflowId"`
-	AgentName    string          `json:"agentName"`
-	WorkflowType string          `json:"workflowType"`
-	Activation   string          `json:"activation"`
-	RunID        string          `json:"runId"`
-	Status       string          `json:"status"`
-	StartedAt    string          `json:"startedAt"`
-	LastActiveAt string          `json:"lastActiveAt"`
-	CompletedAt  string          `json:"completedAt"`
-	Events       int64           `json:"events"`
-	State        json.RawMessage `json:"state"`
-	EarlierRuns  []struct {
-		RunID       string `json:"runId"`
-		StartedAt   string `json:"startedAt"`
-		CompletedAt string `json:"completedAt"`
-		Events      int64  `json:"events"`
-	} `json:"earlierRuns"`
-	Partition   int          `json:"partition"`
-	Host        string       `json:"host"`
-	DeadLetters []deadLetter `json:"deadLetters"`
-	Schedules   []struct {
-		Name     string `json:"name"`
-		Schedule string `json:"schedule"`
-	} `json:"schedules"`
-	RecentRequests []struct {
-		RequestID     string `json:"requestId"`
-		ParticipantID string `json:"participantId"`
-		Type          string `json:"type"`
-		Method        string `json:"method"`
-		Timer         string `json:"timer"`
-		Status        int    `json:"status"`
-		ReceivedAt    string `json:"receivedAt"`
-		DurationMs    *int64 `json:"durationMs"`
-	} `json:"recentRequests"`
-	Queued []struct {
-		RequestID string `json:"requestId"`
-		Reason    string `json:"reason"`
-	} `json:"queued"`
-}
 
 // instancePath is where one of the current tenant's instances is: a workflow id, or Agent or
 // Agent:WorkflowType for the default activation.
@@ -89,10 +37,7 @@ func (c *cli) instanceList(ctx context.Context, args []string) error {
 	if *limit != 0 {
 		query.Set("limit", strconv.Itoa(*limit))
 	}
-	var ans struct {
-		Instances []instanceItem `json:"instances"`
-		Next      string         `json:"next"`
-	}
+	var ans instance.Page
 	path := c.tenantPath() + "/agents/" + url.PathEscape(pos[0]) + "/instances"
 	if printed, err := c.fetch(ctx, http.MethodGet, path, query, nil, &ans); err != nil || printed {
 		return err
@@ -101,7 +46,7 @@ func (c *cli) instanceList(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "ACTIVATION\tWORKFLOW TYPE\tSTATUS\tEVENTS\tLAST ACTIVE\tSTARTED\tRUN")
 	for _, it := range ans.Instances {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", cell(it.Activation, 60), cell(it.WorkflowType, 40), it.Status, it.Events,
-			shortTime(it.LastActiveAt), shortTime(it.StartedAt), it.RunID)
+			shortTime(it.LastActiveAt.Time), shortTime(it.StartedAt.Time), it.RunID)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -119,7 +64,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var in instanceInfo
+	var in inspect.InstanceView
 	if printed, err := c.fetch(ctx, http.MethodGet, c.instancePath(pos[0]), nil, nil, &in); err != nil || printed {
 		return err
 	}
@@ -128,10 +73,10 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	row("workflow", in.WorkflowID)
 	row("status", in.Status)
 	row("run", in.RunID)
-	row("started", shortTime(in.StartedAt))
-	row("last active", shortTime(in.LastActiveAt))
-	if in.CompletedAt != "" {
-		row("completed", shortTime(in.CompletedAt))
+	row("started", shortTime(in.StartedAt.Time))
+	row("last active", shortTime(in.LastActiveAt.Time))
+	if in.CompletedAt != nil {
+		row("completed", shortTime(in.CompletedAt.Time))
 	}
 	row("events", strconv.FormatInt(in.Events, 10))
 	host := in.Host
@@ -157,7 +102,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		tw := c.table()
 		fmt.Fprintln(tw, "  RUN\tSTARTED\tENDED\tEVENTS")
 		for _, r := range in.EarlierRuns {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt), shortTime(r.CompletedAt), r.Events)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt.Time), shortTime(r.CompletedAt.Time), r.Events)
 		}
 		_ = tw.Flush()
 	}
@@ -165,10 +110,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		tw := c.table()
 		fmt.Fprintln(tw, "  RECEIVED\tPARTICIPANT\tTYPE\tSTATUS\tMS\tREQUEST")
 		for _, r := range in.RecentRequests {
-			kind := r.Type
-			if r.Method != "" {
-				kind += "/" + r.Method
-			}
+			kind := kindOf(r.Type, r.Method)
 			status, ms := "-", "-"
 			if r.Status != 0 {
 				status = strconv.Itoa(r.Status)
@@ -176,7 +118,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 			if r.DurationMs != nil {
 				ms = strconv.FormatInt(*r.DurationMs, 10)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", shortTime(r.ReceivedAt), cell(r.ParticipantID, 40), cell(kind, 40), status, ms, cell(r.RequestID, 80))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", shortTime(r.ReceivedAt.Time), cell(r.ParticipantID, 40), cell(kind, 40), status, ms, cell(r.RequestID, 80))
 		}
 		_ = tw.Flush()
 	}
@@ -189,7 +131,7 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 		tw := c.table()
 		fmt.Fprintln(tw, "  ID\tDEAD\tPARTICIPANT\tTYPE\tERROR")
 		for _, l := range in.DeadLetters {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt), cell(l.ParticipantID, 40), cell(l.kind(), 40), cell(l.Error, 80))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt.Time), cell(l.ParticipantID, 40), cell(kindOf(l.Type, l.Method), 40), cell(l.Error, 80))
 		}
 		_ = tw.Flush()
 	}
@@ -207,10 +149,7 @@ func (c *cli) instanceComplete(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		WorkflowID string `json:"workflowId"`
-		RunID      string `json:"runId"`
-	}
+	var ans instance.CompletedRun
 	if printed, err := c.fetch(ctx, http.MethodPost, c.instancePath(pos[0])+"/complete", nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -226,11 +165,7 @@ func (c *cli) instanceBackfill(ctx context.Context, args []string) error {
 	}
 	total := 0
 	for {
-		var ans struct {
-			Scanned   int `json:"scanned"`
-			Indexed   int `json:"indexed"`
-			Remaining int `json:"remaining"`
-		}
+		var ans instance.BackfillResult
 		raw, err := c.call(ctx, http.MethodPost, "/api/v1/admin/instances/backfill", nil, nil, &ans)
 		if err != nil {
 			return err

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/instance"
 )
 
 // TestCLIInstances: the CLI lists an agent's instances, shows one and completes its run, in a
@@ -26,9 +28,7 @@ func TestCLIInstances(t *testing.T) {
 	assert.NotContains(t, r.stdout, "first")
 	assert.Contains(t, r.stderr, "more: agentbus instances list Echo --cursor ")
 	r = h.ok(key, "instances", "list", "Echo", "--prefix", "fir", "-o", "json")
-	var page struct {
-		Instances []struct{ Activation, Status string } `json:"instances"`
-	}
+	var page instance.Page
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &page))
 	require.Len(t, page.Instances, 1)
 	assert.Equal(t, "first", page.Instances[0].Activation)

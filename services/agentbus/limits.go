@@ -230,7 +230,7 @@ func (c *cli) showLimits(rec tenantlimits.Record) error {
 	tw := c.fields()
 	tw.row("tenant", rec.Tenant)
 	if rec.UpdatedAt != nil {
-		tw.row("set", shortTime(rec.UpdatedAt.Format("2006-01-02T15:04:05.000Z07:00"))+" by "+rec.UpdatedBy)
+		tw.row("set", shortTime(rec.UpdatedAt.Time)+" by "+rec.UpdatedBy)
 	} else {
 		tw.row("set", "nothing: the deployment's settings")
 	}

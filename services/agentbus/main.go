@@ -297,11 +297,10 @@ func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// shortTime shows an API time in the local zone, to the second.
-func shortTime(s string) string {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return s
+// shortTime shows an API time in the local zone, to the second; nothing for none.
+func shortTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
 	}
 	return t.Local().Format("2006-01-02 15:04:05")
 }

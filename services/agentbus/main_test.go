@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -193,9 +195,7 @@ func (h *harness) testTenants(t *testing.T) {
 		assert.Contains(t, r.stdout, want, "tenant list lacks %q", want)
 	}
 	r = h.ok(adminKey, "-json", "tenant", "list")
-	var ans struct {
-		Tenants []struct{ ID string } `json:"tenants"`
-	}
+	var ans keys.TenantList
 	if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "tenant list -json printed %q", r.stdout) {
 		assert.GreaterOrEqual(t, len(ans.Tenants), 3, "tenant list -json printed %q", r.stdout)
 	}
@@ -247,12 +247,7 @@ func (h *harness) waitRevoked(secret string) {
 func (h *harness) checkListedRevoked(id string) {
 	h.t.Helper()
 	r := h.ok(h.st.Key, "-json", "key", "list")
-	var list struct {
-		Keys []struct {
-			ID        string  `json:"id"`
-			RevokedAt *string `json:"revokedAt"`
-		} `json:"keys"`
-	}
+	var list keys.KeyList
 	require.NoError(h.t, json.Unmarshal([]byte(r.stdout), &list))
 	revoked := false
 	for _, k := range list.Keys {
@@ -302,7 +297,7 @@ func (h *harness) testConverse(t *testing.T) {
 	r := h.ok(h.st.Key, "converse", "--workflow", "Echo", "--type", "Data", "--text", "sum", "--data", `{"values":[1,2]}`)
 	assert.Contains(t, r.stdout, `{"sum":3}`, "converse Data printed")
 	r = h.ok(h.st.Key, "-json", "converse", "--workflow", "Echo", "--text", "hi", "--participant", "ada")
-	var ans syncAnswer
+	var ans history.SyncAnswer
 	if assert.NoError(t, json.Unmarshal([]byte(r.stdout), &ans), "converse -json printed %q", r.stdout) &&
 		assert.NotNil(t, ans.Response, "converse -json printed %q", r.stdout) &&
 		assert.NotNil(t, ans.Response.Text, "converse -json printed %q", r.stdout) {

@@ -15,23 +15,10 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/sse"
 )
-
-// syncAnswer is the answer of send and converse: the ids and, when waited for, the reply.
-type syncAnswer struct {
-	MessageID  string        `json:"messageId"`
-	RequestID  string        `json:"requestId"`
-	WorkflowID string        `json:"workflowId"`
-	ThreadID   string        `json:"threadId"`
-	Response   *replyMessage `json:"response"`
-}
-
-type replyMessage struct {
-	ID   string          `json:"id"`
-	Text *string         `json:"text"`
-	Data json.RawMessage `json:"data"`
-}
 
 // jsonFlag is a flag holding one JSON value.
 type jsonFlag struct{ raw json.RawMessage }
@@ -54,7 +41,7 @@ func (c *cli) send(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans syncAnswer
+	var ans history.SyncAnswer
 	if printed, err := c.fetch(ctx, http.MethodPost, c.tenantPath()+"/messaging/send", o.query(), body, &ans); err != nil || printed {
 		return err
 	}
@@ -168,7 +155,7 @@ func (o *sendOptions) query() url.Values {
 }
 
 // printReply prints a reply's text and data, each on its own line.
-func (c *cli) printReply(r *replyMessage) {
+func (c *cli) printReply(r *history.Reply) {
 	if r == nil {
 		fmt.Fprintln(c.stderr, "(the agent sent no reply)")
 		return
@@ -243,7 +230,7 @@ func (c *cli) printAnswer(raw []byte) error {
 		c.printJSON(raw)
 		return nil
 	}
-	var ans syncAnswer
+	var ans history.SyncAnswer
 	if err := json.Unmarshal(raw, &ans); err != nil {
 		return fmt.Errorf("the answer is not the JSON expected: %w", err)
 	}
@@ -264,18 +251,14 @@ func (c *cli) printStream(r io.Reader) error {
 	err := readEvents(r, func(ev sse.Event) bool {
 		switch ev.Event {
 		case "delta":
-			var d struct {
-				Delta string `json:"delta"`
-			}
+			var d history.StreamDelta
 			if json.Unmarshal([]byte(ev.Data), &d) == nil && !c.json {
 				fmt.Fprint(c.stdout, d.Delta)
 				deltas = true
 			}
 		case "restart":
 			if deltas {
-				var rs struct {
-					Attempt int `json:"attempt"`
-				}
+				var rs history.StreamRestart
 				_ = json.Unmarshal([]byte(ev.Data), &rs)
 				fmt.Fprintln(c.stdout)
 				fmt.Fprintf(c.stderr, "the handler runs again (attempt %d): its answer starts over\n", rs.Attempt)
@@ -286,11 +269,7 @@ func (c *cli) printStream(r io.Reader) error {
 			return false
 		case "error":
 			final = nil
-			var p struct {
-				Title  string `json:"title"`
-				Status int    `json:"status"`
-				Detail string `json:"detail"`
-			}
+			var p problem.Body
 			_ = json.Unmarshal([]byte(ev.Data), &p)
 			if p.Title == "" {
 				p.Title = http.StatusText(p.Status)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+
+	"github.com/agentbus/agentbus/pkg/schedule"
 )
 
 // instanceFlags are the flags that name a workflow instance, as tail names its thread.
@@ -41,33 +43,19 @@ func (c *cli) scheduleList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		WorkflowID string `json:"workflowId"`
-		Schedules  []struct {
-			Name          string `json:"name"`
-			Schedule      string `json:"schedule"`
-			TimeZone      string `json:"timeZone"`
-			CreatedAt     string `json:"createdAt"`
-			ParticipantID string `json:"participantId"`
-			Type          string `json:"type"`
-			Method        string `json:"method"`
-		} `json:"schedules"`
-	}
+	var ans schedule.Timers
 	if printed, err := c.fetch(ctx, http.MethodGet, c.schedulesPath(""), query, nil, &ans); err != nil || printed {
 		return err
 	}
 	tw := c.table()
 	fmt.Fprintln(tw, "NAME\tSCHEDULE\tPARTICIPANT\tTYPE\tSET")
 	for _, s := range ans.Schedules {
-		kind := s.Type
-		if s.Method != "" {
-			kind += "/" + s.Method
-		}
+		kind := kindOf(s.Type, s.Method)
 		when := s.Schedule
 		if s.TimeZone != "" {
 			when += " (" + s.TimeZone + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(s.Name, 60), cell(when, 60), cell(s.ParticipantID, 40), cell(kind, 40), shortTime(s.CreatedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(s.Name, 60), cell(when, 60), cell(s.ParticipantID, 40), cell(kind, 40), shortTime(s.CreatedAt.Time))
 	}
 	return tw.Flush()
 }

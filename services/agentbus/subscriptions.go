@@ -2,37 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
-
-// subscriptionInfo is an event subscription as the API shows it; Secret only in the answer that
-// creates it.
-type subscriptionInfo struct {
-	ID          string   `json:"id"`
-	TenantID    string   `json:"tenantId"`
-	URL         string   `json:"url"`
-	Events      []string `json:"events"`
-	Agents      []string `json:"agents"`
-	Description string   `json:"description"`
-	CreatedAt   string   `json:"createdAt"`
-	Secret      string   `json:"secret"`
-}
-
-// undeliveredEvent is an event a subscription's receiver did not accept in time.
-type undeliveredEvent struct {
-	ID       uint64          `json:"id"`
-	EventID  string          `json:"eventId"`
-	Type     string          `json:"type"`
-	Error    string          `json:"error"`
-	Attempts int             `json:"attempts"`
-	FailedAt string          `json:"failedAt"`
-	Event    json.RawMessage `json:"event"`
-}
 
 // listFlag is a flag that may be repeated, each value a comma-separated list.
 type listFlag []string
@@ -85,7 +62,7 @@ func (c *cli) subscriptionCreate(ctx context.Context, args []string) error {
 	if *secret != "" {
 		in["secret"] = *secret
 	}
-	var s subscriptionInfo
+	var s subscription.Subscription
 	raw, err := c.call(ctx, http.MethodPost, c.subscriptionsPath(""), nil, in, &s)
 	if err != nil {
 		return err
@@ -107,9 +84,7 @@ func (c *cli) subscriptionList(ctx context.Context, args []string) error {
 	if _, err := parse(c.flags("subscription list"), args, 0, ""); err != nil {
 		return err
 	}
-	var ans struct {
-		Subscriptions []subscriptionInfo `json:"subscriptions"`
-	}
+	var ans subscription.List
 	if printed, err := c.fetch(ctx, http.MethodGet, c.subscriptionsPath(""), nil, nil, &ans); err != nil || printed {
 		return err
 	}
@@ -121,7 +96,7 @@ func (c *cli) subscriptionList(ctx context.Context, args []string) error {
 			agents = strings.Join(s.Agents, ",")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, cell(s.URL, 80), strings.Join(s.Events, ","), cell(agents, 60),
-			shortTime(s.CreatedAt), cell(s.Description, 60))
+			shortTime(s.CreatedAt.Time), cell(s.Description, 60))
 	}
 	return tw.Flush()
 }
@@ -131,7 +106,7 @@ func (c *cli) subscriptionGet(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var s subscriptionInfo
+	var s subscription.Subscription
 	if printed, err := c.fetch(ctx, http.MethodGet, c.subscriptionsPath(pos[0]), nil, nil, &s); err != nil || printed {
 		return err
 	}
@@ -147,7 +122,7 @@ func (c *cli) subscriptionGet(ctx context.Context, args []string) error {
 	}
 	row("agents", agents)
 	row("description", s.Description)
-	row("created", shortTime(s.CreatedAt))
+	row("created", shortTime(s.CreatedAt.Time))
 	return tw.Flush()
 }
 
@@ -180,17 +155,14 @@ func (c *cli) subscriptionUndelivered(ctx context.Context, args []string) error 
 	if *limit != 0 {
 		query.Set("limit", strconv.Itoa(*limit))
 	}
-	var ans struct {
-		Events []undeliveredEvent `json:"events"`
-		Next   uint64             `json:"next"`
-	}
+	var ans subscription.UndeliveredPage
 	if printed, err := c.fetch(ctx, http.MethodGet, c.undeliveredPath(pos[0], ""), query, nil, &ans); err != nil || printed {
 		return err
 	}
 	tw := c.table()
 	fmt.Fprintln(tw, "ID\tFAILED\tEVENT\tTYPE\tATTEMPTS\tERROR")
 	for _, e := range ans.Events {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.ID, shortTime(e.FailedAt), cell(e.EventID, 80), cell(e.Type, 40), e.Attempts, cell(e.Error, 80))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", e.ID, shortTime(e.FailedAt.Time), cell(e.EventID, 80), cell(e.Type, 40), e.Attempts, cell(e.Error, 80))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -207,10 +179,7 @@ func (c *cli) subscriptionReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		Delivered bool             `json:"delivered"`
-		Event     undeliveredEvent `json:"event"`
-	}
+	var ans subscription.Replayed
 	if printed, err := c.fetch(ctx, http.MethodPost, c.undeliveredPath(pos[0], pos[1])+"/replay", nil, nil, &ans); err != nil || printed {
 		return err
 	}

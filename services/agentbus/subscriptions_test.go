@@ -160,7 +160,7 @@ func (s *subscriptions) testCreate(t *testing.T) {
 	r := h.cmd(h.st.Key, true, "-json", "subscription", "create", s.rcv.URL+"/json", "--events", "deadletter.created",
 		"--agent", "Billing", "--agent", "Ops")
 	require.NoError(t, r.err, r.stderr)
-	var sub subscriptionInfo
+	var sub subscription.Subscription
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &sub), "subscription create -json printed %q", r.stdout)
 	h.addSecret(sub.Secret)
 	assert.True(t, strings.HasPrefix(sub.Secret, "whsec_"), "subscription create -json: the secret")
@@ -231,10 +231,7 @@ func (s *subscriptions) testUndelivered(t *testing.T) {
 	s.rcv.down.Store(true)
 	h.ok(h.st.Key, "send", "--agent", "Echo", "--participant", "ada", "--text", "lost", "--wait")
 	deadline := time.Now().Add(30 * time.Second)
-	var page struct {
-		Events []undeliveredEvent `json:"events"`
-		Next   uint64             `json:"next"`
-	}
+	var page subscription.UndeliveredPage
 	for len(page.Events) < 2 {
 		require.False(t, time.Now().After(deadline), "waited for two undelivered events; have %d", len(page.Events))
 		time.Sleep(100 * time.Millisecond)

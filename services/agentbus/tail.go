@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/sse"
 )
 
@@ -19,20 +21,6 @@ const (
 	tailFirstRetry = time.Second
 	tailMaxRetry   = 30 * time.Second
 )
-
-// storedMessage is a message of a thread, as the listen stream delivers it.
-type storedMessage struct {
-	ID          string          `json:"id"`
-	CreatedAt   string          `json:"createdAt"`
-	Direction   int             `json:"direction"`
-	MessageType int             `json:"messageType"`
-	Text        *string         `json:"text"`
-	Data        json.RawMessage `json:"data"`
-	Scope       string          `json:"scope"`
-}
-
-// messageTypes names the messageType numbers.
-var messageTypes = map[int]string{0: "Chat", 1: "Data", 2: "File", 4: "Webhook"}
 
 // tail follows a thread's listen stream and prints one line per message until ctx ends; when
 // the stream breaks it reconnects with Last-Event-ID, so that no message is missed.
@@ -189,23 +177,17 @@ func (t *tailer) print(raw []byte) {
 		t.printJSON(raw)
 		return
 	}
-	var m storedMessage
+	var m history.Message
 	if err := json.Unmarshal(raw, &m); err != nil {
 		fmt.Fprintf(t.stderr, "tail: a message could not be read: %v\n", err)
 		return
 	}
 	arrow := "→"
-	if m.Direction == 1 {
+	if m.Direction == history.Out {
 		arrow = "←"
 	}
-	typ, ok := messageTypes[m.MessageType]
-	if !ok {
-		typ = fmt.Sprint(m.MessageType)
-	}
-	when := m.CreatedAt
-	if ts, err := time.Parse(time.RFC3339Nano, m.CreatedAt); err == nil {
-		when = ts.Local().Format("2006-01-02 15:04:05.000")
-	}
+	typ := msgkind.OfHistory(m.MessageType).Name
+	when := m.CreatedAt.Local().Format("2006-01-02 15:04:05.000")
 	var parts []string
 	if m.Scope != "" {
 		parts = append(parts, "["+m.Scope+"]")
