@@ -4,7 +4,8 @@
 #
 #   bench/wrk.sh [ROUNDS [SECONDS]]        # defaults: 3 rounds of 10 s, each after a 2 s warm-up
 #
-# STANDALONE and BENCH name prebuilt binaries (default: built here from this module). Every
+# STANDALONE and BENCH name prebuilt binaries (default: built here from this module); with
+# STANDALONE_B, a second standalone (another build) is loaded in each round too, after the first. Every
 # server listens on 127.0.0.1 only; everything started is stopped at the end. The standalone runs
 # without its default per-key rate limit (AGENTBUS_RATE_LIMIT=0).
 set -eu
@@ -24,6 +25,12 @@ key=devkey-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
 port=${PORT:-18080}
 AGENTBUS_RATE_LIMIT=0 AGENTBUS_DEV_API_KEY=$key "$STANDALONE" -data-dir "$dir/data" -http-addr 127.0.0.1:$port -nats-listen "" >"$dir/standalone.log" 2>&1 &
 pids="$pids $!"
+phases="bare pipeline standalone"
+if [ -n "${STANDALONE_B:-}" ]; then
+	AGENTBUS_RATE_LIMIT=0 AGENTBUS_DEV_API_KEY=$key "$STANDALONE_B" -data-dir "$dir/data-b" -http-addr 127.0.0.1:$((port + 1)) -nats-listen "" >"$dir/standalone-b.log" 2>&1 &
+	pids="$pids $!"
+	phases="$phases standalone-b"
+fi
 # bare and pipeline, each in a process of its own.
 for phase in bare pipeline; do
 	mkdir -p "$dir/$phase"
@@ -31,7 +38,8 @@ for phase in bare pipeline; do
 	pids="$pids $!"
 done
 i=0
-until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && grep -q serving "$dir/bare.log" && grep -q serving "$dir/pipeline.log"; do
+until curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && { [ -z "${STANDALONE_B:-}" ] || curl -sf -o /dev/null "http://127.0.0.1:$((port + 1))/readyz"; } &&
+	grep -q serving "$dir/bare.log" && grep -q serving "$dir/pipeline.log"; do
 	i=$((i + 1)); [ $i -lt 600 ] || { echo "servers did not start" >&2; cat "$dir"/*.log >&2; exit 1; }
 	sleep 0.1
 done
@@ -43,20 +51,26 @@ while [ $n -lt 1000 ]; do
 	printf '/api/user/webhooks/default%%3AEcho%%3ASupervisor%%20Workflow%%3Abench-%d/echo?apikey=%s&n=1\n' $n "$key"
 	n=$((n + 1))
 done >"$dir/standalone/standalone.paths"
+mkdir -p "$dir/standalone-b"
+cp "$dir/bare/body" "$dir/standalone-b/body"
+cp "$dir/standalone/standalone.paths" "$dir/standalone-b/standalone-b.paths"
 
 base() { awk -v p="$1" '$1 == p { print $2 }' "$dir/$1.log"; }
 run() { # phase dir url duration
 	BENCH_DIR=$2 BENCH_PHASE=$1 wrk -t1 -c"$conns" -d"$4" -s bench/wrk.lua --latency "$3" | grep -E "^$1:"
 }
-for phase in bare pipeline standalone; do # start every instance's run, warm up
-	case $phase in standalone) url=http://127.0.0.1:$port ;; *) url=$(base $phase) ;; esac
+url_of() {
+	case $1 in standalone) echo http://127.0.0.1:$port ;; standalone-b) echo http://127.0.0.1:$((port + 1)) ;; *) base "$1" ;; esac
+}
+for phase in $phases; do # start every instance's run, warm up
+	url=$(url_of $phase)
 	run $phase "$dir/$phase" "$url" 3s >/dev/null
 done
 r=1
 while [ $r -le "$rounds" ]; do
 	echo "round $r"
-	for phase in bare pipeline standalone; do
-		case $phase in standalone) url=http://127.0.0.1:$port ;; *) url=$(base $phase) ;; esac
+	for phase in $phases; do
+		url=$(url_of $phase)
 		run $phase "$dir/$phase" "$url" 2s >/dev/null
 		run $phase "$dir/$phase" "$url" "${secs}s"
 	done
