@@ -124,11 +124,7 @@ func (h *Host) startGrants(ctx context.Context) error {
 	g.watcher, g.stopWatch = w, stop
 	go func() {
 		defer close(g.done)
-		for e := range w.Updates() {
-			if e != nil {
-				g.apply(e)
-			}
-		}
+		bus.Follow(w, 0, nil, func(e jetstream.KeyValueEntry, _ bool) { g.apply(e) })
 	}()
 	return nil
 }
