@@ -174,8 +174,9 @@ const AtMarker = math.MaxUint64
 // Follow hands every entry a watch of a whole bucket delivers to apply, in order, with loading
 // set while the bucket is not loaded yet, and closes loaded once it is: once an entry of
 // revision upTo or later arrived (upTo from NewestRevision, read after the watch began), at
-// once when upTo is 0, at the watcher's own marker when it is AtMarker. It returns when the
-// watch's updates end (the watch stopped), having closed loaded by then in any case.
+// once when upTo is 0, at the watcher's own marker when it is AtMarker; loaded may be nil. It
+// returns when the watch's updates end (the watch stopped), having closed loaded by then in any
+// case.
 func Follow(w jetstream.KeyWatcher, upTo uint64, loaded chan<- struct{}, apply func(e jetstream.KeyValueEntry, loading bool)) {
 	_ = FollowContext(context.Background(), w, upTo, loaded, apply)
 }
