@@ -47,12 +47,17 @@ func IsConflict(err error) bool {
 // steady contention it tends to win again, and the others to wait longer: sixteen writers
 // appending over and over to one subject of a stream with three replicas see some appends lose
 // fifty times in a row or more, over a few hundred milliseconds. So a write is bounded by the
-// time it has met conflicts, ConflictPatience, rather than by a number of attempts.
+// time it has met conflicts, ConflictPatience, rather than by a number of attempts; but it makes
+// at least conflictMinAttempts, so that on a machine too busy to run it for most of that time it
+// still gets its tries.
 const (
 	conflictFirstWait = 100 * time.Microsecond
 	conflictMaxWait   = 4 * time.Millisecond
 	// ConflictPatience is how long a write goes on after its first conflict before it gives up.
 	ConflictPatience = 2 * time.Second
+	// conflictMinAttempts is how many attempts a write makes, whatever the time they took,
+	// before it gives up.
+	conflictMinAttempts = 64
 )
 
 // ErrConflictsPersisted is ConflictBackoff.Wait's answer when a write has met conflicts for
@@ -67,22 +72,25 @@ type ConflictBackoff struct {
 	// ConflictPatience.
 	Patience time.Duration
 
-	wait  time.Duration
-	since time.Time // of the first conflict
+	wait     time.Duration
+	since    time.Time // of the first conflict
+	attempts int       // the conflicts met
 }
 
 // Wait pauses before the next attempt: a random time between half and all of a step that
 // doubles from conflictFirstWait up to conflictMaxWait, so that writers that met at once do not
 // meet again. It returns ctx's error when ctx ends first, and ErrConflictsPersisted without
-// pausing once its Patience has passed since the first conflict.
+// pausing once its Patience has passed since the first conflict and it has met
+// conflictMinAttempts conflicts.
 func (b *ConflictBackoff) Wait(ctx context.Context) error {
 	patience := b.Patience
 	if patience <= 0 {
 		patience = ConflictPatience
 	}
+	b.attempts++
 	if now := time.Now(); b.since.IsZero() {
 		b.since = now
-	} else if now.Sub(b.since) >= patience {
+	} else if now.Sub(b.since) >= patience && b.attempts >= conflictMinAttempts {
 		return ErrConflictsPersisted
 	}
 	return sleep(ctx, b.next())

@@ -30,6 +30,12 @@ func (b *ConflictBackoff) NextConflictWait() time.Duration { return b.next() }
 // SinceFirstConflict makes b's first conflict d ago.
 func (b *ConflictBackoff) SinceFirstConflict(d time.Duration) { b.since = time.Now().Add(-d) }
 
+// MetConflicts makes b have met n conflicts.
+func (b *ConflictBackoff) MetConflicts(n int) { b.attempts = n }
+
+// ConflictMinAttempts is conflictMinAttempts.
+const ConflictMinAttempts = conflictMinAttempts
+
 // SetScanIdle sets how long Scan waits for its watch before it reads the keys it waits for
 // directly, until the test ends.
 func SetScanIdle(t interface{ Cleanup(func()) }, d time.Duration) {
