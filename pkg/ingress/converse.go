@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -57,8 +58,9 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 			return nil, 0, problem.MissingParameter.New(name + " is required")
 		}
 	}
-	kind, ok := converseTypes[query.Get("type")]
-	if !ok {
+	// Converse takes the kinds clients send as text and JSON data: Chat and Data.
+	k, ok := msgkind.Named(query.Get("type"))
+	if !ok || !k.Sent || k.Payload != msgkind.JSONData {
 		return nil, 0, problem.InvalidParameter.New("type must be Chat or Data")
 	}
 	text := query.Get("text")
@@ -74,26 +76,23 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 		return nil, 0, problem.InvalidQuery.New(perr)
 	}
 	var data []byte
-	if kind == agentbusv1.Kind_KIND_DATA {
+	if k.Method {
 		if data, p = readDataBody(w, r); p != nil {
 			return nil, 0, p
 		}
 	}
-	if p := s.checkAgent(r, wf, kind, text, c.keep); p != nil {
+	if p := s.checkAgent(r, wf, k.Wire, text, c.keep); p != nil {
 		return nil, 0, p
 	}
-	if kind == agentbusv1.Kind_KIND_DATA {
+	if k.Method {
 		if p := s.checkParams(wf.Agent, text, data); p != nil {
 			return nil, 0, p
 		}
 	}
-	req := newMessageRequest(wf, participant, kind, text, c.requestID, c.keep)
+	req := newMessageRequest(wf, participant, k.Wire, text, c.requestID, c.keep)
 	req.Data, req.Scope, req.Hint = data, query.Get("topic"), query.Get("hint")
 	return req, timeout, nil
 }
-
-// converseTypes maps converse's type parameter to the bus kind.
-var converseTypes = map[string]agentbusv1.Kind{"Chat": agentbusv1.Kind_KIND_CHAT, "Data": agentbusv1.Kind_KIND_DATA}
 
 // readDataBody reads the body of a Data call: nothing, or a JSON object of its parameters.
 func readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem.Problem) {

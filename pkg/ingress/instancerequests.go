@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 )
@@ -118,9 +119,9 @@ func pairRequests(page []history.Message) []inspect.RecentRequest {
 			answers[m.RequestID] = m // the page is newest first: the first answer comes last
 			continue
 		}
-		sum := inspect.RecentRequest{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: messageTypeName(m.MessageType),
+		sum := inspect.RecentRequest{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: msgkind.OfHistory(m.MessageType).Name,
 			Timer: m.Metadata[history.MetaTimer], ReceivedAt: timefmt.Of(m.CreatedAt), Pos: m.Pos}
-		if (m.MessageType == history.Webhook || m.MessageType == history.Data) && m.Text != nil {
+		if msgkind.OfHistory(m.MessageType).Method && m.Text != nil {
 			sum.Method = *m.Text
 		}
 		if a, ok := answers[m.RequestID]; ok {
@@ -151,19 +152,4 @@ func answerStatus(m history.Message) int {
 		}
 	}
 	return 200
-}
-
-// messageTypeName is a stored message type as the interface names it.
-func messageTypeName(t history.MessageType) string {
-	switch t {
-	case history.Chat:
-		return "Chat"
-	case history.Data:
-		return "Data"
-	case history.File:
-		return "File"
-	case history.Webhook:
-		return "Webhook"
-	}
-	return fmt.Sprintf("type %d", t)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
@@ -32,7 +33,7 @@ func newMessageRequest(wf ident.Workflow, participant string, kind agentbusv1.Ki
 		KeepResult:     keep,
 		MessageId:      uuid.NewString(),
 	}
-	if kind == agentbusv1.Kind_KIND_DATA || kind == agentbusv1.Kind_KIND_WEBHOOK {
+	if msgkind.Of(kind).Method {
 		req.Method = text
 	}
 	return req
@@ -82,14 +83,14 @@ func (s *Server) messageAnswer(req *agentbusv1.Request, ids history.IDs, rep *ag
 		return nil, &p
 	}
 	ans := &history.SyncAnswer{IDs: ids}
-	switch {
-	case req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK:
+	switch k := msgkind.Of(req.GetKind()); {
+	case k.Payload == msgkind.HTTPBody:
 		content := any(string(rep.GetContent()))
 		if !utf8.Valid(rep.GetContent()) {
 			content = map[string]any{"base64": rep.GetContent()}
 		}
 		data, _ := json.Marshal(map[string]any{"statusCode": status, "contentType": rep.GetContentType(), "content": content})
-		ans.Response = &history.Reply{Data: data, MessageType: int(agentbusv1.Kind_KIND_WEBHOOK), CreatedAt: timefmt.Format(time.Now()),
+		ans.Response = &history.Reply{Data: data, MessageType: int(k.History), CreatedAt: timefmt.Format(time.Now()),
 			Scope: req.GetScope(), Hint: req.GetHint()}
 	case len(rep.GetContent()) > 0:
 		var m history.Reply

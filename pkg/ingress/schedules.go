@@ -4,18 +4,19 @@ import (
 	"net/http"
 
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/timefmt"
-	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 func scheduleOf(sch schedule.Schedule) schedule.Timer {
 	req := sch.Request
+	k := msgkind.Of(req.GetKind())
 	a := schedule.Timer{Name: sch.Name, Schedule: sch.Pattern, TimeZone: sch.TimeZone, CreatedAt: timefmt.Of(sch.Created),
-		ParticipantID: req.GetParticipantId(), Type: "Chat", Text: req.GetText()}
-	if req.GetKind() == agentbusv1.Kind_KIND_DATA {
-		a.Type, a.Method, a.Text = "Data", req.GetMethod(), ""
+		ParticipantID: req.GetParticipantId(), Type: k.Name, Text: req.GetText()}
+	if k.Method {
+		a.Method, a.Text = req.GetMethod(), ""
 	}
 	return a
 }

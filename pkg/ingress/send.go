@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -48,14 +49,6 @@ type fileObject struct {
 	ContentType string  `json:"contentType"`
 	// FileSize is in bytes; informative only, the decoded size is what counts.
 	FileSize *int64 `json:"fileSize"`
-}
-
-// sendTypes maps the type field to the bus kind.
-var sendTypes = map[string]agentbusv1.Kind{
-	"Chat":    agentbusv1.Kind_KIND_CHAT,
-	"Data":    agentbusv1.Kind_KIND_DATA,
-	"File":    agentbusv1.Kind_KIND_FILE,
-	"Webhook": agentbusv1.Kind_KIND_WEBHOOK,
 }
 
 // Wait bounds of the synchronous endpoints.
@@ -178,8 +171,8 @@ func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow,
 			return fail(problem.MissingField, f.name+" is required")
 		}
 	}
-	kind, ok := sendTypes[body.Type]
-	if !ok {
+	k, ok := msgkind.Named(body.Type)
+	if !ok || !k.Sent {
 		return fail(problem.InvalidField, "type must be one of Chat, Data, File, Webhook")
 	}
 	wf := ident.Workflow{Tenant: tenant, Agent: body.AgentName, WorkflowType: cmp.Or(body.WorkflowType, ident.DefaultWorkflowType), Activation: body.ActivationName}
@@ -198,10 +191,10 @@ func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow,
 		return fail(problem.InvalidField, "participantId must be 1-256 characters of text")
 	case len(body.Text) > maxTextLen || len(body.Topic) > maxTopicLen || len(body.Hint) > maxHintLen:
 		return fail(problem.InvalidField, "text, topic or hint is too long")
-	case (kind == agentbusv1.Kind_KIND_DATA || kind == agentbusv1.Kind_KIND_WEBHOOK) && strings.TrimSpace(body.Text) == "":
+	case k.Method && strings.TrimSpace(body.Text) == "":
 		return fail(problem.MissingField, "text is required for "+body.Type+" messages: it names the method")
 	}
-	return wf, kind, participant, nil
+	return wf, k.Wire, participant, nil
 }
 
 // sendPayload puts a send body's data on req, as its kind takes it: a Webhook's body, a Data
@@ -209,30 +202,30 @@ func sendTarget(tenant string, body sendBody, requestID string) (ident.Workflow,
 // a File's stored content.
 func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, body sendBody) *problem.Problem {
 	given := len(body.Data) > 0 && string(body.Data) != "null"
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_WEBHOOK:
+	k := msgkind.Of(req.GetKind())
+	switch k.Payload {
+	case msgkind.HTTPBody:
 		req.Body = webhookBody(body.Data)
 		req.ContentType = "application/json"
-	case agentbusv1.Kind_KIND_DATA:
-		if given && !isJSONObject(body.Data) {
-			return problem.InvalidField.New("data must be a JSON object holding the method's parameters")
-		}
-		if given {
-			req.Data = body.Data
-		}
-		if p := s.checkParams(req.GetAgentName(), req.GetMethod(), req.GetData()); p != nil {
-			return p
-		}
-	case agentbusv1.Kind_KIND_CHAT:
-		if given {
-			req.Data = body.Data
-		}
-	case agentbusv1.Kind_KIND_FILE:
+	case msgkind.StoredFile:
 		ref, p := s.storeFile(ctx, req, body)
 		if p != nil {
 			return p
 		}
 		req.File = ref
+	default:
+		// JSON data: a method's parameters (Data), or data beside the text (Chat).
+		if k.Method && given && !isJSONObject(body.Data) {
+			return problem.InvalidField.New("data must be a JSON object holding the method's parameters")
+		}
+		if given {
+			req.Data = body.Data
+		}
+		if k.Method {
+			if p := s.checkParams(req.GetAgentName(), req.GetMethod(), req.GetData()); p != nil {
+				return p
+			}
+		}
 	}
 	return nil
 }
