@@ -799,7 +799,7 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 	if resp.retry != nil {
 		return resp
 	}
-	return resp.answer(log.With("method", r.Method))
+	return resp.answer(log, r.Method)
 }
 
 // deadLetter keeps the request as a dead letter with its last error, retrying while the bus

@@ -65,11 +65,11 @@ func Bytes(code int, contentType string, content []byte) Response {
 	return Response{StatusCode: code, Content: content, ContentType: contentType}
 }
 
-// answer is what the caller is sent for r: the answer of a Fail's cause (logged to log), or r
-// normalized.
-func (r Response) answer(log *slog.Logger) Response {
+// answer is what the caller is sent for r, an answer of the webhook method: the answer of a
+// Fail's cause (logged to log with the method), or r normalized.
+func (r Response) answer(log *slog.Logger, method string) Response {
 	if r.fail != nil {
-		status, slug, detail := failure(log, r.fail)
+		status, slug, detail := failure(log.With("method", method), r.fail)
 		return Response{StatusCode: status, Content: []byte(detail), ContentType: "text/plain; charset=utf-8", platformError: slug}
 	}
 	return r.normalized()

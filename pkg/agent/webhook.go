@@ -58,7 +58,7 @@ func (r *WebhookRequest) Respond(resp Response) {
 			if log == nil {
 				log = slog.New(slog.DiscardHandler)
 			}
-			r.respond(resp.answer(log.With("method", r.Method)))
+			r.respond(resp.answer(log, r.Method))
 		}
 	})
 }
