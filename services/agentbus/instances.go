@@ -68,6 +68,34 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	if printed, err := c.fetch(ctx, http.MethodGet, c.instancePath(pos[0]), nil, nil, &in); err != nil || printed {
 		return err
 	}
+	if err := c.instanceFields(in); err != nil {
+		return err
+	}
+	c.earlierRuns(in.EarlierRuns)
+	c.recentRequests(in.RecentRequests)
+	if c.section("timers", len(in.Schedules)) {
+		for _, s := range in.Schedules {
+			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(s.Name, 60), cell(s.Schedule, 60))
+		}
+	}
+	if c.section("dead letters", len(in.DeadLetters)) {
+		tw := c.table()
+		fmt.Fprintln(tw, "  ID\tDEAD\tPARTICIPANT\tTYPE\tERROR")
+		for _, l := range in.DeadLetters {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt.Time), cell(l.ParticipantID, 40), cell(kindOf(l.Type, l.Method), 40), cell(l.Error, 80))
+		}
+		_ = tw.Flush()
+	}
+	if c.section("queued", len(in.Queued)) {
+		for _, q := range in.Queued {
+			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(q.RequestID, 80), cell(q.Reason, 120))
+		}
+	}
+	return nil
+}
+
+// instanceFields prints an instance's own fields: its run, its times, its host and its state.
+func (c *cli) instanceFields(in inspect.InstanceView) error {
 	tw := c.fields()
 	row := tw.row
 	row("workflow", in.WorkflowID)
@@ -88,59 +116,49 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	if len(in.State) > 0 && string(in.State) != "null" {
 		row("state", string(in.State))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	return tw.Flush()
+}
+
+// section prints a section's title when it has any of its n rows, and reports whether it has.
+func (c *cli) section(title string, n int) bool {
+	if n == 0 {
+		return false
 	}
-	section := func(title string, n int) bool {
-		if n == 0 {
-			return false
+	fmt.Fprintf(c.stdout, "\n%s:\n", title)
+	return true
+}
+
+// earlierRuns prints an instance's completed runs, if any.
+func (c *cli) earlierRuns(runs []instance.RunSummary) {
+	if !c.section("earlier runs", len(runs)) {
+		return
+	}
+	tw := c.table()
+	fmt.Fprintln(tw, "  RUN\tSTARTED\tENDED\tEVENTS")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt.Time), shortTime(r.CompletedAt.Time), r.Events)
+	}
+	_ = tw.Flush()
+}
+
+// recentRequests prints an instance's recent requests, if any.
+func (c *cli) recentRequests(reqs []inspect.RecentRequest) {
+	if !c.section("recent requests", len(reqs)) {
+		return
+	}
+	tw := c.table()
+	fmt.Fprintln(tw, "  RECEIVED\tPARTICIPANT\tTYPE\tSTATUS\tMS\tREQUEST")
+	for _, r := range reqs {
+		status, ms := "-", "-"
+		if r.Status != 0 {
+			status = strconv.Itoa(r.Status)
 		}
-		fmt.Fprintf(c.stdout, "\n%s:\n", title)
-		return true
-	}
-	if section("earlier runs", len(in.EarlierRuns)) {
-		tw := c.table()
-		fmt.Fprintln(tw, "  RUN\tSTARTED\tENDED\tEVENTS")
-		for _, r := range in.EarlierRuns {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\n", r.RunID, shortTime(r.StartedAt.Time), shortTime(r.CompletedAt.Time), r.Events)
+		if r.DurationMs != nil {
+			ms = strconv.FormatInt(*r.DurationMs, 10)
 		}
-		_ = tw.Flush()
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", shortTime(r.ReceivedAt.Time), cell(r.ParticipantID, 40), cell(kindOf(r.Type, r.Method), 40), status, ms, cell(r.RequestID, 80))
 	}
-	if section("recent requests", len(in.RecentRequests)) {
-		tw := c.table()
-		fmt.Fprintln(tw, "  RECEIVED\tPARTICIPANT\tTYPE\tSTATUS\tMS\tREQUEST")
-		for _, r := range in.RecentRequests {
-			kind := kindOf(r.Type, r.Method)
-			status, ms := "-", "-"
-			if r.Status != 0 {
-				status = strconv.Itoa(r.Status)
-			}
-			if r.DurationMs != nil {
-				ms = strconv.FormatInt(*r.DurationMs, 10)
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", shortTime(r.ReceivedAt.Time), cell(r.ParticipantID, 40), cell(kind, 40), status, ms, cell(r.RequestID, 80))
-		}
-		_ = tw.Flush()
-	}
-	if section("timers", len(in.Schedules)) {
-		for _, s := range in.Schedules {
-			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(s.Name, 60), cell(s.Schedule, 60))
-		}
-	}
-	if section("dead letters", len(in.DeadLetters)) {
-		tw := c.table()
-		fmt.Fprintln(tw, "  ID\tDEAD\tPARTICIPANT\tTYPE\tERROR")
-		for _, l := range in.DeadLetters {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", l.ID, shortTime(l.DeadAt.Time), cell(l.ParticipantID, 40), cell(kindOf(l.Type, l.Method), 40), cell(l.Error, 80))
-		}
-		_ = tw.Flush()
-	}
-	if section("queued", len(in.Queued)) {
-		for _, q := range in.Queued {
-			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(q.RequestID, 80), cell(q.Reason, 120))
-		}
-	}
-	return nil
+	_ = tw.Flush()
 }
 
 // instanceComplete completes an instance's run; its next message starts a new one.

@@ -129,17 +129,7 @@ func runIn(ctx context.Context, args []string, env func(string) (string, bool), 
 }
 
 func runCommand(ctx context.Context, args []string, env func(string) (string, bool), in io.Reader, stdout, stderr io.Writer) error {
-	c := &cli{stdin: in, stdout: stdout, stderr: stderr}
-	getenv := func(name, def string) (string, bool) {
-		if v, ok := env(name); ok && v != "" {
-			return v, true
-		}
-		return def, false
-	}
-	c.url, _ = getenv("AGENTBUS_URL", "http://127.0.0.1:8080")
-	c.key, _ = getenv("AGENTBUS_KEY", "")
-	c.tenant, c.tenantSet = getenv("AGENTBUS_TENANT", "default")
-
+	c := newCLI(env, in, stdout, stderr)
 	fs := c.flags("agentbus")
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	if err := fs.Parse(args); err != nil {
@@ -153,72 +143,102 @@ func runCommand(ctx context.Context, args []string, env func(string) (string, bo
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	defer tr.CloseIdleConnections()
 	c.http = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse // never carry the key to another place
 	}}
+	return c.run(ctx, args[0], args[1:])
+}
 
-	cmd, rest := args[0], args[1:]
-	sub := func(table map[string]func(context.Context, []string) error) error {
-		if len(rest) == 0 {
-			return usageError{cmd + " needs a subcommand"}
+// newCLI is a client set up from the environment (AGENTBUS_URL, AGENTBUS_KEY, AGENTBUS_TENANT),
+// which the flags may then change.
+func newCLI(env func(string) (string, bool), in io.Reader, stdout, stderr io.Writer) *cli {
+	c := &cli{stdin: in, stdout: stdout, stderr: stderr}
+	getenv := func(name, def string) (string, bool) {
+		if v, ok := env(name); ok && v != "" {
+			return v, true
 		}
-		f, ok := table[rest[0]]
-		if !ok {
-			return usageError{fmt.Sprintf("unknown command %q", cmd+" "+rest[0])}
-		}
-		return f(ctx, rest[1:])
+		return def, false
 	}
-	switch cmd {
-	case "tenant", "tenants":
-		return sub(map[string]func(context.Context, []string) error{
-			"create": c.tenantCreate, "list": c.tenantList, "ls": c.tenantList, "delete": c.tenantDelete, "rm": c.tenantDelete,
-			"usage": c.tenantUsage, "limits": c.tenantLimits,
-		})
-	case "key", "keys":
-		return sub(map[string]func(context.Context, []string) error{
-			"create": c.keyCreate, "list": c.keyList, "ls": c.keyList, "revoke": c.keyRevoke, "rotate": c.keyRotate,
-		})
-	case "deadletter", "deadletters":
-		return sub(map[string]func(context.Context, []string) error{
-			"list": c.deadLetterList, "ls": c.deadLetterList, "show": c.deadLetterShow,
-			"replay": c.deadLetterReplay, "discard": c.deadLetterDiscard, "rm": c.deadLetterDiscard,
-		})
-	case "schedule", "schedules":
-		return sub(map[string]func(context.Context, []string) error{
-			"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
-		})
-	case "hosts", "host":
-		return c.hosts(ctx, rest)
-	case "instance", "instances":
-		return sub(map[string]func(context.Context, []string) error{
-			"list": c.instanceList, "ls": c.instanceList, "show": c.instanceShow, "get": c.instanceShow,
-			"complete": c.instanceComplete, "backfill": c.instanceBackfill,
-			"queue": c.instanceQueue, "retry": c.instanceRetry,
-		})
-	case "subscription", "subscriptions":
-		return sub(map[string]func(context.Context, []string) error{
-			"create": c.subscriptionCreate, "list": c.subscriptionList, "ls": c.subscriptionList,
-			"get": c.subscriptionGet, "show": c.subscriptionGet, "delete": c.subscriptionDelete, "rm": c.subscriptionDelete,
-			"undelivered": c.subscriptionUndelivered, "replay": c.subscriptionReplay, "discard": c.subscriptionDiscard,
-		})
-	case "agent", "agents":
-		return sub(map[string]func(context.Context, []string) error{
-			"register": c.agentRegister, "list": c.agentList, "ls": c.agentList, "get": c.agentGet, "show": c.agentGet,
-			"replace": c.agentReplace, "remove": c.agentRemove, "rm": c.agentRemove, "check": c.agentCheck,
-		})
-	case "agent-check":
-		return c.agentCheck(ctx, rest)
-	case "send":
-		return c.send(ctx, rest)
-	case "converse":
-		return c.converse(ctx, rest)
-	case "tail":
-		return c.tail(ctx, rest)
-	default:
+	c.url, _ = getenv("AGENTBUS_URL", "http://127.0.0.1:8080")
+	c.key, _ = getenv("AGENTBUS_KEY", "")
+	c.tenant, c.tenantSet = getenv("AGENTBUS_TENANT", "default")
+	return c
+}
+
+// handler runs a command with its arguments.
+type handler = func(context.Context, []string) error
+
+// run runs the command cmd: one that takes its arguments itself, or the subcommand that
+// args names.
+func (c *cli) run(ctx context.Context, cmd string, args []string) error {
+	if run, ok := c.commands()[cmd]; ok {
+		return run(ctx, args)
+	}
+	table, ok := c.subcommands()[cmd]
+	if !ok {
 		return usageError{fmt.Sprintf("unknown command %q", cmd)}
+	}
+	if len(args) == 0 {
+		return usageError{cmd + " needs a subcommand"}
+	}
+	run, ok := table[args[0]]
+	if !ok {
+		return usageError{fmt.Sprintf("unknown command %q", cmd+" "+args[0])}
+	}
+	return run(ctx, args[1:])
+}
+
+// commands are the commands that take their arguments themselves.
+func (c *cli) commands() map[string]handler {
+	return map[string]handler{
+		"hosts": c.hosts, "host": c.hosts,
+		"agent-check": c.agentCheck,
+		"send":        c.send,
+		"converse":    c.converse,
+		"tail":        c.tail,
+	}
+}
+
+// subcommands are the commands made of subcommands, by every name each goes by.
+func (c *cli) subcommands() map[string]map[string]handler {
+	tenant := map[string]handler{
+		"create": c.tenantCreate, "list": c.tenantList, "ls": c.tenantList, "delete": c.tenantDelete, "rm": c.tenantDelete,
+		"usage": c.tenantUsage, "limits": c.tenantLimits,
+	}
+	key := map[string]handler{
+		"create": c.keyCreate, "list": c.keyList, "ls": c.keyList, "revoke": c.keyRevoke, "rotate": c.keyRotate,
+	}
+	deadLetter := map[string]handler{
+		"list": c.deadLetterList, "ls": c.deadLetterList, "show": c.deadLetterShow,
+		"replay": c.deadLetterReplay, "discard": c.deadLetterDiscard, "rm": c.deadLetterDiscard,
+	}
+	schedule := map[string]handler{
+		"list": c.scheduleList, "ls": c.scheduleList, "cancel": c.scheduleCancel, "rm": c.scheduleCancel,
+	}
+	instance := map[string]handler{
+		"list": c.instanceList, "ls": c.instanceList, "show": c.instanceShow, "get": c.instanceShow,
+		"complete": c.instanceComplete, "backfill": c.instanceBackfill,
+		"queue": c.instanceQueue, "retry": c.instanceRetry,
+	}
+	subscription := map[string]handler{
+		"create": c.subscriptionCreate, "list": c.subscriptionList, "ls": c.subscriptionList,
+		"get": c.subscriptionGet, "show": c.subscriptionGet, "delete": c.subscriptionDelete, "rm": c.subscriptionDelete,
+		"undelivered": c.subscriptionUndelivered, "replay": c.subscriptionReplay, "discard": c.subscriptionDiscard,
+	}
+	agent := map[string]handler{
+		"register": c.agentRegister, "list": c.agentList, "ls": c.agentList, "get": c.agentGet, "show": c.agentGet,
+		"replace": c.agentReplace, "remove": c.agentRemove, "rm": c.agentRemove, "check": c.agentCheck,
+	}
+	return map[string]map[string]handler{
+		"tenant": tenant, "tenants": tenant,
+		"key": key, "keys": key,
+		"deadletter": deadLetter, "deadletters": deadLetter,
+		"schedule": schedule, "schedules": schedule,
+		"instance": instance, "instances": instance,
+		"subscription": subscription, "subscriptions": subscription,
+		"agent": agent, "agents": agent,
 	}
 }
 
