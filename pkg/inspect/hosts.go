@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -78,10 +80,56 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 		visible[a.Name] = true
 	}
 	ans := Hosts{At: timefmt.Now(), Hosts: []HostInfo{}, Agents: []AgentQueues{}}
-	holders := make(map[string]map[int][]string) // agent, partition: hosts
+	var holders partitionHolders
+	ans.Hosts, holders = c.liveHosts(tenant, visible, ans.At.Time)
+	agents := slices.Sorted(maps.Keys(visible))
+	queues, err := c.partitionQueues(ctx, agents)
+	if err != nil {
+		return Hosts{}, err
+	}
+	byAgent := map[string][]TenantQueue{}
+	if c.Queues != nil {
+		for _, q := range c.Queues(tenant) {
+			byAgent[q.Agent] = append(byAgent[q.Agent], q)
+		}
+	}
+	for _, a := range agents {
+		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions), Tenants: byAgent[a]}
+		if aq.Tenants == nil {
+			aq.Tenants = []TenantQueue{}
+		}
+		for p := range c.Partitions {
+			pq := queues[agentPartition{a, p}]
+			pq.Holders = holders[a][p]
+			if pq.Holders == nil {
+				pq.Holders = []string{}
+			}
+			slices.Sort(pq.Holders)
+			aq.Partitions = append(aq.Partitions, pq)
+		}
+		ans.Agents = append(ans.Agents, aq)
+	}
+	return ans, nil
+}
+
+// partitionHolders are the hosts holding each partition of each agent.
+type partitionHolders map[string]map[int][]string
+
+// agentPartition names a partition of an agent.
+type agentPartition struct {
+	agent string
+	p     int
+}
+
+// liveHosts lists the live hosts as of at, and which holds which partition of the visible
+// agents. For a tenant, a host is listed only when it runs such an agent, with only those; for
+// the system view (tenant ""), every agent a host runs is made visible.
+func (c *Client) liveHosts(tenant string, visible map[string]bool, at time.Time) ([]HostInfo, partitionHolders) {
+	hosts := []HostInfo{}
+	holders := partitionHolders{}
 	for _, h := range c.Dir.Hosts() {
 		info := HostInfo{ID: h.ID, StartedAt: timefmt.Of(h.StartedAt), Agents: []string{}, Partitions: map[string][]int{},
-			HeartbeatAgeMs: max(0, ans.At.Sub(h.Seen).Milliseconds()), Leaving: h.Leaving}
+			HeartbeatAgeMs: max(0, at.Sub(h.Seen).Milliseconds()), Leaving: h.Leaving}
 		if h.Has(registry.FeatureInspect) {
 			n := h.InFlight
 			info.InFlight = &n
@@ -107,19 +155,14 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 		if tenant != "" && len(info.Agents) == 0 {
 			continue
 		}
-		ans.Hosts = append(ans.Hosts, info)
+		hosts = append(hosts, info)
 	}
+	return hosts, holders
+}
 
-	agents := make([]string, 0, len(visible))
-	for a := range visible {
-		agents = append(agents, a)
-	}
-	slices.Sort(agents)
-	type read struct {
-		agent string
-		p     int
-	}
-	queues := make(map[read]PartitionQueue)
+// partitionQueues reads the backlog of every partition of agents, consumerReads at a time.
+func (c *Client) partitionQueues(ctx context.Context, agents []string) (map[agentPartition]PartitionQueue, error) {
+	queues := make(map[agentPartition]PartitionQueue)
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -138,37 +181,15 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 					errs = append(errs, err)
 					return
 				}
-				queues[read{a, p}] = pq
+				queues[agentPartition{a, p}] = pq
 			})
 		}
 	}
 	wg.Wait()
 	if len(errs) > 0 {
-		return Hosts{}, errs[0]
+		return nil, errs[0]
 	}
-	byAgent := map[string][]TenantQueue{}
-	if c.Queues != nil {
-		for _, q := range c.Queues(tenant) {
-			byAgent[q.Agent] = append(byAgent[q.Agent], q)
-		}
-	}
-	for _, a := range agents {
-		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions), Tenants: byAgent[a]}
-		if aq.Tenants == nil {
-			aq.Tenants = []TenantQueue{}
-		}
-		for p := range c.Partitions {
-			pq := queues[read{a, p}]
-			pq.Holders = holders[a][p]
-			if pq.Holders == nil {
-				pq.Holders = []string{}
-			}
-			slices.Sort(pq.Holders)
-			aq.Partitions = append(aq.Partitions, pq)
-		}
-		ans.Agents = append(ans.Agents, aq)
-	}
-	return ans, nil
+	return queues, nil
 }
 
 // partitionQueue reads the backlog of an agent's partition from its consumer.
