@@ -162,6 +162,72 @@ func duration(dst *time.Duration, name, example string, min time.Duration) func(
 	}
 }
 
+// text returns the setter of a text option.
+func text(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
+
+// whole returns the setter of a whole-number option, negative ones included.
+func whole(dst *int, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a whole number", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// positive64 returns the setter of a positive whole-number option counted in 64 bits.
+func positive64(dst *int64, name string) func(string) error {
+	return func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s: %q is not a positive whole number", name, v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// boolean returns the setter of a true-or-false option.
+func boolean(dst *bool, name string) func(string) error {
+	return func(v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not true or false", name, v)
+		}
+		*dst = b
+		return nil
+	}
+}
+
+// memoryLimit returns the setter of the memory limit, a byte count as GOMEMLIMIT takes it.
+func memoryLimit(dst *int64) func(string) error {
+	return func(v string) error {
+		n, ok := gogc.ParseBytes(v)
+		if !ok {
+			return fmt.Errorf("memory-limit: %q is not a byte count such as 256MiB, 1GiB or 0", v)
+		}
+		*dst = n
+		return nil
+	}
+}
+
+// allowList returns the setter of the outbound URLs' allow-list; an empty one is nil.
+func allowList(dst **outbound.AllowList) func(string) error {
+	return func(v string) error {
+		a, err := outbound.ParseAllowList(v)
+		if err != nil {
+			return fmt.Errorf("outbound-urls: %w", err)
+		}
+		*dst = a
+		if a.Empty() {
+			*dst = nil
+		}
+		return nil
+	}
+}
+
 // positive returns the setter of a whole-number option that must be at least 1.
 func positive(dst *int, name string) func(string) error {
 	return func(v string) error {
@@ -235,51 +301,28 @@ func tenantRates(dst *map[string]Rate, name string) func(string) error {
 	}
 }
 
+// settings is the table of every setting: its variable, its flag, its default, its usage and
+// where its value goes.
 func (c *Config) settings() []setting {
-	str := func(dst *string) func(string) error { return func(v string) error { *dst = v; return nil } }
-	num := func(dst *int, name string) func(string) error {
-		return func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("%s: %q is not a whole number", name, v)
-			}
-			*dst = n
-			return nil
-		}
-	}
 	return []setting{
-		{"AGENTBUS_HTTP_ADDR", "http-addr", "127.0.0.1:8080", "ingress listen address", str(&c.HTTPAddr)},
-		{"AGENTBUS_NATS_URL", "nats-url", "", "NATS server URLs (comma-separated); empty means embedded (standalone only)", str(&c.NATSURL)},
-		{"AGENTBUS_DATA_DIR", "data-dir", "./data", "embedded JetStream store directory", str(&c.DataDir)},
-		{"AGENTBUS_NATS_LISTEN", "nats-listen", "127.0.0.1:4222", "standalone: also serve the embedded NATS here; empty keeps it in-process", str(&c.NATSListen)},
-		{"AGENTBUS_DEV_API_KEY", "dev-api-key", "", "standalone: seed this tenant-admin key for tenant default (else one is generated and printed once)", str(&c.DevAPIKey)},
-		{"AGENTBUS_ADMIN_KEY", "admin-key", "", "system-admin key accepted for all tenants (prefer the variable: flags show in ps)", str(&c.AdminKey)},
-		{"AGENTBUS_PARTITIONS", "partitions", "16", "inbox partitions: at most this many hosts share one agent", num(&c.Partitions, "partitions")},
-		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", num(&c.Replicas, "replicas")},
+		{"AGENTBUS_HTTP_ADDR", "http-addr", "127.0.0.1:8080", "ingress listen address", text(&c.HTTPAddr)},
+		{"AGENTBUS_NATS_URL", "nats-url", "", "NATS server URLs (comma-separated); empty means embedded (standalone only)", text(&c.NATSURL)},
+		{"AGENTBUS_DATA_DIR", "data-dir", "./data", "embedded JetStream store directory", text(&c.DataDir)},
+		{"AGENTBUS_NATS_LISTEN", "nats-listen", "127.0.0.1:4222", "standalone: also serve the embedded NATS here; empty keeps it in-process", text(&c.NATSListen)},
+		{"AGENTBUS_DEV_API_KEY", "dev-api-key", "", "standalone: seed this tenant-admin key for tenant default (else one is generated and printed once)", text(&c.DevAPIKey)},
+		{"AGENTBUS_ADMIN_KEY", "admin-key", "", "system-admin key accepted for all tenants (prefer the variable: flags show in ps)", text(&c.AdminKey)},
+		{"AGENTBUS_PARTITIONS", "partitions", "16", "inbox partitions: at most this many hosts share one agent", whole(&c.Partitions, "partitions")},
+		{"AGENTBUS_REPLICAS", "replicas", "1", "replicas of streams and buckets (3 on a production cluster)", whole(&c.Replicas, "replicas")},
 		{"AGENTBUS_WEBHOOK_TIMEOUT", "webhook-timeout", "30s", "how long a webhook call waits for its handler", duration(&c.WebhookTimeout, "webhook-timeout", "30s", anyDuration)},
 		{"AGENTBUS_SHUTDOWN_TIMEOUT", "shutdown-timeout", "10s", "how long a process takes at most to stop after SIGTERM (an ingress: after its drain delay), NATS reachable or not; synchronous calls in flight and running handlers get most of it; 0 means the webhook timeout plus 5s", duration(&c.ShutdownTimeout, "shutdown-timeout", "10s", 0)},
 		{"AGENTBUS_DRAIN_DELAY", "drain-delay", "0", "ingress: how long after SIGTERM /readyz answers 503 draining while requests are still served, before the listener closes, so that load balancers stop sending first", duration(&c.DrainDelay, "drain-delay", "5s", 0)},
 		{"AGENTBUS_HISTORY_MAX_AGE", "history-max-age", "4320h", "how long conversation history is kept (4320h = 180 days)", duration(&c.HistoryMaxAge, "history-max-age", "720h", time.Nanosecond)},
-		{"AGENTBUS_MAX_FILE_BYTES", "max-file-bytes", "26214400", "largest uploaded file in bytes (25 MiB)", func(v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1 {
-				return fmt.Errorf("max-file-bytes: %q is not a positive whole number", v)
-			}
-			c.MaxFileBytes = n
-			return nil
-		}},
+		{"AGENTBUS_MAX_FILE_BYTES", "max-file-bytes", "26214400", "largest uploaded file in bytes (25 MiB)", positive64(&c.MaxFileBytes, "max-file-bytes")},
 		{"AGENTBUS_RATE_LIMIT", "rate-limit", "50", "requests a second per API key; 0 means no limit", rate(&c.RateLimit, "rate-limit")},
 		{"AGENTBUS_RATE_BURST", "rate-burst", "100", "requests an API key may make at once above its rate", positive(&c.RateBurst, "rate-burst")},
 		{"AGENTBUS_RATE_LIMIT_TENANTS", "rate-limit-tenants", "", "per-tenant rate:burst overrides, such as acme=200:400,beta=5:10", tenantRates(&c.TenantRateLimits, "rate-limit-tenants")},
 		{"AGENTBUS_TENANT_RATE_LIMIT", "tenant-rate-limit", "0", "requests a second per tenant, all its keys together; 0 means no limit", rate(&c.TenantRateLimit, "tenant-rate-limit")},
-		{"AGENTBUS_TENANT_RATE_BURST", "tenant-rate-burst", "0", "requests a tenant may make at once above its rate; 0 means twice the rate", func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("tenant-rate-burst: %q is not a whole number, 0 or more", v)
-			}
-			c.TenantRateBurst = n
-			return nil
-		}},
+		{"AGENTBUS_TENANT_RATE_BURST", "tenant-rate-burst", "0", "requests a tenant may make at once above its rate; 0 means twice the rate", nonNegative(&c.TenantRateBurst, "tenant-rate-burst")},
 		{"AGENTBUS_TENANT_RATE_LIMIT_TENANTS", "tenant-rate-limit-tenants", "", "a tenant's own rate:burst, all its keys together, such as acme=1000:1000,beta=5", tenantRates(&c.TenantRateLimitTenants, "tenant-rate-limit-tenants")},
 		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
 		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},
@@ -292,66 +335,26 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_TENANT_MAX_QUEUED", "tenant-max-queued", "0", "each tenant's requests of an agent that may wait to run; past it webhook, send and converse answer 429 too-many-queued; 0 means no cap", nonNegative(&c.TenantMaxQueued, "tenant-max-queued")},
 		{"AGENTBUS_TENANT_MAX_CONCURRENT", "tenant-max-concurrent", "0", "each tenant's requests of an agent running at once over every workflow host together; 0 means no cap", nonNegative(&c.TenantMaxConcurrent, "tenant-max-concurrent")},
 		{"AGENTBUS_STORE_MAX_BYTES", "store-max-bytes", "0", "the store guard's max storage when the JetStream account has no limit of its own (the servers' max_file_store together); 0 means the account's only", byteCount(&c.StoreMaxBytes, "store-max-bytes")},
-		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", num(&c.ContinueAsNewEvents, "continue-as-new-events")},
-		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", str(&c.HostID)},
+		{"AGENTBUS_CONTINUE_AS_NEW_EVENTS", "continue-as-new-events", "1000", "run length before continue-as-new (negative disables)", whole(&c.ContinueAsNewEvents, "continue-as-new-events")},
+		{"AGENTBUS_HOST_ID", "host-id", "", "workflow host: its id in heartbeats and logs; empty means hostname-pid", text(&c.HostID)},
 		{"AGENTBUS_IDLE_TIMEOUT", "idle-timeout", "0", "complete an instance after this long without a message (0 never); the next message starts a new run", duration(&c.IdleTimeout, "idle-timeout", "24h", 0)},
-		{"AGENTBUS_MAX_DELIVERIES", "max-deliveries", "5", "attempts of a failing request (a panic, a retryable error, a host crash) before it goes to the dead letters", func(v string) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return fmt.Errorf("max-deliveries: %q is not a positive whole number", v)
-			}
-			c.MaxDeliveries = n
-			return nil
-		}},
+		{"AGENTBUS_MAX_DELIVERIES", "max-deliveries", "5", "attempts of a failing request (a panic, a retryable error, a host crash) before it goes to the dead letters", positive(&c.MaxDeliveries, "max-deliveries")},
 		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
-		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", str(&c.MetricsAddr)},
-		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", str(&c.PprofAddr)},
-		{"AGENTBUS_MEMORY_LIMIT", "memory-limit", "256MiB", "soft limit of the memory the Go runtime holds (the garbage collector collects more often near it, never more often than at GOGC 100): a byte count with B, KiB, MiB, GiB or TiB; 0 means none; GOMEMLIMIT, when set, wins", func(v string) error {
-			n, ok := gogc.ParseBytes(v)
-			if !ok {
-				return fmt.Errorf("memory-limit: %q is not a byte count such as 256MiB, 1GiB or 0", v)
-			}
-			c.MemoryLimit = n
-			return nil
-		}},
-		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("sync-always: %q is not true or false", v)
-			}
-			c.SyncAlways = b
-			return nil
-		}},
-		{"AGENTBUS_LLM_BASE_URL", "llm-base-url", "", "OpenAI-compatible chat API base URL; empty means the offline model", str(&c.LLMBaseURL)},
-		{"AGENTBUS_LLM_MODEL", "llm-model", "", "chat model name", str(&c.LLMModel)},
-		{"AGENTBUS_LLM_API_KEY", "llm-api-key", "", "chat API key (prefer the variable)", str(&c.LLMAPIKey)},
-		{"AGENTBUS_OUTBOUND_URLS", "outbound-urls", "", "receiver URLs tenants may subscribe, comma-separated patterns such as https://*.example.com (docs/subscriptions.md); empty allows none, and the standalone then allows loopback HTTP", func(v string) error {
-			a, err := outbound.ParseAllowList(v)
-			if err != nil {
-				return fmt.Errorf("outbound-urls: %w", err)
-			}
-			c.OutboundURLs = a
-			if a.Empty() {
-				c.OutboundURLs = nil
-			}
-			return nil
-		}},
+		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", text(&c.MetricsAddr)},
+		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", text(&c.PprofAddr)},
+		{"AGENTBUS_MEMORY_LIMIT", "memory-limit", "256MiB", "soft limit of the memory the Go runtime holds (the garbage collector collects more often near it, never more often than at GOGC 100): a byte count with B, KiB, MiB, GiB or TiB; 0 means none; GOMEMLIMIT, when set, wins", memoryLimit(&c.MemoryLimit)},
+		{"AGENTBUS_SYNC_ALWAYS", "sync-always", "false", "standalone: fsync every JetStream write before acknowledging it", boolean(&c.SyncAlways, "sync-always")},
+		{"AGENTBUS_LLM_BASE_URL", "llm-base-url", "", "OpenAI-compatible chat API base URL; empty means the offline model", text(&c.LLMBaseURL)},
+		{"AGENTBUS_LLM_MODEL", "llm-model", "", "chat model name", text(&c.LLMModel)},
+		{"AGENTBUS_LLM_API_KEY", "llm-api-key", "", "chat API key (prefer the variable)", text(&c.LLMAPIKey)},
+		{"AGENTBUS_OUTBOUND_URLS", "outbound-urls", "", "receiver URLs tenants may subscribe, comma-separated patterns such as https://*.example.com (docs/subscriptions.md); empty allows none, and the standalone then allows loopback HTTP", allowList(&c.OutboundURLs)},
 		{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT", "max-subscriptions-per-tenant", "10", "event subscriptions a tenant may have; each has at most one delivery in flight", positive(&c.MaxSubscriptionsPerTenant, "max-subscriptions-per-tenant")},
 		{"AGENTBUS_SUBSCRIPTION_TIMEOUT", "subscription-timeout", "10s", "workflow host: how long one delivery of an event waits for the receiver's answer (at most 20s)", duration(&c.SubscriptionTimeout, "subscription-timeout", "10s", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_RETRY_FOR", "subscription-retry-for", "24h", "workflow host: how long after an event was stored its delivery is still tried, before it is kept as undelivered", duration(&c.SubscriptionRetryFor, "subscription-retry-for", "24h", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_MAX_BACKOFF", "subscription-max-backoff", "10m", "workflow host: the longest wait between two deliveries of a failing event (the first retry waits 1s, then twice as long each time)", duration(&c.SubscriptionMaxBackoff, "subscription-max-backoff", "10m", time.Nanosecond)},
-		{"AGENTBUS_ECHO", "echo", "true", "standalone, workflowhost: run the built-in reference agent Echo; false serves only remote agents (one may then be named Echo)", func(v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("echo: %q is not true or false", v)
-			}
-			c.Echo = b
-			return nil
-		}},
-		{"AGENTBUS_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(v string) error {
-			return c.LogLevel.UnmarshalText([]byte(v))
-		}},
+		{"AGENTBUS_ECHO", "echo", "true", "standalone, workflowhost: run the built-in reference agent Echo; false serves only remote agents (one may then be named Echo)", boolean(&c.Echo, "echo")},
+		{"AGENTBUS_LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 	}
 }
 
