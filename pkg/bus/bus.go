@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -125,6 +126,9 @@ type Resources struct {
 // ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
 const ensureWait = 2 * time.Minute
 
+// ensurePolicy paces Ensure's attempts: 100 ms doubling up to 2 s.
+var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
+
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
 // service can start first. It is idempotent. While JetStream is not ready yet (a cluster still
 // electing its leaders, services started at the same moment as NATS) it retries for up to two
@@ -135,18 +139,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 	}
 	cfg = cfg.withDefaults()
 	deadline := time.Now().Add(ensureWait)
-	backoff := 100 * time.Millisecond
+	attempts := ensurePolicy.Start()
 	for {
 		r, err := ensureOnce(ctx, js, cfg)
 		if err == nil || !transient(err) || time.Now().After(deadline) {
 			return r, err
 		}
-		select {
-		case <-ctx.Done():
+		wait, _ := attempts.Failed()
+		if retry.Sleep(ctx, wait) != nil {
 			return nil, err
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/retry"
 )
 
 // IsConflict reports whether err refuses a compare-and-set write because what it expected had
@@ -60,6 +61,18 @@ const (
 	conflictMinAttempts = 64
 )
 
+// ConflictPolicy is the retry policy of a compare-and-set write after a conflict: pauses of
+// half to all of a step that doubles from 100 µs to 4 ms, for ConflictPatience after the first
+// conflict and at least 64 attempts. Its Retryable is IsConflict.
+var ConflictPolicy = retry.Policy{
+	First:       conflictFirstWait,
+	Max:         conflictMaxWait,
+	Jitter:      0.5,
+	Patience:    ConflictPatience,
+	MinAttempts: conflictMinAttempts,
+	Retryable:   IsConflict,
+}
+
 // ErrConflictsPersisted is ConflictBackoff.Wait's answer when a write has met conflicts for
 // ConflictPatience.
 var ErrConflictsPersisted = errors.New("other writers kept getting there first")
@@ -72,25 +85,25 @@ type ConflictBackoff struct {
 	// ConflictPatience.
 	Patience time.Duration
 
-	wait     time.Duration
+	steps    int       // the pauses taken
 	since    time.Time // of the first conflict
 	attempts int       // the conflicts met
 }
 
-// Wait pauses before the next attempt: a random time between half and all of a step that
-// doubles from conflictFirstWait up to conflictMaxWait, so that writers that met at once do not
-// meet again. It returns ctx's error when ctx ends first, and ErrConflictsPersisted without
+// Wait pauses before the next attempt (ConflictPolicy.Delay): a random time between half and
+// all of a step that doubles from conflictFirstWait up to conflictMaxWait, so that writers that
+// met at once do not meet again. It returns ctx's error when ctx ends first, and ErrConflictsPersisted without
 // pausing once its Patience has passed since the first conflict and it has met
 // conflictMinAttempts conflicts.
 func (b *ConflictBackoff) Wait(ctx context.Context) error {
-	patience := b.Patience
-	if patience <= 0 {
-		patience = ConflictPatience
+	p := ConflictPolicy
+	if b.Patience > 0 {
+		p.Patience = b.Patience
 	}
 	b.attempts++
 	if now := time.Now(); b.since.IsZero() {
 		b.since = now
-	} else if now.Sub(b.since) >= patience && b.attempts >= conflictMinAttempts {
+	} else if p.GaveUp(b.attempts, now.Sub(b.since)) {
 		return ErrConflictsPersisted
 	}
 	return sleep(ctx, b.next())
@@ -98,8 +111,8 @@ func (b *ConflictBackoff) Wait(ctx context.Context) error {
 
 // next is the next pause.
 func (b *ConflictBackoff) next() time.Duration {
-	b.wait = min(max(2*b.wait, conflictFirstWait), conflictMaxWait)
-	return b.wait/2 + rand.N(b.wait/2+1)
+	b.steps++
+	return ConflictPolicy.Delay(b.steps)
 }
 
 // RetryConflicts calls attempt, a compare-and-set write that reads what it changes, until it

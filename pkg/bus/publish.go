@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -25,6 +26,10 @@ const (
 	noStreamFirstWait = 100 * time.Millisecond
 	noStreamMaxWait   = 500 * time.Millisecond
 )
+
+// noStreamPolicy paces the publishes of one message while no stream answers: 100 ms doubling up
+// to 500 ms.
+var noStreamPolicy = retry.Policy{First: noStreamFirstWait, Max: noStreamMaxWait}
 
 // AttemptTimeout bounds one attempt of a read or write on a request's path that its caller
 // tries again when it fails (an instance's record, a kept result; a publish that a stream stores
@@ -46,17 +51,18 @@ func Attempt(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, AttemptTimeout)
 }
 
-// noStreamBackoff paces the publishes of one message while no stream answers.
-type noStreamBackoff struct{ wait time.Duration }
+// noStreamBackoff paces the publishes of one message while no stream answers (noStreamPolicy).
+type noStreamBackoff struct{ n int }
 
 // pause waits before the next publish, each time longer up to noStreamMaxWait. It reports false
 // without waiting when the wait would not end before until, and ctx's error when ctx ends first.
 func (b *noStreamBackoff) pause(ctx context.Context, until time.Time) (bool, error) {
-	b.wait = min(max(2*b.wait, noStreamFirstWait), noStreamMaxWait)
-	if time.Until(until) <= b.wait {
+	b.n++
+	wait := noStreamPolicy.Delay(b.n)
+	if time.Until(until) <= wait {
 		return false, nil
 	}
-	if err := sleep(ctx, b.wait); err != nil {
+	if err := sleep(ctx, wait); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -258,8 +259,8 @@ type awaiting struct {
 	resend          *time.Timer
 	resendC         <-chan time.Time // nil: nothing to send again
 	backoff         noStreamBackoff
-	late            bool          // the reply's time is up; only the acknowledgement is awaited
-	lookupWait      time.Duration // after a duplicate, the pause before the next read of the kept result
+	late            bool // the reply's time is up; only the acknowledgement is awaited
+	lookups         int  // after a duplicate, the reads of the kept result so far (lookupPolicy)
 	lookupCtx       context.Context
 	lookupStop      context.CancelFunc // ends the reads of the kept result when Await returns
 }
@@ -325,8 +326,8 @@ func (a *awaiting) refused(ctx context.Context, failure error) error {
 		a.w.duplicate.Store(true)
 		a.w.accepted.Store(ackAccepted)
 		a.lookUp(ctx)
-		a.lookupWait = 50 * time.Millisecond
-		a.startResend(a.lookupWait)
+		a.lookups = 1
+		a.startResend(lookupPolicy().Delay(a.lookups))
 		return nil
 	case errors.Is(failure, ErrDuplicate), errors.Is(failure, ErrReused):
 		return failure
@@ -362,9 +363,9 @@ func (a *awaiting) wait(ctx context.Context) error {
 			switch {
 			case a.w.results == nil:
 				a.resendC = nil
-			case a.lookupWait > 0: // after a duplicate: the first request may be about done
-				a.lookupWait = min(2*a.lookupWait, lookupEvery)
-				a.resend.Reset(a.lookupWait)
+			case a.lookups > 0: // after a duplicate: the first request may be about done
+				a.lookups++
+				a.resend.Reset(lookupPolicy().Delay(a.lookups))
 			default:
 				a.resend.Reset(lookupEvery)
 			}
@@ -467,16 +468,11 @@ func (w *Waiter) wake() {
 }
 
 // sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx, d) }
+
+// lookupPolicy paces the reads of a duplicate's kept result: 50 ms doubling up to lookupEvery
+// (a variable tests shorten).
+func lookupPolicy() retry.Policy { return retry.Policy{First: 50 * time.Millisecond, Max: lookupEvery} }
 
 func (w *Waiter) push(rep *agentbusv1.Reply) {
 	w.mu.Lock()
