@@ -473,38 +473,104 @@ func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 	handlersBy := start.Add(grace - reserve)
 	// Bus operations end a little before the grace does, leaving time to return.
 	time.AfterFunc(grace-reserve/4, h.abandon)
+	gone := h.watchGone(cancelHandlers)
+
+	h.announceLeaving()
+	stopBeating := h.keepBeating()
 	h.mu.Lock()
-	heldWhenGone := len(h.held) // requests whose settling may not reach NATS, if it is gone
+	for _, part := range h.parts {
+		h.releaseLocked(part)
+	}
+	h.mu.Unlock()
+	waitUntil(&h.bg, handlersBy) // handovers done: nothing is pulled or queued any more
+	h.awaitHandlers(handlersBy, start.Add(grace-reserve/2), cancelHandlers)
+	waitUntil(&h.bg, start.Add(grace-reserve/2))
+	notWritten := h.live.sweep(h.bctx, true)
+	stopBeating()
+	lctx, cancel := context.WithTimeout(h.bctx, 2*time.Second)
+	leaveErr := registry.Leave(lctx, h.res.Hosts, h.cfg.ID)
+	cancel()
+	gone.stop()
+
+	// What the host acknowledged or gave back reached NATS if a flush goes through now.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(500*time.Millisecond, max(time.Until(start.Add(grace)), 100*time.Millisecond)))
+	delivered := !gone.happened.Load() && h.cfg.Conn.IsConnected() && h.cfg.Conn.FlushWithContext(fctx) == nil
+	cancel()
+	h.mu.Lock()
+	notAcked := len(h.held) // handlers that never returned
+	h.mu.Unlock()
+	if !delivered {
+		notAcked = max(notAcked, int(gone.held.Load()))
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if notAcked == 0 && notWritten == 0 && leaveErr == nil {
+		h.log.Info("workflow host stopped", "took", took)
+		return
+	}
+	h.log.Warn("workflow host stopped without handing everything over; the requests not acknowledged come back by redelivery",
+		"requestsNotAcknowledged", notAcked, "ackWait", h.cfg.AckWait, "instanceRecordsNotWritten", notWritten,
+		"heartbeatDeleted", leaveErr == nil, "natsReachable", !gone.happened.Load(), "took", took)
+}
+
+// goneWatch is what a stopping host knows of its NATS connection going away.
+type goneWatch struct {
+	// happened is set once NATS is gone; held is the requests held then (or, until then, when
+	// the stop began), whose settling may not have reached NATS.
+	happened atomic.Bool
+	held     atomic.Int64
+	// stop ends the watch.
+	stop func()
+}
+
+// watchGone watches, while the host stops, for its NATS connection going away for good
+// (bus.WhenGone): then the host gives up on the bus and cancels the handlers, which could
+// neither store nor acknowledge anything.
+func (h *Host) watchGone(cancelHandlers context.CancelFunc) *goneWatch {
+	g := &goneWatch{}
+	h.mu.Lock()
+	g.held.Store(int64(len(h.held)))
 	h.mu.Unlock()
 	gone, stopWatch := bus.WhenGone(h.cfg.Conn)
-	defer stopWatch()
-	var natsGone atomic.Bool
 	quit, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
 		select {
 		case <-gone:
 			h.mu.Lock()
-			heldWhenGone = len(h.held)
+			g.held.Store(int64(len(h.held)))
 			h.mu.Unlock()
-			natsGone.Store(true)
+			g.happened.Store(true)
 			h.abandon()
-			cancelHandlers() // they could neither store nor acknowledge anything
+			cancelHandlers()
 		case <-h.bctx.Done():
 		case <-quit:
 		}
 	}()
+	g.stop = func() {
+		close(quit)
+		<-watched
+		stopWatch()
+	}
+	return g
+}
 
+// announceLeaving marks the host as stopping and says so in its heartbeat, so that the other
+// hosts take its partitions at once.
+func (h *Host) announceLeaving() {
 	close(h.stopping)
 	h.mu.Lock()
 	h.leaving = true
 	h.mu.Unlock()
 	lctx, cancel := context.WithTimeout(h.bctx, 2*time.Second)
+	defer cancel()
 	if err := h.beat(lctx); err != nil && h.bctx.Err() == nil {
 		h.log.Warn("announcing the stop", "err", err)
 	}
-	cancel()
-	// Keep the heartbeat (and so the lease) fresh while running handlers finish.
+}
+
+// keepBeating keeps the heartbeat (and so the lease) fresh while running handlers finish, until
+// the function it returns is called.
+func (h *Host) keepBeating() (stop func()) {
 	beating, stopBeating := context.WithCancel(h.bctx)
 	var beats sync.WaitGroup
 	beats.Go(func() {
@@ -523,16 +589,19 @@ func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 			}
 		}
 	})
-	h.mu.Lock()
-	for _, part := range h.parts {
-		h.releaseLocked(part)
+	return func() {
+		stopBeating()
+		beats.Wait()
 	}
-	h.mu.Unlock()
-	waitUntil(&h.bg, handlersBy) // handovers done: nothing is pulled or queued any more
+}
 
+// awaitHandlers lets running handlers finish until handlersBy, then cancels those still
+// running and waits for them until by.
+func (h *Host) awaitHandlers(handlersBy, by time.Time, cancelHandlers context.CancelFunc) {
 	handled := make(chan struct{})
 	go func() { h.wg.Wait(); close(handled) }()
 	t := time.NewTimer(time.Until(handlersBy))
+	defer t.Stop()
 	select {
 	case <-handled:
 	case <-h.bctx.Done(): // NATS is gone: the handlers were cancelled
@@ -540,40 +609,11 @@ func (h *Host) stop(ctx context.Context, cancelHandlers context.CancelFunc) {
 		h.log.Warn("shutdown grace over; cancelling running handlers", "running", h.running())
 		cancelHandlers()
 	}
-	t.Reset(time.Until(start.Add(grace - reserve/2)))
+	t.Reset(time.Until(by))
 	select {
 	case <-handled:
 	case <-t.C:
 	}
-	t.Stop()
-	waitUntil(&h.bg, start.Add(grace-reserve/2))
-	notWritten := h.live.sweep(h.bctx, true)
-	stopBeating()
-	beats.Wait()
-	lctx, cancel = context.WithTimeout(h.bctx, 2*time.Second)
-	leaveErr := registry.Leave(lctx, h.res.Hosts, h.cfg.ID)
-	cancel()
-	close(quit)
-	<-watched
-
-	// What the host acknowledged or gave back reached NATS if a flush goes through now.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(500*time.Millisecond, max(time.Until(start.Add(grace)), 100*time.Millisecond)))
-	delivered := !natsGone.Load() && h.cfg.Conn.IsConnected() && h.cfg.Conn.FlushWithContext(fctx) == nil
-	cancel()
-	h.mu.Lock()
-	notAcked := len(h.held) // handlers that never returned
-	h.mu.Unlock()
-	if !delivered {
-		notAcked = max(notAcked, heldWhenGone)
-	}
-	took := time.Since(start).Round(time.Millisecond)
-	if notAcked == 0 && notWritten == 0 && leaveErr == nil {
-		h.log.Info("workflow host stopped", "took", took)
-		return
-	}
-	h.log.Warn("workflow host stopped without handing everything over; the requests not acknowledged come back by redelivery",
-		"requestsNotAcknowledged", notAcked, "ackWait", h.cfg.AckWait, "instanceRecordsNotWritten", notWritten,
-		"heartbeatDeleted", leaveErr == nil, "natsReachable", !natsGone.Load(), "took", took)
 }
 
 // waitUntil waits for wg until the time by and reports whether it is done.
@@ -832,8 +872,9 @@ func platformError(t problem.Type, detail string) Response {
 
 // retry calls fn until it succeeds or ctx ends, backing off between attempts: a NATS hiccup
 // (leader election, reconnect) must not fail a request that was accepted.
+// The waits are busPolicy's.
 func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
-	backoff := 50 * time.Millisecond
+	tries := busPolicy.Start()
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || errors.Is(err, errFenced) {
@@ -842,12 +883,9 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 		if attempt == 1 || attempt%10 == 0 {
 			log.Warn(what, "attempt", attempt, "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, errors.Join(err, ctx.Err()))
-		case <-time.After(backoff):
+		if werr := tries.Wait(ctx); werr != nil {
+			return fmt.Errorf("%s: %w", what, errors.Join(err, werr))
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
 
