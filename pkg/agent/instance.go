@@ -268,20 +268,17 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 // bytes is about what the copy holds in memory: its state and liveBaseBytes.
 func (l *liveInstance) bytes() int { return liveBaseBytes + int(l.size.Load()) }
 
-// retryUntil calls fn until it succeeds or ctx ends, backing off up to a second.
+// retryUntil calls fn until it succeeds or ctx ends, backing off up to a second (reloadPolicy).
 func retryUntil(ctx context.Context, fn func() error) error {
-	backoff := 50 * time.Millisecond
+	tries := reloadPolicy.Start()
 	for {
 		err := fn()
 		if err == nil || errors.Is(err, errFenced) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(backoff):
+		if werr := tries.Wait(ctx); werr != nil {
+			return errors.Join(err, werr)
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -418,7 +418,7 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 		part.started <- err
 		return
 	}
-	backoff := 100 * time.Millisecond
+	tries := consumePolicy.Start()
 	for first := true; ; first = false {
 		cc, err := h.consume(ctx, part)
 		if first {
@@ -431,7 +431,7 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 			}
 		}
 		if err == nil {
-			backoff = 100 * time.Millisecond
+			tries.Reset()
 			select {
 			case <-ctx.Done():
 				h.drainConsumption(cc)
@@ -449,12 +449,9 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 		} else if ctx.Err() == nil {
 			h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if tries.Wait(ctx) != nil {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -542,7 +539,7 @@ func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream
 // takeOver begins a new tenure of part under pin: it snapshots the requests held elsewhere,
 // retrying while the bus recovers. It returns false when the partition is being let go.
 func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
-	backoff := 50 * time.Millisecond
+	tries := busPolicy.Start()
 	for {
 		others, err := h.snapshot(ctx, part)
 		if err == nil {
@@ -566,12 +563,9 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
 			return taken
 		}
 		h.log.Warn("taking a partition over", "agent", part.key.agent, "partition", part.key.n, "err", err)
-		select {
-		case <-ctx.Done():
+		if tries.Wait(ctx) != nil {
 			return false
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

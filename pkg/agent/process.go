@@ -81,7 +81,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	// attempts and its logger.
 	in = &inbound{seq: d.seq, stored: d.stored, agent: d.part.key.agent, data: m.Data(), header: m.Headers(),
 		delivered: md.NumDelivered,
-		tries: attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
+		tries: attempts{n: int(md.NumDelivered), policy: handlerPolicy(h.cfg), stopping: h.stopping,
 			h: h, d: d}}
 	req := &in.decoded
 	if err := proto.Unmarshal(m.Data(), req); err != nil {
@@ -152,7 +152,7 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 			return true, h.finish(ctx, log, d, nil)
 		}
 	}
-	if in.tries.n > in.tries.max {
+	if in.tries.overdrawn() {
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
 		// request that crashes its host does every time.
 		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", in.delivered-1)

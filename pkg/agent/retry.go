@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	backoff "github.com/agentbus/agentbus/pkg/retry"
 )
 
 // Retryable marks err as a passing failure, such as a model or an API that did not answer: a Chat,
@@ -48,8 +50,8 @@ var errStopping = errors.New("host shutting down")
 // attempts counts the tries of one request. The count starts at the bus's delivery count, so a
 // request that crashed its hosts is counted too, and goes on locally with each retry.
 type attempts struct {
-	n, max   int
-	backoff  time.Duration
+	n        int
+	policy   backoff.Policy // handlerPolicy
 	stopping <-chan struct{}
 	// h and d, when set, show a wait to the host's inspection and let an operator cut it short
 	// (inspect.go).
@@ -60,14 +62,34 @@ type attempts struct {
 // maxBackoff caps the doubling of the retry backoff.
 const maxBackoff = time.Minute
 
+// handlerPolicy is the retry policy of a request whose handler failed with a Retryable error:
+// HostConfig.RetryBackoff doubling up to maxBackoff, HostConfig.MaxDeliveries attempts.
+func handlerPolicy(c HostConfig) backoff.Policy {
+	return backoff.Policy{First: c.RetryBackoff, Max: maxBackoff, MaxAttempts: c.MaxDeliveries}
+}
+
+// The host's policies for riding out NATS hiccups (a leader election, a reconnect): waits that
+// double up to a cap, never giving up while their context lasts.
+var (
+	// busPolicy: the bus operations of a request that was accepted (retry), and a partition's
+	// takeover: 50 ms doubling to 2 s.
+	busPolicy = backoff.Policy{First: 50 * time.Millisecond, Max: 2 * time.Second}
+	// reloadPolicy: reading an instance's record again: 50 ms doubling to 1 s.
+	reloadPolicy = backoff.Policy{First: 50 * time.Millisecond, Max: time.Second}
+	// consumePolicy: creating a partition's consumer again: 100 ms doubling to 5 s.
+	consumePolicy = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.Second}
+)
+
 // exhausted reports whether no attempt is left after the current one.
-func (a *attempts) exhausted() bool { return a.n >= a.max }
+func (a *attempts) exhausted() bool { return a.policy.GaveUp(a.n, 0) }
+
+// overdrawn reports whether the request was delivered more often than it may be tried.
+func (a *attempts) overdrawn() bool { return a.n > a.policy.MaxAttempts }
 
 // wait sleeps before the next attempt and counts it. It returns errStopping when the host begins
 // to shut down first, ctx's error when ctx ends.
 func (a *attempts) wait(ctx context.Context) error {
-	d := a.backoff << min(a.n-1, 16)
-	d = min(d, maxBackoff)
+	d := a.policy.Delay(a.n)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var now <-chan struct{}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ident"
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -149,13 +150,10 @@ func (s *Store) post(ctx context.Context, sub *Subscription, ev Event) error {
 	return nil
 }
 
-// backoff is the wait before attempt n+1 of an event tried n times.
-func (s *Store) backoff(n uint64) time.Duration {
-	d := FirstBackoff
-	for i := uint64(1); i < n && d < s.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	return min(d, s.cfg.MaxBackoff)
+// policy is the retry policy of an event's delivery: FirstBackoff doubling up to MaxBackoff,
+// for RetryFor after the event was stored.
+func (s *Store) policy() retry.Policy {
+	return retry.Policy{First: FirstBackoff, Max: s.cfg.MaxBackoff, Patience: s.cfg.RetryFor}
 }
 
 // Deliver delivers the events of every subscription until ctx ends, starting again after a
@@ -327,8 +325,8 @@ func (s *Store) handle(ctx context.Context, sub *Subscription, src string, m jet
 			_ = m.Nak() // stopping: another host takes it now
 			return
 		}
-		if time.Since(md.Timestamp) < s.cfg.RetryFor {
-			wait := s.backoff(attempts)
+		if pol := s.policy(); !pol.GaveUp(int(attempts), time.Since(md.Timestamp)) {
+			wait := pol.Delay(int(attempts))
 			log.Info("delivering an event; trying again", "url", sub.URL, "event", ev.ID, "attempt", attempts, "in", wait, "err", err)
 			s.saveProgress(ctx, sub, src, p)
 			_ = m.NakWithDelay(wait)
