@@ -176,11 +176,10 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 		answered = resp
 		h.reply(ctx, log, req, in.replyTo, webhookReply(resp, runID))
 	}
-	for {
-		if err := h.rerun(ctx, log, in, inst); err != nil {
-			return nil, err
-		}
-		wr := &WebhookRequest{
+	var wr *WebhookRequest
+	var resp Response
+	dead, err := h.attempt(ctx, log, in, inst, nil, func() (bool, error) {
+		wr = &WebhookRequest{
 			Method:        req.GetMethod(),
 			Params:        nonNil(req.GetParams()),
 			Body:          req.GetBody(),
@@ -193,30 +192,20 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 			log:           log,
 			respond:       respond,
 		}
-		start := time.Now()
-		resp := callWebhook(ctx, log, hd, wr)
-		hm.observe(start)
-		recordAttempt(ctx, resp.retry)
-		if resp.retry == nil {
-			wr.Respond(resp)
-			hm.answered(answered.StatusCode)
-			return webhookOutgoing(req, answered, "out"), nil
-		}
-		if !in.tries.exhausted() {
-			hm.count(outcomeRetried)
-			log.Warn("webhook handler failed; retrying", "method", req.GetMethod(), "attempt", in.tries.n, "err", resp.retry)
-			if err := in.tries.wait(ctx); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if err := h.deadLetter(ctx, log, in, resp.retry.Error()); err != nil {
-			return nil, err
-		}
-		dead := deadLetterResponse(in)
-		respond(dead)
-		return webhookOutgoing(req, dead, "dead"), nil
+		resp = callWebhook(ctx, log, hd, wr)
+		return resp.retry != nil, resp.retry
+	}, "webhook handler failed; retrying", slog.String("method", req.GetMethod()))
+	switch {
+	case err != nil:
+		return nil, err
+	case dead:
+		kept := deadLetterResponse(in)
+		respond(kept)
+		return webhookOutgoing(req, kept, "dead"), nil
 	}
+	wr.Respond(resp)
+	hm.answered(answered.StatusCode)
+	return webhookOutgoing(req, answered, "out"), nil
 }
 
 // runMessage calls a Chat, Data or File handler until it answers or its attempts are used up,
@@ -238,37 +227,66 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 			}
 		}
 	}
-	for {
-		if err := h.rerun(ctx, log, in, m.inst); err != nil {
-			return nil, nil, err
-		}
+	before := func() {
 		m.Attempt = in.tries.n
 		if streamed && in.tries.n > 1 {
 			h.reply(ctx, log, req, in.replyTo, &agentbusv1.Reply{Partial: true, Restart: true, Attempt: int32(in.tries.n), StatusCode: http.StatusOK})
 		}
+	}
+	var reply Reply
+	var failure error
+	dead, err := h.attempt(ctx, log, in, m.inst, before, func() (bool, error) {
+		reply, failure = callHandler(ctx, log, hd, m)
+		return IsRetryable(failure), failure
+	}, "handler failed; retrying", slog.Any("type", msgkind.Of(req.GetKind()).History))
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case dead:
+		kept := deadLetterResponse(in)
+		rep, out := errorReply(req, kept.StatusCode, kept.platformError, string(kept.Content), "dead")
+		return rep, out, nil
+	}
+	rep, out := messageReply(req, reply, failure, log)
+	hm.answered(int(rep.GetStatusCode()))
+	return rep, out, nil
+}
+
+// attempt is the host's attempt loop of one request: it prepares each attempt (rerun, then
+// before, when not nil), calls call, times it and records its error on the trace. While call
+// answers a failure worth retrying (again true), it waits (in.tries.wait) and tries again, or,
+// once the attempts are used up, keeps the request as a dead letter and answers dead. Each
+// retry is counted and logged as retrying, with label and the attempt. An error means the
+// request was not finished (the host is stopping, or ctx ended).
+func (h *Host) attempt(ctx context.Context, log *slog.Logger, in *inbound, inst *Instance, before func(),
+	call func() (again bool, failure error), retrying string, label slog.Attr) (dead bool, err error) {
+	hm := h.metrics.handler(in.req)
+	for {
+		if err := h.rerun(ctx, log, in, inst); err != nil {
+			return false, err
+		}
+		if before != nil {
+			before()
+		}
 		start := time.Now()
-		reply, err := callHandler(ctx, log, hd, m)
+		again, failure := call()
 		hm.observe(start)
-		recordAttempt(ctx, err)
-		if !IsRetryable(err) {
-			rep, out := messageReply(req, reply, err, log)
-			hm.answered(int(rep.GetStatusCode()))
-			return rep, out, nil
+		recordAttempt(ctx, failure)
+		if !again {
+			return false, nil
 		}
 		if !in.tries.exhausted() {
 			hm.count(outcomeRetried)
-			log.Warn("handler failed; retrying", "type", msgkind.Of(req.GetKind()).History, "attempt", in.tries.n, "err", err)
+			log.Warn(retrying, label, "attempt", in.tries.n, "err", failure)
 			if err := in.tries.wait(ctx); err != nil {
-				return nil, nil, err
+				return false, err
 			}
 			continue
 		}
-		if err := h.deadLetter(ctx, log, in, err.Error()); err != nil {
-			return nil, nil, err
+		if err := h.deadLetter(ctx, log, in, failure.Error()); err != nil {
+			return false, err
 		}
-		dead := deadLetterResponse(in)
-		rep, out := errorReply(req, dead.StatusCode, dead.platformError, string(dead.Content), "dead")
-		return rep, out, nil
+		return true, nil
 	}
 }
 
