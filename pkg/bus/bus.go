@@ -174,13 +174,15 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if r.Messages, err = ensureMessages(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	if r.DeadLetters, err = ensureDeadLetters(ctx, js, cfg); err != nil {
+	if r.DeadLetters, err = ensureKept(ctx, js, cfg, subject.DeadLettersStream,
+		"agentbus requests whose handler failed every attempt, until replayed or discarded", subject.DeadLetterSubjects()); err != nil {
 		return nil, err
 	}
 	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
 		return nil, err
 	}
-	if r.Undelivered, err = ensureUndelivered(ctx, js, cfg); err != nil {
+	if r.Undelivered, err = ensureKept(ctx, js, cfg, subject.UndeliveredStream,
+		"agentbus events a subscription's receiver did not accept, until replayed or discarded", subject.UndeliveredSubjects()); err != nil {
 		return nil, err
 	}
 	if r.Runs, err = ensureRuns(ctx, js, cfg); err != nil {
@@ -236,33 +238,18 @@ func ensureMessages(ctx context.Context, js jetstream.JetStream, cfg Config) (je
 	})
 }
 
-// ensureDeadLetters creates or updates the stream of requests that failed every attempt.
-func ensureDeadLetters(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+// ensureKept creates or updates a stream of a Kept store: the requests that failed every
+// attempt (dead letters) or the events a subscription gave up on (undelivered).
+func ensureKept(ctx context.Context, js jetstream.JetStream, cfg Config, name, description, subjects string) (jetstream.Stream, error) {
 	return ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:        subject.DeadLettersStream,
-		Description: "agentbus requests whose handler failed every attempt, until replayed or discarded",
-		Subjects:    []string{subject.DeadLetterSubjects()},
+		Name:        name,
+		Description: description,
+		Subjects:    []string{subjects},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		// As long as a request may wait in the inbox: a dead letter may refer to a claim-checked
-		// request, which is kept that long.
-		MaxAge:      cfg.InboxMaxAge,
-		Duplicates:  cfg.DedupeWindow,
-		AllowDirect: true,
-	})
-}
-
-// ensureUndelivered creates the stream of events a subscription gave up on, kept as long as
-// dead letters.
-func ensureUndelivered(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	return ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:        subject.UndeliveredStream,
-		Description: "agentbus events a subscription's receiver did not accept, until replayed or discarded",
-		Subjects:    []string{subject.UndeliveredSubjects()},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		// request, which is kept that long; undelivered events are kept as long.
 		MaxAge:      cfg.InboxMaxAge,
 		Duplicates:  cfg.DedupeWindow,
 		AllowDirect: true,

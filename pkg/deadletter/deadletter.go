@@ -61,16 +61,18 @@ type Letter struct {
 	DeadAt     timefmt.Time `json:"deadAt"`
 }
 
-// Store reads and writes dead letters.
+// Store reads and writes dead letters: a bus.Kept store over the dead-letter stream (the
+// undelivered events of pkg/subscription are its other use).
 type Store struct {
-	stream jetstream.Stream
+	kept   bus.Kept
 	js     jetstream.JetStream
 	claims *bus.Blobs
 }
 
 // NewStore returns a Store over the bus's dead-letter stream.
 func NewStore(res *bus.Resources, claims *bus.Blobs) *Store {
-	return &Store{stream: res.DeadLetters, js: res.JS, claims: claims}
+	return &Store{kept: bus.Kept{Stream: res.DeadLetters, JS: res.JS, Noun: "dead letter", NotFound: ErrNotFound},
+		js: res.JS, claims: claims}
 }
 
 // Add keeps a request as a dead letter: data is the inbox message's payload as delivered (a
@@ -83,13 +85,7 @@ func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, i
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	msg.Header.Set(subject.HeaderError, bus.HeaderSafe(cause))
-	msg.Header.Set(subject.HeaderAttempts, strconv.Itoa(attempts))
-	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.DeadLetterMsgID(req.GetTenantId(), inboxSeq)))
-	if err != nil {
-		return 0, fmt.Errorf("storing dead letter: %w", err)
-	}
-	return ack.Sequence, nil
+	return s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), inboxSeq), cause, uint64(max(attempts, 0)))
 }
 
 // ListOptions select a page of dead letters.
@@ -106,18 +102,13 @@ type ListOptions struct {
 
 // Page sizes of List.
 const (
-	DefaultLimit = 50
-	MaxLimit     = 200
+	DefaultLimit = bus.KeptDefaultLimit
+	MaxLimit     = bus.KeptMaxLimit
 )
 
 // List returns a page of the tenant's dead letters, oldest first, and the id to continue after
 // (0 when there are no more).
 func (s *Store) List(ctx context.Context, tenant string, opt ListOptions) ([]Letter, uint64, error) {
-	limit := opt.Limit
-	if limit <= 0 {
-		limit = DefaultLimit
-	}
-	limit = min(limit, MaxLimit)
 	filter := subject.TenantDeadLetters(tenant)
 	if opt.Agent != "" {
 		filter = subject.AgentDeadLetters(tenant, opt.Agent)
@@ -125,25 +116,19 @@ func (s *Store) List(ctx context.Context, tenant string, opt ListOptions) ([]Let
 	if opt.Agent != "" && opt.WorkflowID != "" {
 		filter = subject.InstanceDeadLetters(tenant, opt.Agent, opt.WorkflowID)
 	}
+	raws, next, err := s.kept.Page(ctx, filter, opt.After, opt.Limit)
+	if err != nil {
+		return nil, 0, err
+	}
 	var out []Letter
-	for seq := opt.After + 1; ; {
-		raw, err := s.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, 0, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("listing dead letters: %w", err)
-		}
-		if len(out) == limit {
-			return out, out[len(out)-1].ID, nil
-		}
+	for _, raw := range raws {
 		l, err := Decode(raw)
 		if err != nil {
 			return nil, 0, err
 		}
 		out = append(out, l)
-		seq = raw.Sequence + 1
 	}
+	return out, next, nil
 }
 
 // Get returns one of the tenant's dead letters.
@@ -155,22 +140,10 @@ func (s *Store) Get(ctx context.Context, tenant string, id uint64) (Letter, erro
 	return Decode(raw)
 }
 
+// get reads one of the tenant's dead letters: another tenant's is not found, as one that does
+// not exist.
 func (s *Store) get(ctx context.Context, tenant string, id uint64) (*jetstream.RawStreamMsg, error) {
-	if id == 0 {
-		return nil, ErrNotFound
-	}
-	raw, err := s.stream.GetMsg(ctx, id)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading dead letter: %w", err)
-	}
-	// Another tenant's dead letter is not found, as one that does not exist.
-	if !subject.MatchesFilter(raw.Subject, subject.TenantDeadLetters(tenant)) {
-		return nil, ErrNotFound
-	}
-	return raw, nil
+	return s.kept.Get(ctx, id, subject.TenantDeadLetters(tenant))
 }
 
 // Replay publishes the dead letter's request to the inbox again, to be handled as if it had just
@@ -217,7 +190,7 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
 		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
 	}
-	if err := s.stream.DeleteMsg(ctx, id); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := s.kept.Stream.DeleteMsg(ctx, id); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Letter{}, fmt.Errorf("removing the replayed dead letter: %w", err)
 	}
 	return l, nil
@@ -230,11 +203,8 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := s.stream.DeleteMsg(ctx, id); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return ErrNotFound
-		}
-		return fmt.Errorf("removing dead letter: %w", err)
+	if err := s.kept.Remove(ctx, id); err != nil {
+		return err
 	}
 	req := new(agentbusv1.Request)
 	if proto.Unmarshal(raw.Data, req) == nil && req.GetEnvelopeRef() != nil {
@@ -247,10 +217,7 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 
 // PurgeTenant removes every dead letter of a tenant (the tenant is being deleted).
 func (s *Store) PurgeTenant(ctx context.Context, tenant string) error {
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.TenantDeadLetters(tenant))); err != nil {
-		return fmt.Errorf("purging dead letters of %s: %w", tenant, err)
-	}
-	return nil
+	return s.kept.Purge(ctx, subject.TenantDeadLetters(tenant), tenant)
 }
 
 // Decode reads a stored dead letter, as the stream holds it. A request kept by claim check
@@ -260,7 +227,7 @@ func Decode(raw *jetstream.RawStreamMsg) (Letter, error) {
 	if err := proto.Unmarshal(raw.Data, req); err != nil {
 		return Letter{}, fmt.Errorf("decoding dead letter %d: %w", raw.Sequence, err)
 	}
-	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
+	attempts := bus.Attempts(raw)
 	kind := msgkind.Of(req.GetKind())
 	l := Letter{
 		ID:            raw.Sequence,

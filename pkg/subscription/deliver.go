@@ -351,11 +351,6 @@ func (s *Store) keep(ctx context.Context, sub *Subscription, ev Event, attempts 
 	msg := &nats.Msg{Subject: subject.Undelivered(sub.TenantID, sub.ID), Data: ev.Body, Header: nats.Header{}}
 	msg.Header.Set(subject.HeaderEventID, ev.ID)
 	msg.Header.Set(subject.HeaderEventType, ev.Type)
-	msg.Header.Set(subject.HeaderError, bus.HeaderSafe(cause.Error()))
-	msg.Header.Set(subject.HeaderAttempts, strconv.FormatUint(attempts, 10))
-	_, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID)))
-	if err != nil {
-		return fmt.Errorf("storing an undelivered event: %w", err)
-	}
-	return nil
+	_, err := s.undelivered.Add(ctx, msg, subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID), cause.Error(), attempts)
+	return err
 }

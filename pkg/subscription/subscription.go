@@ -161,7 +161,7 @@ type Store struct {
 	kv          jetstream.KeyValue
 	messages    jetstream.Stream
 	dead        jetstream.Stream
-	undelivered jetstream.Stream
+	undelivered bus.Kept // the events given up on (dead letters are the store's other use)
 	// clients deliver: public refuses internal addresses; literal is for allow-list entries
 	// that name an address.
 	public, literal *http.Client
@@ -170,9 +170,10 @@ type Store struct {
 // NewStore returns a Store over the bus's resources.
 func NewStore(res *bus.Resources, cfg Config) *Store {
 	cfg = cfg.withDefaults()
+	undelivered := bus.Kept{Stream: res.Undelivered, JS: res.JS, Noun: "undelivered event", NotFound: ErrEventNotFound}
 	return &Store{
 		cfg: cfg, js: res.JS, kv: res.Subscriptions,
-		messages: res.Messages, dead: res.DeadLetters, undelivered: res.Undelivered,
+		messages: res.Messages, dead: res.DeadLetters, undelivered: undelivered,
 		public: outbound.NewClient(cfg.Timeout, false), literal: outbound.NewClient(cfg.Timeout, true),
 	}
 }
@@ -413,7 +414,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 	if err := s.removeProgress(ctx, &sub); err != nil {
 		return err
 	}
-	if err := s.undelivered.Purge(ctx, jetstream.WithPurgeSubject(subject.Undelivered(tenant, id))); err != nil {
+	if err := s.undelivered.Stream.Purge(ctx, jetstream.WithPurgeSubject(subject.Undelivered(tenant, id))); err != nil {
 		return fmt.Errorf("removing the subscription's undelivered events: %w", err)
 	}
 	return nil
@@ -430,10 +431,7 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
 			return err
 		}
 	}
-	if err := s.undelivered.Purge(ctx, jetstream.WithPurgeSubject(subject.TenantUndelivered(tenant))); err != nil {
-		return fmt.Errorf("purging undelivered events of %s: %w", tenant, err)
-	}
-	return nil
+	return s.undelivered.Purge(ctx, subject.TenantUndelivered(tenant), tenant)
 }
 
 // List is the answer of the subscription list: the tenant's subscriptions, secrets left out.

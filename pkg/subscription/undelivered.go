@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 )
@@ -33,15 +33,14 @@ type Undelivered struct {
 
 // Page sizes of ListUndelivered.
 const (
-	DefaultLimit = 50
-	MaxLimit     = 200
+	DefaultLimit = bus.KeptDefaultLimit
+	MaxLimit     = bus.KeptMaxLimit
 )
 
 func undeliveredOf(raw *jetstream.RawStreamMsg) Undelivered {
-	attempts, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
 	u := Undelivered{
 		ID: raw.Sequence, EventID: raw.Header.Get(subject.HeaderEventID), Type: raw.Header.Get(subject.HeaderEventType),
-		Error: raw.Header.Get(subject.HeaderError), Attempts: attempts, FailedAt: timefmt.Of(raw.Time),
+		Error: raw.Header.Get(subject.HeaderError), Attempts: bus.Attempts(raw), FailedAt: timefmt.Of(raw.Time),
 	}
 	if json.Valid(raw.Data) {
 		u.Event = json.RawMessage(raw.Data)
@@ -55,43 +54,21 @@ func (s *Store) ListUndelivered(ctx context.Context, tenant, id string, after ui
 	if _, err := s.Get(ctx, tenant, id); err != nil {
 		return nil, 0, err
 	}
-	if limit <= 0 {
-		limit = DefaultLimit
+	raws, next, err := s.undelivered.Page(ctx, subject.Undelivered(tenant, id), after, limit)
+	if err != nil {
+		return nil, 0, err
 	}
-	limit = min(limit, MaxLimit)
-	out := []Undelivered{}
-	for seq := after + 1; ; {
-		raw, err := s.undelivered.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.Undelivered(tenant, id)))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, 0, nil
-		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("listing undelivered events: %w", err)
-		}
-		if len(out) == limit {
-			return out, out[len(out)-1].ID, nil
-		}
+	out := make([]Undelivered, 0, len(raws))
+	for _, raw := range raws {
 		out = append(out, undeliveredOf(raw))
-		seq = raw.Sequence + 1
 	}
+	return out, next, nil
 }
 
-// getUndelivered reads one undelivered event of the subscription.
+// getUndelivered reads one undelivered event of the subscription: another subscription's, or
+// another tenant's, is not found.
 func (s *Store) getUndelivered(ctx context.Context, sub *Subscription, seq uint64) (*jetstream.RawStreamMsg, error) {
-	if seq == 0 {
-		return nil, ErrEventNotFound
-	}
-	raw, err := s.undelivered.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, ErrEventNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading undelivered event: %w", err)
-	}
-	if raw.Subject != subject.Undelivered(sub.TenantID, sub.ID) {
-		return nil, ErrEventNotFound // another subscription's, or another tenant's
-	}
-	return raw, nil
+	return s.undelivered.Get(ctx, seq, subject.Undelivered(sub.TenantID, sub.ID))
 }
 
 // Replay delivers an undelivered event once, now, as it was (same webhook-id, a new signature and
@@ -110,7 +87,7 @@ func (s *Store) Replay(ctx context.Context, tenant, id string, seq uint64) (Unde
 	if err := s.post(ctx, &sub, Event{ID: u.EventID, Type: u.Type, Body: raw.Data}); err != nil {
 		return u, err
 	}
-	if err := s.undelivered.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := s.undelivered.Stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return u, fmt.Errorf("removing the replayed event: %w", err)
 	}
 	return u, nil
@@ -125,11 +102,5 @@ func (s *Store) Discard(ctx context.Context, tenant, id string, seq uint64) erro
 	if _, err := s.getUndelivered(ctx, &sub, seq); err != nil {
 		return err
 	}
-	if err := s.undelivered.DeleteMsg(ctx, seq); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return ErrEventNotFound
-		}
-		return fmt.Errorf("removing undelivered event: %w", err)
-	}
-	return nil
+	return s.undelivered.Remove(ctx, seq)
 }
