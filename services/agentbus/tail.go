@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/msgkind"
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/sse"
 )
 
@@ -21,6 +22,9 @@ const (
 	tailFirstRetry = time.Second
 	tailMaxRetry   = 30 * time.Second
 )
+
+// tailPolicy paces tail's reconnections: 1 s doubling up to 30 s, for as long as tail runs.
+var tailPolicy = retry.Policy{First: tailFirstRetry, Max: tailMaxRetry}
 
 // tail follows a thread's listen stream and prints one line per message until ctx ends; when
 // the stream breaks it reconnects with Last-Event-ID, so that no message is missed.
@@ -44,7 +48,7 @@ func (c *cli) tail(ctx context.Context, args []string) error {
 	}
 
 	t := &tailer{cli: c, query: query}
-	retry := tailFirstRetry
+	tries := tailPolicy.Start()
 	for {
 		connected, err := t.listen(ctx)
 		if ctx.Err() != nil {
@@ -55,21 +59,17 @@ func (c *cli) tail(ctx context.Context, args []string) error {
 			return err // retrying cannot help
 		}
 		if connected {
-			retry = tailFirstRetry
+			tries.Reset()
 		}
 		why := "the stream ended"
 		if err != nil {
 			why = err.Error()
 		}
-		fmt.Fprintf(c.stderr, "tail: %s; reconnecting in %s\n", why, retry)
-		timer := time.NewTimer(retry)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		wait, _ := tries.Failed()
+		fmt.Fprintf(c.stderr, "tail: %s; reconnecting in %s\n", why, wait)
+		if retry.Sleep(ctx, wait) != nil {
 			return nil
-		case <-timer.C:
 		}
-		retry = min(retry*2, tailMaxRetry)
 	}
 }
 
