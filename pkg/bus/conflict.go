@@ -3,7 +3,6 @@ package bus
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,7 +62,8 @@ const (
 
 // ConflictPolicy is the retry policy of a compare-and-set write after a conflict: pauses of
 // half to all of a step that doubles from 100 µs to 4 ms, for ConflictPatience after the first
-// conflict and at least 64 attempts. Its Retryable is IsConflict.
+// conflict and at least 64 attempts. Its Retryable is IsConflict; it gives up with
+// ErrConflictsPersisted.
 var ConflictPolicy = retry.Policy{
 	First:       conflictFirstWait,
 	Max:         conflictMaxWait,
@@ -71,6 +71,7 @@ var ConflictPolicy = retry.Policy{
 	Patience:    ConflictPatience,
 	MinAttempts: conflictMinAttempts,
 	Retryable:   IsConflict,
+	GiveUp:      ErrConflictsPersisted,
 }
 
 // ErrConflictsPersisted is ConflictBackoff.Wait's answer when a write has met conflicts for
@@ -116,7 +117,7 @@ func (b *ConflictBackoff) next() time.Duration {
 }
 
 // RetryConflicts calls attempt, a compare-and-set write that reads what it changes, until it
-// answers anything but a conflict (IsConflict), pausing with a ConflictBackoff before each new
+// answers anything but a conflict (IsConflict), pausing as ConflictPolicy says before each new
 // attempt. A conflict that outlasts ctx or ConflictPatience is answered wrapped with Wait's error.
 func RetryConflicts(ctx context.Context, attempt func() error) error {
 	return RetryConflictsFor(ctx, ConflictPatience, attempt)
@@ -125,14 +126,9 @@ func RetryConflicts(ctx context.Context, attempt func() error) error {
 // RetryConflictsFor is RetryConflicts with a patience of its own: for a write that may wait
 // longer than most, such as one that only adds to a set, which no order depends on.
 func RetryConflictsFor(ctx context.Context, patience time.Duration, attempt func() error) error {
-	b := ConflictBackoff{Patience: patience}
-	for {
-		err := attempt()
-		if !IsConflict(err) {
-			return err
-		}
-		if werr := b.Wait(ctx); werr != nil {
-			return fmt.Errorf("%w: %w", err, werr)
-		}
+	p := ConflictPolicy
+	if patience > 0 {
+		p.Patience = patience
 	}
+	return p.Do(ctx, attempt)
 }

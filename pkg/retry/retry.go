@@ -16,7 +16,8 @@ import (
 	"time"
 )
 
-// ErrGaveUp is Attempts.Wait's answer once the policy gives up (Policy.GaveUp).
+// ErrGaveUp is Attempts.Wait's answer once the policy gives up (Policy.GaveUp), unless the
+// policy names its own (Policy.GiveUp).
 var ErrGaveUp = errors.New("retry: attempts used up")
 
 // Policy paces the attempts of one operation. Its zero value retries at once and for ever.
@@ -41,6 +42,9 @@ type Policy struct {
 
 	// Retryable, for Do, tells the errors worth another attempt; nil means every error.
 	Retryable func(error) bool
+	// GiveUp is the error of Attempts.Wait (and so of Do) when the policy gives up; nil means
+	// ErrGaveUp.
+	GiveUp error
 	// Rand returns a random number in [0, n); nil means math/rand/v2's Int64N. Tests set it.
 	Rand func(n int64) int64
 }
@@ -84,8 +88,8 @@ func (p Policy) GaveUp(n int, elapsed time.Duration) bool {
 func (p Policy) Start() *Attempts { return &Attempts{Policy: p} }
 
 // Do calls fn until it succeeds, fails with an error that is not Retryable (answered as it
-// is), or p gives up or ctx ends: then the last error is answered wrapped with ErrGaveUp or
-// ctx's error.
+// is), or p gives up or ctx ends: then the last error is answered wrapped with ErrGaveUp (or
+// p.GiveUp) or ctx's error.
 func (p Policy) Do(ctx context.Context, fn func() error) error {
 	a := p.Start()
 	for {
@@ -120,11 +124,14 @@ func (a *Attempts) Failed() (time.Duration, bool) {
 	return a.Policy.Delay(a.n), true
 }
 
-// Wait counts a failed attempt and pauses before the next one. It answers ErrGaveUp without
-// pausing when the policy gives up, and ctx's error when ctx ends first.
+// Wait counts a failed attempt and pauses before the next one. It answers ErrGaveUp (or the
+// policy's GiveUp) without pausing when the policy gives up, and ctx's error when ctx ends first.
 func (a *Attempts) Wait(ctx context.Context) error {
 	d, ok := a.Failed()
 	if !ok {
+		if a.Policy.GiveUp != nil {
+			return a.Policy.GiveUp
+		}
 		return ErrGaveUp
 	}
 	return Sleep(ctx, d)

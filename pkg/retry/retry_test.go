@@ -98,6 +98,14 @@ func TestDo(t *testing.T) {
 		t.Errorf("gave up: err %v, calls %d", err, calls)
 	}
 
+	errOwn := errors.New("own give-up")
+	own := p
+	own.GiveUp = errOwn
+	err = own.Do(context.Background(), func() error { return errPassing })
+	if !errors.Is(err, errPassing) || !errors.Is(err, errOwn) || errors.Is(err, retry.ErrGaveUp) {
+		t.Errorf("a give-up error of its own: err %v", err)
+	}
+
 	q := p
 	q.Retryable = func(err error) bool { return err == errPassing }
 	calls = 0
