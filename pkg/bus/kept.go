@@ -99,7 +99,8 @@ func (k *Kept) Get(ctx context.Context, id uint64, filter string) (*jetstream.Ra
 	return raw, nil
 }
 
-// Remove deletes the kept message id; one already gone is NotFound.
+// Remove deletes the kept message id, which its caller read first (Get); a deletion the server
+// answers with jetstream.ErrMsgNotFound is NotFound.
 func (k *Kept) Remove(ctx context.Context, id uint64) error {
 	if err := k.Stream.DeleteMsg(ctx, id); err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
