@@ -81,7 +81,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	// attempts and its logger.
 	in = &inbound{seq: d.seq, stored: d.stored, agent: d.part.key.agent, data: m.Data(), header: m.Headers(),
 		delivered: md.NumDelivered,
-		tries: attempts{n: int(md.NumDelivered), policy: handlerPolicy(h.cfg), stopping: h.stopping,
+		tries: attempts{n: int(md.NumDelivered), max: h.cfg.MaxDeliveries, backoff: h.cfg.RetryBackoff, stopping: h.stopping,
 			h: h, d: d}}
 	req := &in.decoded
 	if err := proto.Unmarshal(m.Data(), req); err != nil {

@@ -50,8 +50,8 @@ var errStopping = errors.New("host shutting down")
 // attempts counts the tries of one request. The count starts at the bus's delivery count, so a
 // request that crashed its hosts is counted too, and goes on locally with each retry.
 type attempts struct {
-	n        int
-	policy   backoff.Policy // handlerPolicy
+	n, max   int
+	backoff  time.Duration // with max, the request's handlerPolicy
 	stopping <-chan struct{}
 	// h and d, when set, show a wait to the host's inspection and let an operator cut it short
 	// (inspect.go).
@@ -63,10 +63,14 @@ type attempts struct {
 const maxBackoff = time.Minute
 
 // handlerPolicy is the retry policy of a request whose handler failed with a Retryable error:
-// HostConfig.RetryBackoff doubling up to maxBackoff, HostConfig.MaxDeliveries attempts.
-func handlerPolicy(c HostConfig) backoff.Policy {
-	return backoff.Policy{First: c.RetryBackoff, Max: maxBackoff, MaxAttempts: c.MaxDeliveries}
+// HostConfig.RetryBackoff doubling up to maxBackoff, HostConfig.MaxDeliveries attempts. A
+// request's attempts keep only its two numbers, and make the policy when they need it.
+func handlerPolicy(retryBackoff time.Duration, maxDeliveries int) backoff.Policy {
+	return backoff.Policy{First: retryBackoff, Max: maxBackoff, MaxAttempts: maxDeliveries}
 }
+
+// policy is a's handlerPolicy.
+func (a *attempts) policy() backoff.Policy { return handlerPolicy(a.backoff, a.max) }
 
 // The host's policies for riding out NATS hiccups (a leader election, a reconnect): waits that
 // double up to a cap, never giving up while their context lasts.
@@ -81,15 +85,15 @@ var (
 )
 
 // exhausted reports whether no attempt is left after the current one.
-func (a *attempts) exhausted() bool { return a.policy.GaveUp(a.n, 0) }
+func (a *attempts) exhausted() bool { return a.policy().GaveUp(a.n, 0) }
 
 // overdrawn reports whether the request was delivered more often than it may be tried.
-func (a *attempts) overdrawn() bool { return a.n > a.policy.MaxAttempts }
+func (a *attempts) overdrawn() bool { return a.n > a.max }
 
 // wait sleeps before the next attempt and counts it. It returns errStopping when the host begins
 // to shut down first, ctx's error when ctx ends.
 func (a *attempts) wait(ctx context.Context) error {
-	d := a.policy.Delay(a.n)
+	d := a.policy().Delay(a.n)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var now <-chan struct{}
