@@ -15,13 +15,14 @@ import (
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
-// offered is what a load of requests got: the accepted ones by time since the load started,
+// offered is what a load of requests got: the accepted ones by when their answers came,
 // the other answers, and one refusal as it came.
 type offered struct {
-	mu       sync.Mutex
-	start    time.Time
-	sent     int
-	accepted []time.Duration
+	mu    sync.Mutex
+	start time.Time
+	sent  int
+	// answered holds when each accepted request's answer came, after the start.
+	answered []time.Duration
 	other    map[int]int
 	refusal  struct {
 		status int
@@ -30,17 +31,25 @@ type offered struct {
 	}
 }
 
-// acceptedRate is the accepted requests a second from `from` after the start to `to`.
-func (o *offered) acceptedRate(from, to time.Duration) float64 {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
-	for _, at := range o.accepted {
-		if at >= from && at < to {
-			n++
+// acceptedRate is the requests of loads accepted a second, from `from` after their start to
+// the last answer, by the time each answer came: what the ingress let through as time went, even
+// when the clients, on a busy machine, sent their requests later than planned.
+func acceptedRate(loads []*offered, from time.Duration) float64 {
+	n, last := 0, from
+	for _, o := range loads {
+		o.mu.Lock()
+		for _, at := range o.answered {
+			if at >= from {
+				n++
+				last = max(last, at)
+			}
 		}
+		o.mu.Unlock()
 	}
-	return float64(n) / (to - from).Seconds()
+	if last <= from {
+		return 0
+	}
+	return float64(n) / (last - from).Seconds()
 }
 
 // offer sends GET /api/user/agents with key at rate a second for d, request i to bases[i %
@@ -78,7 +87,7 @@ func offer(t *testing.T, bases []string, key string, rate float64, d time.Durati
 			defer o.mu.Unlock()
 			switch resp.StatusCode {
 			case http.StatusOK:
-				o.accepted = append(o.accepted, due.Sub(o.start))
+				o.answered = append(o.answered, time.Since(o.start))
 			case http.StatusTooManyRequests:
 				if o.refusal.status == 0 {
 					o.refusal.status, o.refusal.header, o.refusal.body = resp.StatusCode, resp.Header, b
@@ -94,7 +103,8 @@ func offer(t *testing.T, bases []string, key string, rate float64, d time.Durati
 
 // TestRateLimitAcrossInstances: three ingress instances on one NATS hold a key's rate and a
 // tenant's rate together, where each alone would let through its own: 150 requests a second
-// spread over the three, against a rate of 20 a second, are accepted at about 20 a second.
+// spread over the three, against a rate of 20 a second (bursts of 20), are accepted at about 20 a
+// second, by the time the answers came.
 // Refusals are 429 rate-limited with Retry-After; a quiet key of the same tenant and a quiet
 // tenant, on another instance, get every request through.
 func TestRateLimitAcrossInstances(t *testing.T) {
@@ -114,7 +124,8 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 	const (
 		rate    = 20.0
 		load    = 150.0
-		runFor  = 4 * time.Second
+		burst   = 20.0
+		runFor  = 6 * time.Second
 		measure = time.Second // after the burst
 	)
 	for _, tc := range []struct {
@@ -136,18 +147,22 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 			wg.Go(func() { quiet = offer(t, bases[2:], tc.quiet, 5, runFor) })
 			wg.Wait()
 
-			got := 0.0
 			for _, o := range loads {
-				got += o.acceptedRate(measure, runFor)
 				assert.Empty(t, o.other, "answers other than 200 and 429")
 			}
+			got := acceptedRate(loads, measure)
 			t.Logf("%s of %.0f/s, %.0f/s offered over three instances: %.1f/s accepted after the first second", tc.name, rate, load, got)
-			assert.InDelta(t, rate, got, rate*0.2, "accepted rate")
+			// A token bucket lets through its rate and, over any time, at most a burst more: on
+			// a busy machine the clients' requests come in bunches after pauses, and a pause
+			// refills the buckets.
+			window := (runFor - measure).Seconds()
+			assert.GreaterOrEqual(t, got, rate*0.8, "accepted rate")
+			assert.LessOrEqual(t, got, rate*1.25+burst/window, "accepted rate") // 3 instances each alone: 60/s
 
 			r := loads[0].refusal
 			wantRateLimited(t, r.status, r.header, r.body, 1)
 			assert.Contains(t, decode(t, r.body)["detail"], tc.detail)
-			assert.Equal(t, quiet.sent, len(quiet.accepted), "the quiet key's requests, on the third instance: %v", quiet.other)
+			assert.Equal(t, quiet.sent, len(quiet.answered), "the quiet key's requests, on the third instance: %v", quiet.other)
 		})
 	}
 
