@@ -52,6 +52,7 @@ func tenantIDs(t *testing.T, s *stacktest.Stack) []string {
 // TestAdminFlow walks the admin API as an operator does: a tenant, its tenant admin and user
 // key, a key's revocation and rotation, and the tenant's deletion.
 func TestAdminFlow(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	var tenant struct {
 		ID        string    `json:"id"`
@@ -181,6 +182,7 @@ func checkTenantDeletion(t *testing.T, s *stacktest.Stack, ta, rotated newKey) {
 }
 
 func TestAdminDeleteTenantFinishesInterruptedDeletion(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	// A deletion that stopped after marking the tenant, before revoking its keys.
@@ -195,6 +197,7 @@ func TestAdminDeleteTenantFinishesInterruptedDeletion(t *testing.T) {
 }
 
 func TestAdminSystemKeys(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	sys := createKey(t, s, "", systemKey, "automation", "system-admin")
 	waitKnown(t, s, sys.Key)
@@ -228,6 +231,7 @@ func TestAdminSystemKeys(t *testing.T) {
 }
 
 func TestAdminRefusals(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	var k refusalKeys
@@ -352,6 +356,7 @@ func adminInputRefusals(s *stacktest.Stack, k refusalKeys) []adminRefusal {
 }
 
 func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
@@ -392,6 +397,7 @@ func TestAdminKeysAtRestAreHashesOnly(t *testing.T) {
 
 // TestAdminMethodsAllow checks the Allow header lists every method of a path.
 func TestAdminMethodsAllow(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	for path, want := range map[string]string{
 		"/api/v1/admin/tenants":                       "GET, POST",

@@ -12,6 +12,7 @@ import (
 // A client may not send as an "agent:" participant: those conversations belong to agents calling
 // each other, and a callee trusts that such a sender is an agent. Reading such a thread is fine.
 func TestClientsCannotSendAsAnAgent(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	auth := bearerHeader(s.Key)
 	cases := []struct {

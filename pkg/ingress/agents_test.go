@@ -35,6 +35,7 @@ func listAgents(t *testing.T, s *stacktest.Stack, hdr ...string) agentList {
 }
 
 func TestListAgents(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -71,6 +72,7 @@ func TestListAgents(t *testing.T) {
 }
 
 func TestListAgentsRefusals(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	for _, tc := range []struct {
 		name  string

@@ -14,6 +14,7 @@ import (
 )
 
 func TestConverse(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "Bob", "text", "hi there"), "", bearerHeader(s.Key)...)
 	a := answerOf(t, status, b)
@@ -60,6 +61,7 @@ func TestConverse(t *testing.T) {
 
 // Data methods keep the instance's state across calls and across a restart of the host.
 func TestConverseCountSurvivesHostRestart(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	count := func() float64 {
 		t.Helper()
@@ -81,6 +83,7 @@ func TestConverseCountSurvivesHostRestart(t *testing.T) {
 
 // A method's own error is answered as a problem and kept in the thread's history too.
 func TestConverseErrorStoredInHistory(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, ct, b := converse(t, s, q("workflow", "Echo", "type", "Data", "text", "fail", "participantId", "erin", "apikey", s.Key), `{"status":422,"message":"cannot do that"}`)
 	problemOf(t, status, ct, b, 422)

@@ -112,6 +112,7 @@ func letterIDs(ls []deadletter.Letter) []uint64 {
 }
 
 func TestDeadLetterListAndGet(t *testing.T) {
+	t.Parallel()
 	s, _, _ := startDeadLetterStack(t)
 	flakyA := killLetter(t, s, s.Key, "default:Flaky:Supervisor Workflow:a", "mendable")
 	broken := killLetter(t, s, s.Key, "Broken", "boom")
@@ -176,6 +177,7 @@ func TestDeadLetterListAndGet(t *testing.T) {
 }
 
 func TestDeadLetterReplayAndDiscard(t *testing.T) {
+	t.Parallel()
 	s, flaky, _ := startDeadLetterStack(t)
 	const (
 		replayWF  = "default:Flaky:Supervisor Workflow:replay"
@@ -235,6 +237,7 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 }
 
 func TestDeadLetterRefusals(t *testing.T) {
+	t.Parallel()
 	s, _, _ := startDeadLetterStack(t)
 	var k letterRefusalKeys
 	k.mine = killLetter(t, s, s.Key, "Flaky", "mendable")
@@ -332,6 +335,7 @@ func deadLetterInputRefusals(s *stacktest.Stack, k letterRefusalKeys) []adminRef
 // Deleting a tenant removes its dead letters, and only its: a tenant of the same id created
 // later starts without any.
 func TestDeadLetterTenantDeletionPurges(t *testing.T) {
+	t.Parallel()
 	s, _, _ := startDeadLetterStack(t)
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
 	ops := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
@@ -362,6 +366,7 @@ func TestDeadLetterTenantDeletionPurges(t *testing.T) {
 // A request too large for one message waits in the claims store; once that copy has expired its
 // dead letter cannot be replayed, only discarded.
 func TestDeadLetterExpiredRequest(t *testing.T) {
+	t.Parallel()
 	s, _, _ := startDeadLetterStack(t)
 	ctx := context.Background()
 	big := []byte(`{"blob":"` + strings.Repeat("x", 2<<20) + `"}`)

@@ -20,6 +20,7 @@ import (
 )
 
 func TestWebhookRefusals(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	revoked, _ := revokedKey(t, s, "default", keys.RoleUser, "to revoke")
 
@@ -59,6 +60,7 @@ func TestWebhookRefusals(t *testing.T) {
 }
 
 func TestWebhookNoLiveHost(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	require.NoError(t, s.StopHost())
 	// The host's leaving reaches the ingress through its watch of the hosts bucket, a moment
@@ -77,6 +79,7 @@ func TestWebhookNoLiveHost(t *testing.T) {
 // hosts' heartbeats stop reaching the ingress while a NATS cluster elects the hosts bucket's
 // leader), and answered by the host that comes.
 func TestWebhookWithKeyWaitsForAHost(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	require.NoError(t, s.StopHost())
 	require.Eventually(t, func() bool {
@@ -96,6 +99,7 @@ func TestWebhookWithKeyWaitsForAHost(t *testing.T) {
 }
 
 func TestWebhookTimeoutStillProcessed(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{WebhookTimeout: 200 * time.Millisecond})
 	wf := "Echo:Conversational"
 	status, ct, b := call(t, s.URL, wf, "sleep", q("apikey", s.Key, "ms", "600"), nil, "Idempotency-Key", "sleep-1")
@@ -122,6 +126,7 @@ func TestWebhookTimeoutStillProcessed(t *testing.T) {
 }
 
 func TestWebhookIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	wf := "default:Echo:Supervisor Workflow:idem"
 	_, _, first := call(t, s.URL, wf, "count", q("apikey", s.Key), nil, "Idempotency-Key", "k1")
@@ -144,6 +149,7 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 // de-duplication id to the inbox; one the ingress made up cannot come again, and the server
 // would keep its id for the whole dedupe window for nothing.
 func TestInboxDedupeIDOnlyForCallerKeys(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	sub, err := s.Res.JS.Conn().SubscribeSync(subject.InboxSubjects())
 	require.NoError(t, err)
@@ -174,6 +180,7 @@ func TestInboxDedupeIDOnlyForCallerKeys(t *testing.T) {
 }
 
 func TestRoutingEdges(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	// An activation name with a slash and a space, URL-encoded, is one path segment.
 	status, _, b := call(t, s.URL, "default:Echo:Supervisor Workflow:a/b c", "count", q("apikey", s.Key), nil)

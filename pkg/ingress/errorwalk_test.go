@@ -40,6 +40,7 @@ type walkKeys struct {
 }
 
 func TestErrorWalk(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxFileBytes: 1024,
 		Agents: []*agent.Agent{echo.New(), leakyAgent()}})
 	_, revokedRec := revokedKey(t, s, "default", keys.RoleUser, "revoked")

@@ -20,6 +20,7 @@ import (
 // Two hosts share the inbox; when one stops, the other takes its partitions over and the
 // conversation goes on with its state.
 func TestWebhookHostHandover(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	stopB, err := s.AddHost(context.Background(), "host-b")
 	require.NoError(t, err)
@@ -42,6 +43,7 @@ func TestWebhookHostHandover(t *testing.T) {
 // Hosts that run different agents share one bus: each agent's requests reach only a host that
 // runs it.
 func TestHostsWithDifferentAgents(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	greeter := agent.New("Greeter")
 	greeter.WebhookFunc("hello", func(_ context.Context, r *agent.WebhookRequest) agent.Response {
@@ -64,6 +66,7 @@ func TestHostsWithDifferentAgents(t *testing.T) {
 
 // A partition consumer deleted under a running host is created again and work goes on.
 func TestDeletedConsumerComesBack(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)

@@ -95,6 +95,7 @@ func messageIDs(msgs []storedMessage) []string {
 }
 
 func TestHistoryPages(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	webhookCalls(t, s, "Alice", "r-0", "r-1", "r-2", "r-3", "r-4")
 	webhookCalls(t, s, "bob", "b-0")
@@ -235,6 +236,7 @@ func historyBadPaging(t *testing.T, s *stacktest.Stack) {
 }
 
 func TestHistoryRefusals(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	user, _ := storeKey(t, s, "default", keys.RoleUser, "reader")
 	thread := q("workflowId", echoWF, "participantId", "alice")
@@ -303,6 +305,7 @@ func sendChat(t *testing.T, s *stacktest.Stack, participant, text, topic string)
 }
 
 func TestHistoryTopics(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	auth := bearerHeader(s.Key)
 	topicsPath := "/api/v1/admin/tenants/default/messaging/topics"
@@ -431,6 +434,7 @@ func (st *stream) quiet(t *testing.T, d time.Duration) {
 }
 
 func TestHistoryListen(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	thread := q("workflowId", echoWF, "participantId", "dave")
 	auth := bearerHeader(s.Key)

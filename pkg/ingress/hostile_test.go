@@ -45,6 +45,7 @@ var hostileValues = []hostileValue{
 // of a schedule with a 10,000-character name put the name into a NATS subject, and the server
 // closed the connection of the whole process. It is refused now, and every tenant's calls go on.
 func TestLongScheduleNameKeepsTheBusUp(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{}, "default", "other")
 	path := "/api/v1/admin/tenants/default/schedules/" + strings.Repeat("a", 10_000) + "?agentName=Echo&activationName=x"
 	status, ct, b := doCT(t, http.MethodDelete, s.URL+path, nil, bearerHeader(s.Key)...)
@@ -67,6 +68,7 @@ func TestHostileParametersKeepTheBusUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends about 1,500 requests")
 	}
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey}}, "default", "other")
 	addr := strings.TrimPrefix(s.URL, "http://")
 	doc := loadOpenAPI(t)

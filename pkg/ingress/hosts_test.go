@@ -57,6 +57,7 @@ func queuePath(tenant, workflowID string) string {
 // backoff that the operator runs at once, and a handler waiting for an Agent2Agent call. Tenant
 // "other" sees none of it.
 func TestStuckInstanceQueue(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var flaky atomic.Int32
 	// A short ack wait: the blocked handler runs past it and keeps its request. A long backoff:

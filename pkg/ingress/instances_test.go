@@ -96,6 +96,7 @@ func activations(l instanceList) []string {
 // activity, a page at a time with cursors; another tenant's key cannot list them, and its own
 // listing does not show them.
 func TestInstanceListing(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	var runs []string
 	for _, a := range []string{"blue-1", "red-1", "blue-2", "red-2", "blue-3"} {
@@ -179,6 +180,7 @@ func TestInstanceListing(t *testing.T) {
 // host that answers it), its timers, dead letters and recent requests; another tenant's
 // instance is not found, exactly like a missing one.
 func TestInstanceShow(t *testing.T) {
+	t.Parallel()
 	flaky := agent.New("Flaky")
 	flaky.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Retry(errors.New("down"))
@@ -293,6 +295,7 @@ func TestInstanceShow(t *testing.T) {
 // the next call starts a new run, whose record keeps the completed one among its earlier runs.
 // A completed run cannot be completed again, and a missing instance is not found.
 func TestInstanceComplete(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	wf := echoWorkflow("default", "finish")
 	_, first := echoHost(t, s, s.Key, wf)
@@ -325,6 +328,7 @@ func TestInstanceComplete(t *testing.T) {
 // holds the instance in memory (no notice reaches it) stays completed: the host's next write of
 // the record conflicts, it reloads, and the write after that starts from the completed record.
 func TestHostInMemoryDoesNotOverwriteACompletion(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -360,6 +364,7 @@ func TestHostInMemoryDoesNotOverwriteACompletion(t *testing.T) {
 // completed, one operator is answered 200 and the others 409 instance-not-running, and no
 // writer overwrites the completion.
 func TestInstanceCompleteWhileHostsWrite(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	completeWhileWritersWrite(t, s.URL, s.Key, instance.NewStore(s.Res.Instances))
 }
@@ -371,6 +376,7 @@ func TestInstanceCompleteWhileHostsWriteReplicated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node NATS cluster")
 	}
+	t.Parallel()
 	cl, res := natstest.ClusterBus(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -452,6 +458,7 @@ func completeWhileWritersWrite(t *testing.T, base, key string, store *instance.S
 // TestInstanceBackfill: records written before the run index existed are listed once a system
 // admin has backfilled the index; a second backfill indexes nothing, and tenant admins may not.
 func TestInstanceBackfill(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -482,6 +489,7 @@ func TestInstanceBackfill(t *testing.T) {
 // TestInstanceListedAfterContinueAsNew: a run continued as new is indexed too, so the instance
 // stays listed, once, at its new run, with the continued run among its earlier runs.
 func TestInstanceListedAfterContinueAsNew(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{ContinueAsNewEvents: 2})
 	wf := echoWorkflow("default", "long")
 	_, first := echoHost(t, s, s.Key, wf)
@@ -504,6 +512,7 @@ func TestInstanceListedAfterContinueAsNew(t *testing.T) {
 // (agent.IdleAfter) has its instances shown idle after it, in the listing and the inspector,
 // where the deployment has none; another agent's stay running.
 func TestInstanceIdleAfterTheAgentsTimeout(t *testing.T) {
+	t.Parallel()
 	sleepy := agent.New("Sleepy", agent.IdleAfter(300*time.Millisecond))
 	sleepy.WebhookFunc("ping", func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Response{StatusCode: http.StatusOK, Content: []byte(`{"pong":true}`)}

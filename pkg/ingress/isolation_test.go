@@ -106,6 +106,7 @@ func checkIsoCase(t *testing.T, s *stacktest.Stack, b isoTenantB, tc isoCase) {
 }
 
 func TestIsolationMatrix(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	b := seedB(t, s)
@@ -298,6 +299,7 @@ func isoAdminEndpoints(key, ownKeyID string) []isoCase {
 }
 
 func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	user, rec := storeKey(t, s, "default", keys.RoleUser, "user")
@@ -324,6 +326,7 @@ func TestIsolationUserKeyOnAdminEndpoints(t *testing.T) {
 }
 
 func TestIsolationRevokedKeyEverywhere(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ctx := context.Background()
 	for _, role := range []keys.Role{keys.RoleTenantAdmin, keys.RoleUser, keys.RoleSystemAdmin} {

@@ -46,6 +46,7 @@ func wantRateLimited(t *testing.T, status int, h http.Header, b []byte, most int
 }
 
 func TestRateLimitPerKey(t *testing.T) {
+	t.Parallel()
 	// 0.2/s: a token every 5 s, so nothing refills during the test.
 	s := startStack(t, stack.Config{Ingress: ingress.Config{
 		RateLimit: ingress.Rate{PerSecond: 0.2, Burst: 3},
@@ -140,6 +141,7 @@ func TestMaxWaitingPerTenant(t *testing.T) {
 }
 
 func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxBodyBytes: 1024}}, "default")
 	key := s.keys["default"]
 	tests := []struct {
@@ -172,6 +174,7 @@ func TestBodyTooLarge(t *testing.T) {
 }
 
 func TestSlowHeadersCutOff(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	s := startStack(t, stack.Config{Ingress: ingress.Config{ReadHeaderTimeout: timeout}})
 	// The server's clock starts when it accepts the connection, so ours starts before dialling.

@@ -260,6 +260,7 @@ func checkOverflowed(t *testing.T, c net.Conn) {
 // TestListenersCappedPerKeyAndTenant: beyond its caps a key or a tenant gets 429 for another
 // listen stream, and a place is free again once a stream ends.
 func TestListenersCappedPerKeyAndTenant(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{MaxListenersPerKey: 2, MaxListenersPerTenant: 3}}, "acme")
 	other, _ := storeKey(t, s.Stack, "acme", keys.RoleUser, "second")
 	path := func(key string) string {

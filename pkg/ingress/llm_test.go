@@ -71,6 +71,7 @@ func (f *fakeModel) last() fakeRequest {
 }
 
 func TestChatThroughLanguageModel(t *testing.T) {
+	t.Parallel()
 	fake := &fakeModel{}
 	s := modelStack(t, fake, "fake-model", time.Second)
 	require.Equal(t, "reply to: first question", chatText(t, s, "Echo", "carol", "first question"))

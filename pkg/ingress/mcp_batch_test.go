@@ -51,6 +51,7 @@ func rpcAnswers(t *testing.T, b []byte) map[int]map[string]any {
 // and do not run), each tool call its own place among the tenant's waiting calls, and a batch
 // longer than the documented maximum is refused whole, before anything runs.
 func TestMCPBatchCountsEveryCall(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{TenantRateLimits: map[string]ingress.Rate{"slow": {PerSecond: 2, Burst: 5}}}}, "slow", "any")
 	count := func(int) string { return `{"workflow":"slow:Echo:Supervisor Workflow:batch"}` }
 

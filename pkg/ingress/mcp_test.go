@@ -63,6 +63,7 @@ func toolNames(tools []*mcp.Tool) []string {
 // Echo's Data methods with their parameter schemas and the addressing arguments, and tools/call
 // runs Echo.sum through the bus, into the thread's history.
 func TestMCPSession(t *testing.T) {
+	t.Parallel()
 	st := mcpStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -122,6 +123,7 @@ func TestMCPSession(t *testing.T) {
 // TestMCPTenantIsolation: a key of another tenant does not see, nor call, an agent restricted
 // to tenant "default".
 func TestMCPTenantIsolation(t *testing.T) {
+	t.Parallel()
 	st := mcpStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -173,6 +175,7 @@ func mcpPost(t *testing.T, st *stacktest.Stack, key, body string) (int, string, 
 // TestMCPWire checks the JSON-RPC messages on the wire against the specification's examples
 // (2025-06-18: lifecycle, tools), and the errors: unknown tool, bad arguments, no key.
 func TestMCPWire(t *testing.T) {
+	t.Parallel()
 	st := mcpStack(t)
 	t.Run("lifecycle", func(t *testing.T) { mcpWireLifecycle(t, st) })
 	t.Run("tool errors", func(t *testing.T) { mcpWireToolErrors(t, st) })
@@ -289,6 +292,7 @@ func mcpWireRefusals(t *testing.T, st *stacktest.Stack) {
 // then does not call it). It is still a Data method; every endpoint passes a Data call's
 // parameters as an object, so without any it gets its zero value.
 func TestMethodsWithoutObjectParametersAreNoTools(t *testing.T) {
+	t.Parallel()
 	a := agent.New("Mixed")
 	agent.Method(a, "double", func(_ context.Context, n int) (int, error) { return 2 * n, nil })
 	agent.Method(a, "sum", func(_ context.Context, in struct {

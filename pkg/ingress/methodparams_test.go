@@ -47,6 +47,7 @@ func assertOnlyValidCall(t *testing.T, s *stacktest.Stack, workflowID, participa
 }
 
 func TestSendChecksParamsAgainstSchema(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	body := func(data any) map[string]any {
 		return map[string]any{"agentName": "Echo", "activationName": "params", "participantId": "ada", "type": "Data", "text": "sum", "data": data}
@@ -74,6 +75,7 @@ func TestSendChecksParamsAgainstSchema(t *testing.T) {
 }
 
 func TestConverseChecksParamsAgainstSchema(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	const wf = "default:Echo:Supervisor Workflow:params"
 	query := q("workflow", wf, "type", "Data", "text", "sum", "participantId", "bo", "apikey", s.Key)
@@ -101,6 +103,7 @@ func TestConverseChecksParamsAgainstSchema(t *testing.T) {
 // MCP: arguments that do not match the tool's inputSchema are a tool execution error (a result
 // with isError), which a model can read and correct, not a protocol error.
 func TestMCPChecksArgumentsAgainstSchema(t *testing.T) {
+	t.Parallel()
 	st := mcpStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -172,6 +175,7 @@ func (f *badArgsModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A chat model's tool call whose arguments do not match the method's schema does not run the
 // method: the model gets the failure as the tool's result, and may call again.
 func TestChatToolCallArgumentsCheckedAgainstSchema(t *testing.T) {
+	t.Parallel()
 	fake := &badArgsModel{}
 	s := modelStack(t, fake, "m", 5*time.Second)
 

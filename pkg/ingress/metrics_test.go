@@ -17,6 +17,7 @@ import (
 // TestMetricsCountByRouteTemplate makes a webhook call and finds it on GET /metrics under its
 // route template, never its raw path, with its status class and tenant.
 func TestMetricsCountByRouteTemplate(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), []byte(`{}`))
 	require.Equal(t, http.StatusOK, status, "webhook: %s", b)
@@ -48,6 +49,7 @@ func TestMetricsCountByRouteTemplate(t *testing.T) {
 // TestMetricsSyncCallsWaiting follows a synchronous call on the waiting gauge: 1 while Echo's
 // sleep runs, 0 once it answered.
 func TestMetricsSyncCallsWaiting(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	const gauge = "agentbus_ingress_sync_calls_waiting"
 	done := postLater(s.URL+"/api/user/webhooks/Echo/sleep?"+q("apikey", s.Key, "ms", "1500").Encode(), "application/json", nil)

@@ -32,6 +32,7 @@ import (
 // of the document must have been delivered, and each delivery's signature must verify with the
 // subscription's secret.
 func TestOpenAPIWebhooksDescribeDeliveredEvents(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(), contractFailing()}})
 	rcv := newEventReceiver(t)

@@ -13,6 +13,7 @@ import (
 // type. The refusals are the server's too: contractSend sends them, and the contract transport
 // fails a request the document refuses and the server accepts.
 func TestOpenAPISendRequestData(t *testing.T) {
+	t.Parallel()
 	schema := loadOpenAPI(t).Components.Schemas["SendRequest"].Value
 	for _, tc := range []struct {
 		name, typ, data string

@@ -138,6 +138,7 @@ func (c operationCall) callWithKey(t *testing.T, base, key string) (int, http.He
 // TestEveryOperationOverTheRateLimit: every operation that documents 429 answers it to a key
 // whose bucket is empty, with Retry-After.
 func TestEveryOperationOverTheRateLimit(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	// One request a key, refilled after 1000 s: the first request spends it.
 	in := startIngress(t, s, ingress.Config{AdminKey: systemKey, RateLimit: ingress.Rate{PerSecond: 0.001, Burst: 1}})
@@ -158,6 +159,7 @@ func TestEveryOperationOverTheRateLimit(t *testing.T) {
 // operation that documents it, /healthz and /readyz included; the dead-letter endpoints, which
 // tell only the store's causes a caller can act on, answer 500.
 func TestEveryOperationWithoutNATS(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	in := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 	// What the handlers need stays: the keys the ingress knows, the agents it saw.
@@ -180,6 +182,7 @@ func TestEveryOperationWithoutNATS(t *testing.T) {
 // TestMetricsOfAnotherRegisterer: an ingress whose metrics go to a registerer it cannot gather
 // leaves serving them to the registerer's owner, and answers GET /metrics with 404.
 func TestMetricsOfAnotherRegisterer(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	in := startIngress(t, s, ingress.Config{Metrics: prometheus.WrapRegistererWithPrefix("owner_", prometheus.NewRegistry())})
 	status, ct, b := doCT(t, http.MethodGet, in.URL+"/metrics", nil)

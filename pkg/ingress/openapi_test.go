@@ -63,6 +63,7 @@ func routeTable() []string {
 // TestOpenAPIDocumentCoversRouteTable checks that every route has an operation in the document,
 // and every operation of the document a route, with the same path template.
 func TestOpenAPIDocumentCoversRouteTable(t *testing.T) {
+	t.Parallel()
 	doc := loadOpenAPI(t)
 	assert.Equal(t, routeTable(), operations(doc))
 	ids := map[string]bool{}
@@ -78,6 +79,7 @@ func TestOpenAPIDocumentCoversRouteTable(t *testing.T) {
 // TestOpenAPIDocumentCopyInDocs: docs/openapi.json, for readers of the repository, is the
 // embedded document, which is the source.
 func TestOpenAPIDocumentCopyInDocs(t *testing.T) {
+	t.Parallel()
 	const refresh = "refresh it from the module root with\n\tcp pkg/ingress/openapi.json docs/openapi.json"
 	copyInDocs, err := os.ReadFile(filepath.Join("..", "..", "docs", "openapi.json"))
 	require.NoError(t, err, refresh)
@@ -213,6 +215,7 @@ func (c *contractClient) openStream(path, key string, hdr ...string) {
 // refusals, with every request and answer checked against the OpenAPI document; then checks that
 // every route was seen. Its steps run in order, each on what the ones before left.
 func TestOpenAPIContract(t *testing.T) {
+	t.Parallel()
 	// A small file limit makes a send's 413 file-too-large cheap.
 	// Subscriptions: a quick retry period gives an undelivered event soon, and a small limit a
 	// 409.

@@ -19,6 +19,7 @@ import (
 // holds each time to that form. Only parameters, which take any RFC 3339 time, are plain
 // date-times.
 func TestOpenAPITimesAreTimestamps(t *testing.T) {
+	t.Parallel()
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(ingress.OpenAPIDocument(), &doc))
 	schemas, _ := doc["components"].(map[string]any)["schemas"].(map[string]any)

@@ -68,6 +68,7 @@ func errorsDocProblems(t *testing.T) []documentedProblem {
 // TestProblemTypesDocumented: docs/errors.md describes every problem type of pkg/problem with its
 // status, and no other.
 func TestProblemTypesDocumented(t *testing.T) {
+	t.Parallel()
 	documented := map[string]bool{}
 	for _, d := range errorsDocProblems(t) {
 		documented[d.slug] = true
@@ -90,6 +91,7 @@ func TestProblemTypesDocumented(t *testing.T) {
 // TestProblemTypesInOpenAPI: the OpenAPI document's Problem schema admits exactly the type URIs
 // of pkg/problem's types, so that the traffic check refuses an answer of any other type.
 func TestProblemTypesInOpenAPI(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		Components struct {
 			Schemas struct {

@@ -106,6 +106,7 @@ func threadMessageIDs(t *testing.T, base, tenant, key, activation, participant s
 // tenant's sends and webhooks go on; every message accepted before is handled and stored; a
 // quota raised at runtime holds from the next request.
 func TestStorageQuotaRefusesOnlyItsTenant(t *testing.T) {
+	t.Parallel()
 	const quota = 1 << 20
 	quotas := &quotaTable{q: map[string]usage.Quota{"default": {Bytes: quota}}}
 	s := startStack(t, stack.Config{Ingress: ingress.Config{Quotas: quotas.of}}, "default", "other")
@@ -226,6 +227,7 @@ func TestStorageQuotaBurst(t *testing.T) {
 // claims are deleted once handled) is, within 5 %, what its messages and objects take in the
 // streams; another tenant's traffic is not in it.
 func TestUsageMatchesTheStore(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{}, "default", "other")
 	auth := bearerHeader(s.Key)
 	for i := range 5 {
@@ -325,6 +327,7 @@ func objectsBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, sto
 // instance-quota-exceeded) but its existing instances take messages; another tenant starts
 // instances.
 func TestInstanceQuota(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{Quotas: usage.Fixed(usage.Quota{Instances: 3})}}, "default", "other")
 	auth := bearerHeader(s.Key)
 	for _, a := range []string{"i1", "i2", "i3"} {
@@ -354,6 +357,7 @@ func TestInstanceQuota(t *testing.T) {
 // admin API go on; with space freed, requests are taken again. The metrics show the store's
 // level and the refusals.
 func TestStoreGuard(t *testing.T) {
+	t.Parallel()
 	const maxStore = 48 << 20
 	s := startStack(t, stack.Config{MaxStore: maxStore, Ingress: ingress.Config{
 		StoreGuard: ingress.StoreGuard{LargePercent: 40, AllPercent: 80},
@@ -425,6 +429,7 @@ func TestStoreGuard(t *testing.T) {
 // TestEveryStoringOperationOverQuota: every operation that documents 507 answers it to a tenant
 // whose byte quota a request of any size passes.
 func TestEveryStoringOperationOverQuota(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	in := startIngress(t, s, ingress.Config{AdminKey: systemKey, Quotas: usage.Fixed(usage.Quota{Bytes: 1})})
 	calls := operationsListing(loadOpenAPI(t), http.StatusInsufficientStorage)
@@ -442,6 +447,7 @@ func TestEveryStoringOperationOverQuota(t *testing.T) {
 // existing tenant), not by a user key or another tenant's admin; the tenant must be valid. The
 // metrics have each tenant's usage, and its quota.
 func TestUsageAccess(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey,
 		Quotas: usage.Fixed(usage.Quota{Bytes: 1 << 30, Instances: 100})}}, "default", "other")
 	userKey, _ := storeKey(t, s.Stack, "default", "user", "user")
@@ -485,6 +491,7 @@ func TestUsageAccess(t *testing.T) {
 // TestSettingsStorage: the storage settings reach the ingress: the same quota for every tenant
 // (none when both are 0) and the store guard.
 func TestSettingsStorage(t *testing.T) {
+	t.Parallel()
 	load := func(env map[string]string) ingress.Config {
 		c, err := config.Load("test", nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
 		require.NoError(t, err)

@@ -41,6 +41,7 @@ func rawExchange(t *testing.T, s *stacktest.Stack, req string) (*http.Response, 
 // problem document; what Go's HTTP server refuses before any handler runs gets its plain-text
 // answer, exactly as docs/errors.md lists it.
 func TestRawMalformedRequests(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	webhook := "/api/user/webhooks/Echo/echo"
 	bigHeader := "X-Big: " + strings.Repeat("a", 70<<10) + "\r\n"

@@ -14,6 +14,7 @@ import (
 // /readyz is ready while a workflow host lives, says which condition fails otherwise, and says
 // draining once the server drains, before anything else.
 func TestReadyz(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	readyz := func() (int, string) {
 		status, h, b := doRequest(t, http.MethodGet, s.URL+"/readyz", nil)

@@ -23,6 +23,7 @@ import (
 // agent says it reads it there, and in the Agentbus-Reply-To header while a host that does not
 // (one of an earlier release) is live. Either way the caller gets its answer.
 func TestReplySubjectFollowsTheHostsFeatures(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	published := subscribeInbox(t, s)
 

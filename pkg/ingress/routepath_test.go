@@ -14,6 +14,7 @@ import (
 // of the same templates: for every template and path, both match or neither, with the same
 // variables.
 func TestPathTemplateMatchesAsMuxDoes(t *testing.T) {
+	t.Parallel()
 	templates := []string{
 		"/",
 		"/ui/",
@@ -65,6 +66,7 @@ func TestPathTemplateMatchesAsMuxDoes(t *testing.T) {
 }
 
 func TestCompileTemplateRefusesWhatItCannotMatch(t *testing.T) {
+	t.Parallel()
 	for _, tpl := range []string{"api", "/a/{id:[0-9]+}", "/a/{}", "/a/{id", "/a/x{id}", "/{a}/{b}/{c}/{d}/{e}"} {
 		assert.Panics(t, func() { compileTemplate(tpl) }, tpl)
 	}

@@ -15,6 +15,7 @@ import (
 // TestAdminListsAndCancelsTimers: a timer an agent set (Echo's tick) is listed by the admin API
 // and cancelled by it, after which it neither lists nor cancels again.
 func TestAdminListsAndCancelsTimers(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, _, b := send(t, s, "default", "wait=true", map[string]any{"agentName": "Echo", "activationName": "clock",
 		"participantId": "ada", "type": "Data", "text": "tick", "data": map[string]any{"seconds": 60}}, "Authorization", "Bearer "+s.Key)

@@ -84,6 +84,7 @@ func secStack(t *testing.T) (*customStack, *secLog) {
 	return s, sink
 }
 func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
+	t.Parallel()
 	st, sink := secStack(t)
 	user, _ := storeKey(t, st.Stack, "default", keys.RoleUser, "secrets test")
 	revoked, _ := revokedKey(t, st.Stack, "default", keys.RoleTenantAdmin, "secrets test")
@@ -250,6 +251,7 @@ func checkNoSecrets(t *testing.T, logs string, answers [][]byte, secrets []strin
 // the system's routes) on a tenant that has both, DELETEs last; no answer, headers included,
 // may carry a secret.
 func TestSecretsShownOnlyAtRegistration(t *testing.T) {
+	t.Parallel()
 	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
 	require.NoError(t, err)
 	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow}}}, "default", "other")

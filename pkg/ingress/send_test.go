@@ -18,6 +18,7 @@ import (
 )
 
 func TestSendTypes(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	auth := bearerHeader(s.Key)
 
@@ -74,6 +75,7 @@ func sendWait(t *testing.T, s *stacktest.Stack, body any) history.SyncAnswer {
 }
 
 func TestSendFiles(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{MaxFileBytes: 12 << 20})
 	auth := bearerHeader(s.Key)
 	big := make([]byte, 10<<20)
@@ -123,6 +125,7 @@ func TestSendFiles(t *testing.T) {
 }
 
 func TestSendRefusals(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	auth := bearerHeader(s.Key)
 	ok := msg("type", "Chat", "text", "hi")
@@ -174,6 +177,7 @@ func TestSendRefusals(t *testing.T) {
 }
 
 func TestSendIdempotentRequestID(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	body := msg("type", "Data", "text", "count", "requestId", "req-1", "activationName", "idem")
 	first := sendWait(t, s, body)
@@ -192,6 +196,7 @@ func TestSendIdempotentRequestID(t *testing.T) {
 // What send stores, as the agent reads it back: both sides of each exchange, newest first,
 // without the message being handled.
 func TestSendStoresHistory(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	chat := sendWait(t, s, msg("type", "Chat", "text", "first", "topic", "t1", "hint", "h1", "requestId", "r-chat", "activationName", "hist"))
 	sendWait(t, s, msg("type", "Data", "text", "sum", "data", map[string]any{"values": []int{2}}, "topic", "t2", "activationName", "hist"))
@@ -244,6 +249,7 @@ func TestSendStoresHistory(t *testing.T) {
 // Messages too large for one history entry are handled in full, stored shortened, and do not
 // block their conversation; replies too large for one NATS message arrive whole.
 func TestSendLargeMessages(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	huge := strings.Repeat("<", 200_000) // JSON-escaped six times larger
 	a := sendWait(t, s, msg("type", "Chat", "text", huge, "activationName", "large"))

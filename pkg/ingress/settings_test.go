@@ -14,6 +14,7 @@ import (
 // The settings' defaults (docs/configuration.md) are the ingress's own, so that a program that
 // embeds the ingress without the settings gets the limits the services have.
 func TestSettingsDefaultsAreTheIngressDefaults(t *testing.T) {
+	t.Parallel()
 	c, err := config.Load("test", nil, func(string) (string, bool) { return "", false }, io.Discard)
 	require.NoError(t, err)
 	ic := ingress.FromSettings(c)
@@ -32,6 +33,7 @@ func TestSettingsDefaultsAreTheIngressDefaults(t *testing.T) {
 // The rate settings reach the ingress: each key's, a tenant's keys', each tenant's and a
 // tenant's own.
 func TestSettingsRates(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{
 		"AGENTBUS_RATE_LIMIT": "5", "AGENTBUS_RATE_BURST": "7", "AGENTBUS_RATE_LIMIT_TENANTS": "acme=9:10",
 		"AGENTBUS_TENANT_RATE_LIMIT": "100", "AGENTBUS_TENANT_RATE_LIMIT_TENANTS": "acme=1000:1500,beta=0",

@@ -96,6 +96,7 @@ func (c *tally) add(status int) {
 // stats, in the slot of their time, with their errors, client errors and plausible latency
 // quantiles; a call to an agent nobody registered does not; another tenant sees none of them.
 func TestStatsCountCallsPerAgent(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	key := s.Key
 	var c tally
@@ -224,6 +225,7 @@ func TestStatsCountCallsPerAgent(t *testing.T) {
 // TestStatsMergeIngressInstances: two ingress instances on one NATS each count the calls they
 // answered, and each one's stats route merges both windows.
 func TestStatsMergeIngressInstances(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	second := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 	// Two CPUs shared with other work may hold an answer longer than the 300 ms a route waits.
@@ -258,6 +260,7 @@ func TestStatsMergeIngressInstances(t *testing.T) {
 
 // TestStatsWindowParameter: the window is a duration up to 15 minutes.
 func TestStatsWindowParameter(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	for _, w := range []string{"15m", "1s", "30s", "5m", "899s"} {
 		ans := getStats(t, s.URL, "/api/v1/admin/tenants/default/stats?window="+w, s.Key)
@@ -298,6 +301,7 @@ func contractStats(c *contractClient) {
 // TestStatsIsolation: tenant A's admin sees A's calls only, and is refused B's stats and the
 // system-wide ones, by every way of naming B (docs/security.md#stats).
 func TestStatsIsolation(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	for range 3 {
 		require.Equal(t, http.StatusOK, callEcho(t, s.URL, s.OtherKey))
@@ -337,6 +341,7 @@ func TestStatsIsolation(t *testing.T) {
 // TestStatsCountMCPToolCalls: each MCP tool call counts under its agent, a failed method with
 // its status; a call refused before it names a known agent does not count.
 func TestStatsCountMCPToolCalls(t *testing.T) {
+	t.Parallel()
 	st := stacktest.Start(t, stacktest.Options{})
 	tool := func(id int, name, args string) map[string]any {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 )
 
 func TestConverseStreams(t *testing.T) {
+	t.Parallel()
 	teller := agent.New("Teller")
 	teller.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) {
 		words := []string{"once ", "upon ", "a ", "time"}
@@ -63,6 +64,7 @@ func TestConverseStreams(t *testing.T) {
 // ends its stream, after a restart before each attempt after the first, with the dead letter's
 // error.
 func TestConverseStreamRestartsWhenTheHandlerRunsAgain(t *testing.T) {
+	t.Parallel()
 	flaky := agent.New("Flaky")
 	flaky.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) {
 		m.Delta("You said: ")

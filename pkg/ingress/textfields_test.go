@@ -18,6 +18,7 @@ import (
 // otherwise turn into U+FFFD) with 400 invalid-field naming the field, on every endpoint alike;
 // the same text without them is stored.
 func TestAdminTextFields(t *testing.T) {
+	t.Parallel()
 	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ func text(m history.Message) string {
 // `call sum {"values":[2,3]}`.
 // History holds the chat, the tool call, its result 5 and the final answer naming 5, in order.
 func TestChatCallsTool(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	const wf = "default:Echo:Supervisor Workflow:default"
 
@@ -99,6 +100,7 @@ func TestChatCallsTool(t *testing.T) {
 // the Data method called through converse does, and a failing call's error goes back to the
 // model as its result instead of failing the chat.
 func TestChatToolsShareInstanceState(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	assert.Contains(t, chatText(t, s, "Echo:Conversational", "bob", "call count"), `count returned {"count":1,`)
 
@@ -118,6 +120,7 @@ func TestChatToolsShareInstanceState(t *testing.T) {
 
 // Streamed, the tool call and its result come as events before the answer's text.
 func TestChatToolsStream(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	events := streamConverse(t, s, q("workflow", "Echo", "type", "Chat", "participantId", "cy", "text", `call sum {"values":[2,3]}`, "apikey", s.Key))
 
@@ -168,6 +171,7 @@ func (m *loopModel) Generate(_ context.Context, req llm.Request, _ func(string) 
 // calls of every round but the last were run and stored, an unknown tool was answered to the
 // model, not run, and the last round's calls, whose results the model could not see, were not.
 func TestChatToolRoundsBound(t *testing.T) {
+	t.Parallel()
 	model := &loopModel{}
 	var pings atomic.Int32
 	looper := agent.New("Looper")
@@ -203,6 +207,7 @@ func TestChatToolRoundsBound(t *testing.T) {
 // Echo registers its Data methods with descriptions and parameter schemas, for the model and
 // for other readers of the registry.
 func TestEchoRegistersMethodDescriptions(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	e, err := s.Res.Registry.Get(t.Context(), subject.AgentKey(echo.Name))
 	require.NoError(t, err)
@@ -264,6 +269,7 @@ func (f *toolServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Echo with a model behind an OpenAI-compatible server: the tools are offered on the wire, the
 // call streamed in pieces runs, and its result goes back as a role "tool" message.
 func TestChatToolsThroughRemoteModel(t *testing.T) {
+	t.Parallel()
 	fake := &toolServer{}
 	s := modelStack(t, fake, "m", 5*time.Second)
 

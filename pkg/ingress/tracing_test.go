@@ -21,6 +21,7 @@ import (
 // parent of the ingress's server span, whose context travels in the NATS headers to the host's
 // handler span.
 func TestTraceFromCallerToHandler(t *testing.T) {
+	t.Parallel()
 	exp, tp := memoryTracer(t)
 	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
 
@@ -66,6 +67,7 @@ func TestTraceFromCallerToHandler(t *testing.T) {
 // child of the ingress's server span of POST .../deadletters/{id}/replay, which continues the
 // operator's traceparent.
 func TestTraceOfDeadLetterReplay(t *testing.T) {
+	t.Parallel()
 	exp, tp := memoryTracer(t)
 	flaky := &failing{name: "Flaky"}
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{flaky.agent()},
@@ -124,6 +126,7 @@ func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 
 // A tool call of a chat is a span under the chat's handler span.
 func TestTraceOfToolCall(t *testing.T) {
+	t.Parallel()
 	exp, tp := memoryTracer(t)
 	s := stacktest.Start(t, stacktest.Options{Tracer: tp})
 	status, _, b := converse(t, s, q("workflow", "Echo", "type", "Chat", "text", `call sum {"values":[1]}`, "apikey", s.Key), "")

@@ -17,6 +17,7 @@ import (
 // text, is refused with 400 naming where it was, before anything is published; never reported
 // as the bus failing.
 func TestInvalidUTF8IsAClientError(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	const bad = "%FF%FEx"
 	webhook := "/api/user/webhooks/Echo/echo?apikey=" + s.Key

@@ -70,6 +70,7 @@ func responseData(t *testing.T, b []byte) map[string]any {
 }
 
 func TestRegisteredRemoteAgentAnswersTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	ep := remotetest.New(t, remotetest.Faults{})
 	for i, in := range s.ingresses() {
@@ -90,6 +91,7 @@ func TestRegisteredRemoteAgentAnswersTheNextCall(t *testing.T) {
 }
 
 func TestReplacedRemoteAgentAnswersTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	ep := remotetest.New(t, remotetest.Faults{})
 	reg := ep.Registration("Changing")
@@ -110,6 +112,7 @@ func TestReplacedRemoteAgentAnswersTheNextCall(t *testing.T) {
 }
 
 func TestRemovedRemoteAgentIsUnknownToTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	ep := remotetest.New(t, remotetest.Faults{})
 	status, b := at(t, s.URL, http.MethodPost, "/api/v1/admin/tenants/default/agents", s.Key, ep.Registration("Leaving"))
@@ -125,6 +128,7 @@ func TestRemovedRemoteAgentIsUnknownToTheNextCall(t *testing.T) {
 }
 
 func TestCreatedKeyWorksOnTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	for _, in := range s.ingresses() {
 		t.Run(in.name, func(t *testing.T) {
@@ -139,6 +143,7 @@ func TestCreatedKeyWorksOnTheNextCall(t *testing.T) {
 }
 
 func TestRevokedKeyIsRefusedOnTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	for _, in := range s.ingresses() {
 		t.Run(in.name, func(t *testing.T) {
@@ -156,6 +161,7 @@ func TestRevokedKeyIsRefusedOnTheNextCall(t *testing.T) {
 }
 
 func TestRotatedKeyIsReplacedOnTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	for _, in := range s.ingresses() {
 		t.Run(in.name, func(t *testing.T) {
@@ -170,6 +176,7 @@ func TestRotatedKeyIsReplacedOnTheNextCall(t *testing.T) {
 }
 
 func TestCreatedTenantServesTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	for i, in := range s.ingresses() {
 		t.Run(in.name, func(t *testing.T) {
@@ -184,6 +191,7 @@ func TestCreatedTenantServesTheNextCall(t *testing.T) {
 }
 
 func TestDeletedTenantIsRefusedOnTheNextCall(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	for i, in := range s.ingresses() {
 		t.Run(in.name, func(t *testing.T) {
@@ -203,6 +211,7 @@ func TestDeletedTenantIsRefusedOnTheNextCall(t *testing.T) {
 }
 
 func TestSubscriptionChangesReachTheNextRead(t *testing.T) {
+	t.Parallel()
 	s := startTwoIngresses(t)
 	const path = "/api/v1/admin/tenants/default/subscriptions"
 	for _, in := range s.ingresses() {

@@ -59,6 +59,7 @@ func postHook(t *testing.T, s *stacktest.Stack, method, body string, header http
 // A webhook handler gets the caller's headers under their canonical names, several values of
 // one header joined, and never the caller's credentials.
 func TestWebhookHeadersReachTheHandler(t *testing.T) {
+	t.Parallel()
 	s := hooksStack(t)
 	status, ct, b := postHook(t, s, "headers", `{"a":1}`, http.Header{
 		"Content-Type":        {"application/json"},
@@ -95,6 +96,7 @@ func TestWebhookHeadersReachTheHandler(t *testing.T) {
 // the body arrives byte for byte and the signature header under its name. A forged or missing
 // signature, or an altered body, is refused before the handler runs.
 func TestWebhookGitHubSignatureThroughTheStack(t *testing.T) {
+	t.Parallel()
 	s := hooksStack(t)
 	forged := "sha256=" + strings.Repeat("0", 64)
 	for _, tc := range []struct {

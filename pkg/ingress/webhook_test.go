@@ -16,6 +16,7 @@ import (
 )
 
 func TestWebhookCountCompleteNewRun(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	wf := "default:Echo:Supervisor Workflow:counting"
 
@@ -37,6 +38,7 @@ func TestWebhookCountCompleteNewRun(t *testing.T) {
 }
 
 func TestWebhookEchoBodies(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	large := make([]byte, 5<<20)
 	_, err := rand.Read(large)
@@ -71,6 +73,7 @@ func TestWebhookEchoBodies(t *testing.T) {
 }
 
 func TestWebhookVerifyStatusAck(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	status, ct, b := call(t, s.URL, "Echo", "verify", q("apikey", s.Key, "challenge", "abc123"), nil)
 	assert.Equal(t, http.StatusOK, status, "verify by query")
