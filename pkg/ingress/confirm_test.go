@@ -76,7 +76,6 @@ func (si *silentIngress) leave(t *testing.T) {
 // (a key, a tenant) answers 503, stored all the same; once the instance leaves, writes answer as
 // usual at once, and a revocation repeated answers 204.
 func TestUnconfirmedWrites(t *testing.T) {
-	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ep := remotetest.New(t, remotetest.Faults{})
 	silent := startSilentIngress(t, s)
@@ -129,7 +128,6 @@ func TestUnconfirmedWrites(t *testing.T) {
 // TestWriteWaitsNoLongerForADeadIngress: an instance that stops announcing itself without
 // leaving (it died) is waited for until presence has lapsed, not for the whole timeout.
 func TestWriteWaitsNoLongerForADeadIngress(t *testing.T) {
-	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	silent := startSilentIngress(t, s)
 	silent.quiet()
@@ -145,7 +143,6 @@ func TestWriteWaitsNoLongerForADeadIngress(t *testing.T) {
 // TestConfirmationMessages: an instance answers a confirmation once its caches hold the state
 // asked; until then it answers that it waits (pending).
 func TestConfirmationMessages(t *testing.T) {
-	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	nc, err := s.NATS.Connect("asker")
 	require.NoError(t, err)
@@ -187,7 +184,6 @@ func TestConfirmationMessages(t *testing.T) {
 // the announcements of the others, so that one that starts knows them before the requests
 // come, not a second later.
 func TestNewIngressIsAnswered(t *testing.T) {
-	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
 	nc, err := s.NATS.Connect("newcomer")
 	require.NoError(t, err)

@@ -363,7 +363,6 @@ func contractLimits(c *contractClient) {
 // While an ingress instance that is present does not confirm it, a write of limits answers 202
 // with what it set, which is stored and holds on the instances that confirm.
 func TestUnconfirmedLimits(t *testing.T) {
-	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	startSilentIngress(t, s)
 	ingress.SetConfirmTimeout(t, 300*time.Millisecond)
