@@ -139,28 +139,28 @@ func newClient(clients int) *http.Client {
 	}}
 }
 
+// startPhase starts the server of a phase: the endpoint to load, and how to stop it.
+func startPhase(ctx context.Context, phase string, o options) (endpoint, func() error, error) {
+	switch phase {
+	case phaseBare:
+		return startBare(ctx, o)
+	case phaseAgentbus:
+		return startAgentbus(ctx, o)
+	case phasePipeline:
+		return startPipeline(ctx, o)
+	case phaseProcesses:
+		return startProcesses(ctx, o)
+	default:
+		return endpoint{}, nil, fmt.Errorf("unknown phase %q", phase)
+	}
+}
+
 // runTarget starts the phase's server, runs the load against it and stops the server.
 func runTarget(ctx context.Context, phase string, o options, client *http.Client) (result, error) {
 	if err := o.validate(); err != nil {
 		return result{Phase: phase}, err
 	}
-	var (
-		ep   endpoint
-		stop func() error
-		err  error
-	)
-	switch phase {
-	case phaseBare:
-		ep, stop, err = startBare(ctx, o)
-	case phaseAgentbus:
-		ep, stop, err = startAgentbus(ctx, o)
-	case phasePipeline:
-		ep, stop, err = startPipeline(ctx, o)
-	case phaseProcesses:
-		ep, stop, err = startProcesses(ctx, o)
-	default:
-		return result{Phase: phase}, fmt.Errorf("unknown phase %q", phase)
-	}
+	ep, stop, err := startPhase(ctx, phase, o)
 	if err != nil {
 		return result{Phase: phase}, err
 	}

@@ -42,21 +42,10 @@ func serve(ctx context.Context, o options, phases []string, dir string) error {
 		return err
 	}
 	for _, phase := range phases {
-		var (
-			ep   endpoint
-			stop func() error
-			err  error
-		)
-		switch phase {
-		case phaseBare:
-			ep, stop, err = startBare(ctx, o)
-		case phasePipeline:
-			ep, stop, err = startPipeline(ctx, o)
-		case phaseAgentbus:
-			ep, stop, err = startAgentbus(ctx, o)
-		default:
+		if phase != phaseBare && phase != phasePipeline && phase != phaseAgentbus {
 			return fmt.Errorf("-serve serves bare, pipeline and agentbus, not %s", phase)
 		}
+		ep, stop, err := startPhase(ctx, phase, o)
 		if err != nil {
 			return fmt.Errorf("starting %s: %w", phase, err)
 		}
