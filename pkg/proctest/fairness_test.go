@@ -46,7 +46,7 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 	sys.startHost("host-1")
 	sys.waitSettled([]string{"host-1"}, 30*time.Second)
 	ctx := proctest.Context(t, 3*time.Minute)
-	otherKey := sys.tenantKey(ctx, "other")
+	otherKey := sys.tenantKey(ctx, "other", "tenant-admin")
 
 	ep := remotetest.New(t, remotetest.Faults{})
 	reg := ep.Registration("Slow")
@@ -144,13 +144,13 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, slept["default default:Slow:Supervisor Workflow:a-seq p"], "A's conversation of several requests, in order")
 }
 
-// tenantKey creates the tenant (if it is not there) and a tenant-admin key of it, and returns
-// the key.
-func (s *system) tenantKey(ctx context.Context, tenant string) string {
+// tenantKey creates the tenant (if it is not there) and a key of it with role, and returns the
+// key.
+func (s *system) tenantKey(ctx context.Context, tenant, role string) string {
 	s.t.Helper()
 	status, b := s.do(ctx, http.MethodPost, "/api/v1/admin/tenants", adminKey, fmt.Sprintf(`{"id":%q}`, tenant))
 	require.Contains(s.t, []int{http.StatusCreated, http.StatusOK, http.StatusConflict}, status, "creating the tenant: %s", b)
-	status, b = s.do(ctx, http.MethodPost, "/api/v1/admin/tenants/"+tenant+"/keys", adminKey, `{"name":"proctest","role":"tenant-admin"}`)
+	status, b = s.do(ctx, http.MethodPost, "/api/v1/admin/tenants/"+tenant+"/keys", adminKey, fmt.Sprintf(`{"name":"proctest","role":%q}`, role))
 	require.Equal(s.t, http.StatusCreated, status, "creating a key: %s", b)
 	var k struct {
 		Key string `json:"key"`

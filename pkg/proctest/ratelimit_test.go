@@ -47,7 +47,7 @@ func TestProcessesRateLimitAcrossIngresses(t *testing.T) {
 	sys.waitServing(10 * time.Second)
 	ctx := proctest.Context(t, 10*time.Minute)
 
-	keyOf := func(tenant string) string { return sys.rateKey(ctx, tenant) }
+	keyOf := func(tenant string) string { return sys.tenantKey(ctx, tenant, "user") }
 	quiet := keyOf("quiet")
 	for _, tc := range []struct {
 		name, tenant string
@@ -107,20 +107,6 @@ func roundRobin(i int, _ time.Duration) int { return i % 3 }
 // movingEvery sends every call to the first ingress for d, then to the second, and so on.
 func movingEvery(d time.Duration) func(int, time.Duration) int {
 	return func(_ int, since time.Duration) int { return int(since/d) % 3 }
-}
-
-// rateKey creates the tenant if it is not there and a user key of it, and returns the key.
-func (s *system) rateKey(ctx context.Context, tenant string) string {
-	s.t.Helper()
-	status, b := s.do(ctx, http.MethodPost, "/api/v1/admin/tenants", adminKey, fmt.Sprintf(`{"id":%q}`, tenant))
-	require.Contains(s.t, []int{http.StatusCreated, http.StatusOK, http.StatusConflict}, status, "creating the tenant: %s", b)
-	status, b = s.do(ctx, http.MethodPost, "/api/v1/admin/tenants/"+tenant+"/keys", adminKey, `{"name":"rate","role":"user"}`)
-	require.Equal(s.t, http.StatusCreated, status, "creating a key: %s", b)
-	var k struct {
-		Key string `json:"key"`
-	}
-	require.NoError(s.t, json.Unmarshal(b, &k))
-	return k.Key
 }
 
 // rateLoad is what an open load of webhook calls got.
