@@ -1,19 +1,26 @@
 package instance
 
+import "time"
+
 // MaxBatch is how many runs one index entry holds at most.
 const MaxBatch = maxBatch
 
 // Hold keeps subj's turn busy, as an append under way would: the runs added meanwhile queue up
-// until release, which appends them.
+// until release, which appends them. It first waits for the turn of an earlier Add, which ends
+// a moment after that Add returns, to end.
 func (x *Index) Hold(subj string) (release func()) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.turns[subj] != nil {
-		panic("Hold: an append to " + subj + " is under way")
+	for range 5000 {
+		x.mu.Lock()
+		if x.turns[subj] == nil {
+			t := &turn{}
+			x.turns[subj] = t
+			x.mu.Unlock()
+			return func() { go x.flush(subj, t) }
+		}
+		x.mu.Unlock()
+		time.Sleep(time.Millisecond)
 	}
-	t := &turn{}
-	x.turns[subj] = t
-	return func() { go x.flush(subj, t) }
+	panic("Hold: an append to " + subj + " is still under way after 5 s")
 }
 
 // Queued is how many runs wait in subj's turn.
