@@ -114,6 +114,8 @@ type Resources struct {
 	RemoteAgents jetstream.KeyValue
 	// Runs indexes the runs started, by tenant and agent (package instance's Index).
 	Runs jetstream.Stream
+	// Steps is the journal of the durable steps of the requests being handled (agent.Step).
+	Steps jetstream.Stream
 	// Usage and UsageTotals count what each tenant stores (package usage): bytes by kind and
 	// day, and instances.
 	Usage, UsageTotals jetstream.Stream
@@ -186,6 +188,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, err
 	}
 	if r.Runs, err = ensureRuns(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Steps, err = ensureSteps(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if r.Usage, r.UsageTotals, err = ensureUsage(ctx, js, cfg); err != nil {
