@@ -91,15 +91,19 @@ type effects struct {
 
 	mu sync.Mutex
 	n  int
+	// steps numbers the attempt's durable steps (Step); stepped tells that some attempt made
+	// one, so that the request's journal is removed once it is answered.
+	steps   int
+	stepped bool
 }
 
-// restart numbers the effects of a new attempt from the start again.
+// restart numbers the effects and the steps of a new attempt from the start again.
 func (fx *effects) restart() {
 	if fx == nil {
 		return
 	}
 	fx.mu.Lock()
-	fx.n = 0
+	fx.n, fx.steps = 0, 0
 	fx.mu.Unlock()
 }
 

@@ -81,6 +81,7 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if rep != nil {
 		h.reply(ctx, log, req, in.replyTo, rep)
 	}
+	h.dropSteps(ctx, log, inst.fx)
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
 }
 

@@ -835,7 +835,7 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 			resp = Retry(fmt.Errorf("panic: %v", p))
 		}
 	}()
-	resp = hd.ServeWebhook(ctx, r)
+	resp = hd.ServeWebhook(context.WithValue(ctx, webhookKey{}, r), r)
 	if resp.retry != nil {
 		return resp
 	}
