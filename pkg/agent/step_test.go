@@ -1,0 +1,324 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// stepper is an agent whose handlers make durable steps and count how often each step's
+// function ran.
+type stepper struct {
+	incs, checks atomic.Int32
+	mismatch     atomic.Value // the error the mismatching run's second step got
+
+	mu    sync.Mutex
+	ran   map[string][]string // step name: the hosts it ran on
+	doom  string              // the host whose "two" handler waits between its steps until it ends
+	pause chan struct{}       // closed when the doomed host's handler waits between its steps
+}
+
+func newStepper() *stepper {
+	return &stepper{ran: map[string][]string{}, pause: make(chan struct{})}
+}
+
+func (sp *stepper) agent() *agent.Agent {
+	a := agent.New("Steps")
+	inc := func(context.Context) (int32, error) { return sp.incs.Add(1), nil }
+	// inc makes a step, and fails after it on the first attempt.
+	a.DataFunc("inc", func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		v, err := agent.Step(ctx, "inc", inc)
+		if err != nil {
+			return agent.NoReply, err
+		}
+		if m.Attempt == 1 {
+			return agent.NoReply, agent.Retryable(errors.New("failed after the step"))
+		}
+		return agent.Answer(map[string]any{"value": v, "attempt": m.Attempt}), nil
+	})
+	// check's step fails for good; the handler fails on the first attempt whatever it got.
+	a.DataFunc("check", func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		_, err := agent.Step(ctx, "check", func(context.Context) (bool, error) {
+			sp.checks.Add(1)
+			return false, agent.Errorf(http.StatusConflict, "the name is taken")
+		})
+		if m.Attempt == 1 {
+			return agent.NoReply, agent.Retryable(errors.New("failed after the step"))
+		}
+		return agent.NoReply, err
+	})
+	// renamed calls its first step by another name on its second attempt.
+	a.DataFunc("renamed", func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		name := map[bool]string{true: "fetch", false: "load"}[m.Attempt == 1]
+		_, err := agent.Step(ctx, name, inc)
+		if m.Attempt == 1 {
+			return agent.NoReply, agent.Retryable(errors.New("failed after the step"))
+		}
+		sp.mismatch.Store(err)
+		return agent.NoReply, err
+	})
+	// names makes steps whose names are not names.
+	a.DataFunc("names", func(ctx context.Context, _ *agent.Message) (agent.Reply, error) {
+		var refused int
+		for _, name := range []string{"", strings.Repeat("n", agent.MaxStepName+1), "a\nb"} {
+			if _, err := agent.Step(ctx, name, inc); err != nil {
+				refused++
+			}
+		}
+		return agent.Answer(refused), nil
+	})
+	a.DataFunc("plain", func(context.Context, *agent.Message) (agent.Reply, error) { return agent.Say("plain"), nil })
+	a.DataFunc("two", sp.two)
+	a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		v, err := agent.Step(ctx, "inc", inc)
+		if err != nil {
+			return agent.Fail(err)
+		}
+		if r.Attempt == 1 {
+			return agent.Retry(errors.New("failed after the step"))
+		}
+		return agent.JSON(http.StatusOK, map[string]any{"value": v, "attempt": r.Attempt})
+	})
+	return a
+}
+
+// two makes two steps; on the doomed host it waits between them until its context ends.
+func (sp *stepper) two(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+	host := m.Instance().HostID()
+	run := func(name string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) {
+			sp.mu.Lock()
+			defer sp.mu.Unlock()
+			sp.ran[name] = append(sp.ran[name], host)
+			return name + " on " + host, nil
+		}
+	}
+	first, err := agent.Step(ctx, "first", run("first"))
+	if err != nil {
+		return agent.NoReply, err
+	}
+	if host == sp.doomed() {
+		close(sp.pause)
+		<-ctx.Done()
+		return agent.NoReply, agent.Retryable(ctx.Err())
+	}
+	second, err := agent.Step(ctx, "second", run("second"))
+	if err != nil {
+		return agent.NoReply, err
+	}
+	return agent.Say(first + ", " + second), nil
+}
+
+// doomed returns the host whose handler waits between its steps.
+func (sp *stepper) doomed() string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return sp.doom
+}
+
+// ranOn returns the hosts a step of two ran on.
+func (sp *stepper) ranOn(name string) []string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return slices.Clone(sp.ran[name])
+}
+
+// journalWatch counts, on a stack's NATS, the records published to the steps journal and the
+// JetStream API calls that read or purge it.
+type journalWatch struct {
+	records, reads, purges atomic.Int32
+}
+
+func watchJournal(t *testing.T, s *stacktest.Stack) *journalWatch {
+	t.Helper()
+	nc := natstest.Conn(t, s.NATS)
+	w := &journalWatch{}
+	count := func(subj string, n *atomic.Int32) {
+		_, err := nc.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
+		require.NoError(t, err)
+	}
+	count(subject.StepsSubjects(), &w.records)
+	count("$JS.API.STREAM.MSG.GET."+subject.StepsStream, &w.reads)
+	count("$JS.API.DIRECT.GET."+subject.StepsStream+".>", &w.reads)
+	count("$JS.API.STREAM.PURGE."+subject.StepsStream, &w.purges)
+	require.NoError(t, nc.Flush())
+	return w
+}
+
+// journalSize is how many records the steps journal holds.
+func journalSize(t *testing.T, s *stacktest.Stack) uint64 {
+	t.Helper()
+	info, err := s.Res.Steps.Info(t.Context())
+	require.NoError(t, err)
+	return info.State.Msgs
+}
+
+func startStepper(t *testing.T, sp *stepper) *stacktest.Stack {
+	t.Helper()
+	return stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sp.agent()}, Host: agent.HostConfig{MaxDeliveries: 3}})
+}
+
+// stepReply is the data of a Data reply of inc.
+type stepReply struct {
+	Response struct {
+		Data struct {
+			Value   int `json:"value"`
+			Attempt int `json:"attempt"`
+		} `json:"data"`
+	} `json:"response"`
+}
+
+// A step's result is recorded: the attempt after a Retryable failure gets it back without
+// running the step again. The request's journal is purged once it is answered.
+func TestStepResultSurvivesARetry(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+	w := watchJournal(t, s)
+
+	status, body := sendData(t, s, "Steps", "default", "ada", "inc", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	var rep stepReply
+	require.NoError(t, json.Unmarshal(body, &rep), "%s", body)
+	assert.Equal(t, 2, rep.Response.Data.Attempt, "the handler failed once")
+	assert.Equal(t, 1, rep.Response.Data.Value, "the second attempt got the first one's result")
+	assert.EqualValues(t, 1, sp.incs.Load(), "the step ran again")
+
+	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return w.purges.Load() == 1 })
+	assert.EqualValues(t, 1, w.records.Load(), "records written")
+	assert.EqualValues(t, 2, w.reads.Load(), "journal reads: one per attempt")
+	assert.Zero(t, journalSize(t, s), "the answered request's journal")
+}
+
+// A step's permanent error is recorded: the next attempt gets it back, with its status and
+// message, without running the step.
+func TestStepErrorIsRecorded(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+
+	status, body := sendData(t, s, "Steps", "default", "ada", "check", map[string]any{})
+	assert.Equal(t, http.StatusConflict, status, "%s", body)
+	assert.Contains(t, string(body), "the name is taken")
+	assert.EqualValues(t, 1, sp.checks.Load(), "the step ran again")
+}
+
+// An attempt whose step has another name than the one recorded gets ErrStepMismatch naming
+// both; the caller gets a handler error that names neither.
+func TestStepMismatch(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+
+	status, body := sendData(t, s, "Steps", "default", "ada", "renamed", map[string]any{})
+	assert.Equal(t, http.StatusInternalServerError, status, "%s", body)
+	assert.NotContains(t, string(body), "fetch")
+	err, _ := sp.mismatch.Load().(error)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, agent.ErrStepMismatch)
+	assert.Contains(t, err.Error(), `"load"`)
+	assert.Contains(t, err.Error(), `"fetch"`)
+	assert.EqualValues(t, 1, sp.incs.Load(), "the renamed step ran")
+}
+
+// A request whose handler makes no step does no journal work: no record, no read, no purge.
+func TestNoStepNoJournalWork(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+	w := watchJournal(t, s)
+
+	status, body := sendData(t, s, "Steps", "default", "ada", "plain", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	// A request with steps after it: once it is answered, the plain one is long done.
+	status, body = sendData(t, s, "Steps", "default", "ada", "inc", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	waitFor(t, 5*time.Second, "the stepping request's journal is purged", func() bool { return w.purges.Load() == 1 })
+	assert.EqualValues(t, 1, w.records.Load(), "records: the stepping request's one")
+	assert.EqualValues(t, 2, w.reads.Load(), "reads: the stepping request's two")
+	assert.Zero(t, journalSize(t, s))
+}
+
+// A host dies while its handler is between two steps: the host that takes the request over
+// gets the first step's result from the journal and runs only the second.
+func TestStepNotRunAgainAfterItsHostDied(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	const ackWait = 30 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sp.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
+	doomed := idOwning("Steps", 1, 0, "survivor")
+	sp.mu.Lock()
+	sp.doom = doomed
+	sp.mu.Unlock()
+	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sp.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
+		return slices.Equal(h.Partitions()["Steps"], []int{0}) && settled(t, s, "Steps", 1, []string{"survivor", doomed})
+	})
+
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	enqueue(t, js, &agentbusv1.Request{RequestId: "two-1", TenantId: "default", WorkflowId: "default:Steps:Supervisor Workflow:default",
+		AgentName: "Steps", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
+		Kind: agentbusv1.Kind_KIND_DATA, Method: "two", Data: []byte(`{}`), CreatedAtMs: time.Now().UnixMilli()}, nil)
+	select {
+	case <-sp.pause:
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "the doomed host's handler did not reach its second step")
+	}
+	nc.Close() // the host dies: no heartbeat, no acknowledgement
+	cancel()
+
+	waitFor(t, ackWait/2, "the survivor runs the second step", func() bool { return len(sp.ranOn("second")) == 1 })
+	assert.Equal(t, []string{doomed}, sp.ranOn("first"), "the first step ran again")
+	assert.Equal(t, []string{"survivor"}, sp.ranOn("second"))
+	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return journalSize(t, s) == 0 })
+}
+
+// A webhook handler's step is recorded as a Data handler's is.
+func TestStepInWebhook(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+
+	status, _, body := post(t, s, "Steps", "inc", "")
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.JSONEq(t, `{"value":1,"attempt":2}`, string(body))
+	assert.EqualValues(t, 1, sp.incs.Load(), "the step ran again")
+	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return journalSize(t, s) == 0 })
+}
+
+// Outside a handler Step runs nothing and fails; so does a step with a name that is not one.
+func TestStepOutsideAHandler(t *testing.T) {
+	t.Parallel()
+	ran := false
+	_, err := agent.Step(context.Background(), "x", func(context.Context) (int, error) { ran = true; return 1, nil })
+	require.Error(t, err)
+	assert.False(t, ran)
+	assert.True(t, strings.HasPrefix(err.Error(), "agent: "), err.Error())
+
+	sp := newStepper()
+	s := startStepper(t, sp)
+	status, body := sendData(t, s, "Steps", "default", "ada", "names", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), `"data":3`, "steps refused")
+	assert.Zero(t, sp.incs.Load(), "steps ran")
+}
