@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -38,6 +39,17 @@ func TestEnsureStepsStream(t *testing.T) {
 	subj := subject.Step("default", "wf", "r-1", 1)
 	_, err = js.Publish(ctx, subj, make([]byte, bus.MaxStepRecord))
 	require.NoError(t, err, "a record of the largest size")
-	_, err = js.Publish(ctx, subj, make([]byte, bus.MaxStepRecord+2<<10))
+	_, err = js.Publish(ctx, subject.Step("default", "wf", "r-1", 2), make([]byte, bus.MaxStepRecord+2<<10))
 	require.Error(t, err, "a record larger than the largest")
+
+	// A step is recorded only while its subject is empty (agent.Step's records expect it so).
+	first := subject.Step("default", "wf", "r-2", 1)
+	record := func() error {
+		m := nats.NewMsg(first)
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		_, err := bus.Publish(ctx, js, m)
+		return err
+	}
+	require.NoError(t, record())
+	assert.True(t, bus.IsConflict(record()), "a second record of a step")
 }
