@@ -273,8 +273,11 @@ func (fx *effects) recordStep(ctx context.Context, n int, rec *stepRecord) (*ste
 	// replayed within the de-duplication window) is stored by the second, without it.
 	for _, dedupe := range []bool{true, false} {
 		stored, err := fx.publishStep(ctx, n, data, dedupe)
-		if err != nil || stored {
-			return rec, err
+		if err != nil {
+			return nil, err
+		}
+		if stored {
+			return rec, nil
 		}
 		other, err := fx.readStep(ctx, n)
 		if err != nil || other != nil {
