@@ -75,13 +75,17 @@ func (sp *stepper) agent() *agent.Agent {
 		sp.mismatch.Store(err)
 		return agent.NoReply, err
 	})
-	// names makes steps whose names are not names.
+	// names makes steps whose names are not names, and one whose result is too large.
 	a.DataFunc("names", func(ctx context.Context, _ *agent.Message) (agent.Reply, error) {
 		var refused int
 		for _, name := range []string{"", strings.Repeat("n", agent.MaxStepName+1), "a\nb"} {
 			if _, err := agent.Step(ctx, name, inc); err != nil {
 				refused++
 			}
+		}
+		big := func(context.Context) (string, error) { return strings.Repeat("x", agent.MaxStepResult), nil }
+		if _, err := agent.Step(ctx, "big", big); err != nil && strings.Contains(err.Error(), "more than") {
+			refused++
 		}
 		return agent.Answer(refused), nil
 	})
@@ -306,7 +310,8 @@ func TestStepInWebhook(t *testing.T) {
 	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return journalSize(t, s) == 0 })
 }
 
-// Outside a handler Step runs nothing and fails; so does a step with a name that is not one.
+// Outside a handler Step runs nothing and fails; a step with a name that is not one fails, and
+// so does one whose result is too large to record.
 func TestStepOutsideAHandler(t *testing.T) {
 	t.Parallel()
 	ran := false
@@ -319,6 +324,6 @@ func TestStepOutsideAHandler(t *testing.T) {
 	s := startStepper(t, sp)
 	status, body := sendData(t, s, "Steps", "default", "ada", "names", map[string]any{})
 	require.Equal(t, http.StatusOK, status, "%s", body)
-	assert.Contains(t, string(body), `"data":3`, "steps refused")
+	assert.Contains(t, string(body), `"data":4`, "steps refused")
 	assert.Zero(t, sp.incs.Load(), "steps ran")
 }
