@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -47,6 +48,25 @@ func NewClusterWithCut(t testing.TB, size int) (*Cluster, *RouteCut) {
 func newCluster(t testing.TB, size int, cut *RouteCut) *Cluster {
 	t.Helper()
 	require.Positive(t, size, "cluster size")
+	// A cluster that forms but does not place a stream on every server within its time (seen
+	// rarely on a loaded machine) is shut down and replaced once, on other ports.
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(t, size, cut)
+		if err == nil {
+			return c
+		}
+		c.shutdown()
+		if attempt == 2 {
+			require.NoError(t, err, "starting a NATS cluster of %d servers", size)
+		}
+		t.Logf("starting a NATS cluster of %d servers: %v; starting another", size, err)
+	}
+}
+
+// startCluster starts size servers and waits until they form a cluster that places streams on
+// every server. The cluster is shut down when the test ends, or by the caller after an error.
+func startCluster(t testing.TB, size int, cut *RouteCut) (*Cluster, error) {
+	t.Helper()
 	ports := freePorts(t, size)
 	routes := make([][]string, size) // each server's
 	for i := range size {
@@ -81,29 +101,41 @@ func newCluster(t testing.TB, size int, cut *RouteCut) *Cluster {
 			opts.Cluster.Advertise = strings.TrimPrefix(routes[0][i], "nats://")
 		}
 		ns, err := server.NewServer(opts)
-		require.NoError(t, err, "creating NATS server n%d", i+1)
+		if err != nil {
+			return c, fmt.Errorf("creating NATS server n%d: %w", i+1, err)
+		}
 		ns.Start()
 		c.Servers = append(c.Servers, ns)
 	}
 	for i, ns := range c.Servers {
-		require.True(t, ns.ReadyForConnections(30*time.Second), "NATS server n%d not ready within 30s", i+1)
+		if !ns.ReadyForConnections(30 * time.Second) {
+			return c, fmt.Errorf("NATS server n%d not ready within 30s", i+1)
+		}
 	}
-	require.Eventually(t, c.formed, 20*time.Second, 25*time.Millisecond, "JetStream cluster did not form within 20s")
-	c.waitPlacing(t)
-	return c
+	deadline := time.Now().Add(20 * time.Second)
+	for !c.formed() {
+		if time.Now().After(deadline) {
+			return c, errors.New("JetStream cluster did not form within 20s")
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return c, c.waitPlacing(t)
 }
 
 // waitPlacing waits until the meta leader places a stream on every server: right after the
 // cluster forms it may not have heard from each peer yet, and refuses to place replicas on one
 // (no suitable peers, peer offline: 10005). A probe stream with a replica on each server is
 // created until it is placed, then deleted.
-func (c *Cluster) waitPlacing(t testing.TB) {
-	t.Helper()
+func (c *Cluster) waitPlacing(t testing.TB) error {
 	nc, err := nats.Connect(c.URLs(), nats.Name(t.Name()+" placement probe"))
-	require.NoError(t, err, "connecting to the NATS cluster")
+	if err != nil {
+		return fmt.Errorf("connecting to the NATS cluster: %w", err)
+	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
-	require.NoError(t, err, "creating a JetStream context")
+	if err != nil {
+		return fmt.Errorf("creating a JetStream context: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := jetstream.StreamConfig{Name: "NATSTEST_PLACEMENT", Subjects: []string{"natstest.placement"},
@@ -111,12 +143,14 @@ func (c *Cluster) waitPlacing(t testing.TB) {
 	for {
 		_, err := js.CreateStream(ctx, cfg)
 		if err == nil {
-			require.NoError(t, js.DeleteStream(ctx, cfg.Name), "deleting the placement probe")
-			return
+			if err := js.DeleteStream(ctx, cfg.Name); err != nil {
+				return fmt.Errorf("deleting the placement probe: %w", err)
+			}
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			require.NoError(t, err, "placing a stream on every server of the cluster")
+			return fmt.Errorf("placing a stream on every server of the cluster within 30s: %w", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
