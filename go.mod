@@ -27,8 +27,8 @@ require (
 )
 
 require (
-	github.com/chromedp/cdproto v0.159.0 // tests: the playground page in headless Chromium (pkg/playground)
-	github.com/chromedp/chromedp v0.23.0 // tests: the playground page in headless Chromium (pkg/playground)
+	github.com/chromedp/cdproto v0.159.0 // tests: the playground and the console in headless Chromium (pkg/pages)
+	github.com/chromedp/chromedp v0.23.0 // tests: the playground and the console in headless Chromium (pkg/pages)
 	github.com/modelcontextprotocol/go-sdk v1.8.0 // the official MCP SDK: POST /mcp (pkg/ingress/mcp.go)
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // Data methods' parameters checked against their JSON Schema (pkg/jsonschema)
 	golang.org/x/sys v0.49.0 // bench: timerfd, the open loop's precise sleep that leaves the scheduler's P free (bench/sleep_linux.go)

@@ -3,23 +3,22 @@ package ingress
 import (
 	"net/http"
 
-	"github.com/agentbus/agentbus/pkg/console"
-	"github.com/agentbus/agentbus/pkg/playground"
+	"github.com/agentbus/agentbus/pkg/pages"
 	"github.com/agentbus/agentbus/pkg/problem"
 )
 
 // playgroundPath is where the playground page is served; its files are below it.
 const playgroundPath = "/ui"
 
-// playgroundPage serves GET /ui, the playground page (package playground). It takes no key: the
+// playgroundPage serves GET /ui, the playground page (package pages). It takes no key: the
 // page asks for one and uses the API like any client.
 func (s *Server) playgroundPage(w http.ResponseWriter, r *http.Request) {
-	playground.Serve(w, r, "")
+	pages.Playground.Serve(w, r, "")
 }
 
 // playgroundFile serves GET /ui/{file}, the page's script, style sheet and icon.
 func (s *Server) playgroundFile(w http.ResponseWriter, r *http.Request) {
-	if !playground.Serve(w, r, r.PathValue("file")) {
+	if !pages.Playground.Serve(w, r, r.PathValue("file")) {
 		problem.NotFound.Write(w, "no such endpoint")
 	}
 }
@@ -34,15 +33,15 @@ func (s *Server) toPlayground(w http.ResponseWriter, r *http.Request) {
 // consolePath is where the operator console is served; its files are below it.
 const consolePath = "/console"
 
-// consolePage serves GET /console, the operator console (package console). Like the playground
+// consolePage serves GET /console, the operator console (package pages). Like the playground
 // it takes no key: the page asks for an admin key and calls the admin API with it.
 func (s *Server) consolePage(w http.ResponseWriter, r *http.Request) {
-	console.Serve(w, r, "")
+	pages.Console.Serve(w, r, "")
 }
 
 // consoleFile serves GET /console/{file}, the console's script, style sheet and icon.
 func (s *Server) consoleFile(w http.ResponseWriter, r *http.Request) {
-	if !console.Serve(w, r, r.PathValue("file")) {
+	if !pages.Console.Serve(w, r, r.PathValue("file")) {
 		problem.NotFound.Write(w, "no such endpoint")
 	}
 }

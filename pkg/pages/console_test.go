@@ -1,4 +1,4 @@
-package console_test
+package pages_test
 
 import (
 	"net/http"
@@ -10,25 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/console"
-	"github.com/agentbus/agentbus/pkg/playground"
+	"github.com/agentbus/agentbus/pkg/pages"
 )
-
-// serve answers a GET of name through console.Serve.
-func serve(t *testing.T, name string, hdr ...string) (*httptest.ResponseRecorder, bool) {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, "/console/"+name, nil)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	return w, console.Serve(w, r, name)
-}
 
 // Every file goes out with the playground's security headers, and is revalidated with its ETag.
 func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
 	play := httptest.NewRecorder()
-	require.True(t, playground.Serve(play, httptest.NewRequest(http.MethodGet, "/ui", nil), ""))
+	require.True(t, pages.Playground.Serve(play, httptest.NewRequest(http.MethodGet, "/ui", nil), ""))
 	for _, tc := range []struct {
 		name, file, contentType string
 	}{
@@ -38,12 +26,12 @@ func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
 		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, ok := serve(t, tc.file)
+			w, ok := serve(t, pages.Console, tc.file)
 			require.True(t, ok)
 			assert.Equal(t, http.StatusOK, w.Code)
 			h := w.Header()
 			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
-			assert.Equal(t, console.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
+			assert.Equal(t, pages.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
 			for _, name := range []string{"Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options",
 				"Referrer-Policy", "Cross-Origin-Opener-Policy", "Cache-Control"} {
 				assert.NotEmpty(t, h.Get(name), name)
@@ -56,7 +44,7 @@ func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
 
 			etag := h.Get("ETag")
 			require.NotEmpty(t, etag)
-			w, ok = serve(t, tc.file, "If-None-Match", etag)
+			w, ok = serve(t, pages.Console, tc.file, "If-None-Match", etag)
 			require.True(t, ok)
 			assert.Equal(t, http.StatusNotModified, w.Code)
 			assert.Empty(t, w.Body.Bytes())
@@ -64,23 +52,14 @@ func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
 	}
 }
 
-func TestServeRefusesOtherNames(t *testing.T) {
-	for _, name := range []string{"index.html", "nope.js", "../console.go", "static", "static/app.js", "console.go"} {
-		w, ok := serve(t, name)
-		assert.False(t, ok, name)
-		assert.Empty(t, w.Header(), "%s: nothing written", name)
-	}
-}
-
 // The page works under the strict policy: no inline script, style or handler, nothing from
 // another origin; the script renders nothing as HTML and never puts a key in a URL.
 func TestPageNeedsNoInlineCodeAndKeepsTheKeyOutOfURLs(t *testing.T) {
-	assert.Equal(t, playground.ContentSecurityPolicy, console.ContentSecurityPolicy)
 	for _, unsafe := range []string{"unsafe-inline", "unsafe-eval", "*", "data:", "http:"} {
-		assert.NotContains(t, console.ContentSecurityPolicy, unsafe)
+		assert.NotContains(t, pages.ContentSecurityPolicy, unsafe)
 	}
 
-	w, ok := serve(t, "")
+	w, ok := serve(t, pages.Console, "")
 	require.True(t, ok)
 	page := w.Body.String()
 	for _, tag := range regexp.MustCompile(`(?i)<script\b[^>]*>`).FindAllString(page, -1) {
@@ -97,7 +76,7 @@ func TestPageNeedsNoInlineCodeAndKeepsTheKeyOutOfURLs(t *testing.T) {
 	refs := regexp.MustCompile(`(?:src|href)="/console/([^"]+)"`).FindAllStringSubmatch(page, -1)
 	assert.Len(t, refs, 3)
 	for _, m := range refs {
-		_, ok := serve(t, m[1])
+		_, ok := serve(t, pages.Console, m[1])
 		assert.True(t, ok, "the page refers to /console/%s", m[1])
 	}
 
@@ -109,7 +88,7 @@ func TestPageNeedsNoInlineCodeAndKeepsTheKeyOutOfURLs(t *testing.T) {
 		assert.Contains(t, page, `for="`+m[1]+`"`, "#%s has no label", m[1])
 	}
 
-	w, ok = serve(t, "app.js")
+	w, ok = serve(t, pages.Console, "app.js")
 	require.True(t, ok)
 	script := w.Body.String()
 	for _, bad := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function",

@@ -1,12 +1,26 @@
-// Package staticpage serves the ingress's browser pages (the playground at /ui and the operator
-// console at /console): a few embedded files, each with the same strict security headers and an
-// ETag. A page holds no secret and takes no key; it asks its user for one and calls the API like
-// any client.
-package staticpage
+// Package pages holds the browser pages the ingress serves, and serves their files:
+//
+//   - The playground, at /ui: paste an API key, pick a registered agent, send it Chat, Data and
+//     Webhook messages, and watch the thread live. It talks only to the public HTTP API of the
+//     ingress that serves it (GET /api/user/agents, converse, webhooks, history and listen), with
+//     the key in the Authorization header wherever the endpoint takes it there. It is a tool for
+//     trying agents out, not an end-user chat client.
+//   - The operator console, at /console: the live hosts and partitions, each agent's request
+//     rate, errors and latency over the last 15 minutes, an agent's instances and one instance's
+//     state and queue, and the tenant's dead letters. It asks for an admin key (tenant-admin or
+//     system-admin) and calls the admin API with it in the Authorization header, and shows a
+//     tenant admin only what the API shows that key.
+//
+// Each page is plain HTML, CSS and one script in its own directory, embedded in the binary with
+// go:embed; there is no build step and nothing is loaded from elsewhere. A page holds no secret,
+// no privilege of its own and takes no key: it asks its user for one and calls the API like any
+// client. Every file of a page is served with the same strict security headers and an ETag.
+package pages
 
 import (
 	"bytes"
 	"crypto/sha256"
+	"embed"
 	"encoding/base64"
 	"io/fs"
 	"net/http"
@@ -41,14 +55,23 @@ type Files struct {
 	files map[string]file
 }
 
-// Load reads the files of dir in fsys (not its subdirectories, nor files of other types than
+//go:embed playground console
+var static embed.FS
+
+// Playground is the playground's files, served at /ui.
+var Playground = load(static, "playground")
+
+// Console is the operator console's files, served at /console.
+var Console = load(static, "console")
+
+// load reads the files of dir in fsys (not its subdirectories, nor files of other types than
 // HTML, JavaScript, CSS and SVG). dir must hold index.html. It panics on an error: the files are
 // embedded, so an error is a build mistake.
-func Load(fsys fs.FS, dir string) *Files {
+func load(fsys fs.FS, dir string) *Files {
 	out := map[string]file{}
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
-		panic("staticpage: reading the embedded files: " + err.Error())
+		panic("pages: reading the embedded files: " + err.Error())
 	}
 	for _, e := range entries {
 		ct, ok := contentTypes[path.Ext(e.Name())]
@@ -57,22 +80,22 @@ func Load(fsys fs.FS, dir string) *Files {
 		}
 		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
 		if err != nil {
-			panic("staticpage: reading the embedded files: " + err.Error())
+			panic("pages: reading the embedded files: " + err.Error())
 		}
 		sum := sha256.Sum256(b)
 		out[e.Name()] = file{content: b, contentType: ct, etag: `"` + base64.RawURLEncoding.EncodeToString(sum[:12]) + `"`}
 	}
 	page, ok := out["index.html"]
 	if !ok {
-		panic("staticpage: " + dir + " has no index.html")
+		panic("pages: " + dir + " has no index.html")
 	}
 	out[""] = page
 	delete(out, "index.html") // the page has one address
 	return &Files{files: out}
 }
 
-// SetSecurityHeaders sets the headers every file of a page is served with.
-func SetSecurityHeaders(h http.Header) {
+// setSecurityHeaders sets the headers every file of a page is served with.
+func setSecurityHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", ContentSecurityPolicy)
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
@@ -91,7 +114,7 @@ func (f *Files) Serve(w http.ResponseWriter, r *http.Request, name string) bool 
 	}
 	h := w.Header()
 	h.Set("Content-Type", file.contentType)
-	SetSecurityHeaders(h)
+	setSecurityHeaders(h)
 	h.Set("ETag", file.etag)
 	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(file.content))
 	return true

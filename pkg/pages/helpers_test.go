@@ -1,4 +1,4 @@
-package playground_test
+package pages_test
 
 import (
 	"bytes"
@@ -10,7 +10,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/browsertest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// The browser tests' helpers live in package browsertest.
+var (
+	browser    = browsertest.Start
+	choose     = browsertest.Choose
+	replace    = browsertest.Replace
+	waitFor    = browsertest.WaitFor
+	text       = browsertest.Text
+	screenshot = browsertest.Screenshot
 )
 
 // sendData sends a Data message to an Echo instance of tenant "default" through the admin send

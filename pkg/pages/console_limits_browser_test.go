@@ -1,4 +1,4 @@
-package console_test
+package pages_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package playground_test
+package pages_test
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
-// The browser test stops what it starts: the stack, the browser and chromedp's goroutines.
+// The browser tests stop what they start: the stacks, the browsers and chromedp's goroutines.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
 }

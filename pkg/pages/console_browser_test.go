@@ -1,4 +1,4 @@
-package console_test
+package pages_test
 
 import (
 	"bytes"
@@ -23,13 +23,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/browsertest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
-)
-
-var (
-	waitFor    = browsertest.WaitFor
-	choose     = browsertest.Choose
-	replace    = browsertest.Replace
-	screenshot = browsertest.Screenshot
 )
 
 // evaluate runs a JavaScript expression in the page and returns its value.

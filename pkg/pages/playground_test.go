@@ -1,8 +1,7 @@
-package playground_test
+package pages_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,19 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/playground"
+	"github.com/agentbus/agentbus/pkg/pages"
 )
-
-// serve answers a GET of name through playground.Serve.
-func serve(t *testing.T, name string, hdr ...string) (*httptest.ResponseRecorder, bool) {
-	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, "/ui/"+name, nil)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	return w, playground.Serve(w, r, name)
-}
 
 func TestServeSendsSecurityHeaders(t *testing.T) {
 	for _, tc := range []struct {
@@ -34,12 +22,12 @@ func TestServeSendsSecurityHeaders(t *testing.T) {
 		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w, ok := serve(t, tc.file)
+			w, ok := serve(t, pages.Playground, tc.file)
 			require.True(t, ok)
 			assert.Equal(t, http.StatusOK, w.Code)
 			h := w.Header()
 			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
-			assert.Equal(t, playground.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
+			assert.Equal(t, pages.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
 			assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
 			assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
 			assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"))
@@ -48,7 +36,7 @@ func TestServeSendsSecurityHeaders(t *testing.T) {
 			// A browser that has the file revalidates it and gets 304 without a body.
 			etag := h.Get("ETag")
 			require.NotEmpty(t, etag)
-			w, ok = serve(t, tc.file, "If-None-Match", etag)
+			w, ok = serve(t, pages.Playground, tc.file, "If-None-Match", etag)
 			require.True(t, ok)
 			assert.Equal(t, http.StatusNotModified, w.Code)
 			assert.Empty(t, w.Body.Bytes())
@@ -56,18 +44,10 @@ func TestServeSendsSecurityHeaders(t *testing.T) {
 	}
 }
 
-func TestServeRefusesOtherNames(t *testing.T) {
-	for _, name := range []string{"index.html", "nope.js", "../playground.go", "static", "static/app.js"} {
-		w, ok := serve(t, name)
-		assert.False(t, ok, name)
-		assert.Empty(t, w.Header(), "%s: nothing written", name)
-	}
-}
-
 // The policy allows scripts and styles only from the ingress's origin: nothing inline, no eval,
 // no framing. The page must work under it, so it may hold no inline script, style or handler.
 func TestPolicyIsStrictAndPageNeedsNoInlineCode(t *testing.T) {
-	csp := playground.ContentSecurityPolicy
+	csp := pages.ContentSecurityPolicy
 	for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"} {
 		assert.Contains(t, csp, want)
 	}
@@ -75,7 +55,7 @@ func TestPolicyIsStrictAndPageNeedsNoInlineCode(t *testing.T) {
 		assert.NotContains(t, csp, unsafe)
 	}
 
-	w, ok := serve(t, "")
+	w, ok := serve(t, pages.Playground, "")
 	require.True(t, ok)
 	page := w.Body.String()
 	for _, tag := range regexp.MustCompile(`(?i)<script\b[^>]*>`).FindAllString(page, -1) {
@@ -88,13 +68,13 @@ func TestPolicyIsStrictAndPageNeedsNoInlineCode(t *testing.T) {
 
 	// Every file the page refers to is served.
 	for _, m := range regexp.MustCompile(`(?:src|href)="/ui/([^"]+)"`).FindAllStringSubmatch(page, -1) {
-		_, ok := serve(t, m[1])
+		_, ok := serve(t, pages.Playground, m[1])
 		assert.True(t, ok, "the page refers to /ui/%s", m[1])
 	}
 
 	// The script never renders received text as HTML, and never puts the key in a URL but the
 	// webhook's (where the webhook contract wants it).
-	w, ok = serve(t, "app.js")
+	w, ok = serve(t, pages.Playground, "app.js")
 	require.True(t, ok)
 	script := w.Body.String()
 	assert.NotContains(t, script, "innerHTML")

@@ -1,4 +1,4 @@
-package playground_test
+package pages_test
 
 import (
 	"context"
@@ -18,18 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
-	"github.com/agentbus/agentbus/pkg/browsertest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
-)
-
-// The helpers live in package browsertest, shared with the console's browser test.
-var (
-	browser    = browsertest.Start
-	choose     = browsertest.Choose
-	replace    = browsertest.Replace
-	waitFor    = browsertest.WaitFor
-	text       = browsertest.Text
-	screenshot = browsertest.Screenshot
 )
 
 // threadHas is a condition: a message of that direction ("in" to the agent, "out" from it) in
