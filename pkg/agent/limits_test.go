@@ -95,7 +95,17 @@ func TestCapAcrossHosts(t *testing.T) {
 	for i := range 8 {
 		go sendWork(t, s, s.Key, "default", "Slow", "c-"+strconv.Itoa(i), "p", 1, false)
 	}
-	waitFor(t, 10*time.Second, "3 running", func() bool { sa.mu.Lock(); defer sa.mu.Unlock(); return sa.conc["default"] == 3 })
+	running := func() int { sa.mu.Lock(); defer sa.mu.Unlock(); return sa.conc["default"] }
+	for start := time.Now(); running() != 3; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 20*time.Second {
+			e, err := s.Res.SlotGrants.Get(ctx, subject.SlotGrantKey("default", "Slow"))
+			grants := "none"
+			if err == nil {
+				grants = string(e.Value())
+			}
+			require.Failf(t, "the cap of 3 not used within 20 s", "%d running; grants %s (err %v)", running(), grants, err)
+		}
+	}
 	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(6)}})
 	took := waitFor(t, 5*time.Second, "6 running", func() bool { sa.mu.Lock(); defer sa.mu.Unlock(); return sa.conc["default"] == 6 })
 	t.Logf("the raised cap was used %v after it was written", took)
