@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -21,7 +23,8 @@ import (
 
 // An idle workflow instance costs its host no memory and no goroutine: after a burst of requests
 // to many instances, the host holds none of them once they have been idle for as long as it keeps
-// them (liveKeep, shortened here).
+// them (liveKeep, shortened here), and its gauge of instances held (agentbus_instances_live) says
+// so.
 func TestIdleInstancesCostNothing(t *testing.T) {
 	srv := natstest.Server(t, "")
 	a := New("Counter")
@@ -31,7 +34,8 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		}
 		return Status(http.StatusOK)
 	})
-	h, err := NewHost(HostConfig{Conn: natstest.Conn(t, srv), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 2}})
+	reg := prometheus.NewRegistry()
+	h, err := NewHost(HostConfig{Conn: natstest.Conn(t, srv), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 2}, Metrics: reg})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -74,6 +78,7 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		}
 	}
 	require.NotZero(t, h.live.size(), "no instance was held while busy: the test does not see the cache")
+	assert.EqualValues(t, h.live.size(), testutil.ToFloat64(h.metrics.liveGauge()), "agentbus_instances_live while busy")
 
 	// Once idle for liveIdle (and a sweep), nothing is held: no instance, no conversation queue,
 	// and the goroutine count is back where it was before the burst.
@@ -83,6 +88,8 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 		queues := len(h.convs) + len(h.held)
 		h.mu.Unlock()
 		if h.live.size() == 0 && queues == 0 && runtime.NumGoroutine() <= goroutinesIdle+2 {
+			// The gauge of instances held follows them down.
+			assert.Zero(t, testutil.ToFloat64(h.metrics.liveGauge()), "agentbus_instances_live once idle")
 			break
 		}
 		require.False(t, time.Now().After(deadline), "after going idle the host still holds %d instances, %d queues, %d goroutines (idle host: %d)",

@@ -110,9 +110,8 @@ func TestHostMetrics(t *testing.T) {
 	assert.Zero(t, value(t, reg, "agentbus_dead_letters_total", echo))
 	assert.Zero(t, value(t, reg, "agentbus_redeliveries_total", echo))
 
-	// The instance leaves memory once idle for 30 s (liveKeep), and the gauge follows it down.
+	// The instance is held while in use (TestIdleInstancesCostNothing sees the gauge go down).
 	assert.EqualValues(t, 1, value(t, reg, "agentbus_instances_live", nil))
-	require.Eventually(t, func() bool { return value(t, reg, "agentbus_instances_live", nil) == 0 }, 45*time.Second, 100*time.Millisecond)
 
 	// Every owned partition reports what waits in it: nothing, all requests being answered.
 	require.Eventually(t, func() bool {
