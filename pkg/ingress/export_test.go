@@ -22,7 +22,8 @@ var CleanPath = cleanPath
 const MaxMCPBatch = maxMCPBatch
 
 // SetStatsDeadline sets how long the stats routes wait for the other ingress instances, until
-// the test ends. The package's tests do not run in parallel.
+// the test ends. The tests that call it do not run in parallel (t.Parallel): the setting is the
+// package's, read by every stack.
 func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
 	old := statsDeadline
 	statsDeadline = d
@@ -33,7 +34,7 @@ func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
 const ListenSendBuffer = listenSendBuffer
 
 // SetConfirmTimeout sets how long an admin write waits for every ingress instance to confirm
-// it, until the test ends.
+// it, until the test ends. The tests that call it do not run in parallel, as SetStatsDeadline's.
 func SetConfirmTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
 	old := confirmTimeout
 	confirmTimeout = d

@@ -225,7 +225,7 @@ func TestStatsCountCallsPerAgent(t *testing.T) {
 // TestStatsMergeIngressInstances: two ingress instances on one NATS each count the calls they
 // answered, and each one's stats route merges both windows.
 func TestStatsMergeIngressInstances(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it sets the stats routes' deadline, which every stack of the package reads.
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	second := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 	// Two CPUs shared with other work may hold an answer longer than the 300 ms a route waits.
