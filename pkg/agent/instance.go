@@ -28,6 +28,9 @@ type Instance struct {
 	requestID string
 	// wrote is set once this attempt changed the state.
 	wrote bool
+	// changes counts the state changes and Complete calls of the handler's attempts, so that a
+	// chat tells a tool call that changed the instance (toolRound).
+	changes atomic.Int64
 	// fx sends what the handler sends besides its reply (posts, timers).
 	fx *effects
 
@@ -136,6 +139,7 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 		err = l.writeLocked(ctx, rec)
 		if err == nil {
 			i.wrote = true
+			i.changes.Add(1)
 			return nil
 		}
 		if errors.Is(err, errFenced) {
@@ -227,6 +231,7 @@ func (i *Instance) Complete() {
 	i.mu.Lock()
 	i.complete = true
 	i.mu.Unlock()
+	i.changes.Add(1)
 }
 
 func (i *Instance) completing() bool {

@@ -149,20 +149,15 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 	}
 	req.Tools = tools
 
+	rs := &rounds{}
+	if m.inst != nil {
+		rs.fx = m.inst.fx
+	}
 	var texts []string // of the turns that had text
 	for round := 1; ; round++ {
-		// A turn's text follows the earlier turns' after a blank line, in the deltas too.
-		sep := len(texts) > 0
-		ans, err := llm.Generate(ctx, c.model, req, func(d string) error {
-			if sep {
-				sep = false
-				m.Delta("\n\n")
-			}
-			m.Delta(d)
-			return nil
-		})
+		ans, err := c.modelRound(ctx, m, rs, req, round, len(texts) > 0)
 		if err != nil {
-			return NoReply, modelError(err)
+			return NoReply, err
 		}
 		if ans.Text != "" {
 			texts = append(texts, ans.Text)
@@ -179,20 +174,107 @@ func (c *toolChat) ServeMessage(ctx context.Context, m *Message) (Reply, error) 
 				Message: fmt.Sprintf("the language model did not answer within %d rounds of tool calls", c.maxRounds),
 				Err:     ErrToolRounds}
 		}
-		for i := range ans.ToolCalls {
-			if ans.ToolCalls[i].ID == "" { // some compatible servers leave it out
-				ans.ToolCalls[i].ID = callID(m.ID, round, i)
-			}
-		}
 		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleAssistant, Content: ans.Text, ToolCalls: ans.ToolCalls})
 		for i, call := range ans.ToolCalls {
-			result, err := runTool(ctx, m, methods[call.Name], call, fmt.Sprintf("tool.%d.%d", round, i))
+			result, err := toolRound(ctx, m, rs, methods[call.Name], call, round, i)
 			if err != nil {
 				return NoReply, err
 			}
 			req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: result})
 		}
 	}
+}
+
+// modelRound returns the model's turn of round: the one an earlier attempt of the request
+// recorded, or else the model's answer to req, recorded. Its text is streamed either way, after
+// a blank line when an earlier turn had text: a replayed turn's as one delta.
+func (c *toolChat) modelRound(ctx context.Context, m *Message, rs *rounds, req llm.Request, round int, sep bool) (llm.Answer, error) {
+	delta := func(d string) error {
+		if sep {
+			sep = false
+			m.Delta("\n\n")
+		}
+		m.Delta(d)
+		return nil
+	}
+	ans, how, err := roundStep(ctx, rs, fmt.Sprintf("model %d", round), func(ctx context.Context) (llm.Answer, bool, error) {
+		ans, err := llm.Generate(ctx, c.model, req, delta)
+		if err != nil {
+			return ans, false, modelError(err)
+		}
+		for i := range ans.ToolCalls {
+			if ans.ToolCalls[i].ID == "" { // some compatible servers leave it out
+				ans.ToolCalls[i].ID = callID(m.ID, round, i)
+			}
+		}
+		return ans, true, nil
+	})
+	switch {
+	case err != nil:
+		return llm.Answer{}, err
+	case how == roundReplayed && ans.Text != "":
+		_ = delta(ans.Text)
+	case how == roundUnrecorded:
+		// Too large to record: a later attempt asks the model again, so the rounds after this
+		// one are not recorded either.
+		rs.off = true
+	}
+	return ans, nil
+}
+
+// toolRound runs a tool call of round (the i-th), or replays the result an earlier attempt of
+// the request recorded, and returns what the model is told. A replayed call is not stored again
+// (the attempt that recorded it stored it) and is streamed again as a "tool_call" and a
+// "tool_result" event. A call that changed the instance (UpdateState, Complete) is not recorded:
+// a later attempt starts from the state the request found, and runs it again.
+func toolRound(ctx context.Context, chat *Message, rs *rounds, dm *dataMethod, call llm.ToolCall, round, i int) (string, error) {
+	method := call.Name
+	if dm != nil {
+		method = dm.name
+	}
+	name := fmt.Sprintf("tool %d.%d %s", round, i+1, ToolName(call.Name))
+	res, how, err := roundStep(ctx, rs, name, func(ctx context.Context) (toolOutcome, bool, error) {
+		changes := chat.instanceChanges()
+		out, err := runTool(ctx, chat, dm, call, fmt.Sprintf("tool.%d.%d", round, i))
+		if err != nil {
+			return toolOutcome{}, false, err
+		}
+		return toolOutcome{Text: out.Text, Data: out.Data}, chat.instanceChanges() == changes, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if ev := chat.tools.event; how == roundReplayed && ev != nil {
+		ev(toolCallEvent(call, method))
+		ev(toolResultEvent(call, method, &history.Message{Text: res.Text, Data: res.Data}))
+	}
+	return res.content(), nil
+}
+
+// toolOutcome is what a chat records of a tool call's result: the stored reply's text and data.
+type toolOutcome struct {
+	Text *string         `json:"text,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// content is what the model is told of a tool call's result: its data, else its text.
+func (o toolOutcome) content() string {
+	switch {
+	case o.Data != nil:
+		return string(o.Data)
+	case o.Text != nil:
+		return *o.Text
+	default:
+		return "null"
+	}
+}
+
+// instanceChanges counts the changes of the chat's instance so far (Instance.changes).
+func (m *Message) instanceChanges() int64 {
+	if m.inst == nil {
+		return 0
+	}
+	return m.inst.changes.Load()
 }
 
 // callID names a call the model gave no id: the chat message's id, unique in the thread, with the
@@ -300,10 +382,10 @@ func (c *toolChat) conversation(ctx context.Context, m *Message) (llm.Request, e
 }
 
 // runTool runs one tool call as a Data call of dm on chat's instance, stores the call and its
-// reply in the thread, reports both to a streaming caller, and returns what the model is told.
-// part names the stored messages, so that a retried chat stores them once. An error means the
-// call could not be stored (the host is stopping); the call's own failures are its result.
-func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCall, part string) (string, error) {
+// reply in the thread, reports both to a streaming caller, and returns the stored reply. part
+// names the stored messages, so that a retried chat stores them once. An error means the call
+// could not be stored (the host is stopping); the call's own failures are its result.
+func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCall, part string) (*history.Message, error) {
 	env := chat.tools
 	req := env.req
 	method := call.Name
@@ -312,10 +394,10 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 	}
 	in := toolCallMessage(req, method, call, part)
 	if err := env.store(ctx, in); err != nil {
-		return "", err
+		return nil, err
 	}
 	if env.event != nil {
-		env.event(&agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}})
+		env.event(toolCallEvent(call, method))
 	}
 	if env.tracer != nil {
 		var span trace.Span
@@ -329,19 +411,18 @@ func runTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolCa
 	out.MessageType = history.Data
 	out.Metadata = map[string]string{history.MetaToolCallID: call.ID}
 	if err := env.store(ctx, out); err != nil {
-		return "", err
+		return nil, err
 	}
 	if env.event != nil {
 		env.event(toolResultEvent(call, method, out))
 	}
-	switch {
-	case out.Data != nil:
-		return string(out.Data), nil
-	case out.Text != nil:
-		return *out.Text, nil
-	default:
-		return "null", nil
-	}
+	return out, nil
+}
+
+// toolCallEvent is what a streaming caller sees of a tool call before it runs, its arguments cut
+// to an event's size.
+func toolCallEvent(call llm.ToolCall, method string) *agentbusv1.Reply {
+	return &agentbusv1.Reply{ToolCall: &agentbusv1.ToolCall{Id: call.ID, Name: method, Arguments: string(eventSized([]byte(call.Arguments)))}}
 }
 
 // toolCallMessage is the incoming Data message a tool call is stored as, in the chat's thread.
