@@ -23,6 +23,8 @@ const (
 	roundUnrecorded roundHow = iota // ran, and is not recorded
 	roundRecorded                   // ran, and is recorded
 	roundReplayed                   // recorded by an earlier attempt, not run
+	// ran, but another run of the request recorded the round first: the outcome is that run's
+	roundRaced
 )
 
 // roundRecord is the journal's record of a round: its outcome, and how many steps and effects
@@ -77,7 +79,7 @@ func roundStep[T any](ctx context.Context, rs *rounds, name string, fn func(cont
 	}
 	if stored != rec { // another run of the request recorded the round first
 		v, err := replayRound[T](fx, n, name, stored, func() (int, int) { return steps, effects })
-		return v, roundReplayed, err
+		return v, roundRaced, err
 	}
 	return v, roundRecorded, nil
 }
