@@ -87,10 +87,21 @@ func Tools(methods ...string) ChatOption {
 // model could never see their results. A call the model gave no id gets one made of the chat
 // message's id, the round and its place, unique in the thread.
 //
+// Each round is a durable step of the request (see Step): the model's turn, its tool calls
+// included, is step "model {round}", and each call's result step "tool {round}.{place} {tool}".
+// An attempt after the first (a retry, a redelivery after its host died, a takeover) replays the
+// rounds an earlier attempt recorded, without asking the model or running the tools again, and
+// goes on from the first round not recorded; the calls it replays are not stored again. Not
+// recorded, and so run again by a later attempt: a tool call that changed the instance
+// (UpdateState, Complete), since the attempt starts from the state the request found; a turn or a
+// result over MaxStepResult encoded; and every round after a turn over it. A chat makes one
+// journal read and one write per model turn and per tool call.
+//
 // Streamed to a converse caller (Accept: text/event-stream), each call comes as a "tool_call"
 // event before it runs and a "tool_result" event after, and the text as "delta" events; when
-// more than one turn has text, the reply holds all of it, separated by a blank line. A model
-// that is not an llm.ToolModel never calls tools.
+// more than one turn has text, the reply holds all of it, separated by a blank line. After the
+// "restart" event of an attempt after the first, the replayed rounds come again: a turn's text
+// as one delta, a call as its two events. A model that is not an llm.ToolModel never calls tools.
 func ChatWithTools(model llm.Model, opts ...ChatOption) Handler {
 	if model == nil {
 		panic("agent: ChatWithTools needs a model")
