@@ -243,8 +243,7 @@ func toolRound(ctx context.Context, chat *Message, rs *rounds, dm *dataMethod, c
 	if dm != nil {
 		method = dm.name
 	}
-	name := fmt.Sprintf("tool %d.%d %s", round, i+1, ToolName(call.Name))
-	res, how, err := roundStep(ctx, rs, name, func(ctx context.Context) (toolOutcome, bool, error) {
+	res, how, err := roundStep(ctx, rs, toolStepName(round, i, call.Name), func(ctx context.Context) (toolOutcome, bool, error) {
 		changes := chat.instanceChanges()
 		out, err := runTool(ctx, chat, dm, call, fmt.Sprintf("tool.%d.%d", round, i))
 		if err != nil {
@@ -260,6 +259,13 @@ func toolRound(ctx context.Context, chat *Message, rs *rounds, dm *dataMethod, c
 		ev(toolResultEvent(call, method, &history.Message{Text: res.Text, Data: res.Data}))
 	}
 	return res.content(), nil
+}
+
+// toolStepName is the step name of the i-th tool call of round: "tool {round}.{i+1} {tool}",
+// the tool's name as the model wrote it made a tool name (ToolName: at most 64 ASCII bytes), so
+// that any name the model writes makes a step name.
+func toolStepName(round, i int, tool string) string {
+	return fmt.Sprintf("tool %d.%d %s", round, i+1, ToolName(tool))
 }
 
 // toolOutcome is what a chat records of a tool call's result: the stored reply's text and data.

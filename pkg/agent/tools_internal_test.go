@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 func TestToolName(t *testing.T) {
@@ -31,6 +32,17 @@ func TestToolName(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 			assert.True(t, llm.ValidToolName(got))
 		})
+	}
+}
+
+// A tool call's step name is a step name whatever tool name the model writes.
+func TestToolStepName(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "tool 2.1 sum", toolStepName(2, 0, "sum"))
+	for _, tool := range []string{"", "a\nb", strings.Repeat("größe", 100), "\xff\x00"} {
+		name := toolStepName(DefaultMaxRounds, 99, tool)
+		assert.NoError(t, subject.CheckName("", name), "%q", name)
+		assert.LessOrEqual(t, len(name), MaxStepName)
 	}
 }
 
