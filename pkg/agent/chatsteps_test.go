@@ -308,3 +308,60 @@ func TestChatRoundsNotRecorded(t *testing.T) {
 		})
 	}
 }
+
+// noteModel asks for the tool note in rounds 1 and 2 (with the text "a", then "b") and answers
+// "done" in round 3; its second turn fails with a Retryable error on the chat's first attempt.
+type noteModel struct{ *roundModel }
+
+func (m *noteModel) Generate(ctx context.Context, req llm.Request, _ func(string) error) (llm.Answer, error) {
+	round := 1
+	for _, msg := range req.Messages {
+		if msg.Role == llm.RoleAssistant {
+			round++
+		}
+	}
+	m.mu.Lock()
+	m.turns[round] = append(m.turns[round], "")
+	m.mu.Unlock()
+	switch {
+	case round == 1:
+		return llm.Answer{ToolCalls: []llm.ToolCall{{ID: "n1", Name: "note", Arguments: `{"text":"a"}`}}}, nil
+	case round == 2 && agent.MessageFrom(ctx).Attempt == 1:
+		return llm.Answer{}, agent.Retryable(errors.New("the model is busy"))
+	case round == 2:
+		return llm.Answer{ToolCalls: []llm.ToolCall{{ID: "n2", Name: "note", Arguments: `{"text":"b"}`}}}, nil
+	}
+	return llm.Answer{Text: "done"}, nil
+}
+
+// A replayed tool call that posted a message (an effect) leaves the effects after it their
+// numbers: the next round's post is a post of its own, not taken for a repeat of the first.
+func TestChatRoundsKeepEffectNumbers(t *testing.T) {
+	t.Parallel()
+	model := &noteModel{newRoundModel()}
+	var notes atomic.Int32
+	a := agent.New("Chatter")
+	agent.Method(a, "note", func(ctx context.Context, in struct {
+		Text string `json:"text"`
+	}) (bool, error) {
+		notes.Add(1)
+		return true, agent.MessageFrom(ctx).Instance().Post(ctx, agent.Post{To: "log", Text: in.Text})
+	})
+	a.Chat(agent.ChatWithTools(model, agent.HistorySize(-1)))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a}, Host: agent.HostConfig{MaxDeliveries: 3}})
+
+	status, got := chat(t, s, "Chatter", "fox", "note a and b")
+	require.Equal(t, http.StatusOK, status, got)
+	assert.Equal(t, "done", got)
+	assert.Len(t, model.asked(1), 1, "the model's turns of round 1")
+	assert.EqualValues(t, 2, notes.Load(), "note's runs")
+	var texts []string
+	waitFor(t, 5*time.Second, "both notes are posted", func() bool {
+		texts = texts[:0]
+		for _, m := range thread(t, s, "Chatter", "log") {
+			texts = append(texts, *m.Text)
+		}
+		return len(texts) == 2
+	})
+	assert.ElementsMatch(t, []string{"a", "b"}, texts)
+}
