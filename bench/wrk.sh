@@ -14,8 +14,9 @@ secs=${2:-10}
 conns=${CONNS:-64}
 dir=$(mktemp -d /tmp/agentbus-wrk.XXXXXX)
 cd "$(dirname "$0")/.."
-if [ -z "${STANDALONE:-}" ]; then STANDALONE=$dir/standalone; go build -o "$STANDALONE" ./services/standalone; fi
-if [ -z "${BENCH:-}" ]; then BENCH=$dir/bench; go build -o "$BENCH" ./bench; fi
+# Binaries go to bin/: the phases' directories below are named after them.
+if [ -z "${STANDALONE:-}" ]; then STANDALONE=$dir/bin/standalone; go build -o "$STANDALONE" ./services/standalone; fi
+if [ -z "${BENCH:-}" ]; then BENCH=$dir/bin/bench; go build -o "$BENCH" ./bench; fi
 pids=""
 cleanup() { for p in $pids; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT INT TERM
