@@ -1,8 +1,6 @@
 package pages_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,45 +10,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/pages"
 )
-
-// Every file goes out with the playground's security headers, and is revalidated with its ETag.
-func TestServeSendsThePlaygroundsSecurityHeaders(t *testing.T) {
-	play := httptest.NewRecorder()
-	require.True(t, pages.Playground.Serve(play, httptest.NewRequest(http.MethodGet, "/ui", nil), ""))
-	for _, tc := range []struct {
-		name, file, contentType string
-	}{
-		{name: "page", file: "", contentType: "text/html; charset=utf-8"},
-		{name: "script", file: "app.js", contentType: "text/javascript; charset=utf-8"},
-		{name: "style sheet", file: "style.css", contentType: "text/css; charset=utf-8"},
-		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w, ok := serve(t, pages.Console, tc.file)
-			require.True(t, ok)
-			assert.Equal(t, http.StatusOK, w.Code)
-			h := w.Header()
-			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
-			assert.Equal(t, pages.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
-			for _, name := range []string{"Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options",
-				"Referrer-Policy", "Cross-Origin-Opener-Policy", "Cache-Control"} {
-				assert.NotEmpty(t, h.Get(name), name)
-				assert.Equal(t, play.Header().Get(name), h.Get(name), "%s differs from the playground's", name)
-			}
-			assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
-			assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
-			assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"))
-			assert.NotEmpty(t, w.Body.Bytes())
-
-			etag := h.Get("ETag")
-			require.NotEmpty(t, etag)
-			w, ok = serve(t, pages.Console, tc.file, "If-None-Match", etag)
-			require.True(t, ok)
-			assert.Equal(t, http.StatusNotModified, w.Code)
-			assert.Empty(t, w.Body.Bytes())
-		})
-	}
-}
 
 // The page works under the strict policy: no inline script, style or handler, nothing from
 // another origin; the script renders nothing as HTML and never puts a key in a URL.

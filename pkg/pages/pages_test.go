@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/pages"
 )
@@ -39,5 +40,52 @@ func TestServeRefusesOtherNames(t *testing.T) {
 				assert.Empty(t, w.Header(), "%s: nothing written", name)
 			}
 		})
+	}
+}
+
+// Every file of both pages goes out with the same security headers and its content type, and a
+// browser that has it revalidates it with its ETag and gets 304 without a body.
+func TestServeSendsSecurityHeaders(t *testing.T) {
+	for _, page := range []struct {
+		name  string
+		files *pages.Files
+	}{
+		{name: "playground", files: pages.Playground},
+		{name: "console", files: pages.Console},
+	} {
+		for _, tc := range []struct {
+			name, file, contentType string
+		}{
+			{name: "page", file: "", contentType: "text/html; charset=utf-8"},
+			{name: "script", file: "app.js", contentType: "text/javascript; charset=utf-8"},
+			{name: "style sheet", file: "style.css", contentType: "text/css; charset=utf-8"},
+			{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
+		} {
+			t.Run(page.name+" "+tc.name, func(t *testing.T) {
+				w, ok := serve(t, page.files, tc.file)
+				require.True(t, ok)
+				assert.Equal(t, http.StatusOK, w.Code)
+				h := w.Header()
+				for name, want := range map[string]string{
+					"Content-Type":               tc.contentType,
+					"Content-Security-Policy":    pages.ContentSecurityPolicy,
+					"X-Content-Type-Options":     "nosniff",
+					"X-Frame-Options":            "DENY",
+					"Referrer-Policy":            "no-referrer",
+					"Cross-Origin-Opener-Policy": "same-origin",
+					"Cache-Control":              "no-cache",
+				} {
+					assert.Equal(t, want, h.Get(name), name)
+				}
+				assert.NotEmpty(t, w.Body.Bytes())
+
+				etag := h.Get("ETag")
+				require.NotEmpty(t, etag)
+				w, ok = serve(t, page.files, tc.file, "If-None-Match", etag)
+				require.True(t, ok)
+				assert.Equal(t, http.StatusNotModified, w.Code)
+				assert.Empty(t, w.Body.Bytes())
+			})
+		}
 	}
 }

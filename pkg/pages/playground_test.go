@@ -1,7 +1,6 @@
 package pages_test
 
 import (
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,38 +10,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/pages"
 )
-
-func TestServeSendsSecurityHeaders(t *testing.T) {
-	for _, tc := range []struct {
-		name, file, contentType string
-	}{
-		{name: "page", file: "", contentType: "text/html; charset=utf-8"},
-		{name: "script", file: "app.js", contentType: "text/javascript; charset=utf-8"},
-		{name: "style sheet", file: "style.css", contentType: "text/css; charset=utf-8"},
-		{name: "icon", file: "favicon.svg", contentType: "image/svg+xml"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w, ok := serve(t, pages.Playground, tc.file)
-			require.True(t, ok)
-			assert.Equal(t, http.StatusOK, w.Code)
-			h := w.Header()
-			assert.Equal(t, tc.contentType, h.Get("Content-Type"))
-			assert.Equal(t, pages.ContentSecurityPolicy, h.Get("Content-Security-Policy"))
-			assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
-			assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
-			assert.Equal(t, "no-referrer", h.Get("Referrer-Policy"))
-			assert.NotEmpty(t, w.Body.Bytes())
-
-			// A browser that has the file revalidates it and gets 304 without a body.
-			etag := h.Get("ETag")
-			require.NotEmpty(t, etag)
-			w, ok = serve(t, pages.Playground, tc.file, "If-None-Match", etag)
-			require.True(t, ok)
-			assert.Equal(t, http.StatusNotModified, w.Code)
-			assert.Empty(t, w.Body.Bytes())
-		})
-	}
-}
 
 // The policy allows scripts and styles only from the ingress's origin: nothing inline, no eval,
 // no framing. The page must work under it, so it may hold no inline script, style or handler.
