@@ -72,6 +72,7 @@ var snippetLangs = []snippetLang{
 // and refuse a changed body, id or timestamp, another secret, and a timestamp more than 5 minutes
 // from its clock.
 func TestVerificationSnippets(t *testing.T) {
+	t.Parallel()
 	snippets := docSnippets(t)
 	cases := snippetCases(t)
 	input, err := json.Marshal(cases)

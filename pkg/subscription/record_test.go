@@ -22,6 +22,7 @@ import (
 // request it accepted is not sent again with each retry of the reply, whichever host the retry
 // lands on.
 func TestRefusedReplyIsRetriedAlone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		hosts int
@@ -85,6 +86,7 @@ func refusedReplyIsRetriedAlone(t *testing.T, hosts int) {
 // undelivered with its own attempts and error, alone: the other event of the record is delivered
 // once. The kept event can be replayed.
 func TestRefusedEventOfARecordIsKeptAlone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name               string
 		refused, delivered string

@@ -104,6 +104,7 @@ func (r *stackReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // sets another duration) and then 204 gets every event of the conversations that went on
 // meanwhile, in order per thread, each signed, none missing.
 func TestSubscriberDownThenUp(t *testing.T) {
+	t.Parallel()
 	down := 30 * time.Second
 	if v := os.Getenv("AGENTBUS_TEST_DOWN"); v != "" {
 		var err error
@@ -208,6 +209,7 @@ func uniqueIDs(evs []event) []string {
 // TestDeadLetterEvents: a request given up reaches a subscription of deadletter.created events
 // of its agent, as the dead letter the admin API shows; another agent's do not.
 func TestDeadLetterEvents(t *testing.T) {
+	t.Parallel()
 	failing := agent.New("Failing")
 	failing.WebhookFunc("fail", func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Retry(errors.New("always down"))

@@ -167,6 +167,7 @@ func (f *fixture) say(t testing.TB, tenant, activation, participant, text string
 }
 
 func TestDeliveryRetriesInOrderUntilTheReceiverRecovers(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, subscription.Config{MaxBackoff: 200 * time.Millisecond})
 	var down atomic.Bool
 	down.Store(true)
@@ -212,6 +213,7 @@ func TestDeliveryRetriesInOrderUntilTheReceiverRecovers(t *testing.T) {
 // An event's timestamp is its message's createdAt, both in the one form of every time (package
 // timefmt): UTC, exactly three fractional digits, a whole second included.
 func TestEventTimestampIsTheMessagesCreatedAt(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, subscription.Config{})
 	rcv := newReceiver(t, nil)
 	ctx := context.Background()
@@ -249,6 +251,7 @@ func TestEventTimestampIsTheMessagesCreatedAt(t *testing.T) {
 }
 
 func TestDeliveryGivesUpAndReplays(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, subscription.Config{RetryFor: time.Second, MaxBackoff: 100 * time.Millisecond})
 	var down atomic.Bool
 	down.Store(true)
@@ -291,6 +294,7 @@ func TestDeliveryGivesUpAndReplays(t *testing.T) {
 }
 
 func TestCreateValidatesAndLimits(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, subscription.Config{MaxPerTenant: 2})
 	ctx := context.Background()
 	for _, n := range []subscription.New{
@@ -340,6 +344,7 @@ func TestCreateValidatesAndLimits(t *testing.T) {
 // delivery up only until the missing heartbeats tell the deliverer to ask again: a few seconds,
 // not the request's expiry of 30 s.
 func TestLostRequestForTheNextEvent(t *testing.T) {
+	t.Parallel()
 	// The deliverer's connection loses its third request for the next event.
 	loss := natstest.LosePullRequest(t, "deliverer", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
