@@ -3,6 +3,7 @@ package pages_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,4 +89,33 @@ func TestServeSendsSecurityHeaders(t *testing.T) {
 			})
 		}
 	}
+}
+
+// servedPage serves the page of files, whose files are under prefix ("/ui"), checks that the
+// policy allows nothing unsafe and that the page works under it (no inline script, style or
+// event handler, no javascript: address)
+// and that every file it refers to is served, and returns the page and those files' names.
+func servedPage(t *testing.T, files *pages.Files, prefix string) (page string, refs []string) {
+	t.Helper()
+	for _, unsafe := range []string{"unsafe-inline", "unsafe-eval", "*", "data:", "http:"} {
+		assert.NotContains(t, pages.ContentSecurityPolicy, unsafe)
+	}
+	w, ok := serve(t, files, "")
+	require.True(t, ok)
+	page = w.Body.String()
+	for _, tag := range regexp.MustCompile(`(?i)<script\b[^>]*>`).FindAllString(page, -1) {
+		assert.Regexp(t, `\ssrc="`+regexp.QuoteMeta(prefix)+`/[a-z]+\.js"`, tag, "a script without src is inline")
+	}
+	assert.NotRegexp(t, `(?i)<style\b`, page)
+	assert.NotRegexp(t, `(?i)\sstyle\s*=`, page)
+	assert.NotRegexp(t, `(?i)\son[a-z]+\s*=`, page, "inline event handler")
+	assert.NotRegexp(t, `(?i)javascript:`, page)
+
+	// Every file the page refers to is served.
+	for _, m := range regexp.MustCompile(`(?:src|href)="`+regexp.QuoteMeta(prefix)+`/([^"]+)"`).FindAllStringSubmatch(page, -1) {
+		_, ok := serve(t, files, m[1])
+		assert.True(t, ok, "the page refers to %s/%s", prefix, m[1])
+		refs = append(refs, m[1])
+	}
+	return page, refs
 }
