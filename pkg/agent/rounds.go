@@ -89,8 +89,8 @@ func roundStep[T any](ctx context.Context, rs *rounds, name string, fn func(cont
 // the numbers base gives.
 func replayRound[T any](fx *effects, n int, name string, rec *stepRecord, base func() (steps, effects int)) (T, error) {
 	var r roundRecord[T]
-	if rec.Name != name {
-		return r.Value, fmt.Errorf("%w: step %d is %q in this run, but %q in the run that recorded it", ErrStepMismatch, n, name, rec.Name)
+	if err := rec.mismatch(n, name); err != nil {
+		return r.Value, err
 	}
 	if rec.Error != nil || json.Unmarshal(rec.Result, &r) != nil {
 		return r.Value, fmt.Errorf("agent: step %q: its record is not a chat round's", name)

@@ -216,11 +216,19 @@ func (se *stepError) err() error {
 	return errors.New(se.Text)
 }
 
+// mismatch is ErrStepMismatch, naming both steps, when the record of step n is not of name.
+func (rec *stepRecord) mismatch(n int, name string) error {
+	if rec.Name == name {
+		return nil
+	}
+	return fmt.Errorf("%w: step %d is %q in this run, but %q in the run that recorded it", ErrStepMismatch, n, name, rec.Name)
+}
+
 // replayStep returns the outcome recorded for step n, which a run of the request calls name.
 func replayStep[T any](n int, name string, rec *stepRecord) (T, error) {
 	var v T
-	if rec.Name != name {
-		return v, fmt.Errorf("%w: step %d is %q in this run, but %q in the run that recorded it", ErrStepMismatch, n, name, rec.Name)
+	if err := rec.mismatch(n, name); err != nil {
+		return v, err
 	}
 	if rec.Error != nil {
 		return v, rec.Error.err()
