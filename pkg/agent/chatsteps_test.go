@@ -196,16 +196,10 @@ func TestChatRoundsSurviveTheirHost(t *testing.T) {
 	model := newRoundModel(sumCall)
 	rt := &roundTools{}
 	const ackWait = 30 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{rt.agent(model)},
-		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed := idOwning("Chatter", 1, 0, "survivor")
+	s, doomed, crash := startDoomed(t, "Chatter", func() *agent.Agent { return rt.agent(model) }, ackWait)
 	model.mu.Lock()
 	model.doom = doomed
 	model.mu.Unlock()
-	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{rt.agent(model)}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
-	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Chatter"], []int{0}) && settled(t, s, "Chatter", 1, []string{"survivor", doomed})
-	})
 
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)
@@ -217,8 +211,7 @@ func TestChatRoundsSurviveTheirHost(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "the doomed host's chat did not reach round 2")
 	}
-	nc.Close() // the host dies: no heartbeat, no acknowledgement
-	cancel()
+	crash() // the host dies: no heartbeat, no acknowledgement
 
 	waitFor(t, ackWait/2, "the survivor answers", func() bool { return len(model.asked(2)) == 2 })
 	assert.Equal(t, []string{doomed}, model.asked(1), "the hosts asked for round 1")

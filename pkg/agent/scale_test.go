@@ -267,11 +267,19 @@ func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.H
 // returns the host's id, its connection and the cancel of its run.
 func startSeqOwner(t *testing.T, s *stacktest.Stack, sa *seqAgent, other string, cfg agent.HostConfig) (string, *nats.Conn, context.CancelFunc) {
 	t.Helper()
-	cfg.ID = idOwning("Seq", 1, 0, other)
 	cfg.Agents = []*agent.Agent{sa.agent()}
+	return startOwner(t, s, "Seq", other, cfg)
+}
+
+// startOwner starts, next to the stack's host other, a host (cfg with its ID filled in) whose id
+// placement gives the only partition of agentName, and waits until it owns it; it returns the
+// host's id, its connection and the cancel of its run.
+func startOwner(t *testing.T, s *stacktest.Stack, agentName, other string, cfg agent.HostConfig) (string, *nats.Conn, context.CancelFunc) {
+	t.Helper()
+	cfg.ID = idOwning(agentName, 1, 0, other)
 	h, nc, cancel := startHost(t, s, cfg)
 	waitFor(t, 5*time.Second, "host "+cfg.ID+" owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Seq"], []int{0}) && settled(t, s, "Seq", 1, []string{other, cfg.ID})
+		return slices.Equal(h.Partitions()[agentName], []int{0}) && settled(t, s, agentName, 1, []string{other, cfg.ID})
 	})
 	return cfg.ID, nc, cancel
 }
@@ -281,9 +289,19 @@ func startSeqOwner(t *testing.T, s *stacktest.Stack, sa *seqAgent, other string,
 // heartbeat, no acknowledgement, no handover.
 func startDoomedOwner(t *testing.T, sa *seqAgent, ackWait time.Duration) (s *stacktest.Stack, doomed string, crash func()) {
 	t.Helper()
-	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+	return startDoomed(t, "Seq", sa.agent, ackWait)
+}
+
+// startDoomed starts a stack of one partition whose host "survivor" runs an agent newAgent
+// makes, named agentName, with ackWait, and a second host of another such agent that owns the
+// partition; crash makes that host vanish as a crashed process does: no heartbeat, no
+// acknowledgement, no handover.
+func startDoomed(t *testing.T, agentName string, newAgent func() *agent.Agent, ackWait time.Duration) (s *stacktest.Stack, doomed string, crash func()) {
+	t.Helper()
+	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{newAgent()},
 		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed, nc, cancel := startSeqOwner(t, s, sa, "survivor", agent.HostConfig{AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+	doomed, nc, cancel := startOwner(t, s, agentName, "survivor",
+		agent.HostConfig{Agents: []*agent.Agent{newAgent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
 	return s, doomed, func() {
 		nc.Close()
 		cancel()

@@ -267,16 +267,10 @@ func TestStepNotRunAgainAfterItsHostDied(t *testing.T) {
 	t.Parallel()
 	sp := newStepper()
 	const ackWait = 30 * time.Second
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sp.agent()},
-		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait}})
-	doomed := idOwning("Steps", 1, 0, "survivor")
+	s, doomed, crash := startDoomed(t, "Steps", sp.agent, ackWait)
 	sp.mu.Lock()
 	sp.doom = doomed
 	sp.mu.Unlock()
-	h, nc, cancel := startHost(t, s, agent.HostConfig{ID: doomed, Agents: []*agent.Agent{sp.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
-	waitFor(t, 5*time.Second, "the doomed host owns the partition", func() bool {
-		return slices.Equal(h.Partitions()["Steps"], []int{0}) && settled(t, s, "Steps", 1, []string{"survivor", doomed})
-	})
 
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)
@@ -288,8 +282,7 @@ func TestStepNotRunAgainAfterItsHostDied(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "the doomed host's handler did not reach its second step")
 	}
-	nc.Close() // the host dies: no heartbeat, no acknowledgement
-	cancel()
+	crash() // the host dies: no heartbeat, no acknowledgement
 
 	waitFor(t, ackWait/2, "the survivor runs the second step", func() bool { return len(sp.ranOn("second")) == 1 })
 	assert.Equal(t, []string{doomed}, sp.ranOn("first"), "the first step ran again")
