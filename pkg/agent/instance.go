@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,6 +116,15 @@ func (i *Instance) State(v any) error {
 // a short pause (bus.ConflictBackoff), for as long as ctx and bus.ConflictPatience allow. fn
 // must have no side effects beyond computing the new state.
 func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessage) (json.RawMessage, error)) error {
+	return i.changeState(ctx, func(base json.RawMessage) (json.RawMessage, bool, error) {
+		next, err := fn(base)
+		return next, true, err
+	})
+}
+
+// changeState is UpdateRawState's compare-and-set loop: fn gets the state to build on and
+// returns the new one, and whether to write it at all.
+func (i *Instance) changeState(ctx context.Context, fn func(base json.RawMessage) (next json.RawMessage, write bool, err error)) error {
 	l := i.live
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -126,8 +138,8 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 			// so that the change counts once.
 			base = a.Before
 		}
-		next, err := fn(base)
-		if err != nil {
+		next, write, err := fn(base)
+		if err != nil || !write {
 			return err
 		}
 		rec := l.rec
@@ -162,6 +174,60 @@ func (i *Instance) UpdateRawState(ctx context.Context, fn func(old json.RawMessa
 			return fmt.Errorf("saving state: %w", err)
 		}
 	}
+}
+
+// stateMark is what a durable step notes of the instance before it runs, to tell what it
+// changed (Instance.stepChanges).
+type stateMark struct {
+	state    json.RawMessage
+	changes  int64
+	complete bool
+}
+
+// mark notes the instance before a step runs.
+func (i *Instance) mark() stateMark {
+	i.live.mu.Lock()
+	state := i.live.rec.State
+	i.live.mu.Unlock()
+	return stateMark{state: state, changes: i.changes.Load(), complete: i.completing()}
+}
+
+// stepChanges tells what the instance changed since m: the state it has now, with the hash of
+// the state m found (nil when the state is unchanged), and whether Complete was called.
+func (i *Instance) stepChanges(m stateMark) (before string, after json.RawMessage, complete bool) {
+	complete = i.completing() && !m.complete
+	if i.changes.Load() == m.changes {
+		return "", nil, complete
+	}
+	i.live.mu.Lock()
+	state := i.live.rec.State
+	i.live.mu.Unlock()
+	if bytes.Equal(state, m.state) {
+		return "", nil, complete
+	}
+	if state == nil {
+		state = json.RawMessage("null")
+	}
+	return stateHash(m.state), state, complete
+}
+
+// stateHash names a state by its content, for replayState.
+func stateHash(state json.RawMessage) string {
+	sum := sha256.Sum256(state)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
+}
+
+// replayState gives the instance the state a recorded step left (after), when it has the state
+// the step found (the hash before): a rerun that replays the step without running it changes
+// the state as the step did. A state that is neither (another request changed it meanwhile) is
+// kept.
+func (i *Instance) replayState(ctx context.Context, before string, after json.RawMessage) error {
+	return i.changeState(ctx, func(base json.RawMessage) (json.RawMessage, bool, error) {
+		if bytes.Equal(base, after) || stateHash(base) != before {
+			return nil, false, nil
+		}
+		return after, true, nil
+	})
 }
 
 // rewind undoes the state change of an earlier attempt of the handler's request before it runs

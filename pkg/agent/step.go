@@ -44,6 +44,12 @@ var ErrStepMismatch = errors.New("agent: step mismatch")
 // recorded: the request is retried and the step runs again. A step whose host died while it ran
 // runs again too: a step runs at least once, and once it is recorded, never again.
 //
+// A rerun starts from the instance state the request found; a replayed step gives the instance
+// the state the step left (when it still has the one the step found) and completes it if the
+// step called Complete. The posts, timers, calls and steps fn made are not made again, and those
+// after the step keep their numbers. A step whose result and the state it left do not fit in one
+// record together is not recorded, and runs again on a rerun.
+//
 // Steps are numbered in the order a run calls them, from one goroutine at a time; a run whose
 // step of a number has another name than the recorded one gets ErrStepMismatch. Names are 1 to
 // MaxStepName bytes of text, and a request makes at most MaxSteps steps. The record of a
@@ -54,17 +60,20 @@ var ErrStepMismatch = errors.New("agent: step mismatch")
 // write; a request that makes no step costs nothing.
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
-	fx, n, err := beginStep(ctx, name)
+	inst, n, err := beginStep(ctx, name)
 	if err != nil {
 		return zero, err
 	}
+	fx := inst.fx
 	rec, err := fx.readStep(ctx, n)
 	if err != nil {
 		return zero, Retryable(fmt.Errorf("reading step %q: %w", name, err))
 	}
 	if rec != nil {
-		return replayStep[T](n, name, rec)
+		return replayStep[T](ctx, inst, n, name, rec, fx.counts)
 	}
+	steps, effects := fx.counts()
+	mark := inst.mark()
 	v, ferr := fn(ctx)
 	if IsRetryable(ferr) {
 		return v, ferr
@@ -73,18 +82,28 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return zero, err
 	}
+	inner, innerFx := fx.counts()
+	rec.Steps, rec.Effects = inner-steps, innerFx-effects
+	rec.StateBefore, rec.State, rec.Complete = inst.stepChanges(mark)
 	stored, err := fx.recordStep(ctx, n, rec)
+	if errors.Is(err, errStepTooLarge) && rec.State != nil {
+		// The state the step left does not fit in its record: the step stays unrecorded, and a
+		// rerun runs it again.
+		fx.h.log.Warn("step not recorded: the instance state it left is too large; a rerun runs it again",
+			"step", name, "stateBytes", len(rec.State))
+		return v, ferr
+	}
 	if err != nil {
 		return zero, Retryable(fmt.Errorf("recording step %q: %w", name, err))
 	}
 	if stored != rec { // another run of the request recorded the step first
-		return replayStep[T](n, name, stored)
+		return replayStep[T](ctx, inst, n, name, stored, func() (int, int) { return steps, effects })
 	}
 	return v, ferr
 }
 
-// beginStep finds the request of a handler's context and numbers its next step.
-func beginStep(ctx context.Context, name string) (*effects, int, error) {
+// beginStep finds the instance of a handler's context and numbers its request's next step.
+func beginStep(ctx context.Context, name string) (*Instance, int, error) {
 	var inst *Instance
 	if m := MessageFrom(ctx); m != nil {
 		inst = m.inst
@@ -101,8 +120,11 @@ func beginStep(ctx context.Context, name string) (*effects, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("agent: step %q: %w", name, err)
 	}
-	return inst.fx, n, nil
+	return inst, n, nil
 }
+
+// errStepTooLarge means a step's record is larger than the journal keeps.
+var errStepTooLarge = errors.New("the step's record is too large")
 
 // webhookKey is the context key of the WebhookRequest a webhook handler's context belongs to.
 type webhookKey struct{}
@@ -130,11 +152,19 @@ func (fx *effects) usedSteps() bool {
 	return fx.stepped
 }
 
-// stepRecord is what the journal keeps of a step: its name, and its result or its error.
+// stepRecord is what the journal keeps of a step: its name, and its result or its error. A
+// Step's record also keeps what a replay must do as the step did: the steps and effects (Post,
+// Call, Schedule, …) fn made, which a replay skips so that those after it keep their numbers,
+// and the state fn left (with the hash of the state it found) and whether it called Complete.
 type stepRecord struct {
-	Name   string          `json:"name"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *stepError      `json:"error,omitempty"`
+	Name        string          `json:"name"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       *stepError      `json:"error,omitempty"`
+	Steps       int             `json:"steps,omitempty"`
+	Effects     int             `json:"effects,omitempty"`
+	StateBefore string          `json:"stateBefore,omitempty"`
+	State       json.RawMessage `json:"state,omitempty"`
+	Complete    bool            `json:"complete,omitempty"`
 }
 
 // stepError is a recorded error: its text, and the status, message and problem type of an
@@ -224,12 +254,28 @@ func (rec *stepRecord) mismatch(n int, name string) error {
 	return fmt.Errorf("%w: step %d is %q in this run, but %q in the run that recorded it", ErrStepMismatch, n, name, rec.Name)
 }
 
-// replayStep returns the outcome recorded for step n, which a run of the request calls name.
-func replayStep[T any](n int, name string, rec *stepRecord) (T, error) {
+// replayStep returns the outcome recorded for step n, which a run of the request calls name, and
+// does to the instance what the step did: it gives it the state the step left and completes it
+// when the step did, and numbers the attempt's next steps and effects after those the step made,
+// counted from the numbers base gives.
+func replayStep[T any](ctx context.Context, inst *Instance, n int, name string, rec *stepRecord, base func() (steps, effects int)) (T, error) {
 	var v T
 	if err := rec.mismatch(n, name); err != nil {
 		return v, err
 	}
+	if rec.State != nil {
+		if err := inst.replayState(ctx, rec.StateBefore, rec.State); err != nil {
+			return v, Retryable(fmt.Errorf("replaying step %q: %w", name, err))
+		}
+	}
+	if rec.Complete {
+		inst.Complete()
+	}
+	steps, effects := base()
+	fx := inst.fx
+	fx.mu.Lock()
+	fx.steps, fx.n = steps+rec.Steps, effects+rec.Effects
+	fx.mu.Unlock()
 	if rec.Error != nil {
 		return v, rec.Error.err()
 	}
@@ -275,7 +321,7 @@ func (fx *effects) recordStep(ctx context.Context, n int, rec *stepRecord) (*ste
 		return nil, fmt.Errorf("encoding the record: %w", err)
 	}
 	if len(data) > bus.MaxStepRecord {
-		return nil, fmt.Errorf("the record is %d bytes, more than %d", len(data), bus.MaxStepRecord)
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", errStepTooLarge, len(data), bus.MaxStepRecord)
 	}
 	// The first try carries a de-duplication id; a repeat of a record purged since (a dead letter
 	// replayed within the de-duplication window) is stored by the second, without it.

@@ -89,6 +89,33 @@ func (sp *stepper) agent() *agent.Agent {
 		}
 		return agent.Answer(refused), nil
 	})
+	// tally changes the state and posts in its step; it fails after the step on the first
+	// attempt, and posts again on the second.
+	a.DataFunc("tally", func(ctx context.Context, m *agent.Message) (agent.Reply, error) {
+		inst := m.Instance()
+		_, err := agent.Step(ctx, "count", func(ctx context.Context) (int, error) {
+			sp.incs.Add(1)
+			s, err := agent.UpdateState(ctx, inst, func(s *tallyState) error { s.N++; return nil })
+			if err != nil {
+				return 0, err
+			}
+			return s.N, inst.Post(ctx, agent.Post{Text: "tally: in the step"})
+		})
+		if err != nil {
+			return agent.NoReply, err
+		}
+		if m.Attempt == 1 {
+			return agent.NoReply, agent.Retryable(errors.New("failed after the step"))
+		}
+		if err := inst.Post(ctx, agent.Post{Text: "tally: after the step"}); err != nil {
+			return agent.NoReply, err
+		}
+		var s tallyState
+		if err := inst.State(&s); err != nil {
+			return agent.NoReply, err
+		}
+		return agent.Answer(s.N), nil
+	})
 	a.DataFunc("plain", func(context.Context, *agent.Message) (agent.Reply, error) { return agent.Say("plain"), nil })
 	a.DataFunc("two", sp.two)
 	a.WebhookFunc("inc", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
@@ -129,6 +156,11 @@ func (sp *stepper) two(ctx context.Context, m *agent.Message) (agent.Reply, erro
 		return agent.NoReply, err
 	}
 	return agent.Say(first + ", " + second), nil
+}
+
+// tallyState is the state of the tally method: how often its step changed it.
+type tallyState struct {
+	N int `json:"n"`
 }
 
 // doomed returns the host whose handler waits between its steps.
@@ -319,4 +351,39 @@ func TestStepOutsideAHandler(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, "%s", body)
 	assert.Contains(t, string(body), `"data":4`, "steps refused")
 	assert.Zero(t, sp.incs.Load(), "steps ran")
+}
+
+// A step that changed the instance state and posted leaves both to a rerun that replays it: the
+// attempt after a Retryable failure starts from the state the request found, and the replayed
+// step gives it the state the step left (the count is 1, not 0 nor 2); the post after the step
+// is numbered after the step's, so it is stored, once, and the step's is not stored again.
+func TestStepKeepsItsStateAndEffects(t *testing.T) {
+	t.Parallel()
+	sp := newStepper()
+	s := startStepper(t, sp)
+
+	status, body := sendData(t, s, "Steps", "default", "ada", "tally", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), `"data":1`, "the state after the rerun")
+	assert.EqualValues(t, 1, sp.incs.Load(), "the step ran again")
+	// A second request counts on from there.
+	status, body = sendData(t, s, "Steps", "default", "ada", "tally", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), `"data":2`, "the state after the second request")
+
+	// Posts are stored after the reply, as their own requests.
+	count := func(text string) int {
+		n := 0
+		for _, m := range threadAt(t, s, "Steps", "default", "ada") {
+			if m.Text != nil && *m.Text == text {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 5*time.Second, "both requests' posts are stored", func() bool {
+		return count("tally: in the step") >= 2 && count("tally: after the step") >= 2
+	})
+	assert.Equal(t, 2, count("tally: in the step"), "posts made in the step, by two requests")
+	assert.Equal(t, 2, count("tally: after the step"), "posts made after the step, by two requests")
 }
