@@ -181,12 +181,13 @@ func (sp *stepper) ranOn(name string) []string {
 // JetStream API calls that read or purge it.
 type journalWatch struct {
 	records, reads, purges atomic.Int32
+	nc                     *nats.Conn // the watch's connection: closing it ends the watch
 }
 
-func watchJournal(t *testing.T, s *stacktest.Stack) *journalWatch {
+func watchJournal(t testing.TB, s *stacktest.Stack) *journalWatch {
 	t.Helper()
 	nc := natstest.Conn(t, s.NATS)
-	w := &journalWatch{}
+	w := &journalWatch{nc: nc}
 	count := func(subj string, n *atomic.Int32) {
 		_, err := nc.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
 		require.NoError(t, err)
