@@ -30,6 +30,9 @@
 //   - history: {"size": n, "scope": s} → {"messages": […]}, the thread's newest messages.
 //   - sleep: {"ms": n} sleeps, then {"slept": n}.
 //   - fail: {"status": n, "message": s} fails with that status (default 500).
+//   - steps: {"n": n, "sleepMs": ms} makes n durable steps (agent.Step) "step 1" … "step n", each
+//     counting its run in the state's "steps" and waiting ms, and answers {"steps": n,
+//     "attempt": a, "ran": […]}: per step, the attempt and host that ran it.
 //
 // File: replies "Received {fileName} ({n} bytes)" with data {fileName, contentType, size, sha256};
 // "No file data received." when there was no content and "Invalid file format. Please ensure the
@@ -61,6 +64,8 @@ type State struct {
 	Acks   int `json:"acks"`
 	Sleeps int `json:"sleeps"`
 	Ticks  int `json:"ticks,omitempty"`
+	// Steps counts the runs of the steps method's step functions: Steps[i-1] those of "step i".
+	Steps []int `json:"steps,omitempty"`
 }
 
 // maxSleep bounds sleep and ack work so that a caller cannot park a conversation for long.
@@ -102,6 +107,7 @@ func New(opts ...Option) *agent.Agent {
 	agent.Method(a, "count", countData, agent.Describe("Increments this conversation's counter and returns it with the run id."))
 	agent.Method(a, "history", historyData, agent.Describe("Returns the newest messages of this conversation's thread, newest first."))
 	agent.Method(a, "sleep", sleepData, agent.Describe("Waits ms milliseconds (at most 5 minutes), then returns how long it slept."))
+	agent.Method(a, "steps", steps, agent.Describe(`Makes n durable steps one after another, each counted in this conversation's state and waiting sleepMs: {"n":3,"sleepMs":100}.`))
 	agent.Method(a, "fail", failData, agent.Describe("Fails with the given status (400-599, default 500) and message; for trying error paths."))
 	agent.Method(a, "remind", remind, agent.Describe(`Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.`))
 	agent.Method(a, "tick", tick, agent.Describe(`Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.`))
