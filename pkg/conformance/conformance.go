@@ -47,10 +47,12 @@ const (
 	// tool_result events of a streamed converse call, and the call and its result stored in the
 	// thread.
 	ChatToolEvents Feature = "chat tool events"
+	// DataSteps is the Data method steps: it makes durable steps (agent.Step).
+	DataSteps Feature = "Data steps"
 )
 
 // Features lists every optional feature.
-var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents}
+var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents, DataSteps}
 
 // RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features.
 var RemoteEcho = Features

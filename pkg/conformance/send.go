@@ -348,5 +348,30 @@ func (s *suite) sendCases() []testCase {
 			assert.EqualValues(t, 1, res["count"], "%v", resp)
 			assert.EqualValues(t, 1, s.hook(t, b, "state").object(t)["state"].(map[string]any)["count"])
 		}},
+		{"Data steps runs and counts its steps", func(t *testing.T) {
+			a := s.act("steps")
+			if !s.target.has(DataSteps) {
+				r := s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "steps", "data": map[string]any{"n": 2}})
+				assertProblem(t, r, http.StatusNotFound, "unknown-method")
+				return
+			}
+			data := reply(t, s.sendWait(t, a, "Data", "steps", map[string]any{"n": 3, "sleepMs": 1}))["data"].(map[string]any)
+			assert.EqualValues(t, 3, data["steps"], "%v", data)
+			assert.EqualValues(t, 1, data["attempt"], "%v", data)
+			ran, _ := data["ran"].([]any)
+			require.Len(t, ran, 3, "%v", data)
+			for i, r := range ran {
+				r, _ := r.(map[string]any)
+				assert.EqualValues(t, 1, r["attempt"], "step %d: %v", i+1, r)
+				assert.NotEmpty(t, r["hostId"], "step %d: %v", i+1, r)
+			}
+			s.sendWait(t, a, "Data", "steps", map[string]any{"n": 1})
+			assert.Equal(t, []any{float64(2), float64(1), float64(1)}, s.hook(t, a, "state").object(t)["state"].(map[string]any)["steps"])
+			r := s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "steps", "data": map[string]any{"n": 101}})
+			assertProblem(t, r, http.StatusBadRequest, "handler-error")
+			r = s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "steps", "data": map[string]any{}})
+			p := assertProblem(t, r, http.StatusBadRequest, "invalid-method-parameters")
+			assert.Equal(t, "the parameters of steps do not match its schema: missing property 'n'", p["detail"])
+		}},
 	}
 }
