@@ -94,20 +94,22 @@ func checkStepsRun(t *testing.T, a, victim, survivor string, left []int, answer 
 			assert.Equal(t, want, r, "%s: the attempt and host that ran step %d", a, i+1)
 		}
 	}
-	// The answering attempt started from the state the request found (the killed attempt's
-	// counts undone): it counted the steps whose functions it ran.
+	// The answering attempt started from the state the request found, and each step it replayed
+	// gave the state back the count the step made: every step is counted once.
 	want := make([]int, steps)
-	for i := killAt - 1; i < steps; i++ {
+	for i := range want {
 		want[i] = 1
 	}
 	assert.Equal(t, want, final, "%s: the state's step counts after the answer", a)
+	// Runs of each step's function: the killed attempt's (left), and the answering attempt's
+	// (its ran entries).
 	runs := make([]int, steps)
 	for i := range runs {
 		if i < len(left) {
 			runs[i] += left[i]
 		}
-		if i < len(final) {
-			runs[i] += final[i]
+		if i < len(answer.Ran) && answer.Ran[i].Attempt == answer.Attempt {
+			runs[i]++
 		}
 	}
 	for i, n := range runs {
