@@ -95,6 +95,8 @@ type effects struct {
 	// one, so that the request's journal is removed once it is answered.
 	steps   int
 	stepped bool
+	// wait is the wait the attempt asked for (Wait): the request parks once the handler returns.
+	wait *pendingWait
 }
 
 // restart numbers the effects and the steps of a new attempt from the start again.
@@ -103,7 +105,7 @@ func (fx *effects) restart() {
 		return
 	}
 	fx.mu.Lock()
-	fx.n, fx.steps = 0, 0
+	fx.n, fx.steps, fx.wait = 0, 0, nil
 	fx.mu.Unlock()
 }
 
@@ -200,6 +202,8 @@ func (t Timer) pattern() (string, error) {
 	switch {
 	case t.Name == "":
 		return "", fmt.Errorf("%w: a timer needs a name", ErrTimer)
+	case subject.ReservedTimerName(t.Name):
+		return "", fmt.Errorf("%w: timer names starting with \"agentbus:\" are agentbus's own", ErrTimer)
 	case set != 1:
 		return "", fmt.Errorf("%w: set exactly one of At, After, Every and Cron", ErrTimer)
 	case t.TimeZone != "" && t.Cron == "":

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -38,6 +39,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if req.GetKind() == agentbusv1.Kind_KIND_POST {
 		return h.storePost(ctx, log, in)
 	}
+	if waitID, ok := subject.WaitOfTimer(req.GetTimer()); ok {
+		return h.waitDeadline(ctx, log, in, waitID)
+	}
 	a, target, refusal := h.route(req)
 	if refusal != nil {
 		if in.replyTo == "" && !req.GetKeepResult() {
@@ -54,7 +58,12 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 		return err
 	}
 	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin(), in: incomingMessage(req, req.GetBody())}
-	if req.GetKind() == agentbusv1.Kind_KIND_CHAT {
+	if w := inst.waitOf(req.GetParticipantId()); w != nil || in.resume != "" {
+		if done, err := h.meetWait(ctx, log, in, inst, x, w); done || err != nil {
+			return err
+		}
+	}
+	if req.GetKind() == agentbusv1.Kind_KIND_CHAT && !x.inStored {
 		// Followers of the thread see a chat message while the model answers it.
 		if _, err := x.storeIn(ctx); err != nil {
 			return err
@@ -72,6 +81,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 			rep.RunId = runID
 		}
 	}
+	if errors.Is(err, errParked) {
+		return h.park(ctx, log, in, inst, x, inst.fx.waiting(), runID)
+	}
 	if err != nil {
 		return err
 	}
@@ -82,8 +94,20 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 		h.reply(ctx, log, req, in.replyTo, rep)
 	}
 	h.dropSteps(ctx, log, inst.fx)
+	if in.resume != "" {
+		// Last: until the wait is cleared, a copy of the resumed request delivered again runs.
+		if err := retry(ctx, log, "clearing the wait", func() error {
+			return inst.setWait(ctx, req.GetParticipantId(), nil, in.resume)
+		}); err != nil {
+			return err
+		}
+	}
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
 }
+
+// errParked means the handler's run asked to wait (Wait): the request parks instead of being
+// answered.
+var errParked = errors.New("the request waits")
 
 // target is the handler a request names: a webhook handler, or the handler of a Chat, Data or
 // File message.
@@ -199,6 +223,8 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 	switch {
 	case err != nil:
 		return nil, err
+	case inst.fx.waiting() != nil:
+		return nil, errParked
 	case dead:
 		kept := deadLetterResponse(in)
 		respond(kept)
@@ -243,6 +269,8 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 	switch {
 	case err != nil:
 		return nil, nil, err
+	case m.inst.fx.waiting() != nil:
+		return nil, nil, errParked
 	case dead:
 		kept := deadLetterResponse(in)
 		rep, out := errorReply(req, kept.StatusCode, kept.platformError, string(kept.Content), "dead")
@@ -295,7 +323,7 @@ func (h *Host) attempt(ctx context.Context, log *slog.Logger, in *inbound, inst 
 // where the request found it, retrying while the bus recovers.
 func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *Instance) error {
 	inst.fx.restart()
-	if in.tries.n <= 1 {
+	if in.tries.n <= 1 && in.resume == "" {
 		return nil
 	}
 	return retry(ctx, log, "undoing an earlier attempt", func() error { return inst.rewind(ctx) })

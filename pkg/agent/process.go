@@ -55,7 +55,7 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	if !h.finish(ctx, log, d, nil) {
 		return false
 	}
-	if claim != nil && !in.deadLettered {
+	if claim != nil && !in.deadLettered && !in.keepClaim {
 		if err := h.claims.Delete(ctx, claim); err != nil {
 			log.Warn("deleting request claim", "err", err)
 		}
@@ -93,6 +93,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 		h.metrics.redelivered(d.part.key.agent, req)
 	}
 	in.req, in.replyTo = req, replySubject(m.Headers(), req)
+	in.resume, in.released = m.Headers().Get(subject.HeaderResume), m.Headers().Get(subject.HeaderReleased) != ""
 	switch {
 	case m.Headers().Get(subject.HeaderReplay) != "":
 		in.recover = recoverDeep // later requests of its conversation ran after its attempts
@@ -136,7 +137,9 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 // caller's first attempt was being accepted (a NATS cluster checks Nats-Msg-Id on the leader
 // only, so a retry reaching a new leader before it applied the first copy is stored again).
 func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
-	if in.req.GetKeepResult() {
+	if in.req.GetKeepResult() && in.resume == "" && !in.released {
+		// A resumed or released request's cached answer is the 202 it got when it waited or
+		// was held: it runs.
 		// Read while the bus recovers: a request given back at once would come back at once,
 		// and a NATS leader election would use its attempts up in milliseconds.
 		var answered bool
@@ -241,6 +244,12 @@ type inbound struct {
 	deadID       uint64
 	// thread is set once newestOrigin read the request's thread.
 	thread *threadCheck
+	// resume is the wait a resumed request ends (HeaderResume); released is set on a request
+	// that was held behind a waiting one (HeaderReleased). keepClaim is set once the request's
+	// envelope is kept by a wait: its stored copy (a claim check) must stay.
+	resume    string
+	released  bool
+	keepClaim bool
 
 	// decoded, logHandler and log are the storage of req as delivered and of the request's
 	// logger (requestLog), kept here to spare them allocations of their own.

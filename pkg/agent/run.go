@@ -40,6 +40,8 @@ func (h *Host) startOrLoad(ctx context.Context, log *slog.Logger, a *Agent, l *l
 			Tenant: l.key.tenant, WorkflowID: l.key.workflowID, RunID: uuid.NewString(),
 			Status: instance.Running, StartedAt: now, LastActiveAt: now, Revision: l.rec.Revision,
 			Runs: l.rec.EarlierRuns(l.rec.LastActiveAt), Indexed: true,
+			// A request waiting in a conversation (Wait) outlives the run that parked it.
+			Waits: l.rec.Waits,
 		}
 		err := h.indexRun(ctx, l, fresh)
 		if err == nil {

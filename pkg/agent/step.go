@@ -111,7 +111,7 @@ func beginStep(ctx context.Context, name string) (*Instance, int, error) {
 		inst = r.inst
 	}
 	if inst == nil || inst.fx == nil {
-		return nil, 0, errors.New("agent: Step needs the context of a running handler")
+		return nil, 0, errors.New("agent: Step, Wait and Sleep need the context of a running handler")
 	}
 	if err := subject.CheckName("", name); err != nil {
 		return nil, 0, fmt.Errorf("agent: step name %s: %w", subject.Quote(name), err)

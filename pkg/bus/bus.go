@@ -116,6 +116,8 @@ type Resources struct {
 	Runs jetstream.Stream
 	// Steps is the journal of the durable steps of the requests being handled (agent.Step).
 	Steps jetstream.Stream
+	// Waits keeps the requests waiting for an event and those held behind them (agent.Wait).
+	Waits jetstream.Stream
 	// Usage and UsageTotals count what each tenant stores (package usage): bytes by kind and
 	// day, and instances.
 	Usage, UsageTotals jetstream.Stream
@@ -191,6 +193,9 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		return nil, err
 	}
 	if r.Steps, err = ensureSteps(ctx, js, cfg); err != nil {
+		return nil, err
+	}
+	if r.Waits, err = ensureWaits(ctx, js, cfg); err != nil {
 		return nil, err
 	}
 	if r.Usage, r.UsageTotals, err = ensureUsage(ctx, js, cfg); err != nil {

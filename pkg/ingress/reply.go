@@ -57,7 +57,11 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 	if err != nil {
 		s.log.Error("encoding the answer", "err", err)
 	}
-	writeJSONBody(w, http.StatusOK, b, err)
+	status := http.StatusOK
+	if rep.GetStatusCode() == http.StatusAccepted {
+		status = http.StatusAccepted // the request waits, or is queued behind one that does
+	}
+	writeJSONBody(w, status, b, err)
 }
 
 // hostProblem is the problem a host's error reply becomes: the host's slug with its status

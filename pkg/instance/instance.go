@@ -57,6 +57,9 @@ type Record struct {
 	Runs []RunSummary `json:"runs,omitempty"`
 	// Indexed says that the current run has its record in the run index (Index).
 	Indexed bool `json:"indexed,omitempty"`
+	// Waits are the requests of the instance parked until an event (agent.Wait), by the
+	// participant whose conversation waits behind each: at most MaxWaits.
+	Waits map[string]*Wait `json:"waits,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
 }
@@ -67,12 +70,34 @@ type Applying struct {
 	Before    json.RawMessage `json:"before,omitempty"`
 }
 
+// MaxWaits bounds the conversations of one instance that wait at once (Record.Waits).
+const MaxWaits = 256
+
+// Wait is a request parked until an event resolves it: a Chat message or a Data call of one of
+// Methods from the participant, or its deadline. Later requests of the conversation are held
+// behind it until it resumes.
+type Wait struct {
+	// ID names the wait: the request's token and its step (subject.WaitID).
+	ID        string `json:"id"`
+	RequestID string `json:"requestId"`
+	// Kind is the parked request's kind (msgkind name: Chat, Data, File, Webhook).
+	Kind string `json:"kind"`
+	// Step is the number of the request's step that waits, and Name its name.
+	Step int    `json:"step"`
+	Name string `json:"name"`
+	// Chat and Methods say what resolves the wait besides its deadline.
+	Chat     bool       `json:"chat,omitempty"`
+	Methods  []string   `json:"methods,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	Since    time.Time  `json:"since"`
+}
+
 // IdleFor reports whether a running instance has had no activity for longer than timeout (a
-// positive one), and so counts as completed: an idle instance is not rewritten when its time
+// positive one) and has no request waiting, and so counts as completed: an idle instance is not rewritten when its time
 // runs out, which would cost a timer or a scan per instance; the next message to it starts a
 // new run instead, and readers of the record apply the same rule.
 func (r Record) IdleFor(timeout time.Duration, now time.Time) bool {
-	return timeout > 0 && r.Status == Running && !r.LastActiveAt.IsZero() && now.Sub(r.LastActiveAt) > timeout
+	return timeout > 0 && r.Status == Running && !r.LastActiveAt.IsZero() && now.Sub(r.LastActiveAt) > timeout && len(r.Waits) == 0
 }
 
 // Store reads and writes instance records.

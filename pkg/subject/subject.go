@@ -90,6 +90,12 @@ const (
 	// HeaderReplay marks a request sent again from the dead letters; its value is the dead
 	// letter's id. Its handler may have stored messages before it was given up.
 	HeaderReplay = "Agentbus-Replay"
+	// HeaderResume marks a parked request sent to the inbox again to resume (agent.Wait); its
+	// value is the wait's id (WaitID).
+	HeaderResume = "Agentbus-Resume"
+	// HeaderReleased marks a request that was held behind a waiting request and is sent to the
+	// inbox again; its value is the wait's id.
+	HeaderReleased = "Agentbus-Released"
 	// HeaderEventID carries, on an undelivered event, its webhook-id.
 	HeaderEventID = "Agentbus-Event-Id"
 	// HeaderEventType carries, on an undelivered event, its type.

@@ -1,0 +1,200 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// asker is an agent whose handlers wait.
+type asker struct {
+	asked, pinged atomic.Int32
+}
+
+func (ak *asker) agent() *agent.Agent {
+	a := agent.New("Asker")
+	// ask counts its run in a step, then waits for the participant's next Chat message or an
+	// answer call, for at most timeoutMs (default: the longest).
+	agent.Method(a, "ask", func(ctx context.Context, in struct {
+		TimeoutMs int `json:"timeoutMs,omitempty"`
+	}) (map[string]any, error) {
+		if _, err := agent.Step(ctx, "count", func(context.Context) (int32, error) { return ak.asked.Add(1), nil }); err != nil {
+			return nil, err
+		}
+		ev, err := agent.Wait(ctx, "answer", agent.For{Chat: true, Methods: []string{"Answer"}, Timeout: time.Duration(in.TimeoutMs) * time.Millisecond})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"type": ev.Type, "text": ev.Text, "data": ev.Data, "by": ev.RequestID}, nil
+	})
+	agent.Method(a, "answer", func(context.Context, map[string]any) (string, error) { return "nothing was asked", nil })
+	agent.Method(a, "ping", func(context.Context, map[string]any) (string, error) {
+		ak.pinged.Add(1)
+		return "pong", nil
+	})
+	// nap sleeps durably.
+	agent.Method(a, "nap", func(ctx context.Context, in struct {
+		Ms int `json:"ms"`
+	}) (string, error) {
+		if err := agent.Sleep(ctx, time.Duration(in.Ms)*time.Millisecond); err != nil {
+			return "", err
+		}
+		return "rested", nil
+	})
+	a.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) { return agent.Say("heard " + m.Text), nil })
+	return a
+}
+
+// sendMessage sends a Chat (text) or Data (method text, data) message with the admin send
+// endpoint and waits for its answer.
+func sendMessage(t *testing.T, s *stacktest.Stack, participant, typ, text string, data any) (int, []byte) {
+	t.Helper()
+	msg := map[string]any{"agentName": "Asker", "activationName": "default", "participantId": participant, "type": typ, "text": text}
+	if data != nil {
+		msg["data"] = data
+	}
+	body, err := json.Marshal(msg)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.Bytes()
+}
+
+// answerData is the response data of an answer.
+func answerData(t *testing.T, body []byte) json.RawMessage {
+	t.Helper()
+	var ans struct {
+		Response struct {
+			Data json.RawMessage `json:"data"`
+		} `json:"response"`
+	}
+	require.NoError(t, json.Unmarshal(body, &ans), "%s", body)
+	return ans.Response.Data
+}
+
+// threadTexts is a thread's messages, oldest first: "in: " and the text (a Data call's method),
+// "out: " and the data, else the text.
+func threadTexts(t *testing.T, s *stacktest.Stack, participant string) []string {
+	t.Helper()
+	msgs := threadAt(t, s, "Asker", "default", participant)
+	out := make([]string, 0, len(msgs))
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		dir := "in"
+		if m.Direction == history.Out {
+			dir = "out"
+		}
+		what := string(m.Data)
+		if m.Text != nil && (m.Data == nil || dir == "in") {
+			what = *m.Text
+		}
+		out = append(out, dir+": "+what)
+	}
+	return out
+}
+
+// A request waits: its caller is answered 202 with what it waits for, a later message that does
+// not end the wait is queued behind it (202), the participant's Chat message ends it and gets
+// the resumed request's answer, and the queued message runs after it, in order. The waiting
+// handler's earlier step did not run again.
+func TestWaitForAChatMessage(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+
+	status, body := sendMessage(t, s, "ada", "Data", "ask", map[string]any{})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	assert.Contains(t, string(answerData(t, body)), `"waiting":{"requestId":`)
+	assert.Contains(t, string(answerData(t, body)), `"chat":true,"methods":["answer"]`)
+
+	status, body = sendMessage(t, s, "ada", "Data", "ping", map[string]any{})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	assert.Contains(t, string(answerData(t, body)), `"queued":{"behind":`)
+	assert.Zero(t, ak.pinged.Load(), "the queued ping ran")
+
+	// Another participant's conversation does not wait.
+	status, body = sendMessage(t, s, "bob", "Chat", "hello", nil)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), "heard hello")
+
+	status, body = sendMessage(t, s, "ada", "Chat", "blue", nil)
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	data := answerData(t, body)
+	assert.Contains(t, string(data), `"type":"chat"`)
+	assert.Contains(t, string(data), `"text":"blue"`)
+	assert.EqualValues(t, 1, ak.asked.Load(), "the step before the wait ran again")
+
+	waitFor(t, 5*time.Second, "the queued ping runs", func() bool { return ak.pinged.Load() == 1 })
+	var texts []string
+	waitFor(t, 5*time.Second, "the thread holds the ping's answer", func() bool {
+		texts = threadTexts(t, s, "ada")
+		return len(texts) == 6
+	})
+	require.Len(t, texts, 6, "%q", texts)
+	assert.Equal(t, "in: ask", texts[0])
+	assert.Contains(t, texts[1], `out: {"waiting":`)
+	assert.Equal(t, "in: blue", texts[2])
+	assert.Contains(t, texts[3], `"text":"blue"`)
+	assert.Equal(t, "in: ping", texts[4])
+	assert.Equal(t, `out: "pong"`, texts[5])
+
+	// With nothing waiting, answer runs its own handler.
+	status, body = sendMessage(t, s, "ada", "Data", "answer", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.Contains(t, string(body), "nothing was asked")
+}
+
+// A Data call the wait names ends it, with its method and parameters.
+func TestWaitForADataCall(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+
+	status, body := sendMessage(t, s, "ada", "Data", "ask", map[string]any{})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	status, body = sendMessage(t, s, "ada", "Data", "ANSWER", map[string]any{"ok": true})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	data := string(answerData(t, body))
+	assert.Contains(t, data, `"type":"data"`)
+	assert.Contains(t, data, `"data":{"ok":true}`)
+}
+
+// A wait ends at its deadline; Sleep is a wait with only a deadline.
+func TestWaitDeadlineAndSleep(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+
+	status, body := sendMessage(t, s, "ada", "Data", "ask", map[string]any{"timeoutMs": 1000})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	status, body = sendMessage(t, s, "bob", "Data", "nap", map[string]any{"ms": 1000})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+
+	waitFor(t, 10*time.Second, "the wait ends at its deadline", func() bool {
+		texts := threadTexts(t, s, "ada")
+		return len(texts) == 3 && assert.ObjectsAreEqual(texts[2][:5], "out: ")
+	})
+	texts := threadTexts(t, s, "ada")
+	assert.Contains(t, texts[2], `"type":"timeout"`)
+	waitFor(t, 10*time.Second, "the sleep ends", func() bool {
+		texts := threadTexts(t, s, "bob")
+		return len(texts) == 3 && texts[2] == `out: "rested"`
+	})
+}
