@@ -52,7 +52,9 @@ func (ak *asker) agent() *agent.Agent {
 		}
 		return "rested", nil
 	})
-	a.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) { return agent.Say("heard " + m.Text), nil })
+	a.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) {
+		return agent.Say("heard " + m.Text), nil
+	})
 	return a
 }
 

@@ -36,7 +36,9 @@ const waitTimerPrefix = "agentbus:wait:"
 func WaitTimer(waitID string) string { return waitTimerPrefix + waitID }
 
 // WaitOfTimer returns the wait a timer ends, when the timer is a wait's deadline.
-func WaitOfTimer(name string) (waitID string, ok bool) { return strings.CutPrefix(name, waitTimerPrefix) }
+func WaitOfTimer(name string) (waitID string, ok bool) {
+	return strings.CutPrefix(name, waitTimerPrefix)
+}
 
 // ReservedTimerName reports whether a timer name is agentbus's own (WaitTimer).
 func ReservedTimerName(name string) bool { return strings.HasPrefix(name, "agentbus:") }
