@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -47,16 +48,16 @@ import (
 
 // waitView is how answers and the thread show a wait.
 type waitView struct {
-	RequestID string     `json:"requestId"`
-	Name      string     `json:"name"`
-	Chat      bool       `json:"chat,omitempty"`
-	Methods   []string   `json:"methods,omitempty"`
-	Deadline  *time.Time `json:"deadline,omitempty"`
-	Since     time.Time  `json:"since"`
+	RequestID string        `json:"requestId"`
+	Name      string        `json:"name"`
+	Chat      bool          `json:"chat,omitempty"`
+	Methods   []string      `json:"methods,omitempty"`
+	Deadline  *timefmt.Time `json:"deadline,omitempty"`
+	Since     timefmt.Time  `json:"since"`
 }
 
 func viewOf(w *instance.Wait) waitView {
-	return waitView{RequestID: w.RequestID, Name: w.Name, Chat: w.Chat, Methods: w.Methods, Deadline: w.Deadline, Since: w.Since}
+	return waitView{RequestID: w.RequestID, Name: w.Name, Chat: w.Chat, Methods: w.Methods, Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)}
 }
 
 // waitOf returns the wait of a conversation of the instance, nil when it has none.

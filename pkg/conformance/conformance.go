@@ -49,10 +49,13 @@ const (
 	ChatToolEvents Feature = "chat tool events"
 	// DataSteps is the Data method steps: it makes durable steps (agent.Step).
 	DataSteps Feature = "Data steps"
+	// DataAsk is the Data methods ask and answer: a request that waits for the participant
+	// (agent.Wait).
+	DataAsk Feature = "Data ask"
 )
 
 // Features lists every optional feature.
-var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents, DataSteps}
+var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents, DataSteps, DataAsk}
 
 // RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features.
 var RemoteEcho = Features

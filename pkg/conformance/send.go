@@ -373,5 +373,26 @@ func (s *suite) sendCases() []testCase {
 			p := assertProblem(t, r, http.StatusBadRequest, "invalid-method-parameters")
 			assert.Equal(t, "the parameters of steps do not match its schema: missing property 'n'", p["detail"])
 		}},
+		{"Data ask waits for the participant's answer", func(t *testing.T) {
+			a := s.act("ask")
+			r := s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "ask",
+				"data": map[string]any{"question": "Which colour?"}})
+			if !s.target.has(DataAsk) {
+				assertProblem(t, r, http.StatusNotFound, "unknown-method")
+				return
+			}
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+			waiting, _ := reply(t, r.object(t))["data"].(map[string]any)["waiting"].(map[string]any)
+			require.NotNil(t, waiting, "%s", r)
+			assert.Equal(t, "answer", waiting["name"], "%s", r)
+			// A message that does not answer queues behind the question.
+			r = s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "echo", "data": map[string]any{"x": 1}})
+			require.Equal(t, http.StatusAccepted, r.Status, "%s", r)
+			assert.Contains(t, string(r.Body), `"queued"`)
+			data := reply(t, s.sendWait(t, a, "Chat", "blue", nil))["data"].(map[string]any)
+			assert.Equal(t, map[string]any{"question": "Which colour?", "type": "chat", "answer": "blue", "by": "ada"}, data)
+			r = s.send(t, "wait=true", map[string]any{"agentName": "Echo", "activationName": a, "participantId": "ada", "type": "Data", "text": "answer", "data": map[string]any{}})
+			assertProblem(t, r, http.StatusConflict, "handler-error")
+		}},
 	}
 }

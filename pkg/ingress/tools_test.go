@@ -288,7 +288,7 @@ func TestChatToolsThroughRemoteModel(t *testing.T) {
 		assert.NotEmpty(t, fn["description"])
 		assert.Equal(t, "object", fn["parameters"].(map[string]any)["type"])
 	}
-	assert.Equal(t, []string{"count", "echo", "fail", "history", "relay", "remind", "sleep", "steps", "sum", "tick"}, names)
+	assert.Equal(t, []string{"answer", "ask", "count", "echo", "fail", "history", "relay", "remind", "sleep", "steps", "sum", "tick"}, names)
 	msgs := bodies[1]["messages"].([]any)
 	assert.Equal(t, map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{
 		"id": "call_x1", "type": "function", "function": map[string]any{"name": "sum", "arguments": `{"values":[20,22]}`}}}}, msgs[len(msgs)-2])

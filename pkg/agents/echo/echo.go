@@ -108,6 +108,8 @@ func New(opts ...Option) *agent.Agent {
 	agent.Method(a, "history", historyData, agent.Describe("Returns the newest messages of this conversation's thread, newest first."))
 	agent.Method(a, "sleep", sleepData, agent.Describe("Waits ms milliseconds (at most 5 minutes), then returns how long it slept."))
 	agent.Method(a, "steps", steps, agent.Describe(`Makes n durable steps one after another, each counted in this conversation's state and waiting sleepMs: {"n":3,"sleepMs":100}.`))
+	agent.Method(a, "ask", ask, agent.Describe(`Posts a question to this conversation and waits for the participant's next Chat message or an answer call: {"question":"Which colour?"}.`))
+	agent.Method(a, "answer", answer, agent.Describe(`Answers the question an ask waits for: {"colour":"blue"}.`))
 	agent.Method(a, "fail", failData, agent.Describe("Fails with the given status (400-599, default 500) and message; for trying error paths."))
 	agent.Method(a, "remind", remind, agent.Describe(`Posts text to this conversation after ms milliseconds: {"text":"stretch","ms":60000}.`))
 	agent.Method(a, "tick", tick, agent.Describe(`Posts "tick N" to this conversation every seconds (default 60) until called with {"stop":true}.`))
