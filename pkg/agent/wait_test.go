@@ -52,6 +52,15 @@ func (ak *asker) agent() *agent.Agent {
 		}
 		return "rested", nil
 	})
+	// approve, a webhook, waits for an ok call.
+	a.WebhookFunc("approve", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
+		ev, err := agent.Wait(ctx, "ok", agent.For{Methods: []string{"ok"}})
+		if err != nil {
+			return agent.Fail(err)
+		}
+		return agent.Text(http.StatusOK, "approved with "+string(ev.Data))
+	})
+	agent.Method(a, "ok", func(context.Context, map[string]any) (string, error) { return "nothing to approve", nil })
 	a.ChatFunc(func(_ context.Context, m *agent.Message) (agent.Reply, error) {
 		return agent.Say("heard " + m.Text), nil
 	})
@@ -199,4 +208,77 @@ func TestWaitDeadlineAndSleep(t *testing.T) {
 		texts := threadTexts(t, s, "bob")
 		return len(texts) == 3 && texts[2] == `out: "rested"`
 	})
+}
+
+// A webhook handler waits as a Chat or Data handler does: its caller gets 202 with the wait as
+// the body; the call that ends it is told which request it resumed, and the webhook's answer is
+// stored in the thread.
+func TestWaitInAWebhook(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+
+	status, hdr, body := post(t, s, "Asker", "approve", "participantId=ops")
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	assert.Equal(t, "application/json", hdr.Get("Content-Type"))
+	var waiting struct {
+		Waiting struct {
+			RequestID string   `json:"requestId"`
+			Methods   []string `json:"methods"`
+		} `json:"waiting"`
+	}
+	require.NoError(t, json.Unmarshal(body, &waiting), "%s", body)
+	assert.Equal(t, []string{"ok"}, waiting.Waiting.Methods)
+
+	participant := threadParticipant(t, s, waiting.Waiting.RequestID)
+	status, body = sendMessage(t, s, participant, "Data", "ok", map[string]any{"by": "ann"})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.JSONEq(t, `{"resumed":"`+waiting.Waiting.RequestID+`"}`, string(answerData(t, body)))
+	waitFor(t, 5*time.Second, "the webhook's answer is stored", func() bool {
+		for _, text := range threadTexts(t, s, participant) {
+			if bytes.Contains([]byte(text), []byte(`approved with {\"by\":\"ann\"}`)) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// threadParticipant finds the participant of the thread that holds a request of Asker's default
+// instance, from the inspector's recent requests.
+func threadParticipant(t *testing.T, s *stacktest.Stack, requestID string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/instances/"+
+		"default:Asker:Supervisor%20Workflow:default", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var view struct {
+		RecentRequests []struct {
+			RequestID     string `json:"requestId"`
+			ParticipantID string `json:"participantId"`
+		} `json:"recentRequests"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&view))
+	for _, r := range view.RecentRequests {
+		if r.RequestID == requestID {
+			return r.ParticipantID
+		}
+	}
+	require.FailNow(t, "no such request", "%s in %+v", requestID, view)
+	return ""
+}
+
+// Wait refuses what is not a wait, and works only in a handler.
+func TestWaitRefusals(t *testing.T) {
+	t.Parallel()
+	_, err := agent.Wait(context.Background(), "x", agent.For{Chat: true})
+	assert.ErrorContains(t, err, "running handler")
+	for _, f := range []agent.For{{}, {Timeout: -time.Second}, {Timeout: agent.MaxWait + time.Second}, {Methods: []string{""}}} {
+		_, err := agent.Wait(context.Background(), "x", f)
+		assert.Error(t, err, "%+v", f)
+	}
+	assert.NoError(t, agent.Sleep(context.Background(), 0), "a sleep of nothing")
 }
