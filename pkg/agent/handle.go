@@ -42,6 +42,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if waitID, ok := subject.WaitOfTimer(req.GetTimer()); ok {
 		return h.waitDeadline(ctx, log, in, waitID)
 	}
+	if req.GetSignal() != "" {
+		return h.signal(ctx, log, in)
+	}
 	a, target, refusal := h.route(req)
 	if refusal != nil {
 		if in.replyTo == "" && !req.GetKeepResult() {

@@ -52,12 +52,13 @@ type waitView struct {
 	Name      string        `json:"name"`
 	Chat      bool          `json:"chat,omitempty"`
 	Methods   []string      `json:"methods,omitempty"`
+	Signals   []string      `json:"signals,omitempty"`
 	Deadline  *timefmt.Time `json:"deadline,omitempty"`
 	Since     timefmt.Time  `json:"since"`
 }
 
 func viewOf(w *instance.Wait) waitView {
-	return waitView{RequestID: w.RequestID, Name: w.Name, Chat: w.Chat, Methods: w.Methods, Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)}
+	return waitView{RequestID: w.RequestID, Name: w.Name, Chat: w.Chat, Methods: w.Methods, Signals: w.Signals, Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)}
 }
 
 // waitOf returns the wait of a conversation of the instance, nil when it has none.
@@ -122,9 +123,11 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 		timeout = MaxWait
 	}
 	now := time.Now().UTC()
-	deadline := now.Add(timeout).Truncate(time.Second)
+	// JetStream timers keep whole seconds: round up, so that a wait never ends early.
+	deadline := now.Add(timeout + time.Second - 1).Truncate(time.Second)
 	w := &instance.Wait{ID: subject.WaitID(wf, req.GetRequestId(), pw.step), RequestID: req.GetRequestId(), Kind: msgkind.Of(req.GetKind()).Name,
-		Step: pw.step, Name: pw.name, Chat: pw.f.Chat, Methods: pw.f.methodsFolded(), Deadline: &deadline, Since: now}
+		Step: pw.step, Name: pw.name, Chat: pw.f.Chat, Methods: pw.f.methodsFolded(), Signals: slices.Compact(slices.Sorted(slices.Values(pw.f.Signals))),
+		Deadline: &deadline, Since: now}
 	if cur := inst.waitOf(p); cur == nil && h.waitsFull(inst) {
 		log.Warn("request cannot wait", "err", errTooManyWaits)
 		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.TooManyQueued, errTooManyWaits.Error()), runID))
@@ -244,6 +247,10 @@ func (h *Host) meetWait(ctx context.Context, log *slog.Logger, in *inbound, inst
 // eventOf is the event req makes for the wait w, and whether it ends it.
 func eventOf(req *agentbusv1.Request, w *instance.Wait) (Event, bool) {
 	ev := Event{ParticipantID: req.GetParticipantId(), RequestID: req.GetRequestId(), At: time.Now().UTC()}
+	if sig := req.GetSignal(); sig != "" {
+		ev.Type, ev.Method, ev.Data = EventSignal, sig, jsonOrNil(req.GetData())
+		return ev, slices.Contains(w.Signals, sig)
+	}
 	switch req.GetKind() {
 	case agentbusv1.Kind_KIND_CHAT:
 		ev.Type, ev.Text = EventChat, req.GetText()
@@ -446,6 +453,44 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 		return fmt.Errorf("removing the wait's requests: %w", err)
 	}
 	return nil
+}
+
+// signal handles a signal sent over the API: it ends the wait of its conversation that names it,
+// and is answered as a message that ends a wait is (endWait); when no wait of the conversation
+// names it, or another event ended the wait first, it is answered 409 not-waiting. Nothing of it
+// is held or stored otherwise.
+func (h *Host) signal(ctx context.Context, log *slog.Logger, in *inbound) error {
+	req := in.req
+	refuse := func() error {
+		detail := fmt.Sprintf("no request of the conversation waits for signal %s", subject.Quote(req.GetSignal()))
+		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.NotWaiting, detail), ""))
+		return nil
+	}
+	a := h.agents[req.GetAgentName()]
+	if a == nil || !a.hasWorkflowType(req.GetWorkflowType()) || !a.servesTenant(req.GetTenantId()) {
+		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.UnknownAgent, "no such agent or workflow type"), ""))
+		return nil
+	}
+	l := h.live.acquire(req.GetTenantId(), req.GetWorkflowId())
+	defer h.live.release(l)
+	inst, _, err := h.open(ctx, log, in, a, l)
+	if err != nil {
+		return err
+	}
+	w := inst.waitOf(req.GetParticipantId())
+	if w == nil {
+		return refuse()
+	}
+	ev, ends := eventOf(req, w)
+	if !ends {
+		return refuse()
+	}
+	x := &exchange{h: h, log: log, l: l, req: req, origin: in.origin(), in: incomingMessage(req, nil)}
+	won, err := h.endWait(ctx, log, in, inst, x, w, ev)
+	if err != nil || won {
+		return err
+	}
+	return refuse()
 }
 
 // waitDeadline handles the timer that ends a wait at its deadline: it ends the wait, unless the

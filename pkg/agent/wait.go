@@ -22,11 +22,14 @@ const MaxWait = 6 * 24 * time.Hour
 var ErrWaiting = errors.New("agent: the request waits for an event")
 
 // For says what ends a wait (Wait): the next Chat message of the request's participant (Chat), a
-// Data call of one of Methods by the participant, or the deadline (Timeout after the wait
-// began). At least one is set.
+// Data call of one of Methods by the participant, a signal of one of Signals sent to the
+// conversation over the API, or the deadline (Timeout after the wait began). At least one is set.
 type For struct {
 	Chat    bool
 	Methods []string
+	// Signals are names of signals (1-256 bytes of text each), sent with
+	// POST /api/v1/admin/tenants/{tenantId}/messaging/signal.
+	Signals []string
 	// Timeout is at most MaxWait; zero means MaxWait.
 	Timeout time.Duration
 }
@@ -35,11 +38,12 @@ type For struct {
 const (
 	EventChat    = "chat"
 	EventData    = "data"
+	EventSignal  = "signal"
 	EventTimeout = "timeout"
 )
 
-// Event is what ended a wait: a Chat message (Text), a Data call (Method and Data), or the
-// deadline (Type EventTimeout).
+// Event is what ended a wait: a Chat message (Text), a Data call (Method and Data), a signal (its
+// name in Method, and Data), or the deadline (Type EventTimeout).
 type Event struct {
 	Type          string          `json:"type"`
 	Text          string          `json:"text,omitempty"`
@@ -111,14 +115,19 @@ func Sleep(ctx context.Context, d time.Duration) error {
 // check tells whether f is a wait's condition.
 func (f For) check() error {
 	switch {
-	case !f.Chat && len(f.Methods) == 0 && f.Timeout == 0:
-		return errors.New("agent: a wait needs Chat, Methods or a Timeout")
+	case !f.Chat && len(f.Methods) == 0 && len(f.Signals) == 0 && f.Timeout == 0:
+		return errors.New("agent: a wait needs Chat, Methods, Signals or a Timeout")
 	case f.Timeout < 0 || f.Timeout > MaxWait:
 		return fmt.Errorf("agent: a wait's Timeout is 0 to %v", MaxWait)
 	}
 	for _, m := range f.Methods {
 		if m == "" || subject.CheckName("", m) != nil {
 			return fmt.Errorf("agent: wait for method %s: not a method name", subject.Quote(m))
+		}
+	}
+	for _, sig := range f.Signals {
+		if sig == "" || subject.CheckName("", sig) != nil {
+			return fmt.Errorf("agent: wait for signal %s: not a signal name", subject.Quote(sig))
 		}
 	}
 	return nil

@@ -52,6 +52,14 @@ func (ak *asker) agent() *agent.Agent {
 		}
 		return "rested", nil
 	})
+	// gate waits for the signal "open".
+	agent.Method(a, "gate", func(ctx context.Context, _ map[string]any) (map[string]any, error) {
+		ev, err := agent.Wait(ctx, "open", agent.For{Signals: []string{"open"}})
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"type": ev.Type, "signal": ev.Method, "data": ev.Data}, nil
+	})
 	// approve, a webhook, waits for an ok call.
 	a.WebhookFunc("approve", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
 		ev, err := agent.Wait(ctx, "ok", agent.For{Methods: []string{"ok"}})
@@ -195,6 +203,7 @@ func TestWaitDeadlineAndSleep(t *testing.T) {
 
 	status, body := sendMessage(t, s, "ada", "Data", "ask", map[string]any{"timeoutMs": 1000})
 	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	napped := time.Now()
 	status, body = sendMessage(t, s, "bob", "Data", "nap", map[string]any{"ms": 1000})
 	require.Equal(t, http.StatusAccepted, status, "%s", body)
 
@@ -208,6 +217,7 @@ func TestWaitDeadlineAndSleep(t *testing.T) {
 		texts := threadTexts(t, s, "bob")
 		return len(texts) == 3 && texts[2] == `out: "rested"`
 	})
+	assert.GreaterOrEqual(t, time.Since(napped), time.Second, "the sleep ended early")
 }
 
 // A webhook handler waits as a Chat or Data handler does: its caller gets 202 with the wait as
@@ -281,4 +291,47 @@ func TestWaitRefusals(t *testing.T) {
 		assert.Error(t, err, "%+v", f)
 	}
 	assert.NoError(t, agent.Sleep(context.Background(), 0), "a sleep of nothing")
+}
+
+// signal sends a signal to a conversation of Asker's default instance.
+func signal(t *testing.T, s *stacktest.Stack, participant, name string, data any) (int, []byte) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"agentName": "Asker", "activationName": "default", "participantId": participant, "name": name, "data": data})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/signal", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	return resp.StatusCode, buf.Bytes()
+}
+
+// A signal sent over the API ends the wait that names it, and its caller gets the resumed
+// request's answer; a signal nothing waits for is answered 409 not-waiting, and a Data call of the
+// signal's name is no signal.
+func TestWaitForASignal(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+
+	status, body := signal(t, s, "ada", "open", nil)
+	require.Equal(t, http.StatusConflict, status, "%s", body)
+	assert.Contains(t, string(body), "urn:agentbus:problem:not-waiting")
+
+	status, body = sendMessage(t, s, "ada", "Data", "gate", map[string]any{})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	assert.Contains(t, string(answerData(t, body)), `"signals":["open"]`)
+	status, body = signal(t, s, "ada", "shut", nil)
+	require.Equal(t, http.StatusConflict, status, "another signal: %s", body)
+	status, body = signal(t, s, "bob", "open", nil)
+	require.Equal(t, http.StatusConflict, status, "another conversation: %s", body)
+
+	status, body = signal(t, s, "ada", "open", map[string]any{"by": "ops"})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.JSONEq(t, `{"type":"signal","signal":"open","data":{"by":"ops"}}`, string(answerData(t, body)))
+	status, body = signal(t, s, "ada", "open", nil)
+	require.Equal(t, http.StatusConflict, status, "the wait is over: %s", body)
 }

@@ -408,10 +408,12 @@ func (s *Server) api() []route {
 		{post, mcpPath, s.syncCall(s.mcp)},
 
 		{post, "/api/v1/admin/tenants/{tenantId}/messaging/send", s.syncCall(s.send)},
+		{post, "/api/v1/admin/tenants/{tenantId}/messaging/signal", s.syncCall(s.signal)},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/history", s.historyPage},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/topics", s.historyTopics},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/listen", s.historyListen},
 		{post, "/api/v1/admin/messaging/send", s.syncCall(s.send)},
+		{post, "/api/v1/admin/messaging/signal", s.syncCall(s.signal)},
 		{get, "/api/v1/admin/messaging/history", s.historyPage},
 		{get, "/api/v1/admin/messaging/topics", s.historyTopics},
 		{get, "/api/v1/admin/messaging/listen", s.historyListen},

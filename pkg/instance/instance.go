@@ -74,7 +74,7 @@ type Applying struct {
 const MaxWaits = 256
 
 // Wait is a request parked until an event resolves it: a Chat message or a Data call of one of
-// Methods from the participant, or its deadline. Later requests of the conversation are held
+// Methods from the participant, a signal of one of Signals, or its deadline. Later requests of the conversation are held
 // behind it until it resumes.
 type Wait struct {
 	// ID names the wait: the request's token and its step (subject.WaitID).
@@ -85,9 +85,10 @@ type Wait struct {
 	// Step is the number of the request's step that waits, and Name its name.
 	Step int    `json:"step"`
 	Name string `json:"name"`
-	// Chat and Methods say what resolves the wait besides its deadline.
+	// Chat, Methods and Signals say what resolves the wait besides its deadline.
 	Chat     bool       `json:"chat,omitempty"`
 	Methods  []string   `json:"methods,omitempty"`
+	Signals  []string   `json:"signals,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
 	Since    time.Time  `json:"since"`
 }

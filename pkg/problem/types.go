@@ -106,6 +106,7 @@ var (
 	TooManyWaiting       = define("too-many-waiting", http.StatusServiceUnavailable, 1)
 	TooManyListeners     = define("too-many-listeners", http.StatusTooManyRequests, 5)
 	TooManyQueued        = define("too-many-queued", http.StatusTooManyRequests, 1)
+	NotWaiting           = define("not-waiting", http.StatusConflict, 0)
 	ListenerOverflow     = define("listener-overflow", http.StatusServiceUnavailable, 0)
 	BusUnavailable       = define("bus-unavailable", http.StatusServiceUnavailable, 1)
 	HandlerTimeout       = define("handler-timeout", http.StatusGatewayTimeout, 0)

@@ -208,7 +208,10 @@ type Request struct {
 	// and so is a chain longer than agent.MaxCallDepth.
 	CallChain []string `protobuf:"bytes,27,rep,name=call_chain,json=callChain,proto3" json:"call_chain,omitempty"`
 	// The name of the schedule that sent the request (a timer), empty for others.
-	Timer         string `protobuf:"bytes,28,opt,name=timer,proto3" json:"timer,omitempty"`
+	Timer string `protobuf:"bytes,28,opt,name=timer,proto3" json:"timer,omitempty"`
+	// A signal sent over the API to end a wait (agent.For.Signals): its name, empty for other
+	// requests. Such a request is of KIND_DATA with the signal's data; no handler runs for it.
+	Signal        string `protobuf:"bytes,29,opt,name=signal,proto3" json:"signal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +431,13 @@ func (x *Request) GetCallChain() []string {
 func (x *Request) GetTimer() string {
 	if x != nil {
 		return x.Timer
+	}
+	return ""
+}
+
+func (x *Request) GetSignal() string {
+	if x != nil {
+		return x.Signal
 	}
 	return ""
 }
@@ -844,7 +854,7 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\aBlobRef\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xb2\a\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xca\a\n" +
 	"\aRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
@@ -879,7 +889,8 @@ const file_agentbus_v1_bus_proto_rawDesc = "" +
 	"\breply_to\x18\x1a \x01(\tR\areplyTo\x12\x1d\n" +
 	"\n" +
 	"call_chain\x18\x1b \x03(\tR\tcallChain\x12\x14\n" +
-	"\x05timer\x18\x1c \x01(\tR\x05timer\x1a9\n" +
+	"\x05timer\x18\x1c \x01(\tR\x05timer\x12\x16\n" +
+	"\x06signal\x18\x1d \x01(\tR\x06signal\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\r\x10\x0eR\bmetadata\"\xbd\x01\n" +
