@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -55,6 +56,10 @@ var (
 	ErrCallParams = errors.New("agent: the call's parameters do not match the method's schema")
 	// ErrCallDeadLettered: the callee failed on every attempt and kept the call as a dead letter.
 	ErrCallDeadLettered = errors.New("agent: the call was dead-lettered")
+	// ErrCallWaits: the called request waits for an event (Wait), or is queued behind a request
+	// of its conversation that does; its answer goes to the callee's thread when it comes.
+	// CallError's message is the callee's 202 answer.
+	ErrCallWaits = errors.New("agent: the called request waits")
 	// ErrCallCycle: the callee's instance is already waiting in the chain of calls that led
 	// here, directly or through other agents: the call could never be answered.
 	ErrCallCycle = errors.New("agent: call cycle")
@@ -123,7 +128,7 @@ func (i *Instance) Tell(ctx context.Context, to Peer, l Letter) error {
 // Call calls a Data method of another instance of the tenant (Agent2Agent) and waits for its
 // reply, at most until ctx's deadline or DefaultCallTimeout. The reply's data is decoded into
 // out (when not nil). Failures wrap ErrPeerNotFound, ErrCallParams, ErrCallTimeout,
-// ErrCallFailed, ErrCallDeadLettered, ErrCallCycle or ErrCallDepth.
+// ErrCallFailed, ErrCallDeadLettered, ErrCallWaits, ErrCallCycle or ErrCallDepth.
 //
 // A handler run again after a crash or a retry that makes the same calls in the same order
 // reaches each callee with the same request id: the callee runs once, and the caller gets its
@@ -281,6 +286,9 @@ func decodeCallReply(rep *agentbusv1.Reply, out any) error {
 			e.kind = ErrCallParams
 		}
 		return e
+	}
+	if rep.GetStatusCode() == http.StatusAccepted {
+		return &CallError{Status: http.StatusAccepted, Message: string(rep.GetContent()), kind: ErrCallWaits}
 	}
 	var stored struct {
 		Data json.RawMessage `json:"data"`

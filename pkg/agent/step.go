@@ -227,7 +227,7 @@ func cutText(s string) string {
 }
 
 // callErrorKinds are the sentinels a *CallError wraps, found again by their text.
-var callErrorKinds = []error{ErrPeerNotFound, ErrCallTimeout, ErrCallFailed, ErrCallParams, ErrCallDeadLettered, ErrCallCycle, ErrCallDepth, ErrOtherTenant}
+var callErrorKinds = []error{ErrPeerNotFound, ErrCallTimeout, ErrCallFailed, ErrCallParams, ErrCallDeadLettered, ErrCallWaits, ErrCallCycle, ErrCallDepth, ErrOtherTenant}
 
 // err is the error a rerun gets for the recorded one.
 func (se *stepError) err() error {

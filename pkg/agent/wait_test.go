@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -59,6 +60,13 @@ func (ak *asker) agent() *agent.Agent {
 			return nil, err
 		}
 		return map[string]any{"type": ev.Type, "signal": ev.Method, "data": ev.Data}, nil
+	})
+	// callask calls ask on another instance, and tells whether the call waits.
+	agent.Method(a, "callask", func(ctx context.Context, _ map[string]any) (map[string]any, error) {
+		err := agent.MessageFrom(ctx).Instance().Call(ctx, agent.Peer{Agent: "Asker", Activation: "other"}, "ask", map[string]any{}, nil)
+		var ce *agent.CallError
+		errors.As(err, &ce)
+		return map[string]any{"waits": errors.Is(err, agent.ErrCallWaits), "status": ce.Status}, nil
 	})
 	// approve, a webhook, waits for an ok call.
 	a.WebhookFunc("approve", func(ctx context.Context, r *agent.WebhookRequest) agent.Response {
@@ -334,4 +342,14 @@ func TestWaitForASignal(t *testing.T) {
 	assert.JSONEq(t, `{"type":"signal","signal":"open","data":{"by":"ops"}}`, string(answerData(t, body)))
 	status, body = signal(t, s, "ada", "open", nil)
 	require.Equal(t, http.StatusConflict, status, "the wait is over: %s", body)
+}
+
+// An Agent2Agent call to a Data method that waits fails with ErrCallWaits, and the 202.
+func TestCallToAWaitingRequest(t *testing.T) {
+	t.Parallel()
+	ak := &asker{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{ak.agent()}})
+	status, body := sendMessage(t, s, "ada", "Data", "callask", map[string]any{})
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	assert.JSONEq(t, `{"waits":true,"status":202}`, string(answerData(t, body)))
 }
