@@ -140,16 +140,7 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 	if err := retry(ctx, log, "setting the wait's deadline", func() error { return h.setDeadline(ctx, inst, req, w) }); err != nil {
 		return err
 	}
-	view, _ := json.Marshal(map[string]any{"waiting": viewOf(w)})
-	var rep *agentbusv1.Reply
-	var out *history.Message
-	if req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK {
-		resp := Response{StatusCode: http.StatusAccepted, Content: view, ContentType: "application/json"}
-		rep, out = webhookReply(resp, runID), webhookOutgoing(req, resp, "wait"+w.ID)
-	} else {
-		text := "waiting: " + pw.name
-		rep, out = &agentbusv1.Reply{StatusCode: http.StatusAccepted, RunId: runID}, outgoing(req, "wait"+w.ID, &text, view)
-	}
+	rep, out := waitingAnswer(req, w, runID)
 	withContent := rep
 	if req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK {
 		withContent = nil // the answer is the webhook response, not the stored message
@@ -163,6 +154,20 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 	}
 	log.Info("request waits", "wait", pw.name, "step", pw.step, "deadline", deadline)
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// waitingAnswer is the answer of a request that waits (w), and the thread's record of it: 202
+// with {"waiting":{…}}, as a webhook's response or as the outgoing message.
+func waitingAnswer(req *agentbusv1.Request, w *instance.Wait, runID string) (*agentbusv1.Reply, *history.Message) {
+	view, _ := json.Marshal(map[string]any{"waiting": viewOf(w)})
+	if req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK {
+		resp := Response{StatusCode: http.StatusAccepted, Content: view, ContentType: "application/json"}
+		return webhookReply(resp, runID), webhookOutgoing(req, resp, "wait"+w.ID)
+	}
+	text := "waiting: " + w.Name
+	out := outgoing(req, "wait"+w.ID, &text, view)
+	content, _ := out.MarshalJSON()
+	return &agentbusv1.Reply{StatusCode: http.StatusAccepted, RunId: runID, Content: content, ContentType: "application/json"}, out
 }
 
 // waitsFull reports whether the instance has as many conversations waiting as it may.
@@ -229,9 +234,12 @@ func (h *Host) meetWait(ctx context.Context, log *slog.Logger, in *inbound, inst
 		x.inStored = true // stored when the request parked
 		return false, nil
 	case req.GetRequestId() == w.RequestID:
-		// The parked request delivered again after it parked (its acknowledgement was lost): it
-		// resumes from the copy the wait keeps.
+		// The parked request delivered again after it parked (its acknowledgement was lost, or
+		// its caller sent it again after the de-duplication window): it resumes from the copy
+		// the wait keeps, and its caller is told that it waits.
 		log.Info("a copy of a waiting request; it resumes from the wait's", "wait", w.ID)
+		rep, _ := waitingAnswer(req, w, inst.RunID())
+		h.reply(ctx, log, req, in.replyTo, rep)
 		return true, nil
 	}
 	ev, ends := eventOf(req, w)
