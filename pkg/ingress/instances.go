@@ -3,7 +3,9 @@ package ingress
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -176,8 +178,8 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
 		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: timefmt.Of(rec.StartedAt),
 		LastActiveAt: timefmt.Of(rec.LastActiveAt), CompletedAt: timefmt.OfPtr(rec.CompletedAt), Events: rec.Events, State: rec.State,
-		EarlierRuns: rec.Runs,
-		Partition:   subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
+		EarlierRuns: rec.Runs, Waits: waitsOf(rec),
+		Partition: subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
 	}
 	if ans.EarlierRuns == nil {
 		ans.EarlierRuns = []instance.RunSummary{}
@@ -212,6 +214,24 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 		ans.Queued = []inspect.Waiting{}
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// waitsOf is the instance's waiting requests (Record.Waits), by participant.
+func waitsOf(rec instance.Record) []inspect.Wait {
+	out := make([]inspect.Wait, 0, len(rec.Waits))
+	for _, p := range slices.Sorted(maps.Keys(rec.Waits)) {
+		w := rec.Waits[p]
+		if w == nil {
+			continue
+		}
+		methods := w.Methods
+		if methods == nil {
+			methods = []string{}
+		}
+		out = append(out, inspect.Wait{ParticipantID: p, RequestID: w.RequestID, Type: w.Kind, Name: w.Name, Chat: w.Chat,
+			Methods: methods, Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)})
+	}
+	return out
 }
 
 // partitionOwner is the live host that owns the agent's partition p, as every host computes it

@@ -33,6 +33,9 @@ type InstanceView struct {
 	RecentRequests []RecentRequest     `json:"recentRequests"`
 	// Queued are the requests waiting for the instance, and why (the ingress's queued.go).
 	Queued []Waiting `json:"queued"`
+	// Waits are the instance's requests parked until an event (agent.Wait, agent.Sleep), one per
+	// conversation that waits, by participant.
+	Waits []Wait `json:"waits"`
 }
 
 // RecentRequest is one request an instance handled, as its thread's history holds it: the
@@ -67,4 +70,23 @@ type Waiting struct {
 	// Reason is the request's state (running, queued, held) and, after a colon, why it waits
 	// (docs/hosts-inspection.md).
 	Reason string `json:"reason"`
+}
+
+// Wait is a request of an instance parked until an event ends its wait (agent.Wait): the
+// participant's next Chat message, a Data call of one of Methods, or the deadline. The
+// conversation's later requests queue behind it.
+type Wait struct {
+	ParticipantID string `json:"participantId"`
+	RequestID     string `json:"requestId"`
+	// Type is the waiting request's type (Chat, Data, File, Webhook); Name the wait's name
+	// ("sleep" for agent.Sleep).
+	Type string `json:"type"`
+	Name string `json:"name"`
+	// Chat and Methods say what ends the wait besides its deadline: the participant's next Chat
+	// message, a Data call of one of Methods (in lower case, matched whatever its case).
+	Chat    bool     `json:"chat"`
+	Methods []string `json:"methods"`
+	// Deadline is when the wait ends if nothing ended it before; Since when it began.
+	Deadline *timefmt.Time `json:"deadline,omitempty"`
+	Since    timefmt.Time  `json:"since"`
 }
