@@ -94,7 +94,7 @@ func webhook(t *testing.T, s *stacktest.Stack, key, tenant, agentName, activatio
 // held in retry backoff with another queued behind it, and calls of tenant other to Ledger, an
 // agent only tenant other may use. With a tenant-admin key of default it checks every page (the
 // hosts map, the charts with data, the instance list and page with state and queue, retry now,
-// the dead letter and its replay) and that nothing of Ledger shows; then, with a system-admin
+// a request that waits (Echo's ask), the dead letter and its replay) and that nothing of Ledger shows; then, with a system-admin
 // key, the system views and switching to tenant other. Screenshots go under the test's temp dir,
 // and into AGENTBUS_SCREENSHOT_DIR when it is set.
 func TestConsoleInBrowser(t *testing.T) {
@@ -274,7 +274,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.CSS(`#inst-queue tr[data-reason="retry-backoff"] button`)),
 		waitFor(`document.getElementById('inst-action').textContent.includes('runs again now')`),
-		waitFor(`document.getElementById('inst-queue').textContent.includes('Nothing waits')`),
+		waitFor(`document.getElementById('inst-queue').textContent.includes('Nothing queued')`),
 		waitFor(`document.querySelectorAll('#inst-dead tr[data-id]').length === 1`),
 	), "retrying the held request; the page's problems: %v", problems())
 
@@ -282,9 +282,10 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx,
 		open(t, ctx, "instance", "#/instance?id="+url.QueryEscape("default:Echo:Supervisor Workflow:carol")),
 		waitFor(`document.getElementById('inst-state').textContent.includes('"count": 4')`),
-		waitFor(`document.getElementById('inst-queue').textContent.includes('Nothing waits')`),
+		waitFor(`document.getElementById('inst-queue').textContent.includes('Nothing queued')`),
 		waitFor(`document.querySelectorAll('#inst-recent tr[data-request-id]').length >= 4`),
 	), "Echo's instance page; the page's problems: %v", problems())
+	assert.Contains(t, evaluate[string](t, ctx, `document.getElementById('inst-waits').textContent`), "no request of the instance waits")
 	screenshot(t, ctx, "console-instance.png")
 	// Complete its run: the button asks for a second press.
 	require.NoError(t, chromedp.Do(ctx,
@@ -294,6 +295,30 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(`document.getElementById('inst-action').textContent.includes('completed')`),
 		waitFor(`document.querySelector('[data-field="status"]').textContent === 'completed'`),
 	), "completing a run; the page's problems: %v", problems())
+
+	// A request that waits: Echo's ask, in alice's instance, waits for dana's Chat message or
+	// answer call; the instance page lists it among the waiting requests.
+	status, body := post(t, s, s.Key, "/api/v1/admin/tenants/default/messaging/send?wait=true", map[string]any{
+		"agentName": "Echo", "activationName": "alice", "participantId": "dana", "type": "Data", "text": "ask", "data": map[string]any{"question": "Which colour?"}})
+	require.Equal(t, http.StatusAccepted, status, "%s", body)
+	var asked struct {
+		RequestID string `json:"requestId"`
+	}
+	require.NoError(t, json.Unmarshal(body, &asked))
+	require.NoError(t, chromedp.Do(ctx,
+		open(t, ctx, "instance", "#/instance?id="+url.QueryEscape("default:Echo:Supervisor Workflow:alice")),
+		waitFor(`document.querySelector('#inst-waits tr[data-participant="dana"]') !== null`),
+	), "an instance with a waiting request; the page's problems: %v", problems())
+	cells := evaluate[[]string](t, ctx, `[...document.querySelectorAll('#inst-waits tr[data-participant="dana"] td')].map(td => td.textContent)`)
+	require.Len(t, cells, 6, "%q", cells)
+	assert.Equal(t, "dana", cells[0])
+	assert.Equal(t, "Data ask (wait answer)", cells[1])
+	assert.Equal(t, "Chat message / Data answer", cells[2])
+	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[3], "the deadline")
+	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[4], "since")
+	assert.Equal(t, asked.RequestID, cells[5])
+	assert.Equal(t, 1, evaluate[int](t, ctx, `document.querySelectorAll('#inst-waits tr[data-request-id]').length`))
+	screenshot(t, ctx, "console-instance-waits.png")
 
 	// Another tenant's instance is not found, and the page says so as text.
 	require.NoError(t, chromedp.Do(ctx,

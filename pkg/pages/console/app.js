@@ -983,6 +983,14 @@
         r.status === undefined ? 'running or not answered yet' : r.status, r.durationMs === undefined ? '–' : `${r.durationMs} ms`,
         el('code', '', r.requestId)], {requestId: r.requestId}))) : el('p', 'note', 'No request in the instance\'s threads.'));
 
+    // A waiting request's method is known when it is among the recent requests.
+    const methods = new Map(recent.map((r) => [r.requestId, r.method]));
+    const waits = i.waits || [];
+    $('inst-waits').replaceChildren(waits.length ? table(['Participant', 'Request', 'Waits for', 'Deadline', 'Since', 'Request id'],
+      waits.map((w) => row([w.participantId, `${requestLabel(w.type, methods.get(w.requestId))} (wait ${w.name})`, waitsFor(w),
+        time(w.deadline), time(w.since), el('code', '', w.requestId)], {participant: w.participantId, requestId: w.requestId}))) :
+      el('p', 'note', 'None: no request of the instance waits for an event.'));
+
     const dead = i.deadLetters || [];
     $('inst-dead').replaceChildren(dead.length ? table(['Id', 'Dead at', 'Request', '#Attempts', 'Error'],
       dead.map((d) => row([link('#/deadletters?' + new URLSearchParams({agent: i.agentName}), String(d.id)), time(d.deadAt),
@@ -1000,6 +1008,14 @@
       el('p', 'note', 'None: this is the first run.'));
   }
 
+  // waitsFor says what ends a wait besides its deadline: a Chat message, a Data call.
+  function waitsFor(w) {
+    const what = [];
+    if (w.chat) { what.push('Chat message'); }
+    for (const m of w.methods || []) { what.push('Data ' + m); }
+    return what.length ? what.join(' / ') : 'its deadline only';
+  }
+
   function renderQueue(result) {
     const box = $('inst-queue');
     box.replaceChildren();
@@ -1015,7 +1031,7 @@
     }
     const convs = q.conversations || [];
     if (convs.length === 0) {
-      box.appendChild(el('p', 'note', 'Nothing waits: no request of this instance is stored in the inbox.'));
+      box.appendChild(el('p', 'note', 'Nothing queued: no request of this instance is stored in the inbox.'));
       return;
     }
     for (const c of convs) {
