@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -107,7 +108,8 @@ func (s *Server) newestThreads(ctx context.Context, tenant, workflowID string) (
 }
 
 // pairRequests reads the requests of one page of a thread (newest message first): each incoming
-// message with its request's first answer. Tool calls of a chat are part of its request.
+// message with its request's newest answer (a request that waited has its waiting answer, then
+// its final one). Tool calls of a chat are part of its request.
 func pairRequests(page []history.Message) []inspect.RecentRequest {
 	answers := make(map[string]history.Message)
 	var out []inspect.RecentRequest
@@ -116,7 +118,9 @@ func pairRequests(page []history.Message) []inspect.RecentRequest {
 			continue
 		}
 		if m.Direction == history.Out {
-			answers[m.RequestID] = m // the page is newest first: the first answer comes last
+			if _, ok := answers[m.RequestID]; !ok {
+				answers[m.RequestID] = m // the page is newest first: the newest answer comes first
+			}
 			continue
 		}
 		sum := inspect.RecentRequest{RequestID: m.RequestID, ParticipantID: m.ParticipantID, Type: msgkind.OfHistory(m.MessageType).Name,
@@ -135,13 +139,14 @@ func pairRequests(page []history.Message) []inspect.RecentRequest {
 }
 
 // answerStatus is the status of a stored answer: a webhook handler's statusCode, a failure's
-// error status, else 200.
+// error status, 202 for a request's waiting answer, else 200.
 func answerStatus(m history.Message) int {
 	var a struct {
 		StatusCode int `json:"statusCode"`
 		Error      struct {
 			Status int `json:"status"`
 		} `json:"error"`
+		Waiting json.RawMessage `json:"waiting"`
 	}
 	if len(m.Data) > 0 && json.Unmarshal(m.Data, &a) == nil {
 		if m.MessageType == history.Webhook && a.StatusCode != 0 {
@@ -150,6 +155,9 @@ func answerStatus(m history.Message) int {
 		if a.Error.Status != 0 {
 			return a.Error.Status
 		}
+		if a.Waiting != nil {
+			return http.StatusAccepted
+		}
 	}
-	return 200
+	return http.StatusOK
 }

@@ -224,12 +224,8 @@ func waitsOf(rec instance.Record) []inspect.Wait {
 		if w == nil {
 			continue
 		}
-		methods := w.Methods
-		if methods == nil {
-			methods = []string{}
-		}
 		out = append(out, inspect.Wait{ParticipantID: p, RequestID: w.RequestID, Type: w.Kind, Name: w.Name, Chat: w.Chat,
-			Methods: methods, Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)})
+			Methods: orEmpty(w.Methods), Signals: orEmpty(w.Signals), Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)})
 	}
 	return out
 }
@@ -324,3 +320,11 @@ func (s *Server) backfillInstances(w http.ResponseWriter, r *http.Request) {
 func (s *Server) instanceStore() *instance.Store { return instance.NewStore(s.res.Instances) }
 
 func (s *Server) runIndex() *instance.Index { return instance.NewIndex(s.js, s.res.Runs) }
+
+// orEmpty is list, or an empty list for nil: the answer's arrays are never null.
+func orEmpty(list []string) []string {
+	if list == nil {
+		return []string{}
+	}
+	return list
+}

@@ -71,6 +71,21 @@ func instanceWaits(t *testing.T, s *stacktest.Stack, wf string) []waitShown {
 	return waits
 }
 
+// recentStatus is the status the instance view's recent requests show for a request, 0 for none.
+func recentStatus(t *testing.T, s *stacktest.Stack, wf, requestID string) int {
+	t.Helper()
+	var got instanceShow
+	status, _, b := adminReq(t, s, get, instancePath("default", wf), s.Key, nil)
+	require.Equal(t, http.StatusOK, status, "%s", b)
+	require.NoError(t, json.Unmarshal(b, &got))
+	for _, r := range got.RecentRequests {
+		if r.RequestID == requestID {
+			return r.Status
+		}
+	}
+	return 0
+}
+
 // TestInstanceShowsWaits: the instance view lists the requests that wait for an event (Echo's
 // ask), one per conversation, by participant, with what ends each wait, its deadline and since
 // when it waits; the callers were answered 202 with the same wait, and a later request of a
@@ -125,6 +140,8 @@ func TestInstanceShowsWaits(t *testing.T) {
 		assert.WithinDuration(t, w.Since.Add(timeout[w.ParticipantID]), *w.Deadline, time.Second, "%s's deadline", w.ParticipantID)
 	}
 
+	assert.Equal(t, http.StatusAccepted, recentStatus(t, s, wf, ada.RequestID), "a waiting request's recent status")
+
 	// ada's Chat message ends her wait, bob's answer call his: they leave the list.
 	status, _, b = converse(t, s, q("workflow", wf, "type", "Chat", "text", "round", "participantId", "ada", "apikey", s.Key), "")
 	assert.Contains(t, string(answerOf(t, status, b).Response.Data), `"answer":"round"`)
@@ -140,4 +157,5 @@ func TestInstanceShowsWaits(t *testing.T) {
 	if assert.Len(t, waits, 1) {
 		assert.Equal(t, "cy", waits[0].ParticipantID)
 	}
+	assert.Equal(t, http.StatusOK, recentStatus(t, s, wf, ada.RequestID), "a resumed request's recent status: its final answer's")
 }

@@ -53,6 +53,8 @@ var callBodies = map[string]string{
 	"createSystemKey":           `{"role":"system-admin"}`,
 	"send":                      `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
 	"sendByHeader":              `{"agentName":"Echo","activationName":"default","participantId":"ada","type":"Chat","text":"hi"}`,
+	"signal":                    `{"agentName":"Echo","activationName":"default","participantId":"ada","name":"answer"}`,
+	"signalByHeader":            `{"agentName":"Echo","activationName":"default","participantId":"ada","name":"answer"}`,
 	"mcp":                       `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`,
 	"callWebhook":               `{}`,
 	"createSubscription":        `{"url":"http://127.0.0.1:9/hooks","events":["message.incoming"]}`,

@@ -443,6 +443,27 @@ func contractSend(c *contractClient) {
 	c.want(http.StatusForbidden, http.MethodPost, "/api/v1/admin/tenants/other/messaging/send", key, chat)
 	c.want(http.StatusNotFound, http.MethodPost, "/api/v1/admin/tenants/nobody/messaging/send", systemKey, chat)
 
+	// Signals: Echo's ask waits for the signal "answer".
+	const sp = "/api/v1/admin/tenants/default/messaging/signal"
+	signal := msg("activationName", "signals", "participantId", "ada", "name", "answer", "data", map[string]any{"ok": true})
+	for _, path := range []string{sp, "/api/v1/admin/messaging/signal"} {
+		want := func(status int, key string, body map[string]any) map[string]any {
+			t.Helper()
+			return c.want(status, http.MethodPost, path, key, body, "X-Tenant-Id", "default")
+		}
+		want(http.StatusConflict, key, signal)
+		c.want(http.StatusAccepted, http.MethodPost, p+"?wait=true", key, withFields(chat, "activationName", "signals", "type", "Data", "text", "ask",
+			"data", map[string]any{"question": "ok?"}))
+		m := want(http.StatusOK, key, signal)
+		assert.Equal(t, "signal", m["response"].(map[string]any)["data"].(map[string]any)["type"], "%v", m)
+		want(http.StatusBadRequest, key, withFields(signal, "name", ""))
+		want(http.StatusBadRequest, key, withFields(signal, "data", []int{1}))
+		want(http.StatusNotFound, key, withFields(signal, "agentName", "Nobody"))
+		want(http.StatusUnauthorized, "", signal)
+		want(http.StatusForbidden, c.other, signal)
+		want(http.StatusRequestEntityTooLarge, key, withFields(signal, "data", map[string]any{"x": strings.Repeat("x", 300<<10)}))
+	}
+
 	// Both sends, the tenant in the path and in X-Tenant-Id, answer the same.
 	for _, path := range []string{p, "/api/v1/admin/messaging/send"} {
 		send := func(status int, query string, body map[string]any) {

@@ -58,8 +58,10 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 		s.log.Error("encoding the answer", "err", err)
 	}
 	status := http.StatusOK
-	if rep.GetStatusCode() == http.StatusAccepted {
-		status = http.StatusAccepted // the request waits, or is queued behind one that does
+	if rep.GetStatusCode() == http.StatusAccepted && msgkind.Of(req.GetKind()).Payload != msgkind.HTTPBody {
+		// The request waits, or is queued behind one that does. (A webhook's status, 202 or any
+		// other, is in the answer's data.)
+		status = http.StatusAccepted
 	}
 	writeJSONBody(w, status, b, err)
 }

@@ -13,6 +13,10 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
+// maxSignalBody bounds a signal's body: its data becomes the event of the wait it ends, which is
+// recorded in the waiting request's journal (at most 256 KiB).
+const maxSignalBody = 256 << 10
+
 // signalBody is the body of a signal: the conversation it goes to, its name and its data.
 type signalBody struct {
 	AgentName      string          `json:"agentName"`
@@ -30,7 +34,7 @@ type signalBody struct {
 // wait is answered: the resumed request's answer, or {"resumed":…}. When nothing waits for it,
 // the host answers 409 not-waiting. Checks go as send's.
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
-	raw, p := readBody(w, r, s.sendBodyLimit())
+	raw, p := readBody(w, r, maxSignalBody)
 	var body signalBody
 	if p == nil {
 		dec := json.NewDecoder(bytes.NewReader(raw))

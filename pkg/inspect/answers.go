@@ -73,7 +73,7 @@ type Waiting struct {
 }
 
 // Wait is a request of an instance parked until an event ends its wait (agent.Wait): the
-// participant's next Chat message, a Data call of one of Methods, or the deadline. The
+// participant's next Chat message, a Data call of one of Methods, a signal, or the deadline. The
 // conversation's later requests queue behind it.
 type Wait struct {
 	ParticipantID string `json:"participantId"`
@@ -82,10 +82,12 @@ type Wait struct {
 	// ("sleep" for agent.Sleep).
 	Type string `json:"type"`
 	Name string `json:"name"`
-	// Chat and Methods say what ends the wait besides its deadline: the participant's next Chat
-	// message, a Data call of one of Methods (in lower case, matched whatever its case).
+	// Chat, Methods and Signals say what ends the wait besides its deadline: the participant's
+	// next Chat message, a Data call of one of Methods (in lower case, matched whatever its
+	// case), a signal of one of Signals.
 	Chat    bool     `json:"chat"`
 	Methods []string `json:"methods"`
+	Signals []string `json:"signals"`
 	// Deadline is when the wait ends if nothing ended it before; Since when it began.
 	Deadline *timefmt.Time `json:"deadline,omitempty"`
 	Since    timefmt.Time  `json:"since"`

@@ -313,7 +313,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	require.Len(t, cells, 6, "%q", cells)
 	assert.Equal(t, "dana", cells[0])
 	assert.Equal(t, "Data ask (wait answer)", cells[1])
-	assert.Equal(t, "Chat message / Data answer", cells[2])
+	assert.Equal(t, "Chat message / Data answer / signal answer", cells[2])
 	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[3], "the deadline")
 	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[4], "since")
 	assert.Equal(t, asked.RequestID, cells[5])

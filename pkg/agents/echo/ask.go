@@ -18,7 +18,7 @@ type askIn struct {
 }
 
 // ask posts in.Question to the conversation, once, and waits for the participant's next Chat
-// message or an answer call: the request parks (its caller gets 202) and resumes with what came,
+// message, an answer call or the signal "answer": the request parks (its caller gets 202) and resumes with what came,
 // or with nothing at the deadline.
 func ask(ctx context.Context, in askIn) (map[string]any, error) {
 	if in.Question == "" || len(in.Question) > maxQuestion || !utf8.ValidString(in.Question) {
@@ -35,7 +35,7 @@ func ask(ctx context.Context, in askIn) (map[string]any, error) {
 	}); err != nil {
 		return nil, err
 	}
-	ev, err := agent.Wait(ctx, "answer", agent.For{Chat: true, Methods: []string{"answer"}, Timeout: timeout})
+	ev, err := agent.Wait(ctx, "answer", agent.For{Chat: true, Methods: []string{"answer"}, Signals: []string{"answer"}, Timeout: timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -43,7 +43,7 @@ func ask(ctx context.Context, in askIn) (map[string]any, error) {
 	switch ev.Type {
 	case agent.EventChat:
 		out["answer"], out["by"] = ev.Text, ev.ParticipantID
-	case agent.EventData:
+	case agent.EventData, agent.EventSignal:
 		out["answer"], out["by"] = ev.Data, ev.ParticipantID
 	}
 	return out, nil

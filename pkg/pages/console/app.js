@@ -1008,11 +1008,12 @@
       el('p', 'note', 'None: this is the first run.'));
   }
 
-  // waitsFor says what ends a wait besides its deadline: a Chat message, a Data call.
+  // waitsFor says what ends a wait besides its deadline: a Chat message, a Data call, a signal.
   function waitsFor(w) {
     const what = [];
     if (w.chat) { what.push('Chat message'); }
     for (const m of w.methods || []) { what.push('Data ' + m); }
+    for (const sig of w.signals || []) { what.push('signal ' + sig); }
     return what.length ? what.join(' / ') : 'its deadline only';
   }
 
