@@ -97,6 +97,9 @@ type effects struct {
 	stepped bool
 	// wait is the wait the attempt asked for (Wait): the request parks once the handler returns.
 	wait *pendingWait
+	// replay is set on an attempt that may find steps recorded (Journal): a retry, a
+	// redelivery, or a request resumed after a wait.
+	replay bool
 }
 
 // restart numbers the effects and the steps of a new attempt from the start again.

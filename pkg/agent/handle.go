@@ -329,6 +329,9 @@ func (h *Host) rerun(ctx context.Context, log *slog.Logger, in *inbound, inst *I
 	if in.tries.n <= 1 && in.resume == "" {
 		return nil
 	}
+	inst.fx.mu.Lock()
+	inst.fx.replay = true
+	inst.fx.mu.Unlock()
 	return retry(ctx, log, "undoing an earlier attempt", func() error { return inst.rewind(ctx) })
 }
 

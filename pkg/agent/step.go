@@ -102,6 +102,61 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	return v, ferr
 }
 
+// JournalEntry is a step the request being handled recorded (Journal): its name, and its result
+// as JSON or its error (Err, as Step returns it again). A wait's entry has the Event that ended
+// it, as JSON, for its result.
+type JournalEntry struct {
+	Name   string
+	Result json.RawMessage
+	Err    error
+}
+
+// Journal returns the steps the request being handled recorded so far, in order, and numbers the
+// handler's next Step or Wait after them. It serves handlers whose steps run elsewhere and are
+// replayed there (pkg/remote: a remote agent's kit replays the journal, and the host records
+// each new step with Step). A request's first attempt, unless it resumed after a wait, has
+// recorded nothing and reads nothing. Call it before any Step of the attempt.
+func Journal(ctx context.Context) ([]JournalEntry, error) {
+	var inst *Instance
+	if m := MessageFrom(ctx); m != nil {
+		inst = m.inst
+	} else if r, _ := ctx.Value(webhookKey{}).(*WebhookRequest); r != nil {
+		inst = r.inst
+	}
+	if inst == nil || inst.fx == nil {
+		return nil, errors.New("agent: Journal needs the context of a running handler")
+	}
+	fx := inst.fx
+	fx.mu.Lock()
+	replay := fx.replay
+	fx.mu.Unlock()
+	if !replay {
+		return nil, nil
+	}
+	var out []JournalEntry
+	for n := 1; n <= MaxSteps; n++ {
+		rec, err := fx.readStep(ctx, n)
+		if err != nil {
+			return nil, Retryable(fmt.Errorf("reading the journal: %w", err))
+		}
+		if rec == nil {
+			break
+		}
+		e := JournalEntry{Name: rec.Name, Result: rec.Result}
+		if rec.Error != nil {
+			e.Err = rec.Error.err()
+		}
+		out = append(out, e)
+	}
+	fx.mu.Lock()
+	fx.steps = len(out)
+	if len(out) > 0 {
+		fx.stepped = true
+	}
+	fx.mu.Unlock()
+	return out, nil
+}
+
 // beginStep finds the instance of a handler's context and numbers its request's next step.
 func beginStep(ctx context.Context, name string) (*Instance, int, error) {
 	var inst *Instance

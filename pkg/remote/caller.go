@@ -142,6 +142,8 @@ func (c *caller) webhook(ctx context.Context, r *agent.WebhookRequest) agent.Res
 	var failed *agent.Error
 	switch {
 	case err == nil:
+	case errors.Is(err, agent.ErrWaiting):
+		return agent.Fail(err) // the request waits: the host answers for it
 	case agent.IsRetryable(err):
 		return agent.Retry(err)
 	case errors.As(err, &failed):
@@ -173,9 +175,15 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 	if err := inst.State(&req.State); err != nil {
 		return nil, err
 	}
-	ans, err := c.post(ctx, req, onDelta)
+	if err := c.journal(ctx, req); err != nil {
+		return nil, err
+	}
+	ans, err := c.stepThrough(ctx, req, onDelta)
 	if err != nil {
 		return nil, err
+	}
+	if ans.Error == nil && ans.Wait != nil {
+		return nil, c.wait(ctx, ans.Wait)
 	}
 	if ans.Error == nil && ans.State != nil {
 		sent := req.State
@@ -187,6 +195,10 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 			again, err := c.post(ctx, req, nil)
 			if err != nil {
 				return nil, err
+			}
+			if again.Step != nil || again.Wait != nil {
+				// The newer state took the agent elsewhere: the request runs again from the start.
+				return nil, agent.Retryable(errors.New("the agent asked for a step or a wait when sent a newer state"))
 			}
 			ans = again
 			if again.Error != nil || again.State == nil {
@@ -215,6 +227,109 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Reques
 		inst.Complete()
 	}
 	return ans, nil
+}
+
+// maxJournal bounds the journal a request carries to a remote agent, encoded.
+const maxJournal = 16 << 20
+
+// journal puts on req what the request's steps recorded so far (agent.Journal).
+func (c *caller) journal(ctx context.Context, req *Request) error {
+	recorded, err := agent.Journal(ctx)
+	if err != nil {
+		return err
+	}
+	req.Journal = make([]JournalEntry, 0, len(recorded))
+	for _, e := range recorded {
+		req.Journal = append(req.Journal, entryOf(e.Name, e.Result, e.Err))
+	}
+	return nil
+}
+
+// entryOf is the journal entry of a step's outcome.
+func entryOf(name string, result json.RawMessage, err error) JournalEntry {
+	e := JournalEntry{Name: name, Result: result}
+	if err == nil {
+		if e.Result == nil {
+			e.Result = json.RawMessage("null")
+		}
+		return e
+	}
+	var (
+		he *agent.Error
+		ce *agent.CallError
+	)
+	e.Result, e.Error = nil, &StepError{Status: http.StatusInternalServerError, Message: err.Error()}
+	switch {
+	case errors.As(err, &he):
+		e.Error.Status, e.Error.Message = he.Status, he.Message
+	case errors.As(err, &ce):
+		e.Error.Status, e.Error.Message = ce.Status, ce.Message
+	}
+	return e
+}
+
+// stepThrough sends the request, and again after each step the answer asks to record, with the
+// step in its journal, until an answer asks for none.
+func (c *caller) stepThrough(ctx context.Context, req *Request, onDelta func(string)) (*Answer, error) {
+	size := 0
+	for _, e := range req.Journal {
+		size += len(e.Name) + len(e.Result) + 64
+	}
+	for {
+		if size > maxJournal {
+			return nil, agent.Errorf(http.StatusInternalServerError, "the request's journal is over %d bytes, more than a remote agent is sent", maxJournal)
+		}
+		ans, err := c.post(ctx, req, onDelta)
+		if err != nil || ans.Error != nil || ans.Step == nil {
+			return ans, err
+		}
+		e, err := c.recordStep(ctx, ans.Step)
+		if err != nil {
+			return nil, err
+		}
+		req.Journal = append(req.Journal, e)
+		size += len(e.Name) + len(e.Result) + 64
+	}
+}
+
+// recordStep records a step the agent ran (agent.Step), and returns its journal entry: what the
+// agent gave, or what another run of the request recorded first.
+func (c *caller) recordStep(ctx context.Context, st *Step) (JournalEntry, error) {
+	res, err := agent.Step(ctx, st.Name, func(context.Context) (json.RawMessage, error) {
+		if e := st.Error; e != nil {
+			status := e.Status
+			if status < 400 || status > 599 {
+				status = http.StatusInternalServerError
+			}
+			return nil, agent.Errorf(status, "%s", e.Message)
+		}
+		if st.Result == nil {
+			return json.RawMessage("null"), nil
+		}
+		return st.Result, nil
+	})
+	var he *agent.Error
+	switch {
+	case err == nil, errors.As(err, &he) && !agent.IsRetryable(err):
+		return entryOf(st.Name, res, err), nil
+	case agent.IsRetryable(err), errors.Is(err, agent.ErrStepMismatch):
+		return JournalEntry{}, err
+	}
+	return JournalEntry{}, c.actionFailed("step "+subject.Quote(st.Name), err)
+}
+
+// wait parks the request as the answer asks (agent.Wait): it returns agent.ErrWaiting, which the
+// handler returns.
+func (c *caller) wait(ctx context.Context, w *Wait) error {
+	_, err := agent.Wait(ctx, w.Name, agent.For{Chat: w.Chat, Methods: w.Methods, Signals: w.Signals,
+		Timeout: time.Duration(w.TimeoutMs) * time.Millisecond})
+	switch {
+	case errors.Is(err, agent.ErrWaiting), agent.IsRetryable(err):
+		return err
+	case err == nil:
+		err = errors.New("its journal holds the wait's event already")
+	}
+	return c.actionFailed("wait "+subject.Quote(w.Name), err)
 }
 
 // act sends the posts, timers, cancellations and tells of an answer, in that order.

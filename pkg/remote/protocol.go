@@ -32,6 +32,40 @@ type Request struct {
 	State         json.RawMessage `json:"state"`
 	Message       *Message        `json:"message"`
 	Webhook       *Webhook        `json:"webhook"`
+	// Journal is what the request's steps recorded so far, in order (docs/remote-agents.md,
+	// "Steps and waits"); empty on a first send.
+	Journal []JournalEntry `json:"journal"`
+}
+
+// JournalEntry is a recorded step: its name, and its result or its error. A wait's entry has
+// the event that ended it for its result.
+type JournalEntry struct {
+	Name   string          `json:"name"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *StepError      `json:"error,omitempty"`
+}
+
+// StepError is a step's recorded failure.
+type StepError struct {
+	Status  int    `json:"status"`
+	Message string `json:"message"`
+}
+
+// Step is a step an agent ran, to record: its result, or its error.
+type Step struct {
+	Name   string          `json:"name"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *StepError      `json:"error,omitempty"`
+}
+
+// Wait is what an agent's request waits for (agent.For): the participant's next Chat message,
+// a Data call of one of Methods, a signal of one of Signals, or TimeoutMs.
+type Wait struct {
+	Name      string   `json:"name"`
+	Chat      bool     `json:"chat,omitempty"`
+	Methods   []string `json:"methods,omitempty"`
+	Signals   []string `json:"signals,omitempty"`
+	TimeoutMs int64    `json:"timeoutMs,omitempty"`
 }
 
 // Message is a Chat, Data or File request's message.
@@ -82,6 +116,10 @@ type Answer struct {
 	// new run with fresh state.
 	Complete bool   `json:"complete,omitempty"`
 	Error    *Error `json:"error,omitempty"`
+	// Step asks the host to record a step and send the request again with it in the journal;
+	// Wait, to park the request until an event. Either makes the answer's other fields ignored.
+	Step *Step `json:"step,omitempty"`
+	Wait *Wait `json:"wait,omitempty"`
 }
 
 // ReplyBody is a Chat, Data or File request's reply.
