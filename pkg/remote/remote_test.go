@@ -36,6 +36,7 @@ type endpoint struct {
 	deadlines []string
 	badSigs   int
 	flaky     atomic.Int64 // requests of Data "flaky" seen
+	stepRuns  atomic.Int64 // runs of twosteps' first step
 }
 
 func newEndpoint(t *testing.T) *endpoint {
@@ -107,6 +108,19 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 			"posts": []map[string]any{{"text": "your report is ready", "data": map[string]any{"report": 7}}}})
 	case req.Message.Method == "refuse":
 		answer(map[string]any{"error": map[string]any{"status": 422, "message": "no such report"}})
+	case req.Message.Method == "twosteps":
+		// Two steps, then a wait for the signal "go", replayed from the journal.
+		switch len(req.Journal) {
+		case 0:
+			e.stepRuns.Add(1)
+			answer(map[string]any{"step": map[string]any{"name": "a", "result": 1}})
+		case 1:
+			answer(map[string]any{"step": map[string]any{"name": "b", "error": map[string]any{"status": 409, "message": "b is taken"}}})
+		case 2:
+			answer(map[string]any{"wait": map[string]any{"name": "go", "signals": []string{"go"}}, "reply": map[string]any{"text": "ignored"}})
+		default:
+			answer(map[string]any{"reply": map[string]any{"data": map[string]any{"journal": req.Journal}}})
+		}
 	case req.Message.Method == "flaky":
 		if e.flaky.Add(1) == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable)
