@@ -6,6 +6,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/msgkind"
 	"github.com/agentbus/agentbus/pkg/problem"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 )
@@ -70,6 +71,11 @@ func (s *Server) cancelSchedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
+	if _, ok := subject.WaitOfTimer(name); ok {
+		// The deadline of a waiting request: without it the wait could last for ever.
+		problem.InvalidPath.Write(w, "this timer is the deadline of a waiting request; it ends with the wait")
+		return
+	}
 	found, err := s.schedules().Cancel(r.Context(), c.tenant, wf.ID(), name)
 	switch {
 	case err != nil:

@@ -52,6 +52,10 @@ func TestAdminListsAndCancelsTimers(t *testing.T) {
 	assert.Equal(t, "urn:agentbus:problem:schedule-not-found", p["type"])
 	adminOK(t, s, http.MethodGet, list, s.Key, nil, http.StatusOK, &got)
 	assert.Empty(t, got.Schedules)
+	// A waiting request's deadline ends with its wait only.
+	status, h, b = adminReq(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/schedules/agentbus:wait:x.1?"+instance, s.Key, nil)
+	p = problemOf(t, status, h.Get("Content-Type"), b, http.StatusBadRequest)
+	assert.Equal(t, "urn:agentbus:problem:invalid-path", p["type"])
 
 	// The instance is named as history names it: both forms at once are refused.
 	status, h, b = adminReq(t, s, http.MethodGet, list+"&workflowId=x", s.Key, nil)
