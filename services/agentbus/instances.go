@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
@@ -91,7 +92,37 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 			fmt.Fprintf(c.stdout, "  %s\t%s\n", cell(q.RequestID, 80), cell(q.Reason, 120))
 		}
 	}
+	if c.section("waiting", len(in.Waits)) {
+		tw := c.table()
+		fmt.Fprintln(tw, "  PARTICIPANT\tREQUEST\tWAIT\tFOR\tDEADLINE")
+		for _, w := range in.Waits {
+			deadline := "-"
+			if w.Deadline != nil {
+				deadline = shortTime(w.Deadline.Time)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(w.ParticipantID, 40), cell(w.RequestID, 80), cell(w.Name, 40), cell(waitsFor(w), 80), deadline)
+		}
+		_ = tw.Flush()
+	}
 	return nil
+}
+
+// waitsFor says what ends a wait besides its deadline.
+func waitsFor(w inspect.Wait) string {
+	var what []string
+	if w.Chat {
+		what = append(what, "chat")
+	}
+	for _, m := range w.Methods {
+		what = append(what, "data "+m)
+	}
+	for _, sig := range w.Signals {
+		what = append(what, "signal "+sig)
+	}
+	if len(what) == 0 {
+		return "its deadline"
+	}
+	return strings.Join(what, ", ")
 }
 
 // instanceFields prints an instance's own fields: its run, its times, its host and its state.

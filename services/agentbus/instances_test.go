@@ -42,6 +42,14 @@ func TestCLIInstances(t *testing.T) {
 	assert.Contains(t, r.stdout, "recent requests:")
 	assert.Regexp(t, `(?m)^\s+\S+ \S+\s+ada\s+Data/count\s+200\s+\d+\s`, r.stdout)
 
+	// A request that waits is shown with what it waits for.
+	h.ok(key, "send", "--agent", "Echo", "--activation", "first", "--participant", "bob", "--type", "Data",
+		"--text", "ask", "--data", `{"question":"Which colour?"}`, "--wait")
+	r = h.ok(key, "instances", "show", wf)
+	assert.Contains(t, r.stdout, "waiting:")
+	assert.Regexp(t, `(?m)^\s+PARTICIPANT\s+REQUEST\s+WAIT\s+FOR\s+DEADLINE$`, r.stdout)
+	assert.Regexp(t, `(?m)^\s+bob\s+\S+\s+answer\s+chat, data answer, signal answer\s+\S+`, r.stdout)
+
 	r = h.ok(key, "instances", "complete", wf)
 	assert.Contains(t, r.stdout, "completed; the next message starts a new run")
 	h.fails(http.StatusConflict, key, "instances", "complete", wf)
