@@ -96,15 +96,16 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if rep != nil {
 		h.reply(ctx, log, req, in.replyTo, rep)
 	}
-	h.dropSteps(ctx, log, inst.fx)
 	if in.resume != "" {
-		// Last: until the wait is cleared, a copy of the resumed request delivered again runs.
+		// Until the wait is cleared, a copy of the resumed request delivered again runs again,
+		// and needs its journal: the steps are dropped after.
 		if err := retry(ctx, log, "clearing the wait", func() error {
 			return inst.setWait(ctx, req.GetParticipantId(), nil, in.resume)
 		}); err != nil {
 			return err
 		}
 	}
+	h.dropSteps(ctx, log, inst.fx)
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
 }
 

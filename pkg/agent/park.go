@@ -140,6 +140,35 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 	if err := retry(ctx, log, "setting the wait's deadline", func() error { return h.setDeadline(ctx, inst, req, w) }); err != nil {
 		return err
 	}
+	// The wait is recorded before the caller is told: a copy of the request delivered again
+	// finds it and is answered that it waits (meetWait).
+	full := false
+	if err := retry(ctx, log, "recording the wait", func() error {
+		err := inst.setWait(ctx, p, w, "")
+		if errors.Is(err, errTooManyWaits) {
+			full, err = true, nil
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	if full {
+		// Other conversations of the instance took the last places meanwhile: the copy and the
+		// deadline are left to expire (a deadline finds no wait, and does nothing).
+		log.Warn("request cannot wait", "err", errTooManyWaits)
+		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.TooManyQueued, errTooManyWaits.Error()), runID))
+		return nil
+	}
+	if err := h.answerWaiting(ctx, log, in, x, w, runID); err != nil {
+		return err
+	}
+	log.Info("request waits", "wait", pw.name, "step", pw.step, "deadline", deadline)
+	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// answerWaiting stores in the thread that the request waits (w), and answers its caller so.
+func (h *Host) answerWaiting(ctx context.Context, log *slog.Logger, in *inbound, x *exchange, w *instance.Wait, runID string) error {
+	req := in.req
 	rep, out := waitingAnswer(req, w, runID)
 	withContent := rep
 	if req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK {
@@ -149,11 +178,7 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 		return err
 	}
 	h.reply(ctx, log, req, in.replyTo, rep)
-	if err := retry(ctx, log, "recording the wait", func() error { return inst.setWait(ctx, p, w, "") }); err != nil {
-		return err
-	}
-	log.Info("request waits", "wait", pw.name, "step", pw.step, "deadline", deadline)
-	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+	return nil
 }
 
 // waitingAnswer is the answer of a request that waits (w), and the thread's record of it: 202
@@ -234,10 +259,15 @@ func (h *Host) meetWait(ctx context.Context, log *slog.Logger, in *inbound, inst
 		x.inStored = true // stored when the request parked
 		return false, nil
 	case req.GetRequestId() == w.RequestID:
-		// The parked request delivered again after it parked (its acknowledgement was lost, or
-		// its caller sent it again after the de-duplication window): it resumes from the copy
-		// the wait keeps, and its caller is told that it waits.
+		// The parked request delivered again after it parked (its host died before it
+		// acknowledged it, or its caller sent it again after the de-duplication window): it
+		// resumes from the copy the wait keeps, and its caller is told that it waits. A
+		// redelivery stores what the first delivery may not have stored yet; a new copy, which
+		// cannot tell, stores nothing.
 		log.Info("a copy of a waiting request; it resumes from the wait's", "wait", w.ID)
+		if in.recover != recoverNone {
+			return true, h.answerWaiting(ctx, log, in, x, w, inst.RunID())
+		}
 		rep, _ := waitingAnswer(req, w, inst.RunID())
 		h.reply(ctx, log, req, in.replyTo, rep)
 		return true, nil
