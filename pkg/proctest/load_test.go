@@ -770,6 +770,7 @@ func countReplies(msgs []threadMessage) int {
 type threadMessage struct {
 	Direction int             `json:"direction"`
 	RequestID string          `json:"requestId"`
+	Text      *string         `json:"text"`
 	Data      json.RawMessage `json:"data"`
 }
 
