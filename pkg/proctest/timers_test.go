@@ -163,7 +163,7 @@ func rss(b *testing.B, p *proctest.Proc) int64 {
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // envInt reads a positive count from the environment, def when unset.
-func envInt(b *testing.B, name string, def int) int {
+func envInt(b testing.TB, name string, def int) int {
 	b.Helper()
 	v := os.Getenv(name)
 	if v == "" {
