@@ -41,6 +41,9 @@ import (
 //	AGENTBUS_PROCESS_TEST=1 AGENTBUS_WAITS_PER_INSTANCE=250 go test -v -run ManyAsksWait ./pkg/proctest/
 func TestProcessesManyAsksWaitWithNothingHeld(t *testing.T) {
 	bins := needProcesses(t)
+	// Most of it is waiting for the instances to leave the host's memory: it runs beside the
+	// other parallel process tests. It judges its own host's memory only.
+	t.Parallel()
 	total := envInt(t, "AGENTBUS_WAITS_COUNT", 10000)
 	perInstance := envInt(t, "AGENTBUS_WAITS_PER_INSTANCE", 25)
 	sample := min(envInt(t, "AGENTBUS_WAITS_SAMPLE", 200), total)
