@@ -129,8 +129,7 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 		Step: pw.step, Name: pw.name, Chat: pw.f.Chat, Methods: pw.f.methodsFolded(), Signals: slices.Compact(slices.Sorted(slices.Values(pw.f.Signals))),
 		Deadline: &deadline, Since: now}
 	if cur := inst.waitOf(p); cur == nil && h.waitsFull(inst) {
-		log.Warn("request cannot wait", "err", errTooManyWaits)
-		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.TooManyQueued, errTooManyWaits.Error()), runID))
+		h.refuseWait(ctx, log, in, inst, runID)
 		return nil
 	}
 	if err := retry(ctx, log, "parking the request", func() error { return h.parkCopy(ctx, in, w) }); err != nil {
@@ -155,8 +154,7 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 	if full {
 		// Other conversations of the instance took the last places meanwhile: the copy and the
 		// deadline are left to expire (a deadline finds no wait, and does nothing).
-		log.Warn("request cannot wait", "err", errTooManyWaits)
-		h.reply(ctx, log, req, in.replyTo, webhookReply(platformError(problem.TooManyQueued, errTooManyWaits.Error()), runID))
+		h.refuseWait(ctx, log, in, inst, runID)
 		return nil
 	}
 	if err := h.answerWaiting(ctx, log, in, x, w, runID); err != nil {
@@ -164,6 +162,14 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 	}
 	log.Info("request waits", "wait", pw.name, "step", pw.step, "deadline", deadline)
 	return retry(ctx, log, "recording the run", func() error { return h.finishRun(ctx, log, inst, runID) })
+}
+
+// refuseWait answers a request that cannot wait, since its instance has MaxWaits conversations
+// waiting, 429 too-many-queued, and drops its journal: the request is done.
+func (h *Host) refuseWait(ctx context.Context, log *slog.Logger, in *inbound, inst *Instance, runID string) {
+	log.Warn("request cannot wait", "err", errTooManyWaits)
+	h.reply(ctx, log, in.req, in.replyTo, webhookReply(platformError(problem.TooManyQueued, errTooManyWaits.Error()), runID))
+	h.dropSteps(ctx, log, inst.fx)
 }
 
 // answerWaiting stores in the thread that the request waits (w), and answers its caller so.
