@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .context import CHAT, FILE, WEBHOOK, Context, Fail, Handler, Retry, _compact, _dumps
+from .context import CHAT, FILE, WEBHOOK, Context, Fail, Handler, Retry, _compact, _dumps, _Suspend
 from .server import AgentServer
 from .signature import decode_secret
 
@@ -31,7 +31,9 @@ class Agent:
     Webhook handlers return a Response, a str (text/plain), bytes (application/octet-stream),
     None (an empty 200) or any other JSON value (application/json). A handler fails the request by
     raising Fail, asks for it to be tried again by raising Retry; any other exception is logged and
-    answered like Go's plain handler error, 500 "the handler failed", not retried.
+    answered like Go's plain handler error, 500 "the handler failed", not retried. A handler
+    that makes durable steps or waits (Context.step, wait, sleep) is stopped at each new one and
+    run again once agentbus recorded it.
 
     A handler blocks by default: the server runs it on a thread of its own, so it may wait on
     I/O (a model, a database) or sleep without holding up other requests. One registered with
@@ -151,17 +153,34 @@ class Agent:
         if handler is None:
             return _dumps({"error": _error(404, "the agent has no such method")}).encode()
         try:
-            return _dumps(ctx._answer(handler(ctx))).encode()
+            result = handler(ctx)
+            if ctx._suspended is None:
+                return _dumps(ctx._answer(result)).encode()
+        except _Suspend:
+            pass
         except Fail as e:
-            return _dumps({"error": _error(e.status, e.message)}).encode()
+            if ctx._suspended is None:
+                return _dumps({"error": _error(e.status, e.message)}).encode()
         except Retry as e:
-            self.log.info("handler asked to try again: %s (%s %s, request %s, attempt %d)",
-                          e.message, ctx.type, ctx.method, ctx.request_id, ctx.attempt)
-            return _dumps({"error": _error(Retry.status, e.message, retry=True)}).encode()
+            if ctx._suspended is None:
+                self.log.info("handler asked to try again: %s (%s %s, request %s, attempt %d)",
+                              e.message, ctx.type, ctx.method, ctx.request_id, ctx.attempt)
+                return _dumps({"error": _error(Retry.status, e.message, retry=True)}).encode()
         except Exception:
-            # The cause stays in the log: the caller sees only that the handler failed.
-            self.log.exception("handler failed: %s %s, request %s", ctx.type, ctx.method, ctx.request_id)
-            return _dumps({"error": _error(500, "the handler failed")}).encode()
+            if ctx._suspended is None:
+                # The cause stays in the log: the caller sees only that the handler failed.
+                self.log.exception("handler failed: %s %s, request %s", ctx.type, ctx.method, ctx.request_id)
+                return _dumps({"error": _error(500, "the handler failed")}).encode()
+        # The handler made a step or a wait past the journal (or its step mismatched the
+        # journal's): that is the answer, whatever the handler did after it.
+        suspended = ctx._suspended
+        if suspended is None:
+            # _Suspend raised by something other than the context: a handler's mistake.
+            self.log.error("handler raised the kit's internal suspension: %s %s, request %s", ctx.type, ctx.method, ctx.request_id)
+            suspended = {"error": _error(500, "the handler failed")}
+        elif "error" in suspended:
+            self.log.error("handler failed: %s (%s %s, request %s)", suspended["error"]["message"], ctx.type, ctx.method, ctx.request_id)
+        return _dumps(suspended).encode()
 
     def _route(self, ctx: Context) -> Handler | None:
         if ctx.type == CHAT:

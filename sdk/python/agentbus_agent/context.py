@@ -1,6 +1,7 @@
 """What a handler gets and gives: the request as a Context, with the effects the handler may have
-on its instance, and its answers (Reply, Response) and failures (Fail, Retry), turned into the
-answer object of protocol version 1. Neither the Agent nor its server: both build on this."""
+on its instance, its durable steps and waits, and its answers (Reply, Response) and failures
+(Fail, Retry), turned into the answer object of protocol version 1. Neither the Agent nor its
+server: both build on this."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import base64
 import binascii
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,13 @@ _TYPES = (CHAT, DATA, FILE, WEBHOOK)
 
 #: A handler takes the request's Context and returns its answer (see Agent).
 Handler = Callable[["Context"], Any]
+
+#: Bounds of a request's steps and waits (Context.step): how many it makes, a name's length in
+#: bytes (UTF-8), a result's length encoded as JSON, and the longest wait in seconds (6 days).
+MAX_STEPS = 1000
+MAX_STEP_NAME = 256
+MAX_STEP_RESULT = 256 << 10
+MAX_WAIT_SECONDS = 6 * 24 * 3600
 
 
 class ProtocolError(ValueError):
@@ -89,6 +97,12 @@ class Fail(Exception):
         self.message = message
 
 
+class _Suspend(BaseException):
+    """Stops a handler at a step that ran or a wait past the journal: the kit answers with the
+    step to record or the wait (Context._suspended). A BaseException, so that a handler's
+    `except Exception` lets it through."""
+
+
 class Retry(Exception):
     """Raised by a handler, marks a passing failure (a model or an API that did not answer):
     agentbus sends the request again after a backoff, and dead-letters it after its last
@@ -135,8 +149,9 @@ class Context:
     Fields of the request (docs/remote-agents.md names them in camelCase):
     type, agent, tenant_id, workflow_id, workflow_type, activation, run_id, host_id, participant,
     request_id, attempt, deadline, stream, state; a message's text, method, data, scope, hint,
-    timer and file; a webhook's method, params, headers, content_type and body (bytes). request
-    is the whole request object as received.
+    timer and file; a webhook's method, params, headers, content_type and body (bytes); journal,
+    the steps and waits the request recorded so far (see step). request is the whole request
+    object as received.
     """
 
     def __init__(self, request: Mapping[str, Any], on_delta: Callable[[str], None] | None = None) -> None:
@@ -181,6 +196,10 @@ class Context:
         if self.type == WEBHOOK:
             self.method = _field(webhook, "method", str, "")
 
+        #: The steps and waits this request recorded so far, in order: {"name", "result"} or
+        #: {"name", "error": {"status", "message"}} (docs/remote-agents.md, "Steps and waits").
+        self.journal: list[Mapping[str, Any]] = _journal(request.get("journal"))
+
         self._on_delta = on_delta if self.stream else None
         self._deltas: list[str] = []
         self._state_set = False
@@ -190,6 +209,11 @@ class Context:
         self._cancel: list[str] = []
         self._tells: list[dict[str, Any]] = []
         self._complete = False
+        # The place of the next step or wait in the journal; the name of the step whose function
+        # runs; the answer that stops the handler once it stepped or waits.
+        self._cursor = 0
+        self._in_step: str | None = None
+        self._suspended: dict[str, Any] | None = None
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """Returns a webhook caller's header, its name matched case-insensitively."""
@@ -208,12 +232,14 @@ class Context:
     def set_state(self, state: Any) -> None:
         """Sets the instance's new state (any JSON value; None stores null). Without a call the
         state stays as it was."""
+        self._acting("set_state")
         self._state_set, self._new_state = True, state
 
     def post(self, text: str | None = None, *, data: Any = None, participant: str | None = None,
              scope: str | None = None, hint: str | None = None) -> None:
         """Sends an Agent2User message to a thread of the instance: the request's participant's
         unless participant is given. It is sent once the answer's state is written."""
+        self._acting("post")
         if text is None and data is None:
             raise ValueError("a post needs text or data")
         self._posts.append(_compact(participantId=participant, text=text, data=data, scope=scope, hint=hint))
@@ -226,6 +252,7 @@ class Context:
         or a Go duration such as "1m") or by cron (six fields, seconds first, read in time_zone).
         When due it sends a Data message to method with data, or a Chat message with text; the
         handler then sees the timer's name in Context.timer."""
+        self._acting("set_timer")
         if not name:
             raise ValueError("a timer needs a name")
         if sum(x is not None for x in (at, after_ms, every, cron)) != 1:
@@ -250,6 +277,7 @@ class Context:
 
     def cancel_timer(self, name: str) -> None:
         """Cancels the instance's timer name, and one set earlier in this handler."""
+        self._acting("cancel_timer")
         self._timers.pop(name, None)
         if name not in self._cancel:
             self._cancel.append(name)
@@ -259,6 +287,7 @@ class Context:
         """Sends an Agent2Agent message to an instance of the tenant: of agent (this agent by
         default), named by activation or workflow_id. With method it is a Data message with data
         as its parameters, else a Chat message with text. No answer comes back."""
+        self._acting("tell")
         if (activation is None) == (workflow_id is None):
             raise ValueError("a tell names either an activation or a workflow_id")
         if (method is None) == (text is None):
@@ -270,6 +299,7 @@ class Context:
         """Completes the instance once the request is answered: its next request starts a new
         run (a new run_id) with fresh state (None). The rest of the answer is carried out as
         in any other; a failed request (Fail, Retry) completes nothing."""
+        self._acting("complete")
         self._complete = True
 
     def delta(self, text: str) -> None:
@@ -279,11 +309,146 @@ class Context:
             raise TypeError("a webhook answers with a Response, not a streamed reply")
         if not isinstance(text, str):
             raise TypeError(f"a delta is text, not {type(text).__name__}")
-        if not text:
-            return
+        if not text or self._suspended is not None:
+            return  # after a step or a wait past the journal, nothing more is answered
+        self._acting("delta")
         self._deltas.append(text)
         if self._on_delta is not None:
             self._on_delta(text)
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """Runs fn() as a durable step of the request named name, and returns its result: fn runs
+        once, and every later run of the request gets its result back from the journal without
+        calling it (docs/remote-agents.md, "Steps and waits").
+
+        The kit replays: the handler runs from the start on every send of the request, and its
+        steps and waits are numbered in the order it makes them. A step whose place is in the
+        journal returns the recorded result, or raises the recorded failure as Fail(status,
+        message). A step past the journal calls fn and stops the handler: the kit answers with
+        the step, agentbus records it and sends the request again with it in the journal, and the
+        handler runs again, this time past the step. So a handler must make the same steps and
+        waits in the same order on every run of a request; one whose step has another name than
+        the journal's at its place fails the request (500).
+
+        fn's result is any JSON value (at most 256 KiB encoded); a Fail it raises is recorded as
+        the step's failure and raised again from the journal on every run; any other exception
+        (Retry included) goes through the handler as if no step were made, and the step runs
+        again on the request's next attempt. fn must not act on the context (set_state, post,
+        set_timer, tell, complete, delta) nor make steps: do those after the step, from its
+        result, where every run does them and the final answer carries them.
+
+        The step stops the handler by raising an exception the kit catches: a BaseException,
+        which `except Exception` lets through. Do not catch it (a bare `except:` or `except
+        BaseException`) around a step or a wait; if a handler does, the kit answers with the step
+        or the wait all the same, whatever the handler does next.
+
+        Each step costs one more send of the request: n steps, n + 1 sends.
+        """
+        n = self._place(name, "step")
+        if n < len(self.journal):
+            return self._replay(n, name)
+        if not callable(fn):
+            raise TypeError(f"step {name!r}: fn is not callable")
+        self._in_step = name
+        try:
+            result = fn()
+        except Fail as e:
+            return self._suspend({"step": {"name": name, "error": {"status": e.status, "message": e.message}}})
+        finally:
+            self._in_step = None
+        try:
+            encoded = _dumps(result)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"step {name!r}: its result is not JSON: {e}") from e
+        if len(encoded.encode()) > MAX_STEP_RESULT:
+            raise ValueError(f"step {name!r}: its result is {len(encoded.encode())} bytes encoded, more than {MAX_STEP_RESULT}")
+        return self._suspend({"step": {"name": name, "result": result}})
+
+    def wait(self, name: str, *, chat: bool = False, methods: Iterable[str] = (), signals: Iterable[str] = (),
+             timeout: float | dt.timedelta | None = None) -> dict[str, Any]:
+        """Waits, durably, for what ends the wait, and returns the event that ended it: the
+        participant's next Chat message (chat), a Data call by the participant of one of methods,
+        a signal of one of signals sent to the conversation over agentbus's API, or timeout
+        (seconds or a timedelta, at most 6 days; None, the longest). At least one is given.
+
+        The wait is a step (see step): past the journal it stops the handler, agentbus parks the
+        request (its caller is answered 202) and holds the conversation's later requests behind
+        it, and once the event comes it sends the request again with the wait's entry in the
+        journal, whose result is the event: a dict with "type" ("chat", "data", "signal" or
+        "timeout"), "text" (chat), "method" and "data" (data; a signal's name and data),
+        "participantId", "requestId" and "at", each left out when empty.
+        """
+        methods, signals = list(methods), list(signals)
+        for kind, names in (("method", methods), ("signal", signals)):
+            for m in names:
+                _check_name(f"wait {name!r}: {kind}", m)
+        timeout_ms: int | None = None
+        if timeout is not None:
+            seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WAIT_SECONDS:
+                raise ValueError(f"wait {name!r}: timeout is more than 0 and at most {MAX_WAIT_SECONDS} seconds")
+            timeout_ms = max(1, round(seconds * 1000))
+        if not chat and not methods and not signals and timeout_ms is None:
+            raise ValueError(f"wait {name!r}: a wait needs chat, methods, signals or a timeout")
+        n = self._place(name, "wait")
+        if n < len(self.journal):
+            return self._replay(n, name)
+        wait: dict[str, Any] = {"name": name}
+        if chat:
+            wait["chat"] = True
+        if methods:
+            wait["methods"] = methods
+        if signals:
+            wait["signals"] = signals
+        if timeout_ms is not None:
+            wait["timeoutMs"] = timeout_ms
+        return self._suspend({"wait": wait})
+
+    def sleep(self, seconds: float | dt.timedelta) -> None:
+        """Sleeps durably: a wait named "sleep" with only a timeout (see wait). The request is
+        parked, holding no thread and no connection, and sent again once the time has passed;
+        the conversation's later requests queue behind it. Zero or less returns at once."""
+        s = seconds.total_seconds() if isinstance(seconds, dt.timedelta) else seconds
+        if s <= 0:
+            return
+        self.wait("sleep", timeout=s)
+
+    def _place(self, name: str, kind: str) -> int:
+        """Numbers the handler's next step or wait (its place in the journal, from 0)."""
+        _check_name(kind, name)
+        if self._suspended is not None:
+            raise _Suspend()  # the handler went on after a suspension it caught
+        if self._in_step is not None:
+            raise RuntimeError(f"{kind} {name!r} inside the function of step {self._in_step!r}: steps do not nest")
+        n = self._cursor
+        if n >= MAX_STEPS:
+            raise RuntimeError(f"{kind} {name!r}: a request makes at most {MAX_STEPS} steps and waits")
+        self._cursor += 1
+        return n
+
+    def _replay(self, n: int, name: str) -> Any:
+        """The recorded outcome of the step or wait at place n, which this run calls name."""
+        entry = self.journal[n]
+        if entry.get("name") != name:
+            message = (f"step mismatch: step {n + 1} is {name!r} in this run, but {entry.get('name')!r} in the journal; "
+                       "a handler makes the same steps and waits in the same order on every run of a request")
+            self._suspend({"error": {"status": 500, "message": message, "retry": False}})
+        error = entry.get("error")
+        if isinstance(error, Mapping):
+            status = error.get("status")
+            raise Fail(status if type(status) is int else 500, str(error.get("message", "")))
+        return entry.get("result")
+
+    def _suspend(self, answer: dict[str, Any]) -> Any:
+        """Stops the handler: the kit answers answer, whatever the handler does next."""
+        self._suspended = answer
+        raise _Suspend()
+
+    def _acting(self, what: str) -> None:
+        """Refuses an effect inside a step's function, which later runs do not call."""
+        if self._in_step is not None:
+            raise RuntimeError(f"{what} inside the function of step {self._in_step!r}: a step's function does not act "
+                               "on the request; act after the step, from its result")
 
     def _answer(self, result: Any) -> dict[str, Any]:
         """The answer object of a handler that returned result."""
@@ -305,6 +470,36 @@ class Context:
         if self._complete:
             answer["complete"] = True
         return answer
+
+
+def _journal(value: Any) -> list[Mapping[str, Any]]:
+    """The request's journal: a list of entries, each with a name ([] when absent or null)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProtocolError("journal is not a list")
+    for entry in value:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            raise ProtocolError("a journal entry is not an object with a name")
+        error = entry.get("error")
+        if error is not None and not isinstance(error, Mapping):
+            raise ProtocolError("a journal entry's error is not an object")
+    return value
+
+
+def _check_name(what: str, name: Any) -> None:
+    """Checks a step's, a wait's, a method's or a signal's name: 1 to 256 bytes of text, without
+    control characters or U+FFFD, as agentbus checks it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} needs a name")
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {name!r}: the name is not text") from None
+    if size > MAX_STEP_NAME:
+        raise ValueError(f"{what} {name!r}: the name is longer than {MAX_STEP_NAME} bytes")
+    if any(c < " " or "\x7f" <= c <= "\x9f" or c == "\ufffd" for c in name):
+        raise ValueError(f"{what} {name!r}: the name holds a control character or U+FFFD")
 
 
 def _dumps(value: Any) -> str:

@@ -24,7 +24,7 @@ def request(type_: str = "Data", *, message: dict[str, Any] | None = None, webho
         "workflowId": "default:Test:Supervisor Workflow:shop", "workflowType": "Supervisor Workflow",
         "activation": "shop", "runId": "run-1", "hostId": "host-1", "participantId": "ada", "requestId": "req-1", "attempt": 1,
         "deadline": "2099-01-01T00:00:30.000Z", "stream": False, "state": None, "message": message,
-        "webhook": webhook,
+        "webhook": webhook, "journal": [],
     }
     r.update(fields)
     return r

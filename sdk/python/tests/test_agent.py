@@ -299,6 +299,176 @@ class FailureTest(unittest.TestCase):
                 self.assertIn(cause, logs.output[0], "the cause is logged, never answered")
 
 
+class StepsTest(unittest.TestCase):
+    """Durable steps and waits: replayed from the journal, a new one stops the handler with the
+    step to record or the wait."""
+
+    def setUp(self) -> None:
+        self.agent = new_agent()
+        self.client = Client(self, serve(self, self.agent).port)
+        self.runs: list[str] = []
+
+    def host(self, method: str, params: Any = None, **fields: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Sends the request as agentbus does: again after each step the answer asks to record,
+        with the step in its journal. Returns the journal and the last answer."""
+        journal: list[dict[str, Any]] = []
+        for _ in range(20):
+            answer = self.client.call(self, data(method, params, journal=journal, **fields))
+            if "step" not in answer:
+                return journal, answer
+            self.assertEqual({"step"}, set(answer), "a step's answer holds the step only")
+            journal = journal + [answer["step"]]
+        self.fail("more than 20 steps")
+
+    def test_steps_replay(self) -> None:
+        @self.agent.data("three")
+        def three(ctx: Context) -> Any:
+            ctx.set_state({"before": True})  # made again on every run: only the final answer's counts
+            results = []
+            for i in range(1, 4):
+                def run(i: int = i) -> Any:
+                    self.runs.append(f"step {i}")
+                    return {"i": i, "attempt": ctx.attempt}
+                results.append(ctx.step(f"step {i}", run))
+            ctx.post("done")
+            return {"ran": results}
+        journal, answer = self.host("three", attempt=2)
+        self.assertEqual(["step 1", "step 2", "step 3"], self.runs, "each step's function ran once")
+        self.assertEqual([{"name": f"step {i}", "result": {"i": i, "attempt": 2}} for i in range(1, 4)], journal)
+        self.assertEqual({"reply": {"data": {"ran": [{"i": i, "attempt": 2} for i in range(1, 4)]}},
+                          "state": {"before": True}, "posts": [{"text": "done"}]}, answer)
+        with self.subTest("the journal's result counts, not what the function would give"):
+            journal[1] = {"name": "step 2", "result": "from another run"}
+            ran = self.client.call(self, data("three", journal=journal))["reply"]["data"]["ran"]
+            self.assertEqual("from another run", ran[1])
+            self.assertEqual(3, len(self.runs), "no step ran again")
+
+    def test_step_failure_is_recorded(self) -> None:
+        @self.agent.data("failing")
+        def failing(ctx: Context) -> Any:
+            def refuse() -> Any:
+                self.runs.append("refuse")
+                raise Fail(409, "taken")
+            try:
+                ctx.step("reserve", refuse)
+            except Fail as e:
+                return {"refused": e.status, "message": e.message}
+        journal, answer = self.host("failing")
+        self.assertEqual([{"name": "reserve", "error": {"status": 409, "message": "taken"}}], journal)
+        self.assertEqual({"reply": {"data": {"refused": 409, "message": "taken"}}}, answer)
+        self.assertEqual(["refuse"], self.runs)
+
+    def test_step_exceptions_go_through(self) -> None:
+        @self.agent.data("flaky")
+        def flaky(ctx: Context) -> Any:
+            return ctx.step("call", lambda: (_ for _ in ()).throw(Retry("the model did not answer")))
+
+        @self.agent.data("crash")
+        def crash(ctx: Context) -> Any:
+            return ctx.step("call", lambda: {}["missing"])
+        self.assertEqual({"error": {"status": 503, "message": "the model did not answer", "retry": True}},
+                         self.client.call(self, data("flaky")))
+        with self.assertLogs("agentbus_agent", "ERROR"):
+            self.assertEqual({"error": {"status": 500, "message": "the handler failed", "retry": False}},
+                             self.client.call(self, data("crash")))
+
+    def test_swallowing_handlers_still_step(self) -> None:
+        @self.agent.data("broad")
+        def broad(ctx: Context) -> Any:
+            try:
+                return ctx.step("one", lambda: 1)
+            except Exception:
+                return "swallowed"
+
+        @self.agent.data("bare")
+        def bare(ctx: Context) -> Any:
+            try:
+                ctx.step("one", lambda: 1)
+            except BaseException:  # noqa: B036 - what the test is about
+                pass
+            ctx.step("two", lambda: 2)  # stops again at once: the first step is the answer
+            raise Fail(400, "too late")
+        self.assertEqual({"step": {"name": "one", "result": 1}}, self.client.call(self, data("broad")))
+        self.assertEqual({"step": {"name": "one", "result": 1}}, self.client.call(self, data("bare")))
+
+    def test_mismatch_fails_the_request(self) -> None:
+        @self.agent.data("m")
+        def m(ctx: Context) -> Any:
+            try:
+                return ctx.step("other", lambda: 1)
+            except Exception:
+                return "swallowed"
+        with self.assertLogs("agentbus_agent", "ERROR"):
+            answer = self.client.call(self, data("m", journal=[{"name": "first", "result": 1}]))
+        self.assertEqual(500, answer["error"]["status"])
+        self.assertIn("step 1 is 'other' in this run, but 'first' in the journal", answer["error"]["message"])
+
+    def test_wait_and_sleep(self) -> None:
+        @self.agent.data("ask")
+        def ask(ctx: Context) -> Any:
+            ev = ctx.wait("answer", chat=True, methods=["answer"], signals=("answer",), timeout=dt.timedelta(minutes=1))
+            ctx.sleep(1.5)
+            ctx.sleep(0)  # no wait at all
+            return ev
+        self.assertEqual({"wait": {"name": "answer", "chat": True, "methods": ["answer"], "signals": ["answer"], "timeoutMs": 60000}},
+                         self.client.call(self, data("ask")))
+        event = {"type": "chat", "text": "blue", "participantId": "ada", "requestId": "r2", "at": "2099-01-01T00:00:00Z"}
+        journal = [{"name": "answer", "result": event}]
+        self.assertEqual({"wait": {"name": "sleep", "timeoutMs": 1500}}, self.client.call(self, data("ask", journal=journal)))
+        journal.append({"name": "sleep", "result": {"type": "timeout", "at": "2099-01-01T00:00:02Z"}})
+        self.assertEqual({"reply": {"data": event}}, self.client.call(self, data("ask", journal=journal)))
+
+    def test_streamed_step(self) -> None:
+        @self.agent.chat
+        def chat_(ctx: Context) -> Any:
+            ctx.delta("thinking ")
+            n = ctx.step("count", lambda: 3)
+            ctx.delta(f"{n}")
+        a = self.client.post(chat("hi", stream=True))
+        lines = [json.loads(x) for x in a.body.splitlines()]
+        self.assertEqual([{"delta": "thinking "}, {"step": {"name": "count", "result": 3}}], lines)
+        a = self.client.post(chat("hi", stream=True, journal=[{"name": "count", "result": 3}]))
+        self.assertEqual({"reply": {"text": "thinking 3"}}, json.loads(a.body.splitlines()[-1]))
+
+    def test_misuse(self) -> None:
+        for name, handler in [
+            ("an empty name", lambda ctx: ctx.step("", lambda: 1)),
+            ("a name too long", lambda ctx: ctx.step("x" * 257, lambda: 1)),
+            ("a control character", lambda ctx: ctx.step("a\nb", lambda: 1)),
+            ("a result that is not JSON", lambda ctx: ctx.step("s", lambda: {1, 2})),
+            ("a result too large", lambda ctx: ctx.step("s", lambda: "x" * (256 << 10))),
+            ("nested steps", lambda ctx: ctx.step("outer", lambda: ctx.step("inner", lambda: 1))),
+            ("an effect in a step", lambda ctx: ctx.step("s", lambda: ctx.post("hi"))),
+            ("a wait for nothing", lambda ctx: ctx.wait("w")),
+            ("a wait too long", lambda ctx: ctx.wait("w", timeout=7 * 24 * 3600)),
+            ("a method without a name", lambda ctx: ctx.wait("w", methods=[""])),
+        ]:
+            with self.subTest(name), self.assertLogs("agentbus_agent", "ERROR"):
+                method = f"misuse{len(self.agent._methods)}"
+                self.agent.data(method)(handler)
+                self.assertEqual({"error": {"status": 500, "message": "the handler failed", "retry": False}},
+                                 self.client.call(self, data(method)))
+        with self.subTest("the largest result"):
+            self.agent.data("large")(lambda ctx: ctx.step("s", lambda: "x" * ((256 << 10) - 2)))
+            self.assertEqual(256 << 10, len(json.dumps(self.client.call(self, data("large"))["step"]["result"])))
+        with self.subTest("at most 1000 steps"), self.assertLogs("agentbus_agent", "ERROR"):
+            journal = [{"name": "s", "result": 1}] * 1000
+            self.agent.data("thousand")(lambda ctx: [ctx.step("s", lambda: 1) for _ in range(1001)])
+            self.assertEqual(500, self.client.call(self, data("thousand", journal=journal))["error"]["status"])
+
+    def test_journal_checked(self) -> None:
+        self.agent.data("echo")(lambda ctx: len(ctx.journal))
+        self.assertEqual({"reply": {"data": 0}}, self.client.call(self, data("echo", journal=None)), "null: an older host")
+        req = data("echo")
+        del req["journal"]
+        self.assertEqual({"reply": {"data": 0}}, self.client.call(self, req), "absent: an older host")
+        self.assertEqual({"reply": {"data": 1}}, self.client.call(self, data("echo", journal=[{"name": "x", "result": None}])),
+                         "a journal the handler does not read is ignored")
+        for bad in [{"name": "x"}, [1], [{"result": 1}], [{"name": "x", "error": "no"}]]:
+            with self.subTest(bad), self.assertLogs("agentbus_agent", "WARNING"):
+                self.assertEqual(400, self.client.post(data("echo", journal=bad)).status)
+
+
 class ProtocolTest(unittest.TestCase):
     """A request that is not one of protocol version 1 is answered 400; agentbus treats that as a
     bad reply."""
