@@ -4,17 +4,41 @@
 import {
   type FileInfo,
   JSON_TYPE,
+  type JournalEntry,
   type MessageType,
   type Post,
   type Reply,
   type Tell,
   type Timer,
+  type WaitEvent,
   type WireAnswer,
   type WireMessage,
   type WireRequest,
   type WireTimer,
+  type WireWait,
   type WireWebhook,
 } from "./protocol.js";
+
+/** How many steps and waits a request makes at most. */
+export const MAX_STEPS = 1000;
+/** The longest name of a step or a wait, in bytes (UTF-8). */
+export const MAX_STEP_NAME_BYTES = 256;
+/** The largest result of a step, encoded as JSON, in bytes. */
+export const MAX_STEP_RESULT_BYTES = 256 << 10;
+/** The longest wait, in milliseconds: 6 days. */
+export const MAX_WAIT_MS = 6 * 24 * 60 * 60 * 1000;
+
+/** What ends a wait (Context.wait): at least one of them. */
+export interface WaitFor {
+  /** The participant's next Chat message. */
+  chat?: boolean;
+  /** A Data call by the participant of one of these methods. */
+  methods?: string[];
+  /** A signal of one of these names, sent to the conversation over agentbus's API. */
+  signals?: string[];
+  /** The deadline, in milliseconds from the wait's start: more than 0 and at most MAX_WAIT_MS; left out, the longest. */
+  timeoutMs?: number;
+}
 
 /**
  * Fail ends a request with a status (400 to 599; anything else is 500) and a message the caller
@@ -37,6 +61,19 @@ export class Fail extends Error {
  */
 export class Retry extends Error {
   override name = "Retry";
+}
+
+/**
+ * Suspend stops a handler at a step that ran, or a wait, past the journal: the kit answers with
+ * the step to record or the wait. A handler that catches it (a catch-all around a step) is
+ * answered the same: the kit keeps the suspension aside, and every later step throws it again.
+ * @internal
+ */
+export class Suspend extends Error {
+  override name = "Suspend";
+  constructor() {
+    super("the handler stepped or waits: the kit answers for it (do not catch this)");
+  }
 }
 
 /** Context is what every handler gets: the request's instance and what it may do to it. */
@@ -63,6 +100,8 @@ export class Context<S = unknown> {
   readonly deadline: Date;
   /** Whether the caller asked for the reply streamed (see MessageContext.delta). */
   readonly stream: boolean;
+  /** The steps and waits the request recorded so far, in order (see step). */
+  readonly journal: readonly JournalEntry[];
   readonly #fx: Effects<S>;
   #signal: AbortSignal | (() => AbortSignal);
 
@@ -81,6 +120,7 @@ export class Context<S = unknown> {
     this.attempt = typeof req.attempt === "number" ? req.attempt : 1;
     this.deadline = new Date(str(req.deadline));
     this.stream = req.stream === true;
+    this.journal = req.journal ?? [];
     this.#signal = signal;
     this.#fx = fx;
   }
@@ -143,6 +183,129 @@ export class Context<S = unknown> {
   complete(): void {
     this.#fx.open();
     this.#fx.complete = true;
+  }
+
+  /**
+   * step runs fn as a durable step of the request, named name, and resolves to its result: fn
+   * runs once, and every later run of the request gets its result back from the journal without
+   * calling it (docs/remote-agents.md, "Steps and waits").
+   *
+   * The kit replays: the handler runs from the start on every send of the request, and its steps
+   * and waits are numbered in the order it makes them. A step whose place is in the journal
+   * resolves to the recorded result, or rejects with the recorded failure as a Fail. A step past
+   * the journal runs fn and stops the handler: the kit answers with the step, agentbus records
+   * it and sends the request again with it in the journal, and the handler runs again, this time
+   * past the step. So a handler makes the same steps and waits in the same order on every run of
+   * a request, one at a time (await each); one whose step has another name than the journal's at
+   * its place fails the request (500).
+   *
+   * fn's result is any JSON value (at most 256 KiB encoded; undefined is null); a Fail it throws
+   * is recorded as the step's failure and thrown again from the journal on every run; anything
+   * else it throws (a Retry included) goes through the handler as if no step were made, and the
+   * step runs again on the request's next attempt. fn must not act on the context (setState,
+   * post, setTimer, tell, complete, delta) nor make steps: do those after the step, from its
+   * result, where every run does them and the final answer carries them.
+   *
+   * The step stops the handler by rejecting with an internal error. Do not catch it: let errors
+   * you do not handle go on (`catch (err) { if (!(err instanceof MyError)) throw err; … }`). A
+   * handler that catches it all the same is answered with the step or the wait, whatever it does
+   * next. Each step costs one more send of the request: n steps, n + 1 sends.
+   */
+  async step<T>(name: string, fn: () => T | Promise<T>): Promise<T> {
+    const fx = this.#fx;
+    const n = fx.place(name, "step");
+    if (n < this.journal.length) return fx.replay(this.journal[n] as JournalEntry, n, name) as T;
+    if (typeof fn !== "function") throw new TypeError(`step ${JSON.stringify(name)}: fn is not a function`);
+    fx.inStep = name;
+    let result: T;
+    try {
+      result = await fn();
+    } catch (err) {
+      if (err instanceof Fail && fx.suspended === undefined) {
+        fx.suspend({ step: { name, error: { status: err.status, message: err.message } } });
+      }
+      throw err;
+    } finally {
+      fx.inStep = undefined;
+    }
+    const encoded = JSON.stringify(result === undefined ? null : result);
+    const size = Buffer.byteLength(encoded);
+    if (size > MAX_STEP_RESULT_BYTES) {
+      throw new RangeError(`step ${JSON.stringify(name)}: its result is ${size} bytes encoded, more than ${MAX_STEP_RESULT_BYTES}`);
+    }
+    return fx.suspend({ step: { name, result: JSON.parse(encoded) } });
+  }
+
+  /**
+   * wait waits, durably, for what ends it (at least one of for's fields), and resolves to the
+   * event that ended it: the participant's next Chat message, a Data call by the participant of
+   * one of the methods, a signal sent to the conversation over agentbus's API, or the timeout.
+   *
+   * The wait is a step (see step): past the journal it stops the handler, agentbus parks the
+   * request (its caller is answered 202) and holds the conversation's later requests behind it,
+   * and once the event comes it sends the request again with the wait's entry, the event, in the
+   * journal.
+   */
+  async wait(name: string, waitFor: WaitFor): Promise<WaitEvent> {
+    const w: WireWait = { name };
+    const methods = [...(waitFor.methods ?? [])];
+    const signals = [...(waitFor.signals ?? [])];
+    for (const m of methods) checkName(`wait ${JSON.stringify(name)}: method`, m);
+    for (const sig of signals) checkName(`wait ${JSON.stringify(name)}: signal`, sig);
+    const ms = waitFor.timeoutMs;
+    if (ms !== undefined && !(typeof ms === "number" && ms > 0 && ms <= MAX_WAIT_MS)) {
+      throw new RangeError(`wait ${JSON.stringify(name)}: timeoutMs is more than 0 and at most ${MAX_WAIT_MS}`);
+    }
+    if (!waitFor.chat && methods.length === 0 && signals.length === 0 && ms === undefined) {
+      throw new TypeError(`wait ${JSON.stringify(name)}: a wait needs chat, methods, signals or timeoutMs`);
+    }
+    const fx = this.#fx;
+    const n = fx.place(name, "wait");
+    if (n < this.journal.length) return fx.replay(this.journal[n] as JournalEntry, n, name) as WaitEvent;
+    if (waitFor.chat) w.chat = true;
+    if (methods.length) w.methods = methods;
+    if (signals.length) w.signals = signals;
+    if (ms !== undefined) w.timeoutMs = Math.max(1, Math.round(ms));
+    return fx.suspend({ wait: w });
+  }
+
+  /**
+   * sleep sleeps, durably, for ms milliseconds: a wait named "sleep" with only a timeout (see
+   * wait). The request is parked, holding nothing in the agent, and sent again once the time has
+   * passed; the conversation's later requests queue behind it. Zero or less resolves at once.
+   */
+  async sleep(ms: number): Promise<void> {
+    if (!(ms > 0)) return;
+    await this.wait("sleep", { timeoutMs: ms });
+  }
+
+  /**
+   * acting refuses an effect made inside a step's function, which later runs do not call.
+   * @internal
+   */
+  protected acting(what: string): void {
+    this.#fx.acting(what);
+  }
+
+  /**
+   * suspended reports whether the handler stepped or waits: what it does after that is not
+   * answered (a delta is dropped).
+   * @internal
+   */
+  protected suspended(): boolean {
+    return this.#fx.suspended !== undefined;
+  }
+}
+
+/** checkName checks a name as agentbus does: 1 to 256 bytes of text, without control characters or U+FFFD. */
+function checkName(what: string, name: unknown): asserts name is string {
+  if (typeof name !== "string" || name === "") throw new TypeError(`${what} needs a name`);
+  if (/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(name)) {
+    throw new TypeError(`${what} ${JSON.stringify(name)}: the name is not text`);
+  }
+  if (Buffer.byteLength(name) > MAX_STEP_NAME_BYTES) throw new RangeError(`${what} ${JSON.stringify(name)}: the name is longer than ${MAX_STEP_NAME_BYTES} bytes`);
+  if (/[\u0000-\u001f\u007f-\u009f\ufffd]/.test(name)) {
+    throw new TypeError(`${what} ${JSON.stringify(name)}: the name holds a control character or U+FFFD`);
   }
 }
 
@@ -208,7 +371,9 @@ export class MessageContext<D = unknown, S = unknown> extends Context<S> {
    * returns should still hold the whole text: callers that do not stream get only that.
    */
   delta(text: string): void {
-    if (text) this.#delta(text);
+    if (!text || this.suspended()) return;
+    this.acting("delta");
+    this.#delta(text);
   }
 }
 
@@ -282,6 +447,12 @@ export class Effects<S> {
   readonly cancelTimers: string[] = [];
   readonly tells: Tell[] = [];
   complete = false;
+  /** The place of the next step or wait in the journal. */
+  cursor = 0;
+  /** The name of the step whose function runs. */
+  inStep: string | undefined;
+  /** The answer that stops the handler: a step to record, a wait, or a step mismatch's error. */
+  suspended: WireAnswer | undefined;
   #closed = false;
 
   constructor(state: S | null) {
@@ -290,6 +461,46 @@ export class Effects<S> {
 
   open(): void {
     if (this.#closed) throw new Error("the request was answered: a handler's effects count only while it runs");
+    this.acting("setState, post, setTimer, cancelTimer, tell or complete");
+  }
+
+  acting(what: string): void {
+    if (this.inStep !== undefined) {
+      throw new Error(`${what} inside the function of step ${JSON.stringify(this.inStep)}: a step's function does not act on the request; act after the step, from its result`);
+    }
+  }
+
+  /** place numbers the handler's next step or wait: its place in the journal, from 0. */
+  place(name: string, kind: string): number {
+    checkName(kind, name);
+    if (this.#closed) throw new Error("the request was answered: a step counts only while the handler runs");
+    if (this.suspended !== undefined) throw new Suspend(); // the handler went on after a suspension it caught
+    if (this.inStep !== undefined) throw new Error(`${kind} ${JSON.stringify(name)} inside the function of step ${JSON.stringify(this.inStep)}: steps do not nest, and run one at a time`);
+    const n = this.cursor;
+    if (n >= MAX_STEPS) throw new RangeError(`${kind} ${JSON.stringify(name)}: a request makes at most ${MAX_STEPS} steps and waits`);
+    this.cursor++;
+    return n;
+  }
+
+  /** replay is the recorded outcome of the step or wait at place n, which this run calls name. */
+  replay(e: JournalEntry, n: number, name: string): unknown {
+    if (e.name !== name) {
+      this.suspend({
+        error: {
+          status: 500,
+          message: `step mismatch: step ${n + 1} is ${JSON.stringify(name)} in this run, but ${JSON.stringify(e.name)} in the journal; a handler makes the same steps and waits in the same order on every run of a request`,
+          retry: false,
+        },
+      });
+    }
+    if (e.error) throw new Fail(e.error.status, String(e.error.message ?? ""));
+    return e.result ?? null;
+  }
+
+  /** suspend stops the handler: the kit answers a, whatever the handler does next. */
+  suspend(a: WireAnswer): never {
+    this.suspended = a;
+    throw new Suspend();
   }
 
   close(): void {

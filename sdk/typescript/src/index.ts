@@ -2,7 +2,8 @@
  * A kit for agentbus remote agents in Node 20+: handlers of Chat, Data, File and Webhook requests
  * behind one HTTP endpoint that agentbus's workflow hosts POST to, signed per Standard Webhooks
  * (protocol 1, docs/remote-agents.md). It verifies and decodes each request, calls the handler,
- * and answers with its reply, new state, posts, timers, tells and completion. It is not a client of the
+ * and answers with its reply, new state, posts, timers, tells and completion, or with the durable
+ * step or wait it made (Context.step, wait, sleep). It is not a client of the
  * agentbus API: registering the agent is one HTTP request, whose body registration() returns.
  *
  * @example
@@ -45,11 +46,16 @@ export {
   Context,
   Fail,
   json,
+  MAX_STEP_NAME_BYTES,
+  MAX_STEP_RESULT_BYTES,
+  MAX_STEPS,
+  MAX_WAIT_MS,
   MessageContext,
   type MessageHandler,
   Retry,
   text,
   type UploadedFile,
+  type WaitFor,
   WebhookContext,
   type WebhookHandler,
   type WebhookResponse,
@@ -57,6 +63,7 @@ export {
 export {
   type FileInfo,
   JSON_TYPE,
+  type JournalEntry,
   type MessageType,
   type MethodInfo,
   NDJSON_TYPE,
@@ -65,14 +72,18 @@ export {
   PROTOCOL_HEADER,
   type Registration,
   type Reply,
+  type StepError,
   type Tell,
   type Timer,
+  type WaitEvent,
   type WireAnswer,
   type WireError,
   type WireMessage,
   type WireRequest,
   type WireResponse,
+  type WireStep,
   type WireTimer,
+  type WireWait,
   type WireWebhook,
 } from "./protocol.js";
 export { newSecret, secretKey, sign, SignatureError, TOLERANCE_SECONDS, verify } from "./signature.js";
@@ -285,8 +296,8 @@ export class Agent<S = unknown> {
       return JSON.stringify({ error: { status: 404, message: "the agent has no such method", retry: false } });
     }
     const fx = new Effects<S>((req.state ?? null) as S | null);
+    let answer: WireAnswer;
     try {
-      let answer: WireAnswer;
       if (route.kind === "webhook") {
         const resp = await route.handler(new WebhookContext<S>(req, fx, signal));
         answer = fx.answer({ response: wireResponse(resp) });
@@ -294,12 +305,18 @@ export class Agent<S = unknown> {
         const reply = await route.handler(new MessageContext<any, S>(req, fx, signal, out.delta));
         answer = fx.answer(reply && (reply.text !== undefined || reply.data !== undefined) ? { reply } : {});
       }
-      return JSON.stringify(answer);
     } catch (err) {
-      return JSON.stringify({ error: this.#failure(req, err) });
+      answer = fx.suspended ? {} : { error: this.#failure(req, err) };
     } finally {
       fx.close();
     }
+    // A step or a wait past the journal (or a step that mismatched it) is the answer, whatever
+    // the handler did after it.
+    if (fx.suspended) {
+      answer = fx.suspended;
+      if (answer.error) this.#log.error("handler failed", { agent: this.name, type: req.type, requestId: req.requestId, err: answer.error.message });
+    }
+    return JSON.stringify(answer);
   }
 
   #route(req: WireRequest): Route<S> | undefined {

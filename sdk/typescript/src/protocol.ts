@@ -47,6 +47,58 @@ export interface WireRequest {
   state: unknown;
   message: WireMessage | null;
   webhook: WireWebhook | null;
+  /**
+   * The steps and waits the request recorded so far, in order (empty on a first send; left out
+   * by a host older than steps).
+   */
+  journal?: JournalEntry[] | null;
+}
+
+/**
+ * A recorded step or wait: its name, and its result (any JSON; a wait's is the WaitEvent that
+ * ended it) or its error.
+ */
+export interface JournalEntry {
+  name: string;
+  result?: unknown;
+  error?: StepError;
+}
+
+/** A step's recorded failure: a Fail's status and message. */
+export interface StepError {
+  status: number;
+  message: string;
+}
+
+/** The event that ended a wait, as a wait's journal entry holds it: empty fields are left out. */
+export interface WaitEvent {
+  type: "chat" | "data" | "signal" | "timeout";
+  /** chat: the message's text. */
+  text?: string;
+  /** data: the method called; signal: the signal's name. */
+  method?: string;
+  /** data: the call's parameters; signal: its data. */
+  data?: unknown;
+  participantId?: string;
+  requestId?: string;
+  /** When it came, RFC 3339. */
+  at?: string;
+}
+
+/** An answer's step, for the host to record: its result or its error. */
+export interface WireStep {
+  name: string;
+  result?: unknown;
+  error?: StepError;
+}
+
+/** An answer's wait: what ends it. */
+export interface WireWait {
+  name: string;
+  chat?: boolean;
+  methods?: string[];
+  signals?: string[];
+  timeoutMs?: number;
 }
 
 export interface WireMessage {
@@ -80,6 +132,10 @@ export interface WireAnswer {
   /** true completes the instance once the request is answered: its next request starts a new run with fresh state. */
   complete?: boolean;
   error?: WireError;
+  /** A step to record: the host sends the request again with it in the journal. The other fields are then ignored. */
+  step?: WireStep;
+  /** A wait: the host parks the request until it ends. The other fields are then ignored. */
+  wait?: WireWait;
 }
 
 /** A Chat, Data or File handler's reply: text, data, both, or neither (no reply). */
@@ -202,6 +258,16 @@ export function decodeRequest(body: Buffer, protocolHeader: string | undefined):
   const part = req.type === "Webhook" ? req.webhook : req.message;
   if (typeof part !== "object" || part === null) {
     throw new Error(`a ${req.type} request needs its ${req.type === "Webhook" ? "webhook" : "message"}`);
+  }
+  const journal: unknown = req.journal;
+  if (journal !== undefined && journal !== null) {
+    if (!Array.isArray(journal)) throw new Error("journal is not an array");
+    for (const e of journal) {
+      if (typeof e !== "object" || e === null || typeof e.name !== "string") throw new Error("a journal entry is not an object with a name");
+      if (e.error !== undefined && e.error !== null && (typeof e.error !== "object" || Array.isArray(e.error))) {
+        throw new Error("a journal entry's error is not an object");
+      }
+    }
   }
   return req;
 }

@@ -7,6 +7,7 @@ import {
   bytes,
   type Context,
   Fail,
+  type JournalEntry,
   json,
   KEEP_ALIVE_TIMEOUT_MS,
   type MessageContext,
@@ -14,6 +15,7 @@ import {
   sign,
   text,
   type WebhookContext,
+  type WireAnswer,
   type WireRequest,
 } from "../src/index.js";
 import { call, data, MemoryLogger, post, request, SECRET, serve } from "./helpers.js";
@@ -517,4 +519,182 @@ test("registering a name twice throws", () => {
   assert.throws(() => agent.file(() => ({})), /registered already/);
   assert.throws(() => agent.data("", () => ({})), /empty/);
   agent.webhook("Echo", () => ({})); // webhook names compare exactly
+});
+
+// host sends req as a workflow host does: again after each step the answer asks to record, with
+// the step in its journal. It returns the journal and the last answer.
+async function host(url: string, req: WireRequest): Promise<{ journal: JournalEntry[]; answer: WireAnswer }> {
+  let journal: JournalEntry[] = [];
+  for (let i = 0; i < 20; i++) {
+    const answer = await call(url, { ...req, journal });
+    if (!answer.step) return { journal, answer };
+    assert.deepEqual(Object.keys(answer), ["step"], "a step's answer holds the step only");
+    journal = [...journal, answer.step];
+  }
+  throw new Error("more than 20 steps");
+}
+
+test("steps: each runs once, and every run of the request replays the journal", async (t) => {
+  const runs: string[] = [];
+  const agent = new Agent<{ before: boolean }>({ name: "Stepper", secret: SECRET });
+  agent.data("three", async (ctx) => {
+    ctx.setState({ before: true }); // made again on every run: only the final answer's counts
+    const ran: unknown[] = [];
+    for (let i = 1; i <= 3; i++) {
+      ran.push(
+        await ctx.step(`step ${i}`, async () => {
+          runs.push(`step ${i}`);
+          return { i, attempt: ctx.attempt };
+        }),
+      );
+    }
+    ctx.post({ text: "done" });
+    return { data: { ran } };
+  });
+  const { url } = await serve(t, agent);
+  const { journal, answer } = await host(url, data("three", null, { attempt: 2 }));
+  assert.deepEqual(runs, ["step 1", "step 2", "step 3"], "each step's function ran once");
+  assert.deepEqual(
+    [...journal],
+    [1, 2, 3].map((i) => ({ name: `step ${i}`, result: { i, attempt: 2 } })),
+  );
+  assert.deepEqual(answer, {
+    reply: { data: { ran: [1, 2, 3].map((i) => ({ i, attempt: 2 })) } },
+    state: { before: true },
+    posts: [{ text: "done" }],
+  });
+  // The journal's result counts, not what the function would give.
+  journal[1] = { name: "step 2", result: "from another run" };
+  const again = await call(url, data("three", null, { journal }));
+  assert.equal((again.reply?.data as { ran: unknown[] }).ran[1], "from another run");
+  assert.equal(runs.length, 3, "no step ran again");
+});
+
+test("steps: a Fail is recorded and thrown again; other errors go through", async (t) => {
+  let runs = 0;
+  const agent = new Agent({ name: "Stepper", secret: SECRET, logger: null });
+  agent.data("reserve", async (ctx) => {
+    try {
+      await ctx.step("reserve", () => {
+        runs++;
+        throw new Fail(409, "taken");
+      });
+    } catch (err) {
+      if (!(err instanceof Fail)) throw err;
+      return { data: { refused: err.status, message: err.message } };
+    }
+  });
+  agent.data("flaky", (ctx) => ctx.step("call", () => Promise.reject(new Retry("the model did not answer"))));
+  agent.data("crash", (ctx) => ctx.step("call", () => JSON.parse("{")));
+  const { url } = await serve(t, agent);
+  const { journal, answer } = await host(url, data("reserve", null));
+  assert.deepEqual(journal, [{ name: "reserve", error: { status: 409, message: "taken" } }]);
+  assert.deepEqual(answer, { reply: { data: { refused: 409, message: "taken" } } });
+  assert.equal(runs, 1);
+  assert.deepEqual(await call(url, data("flaky", null)), { error: { status: 503, message: "the model did not answer", retry: true } });
+  assert.deepEqual(await call(url, data("crash", null)), { error: { status: 500, message: "the handler failed", retry: false } });
+});
+
+test("steps: a handler that catches everything still steps; a mismatch fails the request", async (t) => {
+  const log = new MemoryLogger();
+  const agent = new Agent({ name: "Stepper", secret: SECRET, logger: log });
+  agent.data("broad", async (ctx) => {
+    try {
+      await ctx.step("one", () => 1);
+    } catch {
+      // swallowed
+    }
+    await ctx.step("two", () => 2); // throws again at once: the first step is the answer
+    throw new Fail(400, "too late");
+  });
+  agent.data("other", async (ctx) => {
+    try {
+      return { data: await ctx.step("other", () => 1) };
+    } catch {
+      return { text: "swallowed" };
+    }
+  });
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("broad", null)), { step: { name: "one", result: 1 } });
+  const mismatch = await call(url, data("other", null, { journal: [{ name: "first", result: 1 }] }));
+  assert.equal(mismatch.error?.status, 500);
+  assert.match(mismatch.error?.message ?? "", /step 1 is "other" in this run, but "first" in the journal/);
+  assert.ok(log.lines.some((l) => l.level === "error"), "the mismatch is logged");
+});
+
+test("wait and sleep: the answer's wait, and the event from the journal", async (t) => {
+  const agent = new Agent({ name: "Waiter", secret: SECRET });
+  agent.data("ask", async (ctx) => {
+    const ev = await ctx.wait("answer", { chat: true, methods: ["answer"], signals: ["answer"], timeoutMs: 60_000 });
+    await ctx.sleep(1500);
+    await ctx.sleep(0); // no wait at all
+    return { data: ev };
+  });
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("ask", null)), {
+    wait: { name: "answer", chat: true, methods: ["answer"], signals: ["answer"], timeoutMs: 60000 },
+  });
+  const event = { type: "chat", text: "blue", participantId: "ada", requestId: "r2", at: "2099-01-01T00:00:00Z" };
+  const journal: JournalEntry[] = [{ name: "answer", result: event }];
+  assert.deepEqual(await call(url, data("ask", null, { journal })), { wait: { name: "sleep", timeoutMs: 1500 } });
+  journal.push({ name: "sleep", result: { type: "timeout", at: "2099-01-01T00:00:02Z" } });
+  assert.deepEqual(await call(url, data("ask", null, { journal })), { reply: { data: event } });
+});
+
+test("steps: a streamed chat's deltas, then the step", async (t) => {
+  const agent = new Agent({ name: "Streamer", secret: SECRET });
+  agent.chat(async (ctx) => {
+    ctx.delta("thinking ");
+    const n = await ctx.step("count", () => 3);
+    ctx.delta(String(n));
+    return { text: `thinking ${n}` };
+  });
+  const { url } = await serve(t, agent);
+  const first = await post(url, request({ type: "Chat", stream: true, message: { text: "hi" } }));
+  assert.deepEqual(
+    first.text.trim().split("\n").map((l) => JSON.parse(l)),
+    [{ delta: "thinking " }, { step: { name: "count", result: 3 } }],
+  );
+  const last = await post(url, request({ type: "Chat", stream: true, message: { text: "hi" }, journal: [{ name: "count", result: 3 }] }));
+  assert.deepEqual(JSON.parse(last.text.trim().split("\n").at(-1) as string), { reply: { text: "thinking 3" } });
+});
+
+test("steps: misuse fails the handler", async (t) => {
+  const agent = new Agent({ name: "Misuser", secret: SECRET, logger: null });
+  const cases: [string, (ctx: MessageContext) => Promise<unknown>][] = [
+    ["an empty name", (ctx) => ctx.step("", () => 1)],
+    ["a name too long", (ctx) => ctx.step("x".repeat(257), () => 1)],
+    ["a control character", (ctx) => ctx.step("a\nb", () => 1)],
+    ["a result that is not JSON", (ctx) => ctx.step("s", () => 1n)],
+    ["a result too large", (ctx) => ctx.step("s", () => "x".repeat(256 << 10))],
+    ["nested steps", (ctx) => ctx.step("outer", () => ctx.step("inner", () => 1))],
+    ["an effect in a step", (ctx) => ctx.step("s", () => ctx.post({ text: "hi" }))],
+    ["a delta in a step", (ctx) => ctx.step("s", () => ctx.delta("hi"))],
+    ["a wait for nothing", (ctx) => ctx.wait("w", {})],
+    ["a wait too long", (ctx) => ctx.wait("w", { timeoutMs: 7 * 24 * 3600 * 1000 })],
+    ["a method without a name", (ctx) => ctx.wait("w", { methods: [""] })],
+    ["a thousand and one steps", async (ctx) => { for (let i = 0; i <= 1000; i++) await ctx.step("s", () => 1); }],
+  ];
+  for (const [i, [, fn]] of cases.entries()) agent.data(`m${i}`, async (ctx) => void (await fn(ctx)));
+  agent.data("large", (ctx) => ctx.step("s", () => "x".repeat((256 << 10) - 2)).then(() => undefined));
+  const { url } = await serve(t, agent);
+  const thousand = Array.from({ length: 1000 }, () => ({ name: "s", result: 1 }));
+  for (const [i, [name]] of cases.entries()) {
+    const journal = name === "a thousand and one steps" ? thousand : [];
+    assert.deepEqual(await call(url, data(`m${i}`, null, { journal })), { error: { status: 500, message: "the handler failed", retry: false } }, name);
+  }
+  assert.equal(JSON.stringify((await call(url, data("large", null))).step?.result).length, 256 << 10, "the largest result");
+});
+
+test("the journal: absent or null from an older host, ignored by a handler that makes no steps, refused when malformed", async (t) => {
+  const agent = new Agent({ name: "Reader", secret: SECRET });
+  agent.data("n", (ctx) => ({ data: ctx.journal.length }));
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("n", null, { journal: null })), { reply: { data: 0 } });
+  assert.deepEqual(await call(url, data("n", null)), { reply: { data: 0 } });
+  assert.deepEqual(await call(url, data("n", null, { journal: [{ name: "x", result: null }] })), { reply: { data: 1 } });
+  for (const bad of [{ name: "x" }, [1], [{ result: 1 }], [{ name: "x", error: "no" }]]) {
+    const a = await post(url, data("n", null, { journal: bad as JournalEntry[] }));
+    assert.equal(a.status, 400, JSON.stringify(bad));
+  }
 });
