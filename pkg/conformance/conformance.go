@@ -32,7 +32,7 @@ import (
 )
 
 // Feature names an optional part of Echo: one that an Echo behind the remote-agent protocol,
-// version 1 (docs/remote-agents.md), cannot offer.
+// version 1 (docs/remote-agents.md), may not offer.
 type Feature string
 
 // The optional features of Echo.
@@ -57,8 +57,9 @@ const (
 // Features lists every optional feature.
 var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents, DataSteps, DataAsk}
 
-// RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features.
-var RemoteEcho = Features
+// RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features but
+// DataSteps and DataAsk, which it makes with the protocol's steps and waits.
+var RemoteEcho = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents}
 
 // Target is the deployment under test.
 type Target struct {

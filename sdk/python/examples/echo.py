@@ -8,6 +8,8 @@ statuses, content types, JSON and texts, for everything protocol version 1 can e
 
 - Webhook method ack: a remote agent cannot answer before it is done.
 - Data methods history and relay: it cannot read its thread or wait for another agent's result.
+- Data ask does not post its question: a remote agent's posts go with its final answer, which
+  comes once the question is answered.
 - Chat: "You said: {text}", streamed word by word as the offline model streams it, and
   "call {method} {json}" runs one of its Data methods and answers "{method} returned {result}";
   but the call and its result are not stored in the thread and a streaming caller gets no
@@ -19,7 +21,9 @@ statuses, content types, JSON and texts, for everything protocol version 1 can e
 Webhook methods: echo, verify, status, sleep, count, complete, state, host. complete answers
 {"completed": true, "runId": …} and completes the instance (its next request starts a new run
 with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
-Data methods: echo, sum, count, sleep, fail, remind, tick.
+Data methods: echo, sum, count, sleep, steps, ask, answer, fail, remind, tick. steps makes
+durable steps (Context.step) and logs each run of a step's function; ask waits (Context.wait)
+for the participant's Chat message, an answer call or the signal "answer".
 File: "Received {name} ({n} bytes)" with the file's name, content type, size and SHA-256;
 "No file data received." without content, and the invalid-format text for content that was not
 base64.
@@ -57,8 +61,17 @@ MAX_SLEEP_MS = 5 * 60 * 1000
 # MAX_REMIND_MS bounds how far ahead remind schedules: 7 days.
 MAX_REMIND_MS = 7 * 24 * 3600 * 1000
 TICK_TIMER = "tick"
+# Bounds of steps, as Echo's: a caller cannot park a conversation for longer than with sleep.
+MAX_STEPS_N = 100
+MAX_STEP_SLEEP_MS = 60 * 1000
+MAX_STEPS_TOTAL_MS = MAX_SLEEP_MS
+# MAX_QUESTION bounds ask's question, in bytes; MAX_WAIT_S its wait, 6 days.
+MAX_QUESTION = 4 << 10
+MAX_WAIT_S = 6 * 24 * 3600
 # The range of Go's int64, which Echo's whole-number parameters are.
 INT64 = range(-(1 << 63), 1 << 63)
+
+log = logging.getLogger("echopy")
 
 # File reply texts of docs/interface.md#41-send-message-admin, rules 3 and 4.
 NO_FILE_TEXT = "No file data received."
@@ -179,6 +192,67 @@ def new_agent(name: str, secret: str) -> Agent:
         time.sleep(ms / 1000)
         return {"slept": ms}
 
+    @data("steps", 'Makes n durable steps one after another, each waiting sleepMs, and counts them in this '
+          'conversation\'s state: {"n":3,"sleepMs":100}.',
+          {"type": "object", "properties": {
+              "n": {"type": "integer", "description": "how many steps, 1-100"},
+              "sleepMs": {"type": "integer", "description": "milliseconds each step waits, 0-60000; n times sleepMs at most 5 minutes"}},
+           "required": ["n"],
+           "examples": [{"n": 2, "sleepMs": 10}]},
+          blocking=True)
+    def steps(ctx: Context, p: Any) -> Any:
+        # Each step's function waits sleepMs and gives the attempt and host that ran it. A step
+        # the journal holds is not run again: its recorded result comes back. The state is
+        # written by the final answer only, so it counts each step once per request.
+        n = param(p, "steps", "n", "whole number") or 0
+        sleep_ms = param(p, "steps", "sleepMs", "whole number") or 0
+        if not 1 <= n <= MAX_STEPS_N or not 0 <= sleep_ms <= MAX_STEP_SLEEP_MS or n * sleep_ms > MAX_STEPS_TOTAL_MS:
+            raise Fail(400, f"steps needs n from 1 to {MAX_STEPS_N} and sleepMs from 0 to {MAX_STEP_SLEEP_MS}, "
+                            f"n times sleepMs at most {MAX_STEPS_TOTAL_MS}")
+        ran = []
+        for i in range(1, n + 1):
+            def run(i: int = i) -> dict[str, Any]:
+                log.info("steps: step %d of %d runs (workflow %s, request %s, attempt %d)",
+                         i, n, ctx.workflow_id, ctx.request_id, ctx.attempt)
+                time.sleep(sleep_ms / 1000)
+                return {"attempt": ctx.attempt, "hostId": ctx.host_id}
+            ran.append(ctx.step(f"step {i}", run))
+        counts = list(ctx.state.get("steps") or []) if isinstance(ctx.state, dict) else []
+        counts += [0] * (n - len(counts))
+        for i in range(n):
+            counts[i] += 1
+        update_state(ctx, steps=counts)
+        return {"steps": n, "attempt": ctx.attempt, "ran": ran}
+
+    @data("ask", 'Waits for the participant\'s next Chat message, an answer call or the signal "answer", and '
+          'answers with it; the question is not posted: {"question":"Which colour?"}.',
+          {"type": "object", "properties": {
+              "question": {"type": "string", "description": "the question, 1-4096 bytes, given back with the answer"},
+              "timeoutS": {"type": "integer", "description": "seconds to wait for the answer, 1-518400 (6 days, the default)"}},
+           "required": ["question"],
+           "examples": [{"question": "Which colour?", "timeoutS": 60}]})
+    def ask(ctx: Context, p: Any) -> Any:
+        question = param(p, "ask", "question", "string") or ""
+        timeout_s = param(p, "ask", "timeoutS", "whole number") or 0
+        if not question or len(question.encode("utf-8", "surrogatepass")) > MAX_QUESTION:
+            raise Fail(400, f"ask needs a question of 1 to {MAX_QUESTION} bytes of text")
+        if not 0 <= timeout_s <= MAX_WAIT_S:
+            raise Fail(400, f"ask's timeoutS is 1 to {MAX_WAIT_S}")
+        ev = ctx.wait("answer", chat=True, methods=["answer"], signals=["answer"], timeout=timeout_s or None)
+        out: dict[str, Any] = {"question": question, "type": ev.get("type", "")}
+        if out["type"] == "chat":
+            out["answer"], out["by"] = ev.get("text", ""), ev.get("participantId", "")
+        elif out["type"] in ("data", "signal"):
+            out["answer"], out["by"] = ev.get("data"), ev.get("participantId", "")
+        return out
+
+    @data("answer", 'Answers the question an ask waits for: {"colour":"blue"}.',
+          {"type": "object", "examples": [{"colour": "blue"}]})
+    def answer(ctx: Context, p: Any) -> Any:
+        # What an answer call does when no ask waits for it: one that ends a wait goes to the ask.
+        params(p, "answer")
+        raise Fail(409, "nothing was asked: answer ends the wait of an ask in the same conversation")
+
     @data("fail", "Fails with the given status (400-599, default 500) and message; for trying error paths.",
           {"type": "object", "properties": {
               "status": {"type": "integer", "description": "HTTP status of the failure, 400-599"},
@@ -267,12 +341,13 @@ ECHO_STATE = ("count", "acks", "sleeps")
 
 
 def echo_state(state: Any) -> dict[str, Any]:
-    """The instance's state as Echo shows it: {"count", "acks", "sleeps"} and, once ticking has
-    posted, "ticks"."""
+    """The instance's state as Echo shows it: {"count", "acks", "sleeps"}, "ticks" once ticking
+    has posted and "steps" once steps has run."""
     s = state if isinstance(state, dict) else {}
     out: dict[str, Any] = {k: s.get(k, 0) for k in ECHO_STATE}
-    if s.get("ticks"):
-        out["ticks"] = s["ticks"]
+    for k in ("ticks", "steps"):
+        if s.get(k):
+            out[k] = s[k]
     return out
 
 

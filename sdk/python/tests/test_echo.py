@@ -61,7 +61,8 @@ class EchoTest(unittest.TestCase):
         reg = self.registration
         self.assertEqual(("EchoPy", True, True, SECRET), (reg["name"], reg["chat"], reg["file"], reg["secret"]))
         self.assertEqual(["echo", "verify", "status", "sleep", "count", "complete", "state", "host"], reg["webhooks"])
-        self.assertEqual(["echo", "sum", "count", "sleep", "fail", "remind", "tick"], [m["name"] for m in reg["methods"]])
+        self.assertEqual(["echo", "sum", "count", "sleep", "steps", "ask", "answer", "fail", "remind", "tick"],
+                         [m["name"] for m in reg["methods"]])
         self.assertEqual(["Supervisor Workflow", "Conversational"], reg["workflowTypes"])
         self.assertTrue(reg["url"].startswith("http://127.0.0.1:") and reg["url"].endswith("/agentbus"))
 
@@ -127,6 +128,58 @@ class EchoTest(unittest.TestCase):
         self.assertEqual({"error": {"status": 500, "message": "fail was asked to fail", "retry": False}},
                          self.call(data("fail", {})))
 
+    def steps(self, req: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Sends req as agentbus does, again after each step with the step in its journal;
+        returns the journal and the final answer."""
+        journal: list[dict[str, Any]] = []
+        while True:
+            answer = self.call(dict(req, journal=journal))
+            if "step" not in answer:
+                return journal, answer
+            journal = journal + [answer["step"]]
+
+    def test_steps(self) -> None:
+        state = {"count": 1, "acks": 0, "sleeps": 0, "steps": [4]}
+        journal, answer = self.steps(data("steps", {"n": 3, "sleepMs": 1}, attempt=2, hostId="host-2", state=state))
+        ran = {"attempt": 2, "hostId": "host-2"}
+        self.assertEqual([{"name": f"step {i}", "result": ran} for i in (1, 2, 3)], journal)
+        self.assertEqual({"reply": {"data": {"steps": 3, "attempt": 2, "ran": [ran] * 3}},
+                          "state": {"count": 1, "acks": 0, "sleeps": 0, "steps": [5, 1, 1]}}, answer,
+                         "the final answer counts each step once")
+        with self.subTest("a step recorded by an earlier attempt comes back as recorded"):
+            earlier = {"name": "step 1", "result": {"attempt": 1, "hostId": "host-1"}}
+            answer = self.call(data("steps", {"n": 2}, attempt=2, hostId="host-2", journal=[earlier]))
+            self.assertEqual({"step": {"name": "step 2", "result": ran}}, answer)
+        self.assertEqual({"runId": "run-1", "state": {"count": 1, "acks": 0, "sleeps": 0, "steps": [5, 1, 1]}},
+                         self.response(webhook("state", state={"count": 1, "acks": 0, "sleeps": 0, "steps": [5, 1, 1]}))[2])
+        bounds = "steps needs n from 1 to 100 and sleepMs from 0 to 60000, n times sleepMs at most 300000"
+        for p in [{"n": 0}, {"n": 101}, {"n": 1, "sleepMs": 60001}, {"n": 6, "sleepMs": 60000}, {"n": 1, "sleepMs": -1}]:
+            with self.subTest(p):
+                self.assertEqual({"error": {"status": 400, "message": bounds, "retry": False}}, self.call(data("steps", p)))
+
+    def test_ask(self) -> None:
+        self.assertEqual({"wait": {"name": "answer", "chat": True, "methods": ["answer"], "signals": ["answer"]}},
+                         self.call(data("ask", {"question": "Which colour?"})))
+        self.assertEqual({"wait": {"name": "answer", "chat": True, "methods": ["answer"], "signals": ["answer"], "timeoutMs": 60000}},
+                         self.call(data("ask", {"question": "Which colour?", "timeoutS": 60})))
+        at = "2099-01-01T00:00:00Z"
+        for event, want in [
+            ({"type": "chat", "text": "blue", "participantId": "ada", "at": at}, {"answer": "blue", "by": "ada"}),
+            ({"type": "data", "method": "answer", "data": {"colour": "red"}, "participantId": "bob", "at": at},
+             {"answer": {"colour": "red"}, "by": "bob"}),
+            ({"type": "signal", "method": "answer", "data": "green", "at": at}, {"answer": "green", "by": ""}),
+            ({"type": "timeout", "at": at}, {}),
+        ]:
+            with self.subTest(event["type"]):
+                answer = self.call(data("ask", {"question": "Which colour?"}, journal=[{"name": "answer", "result": event}]))
+                self.assertEqual({"reply": {"data": {"question": "Which colour?", "type": event["type"], **want}}}, answer)
+        self.assertEqual({"error": {"status": 400, "message": "ask needs a question of 1 to 4096 bytes of text", "retry": False}},
+                         self.call(data("ask", {"question": "é" * 2049})))
+        self.assertEqual({"error": {"status": 400, "message": "ask's timeoutS is 1 to 518400", "retry": False}},
+                         self.call(data("ask", {"question": "?", "timeoutS": 518401})))
+        self.assertEqual({"error": {"status": 409, "message": "nothing was asked: answer ends the wait of an ask in the same conversation",
+                                    "retry": False}}, self.call(data("answer", {"colour": "blue"})))
+
     def test_remind(self) -> None:
         answer = self.call(data("remind", {"text": "stretch", "ms": 60000}, requestId="r1"))
         timer = answer["timers"][0]
@@ -189,6 +242,12 @@ class EchoTest(unittest.TestCase):
                          self.call(chat("call count", state={"count": 2})))
         self.assertEqual({"reply": {"text": 'fail returned {"error":{"message":"no","status":409}}'}},
                          self.call(chat('call fail {"status":409,"message":"no"}')))
+        # A method that makes steps: the chat stops at each, and answers once they are recorded.
+        self.assertEqual({"step": {"name": "step 1", "result": {"attempt": 1, "hostId": "host-1"}}},
+                         self.call(chat('call steps {"n":1}')))
+        self.assertEqual({"reply": {"text": 'steps returned {"attempt":1,"ran":[{"attempt":1,"hostId":"host-1"}],"steps":1}'},
+                          "state": {"count": 0, "acks": 0, "sleeps": 0, "steps": [1]}},
+                         self.call(chat('call steps {"n":1}', journal=[{"name": "step 1", "result": {"attempt": 1, "hostId": "host-1"}}])))
         # Anything else is echoed: a method it does not have, arguments that are no JSON object.
         for text in ["call history {}", "call sum [1]", "call sum {"]:
             self.assertEqual({"reply": {"text": "You said: " + text}}, self.call(chat(text)))

@@ -7,6 +7,8 @@
 //   - Webhook method ack: a remote agent cannot answer before it is done.
 //   - Data methods history and relay: it cannot read its thread or wait for another agent's
 //     result.
+//   - Data ask does not post its question: a remote agent's posts go with its final answer,
+//     which comes once the question is answered.
 //   - Chat: "call {method} {json}" runs one of its Data methods and answers
 //     "{method} returned {result}", but the call and its result are not stored in the thread and
 //     a streaming caller gets no tool_call and tool_result events.
@@ -17,8 +19,9 @@
 // Webhook methods: echo, verify, status, sleep, count, complete, state, host, as Echo's: complete
 // answers {"completed": true, "runId": …} and completes the instance (its next request starts a
 // new run with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
-// Data methods: echo, sum, count, sleep, fail, remind, tick, as Echo's, with parameters checked
-// as Echo checks them; and two of its own, for trying the kit:
+// Data methods: echo, sum, count, sleep, steps, ask, answer, fail, remind, tick, as Echo's, with
+// parameters checked as Echo checks them (steps makes durable steps with ctx.step and logs each
+// run of a step's function; ask waits with ctx.wait); and two of its own, for trying the kit:
 //   - flaky: {"attempts": n} asks agentbus to retry until attempt n, then {"attempt": n}.
 //   - tell: {"agent", "activation", "method", "data"} tells another instance of the tenant
 //     (Agent2Agent) without waiting for it.
@@ -47,6 +50,8 @@ export interface State {
   acks: number;
   sleeps: number;
   ticks?: number;
+  /** Runs of steps, counted once per request: steps[i-1] for "step i". */
+  steps?: number[];
   ticking?: boolean;
 }
 
@@ -54,6 +59,13 @@ export interface State {
 const maxSleepMs = 5 * 60 * 1000;
 /** maxRemindMs bounds remind's delay to 7 days, as Go's Echo does. */
 const maxRemindMs = 7 * 24 * 60 * 60 * 1000;
+/** Bounds of steps, as Echo's: a caller cannot park a conversation for longer than with sleep. */
+const maxStepsN = 100;
+const maxStepSleepMs = 60 * 1000;
+const maxStepsTotalMs = maxSleepMs;
+/** maxQuestion bounds ask's question, in bytes; maxWaitS its wait, 6 days. */
+const maxQuestion = 4 << 10;
+const maxWaitS = 6 * 24 * 60 * 60;
 /** The range of Go's int64, which Echo's whole-number parameters are. */
 const int64 = { min: -(2n ** 63n), max: 2n ** 63n - 1n };
 
@@ -188,6 +200,78 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
     },
   );
   method(
+    "steps",
+    async (ctx, p) => {
+      // Each step's function waits sleepMs and gives the attempt and host that ran it. A step the
+      // journal holds is not run again: its recorded result comes back. The state is written by
+      // the final answer only, so it counts each step once per request.
+      const n = (param(p, "steps", "n", "whole number") ?? 0) as number;
+      const sleepMs = (param(p, "steps", "sleepMs", "whole number") ?? 0) as number;
+      if (n < 1 || n > maxStepsN || sleepMs < 0 || sleepMs > maxStepSleepMs || n * sleepMs > maxStepsTotalMs) {
+        throw new Fail(400, `steps needs n from 1 to ${maxStepsN} and sleepMs from 0 to ${maxStepSleepMs}, n times sleepMs at most ${maxStepsTotalMs}`);
+      }
+      const ran: unknown[] = [];
+      for (let i = 1; i <= n; i++) {
+        ran.push(
+          await ctx.step(`step ${i}`, async () => {
+            console.error(`steps: step ${i} of ${n} runs (workflow ${ctx.workflowId}, request ${ctx.requestId}, attempt ${ctx.attempt})`);
+            await sleep(sleepMs);
+            return { attempt: ctx.attempt, hostId: ctx.hostId };
+          }),
+        );
+      }
+      const counts = [...(ctx.state?.steps ?? [])];
+      while (counts.length < n) counts.push(0);
+      for (let i = 0; i < n; i++) counts[i] = (counts[i] ?? 0) + 1;
+      update(ctx, undefined, { steps: counts });
+      return { steps: n, attempt: ctx.attempt, ran };
+    },
+    "Makes n durable steps one after another, each waiting sleepMs, and counts them in this conversation's state: " + '{"n":3,"sleepMs":100}.',
+    {
+      type: "object",
+      properties: {
+        n: { type: "integer", description: "how many steps, 1-100" },
+        sleepMs: { type: "integer", description: "milliseconds each step waits, 0-60000; n times sleepMs at most 5 minutes" },
+      },
+      required: ["n"],
+      examples: [{ n: 2, sleepMs: 10 }],
+    },
+  );
+  method(
+    "ask",
+    async (ctx, p) => {
+      const question = (param(p, "ask", "question", "string") ?? "") as string;
+      const timeoutS = (param(p, "ask", "timeoutS", "whole number") ?? 0) as number;
+      if (!question || Buffer.byteLength(question) > maxQuestion) throw new Fail(400, `ask needs a question of 1 to ${maxQuestion} bytes of text`);
+      if (timeoutS < 0 || timeoutS > maxWaitS) throw new Fail(400, `ask's timeoutS is 1 to ${maxWaitS}`);
+      const ev = await ctx.wait("answer", { chat: true, methods: ["answer"], signals: ["answer"], ...(timeoutS > 0 && { timeoutMs: timeoutS * 1000 }) });
+      const out: Record<string, unknown> = { question, type: ev.type };
+      if (ev.type === "chat") Object.assign(out, { answer: ev.text ?? "", by: ev.participantId ?? "" });
+      else if (ev.type === "data" || ev.type === "signal") Object.assign(out, { answer: ev.data ?? null, by: ev.participantId ?? "" });
+      return out;
+    },
+    `Waits for the participant's next Chat message, an answer call or the signal "answer", and answers with it; the question is not posted: {"question":"Which colour?"}.`,
+    {
+      type: "object",
+      properties: {
+        question: { type: "string", description: "the question, 1-4096 bytes, given back with the answer" },
+        timeoutS: { type: "integer", description: "seconds to wait for the answer, 1-518400 (6 days, the default)" },
+      },
+      required: ["question"],
+      examples: [{ question: "Which colour?", timeoutS: 60 }],
+    },
+  );
+  method(
+    "answer",
+    (_ctx, p) => {
+      // What an answer call does when no ask waits for it: one that ends a wait goes to the ask.
+      params(p, "answer");
+      throw new Fail(409, "nothing was asked: answer ends the wait of an ask in the same conversation");
+    },
+    'Answers the question an ask waits for: {"colour":"blue"}.',
+    { type: "object", examples: [{ colour: "blue" }] },
+  );
+  method(
     "fail",
     (_ctx, p) => {
       const status = (param(p, "fail", "status", "whole number") ?? 0) as number;
@@ -314,10 +398,11 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
   return agent;
 }
 
-/** The instance's state as Echo shows it: its counters, ticks once ticking has posted. */
+/** The instance's state as Echo shows it: its counters, ticks once ticking has posted, steps once steps has run. */
 export function echoState(s: Partial<State> | null): Omit<State, "ticking"> {
   const out: Omit<State, "ticking"> = { count: s?.count ?? 0, acks: s?.acks ?? 0, sleeps: s?.sleeps ?? 0 };
   if (s?.ticks) out.ticks = s.ticks;
+  if (s?.steps?.length) out.steps = s.steps;
   return out;
 }
 

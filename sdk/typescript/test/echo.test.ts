@@ -5,7 +5,7 @@ import * as path from "node:path";
 import { type TestContext, test } from "node:test";
 
 import { echoAgent } from "../examples/echo.js";
-import type { Registration, WireRequest } from "../src/index.js";
+import type { JournalEntry, Registration, WireAnswer, WireRequest } from "../src/index.js";
 import { call, data, post, request, SECRET, serve } from "./helpers.js";
 
 const sha = (b: Buffer | string): string => createHash("sha256").update(b).digest("hex");
@@ -151,6 +151,75 @@ test("EchoTS: a chat's call {method} {json} runs a Data method", async (t) => {
   }
 });
 
+// steps sends req as a workflow host does, again after each step with the step in its journal,
+// and returns the journal and the final answer.
+async function steps(url: string, req: WireRequest): Promise<{ journal: JournalEntry[]; answer: WireAnswer }> {
+  let journal: JournalEntry[] = [];
+  for (;;) {
+    const answer = await call(url, { ...req, journal });
+    if (!answer.step) return { journal, answer };
+    journal = [...journal, answer.step];
+  }
+}
+
+test("EchoTS: steps runs each step once and counts them in the final answer", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  const state = { count: 1, acks: 0, sleeps: 0, steps: [4] };
+  const { journal, answer } = await steps(url, data("steps", { n: 3, sleepMs: 1 }, { attempt: 2, hostId: "host-2", state }));
+  const ran = { attempt: 2, hostId: "host-2" };
+  assert.deepEqual(
+    [...journal],
+    [1, 2, 3].map((i) => ({ name: `step ${i}`, result: ran })),
+  );
+  assert.deepEqual(answer, { reply: { data: { steps: 3, attempt: 2, ran: [ran, ran, ran] } }, state: { count: 1, acks: 0, sleeps: 0, steps: [5, 1, 1] } });
+  // A step recorded by an earlier attempt comes back as recorded.
+  const earlier = { name: "step 1", result: { attempt: 1, hostId: "host-1" } };
+  assert.deepEqual(await call(url, data("steps", { n: 2 }, { attempt: 2, hostId: "host-2", journal: [earlier] })), { step: { name: "step 2", result: ran } });
+  assert.deepEqual(JSON.parse((await call(url, webhook("state", "", {}, { state: answer.state }))).response?.body ?? ""), {
+    runId: "run-1",
+    state: { count: 1, acks: 0, sleeps: 0, steps: [5, 1, 1] },
+  });
+  const bounds = "steps needs n from 1 to 100 and sleepMs from 0 to 60000, n times sleepMs at most 300000";
+  for (const p of [{ n: 0 }, { n: 101 }, { n: 1, sleepMs: 60001 }, { n: 6, sleepMs: 60000 }, { n: 1, sleepMs: -1 }]) {
+    assert.deepEqual(await call(url, data("steps", p)), { error: { status: 400, message: bounds, retry: false } }, JSON.stringify(p));
+  }
+  // A chat's call of steps stops at each step too.
+  const chat = (fields: Partial<WireRequest>) => call(url, request({ ...fields, type: "Chat", message: { text: 'call steps {"n":1}' } }));
+  assert.deepEqual(await chat({}), { step: { name: "step 1", result: { attempt: 1, hostId: "host-1" } } });
+  assert.deepEqual(await chat({ journal: [{ name: "step 1", result: { attempt: 1, hostId: "host-1" } }] }), {
+    reply: { text: 'steps returned {"attempt":1,"ran":[{"attempt":1,"hostId":"host-1"}],"steps":1}' },
+    state: { count: 0, acks: 0, sleeps: 0, steps: [1] },
+  });
+});
+
+test("EchoTS: ask waits for the answer; answer alone is refused", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  assert.deepEqual(await call(url, data("ask", { question: "Which colour?" })), {
+    wait: { name: "answer", chat: true, methods: ["answer"], signals: ["answer"] },
+  });
+  assert.deepEqual(await call(url, data("ask", { question: "Which colour?", timeoutS: 60 })), {
+    wait: { name: "answer", chat: true, methods: ["answer"], signals: ["answer"], timeoutMs: 60000 },
+  });
+  const at = "2099-01-01T00:00:00Z";
+  const cases: [Record<string, unknown>, Record<string, unknown>][] = [
+    [{ type: "chat", text: "blue", participantId: "ada", at }, { answer: "blue", by: "ada" }],
+    [{ type: "data", method: "answer", data: { colour: "red" }, participantId: "bob", at }, { answer: { colour: "red" }, by: "bob" }],
+    [{ type: "signal", method: "answer", data: "green", at }, { answer: "green", by: "" }],
+    [{ type: "timeout", at }, {}],
+  ];
+  for (const [event, want] of cases) {
+    const answer = await call(url, data("ask", { question: "Which colour?" }, { journal: [{ name: "answer", result: event }] }));
+    assert.deepEqual(answer, { reply: { data: { question: "Which colour?", type: event.type, ...want } } }, String(event.type));
+  }
+  assert.deepEqual(await call(url, data("ask", { question: "é".repeat(2049) })), {
+    error: { status: 400, message: "ask needs a question of 1 to 4096 bytes of text", retry: false },
+  });
+  assert.deepEqual(await call(url, data("ask", { question: "?", timeoutS: 518401 })), { error: { status: 400, message: "ask's timeoutS is 1 to 518400", retry: false } });
+  assert.deepEqual(await call(url, data("answer", { colour: "blue" })), {
+    error: { status: 409, message: "nothing was asked: answer ends the wait of an ask in the same conversation", retry: false },
+  });
+});
+
 test("EchoTS: fail, flaky, remind, tick and tell", async (t) => {
   const { url } = await serve(t, echoAgent({ secret: SECRET }));
   assert.deepEqual(await call(url, data("fail", { status: 418, message: "teapot" })), { error: { status: 418, message: "teapot", retry: false } });
@@ -226,7 +295,7 @@ test("EchoTS runs as a program: it prints its registration and serves what it re
   assert.equal(reg.file, true);
   assert.match(reg.url, /^http:\/\/127\.0\.0\.1:\d+\/agentbus$/);
   assert.deepEqual(reg.webhooks.sort(), ["complete", "count", "echo", "host", "sleep", "state", "status", "verify"]);
-  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["count", "echo", "fail", "flaky", "remind", "sleep", "sum", "tell", "tick"]);
+  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["answer", "ask", "count", "echo", "fail", "flaky", "remind", "sleep", "steps", "sum", "tell", "tick"]);
   assert.equal(reg.timeoutSeconds, 300);
   assert.deepEqual(await call(reg.url, data("sum", { values: [1, 2] })), { reply: { data: { sum: 3 } } });
 
