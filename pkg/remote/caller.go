@@ -269,17 +269,20 @@ func entryOf(name string, result json.RawMessage, err error) JournalEntry {
 }
 
 // stepThrough sends the request, and again after each step the answer asks to record, with the
-// step in its journal, until an answer asks for none.
+// step in its journal, until an answer asks for none. A streamed answer's deltas reach onDelta
+// once: the agent runs its handler from the start on every send, and streams again what it
+// streamed before the step (newDeltas).
 func (c *caller) stepThrough(ctx context.Context, req *Request, onDelta func(string)) (*Answer, error) {
 	size := 0
 	for _, e := range req.Journal {
 		size += len(e.Name) + len(e.Result) + 64
 	}
+	var streamed strings.Builder
 	for {
 		if size > maxJournal {
 			return nil, agent.Errorf(http.StatusInternalServerError, "the request's journal is over %d bytes, more than a remote agent is sent", maxJournal)
 		}
-		ans, err := c.post(ctx, req, onDelta)
+		ans, err := c.post(ctx, req, newDeltas(&streamed, onDelta))
 		if err != nil || ans.Error != nil || ans.Step == nil {
 			return ans, err
 		}
@@ -292,8 +295,39 @@ func (c *caller) stepThrough(ctx context.Context, req *Request, onDelta func(str
 	}
 }
 
+// newDeltas returns the delta handler of one send of a request: it passes to onDelta the text
+// that goes beyond what the earlier sends streamed (streamed, which it extends), and drops the
+// text this send streams again. Text that differs from what was streamed before (a handler that
+// does not stream the same on every run) is passed on from where it differs. Nil when onDelta is.
+func newDeltas(streamed *strings.Builder, onDelta func(string)) func(string) {
+	if onDelta == nil {
+		return nil
+	}
+	at, differs := 0, false // how much of streamed this send streamed again
+	return func(d string) {
+		if !differs {
+			before := streamed.String()[at:]
+			n := min(len(before), len(d))
+			if before[:n] != d[:n] {
+				differs = true
+			} else {
+				at += n
+				d = d[n:]
+			}
+		}
+		if d == "" {
+			return
+		}
+		streamed.WriteString(d)
+		at = streamed.Len()
+		onDelta(d)
+	}
+}
+
 // recordStep records a step the agent ran (agent.Step), and returns its journal entry: what the
-// agent gave, or what another run of the request recorded first.
+// agent gave, or what another run of the request recorded first. A step the host cannot record
+// as asked (a name that is none, a result too large, more steps than a request makes) fails the
+// request (502): sent again, the agent would ask for the same.
 func (c *caller) recordStep(ctx context.Context, st *Step) (JournalEntry, error) {
 	res, err := agent.Step(ctx, st.Name, func(context.Context) (json.RawMessage, error) {
 		if e := st.Error; e != nil {
@@ -315,21 +349,28 @@ func (c *caller) recordStep(ctx context.Context, st *Step) (JournalEntry, error)
 	case agent.IsRetryable(err), errors.Is(err, agent.ErrStepMismatch):
 		return JournalEntry{}, err
 	}
-	return JournalEntry{}, c.actionFailed("step "+subject.Quote(st.Name), err)
+	return JournalEntry{}, agent.Errorf(http.StatusBadGateway, "the agent's step %s: %v", subject.Quote(st.Name), err)
 }
 
 // wait parks the request as the answer asks (agent.Wait): it returns agent.ErrWaiting, which the
-// handler returns.
+// handler returns. A wait the host cannot make as asked (a name that is none, nothing to wait
+// for, a timeout out of bounds) fails the request (502).
 func (c *caller) wait(ctx context.Context, w *Wait) error {
+	what := "wait " + subject.Quote(w.Name)
+	if w.TimeoutMs < 0 || w.TimeoutMs > agent.MaxWait.Milliseconds() {
+		return agent.Errorf(http.StatusBadGateway, "the agent's %s: timeoutMs is 0 to %d", what, agent.MaxWait.Milliseconds())
+	}
 	_, err := agent.Wait(ctx, w.Name, agent.For{Chat: w.Chat, Methods: w.Methods, Signals: w.Signals,
 		Timeout: time.Duration(w.TimeoutMs) * time.Millisecond})
 	switch {
-	case errors.Is(err, agent.ErrWaiting), agent.IsRetryable(err):
+	case errors.Is(err, agent.ErrWaiting), agent.IsRetryable(err), errors.Is(err, agent.ErrStepMismatch):
 		return err
 	case err == nil:
-		err = errors.New("its journal holds the wait's event already")
+		// Another run of the request recorded the wait's event since this one read the journal:
+		// the request runs again, with the event in its journal.
+		return agent.Retryable(fmt.Errorf("the agent's %s: its journal holds the wait's event already", what))
 	}
-	return c.actionFailed("wait "+subject.Quote(w.Name), err)
+	return agent.Errorf(http.StatusBadGateway, "the agent's %s: %v", what, err)
 }
 
 // act sends the posts, timers, cancellations and tells of an answer, in that order.

@@ -138,3 +138,34 @@ func FuzzParseAnswer(f *testing.F) {
 		}
 	})
 }
+
+// Each send of a request that steps streams again what the earlier sends streamed: the caller
+// gets each piece once, however the sends split it, and what a send streams differently from
+// where it differs.
+func TestDeltasOfSends(t *testing.T) {
+	cases := []struct {
+		name  string
+		sends [][]string
+		want  []string
+	}{
+		{"the same pieces", [][]string{{"a ", "b "}, {"a ", "b ", "c "}, {"a ", "b ", "c ", "d"}}, []string{"a ", "b ", "c ", "d"}},
+		{"split otherwise", [][]string{{"ab", "cd"}, {"a", "bcdef"}, {"abcdefgh"}}, []string{"ab", "cd", "ef", "gh"}},
+		{"different text", [][]string{{"one "}, {"two ", "three"}}, []string{"one ", "two ", "three"}},
+		{"a send streams less", [][]string{{"a ", "b "}, {"a "}, {"a ", "b ", "c"}}, []string{"a ", "b ", "c"}},
+		{"no deltas", [][]string{{}, {}}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			var streamed strings.Builder
+			for _, send := range tc.sends {
+				d := newDeltas(&streamed, func(s string) { got = append(got, s) })
+				for _, piece := range send {
+					d(piece)
+				}
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	assert.Nil(t, newDeltas(&strings.Builder{}, nil), "no handler for a request that does not stream")
+}
