@@ -330,10 +330,10 @@ class Context:
         waits in the same order on every run of a request; one whose step has another name than
         the journal's at its place fails the request (500).
 
-        fn's result is any JSON value (at most 256 KiB encoded); a Fail it raises is recorded as
-        the step's failure and raised again from the journal on every run; any other exception
-        (Retry included) goes through the handler as if no step were made, and the step runs
-        again on the request's next attempt. fn must not act on the context (set_state, post,
+        fn's result is any JSON value (at most 256 KiB encoded, as Go encodes it: <, > and & take
+        6 bytes); a Fail it raises is recorded as the step's failure and raised again from the
+        journal on every run; any other exception (Retry included) goes through the handler as
+        if no step were made, and the step runs again on the request's next attempt. fn must not act on the context (set_state, post,
         set_timer, tell, complete, delta) nor make steps: do those after the step, from its
         result, where every run does them and the final answer carries them.
 
@@ -360,8 +360,9 @@ class Context:
             encoded = _dumps(result)
         except (TypeError, ValueError) as e:
             raise TypeError(f"step {name!r}: its result is not JSON: {e}") from e
-        if len(encoded.encode()) > MAX_STEP_RESULT:
-            raise ValueError(f"step {name!r}: its result is {len(encoded.encode())} bytes encoded, more than {MAX_STEP_RESULT}")
+        size = _go_json_size(encoded)
+        if size > MAX_STEP_RESULT:
+            raise ValueError(f"step {name!r}: its result is {size} bytes encoded, more than {MAX_STEP_RESULT}")
         return self._suspend({"step": {"name": name, "result": result}})
 
     def wait(self, name: str, *, chat: bool = False, methods: Iterable[str] = (), signals: Iterable[str] = (),
@@ -485,6 +486,13 @@ def _journal(value: Any) -> list[Mapping[str, Any]]:
         if error is not None and not isinstance(error, Mapping):
             raise ProtocolError("a journal entry's error is not an object")
     return value
+
+
+def _go_json_size(encoded: str) -> int:
+    """The length of JSON as agentbus measures it, in bytes: its UTF-8, with <, > and & escaped
+    (6 bytes each) and U+2028 and U+2029 too, as Go's encoding/json writes it."""
+    html = encoded.count("<") + encoded.count(">") + encoded.count("&")
+    return len(encoded.encode()) + 5 * html + 3 * (encoded.count("\u2028") + encoded.count("\u2029"))
 
 
 def _check_name(what: str, name: Any) -> None:

@@ -437,6 +437,7 @@ class StepsTest(unittest.TestCase):
             ("a control character", lambda ctx: ctx.step("a\nb", lambda: 1)),
             ("a result that is not JSON", lambda ctx: ctx.step("s", lambda: {1, 2})),
             ("a result too large", lambda ctx: ctx.step("s", lambda: "x" * (256 << 10))),
+            ("a result too large as Go encodes it", lambda ctx: ctx.step("s", lambda: "<" * (50 << 10))),
             ("nested steps", lambda ctx: ctx.step("outer", lambda: ctx.step("inner", lambda: 1))),
             ("an effect in a step", lambda ctx: ctx.step("s", lambda: ctx.post("hi"))),
             ("a wait for nothing", lambda ctx: ctx.wait("w")),

@@ -199,10 +199,11 @@ export class Context<S = unknown> {
    * a request, one at a time (await each); one whose step has another name than the journal's at
    * its place fails the request (500).
    *
-   * fn's result is any JSON value (at most 256 KiB encoded; undefined is null); a Fail it throws
-   * is recorded as the step's failure and thrown again from the journal on every run; anything
-   * else it throws (a Retry included) goes through the handler as if no step were made, and the
-   * step runs again on the request's next attempt. fn must not act on the context (setState,
+   * fn's result is any JSON value (at most 256 KiB encoded as Go encodes it, where <, > and &
+   * take 6 bytes; undefined is null); a Fail it throws is recorded as the step's failure and
+   * thrown again from the journal on every run; anything else it throws (a Retry included) goes
+   * through the handler as if no step were made, and the step runs again on the request's next
+   * attempt. fn must not act on the context (setState,
    * post, setTimer, tell, complete, delta) nor make steps: do those after the step, from its
    * result, where every run does them and the final answer carries them.
    *
@@ -229,7 +230,8 @@ export class Context<S = unknown> {
       fx.inStep = undefined;
     }
     const encoded = JSON.stringify(result === undefined ? null : result);
-    const size = Buffer.byteLength(encoded);
+    // As agentbus measures it: Go's encoding/json writes <, > and & (and U+2028, U+2029) escaped.
+    const size = Buffer.byteLength(encoded) + 5 * (encoded.match(/[<>&]/g)?.length ?? 0) + 3 * (encoded.match(/[\u2028\u2029]/g)?.length ?? 0);
     if (size > MAX_STEP_RESULT_BYTES) {
       throw new RangeError(`step ${JSON.stringify(name)}: its result is ${size} bytes encoded, more than ${MAX_STEP_RESULT_BYTES}`);
     }

@@ -667,6 +667,7 @@ test("steps: misuse fails the handler", async (t) => {
     ["a control character", (ctx) => ctx.step("a\nb", () => 1)],
     ["a result that is not JSON", (ctx) => ctx.step("s", () => 1n)],
     ["a result too large", (ctx) => ctx.step("s", () => "x".repeat(256 << 10))],
+    ["a result too large as Go encodes it", (ctx) => ctx.step("s", () => "<".repeat(50 << 10))],
     ["nested steps", (ctx) => ctx.step("outer", () => ctx.step("inner", () => 1))],
     ["an effect in a step", (ctx) => ctx.step("s", () => ctx.post({ text: "hi" }))],
     ["a delta in a step", (ctx) => ctx.step("s", () => ctx.delta("hi"))],
