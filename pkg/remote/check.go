@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -40,6 +43,7 @@ const (
 	CaseChatStreamed   = "Chat streamed"
 	CaseFile           = "File answered"
 	CaseWebhookAnswers = "webhook responses: a status of 200-599, and a content type with a body"
+	CaseJournal        = "journal: a request sent with a journal is answered from it"
 	CaseState          = "state is sent and an answer's state is valid JSON"
 	CaseOrder          = "order: 3 requests of one conversation, each sent with the state the previous one answered"
 	CaseStateConflict  = "state conflict: a request sent again with a fresher state is answered from that state"
@@ -49,6 +53,10 @@ const (
 
 // orderRequests is how many requests of one conversation the order case sends.
 const orderRequests = 3
+
+// maxFollowed bounds the steps and waits Check follows in one request: as many as a host
+// records (agent.MaxSteps).
+const maxFollowed = agent.MaxSteps
 
 // Check drives an agent's endpoint through the protocol's cases (docs/remote-agents.md), as a
 // workflow host would call it, and reports each, in this order:
@@ -62,6 +70,9 @@ const orderRequests = 3
 //   - webhook responses: each webhook method's response has a status of 200 to 599 (or none:
 //     200) and a content type when it has a body; a method without a protocol answer fails it
 //     too; skipped without webhook methods;
+//   - journal: the first request whose answers asked for steps or waits, sent again with its
+//     whole journal, is answered without a new step or wait; without one, a request sent with a
+//     journal of one entry is answered;
 //   - state: a request sent with a state gets an answer whose state, if any, is valid JSON;
 //   - order: three requests of one conversation, sent one after another, each with the state
 //     the previous answer gave, are all answered;
@@ -78,6 +89,12 @@ const orderRequests = 3
 // the agent's state evolves; when no answer carries a state, the request of the signature cases.
 // Their details name that request.
 //
+// Every case follows steps and waits as a host does: an answer that asks for a step is followed by
+// the request sent again with the step in its journal, and one that asks for a wait by the
+// request sent again with the wait's entry, the event of its deadline ({"type":"timeout"}), at
+// once. A step or wait a host would refuse (a name that is none, nothing to wait for, a result
+// over 256 KiB) fails the case.
+//
 // A Data method gets the first of its schema's examples as its parameters; a method without
 // examples, the smallest object its schema takes when one can be made from the schema's required
 // properties, else {}; the method's case says which it sent. A method that a registration would
@@ -88,6 +105,7 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 	c := &checker{reg: reg, client: &http.Client{Timeout: 30 * time.Second}, workflow: "check:" + reg.Name + ":Supervisor Workflow:check-" + randomHex(4)}
 	defer c.client.CloseIdleConnections()
 	c.params = make(map[string]checkParams, len(reg.Methods))
+	c.waits = map[string]int{}
 	for _, m := range reg.Methods {
 		c.params[m.Name] = paramsFor(m)
 	}
@@ -97,6 +115,8 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 	c.fileCase(ctx)
 	c.methodCases(ctx)
 	c.webhookCases(ctx)
+	detail, err := c.journalCase(ctx, first)
+	c.add(CaseJournal, err, detail)
 	c.add(CaseState, c.state(ctx), "ok")
 	c.sequenceCases(ctx, first)
 	return c.out
@@ -117,13 +137,149 @@ func (c *checker) skip(name, why string) {
 }
 
 // keep notes req as the request of the order, conflict and retry cases when it is the first
-// answered with a state.
+// answered with a state, and as the journal case's when it is the first that made steps or waits.
 func (c *checker) keep(req *Request, ans *Answer) {
 	if c.stateful == nil && ans != nil && ans.Error == nil && ans.State != nil {
 		r := *req
 		r.Stream = false
 		c.stateful = &r
 	}
+	if c.stepped == nil && ans != nil && len(req.Journal) > 0 {
+		r := *req
+		r.Stream = false
+		c.stepped, c.steppedAnswer = &r, ans
+	}
+}
+
+// exchange sends a signed request as a host does, and follows its steps and waits: after an
+// answer that asks for a step, the request goes again with the step in its journal; after one
+// that asks for a wait, with the wait's entry, the event of its deadline. It returns the last
+// answer and the parts of its stream (as call); req.Journal ends with what it followed.
+func (c *checker) exchange(ctx context.Context, req *Request) (*Answer, int, error) {
+	for {
+		ans, parts, err := c.call(ctx, req, c.reg.Secret)
+		if err != nil || ans.Error != nil || (ans.Step == nil && ans.Wait == nil) {
+			return ans, parts, err
+		}
+		n := len(req.Journal) + 1
+		if n > maxFollowed {
+			return nil, 0, fmt.Errorf("more than %d steps and waits, more than a host records: does the agent replay its journal?", maxFollowed)
+		}
+		var e JournalEntry
+		if st := ans.Step; st != nil {
+			if err := checkStep(st); err != nil {
+				return nil, 0, fmt.Errorf("step %d: %w", n, err)
+			}
+			e = JournalEntry{Name: st.Name, Result: st.Result, Error: st.Error}
+			if e.Error != nil {
+				e.Result = nil
+			} else if e.Result == nil {
+				e.Result = json.RawMessage("null")
+			}
+		} else {
+			if err := checkWait(ans.Wait); err != nil {
+				return nil, 0, fmt.Errorf("wait %d: %w", n, err)
+			}
+			ev, _ := json.Marshal(map[string]any{"type": "timeout", "at": timefmt.Of(time.Now())})
+			e = JournalEntry{Name: ans.Wait.Name, Result: ev}
+			c.waits[req.RequestID]++
+		}
+		req.Journal = append(req.Journal, e)
+	}
+}
+
+// checkStep tells whether a host records the step an answer asks for.
+func checkStep(st *Step) error {
+	if err := subject.CheckName("", st.Name); err != nil {
+		return fmt.Errorf("its name %s is not 1 to %d bytes of text", subject.Quote(st.Name), subject.MaxNameBytes)
+	}
+	if st.Error == nil && st.Result != nil {
+		var b bytes.Buffer
+		if err := json.Compact(&b, st.Result); err != nil {
+			return fmt.Errorf("%s: its result is not JSON", subject.Quote(st.Name))
+		}
+		var esc bytes.Buffer
+		json.HTMLEscape(&esc, b.Bytes())
+		if esc.Len() > agent.MaxStepResult {
+			return fmt.Errorf("%s: its result is %d bytes encoded, more than %d", subject.Quote(st.Name), esc.Len(), agent.MaxStepResult)
+		}
+	}
+	return nil
+}
+
+// checkWait tells whether a host makes the wait an answer asks for.
+func checkWait(w *Wait) error {
+	if err := subject.CheckName("", w.Name); err != nil {
+		return fmt.Errorf("its name %s is not 1 to %d bytes of text", subject.Quote(w.Name), subject.MaxNameBytes)
+	}
+	if !w.Chat && len(w.Methods) == 0 && len(w.Signals) == 0 && w.TimeoutMs == 0 {
+		return fmt.Errorf("%s: a wait needs chat, methods, signals or timeoutMs", subject.Quote(w.Name))
+	}
+	if w.TimeoutMs < 0 || w.TimeoutMs > agent.MaxWait.Milliseconds() {
+		return fmt.Errorf("%s: timeoutMs is 0 to %d", subject.Quote(w.Name), agent.MaxWait.Milliseconds())
+	}
+	for _, m := range append(slices.Clone(w.Methods), w.Signals...) {
+		if subject.CheckName("", m) != nil {
+			return fmt.Errorf("%s: the method or signal %s is not 1 to %d bytes of text", subject.Quote(w.Name), subject.Quote(m), subject.MaxNameBytes)
+		}
+	}
+	return nil
+}
+
+// followed says how many steps and waits exchange followed in req, for a case's detail: "" for
+// none.
+func (c *checker) followed(req *Request) string {
+	waits := c.waits[req.RequestID]
+	steps := len(req.Journal) - waits
+	var parts []string
+	if steps > 0 {
+		parts = append(parts, plural(steps, "step"))
+	}
+	if waits > 0 {
+		parts = append(parts, plural(waits, "wait"))
+	}
+	switch {
+	case len(parts) == 0:
+		return ""
+	case waits > 0:
+		return "; " + strings.Join(parts, " and ") + " followed (each wait ended by its deadline)"
+	}
+	return "; " + strings.Join(parts, " and ") + " followed"
+}
+
+// plural is n and the noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// journalCase sends the first request that made steps or waits again, with its whole journal,
+// as a host does after a state conflict: the agent must answer it from the journal, without a
+// new step or wait. Without such a request, it sends first with a journal of one entry, which an
+// agent that makes no steps must take.
+func (c *checker) journalCase(ctx context.Context, first Request) (string, error) {
+	if c.stepped != nil {
+		req := *c.stepped
+		what := fmt.Sprintf("%s sent again with its journal of %d entries", describe(req), len(req.Journal))
+		ans, _, err := c.call(ctx, &req, c.reg.Secret)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%s: %w", what, err)
+		case ans.Error == nil && (ans.Step != nil || ans.Wait != nil):
+			return "", fmt.Errorf("%s: it asked for another step or wait: a step or wait whose place the journal holds is answered from it", what)
+		case c.steppedAnswer.Error == nil && ans.Error != nil:
+			return "", fmt.Errorf("%s: refused: %d %s", what, ans.Error.Status, ans.Error.Message)
+		}
+		return what + ": answered from it, without a new step or wait", nil
+	}
+	req := c.again(first)
+	req.Journal = []JournalEntry{{Name: "check", Result: json.RawMessage(`{"checked":true}`)}}
+	if _, _, err := c.call(ctx, &req, c.reg.Secret); err != nil {
+		return "", fmt.Errorf("%s sent with a journal of one entry: %w", describe(req), err)
+	}
+	return describe(req) + ": answered when sent with a journal of one entry (no request made steps or waits)", nil
 }
 
 // signatureCases: a request unsigned, one signed with another secret, and one of an unknown
@@ -144,7 +300,7 @@ func (c *checker) chatCases(ctx context.Context) {
 		return
 	}
 	req := c.request("Chat", "hello", "")
-	ans, _, err := c.call(ctx, req, c.reg.Secret)
+	ans, _, err := c.exchange(ctx, req)
 	if err == nil && (ans.Reply == nil || ans.Reply.Text == nil || *ans.Reply.Text == "") && ans.Error == nil {
 		err = errors.New("the answer has neither reply.text nor error")
 	}
@@ -152,8 +308,9 @@ func (c *checker) chatCases(ctx context.Context) {
 		c.keep(req, ans)
 	}
 	c.add(CaseChat, err, "reply")
+	req = c.request("Chat", "hello", "")
 	req.Stream = true
-	ans, parts, err := c.call(ctx, req, c.reg.Secret)
+	ans, parts, err := c.exchange(ctx, req)
 	if err == nil && ans.Error == nil && (ans.Reply == nil || ans.Reply.Text == nil) {
 		err = errors.New("the streamed answer's last part has no reply.text")
 	}
@@ -168,7 +325,7 @@ func (c *checker) fileCase(ctx context.Context) {
 	}
 	req := c.request("File", "check.txt", "")
 	req.Message.File = &File{Name: "check.txt", ContentType: "text/plain", Size: 5, SHA256: "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824", Content: []byte("hello")}
-	_, _, err := c.call(ctx, req, c.reg.Secret)
+	_, _, err := c.exchange(ctx, req)
 	c.add(CaseFile, err, "answer")
 }
 
@@ -181,13 +338,13 @@ func (c *checker) methodCases(ctx context.Context) {
 			continue
 		}
 		req := c.dataRequest(m.Name)
-		ans, _, err := c.call(ctx, req, c.reg.Secret)
+		ans, _, err := c.exchange(ctx, req)
 		if err == nil {
 			c.keep(req, ans)
 		} else {
 			err = fmt.Errorf("%w; %s", err, params)
 		}
-		c.add("Data "+m.Name+" answered", err, "answer; "+params.String())
+		c.add("Data "+m.Name+" answered", err, "answer; "+params.String()+c.followed(req))
 	}
 }
 
@@ -196,12 +353,12 @@ func (c *checker) webhookCases(ctx context.Context) {
 	var responses []webhookAnswer
 	for _, w := range c.reg.Webhooks {
 		req := c.webhookRequest(w)
-		ans, _, err := c.call(ctx, req, c.reg.Secret)
+		ans, _, err := c.exchange(ctx, req)
 		if err == nil {
 			c.keep(req, ans)
 		}
 		responses = append(responses, webhookAnswer{method: w, ans: ans})
-		c.add("webhook "+w+" answered", err, "answer")
+		c.add("webhook "+w+" answered", err, "answer"+c.followed(req))
 	}
 	if len(c.reg.Webhooks) == 0 {
 		c.skip(CaseWebhookAnswers, "the registration has no webhook methods")
@@ -273,7 +430,7 @@ func (c *checker) order(ctx context.Context, tmpl Request) ([]json.RawMessage, s
 	for i := range orderRequests {
 		req := c.again(tmpl)
 		req.State = states[i]
-		ans, _, err := c.call(ctx, &req, c.reg.Secret)
+		ans, _, err := c.exchange(ctx, &req)
 		if err != nil {
 			return nil, "", fmt.Errorf("request %d of %d: %w", i+1, orderRequests, err)
 		}
@@ -307,12 +464,12 @@ func (c *checker) conflict(ctx context.Context, tmpl Request, states []json.RawM
 	stale, fresh := states[0], states[orderRequests-1]
 	req := c.again(tmpl)
 	req.State = stale
-	first, _, err := c.call(ctx, &req, c.reg.Secret)
+	first, _, err := c.exchange(ctx, &req)
 	if err != nil {
 		return "", fmt.Errorf("the request with the stale state: %w", err)
 	}
-	req.State = fresh
-	second, _, err := c.call(ctx, &req, c.reg.Secret)
+	req.State = fresh // sent again with the steps and waits it made: its journal
+	second, _, err := c.exchange(ctx, &req)
 	if err != nil {
 		return "", fmt.Errorf("the request sent again with the fresher state: %w", err)
 	}
@@ -346,12 +503,12 @@ func dependsOnState(states []json.RawMessage) bool {
 // answered, and, when the first was answered without an error, without one.
 func (c *checker) retry(ctx context.Context, tmpl Request) (string, error) {
 	req := c.again(tmpl)
-	first, _, err := c.call(ctx, &req, c.reg.Secret)
+	first, _, err := c.exchange(ctx, &req)
 	if err != nil {
 		return "", fmt.Errorf("attempt 1: %w", err)
 	}
-	req.Attempt = 2
-	second, _, err := c.call(ctx, &req, c.reg.Secret)
+	req.Attempt = 2 // with the steps and waits attempt 1 made: its journal
+	second, _, err := c.exchange(ctx, &req)
 	if err != nil {
 		return "", fmt.Errorf("attempt 2: %w", err)
 	}
@@ -389,9 +546,15 @@ type checker struct {
 	params map[string]checkParams
 	n      int
 
-	// out are the cases' results so far; stateful is the first request answered with a state.
-	out      []CheckResult
-	stateful *Request
+	// out are the cases' results so far; stateful is the first request answered with a state;
+	// stepped is the first that made steps or waits, with its journal, and steppedAnswer its
+	// answer.
+	out           []CheckResult
+	stateful      *Request
+	stepped       *Request
+	steppedAnswer *Answer
+	// waits counts the waits exchange followed, by requestId.
+	waits map[string]int
 }
 
 // pick is a request the agent can take: a Chat, else its first Data method or webhook.
@@ -428,10 +591,11 @@ func (c *checker) dataRequest(method string) *Request {
 	return req
 }
 
-// again is a copy of the request with a new requestId, attempt 1 and a new deadline.
+// again is a copy of the request with a new requestId, attempt 1, a new deadline and an empty
+// journal.
 func (c *checker) again(req Request) Request {
 	fresh := c.request(req.Type, "", "")
-	req.RequestID, req.Attempt, req.Deadline = fresh.RequestID, 1, fresh.Deadline
+	req.RequestID, req.Attempt, req.Deadline, req.Journal = fresh.RequestID, 1, fresh.Deadline, fresh.Journal
 	return req
 }
 
@@ -444,6 +608,7 @@ func (c *checker) request(typ, text, method string) *Request {
 		Deadline: timefmt.Of(time.Now().Add(30 * time.Second)),
 		State:    json.RawMessage("null"),
 		Message:  &Message{Text: text, Method: method, Data: json.RawMessage("{}")},
+		Journal:  []JournalEntry{},
 	}
 }
 
@@ -514,7 +679,7 @@ func (c *checker) state(ctx context.Context) error {
 	req := c.pick()
 	req.RequestID = "check-state-" + randomHex(4)
 	req.State = json.RawMessage(`{"checked":true}`)
-	ans, _, err := c.call(ctx, &req, c.reg.Secret)
+	ans, _, err := c.exchange(ctx, &req)
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func TestCheckConformingEndpoint(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		remote.CaseUnsigned, remote.CaseWronglySigned, remote.CaseProtocol, remote.CaseChat, remote.CaseChatStreamed, remote.CaseFile,
-		"Data count answered", "Data sum answered", "webhook echo answered", remote.CaseWebhookAnswers,
+		"Data count answered", "Data sum answered", "webhook echo answered", remote.CaseWebhookAnswers, remote.CaseJournal,
 		remote.CaseState, remote.CaseOrder, remote.CaseStateConflict, remote.CaseRetry, remote.CaseKeepAlive,
 	}, names)
 	byCase := map[string]string{}
@@ -61,6 +61,42 @@ func TestCheckConformingEndpoint(t *testing.T) {
 	assert.Equal(t, "Data count: answered from the fresher state", byCase[remote.CaseStateConflict])
 	assert.Equal(t, "Data count: attempt 2 answered", byCase[remote.CaseRetry])
 	assert.Equal(t, "1 responses", byCase[remote.CaseWebhookAnswers])
+	assert.Equal(t, "Chat: answered when sent with a journal of one entry (no request made steps or waits)", byCase[remote.CaseJournal])
+}
+
+// TestCheckFollowsSteps: a method that makes steps and waits is followed as a host follows it,
+// its journal growing with each, and sent again with its whole journal it must answer from it.
+func TestCheckFollowsSteps(t *testing.T) {
+	stepper := func(ep *remotetest.Endpoint) remote.Registration {
+		reg := ep.Registration("Stepper")
+		reg.Methods = append(reg.Methods, remotetest.Steps)
+		return reg
+	}
+	results := cases(t, stepper(remotetest.New(t, remotetest.Faults{})))
+	assert.Empty(t, failed(results))
+	assert.Equal(t, `answer; sent {"n":2} (its example); 2 steps and 1 wait followed (each wait ended by its deadline)`, results["Data steps answered"].Detail)
+	assert.Equal(t, "Data steps sent again with its journal of 3 entries: answered from it, without a new step or wait", results[remote.CaseJournal].Detail)
+
+	for _, tc := range []struct {
+		name   string
+		faults remotetest.Faults
+		want   map[string]string
+	}{
+		{"refuses a journal", remotetest.Faults{RefuseJournal: true},
+			map[string]string{"Data steps answered": "answered 400, want 200", remote.CaseJournal: "answered 400, want 200"}},
+		{"ignores its journal", remotetest.Faults{IgnoreJournal: true},
+			map[string]string{"Data steps answered": "more than 1000 steps and waits, more than a host records"}},
+		{"a step without a name", remotetest.Faults{StepWithoutName: true},
+			map[string]string{"Data steps answered": `step 1: its name "" is not 1 to 256 bytes of text`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := failed(cases(t, stepper(remotetest.New(t, tc.faults))))
+			require.Len(t, got, len(tc.want), "failed cases: %v", got)
+			for name, detail := range tc.want {
+				assert.Contains(t, got[name], detail, "case %q", name)
+			}
+		})
+	}
 }
 
 // TestCheckReportsFaults: an endpoint that breaks one rule fails that rule's case, and only it.
@@ -82,6 +118,8 @@ func TestCheckReportsFaults(t *testing.T) {
 			map[string]string{remote.CaseUnsigned: "answered 200, want 401", remote.CaseWronglySigned: "answered 200, want 401"}},
 		{"any protocol", remotetest.Faults{AnyProtocol: true},
 			map[string]string{remote.CaseProtocol: "answered 200, want 400"}},
+		{"refuses a journal", remotetest.Faults{RefuseJournal: true},
+			map[string]string{remote.CaseJournal: "Chat sent with a journal of one entry: answered 400, want 200"}},
 		{"closes connections", remotetest.Faults{CloseConnections: true},
 			map[string]string{remote.CaseKeepAlive: "opened a new connection"}},
 		{"complete that is not a boolean", remotetest.Faults{CompleteNotBoolean: true},

@@ -130,9 +130,14 @@ func TestPythonEchoConforms(t *testing.T) {
 	// its counter goes up with each request, and the request sent again with a fresher state
 	// is answered from it.
 	for _, m := range reg.Methods {
-		assert.Regexp(t, `^answer; sent \{.*\} \((its example|the first of its \d+ examples)\)$`, byCase["Data "+m.Name+" answered"], m.Name)
+		assert.Regexp(t, `^answer; sent \{.*\} \((its example|the first of its \d+ examples)\)(; .* followed.*)?$`, byCase["Data "+m.Name+" answered"], m.Name)
 	}
 	assert.Equal(t, `answer; sent {"values":[2,3]} (the first of its 2 examples)`, byCase["Data sum answered"])
+	// steps and ask are followed as a host follows them, and steps sent again with its journal
+	// is answered from it.
+	assert.Equal(t, `answer; sent {"n":2,"sleepMs":10} (its example); 2 steps followed`, byCase["Data steps answered"])
+	assert.Equal(t, `answer; sent {"question":"Which colour?","timeoutS":60} (its example); 1 wait followed (each wait ended by its deadline)`, byCase["Data ask answered"])
+	assert.Equal(t, "Data steps sent again with its journal of 2 entries: answered from it, without a new step or wait", byCase[remote.CaseJournal])
 	assert.Equal(t, "Data count: 3 requests answered; the state changed 3 times", byCase[remote.CaseOrder])
 	assert.Equal(t, "Data count: answered from the fresher state", byCase[remote.CaseStateConflict])
 }

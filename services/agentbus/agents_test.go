@@ -262,7 +262,7 @@ func (a *agents) testCheck(t *testing.T) {
 	h.t = t
 	r := h.ok("", "agent", "check", "-f", a.file)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 15, r.stdout)
+	require.Len(t, lines, 16, r.stdout)
 	for _, line := range lines {
 		assert.True(t, strings.HasPrefix(line, "PASS  "), "a case failed: %s", line)
 	}
@@ -270,7 +270,7 @@ func (a *agents) testCheck(t *testing.T) {
 		checkLine(t, r.stdout, "PASS", name)
 	}
 	assert.Contains(t, checkLine(t, r.stdout, "PASS", remote.CaseOrder), "the state changed 3 times")
-	assert.Equal(t, a.ep.URL+"/agentbus: 15 passed, 0 failed, 0 skipped\n", r.stderr)
+	assert.Equal(t, a.ep.URL+"/agentbus: 16 passed, 0 failed, 0 skipped\n", r.stderr)
 
 	requests := a.ep.Requests()
 	r = h.ok("", "agent-check", a.ep.URL+"/agentbus", "--secret", a.ep.Secret, "--method", "count")
@@ -278,7 +278,7 @@ func (a *agents) testCheck(t *testing.T) {
 	assert.Contains(t, checkLine(t, r.stdout, "SKIP", remote.CaseChat), "skipped: the registration takes no Chat messages")
 	checkLine(t, r.stdout, "SKIP", remote.CaseWebhookAnswers)
 	checkLine(t, r.stdout, "PASS", remote.CaseStateConflict)
-	assert.Contains(t, r.stderr, ": 9 passed, 0 failed, 4 skipped")
+	assert.Contains(t, r.stderr, ": 10 passed, 0 failed, 4 skipped")
 
 	// add needs parameters: --example gives them, and the state cases run on it; sent {}, it
 	// fails.
@@ -296,7 +296,7 @@ func (a *agents) testCheck(t *testing.T) {
 	require.NoError(t, r.err, r.stderr)
 	var results []remote.CheckResult
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &results), r.stdout)
-	require.Len(t, results, 15)
+	require.Len(t, results, 16)
 	for _, res := range results {
 		assert.True(t, res.OK, "%s: %s", res.Case, res.Detail)
 	}
@@ -322,7 +322,7 @@ func (a *agents) testCheckFails(t *testing.T) {
 		assert.NotErrorAs(t, r.err, new(usageError))
 		assert.Contains(t, checkLine(t, r.stdout, "FAIL", tc.name), tc.detail)
 		assert.True(t, strings.HasSuffix(r.stderr, "error: "+failed.Error()+"\n"), "stderr %q", r.stderr)
-		assert.Regexp(t, `^error: [12] of 15 cases failed$`, strings.TrimSpace(r.stderr[strings.LastIndex(r.stderr, "error: "):]))
+		assert.Regexp(t, `^error: [12] of 16 cases failed$`, strings.TrimSpace(r.stderr[strings.LastIndex(r.stderr, "error: "):]))
 	}
 	// An endpoint that is not there fails every case that calls it, not the command line.
 	ep := remotetest.New(t, remotetest.Faults{})
@@ -331,7 +331,7 @@ func (a *agents) testCheckFails(t *testing.T) {
 	r := h.cmd("", false, "agent", "check", "-f", file)
 	var failed errCheckFailed
 	require.ErrorAs(t, r.err, &failed, "stdout %s\nstderr %s", r.stdout, r.stderr)
-	assert.Equal(t, 15, failed.failed, r.stdout)
+	assert.Equal(t, 16, failed.failed, r.stdout)
 }
 
 // testUsage: agent commands given wrongly print the usage.

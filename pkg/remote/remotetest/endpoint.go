@@ -40,12 +40,19 @@ type Faults struct {
 	WebhookStatus int
 	// CompleteNotBoolean answers the webhook with "complete": "yes", which is no boolean.
 	CompleteNotBoolean bool
+	// RefuseJournal answers 400 to a request whose journal is not empty.
+	RefuseJournal bool
+	// IgnoreJournal makes Steps ask for its first step whatever the journal holds.
+	IgnoreJournal bool
+	// StepWithoutName makes Steps ask for a step without a name.
+	StepWithoutName bool
 }
 
 // Endpoint is a remote agent: Chat ("You said: …", streamed word by word when asked), File
 // ("Received {name} ({n} bytes)"), the Data methods count (a counter kept in the state) and sum
 // ({"values": [...]} → {"sum": n}), and the webhook echo (the body back, with its content type).
-// It also serves the Data methods add (Add) and sleep (Sleep), which its Registration leaves out.
+// It also serves the Data methods add (Add), sleep (Sleep) and steps (Steps), which its
+// Registration leaves out.
 type Endpoint struct {
 	*httptest.Server
 	// Secret is the signing secret it checks.
@@ -94,6 +101,14 @@ var Add = remote.Method{
 var Sleep = remote.Method{
 	Name: "sleep", Description: "Waits ms milliseconds, then answers.",
 	Schema: json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer"},"n":{"type":"integer"}},"examples":[{"ms":10,"n":1}]}`),
+}
+
+// Steps is the Data method steps: it makes n steps ("step 1" … "step n", each giving its number)
+// then one wait ("pause", for a second), as a kit's handler does, answering from its journal, and
+// then answers {"journal": n}, how many entries its journal held.
+var Steps = remote.Method{
+	Name: "steps", Description: "Makes n steps, then waits a second.",
+	Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"examples":[{"n":2}]}`),
 }
 
 // maxSleep bounds Sleep's wait.
@@ -149,6 +164,10 @@ func (e *Endpoint) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if !e.faults.AnyProtocol && (req.Protocol != remote.ProtocolVersion || r.Header.Get(remote.HeaderProtocol) != strconv.Itoa(remote.ProtocolVersion)) {
 		http.Error(w, "not a protocol 1 request", http.StatusBadRequest)
+		return
+	}
+	if e.faults.RefuseJournal && len(req.Journal) > 0 {
+		http.Error(w, "a journal", http.StatusBadRequest)
 		return
 	}
 	e.mu.Lock()
@@ -263,6 +282,25 @@ func (e *Endpoint) answer(req *remote.Request) map[string]any {
 		e.slept[conv] = append(e.slept[conv], p.N)
 		e.mu.Unlock()
 		return map[string]any{"reply": map[string]any{"data": map[string]int{"slept": p.MS, "n": p.N}}}
+	case req.Type == "Data" && req.Message.Method == Steps.Name:
+		var p struct {
+			N int `json:"n"`
+		}
+		_ = json.Unmarshal(req.Message.Data, &p)
+		done := len(req.Journal)
+		switch {
+		case e.faults.StepWithoutName:
+			return map[string]any{"step": map[string]any{"name": "", "result": 1}}
+		case e.faults.IgnoreJournal:
+			done = 0
+		}
+		if done < p.N {
+			return map[string]any{"step": map[string]any{"name": fmt.Sprintf("step %d", done+1), "result": done + 1}}
+		}
+		if done == p.N {
+			return map[string]any{"wait": map[string]any{"name": "pause", "timeoutMs": 1000}}
+		}
+		return map[string]any{"reply": map[string]any{"data": map[string]any{"journal": done}}}
 	case req.Type == "Data" && req.Message.Method == "sum":
 		var p struct {
 			Values []float64 `json:"values"`
