@@ -130,6 +130,12 @@ func TestProcessesPausedHostIsFenced(t *testing.T) {
 // instancesOf returns the instances prefix-0 … prefix-(n-1) that host serves now.
 func (s *system) instancesOf(host, prefix string, n int) []string {
 	s.t.Helper()
+	return s.instancesOfOn(echoWF, host, prefix, n)
+}
+
+// instancesOfOn is instancesOf for the agent of wf, whose host method answers host.
+func (s *system) instancesOfOn(wf, host, prefix string, n int) []string {
+	s.t.Helper()
 	ctx := proctest.Context(s.t, time.Minute)
 	var (
 		mu   sync.Mutex
@@ -139,7 +145,7 @@ func (s *system) instancesOf(host, prefix string, n int) []string {
 	for i := range n {
 		a := fmt.Sprintf("%s-%d", prefix, i)
 		wg.Go(func() {
-			h, err := s.hostOf(ctx, a)
+			h, err := s.hostOfOn(ctx, wf, a)
 			if err == nil && h == host {
 				mu.Lock()
 				mine = append(mine, a)

@@ -111,8 +111,14 @@ func (s *system) killCallerHost(t *testing.T, l *relayLoad, host string, after i
 // more names until it found them.
 func (s *system) instancesOn(host, prefix string, n int) []string {
 	s.t.Helper()
+	return s.instancesOnAgent(echoWF, host, prefix, n)
+}
+
+// instancesOnAgent is instancesOn for the agent of wf, whose host method answers host.
+func (s *system) instancesOnAgent(wf, host, prefix string, n int) []string {
+	s.t.Helper()
 	for probe := 4 * n; probe <= 64*n; probe *= 2 {
-		if mine := s.instancesOf(host, prefix, probe); len(mine) >= n {
+		if mine := s.instancesOfOn(wf, host, prefix, probe); len(mine) >= n {
 			slices.Sort(mine)
 			return mine[:n]
 		}

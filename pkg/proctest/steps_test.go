@@ -149,13 +149,18 @@ type stepsCalls struct {
 // startStepsCalls calls Echo's steps, with n steps of sleepMs each, on every instance at once,
 // through converse with an Idempotency-Key, again after a 5xx or a connection error.
 func startStepsCalls(sys *system, instances []string, n, sleepMs int) *stepsCalls {
+	return startStepsCallsOn(sys, echoWF, instances, n, sleepMs)
+}
+
+// startStepsCallsOn is startStepsCalls with the agent of wf (Echo's, or a remote Echo's).
+func startStepsCallsOn(sys *system, wf string, instances []string, n, sleepMs int) *stepsCalls {
 	c := &stepsCalls{answers: map[string]stepsAnswer{}, failures: map[string]int{}}
 	run := time.Now().UnixNano()
 	for _, a := range instances {
 		c.wg.Go(func() {
 			key := fmt.Sprintf("steps-%d-%s", run, a)
 			b, err := untilAnswered(context.Background(), 2*time.Minute, func(ctx context.Context) (int, []byte, error) {
-				return sys.converse(ctx, a, "steps", map[string]int{"n": n, "sleepMs": sleepMs}, nil, "Idempotency-Key", key)
+				return sys.converseOn(ctx, wf, a, "steps", map[string]int{"n": n, "sleepMs": sleepMs}, nil, "Idempotency-Key", key)
 			}, c.failed)
 			var reply struct {
 				Response struct {
@@ -223,7 +228,7 @@ func (s *system) waitInStep(instances []string, n int, within time.Duration) tim
 		want[i] = 1
 	}
 	for {
-		counts := s.stepCountsCtx(ctx, instances)
+		counts := s.stepCountsCtx(ctx, echoWF, instances)
 		require.NoError(s.t, ctx.Err(), "the instances were not all in step %d within %v: %v", n, within, counts)
 		all := true
 		for _, a := range instances {
@@ -241,8 +246,14 @@ func (s *system) waitInStep(instances []string, n int, within time.Duration) tim
 // stepCounts reads the step counts (Echo's state "steps") of the instances.
 func (s *system) stepCounts(instances []string) map[string][]int {
 	s.t.Helper()
+	return s.stepCountsOn(echoWF, instances)
+}
+
+// stepCountsOn is stepCounts of the agent of wf (Echo's, or a remote Echo's).
+func (s *system) stepCountsOn(wf string, instances []string) map[string][]int {
+	s.t.Helper()
 	ctx := proctest.Context(s.t, time.Minute)
-	counts := s.stepCountsCtx(ctx, instances)
+	counts := s.stepCountsCtx(ctx, wf, instances)
 	for _, a := range instances {
 		_, ok := counts[a]
 		require.True(s.t, ok, "the state of %s could not be read", a)
@@ -250,10 +261,10 @@ func (s *system) stepCounts(instances []string) map[string][]int {
 	return counts
 }
 
-// stepCountsCtx reads the step counts of the instances at once, each from the admin API's
-// instance record, again after a failed read until ctx ends; an instance whose state could not
-// be read is left out.
-func (s *system) stepCountsCtx(ctx context.Context, instances []string) map[string][]int {
+// stepCountsCtx reads the step counts of the agent of wf's instances at once, each from the
+// admin API's instance record, again after a failed read until ctx ends; an instance whose state
+// could not be read is left out.
+func (s *system) stepCountsCtx(ctx context.Context, wf string, instances []string) map[string][]int {
 	var (
 		mu     sync.Mutex
 		counts = map[string][]int{}
@@ -262,7 +273,7 @@ func (s *system) stepCountsCtx(ctx context.Context, instances []string) map[stri
 	for _, a := range instances {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				c, err := s.instanceStepCounts(ctx, a)
+				c, err := s.instanceStepCounts(ctx, wf, a)
 				if err == nil {
 					mu.Lock()
 					counts[a] = c
@@ -277,11 +288,11 @@ func (s *system) stepCountsCtx(ctx context.Context, instances []string) map[stri
 	return counts
 }
 
-// instanceStepCounts reads Echo's state "steps" of an instance from the admin API, which reads
-// the instance record: it does not wait for the instance's requests.
-func (s *system) instanceStepCounts(ctx context.Context, activation string) ([]int, error) {
+// instanceStepCounts reads Echo's state "steps" of the instance wf+activation from the admin
+// API, which reads the instance record: it does not wait for the instance's requests.
+func (s *system) instanceStepCounts(ctx context.Context, wf, activation string) ([]int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		s.ingress.URL+"/api/v1/admin/tenants/default/instances/"+url.PathEscape(echoWF+activation), nil)
+		s.ingress.URL+"/api/v1/admin/tenants/default/instances/"+url.PathEscape(wf+activation), nil)
 	if err != nil {
 		return nil, err
 	}

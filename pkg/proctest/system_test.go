@@ -206,6 +206,12 @@ func (s *system) webhookAt(ctx context.Context, base, wf, activation, method str
 // and returns the status and body. query adds converse's optional parameters (participantId,
 // timeoutSeconds, …); hdr are header name and value pairs.
 func (s *system) converse(ctx context.Context, activation, method string, params any, query url.Values, hdr ...string) (int, []byte, error) {
+	return s.converseOn(ctx, echoWF, activation, method, params, query, hdr...)
+}
+
+// converseOn is converse with the instance wf+activation (wf is an agent's workflow id prefix,
+// such as echoWF).
+func (s *system) converseOn(ctx context.Context, wf, activation, method string, params any, query url.Values, hdr ...string) (int, []byte, error) {
 	body, err := json.Marshal(params)
 	if err != nil {
 		return 0, nil, err
@@ -213,7 +219,7 @@ func (s *system) converse(ctx context.Context, activation, method string, params
 	if query == nil {
 		query = url.Values{}
 	}
-	query.Set("workflow", echoWF+activation)
+	query.Set("workflow", wf+activation)
 	query.Set("type", "Data")
 	query.Set("text", method)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.ingress.URL+"/api/user/rest/converse?"+query.Encode(), bytes.NewReader(body))
@@ -244,7 +250,13 @@ func unwrapURL(err error) error {
 
 // hostOf asks Echo's host method which host serves an instance.
 func (s *system) hostOf(ctx context.Context, activation string) (string, error) {
-	status, b, err := s.webhook(ctx, activation, "host", nil)
+	return s.hostOfOn(ctx, echoWF, activation)
+}
+
+// hostOfOn asks the host method of the agent of wf (Echo's, or a remote Echo's) which host serves
+// an instance.
+func (s *system) hostOfOn(ctx context.Context, wf, activation string) (string, error) {
+	status, b, err := s.webhookOn(ctx, wf, activation, "host", nil)
 	if err != nil {
 		return "", err
 	}
