@@ -379,6 +379,8 @@ class Context:
         "timeout"), "text" (chat), "method" and "data" (data; a signal's name and data),
         "participantId", "requestId" and "at", each left out when empty.
         """
+        if isinstance(methods, str) or isinstance(signals, str):
+            raise TypeError(f"wait {name!r}: methods and signals are lists of names, not a str")
         methods, signals = list(methods), list(signals)
         for kind, names in (("method", methods), ("signal", signals)):
             for m in names:

@@ -443,6 +443,7 @@ class StepsTest(unittest.TestCase):
             ("a wait for nothing", lambda ctx: ctx.wait("w")),
             ("a wait too long", lambda ctx: ctx.wait("w", timeout=7 * 24 * 3600)),
             ("a method without a name", lambda ctx: ctx.wait("w", methods=[""])),
+            ("methods as one str", lambda ctx: ctx.wait("w", methods="answer")),
         ]:
             with self.subTest(name), self.assertLogs("agentbus_agent", "ERROR"):
                 method = f"misuse{len(self.agent._methods)}"
