@@ -120,7 +120,7 @@ func (c *caller) message(typ string) func(ctx context.Context, m *agent.Message)
 				req.Message.File.Content = content
 			}
 		}
-		ans, err := c.exchange(ctx, m.Instance(), req, m.Delta)
+		ans, err := c.exchange(ctx, m.Instance(), m, req, m.Delta)
 		if err != nil {
 			return agent.Reply{}, err
 		}
@@ -138,7 +138,7 @@ func (c *caller) webhook(ctx context.Context, r *agent.WebhookRequest) agent.Res
 	if req.Webhook.Body == nil {
 		req.Webhook.Body = []byte{}
 	}
-	ans, err := c.exchange(ctx, r.Instance(), req, nil)
+	ans, err := c.exchange(ctx, r.Instance(), nil, req, nil)
 	var failed *agent.Error
 	switch {
 	case err == nil:
@@ -171,14 +171,14 @@ func (c *caller) webhook(ctx context.Context, r *agent.WebhookRequest) agent.Res
 // the new state), then sends what the answer asks for: posts, timers and tells. An answer without
 // state leaves it. A failed request (the answer's error) is returned as the error of a Go
 // handler.
-func (c *caller) exchange(ctx context.Context, inst *agent.Instance, req *Request, onDelta func(string)) (*Answer, error) {
+func (c *caller) exchange(ctx context.Context, inst *agent.Instance, msg *agent.Message, req *Request, onDelta func(string)) (*Answer, error) {
 	if err := inst.State(&req.State); err != nil {
 		return nil, err
 	}
 	if err := c.journal(ctx, req); err != nil {
 		return nil, err
 	}
-	ans, err := c.stepThrough(ctx, req, onDelta)
+	ans, err := c.stepThrough(ctx, inst, msg, req, onDelta)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +272,7 @@ func entryOf(name string, result json.RawMessage, err error) JournalEntry {
 // step in its journal, until an answer asks for none. A streamed answer's deltas reach onDelta
 // once: the agent runs its handler from the start on every send, and streams again what it
 // streamed before the step (newDeltas).
-func (c *caller) stepThrough(ctx context.Context, req *Request, onDelta func(string)) (*Answer, error) {
+func (c *caller) stepThrough(ctx context.Context, inst *agent.Instance, msg *agent.Message, req *Request, onDelta func(string)) (*Answer, error) {
 	size := 0
 	for _, e := range req.Journal {
 		size += len(e.Name) + len(e.Result) + 64
@@ -283,10 +283,10 @@ func (c *caller) stepThrough(ctx context.Context, req *Request, onDelta func(str
 			return nil, agent.Errorf(http.StatusInternalServerError, "the request's journal is over %d bytes, more than a remote agent is sent", maxJournal)
 		}
 		ans, err := c.post(ctx, req, newDeltas(&streamed, onDelta))
-		if err != nil || ans.Error != nil || ans.Step == nil {
+		if err != nil || ans.Error != nil || ans.Step == nil && ans.Call == nil && ans.History == nil {
 			return ans, err
 		}
-		e, err := c.recordStep(ctx, ans.Step)
+		e, err := c.recordStep(ctx, inst, msg, ans)
 		if err != nil {
 			return nil, err
 		}
@@ -328,29 +328,79 @@ func newDeltas(streamed *strings.Builder, onDelta func(string)) func(string) {
 // agent gave, or what another run of the request recorded first. A step the host cannot record
 // as asked (a name that is none, a result too large, more steps than a request makes) fails the
 // request (502): sent again, the agent would ask for the same.
-func (c *caller) recordStep(ctx context.Context, st *Step) (JournalEntry, error) {
-	res, err := agent.Step(ctx, st.Name, func(context.Context) (json.RawMessage, error) {
-		if e := st.Error; e != nil {
-			status := e.Status
-			if status < 400 || status > 599 {
-				status = http.StatusInternalServerError
-			}
-			return nil, agent.Errorf(status, "%s", e.Message)
-		}
-		if st.Result == nil {
-			return json.RawMessage("null"), nil
-		}
-		return st.Result, nil
-	})
-	var he *agent.Error
+func (c *caller) recordStep(ctx context.Context, inst *agent.Instance, msg *agent.Message, ans *Answer) (JournalEntry, error) {
+	name, work, err := stepWork(inst, msg, ans)
+	if err != nil {
+		return JournalEntry{}, err
+	}
+	res, err := agent.Step(ctx, name, work)
+	var (
+		he *agent.Error
+		ce *agent.CallError
+	)
 	switch {
-	case err == nil, errors.As(err, &he) && !agent.IsRetryable(err):
-		return entryOf(st.Name, res, err), nil
+	case err == nil, !agent.IsRetryable(err) && (errors.As(err, &he) || errors.As(err, &ce)):
+		return entryOf(name, res, err), nil
 	case agent.IsRetryable(err), errors.Is(err, agent.ErrStepMismatch):
 		return JournalEntry{}, err
 	}
-	return JournalEntry{}, agent.Errorf(http.StatusBadGateway, "the agent's step %s: %v", subject.Quote(st.Name), err)
+	return JournalEntry{}, agent.Errorf(http.StatusBadGateway, "the agent's step %s: %v", subject.Quote(name), err)
 }
+
+// stepWork is the name and the work of the step an answer asks for: recording what the agent
+// ran (step), an Agent2Agent call (call) or a read of the request's thread (history).
+func stepWork(inst *agent.Instance, msg *agent.Message, ans *Answer) (string, func(context.Context) (json.RawMessage, error), error) {
+	switch {
+	case ans.Step != nil:
+		st := ans.Step
+		return st.Name, func(context.Context) (json.RawMessage, error) {
+			if e := st.Error; e != nil {
+				status := e.Status
+				if status < 400 || status > 599 {
+					status = http.StatusInternalServerError
+				}
+				return nil, agent.Errorf(status, "%s", e.Message)
+			}
+			if st.Result == nil {
+				return json.RawMessage("null"), nil
+			}
+			return st.Result, nil
+		}, nil
+	case ans.Call != nil:
+		call := ans.Call
+		peer := agent.Peer{Agent: call.Agent, WorkflowType: call.WorkflowType, Activation: call.Activation, WorkflowID: call.WorkflowID}
+		return call.Name, func(ctx context.Context) (json.RawMessage, error) {
+			var out json.RawMessage
+			if err := inst.Call(ctx, peer, call.Method, dataOf(call.Params), &out); err != nil {
+				return nil, err
+			}
+			if out == nil {
+				out = json.RawMessage("null")
+			}
+			return out, nil
+		}, nil
+	}
+	read := ans.History
+	if msg == nil {
+		return "", nil, agent.Errorf(http.StatusBadGateway, "the agent's history read %s: a webhook call has no thread to read", subject.Quote(read.Name))
+	}
+	if read.Size < 0 || read.Size > maxHistoryRead {
+		return "", nil, agent.Errorf(http.StatusBadGateway, "the agent's history read %s: size is 1 to %d", subject.Quote(read.Name), maxHistoryRead)
+	}
+	return read.Name, func(ctx context.Context) (json.RawMessage, error) {
+		msgs, _, err := msg.History(ctx, agent.HistoryOptions{Size: read.Size, Scope: read.Scope})
+		if err != nil {
+			return nil, agent.Retryable(err)
+		}
+		if msgs == nil {
+			return json.RawMessage(`{"messages":[]}`), nil
+		}
+		return json.Marshal(map[string]any{"messages": msgs})
+	}, nil
+}
+
+// maxHistoryRead bounds the messages of one history read (HistoryRead.Size).
+const maxHistoryRead = 100
 
 // wait parks the request as the answer asks (agent.Wait): it returns agent.ErrWaiting, which the
 // handler returns. A wait the host cannot make as asked (a name that is none, nothing to wait

@@ -120,6 +120,32 @@ type Answer struct {
 	// Wait, to park the request until an event. Either makes the answer's other fields ignored.
 	Step *Step `json:"step,omitempty"`
 	Wait *Wait `json:"wait,omitempty"`
+	// Call and History ask the host for a step whose work it does itself: an Agent2Agent call,
+	// a read of the request's thread; the request is sent again with its outcome in the journal.
+	Call    *Call        `json:"call,omitempty"`
+	History *HistoryRead `json:"history,omitempty"`
+}
+
+// Call is an Agent2Agent call the host makes as a step (Name): a Data method of an instance of
+// the tenant, named as a Tell names one. The journal's entry is the callee's result (its reply's
+// data), or its failure.
+type Call struct {
+	Name         string          `json:"name"`
+	Agent        string          `json:"agent,omitempty"`
+	WorkflowType string          `json:"workflowType,omitempty"`
+	Activation   string          `json:"activation,omitempty"`
+	WorkflowID   string          `json:"workflowId,omitempty"`
+	Method       string          `json:"method"`
+	Params       json.RawMessage `json:"params,omitempty"`
+}
+
+// HistoryRead is a read of the request's thread the host makes as a step (Name): the newest
+// Size messages (1-100, default 20) before the request's own, of Scope when given. The journal's
+// entry is {"messages": [...]}, newest first.
+type HistoryRead struct {
+	Name  string `json:"name"`
+	Size  int    `json:"size,omitempty"`
+	Scope string `json:"scope,omitempty"`
 }
 
 // ReplyBody is a Chat, Data or File request's reply.

@@ -121,6 +121,20 @@ func (e *endpoint) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			answer(map[string]any{"reply": map[string]any{"data": map[string]any{"journal": req.Journal}}})
 		}
+	case req.Message.Method == "callread":
+		// A call to Echo's sum, then a read of the thread, as steps the host makes.
+		switch len(req.Journal) {
+		case 0:
+			answer(map[string]any{"call": map[string]any{"name": "c", "agent": "Echo", "activation": "x", "method": "sum",
+				"params": map[string]any{"values": []int{2, 3}}}})
+		case 1:
+			answer(map[string]any{"call": map[string]any{"name": "bad", "agent": "Echo", "activation": "x", "method": "sum",
+				"params": map[string]any{"values": "no"}}})
+		case 2:
+			answer(map[string]any{"history": map[string]any{"name": "h", "size": 5}})
+		default:
+			answer(map[string]any{"reply": map[string]any{"data": map[string]any{"journal": req.Journal}}})
+		}
 	case req.Message.Method == "flaky":
 		if e.flaky.Add(1) == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -21,7 +21,7 @@ func TestRemoteAgentStepsAndWaits(t *testing.T) {
 	ep := newEndpoint(t)
 	var reg remote.Registration
 	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey,
-		map[string]any{"name": "Stepper", "url": ep.URL + "/agentbus", "methods": []map[string]any{{"name": "twosteps"}}}, &reg)
+		map[string]any{"name": "Stepper", "url": ep.URL + "/agentbus", "methods": []map[string]any{{"name": "twosteps"}, {"name": "callread"}}}, &reg)
 	require.Equal(t, http.StatusCreated, status)
 	ep.secret.Store(reg.Secret)
 	require.NoError(t, s.WaitLive(t.Context(), "Stepper"))
@@ -65,6 +65,24 @@ func TestRemoteAgentStepsAndWaits(t *testing.T) {
 	}
 	ep.mu.Unlock()
 	assert.Equal(t, []int{0, 1, 2, 3}, lens)
+
+	// A call and a read of the thread, as steps the host makes: the callee's result, a call's
+	// failure, and the thread's messages before the request, in the journal.
+	status, ans = send(t, s, "Stepper", "a", "callread")
+	require.Equal(t, http.StatusOK, status, "%v", ans)
+	require.NoError(t, json.Unmarshal([]byte(mustJSON(t, ans)), &got))
+	j = got.Response.Data.Journal
+	require.Len(t, j, 3, "%v", ans)
+	assert.JSONEq(t, `{"sum":5}`, string(j[0].Result))
+	require.NotNil(t, j[1].Error, "%v", j[1])
+	assert.Equal(t, http.StatusBadRequest, j[1].Error.Status)
+	var read struct {
+		Messages []struct {
+			Text *string `json:"text"`
+		} `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(j[2].Result, &read), "%s", j[2].Result)
+	require.NotEmpty(t, read.Messages, "the thread before the request")
 }
 
 func mustJSON(t *testing.T, v any) string {
