@@ -29,6 +29,8 @@ MAX_STEPS = 1000
 MAX_STEP_NAME = 256
 MAX_STEP_RESULT = 256 << 10
 MAX_WAIT_SECONDS = 6 * 24 * 3600
+#: The most messages one history read returns (Context.history).
+MAX_HISTORY = 100
 
 
 class ProtocolError(ValueError):
@@ -416,6 +418,65 @@ class Context:
             return
         self.wait("sleep", timeout=s)
 
+    def call(self, name: str, method: str, params: Any = None, *, agent: str | None = None,
+             activation: str | None = None, workflow_type: str | None = None,
+             workflow_id: str | None = None) -> Any:
+        """Calls a Data method of an instance of the tenant (Agent2Agent), as a durable step named
+        name, and returns the callee's result (its reply's data; None without). The instance is
+        of agent (this agent when neither agent nor workflow_id is given) and workflow_type
+        ("Supervisor Workflow" by default), named by activation ("default" by default), or by
+        workflow_id instead.
+
+        agentbus makes the call (docs/remote-agents.md, "Steps and waits"): past the journal the
+        call stops the handler, as a step does, the host calls the method and sends the request
+        again with the outcome in the journal, and every later run gets it from there. A call that
+        failed raises Fail with the failure's status and message, on every run: 404 for an
+        unknown agent, workflow type or method, 400 for parameters its schema refuses, 202 for a
+        callee that waits (its Fail keeps the 202), the callee's own failure as it failed.
+        params is any JSON value; the callee gets it as its parameters.
+        """
+        if not isinstance(method, str) or not method:
+            raise ValueError(f"call {name!r} needs a method")
+        for what, value in (("agent", agent), ("activation", activation), ("workflow_type", workflow_type),
+                            ("workflow_id", workflow_id)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"call {name!r}: {what} is not a str")
+        if params is not None:
+            try:
+                _dumps(params)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"call {name!r}: its params are not JSON: {e}") from e
+        n = self._place(name, "call")
+        if n < len(self.journal):
+            return self._replay(n, name)
+        if not agent and not workflow_id:
+            agent = self.agent
+        return self._suspend({"call": _compact(name=name, agent=agent or None, workflowType=workflow_type or None,
+                                               activation=activation or None, workflowId=workflow_id or None,
+                                               method=method, params=params)})
+
+    def history(self, name: str, size: int = 20, scope: str | None = None) -> list[dict[str, Any]]:
+        """Reads the request's thread, as a durable step named name, and returns its newest size
+        messages (1 to 100) before the request's own, newest first, of scope only when given:
+        dicts as agentbus's history API gives them. Chat, Data and File requests only.
+
+        agentbus reads the thread (docs/remote-agents.md, "Steps and waits"): past the journal
+        the read stops the handler, as a step does, and the request comes again with the messages
+        in the journal; every later run gets the same messages from there.
+        """
+        if self.type == WEBHOOK:
+            raise TypeError(f"history {name!r}: a webhook request has no thread to read")
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_HISTORY:
+            raise ValueError(f"history {name!r}: size is 1 to {MAX_HISTORY}")
+        if scope is not None and not isinstance(scope, str):
+            raise TypeError(f"history {name!r}: scope is not a str")
+        n = self._place(name, "history")
+        if n < len(self.journal):
+            result = self._replay(n, name)
+            messages = result.get("messages") if isinstance(result, Mapping) else None
+            return list(messages) if isinstance(messages, list) else []
+        return self._suspend({"history": _compact(name=name, size=size, scope=scope or None)})
+
     def _place(self, name: str, kind: str) -> int:
         """Numbers the handler's next step or wait (its place in the journal, from 0)."""
         _check_name(kind, name)
@@ -439,7 +500,10 @@ class Context:
         error = entry.get("error")
         if isinstance(error, Mapping):
             status = error.get("status")
-            raise Fail(status if type(status) is int else 500, str(error.get("message", "")))
+            failure = Fail(500, str(error.get("message", "")))
+            if type(status) is int:
+                failure.status = status  # as recorded: a call's 202 (the callee waits) included
+            raise failure
         return entry.get("result")
 
     def _suspend(self, answer: dict[str, Any]) -> Any:

@@ -458,6 +458,56 @@ class StepsTest(unittest.TestCase):
             self.agent.data("thousand")(lambda ctx: [ctx.step("s", lambda: 1) for _ in range(1001)])
             self.assertEqual(500, self.client.call(self, data("thousand", journal=journal))["error"]["status"])
 
+    def test_call(self) -> None:
+        @self.agent.data("relay")
+        def relay(ctx: Context) -> Any:
+            try:
+                out = ctx.call("count", "count", {"by": 1}, activation="b")
+            except Fail as e:
+                return {"failed": e.status, "message": e.message}
+            other = ctx.call("other", "echo", workflow_id="t:Other:Supervisor Workflow:x")
+            return {"count": out, "other": other}
+        self.assertEqual({"call": {"name": "count", "agent": "Test", "activation": "b", "method": "count", "params": {"by": 1}}},
+                         self.client.call(self, data("relay")), "the agent is this one by default")
+        journal = [{"name": "count", "result": {"count": 1}}]
+        self.assertEqual({"call": {"name": "other", "workflowId": "t:Other:Supervisor Workflow:x", "method": "echo"}},
+                         self.client.call(self, data("relay", journal=journal)), "a workflow id names the agent")
+        journal.append({"name": "other", "result": None})
+        self.assertEqual({"reply": {"data": {"count": {"count": 1}, "other": None}}}, self.client.call(self, data("relay", journal=journal)))
+        for status in (404, 202):
+            failed = [{"name": "count", "error": {"status": status, "message": "no"}}]
+            self.assertEqual({"reply": {"data": {"failed": status, "message": "no"}}}, self.client.call(self, data("relay", journal=failed)))
+
+    def test_history(self) -> None:
+        @self.agent.data("read")
+        def read(ctx: Context) -> Any:
+            return {"messages": ctx.history("thread", size=2, scope="shop"), "all": ctx.history("all")}
+        self.assertEqual({"history": {"name": "thread", "size": 2, "scope": "shop"}}, self.client.call(self, data("read")))
+        msgs = [{"text": "hi", "direction": 0}]
+        journal = [{"name": "thread", "result": {"messages": msgs}}]
+        self.assertEqual({"history": {"name": "all", "size": 20}}, self.client.call(self, data("read", journal=journal)))
+        journal.append({"name": "all", "result": {"messages": []}})
+        self.assertEqual({"reply": {"data": {"messages": msgs, "all": []}}}, self.client.call(self, data("read", journal=journal)))
+
+    def test_call_and_history_misuse(self) -> None:
+        for name, handler in [
+            ("a call without a method", lambda ctx: ctx.call("c", "")),
+            ("a call without a name", lambda ctx: ctx.call("", "count")),
+            ("params that are not JSON", lambda ctx: ctx.call("c", "count", {1, 2})),
+            ("a call in a step", lambda ctx: ctx.step("s", lambda: ctx.call("c", "count"))),
+            ("a history of 0", lambda ctx: ctx.history("h", size=0)),
+            ("a history of 101", lambda ctx: ctx.history("h", size=101)),
+        ]:
+            with self.subTest(name), self.assertLogs("agentbus_agent", "ERROR"):
+                method = f"misuse{len(self.agent._methods)}"
+                self.agent.data(method)(handler)
+                self.assertEqual({"error": {"status": 500, "message": "the handler failed", "retry": False}},
+                                 self.client.call(self, data(method)))
+        with self.subTest("a mismatch"), self.assertLogs("agentbus_agent", "ERROR"):
+            self.agent.data("mismatch")(lambda ctx: ctx.call("c", "count"))
+            answer = self.client.call(self, data("mismatch", journal=[{"name": "h", "result": {"messages": []}}]))
+            self.assertIn("step 1 is 'c' in this run, but 'h' in the journal", answer["error"]["message"])
+
     def test_journal_checked(self) -> None:
         self.agent.data("echo")(lambda ctx: len(ctx.journal))
         self.assertEqual({"reply": {"data": 0}}, self.client.call(self, data("echo", journal=None)), "null: an older host")
