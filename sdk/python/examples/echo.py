@@ -7,7 +7,8 @@ statuses, content types, JSON and texts, for everything protocol version 1 can e
 (pkg/conformance checks it). What it lacks, and why:
 
 - Webhook method ack: a remote agent cannot answer before it is done.
-- Data methods history and relay: it cannot read its thread or wait for another agent's result.
+- Data relay passes a failed call on with its status and message, not its problem type (the
+  caller sees handler-error), and a callee that waits (202) fails it with 500.
 - Data ask does not post its question: a remote agent's posts go with its final answer, which
   comes once the question is answered.
 - Chat: "You said: {text}", streamed word by word as the offline model streams it, and
@@ -21,9 +22,11 @@ statuses, content types, JSON and texts, for everything protocol version 1 can e
 Webhook methods: echo, verify, status, sleep, count, complete, state, host. complete answers
 {"completed": true, "runId": …} and completes the instance (its next request starts a new run
 with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
-Data methods: echo, sum, count, sleep, steps, ask, answer, fail, remind, tick. steps makes
-durable steps (Context.step) and logs each run of a step's function; ask waits (Context.wait)
-for the participant's Chat message, an answer call or the signal "answer".
+Data methods: echo, sum, count, history, sleep, steps, ask, answer, fail, remind, tick, relay.
+steps makes durable steps (Context.step) and logs each run of a step's function; ask waits
+(Context.wait) for the participant's Chat message, an answer call or the signal "answer";
+history has agentbus read the thread (Context.history) and relay has it call another instance
+(Context.call).
 File: "Received {name} ({n} bytes)" with the file's name, content type, size and SHA-256;
 "No file data received." without content, and the invalid-format text for content that was not
 base64.
@@ -54,7 +57,7 @@ from typing import Any
 # Runs from a checkout without installing: the kit is next to this directory.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentbus_agent import Agent, Context, Fail, Reply, Response, new_secret  # noqa: E402
+from agentbus_agent import MAX_HISTORY, Agent, Context, Fail, Reply, Response, new_secret  # noqa: E402
 
 # MAX_SLEEP_MS bounds sleep, as Echo's 5 minutes; the registration's timeout allows it.
 MAX_SLEEP_MS = 5 * 60 * 1000
@@ -183,6 +186,19 @@ def new_agent(name: str, secret: str) -> Agent:
         params(p, "count")
         return {"count": update_state(ctx, "count")["count"], "runId": ctx.run_id}
 
+    @data("history", "Returns the newest messages of this conversation's thread, newest first.",
+          {"type": "object", "properties": {
+              "size": {"type": "integer", "description": "how many messages, 1-100 (default 20)"},
+              "scope": {"type": "string", "description": "only messages of this topic"}},
+           "examples": [{"size": 5}]})
+    def history(ctx: Context, p: Any) -> Any:
+        # agentbus reads the thread (Context.history) as Go's Echo reads it: a size of 0 or less
+        # is the default, one over 100 is 100.
+        size = param(p, "history", "size", "whole number") or 0
+        scope = param(p, "history", "scope", "string") or None
+        size = min(size, MAX_HISTORY) if size > 0 else 20
+        return {"messages": ctx.history("history", size=size, scope=scope)}
+
     @data("sleep", "Waits ms milliseconds (at most 5 minutes), then returns how long it slept.",
           {"type": "object", "properties": {"ms": {"type": "integer", "description": "milliseconds to wait"}}, "required": ["ms"],
            "examples": [{"ms": 10}]},
@@ -310,6 +326,28 @@ def new_agent(name: str, secret: str) -> Agent:
         ctx.set_timer(TICK_TIMER, every=dt.timedelta(seconds=seconds), method="tick")
         update_state(ctx, ticking=True)
         return {"ticking": True, "every": go_duration(seconds)}
+
+    @data("relay", 'Calls a Data method of another instance of this tenant and returns its result: '
+          '{"activation":"b","method":"count"}.',
+          {"type": "object", "properties": {
+              "agent": {"type": "string", "description": "the agent to call (default this one)"},
+              "workflowType": {"type": "string", "description": "its workflow type (default Supervisor Workflow)"},
+              "activation": {"type": "string", "description": "the activation name of the instance to call"},
+              "workflowId": {"type": "string", "description": "or the instance's workflow id (of this tenant)"},
+              "method": {"type": "string", "description": "the Data method to call"},
+              "params": {"description": "the method's parameters"}},
+           "required": ["method"],
+           "examples": [{"activation": "b", "method": "count"}]})
+    def relay(ctx: Context, p: Any) -> Any:
+        # agentbus makes the call (Context.call); its failure fails relay with its status and
+        # message.
+        peer = {k: param(p, "relay", k, "string") for k in ("agent", "workflowType", "activation", "workflowId", "method")}
+        if not peer["method"]:
+            raise Fail(400, "relay needs a method")
+        result = ctx.call("relay", peer["method"], field(params(p, "relay"), "params"), agent=peer["agent"] or None,
+                          activation=peer["activation"] or None, workflow_type=peer["workflowType"] or None,
+                          workflow_id=peer["workflowId"] or None)
+        return {"result": result}
 
     # Chat and File.
 

@@ -61,7 +61,7 @@ class EchoTest(unittest.TestCase):
         reg = self.registration
         self.assertEqual(("EchoPy", True, True, SECRET), (reg["name"], reg["chat"], reg["file"], reg["secret"]))
         self.assertEqual(["echo", "verify", "status", "sleep", "count", "complete", "state", "host"], reg["webhooks"])
-        self.assertEqual(["echo", "sum", "count", "sleep", "steps", "ask", "answer", "fail", "remind", "tick"],
+        self.assertEqual(["echo", "sum", "count", "history", "sleep", "steps", "ask", "answer", "fail", "remind", "tick", "relay"],
                          [m["name"] for m in reg["methods"]])
         self.assertEqual(["Supervisor Workflow", "Conversational"], reg["workflowTypes"])
         self.assertTrue(reg["url"].startswith("http://127.0.0.1:") and reg["url"].endswith("/agentbus"))
@@ -249,8 +249,38 @@ class EchoTest(unittest.TestCase):
                           "state": {"count": 0, "acks": 0, "sleeps": 0, "steps": [1]}},
                          self.call(chat('call steps {"n":1}', journal=[{"name": "step 1", "result": {"attempt": 1, "hostId": "host-1"}}])))
         # Anything else is echoed: a method it does not have, arguments that are no JSON object.
-        for text in ["call history {}", "call sum [1]", "call sum {"]:
+        for text in ["call nothing {}", "call sum [1]", "call sum {"]:
             self.assertEqual({"reply": {"text": "You said: " + text}}, self.call(chat(text)))
+
+    def test_history(self) -> None:
+        self.assertEqual({"history": {"name": "history", "size": 2, "scope": "shop"}},
+                         self.call(data("history", {"size": 2, "scope": "shop"})))
+        self.assertEqual({"history": {"name": "history", "size": 20}}, self.call(data("history", {"size": -1})), "the default")
+        self.assertEqual({"history": {"name": "history", "size": 100}}, self.call(data("history", {"size": 500})), "at most 100")
+        msgs = [{"text": "You said: first", "direction": 1}, {"text": "first", "direction": 0}]
+        self.assertEqual({"reply": {"data": {"messages": msgs}}},
+                         self.call(data("history", {"size": 2}, journal=[{"name": "history", "result": {"messages": msgs}}])))
+        self.assertEqual({"error": {"status": 400, "message": "bad parameters for history: field size must be a JSON whole number", "retry": False}},
+                         self.call(data("history", {"size": "2"})))
+
+    def test_relay(self) -> None:
+        self.assertEqual({"call": {"name": "relay", "agent": "Test", "activation": "b", "method": "count"}},
+                         self.call(data("relay", {"activation": "b", "method": "count"})))
+        self.assertEqual({"call": {"name": "relay", "agent": "Other", "workflowType": "Conversational", "activation": "b",
+                                   "method": "sum", "params": {"values": [1]}}},
+                         self.call(data("relay", {"agent": "Other", "workflowType": "Conversational", "activation": "b",
+                                                  "method": "sum", "params": {"values": [1]}})))
+        wf = "default:Echo:Supervisor Workflow:b"
+        self.assertEqual({"call": {"name": "relay", "workflowId": wf, "method": "count"}},
+                         self.call(data("relay", {"workflowId": wf, "method": "count"})))
+        journal = [{"name": "relay", "result": {"count": 1, "runId": "r"}}]
+        self.assertEqual({"reply": {"data": {"result": {"count": 1, "runId": "r"}}}},
+                         self.call(data("relay", {"activation": "b", "method": "count"}, journal=journal)))
+        failed = [{"name": "relay", "error": {"status": 404, "message": "agent \"Echo\" has no Data method \"nope\""}}]
+        self.assertEqual({"error": {"status": 404, "message": failed[0]["error"]["message"], "retry": False}},
+                         self.call(data("relay", {"activation": "b", "method": "nope"}, journal=failed)))
+        self.assertEqual({"error": {"status": 400, "message": "relay needs a method", "retry": False}},
+                         self.call(data("relay", {"activation": "b"})))
 
     def test_file(self) -> None:
         content = b"a file's content\n"
