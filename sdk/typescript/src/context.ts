@@ -12,6 +12,8 @@ import {
   type Timer,
   type WaitEvent,
   type WireAnswer,
+  type WireCall,
+  type WireHistory,
   type WireMessage,
   type WireRequest,
   type WireTimer,
@@ -27,6 +29,32 @@ export const MAX_STEP_NAME_BYTES = 256;
 export const MAX_STEP_RESULT_BYTES = 256 << 10;
 /** The longest wait, in milliseconds: 6 days. */
 export const MAX_WAIT_MS = 6 * 24 * 60 * 60 * 1000;
+
+/** The most messages one history read returns (MessageContext.history). */
+export const MAX_HISTORY = 100;
+
+/**
+ * An Agent2Agent call (Context.call): a Data method of an instance of the tenant, of agent (this
+ * agent when neither agent nor workflowId is given) and workflowType ("Supervisor Workflow" when
+ * left out), named by activation ("default" when left out) or by workflowId instead.
+ */
+export interface CallTo {
+  method: string;
+  /** The callee's parameters: any JSON value. */
+  params?: unknown;
+  agent?: string;
+  workflowType?: string;
+  activation?: string;
+  workflowId?: string;
+}
+
+/** A read of the request's thread (MessageContext.history). */
+export interface HistoryOptions {
+  /** How many messages, 1 to MAX_HISTORY; 20 when left out. */
+  size?: number;
+  /** Only messages of this topic. */
+  scope?: string;
+}
 
 /** What ends a wait (Context.wait): at least one of them. */
 export interface WaitFor {
@@ -282,6 +310,51 @@ export class Context<S = unknown> {
   }
 
   /**
+   * call calls a Data method of an instance of the tenant (Agent2Agent), as a durable step named
+   * name, and resolves to the callee's result (its reply's data; null without).
+   *
+   * agentbus makes the call (docs/remote-agents.md, "Steps and waits"): past the journal the
+   * call stops the handler, as a step does, the host calls the method and sends the request
+   * again with the outcome in the journal, and every later run gets it from there. A call that
+   * failed rejects with a Fail of the failure's status and message, on every run: 404 for an
+   * unknown agent, workflow type or method, 400 for parameters its schema refuses, 202 for a
+   * callee that waits (the Fail keeps the 202), the callee's own failure as it failed.
+   */
+  async call<T = unknown>(name: string, to: CallTo): Promise<T> {
+    const what = `call ${JSON.stringify(name)}`;
+    if (typeof to?.method !== "string" || to.method === "") throw new TypeError(`${what} needs a method`);
+    for (const k of ["agent", "workflowType", "activation", "workflowId"] as const) {
+      if (to[k] !== undefined && typeof to[k] !== "string") throw new TypeError(`${what}: ${k} is not a string`);
+    }
+    let params: unknown;
+    if (to.params !== undefined && to.params !== null) {
+      const encoded = JSON.stringify(to.params);
+      if (encoded === undefined) throw new TypeError(`${what}: its params are not JSON`);
+      params = JSON.parse(encoded);
+    }
+    const c: WireCall = { name, method: to.method };
+    const agent = to.agent || (to.workflowId ? "" : this.agent);
+    if (agent) c.agent = agent;
+    if (to.workflowType) c.workflowType = to.workflowType;
+    if (to.activation) c.activation = to.activation;
+    if (to.workflowId) c.workflowId = to.workflowId;
+    if (params !== undefined) c.params = params;
+    return (await this.hostStep(c, "call", { call: c })) as T;
+  }
+
+  /**
+   * hostStep is a step whose work the host does (a call, a history read): its recorded outcome,
+   * or, past the journal, the answer that asks for it.
+   * @internal
+   */
+  protected async hostStep(step: { name: string }, kind: string, ask: WireAnswer): Promise<unknown> {
+    const fx = this.#fx;
+    const n = fx.place(step.name, kind);
+    if (n < this.journal.length) return fx.replay(this.journal[n] as JournalEntry, n, step.name);
+    return fx.suspend(ask);
+  }
+
+  /**
    * acting refuses an effect made inside a step's function, which later runs do not call.
    * @internal
    */
@@ -365,6 +438,27 @@ export class MessageContext<D = unknown, S = unknown> extends Context<S> {
     this.timer = str(m.timer);
     this.file = m.file ? uploadedFile(m.file) : null;
     this.#delta = delta;
+  }
+
+  /**
+   * history reads the request's thread, as a durable step named name, and resolves to its newest
+   * messages (size, 1 to MAX_HISTORY, 20 by default) before the request's own, newest first, of
+   * scope only when given: objects as agentbus's history API gives them.
+   *
+   * agentbus reads the thread (docs/remote-agents.md, "Steps and waits"): past the journal the
+   * read stops the handler, as a step does, and the request comes again with the messages in the
+   * journal; every later run gets the same messages from there.
+   */
+  async history(name: string, options: HistoryOptions = {}): Promise<Record<string, unknown>[]> {
+    const size = options.size ?? 20;
+    if (!Number.isInteger(size) || size < 1 || size > MAX_HISTORY) {
+      throw new RangeError(`history ${JSON.stringify(name)}: size is 1 to ${MAX_HISTORY}`);
+    }
+    if (options.scope !== undefined && typeof options.scope !== "string") throw new TypeError(`history ${JSON.stringify(name)}: scope is not a string`);
+    const h: WireHistory = { name, size };
+    if (options.scope) h.scope = options.scope;
+    const result = (await this.hostStep(h, "history", { history: h })) as { messages?: unknown } | null;
+    return Array.isArray(result?.messages) ? (result.messages as Record<string, unknown>[]) : [];
   }
 
   /**
@@ -495,7 +589,12 @@ export class Effects<S> {
         },
       });
     }
-    if (e.error) throw new Fail(e.error.status, String(e.error.message ?? ""));
+    if (e.error) {
+      const failure = new Fail(500, String(e.error.message ?? ""));
+      // As recorded: a call's 202 (the callee waits) included.
+      if (Number.isInteger(e.error.status)) (failure as { status: number }).status = e.error.status;
+      throw failure;
+    }
     return e.result ?? null;
   }
 

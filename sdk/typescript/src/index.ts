@@ -3,8 +3,9 @@
  * behind one HTTP endpoint that agentbus's workflow hosts POST to, signed per Standard Webhooks
  * (protocol 1, docs/remote-agents.md). It verifies and decodes each request, calls the handler,
  * and answers with its reply, new state, posts, timers, tells and completion, or with the durable
- * step or wait it made (Context.step, wait, sleep). It is not a client of the
- * agentbus API: registering the agent is one HTTP request, whose body registration() returns.
+ * step, wait, Agent2Agent call or read of the thread it made (Context.step, wait, sleep, call,
+ * MessageContext.history). It is not a client of the agentbus API: registering the agent is one
+ * HTTP request, whose body registration() returns.
  *
  * @example
  *   const agent = new Agent({ name: "Adder", secret: process.env.AGENT_SECRET! });
@@ -43,9 +44,12 @@ import { secretKey, verify } from "./signature.js";
 
 export {
   bytes,
+  type CallTo,
   Context,
   Fail,
+  type HistoryOptions,
   json,
+  MAX_HISTORY,
   MAX_STEP_NAME_BYTES,
   MAX_STEP_RESULT_BYTES,
   MAX_STEPS,
@@ -77,7 +81,9 @@ export {
   type Timer,
   type WaitEvent,
   type WireAnswer,
+  type WireCall,
   type WireError,
+  type WireHistory,
   type WireMessage,
   type WireRequest,
   type WireResponse,

@@ -92,6 +92,27 @@ export interface WireStep {
   error?: StepError;
 }
 
+/**
+ * An answer's Agent2Agent call, which the host makes as a step: a Data method of an instance of
+ * the tenant. The journal's entry is the callee's result, or its failure.
+ */
+export interface WireCall {
+  name: string;
+  agent?: string;
+  workflowType?: string;
+  activation?: string;
+  workflowId?: string;
+  method: string;
+  params?: unknown;
+}
+
+/** An answer's read of the request's thread, which the host makes as a step: its entry is {"messages": [...]}. */
+export interface WireHistory {
+  name: string;
+  size?: number;
+  scope?: string;
+}
+
 /** An answer's wait: what ends it. */
 export interface WireWait {
   name: string;
@@ -136,6 +157,10 @@ export interface WireAnswer {
   step?: WireStep;
   /** A wait: the host parks the request until it ends. The other fields are then ignored. */
   wait?: WireWait;
+  /** An Agent2Agent call the host makes as a step. The other fields are then ignored. */
+  call?: WireCall;
+  /** A read of the request's thread the host makes as a step. The other fields are then ignored. */
+  history?: WireHistory;
 }
 
 /** A Chat, Data or File handler's reply: text, data, both, or neither (no reply). */

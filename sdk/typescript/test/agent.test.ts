@@ -641,6 +641,67 @@ test("wait and sleep: the answer's wait, and the event from the journal", async 
   assert.deepEqual(await call(url, data("ask", null, { journal })), { reply: { data: event } });
 });
 
+test("call: the host's Agent2Agent call as a step, its result or failure from the journal", async (t) => {
+  const agent = new Agent({ name: "Caller", secret: SECRET });
+  agent.data("relay", async (ctx) => {
+    let count: unknown;
+    try {
+      count = await ctx.call("count", { method: "count", params: { by: 1 }, activation: "b" });
+    } catch (err) {
+      if (!(err instanceof Fail)) throw err;
+      return { data: { failed: err.status, message: err.message } };
+    }
+    const other = await ctx.call("other", { method: "echo", workflowId: "t:Other:Supervisor Workflow:x" });
+    return { data: { count, other } };
+  });
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("relay", null)), {
+    call: { name: "count", method: "count", agent: "Tester", activation: "b", params: { by: 1 } },
+  }, "the agent is this one by default");
+  const journal: JournalEntry[] = [{ name: "count", result: { count: 1 } }];
+  assert.deepEqual(await call(url, data("relay", null, { journal })), {
+    call: { name: "other", method: "echo", workflowId: "t:Other:Supervisor Workflow:x" },
+  }, "a workflow id names the agent");
+  journal.push({ name: "other", result: null });
+  assert.deepEqual(await call(url, data("relay", null, { journal })), { reply: { data: { count: { count: 1 }, other: null } } });
+  for (const status of [404, 202]) {
+    const failed: JournalEntry[] = [{ name: "count", error: { status, message: "no" } }];
+    assert.deepEqual(await call(url, data("relay", null, { journal: failed })), { reply: { data: { failed: status, message: "no" } } });
+  }
+});
+
+test("history: the host's read of the thread as a step, its messages from the journal", async (t) => {
+  const agent = new Agent({ name: "Reader", secret: SECRET });
+  agent.data("read", async (ctx) => ({ data: { messages: await ctx.history("thread", { size: 2, scope: "shop" }), all: await ctx.history("all") } }));
+  const { url } = await serve(t, agent);
+  assert.deepEqual(await call(url, data("read", null)), { history: { name: "thread", size: 2, scope: "shop" } });
+  const msgs = [{ text: "hi", direction: 0 }];
+  const journal: JournalEntry[] = [{ name: "thread", result: { messages: msgs } }];
+  assert.deepEqual(await call(url, data("read", null, { journal })), { history: { name: "all", size: 20 } });
+  journal.push({ name: "all", result: { messages: [] } });
+  assert.deepEqual(await call(url, data("read", null, { journal })), { reply: { data: { messages: msgs, all: [] } } });
+});
+
+test("call and history: misuse fails the handler", async (t) => {
+  const agent = new Agent({ name: "Misuser", secret: SECRET, logger: null });
+  const cases: ((ctx: MessageContext) => Promise<unknown>)[] = [
+    (ctx) => ctx.call("c", { method: "" }),
+    (ctx) => ctx.call("", { method: "count" }),
+    (ctx) => ctx.call("c", { method: "count", params: 1n }),
+    (ctx) => ctx.step("s", () => ctx.call("c", { method: "count" })),
+    (ctx) => ctx.history("h", { size: 0 }),
+    (ctx) => ctx.history("h", { size: 101 }),
+  ];
+  for (const [i, fn] of cases.entries()) agent.data(`m${i}`, async (ctx) => void (await fn(ctx)));
+  agent.data("mismatch", async (ctx) => void (await ctx.call("c", { method: "count" })));
+  const { url } = await serve(t, agent);
+  for (const i of cases.keys()) {
+    assert.deepEqual(await call(url, data(`m${i}`, null)), { error: { status: 500, message: "the handler failed", retry: false } }, `case ${i}`);
+  }
+  const mismatch = await call(url, data("mismatch", null, { journal: [{ name: "h", result: { messages: [] } }] }));
+  assert.match(mismatch.error?.message ?? "", /step 1 is "c" in this run, but "h" in the journal/);
+});
+
 test("steps: a streamed chat's deltas, then the step", async (t) => {
   const agent = new Agent({ name: "Streamer", secret: SECRET });
   agent.chat(async (ctx) => {
