@@ -41,7 +41,7 @@ const (
 	WebhookAck Feature = "webhook ack"
 	// DataHistory is the Data method history: it reads its thread.
 	DataHistory Feature = "Data history"
-	// DataRelay is the Data method relay: it calls another instance and waits for the result.
+	// DataRelay is the Data method relay: it calls another instance and gives back its result.
 	DataRelay Feature = "Data relay"
 	// ChatToolEvents are a chat's tool calls as the platform makes them: tool_call and
 	// tool_result events of a streamed converse call, and the call and its result stored in the
@@ -57,9 +57,10 @@ const (
 // Features lists every optional feature.
 var Features = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents, DataSteps, DataAsk}
 
-// RemoteEcho lists what an Echo behind the remote-agent protocol lacks: all of Features but
-// DataSteps and DataAsk, which it makes with the protocol's steps and waits.
-var RemoteEcho = []Feature{WebhookAck, DataHistory, DataRelay, ChatToolEvents}
+// RemoteEcho lists what an Echo behind the remote-agent protocol lacks: the webhook method ack
+// and the chat's tool events. It makes the others with the protocol's steps and waits, and
+// with its calls and reads of the thread, which the host makes for it.
+var RemoteEcho = []Feature{WebhookAck, ChatToolEvents}
 
 // Target is the deployment under test.
 type Target struct {

@@ -5,8 +5,8 @@
 // express (pkg/conformance checks it). What it lacks, and why:
 //
 //   - Webhook method ack: a remote agent cannot answer before it is done.
-//   - Data methods history and relay: it cannot read its thread or wait for another agent's
-//     result.
+//   - Data relay passes a failed call on with its status and message, not its problem type (the
+//     caller sees handler-error), and a callee that waits (202) fails it with 500.
 //   - Data ask does not post its question: a remote agent's posts go with its final answer,
 //     which comes once the question is answered.
 //   - Chat: "call {method} {json}" runs one of its Data methods and answers
@@ -19,9 +19,11 @@
 // Webhook methods: echo, verify, status, sleep, count, complete, state, host, as Echo's: complete
 // answers {"completed": true, "runId": …} and completes the instance (its next request starts a
 // new run with fresh state); host answers {"hostId": …, "runId": …}, the workflow host serving it.
-// Data methods: echo, sum, count, sleep, steps, ask, answer, fail, remind, tick, as Echo's, with
-// parameters checked as Echo checks them (steps makes durable steps with ctx.step and logs each
-// run of a step's function; ask waits with ctx.wait); and two of its own, for trying the kit:
+// Data methods: echo, sum, count, history, sleep, steps, ask, answer, fail, remind, tick, relay,
+// as Echo's, with parameters checked as Echo checks them (steps makes durable steps with
+// ctx.step and logs each run of a step's function; ask waits with ctx.wait; history has agentbus
+// read the thread with ctx.history, relay has it call another instance with ctx.call); and two
+// of its own, for trying the kit:
 //   - flaky: {"attempts": n} asks agentbus to retry until attempt n, then {"attempt": n}.
 //   - tell: {"agent", "activation", "method", "data"} tells another instance of the tenant
 //     (Agent2Agent) without waiting for it.
@@ -42,7 +44,7 @@ import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 
-import { Agent, Fail, json, type MessageContext, newSecret, Retry, text, type WebhookResponse } from "../src/index.js";
+import { Agent, Fail, json, MAX_HISTORY, type MessageContext, newSecret, Retry, text, type WebhookResponse } from "../src/index.js";
 
 /** What EchoTS keeps per instance: Echo's counters, and whether tick's timer is set. */
 export interface State {
@@ -183,6 +185,25 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
     },
     "Increments this conversation's counter and returns it with the run id.",
     { type: "object", examples: [{}] },
+  );
+  method(
+    "history",
+    async (ctx, p) => {
+      // agentbus reads the thread (ctx.history) as Go's Echo reads it: a size of 0 or less is
+      // the default, one over 100 is 100.
+      const size = (param(p, "history", "size", "whole number") ?? 0) as number;
+      const scope = (param(p, "history", "scope", "string") ?? "") as string;
+      return { messages: await ctx.history("history", { size: size > 0 ? Math.min(size, MAX_HISTORY) : 20, ...(scope && { scope }) }) };
+    },
+    "Returns the newest messages of this conversation's thread, newest first.",
+    {
+      type: "object",
+      properties: {
+        size: { type: "integer", description: "how many messages, 1-100 (default 20)" },
+        scope: { type: "string", description: "only messages of this topic" },
+      },
+      examples: [{ size: 5 }],
+    },
   );
   method(
     "sleep",
@@ -343,6 +364,40 @@ export function echoAgent(options: { name?: string; secret: string }): Agent<Sta
         stop: { type: "boolean", description: "true cancels the ticking" },
       },
       examples: [{ seconds: 60 }, { stop: true }],
+    },
+  );
+  method(
+    "relay",
+    async (ctx, p) => {
+      // agentbus makes the call (ctx.call); its failure fails relay with its status and message.
+      const peer: Record<string, string | undefined> = {};
+      for (const k of ["agent", "workflowType", "activation", "workflowId", "method"]) {
+        peer[k] = (param(p, "relay", k, "string") ?? undefined) as string | undefined;
+      }
+      if (!peer.method) throw new Fail(400, "relay needs a method");
+      const result = await ctx.call("relay", {
+        method: peer.method,
+        params: field(params(p, "relay"), "params") ?? undefined,
+        ...(peer.agent && { agent: peer.agent }),
+        ...(peer.workflowType && { workflowType: peer.workflowType }),
+        ...(peer.activation && { activation: peer.activation }),
+        ...(peer.workflowId && { workflowId: peer.workflowId }),
+      });
+      return { result };
+    },
+    'Calls a Data method of another instance of this tenant and returns its result: {"activation":"b","method":"count"}.',
+    {
+      type: "object",
+      properties: {
+        agent: { type: "string", description: "the agent to call (default this one)" },
+        workflowType: { type: "string", description: "its workflow type (default Supervisor Workflow)" },
+        activation: { type: "string", description: "the activation name of the instance to call" },
+        workflowId: { type: "string", description: "or the instance's workflow id (of this tenant)" },
+        method: { type: "string", description: "the Data method to call" },
+        params: { description: "the method's parameters" },
+      },
+      required: ["method"],
+      examples: [{ activation: "b", method: "count" }],
     },
   );
   method(

@@ -146,7 +146,7 @@ test("EchoTS: a chat's call {method} {json} runs a Data method", async (t) => {
     state: { count: 3, acks: 0, sleeps: 0 },
   });
   assert.deepEqual(await chat('call fail {"status":409,"message":"no"}'), { reply: { text: 'fail returned {"error":{"message":"no","status":409}}' } });
-  for (const text of ["call history {}", "call sum [1]", "call sum {"]) {
+  for (const text of ["call nothing {}", "call sum [1]", "call sum {"]) {
     assert.deepEqual(await chat(text), { reply: { text: "You said: " + text } });
   }
 });
@@ -218,6 +218,38 @@ test("EchoTS: ask waits for the answer; answer alone is refused", async (t) => {
   assert.deepEqual(await call(url, data("answer", { colour: "blue" })), {
     error: { status: 409, message: "nothing was asked: answer ends the wait of an ask in the same conversation", retry: false },
   });
+});
+
+test("EchoTS: history has agentbus read the thread, relay has it call another instance", async (t) => {
+  const { url } = await serve(t, echoAgent({ secret: SECRET }));
+  assert.deepEqual(await call(url, data("history", { size: 2, scope: "shop" })), { history: { name: "history", size: 2, scope: "shop" } });
+  assert.deepEqual(await call(url, data("history", { size: -1 })), { history: { name: "history", size: 20 } }, "the default");
+  assert.deepEqual(await call(url, data("history", { size: 500 })), { history: { name: "history", size: 100 } }, "at most 100");
+  const msgs = [{ text: "You said: first", direction: 1 }, { text: "first", direction: 0 }];
+  assert.deepEqual(await call(url, data("history", { size: 2 }, { journal: [{ name: "history", result: { messages: msgs } }] })), {
+    reply: { data: { messages: msgs } },
+  });
+  assert.deepEqual(await call(url, data("history", { size: "2" })), {
+    error: { status: 400, message: "bad parameters for history: field size must be a JSON whole number", retry: false },
+  });
+
+  assert.deepEqual(await call(url, data("relay", { activation: "b", method: "count" })), {
+    call: { name: "relay", method: "count", agent: "Tester", activation: "b" },
+  });
+  assert.deepEqual(
+    await call(url, data("relay", { agent: "Other", workflowType: "Conversational", activation: "b", method: "sum", params: { values: [1] } })),
+    { call: { name: "relay", method: "sum", agent: "Other", workflowType: "Conversational", activation: "b", params: { values: [1] } } },
+  );
+  const wf = "default:Echo:Supervisor Workflow:b";
+  assert.deepEqual(await call(url, data("relay", { workflowId: wf, method: "count" })), { call: { name: "relay", method: "count", workflowId: wf } });
+  assert.deepEqual(await call(url, data("relay", { activation: "b", method: "count" }, { journal: [{ name: "relay", result: { count: 1, runId: "r" } }] })), {
+    reply: { data: { result: { count: 1, runId: "r" } } },
+  });
+  const message = 'agent "Echo" has no Data method "nope"';
+  assert.deepEqual(await call(url, data("relay", { activation: "b", method: "nope" }, { journal: [{ name: "relay", error: { status: 404, message } }] })), {
+    error: { status: 404, message, retry: false },
+  });
+  assert.deepEqual(await call(url, data("relay", { activation: "b" })), { error: { status: 400, message: "relay needs a method", retry: false } });
 });
 
 test("EchoTS: fail, flaky, remind, tick and tell", async (t) => {
@@ -295,7 +327,7 @@ test("EchoTS runs as a program: it prints its registration and serves what it re
   assert.equal(reg.file, true);
   assert.match(reg.url, /^http:\/\/127\.0\.0\.1:\d+\/agentbus$/);
   assert.deepEqual(reg.webhooks.sort(), ["complete", "count", "echo", "host", "sleep", "state", "status", "verify"]);
-  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["answer", "ask", "count", "echo", "fail", "flaky", "remind", "sleep", "steps", "sum", "tell", "tick"]);
+  assert.deepEqual(reg.methods.map((m) => m.name).sort(), ["answer", "ask", "count", "echo", "fail", "flaky", "history", "relay", "remind", "sleep", "steps", "sum", "tell", "tick"]);
   assert.equal(reg.timeoutSeconds, 300);
   assert.deepEqual(await call(reg.url, data("sum", { values: [1, 2] })), { reply: { data: { sum: 3 } } });
 
