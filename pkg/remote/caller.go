@@ -196,9 +196,9 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, msg *agent.
 			if err != nil {
 				return nil, err
 			}
-			if again.Step != nil || again.Wait != nil {
+			if again.Error == nil && (again.Step != nil || again.Wait != nil || again.Call != nil || again.History != nil) {
 				// The newer state took the agent elsewhere: the request runs again from the start.
-				return nil, agent.Retryable(errors.New("the agent asked for a step or a wait when sent a newer state"))
+				return nil, agent.Retryable(errors.New("the agent asked for a step, a wait, a call or a history read when sent a newer state"))
 			}
 			ans = again
 			if again.Error != nil || again.State == nil {
