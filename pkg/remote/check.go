@@ -92,8 +92,11 @@ const maxFollowed = agent.MaxSteps
 // Every case follows steps and waits as a host does: an answer that asks for a step is followed by
 // the request sent again with the step in its journal, and one that asks for a wait by the
 // request sent again with the wait's entry, the event of its deadline ({"type":"timeout"}), at
-// once. A step or wait a host would refuse (a name that is none, nothing to wait for, a result
-// over 256 KiB) fails the case.
+// once. An answer that asks for an Agent2Agent call is followed by the request sent again with
+// the call failed (503: Check calls no other agent), and one that asks for a read of the thread
+// with a thread without messages ({"messages":[]}). A step, wait, call or read a host would
+// refuse (a name that is none, nothing to wait for, a result over 256 KiB, a call without a
+// method, a read in a webhook request or of more than 100 messages) fails the case.
 //
 // A Data method gets the first of its schema's examples as its parameters; a method without
 // examples, the smallest object its schema takes when one can be made from the schema's required
@@ -105,7 +108,7 @@ func Check(ctx context.Context, reg Registration) []CheckResult {
 	c := &checker{reg: reg, client: &http.Client{Timeout: 30 * time.Second}, workflow: "check:" + reg.Name + ":Supervisor Workflow:check-" + randomHex(4)}
 	defer c.client.CloseIdleConnections()
 	c.params = make(map[string]checkParams, len(reg.Methods))
-	c.waits = map[string]int{}
+	c.waits, c.calls, c.reads = map[string]int{}, map[string]int{}, map[string]int{}
 	for _, m := range reg.Methods {
 		c.params[m.Name] = paramsFor(m)
 	}
@@ -158,7 +161,7 @@ func (c *checker) keep(req *Request, ans *Answer) {
 func (c *checker) exchange(ctx context.Context, req *Request) (*Answer, int, error) {
 	for {
 		ans, parts, err := c.call(ctx, req, c.reg.Secret)
-		if err != nil || ans.Error != nil || (ans.Step == nil && ans.Wait == nil) {
+		if err != nil || ans.Error != nil || (ans.Step == nil && ans.Wait == nil && ans.Call == nil && ans.History == nil) {
 			return ans, parts, err
 		}
 		n := len(req.Journal) + 1
@@ -166,7 +169,9 @@ func (c *checker) exchange(ctx context.Context, req *Request) (*Answer, int, err
 			return nil, 0, fmt.Errorf("more than %d steps and waits, more than a host records: does the agent replay its journal?", maxFollowed)
 		}
 		var e JournalEntry
-		if st := ans.Step; st != nil {
+		switch {
+		case ans.Step != nil:
+			st := ans.Step
 			if err := checkStep(st); err != nil {
 				return nil, 0, fmt.Errorf("step %d: %w", n, err)
 			}
@@ -176,7 +181,19 @@ func (c *checker) exchange(ctx context.Context, req *Request) (*Answer, int, err
 			} else if e.Result == nil {
 				e.Result = json.RawMessage("null")
 			}
-		} else {
+		case ans.Call != nil:
+			if err := checkCall(ans.Call); err != nil {
+				return nil, 0, fmt.Errorf("call %d: %w", n, err)
+			}
+			e = JournalEntry{Name: ans.Call.Name, Error: &StepError{Status: http.StatusServiceUnavailable, Message: checkCallFailure}}
+			c.calls[req.RequestID]++
+		case ans.History != nil:
+			if err := checkHistory(req, ans.History); err != nil {
+				return nil, 0, fmt.Errorf("history read %d: %w", n, err)
+			}
+			e = JournalEntry{Name: ans.History.Name, Result: json.RawMessage(`{"messages":[]}`)}
+			c.reads[req.RequestID]++
+		default:
 			if err := checkWait(ans.Wait); err != nil {
 				return nil, 0, fmt.Errorf("wait %d: %w", n, err)
 			}
@@ -207,6 +224,37 @@ func checkStep(st *Step) error {
 	return nil
 }
 
+// checkCallFailure is the failure Check records for every Agent2Agent call an answer asks for:
+// it calls no other agent.
+const checkCallFailure = "agentbus agent check makes no Agent2Agent calls"
+
+// checkCall tells whether a host makes the call an answer asks for: one without a method fails
+// the request.
+func checkCall(call *Call) error {
+	if err := subject.CheckName("", call.Name); err != nil {
+		return fmt.Errorf("its name %s is not 1 to %d bytes of text", subject.Quote(call.Name), subject.MaxNameBytes)
+	}
+	if call.Method == "" {
+		return fmt.Errorf("%s: a call needs a method", subject.Quote(call.Name))
+	}
+	return nil
+}
+
+// checkHistory tells whether a host makes the read of the thread an answer asks for: in a Chat,
+// Data or File request, of 1 to 100 messages (0: the default).
+func checkHistory(req *Request, read *HistoryRead) error {
+	if err := subject.CheckName("", read.Name); err != nil {
+		return fmt.Errorf("its name %s is not 1 to %d bytes of text", subject.Quote(read.Name), subject.MaxNameBytes)
+	}
+	if req.Type == "Webhook" {
+		return fmt.Errorf("%s: a webhook request has no thread to read", subject.Quote(read.Name))
+	}
+	if read.Size < 0 || read.Size > maxHistoryRead {
+		return fmt.Errorf("%s: size is 1 to %d", subject.Quote(read.Name), maxHistoryRead)
+	}
+	return nil
+}
+
 // checkWait tells whether a host makes the wait an answer asks for.
 func checkWait(w *Wait) error {
 	if err := subject.CheckName("", w.Name); err != nil {
@@ -229,22 +277,35 @@ func checkWait(w *Wait) error {
 // followed says how many steps and waits exchange followed in req, for a case's detail: "" for
 // none.
 func (c *checker) followed(req *Request) string {
-	waits := c.waits[req.RequestID]
-	steps := len(req.Journal) - waits
-	var parts []string
+	waits, calls, reads := c.waits[req.RequestID], c.calls[req.RequestID], c.reads[req.RequestID]
+	steps := len(req.Journal) - waits - calls - reads
+	var parts, notes []string
 	if steps > 0 {
 		parts = append(parts, plural(steps, "step"))
 	}
 	if waits > 0 {
 		parts = append(parts, plural(waits, "wait"))
+		notes = append(notes, "each wait ended by its deadline")
 	}
-	switch {
-	case len(parts) == 0:
+	if calls > 0 {
+		parts = append(parts, plural(calls, "call"))
+		notes = append(notes, fmt.Sprintf("each call failed with 503, %q", checkCallFailure))
+	}
+	if reads > 0 {
+		parts = append(parts, plural(reads, "history read"))
+		notes = append(notes, "each history read found no messages")
+	}
+	if len(parts) == 0 {
 		return ""
-	case waits > 0:
-		return "; " + strings.Join(parts, " and ") + " followed (each wait ended by its deadline)"
 	}
-	return "; " + strings.Join(parts, " and ") + " followed"
+	list := strings.Join(parts, " and ")
+	if len(parts) > 2 {
+		list = strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+	}
+	if len(notes) == 0 {
+		return "; " + list + " followed"
+	}
+	return "; " + list + " followed (" + strings.Join(notes, "; ") + ")"
 }
 
 // plural is n and the noun, with an s unless n is 1.
@@ -267,7 +328,7 @@ func (c *checker) journalCase(ctx context.Context, first Request) (string, error
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("%s: %w", what, err)
-		case ans.Error == nil && (ans.Step != nil || ans.Wait != nil):
+		case ans.Error == nil && (ans.Step != nil || ans.Wait != nil || ans.Call != nil || ans.History != nil):
 			return "", fmt.Errorf("%s: it asked for another step or wait: a step or wait whose place the journal holds is answered from it", what)
 		case c.steppedAnswer.Error == nil && ans.Error != nil:
 			return "", fmt.Errorf("%s: refused: %d %s", what, ans.Error.Status, ans.Error.Message)
@@ -553,8 +614,9 @@ type checker struct {
 	stateful      *Request
 	stepped       *Request
 	steppedAnswer *Answer
-	// waits counts the waits exchange followed, by requestId.
-	waits map[string]int
+	// waits, calls and reads count the waits, calls and history reads exchange followed, by
+	// requestId.
+	waits, calls, reads map[string]int
 }
 
 // pick is a request the agent can take: a Chat, else its first Data method or webhook.

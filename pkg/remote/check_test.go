@@ -99,6 +99,18 @@ func TestCheckFollowsSteps(t *testing.T) {
 	}
 }
 
+// TestCheckFollowsCallsAndReads: a method that asks for an Agent2Agent call and a read of its
+// thread is followed as a host follows it: the call failed, the thread without messages.
+func TestCheckFollowsCallsAndReads(t *testing.T) {
+	ep := remotetest.New(t, remotetest.Faults{})
+	reg := ep.Registration("Caller")
+	reg.Methods = append(reg.Methods, remotetest.CallRead)
+	results := cases(t, reg)
+	assert.Empty(t, failed(results))
+	assert.Equal(t, `answer; sent {} (its example); 1 call and 1 history read followed (each call failed with 503, `+
+		`"agentbus agent check makes no Agent2Agent calls"; each history read found no messages)`, results["Data callread answered"].Detail)
+}
+
 // TestCheckReportsFaults: an endpoint that breaks one rule fails that rule's case, and only it.
 func TestCheckReportsFaults(t *testing.T) {
 	for _, tc := range []struct {

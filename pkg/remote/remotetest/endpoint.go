@@ -111,6 +111,14 @@ var Steps = remote.Method{
 	Schema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"examples":[{"n":2}]}`),
 }
 
+// CallRead is the Data method callread: it asks the host for an Agent2Agent call ("call", of
+// count) and a read of its thread ("read", of 5 messages), answering from its journal, and then
+// answers {"journal": [...]}, the entries its journal held.
+var CallRead = remote.Method{
+	Name: "callread", Description: "Calls count, then reads the thread.",
+	Schema: json.RawMessage(`{"type":"object","examples":[{}]}`),
+}
+
 // maxSleep bounds Sleep's wait.
 const maxSleep = 10 * time.Second
 
@@ -301,6 +309,14 @@ func (e *Endpoint) answer(req *remote.Request) map[string]any {
 			return map[string]any{"wait": map[string]any{"name": "pause", "timeoutMs": 1000}}
 		}
 		return map[string]any{"reply": map[string]any{"data": map[string]any{"journal": done}}}
+	case req.Type == "Data" && req.Message.Method == CallRead.Name:
+		switch len(req.Journal) {
+		case 0:
+			return map[string]any{"call": map[string]any{"name": "call", "activation": "b", "method": "count"}}
+		case 1:
+			return map[string]any{"history": map[string]any{"name": "read", "size": 5}}
+		}
+		return map[string]any{"reply": map[string]any{"data": map[string]any{"journal": req.Journal}}}
 	case req.Type == "Data" && req.Message.Method == "sum":
 		var p struct {
 			Values []float64 `json:"values"`
