@@ -133,11 +133,14 @@ func TestPythonEchoConforms(t *testing.T) {
 		assert.Regexp(t, `^answer; sent \{.*\} \((its example|the first of its \d+ examples)\)(; .* followed.*)?$`, byCase["Data "+m.Name+" answered"], m.Name)
 	}
 	assert.Equal(t, `answer; sent {"values":[2,3]} (the first of its 2 examples)`, byCase["Data sum answered"])
-	// steps and ask are followed as a host follows them, and steps sent again with its journal
-	// is answered from it.
+	// history, relay, steps and ask are followed as a host follows them, and history, the first
+	// to follow one, sent again with its journal is answered from it.
+	assert.Equal(t, `answer; sent {"size":5} (its example); 1 history read followed (each history read found no messages)`, byCase["Data history answered"])
+	assert.Equal(t, `answer; sent {"activation":"b","method":"count"} (its example); 1 call followed `+
+		`(each call failed with 503, "agentbus agent check makes no Agent2Agent calls")`, byCase["Data relay answered"])
 	assert.Equal(t, `answer; sent {"n":2,"sleepMs":10} (its example); 2 steps followed`, byCase["Data steps answered"])
 	assert.Equal(t, `answer; sent {"question":"Which colour?","timeoutS":60} (its example); 1 wait followed (each wait ended by its deadline)`, byCase["Data ask answered"])
-	assert.Equal(t, "Data steps sent again with its journal of 2 entries: answered from it, without a new step or wait", byCase[remote.CaseJournal])
+	assert.Equal(t, "Data history sent again with its journal of 1 entries: answered from it, without a new step or wait", byCase[remote.CaseJournal])
 	assert.Equal(t, "Data count: 3 requests answered; the state changed 3 times", byCase[remote.CaseOrder])
 	assert.Equal(t, "Data count: answered from the fresher state", byCase[remote.CaseStateConflict])
 }
