@@ -26,8 +26,9 @@ import (
 // host takes them over: once each way round. Every call is answered 200 with the answer of
 // steps 1 and 2 as the killed host's first attempt recorded them, and of steps 3 to 5 from the
 // attempt that answered, the second, on the other host. Each attempt starts from the state the
-// request found, so the state the answering attempt left counts what it ran: steps 3 to 5 only.
-// With what the killed attempt counted, steps 1, 2, 4 and 5 ran once and step 3 twice.
+// request found, and a replayed step gives the state back the count it made: the state the
+// answering attempt left counts each step once. With what the killed attempt counted, steps 1,
+// 2, 4 and 5 ran once and step 3 at most twice.
 func TestProcessesStepsSurviveHostKills(t *testing.T) {
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
