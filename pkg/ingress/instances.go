@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/deadletter"
@@ -188,7 +191,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 
 	var (
 		wg   sync.WaitGroup
-		errs [4]error
+		errs [5]error
 	)
 	wg.Go(func() {
 		ans.DeadLetters, _, errs[0] = s.dead.List(ctx, c.tenant, deadletter.ListOptions{Agent: wf.Agent, WorkflowID: wf.ID(), Limit: instanceDeadLetters})
@@ -202,6 +205,7 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	})
 	wg.Go(func() { ans.RecentRequests, errs[2] = s.recentRequests(ctx, c.tenant, wf.ID()) })
 	wg.Go(func() { ans.Queued, errs[3] = s.queuedRequests(ctx, c.tenant, wf) })
+	wg.Go(func() { errs[4] = s.countHeld(ctx, c.tenant, ans.Waits) })
 	wg.Wait()
 	if err := errors.Join(errs[:]...); err != nil {
 		s.storeFailed(w, "reading instance", err)
@@ -216,6 +220,22 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
+// countHeld sets how many requests each wait holds behind it: the messages of its subject in the
+// waits stream but the first, the waiting request's own. One read of the stream a wait.
+func (s *Server) countHeld(ctx context.Context, tenant string, waits []inspect.Wait) error {
+	for i := range waits {
+		subj := subject.Wait(tenant, waits[i].ID)
+		info, err := s.res.Waits.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			return fmt.Errorf("counting the requests held behind a wait: %w", err)
+		}
+		if n := info.State.Subjects[subj]; n > 1 {
+			waits[i].Held = int(n - 1)
+		}
+	}
+	return nil
+}
+
 // waitsOf is the instance's waiting requests (Record.Waits), by participant.
 func waitsOf(rec instance.Record) []inspect.Wait {
 	out := make([]inspect.Wait, 0, len(rec.Waits))
@@ -224,7 +244,7 @@ func waitsOf(rec instance.Record) []inspect.Wait {
 		if w == nil {
 			continue
 		}
-		out = append(out, inspect.Wait{ParticipantID: p, RequestID: w.RequestID, Type: w.Kind, Name: w.Name, Chat: w.Chat,
+		out = append(out, inspect.Wait{ID: w.ID, ParticipantID: p, RequestID: w.RequestID, Type: w.Kind, Name: w.Name, Chat: w.Chat,
 			Methods: orEmpty(w.Methods), Signals: orEmpty(w.Signals), Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)})
 	}
 	return out

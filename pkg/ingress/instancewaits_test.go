@@ -23,6 +23,7 @@ type waitShown struct {
 	Methods       []string   `json:"methods"`
 	Deadline      *time.Time `json:"deadline"`
 	Since         time.Time  `json:"since"`
+	Held          int        `json:"held"`
 }
 
 // waitAnswer is a 202 answer of send or converse: the request waits, or is queued behind one
@@ -135,6 +136,7 @@ func TestInstanceShowsWaits(t *testing.T) {
 		require.NotNil(t, w.Deadline)
 		assert.Equal(t, *a.Response.Data.Waiting.Deadline, *w.Deadline, "the answer's deadline")
 	}
+	assert.Equal(t, []int{1, 0, 0}, []int{waits[0].Held, waits[1].Held, waits[2].Held}, "requests queued behind each wait")
 	timeout := map[string]time.Duration{"ada": agent.MaxWait, "bob": time.Hour, "cy": agent.MaxWait}
 	for _, w := range waits {
 		assert.WithinDuration(t, w.Since.Add(timeout[w.ParticipantID]), *w.Deadline, time.Second, "%s's deadline", w.ParticipantID)

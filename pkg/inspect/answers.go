@@ -91,4 +91,8 @@ type Wait struct {
 	// Deadline is when the wait ends if nothing ended it before; Since when it began.
 	Deadline *timefmt.Time `json:"deadline,omitempty"`
 	Since    timefmt.Time  `json:"since"`
+	// Held is how many later requests of the conversation are queued behind it.
+	Held int `json:"held"`
+	// ID names the wait in the waits stream; not shown.
+	ID string `json:"-"`
 }

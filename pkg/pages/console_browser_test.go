@@ -310,13 +310,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		waitFor(`document.querySelector('#inst-waits tr[data-participant="dana"]') !== null`),
 	), "an instance with a waiting request; the page's problems: %v", problems())
 	cells := evaluate[[]string](t, ctx, `[...document.querySelectorAll('#inst-waits tr[data-participant="dana"] td')].map(td => td.textContent)`)
-	require.Len(t, cells, 6, "%q", cells)
+	require.Len(t, cells, 7, "%q", cells)
 	assert.Equal(t, "dana", cells[0])
 	assert.Equal(t, "Data ask (wait answer)", cells[1])
 	assert.Equal(t, "Chat message / Data answer / signal answer", cells[2])
 	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[3], "the deadline")
 	assert.Regexp(t, `^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$`, cells[4], "since")
 	assert.Equal(t, asked.RequestID, cells[5])
+	assert.Equal(t, "0", cells[6], "requests queued behind the wait")
 	assert.Equal(t, 1, evaluate[int](t, ctx, `document.querySelectorAll('#inst-waits tr[data-request-id]').length`))
 	screenshot(t, ctx, "console-instance-waits.png")
 

@@ -94,13 +94,13 @@ func (c *cli) instanceShow(ctx context.Context, args []string) error {
 	}
 	if c.section("waiting", len(in.Waits)) {
 		tw := c.table()
-		fmt.Fprintln(tw, "  PARTICIPANT\tREQUEST\tWAIT\tFOR\tDEADLINE")
+		fmt.Fprintln(tw, "  PARTICIPANT\tREQUEST\tWAIT\tFOR\tDEADLINE\tQUEUED")
 		for _, w := range in.Waits {
 			deadline := "-"
 			if w.Deadline != nil {
 				deadline = shortTime(w.Deadline.Time)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(w.ParticipantID, 40), cell(w.RequestID, 80), cell(w.Name, 40), cell(waitsFor(w), 80), deadline)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", cell(w.ParticipantID, 40), cell(w.RequestID, 80), cell(w.Name, 40), cell(waitsFor(w), 80), deadline, w.Held)
 		}
 		_ = tw.Flush()
 	}

@@ -47,8 +47,8 @@ func TestCLIInstances(t *testing.T) {
 		"--text", "ask", "--data", `{"question":"Which colour?"}`, "--wait")
 	r = h.ok(key, "instances", "show", wf)
 	assert.Contains(t, r.stdout, "waiting:")
-	assert.Regexp(t, `(?m)^\s+PARTICIPANT\s+REQUEST\s+WAIT\s+FOR\s+DEADLINE$`, r.stdout)
-	assert.Regexp(t, `(?m)^\s+bob\s+\S+\s+answer\s+chat, data answer, signal answer\s+\S+`, r.stdout)
+	assert.Regexp(t, `(?m)^\s+PARTICIPANT\s+REQUEST\s+WAIT\s+FOR\s+DEADLINE\s+QUEUED$`, r.stdout)
+	assert.Regexp(t, `(?m)^\s+bob\s+\S+\s+answer\s+chat, data answer, signal answer\s+\S+ \S+\s+0$`, r.stdout)
 
 	r = h.ok(key, "instances", "complete", wf)
 	assert.Contains(t, r.stdout, "completed; the next message starts a new run")

@@ -986,9 +986,10 @@
     // A waiting request's method is known when it is among the recent requests.
     const methods = new Map(recent.map((r) => [r.requestId, r.method]));
     const waits = i.waits || [];
-    $('inst-waits').replaceChildren(waits.length ? table(['Participant', 'Request', 'Waits for', 'Deadline', 'Since', 'Request id'],
+    $('inst-waits').replaceChildren(waits.length ? table(['Participant', 'Request', 'Waits for', 'Deadline', 'Since', 'Request id', 'Queued behind'],
       waits.map((w) => row([w.participantId, `${requestLabel(w.type, methods.get(w.requestId))} (wait ${w.name})`, waitsFor(w),
-        time(w.deadline), time(w.since), el('code', '', w.requestId)], {participant: w.participantId, requestId: w.requestId}))) :
+        time(w.deadline), time(w.since), el('code', '', w.requestId), {text: w.held || 0, className: 'num'}],
+        {participant: w.participantId, requestId: w.requestId}))) :
       el('p', 'note', 'None: no request of the instance waits for an event.'));
 
     const dead = i.deadLetters || [];
