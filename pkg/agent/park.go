@@ -215,9 +215,7 @@ func (h *Host) parkCopy(ctx context.Context, in *inbound, w *instance.Wait) erro
 	if err := h.mayAct(ctx); err != nil {
 		return err
 	}
-	env := proto.Clone(&in.decoded).(*agentbusv1.Request)
-	env.ReplyTo = ""
-	data, err := proto.Marshal(env)
+	data, err := in.envelopeKept()
 	if err != nil {
 		return fmt.Errorf("encoding the parked request: %w", err)
 	}
@@ -383,8 +381,7 @@ func (h *Host) resume(ctx context.Context, in *inbound, w *instance.Wait, carry 
 	if err != nil {
 		return fmt.Errorf("encoding the resumed request: %w", err)
 	}
-	msg := &nats.Msg{Subject: subject.Inbox(env.GetAgentName(), env.GetTenantId(), env.GetWorkflowId(), env.GetParticipantId()), Data: data,
-		Header: nats.Header{subject.HeaderResume: {w.ID}, subject.HeaderMsgID: {subject.ResumeMsgID(tenant, w.ID)}}}
+	msg := inboxCopy(env, data, nats.Header{subject.HeaderResume: {w.ID}, subject.HeaderMsgID: {subject.ResumeMsgID(tenant, w.ID)}})
 	if err := h.mayAct(ctx); err != nil {
 		return err
 	}
@@ -397,9 +394,7 @@ func (h *Host) resume(ctx context.Context, in *inbound, w *instance.Wait, carry 
 func (h *Host) hold(ctx context.Context, log *slog.Logger, in *inbound, w *instance.Wait) error {
 	req := in.req
 	tenant := req.GetTenantId()
-	env := proto.Clone(&in.decoded).(*agentbusv1.Request)
-	env.ReplyTo = ""
-	data, err := proto.Marshal(env)
+	data, err := in.envelopeKept()
 	if err != nil {
 		return fmt.Errorf("encoding the held request: %w", err)
 	}
@@ -476,8 +471,7 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 			log.Error("dropping an undecodable held request", "err", err)
 			continue
 		}
-		msg := &nats.Msg{Subject: subject.Inbox(env.GetAgentName(), env.GetTenantId(), env.GetWorkflowId(), env.GetParticipantId()), Data: raw.Data,
-			Header: nats.Header{subject.HeaderReleased: {w.ID}, subject.HeaderMsgID: {subject.ReleaseMsgID(tenant, w.ID, raw.Sequence)}}}
+		msg := inboxCopy(env, raw.Data, nats.Header{subject.HeaderReleased: {w.ID}, subject.HeaderMsgID: {subject.ReleaseMsgID(tenant, w.ID, raw.Sequence)}})
 		if err := h.mayAct(ctx); err != nil {
 			return err
 		}
@@ -535,6 +529,21 @@ func (h *Host) signal(ctx context.Context, log *slog.Logger, in *inbound) error 
 		return err
 	}
 	return refuse()
+}
+
+// envelopeKept is the request's envelope as the inbox delivered it (a claim check stays one),
+// without its reply subject, encoded: what a wait keeps of a parked or held request, whose
+// caller was answered already.
+func (in *inbound) envelopeKept() ([]byte, error) {
+	env := proto.Clone(&in.decoded).(*agentbusv1.Request)
+	env.ReplyTo = ""
+	return proto.Marshal(env)
+}
+
+// inboxCopy is an inbox message of a request a wait kept (env, encoded as data), sent to its
+// conversation again with hdr.
+func inboxCopy(env *agentbusv1.Request, data []byte, hdr nats.Header) *nats.Msg {
+	return &nats.Msg{Subject: subject.Inbox(env.GetAgentName(), env.GetTenantId(), env.GetWorkflowId(), env.GetParticipantId()), Data: data, Header: hdr}
 }
 
 // waitDeadline handles the timer that ends a wait at its deadline: it ends the wait, unless the

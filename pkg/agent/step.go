@@ -117,12 +117,7 @@ type JournalEntry struct {
 // each new step with Step). A request's first attempt, unless it resumed after a wait, has
 // recorded nothing and reads nothing. Call it before any Step of the attempt.
 func Journal(ctx context.Context) ([]JournalEntry, error) {
-	var inst *Instance
-	if m := MessageFrom(ctx); m != nil {
-		inst = m.inst
-	} else if r, _ := ctx.Value(webhookKey{}).(*WebhookRequest); r != nil {
-		inst = r.inst
-	}
+	inst := handlerInstance(ctx)
 	if inst == nil || inst.fx == nil {
 		return nil, errors.New("agent: Journal needs the context of a running handler")
 	}
@@ -159,12 +154,7 @@ func Journal(ctx context.Context) ([]JournalEntry, error) {
 
 // beginStep finds the instance of a handler's context and numbers its request's next step.
 func beginStep(ctx context.Context, name string) (*Instance, int, error) {
-	var inst *Instance
-	if m := MessageFrom(ctx); m != nil {
-		inst = m.inst
-	} else if r, _ := ctx.Value(webhookKey{}).(*WebhookRequest); r != nil {
-		inst = r.inst
-	}
+	inst := handlerInstance(ctx)
 	if inst == nil || inst.fx == nil {
 		return nil, 0, errors.New("agent: Step, Wait and Sleep need the context of a running handler")
 	}
@@ -180,6 +170,18 @@ func beginStep(ctx context.Context, name string) (*Instance, int, error) {
 
 // errStepTooLarge means a step's record is larger than the journal keeps.
 var errStepTooLarge = errors.New("the step's record is too large")
+
+// handlerInstance is the instance of the handler a context belongs to (a Chat, Data, File or
+// webhook handler's), nil for another context.
+func handlerInstance(ctx context.Context) *Instance {
+	if m := MessageFrom(ctx); m != nil {
+		return m.inst
+	}
+	if r, _ := ctx.Value(webhookKey{}).(*WebhookRequest); r != nil {
+		return r.inst
+	}
+	return nil
+}
 
 // webhookKey is the context key of the WebhookRequest a webhook handler's context belongs to.
 type webhookKey struct{}
