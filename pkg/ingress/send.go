@@ -80,15 +80,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	requestID, keep := body.RequestID, body.RequestID != ""
-	if !keep {
-		requestID = uuid.NewString()
-	} else if err := subject.CheckRequestID("requestId", requestID); err != nil {
-		// Before it is answered in X-Request-Id and the problem.
-		problem.InvalidField.Write(w, err.Error())
+	requestID, keep, ok := bodyRequestID(w, body.RequestID)
+	if !ok {
 		return
 	}
-	w.Header().Set("X-Request-Id", requestID)
 	req, wait, p := s.sendRequest(r, c.tenant, body, requestID, keep)
 	if p != nil {
 		p.RequestID = requestID
@@ -109,6 +104,21 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeMessageReply(w, req, idsOf(req), rep)
+}
+
+// bodyRequestID is the request id of a send or signal body: the caller's (keep), checked before
+// it is answered in X-Request-Id and any problem, or a new one. ok is false when the caller's was
+// refused (answered 400).
+func bodyRequestID(w http.ResponseWriter, chosen string) (requestID string, keep, ok bool) {
+	requestID, keep = chosen, chosen != ""
+	if !keep {
+		requestID = uuid.NewString()
+	} else if err := subject.CheckRequestID("requestId", requestID); err != nil {
+		problem.InvalidField.Write(w, err.Error())
+		return "", false, false
+	}
+	w.Header().Set("X-Request-Id", requestID)
+	return requestID, keep, true
 }
 
 // readSendBody reads send's body: one JSON object of at most sendBodyLimit bytes.

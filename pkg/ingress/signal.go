@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -53,14 +51,10 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	requestID, keep := body.RequestID, body.RequestID != ""
-	if !keep {
-		requestID = uuid.NewString()
-	} else if err := subject.CheckRequestID("requestId", requestID); err != nil {
-		problem.InvalidField.Write(w, err.Error())
+	requestID, keep, ok := bodyRequestID(w, body.RequestID)
+	if !ok {
 		return
 	}
-	w.Header().Set("X-Request-Id", requestID)
 	req, p := s.signalRequest(r, c.tenant, body, requestID, keep)
 	if p != nil {
 		p.RequestID = requestID
