@@ -25,10 +25,16 @@ import (
 // sendData sends a Data message with the admin send endpoint and waits for its reply.
 func sendData(t *testing.T, s *stacktest.Stack, agentName, activation, participant, method string, data any) (int, []byte) {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"agentName": agentName, "activationName": activation, "participantId": participant,
-		"type": "Data", "text": method, "data": data})
+	return adminPost(t, s, "/api/v1/admin/tenants/default/messaging/send?wait=true", map[string]any{"agentName": agentName,
+		"activationName": activation, "participantId": participant, "type": "Data", "text": method, "data": data})
+}
+
+// adminPost POSTs body as JSON to path with the stack's key, and returns the status and body.
+func adminPost(t *testing.T, s *stacktest.Stack, path string, body any) (int, []byte) {
+	t.Helper()
+	b, err := json.Marshal(body)
 	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, s.URL+path, bytes.NewReader(b))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+s.Key)
 	resp, err := http.DefaultClient.Do(req)

@@ -91,17 +91,7 @@ func sendMessage(t *testing.T, s *stacktest.Stack, participant, typ, text string
 	if data != nil {
 		msg["data"] = data
 	}
-	body, err := json.Marshal(msg)
-	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true", bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, buf.Bytes()
+	return adminPost(t, s, "/api/v1/admin/tenants/default/messaging/send?wait=true", msg)
 }
 
 // answerData is the response data of an answer.
@@ -304,17 +294,8 @@ func TestWaitRefusals(t *testing.T) {
 // signal sends a signal to a conversation of Asker's default instance.
 func signal(t *testing.T, s *stacktest.Stack, participant, name string, data any) (int, []byte) {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"agentName": "Asker", "activationName": "default", "participantId": participant, "name": name, "data": data})
-	require.NoError(t, err)
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/signal", bytes.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var buf bytes.Buffer
-	_, _ = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, buf.Bytes()
+	return adminPost(t, s, "/api/v1/admin/tenants/default/messaging/signal",
+		map[string]any{"agentName": "Asker", "activationName": "default", "participantId": participant, "name": name, "data": data})
 }
 
 // A signal sent over the API ends the wait that names it, and its caller gets the resumed
