@@ -27,15 +27,9 @@ import (
 // message from every participant ("green") is answered 200 by Echo's chat handler, as in any
 // conversation with nothing waiting.
 //
-// Known to fail (park.go, handle.go): a resumed request that has answered purges its steps
-// journal (dropSteps) before it clears its wait from the instance record. A host killed
-// between the two leaves the wait in the record; the resumed request is delivered again, runs
-// again with no journal, finds no event for its Wait, and parks again: its thread gets a second
-// waiting answer after the final one, the record names the wait again, and, within the waits
-// stream's de-duplication window, the parked copy is not stored again (its Nats-Msg-Id is the
-// first park's), nor the deadline timer (likewise). The participant's next Chat message then
-// ends a wait whose parked request is gone: nothing resumes, and its caller is not answered;
-// the one after is held behind the wait (202) for good.
+// What it guards: a resumed request clears its wait from the instance record before it purges
+// its steps journal. The other way round, a host killed between the two left the wait in the
+// record, and the resumed request, delivered again, ran with no journal and parked again.
 func TestProcessesAsksSurviveHostKillDuringTheirAnswers(t *testing.T) {
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})

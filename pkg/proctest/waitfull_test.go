@@ -24,17 +24,9 @@ import (
 // and, after the workflow host is killed (SIGKILL) and started again, the participant's Chat
 // message is answered 200 with the ask's result.
 //
-// Known to fail (park.go): park checks that the instance has a free place (waitsFull) before it
-// parks, and writes the wait into the record (setWait) only after it has answered the caller
-// 202. Conversations of one instance run side by side, so several asks pass the check for the
-// last place and are all answered 202; setWait then refuses all but one (errTooManyWaits),
-// which park's retry takes for a passing failure and tries again, every 2 s, for as long as the
-// host runs: the request holds a handler slot, its conversation's later messages queue behind
-// it unanswered, and it parks only if another wait of the instance ends. When the host dies
-// meanwhile, the request is delivered again, now refused 429 (to a caller long gone): the ask
-// its caller was told waits is dropped, its waiting answer left in the thread, its parked copy
-// in the waits stream and its deadline timer set; the participant's answer is taken as a new
-// message.
+// What it guards: park records the wait in the instance record (setWait) before it answers the
+// caller 202, and takes a refusal there (no place left) as the answer 429. Conversations of one
+// instance run side by side, so several asks pass park's first check for the last place.
 func TestProcessesAsksRacingForAFullInstanceWaitOrAreRefused(t *testing.T) {
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
