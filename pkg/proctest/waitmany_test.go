@@ -28,7 +28,7 @@ import (
 // instance asking (default 25: 400 instances; an instance holds at most 256 waits), sent by 32
 // callers at once, each answered 202. A waiting request holds nothing in the host: its resident
 // memory and goroutines, read once the instances the asks loaded have left its memory and after
-// collections, are about what they were before the asks (asserted, with the target:
+// collections, are about what they were before the asks (asserted, against the target:
 // RSS grows by less than 20 MB; goroutines by at most 10). The waits stream holds one request
 // per ask. Then AGENTBUS_WAITS_SAMPLE of the waits (default 200), on different instances where
 // there are enough, are answered one at a time with a Chat message, each answered 200 with its
