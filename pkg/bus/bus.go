@@ -136,7 +136,8 @@ var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Sec
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
 // service can start first. It is idempotent. While JetStream is not ready yet (a cluster still
 // electing its leaders, services started at the same moment as NATS) it retries for up to two
-// minutes or until ctx ends.
+// minutes or until ctx ends. It retries too while a cluster cannot place a replica because a
+// peer is offline, so a service starting while a NATS node restarts waits for it.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -156,12 +157,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 	}
 }
 
-// transient reports errors that a JetStream still starting up gives.
+// errCodeNoPeers is JetStream's error code for "no suitable peers for placement": the meta
+// leader has not heard from enough servers lately to place a replicated stream.
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// transient reports errors that a JetStream still starting up gives, or a cluster whose meta
+// leader briefly counts a peer offline (a node restarting, or missing its heartbeats under load).
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
+		(errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == errCodeNoPeers))
 }
 
 // ensureOnce makes one attempt at creating or updating every resource, in order: the streams,
