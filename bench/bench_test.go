@@ -411,3 +411,80 @@ func TestSleepWaitsAtLeast(t *testing.T) {
 		require.GreaterOrEqual(t, <-done, 2*time.Millisecond, "a concurrent sleep(2ms) returned too early")
 	}
 }
+
+// TestGuard: each bound of the regression guard fails on the medians of the rounds that miss it,
+// and none fails when its phase did not run.
+func TestGuard(t *testing.T) {
+	res := func(bare, pipeline, agentbus int, p99 time.Duration) map[string]result {
+		r := func(n int) result { return result{Requests: n, Elapsed: time.Second, P99: p99} }
+		return map[string]result{phaseBare: r(bare), phasePipeline: r(pipeline), phaseAgentbus: r(agentbus)}
+	}
+	all := []string{phaseBare, phasePipeline, phaseAgentbus}
+	// Medians: agentbus/bare 0.2, agentbus/pipeline 0.5, p99 20 ms; one round far off each way.
+	rounds := []map[string]result{
+		res(10000, 4000, 2000, 20*time.Millisecond),
+		res(10000, 4000, 200, 900*time.Millisecond),
+		res(10000, 4000, 2000, 20*time.Millisecond),
+	}
+	for _, tc := range []struct {
+		g      guard
+		phases []string
+		missed bool
+	}{
+		{guard{MinRatio: 0.15, MinPipelineRatio: 0.4, MaxP99: 50 * time.Millisecond}, all, false},
+		{guard{MinRatio: 0.25}, all, true},
+		{guard{MinPipelineRatio: 0.6}, all, true},
+		{guard{MaxP99: 10 * time.Millisecond}, all, true},
+		{guard{MinPipelineRatio: 0.6}, []string{phaseBare, phaseAgentbus}, false},
+		{guard{MinRatio: 0.25, MaxP99: time.Millisecond}, []string{phaseBare}, false},
+	} {
+		assert.Equal(t, tc.missed, tc.g.check(tc.phases, rounds), "%+v over %v", tc.g, tc.phases)
+	}
+}
+
+// TestFiguresFromWrkAndBench: -figures reads bench/wrk.sh's rounds and writes the medians of both
+// loads side by side, in the Markdown docs/performance.md shows.
+func TestFiguresFromWrkAndBench(t *testing.T) {
+	out := `round 1
+bare: req/s 40000  p50 1.20ms  p99 5.00ms  non-2xx/3xx 0  errors 0
+pipeline: req/s 16000  p50 3.00ms  p99 8.00ms  non-2xx/3xx 0  errors 0
+standalone: req/s 8000  p50 7.00ms  p99 20.00ms  non-2xx/3xx 0  errors 0
+round 2
+bare: req/s 50000  p50 1.20ms  p99 5.00ms  non-2xx/3xx 0  errors 0
+pipeline: req/s 20000  p50 3.00ms  p99 8.00ms  non-2xx/3xx 0  errors 0
+standalone: req/s 12000  p50 7.00ms  p99 30.00ms  non-2xx/3xx 0  errors 0
+`
+	wrk, err := parseWrk(strings.NewReader(out))
+	require.NoError(t, err)
+	require.Len(t, wrk, 2)
+	assert.Equal(t, wrkResult{RPS: 12000, P99: 30 * time.Millisecond}, wrk[1]["standalone"])
+
+	_, err = parseWrk(strings.NewReader("round 1\nstandalone: req/s 8000  p50 7.00ms  p99 20.00ms  non-2xx/3xx 3  errors 0\n"))
+	assert.ErrorContains(t, err, "3 non-2xx")
+	_, err = parseWrk(strings.NewReader("servers did not start\n"))
+	assert.Error(t, err)
+
+	res := func(bare, pipeline, agentbus int) map[string]result {
+		r := func(n int, cpu time.Duration) result {
+			return result{Requests: n, Elapsed: time.Second, P99: 15 * time.Millisecond, CPU: cpu * time.Duration(n)}
+		}
+		return map[string]result{phaseBare: r(bare, 40*time.Microsecond), phasePipeline: r(pipeline, 100*time.Microsecond), phaseAgentbus: r(agentbus, 200*time.Microsecond)}
+	}
+	var b bytes.Buffer
+	printFigures(&b, figures{
+		Date: "2026-12-02", Commit: "abc1234", Load: "1.2 and 1.5", Rounds: 2, WrkSeconds: 10,
+		Options: options{Instances: 1000, Clients: 64, Duration: 4 * time.Second, Warmup: time.Second},
+		Wrk:     wrk, Bench: []map[string]result{res(40000, 16000, 8000), res(44000, 20000, 9000)},
+	})
+	got := b.String()
+	for _, want := range []string{
+		"(2026-12-02, `abc1234`; 1000 instances, 64 connections; load average 1.2 and 1.5)",
+		"| req/s: bare, pipeline, agentbus | 45,000, 18,000, 10,000 | 42,000, 18,000, 8,500 | |",
+		"| agentbus / pipeline | **0.550** | **0.475** | ≥ 0.65 |",
+		"| agentbus / bare | **0.220** | **0.202** | ≥ 0.22 |",
+		"| agentbus p99 | 25.0 ms | 15.0 ms | ≤ 10.0 ms |",
+		"| CPU per call: agentbus, pipeline | | 200, 100 µs | |",
+	} {
+		assert.Contains(t, got, want)
+	}
+}

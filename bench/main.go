@@ -74,8 +74,9 @@
 //	               [-rounds N] [-bins DIR] [-penv name:KEY=VALUE] [-cpuprofile FILE] [-trace FILE]
 //	               [-rate N | -rates N,N,…] [-closed=true|false]
 //	               [-target webhook|send|send-wait|converse] [-url URL -key KEY]
-//	               [-min-ratio R] [-rate-limit N]
+//	               [-min-ratio R] [-min-pipeline-ratio R] [-max-p99 D] [-rate-limit N]
 //	go run ./bench -target all [-rates N,N,…]   # webhook, send and converse, then webhook's open loop
+//	go run ./bench -figures N [-wrk-seconds S] [-duration 4s -warmup 1s]  # docs/performance.md's webhook figures
 //
 // -url loads an agentbus that is already running (an ingress base URL) instead of starting one:
 // -key (or AGENTBUS_BENCH_KEY) is then a tenant-admin key of tenant "default", whose Echo
@@ -94,8 +95,16 @@
 // conversation of its own in flight, which measures what the hosts' turns among tenants cost a
 // call (the agentbus phase creates the tenants and keys before it starts).
 //
-// -min-ratio R makes the command exit with status 1 when the closed loop's ratio is below R: CI
-// runs a short bench with -min-ratio 0.15 to catch a collapse (not drift: machines vary).
+// -figures N writes docs/performance.md's webhook figures: it runs bench/wrk.sh (wrk, Debian's
+// package, against the standalone, bare net/http and the pipeline) for N rounds of -wrk-seconds,
+// then the bare, pipeline and agentbus phases for N rounds, and prints a paragraph and a Markdown
+// table of the medians of both side by side with the targets, the date, the commit and the load
+// average. Run it from the module's root.
+//
+// -min-ratio R makes the command exit with status 1 when the closed loop's agentbus/bare ratio
+// (the median of the rounds) is below R, -min-pipeline-ratio R when its agentbus/pipeline ratio is,
+// and -max-p99 D when the agentbus phase's p99 is above D. CI runs a short bench with all three
+// to catch a collapse (not drift: machines vary; docs/performance.md gives the bounds).
 //
 // -cpuprofile writes a CPU profile of the measured window of the agentbus phase (the whole
 // process: load generator, ingress, NATS server and workflow host). When several agentbus phases
@@ -132,10 +141,13 @@ import (
 	"github.com/agentbus/agentbus/pkg/gogc"
 )
 
-// Targets that the benchmark reports against. targetProcessesRatio is the separate processes'
-// throughput as a share of the in-process stack's.
+// Targets that the benchmark reports against (docs/performance.md#current-figures):
+// targetRatio and targetPipelineRatio are agentbus's webhook throughput as a share of bare
+// net/http's and of the minimal pipeline's, targetProcessesRatio the separate processes' as a
+// share of the in-process stack's.
 const (
-	targetRatio          = 0.25
+	targetRatio          = 0.22
+	targetPipelineRatio  = 0.65
 	targetP99            = 10 * time.Millisecond
 	targetProcessesRatio = 0.85
 )
@@ -162,11 +174,16 @@ func main() {
 	rate := flag.Float64("rate", 0, "open loop: offer a fixed load of `N` requests per second instead of the closed loop (0: closed loop)")
 	ratesList := flag.String("rates", "", "open loop at each of these comma-separated rates in turn, e.g. 1000,2000,4000")
 	closed := flag.Bool("closed", true, "with -rates, run the closed loop first too (with -rate only if given)")
-	minRatio := flag.Float64("min-ratio", 0, "exit with status 1 when the closed loop's agentbus/bare ratio is below `R` (a regression guard; 0: off)")
+	var g guard
+	flag.Float64Var(&g.MinRatio, "min-ratio", 0, "exit with status 1 when the closed loop's agentbus/bare ratio is below `R` (a regression guard; 0: off)")
+	flag.Float64Var(&g.MinPipelineRatio, "min-pipeline-ratio", 0, "exit with status 1 when the closed loop's agentbus/pipeline ratio is below `R` (needs the pipeline phase; 0: off)")
+	flag.DurationVar(&g.MaxP99, "max-p99", 0, "exit with status 1 when the closed loop's agentbus p99 is above `D` (0: off)")
 	flag.StringVar(&o.Target, "target", targetWebhook, "endpoint to load: "+strings.Join(targets, ", ")+", or all (webhook, send and converse, then webhook's open loop)")
 	flag.Float64Var(&o.RateLimit, "rate-limit", 0, "agentbus phase: every key's and tenant's rate limit in the in-process ingress, `N` requests a second; set above the load, it measures the limiter's cost (0: no limit)")
 	flag.StringVar(&o.URL, "url", "", "load this running agentbus (ingress base `URL`) instead of starting one in-process")
 	flag.StringVar(&o.Key, "key", os.Getenv("AGENTBUS_BENCH_KEY"), "with -url: a tenant-admin key of tenant default (default $AGENTBUS_BENCH_KEY)")
+	figureRounds := flag.Int("figures", 0, "write docs/performance.md's webhook figures: bench/wrk.sh and then the bare, pipeline and agentbus phases, `N` rounds each (needs wrk; -duration and -warmup apply to the bench's phases, -wrk-seconds to wrk's runs)")
+	wrkSeconds := flag.Int("wrk-seconds", 10, "with -figures: the length of each wrk run, in seconds")
 	serveDir := flag.String("serve", "", "serve the webhook load of -phase's bare, pipeline and agentbus phases until interrupted instead of loading them, for an outside load generator; writes each phase's request targets to `dir`/PHASE.paths (see bench/wrk.lua)")
 	flag.Parse()
 	o.Body = []byte(*body)
@@ -241,6 +258,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
+	if *figureRounds > 0 {
+		if all || o.Target != targetWebhook || o.URL != "" {
+			fatalf("-figures measures the webhook target of the stack it starts; leave -target and -url out")
+		}
+		if err := runFigures(ctx, o, *figureRounds, *wrkSeconds); err != nil {
+			fatalf("-figures: %v", err)
+		}
+		return
+	}
 	if *serveDir != "" {
 		if err := serve(ctx, o, phases, *serveDir); err != nil {
 			fatalf("-serve: %v", err)
@@ -248,7 +274,7 @@ func main() {
 		return
 	}
 	if !all {
-		_, failed := execute(ctx, o, phases, rates, runClosed, prof, *minRatio)
+		_, failed := execute(ctx, o, phases, rates, runClosed, prof, g)
 		writeAllocProfile(memprofile)
 		exit(ctx, failed)
 		return
@@ -261,14 +287,14 @@ func main() {
 		to.Target = t
 		// The open loop and the regression guard are webhook's.
 		var (
-			tr    []float64
-			guard float64
+			tr []float64
+			tg guard
 		)
 		if t == targetWebhook {
-			tr, guard = rates, *minRatio
+			tr, tg = rates, g
 		}
-		ratio, f := execute(ctx, to, phases, tr, true, profiles{}, guard)
-		ratios[t], failed = ratio, failed || f
+		rounds, f := execute(ctx, to, phases, tr, true, profiles{}, tg)
+		ratios[t], failed = median(rounds, agentbusOverBare), failed || f
 		fmt.Println()
 		if ctx.Err() != nil {
 			break
@@ -317,9 +343,46 @@ func exit(ctx context.Context, failed bool) {
 	}
 }
 
-// execute runs one target's closed loop (when runClosed) and open loops at rates, for the given
-// phases, prints their tables and returns the closed loop's ratio and whether anything failed.
-func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, prof profiles, minRatio float64) (float64, bool) {
+// guard holds the regression guard's bounds on the closed loop's medians (each 0: off).
+type guard struct {
+	MinRatio         float64       // agentbus/bare req/s
+	MinPipelineRatio float64       // agentbus/pipeline req/s
+	MaxP99           time.Duration // agentbus p99
+}
+
+// check prints each bound the medians of rounds miss and reports whether one was missed.
+func (g guard) check(phases []string, rounds []map[string]result) (missed bool) {
+	if !slices.Contains(phases, phaseAgentbus) {
+		return false
+	}
+	below := func(name, a, b string, bound float64) {
+		if bound <= 0 || !slices.Contains(phases, b) {
+			return
+		}
+		if r := median(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) }); r < bound {
+			fmt.Printf("REGRESSION: ratio %s/%s %.3f below the %s guard %.2f\n", a, b, r, name, bound)
+			missed = true
+		}
+	}
+	below("-min-ratio", phaseAgentbus, phaseBare, g.MinRatio)
+	below("-min-pipeline-ratio", phaseAgentbus, phasePipeline, g.MinPipelineRatio)
+	if g.MaxP99 > 0 {
+		p99 := time.Duration(median(rounds, func(res map[string]result) (float64, bool) {
+			r, ok := res[phaseAgentbus]
+			return float64(r.P99), ok
+		}))
+		if p99 > g.MaxP99 {
+			fmt.Printf("REGRESSION: agentbus p99 %s above the -max-p99 guard %s\n", p99.Round(10*time.Microsecond), g.MaxP99)
+			missed = true
+		}
+	}
+	return missed
+}
+
+// execute runs the phases' closed loop (when runClosed) and open loop at each rate, o.Rounds
+// times in turn, prints each round's tables and the rounds' medians, and returns each round's
+// results and whether a request failed or the guard g was missed.
+func execute(ctx context.Context, o options, phases []string, rates []float64, runClosed bool, prof profiles, g guard) ([]map[string]result, bool) {
 	// The runs of a round, in order: the closed loop's phases, then for each rate the open loop's.
 	var runs []run
 	if runClosed {
@@ -466,12 +529,15 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 		fmt.Println()
 		printRounds(os.Stdout, phases, all)
 	}
-	ratio := medianOf(all, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseAgentbus, phaseBare) })
-	if runClosed && minRatio > 0 && slices.Contains(phases, phaseAgentbus) && ratio < minRatio {
-		fmt.Printf("REGRESSION: ratio agentbus/bare below the -min-ratio guard %.2f\n", minRatio)
+	if runClosed && g.check(phases, all) {
 		failed = true
 	}
-	return ratio, failed
+	return all, failed
+}
+
+// agentbusOverBare is the closed loop's agentbus/bare req/s in res.
+func agentbusOverBare(res map[string]result) (float64, bool) {
+	return ratioOf(res, phaseAgentbus, phaseBare)
 }
 
 // ratioOf is the closed loop's req/s of phase a over phase b in res; ok is false unless both ran.
@@ -484,14 +550,19 @@ func ratioOf(res map[string]result, a, b string) (float64, bool) {
 	return ra.RPS() / rb.RPS(), true
 }
 
-// medianOf is the median of f over the rounds where it is defined, 0 where it is nowhere.
-func medianOf(rounds []map[string]result, f func(map[string]result) (float64, bool)) float64 {
+// median is the median of the values f defines over the rounds (0 where it defines none).
+func median[R any](rounds []R, f func(R) (float64, bool)) float64 {
 	var vs []float64
-	for _, res := range rounds {
-		if v, ok := f(res); ok {
+	for _, r := range rounds {
+		if v, ok := f(r); ok {
 			vs = append(vs, v)
 		}
 	}
+	return medianOfValues(vs)
+}
+
+// medianOfValues is the median of vs, 0 when it is empty; it sorts vs.
+func medianOfValues(vs []float64) float64 {
 	if len(vs) == 0 {
 		return 0
 	}
@@ -522,8 +593,15 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 		}
 	}
 	ratio(phaseAgentbus, phaseBare)
+	ratio(phaseAgentbus, phasePipeline)
 	ratio(phaseProcesses, phaseBare)
 	ratio(phaseProcesses, phaseAgentbus)
+	if slices.Contains(phases, phasePipeline) {
+		cols = append(cols, col{phasePipeline + " CPU/call µs", func(res map[string]result) (float64, bool) {
+			r, ok := res[phasePipeline]
+			return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
+		}, "%.0f"})
+	}
 	for _, p := range []string{phaseAgentbus, phaseProcesses} {
 		if slices.Contains(phases, p) {
 			cols = append(cols, col{p + " p99 ms", func(res map[string]result) (float64, bool) {
@@ -562,14 +640,14 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 	}
 	fmt.Fprintf(w, "%-7s", "median")
 	for _, c := range cols {
-		v := medianOf(rounds, c.f)
+		v := median(rounds, c.f)
 		fmt.Fprintf(w, " %*s", max(len(c.head), 8), cell(c, v, v != 0))
 	}
 	fmt.Fprintln(w)
 	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
-		m := medianOf(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseProcesses, phaseAgentbus) })
+		m := median(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseProcesses, phaseAgentbus) })
 		fmt.Fprintf(w, "median ratio processes/agentbus req/s: %.3f   (target >= %.2f: %s)\n", m, targetProcessesRatio, verdict(m >= targetProcessesRatio))
-		c := medianOf(rounds, cpuRatio)
+		c := median(rounds, cpuRatio)
 		fmt.Fprintf(w, "median ratio of CPU per call agentbus/processes: %.3f   (the req/s ratio were both bound by the same CPUs alone)\n", c)
 	}
 }
@@ -652,7 +730,8 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 			fmt.Fprintf(w, "ratio pipeline/bare req/s: %.3f   (the floor)\n", pipe.RPS()/bare.RPS())
 		}
 		if okA {
-			fmt.Fprintf(w, "ratio agentbus/pipeline req/s: %.3f\n", ab.RPS()/pipe.RPS())
+			ratio := ab.RPS() / pipe.RPS()
+			fmt.Fprintf(w, "ratio agentbus/pipeline req/s: %.3f   (target >= %.2f: %s)\n", ratio, targetPipelineRatio, verdict(ratio >= targetPipelineRatio))
 		}
 	}
 	if pr, ok := results[phaseProcesses]; ok && pr.RPS() > 0 {
