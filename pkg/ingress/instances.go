@@ -80,12 +80,16 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, it := range items {
 		wf, _ := ident.ParseWorkflowID(it.Entry.WorkflowID)
-		rec := it.Record
-		ans.Instances = append(ans.Instances, instance.Item{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType,
-			Activation: wf.Activation, RunID: rec.RunID, Status: string(it.Status), StartedAt: timefmt.Of(rec.StartedAt),
-			LastActiveAt: timefmt.Of(rec.LastActiveAt), Events: rec.Events})
+		ans.Instances = append(ans.Instances, instanceItem(it.Record, wf, it.Status))
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// instanceItem is what the listing, and the top of the instance view, show of an instance.
+func instanceItem(rec instance.Record, wf ident.Workflow, status instance.Status) instance.Item {
+	return instance.Item{WorkflowID: rec.WorkflowID, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
+		RunID: rec.RunID, Status: string(status), StartedAt: timefmt.Of(rec.StartedAt),
+		LastActiveAt: timefmt.Of(rec.LastActiveAt), Events: rec.Events}
 }
 
 // instanceListOptions reads the listing's query: status, prefix, activeBefore, activeAfter,
@@ -178,9 +182,8 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	ans := inspect.InstanceView{
-		WorkflowID: rec.WorkflowID, AgentName: wf.Agent, WorkflowType: wf.WorkflowType, Activation: wf.Activation,
-		RunID: rec.RunID, Status: string(rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())), StartedAt: timefmt.Of(rec.StartedAt),
-		LastActiveAt: timefmt.Of(rec.LastActiveAt), CompletedAt: timefmt.OfPtr(rec.CompletedAt), Events: rec.Events, State: rec.State,
+		Item:      instanceItem(rec, wf, rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())),
+		AgentName: wf.Agent, CompletedAt: timefmt.OfPtr(rec.CompletedAt), State: rec.State,
 		EarlierRuns: rec.Runs, Waits: waitsOf(rec),
 		Partition: subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
 	}

@@ -11,16 +11,10 @@ import (
 
 // InstanceView is one instance as the inspector shows it.
 type InstanceView struct {
-	WorkflowID   string        `json:"workflowId"`
-	AgentName    string        `json:"agentName"`
-	WorkflowType string        `json:"workflowType"`
-	Activation   string        `json:"activation"`
-	RunID        string        `json:"runId"`
-	Status       string        `json:"status"`
-	StartedAt    timefmt.Time  `json:"startedAt"`
-	LastActiveAt timefmt.Time  `json:"lastActiveAt"`
-	CompletedAt  *timefmt.Time `json:"completedAt,omitempty"`
-	Events       int64         `json:"events"`
+	// Item holds what the instance listing shows of it.
+	instance.Item
+	AgentName   string        `json:"agentName"`
+	CompletedAt *timefmt.Time `json:"completedAt,omitempty"`
 	// State is the agent's state of the current run, null for none.
 	State       json.RawMessage       `json:"state"`
 	EarlierRuns []instance.RunSummary `json:"earlierRuns"`
