@@ -53,7 +53,7 @@ func roundStep[T any](ctx context.Context, rs *rounds, name string, fn func(cont
 		rs.off, fx = true, nil
 	}
 	if fx != nil && !rs.off {
-		rec, err := fx.readStep(ctx, n)
+		rec, err := fx.recorded(ctx, n)
 		if err != nil {
 			return zero, 0, Retryable(fmt.Errorf("reading step %q: %w", name, err))
 		}

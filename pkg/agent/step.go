@@ -56,8 +56,9 @@ var ErrStepMismatch = errors.New("agent: step mismatch")
 // request's steps is removed once the request is answered.
 //
 // Step works in Chat, Data, File and webhook handlers, with the context they were given; it
-// returns an error elsewhere. A step costs one read of the record and, on its first run, one
-// write; a request that makes no step costs nothing.
+// returns an error elsewhere. A step costs one write on its first run; a run that may find it
+// recorded (a retry, a redelivery, a resumed request) reads it first. A request that makes no
+// step costs nothing.
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	inst, n, err := beginStep(ctx, name)
@@ -65,7 +66,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		return zero, err
 	}
 	fx := inst.fx
-	rec, err := fx.readStep(ctx, n)
+	rec, err := fx.recorded(ctx, n)
 	if err != nil {
 		return zero, Retryable(fmt.Errorf("reading step %q: %w", name, err))
 	}
@@ -345,6 +346,21 @@ func replayStep[T any](ctx context.Context, inst *Instance, n int, name string, 
 // stepSubject is the journal subject of the request's step n.
 func (fx *effects) stepSubject(n int) string {
 	return subject.Step(fx.req.GetTenantId(), fx.req.GetWorkflowId(), fx.req.GetRequestId(), n)
+}
+
+// recorded returns the record of the request's step n, nil when there is none. Only an attempt
+// that may find steps recorded (fx.replay: a retry, a redelivery, a request resumed after a wait)
+// reads the journal; a first attempt has recorded nothing, so it reads nothing and only checks
+// that it may still act (Host.mayAct) before the step runs, as a read would have told a host
+// whose partition was taken over.
+func (fx *effects) recorded(ctx context.Context, n int) (*stepRecord, error) {
+	fx.mu.Lock()
+	replay := fx.replay
+	fx.mu.Unlock()
+	if replay {
+		return fx.readStep(ctx, n)
+	}
+	return nil, fx.h.mayAct(ctx)
 }
 
 // readStep reads the record of the request's step n from the stream's leader, nil when there is

@@ -78,7 +78,7 @@ func Wait(ctx context.Context, name string, f For) (Event, error) {
 		return Event{}, err
 	}
 	fx := inst.fx
-	rec, err := fx.readStep(ctx, n)
+	rec, err := fx.recorded(ctx, n)
 	if err != nil {
 		return Event{}, Retryable(fmt.Errorf("reading wait %q: %w", name, err))
 	}
