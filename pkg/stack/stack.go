@@ -91,7 +91,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	conn := func(name string) (*nats.Conn, error) {
-		nc, err := s.NATS.Connect(name)
+		nc, err := s.NATS.Connect(name, bus.LogAsyncErrors(cfg.Logger))
 		if err == nil {
 			s.conns = append(s.conns, nc)
 		}
