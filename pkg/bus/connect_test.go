@@ -1,10 +1,8 @@
 package bus_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,30 +14,12 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
-// syncBuffer is a bytes.Buffer safe for the log handler's and the test's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestLogAsyncErrors: a subscription too slow to keep up, whose messages the client drops, is
 // logged with its subject and what it dropped, once, however many it drops within a second.
 func TestLogAsyncErrors(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t, t.TempDir())
-	var out syncBuffer
+	var out lockedBuffer
 	nc, err := srv.Connect("slow", bus.LogAsyncErrors(slog.New(slog.NewTextHandler(&out, nil))))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
