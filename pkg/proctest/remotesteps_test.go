@@ -134,25 +134,9 @@ func waitInRemoteStep(t *testing.T, echo *pyEcho, instances []string, n int, wit
 // state's step counts after the answer.
 func checkRemoteStepsRun(t *testing.T, a, victim, survivor string, runs [][]int, answer stepsAnswer, final []int, steps, killAt int) {
 	t.Helper()
-	if assert.Empty(t, answer.err, "%s: the call was not answered", a) {
-		assert.Equal(t, steps, answer.Steps, "%s: the answer's steps", a)
-		assert.Equal(t, 2, answer.Attempt, "%s: the answering attempt", a)
-		if assert.Len(t, answer.Ran, steps, "%s: the answer's ran", a) {
-			for i, r := range answer.Ran {
-				want := stepRun{Attempt: 1, HostID: victim}
-				if i+1 >= killAt {
-					want = stepRun{Attempt: answer.Attempt, HostID: survivor}
-				}
-				assert.Equal(t, want, r, "%s: the attempt and host whose run gave step %d", a, i+1)
-			}
-		}
-	}
+	checkStepsAnswer(t, a, victim, survivor, answer, steps, killAt)
 	// The final answer writes the state, once: it counts each step once.
-	want := make([]int, steps)
-	for i := range want {
-		want[i] = 1
-	}
-	assert.Equal(t, want, final, "%s: the state's step counts after the answer", a)
+	assert.Equal(t, ones(steps), final, "%s: the state's step counts after the answer", a)
 	if !assert.Len(t, runs, steps, "%s: the runs of the steps' functions, by step: %v", a, runs) {
 		return
 	}

@@ -72,17 +72,13 @@ func TestProcessesStepsSurviveHostKills(t *testing.T) {
 	sys.noDeadLetters(t, 1)
 }
 
-// checkStepsRun checks one instance's steps call, killed in step killAt on victim: left is the
-// state's step counts the killed attempt left, final those after the answer.
-func checkStepsRun(t *testing.T, a, victim, survivor string, left []int, answer stepsAnswer, final []int, steps, killAt int) {
+// checkStepsAnswer checks the answer of one instance's steps call, killed in step killAt on
+// victim: the second attempt answered, on survivor, with the steps before killAt replayed from the
+// first attempt's run. It reports whether the call was answered.
+func checkStepsAnswer(t *testing.T, a, victim, survivor string, answer stepsAnswer, steps, killAt int) bool {
 	t.Helper()
-	inStep := make([]int, killAt)
-	for i := range inStep {
-		inStep[i] = 1
-	}
-	assert.Equal(t, inStep, left, "%s: the state's step counts the killed attempt left", a)
 	if !assert.Empty(t, answer.err, "%s: the call was not answered", a) {
-		return
+		return false
 	}
 	assert.Equal(t, steps, answer.Steps, "%s: the answer's steps", a)
 	assert.Equal(t, 2, answer.Attempt, "%s: the answering attempt", a)
@@ -92,16 +88,32 @@ func checkStepsRun(t *testing.T, a, victim, survivor string, left []int, answer 
 			if i+1 >= killAt {
 				want = stepRun{Attempt: answer.Attempt, HostID: survivor}
 			}
-			assert.Equal(t, want, r, "%s: the attempt and host that ran step %d", a, i+1)
+			assert.Equal(t, want, r, "%s: the attempt and host whose run gave step %d", a, i+1)
 		}
+	}
+	return true
+}
+
+// ones is n ones: the step counts of n steps that each ran once.
+func ones(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
+}
+
+// checkStepsRun checks one instance's steps call, killed in step killAt on victim: left is the
+// state's step counts the killed attempt left, final those after the answer.
+func checkStepsRun(t *testing.T, a, victim, survivor string, left []int, answer stepsAnswer, final []int, steps, killAt int) {
+	t.Helper()
+	assert.Equal(t, ones(killAt), left, "%s: the state's step counts the killed attempt left", a)
+	if !checkStepsAnswer(t, a, victim, survivor, answer, steps, killAt) {
+		return
 	}
 	// The answering attempt started from the state the request found, and each step it replayed
 	// gave the state back the count the step made: every step is counted once.
-	want := make([]int, steps)
-	for i := range want {
-		want[i] = 1
-	}
-	assert.Equal(t, want, final, "%s: the state's step counts after the answer", a)
+	assert.Equal(t, ones(steps), final, "%s: the state's step counts after the answer", a)
 	// Runs of each step's function: the killed attempt's (left), and the answering attempt's
 	// (its ran entries).
 	runs := make([]int, steps)
@@ -224,10 +236,7 @@ func (s *system) waitInStep(instances []string, n int, within time.Duration) tim
 	s.t.Helper()
 	ctx := proctest.Context(s.t, within)
 	start := time.Now()
-	want := make([]int, n)
-	for i := range want {
-		want[i] = 1
-	}
+	want := ones(n)
 	for {
 		counts := s.stepCountsCtx(ctx, echoWF, instances)
 		require.NoError(s.t, ctx.Err(), "the instances were not all in step %d within %v: %v", n, within, counts)
