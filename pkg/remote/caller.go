@@ -196,7 +196,7 @@ func (c *caller) exchange(ctx context.Context, inst *agent.Instance, msg *agent.
 			if err != nil {
 				return nil, err
 			}
-			if again.Error == nil && (again.Step != nil || again.Wait != nil || again.Call != nil || again.History != nil) {
+			if again.Error == nil && again.asksStepOrWait() {
 				// The newer state took the agent elsewhere: the request runs again from the start.
 				return nil, agent.Retryable(errors.New("the agent asked for a step, a wait, a call or a history read when sent a newer state"))
 			}
@@ -283,7 +283,7 @@ func (c *caller) stepThrough(ctx context.Context, inst *agent.Instance, msg *age
 			return nil, agent.Errorf(http.StatusInternalServerError, "the request's journal is over %d bytes, more than a remote agent is sent", maxJournal)
 		}
 		ans, err := c.post(ctx, req, newDeltas(&streamed, onDelta))
-		if err != nil || ans.Error != nil || ans.Step == nil && ans.Call == nil && ans.History == nil {
+		if err != nil || ans.Error != nil || !ans.asksStep() {
 			return ans, err
 		}
 		e, err := c.recordStep(ctx, inst, msg, ans)

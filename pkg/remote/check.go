@@ -161,7 +161,7 @@ func (c *checker) keep(req *Request, ans *Answer) {
 func (c *checker) exchange(ctx context.Context, req *Request) (*Answer, int, error) {
 	for {
 		ans, parts, err := c.call(ctx, req, c.reg.Secret)
-		if err != nil || ans.Error != nil || (ans.Step == nil && ans.Wait == nil && ans.Call == nil && ans.History == nil) {
+		if err != nil || ans.Error != nil || !ans.asksStepOrWait() {
 			return ans, parts, err
 		}
 		n := len(req.Journal) + 1
@@ -328,7 +328,7 @@ func (c *checker) journalCase(ctx context.Context, first Request) (string, error
 		switch {
 		case err != nil:
 			return "", fmt.Errorf("%s: %w", what, err)
-		case ans.Error == nil && (ans.Step != nil || ans.Wait != nil || ans.Call != nil || ans.History != nil):
+		case ans.Error == nil && ans.asksStepOrWait():
 			return "", fmt.Errorf("%s: it asked for another step or wait: a step or wait whose place the journal holds is answered from it", what)
 		case c.steppedAnswer.Error == nil && ans.Error != nil:
 			return "", fmt.Errorf("%s: refused: %d %s", what, ans.Error.Status, ans.Error.Message)

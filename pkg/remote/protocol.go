@@ -126,6 +126,13 @@ type Answer struct {
 	History *HistoryRead `json:"history,omitempty"`
 }
 
+// asksStep reports whether the answer asks the host for a step whose outcome goes in the journal
+// (Step, Call, History): the request is then sent again with it.
+func (a *Answer) asksStep() bool { return a.Step != nil || a.Call != nil || a.History != nil }
+
+// asksStepOrWait reports whether the answer asks for a step or a wait rather than being final.
+func (a *Answer) asksStepOrWait() bool { return a.asksStep() || a.Wait != nil }
+
 // Call is an Agent2Agent call the host makes as a step (Name): a Data method of an instance of
 // the tenant, named as a Tell names one. The journal's entry is the callee's result (its reply's
 // data), or its failure.
