@@ -384,8 +384,8 @@ func stepWork(inst *agent.Instance, msg *agent.Message, ans *Answer) (string, fu
 	if msg == nil {
 		return "", nil, agent.Errorf(http.StatusBadGateway, "the agent's history read %s: a webhook call has no thread to read", subject.Quote(read.Name))
 	}
-	if read.Size < 0 || read.Size > maxHistoryRead {
-		return "", nil, agent.Errorf(http.StatusBadGateway, "the agent's history read %s: size is 1 to %d", subject.Quote(read.Name), maxHistoryRead)
+	if err := read.checkSize(); err != nil {
+		return "", nil, agent.Errorf(http.StatusBadGateway, "the agent's history read %s: %v", subject.Quote(read.Name), err)
 	}
 	return read.Name, func(ctx context.Context) (json.RawMessage, error) {
 		msgs, _, err := msg.History(ctx, agent.HistoryOptions{Size: read.Size, Scope: read.Scope})
@@ -402,13 +402,29 @@ func stepWork(inst *agent.Instance, msg *agent.Message, ans *Answer) (string, fu
 // maxHistoryRead bounds the messages of one history read (HistoryRead.Size).
 const maxHistoryRead = 100
 
+// checkSize tells whether a host reads as many messages as r asks for.
+func (r *HistoryRead) checkSize() error {
+	if r.Size < 0 || r.Size > maxHistoryRead {
+		return fmt.Errorf("size is 1 to %d", maxHistoryRead)
+	}
+	return nil
+}
+
+// checkTimeout tells whether a host waits as long as w asks (at most agent.MaxWait).
+func (w *Wait) checkTimeout() error {
+	if w.TimeoutMs < 0 || w.TimeoutMs > agent.MaxWait.Milliseconds() {
+		return fmt.Errorf("timeoutMs is 0 to %d", agent.MaxWait.Milliseconds())
+	}
+	return nil
+}
+
 // wait parks the request as the answer asks (agent.Wait): it returns agent.ErrWaiting, which the
 // handler returns. A wait the host cannot make as asked (a name that is none, nothing to wait
 // for, a timeout out of bounds) fails the request (502).
 func (c *caller) wait(ctx context.Context, w *Wait) error {
 	what := "wait " + subject.Quote(w.Name)
-	if w.TimeoutMs < 0 || w.TimeoutMs > agent.MaxWait.Milliseconds() {
-		return agent.Errorf(http.StatusBadGateway, "the agent's %s: timeoutMs is 0 to %d", what, agent.MaxWait.Milliseconds())
+	if err := w.checkTimeout(); err != nil {
+		return agent.Errorf(http.StatusBadGateway, "the agent's %s: %v", what, err)
 	}
 	_, err := agent.Wait(ctx, w.Name, agent.For{Chat: w.Chat, Methods: w.Methods, Signals: w.Signals,
 		Timeout: time.Duration(w.TimeoutMs) * time.Millisecond})

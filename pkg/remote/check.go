@@ -249,8 +249,8 @@ func checkHistory(req *Request, read *HistoryRead) error {
 	if req.Type == "Webhook" {
 		return fmt.Errorf("%s: a webhook request has no thread to read", subject.Quote(read.Name))
 	}
-	if read.Size < 0 || read.Size > maxHistoryRead {
-		return fmt.Errorf("%s: size is 1 to %d", subject.Quote(read.Name), maxHistoryRead)
+	if err := read.checkSize(); err != nil {
+		return fmt.Errorf("%s: %w", subject.Quote(read.Name), err)
 	}
 	return nil
 }
@@ -263,8 +263,8 @@ func checkWait(w *Wait) error {
 	if !w.Chat && len(w.Methods) == 0 && len(w.Signals) == 0 && w.TimeoutMs == 0 {
 		return fmt.Errorf("%s: a wait needs chat, methods, signals or timeoutMs", subject.Quote(w.Name))
 	}
-	if w.TimeoutMs < 0 || w.TimeoutMs > agent.MaxWait.Milliseconds() {
-		return fmt.Errorf("%s: timeoutMs is 0 to %d", subject.Quote(w.Name), agent.MaxWait.Milliseconds())
+	if err := w.checkTimeout(); err != nil {
+		return fmt.Errorf("%s: %w", subject.Quote(w.Name), err)
 	}
 	for _, m := range append(slices.Clone(w.Methods), w.Signals...) {
 		if subject.CheckName("", m) != nil {
