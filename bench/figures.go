@@ -133,23 +133,11 @@ func printFigures(w io.Writer, f figures) {
 	benchRPS := func(p string) float64 {
 		return median(f.Bench, func(res map[string]result) (float64, bool) { r, ok := res[p]; return r.RPS(), ok })
 	}
-	benchRatio := func(a, b string) float64 {
-		return median(f.Bench, func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) })
-	}
-	benchCPU := func(p string) float64 {
-		return median(f.Bench, func(res map[string]result) (float64, bool) {
-			r, ok := res[p]
-			return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
-		})
-	}
 	wrkP99 := time.Duration(median(f.Wrk, func(r wrkRound) (float64, bool) {
 		v, ok := r["standalone"]
 		return float64(v.P99), ok
 	}))
-	benchP99 := time.Duration(median(f.Bench, func(res map[string]result) (float64, bool) {
-		r, ok := res[phaseAgentbus]
-		return float64(r.P99), ok
-	}))
+	benchP99 := time.Duration(median(f.Bench, p99Fig(phaseAgentbus)) * float64(time.Millisecond))
 	ms := func(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
 	}
@@ -162,10 +150,10 @@ func printFigures(w io.Writer, f figures) {
 	fmt.Fprintf(w, "| req/s: bare, pipeline, agentbus | %s, %s, %s | %s, %s, %s | |\n",
 		thousands(wrkRPS("bare")), thousands(wrkRPS("pipeline")), thousands(wrkRPS("standalone")),
 		thousands(benchRPS(phaseBare)), thousands(benchRPS(phasePipeline)), thousands(benchRPS(phaseAgentbus)))
-	fmt.Fprintf(w, "| agentbus / pipeline | **%.3f** | **%.3f** | ≥ %.2f |\n", wrkRatio("standalone", "pipeline"), benchRatio(phaseAgentbus, phasePipeline), targetPipelineRatio)
-	fmt.Fprintf(w, "| agentbus / bare | **%.3f** | **%.3f** | ≥ %.2f |\n", wrkRatio("standalone", "bare"), benchRatio(phaseAgentbus, phaseBare), targetRatio)
+	fmt.Fprintf(w, "| agentbus / pipeline | **%.3f** | **%.3f** | ≥ %.2f |\n", wrkRatio("standalone", "pipeline"), median(f.Bench, ratioFig(phaseAgentbus, phasePipeline)), targetPipelineRatio)
+	fmt.Fprintf(w, "| agentbus / bare | **%.3f** | **%.3f** | ≥ %.2f |\n", wrkRatio("standalone", "bare"), median(f.Bench, ratioFig(phaseAgentbus, phaseBare)), targetRatio)
 	fmt.Fprintf(w, "| agentbus p99 | %s | %s | ≤ %s |\n", ms(wrkP99), ms(benchP99), ms(targetP99))
-	fmt.Fprintf(w, "| CPU per call: agentbus, pipeline | | %.0f, %.0f µs | |\n", benchCPU(phaseAgentbus), benchCPU(phasePipeline))
+	fmt.Fprintf(w, "| CPU per call: agentbus, pipeline | | %.0f, %.0f µs | |\n", median(f.Bench, cpuFig(phaseAgentbus)), median(f.Bench, cpuFig(phasePipeline)))
 }
 
 // thousands formats n rounded, with commas between thousands.

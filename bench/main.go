@@ -294,7 +294,7 @@ func main() {
 			tr, tg = rates, g
 		}
 		rounds, f := execute(ctx, to, phases, tr, true, profiles{}, tg)
-		ratios[t], failed = median(rounds, agentbusOverBare), failed || f
+		ratios[t], failed = median(rounds, ratioFig(phaseAgentbus, phaseBare)), failed || f
 		fmt.Println()
 		if ctx.Err() != nil {
 			break
@@ -359,7 +359,7 @@ func (g guard) check(phases []string, rounds []map[string]result) (missed bool) 
 		if bound <= 0 || !slices.Contains(phases, b) {
 			return
 		}
-		if r := median(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) }); r < bound {
+		if r := median(rounds, ratioFig(a, b)); r < bound {
 			fmt.Printf("REGRESSION: ratio %s/%s %.3f below the %s guard %.2f\n", a, b, r, name, bound)
 			missed = true
 		}
@@ -367,10 +367,7 @@ func (g guard) check(phases []string, rounds []map[string]result) (missed bool) 
 	below("-min-ratio", phaseAgentbus, phaseBare, g.MinRatio)
 	below("-min-pipeline-ratio", phaseAgentbus, phasePipeline, g.MinPipelineRatio)
 	if g.MaxP99 > 0 {
-		p99 := time.Duration(median(rounds, func(res map[string]result) (float64, bool) {
-			r, ok := res[phaseAgentbus]
-			return float64(r.P99), ok
-		}))
+		p99 := time.Duration(median(rounds, p99Fig(phaseAgentbus)) * float64(time.Millisecond))
 		if p99 > g.MaxP99 {
 			fmt.Printf("REGRESSION: agentbus p99 %s above the -max-p99 guard %s\n", p99.Round(10*time.Microsecond), g.MaxP99)
 			missed = true
@@ -535,9 +532,28 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 	return all, failed
 }
 
-// agentbusOverBare is the closed loop's agentbus/bare req/s in res.
-func agentbusOverBare(res map[string]result) (float64, bool) {
-	return ratioOf(res, phaseAgentbus, phaseBare)
+// roundFigure is a figure of one round's closed-loop results, by phase; ok where it is defined.
+type roundFigure = func(res map[string]result) (float64, bool)
+
+// ratioFig is phase a's req/s over phase b's.
+func ratioFig(a, b string) roundFigure {
+	return func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) }
+}
+
+// p99Fig is phase p's p99, in milliseconds.
+func p99Fig(p string) roundFigure {
+	return func(res map[string]result) (float64, bool) {
+		r, ok := res[p]
+		return float64(r.P99) / float64(time.Millisecond), ok
+	}
+}
+
+// cpuFig is phase p's CPU per call, in microseconds, where it was measured.
+func cpuFig(p string) roundFigure {
+	return func(res map[string]result) (float64, bool) {
+		r, ok := res[p]
+		return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
+	}
 }
 
 // ratioOf is the closed loop's req/s of phase a over phase b in res; ok is false unless both ran.
@@ -589,7 +605,7 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 	}
 	ratio := func(a, b string) {
 		if slices.Contains(phases, a) && slices.Contains(phases, b) {
-			cols = append(cols, col{a + "/" + b, func(res map[string]result) (float64, bool) { return ratioOf(res, a, b) }, "%.3f"})
+			cols = append(cols, col{a + "/" + b, ratioFig(a, b), "%.3f"})
 		}
 	}
 	ratio(phaseAgentbus, phaseBare)
@@ -597,21 +613,11 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 	ratio(phaseProcesses, phaseBare)
 	ratio(phaseProcesses, phaseAgentbus)
 	if slices.Contains(phases, phasePipeline) {
-		cols = append(cols, col{phasePipeline + " CPU/call µs", func(res map[string]result) (float64, bool) {
-			r, ok := res[phasePipeline]
-			return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
-		}, "%.0f"})
+		cols = append(cols, col{phasePipeline + " CPU/call µs", cpuFig(phasePipeline), "%.0f"})
 	}
 	for _, p := range []string{phaseAgentbus, phaseProcesses} {
 		if slices.Contains(phases, p) {
-			cols = append(cols, col{p + " p99 ms", func(res map[string]result) (float64, bool) {
-				r, ok := res[p]
-				return float64(r.P99) / float64(time.Millisecond), ok
-			}, "%.2f"})
-			cols = append(cols, col{p + " CPU/call µs", func(res map[string]result) (float64, bool) {
-				r, ok := res[p]
-				return float64(r.CPUPerCall()) / float64(time.Microsecond), ok && r.CPU > 0
-			}, "%.0f"})
+			cols = append(cols, col{p + " p99 ms", p99Fig(p), "%.2f"}, col{p + " CPU/call µs", cpuFig(p), "%.0f"})
 		}
 	}
 	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
@@ -645,7 +651,7 @@ func printRounds(w io.Writer, phases []string, rounds []map[string]result) {
 	}
 	fmt.Fprintln(w)
 	if slices.Contains(phases, phaseProcesses) && slices.Contains(phases, phaseAgentbus) {
-		m := median(rounds, func(res map[string]result) (float64, bool) { return ratioOf(res, phaseProcesses, phaseAgentbus) })
+		m := median(rounds, ratioFig(phaseProcesses, phaseAgentbus))
 		fmt.Fprintf(w, "median ratio processes/agentbus req/s: %.3f   (target >= %.2f: %s)\n", m, targetProcessesRatio, verdict(m >= targetProcessesRatio))
 		c := median(rounds, cpuRatio)
 		fmt.Fprintf(w, "median ratio of CPU per call agentbus/processes: %.3f   (the req/s ratio were both bound by the same CPUs alone)\n", c)
