@@ -123,10 +123,7 @@ func Journal(ctx context.Context) ([]JournalEntry, error) {
 		return nil, errors.New("agent: Journal needs the context of a running handler")
 	}
 	fx := inst.fx
-	fx.mu.Lock()
-	replay := fx.replay
-	fx.mu.Unlock()
-	if !replay {
+	if !fx.replaying() {
 		return nil, nil
 	}
 	var out []JournalEntry
@@ -348,16 +345,20 @@ func (fx *effects) stepSubject(n int) string {
 	return subject.Step(fx.req.GetTenantId(), fx.req.GetWorkflowId(), fx.req.GetRequestId(), n)
 }
 
-// recorded returns the record of the request's step n, nil when there is none. Only an attempt
-// that may find steps recorded (fx.replay: a retry, a redelivery, a request resumed after a wait)
-// reads the journal; a first attempt has recorded nothing, so it reads nothing and only checks
-// that it may still act (Host.mayAct) before the step runs, as a read would have told a host
-// whose partition was taken over.
-func (fx *effects) recorded(ctx context.Context, n int) (*stepRecord, error) {
+// replaying reports whether the attempt may find steps recorded (fx.replay: a retry, a
+// redelivery, a request resumed after a wait). A first attempt has recorded nothing.
+func (fx *effects) replaying() bool {
 	fx.mu.Lock()
-	replay := fx.replay
-	fx.mu.Unlock()
-	if replay {
+	defer fx.mu.Unlock()
+	return fx.replay
+}
+
+// recorded returns the record of the request's step n, nil when there is none. Only an attempt
+// that may find steps recorded (replaying) reads the journal; a first attempt reads nothing and
+// only checks that it may still act (Host.mayAct) before the step runs, as a read would have told
+// a host whose partition was taken over.
+func (fx *effects) recorded(ctx context.Context, n int) (*stepRecord, error) {
+	if fx.replaying() {
 		return fx.readStep(ctx, n)
 	}
 	return nil, fx.h.mayAct(ctx)
