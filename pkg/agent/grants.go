@@ -28,7 +28,8 @@ import (
 //
 //   - it takes a part that no host holds before it runs more (the write first, then the slots);
 //   - it gives a part back only once it runs no more than what it keeps (the slots first: they
-//     start nothing above what it keeps, and once fewer run, the write);
+//     start nothing above what it keeps, then the write of what they do not run, and of the rest
+//     as its requests end);
 //   - the parts of a host taken for dead (no heartbeat for 2.5 s, its lease over, so that it
 //     starts nothing) are free, and whichever host writes next drops them.
 //
@@ -344,14 +345,17 @@ func (g *grants) plan(k shareKey, st *grantState, d demand, live map[string]bool
 	target := divide(n, wants, k.tenant+"\x00"+k.agent, now.Unix()/int64(grantRotate/time.Second))
 
 	// lower gives back what this host holds above to: its slots first, and the write in a later
-	// pass, once they run no more than to.
+	// pass, of all that they do not run. Requests running above to keep their units until they
+	// end (the slots start none above to meanwhile), but the units no request runs on go back at
+	// once: a host running 2 of the 3 units it holds, in requests that wait for something, gives
+	// the third back now rather than when the 2 end.
 	lower := func(to int) *grantWrite {
 		if st.local > to {
 			st.local, st.lowered, p.lowered = to, g.pass, true
 			return nil
 		}
-		if st.lowered < g.pass && d.out <= to {
-			return g.change(k, st, live, n, to)
+		if keep := max(to, d.out); st.lowered < g.pass && keep < mine {
+			return g.change(k, st, live, n, keep)
 		}
 		return nil
 	}
