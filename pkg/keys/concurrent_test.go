@@ -40,10 +40,18 @@ func replicatedSetup(t *testing.T, count int) (context.Context, *bus.Resources, 
 	return ctx, res, store, ks, natstest.WatchAPIErrors(t, cl.URLs())
 }
 
-// conflicts is how many writes the cluster refused as compare-and-set conflicts.
+// conflicts is how many writes the cluster refused as compare-and-set conflicts. The refusals
+// reach the watching connection on their own time, after the writers have their answers: it
+// waits up to 2 s for the first.
 func conflicts(t *testing.T, seen *natstest.APIErrors) int {
 	t.Helper()
-	stale, racing := seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+	var stale, racing int
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		stale, racing = seen.Count(jetstream.JSErrCodeStreamWrongLastSequence), seen.Count(jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		if stale+racing > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	t.Logf("refusals: %d with code %d, %d with code %d", stale, jetstream.JSErrCodeStreamWrongLastSequence, racing, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 	return stale + racing
 }
