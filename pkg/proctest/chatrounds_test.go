@@ -117,6 +117,7 @@ func (m *roundsModel) rounds() map[int]int {
 // and the caller, an idempotent one, gets the round-4 answer. The thread holds each of the three
 // tool calls and results once.
 func TestProcessesChatRoundsSurviveHostKill(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: its model answers at once, and it judges no time
 	bins := needProcesses(t)
 	model := newRoundsModel(3)
 	srv := httptest.NewServer(model)

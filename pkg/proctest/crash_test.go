@@ -87,6 +87,7 @@ func TestProcessesSurviveHostKills(t *testing.T) {
 // its paused handlers still try to write is refused. Counts stay exact (no request completed by
 // two hosts), histories keep send order, and the paused host's log names the fencing.
 func TestProcessesPausedHostIsFenced(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: most of it is the 8 s pause, and it judges no time
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
 	sys := newSystem(t, bins, nats.URL)

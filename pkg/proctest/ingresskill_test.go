@@ -24,6 +24,7 @@ import (
 // answered once: each instance's count equals its accepted calls, whose answers are 1..n once
 // each, and nothing is dead-lettered.
 func TestProcessesSurviveIngressKills(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: its callers wait up to 20 s, and it judges no time
 	bins := needProcesses(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
 	sys := newSystem(t, bins, nats.URL)

@@ -25,6 +25,7 @@ import (
 // GOGC=400 an idle host may go two minutes without one, holding the dropped instances' memory
 // as garbage meanwhile.
 func TestProcessesIdleInstancesMemory(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: it judges its own host's memory only, and most of it is waiting for the instances to leave it
 	bins := needProcesses(t)
 	total := 20000
 	if v := os.Getenv("AGENTBUS_PROCESS_INSTANCES"); v != "" {

@@ -34,6 +34,7 @@ const (
 // nothing is dead-lettered, and the time from each kill until every instance answered again is
 // printed.
 func TestProcessesRemoteAgentSurvivesKills(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: its callers wait up to 20 s, and it judges no time
 	bins := needProcesses(t)
 	py := needPython(t)
 	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
