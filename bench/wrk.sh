@@ -5,7 +5,9 @@
 #   bench/wrk.sh [ROUNDS [SECONDS]]        # defaults: 3 rounds of 10 s, each after a 2 s warm-up
 #
 # STANDALONE and BENCH name prebuilt binaries (default: built here from this module); with
-# STANDALONE_B, a second standalone (another build) is loaded in each round too, after the first. Every
+# STANDALONE_B, a second standalone (another build) is loaded in each round too, after the first,
+# with STANDALONE_B_ENV (NAME=VALUE ...) added to its environment: STANDALONE_B=same and
+# STANDALONE_B_ENV=AGENTBUS_MEMORY_LIMIT=1GiB compare a setting on one build. Every
 # server listens on 127.0.0.1 only; everything started is stopped at the end. The standalone runs
 # without its default per-key rate limit (AGENTBUS_RATE_LIMIT=0).
 set -eu
@@ -28,7 +30,9 @@ AGENTBUS_RATE_LIMIT=0 AGENTBUS_DEV_API_KEY=$key "$STANDALONE" -data-dir "$dir/da
 pids="$pids $!"
 phases="bare pipeline standalone"
 if [ -n "${STANDALONE_B:-}" ]; then
-	AGENTBUS_RATE_LIMIT=0 AGENTBUS_DEV_API_KEY=$key "$STANDALONE_B" -data-dir "$dir/data-b" -http-addr 127.0.0.1:$((port + 1)) -nats-listen "" >"$dir/standalone-b.log" 2>&1 &
+	if [ "$STANDALONE_B" = same ]; then STANDALONE_B=$STANDALONE; fi
+	# shellcheck disable=SC2086 # STANDALONE_B_ENV is a list of NAME=VALUE words
+	env AGENTBUS_RATE_LIMIT=0 AGENTBUS_DEV_API_KEY=$key ${STANDALONE_B_ENV:-} "$STANDALONE_B" -data-dir "$dir/data-b" -http-addr 127.0.0.1:$((port + 1)) -nats-listen "" >"$dir/standalone-b.log" 2>&1 &
 	pids="$pids $!"
 	phases="$phases standalone-b"
 fi
