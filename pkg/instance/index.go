@@ -138,40 +138,45 @@ func (x *Index) Add(ctx context.Context, tenant, agent string, e Entry) error {
 	}
 }
 
-// flush appends subj's queued runs, as many as maxBatch an entry, until none are left.
+// flush appends subj's queued runs, as many as maxBatch an entry, until none are left. An
+// append's runs are answered once the next batch is taken, or the turn is gone: when the last
+// Add returns, nothing of the subject's is left in turns.
 func (x *Index) flush(subj string, t *turn) {
+	var answer []*pendingRun // the runs of the last append
+	var err error            // its outcome
 	for {
 		x.mu.Lock()
 		n := min(len(t.queue), maxBatch)
-		if n == 0 {
-			delete(x.turns, subj) // the next Add makes a new turn and starts its flush
-			x.mu.Unlock()
-			return
-		}
 		batch := slices.Clone(t.queue[:n])
 		t.queue = slices.Delete(t.queue, 0, n)
+		if n == 0 {
+			delete(x.turns, subj) // the next Add makes a new turn and starts its flush
+		}
 		x.mu.Unlock()
+		for _, p := range answer {
+			p.done <- err
+		}
+		if n == 0 {
+			return
+		}
 
-		batch = slices.DeleteFunc(batch, func(p *pendingRun) bool {
+		answer = slices.DeleteFunc(batch, func(p *pendingRun) bool {
 			if err := p.ctx.Err(); err != nil {
 				p.done <- fmt.Errorf("appending to the run index: %w", err)
 				return true
 			}
 			return false
 		})
-		if len(batch) == 0 {
+		if len(answer) == 0 {
 			continue
 		}
-		ctx, cancel := batchContext(batch)
-		runs := make([]Entry, len(batch))
-		for i, p := range batch {
+		ctx, cancel := batchContext(answer)
+		runs := make([]Entry, len(answer))
+		for i, p := range answer {
 			runs[i] = p.e
 		}
-		err := x.append(ctx, subj, runs)
+		err = x.append(ctx, subj, runs)
 		cancel()
-		for _, p := range batch {
-			p.done <- err
-		}
 	}
 }
 
