@@ -260,7 +260,9 @@ func ClusterBus(t testing.TB, cfg bus.Config) (*Cluster, *bus.Resources) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err, "creating a JetStream context")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Two minutes, as long as Ensure waits for a cluster: about twenty replicated streams, each
+	// a raft group of its own, took longer than 30 s beside other race-instrumented test binaries.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := bus.Ensure(ctx, js, cfg)
 	require.NoError(t, err, "creating agentbus resources")
