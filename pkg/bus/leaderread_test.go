@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,23 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 				assert.Equal(c, "old", string(e.Value()))
 			}
 		}, 10*time.Second, 20*time.Millisecond, "%s through the server to be cut off", name)
+		// That read may have been answered by another replica: the cut-off one must hold the
+		// old value itself before the cut, or it has nothing to answer with.
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			s, err := js.Stream(ctx, stream)
+			if !assert.NoError(c, err) {
+				return
+			}
+			info, err := s.Info(ctx)
+			if !assert.NoError(c, err) || !assert.NotNil(c, info.Cluster) {
+				return
+			}
+			i := slices.IndexFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == cl.Name(2) })
+			if assert.NotEqual(c, -1, i, "a replica on %s", cl.Name(2)) {
+				assert.True(c, info.Cluster.Replicas[i].Current, "current")
+				assert.Zero(c, info.Cluster.Replicas[i].Lag, "lag")
+			}
+		}, 10*time.Second, 20*time.Millisecond, "%s: the replica to be cut off caught up", name)
 	}
 
 	// The cut lasts two to three seconds: a replica that hears nothing from its leader for some
