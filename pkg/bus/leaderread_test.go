@@ -73,18 +73,14 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 		// That read may have been answered by another replica: the cut-off one must hold the
 		// old value itself before the cut, or it has nothing to answer with.
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			s, err := js.Stream(ctx, stream)
-			if !assert.NoError(c, err) {
+			cluster := streamCluster(ctx, c, js, stream)
+			if cluster == nil {
 				return
 			}
-			info, err := s.Info(ctx)
-			if !assert.NoError(c, err) || !assert.NotNil(c, info.Cluster) {
-				return
-			}
-			i := slices.IndexFunc(info.Cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == cl.Name(2) })
+			i := slices.IndexFunc(cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == cl.Name(2) })
 			if assert.NotEqual(c, -1, i, "a replica on %s", cl.Name(2)) {
-				assert.True(c, info.Cluster.Replicas[i].Current, "current")
-				assert.Zero(c, info.Cluster.Replicas[i].Lag, "lag")
+				assert.True(c, cluster.Replicas[i].Current, "current")
+				assert.Zero(c, cluster.Replicas[i].Lag, "lag")
 			}
 		}, 10*time.Second, 20*time.Millisecond, "%s: the replica to be cut off caught up", name)
 	}
@@ -152,19 +148,29 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 func leadElsewhere(ctx context.Context, t *testing.T, js jetstream.JetStream, stream, avoid string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		s, err := js.Stream(ctx, stream)
-		if !assert.NoError(c, err) {
+		cluster := streamCluster(ctx, c, js, stream)
+		if cluster == nil {
 			return
 		}
-		info, err := s.Info(ctx)
-		if !assert.NoError(c, err) || !assert.NotNil(c, info.Cluster) {
-			return
-		}
-		if info.Cluster.Leader == avoid {
+		if cluster.Leader == avoid {
 			_, err := js.Conn().RequestWithContext(ctx, subject.StreamStepdownAPI(stream), nil)
 			assert.NoError(c, err)
 		}
-		assert.NotEqual(c, avoid, info.Cluster.Leader)
-		assert.NotEmpty(c, info.Cluster.Leader)
+		assert.NotEqual(c, avoid, cluster.Leader)
+		assert.NotEmpty(c, cluster.Leader)
 	}, 20*time.Second, 100*time.Millisecond, "a leader of %s other than %s", stream, avoid)
+}
+
+// streamCluster returns what the stream's info says of its replicas, nil (failing c) when it
+// cannot be read or names none.
+func streamCluster(ctx context.Context, c *assert.CollectT, js jetstream.JetStream, stream string) *jetstream.ClusterInfo {
+	s, err := js.Stream(ctx, stream)
+	if !assert.NoError(c, err) {
+		return nil
+	}
+	info, err := s.Info(ctx)
+	if !assert.NoError(c, err) || !assert.NotNil(c, info.Cluster) {
+		return nil
+	}
+	return info.Cluster
 }
