@@ -134,7 +134,8 @@ const ensureWait = 2 * time.Minute
 var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
-// service can start first. It is idempotent. While JetStream is not ready yet (a cluster still
+// service can start first. It is idempotent, and cheap when nothing changed: a resource that
+// an earlier Ensure declared with the same configuration (DeclaredKey) is only read. While JetStream is not ready yet (a cluster still
 // electing its leaders, services started at the same moment as NATS) it retries for up to two
 // minutes or until ctx ends. It retries too while a cluster cannot place a replica because a
 // peer is offline, so a service starting while a NATS node restarts waits for it.
@@ -272,8 +273,13 @@ func ensureKept(ctx context.Context, js jetstream.JetStream, cfg Config, name, d
 	})
 }
 
-// ensureStream creates or updates the stream of cfg.
+// ensureStream creates or updates the stream of cfg, unless it was declared so before.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	fp := fingerprint(cfg)
+	if s, same, err := declared(ctx, js, cfg.Name, fp); err != nil || same {
+		return s, err
+	}
+	cfg.Metadata = withFingerprint(cfg.Metadata, fp)
 	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", cfg.Name, err)
@@ -319,7 +325,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		if kv.fromLeader {
 			*kv.dst, err = leaderReadBucket(ctx, js, c)
 		} else {
-			*kv.dst, err = js.CreateOrUpdateKeyValue(ctx, c)
+			*kv.dst, err = directReadBucket(ctx, js, c)
 		}
 		if err != nil {
 			return fmt.Errorf("creating bucket %s: %w", c.Bucket, err)
@@ -355,7 +361,7 @@ func EnsureHosts(ctx context.Context, js jetstream.JetStream, cfg Config) (creat
 
 // ensureFiles creates or updates the object store of uploaded files.
 func ensureFiles(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
-	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	store, err := ensureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket:      subject.FilesStore,
 		Description: "uploaded files",
 		Storage:     jetstream.FileStorage,
@@ -372,7 +378,7 @@ func ensureFiles(ctx context.Context, js jetstream.JetStream, cfg Config) (jetst
 // ensureClaims creates or updates the object store of claim-checked request bodies and
 // replies.
 func ensureClaims(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.ObjectStore, error) {
-	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	store, err := ensureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket:      subject.ClaimsStore,
 		Description: "request bodies and replies too large for one message",
 		Storage:     jetstream.FileStorage,
@@ -384,6 +390,34 @@ func ensureClaims(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 		return nil, fmt.Errorf("creating object store %s: %w", subject.ClaimsStore, err)
 	}
 	return store, nil
+}
+
+// directReadBucket creates or updates a KV bucket as nats.go declares one, unless it was
+// declared so before: its reads may be answered by any replica (direct gets).
+func directReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	fp := fingerprint(c)
+	if _, same, err := declared(ctx, js, subject.KVStream(c.Bucket), fp); err != nil || same {
+		if err != nil {
+			return nil, err
+		}
+		return js.KeyValue(ctx, c.Bucket)
+	}
+	c.Metadata = withFingerprint(c.Metadata, fp)
+	return js.CreateOrUpdateKeyValue(ctx, c)
+}
+
+// ensureObjectStore creates or updates the object store of cfg, unless it was declared so
+// before.
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	fp := fingerprint(cfg)
+	if _, same, err := declared(ctx, js, subject.ObjectStream(cfg.Bucket), fp); err != nil || same {
+		if err != nil {
+			return nil, err
+		}
+		return js.ObjectStore(ctx, cfg.Bucket)
+	}
+	cfg.Metadata = withFingerprint(cfg.Metadata, fp)
+	return js.CreateOrUpdateObjectStore(ctx, cfg)
 }
 
 // ErrRepartition is returned by Ensure when the configured partition count differs from that of
@@ -435,7 +469,7 @@ func leaderReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.K
 	if c.TTL > 0 && c.TTL < dupes {
 		dupes = c.TTL
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	_, err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:              subject.KVStream(c.Bucket),
 		Description:       c.Description,
 		Subjects:          []string{subject.KVKeyPrefix(c.Bucket) + ">"},

@@ -2,9 +2,12 @@ package bus_test
 
 import (
 	"context"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,4 +98,68 @@ func TestEnsureMakesExistingBucketsReadFromTheLeader(t *testing.T) {
 			assert.Equal(t, "kept", string(e.Value()), kv.Bucket())
 		}
 	}
+}
+
+// TestEnsureUpdatesOnlyWhatChanged: a second Ensure with the same configuration updates
+// nothing (every process calls it when it starts); one with a setting changed updates the
+// resources that setting shapes, and only those.
+func TestEnsureUpdatesOnlyWhatChanged(t *testing.T) {
+	srv := natstest.Server(t, "")
+	nc := natstest.Conn(t, srv)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	updated := make(chan string, 64)
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.>", func(m *nats.Msg) {
+		updated <- strings.TrimPrefix(m.Subject, "$JS.EVENT.ADVISORY.STREAM.UPDATED.")
+	})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sub.Unsubscribe()) }()
+	updates := func() []string {
+		t.Helper()
+		// The advisories of the updates come before the answer to a request sent after them.
+		require.NoError(t, nc.Flush())
+		_, err := js.AccountInfo(ctx)
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		var names []string
+		for {
+			select {
+			case n := <-updated:
+				names = append(names, n)
+			case <-time.After(200 * time.Millisecond):
+				sort.Strings(names)
+				return names
+			}
+		}
+	}
+
+	cfg := bus.Config{Partitions: 2}
+	first, err := bus.Ensure(ctx, js, cfg)
+	require.NoError(t, err)
+	assert.Empty(t, updates(), "creating is not updating")
+
+	again, err := bus.Ensure(ctx, js, cfg)
+	require.NoError(t, err)
+	assert.Empty(t, updates(), "nothing changed, nothing updated")
+	require.NotNil(t, again.Instances)
+	_, err = again.Instances.Put(ctx, "k", []byte("v"))
+	require.NoError(t, err, "the handles of resources only read work")
+	e, err := first.Instances.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, "v", string(e.Value()))
+	_, err = again.Files.PutBytes(ctx, "f", []byte("file"))
+	require.NoError(t, err)
+
+	cfg.HistoryMaxAge = 48 * time.Hour
+	changed, err := bus.Ensure(ctx, js, cfg)
+	require.NoError(t, err)
+	assert.Equal(t, []string{subject.MessagesStream, subject.UsageStream, subject.KVStream(subject.TopicsBucket), subject.ObjectStream(subject.FilesStore)},
+		updates(), "the history's age shapes the history, its topics, its files and the usage kept by day")
+	info, err := changed.Messages.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 48*time.Hour, info.Config.MaxAge)
+	assert.NotEmpty(t, info.Config.Metadata[bus.DeclaredKey])
 }

@@ -410,6 +410,9 @@ func AckReply(stream, consumer string, seq, consumerSeq uint64) string {
 // KVStream is the name of the stream that holds a key-value bucket, as NATS names it.
 func KVStream(bucket string) string { return "KV_" + bucket }
 
+// ObjectStream is the name of the stream that holds an object store, as NATS names it.
+func ObjectStream(bucket string) string { return "OBJ_" + bucket }
+
 // KVKeyPrefix is the prefix of the subjects of a key-value bucket's keys ($KV.{bucket}.{key}),
 // as NATS builds them.
 func KVKeyPrefix(bucket string) string { return "$KV." + bucket + "." }
