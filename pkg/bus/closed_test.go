@@ -1,12 +1,10 @@
 package bus_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,29 +16,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
-// lockedBuffer collects log lines written from nats.go's callback goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // connect opens a connection with bus.Connect to srv's client address and watches it with
 // FailWhenClosed under parent; it returns the connection, the watched context and the log.
-func connect(t *testing.T, parent context.Context, url string) (*nats.Conn, context.Context, *lockedBuffer) {
+func connect(t *testing.T, parent context.Context, url string) (*nats.Conn, context.Context, *natstest.LogBuffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &natstest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	nc, err := bus.Connect(url, "closed-test", log)
 	require.NoError(t, err)
@@ -122,7 +102,7 @@ func TestFailWhenClosedIgnoresIntentionalCloses(t *testing.T) {
 		assert.NotContains(t, logs.String(), "ERROR")
 	})
 	t.Run("after stop", func(t *testing.T) {
-		logs := &lockedBuffer{}
+		logs := &natstest.LogBuffer{}
 		log := slog.New(slog.NewTextHandler(logs, nil))
 		nc, err := bus.Connect(srv.ClientURL(), "closed-test", log)
 		require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 func TestLogAsyncErrors(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t, t.TempDir())
-	var out lockedBuffer
+	var out natstest.LogBuffer
 	nc, err := srv.Connect("slow", bus.LogAsyncErrors(slog.New(slog.NewTextHandler(&out, nil))))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

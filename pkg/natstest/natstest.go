@@ -1,5 +1,6 @@
 // Package natstest starts embedded NATS servers for tests: a real server with JetStream on a
-// temporary file store, stopped when the test ends.
+// temporary file store, stopped when the test ends; and a LogBuffer for what the processes
+// around it log.
 package natstest
 
 import (

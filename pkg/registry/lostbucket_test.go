@@ -1,13 +1,11 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +17,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/registry"
 )
-
-// lockedBuffer collects log lines written from several goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A NATS server that restarts on its store comes back without the hosts bucket, which is in
 // memory storage: heartbeats find no stream, and the directory, finding the bucket gone when it
@@ -56,7 +36,7 @@ func TestDirectoryFollowsTheHostsBucketAcrossItsLoss(t *testing.T) {
 	t.Cleanup(cancel)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
 	require.NoError(t, err)
-	logs := &lockedBuffer{}
+	logs := &natstest.LogBuffer{}
 	d, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, slog.New(slog.NewTextHandler(logs, nil)))
 	require.NoError(t, err)
 	// Before the servers stop (their cleanups run after the test's defers). The registry

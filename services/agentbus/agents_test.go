@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/remote/remotetest"
 )
@@ -65,7 +66,7 @@ func (h *harness) cmdIn(key, stdin string, args ...string) result {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr natstest.LogBuffer
 	env := map[string]string{"AGENTBUS_URL": h.st.URL, "AGENTBUS_KEY": key}
 	err := runIn(ctx, args, func(name string) (string, bool) {
 		v, ok := env[name]

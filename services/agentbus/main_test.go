@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,24 +31,6 @@ func TestMain(m *testing.M) {
 
 const adminKey = "sys_admin_key_0123456789abcdef"
 
-// syncBuffer is a bytes.Buffer that a running command writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness runs the CLI against one stack and keeps everything it printed, so that the test can
 // check at the end that no key leaked.
 type harness struct {
@@ -78,7 +59,7 @@ type result struct {
 }
 
 // runWith runs the CLI with key in AGENTBUS_KEY and the stack's URL in AGENTBUS_URL.
-func (h *harness) runWith(ctx context.Context, key string, stdout, stderr *syncBuffer, args ...string) error {
+func (h *harness) runWith(ctx context.Context, key string, stdout, stderr *natstest.LogBuffer, args ...string) error {
 	env := map[string]string{"AGENTBUS_URL": h.st.URL, "AGENTBUS_KEY": key}
 	return run(ctx, args, func(name string) (string, bool) {
 		v, ok := env[name]
@@ -91,7 +72,7 @@ func (h *harness) cmd(key string, secretOut bool, args ...string) result {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr natstest.LogBuffer
 	err := h.runWith(ctx, key, &stdout, &stderr, args...)
 	r := result{stdout: stdout.String(), stderr: stderr.String(), err: err}
 	h.record(r.stderr)
@@ -315,7 +296,7 @@ func (h *harness) testTail(t *testing.T) {
 	h.t = t
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr natstest.LogBuffer
 	done := make(chan error, 1)
 	go func() {
 		done <- h.runWith(ctx, h.st.Key, &stdout, &stderr, "tail", "--agent", "Echo", "--activation", "tailed", "--participant", "Watcher")
@@ -357,7 +338,7 @@ func (h *harness) testUsage(t *testing.T) {
 }
 
 // waitFor waits until b holds want.
-func waitFor(t *testing.T, b *syncBuffer, want string) {
+func waitFor(t *testing.T, b *natstest.LogBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(b.String(), want) {
@@ -391,7 +372,7 @@ func TestTailReconnects(t *testing.T) {
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr natstest.LogBuffer
 	done := make(chan error, 1)
 	env := map[string]string{"AGENTBUS_URL": srv.URL, "AGENTBUS_KEY": "abk_secret", "AGENTBUS_TENANT": "acme"}
 	go func() {
@@ -434,7 +415,7 @@ func TestConverseStreamRestart(t *testing.T) {
 			"event: message\ndata: {\"requestId\":\"r\",\"response\":{\"text\":\"You said: hello\",\"data\":null}}\n\n")
 	}))
 	defer srv.Close()
-	var stdout, stderr syncBuffer
+	var stdout, stderr natstest.LogBuffer
 	env := map[string]string{"AGENTBUS_URL": srv.URL, "AGENTBUS_KEY": "abk_secret"}
 	err := run(context.Background(), []string{"converse", "--workflow", "Echo", "--text", "hello", "--stream"},
 		func(k string) (string, bool) { v, ok := env[k]; return v, ok }, &stdout, &stderr)

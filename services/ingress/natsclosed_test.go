@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/natstest"
 )
-
-// syncBuffer collects what run logs from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 var listeningRE = regexp.MustCompile(`msg="ingress listening" addr=(\S+)`)
 
@@ -46,7 +26,7 @@ func TestRunFailsWhenNATSClosesTheConnection(t *testing.T) {
 	ns := natstest.Server(t, "")
 	addr := ns.Addr().String()
 	env := map[string]string{"AGENTBUS_NATS_URL": ns.ClientURL(), "AGENTBUS_HTTP_ADDR": "127.0.0.1:0", "AGENTBUS_PARTITIONS": "2"}
-	logs := &syncBuffer{}
+	logs := &natstest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

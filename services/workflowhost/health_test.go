@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,24 +60,6 @@ func TestHealthcheck(t *testing.T) {
 	}
 }
 
-// syncBuffer collects what run logs; the host logs from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 var healthAddrRE = regexp.MustCompile(`msg="health endpoint listening" addr=(\S+)`)
 
 // TestRunServesHealth runs the whole workflow host against an embedded NATS with
@@ -93,7 +73,7 @@ func TestRunServesHealth(t *testing.T) {
 		"AGENTBUS_PARTITIONS":   "2",
 		"AGENTBUS_HOST_ID":      "health-test",
 	}
-	logs := &syncBuffer{}
+	logs := &natstest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

@@ -29,7 +29,7 @@ func TestRunAcrossNATSRestarts(t *testing.T) {
 		"AGENTBUS_PARTITIONS":   "2",
 		"AGENTBUS_HOST_ID":      "restart-test",
 	}
-	logs := &syncBuffer{}
+	logs := &natstest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
