@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/subscription"
@@ -31,24 +31,6 @@ import (
 // Secrets out of logs (docs/security.md#what-is-protected): keys given in the apikey query parameter, the
 // Authorization header or the send body's authorization field never reach the logs (every
 // component, debug level) or an answer, whether the call succeeds or fails.
-
-// secLog is a log sink safe for concurrent writes and reads.
-type secLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *secLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *secLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // leakyAgent shows a webhook handler everything it is given, and panics on demand.
 func leakyAgent() *agent.Agent {
@@ -70,9 +52,9 @@ func leakyAgent() *agent.Agent {
 
 // secStack starts a whole stack whose every component logs at debug level into the returned
 // sink, with a short webhook timeout.
-func secStack(t *testing.T) (*customStack, *secLog) {
+func secStack(t *testing.T) (*customStack, *natstest.LogBuffer) {
 	t.Helper()
-	sink := &secLog{}
+	sink := &natstest.LogBuffer{}
 	s := startStack(t, stack.Config{
 		Agents: []*agent.Agent{echo.New(), leakyAgent()},
 		Bus:    bus.Config{Partitions: 4},
