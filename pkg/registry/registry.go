@@ -564,6 +564,23 @@ func (d *Directory) refresh() bool {
 	if !d.probedAt.IsZero() && now.Sub(d.probedAt) < probeEvery {
 		return d.bucketUp
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	err := d.reread(ctx, now)
+	if err != nil && !errors.Is(err, errBucketJustBack) {
+		d.bucketDown(ctx, now)
+	}
+	d.probedAt, d.bucketUp = now, err == nil
+	if err != nil {
+		d.log.Warn("no heartbeats arrive and the hosts bucket cannot be read or written; hosts count as they stood", "err", err)
+	}
+	return d.bucketUp
+}
+
+// reread reads the known hosts' heartbeats back from the bucket and applies them; when none of
+// them is fresh, it asks whether the bucket's stream has had a leader for DeadAfter
+// (bucketLive).
+func (d *Directory) reread(ctx context.Context, now time.Time) error {
 	// Each host as it stood before the reads: one whose heartbeat the watch applies meanwhile
 	// keeps that newer one.
 	d.mu.RLock()
@@ -572,72 +589,93 @@ func (d *Directory) refresh() bool {
 		was[k] = h.seen
 	}
 	d.mu.RUnlock()
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	var entries []jetstream.KeyValueEntry
-	var gone []string
-	var err error
+	entries, gone, err := d.readHosts(ctx, was)
+	if err != nil {
+		return err
+	}
+	fresh := d.applyRead(was, entries, gone, now)
+	d.signal()
+	if fresh {
+		return nil
+	}
+	return d.bucketLive(ctx, now)
+}
+
+// readHosts reads the heartbeat of each host in was: the entries found, and the hosts whose
+// key is gone.
+func (d *Directory) readHosts(ctx context.Context, was map[string]time.Time) (entries []jetstream.KeyValueEntry, gone []string, err error) {
 	for k := range was {
-		var e jetstream.KeyValueEntry
-		if e, err = d.hostsKV.Get(ctx, k); errors.Is(err, jetstream.ErrKeyNotFound) {
-			gone, err = append(gone, k), nil
-		} else if err != nil {
-			break
-		} else {
+		e, err := d.hostsKV.Get(ctx, k)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			gone = append(gone, k)
+		case err != nil:
+			return nil, nil, err
+		default:
 			entries = append(entries, e)
 		}
 	}
-	if err == nil {
-		d.mu.Lock()
-		unchanged := func(k string) bool { h, ok := d.hosts[k]; return ok && h.seen.Equal(was[k]) }
-		for _, e := range entries {
-			if unchanged(e.Key()) {
-				d.applyHostLocked(e, true) // read back, a heartbeat is dated by its age
-			}
-		}
-		for _, k := range gone {
-			if unchanged(k) {
-				delete(d.hosts, k)
-			}
-		}
-		fresh := d.lastBeat.After(now.Add(-DeadAfter))
-		d.mu.Unlock()
-		d.signal()
-		if !fresh {
-			// Nothing newer in the bucket either. Its replicas answer reads even while its
-			// stream has no leader, when no heartbeat can be written: the stream's info names
-			// its leader. (A replica answers it too while there is none, without one.)
-			var st jetstream.KeyValueStatus
-			if st, err = d.hostsKV.Status(ctx); err == nil && !hasLeader(st) {
-				err = errBucketLeaderless
-			}
-			d.mu.RLock()
-			downAt := d.bucketDownAt
-			d.mu.RUnlock()
-			if err == nil && !downAt.IsZero() && now.Sub(downAt) < DeadAfter {
-				// Its stream has a leader again, since less than DeadAfter: the hosts, which
-				// write every HeartbeatInterval, may not have reached it yet (their writes
-				// failed while it had none).
-				err = errBucketJustBack
-			}
+	return entries, gone, nil
+}
+
+// applyRead applies the heartbeats read back (a heartbeat read back is dated by its age) and
+// removes the hosts whose key is gone, except those the watch changed since was; it reports
+// whether the newest heartbeat seen is fresh.
+func (d *Directory) applyRead(was map[string]time.Time, entries []jetstream.KeyValueEntry, gone []string, now time.Time) (fresh bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	unchanged := func(k string) bool { h, ok := d.hosts[k]; return ok && h.seen.Equal(was[k]) }
+	for _, e := range entries {
+		if unchanged(e.Key()) {
+			d.applyHostLocked(e, true)
 		}
 	}
-	if err != nil && !errors.Is(err, errBucketJustBack) {
-		d.mu.Lock()
-		d.bucketDownAt = now
-		d.mu.Unlock()
-		if _, serr := d.hostsKV.Status(ctx); errors.Is(serr, jetstream.ErrStreamNotFound) {
-			select {
-			case d.hostsGone <- struct{}{}:
-			default:
-			}
+	for _, k := range gone {
+		if unchanged(k) {
+			delete(d.hosts, k)
 		}
 	}
-	d.probedAt, d.bucketUp = now, err == nil
+	return d.lastBeat.After(now.Add(-DeadAfter))
+}
+
+// bucketLive tells, when the bucket holds no fresh heartbeat either, whether that is because
+// no host can write one: errBucketLeaderless while the bucket's stream has no leader,
+// errBucketJustBack for DeadAfter after it had none.
+func (d *Directory) bucketLive(ctx context.Context, now time.Time) error {
+	// Its replicas answer reads even while its stream has no leader, when no heartbeat can be
+	// written: the stream's info names its leader. (A replica answers it too while there is
+	// none, without one.)
+	st, err := d.hostsKV.Status(ctx)
 	if err != nil {
-		d.log.Warn("no heartbeats arrive and the hosts bucket cannot be read or written; hosts count as they stood", "err", err)
+		return err
 	}
-	return d.bucketUp
+	if !hasLeader(st) {
+		return errBucketLeaderless
+	}
+	d.mu.RLock()
+	downAt := d.bucketDownAt
+	d.mu.RUnlock()
+	if !downAt.IsZero() && now.Sub(downAt) < DeadAfter {
+		// Its stream has a leader again, since less than DeadAfter: the hosts, which write
+		// every HeartbeatInterval, may not have reached it yet (their writes failed while it
+		// had none).
+		return errBucketJustBack
+	}
+	return nil
+}
+
+// bucketDown records that the bucket could not be read or has no leader, and wakes whoever
+// creates it again when its stream is gone (a NATS server restarted without it).
+func (d *Directory) bucketDown(ctx context.Context, now time.Time) {
+	d.mu.Lock()
+	d.bucketDownAt = now
+	d.mu.Unlock()
+	if _, err := d.hostsKV.Status(ctx); errors.Is(err, jetstream.ErrStreamNotFound) {
+		select {
+		case d.hostsGone <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // errBucketLeaderless is refresh's reason to count the hosts as they stood while the hosts
