@@ -335,6 +335,22 @@ func (c *cli) agentRemove(ctx context.Context, args []string) error {
 // one line per case; any failed case makes it fail. It calls the endpoint, not agentbus: it
 // needs no key.
 func (c *cli) agentCheck(ctx context.Context, args []string) error {
+	reg, err := c.checkedRegistration(args)
+	if err != nil {
+		return err
+	}
+	results := remote.Check(ctx, reg)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.printCheck(reg.URL, results)
+}
+
+// checkedRegistration reads agent check's arguments into the registration to check: its
+// flags, -f FILE or standard input, and the URL argument; it refuses one that names no URL, no
+// secret or nothing the agent takes.
+func (c *cli) checkedRegistration(args []string) (remote.Registration, error) {
+	var reg remote.Registration
 	fs := c.flags("agent check")
 	var rf registrationFlags
 	rf.define(fs, false)
@@ -342,44 +358,45 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 	fs.Var(&examples, "example", `parameters to send a Data method, METHOD=JSON object ('sum={"values":[2,3]}'), in place of its schema's examples; repeat it`)
 	pos, err := parseBetween(fs, args, 0, 1, "[URL] [--secret whsec_...] [-f FILE] [--chat] [--files] [--method M]... [--webhook W]... [--example M=JSON]...")
 	if err != nil {
-		return err
+		return reg, err
 	}
 	body, err := rf.body(fs, c.stdin)
 	if err != nil {
-		return err
+		return reg, err
 	}
 	if len(pos) == 1 {
 		body["url"], _ = json.Marshal(pos[0])
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return err
+		return reg, err
 	}
-	var reg remote.Registration
 	if err := json.Unmarshal(b, &reg); err != nil {
-		return fmt.Errorf("the registration is not one: %w", err)
+		return reg, fmt.Errorf("the registration is not one: %w", err)
 	}
 	switch {
 	case reg.URL == "":
-		return usageError{"agent check needs the endpoint's URL: an argument, or the url of -f"}
+		return reg, usageError{"agent check needs the endpoint's URL: an argument, or the url of -f"}
 	case reg.Secret == "":
-		return usageError{"agent check needs the signing secret: --secret, or the secret of -f"}
+		return reg, usageError{"agent check needs the signing secret: --secret, or the secret of -f"}
 	case !reg.Chat && !reg.File && len(reg.Methods) == 0 && len(reg.Webhooks) == 0:
-		return usageError{"agent check needs to know what the agent takes: -f FILE, or --chat, --files, --method, --webhook"}
+		return reg, usageError{"agent check needs to know what the agent takes: -f FILE, or --chat, --files, --method, --webhook"}
 	}
 	if u, err := url.Parse(reg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageError{fmt.Sprintf("agent check: %q is not an http or https URL", reg.URL)}
+		return reg, usageError{fmt.Sprintf("agent check: %q is not an http or https URL", reg.URL)}
 	}
 	if reg.Name == "" {
 		reg.Name = "Checked"
 	}
 	if err := examples.apply(reg.Methods); err != nil {
-		return usageError{"agent check: " + err.Error()}
+		return reg, usageError{"agent check: " + err.Error()}
 	}
-	results := remote.Check(ctx, reg)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	return reg, nil
+}
+
+// printCheck prints the results of checking the endpoint, as JSON or a table, and their
+// counts on standard error; it fails when any case failed.
+func (c *cli) printCheck(endpoint string, results []remote.CheckResult) error {
 	passed, failed, skipped := 0, 0, 0
 	for _, r := range results {
 		switch {
@@ -413,7 +430,7 @@ func (c *cli) agentCheck(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	fmt.Fprintf(c.stderr, "%s: %d passed, %d failed, %d skipped\n", cell(reg.URL, 4096), passed, failed, skipped)
+	fmt.Fprintf(c.stderr, "%s: %d passed, %d failed, %d skipped\n", cell(endpoint, 4096), passed, failed, skipped)
 	if failed > 0 {
 		return errCheckFailed{failed: failed, of: len(results)}
 	}
