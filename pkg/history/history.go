@@ -299,7 +299,35 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 	if len(msgs) == 0 || len(msgs) > 2 {
 		return fmt.Errorf("appending to thread: %d messages, want one or two", len(msgs))
 	}
+	todo := unstored(cur, workflowID, participant, msgs)
+	buf := recordBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) <= maxPooledRecord {
+			recordBufs.Put(buf)
+		}
+	}()
 	subj := subject.Thread(tenant, workflowID, participant)
+	for len(todo) > 0 {
+		n, err := s.appendRecord(ctx, tenant, subj, cur, todo, buf)
+		if err != nil {
+			return err
+		}
+		todo = todo[n:]
+	}
+	for _, m := range msgs {
+		if m.Scope == "" {
+			continue
+		}
+		if err := s.addTopic(ctx, subject.TopicsKey(tenant, workflowID, participant), m.Scope); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unstored fills in what msgs leave out (id, time, thread) and returns those that cur does not
+// know as stored; those it knows get their position.
+func unstored(cur *Cursor, workflowID, participant string, msgs []*Message) []*Message {
 	todo := make([]*Message, 0, len(msgs))
 	for _, m := range msgs {
 		if m.ID == "" {
@@ -321,62 +349,51 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		}
 		todo = append(todo, m)
 	}
-	buf := recordBufs.Get().(*[]byte)
-	defer func() {
-		if cap(*buf) <= maxPooledRecord {
-			recordBufs.Put(buf)
-		}
-	}()
-	for len(todo) > 0 {
-		rec := todo
-		body, err := encodeRecord((*buf)[:0], rec)
-		if err == nil && len(rec) > 1 && len(body) > maxExchangeBytes {
-			rec = todo[:1]
-			body, err = encodeRecord(body[:0], rec)
-		}
-		if err != nil {
-			return fmt.Errorf("encoding message: %w", err)
-		}
-		*buf = body[:0]
-		nm := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
-		if cur.LastSeq != 0 {
-			nm.Header.Set(subject.HeaderPrev, bus.FormatPrev(cur.LastSeq, cur.Prev))
-		}
-		nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
-		if cur.Origin.Seq != 0 {
-			nm.Header.Set(subject.HeaderOrigin, cur.Origin.format())
-		}
-		ack, err := bus.Publish(ctx, s.js, nm)
-		if err != nil {
-			if bus.IsConflict(err) {
-				return ErrConflict
-			}
-			return fmt.Errorf("appending to thread: %w", err)
-		}
-		if s.meter != nil {
-			s.meter.Add(tenant, usage.History, bus.RecordBytes(subj, bus.HeaderBytes(nm.Header), len(body)))
-		}
-		for i, m := range rec {
-			m.Pos = position(ack.Sequence, i)
-		}
-		cur.noteRecord(rec)
-		todo = todo[len(rec):]
-		prev := make([]uint64, 0, PrevDepth)
-		if cur.LastSeq != 0 {
-			prev = append(prev, cur.LastSeq)
-			prev = append(prev, cur.Prev[:min(len(cur.Prev), PrevDepth-1)]...)
-		}
-		cur.LastSeq, cur.Prev, cur.Newest = ack.Sequence, prev, cur.Origin
+	return todo
+}
+
+// appendRecord stores the first of todo, both when they fit in one record, as the record after
+// cur's, encoded in buf; it moves cur to it and returns how many it stored.
+func (s *Store) appendRecord(ctx context.Context, tenant, subj string, cur *Cursor, todo []*Message, buf *[]byte) (int, error) {
+	rec := todo
+	body, err := encodeRecord((*buf)[:0], rec)
+	if err == nil && len(rec) > 1 && len(body) > maxExchangeBytes {
+		rec = todo[:1]
+		body, err = encodeRecord(body[:0], rec)
 	}
-	for _, m := range msgs {
-		if m.Scope == "" {
-			continue
-		}
-		if err := s.addTopic(ctx, subject.TopicsKey(tenant, workflowID, participant), m.Scope); err != nil {
-			return err
-		}
+	if err != nil {
+		return 0, fmt.Errorf("encoding message: %w", err)
 	}
-	return nil
+	*buf = body[:0]
+	nm := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
+	if cur.LastSeq != 0 {
+		nm.Header.Set(subject.HeaderPrev, bus.FormatPrev(cur.LastSeq, cur.Prev))
+	}
+	nm.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(cur.LastSeq, 10))
+	if cur.Origin.Seq != 0 {
+		nm.Header.Set(subject.HeaderOrigin, cur.Origin.format())
+	}
+	ack, err := bus.Publish(ctx, s.js, nm)
+	if err != nil {
+		if bus.IsConflict(err) {
+			return 0, ErrConflict
+		}
+		return 0, fmt.Errorf("appending to thread: %w", err)
+	}
+	if s.meter != nil {
+		s.meter.Add(tenant, usage.History, bus.RecordBytes(subj, bus.HeaderBytes(nm.Header), len(body)))
+	}
+	for i, m := range rec {
+		m.Pos = position(ack.Sequence, i)
+	}
+	cur.noteRecord(rec)
+	prev := make([]uint64, 0, PrevDepth)
+	if cur.LastSeq != 0 {
+		prev = append(prev, cur.LastSeq)
+		prev = append(prev, cur.Prev[:min(len(cur.Prev), PrevDepth-1)]...)
+	}
+	cur.LastSeq, cur.Prev, cur.Newest = ack.Sequence, prev, cur.Origin
+	return len(rec), nil
 }
 
 // Topics returns the scopes seen in the thread, sorted.
