@@ -135,10 +135,11 @@ var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Sec
 
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any
 // service can start first. It is idempotent, and cheap when nothing changed: a resource that
-// an earlier Ensure declared with the same configuration (DeclaredKey) is only read. While JetStream is not ready yet (a cluster still
-// electing its leaders, services started at the same moment as NATS) it retries for up to two
-// minutes or until ctx ends. It retries too while a cluster cannot place a replica because a
-// peer is offline, so a service starting while a NATS node restarts waits for it.
+// an earlier Ensure declared with the same configuration (DeclaredKey) is only read. While
+// JetStream is not ready yet (a cluster still electing its leaders, services started at the
+// same moment as NATS) it retries for up to two minutes or until ctx ends. It retries too
+// while a cluster cannot place a replica because a peer is offline, so a service starting while
+// a NATS node restarts waits for it.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -396,10 +397,11 @@ func ensureClaims(ctx context.Context, js jetstream.JetStream, cfg Config) (jets
 // declared so before: its reads may be answered by any replica (direct gets).
 func directReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	fp := fingerprint(c)
-	if _, same, err := declared(ctx, js, subject.KVStream(c.Bucket), fp); err != nil || same {
-		if err != nil {
-			return nil, err
-		}
+	_, same, err := declared(ctx, js, subject.KVStream(c.Bucket), fp)
+	if err != nil {
+		return nil, err
+	}
+	if same {
 		return js.KeyValue(ctx, c.Bucket)
 	}
 	c.Metadata = withFingerprint(c.Metadata, fp)
@@ -410,10 +412,11 @@ func directReadBucket(ctx context.Context, js jetstream.JetStream, c jetstream.K
 // before.
 func ensureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	fp := fingerprint(cfg)
-	if _, same, err := declared(ctx, js, subject.ObjectStream(cfg.Bucket), fp); err != nil || same {
-		if err != nil {
-			return nil, err
-		}
+	_, same, err := declared(ctx, js, subject.ObjectStream(cfg.Bucket), fp)
+	if err != nil {
+		return nil, err
+	}
+	if same {
 		return js.ObjectStore(ctx, cfg.Bucket)
 	}
 	cfg.Metadata = withFingerprint(cfg.Metadata, fp)
