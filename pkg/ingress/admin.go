@@ -189,7 +189,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	if !s.confirmKeys(r.Context()) {
 		s.log.Warn("tenant deleted, its keys' revocation not yet confirmed", "tenant", tenant, "by", c.key.ID)
 		problem.BusUnavailable.Write(w, "the tenant is deleted and its keys revoked, but not every ingress instance confirmed within "+
-			confirmTimeout.String()+" that it refuses them; delete the tenant again to confirm it")
+			s.confirms.limit().String()+" that it refuses them; delete the tenant again to confirm it")
 		return
 	}
 	if err := s.keys.RemoveTenant(r.Context(), tenant); err != nil {
@@ -376,7 +376,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) {
 	if !s.confirmKeys(r.Context()) {
 		s.log.Warn("key revoked, not yet confirmed", "tenant", tenant, "key", k.ID, "by", c.key.ID)
 		problem.BusUnavailable.Write(w, "the key is revoked, but not every ingress instance confirmed within "+
-			confirmTimeout.String()+" that it refuses it; revoke it again to confirm it")
+			s.confirms.limit().String()+" that it refuses it; revoke it again to confirm it")
 		return
 	}
 	s.log.Info("key revoked", "tenant", tenant, "key", k.ID, "by", c.key.ID)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,15 +40,16 @@ import (
 // messages of another version.
 const confirmVersion = 1
 
-// Timing of the confirmations. Variables, so that tests may shorten confirmTimeout.
-var (
+// Timing of the confirmations.
+const (
 	// presenceEvery is how often an instance announces itself.
 	presenceEvery = time.Second
 	// presenceFor is how long after its last announcement an instance is waited for: three
 	// announcements, so that two late or lost ones do not drop it.
 	presenceFor = 3 * presenceEvery
-	// confirmTimeout bounds how long a write waits for every instance to see it; longer than
-	// presenceFor, so that an instance that died just before the write is dropped within it.
+	// confirmTimeout bounds how long a write waits for every instance to see it (a confirmer's
+	// timeout, which tests shorten); longer than presenceFor, so that an instance that died just
+	// before the write is dropped within it.
 	confirmTimeout = 5 * time.Second
 	// reaskEvery is how often a confirmation is asked again of the instances that have not
 	// answered: core NATS may lose a message, and an instance that just started may not have
@@ -120,7 +122,13 @@ type confirmer struct {
 	answering map[string]bool
 	// closed: close began, and no wait starts any more.
 	closed bool
+
+	// timeout is confirmTimeout in nanoseconds, unless a test set another (Server.SetConfirmTimeout).
+	timeout atomic.Int64
 }
+
+// limit bounds how long a write waits for every instance to see it.
+func (c *confirmer) limit() time.Duration { return time.Duration(c.timeout.Load()) }
 
 // startConfirmer subscribes to presence and confirmations and announces this instance. It
 // answers confirmations once markLoaded was called, with holds.
@@ -128,6 +136,7 @@ func startConfirmer(conn *nats.Conn, instance string, holds func(cacheState) boo
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &confirmer{conn: conn, instance: instance, log: log, holds: holds, loaded: make(chan struct{}),
 		ctx: ctx, cancel: cancel, peers: map[string]time.Time{}, answering: map[string]bool{}}
+	c.timeout.Store(int64(confirmTimeout))
 	var err error
 	if c.presenceSub, err = conn.Subscribe(subject.IngressPresence, c.heard); err != nil {
 		cancel()
@@ -245,7 +254,7 @@ func (c *confirmer) asked(m *nats.Msg) {
 	c.answering[key] = true
 	c.wg.Add(1) // under mu: close waits for every wait it did not stop from starting
 	c.mu.Unlock()
-	wait := min(time.Duration(req.WaitMs)*time.Millisecond, confirmTimeout)
+	wait := min(time.Duration(req.WaitMs)*time.Millisecond, c.limit())
 	go func() {
 		defer c.wg.Done()
 		defer func() {
@@ -304,9 +313,9 @@ func (c *confirmer) await(ctx context.Context, want cacheState) bool {
 }
 
 // confirm waits until every instance's caches hold want, this one's included, for at most
-// confirmTimeout or until ctx ends, and reports whether they all came to.
+// c.limit() or until ctx ends, and reports whether they all came to.
 func (c *confirmer) confirm(ctx context.Context, want cacheState) bool {
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.limit())
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	id := nuid.Next()
@@ -424,7 +433,7 @@ func (s *Server) confirmAgents(ctx context.Context) bool {
 // A remote agent's registration is in the remote agents bucket, and the hosts write its entry
 // in the registry when they start serving it; calls are routed by that entry.
 func (s *Server) confirmServed(ctx context.Context, name string, before uint64) bool {
-	ctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.confirms.limit())
 	defer cancel()
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()

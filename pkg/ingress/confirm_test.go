@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/remote/remotetest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -76,10 +75,11 @@ func (si *silentIngress) leave(t *testing.T) {
 // (a key, a tenant) answers 503, stored all the same; once the instance leaves, writes answer as
 // usual at once, and a revocation repeated answers 204.
 func TestUnconfirmedWrites(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ep := remotetest.New(t, remotetest.Faults{})
 	silent := startSilentIngress(t, s)
-	ingress.SetConfirmTimeout(t, 300*time.Millisecond)
+	s.Ingress.SetConfirmTimeout(300 * time.Millisecond)
 
 	var user, system, rotated newKey
 	adminOK(t, s, post, ownKeys, s.Key, map[string]string{"name": "unconfirmed", "role": "user"}, http.StatusAccepted, &user)

@@ -21,25 +21,16 @@ var CleanPath = cleanPath
 // MaxMCPBatch is the most messages a batch to POST /mcp may hold.
 const MaxMCPBatch = maxMCPBatch
 
-// SetStatsDeadline sets how long the stats routes wait for the other ingress instances, until
-// the test ends. The tests that call it do not run in parallel (t.Parallel): the setting is the
-// package's, read by every stack.
-func SetStatsDeadline(t interface{ Cleanup(func()) }, d time.Duration) {
-	old := statsDeadline
-	statsDeadline = d
-	t.Cleanup(func() { statsDeadline = old })
-}
+// SetStatsDeadline sets how long this instance's stats routes wait for the other ingress
+// instances.
+func (s *Server) SetStatsDeadline(d time.Duration) { s.stats.deadline.Store(int64(d)) }
 
 // ListenSendBuffer is the kernel send buffer a listen stream's connection is given.
 const ListenSendBuffer = listenSendBuffer
 
-// SetConfirmTimeout sets how long an admin write waits for every ingress instance to confirm
-// it, until the test ends. The tests that call it do not run in parallel, as SetStatsDeadline's.
-func SetConfirmTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
-	old := confirmTimeout
-	confirmTimeout = d
-	t.Cleanup(func() { confirmTimeout = old })
-}
+// SetConfirmTimeout sets how long this instance's admin writes wait for every ingress instance
+// to confirm them.
+func (s *Server) SetConfirmTimeout(d time.Duration) { s.confirms.timeout.Store(int64(d)) }
 
 // PresentIngresses are the other ingress instances the server waits for when it confirms a write.
 func (s *Server) PresentIngresses() []string { return s.confirms.present() }

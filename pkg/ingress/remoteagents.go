@@ -54,7 +54,7 @@ func (s *Server) listRemoteAgents(w http.ResponseWriter, r *http.Request) {
 // registration is the only one that shows the signing secret: a replacement keeps the secret, or
 // takes the one its caller gave, and answers without it. Either answers once a workflow host
 // serves the registration and every ingress routes calls by it, or with 202 when that does not
-// come within confirmTimeout.
+// come within the confirmations' time limit (confirmTimeout).
 func (s *Server) registerRemoteAgent(w http.ResponseWriter, r *http.Request) {
 	s.storeRemoteAgent(w, r, false)
 }

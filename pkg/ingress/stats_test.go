@@ -225,11 +225,12 @@ func TestStatsCountCallsPerAgent(t *testing.T) {
 // TestStatsMergeIngressInstances: two ingress instances on one NATS each count the calls they
 // answered, and each one's stats route merges both windows.
 func TestStatsMergeIngressInstances(t *testing.T) {
-	// Not parallel: it sets the stats routes' deadline, which every stack of the package reads.
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	second := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 	// Two CPUs shared with other work may hold an answer longer than the 300 ms a route waits.
-	ingress.SetStatsDeadline(t, 2*time.Second)
+	s.Ingress.SetStatsDeadline(2 * time.Second)
+	second.SetStatsDeadline(2 * time.Second)
 	for i := range 10 {
 		require.Equal(t, http.StatusOK, callEcho(t, s.URL, s.Key))
 		base := second.URL

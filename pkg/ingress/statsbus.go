@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,8 +27,8 @@ import (
 const statsVersion = 1
 
 // How long a stats route waits for the other ingress instances.
-var (
-	// statsDeadline bounds the wait.
+const (
+	// statsDeadline bounds the wait (a statsService's deadline, which tests lengthen).
 	statsDeadline = 300 * time.Millisecond
 	// statsGrace is the least wait: once it is over and every instance that answered within
 	// statsPeerMemory has answered, the route stops waiting.
@@ -72,11 +73,15 @@ type statsService struct {
 	peers map[string]time.Time
 	// fullWait is when a request last waited the whole deadline.
 	fullWait time.Time
+
+	// deadline is statsDeadline in nanoseconds, unless a test set another (Server.SetStatsDeadline).
+	deadline atomic.Int64
 }
 
 // startStats subscribes this instance to stats requests.
 func startStats(conn *nats.Conn, instance string, w *window.Window, log *slog.Logger) (*statsService, error) {
 	st := &statsService{window: w, conn: conn, instance: instance, log: log, peers: map[string]time.Time{}}
+	st.deadline.Store(int64(statsDeadline))
 	var err error
 	if st.sub, err = conn.Subscribe(subject.StatsWindow, st.answer); err != nil {
 		return nil, fmt.Errorf("subscribing to stats requests: %w", err)
@@ -166,7 +171,7 @@ type partial struct {
 // gather asks every ingress instance for its window (of tenant's keys, or of all when tenant
 // is empty) and merges the answers that come in time with this instance's own window. It
 // returns when every instance it knows of answered and statsGrace is over, or at
-// statsDeadline. The error is the bus's: the request could not be sent.
+// its deadline. The error is the bus's: the request could not be sent.
 func (st *statsService) gather(ctx context.Context, tenant string) (window.Snapshot, gathered, time.Time, error) {
 	inbox := subject.StatsReply(st.instance, nuid.Next())
 	sub, err := st.conn.SubscribeSync(inbox)
@@ -187,7 +192,7 @@ func (st *statsService) gather(ctx context.Context, tenant string) (window.Snaps
 
 	answered := map[string]bool{}
 	pending := map[string]*partial{}
-	deadline := start.Add(statsDeadline)
+	deadline := start.Add(time.Duration(st.deadline.Load()))
 	for {
 		until := deadline
 		if !full && allIn(expected, answered) {

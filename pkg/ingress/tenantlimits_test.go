@@ -363,9 +363,10 @@ func contractLimits(c *contractClient) {
 // While an ingress instance that is present does not confirm it, a write of limits answers 202
 // with what it set, which is stored and holds on the instances that confirm.
 func TestUnconfirmedLimits(t *testing.T) {
+	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	startSilentIngress(t, s)
-	ingress.SetConfirmTimeout(t, 300*time.Millisecond)
+	s.Ingress.SetConfirmTimeout(300 * time.Millisecond)
 	var rec tenantlimits.Record
 	adminOK(t, s, http.MethodPut, limitsPath, systemKey, map[string]any{"weight": 5}, http.StatusAccepted, &rec)
 	assert.Equal(t, 5, *rec.Limits.Weight)
