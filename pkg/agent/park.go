@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
+	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -152,8 +153,12 @@ func (h *Host) park(ctx context.Context, log *slog.Logger, in *inbound, inst *In
 		return err
 	}
 	if full {
-		// Other conversations of the instance took the last places meanwhile: the copy and the
-		// deadline are left to expire (a deadline finds no wait, and does nothing).
+		// Other conversations of the instance took the last places meanwhile: the copy is
+		// removed (nothing is held behind a wait never recorded) and the deadline left to expire
+		// (a deadline finds no wait, and does nothing).
+		if err := h.release(ctx, log, req.GetTenantId(), w); err != nil {
+			log.Warn("removing the copy of a request that cannot wait", "err", err)
+		}
 		h.refuseWait(ctx, log, in, inst, runID)
 		return nil
 	}
@@ -224,10 +229,23 @@ func (h *Host) parkCopy(ctx context.Context, in *inbound, w *instance.Wait) erro
 		subject.HeaderMsgID: {subject.ParkMsgID(tenant, w.ID)}, jetstream.ExpectedLastSubjSeqHeader: {"0"}}}
 	actx, cancel := bus.Attempt(ctx)
 	defer cancel()
-	if _, err := bus.Publish(actx, h.js, msg); err != nil && !bus.IsConflict(err) {
+	ack, err := bus.Publish(actx, h.js, msg)
+	if err != nil && !bus.IsConflict(err) {
 		return fmt.Errorf("storing the parked request: %w", err)
 	}
+	h.countWaiting(tenant, msg, ack, err)
 	return nil
+}
+
+// countWaiting adds a message stored in the waits stream to its tenant's usage, as payloads: a
+// waiting request and the requests held behind it count while they wait (release takes them
+// off). A message the stream had already (a duplicate, or a park that found the wait's subject
+// written) is not counted again.
+func (h *Host) countWaiting(tenant string, msg *nats.Msg, ack *jetstream.PubAck, err error) {
+	if err != nil || ack == nil || ack.Duplicate {
+		return
+	}
+	h.usage.Add(tenant, usage.Payloads, bus.RecordBytes(msg.Subject, bus.HeaderBytes(msg.Header), len(msg.Data)))
 }
 
 // setDeadline sets the timer that ends the wait at its deadline, in the conversation of the
@@ -406,10 +424,11 @@ func (h *Host) hold(ctx context.Context, log *slog.Logger, in *inbound, w *insta
 		}
 		actx, cancel := bus.Attempt(ctx)
 		defer cancel()
-		_, err := bus.Publish(actx, h.js, msg)
+		ack, err := bus.Publish(actx, h.js, msg)
 		if heldFull(err) {
 			full, err = true, nil
 		}
+		h.countWaiting(tenant, msg, ack, err)
 		return err
 	})
 	if err != nil {
@@ -446,11 +465,12 @@ func heldFull(err error) bool {
 }
 
 // release sends the requests held behind w back to the inbox in order, marked released, and
-// purges the wait's subject.
+// purges the wait's subject; once it is purged, the tenant's usage no longer counts what it held.
 func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *instance.Wait) error {
 	subj := subject.Wait(tenant, w.ID)
 	next := uint64(1)
 	first := true
+	var removed []stored // what the purge takes off the tenant's usage
 	for {
 		actx, cancel := bus.Attempt(ctx)
 		raw, err := h.res.Waits.GetMsg(actx, next, jetstream.WithGetMsgSubject(subj))
@@ -462,6 +482,7 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 			return fmt.Errorf("reading a held request: %w", err)
 		}
 		next = raw.Sequence + 1
+		removed = append(removed, stored{bus.RecordBytes(raw.Subject, bus.HeaderBytes(raw.Header), len(raw.Data)), raw.Time})
 		if first { // the parked request itself
 			first = false
 			continue
@@ -490,7 +511,16 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 	if err := h.res.Waits.Purge(actx, jetstream.WithPurgeSubject(subj)); err != nil {
 		return fmt.Errorf("removing the wait's requests: %w", err)
 	}
+	for _, r := range removed {
+		h.usage.AddAt(tenant, usage.Payloads, -r.bytes, r.at)
+	}
 	return nil
+}
+
+// stored is a message's size in the store and when it was stored.
+type stored struct {
+	bytes int64
+	at    time.Time
 }
 
 // signal handles a signal sent over the API: it ends the wait of its conversation that names it,

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,38 @@ func TestInstanceShowsWaits(t *testing.T) {
 		assert.Equal(t, "cy", waits[0].ParticipantID)
 	}
 	assert.Equal(t, http.StatusOK, recentStatus(t, s, wf, ada.RequestID), "a resumed request's recent status: its final answer's")
+}
+
+// TestWaitingRequestsCountInUsage: a request that waits for an event (Echo's ask) and the
+// requests of its conversation held behind it count in their tenant's usage, as payloads, while
+// they wait; once the wait ended and they ran, they leave it. Another tenant's usage does not
+// move.
+func TestWaitingRequestsCountInUsage(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{})
+	wf := echoWorkflow("default", "usage")
+	payloads := func(tenant, key string) int64 { return tenantUsage(t, s.URL, tenant, key).Bytes.Payloads }
+	require.Zero(t, payloads("default", s.Key), "before any wait")
+
+	ask := askEcho(t, s, wf, "ada", `{"question":"Which colour?"}`)
+	require.NotNil(t, ask.Response.Data.Waiting, "a waiting answer")
+	const held, pad = 3, 10_000
+	body := `{"pad":"` + strings.Repeat("x", pad) + `"}`
+	for range held {
+		status, ct, b := converse(t, s, q("workflow", wf, "type", "Data", "text", "echo", "participantId", "ada", "apikey", s.Key), body)
+		require.NotNil(t, waitAnswerOf(t, status, ct, b).Response.Data.Queued, "a queued answer: %s", b)
+	}
+	var waiting int64
+	require.Eventually(t, func() bool {
+		waiting = payloads("default", s.Key)
+		return waiting >= held*pad
+	}, 10*time.Second, 50*time.Millisecond, "the held requests are not in the usage")
+	// The parked ask and three envelopes of a little over pad bytes each.
+	assert.Less(t, waiting, int64((held+1)*(pad+2048)), "usage while waiting")
+	assert.Zero(t, payloads("other", s.OtherKey), "another tenant's usage")
+
+	status, _, b := converse(t, s, q("workflow", wf, "type", "Data", "text", "answer", "participantId", "ada", "apikey", s.Key), `{"colour":"blue"}`)
+	assert.Contains(t, string(answerOf(t, status, b).Response.Data), `"answer":{"colour":"blue"}`)
+	require.Eventually(t, func() bool { return payloads("default", s.Key) == 0 }, 10*time.Second, 50*time.Millisecond,
+		"the wait's requests still count once it resumed")
 }

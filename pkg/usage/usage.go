@@ -27,7 +27,8 @@ const (
 	// Files is the files of File messages (AGENTBUS_FILES).
 	Files
 	// Payloads is the requests and replies too large for one message (claim checks,
-	// AGENTBUS_CLAIMS); they are counted while they exist.
+	// AGENTBUS_CLAIMS), and the requests waiting for an event with those held behind them
+	// (AGENTBUS_WAITS); they are counted while they exist.
 	Payloads
 	numKinds
 )
