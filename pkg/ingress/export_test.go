@@ -28,6 +28,10 @@ func (s *Server) SetStatsDeadline(d time.Duration) { s.stats.deadline.Store(int6
 // ListenSendBuffer is the kernel send buffer a listen stream's connection is given.
 const ListenSendBuffer = listenSendBuffer
 
+// ConfirmTimeout is how long an admin write waits for every ingress instance to confirm it,
+// unless SetConfirmTimeout set another.
+const ConfirmTimeout = confirmTimeout
+
 // SetConfirmTimeout sets how long this instance's admin writes wait for every ingress instance
 // to confirm them.
 func (s *Server) SetConfirmTimeout(d time.Duration) { s.confirms.timeout.Store(int64(d)) }
