@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,12 +11,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
 // CountEvents has writers count events on the instance record of the tenant's workflow wf, each
-// from the revision it last wrote or read, as hosts do, until the run is no longer running or
-// stop is called; it returns once they have written a few times. stop waits for the writers and
+// from the revision it last wrote or read and pausing after a conflict (bus.ConflictBackoff), as
+// hosts do, until the run is no longer running or stop is called; it returns once they have
+// written a few times. A writer that keeps losing starts its pauses over rather than give up. stop waits for the writers and
 // returns how many writes they made.
 func CountEvents(t testing.TB, ctx context.Context, store *instance.Store, tenant, wf string, writers int) (stop func() int64) {
 	t.Helper()
@@ -27,16 +30,21 @@ func CountEvents(t testing.TB, ctx context.Context, store *instance.Store, tenan
 	for w := range writers {
 		wg.Go(func() {
 			rec := first
+			var backoff bus.ConflictBackoff
 			for rec.Status == instance.Running && !done.Load() {
 				rec.Events++
 				saved, err := store.Put(ctx, rec)
 				if err == nil {
 					rec = saved
 					writes.Add(1)
+					backoff = bus.ConflictBackoff{}
 					continue
 				}
 				if !assert.ErrorIs(t, err, instance.ErrConflict, "%s: writer %d", wf, w) {
 					return
+				}
+				if errors.Is(backoff.Wait(ctx), bus.ErrConflictsPersisted) {
+					backoff = bus.ConflictBackoff{}
 				}
 				if rec, err = store.Get(ctx, tenant, wf); !assert.NoError(t, err, "%s: writer %d", wf, w) {
 					return
