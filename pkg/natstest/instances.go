@@ -18,8 +18,8 @@ import (
 // CountEvents has writers count events on the instance record of the tenant's workflow wf, each
 // from the revision it last wrote or read and pausing after a conflict (bus.ConflictBackoff), as
 // hosts do, until the run is no longer running or stop is called; it returns once they have
-// written a few times. A writer that keeps losing starts its pauses over rather than give up. stop waits for the writers and
-// returns how many writes they made.
+// written a few times. A writer that keeps losing starts its pauses over rather than give up.
+// stop waits for the writers and returns how many writes they made.
 func CountEvents(t testing.TB, ctx context.Context, store *instance.Store, tenant, wf string, writers int) (stop func() int64) {
 	t.Helper()
 	first, err := store.Get(ctx, tenant, wf)
