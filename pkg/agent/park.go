@@ -311,15 +311,17 @@ func eventOf(req *agentbusv1.Request, w *instance.Wait) (Event, bool) {
 		ev.Type, ev.Method, ev.Data = EventSignal, sig, jsonOrNil(req.GetData())
 		return ev, slices.Contains(w.Signals, sig)
 	}
-	switch req.GetKind() {
-	case agentbusv1.Kind_KIND_CHAT:
-		ev.Type, ev.Text = EventChat, req.GetText()
-		return ev, w.Chat && req.GetTimer() == ""
-	case agentbusv1.Kind_KIND_DATA:
-		ev.Type, ev.Method, ev.Data = EventData, req.GetMethod(), jsonOrNil(req.GetData())
-		return ev, req.GetTimer() == "" && slices.Contains(w.Methods, strings.ToLower(req.GetMethod()))
+	k, ok := msgkind.Lookup(req.GetKind())
+	if !ok || k.Event == "" || req.GetTimer() != "" {
+		return ev, false
 	}
-	return ev, false
+	ev.Type = k.Event
+	if k.Method {
+		ev.Method, ev.Data = req.GetMethod(), jsonOrNil(req.GetData())
+		return ev, slices.Contains(w.Methods, k.MethodKey(req.GetMethod()))
+	}
+	ev.Text = req.GetText()
+	return ev, w.Chat
 }
 
 // endWait ends w with ev: it records ev as the wait's step in the parked request's journal and

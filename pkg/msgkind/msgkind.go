@@ -48,12 +48,16 @@ type Kind struct {
 	Sent bool
 	// Payload is how the kind's content is carried and shown.
 	Payload Payload
+	// Event is the type of the event a request of the kind raises for a handler that waits
+	// (agent.Event's Type, docs/agents.md): a kind with methods raises its method and data, one
+	// without its text. Empty for a kind that ends no wait.
+	Event string
 }
 
 // The kinds.
 var (
-	Chat    = Kind{Wire: agentbusv1.Kind_KIND_CHAT, History: history.Chat, Name: "Chat", Label: "chat", Sent: true, Payload: JSONData}
-	Data    = Kind{Wire: agentbusv1.Kind_KIND_DATA, History: history.Data, Name: "Data", Label: "data", Method: true, FoldMethod: true, Sent: true, Payload: JSONData}
+	Chat    = Kind{Wire: agentbusv1.Kind_KIND_CHAT, History: history.Chat, Name: "Chat", Label: "chat", Sent: true, Payload: JSONData, Event: "chat"}
+	Data    = Kind{Wire: agentbusv1.Kind_KIND_DATA, History: history.Data, Name: "Data", Label: "data", Method: true, FoldMethod: true, Sent: true, Payload: JSONData, Event: "data"}
 	File    = Kind{Wire: agentbusv1.Kind_KIND_FILE, History: history.File, Name: "File", Label: "file", Sent: true, Payload: StoredFile}
 	Webhook = Kind{Wire: agentbusv1.Kind_KIND_WEBHOOK, History: history.Webhook, Name: "Webhook", Label: "webhook", Method: true, Sent: true, Payload: HTTPBody}
 	Post    = Kind{Wire: agentbusv1.Kind_KIND_POST, History: history.Chat, Name: "Post", Label: "post", Payload: JSONData}

@@ -22,17 +22,18 @@ func TestTable(t *testing.T) {
 		foldMethod bool
 		sent       bool
 		payload    Payload
+		event      string
 	}{
-		{agentbusv1.Kind_KIND_CHAT, history.Chat, "Chat", "chat", false, false, true, JSONData},
-		{agentbusv1.Kind_KIND_DATA, history.Data, "Data", "data", true, true, true, JSONData},
-		{agentbusv1.Kind_KIND_FILE, history.File, "File", "file", false, false, true, StoredFile},
-		{agentbusv1.Kind_KIND_WEBHOOK, history.Webhook, "Webhook", "webhook", true, false, true, HTTPBody},
-		{agentbusv1.Kind_KIND_POST, history.Chat, "Post", "post", false, false, false, JSONData},
+		{agentbusv1.Kind_KIND_CHAT, history.Chat, "Chat", "chat", false, false, true, JSONData, "chat"},
+		{agentbusv1.Kind_KIND_DATA, history.Data, "Data", "data", true, true, true, JSONData, "data"},
+		{agentbusv1.Kind_KIND_FILE, history.File, "File", "file", false, false, true, StoredFile, ""},
+		{agentbusv1.Kind_KIND_WEBHOOK, history.Webhook, "Webhook", "webhook", true, false, true, HTTPBody, ""},
+		{agentbusv1.Kind_KIND_POST, history.Chat, "Post", "post", false, false, false, JSONData, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			k := Of(c.wire)
 			assert.Equal(t, Kind{Wire: c.wire, History: c.history, Name: c.name, Label: c.label, Method: c.method,
-				FoldMethod: c.foldMethod, Sent: c.sent, Payload: c.payload}, k)
+				FoldMethod: c.foldMethod, Sent: c.sent, Payload: c.payload, Event: c.event}, k)
 			l, ok := Lookup(c.wire)
 			assert.True(t, ok)
 			assert.Equal(t, k, l)
