@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -649,11 +650,9 @@ func parseAnswer(body io.Reader, ct string, onDelta func(string)) (*Answer, erro
 
 // parseStream reads a streamed answer whose items (JSON objects) items splits from body: a
 // {"delta": text} for each piece of the reply, passed to onDelta, then the answer.
-func parseStream(body io.Reader, items func(*bufio.Scanner, func([]byte) error) error, onDelta func(string)) (*Answer, error) {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 64<<10), maxAnswer)
+func parseStream(body io.Reader, items func(io.Reader, func([]byte) error) error, onDelta func(string)) (*Answer, error) {
 	var last []byte
-	err := items(sc, func(item []byte) error {
+	err := items(body, func(item []byte) error {
 		if last != nil {
 			return errors.New("an item after the answer")
 		}
@@ -680,8 +679,10 @@ func parseStream(body io.Reader, items func(*bufio.Scanner, func([]byte) error) 
 	return ans, nil
 }
 
-// ndjsonItems passes each non-blank line to item.
-func ndjsonItems(sc *bufio.Scanner, item func([]byte) error) error {
+// ndjsonItems passes each non-blank line of body to item.
+func ndjsonItems(body io.Reader, item func([]byte) error) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), maxAnswer)
 	for sc.Scan() {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -694,35 +695,22 @@ func ndjsonItems(sc *bufio.Scanner, item func([]byte) error) error {
 	return sc.Err()
 }
 
-// eventItems passes the data of each server-sent event to item, as the HTML standard reads an
-// event stream: the data lines of an event, joined by newlines, make its data, and a blank line
-// ends the event; comments, event names, ids and retry fields are ignored, and so is an event
-// without data or one the stream ends before its blank line.
-func eventItems(sc *bufio.Scanner, item func([]byte) error) error {
-	var data []byte
-	hasData := false
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if hasData {
-				if err := item(data); err != nil {
-					return err
-				}
-			}
-			data, hasData = data[:0], false
-			continue
+// eventItems passes the data of each server-sent event of body to item, as package sse reads
+// an event stream (the HTML standard's rules); event names, ids and retry fields are ignored.
+func eventItems(body io.Reader, item func([]byte) error) error {
+	rd := sse.NewReaderSize(body, maxAnswer)
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return nil
 		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		if string(field) != "data" {
-			continue // a comment (no field name), or another field
+		if err != nil {
+			return err
 		}
-		value = bytes.TrimPrefix(value, []byte(" "))
-		if hasData {
-			data = append(data, '\n')
+		if err := item([]byte(ev.Data)); err != nil {
+			return err
 		}
-		data, hasData = append(data, value...), true
 	}
-	return sc.Err()
 }
 
 func isNDJSON(ct string) bool { return hasMediaType(ct, "application/x-ndjson") }

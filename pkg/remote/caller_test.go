@@ -101,6 +101,8 @@ func TestParseStreamedAnswer(t *testing.T) {
 		{name: "events", ct: "text/event-stream; charset=utf-8",
 			body:   ": a comment\nevent: delta\nid: 1\ndata: {\"delta\":\"a\"}\n\ndata:{\"delta\":\"b\"}\r\n\r\nretry: 100\n\nevent: answer\ndata: {\"reply\":\n" + "data: {\"text\":\"ab\"}}\n\n",
 			deltas: []string{"a", "b"}, reply: "ab"},
+		{name: "events with CR line ends and a byte order mark", ct: "text/event-stream",
+			body: "\ufeffdata: {\"delta\":\"a\"}\r\rdata: {\"reply\":{\"text\":\"a\"}}\r\r", deltas: []string{"a"}, reply: "a"},
 		{name: "events in upper case", ct: "Text/Event-Stream", body: "data: {\"reply\":{\"text\":\"x\"}}\n\n", reply: "x"},
 		{name: "event cut off before its blank line", ct: "text/event-stream", body: "data: {\"delta\":\"a\"}\n\ndata: {\"reply\":{\"text\":\"a\"}}\n",
 			deltas: []string{"a"}},

@@ -7,8 +7,8 @@
 // the event it was reading. Lines and an event's data are bounded, so that a stream without
 // line ends cannot fill the memory.
 //
-// The CLI's tail and converse --stream, the conformance suite and the tests read event streams
-// with it.
+// The CLI's tail and converse --stream, the host's calls of remote agents that stream their
+// answers, the conformance suite and the tests read event streams with it.
 package sse
 
 import (
