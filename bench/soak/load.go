@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // The kinds of request of the load.
@@ -323,8 +324,8 @@ func (l *load) converseStream(ctx context.Context, u, text string) error {
 	}
 	deltas, messages := 0, 0
 	var reply string
-	err = readEvents(resp.Body, func(ev event) bool {
-		switch ev.name {
+	err = readEvents(resp.Body, func(ev sse.Event) bool {
+		switch ev.Event {
 		case "delta":
 			deltas++
 		case "message":
@@ -334,11 +335,11 @@ func (l *load) converseStream(ctx context.Context, u, text string) error {
 					Text string `json:"text"`
 				} `json:"response"`
 			}
-			if json.Unmarshal([]byte(ev.data), &r) == nil && r.Response != nil {
+			if json.Unmarshal([]byte(ev.Data), &r) == nil && r.Response != nil {
 				reply = r.Response.Text
 			}
 		case "error":
-			reply = "error event: " + ev.data
+			reply = "error event: " + ev.Data
 		}
 		return true
 	})
@@ -351,46 +352,23 @@ func (l *load) converseStream(ctx context.Context, u, text string) error {
 	return nil
 }
 
-// event is one Server-Sent Event, or a comment (name "comment").
-type event struct {
-	id, name, data string
-}
-
-// readEvents reads Server-Sent Events from r and calls f for each (and for each comment line)
-// until f returns false or the stream ends.
-func readEvents(r io.Reader, f func(event) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var ev event
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if ev.name != "" || ev.data != "" {
-				if ev.name == "" {
-					ev.name = "message"
-				}
-				if !f(ev) {
-					return nil
-				}
-			}
-			ev = event{}
-		case strings.HasPrefix(line, ":"):
-			if !f(event{name: "comment", data: strings.TrimSpace(line[1:])}) {
-				return nil
-			}
-		case strings.HasPrefix(line, "id:"):
-			ev.id = strings.TrimSpace(line[3:])
-		case strings.HasPrefix(line, "event:"):
-			ev.name = strings.TrimSpace(line[6:])
-		case strings.HasPrefix(line, "data:"):
-			if ev.data != "" {
-				ev.data += "\n"
-			}
-			ev.data += strings.TrimPrefix(line[5:], " ")
+// readEvents reads Server-Sent Events from r (package sse) and calls f for each event and each
+// comment line until f returns false or the stream ends.
+func readEvents(r io.Reader, f func(sse.Event) bool) error {
+	rd := sse.NewReaderSize(r, 4<<20)
+	rd.KeepComments = true
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !f(ev) {
+			return nil
 		}
 	}
-	return sc.Err()
 }
 
 // listenLoop keeps a listen stream open on the thread of instance i until ctx ends, each
@@ -459,18 +437,18 @@ func (l *load) listenOnce(ctx context.Context, i int, lastID string, hold time.D
 	}()
 	var failure error
 	got := ""
-	err = readEvents(resp.Body, func(ev event) bool {
+	err = readEvents(resp.Body, func(ev sse.Event) bool {
 		switch {
-		case ev.name == "comment" && strings.Contains(ev.data, "not found"):
-			failure = fmt.Errorf("resuming after %s: %s", lastID, ev.data)
+		case ev.IsComment() && strings.Contains(ev.Comment, "not found"):
+			failure = fmt.Errorf("resuming after %s: %s", lastID, ev.Comment)
 			return false
-		case ev.name == "message":
-			got = ev.id
+		case ev.Event == "message":
+			got = ev.ID
 			l.mu.Lock()
 			l.listeners.events++
 			l.mu.Unlock()
-		case ev.name == "overflow" || ev.name == "error":
-			failure = fmt.Errorf("%s event: %s", ev.name, trim([]byte(ev.data)))
+		case ev.Event == "overflow" || ev.Event == "error":
+			failure = fmt.Errorf("%s event: %s", ev.Event, trim([]byte(ev.Data)))
 			return false
 		}
 		return true
