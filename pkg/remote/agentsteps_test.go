@@ -211,16 +211,9 @@ func TestRemoteAgentStepsWaitsAndRefusals(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
-		var deltas []string
-		for _, line := range strings.Split(string(b), "\n") {
-			if d, ok := strings.CutPrefix(line, "data: {\"delta\":"); ok {
-				deltas = append(deltas, strings.TrimSuffix(d, "}"))
-			}
-		}
-		assert.Equal(t, []string{`"thinking "`, `"step 1 "`, `"step 2 "`}, deltas, "%s", b)
-		assert.Contains(t, string(b), "thinking step 1 step 2 ")
+		deltas, message := readConverseStream(t, resp)
+		assert.Equal(t, []string{"thinking ", "step 1 ", "step 2 "}, deltas)
+		assert.Contains(t, message, "thinking step 1 step 2 ")
 		assert.Len(t, ep.requests("chat"), 3)
 	})
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -261,17 +261,9 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
 			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
-			var deltas []string
-			for _, line := range strings.Split(string(b), "\n") {
-				if d, ok := strings.CutPrefix(line, "data: {\"delta\":"); ok {
-					deltas = append(deltas, strings.TrimSuffix(d, "}"))
-				}
-			}
-			assert.Equal(t, []string{`"You "`, `"said: "`, strconv.Quote(text)}, deltas, "%s", b)
-			assert.Contains(t, string(b), "event: message")
-			assert.Contains(t, string(b), "You said: "+text)
+			deltas, message := readConverseStream(t, resp)
+			assert.Equal(t, []string{"You ", "said: ", text}, deltas)
+			assert.Contains(t, message, "You said: "+text)
 		})
 	}
 	ep.mu.Lock()
@@ -386,4 +378,30 @@ func TestCheckReportsFailures(t *testing.T) {
 		"protocol version 2 refused with 400":                true,
 		"keep-alive: a second request reuses the connection": true,
 	}, failed)
+}
+
+// readConverseStream reads a streamed converse answer (package sse): the text of each "delta"
+// event, and the data of the "message" event.
+func readConverseStream(t *testing.T, resp *http.Response) (deltas []string, message string) {
+	t.Helper()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	}
+	rd := sse.NewReader(resp.Body)
+	for {
+		ev, err := rd.Next()
+		if err == io.EOF {
+			return deltas, message
+		}
+		require.NoError(t, err)
+		switch ev.Event {
+		case "delta":
+			var d struct{ Delta string }
+			require.NoError(t, json.Unmarshal([]byte(ev.Data), &d), "delta %s", ev.Data)
+			deltas = append(deltas, d.Delta)
+		case "message":
+			message = ev.Data
+		}
+	}
 }

@@ -8,7 +8,7 @@
 // line ends cannot fill the memory.
 //
 // The CLI's tail and converse --stream, the host's calls of remote agents that stream their
-// answers, the conformance suite and the tests read event streams with it.
+// answers, the conformance suite, the soak and the tests read event streams with it.
 package sse
 
 import (
