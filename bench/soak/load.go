@@ -357,18 +357,7 @@ func (l *load) converseStream(ctx context.Context, u, text string) error {
 func readEvents(r io.Reader, f func(sse.Event) bool) error {
 	rd := sse.NewReaderSize(r, 4<<20)
 	rd.KeepComments = true
-	for {
-		ev, err := rd.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if !f(ev) {
-			return nil
-		}
-	}
+	return rd.Each(f)
 }
 
 // listenLoop keeps a listen stream open on the thread of instance i until ctx ends, each

@@ -698,19 +698,15 @@ func ndjsonItems(body io.Reader, item func([]byte) error) error {
 // eventItems passes the data of each server-sent event of body to item, as package sse reads
 // an event stream (the HTML standard's rules); event names, ids and retry fields are ignored.
 func eventItems(body io.Reader, item func([]byte) error) error {
-	rd := sse.NewReaderSize(body, maxAnswer)
-	for {
-		ev, err := rd.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := item([]byte(ev.Data)); err != nil {
-			return err
-		}
+	var itemErr error
+	err := sse.NewReaderSize(body, maxAnswer).Each(func(ev sse.Event) bool {
+		itemErr = item([]byte(ev.Data))
+		return itemErr == nil
+	})
+	if itemErr != nil {
+		return itemErr
 	}
+	return err
 }
 
 func isNDJSON(ct string) bool { return hasMediaType(ct, "application/x-ndjson") }
