@@ -31,6 +31,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -440,7 +441,7 @@ type customStack struct {
 func startStack(t *testing.T, cfg stack.Config, tenants ...string) *customStack {
 	t.Helper()
 	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
+		cfg.DataDir = natstest.StoreDir(t)
 	}
 	if len(cfg.Agents) == 0 {
 		cfg.Agents = []*agent.Agent{echo.New()}

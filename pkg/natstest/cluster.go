@@ -86,7 +86,7 @@ func startCluster(t testing.TB, size int, cut *RouteCut) (*Cluster, error) {
 			Host:       "127.0.0.1",
 			Port:       -1,
 			JetStream:  true,
-			StoreDir:   t.TempDir(),
+			StoreDir:   StoreDir(t),
 			NoSigs:     true,
 			NoLog:      true,
 			Cluster: server.ClusterOpts{

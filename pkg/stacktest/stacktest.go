@@ -20,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/subscription"
@@ -49,7 +50,8 @@ type Options struct {
 	MaxFileBytes int64
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
-	// Dir is the JetStream store; default a fresh t.TempDir(). Reuse it to restart on the same data.
+	// Dir is the JetStream store; default a fresh natstest.StoreDir. Reuse it to restart on the
+	// same data.
 	Dir string
 	// Host settings of every host of the stack (Conn, Agents, Bus, Logger and ID are filled in).
 	// Zero fields get the stack's test defaults: a 10 s shutdown grace and 10 ms retry backoff.
@@ -98,7 +100,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		opts.WebhookTimeout = RaceWebhookTimeout
 	}
 	if opts.Dir == "" {
-		opts.Dir = t.TempDir()
+		opts.Dir = natstest.StoreDir(t)
 	}
 	hc := opts.Host
 	if hc.ShutdownGrace == 0 {
