@@ -128,48 +128,43 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 		runFor  = 6 * time.Second
 		measure = time.Second // after the burst
 	)
-	// The loads are on keys of other tenants: they run at once, and "loads" returns when both
-	// are done.
-	t.Run("loads", func(t *testing.T) {
-		for _, tc := range []struct {
-			name   string
-			keys   []string // the busy load's keys, each sending load/len(keys)
-			quiet  string   // a key that sends little, on the third instance
-			detail string
-		}{
-			{name: "a key's rate", keys: []string{s.keys["keyed"]}, quiet: keyedQuiet, detail: "too many requests with this API key"},
-			{name: "a tenant's rate", keys: []string{s.keys["acme"], acmeSecond}, quiet: s.keys["quiet"], detail: "too many requests for this tenant"},
-		} {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				var wg sync.WaitGroup
-				loads := make([]*offered, len(tc.keys))
-				for i, key := range tc.keys {
-					wg.Go(func() { loads[i] = offer(t, bases, key, load/float64(len(tc.keys)), runFor) })
-				}
-				var quiet *offered
-				wg.Go(func() { quiet = offer(t, bases[2:], tc.quiet, 5, runFor) })
-				wg.Wait()
+	for _, tc := range []struct {
+		name   string
+		keys   []string // the busy load's keys, each sending load/len(keys)
+		quiet  string   // a key that sends little, on the third instance
+		detail string
+	}{
+		{name: "a key's rate", keys: []string{s.keys["keyed"]}, quiet: keyedQuiet, detail: "too many requests with this API key"},
+		{name: "a tenant's rate", keys: []string{s.keys["acme"], acmeSecond}, quiet: s.keys["quiet"], detail: "too many requests for this tenant"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			loads := make([]*offered, len(tc.keys))
+			for i, key := range tc.keys {
+				wg.Go(func() { loads[i] = offer(t, bases, key, load/float64(len(tc.keys)), runFor) })
+			}
+			var quiet *offered
+			wg.Go(func() { quiet = offer(t, bases[2:], tc.quiet, 5, runFor) })
+			wg.Wait()
 
-				for _, o := range loads {
-					assert.Empty(t, o.other, "answers other than 200 and 429")
-				}
-				got := acceptedRate(loads, measure)
-				t.Logf("%s of %.0f/s, %.0f/s offered over three instances: %.1f/s accepted after the first second", tc.name, rate, load, got)
-				// A token bucket lets through its rate and, over any time, at most a burst more: on
-				// a busy machine the clients' requests come in bunches after pauses, and a pause
-				// refills the buckets.
-				window := (runFor - measure).Seconds()
-				assert.GreaterOrEqual(t, got, rate*0.8, "accepted rate")
-				assert.LessOrEqual(t, got, rate*1.25+burst/window, "accepted rate") // 3 instances each alone: 60/s
+			for _, o := range loads {
+				assert.Empty(t, o.other, "answers other than 200 and 429")
+			}
+			got := acceptedRate(loads, measure)
+			t.Logf("%s of %.0f/s, %.0f/s offered over three instances: %.1f/s accepted after the first second", tc.name, rate, load, got)
+			// A token bucket lets through its rate and, over any time, at most a burst more: on
+			// a busy machine the clients' requests come in bunches after pauses, and a pause
+			// refills the buckets.
+			window := (runFor - measure).Seconds()
+			assert.GreaterOrEqual(t, got, rate*0.8, "accepted rate")
+			assert.LessOrEqual(t, got, rate*1.25+burst/window, "accepted rate") // 3 instances each alone: 60/s
 
-				r := loads[0].refusal
-				wantRateLimited(t, r.status, r.header, r.body, 1)
-				assert.Contains(t, decode(t, r.body)["detail"], tc.detail)
-				assert.Equal(t, quiet.sent, len(quiet.answered), "the quiet key's requests, on the third instance: %v", quiet.other)
-			})
-		}
-	})
+			r := loads[0].refusal
+			wantRateLimited(t, r.status, r.header, r.body, 1)
+			assert.Contains(t, decode(t, r.body)["detail"], tc.detail)
+			assert.Equal(t, quiet.sent, len(quiet.answered), "the quiet key's requests, on the third instance: %v", quiet.other)
+		})
+	}
 
 	t.Run("rates set at runtime", func(t *testing.T) {
 		for _, in := range []*ingress.Server{s.Ingress, second.Server, third.Server} {
