@@ -20,19 +20,16 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsembed"
 )
 
-// memoryFS is where StoreDir makes stores when it can: Linux's memory file system.
-const memoryFS = "/dev/shm"
-
 // StoreDir is a fresh directory for a test's JetStream store, removed when the test ends: under
-// /dev/shm, a memory file system, where there is one (Linux), else t.TempDir(). The file store
-// works there as on a disk (files, writes, syncs, restarts on the same directory), for less
-// CPU: the kernel's disk work per stream created and per write is gone, and a package whose tests
-// start many servers takes about a sixth less CPU (docs/development.md). AGENTBUS_TEST_DISK=1
-// keeps every store on t.TempDir()'s disk.
+// /dev/shm, a memory file system, where there is one with 1 GiB free (Linux), else t.TempDir().
+// The file store works there as on a disk (files, writes, syncs, restarts on the same
+// directory), without the kernel's disk work for each stream created and each write: a package
+// whose tests start many servers takes about a sixth less CPU (docs/development.md).
+// AGENTBUS_TEST_DISK=1 keeps every store on t.TempDir()'s disk.
 func StoreDir(t testing.TB) string {
 	t.Helper()
-	if os.Getenv("AGENTBUS_TEST_DISK") == "" {
-		if dir, err := os.MkdirTemp(memoryFS, "agentbus-test-"); err == nil {
+	if root := memoryRoot(); root != "" && os.Getenv("AGENTBUS_TEST_DISK") == "" {
+		if dir, err := os.MkdirTemp(root, "agentbus-test-"); err == nil {
 			t.Cleanup(func() { _ = os.RemoveAll(dir) })
 			return dir
 		}
