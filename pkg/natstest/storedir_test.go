@@ -15,6 +15,7 @@ import (
 func TestStoreDir(t *testing.T) {
 	var dir string
 	t.Run("memory", func(t *testing.T) {
+		t.Setenv("AGENTBUS_TEST_DISK", "")
 		dir = StoreDir(t)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "x"), []byte("x"), 0o600))
 		if memoryRoot() != "" {
