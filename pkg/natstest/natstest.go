@@ -1,6 +1,6 @@
 // Package natstest starts embedded NATS servers for tests: a real server with JetStream on a
-// temporary file store (StoreDir), stopped when the test ends; and a LogBuffer for what the processes
-// around it log.
+// temporary file store (StoreDir), stopped when the test ends; and a LogBuffer for what the
+// processes around it log.
 package natstest
 
 import (

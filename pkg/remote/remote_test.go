@@ -388,13 +388,7 @@ func readConverseStream(t *testing.T, resp *http.Response) (deltas []string, mes
 		b, _ := io.ReadAll(resp.Body)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
 	}
-	rd := sse.NewReader(resp.Body)
-	for {
-		ev, err := rd.Next()
-		if err == io.EOF {
-			return deltas, message
-		}
-		require.NoError(t, err)
+	err := sse.NewReader(resp.Body).Each(func(ev sse.Event) bool {
 		switch ev.Event {
 		case "delta":
 			var d struct{ Delta string }
@@ -403,5 +397,8 @@ func readConverseStream(t *testing.T, resp *http.Response) (deltas []string, mes
 		case "message":
 			message = ev.Data
 		}
-	}
+		return true
+	})
+	require.NoError(t, err)
+	return deltas, message
 }
