@@ -140,15 +140,22 @@ var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Sec
 // same moment as NATS) it retries for up to two minutes or until ctx ends. It retries too
 // while a cluster cannot place a replica because a peer is offline, so a service starting while
 // a NATS node restarts waits for it.
+//
+// Each JetStream request waits for js's own timeout (jetstream.WithDefaultTimeout, 5 s unless
+// set), not for ctx's deadline: an answer lost while a cluster elects its leaders is asked for
+// again by the next attempt instead of being awaited until ctx ends. Ending ctx still ends a
+// request at once.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	reqCtx, stop := withoutDeadline(ctx)
+	defer stop()
 	deadline := time.Now().Add(ensureWait)
 	attempts := ensurePolicy.Start()
 	for {
-		r, err := ensureOnce(ctx, js, cfg)
+		r, err := ensureOnce(reqCtx, js, cfg)
 		if err == nil || !transient(err) || time.Now().After(deadline) {
 			return r, err
 		}
@@ -156,6 +163,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 		if retry.Sleep(ctx, wait) != nil {
 			return nil, err
 		}
+	}
+}
+
+// withoutDeadline returns a context that ends when ctx does but carries no deadline, so that
+// each JetStream request made with it waits for the JetStream context's default timeout.
+func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return c, func() {
+		stop()
+		cancel(nil)
 	}
 }
 

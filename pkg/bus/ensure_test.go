@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +163,36 @@ func TestEnsureUpdatesOnlyWhatChanged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 48*time.Hour, info.Config.MaxAge)
 	assert.NotEmpty(t, info.Config.Metadata[bus.DeclaredKey])
+}
+
+// TestEnsureAsksAgainWhenAnAnswerIsLost: a JetStream API request whose answer never comes (lost
+// while a cluster elects its leaders) is sent again after the JetStream context's timeout, not
+// awaited until Ensure's context ends.
+func TestEnsureAsksAgainWhenAnAnswerIsLost(t *testing.T) {
+	srv := natstest.Server(t, "")
+	nc := natstest.Conn(t, srv)
+	// A relay between the JetStream API and the JetStream context Ensure is given, which
+	// swallows the first request to create a stream.
+	var lost atomic.Bool
+	relay, err := nc.Subscribe("relayed.API.>", func(m *nats.Msg) {
+		api := "$JS.API." + strings.TrimPrefix(m.Subject, "relayed.API.")
+		if strings.HasPrefix(api, "$JS.API.STREAM.CREATE.") && lost.CompareAndSwap(false, true) {
+			return
+		}
+		answer, err := nc.RequestMsg(&nats.Msg{Subject: api, Header: m.Header, Data: m.Data}, 5*time.Second)
+		if err == nil {
+			_ = m.RespondMsg(answer)
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = relay.Unsubscribe() })
+	js, err := jetstream.NewWithAPIPrefix(natstest.Conn(t, srv), "relayed.API", jetstream.WithDefaultTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err = bus.Ensure(ctx, js, bus.Config{})
+	require.NoError(t, err)
+	assert.True(t, lost.Load(), "the relay swallowed a request")
+	assert.NoError(t, ctx.Err(), "Ensure asked again before its context ended")
 }
