@@ -10,6 +10,11 @@
 // ChatWithTools does. It is not a general OpenAI client: no images, embeddings or usage
 // accounting, and it keeps no conversation state; callers pass the messages they want the model
 // to see on every call.
+//
+// It speaks the API's JSON over net/http itself (wire.go): it calls one endpoint, pkg/sse reads
+// a streamed answer and pkg/retry paces the retries. The official OpenAI Go module would do the
+// same through the whole API's generated types, whose compilation with the race detector took a
+// quarter of the CPU of the module's test build (docs/development.md#what-ci-runs).
 package llm
 
 import (

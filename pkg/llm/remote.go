@@ -1,20 +1,23 @@
 package llm
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
+	"github.com/agentbus/agentbus/pkg/retry"
+	"github.com/agentbus/agentbus/pkg/sse"
 )
 
 // maxRetryDelay bounds the wait before a retry. A server asking for a longer wait (Retry-After)
@@ -24,12 +27,18 @@ const maxRetryDelay = 8 * time.Second
 // maxDetail bounds how much of a server's error message goes into an error.
 const maxDetail = 300
 
+// maxAnswer bounds the body of an answer that is not streamed, and of an error answer.
+const maxAnswer = 16 << 20
+
 // remote is a model behind an OpenAI-compatible chat-completions API.
 type remote struct {
 	model   string
-	apiKey  string // only to redact it from error texts
+	apiKey  string
+	url     string // {BaseURL}/chat/completions
 	timeout time.Duration
-	chat    openai.ChatCompletionService
+	client  *http.Client
+	retries int
+	backoff retry.Policy
 }
 
 func newRemote(c Config) *remote {
@@ -44,25 +53,21 @@ func newRemote(c Config) *remote {
 	case retries < 0:
 		retries = 0
 	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(c.BaseURL),
-		option.WithMaxRetries(retries),
-		option.WithMaxRetryDelay(min(maxRetryDelay, timeout/2)),
-	}
-	if c.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(c.APIKey))
-	}
-	if c.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
+	client := c.HTTPClient
+	if client == nil {
+		client = http.DefaultClient
 	}
 	return &remote{
 		model:   c.Model,
 		apiKey:  c.APIKey,
+		url:     strings.TrimSuffix(c.BaseURL, "/") + "/chat/completions",
 		timeout: timeout,
-		// The service, not openai.NewClient: the client would also pick up OPENAI_API_KEY,
-		// OPENAI_BASE_URL and friends from the environment and could send an OpenAI key to
+		client:  client,
+		retries: retries,
+		// 0.5 s doubling, up to 8 s (half the call's timeout when that is less), a quarter of it
+		// random. The OPENAI_* environment variables are not read: a key from there could go to
 		// whatever server BaseURL names.
-		chat: openai.NewChatCompletionService(opts...),
+		backoff: retry.Policy{First: 500 * time.Millisecond, Max: min(maxRetryDelay, timeout/2), Jitter: 0.25},
 	}
 }
 
@@ -90,24 +95,133 @@ func (m *remote) Stream(ctx context.Context, req Request, onDelta func(string) e
 }
 
 func (m *remote) Generate(ctx context.Context, req Request, onDelta func(string) error) (Answer, error) {
-	params, err := m.params(req)
+	body, err := m.params(req)
 	if err != nil {
 		return Answer{}, err
 	}
+	body.Stream = onDelta != nil
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return Answer{}, fmt.Errorf("llm: encoding the request: %w", err)
+	}
 	callCtx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	if onDelta == nil {
-		return m.complete(callCtx, params)
+	res, err := m.post(callCtx, raw, body.Stream)
+	if err != nil {
+		return Answer{}, err
 	}
-	return m.stream(callCtx, params, onDelta)
+	defer res.Body.Close()
+	if onDelta == nil {
+		return m.complete(callCtx, res)
+	}
+	return m.stream(callCtx, res, onDelta)
 }
 
-func (m *remote) complete(callCtx context.Context, params openai.ChatCompletionNewParams) (Answer, error) {
-	res, err := m.chat.New(callCtx, params)
+// post sends the request until the server answers 200, retrying (up to m.retries times) after a
+// connection error or a retryable status: 408, 409, 429 and 5xx, unless the server says
+// otherwise in x-should-retry. It waits what the server asks for (Retry-After-Ms, Retry-After)
+// when it asks, else the backoff; a server asking for more than the backoff's cap gets no retry.
+func (m *remote) post(callCtx context.Context, body []byte, stream bool) (*http.Response, error) {
+	attempts := m.backoff.Start()
+	for {
+		req, err := http.NewRequestWithContext(callCtx, http.MethodPost, m.url, bytes.NewReader(body))
+		if err != nil {
+			return nil, m.upstream(err.Error())
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if stream {
+			req.Header.Set("Accept", "text/event-stream")
+		} else {
+			req.Header.Set("Accept", "application/json")
+		}
+		if m.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+m.apiKey)
+		}
+		res, err := m.client.Do(req)
+		var (
+			fail  error
+			again bool
+			wait  time.Duration
+		)
+		switch {
+		case err != nil:
+			fail = m.fail(callCtx, err)
+			again = callCtx.Err() == nil && !errors.Is(fail, ErrTimeout)
+		case res.StatusCode == http.StatusOK:
+			return res, nil
+		default:
+			fail = m.statusError(res)
+			again, wait = retryable(res)
+			res.Body.Close()
+		}
+		if !again || attempts.N() >= m.retries {
+			return nil, fail
+		}
+		backoff, _ := attempts.Failed()
+		if wait == 0 {
+			wait = backoff
+		} else if wait > m.backoff.Max {
+			return nil, fail
+		}
+		if retry.Sleep(callCtx, wait) != nil {
+			return nil, ctxError(callCtx, m.model)
+		}
+	}
+}
+
+// retryable reports whether an error answer is worth another attempt, and the wait the server
+// asked for (0 when it named none).
+func retryable(res *http.Response) (bool, time.Duration) {
+	var again bool
+	switch res.Header.Get("X-Should-Retry") {
+	case "true":
+		again = true
+	case "false":
+		again = false
+	default:
+		s := res.StatusCode
+		again = s == http.StatusRequestTimeout || s == http.StatusConflict || s == http.StatusTooManyRequests || s >= 500
+	}
+	if ms, err := strconv.ParseFloat(res.Header.Get("Retry-After-Ms"), 64); err == nil && ms > 0 && ms < math.MaxInt64/1e6 {
+		return again, time.Duration(ms * float64(time.Millisecond))
+	}
+	h := res.Header.Get("Retry-After")
+	if s, err := strconv.ParseFloat(h, 64); err == nil && s > 0 && s < math.MaxInt64/1e9 {
+		return again, time.Duration(s * float64(time.Second))
+	}
+	if at, err := http.ParseTime(h); err == nil {
+		return again, max(time.Until(at), time.Millisecond)
+	}
+	return again, 0
+}
+
+// statusError describes an error answer: its status and the server's message.
+func (m *remote) statusError(res *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	var e errorBody
+	detail := ""
+	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
+		detail = e.Error.Message
+	}
+	if detail == "" {
+		detail = http.StatusText(res.StatusCode)
+	}
+	return m.upstream(fmt.Sprintf("status %d: %s", res.StatusCode, detail))
+}
+
+func (m *remote) complete(callCtx context.Context, res *http.Response) (Answer, error) {
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))
 	if err != nil {
 		return Answer{}, m.fail(callCtx, err)
 	}
-	for _, ch := range res.Choices {
+	if len(raw) > maxAnswer {
+		return Answer{}, m.upstream(fmt.Sprintf("the answer is larger than %d bytes", maxAnswer))
+	}
+	var c chatCompletion
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return Answer{}, m.upstream("the answer is not a chat completion: " + err.Error())
+	}
+	for _, ch := range c.Choices {
 		if ch.Index != 0 {
 			continue
 		}
@@ -125,19 +239,33 @@ func (m *remote) complete(callCtx context.Context, params openai.ChatCompletionN
 	return Answer{}, m.upstream("the answer has no content")
 }
 
-func (m *remote) stream(callCtx context.Context, params openai.ChatCompletionNewParams, onDelta func(string) error) (Answer, error) {
-	// NewStreaming retries (per MaxRetries) only until the server answers 200; reading the
-	// stream is never retried, so a delta is never delivered twice.
-	stream := m.chat.NewStreaming(callCtx, params)
-	defer stream.Close()
-
+// stream reads a streamed answer. It is never retried once the server answered 200, so a
+// delta is never delivered twice.
+func (m *remote) stream(callCtx context.Context, res *http.Response, onDelta func(string) error) (Answer, error) {
 	var (
 		b        strings.Builder
 		calls    toolCallDeltas
 		finished bool
+		fail     error
 	)
-	for stream.Next() {
-		for _, ch := range stream.Current().Choices {
+	err := sse.NewReader(res.Body).Each(func(ev sse.Event) bool {
+		if ev.Data == "[DONE]" {
+			return false
+		}
+		var c chatChunk
+		if err := json.Unmarshal([]byte(ev.Data), &c); err != nil {
+			fail = m.upstream("a streamed piece is not a chat completion chunk: " + err.Error())
+			return false
+		}
+		if c.Error != nil || ev.Event == "error" {
+			detail := "the server sent an error"
+			if c.Error != nil && c.Error.Message != "" {
+				detail += ": " + c.Error.Message
+			}
+			fail = m.upstream(detail)
+			return false
+		}
+		for _, ch := range c.Choices {
 			if ch.Index != 0 {
 				continue
 			}
@@ -152,14 +280,18 @@ func (m *remote) stream(callCtx context.Context, params openai.ChatCompletionNew
 			}
 			b.WriteString(ch.Delta.Content)
 			if err := onDelta(ch.Delta.Content); err != nil {
-				return Answer{Text: b.String()}, err
+				fail = err
+				return false
 			}
 		}
-	}
-	if err := stream.Err(); err != nil {
+		return true
+	})
+	switch {
+	case fail != nil:
+		return Answer{Text: b.String()}, fail
+	case err != nil:
 		return Answer{Text: b.String()}, m.fail(callCtx, err)
-	}
-	if callCtx.Err() != nil {
+	case callCtx.Err() != nil:
 		return Answer{Text: b.String()}, ctxError(callCtx, m.model)
 	}
 	// A connection closed cleanly between two events ends the stream without an error; only
@@ -181,7 +313,7 @@ type toolCallDeltas struct {
 	index []int64
 }
 
-func (d *toolCallDeltas) add(tc openai.ChatCompletionChunkChoiceDeltaToolCall) {
+func (d *toolCallDeltas) add(tc toolCallDelta) {
 	i := slices.Index(d.index, tc.Index)
 	if i < 0 {
 		d.index = append(d.index, tc.Index)
@@ -215,35 +347,28 @@ func (d *toolCallDeltas) done() []ToolCall {
 	return out
 }
 
-func (m *remote) params(req Request) (openai.ChatCompletionNewParams, error) {
+func (m *remote) params(req Request) (chatRequest, error) {
 	if len(req.Messages) == 0 {
-		return openai.ChatCompletionNewParams{}, errors.New("llm: request has no messages")
+		return chatRequest{}, errors.New("llm: request has no messages")
 	}
 	if req.MaxTokens < 0 {
-		return openai.ChatCompletionNewParams{}, fmt.Errorf("llm: MaxTokens %d is negative", req.MaxTokens)
+		return chatRequest{}, fmt.Errorf("llm: MaxTokens %d is negative", req.MaxTokens)
 	}
-	msgs := make([]openai.ChatCompletionMessageParamUnion, len(req.Messages))
+	msgs := make([]chatMessage, len(req.Messages))
 	for i, msg := range req.Messages {
 		p, err := messageParam(msg)
 		if err != nil {
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("llm: message %d: %w", i, err)
+			return chatRequest{}, fmt.Errorf("llm: message %d: %w", i, err)
 		}
 		msgs[i] = p
 	}
-	p := openai.ChatCompletionNewParams{Model: m.model, Messages: msgs}
+	p := chatRequest{Model: m.model, Messages: msgs, MaxTokens: req.MaxTokens, Temperature: req.Temperature}
 	if len(req.Tools) > 0 {
 		tools, err := toolParams(req.Tools)
 		if err != nil {
-			return openai.ChatCompletionNewParams{}, err
+			return chatRequest{}, err
 		}
 		p.Tools = tools
-	}
-	if req.MaxTokens > 0 {
-		// max_tokens rather than max_completion_tokens: every compatible server knows it.
-		p.MaxTokens = openai.Int(int64(req.MaxTokens))
-	}
-	if req.Temperature != nil {
-		p.Temperature = openai.Float(*req.Temperature)
 	}
 	return p, nil
 }
@@ -251,85 +376,68 @@ func (m *remote) params(req Request) (openai.ChatCompletionNewParams, error) {
 // messageParam maps a message onto the API's: an assistant message carries its tool calls
 // ("tool_calls", each "type": "function"), a tool result is a "role": "tool" message naming its
 // call by "tool_call_id".
-func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
+func messageParam(msg Message) (chatMessage, error) {
+	content := &msg.Content
 	switch msg.Role {
-	case RoleSystem:
-		return openai.SystemMessage(msg.Content), nil
-	case RoleUser:
-		return openai.UserMessage(msg.Content), nil
+	case RoleSystem, RoleUser:
+		return chatMessage{Role: msg.Role, Content: content}, nil
 	case RoleAssistant:
 		if len(msg.ToolCalls) == 0 {
-			return openai.AssistantMessage(msg.Content), nil
+			return chatMessage{Role: msg.Role, Content: content}, nil
 		}
-		a := &openai.ChatCompletionAssistantMessageParam{}
+		a := chatMessage{Role: msg.Role}
 		if msg.Content != "" {
-			a.Content.OfString = openai.String(msg.Content)
+			a.Content = content
 		}
 		for _, tc := range msg.ToolCalls {
 			// The name is not checked against ValidToolName: it is the model's own, and an
 			// unknown one was answered as such in the tool's result.
 			if tc.ID == "" || tc.Name == "" {
-				return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("tool call %q to %q needs an id and a name", tc.ID, tc.Name)
+				return chatMessage{}, fmt.Errorf("tool call %q to %q needs an id and a name", tc.ID, tc.Name)
 			}
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID:       tc.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-				},
+			a.ToolCalls = append(a.ToolCalls, chatToolCall{
+				ID:       tc.ID,
+				Type:     "function",
+				Function: callFunction{Name: tc.Name, Arguments: tc.Arguments},
 			})
 		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: a}, nil
+		return a, nil
 	case RoleTool:
 		if msg.ToolCallID == "" {
-			return openai.ChatCompletionMessageParamUnion{}, errors.New("tool result has no ToolCallID")
+			return chatMessage{}, errors.New("tool result has no ToolCallID")
 		}
-		return openai.ToolMessage(msg.Content, msg.ToolCallID), nil
+		return chatMessage{Role: msg.Role, Content: content, ToolCallID: msg.ToolCallID}, nil
 	default:
-		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", msg.Role)
+		return chatMessage{}, fmt.Errorf("unknown role %q", msg.Role)
 	}
 }
 
 // toolParams maps tools onto the API's function tools: {"type": "function", "function": {name,
 // description, parameters}}.
-func toolParams(tools []Tool) ([]openai.ChatCompletionToolUnionParam, error) {
+func toolParams(tools []Tool) ([]chatTool, error) {
 	if err := checkTools(tools); err != nil {
 		return nil, err
 	}
-	out := make([]openai.ChatCompletionToolUnionParam, len(tools))
+	out := make([]chatTool, len(tools))
 	for i, t := range tools {
-		params := shared.FunctionParameters{"type": "object"}
-		if len(t.Parameters) > 0 {
-			params = nil
-			if err := json.Unmarshal(t.Parameters, &params); err != nil {
-				return nil, fmt.Errorf("llm: tool %q: %w", t.Name, err)
-			}
+		params := t.Parameters
+		if len(params) == 0 {
+			params = json.RawMessage(`{"type":"object"}`)
 		}
-		fn := shared.FunctionDefinitionParam{Name: t.Name, Parameters: params}
-		if t.Description != "" {
-			fn.Description = openai.String(t.Description)
-		}
-		out[i] = openai.ChatCompletionFunctionTool(fn)
+		out[i] = chatTool{Type: "function", Function: chatFunction{Name: t.Name, Description: t.Description, Parameters: params}}
 	}
 	return out, nil
 }
 
-// fail turns an error of the OpenAI client into ErrTimeout, ErrUpstream or the caller's
-// cancellation. It does not wrap the client's error, whose text could quote a server's message
-// that echoes the key; it keeps a redacted summary of it instead.
+// fail turns an error of a request or of reading its answer into ErrTimeout, ErrUpstream or the
+// caller's cancellation. It does not wrap the error, whose text could quote a URL or a server's
+// message that echoes the key; it keeps a redacted summary of it instead.
 func (m *remote) fail(callCtx context.Context, err error) error {
 	if callCtx.Err() != nil {
 		return ctxError(callCtx, m.model)
 	}
 	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 		return fmt.Errorf("calling model %q: %w: %w", m.model, ErrTimeout, context.DeadlineExceeded)
-	}
-	var apiErr *openai.Error
-	if errors.As(err, &apiErr) {
-		detail := apiErr.Message
-		if detail == "" {
-			detail = http.StatusText(apiErr.StatusCode)
-		}
-		return m.upstream(fmt.Sprintf("status %d: %s", apiErr.StatusCode, detail))
 	}
 	return m.upstream(err.Error())
 }

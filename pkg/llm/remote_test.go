@@ -125,6 +125,7 @@ func TestRemoteRetries(t *testing.T) {
 		statuses   []int // answers to the first requests; later ones succeed
 		maxRetries int
 		plain      bool // error answers without Retry-After-Ms: the client's own backoff
+		header     map[string]string
 		wantErr    error
 		wantCalls  int
 	}{
@@ -136,6 +137,10 @@ func TestRemoteRetries(t *testing.T) {
 		{name: "retries run out", statuses: []int{500, 502, 503}, wantErr: llm.ErrUpstream, wantCalls: 3},
 		{name: "more retries", statuses: []int{500, 502, 503}, maxRetries: 3, wantCalls: 4},
 		{name: "no retries", statuses: []int{500}, maxRetries: -1, wantErr: llm.ErrUpstream, wantCalls: 1},
+		{name: "x-should-retry false", statuses: []int{500}, header: map[string]string{"X-Should-Retry": "false"}, wantErr: llm.ErrUpstream, wantCalls: 1},
+		{name: "x-should-retry true", statuses: []int{400}, header: map[string]string{"X-Should-Retry": "true"}, wantCalls: 2},
+		{name: "Retry-After in seconds", statuses: []int{429}, plain: true, header: map[string]string{"Retry-After": "0.01"}, wantCalls: 2},
+		{name: "Retry-After past the cap", statuses: []int{429}, plain: true, header: map[string]string{"Retry-After": "3600"}, wantErr: llm.ErrUpstream, wantCalls: 1},
 	}
 	for _, tt := range tests {
 		for _, mode := range modes {
@@ -145,6 +150,9 @@ func TestRemoteRetries(t *testing.T) {
 					if n > len(tt.statuses) {
 						answer(w, req)
 						return
+					}
+					for k, v := range tt.header {
+						w.Header().Set(k, v)
 					}
 					if tt.plain {
 						w.WriteHeader(tt.statuses[n-1])
