@@ -27,8 +27,12 @@ const maxRetryDelay = 8 * time.Second
 // maxDetail bounds how much of a server's error message goes into an error.
 const maxDetail = 300
 
-// maxAnswer bounds the body of an answer that is not streamed, and of an error answer.
-const maxAnswer = 16 << 20
+// maxAnswer bounds the body of an answer that is not streamed; maxErrorBody that of an error
+// answer, which is read only for its message.
+const (
+	maxAnswer    = 16 << 20
+	maxErrorBody = 64 << 10
+)
 
 // remote is a model behind an OpenAI-compatible chat-completions API.
 type remote struct {
@@ -197,7 +201,7 @@ func retryable(res *http.Response) (bool, time.Duration) {
 
 // statusError describes an error answer: its status and the server's message.
 func (m *remote) statusError(res *http.Response) error {
-	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 	var e errorBody
 	detail := ""
 	if json.Unmarshal(raw, &e) == nil && e.Error != nil {
