@@ -34,7 +34,8 @@ const (
 	maxErrorBody = 64 << 10
 )
 
-// remote is a model behind an OpenAI-compatible chat-completions API.
+// remote is a model behind an OpenAI-compatible chat-completions API. It reads no OPENAI_*
+// environment variable: a key from there could go to whatever server BaseURL names.
 type remote struct {
 	model   string
 	apiKey  string
@@ -69,8 +70,7 @@ func newRemote(c Config) *remote {
 		client:  client,
 		retries: retries,
 		// 0.5 s doubling, up to 8 s (half the call's timeout when that is less), a quarter of it
-		// random. The OPENAI_* environment variables are not read: a key from there could go to
-		// whatever server BaseURL names.
+		// random.
 		backoff: retry.Policy{First: 500 * time.Millisecond, Max: min(maxRetryDelay, timeout/2), Jitter: 0.25},
 	}
 }
@@ -130,7 +130,8 @@ func (m *remote) post(callCtx context.Context, body []byte, stream bool) (*http.
 	for {
 		req, err := http.NewRequestWithContext(callCtx, http.MethodPost, m.url, bytes.NewReader(body))
 		if err != nil {
-			return nil, m.upstream(err.Error())
+			// The error quotes the URL, which may carry credentials; Validate parsed it already.
+			return nil, m.upstream("the request could not be built")
 		}
 		req.Header.Set("Content-Type", "application/json")
 		if stream {
