@@ -42,7 +42,7 @@ type remote struct {
 	url     string // {BaseURL}/chat/completions
 	timeout time.Duration
 	client  *http.Client
-	retries int
+	// backoff paces the retries and gives up after the last (MaxAttempts).
 	backoff retry.Policy
 }
 
@@ -68,10 +68,9 @@ func newRemote(c Config) *remote {
 		url:     strings.TrimSuffix(c.BaseURL, "/") + "/chat/completions",
 		timeout: timeout,
 		client:  client,
-		retries: retries,
 		// 0.5 s doubling, up to 8 s (half the call's timeout when that is less), a quarter of it
 		// random.
-		backoff: retry.Policy{First: 500 * time.Millisecond, Max: min(maxRetryDelay, timeout/2), Jitter: 0.25},
+		backoff: retry.Policy{First: 500 * time.Millisecond, Max: min(maxRetryDelay, timeout/2), Jitter: 0.25, MaxAttempts: 1 + retries},
 	}
 }
 
@@ -121,10 +120,11 @@ func (m *remote) Generate(ctx context.Context, req Request, onDelta func(string)
 	return m.stream(callCtx, res, onDelta)
 }
 
-// post sends the request until the server answers 200, retrying (up to m.retries times) after a
-// connection error or a retryable status: 408, 409, 429 and 5xx, unless the server says
-// otherwise in x-should-retry. It waits what the server asks for (Retry-After-Ms, Retry-After)
-// when it asks, else the backoff; a server asking for more than the backoff's cap gets no retry.
+// post sends the request until the server answers 200, retrying (up to Config.MaxRetries
+// times, m.backoff's MaxAttempts) after a connection error or a retryable status: 408, 409, 429
+// and 5xx, unless the server says otherwise in x-should-retry. It waits what the server asks
+// for (Retry-After-Ms, Retry-After) when it asks, else the backoff; a server asking for more
+// than the backoff's cap gets no retry.
 func (m *remote) post(callCtx context.Context, body []byte, stream bool) (*http.Response, error) {
 	attempts := m.backoff.Start()
 	for {
@@ -159,10 +159,13 @@ func (m *remote) post(callCtx context.Context, body []byte, stream bool) (*http.
 			again, wait = retryable(res)
 			res.Body.Close()
 		}
-		if !again || attempts.N() >= m.retries {
+		if !again {
 			return nil, fail
 		}
-		backoff, _ := attempts.Failed()
+		backoff, ok := attempts.Failed()
+		if !ok {
+			return nil, fail
+		}
 		if wait == 0 {
 			wait = backoff
 		} else if wait > m.backoff.Max {
