@@ -42,9 +42,13 @@ const (
 	// demandEvery is how often the instances exchange their demand: a load that moves from one
 	// instance to another is followed within about a period.
 	demandEvery = 100 * time.Millisecond
-	// demandForPeriods: a report counts this many periods after it arrived, so that one late or
-	// lost report does not drop its sender's demand.
-	demandForPeriods = 3
+	// demandForPeriods: a report counts this many periods (1 s) after it arrived, so that late
+	// or lost reports do not drop their sender's demand. Reports come late when the processes
+	// get no CPU for a while: if they stopped counting while the instances still take requests,
+	// each instance would compute its share as if alone, up to the whole rate
+	// (TestSharedRateThroughStalls). An instance that stops says so at once; one that dies
+	// counts this long after its last report.
+	demandForPeriods = 10
 	// youngPeriods: for this many periods after a key's or tenant's first request here, it takes
 	// an even share unless another instance spoke of it: the others report a busy key within a
 	// period of its first request there, and this instance takes the report in within another.

@@ -30,6 +30,13 @@ type simCluster struct {
 	rnd     *rand.Rand
 	// largest is the largest report sent, in bytes of JSON.
 	largest int
+	// stalled, when set, tells the times at which no instance ticks and no report is taken in,
+	// as when the processes get no CPU; requests still arrive. After a stall each instance
+	// ticks once, as a time.Ticker that missed ticks does.
+	stalled func(now time.Time) bool
+	// dead, when set, tells whether an instance has died by now: it ticks no more and sends
+	// nothing, not even the empty report of an instance that stops.
+	dead func(i int, now time.Time) bool
 }
 
 type simReport struct {
@@ -55,6 +62,14 @@ func newSimCluster(t *testing.T, n int, rates rateTable) *simCluster {
 // step moves the clock by d: reports due are delivered, and instances due tick and send.
 func (c *simCluster) step(d time.Duration) {
 	c.now = c.now.Add(d)
+	if c.stalled != nil && c.stalled(c.now) {
+		return
+	}
+	for i := range c.next {
+		for c.now.Sub(c.next[i]) >= c.every {
+			c.next[i] = c.next[i].Add(c.every)
+		}
+	}
 	kept := c.queue[:0]
 	for _, r := range c.queue {
 		if r.due.After(c.now) {
@@ -69,6 +84,9 @@ func (c *simCluster) step(d time.Duration) {
 	}
 	c.queue = kept
 	for i, l := range c.lims {
+		if c.dead != nil && c.dead(i, c.now) {
+			continue
+		}
 		for !c.next[i].After(c.now) {
 			c.next[i] = c.next[i].Add(c.every)
 			rep := l.tick(c.now, len(c.lims))
@@ -214,6 +232,49 @@ func TestSharedRateError(t *testing.T) {
 				assert.LessOrEqual(t, counts[0].retryAfter, 3*time.Second/100, "a refusal's wait: a token at an even share at most")
 			})
 		}
+	}
+}
+
+// TestSharedRateThroughStalls: the instances' reports come late when their processes get no
+// CPU for a while. Three instances, a rate of 100/s, 1,000 requests a second spread over them
+// for 20 s, and every instance stalled (no tick, no report taken in) for stall of each second:
+// the accepted rate stays within 10 % of the rate.
+func TestSharedRateThroughStalls(t *testing.T) {
+	for _, stall := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 900 * time.Millisecond} {
+		t.Run(stall.String(), func(t *testing.T) {
+			c := newSimCluster(t, 3, rateTable{key: Rate{PerSecond: 100, Burst: 100}})
+			start := c.now
+			c.stalled = func(now time.Time) bool { return now.Sub(start)%time.Second >= time.Second-stall }
+			counts := c.run(21*time.Second, simLoad{key: acmeKey, rate: 1000, at: spread(3)})
+			got := counts[0].rateFrom(1)
+			t.Logf("rate 100/s, 1000/s offered, stalled %v of each second: accepted %.1f/s", stall, got)
+			assert.InDelta(t, 100, got, 10, "accepted rate")
+		})
+	}
+}
+
+// TestSharedRateAfterAnInstanceDies: of three instances sharing a rate of 100/s under 1,000
+// requests a second, one dies at 5 s and its load goes to the other two. Its last report counts
+// for demandForPeriods more: the two take its part of the rate from then on, and the accepted
+// rate is back within 10 % of the rate in the second after that.
+func TestSharedRateAfterAnInstanceDies(t *testing.T) {
+	const dies = 5 * time.Second
+	c := newSimCluster(t, 3, rateTable{key: Rate{PerSecond: 100, Burst: 100}})
+	start := c.now
+	c.dead = func(i int, now time.Time) bool { return i == 2 && now.Sub(start) >= dies }
+	even, survivors := spread(3), spread(2)
+	counts := c.run(11*time.Second, simLoad{key: acmeKey, rate: 1000, at: func(t time.Duration) int {
+		if t >= dies {
+			return survivors(t)
+		}
+		return even(t)
+	}})
+	by := counts[0].acceptedBy
+	t.Logf("accepted each second: %v", by[:11])
+	assert.InDelta(t, 100, by[4], 10, "before")
+	assert.GreaterOrEqual(t, by[5], 60, "in the second it died: the survivors keep their parts and take its part after 1 s")
+	for s := 6; s < 11; s++ {
+		assert.InDelta(t, 100, by[s], 10, "second %d", s)
 	}
 }
 
