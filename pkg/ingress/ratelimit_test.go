@@ -15,14 +15,14 @@ import (
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
-// offered is what a load of requests got: the accepted ones by when their answers came,
+// offered is what a load of requests got: the accepted ones by when they were sent,
 // the other answers, and one refusal as it came.
 type offered struct {
 	mu    sync.Mutex
 	start time.Time
 	sent  int
-	// answered holds when each accepted request was sent, after the start.
-	answered []time.Duration
+	// accepted holds when each accepted request was sent, after the start.
+	accepted []time.Duration
 	other    map[int]int
 	refusal  struct {
 		status int
@@ -40,7 +40,7 @@ func acceptedRate(loads []*offered, from time.Duration) float64 {
 	n, last := 0, from
 	for _, o := range loads {
 		o.mu.Lock()
-		for _, at := range o.answered {
+		for _, at := range o.accepted {
 			if at >= from {
 				n++
 				last = max(last, at)
@@ -90,7 +90,7 @@ func offer(t *testing.T, bases []string, key string, rate float64, d time.Durati
 			defer o.mu.Unlock()
 			switch resp.StatusCode {
 			case http.StatusOK:
-				o.answered = append(o.answered, sentAt)
+				o.accepted = append(o.accepted, sentAt)
 			case http.StatusTooManyRequests:
 				if o.refusal.status == 0 {
 					o.refusal.status, o.refusal.header, o.refusal.body = resp.StatusCode, resp.Header, b
@@ -165,7 +165,7 @@ func TestRateLimitAcrossInstances(t *testing.T) {
 			r := loads[0].refusal
 			wantRateLimited(t, r.status, r.header, r.body, 1)
 			assert.Contains(t, decode(t, r.body)["detail"], tc.detail)
-			assert.Equal(t, quiet.sent, len(quiet.answered), "the quiet key's requests, on the third instance: %v", quiet.other)
+			assert.Equal(t, quiet.sent, len(quiet.accepted), "the quiet key's requests, on the third instance: %v", quiet.other)
 		})
 	}
 
