@@ -91,8 +91,13 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		return // another host may own the partition: the request is left to it
 	}
 	if part.releasing {
+		// Arrived while the partition is handed over: the next owner gets it.
+		if h.keepLateLocked(part, seq, m) {
+			h.mu.Unlock()
+			return
+		}
 		h.mu.Unlock()
-		_ = m.Nak() // arrived while the partition is handed over: the next owner gets it
+		_ = m.Nak()
 		return
 	}
 	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, stored) {
@@ -122,7 +127,13 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	if pin != "" && pin != part.pin {
 		h.mu.Unlock()
 		if !h.takeOver(ctx, part, pin) {
-			_ = m.Nak()
+			// Handed over meanwhile (beginTenure).
+			h.mu.Lock()
+			kept := h.keepLateLocked(part, seq, m)
+			h.mu.Unlock()
+			if !kept {
+				_ = m.Nak()
+			}
 			return
 		}
 		h.mu.Lock()
@@ -312,6 +323,18 @@ func (h *Host) drain(c *conversation, d *delivery) {
 	if len(c.queue) == 0 {
 		h.forgetLocked(c)
 	}
+}
+
+// keepLateLocked keeps a request delivered while part is handed over, for handOver to give back
+// once the partition's pulling has stopped; it reports false once handOver has given the
+// requests back, or when part is not handed over (takeOver failed for another reason), and the
+// caller gives it back itself.
+func (h *Host) keepLateLocked(part *partition, seq uint64, m jetstream.Msg) bool {
+	if !part.releasing || part.givenBack {
+		return false
+	}
+	part.late = append(part.late, lateDelivery{seq, m})
+	return true
 }
 
 // dropLocked forgets a request the host no longer holds.

@@ -46,9 +46,19 @@ type partition struct {
 	stop    context.CancelFunc
 	// started receives the outcome of the first attempt to consume.
 	started chan error
+	// pulled is closed when pull has returned: nothing more arrives from the partition.
+	pulled chan struct{}
 
 	// Guarded by Host.mu.
 	releasing bool
+	// late are the requests delivered while the partition is handed over, before its pulling
+	// stopped: handOver gives them back with the ones not started. Given back at once, each
+	// would come straight back to this host's consumption, which still holds the pin, spending
+	// a delivery each time until it counts as failed.
+	late []lateDelivery
+	// givenBack is set once handOver has given the requests back: one arriving later goes back
+	// at once.
+	givenBack bool
 	cons      jetstream.Consumer
 	// pin is the pin id the requests held from this partition were delivered under; a request
 	// with another one starts a new tenure (see snapshot).
@@ -76,6 +86,12 @@ type partition struct {
 	// tenure is the partition's takeover count (lease.go) as this host knew it when it gained
 	// the partition, or took it over itself. Guarded by Host.mu.
 	tenure uint64
+}
+
+// lateDelivery is a request delivered while its partition is handed over.
+type lateDelivery struct {
+	seq uint64
+	msg jetstream.Msg
 }
 
 // ackedRequest is a request the host acknowledged: its inbox sequence and the subject its
@@ -249,7 +265,7 @@ func (h *Host) waitStarted(ctx context.Context) error {
 func (h *Host) gainLocked(key partKey) {
 	pctx, stop := context.WithCancel(h.hctx)
 	part := &partition{key: key, durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
-		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1)}
+		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1), pulled: make(chan struct{})}
 	h.parts[key] = part
 	h.metrics.partitionGained(key)
 	h.bg.Go(func() { h.pull(pctx, part) })
@@ -272,19 +288,22 @@ func (h *Host) handOver(part *partition) {
 	ctx, cancel := context.WithTimeout(h.bctx, 10*time.Second)
 	defer cancel()
 	start := time.Now()
+	select {
+	case <-part.pulled: // nothing more arrives from this partition
+	case <-ctx.Done(): // what still arrives goes back at once
+	}
 	h.mu.Lock()
-	// pull has returned: nothing more arrives from this partition. Requests not started go
-	// back, in order; running ones finish here and acknowledge.
-	var back []*delivery
+	// Requests not started go back, in order, with those delivered during the handover;
+	// running ones finish here and acknowledge.
+	back := part.late
+	part.late, part.givenBack = nil, true
 	for _, d := range h.held {
 		if d.part == part && !d.running {
-			back = append(back, d)
+			back = append(back, lateDelivery{d.seq, d.msg})
+			h.dropLocked(d)
 		}
 	}
-	slices.SortFunc(back, func(a, b *delivery) int { return compareSeq(a.seq, b.seq) })
-	for _, d := range back {
-		h.dropLocked(d)
-	}
+	slices.SortFunc(back, func(a, b lateDelivery) int { return compareSeq(a.seq, b.seq) })
 	part.others = nil
 	cons, pin := part.cons, part.pin
 	h.mu.Unlock()
@@ -414,6 +433,7 @@ func pinnedID(info *jetstream.ConsumerInfo) string {
 // and pulls from it, and when the consumption stops on its own (the consumer was deleted, the
 // server restarted without it) it creates it again. On ctx's end it drains what was pulled.
 func (h *Host) pull(ctx context.Context, part *partition) {
+	defer close(part.pulled)
 	if err := h.learnTenure(ctx, part); err != nil {
 		part.started <- err
 		return
