@@ -14,11 +14,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -42,6 +44,45 @@ func TestCrashedHostsRequestComesBackAtOnce(t *testing.T) {
 		return len(ns) == 2 && hosts[1] == "survivor"
 	})
 	t.Logf("the survivor ran the dead host's request %v after the crash (ack wait %v)", took.Round(time.Millisecond), ackWait)
+}
+
+// A request whose hosts died with it more often than it may be tried is kept as a dead letter
+// without running again, and its caller, still waiting, gets the dead letter's answer.
+func TestRequestOfCrashedHostsAnswersAsDeadLetter(t *testing.T) {
+	t.Parallel()
+	sa := &seqAgent{}
+	const ackWait = 30 * time.Second
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "survivor", AckWait: ackWait, MaxDeliveries: 1}})
+	doomed, nc, cancel := startOwner(t, s, "Seq", "survivor",
+		agent.HostConfig{Agents: []*agent.Agent{sa.agent()}, AckWait: ackWait, ShutdownGrace: 100 * time.Millisecond})
+
+	// The caller waits on a reply subject of its own, as an ingress does.
+	caller := natstest.Conn(t, s.NATS)
+	replyTo := caller.NewRespInbox()
+	replies, err := caller.SubscribeSync(replyTo)
+	require.NoError(t, err)
+	js, err := jetstream.New(caller)
+	require.NoError(t, err)
+	req := stepRequest("x", "1", "1m")
+	req.ReplyTo = replyTo
+	enqueue(t, js, req, nil)
+	waitFor(t, 5*time.Second, "the step runs on the doomed host", func() bool {
+		_, hosts := sa.starts("x")
+		return len(hosts) == 1 && hosts[0] == doomed
+	})
+	nc.Close() // the doomed host crashes: its one delivery is the request's one try
+	cancel()
+
+	m, err := replies.NextMsg(ackWait / 2)
+	require.NoError(t, err, "the caller got no answer")
+	var rep agentbusv1.Reply
+	require.NoError(t, proto.Unmarshal(m.Data, &rep))
+	assert.Equal(t, problem.DeadLettered.Slug, rep.GetError())
+	assert.EqualValues(t, problem.DeadLettered.Status, rep.GetStatusCode())
+	assert.Contains(t, string(rep.GetContent()), "delivered 1 times without being finished")
+	_, hosts := sa.starts("x")
+	assert.Equal(t, []string{doomed}, hosts, "the request does not run again")
 }
 
 // incAgent is an agent whose webhook inc counts its runs per host and adds one to the

@@ -230,7 +230,7 @@ func (h *Host) runWebhook(ctx context.Context, log *slog.Logger, in *inbound, hd
 	case inst.fx.waiting() != nil:
 		return nil, errParked
 	case dead:
-		kept := deadLetterResponse(in)
+		kept := deadLetterResponse(in, failedAttempts(in))
 		respond(kept)
 		return webhookOutgoing(req, kept, "dead"), nil
 	}
@@ -276,7 +276,7 @@ func (h *Host) runMessage(ctx context.Context, log *slog.Logger, in *inbound, hd
 	case m.inst.fx.waiting() != nil:
 		return nil, nil, errParked
 	case dead:
-		kept := deadLetterResponse(in)
+		kept := deadLetterResponse(in, failedAttempts(in))
 		rep, out := errorReply(req, kept.StatusCode, kept.platformError, string(kept.Content), "dead")
 		return rep, out, nil
 	}
@@ -554,10 +554,16 @@ func errorReply(req *agentbusv1.Request, status int, slug, detail, part string) 
 	return &agentbusv1.Reply{StatusCode: int32(status), Error: slug, Content: []byte(detail), ContentType: "text/plain; charset=utf-8"}, out
 }
 
-// deadLetterResponse is the answer of a request kept as a dead letter.
-func deadLetterResponse(in *inbound) Response {
+// deadLetterResponse is the answer of a request kept as a dead letter; why is what became of
+// its attempts (failedAttempts when its handler failed on every one).
+func deadLetterResponse(in *inbound, why string) Response {
 	return platformError(problem.DeadLettered,
-		fmt.Sprintf("the handler failed on all %d attempts; the request was kept as dead letter %d, for an operator to replay or discard", in.tries.n, in.deadID))
+		fmt.Sprintf("%s; the request was kept as dead letter %d, for an operator to replay or discard", why, in.deadID))
+}
+
+// failedAttempts says that the handler of in failed on every attempt.
+func failedAttempts(in *inbound) string {
+	return fmt.Sprintf("the handler failed on all %d attempts", in.tries.n)
 }
 
 // incomingMessage is the stored form of the request.

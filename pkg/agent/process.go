@@ -159,7 +159,13 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
 		// request that crashes its host does every time.
 		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", in.delivered-1)
-		return true, h.finish(ctx, log, d, h.deadLetter(ctx, log, in, cause))
+		if err := h.deadLetter(ctx, log, in, cause); err != nil {
+			return true, h.finish(ctx, log, d, err)
+		}
+		// A caller still waiting gets the dead letter's answer, as after failed attempts.
+		kept := deadLetterResponse(in, cause)
+		h.reply(ctx, log, in.req, in.replyTo, webhookReply(kept, ""))
+		return true, h.finish(ctx, log, d, nil)
 	}
 	return false, false
 }
