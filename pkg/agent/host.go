@@ -843,8 +843,9 @@ func callWebhook(ctx context.Context, log *slog.Logger, hd WebhookHandler, r *We
 }
 
 // deadLetter keeps the request as a dead letter with its last error, retrying while the bus
-// recovers, and then answers the caller and notes it in the thread's history when no handler
-// did (the request never ran).
+// recovers. The caller's answer is the dead letter's (deadLetterResponse): sent, and kept in
+// the thread, by the attempt's caller after failed attempts, and by deadLetterUnrun for a
+// request that never ran.
 func (h *Host) deadLetter(ctx context.Context, log *slog.Logger, in *inbound, cause string) error {
 	if err := h.mayAct(ctx); err != nil {
 		return err

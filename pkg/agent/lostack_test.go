@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -120,6 +121,41 @@ func claimStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
 	stub := proto.Clone(req).(*agentbusv1.Request)
 	stub.Params, stub.EnvelopeRef = nil, ref
 	enqueue(t, js, stub, nil)
+}
+
+// A request whose stored copy is gone can never run: it is kept as a dead letter, and its caller,
+// waiting, gets the dead letter's answer.
+func TestRequestWithoutItsStoredCopyAnswersAsDeadLetter(t *testing.T) {
+	t.Parallel()
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()}})
+	nc := natstest.Conn(t, s.NATS)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	replyTo := nc.NewRespInbox()
+	replies, err := nc.SubscribeSync(replyTo)
+	require.NoError(t, err)
+
+	req := stepRequest("x", "1", "")
+	data, err := proto.Marshal(req)
+	require.NoError(t, err)
+	ref, err := bus.NewBlobs(s.Res.Claims, nc.MaxPayload()).Put(t.Context(),
+		subject.ClaimName(req.GetTenantId(), req.GetRequestId(), "request-1"), data)
+	require.NoError(t, err)
+	require.NoError(t, s.Res.Claims.Delete(t.Context(), ref.GetName()))
+	stub := proto.Clone(req).(*agentbusv1.Request)
+	stub.Params, stub.EnvelopeRef, stub.ReplyTo = nil, ref, replyTo
+	enqueue(t, js, stub, nil)
+
+	m, err := replies.NextMsg(10 * time.Second)
+	require.NoError(t, err, "the caller got no answer")
+	var rep agentbusv1.Reply
+	require.NoError(t, proto.Unmarshal(m.Data, &rep))
+	assert.Equal(t, problem.DeadLettered.Slug, rep.GetError())
+	assert.EqualValues(t, problem.DeadLettered.Status, rep.GetStatusCode())
+	assert.Contains(t, string(rep.GetContent()), "stored copy is missing")
+	ns, _ := sa.starts("x")
+	assert.Empty(t, ns, "the request never runs")
 }
 
 // stepWithLostAck starts a stack whose one Seq partition is owned by a host whose connection

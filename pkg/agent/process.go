@@ -121,7 +121,7 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 				return true, h.finish(ctx, log, d, nil)
 			}
 		}
-		return true, h.finish(ctx, log, d, h.deadLetter(ctx, log, in, "the request's stored copy is missing"))
+		return true, h.deadLetterUnrun(ctx, log, d, in, "the request's stored copy is missing")
 	case err != nil:
 		return true, h.giveBack(log, d)
 	}
@@ -159,15 +159,20 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
 		// request that crashes its host does every time.
 		cause := fmt.Sprintf("delivered %d times without being finished: the hosts handling it stopped or crashed", in.delivered-1)
-		if err := h.deadLetter(ctx, log, in, cause); err != nil {
-			return true, h.finish(ctx, log, d, err)
-		}
-		// A caller still waiting gets the dead letter's answer, as after failed attempts.
-		kept := deadLetterResponse(in, cause)
-		h.reply(ctx, log, in.req, in.replyTo, webhookReply(kept, ""))
-		return true, h.finish(ctx, log, d, nil)
+		return true, h.deadLetterUnrun(ctx, log, d, in, cause)
 	}
 	return false, false
+}
+
+// deadLetterUnrun keeps a request that must not run as a dead letter, answers a caller still
+// waiting for it as after failed attempts, and finishes it; it returns what finish does. Nothing
+// is stored in the thread: no handler ran.
+func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *delivery, in *inbound, cause string) bool {
+	if err := h.deadLetter(ctx, log, in, cause); err != nil {
+		return h.finish(ctx, log, d, err)
+	}
+	h.reply(ctx, log, in.req, in.replyTo, webhookReply(deadLetterResponse(in, cause), ""))
+	return h.finish(ctx, log, d, nil)
 }
 
 // settleHandled acknowledges, without running it, a copy of a request delivered again after a
