@@ -92,12 +92,11 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	}
 	if part.releasing {
 		// Arrived while the partition is handed over: the next owner gets it.
-		if h.keepLateLocked(part, seq, m) {
-			h.mu.Unlock()
-			return
-		}
+		kept := h.keepLateLocked(part, seq, m)
 		h.mu.Unlock()
-		_ = m.Nak()
+		if !kept {
+			_ = m.Nak()
+		}
 		return
 	}
 	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, stored) {

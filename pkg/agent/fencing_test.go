@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -74,15 +75,22 @@ func TestRequestOfCrashedHostsAnswersAsDeadLetter(t *testing.T) {
 	nc.Close() // the doomed host crashes: its one delivery is the request's one try
 	cancel()
 
-	m, err := replies.NextMsg(ackWait / 2)
+	requireDeadLetterAnswer(t, replies, ackWait/2, "delivered 1 times without being finished")
+	_, hosts := sa.starts("x")
+	assert.Equal(t, []string{doomed}, hosts, "the request does not run again")
+}
+
+// requireDeadLetterAnswer waits up to wait for the answer a caller gets on replies and checks
+// that it is a dead letter's, its detail naming why.
+func requireDeadLetterAnswer(t *testing.T, replies *nats.Subscription, wait time.Duration, why string) {
+	t.Helper()
+	m, err := replies.NextMsg(wait)
 	require.NoError(t, err, "the caller got no answer")
 	var rep agentbusv1.Reply
 	require.NoError(t, proto.Unmarshal(m.Data, &rep))
 	assert.Equal(t, problem.DeadLettered.Slug, rep.GetError())
 	assert.EqualValues(t, problem.DeadLettered.Status, rep.GetStatusCode())
-	assert.Contains(t, string(rep.GetContent()), "delivered 1 times without being finished")
-	_, hosts := sa.starts("x")
-	assert.Equal(t, []string{doomed}, hosts, "the request does not run again")
+	assert.Contains(t, string(rep.GetContent()), why)
 }
 
 // incAgent is an agent whose webhook inc counts its runs per host and adds one to the

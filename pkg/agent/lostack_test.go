@@ -15,7 +15,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
-	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -147,13 +146,7 @@ func TestRequestWithoutItsStoredCopyAnswersAsDeadLetter(t *testing.T) {
 	stub.Params, stub.EnvelopeRef, stub.ReplyTo = nil, ref, replyTo
 	enqueue(t, js, stub, nil)
 
-	m, err := replies.NextMsg(10 * time.Second)
-	require.NoError(t, err, "the caller got no answer")
-	var rep agentbusv1.Reply
-	require.NoError(t, proto.Unmarshal(m.Data, &rep))
-	assert.Equal(t, problem.DeadLettered.Slug, rep.GetError())
-	assert.EqualValues(t, problem.DeadLettered.Status, rep.GetStatusCode())
-	assert.Contains(t, string(rep.GetContent()), "stored copy is missing")
+	requireDeadLetterAnswer(t, replies, 10*time.Second, "stored copy is missing")
 	ns, _ := sa.starts("x")
 	assert.Empty(t, ns, "the request never runs")
 }
