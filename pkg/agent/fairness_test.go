@@ -288,21 +288,26 @@ func TestAgentWithSlotsOfItsOwn(t *testing.T) {
 			}
 			return fairshare.Share{}
 		}}})
+	running := func() (a, b int) {
+		sa.mu.Lock()
+		defer sa.mu.Unlock()
+		return sa.conc["default"], sa.conc["other"]
+	}
+	// Tenant other's calls first, so that default's cannot take every slot by arriving first:
+	// other runs one at a time however many it sends.
 	var wg sync.WaitGroup
 	for i := range 3 {
-		wg.Go(func() {
-			status, b := sendWork(t, s, s.Key, "default", "Slow", "a-"+strconv.Itoa(i), "p", 1, true)
-			assert.Equal(t, http.StatusOK, status, "send: %s", b)
-		})
 		wg.Go(func() {
 			status, b := sendWork(t, s, s.OtherKey, "other", "Slow", "b-"+strconv.Itoa(i), "p", 1, true)
 			assert.Equal(t, http.StatusOK, status, "send: %s", b)
 		})
 	}
-	running := func() (a, b int) {
-		sa.mu.Lock()
-		defer sa.mu.Unlock()
-		return sa.conc["default"], sa.conc["other"]
+	waitFor(t, 10*time.Second, "a call of tenant other runs", func() bool { _, b := running(); return b > 0 })
+	for i := range 3 {
+		wg.Go(func() {
+			status, b := sendWork(t, s, s.Key, "default", "Slow", "a-"+strconv.Itoa(i), "p", 1, true)
+			assert.Equal(t, http.StatusOK, status, "send: %s", b)
+		})
 	}
 	waitFor(t, 10*time.Second, "Slow's slots are full", func() bool { a, b := running(); return a+b == 3 })
 	a, b := running()
