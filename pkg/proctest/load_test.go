@@ -1,10 +1,12 @@
 package proctest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -43,6 +45,7 @@ type countLoad struct {
 	failures []time.Time            // attempts that failed
 	reasons  map[string]int         // why they failed: a status, or the connection error
 	broken   []string               // calls that never got a 200
+	failedOf map[string][]string    // per instance, its last failed attempts (key: reason)
 	switched int                    // attempts made on another ingress than the one before
 }
 
@@ -64,7 +67,8 @@ func startCountLoadOn(sys *system, wf, prefix string, n, workers int, within tim
 // URLs; none: the system's ingress), each moving to the next ingress after a failed attempt.
 func startCountLoadVia(sys *system, ingresses []string, wf, prefix string, n, workers int, within time.Duration) *countLoad {
 	l := &countLoad{sys: sys, wf: wf, within: within, ingresses: ingresses, stop: make(chan struct{}),
-		counts: map[string][]int{}, times: map[string][]time.Time{}, reasons: map[string]int{}, running: map[string]time.Time{}}
+		counts: map[string][]int{}, times: map[string][]time.Time{}, reasons: map[string]int{}, running: map[string]time.Time{},
+		failedOf: map[string][]string{}}
 	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	for w := range workers {
 		l.wg.Go(func() {
@@ -109,7 +113,13 @@ func (l *countLoad) call(activation, key string, via *int) {
 			l.mu.Unlock()
 		}
 		return status, b, err
-	}, l.failed)
+	}, func(reason string) {
+		l.failed(reason)
+		l.mu.Lock()
+		f := append(l.failedOf[activation], key+": "+reason)
+		l.failedOf[activation] = f[max(0, len(f)-20):]
+		l.mu.Unlock()
+	})
 	var r struct {
 		Count int `json:"count"`
 	}
@@ -321,24 +331,72 @@ func (l *countLoad) verify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for a, got := range l.counts {
-		assertOneToN(t, a, got)
+		ok := assertOneToN(t, a, got)
 		n := l.sys.counterOn(ctx, t, l.wf, a)
-		assert.Equal(t, len(got), n, "instance %s counted %d calls, %d were accepted", a, n, len(got))
+		if !assert.Equal(t, len(got), n, "instance %s counted %d calls, %d were accepted", a, n, len(got)) || !ok {
+			l.logThread(t, a, got)
+		}
+	}
+}
+
+// logThread logs what the history of an instance whose counts are wrong holds around the first
+// count its callers were not answered with: which request each stored answer was for.
+func (l *countLoad) logThread(t *testing.T, activation string, counts []int) {
+	t.Helper()
+	sorted := slices.Clone(counts)
+	sort.Ints(sorted)
+	gap := len(sorted) + 1
+	for i, c := range sorted {
+		if c != i+1 {
+			gap = i + 1
+			break
+		}
+	}
+	msgs := l.sys.thread(t, l.wf+activation, "webhook")
+	var lines []string
+	for i, m := range msgs {
+		if !bytes.Contains(m.Data, []byte(fmt.Sprintf(`"count":%d`, gap))) {
+			continue
+		}
+		for _, n := range msgs[max(0, i-8):min(len(msgs), i+8)] {
+			lines = append(lines, fmt.Sprintf("%d %s %.200s", n.Direction, n.RequestID, n.Data))
+		}
+	}
+	t.Logf("instance %s: first count not answered %d; its thread (%d messages) around it:\n%s", activation, gap, len(msgs), strings.Join(lines, "\n"))
+	var broken []string
+	for _, b := range l.broken {
+		if strings.HasPrefix(b, activation+" ") {
+			broken = append(broken, b)
+		}
+	}
+	t.Logf("instance %s: calls given up %q; last failed attempts %q", activation, broken, l.failedOf[activation])
+	// What the hosts logged of the instance (the last lines of each).
+	l.sys.mu.Lock()
+	hosts := maps.Clone(l.sys.hosts)
+	l.sys.mu.Unlock()
+	for name, p := range hosts {
+		var mine []string
+		for line := range strings.Lines(p.Log()) {
+			if strings.Contains(line, l.wf+activation+`"`) {
+				mine = append(mine, strings.TrimSpace(line))
+			}
+		}
+		t.Logf("%s logged %d lines of instance %s; the last:\n%s", name, len(mine), activation, strings.Join(mine[max(0, len(mine)-30):], "\n"))
 	}
 }
 
 // assertOneToN checks that the counts an instance answered are 1..n, each once: no call was
 // counted twice or answered with another's count.
-func assertOneToN(t *testing.T, instance string, counts []int) {
+func assertOneToN(t *testing.T, instance string, counts []int) bool {
 	t.Helper()
 	sorted := slices.Clone(counts)
 	sort.Ints(sorted)
 	for i, c := range sorted {
 		if c != i+1 {
-			assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", instance, sorted)
-			return
+			return assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", instance, sorted)
 		}
 	}
+	return true
 }
 
 // counter reads an instance's counter (Echo's state count), as the loads' clients call: again
