@@ -42,12 +42,13 @@ const (
 	// demandEvery is how often the instances exchange their demand: a load that moves from one
 	// instance to another is followed within about a period.
 	demandEvery = 100 * time.Millisecond
-	// demandForPeriods: a report counts this many periods (1 s) after it arrived, so that late
-	// or lost reports do not drop their sender's demand. Reports come late when the processes
-	// get no CPU for a while: if they stopped counting while the instances still take requests,
-	// each instance would compute its share as if alone, up to the whole rate
-	// (TestSharedRateThroughStalls). An instance that stops says so at once; one that dies
-	// counts this long after its last report.
+	// demandForPeriods: a report counts until this instance has ticked this many times since it
+	// arrived (1 s), so that late or lost reports do not drop their sender's demand. Counted in
+	// this instance's own ticks, not in time, so that a stall of this process (no CPU for a
+	// while, as when a machine is overloaded) does not age the others' reports: if it did, an
+	// instance would come out of a stall longer than the horizon computing its share as if
+	// alone, up to the whole rate (TestSharedRateThroughStalls). An instance that stops says so
+	// at once; one that dies counts for this many ticks of the others after its last report.
 	demandForPeriods = 10
 	// youngPeriods: for this many periods after a key's or tenant's first request here, it takes
 	// an even share unless another instance spoke of it: the others report a busy key within a
@@ -175,6 +176,8 @@ type limiter struct {
 	active []*share
 	// peers are the other instances' last reports, by instance.
 	peers map[string]*peerDemand
+	// ticks counts this instance's ticks: a report is as old as the ticks since it arrived.
+	ticks uint64
 	// n counts the instances: this one and the others present.
 	n         int
 	lastSweep time.Time
@@ -207,8 +210,8 @@ type share struct {
 
 // peerDemand is the last report of another instance, as received.
 type peerDemand struct {
-	at      time.Time
-	full    bool // it left keys or tenants out: those may have demand there
+	tick    uint64 // the limiter's ticks when it arrived
+	full    bool   // it left keys or tenants out: those may have demand there
 	keys    map[string]float64
 	tenants map[string]float64
 	more    map[string]bool // tenants some of whose keys it left out
@@ -394,7 +397,7 @@ func (l *limiter) reshare(s *share, now time.Time) {
 // and whether one may have left it out of its report.
 func (l *limiter) othersDemand(s *share, now time.Time) (sum float64, heard, unsure bool) {
 	for _, p := range l.peers {
-		if now.Sub(p.at) > demandForPeriods*l.every {
+		if !l.fresh(p) {
 			continue
 		}
 		m := p.tenants
@@ -475,8 +478,9 @@ const demandVersion = 1
 func (l *limiter) tick(now time.Time, present int) *demandReport {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.ticks++
 	for id, p := range l.peers {
-		if now.Sub(p.at) > demandForPeriods*l.every {
+		if !l.fresh(p) {
 			delete(l.peers, id)
 		}
 	}
@@ -598,12 +602,15 @@ func (l *limiter) report(groups map[string]*demandGroup) *demandReport {
 // errBadReport: a report that does not hold what a report holds.
 var errBadReport = errors.New("malformed demand report")
 
+// fresh reports whether a report still counts (demandForPeriods).
+func (l *limiter) fresh(p *peerDemand) bool { return l.ticks-p.tick <= demandForPeriods }
+
 // received takes in another instance's report.
-func (l *limiter) received(rep demandReport, now time.Time) error {
+func (l *limiter) received(rep demandReport) error {
 	if rep.V != demandVersion || rep.Instance == "" || len(rep.Tenants) > maxDemandEntries {
 		return errBadReport
 	}
-	p := &peerDemand{at: now, full: rep.Full, keys: map[string]float64{}, tenants: map[string]float64{}, more: map[string]bool{}}
+	p := &peerDemand{full: rep.Full, keys: map[string]float64{}, tenants: map[string]float64{}, more: map[string]bool{}}
 	entries := 0
 	for _, td := range rep.Tenants {
 		if entries += len(td.Keys); entries > maxDemandEntries {
@@ -623,6 +630,7 @@ func (l *limiter) received(rep demandReport, now time.Time) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p.tick = l.ticks
 	l.peers[rep.Instance] = p
 	return nil
 }

@@ -99,7 +99,7 @@ func (rs *rateSharing) heard(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Instance == rs.instance {
 		return
 	}
-	if err := rs.limits.received(rep, time.Now()); err != nil {
+	if err := rs.limits.received(rep); err != nil {
 		rs.log.Debug("ignoring a rate demand report", "from", rep.Instance, "err", err)
 	}
 }
