@@ -373,7 +373,7 @@ func (l *limiter) reshare(s *share, now time.Time) {
 	n := float64(l.n)
 	even := global / n
 	d := s.demandNow(now)
-	others, heard, unsure := l.othersDemand(s, now)
+	others, heard, unsure := l.othersDemand(s)
 	var r float64
 	switch total := d + others; {
 	case !heard && now.Sub(s.first) < time.Duration(youngPeriods*float64(l.every)):
@@ -395,7 +395,7 @@ func (l *limiter) reshare(s *share, now time.Time) {
 
 // othersDemand returns the demand the other instances reported for s, whether any reported it,
 // and whether one may have left it out of its report.
-func (l *limiter) othersDemand(s *share, now time.Time) (sum float64, heard, unsure bool) {
+func (l *limiter) othersDemand(s *share) (sum float64, heard, unsure bool) {
 	for _, p := range l.peers {
 		if !l.fresh(p) {
 			continue
@@ -423,7 +423,7 @@ func (l *limiter) busy(s *share, d float64, now time.Time) bool {
 	if now.Sub(s.refused) <= 2*l.every || d >= busyShare*s.global.PerSecond/float64(l.n) {
 		return true
 	}
-	_, heard, _ := l.othersDemand(s, now)
+	_, heard, _ := l.othersDemand(s)
 	return heard
 }
 
