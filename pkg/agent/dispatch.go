@@ -137,6 +137,13 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		}
 		h.mu.Lock()
 	}
+	h.queueLocked(part, m, seq, stored)
+	h.mu.Unlock()
+}
+
+// queueLocked holds a request delivered from part and queues it in its conversation, in inbox
+// order, behind the request being handled.
+func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored int64) {
 	// A request held elsewhere that comes here is no longer waited for: it is queued in order.
 	if seqs := part.others[m.Subject()]; len(seqs) > 0 {
 		if i, found := slices.BinarySearch(seqs, seq); found {
@@ -156,7 +163,6 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	}
 	c.queue = slices.Insert(c.queue, i, d)
 	h.scheduleLocked(c)
-	h.mu.Unlock()
 }
 
 // waitsLocked reports whether the conversation's head must wait for an earlier request of the
