@@ -112,13 +112,7 @@ func (l *countLoad) call(activation, key string, via *int) {
 			l.mu.Unlock()
 		}
 		return status, b, err
-	}, func(reason string) {
-		l.failed(reason)
-		l.mu.Lock()
-		f := append(l.failedOf[activation], key+": "+reason)
-		l.failedOf[activation] = f[max(0, len(f)-20):]
-		l.mu.Unlock()
-	})
+	}, func(reason string) { l.failed(activation, key, reason) })
 	var r struct {
 		Count int `json:"count"`
 	}
@@ -202,11 +196,13 @@ func (x latency) String() string {
 		x.during, x.slowest.Round(time.Millisecond), x.usual.Round(time.Millisecond), x.extra().Round(time.Millisecond), x.slow)
 }
 
-// failed records an attempt that failed, and why.
-func (l *countLoad) failed(reason string) {
+// failed records an attempt of the call with key to activation that failed, and why.
+func (l *countLoad) failed(activation, key, reason string) {
 	l.mu.Lock()
 	l.failures = append(l.failures, time.Now())
 	l.reasons[reason]++
+	f := append(l.failedOf[activation], key+": "+reason)
+	l.failedOf[activation] = f[max(0, len(f)-20):]
 	l.mu.Unlock()
 }
 
@@ -343,26 +339,20 @@ func (l *countLoad) verify(t *testing.T) {
 // calls given up and last failed attempts, and the lines its hosts logged of it.
 func (l *countLoad) logThread(t *testing.T, activation string, counts []int) {
 	t.Helper()
-	sorted := slices.Clone(counts)
-	sort.Ints(sorted)
-	gap := len(sorted) + 1
-	for i, c := range sorted {
-		if c != i+1 {
-			gap = i + 1
-			break
-		}
-	}
+	_, gap := firstGap(counts)
 	msgs := l.sys.thread(t, l.wf+activation, "webhook")
 	// History keeps a webhook's answer as text: {"statusCode":200,…,"content":"{\"count\":86,…}"}.
 	answered := regexp.MustCompile(fmt.Sprintf(`count\\?":%d\b`, gap))
 	var lines []string
+	shown := 0 // messages before this one are shown already: windows that overlap show once
 	for i, m := range msgs {
 		if !answered.Match(m.Data) {
 			continue
 		}
-		for _, n := range msgs[max(0, i-8):min(len(msgs), i+8)] {
+		for _, n := range msgs[max(shown, i-8):min(len(msgs), i+8)] {
 			lines = append(lines, fmt.Sprintf("%d %s %.200s", n.Direction, n.RequestID, n.Data))
 		}
+		shown = min(len(msgs), i+8)
 	}
 	t.Logf("instance %s: first count not answered %d; its thread (%d messages) around it:\n%s", activation, gap, len(msgs), strings.Join(lines, "\n"))
 	var broken []string
@@ -391,14 +381,24 @@ func (l *countLoad) logThread(t *testing.T, activation string, counts []int) {
 // counted twice or answered with another's count.
 func assertOneToN(t *testing.T, instance string, counts []int) bool {
 	t.Helper()
-	sorted := slices.Clone(counts)
+	sorted, gap := firstGap(counts)
+	if gap <= len(sorted) {
+		return assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", instance, sorted)
+	}
+	return true
+}
+
+// firstGap returns counts sorted and the first n of 1, 2, … not in its place there (len+1 when
+// they are 1..len, each once).
+func firstGap(counts []int) (sorted []int, gap int) {
+	sorted = slices.Clone(counts)
 	sort.Ints(sorted)
 	for i, c := range sorted {
 		if c != i+1 {
-			return assert.Fail(t, "counts are not 1..n", "instance %s: answered counts %v", instance, sorted)
+			return sorted, i + 1
 		}
 	}
-	return true
+	return sorted, len(sorted) + 1
 }
 
 // counter reads an instance's counter (Echo's state count), as the loads' clients call: again
