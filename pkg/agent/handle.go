@@ -596,7 +596,7 @@ func incomingMessage(req *agentbusv1.Request, body []byte) *history.Message {
 	m.Text = &text
 	switch k.Payload {
 	case msgkind.HTTPBody:
-		m.Data = appendWebhookCall(make([]byte, 0, 64+len(body)), req.GetParams(), body)
+		m.Data = appendWebhookCall(make([]byte, 0, 64+summaryRoom(body)), req.GetParams(), body)
 		m.DataCompact = true
 	case msgkind.StoredFile:
 		if f := req.GetFile(); f != nil {
@@ -629,7 +629,7 @@ func outgoing(req *agentbusv1.Request, part string, text *string, data json.RawM
 }
 
 func webhookOutgoing(req *agentbusv1.Request, resp Response, part string) *history.Message {
-	m := outgoing(req, part, nil, appendWebhookAnswer(make([]byte, 0, 64+len(resp.Content)), resp))
+	m := outgoing(req, part, nil, appendWebhookAnswer(make([]byte, 0, 64+summaryRoom(resp.Content)), resp))
 	m.DataCompact = true
 	return m
 }
@@ -668,6 +668,16 @@ func appendWebhookAnswer(dst []byte, resp Response) []byte {
 	dst = append(dst, `,"content":`...)
 	dst = appendBodySummary(dst, resp.Content)
 	return append(dst, '}')
+}
+
+// summaryRoom is the room to make for appendBodySummary's summary of b: b's length when it is
+// kept (escapes or base64 may need more), a few bytes when only its size is: a body of megabytes
+// costs no buffer of its size.
+func summaryRoom(b []byte) int {
+	if len(b) > maxStoredBody {
+		return len(`{"size":,"truncated":true}`) + 20
+	}
+	return len(b)
 }
 
 // appendBodySummary appends how a raw body is kept in history: as text when it is short UTF-8,

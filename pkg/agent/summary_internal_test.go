@@ -97,3 +97,19 @@ func BenchmarkWebhookExchangeJSON(b *testing.B) {
 		})
 	}
 }
+
+// A body or answer of megabytes is kept in history as its size: storing the call holds no
+// buffer of its size.
+func TestLargeBodySummaryHoldsNoCopy(t *testing.T) {
+	body := make([]byte, 8<<20)
+	req := &agentbusv1.Request{
+		RequestId: "r1", TenantId: "default", WorkflowId: "default:Echo:Supervisor Workflow:big",
+		ParticipantId: "webhook", Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "echo", Body: body,
+	}
+	in := incomingMessage(req, body)
+	out := webhookOutgoing(req, Response{StatusCode: 200, ContentType: "application/octet-stream", Content: body}, "out")
+	for name, data := range map[string][]byte{"call": in.Data, "answer": out.Data} {
+		assert.Contains(t, string(data), `{"size":8388608,"truncated":true}`, name)
+		assert.Less(t, cap(data), 1<<10, "%s: the buffer's capacity", name)
+	}
+}
