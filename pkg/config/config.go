@@ -51,6 +51,7 @@ type Config struct {
 	TenantRateBurst        int
 	TenantRateLimitTenants map[string]Rate
 	MaxWaitingPerTenant    int
+	MaxBodyBytesPerTenant  int64
 	MaxListenersPerKey     int
 	MaxListenersPerTenant  int
 	ListenBufferBytes      int
@@ -325,6 +326,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_TENANT_RATE_BURST", "tenant-rate-burst", "0", "requests a tenant may make at once above its rate; 0 means twice the rate", nonNegative(&c.TenantRateBurst, "tenant-rate-burst")},
 		{"AGENTBUS_TENANT_RATE_LIMIT_TENANTS", "tenant-rate-limit-tenants", "", "a tenant's own rate:burst, all its keys together, such as acme=1000:1000,beta=5", tenantRates(&c.TenantRateLimitTenants, "tenant-rate-limit-tenants")},
 		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
+		{"AGENTBUS_MAX_BODY_BYTES_PER_TENANT", "max-body-bytes-per-tenant", "268435456", "ingress: bytes of request bodies a tenant may have being received or waiting at once on an instance, and so may requests without a known key together (256 MiB); at least the largest body", positive64(&c.MaxBodyBytesPerTenant, "max-body-bytes-per-tenant")},
 		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},
 		{"AGENTBUS_MAX_LISTENERS_PER_TENANT", "max-listeners-per-tenant", "200", "history listen streams a tenant may have open at once on an ingress", positive(&c.MaxListenersPerTenant, "max-listeners-per-tenant")},
 		{"AGENTBUS_LISTEN_BUFFER_BYTES", "listen-buffer-bytes", "262144", "bytes of events a listen stream holds for a client that reads slower than its thread grows, before it ends the stream with an overflow event (256 KiB)", positive(&c.ListenBufferBytes, "listen-buffer-bytes")},

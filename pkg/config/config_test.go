@@ -44,6 +44,7 @@ func TestDefaults(t *testing.T) {
 		RateLimit:             50,
 		RateBurst:             100,
 		MaxWaitingPerTenant:   1000,
+		MaxBodyBytesPerTenant: 256 << 20,
 		MaxListenersPerKey:    20,
 		MaxListenersPerTenant: 200,
 		ListenBufferBytes:     256 << 10,

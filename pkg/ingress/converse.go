@@ -77,7 +77,7 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 	}
 	var data []byte
 	if k.Method {
-		if data, p = readDataBody(w, r); p != nil {
+		if data, p = s.readDataBody(w, r); p != nil {
 			return nil, 0, p
 		}
 	}
@@ -95,8 +95,8 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 }
 
 // readDataBody reads the body of a Data call: nothing, or a JSON object of its parameters.
-func readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem.Problem) {
-	raw, p := readBody(w, r, maxConverseBody)
+func (s *Server) readDataBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem.Problem) {
+	raw, p := s.readBody(w, r, maxConverseBody)
 	if p != nil {
 		return nil, p
 	}

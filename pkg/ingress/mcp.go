@@ -129,7 +129,7 @@ func (s *Server) mcp(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, p := readBody(w, r, maxConverseBody)
+	body, p := s.readBody(w, r, maxConverseBody)
 	if p != nil {
 		p.RequestID = c.requestID
 		problem.Write(w, *p)

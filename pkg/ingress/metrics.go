@@ -29,6 +29,7 @@ type apiMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	waiting  prometheus.Gauge
+	bodies   prometheus.Gauge
 	timeouts prometheus.Counter
 	// kept counts calls answered from the result a host kept rather than from its reply.
 	kept prometheus.Counter
@@ -67,6 +68,10 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Name: "agentbus_ingress_sync_calls_waiting",
 			Help: "Synchronous calls (webhook, converse, send with wait) waiting for a handler's reply.",
 		}),
+		bodies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentbus_ingress_body_bytes",
+			Help: "Bytes of request bodies received and held until their call is answered, every tenant together.",
+		}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentbus_ingress_handler_timeouts_total",
 			Help: "Calls answered 504 handler-timeout, as an HTTP answer or as a stream's error event.",
@@ -101,6 +106,9 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if m.waiting, err = metrics.Register(reg, m.waiting); err != nil {
+		return nil, fmt.Errorf("registering ingress metrics: %w", err)
+	}
+	if m.bodies, err = metrics.Register(reg, m.bodies); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	if m.timeouts, err = metrics.Register(reg, m.timeouts); err != nil {
@@ -144,6 +152,8 @@ type requestState struct {
 	// counts with in the window when not the HTTP status (stats.go).
 	agent  string
 	status int
+	// body is what the request's body holds of its owner's budget (readBody, heldBodies).
+	body bodyHold
 }
 
 type requestStateKey struct{}

@@ -72,6 +72,11 @@ type Config struct {
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
+	// MaxBodyBytesPerTenant bounds the request-body bytes this instance holds at once for one
+	// tenant (being received, or held until the call is answered), and for the requests whose
+	// tenant is not known when their body is read, together. It must hold the largest body.
+	// Default 256 MiB.
+	MaxBodyBytesPerTenant int64
 	// MaxListenersPerKey and MaxListenersPerTenant bound the history listen streams open at once
 	// on this instance with one API key, and for one tenant. Defaults 20 and 200.
 	MaxListenersPerKey    int
@@ -129,6 +134,8 @@ const (
 	DefaultWebhookTimeout = 30 * time.Second
 	DefaultMaxBodyBytes   = 32 << 20
 	DefaultMaxFileBytes   = 25 << 20
+
+	DefaultMaxBodyBytesPerTenant = 256 << 20
 )
 
 // Validate reports a configuration that cannot work.
@@ -141,6 +148,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaitingPerTenant < 0 {
 		return errors.New("ingress: negative MaxWaitingPerTenant")
+	}
+	if d := c.withDefaults(); c.MaxBodyBytesPerTenant < 0 || d.MaxBodyBytesPerTenant < max(d.MaxBodyBytes, d.sendBodyLimit()) {
+		return fmt.Errorf("ingress: MaxBodyBytesPerTenant must hold the largest body (%d bytes)", max(d.MaxBodyBytes, d.sendBodyLimit()))
 	}
 	if c.MaxListenersPerKey < 0 || c.MaxListenersPerTenant < 0 || c.ListenBufferBytes < 0 || c.ListenBufferEvents < 0 {
 		return errors.New("ingress: negative listener limit")
@@ -182,6 +192,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWaitingPerTenant == 0 {
 		c.MaxWaitingPerTenant = DefaultMaxWaitingPerTenant
+	}
+	if c.MaxBodyBytesPerTenant == 0 {
+		c.MaxBodyBytesPerTenant = DefaultMaxBodyBytesPerTenant
 	}
 	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
@@ -229,6 +242,7 @@ type Server struct {
 	// the rate limits hold across all of them (ratesharing.go).
 	sharing   *rateSharing
 	waiting   *waiting
+	bodies    *bodyBudget
 	listeners *listeners
 	metrics   *apiMetrics
 	stats     *statsService
@@ -261,6 +275,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		limits: newLimiter(rateTable{key: cfg.RateLimit, keyOf: cfg.TenantRateLimits,
 			tenant: cfg.TenantRateLimit, tenantOf: cfg.TenantRateLimitTenants}, demandEvery),
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
+		bodies:  &bodyBudget{max: cfg.MaxBodyBytesPerTenant, held: make(map[string]int64)},
 		listeners: &listeners{
 			perKey: cfg.MaxListenersPerKey, perTenant: cfg.MaxListenersPerTenant,
 			keys: make(map[string]int), tenants: make(map[string]int),
@@ -270,6 +285,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if s.metrics, err = newMetrics(cfg.Metrics, cfg.Tracer); err != nil {
 		return nil, err
 	}
+	s.bodies.gauge = s.metrics.bodies
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
@@ -344,7 +360,9 @@ func (s *Server) KeyKnown(secret string) bool {
 
 // sendBodyLimit is the largest send body: a file of MaxFileBytes in base64, plus room for the
 // other fields.
-func (s *Server) sendBodyLimit() int64 { return s.cfg.MaxFileBytes/3*4 + 1<<20 }
+func (s *Server) sendBodyLimit() int64 { return s.cfg.sendBodyLimit() }
+
+func (c Config) sendBodyLimit() int64 { return c.MaxFileBytes/3*4 + 1<<20 }
 
 // CloseStreams ends the long-lived answers (Server-Sent Events), so that an HTTP server shutting
 // down need not wait for them; clients reconnect to another instance and resume. Register it with
@@ -503,7 +521,7 @@ func (s *Server) routes() http.Handler {
 	for _, rt := range s.api() {
 		t := compileTemplate(rt.path)
 		router.MatcherFunc(t.matcher(rt.method)).Methods(rt.method).
-			Handler(s.metrics.measure(rt.path, pathValues(rt.method, rt.path, rt.handler)))
+			Handler(s.metrics.measure(rt.path, s.heldBodies(pathValues(rt.method, rt.path, rt.handler))))
 	}
 	// Requests no route takes are counted too, under route "unknown".
 	router.NotFoundHandler = s.metrics.measure(unknownRoute, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

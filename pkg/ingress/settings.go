@@ -25,6 +25,7 @@ func FromSettings(c config.Config) Config {
 		RateLimit:             Rate{PerSecond: c.RateLimit, Burst: c.RateBurst},
 		TenantRateLimits:      rates(c.TenantRateLimits),
 		MaxWaitingPerTenant:   c.MaxWaitingPerTenant,
+		MaxBodyBytesPerTenant: c.MaxBodyBytesPerTenant,
 		MaxListenersPerKey:    c.MaxListenersPerKey,
 		MaxListenersPerTenant: c.MaxListenersPerTenant,
 		ListenBufferBytes:     c.ListenBufferBytes,

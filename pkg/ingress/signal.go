@@ -32,7 +32,7 @@ type signalBody struct {
 // wait is answered: the resumed request's answer, or {"resumed":…}. When nothing waits for it,
 // the host answers 409 not-waiting. Checks go as send's.
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
-	raw, p := readBody(w, r, maxSignalBody)
+	raw, p := s.readBody(w, r, maxSignalBody)
 	var body signalBody
 	if p == nil {
 		dec := json.NewDecoder(bytes.NewReader(raw))

@@ -2,9 +2,6 @@ package ingress
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"time"
@@ -96,19 +93,6 @@ func resolveTarget(ref, participantParam, tenant, def string) (ident.Workflow, s
 		participant = def
 	}
 	return wf, participant, nil
-}
-
-// readBody reads a request body of at most limit bytes; a larger or unreadable one gets the
-// problem the caller is answered with.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem.Problem) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
-			return nil, problem.BodyTooLarge.New(fmt.Sprintf("the body is larger than %d bytes", limit))
-		}
-		return nil, problem.UnreadableBody.New("the request body could not be read")
-	}
-	return body, nil
 }
 
 // readQuery parses r's query string. Every name and value must be valid UTF-8: they reach

@@ -35,7 +35,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 	}
 	var body []byte
 	if p == nil {
-		body, p = readBody(w, r, s.cfg.MaxBodyBytes)
+		body, p = s.readBody(w, r, s.cfg.MaxBodyBytes)
 	}
 	if p != nil {
 		p.RequestID = requestID

@@ -104,6 +104,7 @@ var (
 	UnknownMethod        = define("unknown-method", http.StatusNotFound, 0)
 	NoHost               = define("no-host", http.StatusServiceUnavailable, 5)
 	TooManyWaiting       = define("too-many-waiting", http.StatusServiceUnavailable, 1)
+	TooManyBodyBytes     = define("too-many-body-bytes", http.StatusServiceUnavailable, 1)
 	TooManyListeners     = define("too-many-listeners", http.StatusTooManyRequests, 5)
 	TooManyQueued        = define("too-many-queued", http.StatusTooManyRequests, 1)
 	NotWaiting           = define("not-waiting", http.StatusConflict, 0)
