@@ -58,22 +58,33 @@ type bodyHold struct {
 // errBodyBudget ends the reading of a body whose owner's budget is used up.
 var errBodyBudget = errors.New("the body budget is used up")
 
-// budgetedReader reads a body, taking each byte read from its owner's budget.
-type budgetedReader struct {
-	r    io.Reader
-	b    *bodyBudget
-	hold *bodyHold
-}
-
-func (br *budgetedReader) Read(p []byte) (int, error) {
-	n, err := br.r.Read(p)
-	if n > 0 {
-		if !br.b.take(br.hold.owner, int64(n)) {
-			return 0, errBodyBudget
+// readAll reads r to its end into a buffer that grows by doubling, from 512 bytes up to most
+// (the announced length and one byte for the end, or the limit and one), taking each growth of
+// its capacity from take first: what the budget counts is the memory the body holds.
+func readAll(r io.Reader, most int64, take func(int64) bool) ([]byte, error) {
+	var b []byte
+	for {
+		if len(b) == cap(b) {
+			c := min(max(2*int64(cap(b)), 512), most)
+			if c <= int64(cap(b)) {
+				c = int64(cap(b)) + 512
+			}
+			if !take(c - int64(cap(b))) {
+				return nil, errBodyBudget
+			}
+			grown := make([]byte, len(b), c)
+			copy(grown, b)
+			b = grown
 		}
-		br.hold.n += int64(n)
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	return n, err
 }
 
 // heldBodies gives back, once h returns, the bytes its request's body took of the budget.
@@ -110,16 +121,26 @@ func (s *Server) bodyOwner(r *http.Request, st *requestState) string {
 
 // readBody reads a request body of at most limit bytes from its owner's budget (bodyBudget); a
 // larger or unreadable one, or one over the budget, gets the problem the caller is answered
-// with. The bytes stay taken until the handler returns.
+// with. The memory taken stays taken until the handler returns.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem.Problem) {
-	var src io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	take := func(int64) bool { return true }
 	if st, ok := stateOf(r); ok {
 		if st.body.n == 0 {
 			st.body.owner = s.bodyOwner(r, st)
 		}
-		src = &budgetedReader{r: src, b: s.bodies, hold: &st.body}
+		take = func(n int64) bool {
+			if !s.bodies.take(st.body.owner, n) {
+				return false
+			}
+			st.body.n += n
+			return true
+		}
 	}
-	body, err := io.ReadAll(src)
+	most := limit + 1
+	if r.ContentLength >= 0 && r.ContentLength < limit {
+		most = r.ContentLength + 1
+	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), most, take)
 	if err != nil {
 		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
 			return nil, problem.BodyTooLarge.New(fmt.Sprintf("the body is larger than %d bytes", limit))

@@ -19,7 +19,7 @@ import (
 
 // TestBodiesHeldPerTenant: bodies sent slowly without a key (to send, which reads its body before
 // the key, as the key may be in it), then a tenant's slow webhook bodies, hold their owner's
-// budget of body bytes: the next body of the same owner is refused with 503 too-many-body-bytes
+// budget of body memory: the next body of the same owner is refused with 503 too-many-body-bytes
 // while another tenant's, and a keyed send, go through; once the slow bodies end, the budget is
 // given back.
 func TestBodiesHeldPerTenant(t *testing.T) {
@@ -44,33 +44,34 @@ func TestBodiesHeldPerTenant(t *testing.T) {
 		return p["type"] == "urn:agentbus:problem:too-many-body-bytes"
 	}
 
-	// Without a key: two sends whose bodies stop half-way hold 2,800 KiB of the 3 MiB shared by
-	// the bodies of no known tenant.
+	// Without a key: two sends of 1 MiB that stop short of their end hold a buffer of their
+	// length each (the buffer doubles up to the announced length), 2 MiB of the 3 MiB shared by
+	// the bodies of no known tenant; the next body of a little over 1 MiB does not fit.
 	anon := []net.Conn{
-		slowBody(t, addr, sendPath, 2*mib, 1400*kib),
-		slowBody(t, addr, sendPath, 2*mib, 1400*kib),
+		slowBody(t, addr, sendPath, mib, 1000*kib),
+		slowBody(t, addr, sendPath, mib, 1000*kib),
 	}
-	heldBytes(t, s.URL, 2*1400*kib)
-	status, ct, b := doCT(t, http.MethodPost, s.URL+sendPath, bytes.NewReader(body(mib/2)))
+	heldBytes(t, s.URL, 2*mib)
+	status, ct, b := doCT(t, http.MethodPost, s.URL+sendPath, bytes.NewReader(body(mib+kib)))
 	p := problemOf(t, status, ct, b, http.StatusServiceUnavailable)
 	assert.Contains(t, p["detail"], "without a known API key")
-	assert.False(t, refused(sendPath, mib/2, "Authorization", "Bearer "+s.Key), "a send with the tenant's key in its header")
+	assert.False(t, refused(sendPath, mib+kib, "Authorization", "Bearer "+s.Key), "a send with the tenant's key in its header")
 	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.Key), body(mib-1000))
 	assert.Equal(t, http.StatusOK, status, "the tenant's webhook call: %.200s", b)
 
-	// The tenant's own budget: three slow webhook bodies hold 2,850 KiB, the next body of 1 MiB
-	// is refused; the other tenant's is not.
+	// The tenant's own budget: three slow webhook bodies of 1 MiB hold all of its 3 MiB, its
+	// next body is refused; the other tenant's is not.
 	held := []net.Conn{
 		slowBody(t, addr, webhookPath(s.Key), mib, 950*kib),
 		slowBody(t, addr, webhookPath(s.Key), mib, 950*kib),
 		slowBody(t, addr, webhookPath(s.Key), mib, 950*kib),
 	}
-	heldBytes(t, s.URL, 2*1400*kib+3*950*kib)
-	status, h, b := doRequest(t, http.MethodPost, s.URL+webhookPath(s.Key), bytes.NewReader(body(mib-1000)))
+	heldBytes(t, s.URL, 5*mib)
+	status, h, b := doRequest(t, http.MethodPost, s.URL+webhookPath(s.Key), bytes.NewReader(body(kib)))
 	p = problemOf(t, status, h.Get("Content-Type"), b, http.StatusServiceUnavailable)
 	assert.Equal(t, "1", h.Get("Retry-After"), "a refusal's Retry-After")
 	assert.Contains(t, p["detail"], "of this tenant")
-	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey), body(mib-1000))
+	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey), body(mib))
 	assert.Equal(t, http.StatusOK, status, "the other tenant's webhook call: %.200s", b)
 
 	// The slow bodies end: their bytes are given back.
@@ -78,12 +79,12 @@ func TestBodiesHeldPerTenant(t *testing.T) {
 		require.NoError(t, c.Close())
 	}
 	heldBytes(t, s.URL, 0)
-	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.Key), body(mib-1000))
+	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.Key), body(mib))
 	assert.Equal(t, http.StatusOK, status, "the tenant's webhook call once its slow bodies ended: %.200s", b)
-	assert.False(t, refused(sendPath, mib/2), "a send without a key once the slow bodies ended")
+	assert.False(t, refused(sendPath, mib+kib), "a send without a key once the slow bodies ended")
 }
 
-// heldBytes waits until the ingress holds n bytes of request bodies.
+// heldBytes waits until the ingress holds n bytes of memory for request bodies.
 func heldBytes(t *testing.T, base string, n int) {
 	t.Helper()
 	require.Eventually(t, func() bool { return metricValue(t, base, "agentbus_ingress_body_bytes") == float64(n) },

@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 		}),
 		bodies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "agentbus_ingress_body_bytes",
-			Help: "Bytes of request bodies received and held until their call is answered, every tenant together.",
+			Help: "Bytes of memory held for request bodies being received or waiting for their call's answer, every tenant together.",
 		}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentbus_ingress_handler_timeouts_total",

@@ -72,10 +72,10 @@ type Config struct {
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
-	// MaxBodyBytesPerTenant bounds the request-body bytes this instance holds at once for one
-	// tenant (being received, or held until the call is answered), and for the requests whose
-	// tenant is not known when their body is read, together. It must hold the largest body.
-	// Default 256 MiB.
+	// MaxBodyBytesPerTenant bounds the memory of the request bodies this instance holds at once
+	// for one tenant (being received, or held until the call is answered), and for the requests
+	// whose tenant is not known when their body is read, together. It must be larger than the
+	// largest body. Default 256 MiB.
 	MaxBodyBytesPerTenant int64
 	// MaxListenersPerKey and MaxListenersPerTenant bound the history listen streams open at once
 	// on this instance with one API key, and for one tenant. Defaults 20 and 200.
@@ -149,8 +149,8 @@ func (c Config) Validate() error {
 	if c.MaxWaitingPerTenant < 0 {
 		return errors.New("ingress: negative MaxWaitingPerTenant")
 	}
-	if d := c.withDefaults(); c.MaxBodyBytesPerTenant < 0 || d.MaxBodyBytesPerTenant < max(d.MaxBodyBytes, d.sendBodyLimit()) {
-		return fmt.Errorf("ingress: MaxBodyBytesPerTenant must hold the largest body (%d bytes)", max(d.MaxBodyBytes, d.sendBodyLimit()))
+	if d := c.withDefaults(); c.MaxBodyBytesPerTenant < 0 || d.MaxBodyBytesPerTenant <= max(d.MaxBodyBytes, d.sendBodyLimit()) {
+		return fmt.Errorf("ingress: MaxBodyBytesPerTenant must be larger than the largest body (%d bytes)", max(d.MaxBodyBytes, d.sendBodyLimit()))
 	}
 	if c.MaxListenersPerKey < 0 || c.MaxListenersPerTenant < 0 || c.ListenBufferBytes < 0 || c.ListenBufferEvents < 0 {
 		return errors.New("ingress: negative listener limit")
