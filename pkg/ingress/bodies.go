@@ -41,11 +41,7 @@ func (b *bodyBudget) give(owner string, n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.gauge.Sub(float64(n))
-	if b.held[owner] <= n {
-		delete(b.held, owner)
-		return
-	}
-	b.held[owner] -= n
+	decrement(b.held, owner, n)
 }
 
 // bodyHold is what a request's body holds of its owner's budget, in its requestState: readBody
@@ -108,7 +104,7 @@ func (s *Server) bodyOwner(r *http.Request, st *requestState) string {
 	if st.tenant != "" {
 		return st.tenant
 	}
-	for _, cred := range []string{r.Header.Get("Authorization"), r.URL.Query().Get("apikey")} {
+	for _, cred := range fromHeaderOrQuery(r, r.URL.Query()) {
 		if cred = bearer(cred); cred == "" {
 			continue
 		}
@@ -123,11 +119,12 @@ func (s *Server) bodyOwner(r *http.Request, st *requestState) string {
 // larger or unreadable one, or one over the budget, gets the problem the caller is answered
 // with. The memory taken stays taken until the handler returns.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *problem.Problem) {
-	take := func(int64) bool { return true }
+	owner, take := "", func(int64) bool { return true }
 	if st, ok := stateOf(r); ok {
 		if st.body.n == 0 {
 			st.body.owner = s.bodyOwner(r, st)
 		}
+		owner = st.body.owner
 		take = func(n int64) bool {
 			if !s.bodies.take(st.body.owner, n) {
 				return false
@@ -149,7 +146,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (
 			// The rest of the body is not read: the connection cannot serve another request.
 			w.Header().Set("Connection", "close")
 			whose := "of this tenant"
-			if st, _ := stateOf(r); st.body.owner == "" {
+			if owner == "" {
 				whose = "without a known API key"
 			}
 			return nil, problem.TooManyBodyBytes.New(fmt.Sprintf("the request bodies being received %s already hold up to %d bytes on this instance; retry shortly", whose, s.bodies.max))

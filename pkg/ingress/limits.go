@@ -71,7 +71,7 @@ func (c *waiting) enter(tenant string) bool {
 func (c *waiting) leave(tenant string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	decrement(c.n, tenant)
+	decrement(c.n, tenant, 1)
 }
 
 // waitSlot is a synchronous request's place among its tenant's waiting requests, in its

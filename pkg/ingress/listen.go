@@ -320,17 +320,17 @@ func (l *listeners) enter(key, tenant string) (full string) {
 func (l *listeners) leave(key, tenant string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	decrement(l.keys, key)
-	decrement(l.tenants, tenant)
+	decrement(l.keys, key, 1)
+	decrement(l.tenants, tenant, 1)
 }
 
-// decrement counts one fewer of k, which leaves m at zero.
-func decrement(m map[string]int, k string) {
-	if m[k] <= 1 {
+// decrement counts n fewer of k, which leaves m at zero.
+func decrement[N int | int64](m map[string]N, k string, n N) {
+	if m[k] <= n {
 		delete(m, k)
 		return
 	}
-	m[k]--
+	m[k] -= n
 }
 
 // enterListener counts a listen stream of key for tenant; over a cap the answer is a 429 problem.

@@ -124,7 +124,7 @@ func bodyRequestID(w http.ResponseWriter, chosen string) (requestID string, keep
 // readSendBody reads send's body: one JSON object of at most sendBodyLimit bytes.
 func (s *Server) readSendBody(w http.ResponseWriter, r *http.Request) (sendBody, *problem.Problem) {
 	var body sendBody
-	raw, p := s.readBody(w, r, s.sendBodyLimit())
+	raw, p := s.readBody(w, r, s.cfg.sendBodyLimit())
 	if p != nil {
 		return body, p
 	}

@@ -149,8 +149,9 @@ func (c Config) Validate() error {
 	if c.MaxWaitingPerTenant < 0 {
 		return errors.New("ingress: negative MaxWaitingPerTenant")
 	}
-	if d := c.withDefaults(); c.MaxBodyBytesPerTenant < 0 || d.MaxBodyBytesPerTenant <= max(d.MaxBodyBytes, d.sendBodyLimit()) {
-		return fmt.Errorf("ingress: MaxBodyBytesPerTenant must be larger than the largest body (%d bytes)", max(d.MaxBodyBytes, d.sendBodyLimit()))
+	d := c.withDefaults()
+	if largest := max(d.MaxBodyBytes, d.sendBodyLimit()); c.MaxBodyBytesPerTenant < 0 || d.MaxBodyBytesPerTenant <= largest {
+		return fmt.Errorf("ingress: MaxBodyBytesPerTenant must be larger than the largest body (%d bytes)", largest)
 	}
 	if c.MaxListenersPerKey < 0 || c.MaxListenersPerTenant < 0 || c.ListenBufferBytes < 0 || c.ListenBufferEvents < 0 {
 		return errors.New("ingress: negative listener limit")
@@ -360,8 +361,6 @@ func (s *Server) KeyKnown(secret string) bool {
 
 // sendBodyLimit is the largest send body: a file of MaxFileBytes in base64, plus room for the
 // other fields.
-func (s *Server) sendBodyLimit() int64 { return s.cfg.sendBodyLimit() }
-
 func (c Config) sendBodyLimit() int64 { return c.MaxFileBytes/3*4 + 1<<20 }
 
 // CloseStreams ends the long-lived answers (Server-Sent Events), so that an HTTP server shutting
