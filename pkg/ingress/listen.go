@@ -65,25 +65,39 @@ func (s *Server) historyListen(w http.ResponseWriter, r *http.Request) {
 		s.readFailed(w, r, "finding the last event", err)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
+	feed, err := s.feeds.open(th)
 	if err != nil {
 		s.readFailed(w, r, "following history", err)
 		return
 	}
 	q := newEventQueue(s.cfg.ListenBufferEvents, s.cfg.ListenBufferBytes)
-	filled := make(chan struct{})
-	go func() {
-		defer close(filled)
-		q.fill(live, cancel, s.log)
-	}()
-	// fill returns once the follow's goroutine has deleted its consumer: wait for it, so that
-	// nothing of this request outlives it.
-	defer func() {
-		cancel()
-		<-filled
-	}()
+	defer feed.close(q)
+	if !feed.join(q, after) {
+		if after == 0 {
+			s.readFailed(w, r, "following history", errFeedEnded)
+			return
+		}
+		// The stream resumes before what the feed has passed on: it reads what it missed with a
+		// follow of its own, until it can join.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
+		if err != nil {
+			s.readFailed(w, r, "following history", err)
+			return
+		}
+		filled := make(chan struct{})
+		go func() {
+			defer close(filled)
+			q.fill(live, cancel, feed, s.log)
+		}()
+		// fill returns once the follow's goroutine has deleted its consumer: wait for it, so
+		// that nothing of this request outlives it.
+		defer func() {
+			cancel()
+			<-filled
+		}()
+	}
 	limitSendBuffer(w, r)
 	s.relayEvents(r.Context(), startEventStream(w), q, found, th.Tenant)
 }
@@ -183,25 +197,28 @@ func newEventQueue(maxEvents, maxBytes int) *eventQueue {
 	return &eventQueue{ch: make(chan listenEvent, maxEvents), maxBytes: int64(maxBytes), maxEvents: maxEvents}
 }
 
-// fill encodes the follow's messages into the queue until the follow ends, then closes it. When
-// the queue is full it stops the follow (stop), waits until live is closed and marks the queue
-// overflowed: nothing more is read for a client that does not keep up.
-func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, log *slog.Logger) {
-	defer close(q.ch)
-	for m := range live {
-		b, err := json.Marshal(m)
-		if err != nil {
-			log.Error("encoding history message", "err", err)
-			continue
+// fill encodes a stream's own follow's messages into the queue until the queue joins the thread's
+// feed, or the follow ends; it then stops the follow (stop) and waits until live is closed. When
+// the queue is full it marks the queue overflowed and closes it: nothing more is read for a
+// client that does not keep up. It closes the queue when the follow ends, not when the queue
+// joined the feed, which then owns it.
+func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, feed *threadFeed, log *slog.Logger) {
+	defer func() {
+		stop()
+		for range live {
 		}
-		if !q.push(listenEvent{id: m.ID, data: sseEvent(m.ID, b)}) {
+	}()
+	for m := range live {
+		if ev, ok := encodeEvent(m, log); ok && !q.push(ev) {
 			q.overflowed.Store(true)
-			stop()
-			for range live {
-			}
+			close(q.ch)
+			return
+		}
+		if feed.join(q, m.Pos) {
 			return
 		}
 	}
+	close(q.ch)
 }
 
 // push adds ev unless the queue is full.

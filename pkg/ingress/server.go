@@ -245,6 +245,7 @@ type Server struct {
 	waiting   *waiting
 	bodies    *bodyBudget
 	listeners *listeners
+	feeds     *threadFeeds
 	metrics   *apiMetrics
 	stats     *statsService
 	// confirms makes admin writes wait until every instance's caches hold them (confirm.go).
@@ -287,6 +288,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.bodies.gauge = s.metrics.bodies
+	s.feeds = &threadFeeds{store: s.store, log: s.log, feeds: make(map[threadKey]*threadFeed)}
 	if s.js, err = jetstream.New(cfg.Conn); err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}

@@ -1,0 +1,111 @@
+package ingress_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// TestListenStreamsShareAFollow: the listen streams of one thread on an ingress share one
+// consumer on the server. A stream that resumes after an earlier message reads what it missed
+// with a consumer of its own, and gives it up for the shared one once it has caught up; every
+// stream gets every message once, in order. The last stream to close removes the shared
+// consumer.
+func TestListenStreamsShareAFollow(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{})
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	ctx := context.Background()
+	const wf = "default:Echo:Supervisor Workflow:shared"
+	cur, err := store.Cursor(ctx, "default", wf, "p")
+	require.NoError(t, err)
+	appendText := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			text := fmt.Sprintf("m%d", i)
+			require.NoError(t, store.Append(ctx, "default", wf, "p", &cur, &history.Message{ID: text, Text: &text}))
+		}
+	}
+	consumers := func() int {
+		info, err := s.Res.Messages.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	waitConsumers := func(n int, why string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return consumers() == n }, 10*time.Second, 10*time.Millisecond,
+			"%s: %d consumers of the history stream, want %d", why, consumers(), n)
+	}
+	expect := func(st *stream, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			_, m := st.next(t)
+			require.Equal(t, fmt.Sprintf("m%d", i), m.ID, "message %d", i)
+		}
+	}
+	base := consumers()
+	thread := q("workflowId", wf, "participantId", "p")
+	auth := bearerHeader(s.Key)
+
+	live := make([]*stream, 5)
+	for i := range live {
+		live[i] = listen(t, s, thread, auth...)
+		require.Equal(t, "listening", live[i].comment(t))
+	}
+	waitConsumers(base+1, "five new streams")
+	appendText(0, 10)
+	for _, st := range live {
+		expect(st, 0, 10)
+	}
+
+	resumed := listen(t, s, thread, append(auth, "Last-Event-ID", "m3")...)
+	require.Equal(t, "listening", resumed.comment(t))
+	expect(resumed, 4, 10)
+	waitConsumers(base+1, "a resumed stream once it has read what it missed")
+	appendText(10, 20)
+	for _, st := range append(live, resumed) {
+		expect(st, 10, 20)
+	}
+	for _, st := range append(live, resumed) {
+		st.quiet(t, 100*time.Millisecond)
+	}
+
+	// A stream that resumes at the thread's newest message joins at once.
+	caughtUp := listen(t, s, thread, append(auth, "Last-Event-ID", "m19")...)
+	require.Equal(t, "listening", caughtUp.comment(t))
+	waitConsumers(base+1, "a stream resuming at the newest message")
+	appendText(20, 21)
+	expect(caughtUp, 20, 21)
+
+	for _, st := range append(live, resumed, caughtUp) {
+		st.Close()
+	}
+	waitConsumers(base, "every stream closed")
+
+	// A stream that resumes alone starts the shared follow, which has passed on nothing yet, and
+	// reads with its own until both have had a message: within the thread's next two.
+	alone := listen(t, s, thread, append(auth, "Last-Event-ID", "m15")...)
+	require.Equal(t, "listening", alone.comment(t))
+	expect(alone, 16, 21)
+	waitConsumers(base+2, "a stream resuming alone")
+	appendText(21, 23)
+	expect(alone, 21, 23)
+	waitConsumers(base+1, "the stream resuming alone, two messages on")
+	appendText(23, 25)
+	expect(alone, 23, 25)
+	alone.quiet(t, 100*time.Millisecond)
+	alone.Close()
+	waitConsumers(base, "the last stream closed")
+	assert.Equal(t, 0.0, metricValue(t, s.URL, "agentbus_ingress_listeners"), "open listen streams")
+}
