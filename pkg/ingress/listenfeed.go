@@ -50,13 +50,12 @@ type threadFeed struct {
 	ended bool
 }
 
-// open counts a stream of th and returns its feed, started if none runs.
+// open counts a stream of th and returns its feed, started if none runs. The follow is started
+// outside the lock, so that a slow start holds up no other thread's streams; of two started at
+// once for one thread, the second is stopped again.
 func (f *threadFeeds) open(th thread) (*threadFeed, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	k := th.key()
-	if fd := f.feeds[k]; fd != nil {
-		fd.streams++
+	if fd := f.counted(k); fd != nil {
 		return fd, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,10 +64,31 @@ func (f *threadFeeds) open(th thread) (*threadFeed, error) {
 		cancel()
 		return nil, err
 	}
+	f.mu.Lock()
+	if fd := f.feeds[k]; fd != nil {
+		fd.streams++
+		f.mu.Unlock()
+		cancel()
+		for range live { // until the follow has deleted its consumer
+		}
+		return fd, nil
+	}
 	fd := &threadFeed{feeds: f, key: k, streams: 1, cancel: cancel, done: make(chan struct{}), queues: make(map[*eventQueue]uint64)}
 	f.feeds[k] = fd
+	f.mu.Unlock()
 	go fd.run(live)
 	return fd, nil
+}
+
+// counted counts a stream of the feed of k and returns it, or nil if none runs.
+func (f *threadFeeds) counted(k threadKey) *threadFeed {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fd := f.feeds[k]
+	if fd != nil {
+		fd.streams++
+	}
+	return fd
 }
 
 // close counts a stream of fd fewer: its queue leaves the feed, and the last stream stops the
