@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -108,4 +110,63 @@ func TestListenStreamsShareAFollow(t *testing.T) {
 	alone.Close()
 	waitConsumers(base, "the last stream closed")
 	assert.Equal(t, 0.0, metricValue(t, s.URL, "agentbus_ingress_listeners"), "open listen streams")
+}
+
+// TestListenStreamsOpenedAtOnceShareAFollow: streams of one thread opened at the same moment,
+// each of which may start a follow, end up on one; every one gets the thread's messages.
+func TestListenStreamsOpenedAtOnceShareAFollow(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{})
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	ctx := context.Background()
+	info, err := s.Res.Messages.Info(ctx)
+	require.NoError(t, err)
+	base := info.State.Consumers
+
+	const wf, n = "default:Echo:Supervisor Workflow:at-once", 8
+	thread := q("workflowId", wf, "participantId", "p")
+	streams := make([]*stream, n)
+	opened := make(chan int, n)
+	for i := range streams {
+		reqCtx, cancel := context.WithCancel(ctx)
+		req := newRequest(t, reqCtx, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/listen?"+thread.Encode(), nil, bearerHeader(s.Key)...)
+		go func() {
+			defer func() { opened <- i }()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				cancel()
+				return
+			}
+			st := &stream{Resp: resp, Events: make(chan sse.Event, 100), cancel: cancel, done: make(chan struct{})}
+			go func() {
+				defer close(st.done)
+				defer close(st.Events)
+				scanEvents(resp.Body, func(ev sse.Event) bool { st.Events <- ev; return true })
+			}()
+			streams[i] = st
+		}()
+	}
+	for range n {
+		<-opened
+	}
+	for i, st := range streams {
+		require.NotNil(t, st, "stream %d did not open", i)
+		t.Cleanup(st.Close)
+		require.Equal(t, http.StatusOK, st.Resp.StatusCode, "stream %d", i)
+		require.Equal(t, "listening", st.comment(t), "stream %d", i)
+	}
+	require.Eventually(t, func() bool {
+		info, err := s.Res.Messages.Info(ctx)
+		return err == nil && info.State.Consumers == base+1
+	}, 10*time.Second, 10*time.Millisecond, "%d streams opened at once, one consumer", n)
+	cur, err := store.Cursor(ctx, "default", wf, "p")
+	require.NoError(t, err)
+	text := "hello"
+	require.NoError(t, store.Append(ctx, "default", wf, "p", &cur, &history.Message{ID: "m0", Text: &text}))
+	for i, st := range streams {
+		_, m := st.next(t)
+		assert.Equal(t, "m0", m.ID, "stream %d", i)
+	}
 }
