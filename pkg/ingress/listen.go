@@ -77,29 +77,37 @@ func (s *Server) historyListen(w http.ResponseWriter, r *http.Request) {
 			s.readFailed(w, r, "following history", errFeedEnded)
 			return
 		}
-		// The stream resumes before what the feed has passed on: it reads what it missed with a
-		// follow of its own, until it can join.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
+		stop, err := s.catchUp(r.Context(), store, th, after, q, feed)
 		if err != nil {
 			s.readFailed(w, r, "following history", err)
 			return
 		}
-		filled := make(chan struct{})
-		go func() {
-			defer close(filled)
-			q.fill(live, cancel, feed, s.log)
-		}()
-		// fill returns once the follow's goroutine has deleted its consumer: wait for it, so
-		// that nothing of this request outlives it.
-		defer func() {
-			cancel()
-			<-filled
-		}()
+		defer stop()
 	}
 	limitSendBuffer(w, r)
 	s.relayEvents(r.Context(), startEventStream(w), q, found, th.Tenant)
+}
+
+// catchUp fills q for a stream that resumes before what the thread's feed has passed on: it reads
+// what the stream missed, after position after, with a follow of its own until q can join feed.
+// stop ends that follow and waits until its consumer is deleted, so that nothing of the request
+// outlives it.
+func (s *Server) catchUp(ctx context.Context, store *history.Store, th thread, after uint64, q *eventQueue, feed *threadFeed) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	live, err := store.Follow(ctx, th.Tenant, th.WorkflowID, th.Participant, after)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	filled := make(chan struct{})
+	go func() {
+		defer close(filled)
+		q.fill(live, cancel, feed, s.log)
+	}()
+	return func() {
+		cancel()
+		<-filled
+	}, nil
 }
 
 // limitSendBuffer caps the kernel's send buffer of r's connection at listenSendBuffer, where it

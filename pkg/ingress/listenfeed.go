@@ -31,8 +31,8 @@ type threadFeeds struct {
 }
 
 // threadFeed is the shared follow of one thread. It starts from now on; a stream that resumes
-// after an earlier message reads the messages it missed with a follow of its own, and moves to
-// the feed once the feed's next message is one it has not had (join).
+// after an earlier message reads the messages it missed with a follow of its own (catchUp), and
+// moves to the feed once the feed has passed on nothing after what the stream has had (join).
 type threadFeed struct {
 	feeds   *threadFeeds
 	key     threadKey
