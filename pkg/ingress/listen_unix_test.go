@@ -18,14 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
-	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -47,9 +45,7 @@ const (
 // message it got.
 func TestSlowListenersCostTheirBuffer(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{})
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	store := historyStore(t, s)
 	// Each key may hold DefaultMaxListenersPerKey streams: spread the listeners over enough keys.
 	listenKeys := []string{s.Key}
 	for len(listenKeys)*ingress.DefaultMaxListenersPerKey < floodListeners+1 {

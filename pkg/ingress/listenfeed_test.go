@@ -25,9 +25,7 @@ import (
 func TestListenStreamsShareAFollow(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	store := historyStore(t, s)
 	ctx := context.Background()
 	const wf = "default:Echo:Supervisor Workflow:shared"
 	cur, err := store.Cursor(ctx, "default", wf, "p")
@@ -39,16 +37,8 @@ func TestListenStreamsShareAFollow(t *testing.T) {
 			require.NoError(t, store.Append(ctx, "default", wf, "p", &cur, &history.Message{ID: text, Text: &text}))
 		}
 	}
-	consumers := func() int {
-		info, err := s.Res.Messages.Info(ctx)
-		require.NoError(t, err)
-		return info.State.Consumers
-	}
-	waitConsumers := func(n int, why string) {
-		t.Helper()
-		require.Eventually(t, func() bool { return consumers() == n }, 10*time.Second, 10*time.Millisecond,
-			"%s: %d consumers of the history stream, want %d", why, consumers(), n)
-	}
+	consumers := func() int { return historyConsumers(t, s) }
+	waitConsumers := func(n int, why string) { t.Helper(); waitHistoryConsumers(t, s, n, why) }
 	expect := func(st *stream, from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -117,13 +107,9 @@ func TestListenStreamsShareAFollow(t *testing.T) {
 func TestListenStreamsOpenedAtOnceShareAFollow(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
+	store := historyStore(t, s)
 	ctx := context.Background()
-	info, err := s.Res.Messages.Info(ctx)
-	require.NoError(t, err)
-	base := info.State.Consumers
+	base := historyConsumers(t, s)
 
 	const wf, n = "default:Echo:Supervisor Workflow:at-once", 8
 	thread := q("workflowId", wf, "participantId", "p")
@@ -157,10 +143,7 @@ func TestListenStreamsOpenedAtOnceShareAFollow(t *testing.T) {
 		require.Equal(t, http.StatusOK, st.Resp.StatusCode, "stream %d", i)
 		require.Equal(t, "listening", st.comment(t), "stream %d", i)
 	}
-	require.Eventually(t, func() bool {
-		info, err := s.Res.Messages.Info(ctx)
-		return err == nil && info.State.Consumers == base+1
-	}, 10*time.Second, 10*time.Millisecond, "%d streams opened at once, one consumer", n)
+	waitHistoryConsumers(t, s, base+1, fmt.Sprintf("%d streams opened at once", n))
 	cur, err := store.Cursor(ctx, "default", wf, "p")
 	require.NoError(t, err)
 	text := "hello"
@@ -169,4 +152,29 @@ func TestListenStreamsOpenedAtOnceShareAFollow(t *testing.T) {
 		_, m := st.next(t)
 		assert.Equal(t, "m0", m.ID, "stream %d", i)
 	}
+}
+
+// historyStore is the stack's history store, on a connection of its own.
+func historyStore(t *testing.T, s *stacktest.Stack) *history.Store {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	return history.NewStore(s.Res.Messages, s.Res.Topics, js)
+}
+
+// historyConsumers is the number of consumers of the stack's history stream.
+func historyConsumers(t *testing.T, s *stacktest.Stack) int {
+	t.Helper()
+	info, err := s.Res.Messages.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.Consumers
+}
+
+// waitHistoryConsumers waits until the history stream has n consumers; why names the moment.
+func waitHistoryConsumers(t *testing.T, s *stacktest.Stack, n int, why string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info, err := s.Res.Messages.Info(context.Background())
+		return err == nil && info.State.Consumers == n
+	}, 10*time.Second, 10*time.Millisecond, "%s: %d consumers of the history stream, want %d", why, historyConsumers(t, s), n)
 }
