@@ -206,10 +206,10 @@ func newEventQueue(maxEvents, maxBytes int) *eventQueue {
 }
 
 // fill encodes a stream's own follow's messages into the queue until the queue joins the thread's
-// feed, or the follow ends; it then stops the follow (stop) and waits until live is closed. When
-// the queue is full it marks the queue overflowed and closes it: nothing more is read for a
-// client that does not keep up. It closes the queue when the follow ends, not when the queue
-// joined the feed, which then owns it.
+// feed, or the follow ends; it then stops the follow (stop) and waits until live is closed. A
+// queue found full is overflowed (push): nothing more is read for a client that does not keep
+// up. It closes the queue when the follow ends, not when the queue joined the feed, which then
+// owns it.
 func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, feed *threadFeed, log *slog.Logger) {
 	defer func() {
 		stop()
@@ -218,8 +218,6 @@ func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, 
 	}()
 	for m := range live {
 		if ev, ok := encodeEvent(m, log); ok && !q.push(ev) {
-			q.overflowed.Store(true)
-			close(q.ch)
 			return
 		}
 		if feed.join(q, m.Pos) {
@@ -229,11 +227,13 @@ func (q *eventQueue) fill(live <-chan history.Message, stop context.CancelFunc, 
 	close(q.ch)
 }
 
-// push adds ev unless the queue is full.
+// push adds ev to the queue; when the queue is full it marks the queue overflowed, closes it and
+// reports false. Only the queue's filler (fill, or the feed it joined) pushes and closes.
 func (q *eventQueue) push(ev listenEvent) bool {
 	n := int64(len(ev.data))
 	if held := q.bytes.Add(n); held > q.maxBytes && held != n {
 		q.bytes.Add(-n)
+		q.overflow()
 		return false
 	}
 	select {
@@ -241,8 +241,16 @@ func (q *eventQueue) push(ev listenEvent) bool {
 		return true
 	default:
 		q.bytes.Add(-n)
+		q.overflow()
 		return false
 	}
+}
+
+// overflow ends a queue that found itself full: relayEvents writes the overflow event after the
+// events it holds.
+func (q *eventQueue) overflow() {
+	q.overflowed.Store(true)
+	close(q.ch)
 }
 
 // taken accounts for an event the writer took out of the queue.

@@ -43,10 +43,9 @@ type threadFeed struct {
 	mu sync.Mutex
 	// queues are the joined streams' queues, each with the position it has had messages up to.
 	queues map[*eventQueue]uint64
-	// last is the position of the last message the feed passed on; seen says there was one.
-	// The feed passes on every message of the thread stored after it.
+	// last is the position of the last message the feed passed on, 0 before the first (no
+	// message has position 0). The feed passes on every message of the thread stored after it.
 	last  uint64
-	seen  bool
 	ended bool
 }
 
@@ -125,15 +124,13 @@ func (fd *threadFeed) run(live <-chan history.Message) {
 					continue
 				}
 				if !q.push(ev) {
-					q.overflowed.Store(true)
-					close(q.ch)
 					delete(fd.queues, q)
 					continue
 				}
 				fd.queues[q] = m.Pos
 			}
 		}
-		fd.last, fd.seen = m.Pos, true
+		fd.last = m.Pos
 		fd.mu.Unlock()
 	}
 	fd.mu.Lock()
@@ -157,7 +154,7 @@ func (fd *threadFeed) run(live <-chan history.Message) {
 func (fd *threadFeed) join(q *eventQueue, had uint64) bool {
 	fd.mu.Lock()
 	defer fd.mu.Unlock()
-	if fd.ended || had != 0 && (!fd.seen || fd.last > had) {
+	if fd.ended || had != 0 && (fd.last == 0 || fd.last > had) {
 		return false
 	}
 	fd.queues[q] = had
