@@ -22,10 +22,18 @@ type requestHandler struct {
 	base  slog.Handler
 	req   *agentbusv1.Request
 	extra []slog.Attr
+	// seq and delivered name the inbox delivery being processed, when there is one: its stream
+	// sequence and how often the inbox delivered it. They tell a request's redelivery (the same
+	// seq, delivered again) from a second copy of it in the inbox (another seq).
+	seq, delivered uint64
 }
 
 func (h *requestHandler) attrs() []slog.Attr {
-	return []slog.Attr{slog.String("requestId", h.req.GetRequestId()), slog.String("workflowId", h.req.GetWorkflowId())}
+	a := []slog.Attr{slog.String("requestId", h.req.GetRequestId()), slog.String("workflowId", h.req.GetWorkflowId())}
+	if h.seq != 0 {
+		a = append(a, slog.Uint64("seq", h.seq), slog.Uint64("delivered", h.delivered))
+	}
+	return a
 }
 
 func (h *requestHandler) Enabled(ctx context.Context, level slog.Level) bool {
@@ -47,7 +55,7 @@ func (h *requestHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if len(attrs) == 0 {
 		return h
 	}
-	return &requestHandler{base: h.base, req: h.req, extra: append(slices.Clip(h.extra), attrs...)}
+	return &requestHandler{base: h.base, req: h.req, extra: append(slices.Clip(h.extra), attrs...), seq: h.seq, delivered: h.delivered}
 }
 
 func (h *requestHandler) WithGroup(name string) slog.Handler {

@@ -38,4 +38,14 @@ func TestRequestLogWritesAsWith(t *testing.T) {
 	got := write(func(base *slog.Logger) *slog.Logger { return requestLog(base, req) })
 	assert.Equal(t, want, got)
 	assert.Contains(t, got, `requestId=r-1 workflowId="acme:Echo:Supervisor Workflow:a b" attempt=2`)
+
+	// A delivery's logger names its inbox sequence and delivery count after the request.
+	want = write(func(base *slog.Logger) *slog.Logger {
+		return base.With("requestId", req.GetRequestId(), "workflowId", req.GetWorkflowId(), "seq", uint64(42), "delivered", uint64(2))
+	})
+	got = write(func(base *slog.Logger) *slog.Logger {
+		return slog.New(&requestHandler{base: base.Handler(), req: req, seq: 42, delivered: 2})
+	})
+	assert.Equal(t, want, got)
+	assert.Contains(t, got, `workflowId="acme:Echo:Supervisor Workflow:a b" seq=42 delivered=2 attempt=2`)
 }

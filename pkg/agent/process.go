@@ -100,7 +100,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	case md.NumDelivered > 1:
 		in.recover = recoverTail
 	}
-	in.logHandler = requestHandler{base: h.log.Handler(), req: req}
+	in.logHandler = requestHandler{base: h.log.Handler(), req: req, seq: d.seq, delivered: md.NumDelivered}
 	in.log = *slog.New(&in.logHandler)
 	return in, &in.log, true
 }
