@@ -178,7 +178,9 @@ func (sp *stepper) ranOn(name string) []string {
 }
 
 // journalWatch counts, on a stack's NATS, the records published to the steps journal and the
-// JetStream API calls that read or purge it.
+// JetStream API calls that read or purge it. The counts follow the order in which the server
+// sent the watch the messages: once a purge is counted, so is every record the purging host
+// published before it.
 type journalWatch struct {
 	records, reads, purges atomic.Int32
 	nc                     *nats.Conn // the watch's connection: closing it ends the watch
@@ -188,15 +190,34 @@ func watchJournal(t testing.TB, s *stacktest.Stack) *journalWatch {
 	t.Helper()
 	nc := natstest.Conn(t, s.NATS)
 	w := &journalWatch{nc: nc}
-	count := func(subj string, n *atomic.Int32) {
-		_, err := nc.Subscribe(subj, func(*nats.Msg) { n.Add(1) })
+	// One channel for every subscription, filled by the connection's reader in arrival order
+	// (a callback per subscription would run in a goroutine of its own, in no common order).
+	msgs := make(chan *nats.Msg, 4096)
+	counters := map[*nats.Subscription]*atomic.Int32{}
+	for subj, n := range map[string]*atomic.Int32{
+		subject.StepsSubjects():                            &w.records,
+		"$JS.API.STREAM.MSG.GET." + subject.StepsStream:    &w.reads,
+		"$JS.API.DIRECT.GET." + subject.StepsStream + ".>": &w.reads,
+		"$JS.API.STREAM.PURGE." + subject.StepsStream:      &w.purges,
+	} {
+		sub, err := nc.ChanSubscribe(subj, msgs)
 		require.NoError(t, err)
+		counters[sub] = n
 	}
-	count(subject.StepsSubjects(), &w.records)
-	count("$JS.API.STREAM.MSG.GET."+subject.StepsStream, &w.reads)
-	count("$JS.API.DIRECT.GET."+subject.StepsStream+".>", &w.reads)
-	count("$JS.API.STREAM.PURGE."+subject.StepsStream, &w.purges)
 	require.NoError(t, nc.Flush())
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case m := <-msgs:
+				counters[m.Sub].Add(1)
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
 	return w
 }
 
