@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -84,6 +86,61 @@ func TestLostAcknowledgementDoesNotRunARequestTwiceOnAnotherHost(t *testing.T) {
 	waitRedelivered(t, s, 2, 4*ackWait)
 	ns, hosts := sa.starts("x")
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+}
+
+// A request with a kept result whose acknowledgement was lost comes back to another host after
+// the conversation's next request ran and after its result went from the cache (it could not be
+// written, or its window passed). Its thread shows it was handled: it is acknowledged without
+// running again, and the caller waiting for this copy is told its answer is gone.
+func TestLostAcknowledgementOfARequestWhoseResultIsGone(t *testing.T) {
+	t.Parallel()
+	const ackWait = 4 * time.Second
+	var (
+		replies = make(chan *nats.Msg, 4)
+		key     string
+	)
+	kept := func(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
+		t.Helper()
+		nc := natstest.Conn(t, s.NATS)
+		_, err := nc.ChanSubscribe("test.kept.reply", replies)
+		require.NoError(t, err)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		req := stepRequest(participant, n, sleep)
+		req.KeepResult, req.Fingerprint, req.ReplyTo = true, "f", "test.kept.reply"
+		key = subject.ResultKey(req.GetTenantId(), req.GetRequestId())
+		enqueue(t, js, req, nil)
+	}
+	s, sa, stop := stepWithLostAck(t, ackWait, kept)
+	first := receiveReply(t, replies)
+	assert.Empty(t, first.GetError(), "step 1's answer")
+
+	step(t, s, "x", "2", "")
+	waitFor(t, 5*time.Second, "step 2 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 2
+	})
+	require.NoError(t, s.Res.Results.Purge(t.Context(), key))
+	stop()
+	waitRedelivered(t, s, 2, 4*ackWait)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+	again := receiveReply(t, replies)
+	assert.Equal(t, problem.ReplyUnavailable.Slug, again.GetError(), "the copy's answer")
+}
+
+// receiveReply waits for a reply on replies.
+func receiveReply(t *testing.T, replies <-chan *nats.Msg) *agentbusv1.Reply {
+	t.Helper()
+	select {
+	case m := <-replies:
+		rep := new(agentbusv1.Reply)
+		require.NoError(t, proto.Unmarshal(m.Data, rep))
+		return rep
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "no reply")
+		return nil
+	}
 }
 
 // A request sent as a claim check (a large one, kept in the claims store while it waits) whose

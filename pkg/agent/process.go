@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
@@ -130,7 +131,8 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 }
 
 // settleEarly finishes a request that must not run: one answered before (its kept result is the
-// answer), or one delivered more often than it may be tried (dead-lettered).
+// answer; a redelivered one whose result is missing is acknowledged when its thread shows it was
+// handled), or one delivered more often than it may be tried (dead-lettered).
 //
 // A request with a caller-chosen requestId may have been handled already: redelivered because
 // its acknowledgement was lost, or stored twice because the stream's leader failed while the
@@ -154,6 +156,14 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		if answered {
 			return true, h.finish(ctx, log, d, nil)
 		}
+		if in.recover == recoverTail && h.handledBefore(ctx, log, in) {
+			// Its result is gone (it could not be kept, or its window passed), but a later
+			// request of its conversation stored messages: running it again would repeat it.
+			log.Warn("request handled before, but its kept result is missing; acknowledging this copy",
+				"later", in.thread.newest.Seq)
+			h.answerLost(log, in)
+			return true, h.finish(ctx, log, d, nil)
+		}
 	}
 	if in.tries.overdrawn() {
 		// Delivered more often than it may be tried: the hosts that had it died with it, which a
@@ -162,6 +172,25 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		return true, h.deadLetterUnrun(ctx, log, d, in, cause)
 	}
 	return false, false
+}
+
+// answerLost tells a caller waiting for a request that was handled before, and whose kept
+// result is missing, that its answer is gone. The answer is not kept in the result cache: the
+// read that missed the result may have been wrong, and the result must not be overwritten.
+func (h *Host) answerLost(log *slog.Logger, in *inbound) {
+	if in.replyTo == "" {
+		return
+	}
+	rep := &agentbusv1.Reply{RequestId: in.req.GetRequestId(), Fingerprint: in.req.GetFingerprint(),
+		StatusCode: int32(problem.ReplyUnavailable.Status), Error: problem.ReplyUnavailable.Slug,
+		Content: []byte("the request was handled before, and its answer is no longer kept")}
+	data, err := proto.Marshal(rep)
+	if err == nil {
+		err = h.cfg.Conn.Publish(in.replyTo, data)
+	}
+	if err != nil {
+		log.Warn("publishing the answer of a request handled before", "err", err)
+	}
 }
 
 // deadLetterUnrun keeps a request that must not run as a dead letter, answers a caller still
@@ -181,20 +210,23 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // acknowledgement was lost. A conversation's requests run one at a time in inbox order, so a later
 // one stores nothing before this one was finished. This catches what the host's own memory of its
 // acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
-// A request with a kept result is answered from it instead (settleEarly). A request whose
+// A request with a kept result is answered from it instead, and settled by the same check when
+// its result is missing (settleEarly). A request whose
 // thread cannot be read within threadCheckPatience is handled as any redelivered one.
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
-	req := in.req
-	if in.recover != recoverTail || req.GetKeepResult() {
-		return false, false
-	}
-	newest, ok := h.newestOrigin(ctx, log, in)
-	if !ok || !in.origin().Before(newest) {
+	if in.recover != recoverTail || in.req.GetKeepResult() || !h.handledBefore(ctx, log, in) {
 		return false, false
 	}
 	log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
-		"seq", in.seq, "later", newest.Seq)
+		"later", in.thread.newest.Seq)
 	return true, h.finish(ctx, log, d, nil)
+}
+
+// handledBefore reports whether the newest record of in's thread names a request the inbox
+// stored after in (newestOrigin): in was handled before.
+func (h *Host) handledBefore(ctx context.Context, log *slog.Logger, in *inbound) bool {
+	newest, ok := h.newestOrigin(ctx, log, in)
+	return ok && in.origin().Before(newest)
 }
 
 // newestOrigin reads which request stored the newest record of in's thread, retrying for up to
