@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -64,4 +65,34 @@ func TestRequestStoredTwiceRunsOnce(t *testing.T) {
 	// The state call queues behind both copies in the same conversation.
 	_, _, b := post(t, s, wf, "state", "")
 	assert.Contains(t, string(b), `"count":1`, "state after a request stored twice")
+}
+
+// A second copy of a request with a caller-chosen id, stored after a later request of its
+// conversation, runs no more when the first one's kept result cannot be read (here: it is
+// purged): the host that finished the first remembers it.
+func TestRequestStoredTwiceRunsOnceWithoutItsResult(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{})
+	wf := "default:Echo:Supervisor Workflow:twice-lost"
+	req := &agentbusv1.Request{
+		RequestId: "twice-lost-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: "twice-lost", ParticipantId: "webhook",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
+	}
+	nc, err := s.NATS.Connect("test")
+	require.NoError(t, err)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {"copy-1"}})
+	_, _, b := post(t, s, wf, "count", "")
+	require.Contains(t, string(b), `"count":2`, "a count after the first copy")
+	require.NoError(t, s.Res.Results.Purge(t.Context(), subject.ResultKey(req.TenantId, req.RequestId)))
+
+	replies := make(chan *nats.Msg, 1)
+	_, err = nc.ChanSubscribe("test.twice.reply", replies)
+	require.NoError(t, err)
+	req.ReplyTo = "test.twice.reply"
+	enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {"copy-2"}})
+	_, _, b = post(t, s, wf, "state", "")
+	assert.Contains(t, string(b), `"count":2`, "state after the second copy")
+	assert.Equal(t, problem.ReplyUnavailable.Slug, receiveReply(t, replies).GetError(), "the second copy's answer")
 }

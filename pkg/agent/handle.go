@@ -96,6 +96,9 @@ func (h *Host) handle(ctx context.Context, log *slog.Logger, in *inbound) error 
 	if rep != nil {
 		h.reply(ctx, log, req, in.replyTo, rep)
 	}
+	if req.GetKeepResult() {
+		l.noteKept(req) // answered: a copy that comes again must not run (settleEarly)
+	}
 	if in.resume != "" {
 		// Until the wait is cleared, a copy of the resumed request delivered again runs again,
 		// and needs its journal: the steps are dropped after.

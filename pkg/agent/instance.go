@@ -71,6 +71,8 @@ type liveInstance struct {
 	// stale are cursors that met a conflict, until the next use reads the thread anew and
 	// carries what they knew to be stored (history.Cursor.Carry).
 	stale map[string]*history.Cursor
+	// kept are the requests with a kept result finished here lately; nil before the first.
+	kept *keptRing
 
 	// users and idleSince are guarded by the host's live map lock.
 	users     int

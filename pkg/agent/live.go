@@ -29,7 +29,7 @@ const liveKeep = 30 * time.Second
 const liveKeepBytes = 16 << 20
 
 // liveBaseBytes is about what a live instance holds besides its state: the record's other
-// fields, a cursor or two, the map entry.
+// fields, a cursor or two, the ring of requests with kept results (keptRing), the map entry.
 const liveBaseBytes = 1 << 10
 
 // liveSet holds the instances in use on a host. Partitions are keyed by workflow, so one host

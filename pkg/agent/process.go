@@ -131,8 +131,9 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 }
 
 // settleEarly finishes a request that must not run: one answered before (its kept result is the
-// answer; a redelivered one whose result is missing is acknowledged when its thread shows it was
-// handled), or one delivered more often than it may be tried (dead-lettered).
+// answer; one whose result is missing is acknowledged when this host finished it lately, or,
+// delivered again, when its thread shows it was handled), or one delivered more often than it
+// may be tried (dead-lettered).
 //
 // A request with a caller-chosen requestId may have been handled already: redelivered because
 // its acknowledgement was lost, or stored twice because the stream's leader failed while the
@@ -156,9 +157,16 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		if answered {
 			return true, h.finish(ctx, log, d, nil)
 		}
+		// The result is not there: the request is new, or its result could not be kept, went
+		// with its window, or was not read back. A copy this host finished lately, or one
+		// delivered again after a later request of its conversation stored messages, ran:
+		// running it again would repeat it.
+		if h.live.keptLately(in.req) {
+			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
+			h.answerLost(log, in)
+			return true, h.finish(ctx, log, d, nil)
+		}
 		if in.recover == recoverTail && h.handledBefore(ctx, log, in) {
-			// Its result is gone (it could not be kept, or its window passed), but a later
-			// request of its conversation stored messages: running it again would repeat it.
 			log.Warn("request handled before, but its kept result is missing; acknowledging this copy",
 				"later", in.thread.newest.Seq)
 			h.answerLost(log, in)
