@@ -161,7 +161,7 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// with its window, or was not read back. A copy this host finished lately, or one
 		// delivered again after a later request of its conversation stored messages, ran:
 		// running it again would repeat it.
-		if h.live.keptLately(in.req) {
+		if h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
 			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
 			h.answerLost(log, in)
 			return true, h.finish(ctx, log, d, nil)
