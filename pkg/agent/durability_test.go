@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -47,16 +48,7 @@ func TestQueuedRequestSurvivesRestart(t *testing.T) {
 // when its stream leader fails while the first copy is being accepted) runs once: the second
 // copy is answered with the first one's kept result.
 func TestRequestStoredTwiceRunsOnce(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{})
-	wf := "default:Echo:Supervisor Workflow:twice"
-	req := &agentbusv1.Request{
-		RequestId: "twice-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
-		WorkflowType: "Supervisor Workflow", ActivationName: "twice", ParticipantId: "webhook",
-		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
-	}
-	nc, err := s.NATS.Connect("test")
-	require.NoError(t, err)
-	defer nc.Close()
+	s, wf, req, nc := keptCount(t, "twice")
 	js, _ := jetstream.New(nc)
 	for _, id := range []string{"copy-1", "copy-2"} {
 		// Two stored copies, as if the dedupe missed.
@@ -71,16 +63,7 @@ func TestRequestStoredTwiceRunsOnce(t *testing.T) {
 // conversation, runs no more when the first one's kept result cannot be read (here: it is
 // purged): the host that finished the first remembers it.
 func TestRequestStoredTwiceRunsOnceWithoutItsResult(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{})
-	wf := "default:Echo:Supervisor Workflow:twice-lost"
-	req := &agentbusv1.Request{
-		RequestId: "twice-lost-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
-		WorkflowType: "Supervisor Workflow", ActivationName: "twice-lost", ParticipantId: "webhook",
-		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
-	}
-	nc, err := s.NATS.Connect("test")
-	require.NoError(t, err)
-	defer nc.Close()
+	s, wf, req, nc := keptCount(t, "twice-lost")
 	js, _ := jetstream.New(nc)
 	enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {"copy-1"}})
 	_, _, b := post(t, s, wf, "count", "")
@@ -88,11 +71,25 @@ func TestRequestStoredTwiceRunsOnceWithoutItsResult(t *testing.T) {
 	require.NoError(t, s.Res.Results.Purge(t.Context(), subject.ResultKey(req.TenantId, req.RequestId)))
 
 	replies := make(chan *nats.Msg, 1)
-	_, err = nc.ChanSubscribe("test.twice.reply", replies)
+	_, err := nc.ChanSubscribe("test.twice.reply", replies)
 	require.NoError(t, err)
 	req.ReplyTo = "test.twice.reply"
 	enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {"copy-2"}})
 	_, _, b = post(t, s, wf, "state", "")
 	assert.Contains(t, string(b), `"count":2`, "state after the second copy")
 	assert.Equal(t, problem.ReplyUnavailable.Slug, receiveReply(t, replies).GetError(), "the second copy's answer")
+}
+
+// keptCount starts a stack and returns it with the count request of Echo's instance activation
+// with a caller-chosen id (activation-1), its workflow and a NATS connection to publish it with.
+func keptCount(t *testing.T, activation string) (*stacktest.Stack, string, *agentbusv1.Request, *nats.Conn) {
+	t.Helper()
+	s := stacktest.Start(t, stacktest.Options{})
+	wf := "default:Echo:Supervisor Workflow:" + activation
+	req := &agentbusv1.Request{
+		RequestId: activation + "-1", TenantId: "default", WorkflowId: wf, AgentName: "Echo",
+		WorkflowType: "Supervisor Workflow", ActivationName: activation, ParticipantId: "webhook",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
+	}
+	return s, wf, req, natstest.Conn(t, s.NATS)
 }
