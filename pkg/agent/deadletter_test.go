@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -204,6 +205,40 @@ func TestDeadLetterReplayAndDiscard(t *testing.T) {
 	assert.Empty(t, left)
 	time.Sleep(200 * time.Millisecond)
 	assert.Equal(t, int32(1), f.mendedRuns.Load(), "the discarded request ran")
+}
+
+// A dead-lettered request with a caller-chosen id runs when it is replayed: the answer kept for
+// its id (the dead letter's) does not stand for the replay, whose answer is kept in its place.
+func TestDeadLetterReplayOfARequestWithAnID(t *testing.T) {
+	f := &flaky{}
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{f.agent()}, Host: agent.HostConfig{MaxDeliveries: 2}})
+	dead := deadletter.NewStore(s.Res, bus.NewBlobs(s.Res.Claims, 1<<20))
+	send := func() (int, string) {
+		u := s.URL + "/api/user/webhooks/" + url.PathEscape("default:Flaky:Supervisor Workflow:replay-id") + "/mendable?apikey=" + s.Key
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, u, nil)
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "replay-id-1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, _ := send()
+	require.Equal(t, http.StatusInternalServerError, status)
+	letters, _, err := dead.List(t.Context(), "default", deadletter.ListOptions{Agent: "Flaky"})
+	require.NoError(t, err)
+	require.Len(t, letters, 1)
+
+	f.mended.Store(true)
+	_, err = dead.Replay(t.Context(), "default", letters[0].ID)
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the replayed request ran", func() bool { return f.mendedRuns.Load() == 1 })
+	waitFor(t, 5*time.Second, "the replay's answer is kept for the id", func() bool {
+		status, body := send()
+		return status == http.StatusOK && body == "mended"
+	})
+	assert.Equal(t, int32(1), f.mendedRuns.Load(), "runs of the mended request")
 }
 
 // An instance with no message for the idle timeout is completed: the next message starts a new

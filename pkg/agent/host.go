@@ -795,8 +795,9 @@ func (h *Host) reply(ctx context.Context, log *slog.Logger, req *agentbusv1.Requ
 
 // answerFromCache sends the kept result of an already handled request, if there is one. It
 // reports whether it answered, or an error when the cache could not be read: the request must
-// then wait, since running it again might repeat it.
-func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string) (bool, error) {
+// then wait, since running it again might repeat it. A replayed dead letter (replay) is not
+// answered by the answer kept when it was dead-lettered: the replay is what it waited for.
+func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agentbusv1.Request, replyTo string, replay bool) (bool, error) {
 	actx, cancel := bus.Attempt(ctx)
 	e, err := h.res.Results.Get(actx, subject.ResultKey(req.GetTenantId(), req.GetRequestId()))
 	cancel()
@@ -807,7 +808,8 @@ func (h *Host) answerFromCache(ctx context.Context, log *slog.Logger, req *agent
 		return false, fmt.Errorf("reading the result cache: %w", err)
 	}
 	rep := new(agentbusv1.Reply)
-	if err := proto.Unmarshal(e.Value(), rep); err != nil || rep.GetFingerprint() != req.GetFingerprint() {
+	if err := proto.Unmarshal(e.Value(), rep); err != nil || rep.GetFingerprint() != req.GetFingerprint() ||
+		(replay && rep.GetError() == problem.DeadLettered.Slug) {
 		return false, nil
 	}
 	log.Debug("request answered from the result cache")

@@ -95,8 +95,9 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	}
 	in.req, in.replyTo = req, replySubject(m.Headers(), req)
 	in.resume, in.released = m.Headers().Get(subject.HeaderResume), m.Headers().Get(subject.HeaderReleased) != ""
+	in.replayed = m.Headers().Get(subject.HeaderReplay) != ""
 	switch {
-	case m.Headers().Get(subject.HeaderReplay) != "":
+	case in.replayed:
 		in.recover = recoverDeep // later requests of its conversation ran after its attempts
 	case md.NumDelivered > 1:
 		in.recover = recoverTail
@@ -147,7 +148,7 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// and a NATS leader election would use its attempts up in milliseconds.
 		var answered bool
 		err := retry(ctx, log, "reading the result cache", func() (err error) {
-			answered, err = h.answerFromCache(ctx, log, in.req, in.replyTo)
+			answered, err = h.answerFromCache(ctx, log, in.req, in.replyTo, in.replayed)
 			return err
 		})
 		if err != nil {
@@ -158,10 +159,10 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 			return true, h.finish(ctx, log, d, nil)
 		}
 		// The result is not there: the request is new, or its result could not be kept, went
-		// with its window, or was not read back. A copy this host finished lately, or one
-		// delivered again after a later request of its conversation stored messages, ran:
-		// running it again would repeat it.
-		if h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
+		// with its window, or was not read back. A copy this host finished lately (unless it is
+		// a replayed dead letter, which ran and failed), or one delivered again after a later
+		// request of its conversation stored messages, ran: running it again would repeat it.
+		if !in.replayed && h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
 			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
 			h.answerLost(log, in)
 			return true, h.finish(ctx, log, d, nil)
@@ -282,6 +283,8 @@ type inbound struct {
 	req     *agentbusv1.Request
 	header  nats.Header // the inbox message's headers
 	replyTo string
+	// replayed is set on a dead letter an operator replayed (HeaderReplay).
+	replayed bool
 	// delivered is how often the inbox delivered the request, this time included.
 	delivered uint64
 	tries     attempts
