@@ -220,8 +220,8 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // one stores nothing before this one was finished. This catches what the host's own memory of its
 // acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
 // A request with a kept result is answered from it instead, and settled by the same check when
-// its result is missing (settleEarly). A request whose
-// thread cannot be read within threadCheckPatience is handled as any redelivered one.
+// its result is missing (settleEarly). A request whose thread cannot be read within
+// threadCheckPatience is handled as any redelivered one.
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
 	if in.recover != recoverTail || in.req.GetKeepResult() || !h.handledBefore(ctx, log, in) {
 		return false, false
