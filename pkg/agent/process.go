@@ -164,13 +164,13 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// request of its conversation stored messages, ran: running it again would repeat it.
 		if !in.replayed && h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
 			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
-			h.answerLost(log, in)
+			h.answerHandled(ctx, log, in)
 			return true, h.finish(ctx, log, d, nil)
 		}
 		if in.recover == recoverTail && h.handledBefore(ctx, log, in) {
 			log.Warn("request handled before, but its kept result is missing; acknowledging this copy",
 				"later", in.thread.newest.Seq)
-			h.answerLost(log, in)
+			h.answerHandled(ctx, log, in)
 			return true, h.finish(ctx, log, d, nil)
 		}
 	}
@@ -183,12 +183,16 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 	return false, false
 }
 
-// answerLost tells a caller waiting for a request that was handled before, and whose kept
-// result is missing, that its answer is gone. The answer is not kept in the result cache: the
-// read that missed the result may have been wrong, and the result must not be overwritten.
-func (h *Host) answerLost(log *slog.Logger, in *inbound) {
+// answerHandled answers a caller waiting for a copy of a request that was handled before, and
+// whose kept result was not found: from the result if a second read finds it (the first may have
+// missed it while the bus recovered), else with 502 reply-unavailable: its answer is gone. That
+// answer is not kept in the result cache, where it could take the result's place.
+func (h *Host) answerHandled(ctx context.Context, log *slog.Logger, in *inbound) {
 	if in.replyTo == "" {
 		return
+	}
+	if answered, err := h.answerFromCache(ctx, log, in.req, in.replyTo, false); answered || err != nil {
+		return // an error: the caller's own reads of the result answer it, or its time runs out
 	}
 	rep := &agentbusv1.Reply{RequestId: in.req.GetRequestId(), Fingerprint: in.req.GetFingerprint(),
 		StatusCode: int32(problem.ReplyUnavailable.Status), Error: problem.ReplyUnavailable.Slug,
