@@ -269,7 +269,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	s, err := newServer(cfg.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.openBus(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	s.mcpHandler = s.newMCPHandler()
+	s.handler = s.routes()
+	return s, nil
+}
+
+// newServer makes a Server of cfg (with its defaults) and its own state: limits, budgets and
+// metrics.
+func newServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.With("ingress", cfg.InstanceID),
@@ -289,63 +306,76 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.bodies.gauge = s.metrics.bodies
 	s.feeds = &threadFeeds{store: s.store, log: s.log, feeds: make(map[threadKey]*threadFeed)}
-	if s.js, err = jetstream.New(cfg.Conn); err != nil {
-		return nil, fmt.Errorf("opening JetStream: %w", err)
+	return s, nil
+}
+
+// openBus creates or checks JetStream's streams and buckets and the stores on them.
+func (s *Server) openBus(ctx context.Context) error {
+	var err error
+	if s.js, err = jetstream.New(s.cfg.Conn); err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
 	}
-	if s.res, err = bus.Ensure(ctx, s.js, cfg.Bus); err != nil {
-		return nil, err
+	if s.res, err = bus.Ensure(ctx, s.js, s.cfg.Bus); err != nil {
+		return err
 	}
 	s.keys = keys.NewStore(s.res.JS, s.res.Keys, s.res.Tenants)
-	s.claims = bus.NewBlobs(s.res.Claims, cfg.Conn.MaxPayload())
+	s.claims = bus.NewBlobs(s.res.Claims, s.cfg.Conn.MaxPayload())
 	s.dead = deadletter.NewStore(s.res, s.claims)
-	subs := cfg.Subscriptions
+	subs := s.cfg.Subscriptions
 	if subs.Logger == nil {
 		subs.Logger = s.log
 	}
 	s.subs = subscription.NewStore(s.res, subs)
 	s.remote = remote.NewStore(s.res, subs.Allow)
-	// The quotas a tenant's limits set win over the configured ones (tenantlimits.go).
-	s.cfg.Quotas = func(tenant string) usage.Quota { return s.tenantLimits.quota(cfg.Quotas, tenant) }
-	if s.storage, err = s.startStorage(ctx); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+// start starts, in order, the watches and subscriptions the server runs on (Close stops them);
+// when one fails to start, those started before it are stopped again, the last first.
+func (s *Server) start(ctx context.Context) (err error) {
+	var started []func() error
 	defer func() {
 		if err != nil {
-			_ = s.storage.close()
+			for i := len(started) - 1; i >= 0; i-- {
+				_ = started[i]()
+			}
 		}
 	}()
+	// The quotas a tenant's limits set win over the configured ones (tenantlimits.go).
+	configured := s.cfg.Quotas
+	s.cfg.Quotas = func(tenant string) usage.Quota { return s.tenantLimits.quota(configured, tenant) }
+	if s.storage, err = s.startStorage(ctx); err != nil {
+		return err
+	}
+	started = append(started, s.storage.close)
 	// Before the caches load: a write this instance is not asked to confirm is in them.
-	if s.confirms, err = startConfirmer(cfg.Conn, cfg.InstanceID, s.cacheHolds, s.log); err != nil {
-		return nil, err
+	if s.confirms, err = startConfirmer(s.cfg.Conn, s.cfg.InstanceID, s.cacheHolds, s.log); err != nil {
+		return err
 	}
-	if _, err = s.startTenantLimits(ctx, cfg.Quotas); err != nil {
-		_ = s.confirms.close()
-		return nil, err
+	started = append(started, s.confirms.close)
+	if _, err = s.startTenantLimits(ctx, configured); err != nil {
+		return err
 	}
-	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, cfg.AdminKey, s.log); err != nil {
-		_ = errors.Join(s.tenantLimits.close(), s.confirms.close())
-		return nil, err
+	started = append(started, s.tenantLimits.close)
+	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, s.cfg.AdminKey, s.log); err != nil {
+		return err
 	}
+	started = append(started, s.auth.Close)
 	if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
-		_ = errors.Join(s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
-		return nil, err
+		return err
 	}
+	started = append(started, s.dir.Close)
 	s.confirms.markLoaded()
-	if s.replies, err = bus.NewReplies(cfg.Conn, cfg.InstanceID, s.log); err != nil {
-		_ = errors.Join(s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
-		return nil, err
+	if s.replies, err = bus.NewReplies(s.cfg.Conn, s.cfg.InstanceID, s.log); err != nil {
+		return err
 	}
-	if s.stats, err = startStats(cfg.Conn, cfg.InstanceID, s.metrics.window, s.log); err != nil {
-		_ = errors.Join(s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
-		return nil, err
+	started = append(started, s.replies.Close)
+	if s.stats, err = startStats(s.cfg.Conn, s.cfg.InstanceID, s.metrics.window, s.log); err != nil {
+		return err
 	}
-	if s.sharing, err = startRateSharing(cfg.Conn, cfg.InstanceID, s.limits, s.confirms.present, s.log); err != nil {
-		_ = errors.Join(s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close(), s.confirms.close())
-		return nil, err
-	}
-	s.mcpHandler = s.newMCPHandler()
-	s.handler = s.routes()
-	return s, nil
+	started = append(started, s.stats.close)
+	s.sharing, err = startRateSharing(s.cfg.Conn, s.cfg.InstanceID, s.limits, s.confirms.present, s.log)
+	return err
 }
 
 // Handler returns the HTTP handler of the API.
