@@ -194,9 +194,8 @@ func (h *Host) answerHandled(ctx context.Context, log *slog.Logger, in *inbound)
 	if answered, err := h.answerFromCache(ctx, log, in.req, in.replyTo, false); answered || err != nil {
 		return // an error: the caller's own reads of the result answer it, or its time runs out
 	}
-	rep := &agentbusv1.Reply{RequestId: in.req.GetRequestId(), Fingerprint: in.req.GetFingerprint(),
-		StatusCode: int32(problem.ReplyUnavailable.Status), Error: problem.ReplyUnavailable.Slug,
-		Content: []byte("the request was handled before, and its answer is no longer kept")}
+	rep := webhookReply(platformError(problem.ReplyUnavailable, "the request was handled before, and its answer is no longer kept"), "")
+	rep.RequestId, rep.Fingerprint = in.req.GetRequestId(), in.req.GetFingerprint()
 	data, err := proto.Marshal(rep)
 	if err == nil {
 		err = h.cfg.Conn.Publish(in.replyTo, data)
