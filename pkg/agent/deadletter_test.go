@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
@@ -214,15 +212,9 @@ func TestDeadLetterReplayOfARequestWithAnID(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{f.agent()}, Host: agent.HostConfig{MaxDeliveries: 2}})
 	dead := deadletter.NewStore(s.Res, bus.NewBlobs(s.Res.Claims, 1<<20))
 	send := func() (int, string) {
-		u := s.URL + "/api/user/webhooks/" + url.PathEscape("default:Flaky:Supervisor Workflow:replay-id") + "/mendable?apikey=" + s.Key
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, u, nil)
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "replay-id-1")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		status, _, b := postWith(t, s, "default:Flaky:Supervisor Workflow:replay-id", "mendable", "",
+			http.Header{"Idempotency-Key": {"replay-id-1"}})
+		return status, string(b)
 	}
 	status, _ := send()
 	require.Equal(t, http.StatusInternalServerError, status)
@@ -286,11 +278,7 @@ func TestHostRefusesTenantsTheAgentIsNotFor(t *testing.T) {
 			WorkflowType: "Supervisor Workflow", ActivationName: "a", ParticipantId: "webhook",
 			Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "open"}
 		enqueue(t, js, req, nats.Header{subject.HeaderReplyTo: {reply}})
-		m, err := sub.NextMsg(10 * time.Second)
-		require.NoError(t, err, "no reply for tenant %s", tenant)
-		rep := new(agentbusv1.Reply)
-		require.NoError(t, proto.Unmarshal(m.Data, rep))
-		return rep
+		return nextReply(t, sub)
 	}
 	assert.EqualValues(t, http.StatusNotFound, send("other").GetStatusCode(), "the other tenant's request")
 	assert.Zero(t, calls.Load(), "the handler ran for the other tenant")

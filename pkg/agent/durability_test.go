@@ -70,14 +70,13 @@ func TestRequestStoredTwiceRunsOnceWithoutItsResult(t *testing.T) {
 	require.Contains(t, string(b), `"count":2`, "a count after the first copy")
 	require.NoError(t, s.Res.Results.Purge(t.Context(), subject.ResultKey(req.TenantId, req.RequestId)))
 
-	replies := make(chan *nats.Msg, 1)
-	_, err := nc.ChanSubscribe("test.twice.reply", replies)
+	replies, err := nc.SubscribeSync("test.twice.reply")
 	require.NoError(t, err)
 	req.ReplyTo = "test.twice.reply"
 	enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {"copy-2"}})
 	_, _, b = post(t, s, wf, "state", "")
 	assert.Contains(t, string(b), `"count":2`, "state after the second copy")
-	assert.Equal(t, problem.ReplyUnavailable.Slug, receiveReply(t, replies).GetError(), "the second copy's answer")
+	assert.Equal(t, problem.ReplyUnavailable.Slug, nextReply(t, replies).GetError(), "the second copy's answer")
 }
 
 // keptCount starts a stack and returns it with the count request of Echo's instance activation

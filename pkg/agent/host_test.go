@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,14 +40,39 @@ func enqueue(t *testing.T, js jetstream.JetStream, req *agentbusv1.Request, head
 // post may run on goroutines other than the test's: it reports a failed request with assert.
 func post(t *testing.T, s *stacktest.Stack, workflow, method, query string) (int, http.Header, []byte) {
 	t.Helper()
+	return postWith(t, s, workflow, method, query, nil)
+}
+
+// postWith is post with the request headers header.
+func postWith(t *testing.T, s *stacktest.Stack, workflow, method, query string, header http.Header) (int, http.Header, []byte) {
+	t.Helper()
 	u := s.URL + "/api/user/webhooks/" + url.PathEscape(workflow) + "/" + method + "?apikey=" + s.Key + "&" + query
-	resp, err := http.Post(u, "application/json", nil)
+	req, err := http.NewRequest(http.MethodPost, u, nil)
+	if !assert.NoError(t, err) {
+		return 0, nil, nil
+	}
+	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
 	if !assert.NoError(t, err) {
 		return 0, nil, nil
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, b
+}
+
+// nextReply waits up to 10 s for the next bus reply on sub.
+func nextReply(t *testing.T, sub *nats.Subscription) *agentbusv1.Reply {
+	t.Helper()
+	m, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err, "no reply")
+	rep := new(agentbusv1.Reply)
+	require.NoError(t, proto.Unmarshal(m.Data, rep))
+	return rep
 }
 
 type countReply struct {

@@ -96,13 +96,14 @@ func TestLostAcknowledgementOfARequestWhoseResultIsGone(t *testing.T) {
 	t.Parallel()
 	const ackWait = 4 * time.Second
 	var (
-		replies = make(chan *nats.Msg, 4)
+		replies *nats.Subscription
 		key     string
 	)
 	kept := func(t *testing.T, s *stacktest.Stack, participant, n, sleep string) {
 		t.Helper()
 		nc := natstest.Conn(t, s.NATS)
-		_, err := nc.ChanSubscribe("test.kept.reply", replies)
+		var err error
+		replies, err = nc.SubscribeSync("test.kept.reply")
 		require.NoError(t, err)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
@@ -112,7 +113,7 @@ func TestLostAcknowledgementOfARequestWhoseResultIsGone(t *testing.T) {
 		enqueue(t, js, req, nil)
 	}
 	s, sa, stop := stepWithLostAck(t, ackWait, kept)
-	first := receiveReply(t, replies)
+	first := nextReply(t, replies)
 	assert.Empty(t, first.GetError(), "step 1's answer")
 
 	step(t, s, "x", "2", "")
@@ -125,22 +126,8 @@ func TestLostAcknowledgementOfARequestWhoseResultIsGone(t *testing.T) {
 	waitRedelivered(t, s, 2, 4*ackWait)
 	ns, hosts := sa.starts("x")
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
-	again := receiveReply(t, replies)
+	again := nextReply(t, replies)
 	assert.Equal(t, problem.ReplyUnavailable.Slug, again.GetError(), "the copy's answer")
-}
-
-// receiveReply waits for a reply on replies.
-func receiveReply(t *testing.T, replies <-chan *nats.Msg) *agentbusv1.Reply {
-	t.Helper()
-	select {
-	case m := <-replies:
-		rep := new(agentbusv1.Reply)
-		require.NoError(t, proto.Unmarshal(m.Data, rep))
-		return rep
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "no reply")
-		return nil
-	}
 }
 
 // A request sent as a claim check (a large one, kept in the claims store while it waits) whose
