@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -250,6 +251,14 @@ func (s *Server) writeReply(w http.ResponseWriter, rep *agentbusv1.Reply) {
 		ct = "application/json"
 	}
 	w.Header().Set("Content-Type", ct)
+	if n := len(rep.GetContent()); n > chunkedAbove && status != http.StatusNoContent && status != http.StatusNotModified {
+		// net/http would send it in chunks; its length is known, so the client learns it first.
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(rep.GetContent())
 }
+
+// chunkedAbove is the longest answer net/http sends with a Content-Length of its own: a longer
+// one, written in one piece after WriteHeader, goes in chunks unless the handler sets it.
+const chunkedAbove = 2048

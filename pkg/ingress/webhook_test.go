@@ -1,10 +1,12 @@
 package ingress_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -69,6 +71,17 @@ func TestWebhookEchoBodies(t *testing.T) {
 			}
 			assert.Equal(t, map[string]any{"x": "1", "y": "two words"}, got["params"], "params: exactly x and y")
 		})
+	}
+	// An answer longer than net/http's buffer says its length rather than coming in chunks.
+	for _, body := range [][]byte{[]byte(`{"a":1}`), large} {
+		resp, err := http.Post(s.URL+"/api/user/webhooks/Echo/echo?apikey="+s.Key, "application/octet-stream", bytes.NewReader(body))
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%.200s", b)
+		assert.Equal(t, int64(len(b)), resp.ContentLength, "Content-Length of an answer of %d bytes", len(b))
+		assert.Empty(t, resp.TransferEncoding, "an answer of %d bytes", len(b))
 	}
 }
 

@@ -42,7 +42,6 @@ package echo
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -216,7 +215,7 @@ func file(ctx context.Context, m *agent.Message) (agent.Reply, error) {
 type echoReply struct {
 	Params     map[string]string `json:"params"`
 	Body       *string           `json:"body,omitempty"`
-	BodyBase64 string            `json:"bodyBase64,omitempty"`
+	BodyBase64 []byte            `json:"bodyBase64,omitempty"` // encoding/json writes it in base64
 	Size       int               `json:"size"`
 	SHA256     string            `json:"sha256"`
 }
@@ -228,7 +227,7 @@ func echo(_ context.Context, r *agent.WebhookRequest) agent.Response {
 		body := string(r.Body)
 		out.Body = &body
 	} else {
-		out.BodyBase64 = base64.StdEncoding.EncodeToString(r.Body)
+		out.BodyBase64 = r.Body
 	}
 	return agent.JSON(http.StatusOK, out)
 }
