@@ -25,7 +25,7 @@ func TestHostReadiness(t *testing.T) {
 	a.Webhook("ping", agent.WebhookFunc(func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Text(200, "pong")
 	}))
-	h, err := agent.NewHost(agent.HostConfig{ID: "ready-host", Conn: nc, Bus: s.Res.Config, Agents: []*agent.Agent{a}, Logger: stacktest.Logger()})
+	h, err := agent.NewHost(agent.HostConfig{ID: "ready-host", Conn: nc, Bus: s.Res.Config, Agents: []*agent.Agent{a}, Logger: stacktest.Logger(t)})
 	require.NoError(t, err)
 	require.EqualError(t, h.Readiness(), "starting")
 

@@ -246,7 +246,7 @@ func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.H
 	}
 	nc := cfg.Conn
 	cfg.Bus = s.Res.Config
-	cfg.Logger = stacktest.Logger()
+	cfg.Logger = stacktest.Logger(t)
 	h, err := agent.NewHost(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -552,7 +552,7 @@ func TestHostsStartingTogetherCountNoTakeover(t *testing.T) {
 		nc, err := s.NATS.Connect(id)
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
-		h, err := agent.NewHost(agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{echo.New()}, Bus: s.Res.Config, Logger: stacktest.Logger()})
+		h, err := agent.NewHost(agent.HostConfig{ID: id, Conn: nc, Agents: []*agent.Agent{echo.New()}, Bus: s.Res.Config, Logger: stacktest.Logger(t)})
 		require.NoError(t, err)
 		hosts = append(hosts, h)
 	}

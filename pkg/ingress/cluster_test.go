@@ -121,10 +121,10 @@ func startClusterStack(t *testing.T) *clusterStack {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	ncI, err := bus.Connect(cl.URLs(), "ingress", stacktest.Logger())
+	ncI, err := bus.Connect(cl.URLs(), "ingress", stacktest.Logger(t))
 	require.NoError(t, err)
 	t.Cleanup(ncI.Close)
-	srv, err := ingress.New(ctx, ingress.Config{Conn: ncI, Bus: busCfg, WebhookTimeout: 5 * time.Second, Logger: stacktest.Logger()})
+	srv, err := ingress.New(ctx, ingress.Config{Conn: ncI, Bus: busCfg, WebhookTimeout: 5 * time.Second, Logger: stacktest.Logger(t)})
 	require.NoError(t, err, "starting ingress")
 	t.Cleanup(func() { _ = srv.Close() })
 	startClusterHost(t, ctx, cl, busCfg)
@@ -150,11 +150,11 @@ func startClusterStack(t *testing.T) *clusterStack {
 // test ends, and waits until it is ready.
 func startClusterHost(t *testing.T, ctx context.Context, cl *natstest.Cluster, busCfg bus.Config) {
 	t.Helper()
-	ncH, err := bus.Connect(cl.URLs(), "host", stacktest.Logger())
+	ncH, err := bus.Connect(cl.URLs(), "host", stacktest.Logger(t))
 	require.NoError(t, err)
 	t.Cleanup(ncH.Close)
 	host, err := agent.NewHost(agent.HostConfig{Conn: ncH, Agents: []*agent.Agent{echo.New()}, Bus: busCfg,
-		ShutdownGrace: 10 * time.Second, Logger: stacktest.Logger()})
+		ShutdownGrace: 10 * time.Second, Logger: stacktest.Logger(t)})
 	require.NoError(t, err)
 	hctx, stopHost := context.WithCancel(context.Background())
 	hostDone := make(chan error, 1)

@@ -436,7 +436,7 @@ type customStack struct {
 // startStack runs a whole stack with cfg, its ingress on a loopback listener, and makes each
 // tenant named with a tenant-admin key the ingress knows; Key and OtherKey are the keys of
 // tenants "default" and "other" when they are named. Zero fields of cfg get a fresh store, the
-// Echo agent, two partitions, a 10 s shutdown grace and stacktest.Logger(). It stops when the
+// Echo agent, two partitions, a 10 s shutdown grace and stacktest.Logger(t). It stops when the
 // test ends.
 func startStack(t *testing.T, cfg stack.Config, tenants ...string) *customStack {
 	t.Helper()
@@ -453,7 +453,7 @@ func startStack(t *testing.T, cfg stack.Config, tenants ...string) *customStack 
 		cfg.Host.ShutdownGrace = 10 * time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = stacktest.Logger()
+		cfg.Logger = stacktest.Logger(t)
 	}
 	cfg.HTTPAddr = "127.0.0.1:0"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -498,7 +498,7 @@ func startIngress(t *testing.T, s *stacktest.Stack, cfg ingress.Config) *secondI
 	nc, err := s.NATS.Connect("second ingress", nats.InProcessServer(laggingServer{s.NATS.Server, lag}))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	cfg.Conn, cfg.Bus, cfg.Logger = nc, bus.Config{Partitions: 4}, stacktest.Logger()
+	cfg.Conn, cfg.Bus, cfg.Logger = nc, bus.Config{Partitions: 4}, stacktest.Logger(t)
 	srv, err := ingress.New(ctx, cfg)
 	require.NoError(t, err)
 	// Closing an ingress whose connection a test closed fails; that is not the test's concern.

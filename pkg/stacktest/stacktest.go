@@ -6,8 +6,6 @@ package stacktest
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -79,14 +77,6 @@ type Stack struct {
 	Dir string
 }
 
-// Logger returns a logger for tests: quiet unless AGENTBUS_TEST_LOG is set.
-func Logger() *slog.Logger {
-	if os.Getenv("AGENTBUS_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return nil
-}
-
 // Start runs a stack for the test; it stops when the test ends.
 func Start(t testing.TB, opts Options) *Stack {
 	t.Helper()
@@ -132,7 +122,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs},
 		Host:     hc,
-		Logger:   Logger(),
+		Logger:   Logger(t),
 		MaxStore: opts.MaxStore,
 	})
 	require.NoError(t, err, "starting stack")
