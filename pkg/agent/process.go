@@ -194,6 +194,10 @@ func (h *Host) answerHandled(ctx context.Context, log *slog.Logger, in *inbound)
 	if answered, err := h.answerFromCache(ctx, log, in.req, in.replyTo, false); answered || err != nil {
 		return // an error: the caller's own reads of the result answer it, or its time runs out
 	}
+	if err := h.mayAct(ctx); err != nil { // as reply: a host whose partition was taken over is quiet
+		log.Warn("answer of a request handled before not sent", "err", err)
+		return
+	}
 	rep := webhookReply(platformError(problem.ReplyUnavailable, "the request was handled before, and its answer is no longer kept"), "")
 	rep.RequestId, rep.Fingerprint = in.req.GetRequestId(), in.req.GetFingerprint()
 	data, err := proto.Marshal(rep)
