@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"sync"
@@ -51,10 +52,7 @@ func postWith(t *testing.T, s *stacktest.Stack, workflow, method, query string, 
 	if !assert.NoError(t, err) {
 		return 0, nil, nil
 	}
-	req.Header = header.Clone()
-	if req.Header == nil {
-		req.Header = http.Header{}
-	}
+	maps.Copy(req.Header, header)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if !assert.NoError(t, err) {
