@@ -18,6 +18,13 @@ import (
 // tests of what a client does when messages are lost or its connection stalls. It passes the
 // protocol on operation by operation: while paused nothing passes either way (a client cut off
 // from NATS, or stopped with SIGSTOP), and a message Drop reports is left out.
+//
+// Each way holds up to bufferedOps operations read and not yet passed on, as a socket's buffers
+// do: a writer blocks only once they are full, not while its reader is busy. (net.Pipe, which
+// the in-process connections are, holds nothing: a client's write blocks until the server reads
+// it, and nats.go writes holding its connection's lock, which its reader needs to answer a PING,
+// so a client and a server each writing to the other could wait on each other.)
+// When either way ends, both ends close, as a socket's do.
 type Proxy struct {
 	// Server is where the connections go: a NATS server (*server.Server), or another Proxy.
 	Server nats.InProcessConnProvider
@@ -80,14 +87,45 @@ func (p *Proxy) InProcessConn() (net.Conn, error) {
 		return nil, err
 	}
 	client, mine := net.Pipe()
-	go func() { p.pass(server, mine, true); _ = server.Close() }()
-	go func() { p.pass(mine, server, false); _ = mine.Close() }()
+	closeBoth := sync.OnceFunc(func() { _ = server.Close(); _ = mine.Close() })
+	go func() { p.pass(server, mine, true); closeBoth() }()
+	go func() { p.pass(mine, server, false); closeBoth() }()
 	return client, nil
 }
 
-// pass copies src's protocol to dst an operation at a time, leaving out the messages Drop
-// reports. A message's control line ends with the length of the payload that follows it.
+// bufferedOps is how many operations each way of a connection holds read and not passed on.
+const bufferedOps = 256
+
+// pass copies src's protocol to dst an operation at a time, while p is not paused. Another
+// goroutine reads the operations ahead, up to bufferedOps of them. It returns once src ends or
+// dst fails.
 func (p *Proxy) pass(dst io.Writer, src io.Reader, toServer bool) {
+	ops := make(chan []byte, bufferedOps)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(ops)
+		p.read(src, toServer, func(op []byte) bool {
+			select {
+			case ops <- op:
+				return true
+			case <-done:
+				return false
+			}
+		})
+	}()
+	for op := range ops {
+		p.wait()
+		if _, err := dst.Write(op); err != nil {
+			return
+		}
+	}
+}
+
+// read passes each operation of src's protocol to pass, leaving out the messages Drop reports,
+// until src ends or pass returns false. A message's control line ends with the length of the
+// payload that follows it.
+func (p *Proxy) read(src io.Reader, toServer bool, pass func(op []byte) bool) {
 	r := bufio.NewReaderSize(src, 64<<10)
 	msgOps := [][]byte{[]byte("MSG "), []byte("HMSG ")}
 	if toServer {
@@ -120,8 +158,7 @@ func (p *Proxy) pass(dst io.Writer, src io.Reader, toServer bool) {
 			p.Dropped.Add(1)
 			continue
 		}
-		p.wait()
-		if _, err := dst.Write(op); err != nil {
+		if !pass(op) {
 			return
 		}
 	}
