@@ -171,7 +171,9 @@ func TestChatRoundsSurviveARetry(t *testing.T) {
 	assert.Len(t, model.asked(2), 2, "the model's turns of round 2")
 	assert.EqualValues(t, 1, rt.sums.Load(), "the tool's runs")
 	assert.Equal(t, []string{"0 0 add 1 and 2", "0 1 sum c1", "1 1 - c1", "1 0 Let me add.\n\nIt is 3."}, threadSummary(t, s, "ann"))
-	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return journalSize(t, s) == 0 })
+	// The watch sees the purge after the records, on one connection: once it counted the purge,
+	// it counted them all (the journal may be empty before the watch has seen its last record).
+	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return w.purges.Load() == 1 && journalSize(t, s) == 0 })
 	assert.EqualValues(t, 3, w.records.Load(), "records: model 1, tool 1.1, model 2 (on the retry)")
 
 	// Not retried: three rounds' steps, each written once and none read (a first attempt has
@@ -184,7 +186,8 @@ func TestChatRoundsSurviveARetry(t *testing.T) {
 	purges := w.purges.Load()
 	status, got = chat(t, s, "Chatter", "bob", "add 1 and 2")
 	require.Equal(t, http.StatusOK, status, got)
-	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return w.purges.Load() == purges+1 })
+	waitFor(t, 5*time.Second, "the journal is purged", func() bool { return w.purges.Load() >= purges+1 })
+	assert.EqualValues(t, purges+1, w.purges.Load(), "purges")
 	assert.EqualValues(t, 3, w.records.Load()-before, "records: model 1, tool 1.1, model 2")
 	assert.Zero(t, w.reads.Load()-reads, "journal reads")
 }
