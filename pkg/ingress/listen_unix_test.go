@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +61,9 @@ func TestSlowListenersCostTheirBuffer(t *testing.T) {
 		slow[i] = openSlowListener(t, s.URL, listenKeys[i%len(listenKeys)], "busy")
 	}
 	got := make(chan []string, 1)
-	go func() { got <- readWholeThread(t, s.URL, listenKeys[len(listenKeys)-1], "busy", floodMessages) }()
+	var read readProgress
+	read.comment.Store("")
+	go func() { got <- readWholeThread(t, s.URL, listenKeys[len(listenKeys)-1], "busy", floodMessages, &read) }()
 	require.Eventually(t, func() bool { return metricValue(t, s.URL, "agentbus_ingress_listeners") == float64(len(slow)+1) },
 		10*time.Second, 20*time.Millisecond, "the listeners never all opened")
 
@@ -70,7 +73,8 @@ func TestSlowListenersCostTheirBuffer(t *testing.T) {
 		select {
 		case ids = <-got:
 		case <-time.After(60 * time.Second):
-			require.FailNow(t, "the reading listener did not get the flood within 60 s")
+			require.FailNow(t, "the reading listener did not get the flood within 60 s",
+				"it had %d messages from %d streams; the last began with %q", read.messages.Load(), read.streams.Load(), read.comment.Load())
 		}
 	})
 	perListener := int64(ingress.DefaultListenBufferBytes + (history.FollowPrefetch+1)*(floodSize+1024))
@@ -192,11 +196,20 @@ func openSlowListener(t *testing.T, base, key, activation string) net.Conn {
 	return c
 }
 
+// readProgress is how far readWholeThread got, for the message of a test that waited for it in
+// vain: the messages and streams so far, and the comment that began the last stream (": listening"
+// or ": last-event-id not found").
+type readProgress struct {
+	messages, streams atomic.Int64
+	comment           atomic.Value // string
+}
+
 // readWholeThread follows a thread until it has n messages, resuming with Last-Event-ID when the
-// stream ends, and returns their ids in the order received.
-func readWholeThread(t *testing.T, base, key, activation string, n int) []string {
+// stream ends, and returns their ids in the order received; progress counts as it reads.
+func readWholeThread(t *testing.T, base, key, activation string, n int, progress *readProgress) []string {
 	var ids []string
 	for attempt := 0; len(ids) < n && attempt < 100; attempt++ {
+		progress.streams.Add(1)
 		req, err := http.NewRequest(http.MethodGet, base+listenPath(key, activation), nil)
 		if err != nil {
 			return ids
@@ -208,9 +221,15 @@ func readWholeThread(t *testing.T, base, key, activation string, n int) []string
 		if err != nil {
 			return ids
 		}
+		first := true
 		scanEvents(resp.Body, func(ev sse.Event) bool {
+			if first {
+				progress.comment.Store(ev.Comment)
+				first = false
+			}
 			if ev.Event == "message" {
 				ids = append(ids, ev.ID)
+				progress.messages.Add(1)
 			}
 			return len(ids) < n
 		})
