@@ -66,11 +66,11 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	t.Helper()
 	start := time.Now()
 	for !cond() {
-		if time.Since(start) > within {
+		if waited := time.Since(start); waited > within {
 			t.Logf("the hosts and their NATS connections when the wait ended: %s",
 				stacktest.Goroutines("agentbus/pkg/agent.", "nats-io/nats.go", "agentbus/pkg/natstest."))
+			require.FailNow(t, fmt.Sprintf("not within %v: %s", within, what), "waited %v", waited)
 		}
-		require.LessOrEqual(t, time.Since(start), within, "not within %v: %s", within, what)
 		time.Sleep(10 * time.Millisecond)
 	}
 	return time.Since(start)

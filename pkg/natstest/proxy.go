@@ -122,10 +122,10 @@ func (p *Proxy) pass(dst io.Writer, src io.Reader, toServer bool) {
 	}
 }
 
-// read passes each operation of src's protocol to pass, leaving out the messages Drop reports,
-// until src ends or pass returns false. A message's control line ends with the length of the
+// read hands each operation of src's protocol to emit, leaving out the messages Drop reports,
+// until src ends or emit returns false. A message's control line ends with the length of the
 // payload that follows it.
-func (p *Proxy) read(src io.Reader, toServer bool, pass func(op []byte) bool) {
+func (p *Proxy) read(src io.Reader, toServer bool, emit func(op []byte) bool) {
 	r := bufio.NewReaderSize(src, 64<<10)
 	msgOps := [][]byte{[]byte("MSG "), []byte("HMSG ")}
 	if toServer {
@@ -158,7 +158,7 @@ func (p *Proxy) read(src io.Reader, toServer bool, pass func(op []byte) bool) {
 			p.Dropped.Add(1)
 			continue
 		}
-		if !pass(op) {
+		if !emit(op) {
 			return
 		}
 	}
