@@ -30,13 +30,16 @@ import (
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
-// loadOpenAPI loads the embedded OpenAPI document and validates it.
+// loadOpenAPI is the embedded OpenAPI document, loaded and validated once for the tests, which
+// only read it.
 func loadOpenAPI(t *testing.T) *openapi3.T {
 	t.Helper()
-	doc, err := loadDocument()
+	doc, err := sharedDocument()
 	require.NoError(t, err)
 	return doc
 }
+
+var sharedDocument = sync.OnceValues(loadDocument)
 
 // operations lists the document's operations as "METHOD /path/template".
 func operations(doc *openapi3.T) []string {
