@@ -295,11 +295,24 @@ func ensureKept(ctx context.Context, js jetstream.JetStream, cfg Config, name, d
 // ensureStream creates or updates the stream of cfg, unless it was declared so before.
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	fp := fingerprint(cfg)
-	if s, same, err := declared(ctx, js, cfg.Name, fp); err != nil || same {
+	s, same, err := declared(ctx, js, cfg.Name, fp)
+	if err != nil || same {
 		return s, err
 	}
 	cfg.Metadata = withFingerprint(cfg.Metadata, fp)
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if s == nil {
+		// Not there (or not looked for): create it, one request where CreateOrUpdateStream
+		// asks for an update first. Another process may have created it meanwhile, with an
+		// older config: then it is updated.
+		s, err = js.CreateStream(ctx, cfg)
+		if err == nil {
+			return s, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("creating stream %s: %w", cfg.Name, err)
+		}
+	}
+	s, err = js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", cfg.Name, err)
 	}
