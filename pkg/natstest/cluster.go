@@ -122,7 +122,30 @@ func startCluster(t testing.TB, size int, cut *RouteCut) (*Cluster, error) {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
+	if cut != nil {
+		if err := c.routesThroughCut(); err != nil {
+			return c, err
+		}
+	}
 	return c, c.waitPlacing(t)
+}
+
+// routesThroughCut reports an error when the last server routes to another around the cut. The
+// others tell it their own route addresses, and when one does before the last server's route to
+// that one through the proxy is up, it connects there directly (an implicit route, which
+// IsConfigured tells apart), and the cut would not stop that route's traffic.
+func (c *Cluster) routesThroughCut() error {
+	last := len(c.Servers) - 1
+	rz, err := c.Servers[last].Routez(&server.RoutezOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the routes of n%d: %w", last+1, err)
+	}
+	for _, r := range rz.Routes {
+		if r.DidSolicit && !r.IsConfigured {
+			return fmt.Errorf("n%d routes to %s around the cut, at port %d", last+1, r.RemoteName, r.Port)
+		}
+	}
+	return nil
 }
 
 // waitPlacing waits until the meta leader places a stream on every server: right after the
