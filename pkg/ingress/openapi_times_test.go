@@ -36,7 +36,7 @@ func TestOpenAPITimesAreTimestamps(t *testing.T) {
 				plain = append(plain, path)
 			}
 			for k, e := range v {
-				walk(path+"/"+strings.ReplaceAll(strings.ReplaceAll(k, "~", "~0"), "/", "~1"), e)
+				walk(path+"/"+pointerToken(k), e)
 			}
 		case []any:
 			for i, e := range v {

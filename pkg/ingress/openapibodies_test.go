@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func (s *bodySchemas) check(pointer string, response *openapi3.Response, content
 			key = k
 		}
 	}
-	schema, err := s.schema(pointer + "/content/" + escapePointer(key) + "/schema")
+	schema, err := s.schema(pointer + "/content/" + pointerToken(key) + "/schema")
 	if err != nil {
 		return err
 	}
@@ -89,14 +90,16 @@ func (s *bodySchemas) check(pointer string, response *openapi3.Response, content
 	return nil
 }
 
-// schema is the compiled schema at pointer.
+// schema is the compiled schema at pointer (a JSON pointer, RFC 6901).
 func (s *bodySchemas) schema(pointer string) (*sjs.Schema, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if schema, ok := s.compiled[pointer]; ok {
 		return schema, nil
 	}
-	schema, err := s.compiler.Compile(documentURL + "#" + pointer)
+	// In a URI's fragment the pointer's path templates' braces and any percent sign are escaped.
+	fragment := (&url.URL{Fragment: pointer}).EscapedFragment()
+	schema, err := s.compiler.Compile(documentURL + "#" + fragment)
 	if err != nil {
 		return nil, fmt.Errorf("compiling the schema at %s: %w", pointer, err)
 	}
@@ -106,18 +109,21 @@ func (s *bodySchemas) schema(pointer string) (*sjs.Schema, error) {
 
 // responsePointer is the JSON pointer of an operation's response: the component it refers to,
 // or the response in the operation itself.
-func responsePointer(path, method, status string, ref *openapi3.ResponseRef) string {
+func responsePointer(path, method, status string, ref *openapi3.ResponseRef) (string, error) {
 	if ref.Ref != "" {
-		return strings.TrimPrefix(ref.Ref, "#")
+		// A reference is a URI fragment.
+		u, err := url.Parse(ref.Ref)
+		if err != nil {
+			return "", fmt.Errorf("reading the reference %q: %w", ref.Ref, err)
+		}
+		return u.Fragment, nil
 	}
-	return "/paths/" + escapePointer(path) + "/" + strings.ToLower(method) + "/responses/" + status
+	return "/paths/" + pointerToken(path) + "/" + strings.ToLower(method) + "/responses/" + status, nil
 }
 
-// escapePointer escapes a JSON pointer's reference token (RFC 6901), and what a URI fragment
-// cannot hold.
-func escapePointer(token string) string {
-	token = strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
-	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(token)
+// pointerToken escapes a JSON pointer's reference token (RFC 6901).
+func pointerToken(token string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(token)
 }
 
 // TestTrafficValidatorChecksBodies: the check every test's answers go through refuses bodies

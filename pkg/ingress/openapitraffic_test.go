@@ -193,7 +193,11 @@ func (v *trafficValidator) checkAnswer(req *http.Request, resp *http.Response, r
 		if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
 			return err
 		}
-		if err := v.bodies.check(responsePointer(rt.Path, rt.Method, key, documented), documented.Value, ct, b); err != nil {
+		pointer, err := responsePointer(rt.Path, rt.Method, key, documented)
+		if err != nil {
+			return err
+		}
+		if err := v.bodies.check(pointer, documented.Value, ct, b); err != nil {
 			return fmt.Errorf("%s: %w", key, err)
 		}
 	} else if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
@@ -257,7 +261,7 @@ func (v *trafficValidator) checkComponentAnswer(req *http.Request, resp *http.Re
 	if err != nil {
 		return nil
 	}
-	if err := v.bodies.check("/components/responses/"+escapePointer(name), want, ct, b); err != nil {
+	if err := v.bodies.check("/components/responses/"+pointerToken(name), want, ct, b); err != nil {
 		return fmt.Errorf("the answer does not fit %s: %w", name, err)
 	}
 	return nil
