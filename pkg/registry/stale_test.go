@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -204,24 +205,46 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 	e, err := hosts.Get(ctx, subject.HostKey("h"))
 	require.NoError(t, err)
 
-	// Keep a replica that is not the leader, and kill the two others.
-	st, err := hosts.Status(ctx)
-	require.NoError(t, err)
-	leader := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster.Leader
-	keep := (cl.Index(leader) + 1) % 3
+	// Keep a replica that is not the leader, and kill the two others once the leader counts it
+	// current: a replica that had not yet joined the stream's group, or lagged behind it, would
+	// have nothing to answer with (the stream's assignment reaches each server on its own).
+	var leader, keepName string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st, err := hosts.Status(ctx)
+		if !assert.NoError(c, err) {
+			return
+		}
+		cluster := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Cluster
+		if !assert.NotNil(c, cluster) || !assert.NotEmpty(c, cluster.Leader, "a leader") {
+			return
+		}
+		leader = cluster.Leader
+		keepName = cl.Name((cl.Index(leader) + 1) % 3)
+		i := slices.IndexFunc(cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == keepName })
+		if assert.NotEqual(c, -1, i, "a replica on %s", keepName) {
+			assert.True(c, cluster.Replicas[i].Current, "current")
+			assert.Zero(c, cluster.Replicas[i].Lag, "lag")
+		}
+	}, 10*time.Second, 20*time.Millisecond, "the replica to be kept caught up")
+	keep := cl.Index(keepName)
 	kept, err := connect(keep).KeyValue(ctx, subject.HostsBucket)
 	require.NoError(t, err)
-	for i := range 3 {
-		if i != keep {
-			cl.Kill(i)
-		}
-	}
-	require.Eventually(t, func() bool {
+	// The other follower first: had the leader died first, the two left could elect the kept
+	// replica, which would then lead, without a quorum, until it noticed (10 to 20 s).
+	cl.Kill((keep + 1) % 3)
+	cl.Kill(cl.Index(leader))
+	// The kept replica answers the stream's info as leaderless once it has stood for election
+	// (some seconds after it last heard its leader) and JetStream has run on its server for
+	// 10 s: about 10 s after the cluster started. A failure shows the last answer.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		st, err := kept.Status(sctx)
-		return err == nil && !hasLeader(st)
-	}, 20*time.Second, 100*time.Millisecond, "the kept replica answers the stream's info, without a leader")
+		if assert.NoError(c, err) {
+			info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+			assert.False(c, hasLeader(st), "a leader, or no cluster info: %+v", info.Cluster)
+		}
+	}, 20*time.Second, 100*time.Millisecond, "the kept replica answers the stream's info, without a leader (the leader was %s, %s was kept)", leader, keepName)
 	_, err = kept.Get(ctx, subject.HostKey("h"))
 	require.NoError(t, err, "the kept replica answers reads")
 
