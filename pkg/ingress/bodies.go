@@ -56,11 +56,25 @@ var errBodyBudget = errors.New("the body budget is used up")
 
 // readAll reads r to its end into a buffer that grows by doubling, from 512 bytes up to most
 // (the announced length and one byte for the end, or the limit and one), taking each growth of
-// its capacity from take first: what the budget counts is the memory the body holds.
+// its capacity from take first: what the budget counts is the memory the body holds. Once the
+// buffer holds most-1 bytes, a one-byte read looks for the end before it grows by that byte, a
+// copy of the whole body (an announced length of a power of two fills it exactly).
 func readAll(r io.Reader, most int64, take func(int64) bool) ([]byte, error) {
 	var b []byte
 	for {
 		if len(b) == cap(b) {
+			var past []byte
+			if len(b) > 0 && int64(len(b)) == most-1 {
+				var one [1]byte
+				n, err := io.ReadFull(r, one[:])
+				if err == io.EOF {
+					return b, nil
+				}
+				if err != nil {
+					return nil, err
+				}
+				past = one[:n]
+			}
 			c := min(max(2*int64(cap(b)), 512), most)
 			if c <= int64(cap(b)) {
 				c = int64(cap(b)) + 512
@@ -70,7 +84,8 @@ func readAll(r io.Reader, most int64, take func(int64) bool) ([]byte, error) {
 			}
 			grown := make([]byte, len(b), c)
 			copy(grown, b)
-			b = grown
+			b = append(grown, past...)
+			continue
 		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
