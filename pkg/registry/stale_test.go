@@ -187,9 +187,10 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-node NATS cluster")
 	}
+	cl := natstest.NewCluster(t, 3)
+	// From here: starting the cluster may take a second attempt of 30 s on a busy machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := natstest.NewCluster(t, 3)
 	connect := func(i int) jetstream.JetStream {
 		nc, err := nats.Connect(cl.Servers[i].ClientURL())
 		require.NoError(t, err)
