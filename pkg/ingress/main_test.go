@@ -9,11 +9,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
 // Every test stops what it starts: NATS servers, hosts, watches and HTTP servers. Every answer
 // the tests get is checked against the OpenAPI document (checkedRun).
 func TestMain(m *testing.M) {
+	// The tests send and receive bodies of up to 32 MiB.
+	stacktest.ClearShadowInPlace()
 	goleak.VerifyTestMain(checkedRun{m}, natstest.IgnoredLeaks()...)
 }
 
