@@ -115,9 +115,10 @@ func TestListenStreamsShareAFollow(t *testing.T) {
 	alone.Close()
 	waitConsumers(base, "the last stream closed")
 	// The gauge goes down when the stream's handler returns, which may be after its consumer
-	// is gone.
-	assert.Eventually(t, func() bool { return metricValue(t, s.URL, "agentbus_ingress_listeners") == 0 },
-		5*time.Second, 10*time.Millisecond, "open listen streams: %v", metricValue(t, s.URL, "agentbus_ingress_listeners"))
+	// is gone. A failure shows the last value read.
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, 0.0, metricValue(t, s.URL, "agentbus_ingress_listeners"), "open listen streams")
+	}, 5*time.Second, 10*time.Millisecond)
 }
 
 // TestListenStreamsOpenedAtOnceShareAFollow: streams of one thread opened at the same moment,

@@ -209,7 +209,8 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 	// Keep a replica that is not the leader, and kill the two others once the leader counts it
 	// current: a replica that had not yet joined the stream's group, or lagged behind it, would
 	// have nothing to answer with (the stream's assignment reaches each server on its own).
-	var leader, keepName string
+	var leader string
+	var keep int
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		st, err := hosts.Status(ctx)
 		if !assert.NoError(c, err) {
@@ -220,14 +221,13 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 			return
 		}
 		leader = cluster.Leader
-		keepName = cl.Name((cl.Index(leader) + 1) % 3)
-		i := slices.IndexFunc(cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == keepName })
-		if assert.NotEqual(c, -1, i, "a replica on %s", keepName) {
+		keep = (cl.Index(leader) + 1) % 3
+		i := slices.IndexFunc(cluster.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == cl.Name(keep) })
+		if assert.NotEqual(c, -1, i, "a replica on %s", cl.Name(keep)) {
 			assert.True(c, cluster.Replicas[i].Current, "current")
 			assert.Zero(c, cluster.Replicas[i].Lag, "lag")
 		}
 	}, 10*time.Second, 20*time.Millisecond, "the replica to be kept caught up")
-	keep := cl.Index(keepName)
 	kept, err := connect(keep).KeyValue(ctx, subject.HostsBucket)
 	require.NoError(t, err)
 	// The other follower first: had the leader died first, the two left could elect the kept
@@ -245,7 +245,7 @@ func TestLeaderlessBucketKeepsTheHosts(t *testing.T) {
 			info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
 			assert.False(c, hasLeader(st), "a leader, or no cluster info: %+v", info.Cluster)
 		}
-	}, 20*time.Second, 100*time.Millisecond, "the kept replica answers the stream's info, without a leader (the leader was %s, %s was kept)", leader, keepName)
+	}, 20*time.Second, 100*time.Millisecond, "the kept replica answers the stream's info, without a leader (the leader was %s, %s was kept)", leader, cl.Name(keep))
 	_, err = kept.Get(ctx, subject.HostKey("h"))
 	require.NoError(t, err, "the kept replica answers reads")
 

@@ -9,9 +9,9 @@ import (
 	"syscall"
 )
 
-// shadowOption is the race detector's setting ClearShadowInPlace adds to GORACE: every
-// allocation's shadow up to 1 GiB is cleared by writing zeros.
-const shadowOption = "clear_shadow_mmap_threshold=1073741824"
+// shadowSetting is the race detector's setting ClearShadowInPlace adds to GORACE, with the value
+// shadowValue: every allocation's shadow up to 1 GiB is cleared by writing zeros.
+const shadowSetting, shadowValue = "clear_shadow_mmap_threshold", "1073741824"
 
 // ClearShadowInPlace makes the race detector clear its shadow of each allocation and each
 // freed object by writing zeros, as it does up to 64 KiB by default, instead of mapping fresh
@@ -24,7 +24,7 @@ const shadowOption = "clear_shadow_mmap_threshold=1073741824"
 // in a binary built without the race detector.
 func ClearShadowInPlace() {
 	gorace := os.Getenv("GORACE")
-	if strings.Contains(gorace, "clear_shadow_mmap_threshold") {
+	if strings.Contains(gorace, shadowSetting) {
 		return
 	}
 	exe, err := os.Executable()
@@ -32,7 +32,7 @@ func ClearShadowInPlace() {
 		return
 	}
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GORACE=") })
-	env = append(env, "GORACE="+strings.TrimSpace(gorace+" "+shadowOption))
+	env = append(env, "GORACE="+strings.TrimSpace(gorace+" "+shadowSetting+"="+shadowValue))
 	// Exec returns only when it fails; the tests then run with the default.
 	_ = syscall.Exec(exe, os.Args, env)
 }
