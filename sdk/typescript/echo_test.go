@@ -77,6 +77,7 @@ func api(t testing.TB, method, url, key string, body, out any) int {
 // TestTypeScriptEcho registers the TypeScript kit's Echo and calls it through the whole stack: a
 // webhook, Data methods with state, and a chat.
 func TestTypeScriptEcho(t *testing.T) {
+	t.Parallel()
 	node := build(t)
 	reg := startEcho(t, node, webhooksig.NewStandardSecret())
 	s := stacktest.Start(t, stacktest.Options{})
@@ -110,6 +111,7 @@ func TestTypeScriptEcho(t *testing.T) {
 
 // TestTypeScriptEchoConforms runs remote.Check against EchoTS: every case passes.
 func TestTypeScriptEchoConforms(t *testing.T) {
+	t.Parallel()
 	raw := startEcho(t, build(t), webhooksig.NewStandardSecret())
 	b, err := json.Marshal(raw)
 	require.NoError(t, err)
@@ -143,6 +145,7 @@ func TestTypeScriptEchoConforms(t *testing.T) {
 // TestTypeScriptEchoConformance runs the conformance suite (pkg/conformance) against the
 // TypeScript kit's Echo registered as Echo on a stack without the Go Echo.
 func TestTypeScriptEchoConformance(t *testing.T) {
+	t.Parallel()
 	reg := startEcho(t, build(t), webhooksig.NewStandardSecret(), "--name", "Echo")
 	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
 	require.Equal(t, "Echo", reg["name"])

@@ -22,6 +22,7 @@ import (
 // answers a signed request; and the EchoTS the package ships (its bin, agentbus-echots),
 // registered with a whole stack, answers a webhook and a Data method through it.
 func TestTypeScriptPackage(t *testing.T) {
+	t.Parallel()
 	node, npm := build(t), lookTool(t, "npm")
 	dir := t.TempDir()
 	// build compiled the kit just now: packing need not run prepack's compile again.

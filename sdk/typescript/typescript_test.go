@@ -38,6 +38,7 @@ const (
 // missing or was installed from another package-lock.json), compiles the kit, its example and
 // its tests to dist/, and runs the tests with node --test.
 func TestTypeScriptKit(t *testing.T) {
+	t.Parallel()
 	node := build(t)
 	tests := compiledTests(t)
 	out := run(t, stepTimeout, node, append([]string{"--test", "--test-reporter=tap"}, tests...)...)
