@@ -90,6 +90,8 @@ func (s *Server) startStorage(ctx context.Context) (*storage, error) {
 	if st.usage, err = usage.Watch(ctx, s.js, s.res.Config, s.log); err != nil {
 		return nil, err
 	}
+	// What this instance stored counts against its tenant until its reader has it.
+	st.meter.SeenBy(st.usage)
 	st.level = usage.NewLevel(s.js, st.guard.MaxBytes, s.res.Config.Replicas, s.log)
 	if err := st.level.Read(ctx); err != nil {
 		s.log.Warn("reading the store's level", "err", err)
@@ -135,11 +137,12 @@ func (st *storage) quotaOf(tenant string) usage.Quota {
 	return st.quotas(tenant)
 }
 
-// usageOf is tenant's usage as this instance knows it: the counters, and what it stored and has
-// not published yet.
+// usageOf is tenant's usage as this instance knows it: the counters, and what it stored that
+// they do not hold yet. Pending is read first: what it leaves out as applied is in the counters
+// read after it.
 func (st *storage) usageOf(tenant string) usage.Usage {
-	u := st.usage.Of(tenant)
-	u.Add(st.meter.Pending(tenant))
+	u := st.meter.Pending(tenant)
+	u.Add(st.usage.Of(tenant))
 	for k := range u.Bytes {
 		// A claim this instance deleted that another stored, whose count is not here yet.
 		u.Bytes[k] = max(u.Bytes[k], 0)

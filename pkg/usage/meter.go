@@ -38,6 +38,10 @@ const maxFlushCounters = 4 * 4096
 // flushTimeout bounds one flush of Run.
 const flushTimeout = 2 * time.Second
 
+// maxUnseen bounds the acknowledged increments a Meter counts as pending until its Reader has
+// applied them (SeenBy); past it, the oldest are no longer counted, as if seen.
+const maxUnseen = 4 * maxFlushCounters
+
 // Meter counts what a process stores, per tenant, and publishes it to the usage counters once
 // a FlushInterval (Run). Counting is a map update under a lock: no NATS round trip. It is safe
 // for concurrent use; the nil Meter counts nothing.
@@ -49,9 +53,13 @@ type Meter struct {
 	id string
 
 	mu sync.Mutex
-	// pending are the counts not yet sent, by counter; tenants the same by tenant.
+	// pending are the counts not yet sent, by counter. tenants are, by tenant, the counts a
+	// Reader may not hold yet: those pending, those sent and not acknowledged, and those
+	// acknowledged that reader has not applied yet (unseen; without a reader, none).
 	pending map[counter]int64
 	tenants map[string]*Usage
+	reader  *Reader
+	unseen  []acknowledged
 	// unacknowledged are increments sent whose publish failed, to send again as they are.
 	unacknowledged []*nats.Msg
 	seq            uint64
@@ -59,6 +67,14 @@ type Meter struct {
 	// EarlyFlushBytes, kick asks Run to flush now.
 	unflushed int64
 	kick      chan struct{}
+}
+
+// acknowledged is an increment of a counter that the stream stored at seq.
+type acknowledged struct {
+	c      counter
+	n      int64
+	stream string
+	seq    uint64
 }
 
 // counter names one usage counter: a kind's bytes of a tenant on a day, or (kind numKinds) a
@@ -143,18 +159,75 @@ func (m *Meter) pendingOf(tenant string) *Usage {
 	return u
 }
 
-// Pending is what m counted of tenant and has not published yet: what a Reader in the same
-// process does not see yet.
+// SeenBy makes m count an increment as pending until r has applied the counter's value that
+// holds it, instead of until the stream acknowledged it: between the two, r answers the value
+// before the increment, and a quota checked against r's usage and m's Pending would miss it.
+// It is called before m counts anything.
+func (m *Meter) SeenBy(r *Reader) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reader = r
+}
+
+// Pending is what m counted of tenant that a Reader in the same process may not hold yet: not
+// published yet, or (SeenBy) not applied by that Reader yet.
 func (m *Meter) Pending(tenant string) Usage {
 	if m == nil {
 		return Usage{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.forgetSeen()
 	if u := m.tenants[tenant]; u != nil {
 		return *u
 	}
 	return Usage{}
+}
+
+// uncount takes n of counter c out of its tenant's pending counts; m.mu is held.
+func (m *Meter) uncount(c counter, n int64) {
+	u := m.tenants[c.tenant]
+	if u == nil {
+		return
+	}
+	if c.kind == numKinds {
+		u.Instances -= n
+	} else {
+		u.Bytes[c.kind] -= n
+	}
+	if *u == (Usage{}) {
+		delete(m.tenants, c.tenant)
+	}
+}
+
+// forgetSeen stops counting the acknowledged increments that m's reader has applied, oldest
+// first, and the oldest beyond maxUnseen; m.mu is held.
+func (m *Meter) forgetSeen() {
+	i := 0
+	for ; i < len(m.unseen); i++ {
+		a := m.unseen[i]
+		if len(m.unseen)-i <= maxUnseen && !m.reader.Seen(a.stream, a.seq) {
+			break
+		}
+		m.uncount(a.c, a.n)
+	}
+	m.unseen = append(m.unseen[:0], m.unseen[i:]...)
+}
+
+// acknowledged stops counting an increment the stream stored at ack, at once without a reader
+// or once the reader has applied it.
+func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
+	c, n, ok := parseIncrement(msg)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reader == nil || ack == nil {
+		m.uncount(c, n)
+		return
+	}
+	m.unseen = append(m.unseen, acknowledged{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
 }
 
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
@@ -204,7 +277,8 @@ func (m *Meter) Flush(ctx context.Context) error {
 			continue
 		}
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			m.acknowledged(batch[i], ack)
 		case err := <-f.Err():
 			failed, errs = append(failed, batch[i]), append(errs, err)
 		case <-ctx.Done():
@@ -242,16 +316,8 @@ func (m *Meter) take() []*nats.Msg {
 		msg.Header.Set(jetstream.MsgIDHeader, m.id+"."+strconv.FormatUint(m.seq, 10))
 		batch = append(batch, msg)
 	}
-	// What a process that has not published yet still counts as its own (Pending): only what
-	// is left for the next flush.
-	clear(m.tenants)
-	for c, n := range m.pending {
-		if c.kind == numKinds {
-			m.pendingOf(c.tenant).Instances += n
-		} else {
-			m.pendingOf(c.tenant).Bytes[c.kind] += n
-		}
-	}
+	// The increments taken stay in tenants (Pending) until acknowledged, and then until seen.
+	m.forgetSeen()
 	m.unflushed = 0
 	return batch
 }

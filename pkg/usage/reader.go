@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +32,9 @@ type Reader struct {
 	tenants map[string]*tally
 
 	follows []jetstream.ConsumeContext
+	// applied is, by stream, the sequence of the last counter value applied (Seen). Made
+	// before the follows start and not changed after.
+	applied map[string]*atomic.Uint64
 }
 
 // tally is one tenant's counters.
@@ -50,11 +54,15 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg bus.Config, log *slo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Reader{cfg: cfg, log: log, now: time.Now, tenants: make(map[string]*tally)}
-	for _, f := range []struct{ stream, filter string }{
+	r := &Reader{cfg: cfg, log: log, now: time.Now, tenants: make(map[string]*tally), applied: make(map[string]*atomic.Uint64)}
+	follows := []struct{ stream, filter string }{
 		{subject.UsageStream, subject.UsageDaySubjects()},
 		{subject.UsageTotalsStream, subject.UsageTotalSubjects()},
-	} {
+	}
+	for _, f := range follows {
+		r.applied[f.stream] = new(atomic.Uint64)
+	}
+	for _, f := range follows {
 		if err := r.follow(ctx, js, f.stream, f.filter); err != nil {
 			r.Close()
 			return nil, err
@@ -78,9 +86,16 @@ func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, stream, fil
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		once.Do(func() { close(loaded) })
 	}
+	applied := r.applied[stream]
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		r.apply(msg.Subject(), msg.Data())
-		if md, err := msg.Metadata(); err == nil && md.NumPending == 0 {
+		md, err := msg.Metadata()
+		if err != nil {
+			return
+		}
+		// An ordered consumer delivers in the stream's order.
+		applied.Store(md.Sequence.Stream)
+		if md.NumPending == 0 {
 			once.Do(func() { close(loaded) })
 		}
 	})
@@ -94,6 +109,17 @@ func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, stream, fil
 	case <-ctx.Done():
 		return fmt.Errorf("reading %s: %w", stream, ctx.Err())
 	}
+}
+
+// Seen reports whether r has applied the counter values of stream up to its sequence seq: a
+// value a Meter published and the stream acknowledged at seq is in what Of answers. The nil
+// Reader has seen everything.
+func (r *Reader) Seen(stream string, seq uint64) bool {
+	if r == nil {
+		return true
+	}
+	a := r.applied[stream]
+	return a == nil || a.Load() >= seq
 }
 
 // Close stops following the counters; Of answers what it had.

@@ -94,6 +94,30 @@ func TestMetersAddUpInEveryReader(t *testing.T) {
 	usageOf(t, late, "beta", bytes(10, 0, 0, 0))
 }
 
+// TestPendingUntilTheReaderHasIt: a meter seen by a reader counts what it published as pending
+// until the reader has applied it, so that its pending counts, read before the reader's usage,
+// never add up with it to less than was counted, however late the reader follows; once the
+// reader has it all, nothing is pending.
+func TestPendingUntilTheReaderHasIt(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	r := watch(t, res)
+	m := meter(t, res)
+	m.SeenBy(r)
+	var want usage.Usage
+	for i := range 100 {
+		m.Add("acme", usage.Files, 100_000)
+		m.AddInstance("acme")
+		want.Add(bytes(0, 100_000, 0, 1))
+		flush(t, m)
+		got := m.Pending("acme")
+		got.Add(r.Of("acme"))
+		require.GreaterOrEqual(t, got.Total(), want.Total(), "bytes after flush %d", i)
+		require.GreaterOrEqual(t, got.Instances, want.Instances, "instances after flush %d", i)
+	}
+	usageOf(t, r, "acme", want)
+	assert.Equal(t, usage.Usage{}, m.Pending("acme"), "nothing pending once the reader has it")
+}
+
 // TestDaysAgeOutWithTheirKind: bytes count while the day they were stored on may still be in
 // the store: history and files for the history's max age, large payloads for the inbox's,
 // each from the end of its day.
