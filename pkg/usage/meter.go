@@ -59,7 +59,7 @@ type Meter struct {
 	pending map[counter]int64
 	tenants map[string]*Usage
 	reader  *Reader
-	unseen  []acknowledged
+	unseen  []ackedIncrement
 	// unacknowledged are increments sent whose publish failed, to send again as they are.
 	unacknowledged []*nats.Msg
 	seq            uint64
@@ -69,8 +69,8 @@ type Meter struct {
 	kick      chan struct{}
 }
 
-// acknowledged is an increment of a counter that the stream stored at seq.
-type acknowledged struct {
+// ackedIncrement is an increment of a counter that the stream stored at seq.
+type ackedIncrement struct {
 	c      counter
 	n      int64
 	stream string
@@ -211,7 +211,11 @@ func (m *Meter) forgetSeen() {
 		}
 		m.uncount(a.c, a.n)
 	}
-	m.unseen = append(m.unseen[:0], m.unseen[i:]...)
+	if i == len(m.unseen) {
+		m.unseen = m.unseen[:0]
+	} else {
+		m.unseen = m.unseen[i:]
+	}
 }
 
 // acknowledged stops counting an increment the stream stored at ack, at once without a reader
@@ -227,7 +231,7 @@ func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
 		m.uncount(c, n)
 		return
 	}
-	m.unseen = append(m.unseen, acknowledged{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
+	m.unseen = append(m.unseen, ackedIncrement{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
 }
 
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
