@@ -9,7 +9,8 @@ import (
 )
 
 // TestDecodeLargeEcho: Echo's answer decodes to the same fields whether its bodyBase64 is cut
-// out (compact or spaced JSON) or the answer is decoded whole (an escaped string), and an answer
+// out (compact or spaced JSON) or the answer is decoded whole (an escaped string, or a parameter
+// of the same name before it), and an answer
 // that is not a JSON object, or whose bodyBase64 is not base64, is an error either way.
 func TestDecodeLargeEcho(t *testing.T) {
 	body := []byte("\xff\x00 binary \"body\" \\ with quotes")
@@ -17,9 +18,10 @@ func TestDecodeLargeEcho(t *testing.T) {
 	compact, err := json.Marshal(map[string]any{"params": map[string]string{"k": `"bodyBase64":"x`}, "size": len(body), "sha256": sha(body), "bodyBase64": body})
 	require.NoError(t, err)
 	for name, answer := range map[string]string{
-		"compact": string(compact),
-		"spaced":  `{"params": {}, "size": ` + jsonString(t, len(body)) + `, "sha256": "` + sha(body) + `", "bodyBase64" : "/wAgYmluYXJ5ICJib2R5IiBcIHdpdGggcXVvdGVz"}`,
-		"escaped": `{"size":` + jsonString(t, len(body)) + `,"sha256":"` + sha(body) + `","bodyBase64":"\/wAgYmluYXJ5ICJib2R5IiBcIHdpdGggcXVvdGVz"}`,
+		"compact":                       string(compact),
+		"spaced":                        `{"params": {}, "size": ` + jsonString(t, len(body)) + `, "sha256": "` + sha(body) + `", "bodyBase64" : "/wAgYmluYXJ5ICJib2R5IiBcIHdpdGggcXVvdGVz"}`,
+		"a parameter of the name first": `{"params":{"bodyBase64":"AAAA"},"size":` + jsonString(t, len(body)) + `,"sha256":"` + sha(body) + `","bodyBase64":"/wAgYmluYXJ5ICJib2R5IiBcIHdpdGggcXVvdGVz"}`,
+		"escaped":                       `{"size":` + jsonString(t, len(body)) + `,"sha256":"` + sha(body) + `","bodyBase64":"\/wAgYmluYXJ5ICJib2R5IiBcIHdpdGggcXVvdGVz"}`,
 	} {
 		got, err := decodeLargeEcho([]byte(answer))
 		require.NoError(t, err, name)

@@ -46,10 +46,12 @@ func decodeLargeEcho(answer []byte) (largeEcho, error) {
 			rest := append(append(bytes.Clone(answer[:loc[1]]), '"'), value[end+1:]...)
 			decoded := make([]byte, base64.StdEncoding.DecodedLen(end))
 			n, err := base64.StdEncoding.Decode(decoded, value[:end])
-			if err == nil && json.Unmarshal(rest, &got) == nil {
+			// The rest holds no other bodyBase64 (a parameter of that name, say) with content.
+			if err == nil && json.Unmarshal(rest, &got) == nil && len(got.BodyBase64) == 0 {
 				got.BodyBase64 = decoded[:n]
 				return got, nil
 			}
+			got = largeEcho{}
 		}
 	}
 	// Decoded into fields rather than a map, so that the base64 is read once, into the bytes it

@@ -318,7 +318,7 @@ func runGoSnippet(t *testing.T, tool, code string, input []byte) []byte {
 // testBuildFlags are the flags of go build that this test binary was built with (the race
 // detector, -gcflags, -ldflags), so that go run of the snippet finds the standard library's
 // packages already compiled by the go test that built it, instead of compiling them again
-// (about 30 s of CPU from an empty build cache).
+// (about 27 s of CPU from an empty build cache).
 func testBuildFlags() []string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
