@@ -11,3 +11,10 @@ func SetClock(r *Reader, now func() time.Time) {
 		t.validUntil = time.Time{}
 	}
 }
+
+// PendingTenants is how many tenants m holds counts for.
+func PendingTenants(m *Meter) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.tenants)
+}

@@ -184,7 +184,8 @@ func (m *Meter) Pending(tenant string) Usage {
 	return Usage{}
 }
 
-// uncount takes n of counter c out of its tenant's pending counts; m.mu is held.
+// uncount takes n of counter c out of its tenant's pending counts, and drops the tenant's
+// entry once they are all zero; m.mu is held.
 func (m *Meter) uncount(c counter, n int64) {
 	u := m.tenants[c.tenant]
 	if u == nil {
@@ -306,7 +307,10 @@ func (m *Meter) take() []*nats.Msg {
 	taken := 0
 	for c, n := range m.pending {
 		if n == 0 {
+			// Stored and removed within the flush: nothing to send, and nothing left of the
+			// tenant's counts when nothing else is.
 			delete(m.pending, c)
+			m.uncount(c, 0)
 			continue
 		}
 		if taken == maxFlushCounters {

@@ -116,6 +116,14 @@ func TestPendingUntilTheReaderHasIt(t *testing.T) {
 	}
 	usageOf(t, r, "acme", want)
 	assert.Equal(t, usage.Usage{}, m.Pending("acme"), "nothing pending once the reader has it")
+
+	// Stored and removed within one flush: nothing is sent, and nothing stays pending.
+	m.Add("beta", usage.Payloads, 5000)
+	m.Add("beta", usage.Payloads, -5000)
+	assert.Equal(t, usage.Usage{}, m.Pending("beta"))
+	flush(t, m)
+	assert.Equal(t, usage.Usage{}, m.Pending("beta"))
+	assert.Zero(t, usage.PendingTenants(m), "no tenant keeps an entry once nothing is pending")
 }
 
 // TestDaysAgeOutWithTheirKind: bytes count while the day they were stored on may still be in
