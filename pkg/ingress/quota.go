@@ -63,7 +63,7 @@ func (g StoreGuard) Validate() error {
 }
 
 // storage is what the ingress knows of what tenants store: their usage as the counters have
-// it, what it stored itself and has not published yet, and how full the store is.
+// it, what it stored itself that those counters do not hold yet, and how full the store is.
 type storage struct {
 	quotas usage.Quotas
 	guard  StoreGuard

@@ -4,8 +4,9 @@
 // publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
 // process of the deployment adds to the same counters. Readers follow the counters (Reader) and
 // sum each tenant's days that are still within their kind's retention, so that bytes that aged
-// out of the store drop out of the usage with their day. It also reads how full the JetStream
-// account's storage is (Level).
+// out of the store drop out of the usage with their day. A writer that also reads
+// (Meter.SeenBy) counts what it stored as its own (Meter.Pending) until its Reader holds it. It
+// also reads how full the JetStream account's storage is (Level).
 //
 // It refuses nothing itself: the ingress decides what to refuse (docs/limits.md#storage-quotas).
 // It is not a billing record: a process that dies loses the counts of its last second.
