@@ -121,7 +121,7 @@ func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
 	c := counter{tenant: tenant, kind: k, day: dayOf(stored)}
 	m.mu.Lock()
 	m.pending[c] += bytes
-	m.pendingOf(tenant).Bytes[k] += bytes
+	m.count(c, bytes)
 	m.unflushed += max(bytes, -bytes)
 	early := m.unflushed >= EarlyFlushBytes
 	m.mu.Unlock()
@@ -143,20 +143,30 @@ func (m *Meter) AddInstance(tenant string) {
 	if m == nil || tenant == "" {
 		return
 	}
+	c := counter{tenant: tenant, kind: numKinds}
 	m.mu.Lock()
-	m.pending[counter{tenant: tenant, kind: numKinds}]++
-	m.pendingOf(tenant).Instances++
+	m.pending[c]++
+	m.count(c, 1)
 	m.mu.Unlock()
 }
 
-// pendingOf is what tenant has pending; m.mu is held.
-func (m *Meter) pendingOf(tenant string) *Usage {
-	u := m.tenants[tenant]
+// count adds n of counter c to its tenant's counts in tenants, and drops the tenant's entry
+// once they are all zero: an entry is the sum of what is outstanding, so a later count makes
+// it again with the right value; m.mu is held.
+func (m *Meter) count(c counter, n int64) {
+	u := m.tenants[c.tenant]
 	if u == nil {
 		u = new(Usage)
-		m.tenants[tenant] = u
+		m.tenants[c.tenant] = u
 	}
-	return u
+	if c.kind == numKinds {
+		u.Instances += n
+	} else {
+		u.Bytes[c.kind] += n
+	}
+	if *u == (Usage{}) {
+		delete(m.tenants, c.tenant)
+	}
 }
 
 // SeenBy makes m count an increment as pending until r has applied the counter's value that
@@ -184,23 +194,6 @@ func (m *Meter) Pending(tenant string) Usage {
 	return Usage{}
 }
 
-// uncount takes n of counter c out of its tenant's pending counts, and drops the tenant's
-// entry once they are all zero; m.mu is held.
-func (m *Meter) uncount(c counter, n int64) {
-	u := m.tenants[c.tenant]
-	if u == nil {
-		return
-	}
-	if c.kind == numKinds {
-		u.Instances -= n
-	} else {
-		u.Bytes[c.kind] -= n
-	}
-	if *u == (Usage{}) {
-		delete(m.tenants, c.tenant)
-	}
-}
-
 // forgetSeen stops counting the acknowledged increments that m's reader has applied, oldest
 // first, and the oldest beyond maxUnseen; m.mu is held.
 func (m *Meter) forgetSeen() {
@@ -210,7 +203,7 @@ func (m *Meter) forgetSeen() {
 		if len(m.unseen)-i <= maxUnseen && !m.reader.Seen(a.stream, a.seq) {
 			break
 		}
-		m.uncount(a.c, a.n)
+		m.count(a.c, -a.n)
 	}
 	if i == len(m.unseen) {
 		m.unseen = m.unseen[:0]
@@ -229,7 +222,7 @@ func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.reader == nil || ack == nil {
-		m.uncount(c, n)
+		m.count(c, -n)
 		return
 	}
 	m.unseen = append(m.unseen, ackedIncrement{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
@@ -307,10 +300,7 @@ func (m *Meter) take() []*nats.Msg {
 	taken := 0
 	for c, n := range m.pending {
 		if n == 0 {
-			// Stored and removed within the flush: nothing to send, and nothing left of the
-			// tenant's counts when nothing else is.
 			delete(m.pending, c)
-			m.uncount(c, 0)
 			continue
 		}
 		if taken == maxFlushCounters {

@@ -32,8 +32,8 @@ type Reader struct {
 	tenants map[string]*tally
 
 	follows []jetstream.ConsumeContext
-	// applied is, by stream, the sequence of the last counter value applied (Seen). Made
-	// before the follows start and not changed after.
+	// applied is, by stream, the sequence of the last counter value applied (Seen); its
+	// entries are made by Watch and not changed after.
 	applied map[string]*atomic.Uint64
 }
 
@@ -55,14 +55,10 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg bus.Config, log *slo
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Reader{cfg: cfg, log: log, now: time.Now, tenants: make(map[string]*tally), applied: make(map[string]*atomic.Uint64)}
-	follows := []struct{ stream, filter string }{
+	for _, f := range []struct{ stream, filter string }{
 		{subject.UsageStream, subject.UsageDaySubjects()},
 		{subject.UsageTotalsStream, subject.UsageTotalSubjects()},
-	}
-	for _, f := range follows {
-		r.applied[f.stream] = new(atomic.Uint64)
-	}
-	for _, f := range follows {
+	} {
 		if err := r.follow(ctx, js, f.stream, f.filter); err != nil {
 			r.Close()
 			return nil, err
@@ -86,7 +82,9 @@ func (r *Reader) follow(ctx context.Context, js jetstream.JetStream, stream, fil
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		once.Do(func() { close(loaded) })
 	}
-	applied := r.applied[stream]
+	// Set before Watch returns r, and read only after.
+	applied := new(atomic.Uint64)
+	r.applied[stream] = applied
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		r.apply(msg.Subject(), msg.Data())
 		md, err := msg.Metadata()
