@@ -43,7 +43,7 @@ var figures = []figure{
 // judged. It climbs for the first minutes of a run, while the server's file store fills its
 // caches and block buffers (8 MiB each for the history stream), from 24 to 66 MiB in the first
 // 2.5 minutes at 40 requests a second, and then moves up and down with its collections
-// (docs/performance.md#soak), so a short run (CI's two minutes) cannot tell that from a leak: it
+// (docs/soak.md), so a short run (CI's two minutes) cannot tell that from a leak: it
 // prints the figure and leaves it unjudged.
 const natsRSSWindow = 10 * time.Minute
 
