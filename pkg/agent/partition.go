@@ -653,3 +653,33 @@ func (h *Host) ownedLocked() map[string][]int {
 	}
 	return out
 }
+
+// RemoveConsumers deletes the inbox consumers of an agent that no host serves any more, one per
+// partition. Left in place they would stay for good, and the inbox checks every consumer it has
+// on each acknowledgement of any agent's request (docs/performance.md#the-gap-to-the-targets).
+// Requests still queued for the agent stay in the inbox: a host that serves an agent of that
+// name again creates the consumers anew and is delivered them, as a host still pulling a
+// partition whose consumer is deleted does. Partition 0's consumer goes last, after every other
+// one is gone, so that its absence says a call finished.
+func RemoveConsumers(ctx context.Context, res *bus.Resources, agentName string) error {
+	for p := res.Config.PartitionCount() - 1; p >= 0; p-- {
+		err := res.Inbox.DeleteConsumer(ctx, subject.PartitionConsumer(agentName, p))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("deleting the consumer of %s partition %d: %w", agentName, p, err)
+		}
+	}
+	return nil
+}
+
+// HasConsumers reports whether the agent's partition 0 has its inbox consumer: whether
+// RemoveConsumers has anything to do.
+func HasConsumers(ctx context.Context, res *bus.Resources, agentName string) (bool, error) {
+	_, err := res.Inbox.Consumer(ctx, subject.PartitionConsumer(agentName, 0))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the consumer of %s partition 0: %w", agentName, err)
+	}
+	return true, nil
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
@@ -273,9 +274,31 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	}
 	ep.mu.Unlock()
 
+	require.Equal(t, s.Res.Config.PartitionCount(), inboxConsumersOf(t, s, "Remo"), "a consumer per partition")
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
+	// Its consumers go with it: the inbox checks every consumer it has on each acknowledgement.
+	removed := time.Now()
+	require.Eventually(t, func() bool { return inboxConsumersOf(t, s, "Remo") == 0 }, 45*time.Second, 50*time.Millisecond,
+		"the removed agent's inbox consumers deleted")
+	t.Logf("its inbox consumers were deleted %v after it was no longer served", time.Since(removed).Round(time.Millisecond))
+}
+
+// inboxConsumersOf counts the inbox consumers of the agent's partitions.
+func inboxConsumersOf(t *testing.T, s *stacktest.Stack, agentName string) int {
+	t.Helper()
+	n := 0
+	names := s.Res.Inbox.ConsumerNames(t.Context())
+	for name := range names.Name() {
+		for p := range s.Res.Config.PartitionCount() {
+			if name == subject.PartitionConsumer(agentName, p) {
+				n++
+			}
+		}
+	}
+	require.NoError(t, names.Err())
+	return n
 }
 
 func TestRemoteAgentRegistrationIsTenantSafe(t *testing.T) {

@@ -3,8 +3,10 @@ package remote
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -44,6 +47,8 @@ func Serve(ctx context.Context, cfg ServeConfig) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	running := make(map[string]*served)
+	var retiring sync.WaitGroup
+	defer retiring.Wait()
 	defer func() {
 		var wg sync.WaitGroup
 		for _, s := range running {
@@ -52,7 +57,7 @@ func Serve(ctx context.Context, cfg ServeConfig) {
 		wg.Wait()
 	}()
 	for {
-		err := watch(ctx, cfg, running)
+		err := watch(ctx, cfg, running, &retiring)
 		if ctx.Err() != nil {
 			return
 		}
@@ -65,14 +70,15 @@ func Serve(ctx context.Context, cfg ServeConfig) {
 	}
 }
 
-// watch follows the registrations and keeps running in step with them.
-func watch(ctx context.Context, cfg ServeConfig, running map[string]*served) error {
+// watch follows the registrations and keeps running in step with them; for each removed one it
+// starts retire in retiring.
+func watch(ctx context.Context, cfg ServeConfig, running map[string]*served, retiring *sync.WaitGroup) error {
 	w, err := cfg.Res.RemoteAgents.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watching remote agents: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
-	err = bus.FollowContext(ctx, w, 0, nil, func(e jetstream.KeyValueEntry, _ bool) {
+	err = bus.FollowContext(ctx, w, 0, nil, func(e jetstream.KeyValueEntry, loading bool) {
 		key := e.Key()
 		cur := running[key]
 		if cur != nil && e.Operation() == jetstream.KeyValuePut && bytes.Equal(cur.value, e.Value()) {
@@ -83,6 +89,9 @@ func watch(ctx context.Context, cfg ServeConfig, running map[string]*served) err
 			delete(running, key)
 		}
 		if e.Operation() != jetstream.KeyValuePut {
+			if name, err := subject.ParseToken(key); err == nil {
+				retiring.Go(func() { retire(ctx, cfg, name, loading) })
+			}
 			return
 		}
 		reg, err := decode(e.Value())
@@ -127,4 +136,55 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 		}
 		c.close()
 	}, nil
+}
+
+// retireWait bounds how long retire waits for the hosts of a removed agent to stop; it is longer
+// than a heartbeat lives after its host died (bus.HostTTL).
+const retireWait = bus.HostTTL + 10*time.Second
+
+// retire deletes the inbox consumers of a removed registration (agent.RemoveConsumers) once no
+// host's heartbeat names an agent of that name and the registration is still removed; replaying
+// the removals of the past it first asks whether there is anything to delete. Every host serving
+// remote agents does so for each removal; the deletions are the same.
+func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
+	ctx, cancel := context.WithTimeout(ctx, retireWait)
+	defer cancel()
+	log := cfg.Logger.With("agent", name)
+	if replaying {
+		if has, err := agent.HasConsumers(ctx, cfg.Res, name); err != nil || !has {
+			return
+		}
+	}
+	for {
+		hbs, err := registry.Heartbeats(ctx, cfg.Res.JS, cfg.Res.Hosts)
+		if err == nil && !namedBy(hbs, name) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return // served again, or hosts that stay: the consumers are theirs
+		case <-time.After(retirePoll):
+		}
+	}
+	if _, err := cfg.Res.RemoteAgents.Get(ctx, subject.AgentKey(name)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return // registered again, or not known: leave the consumers
+	}
+	if err := agent.RemoveConsumers(ctx, cfg.Res, name); err != nil {
+		log.Warn("removing the inbox consumers of a removed remote agent", "err", err)
+		return
+	}
+	log.Info("removed the inbox consumers of a removed remote agent")
+}
+
+// retirePoll is how often retire reads the heartbeats while a host still names the agent.
+const retirePoll = 500 * time.Millisecond
+
+// namedBy reports whether a heartbeat names the agent.
+func namedBy(hbs map[string]registry.Host, name string) bool {
+	for _, h := range hbs {
+		if slices.Contains(h.Agents, name) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,59 @@
+package remote_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// TestRemovalReplayedDeletesConsumers: a process serving remote agents that starts after an
+// agent was removed deletes the inbox consumers the agent left behind, as the processes that
+// see a removal happen do (TestRemoteAgentServedLikeAGoAgent): each acknowledgement of any
+// request checks every consumer of the inbox.
+func TestRemovalReplayedDeletesConsumers(t *testing.T) {
+	const partitions = 4
+	res := natstest.Bus(t, bus.Config{Partitions: partitions})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	s := remote.NewStore(res, nil)
+	_, err := s.Put(ctx, "", remote.Registration{Name: "Gone", URL: "http://127.0.0.1:10/agent", Chat: true}, false)
+	require.NoError(t, err)
+	for p := range partitions {
+		_, err := res.Inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Gone", p),
+			FilterSubject: subject.Partition("Gone", p), AckPolicy: jetstream.AckExplicitPolicy})
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Delete(ctx, "", "Gone"))
+	count := func() int {
+		n := 0
+		names := res.Inbox.ConsumerNames(ctx)
+		for name := range names.Name() {
+			for p := range partitions {
+				if name == subject.PartitionConsumer("Gone", p) {
+					n++
+				}
+			}
+		}
+		require.NoError(t, names.Err())
+		return n
+	}
+	require.Equal(t, partitions, count())
+
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		remote.Serve(sctx, remote.ServeConfig{Res: res}) // serves no registration: the only one is removed
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	require.Eventually(t, func() bool { return count() == 0 }, 20*time.Second, 50*time.Millisecond,
+		"the removed agent's consumers deleted by a process that started after the removal")
+}
