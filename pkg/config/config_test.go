@@ -56,6 +56,7 @@ func TestDefaults(t *testing.T) {
 		MemoryLimit:           256 << 20,
 
 		MaxSubscriptionsPerTenant: 10,
+		MaxRemoteAgentsPerTenant:  10,
 		SubscriptionTimeout:       10 * time.Second,
 		SubscriptionRetryFor:      24 * time.Hour,
 		SubscriptionMaxBackoff:    10 * time.Minute,

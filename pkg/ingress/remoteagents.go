@@ -151,6 +151,8 @@ func (s *Server) remoteFailed(w http.ResponseWriter, what string, err error) {
 	switch {
 	case errors.Is(err, remote.ErrNotFound):
 		problem.UnknownAgent.Write(w, "no remote agent of this name is registered here")
+	case errors.Is(err, remote.ErrLimit):
+		problem.RemoteAgentLimit.Write(w, "the tenant has as many remote agents as it may have (AGENTBUS_MAX_REMOTE_AGENTS_PER_TENANT); remove one first")
 	case errors.Is(err, remote.ErrExists):
 		problem.AgentExists.Write(w, "an agent of this name exists; choose another name, or replace your own with PUT")
 	case errors.Is(err, outbound.ErrURLNotAllowed):

@@ -95,6 +95,9 @@ type Config struct {
 	// Subscriptions configures the tenants' event subscriptions: the allow-list of receiver URLs
 	// and the limit per tenant. The zero value allows no receiver.
 	Subscriptions subscription.Config
+	// MaxRemoteAgentsPerTenant bounds the remote agents a tenant admin registers for its tenant
+	// (remote.NewStore). Default remote.DefaultMaxPerTenant.
+	MaxRemoteAgentsPerTenant int
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
@@ -326,7 +329,7 @@ func (s *Server) openBus(ctx context.Context) error {
 		subs.Logger = s.log
 	}
 	s.subs = subscription.NewStore(s.res, subs)
-	s.remote = remote.NewStore(s.res, subs.Allow)
+	s.remote = remote.NewStore(s.res, subs.Allow, s.cfg.MaxRemoteAgentsPerTenant)
 	return nil
 }
 

@@ -160,7 +160,8 @@ var (
 
 // Problems of remote agents (docs/remote-agents.md).
 var (
-	AgentExists = define("agent-exists", http.StatusConflict, 0)
+	AgentExists      = define("agent-exists", http.StatusConflict, 0)
+	RemoteAgentLimit = define("remote-agent-limit", http.StatusConflict, 0)
 )
 
 // Problems of the MCP transport, before a JSON-RPC message is read.

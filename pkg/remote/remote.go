@@ -91,20 +91,32 @@ var (
 	ErrExists = errors.New("an agent of this name exists")
 	// ErrInvalid wraps what is wrong with a registration.
 	ErrInvalid = errors.New("invalid registration")
+	// ErrLimit is Put's answer to a tenant that has as many remote agents as it may have.
+	ErrLimit = errors.New("the tenant has as many remote agents as it may have")
 )
 
 // Store keeps registrations.
 type Store struct {
-	js       jetstream.JetStream
-	kv       jetstream.KeyValue
-	registry jetstream.KeyValue
-	allow    *outbound.AllowList
+	js           jetstream.JetStream
+	kv           jetstream.KeyValue
+	registry     jetstream.KeyValue
+	allow        *outbound.AllowList
+	maxPerTenant int
 }
 
+// DefaultMaxPerTenant is how many remote agents a tenant may register unless NewStore is told
+// otherwise. Each agent adds a consumer per inbox partition, and every request's acknowledgement,
+// of every tenant, checks each consumer of the inbox (docs/performance.md).
+const DefaultMaxPerTenant = 10
+
 // NewStore returns a Store over the bus's buckets; allow is the allow-list a tenant's
-// registration must match.
-func NewStore(res *bus.Resources, allow *outbound.AllowList) *Store {
-	return &Store{js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow}
+// registration must match, maxPerTenant how many registrations a tenant may have (0 means
+// DefaultMaxPerTenant; a system admin's registrations are not counted).
+func NewStore(res *bus.Resources, allow *outbound.AllowList, maxPerTenant int) *Store {
+	if maxPerTenant <= 0 {
+		maxPerTenant = DefaultMaxPerTenant
+	}
+	return &Store{js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow, maxPerTenant: maxPerTenant}
 }
 
 // validate checks a registration of owner ("" for a system admin) and fills in its defaults.
@@ -289,6 +301,15 @@ func (s *Store) put(ctx context.Context, owner, key string, r Registration, repl
 			return Registration{}, ErrExists // a Go agent's name
 		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return Registration{}, fmt.Errorf("reading the agent registry: %w", err)
+		}
+		if owner != "" {
+			have, err := s.List(ctx, owner)
+			if err != nil {
+				return Registration{}, err
+			}
+			if len(have) >= s.maxPerTenant {
+				return Registration{}, ErrLimit
+			}
 		}
 		if r.Secret == "" {
 			r.Secret = webhooksig.NewStandardSecret()

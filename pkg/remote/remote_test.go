@@ -425,3 +425,31 @@ func readConverseStream(t *testing.T, resp *http.Response) (deltas []string, mes
 	require.NoError(t, err)
 	return deltas, message
 }
+
+// TestRemoteAgentsPerTenantLimited: a tenant admin registers as many remote agents as the
+// deployment allows a tenant, one more is refused with 409 remote-agent-limit, and a removal
+// makes room; replacing one at the limit and a system admin's registrations are not refused.
+func TestRemoteAgentsPerTenantLimited(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxRemoteAgentsPerTenant: 2})
+	ep := newEndpoint(t)
+	const mine = "/api/v1/admin/tenants/default/agents"
+	for _, name := range []string{"One", "Two"} {
+		status, _ := call(t, http.MethodPost, s.URL+mine, s.Key, registration(name, ep.URL), nil)
+		require.Equal(t, http.StatusCreated, status, name)
+	}
+	var p struct {
+		Type   string `json:"type"`
+		Status int    `json:"status"`
+	}
+	status, _ := call(t, http.MethodPost, s.URL+mine, s.Key, registration("Three", ep.URL), &p)
+	assert.Equal(t, http.StatusConflict, status)
+	assert.Equal(t, "urn:agentbus:problem:remote-agent-limit", p.Type)
+	status, _ = call(t, http.MethodPut, s.URL+mine+"/Two", s.Key, registration("Two", ep.URL+"/v2"), nil)
+	assert.Equal(t, http.StatusOK, status, "a replacement at the limit")
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Sys", ep.URL), nil)
+	assert.Equal(t, http.StatusCreated, status, "a system admin's registration is not the tenant's")
+	status, _ = call(t, http.MethodDelete, s.URL+mine+"/One", s.Key, nil, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	status, _ = call(t, http.MethodPost, s.URL+mine, s.Key, registration("Three", ep.URL), nil)
+	assert.Equal(t, http.StatusCreated, status, "after a removal")
+}

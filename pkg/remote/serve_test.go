@@ -23,7 +23,7 @@ func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{Partitions: partitions})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	s := remote.NewStore(res, nil)
+	s := remote.NewStore(res, nil, 0)
 	_, err := s.Put(ctx, "", remote.Registration{Name: "Gone", URL: "http://127.0.0.1:10/agent", Chat: true}, false)
 	require.NoError(t, err)
 	for p := range partitions {

@@ -22,7 +22,7 @@ func TestConcurrentReplaces(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	s := remote.NewStore(res, nil)
+	s := remote.NewStore(res, nil, 0)
 	first, err := s.Put(ctx, "", remote.Registration{Name: "Racy", URL: "http://127.0.0.1:10/agent", Chat: true}, false)
 	require.NoError(t, err)
 	urls := map[string]bool{}

@@ -46,6 +46,8 @@ type Options struct {
 	AdminKey string
 	// MaxFileBytes of the ingress; default 25 MiB.
 	MaxFileBytes int64
+	// MaxRemoteAgentsPerTenant of the ingress; default remote.DefaultMaxPerTenant.
+	MaxRemoteAgentsPerTenant int
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh natstest.StoreDir. Reuse it to restart on the
@@ -120,7 +122,8 @@ func Start(t testing.TB, opts Options) *Stack {
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
-		Ingress:  ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs},
+		Ingress: ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs,
+			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant},
 		Host:     hc,
 		Logger:   Logger(t),
 		MaxStore: opts.MaxStore,
