@@ -80,6 +80,23 @@ func TestBenchTenants(t *testing.T) {
 	assert.Error(t, o.validate(), "more tenants than instances")
 }
 
+// TestBenchRemoteAgents: -remote-agents registers that many idle remote agents and waits until
+// their consumers are on the inbox beside Echo's (the phase fails to start otherwise); the load
+// then succeeds.
+func TestBenchRemoteAgents(t *testing.T) {
+	o := options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Clients: 4, Instances: 6,
+		Partitions: 2, RemoteAgents: 3, Body: []byte(`{"ping":1}`), Target: targetWebhook}
+	require.NoError(t, o.validate())
+	client := newClient(o.Clients)
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := runTarget(ctx, phaseAgentbus, o, client)
+	require.NoError(t, err)
+	assert.Positive(t, res.Requests)
+	assert.Zero(t, res.Errors, "%v", res.topErrors(5))
+}
+
 // TestBenchTargets runs both phases of every target briefly and checks that every request
 // succeeded and that the bare phase answered as much as the agentbus phase. Twelve instances
 // give activation names of two lengths, and answers of two sizes for all but webhook.

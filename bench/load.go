@@ -56,7 +56,10 @@ type options struct {
 	// "default". tenantKeys are their keys, set by the agentbus phase.
 	Tenants    int
 	tenantKeys []string
-	Body       []byte
+	// RemoteAgents registers this many idle remote agents in the in-process stack before the
+	// load (a system admin's, never called): each adds its partitions' consumers to the inbox.
+	RemoteAgents int
+	Body         []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
 	Target string

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stack"
 )
 
@@ -202,6 +203,9 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 		}
 	}()
 
+	if err = registerIdleAgents(ctx, st, o.RemoteAgents); err != nil {
+		return endpoint{}, nil, err
+	}
 	tenants := []string{benchTenant}
 	if o.Tenants > 1 {
 		tenants = benchTenants(o)
@@ -231,6 +235,37 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 		return endpoint{}, nil, err
 	}
 	return ep, stop, nil
+}
+
+// registerIdleAgents registers n remote agents of the system admin that nothing calls, and waits
+// until the stack's hosts created their inbox consumers.
+func registerIdleAgents(ctx context.Context, st *stack.Stack, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	store := remote.NewStore(st.Res, nil, 0)
+	for i := range n {
+		reg := remote.Registration{Name: fmt.Sprintf("Idle%d", i), URL: "http://127.0.0.1:9/idle", Chat: true}
+		if _, err := store.Put(ctx, "", reg, false); err != nil {
+			return fmt.Errorf("registering idle remote agent %d: %w", i, err)
+		}
+	}
+	want := (n + 1) * st.Res.Config.PartitionCount() // Echo's and theirs
+	for {
+		have := 0
+		names := st.Res.Inbox.ConsumerNames(ctx)
+		for range names.Name() {
+			have++
+		}
+		if names.Err() == nil && have >= want {
+			return nil
+		}
+		if !sleepUntil(ctx, time.Now().Add(50*time.Millisecond)) {
+			return fmt.Errorf("waiting for the idle remote agents' consumers (%d of %d): %w", have, want, ctx.Err())
+		}
+	}
 }
 
 // answers are what the bare phase answers: the agentbus phase's status and headers, and a body as
