@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -274,24 +275,24 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	}
 	ep.mu.Unlock()
 
-	require.Equal(t, s.Res.Config.PartitionCount(), inboxConsumersOf(t, s, "Remo"), "a consumer per partition")
+	require.Equal(t, s.Res.Config.PartitionCount(), inboxConsumersOf(t, s.Res, "Remo"), "a consumer per partition")
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
 	// Its consumers go with it: the inbox checks every consumer it has on each acknowledgement.
 	removed := time.Now()
-	require.Eventually(t, func() bool { return inboxConsumersOf(t, s, "Remo") == 0 }, 45*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, "Remo") == 0 }, 45*time.Second, 50*time.Millisecond,
 		"the removed agent's inbox consumers deleted")
 	t.Logf("its inbox consumers were deleted %v after it was no longer served", time.Since(removed).Round(time.Millisecond))
 }
 
 // inboxConsumersOf counts the inbox consumers of the agent's partitions.
-func inboxConsumersOf(t *testing.T, s *stacktest.Stack, agentName string) int {
+func inboxConsumersOf(t *testing.T, res *bus.Resources, agentName string) int {
 	t.Helper()
 	n := 0
-	names := s.Res.Inbox.ConsumerNames(t.Context())
+	names := res.Inbox.ConsumerNames(t.Context())
 	for name := range names.Name() {
-		for p := range s.Res.Config.PartitionCount() {
+		for p := range res.Config.PartitionCount() {
 			if name == subject.PartitionConsumer(agentName, p) {
 				n++
 			}

@@ -32,20 +32,7 @@ func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Delete(ctx, "", "Gone"))
-	count := func() int {
-		n := 0
-		names := res.Inbox.ConsumerNames(ctx)
-		for name := range names.Name() {
-			for p := range partitions {
-				if name == subject.PartitionConsumer("Gone", p) {
-					n++
-				}
-			}
-		}
-		require.NoError(t, names.Err())
-		return n
-	}
-	require.Equal(t, partitions, count())
+	require.Equal(t, partitions, inboxConsumersOf(t, res, "Gone"))
 
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -54,6 +41,6 @@ func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 		remote.Serve(sctx, remote.ServeConfig{Res: res}) // serves no registration: the only one is removed
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, func() bool { return count() == 0 }, 20*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return inboxConsumersOf(t, res, "Gone") == 0 }, 20*time.Second, 50*time.Millisecond,
 		"the removed agent's consumers deleted by a process that started after the removal")
 }
