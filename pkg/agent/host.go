@@ -86,6 +86,13 @@ type HostConfig struct {
 	// third of it, so a live host keeps its requests however long they take, and the requests of
 	// a host that died come back after at most AckWait. Default 10s.
 	AckWait time.Duration
+	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
+	// pulls from it; then the bus deletes it (JetStream's inactive threshold). A live host pulls
+	// all the time, so only the consumers of an agent that no host runs any more go: every
+	// consumer on the inbox costs every acknowledgement of every agent (docs/performance.md).
+	// The requests waiting for such an agent stay in the inbox, and the first host of it that
+	// starts again makes the consumers again. Give every host the same. Default 1h; at least 10s.
+	ConsumerInactiveThreshold time.Duration
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -127,6 +134,9 @@ func (c HostConfig) Validate() error {
 	if c.TenantMaxConcurrent < 0 {
 		return errors.New("host: negative TenantMaxConcurrent")
 	}
+	if c.ConsumerInactiveThreshold != 0 && c.ConsumerInactiveThreshold < MinConsumerInactiveThreshold {
+		return fmt.Errorf("host: ConsumerInactiveThreshold %v is below %v", c.ConsumerInactiveThreshold, MinConsumerInactiveThreshold)
+	}
 	return c.Bus.Validate()
 }
 
@@ -153,6 +163,11 @@ const (
 	DefaultRetryBackoff  = time.Second
 	DefaultAckWait       = 10 * time.Second
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultConsumerInactiveThreshold is HostConfig.ConsumerInactiveThreshold's default.
+	DefaultConsumerInactiveThreshold = time.Hour
+	// MinConsumerInactiveThreshold is the least ConsumerInactiveThreshold: twice the life of
+	// a host's pull request, which a live host renews before it ends.
+	MinConsumerInactiveThreshold = 2 * pullExpiry
 )
 
 func (c HostConfig) withDefaults() HostConfig {
@@ -173,6 +188,9 @@ func (c HostConfig) withDefaults() HostConfig {
 	}
 	if c.AckWait == 0 {
 		c.AckWait = DefaultAckWait
+	}
+	if c.ConsumerInactiveThreshold == 0 {
+		c.ConsumerInactiveThreshold = DefaultConsumerInactiveThreshold
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = DefaultShutdownGrace
@@ -335,6 +353,7 @@ func (h *Host) Run(ctx context.Context) error {
 	loops.Go(func() { h.runUsage(bgCtx) })
 	loops.Go(func() { h.grants.run(bgCtx) })
 	loops.Go(func() { h.reportLoad(bgCtx) })
+	loops.Go(func() { h.adoptInactiveThreshold(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}

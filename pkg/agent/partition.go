@@ -165,6 +165,8 @@ func (h *Host) consumerConfig(part *partition) jetstream.ConsumerConfig {
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{priorityGroup},
 		PinnedTTL:      pinnedTTL,
+		// The consumers of an agent no host runs any more go (HostConfig.ConsumerInactiveThreshold).
+		InactiveThreshold: h.cfg.ConsumerInactiveThreshold,
 		// The inbox is a work queue: acknowledged requests leave the stream, so a consumer that
 		// loses its state in a full restart only re-reads what is still unacknowledged. Keeping
 		// the state in memory spares a file write per partition ten times a second.

@@ -319,3 +319,13 @@ func TestTransformPartitions(t *testing.T) {
 		assert.False(t, ok, "%q", dst)
 	}
 }
+
+func TestIsPartitionConsumer(t *testing.T) {
+	for _, name := range []string{subject.PartitionConsumer("Echo", 0), subject.PartitionConsumer("a.b c", 15)} {
+		assert.True(t, subject.IsPartitionConsumer(name), name)
+	}
+	for _, name := range []string{"", "p", "p1", "p-0123456789abcdef", "px-0123456789abcdef", "p1-0123456789abcde",
+		"p1-0123456789ABCDEF", "p1-0123456789abcdeg", "q1-0123456789abcdef", "p1-0123456789abcdef0"} {
+		assert.False(t, subject.IsPartitionConsumer(name), name)
+	}
+}

@@ -1,0 +1,92 @@
+package agent_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
+)
+
+// The inbox consumers of an agent that no host runs any more are deleted once the inactive
+// threshold has passed, and so are those made without a threshold (by an earlier version) of an
+// agent gone before, while those of an agent whose host runs idle stay; a request sent to the
+// retired agent meanwhile waits in the inbox, and the agent's next host handles it.
+func TestRetiredAgentsConsumersGo(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	s := stacktest.Start(t, stacktest.Options{Partitions: partitions})
+	for p := range partitions {
+		_, err := s.Res.Inbox.CreateConsumer(t.Context(), jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Forgotten", p),
+			FilterSubject: subject.Partition("Forgotten", p), AckPolicy: jetstream.AckExplicitPolicy})
+		require.NoError(t, err)
+	}
+	handled := make(chan string, 1)
+	newAgent := func(name string) *agent.Agent {
+		a := agent.New(name)
+		a.Webhook("ping", agent.WebhookFunc(func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+			select {
+			case handled <- r.RequestID:
+			default:
+			}
+			return agent.Text(200, "pong")
+		}))
+		return a
+	}
+	threshold := agent.MinConsumerInactiveThreshold
+	cfg := func(id, name string) agent.HostConfig {
+		return agent.HostConfig{ID: id, Agents: []*agent.Agent{newAgent(name)}, ConsumerInactiveThreshold: threshold}
+	}
+	consumers := func(name string) int {
+		n := 0
+		for p := range partitions {
+			c, err := s.Res.Inbox.Consumer(t.Context(), subject.PartitionConsumer(name, p))
+			if err == nil {
+				if name != "Forgotten" {
+					assert.Equal(t, threshold, c.CachedInfo().Config.InactiveThreshold)
+				}
+				n++
+			} else {
+				require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
+			}
+		}
+		return n
+	}
+
+	startHost(t, s, cfg("staying-host", "Staying"))
+	_, _, stop := startHost(t, s, cfg("retiring-host", "Retiring"))
+	waitFor(t, 5*time.Second, "every partition has its consumer", func() bool {
+		return consumers("Staying") == partitions && consumers("Retiring") == partitions
+	})
+	stop()
+	stopped := time.Now()
+
+	waitFor(t, threshold+10*time.Second, "the retired agent's consumers are deleted", func() bool {
+		return consumers("Retiring") == 0 && consumers("Forgotten") == 0
+	})
+	assert.GreaterOrEqual(t, time.Since(stopped), threshold-time.Second, "deleted before the threshold")
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, partitions, consumers("Staying"), "the consumers of an agent whose host runs idle were deleted")
+
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	enqueue(t, js, &agentbusv1.Request{RequestId: "after-retirement", TenantId: "default", WorkflowId: "default:Retiring:Supervisor Workflow:default",
+		AgentName: "Retiring", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	startHost(t, s, cfg("returning-host", "Retiring"))
+	select {
+	case id := <-handled:
+		assert.Equal(t, "after-retirement", id)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the request sent while no host ran the agent was not handled by its next host")
+	}
+	assert.Equal(t, partitions, consumers("Retiring"), "the returning host did not make the consumers again")
+}
