@@ -27,14 +27,18 @@ func (h *Host) adoptInactiveThreshold(ctx context.Context) {
 		}
 		return
 	}
+	adopted := 0
 	for _, cfg := range without {
 		cfg.InactiveThreshold = h.cfg.ConsumerInactiveThreshold
 		if _, err := h.res.Inbox.UpdateConsumer(ctx, cfg); err != nil {
 			if ctx.Err() == nil {
 				h.log.Warn("setting the inactive threshold of an inbox consumer", "consumer", cfg.Durable, "err", err)
 			}
-			return
+			break
 		}
-		h.log.Info("set the inactive threshold of an inbox consumer", "consumer", cfg.Durable, "filter", cfg.FilterSubject)
+		adopted++
+	}
+	if adopted > 0 {
+		h.log.Info("set the inactive threshold of inbox consumers that had none", "consumers", adopted, "threshold", h.cfg.ConsumerInactiveThreshold)
 	}
 }

@@ -25,8 +25,11 @@ func TestRetiredAgentsConsumersGo(t *testing.T) {
 	const partitions = 2
 	s := stacktest.Start(t, stacktest.Options{Partitions: partitions})
 	for p := range partitions {
+		// As a host made them before consumers had a threshold.
 		_, err := s.Res.Inbox.CreateConsumer(t.Context(), jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Forgotten", p),
-			FilterSubject: subject.Partition("Forgotten", p), AckPolicy: jetstream.AckExplicitPolicy})
+			FilterSubject: subject.Partition("Forgotten", p), AckPolicy: jetstream.AckExplicitPolicy, AckWait: agent.DefaultAckWait,
+			MaxDeliver: -1, MaxAckPending: 4096, PriorityPolicy: jetstream.PriorityPolicyPinned, PriorityGroups: []string{"hosts"},
+			PinnedTTL: 15 * time.Second, MemoryStorage: true})
 		require.NoError(t, err)
 	}
 	handled := make(chan string, 1)
