@@ -25,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // Targets: the endpoint of the stack that the load goes to (the bare phase imitates it).
@@ -252,20 +253,23 @@ func registerIdleAgents(ctx context.Context, st *stack.Stack, n int) error {
 			return fmt.Errorf("registering idle remote agent %d: %w", i, err)
 		}
 	}
-	want := (n + 1) * st.Res.Config.PartitionCount() // Echo's and theirs
-	for {
+	for i := 0; i < n; {
 		have := 0
-		names := st.Res.Inbox.ConsumerNames(ctx)
-		for range names.Name() {
-			have++
-		}
-		if names.Err() == nil && have >= want {
-			return nil
+		if inbox, err := st.Res.JS.Stream(ctx, subject.InboxStream(fmt.Sprintf("Idle%d", i))); err == nil {
+			names := inbox.ConsumerNames(ctx)
+			for range names.Name() {
+				have++
+			}
+			if names.Err() == nil && have == st.Res.Config.PartitionCount() {
+				i++
+				continue
+			}
 		}
 		if !sleepUntil(ctx, time.Now().Add(50*time.Millisecond)) {
-			return fmt.Errorf("waiting for the idle remote agents' consumers (%d of %d): %w", have, want, ctx.Err())
+			return fmt.Errorf("waiting for the consumers of idle remote agent %d (%d): %w", i, have, ctx.Err())
 		}
 	}
+	return nil
 }
 
 // answers are what the bare phase answers: the agentbus phase's status and headers, and a body as

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // figure is one process figure the verdict judges, with its thresholds: a growth from the first
@@ -60,12 +62,10 @@ var natsFigures = []struct {
 	{"consumers", func(n natsSample) float64 { return n.consumers }, 8, 0.10},
 }
 
-// inboxStream holds only requests not done yet: it must not grow. inboxAbs is the growth, in
-// messages, from the first third's mean to the last third's, above which the hosts fall behind.
-const (
-	inboxStream = "AGENTBUS_INBOX"
-	inboxAbs    = 100
-)
+// The agents' inbox streams hold only requests not done yet: together they must not grow.
+// inboxAbs is the growth, in messages, from the first third's mean to the last third's, above
+// which the hosts fall behind.
+const inboxAbs = 100
 
 // row is the verdict on one figure of one process.
 type row struct {
@@ -153,13 +153,17 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 		}
 	}
 	if !post[0].standalone { // the standalone's streams are not read
-		judgeSeries("streams", inboxStream+" msgs", inboxAbs, 0, 0, func(s sample) float64 {
+		judgeSeries("streams", subject.InboxStreamPrefix+"* msgs", inboxAbs, 0, 0, func(s sample) float64 {
+			n, found := 0.0, false
 			for _, st := range s.streams {
-				if st.name == inboxStream {
-					return float64(st.messages)
+				if strings.HasPrefix(st.name, subject.InboxStreamPrefix) {
+					n, found = n+float64(st.messages), true
 				}
 			}
-			return math.NaN()
+			if !found {
+				return math.NaN()
+			}
+			return n
 		})
 	}
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // samplesOf makes one sample a minute for each of rss, with the other figures flat, the inbox at
@@ -18,7 +20,7 @@ func samplesOf(rss []float64, goroutines func(i int) float64) []sample {
 				{name: "nats", rssMiB: 40, goroutines: 150, fds: 30},
 				{name: "host-1", rssMiB: r, goroutines: goroutines(i), fds: 12},
 			},
-			streams: []streamSample{{name: inboxStream, messages: 2, bytes: 200}, {name: "AGENTBUS_MESSAGES", messages: int64(40 * i), bytes: int64(32000 * i)}},
+			streams: []streamSample{{name: subject.InboxStream("Echo"), messages: 2, bytes: 200}, {name: "AGENTBUS_MESSAGES", messages: int64(40 * i), bytes: int64(32000 * i)}},
 			load:    snapshot{requests: int64(40 * i)},
 		})
 	}

@@ -86,8 +86,10 @@ func IdleAfter(d time.Duration) Option {
 type effects struct {
 	h   *Host
 	req *agentbusv1.Request
-	// seq is the request's inbox sequence: its host shows the calls it waits for (inspect.go).
-	seq uint64
+	// agent and seq are the request's agent and its sequence in the agent's inbox: its host
+	// shows the calls it waits for (inspect.go).
+	agent string
+	seq   uint64
 
 	mu sync.Mutex
 	n  int

@@ -155,7 +155,7 @@ func (i *Instance) Call(ctx context.Context, to Peer, method string, params any,
 		ctx, cancel = context.WithTimeout(ctx, DefaultCallTimeout)
 		defer cancel()
 	}
-	done := fx.h.calling(fx.seq, req)
+	done := fx.h.calling(heldKey{fx.agent, fx.seq}, req)
 	rep, err := fx.h.call(ctx, req)
 	done()
 	if err != nil {

@@ -99,7 +99,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		}
 		return
 	}
-	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(seq, stored) {
+	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(part.inbox.salt+seq, stored) {
 		// A copy of a request this host finished and acknowledged, delivered before the
 		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
 		// as the bus may hand one here), or after it was lost (ackedSeqs): nothing is left to
@@ -108,7 +108,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if d := h.held[seq]; d != nil && !d.part.fenced.Load() {
+	if d := h.held[heldKey{part.key.agent, seq}]; d != nil && !d.part.fenced.Load() {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
 		// copy, answering to the latest delivery. One already running has read its delivery and
 		// counted it: this one is counted here. (One still running under a fenced tenure can no
@@ -156,7 +156,7 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 		h.convs[c.key] = c
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
-	h.held[seq] = d
+	h.held[d.key()] = d
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
 		i = 1 // never ahead of the request being handled
@@ -344,8 +344,8 @@ func (h *Host) keepLateLocked(part *partition, seq uint64, m jetstream.Msg) bool
 
 // dropLocked forgets a request the host no longer holds.
 func (h *Host) dropLocked(d *delivery) {
-	if h.held[d.seq] == d {
-		delete(h.held, d.seq) // not its redelivery, queued behind it
+	if h.held[d.key()] == d {
+		delete(h.held, d.key()) // not its redelivery, queued behind it
 	}
 	c := d.conv
 	if i := slices.Index(c.queue, d); i >= 0 {
@@ -407,7 +407,7 @@ func (h *Host) resolve() {
 		ctx, cancel := context.WithTimeout(h.hctx, 5*time.Second)
 		var gone []wait
 		for _, w := range waits {
-			_, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, w.seq, "")
+			_, err := bus.LeaderGet(ctx, h.cfg.Conn, w.part.inbox.name, w.seq, "")
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				gone = append(gone, w)
 			}

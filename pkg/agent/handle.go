@@ -165,7 +165,7 @@ func (h *Host) open(ctx context.Context, log *slog.Logger, in *inbound, a *Agent
 		return nil, "", err
 	}
 	inst.requestID = in.req.GetRequestId()
-	inst.fx = &effects{h: h, req: in.req, seq: in.seq}
+	inst.fx = &effects{h: h, req: in.req, agent: in.agent, seq: in.seq}
 	if in.recover != recoverNone {
 		if err := retry(ctx, log, "reading what earlier deliveries stored", func() error {
 			return l.recoverCursor(ctx, h.history, in.req, in.recover == recoverDeep)

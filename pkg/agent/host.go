@@ -219,8 +219,8 @@ type Host struct {
 	timers  *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs    *instance.Index
-	replies *bus.Replies // waits for the replies of Agent2Agent calls
-	keeper  *bus.InboxKeeper
+	replies *bus.Replies           // waits for the replies of Agent2Agent calls
+	inboxes map[string]*agentInbox // by agent name, made by start
 	// inspected answers on the host's inspect subject (inspect.go).
 	inspected *nats.Subscription
 	// slots are the handler slots of each agent (dispatch.go): the agents without a capacity of
@@ -252,7 +252,7 @@ type Host struct {
 	mu      sync.Mutex
 	parts   map[partKey]*partition     // partitions pulled now, or being handed over
 	convs   map[string]*conversation   // conversations with requests held, by stored subject
-	held    map[uint64]*delivery       // requests held, queued or running, by inbox sequence
+	held    map[heldKey]*delivery      // requests held, queued or running, by agent and inbox sequence
 	acked   ackedSeqs                  // requests this host acknowledged lately
 	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
 	// resolving is set while the goroutine that watches blocked conversations runs.
@@ -286,7 +286,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		slots: make(map[string]*slots), ready: make(chan struct{}), stopping: make(chan struct{}),
 		kick:  make(chan struct{}, 1),
 		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
-		held: make(map[uint64]*delivery), blocked: make(map[*conversation]struct{}),
+		held: make(map[heldKey]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
 		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1),
 	}
@@ -348,12 +348,13 @@ func (h *Host) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { h.live.run(bgCtx) })
 	loops.Go(func() { h.keepAlive(bgCtx) })
-	loops.Go(func() { h.keeper.Run(bgCtx) })
+	for _, in := range h.inboxes {
+		loops.Go(func() { in.keeper.Run(bgCtx) })
+	}
 	loops.Go(func() { h.relayTimers(bgCtx) })
 	loops.Go(func() { h.runUsage(bgCtx) })
 	loops.Go(func() { h.grants.run(bgCtx) })
 	loops.Go(func() { h.reportLoad(bgCtx) })
-	loops.Go(func() { h.adoptInactiveThreshold(bgCtx) })
 	if h.metrics != nil {
 		loops.Go(func() { h.reportPending(bgCtx) })
 	}
@@ -418,7 +419,17 @@ func (h *Host) start(ctx context.Context) error {
 	if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
 		return err
 	}
-	h.keeper = bus.NewInboxKeeper(js, res.Inbox)
+	// An agent's inbox exists before the agent is registered: whoever finds it registered may
+	// publish to it.
+	h.inboxes = make(map[string]*agentInbox, len(h.cfg.Agents))
+	for _, a := range h.cfg.Agents {
+		st, err := res.InboxOf(ctx, a.name)
+		if err != nil {
+			_ = h.replies.Close()
+			return err
+		}
+		h.inboxes[a.name] = newAgentInbox(js, st, a.name)
+	}
 	if err := h.followNotices(ctx); err != nil {
 		return err
 	}

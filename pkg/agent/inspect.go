@@ -74,10 +74,10 @@ func (h *Host) backedOff(d *delivery) {
 
 // calling notes that the handler of the request at seq waits for the answer of the call req;
 // the function it returns notes the end of the wait.
-func (h *Host) calling(seq uint64, req *agentbusv1.Request) func() {
+func (h *Host) calling(held heldKey, req *agentbusv1.Request) func() {
 	c := &pendingCall{agent: req.GetAgentName(), workflowID: req.GetWorkflowId(), method: req.GetMethod(), since: time.Now()}
 	h.mu.Lock()
-	d := h.held[seq]
+	d := h.held[held]
 	if d != nil {
 		w := d.waitLocked()
 		w.calls = append(w.calls, c)
@@ -271,7 +271,7 @@ func (h *Host) retryNow(q inspect.Query) inspect.Retried {
 	// The request ids of the instance's requests are read from their messages, outside the lock.
 	match := queryMatch(q)
 	type candidate struct {
-		seq uint64
+		key heldKey
 		msg jetstream.Msg
 	}
 	var cands []candidate
@@ -281,24 +281,24 @@ func (h *Host) retryNow(q inspect.Query) inspect.Retried {
 			continue
 		}
 		for _, d := range c.queue {
-			cands = append(cands, candidate{d.seq, d.msg})
+			cands = append(cands, candidate{d.key(), d.msg})
 		}
 	}
 	h.mu.Unlock()
-	var seq uint64
+	var key heldKey
 	for _, cd := range cands {
 		req := new(agentbusv1.Request)
 		if proto.Unmarshal(cd.msg.Data(), req) == nil && req.GetRequestId() == q.RequestID {
-			seq = cd.seq
+			key = cd.key
 			break
 		}
 	}
-	if seq == 0 {
+	if key.seq == 0 {
 		return ans
 	}
 	var held heldRequest
 	h.mu.Lock()
-	d := h.held[seq]
+	d := h.held[key]
 	if d != nil {
 		i := slices.Index(d.conv.queue, d)
 		if i >= 0 {
@@ -318,7 +318,7 @@ func (h *Host) retryNow(q inspect.Query) inspect.Retried {
 		ans.Request = &r
 	}
 	if ans.Outcome == inspect.RetryStarted {
-		h.log.Info("retrying a request now, as an operator asked", "seq", seq, "requestId", q.RequestID)
+		h.log.Info("retrying a request now, as an operator asked", "agent", key.agent, "seq", key.seq, "requestId", q.RequestID)
 	}
 	return ans
 }

@@ -247,12 +247,12 @@ func (h *Host) redeliverStale(ctx context.Context, part *partition, info *jetstr
 	n := 0
 	for _, seq := range seqs {
 		h.mu.Lock()
-		mine := h.held[seq] != nil
+		mine := h.held[heldKey{part.key.agent, seq}] != nil
 		h.mu.Unlock()
 		if mine {
 			continue
 		}
-		if err := h.cfg.Conn.Publish(subject.AckReply(subject.InboxStream, part.durable, seq, info.Delivered.Consumer), nakPayload); err != nil {
+		if err := h.cfg.Conn.Publish(subject.AckReply(part.inbox.name, part.durable, seq, info.Delivered.Consumer), nakPayload); err != nil {
 			h.log.Debug("redelivering a request", "seq", seq, "err", err)
 			continue
 		}

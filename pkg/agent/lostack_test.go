@@ -33,7 +33,7 @@ func TestLostAcknowledgementDoesNotHoldTheConversation(t *testing.T) {
 	s, sa, _ := stepWithLostAck(t, ackWait, step)
 
 	// A new pin begins a new tenure, as a consumer leader's election does.
-	require.NoError(t, s.Res.Inbox.UnpinConsumer(t.Context(), subject.PartitionConsumer("Seq", 0), "hosts"))
+	require.NoError(t, inboxOf(t, s, "Seq").UnpinConsumer(t.Context(), subject.PartitionConsumer("Seq", 0), "hosts"))
 	sent := time.Now()
 	step(t, s, "x", "2", "")
 	waitFor(t, ackWait/2, "step 2 ran before step 1's ack wait ended", func() bool {
@@ -233,7 +233,7 @@ func waitRedelivered(t *testing.T, s *stacktest.Stack, sent uint64, within time.
 
 // seqConsumer reads the info of Seq's partition consumer; nil when it cannot now.
 func seqConsumer(t *testing.T, s *stacktest.Stack) *jetstream.ConsumerInfo {
-	c, err := s.Res.Inbox.Consumer(t.Context(), subject.PartitionConsumer("Seq", 0))
+	c, err := inboxOf(t, s, "Seq").Consumer(t.Context(), subject.PartitionConsumer("Seq", 0))
 	if err != nil {
 		return nil
 	}

@@ -41,6 +41,7 @@ type partKey struct {
 // partition is a partition the host pulls, or is handing over.
 type partition struct {
 	key     partKey
+	inbox   *agentInbox
 	durable string
 	filter  string
 	stop    context.CancelFunc
@@ -266,7 +267,7 @@ func (h *Host) waitStarted(ctx context.Context) error {
 // gainLocked starts pulling a partition the host now owns.
 func (h *Host) gainLocked(key partKey) {
 	pctx, stop := context.WithCancel(h.hctx)
-	part := &partition{key: key, durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
+	part := &partition{key: key, inbox: h.inboxes[key.agent], durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
 		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1), pulled: make(chan struct{})}
 	h.parts[key] = part
 	h.metrics.partitionGained(key)
@@ -321,7 +322,7 @@ func (h *Host) handOver(part *partition) {
 	// Unpin only a pin of ours: another host may already hold the partition.
 	if cons != nil && pin != "" {
 		if info, err := cons.Info(ctx); err == nil && pinnedID(info) == pin {
-			if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+			if err := part.inbox.stream.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
 				h.log.Debug("unpinning", "consumer", part.durable, "err", err)
 			}
 		}
@@ -387,7 +388,7 @@ func (h *Host) unpinStale(ctx context.Context, part *partition) {
 		return
 	}
 	h.log.Debug("unpinning a stale pin", "consumer", part.durable)
-	if err := h.res.Inbox.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+	if err := part.inbox.stream.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
 		h.log.Debug("unpinning", "consumer", part.durable, "err", err)
 		return
 	}
@@ -479,7 +480,7 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 
 // consume creates the partition's consumer and begins pulling into arrive.
 func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeContext, error) {
-	cons, err := h.js.CreateOrUpdateConsumer(ctx, subject.InboxStream, h.consumerConfig(part))
+	cons, err := h.js.CreateOrUpdateConsumer(ctx, part.inbox.name, h.consumerConfig(part))
 	if err != nil {
 		return nil, fmt.Errorf("creating consumer of %s partition %d: %w", part.key.agent, part.key.n, err)
 	}
@@ -542,7 +543,7 @@ func (h *Host) snapshot(ctx context.Context, part *partition) (map[string][]uint
 // delivered and not acknowledged and that the inbox's leader still holds.
 func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream.ConsumerInfo, fn func(seq uint64, subj string)) error {
 	for seq, last := info.AckFloor.Stream+1, info.Delivered.Stream; seq <= last; {
-		m, err := bus.LeaderGet(ctx, h.cfg.Conn, subject.InboxStream, seq, part.filter)
+		m, err := bus.LeaderGet(ctx, h.cfg.Conn, part.inbox.name, seq, part.filter)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -605,7 +606,7 @@ func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint
 	}
 	var reacks []string
 	for key, seqs := range others {
-		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[s] != nil })
+		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[heldKey{part.key.agent, s}] != nil })
 		for _, s := range seqs {
 			if reply, ok := part.ackedReplyLocked(s); ok {
 				reacks = append(reacks, reply)
@@ -657,15 +658,18 @@ func (h *Host) ownedLocked() map[string][]int {
 }
 
 // RemoveConsumers deletes the inbox consumers of an agent that no host serves any more, one per
-// partition. Left in place they would stay for good, and the inbox checks every consumer it has
-// on each acknowledgement of any agent's request (docs/performance.md#the-gap-to-the-targets).
+// partition, without waiting for their inactive threshold (HostConfig.ConsumerInactiveThreshold):
+// each is state the NATS servers keep, and their removal says that the agent is gone.
 // Requests still queued for the agent stay in the inbox: a host that serves an agent of that
 // name again creates the consumers anew and is delivered them, as a host still pulling a
 // partition whose consumer is deleted does. Partition 0's consumer goes last, after every other
 // one is gone, so that its absence says a call finished.
 func RemoveConsumers(ctx context.Context, res *bus.Resources, agentName string) error {
 	for p := res.Config.PartitionCount() - 1; p >= 0; p-- {
-		err := res.Inbox.DeleteConsumer(ctx, subject.PartitionConsumer(agentName, p))
+		err := res.JS.DeleteConsumer(ctx, subject.InboxStream(agentName), subject.PartitionConsumer(agentName, p))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("deleting the consumer of %s partition %d: %w", agentName, p, err)
 		}
@@ -676,8 +680,8 @@ func RemoveConsumers(ctx context.Context, res *bus.Resources, agentName string) 
 // HasConsumers reports whether the agent's partition 0 has its inbox consumer: whether
 // RemoveConsumers has anything to do.
 func HasConsumers(ctx context.Context, res *bus.Resources, agentName string) (bool, error) {
-	_, err := res.Inbox.Consumer(ctx, subject.PartitionConsumer(agentName, 0))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	_, err := res.JS.Consumer(ctx, subject.InboxStream(agentName), subject.PartitionConsumer(agentName, 0))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return false, nil
 	}
 	if err != nil {

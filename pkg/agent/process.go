@@ -365,12 +365,12 @@ func (h *Host) finish(ctx context.Context, log *slog.Logger, d *delivery, err er
 	h.mu.Lock()
 	m := d.msg
 	d.part.noteAckedLocked(d.seq, m.Reply())
-	h.acked.add(d.seq, d.stored)
+	h.acked.add(d.part.inbox.salt+d.seq, d.stored)
 	h.mu.Unlock()
 	if err := m.Ack(); err != nil {
 		log.Warn("acknowledging request", "err", err)
 	}
-	h.keeper.Acked()
+	d.part.inbox.keeper.Acked()
 	return true
 }
 

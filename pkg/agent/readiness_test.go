@@ -37,7 +37,7 @@ func TestHostReadiness(t *testing.T) {
 	require.NoError(t, h.Readiness())
 
 	// A partition whose consumer vanished is not consumed until the host creates it again.
-	require.NoError(t, s.Res.Inbox.DeleteConsumer(ctx, subject.PartitionConsumer("Ready", 1)))
+	require.NoError(t, inboxOf(t, s, "Ready").DeleteConsumer(ctx, subject.PartitionConsumer("Ready", 1)))
 	var notConsumed error
 	require.Eventually(t, func() bool {
 		err := h.Readiness()
@@ -47,7 +47,7 @@ func TestHostReadiness(t *testing.T) {
 		return err == nil && notConsumed != nil
 	}, 10*time.Second, time.Millisecond, "the host never missed the partition or never consumed it again")
 	assert.EqualError(t, notConsumed, "partition 1 of Ready not consumed")
-	_, err = s.Res.Inbox.Consumer(ctx, subject.PartitionConsumer("Ready", 1))
+	_, err = inboxOf(t, s, "Ready").Consumer(ctx, subject.PartitionConsumer("Ready", 1))
 	require.NoError(t, err, "the consumer was not created again")
 
 	cancel()

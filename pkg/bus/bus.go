@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -88,8 +89,9 @@ func (c Config) PartitionCount() int { return c.withDefaults().Partitions }
 
 // Resources are the handles to agentbus's JetStream resources.
 type Resources struct {
-	JS        jetstream.JetStream
-	Inbox     jetstream.Stream
+	JS jetstream.JetStream
+	// inboxes caches each agent's inbox stream (InboxOf) by agent name.
+	inboxes   sync.Map
 	Messages  jetstream.Stream
 	Keys      jetstream.KeyValue
 	Tenants   jetstream.KeyValue
@@ -194,13 +196,7 @@ func transient(err error) bool {
 // then the key-value buckets, then the object stores.
 func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
 	r := &Resources{JS: js, Config: cfg}
-	if err := checkRepartition(ctx, js, cfg.Partitions); err != nil {
-		return nil, err
-	}
 	var err error
-	if r.Inbox, err = ensureInbox(ctx, js, cfg); err != nil {
-		return nil, err
-	}
 	if r.Messages, err = ensureMessages(ctx, js, cfg); err != nil {
 		return nil, err
 	}
@@ -236,26 +232,10 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 	if r.Claims, err = ensureClaims(ctx, js, cfg); err != nil {
 		return nil, err
 	}
+	if err := migrateLegacyInbox(ctx, r); err != nil {
+		return nil, err
+	}
 	return r, nil
-}
-
-// ensureInbox creates or updates the inbox stream, a work queue whose subject transform maps
-// each request to one of cfg.Partitions partitions.
-func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
-	src, dst := subject.InboxTransform(cfg.Partitions)
-	return ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:             subject.InboxStream,
-		Description:      "agentbus requests waiting for a workflow host",
-		Subjects:         []string{subject.InboxSubjects()},
-		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
-		Retention:        jetstream.WorkQueuePolicy,
-		Storage:          jetstream.FileStorage,
-		Replicas:         cfg.Replicas,
-		Duplicates:       cfg.DedupeWindow,
-		MaxAge:           cfg.InboxMaxAge,
-		Discard:          jetstream.DiscardNew,
-		AllowDirect:      true,
-	})
 }
 
 // ensureMessages creates or updates the conversation history stream.
@@ -452,43 +432,6 @@ func ensureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstrea
 	}
 	cfg.Metadata = withFingerprint(cfg.Metadata, fp)
 	return js.CreateOrUpdateObjectStore(ctx, cfg)
-}
-
-// ErrRepartition is returned by Ensure when the configured partition count differs from that of
-// an inbox that holds requests.
-var ErrRepartition = errors.New("inbox partition count differs")
-
-// checkRepartition refuses to change the partition count of an inbox that holds requests: the
-// requests already stored keep their partitions, and processes still running with the old count
-// would pull the wrong ones. An empty inbox may change.
-func checkRepartition(ctx context.Context, js jetstream.JetStream, partitions int) error {
-	s, err := js.Stream(ctx, subject.InboxStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", subject.InboxStream, err)
-	}
-	info := s.CachedInfo()
-	if info.Config.SubjectTransform == nil {
-		return nil
-	}
-	have, ok := subject.TransformPartitions(info.Config.SubjectTransform.Destination)
-	if !ok || have == partitions || info.State.Msgs == 0 {
-		return nil
-	}
-	// The inbox keeper's markers are not requests.
-	markers, err := s.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker))
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", subject.InboxStream, err)
-	}
-	requests := markers.State.Msgs - markers.State.Subjects[subject.InboxMarker]
-	if requests == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: the inbox holds %d requests in %d partitions and this process is configured for %d: "+
-		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
-		ErrRepartition, requests, have, partitions, have)
 }
 
 // leaderReadBucket creates or updates a KV bucket whose reads all go to its stream's leader: its

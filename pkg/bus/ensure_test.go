@@ -18,11 +18,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// TestEnsureKeepsPartitionsOfAFullInbox: the partition count of an inbox that holds requests
+// TestInboxKeepsPartitionsWhileFull: the partition count of an agent's inbox that holds requests
 // does not change under a process configured otherwise (the requests would stay where they are
 // and hosts counting the old way would leave new ones unpulled); an inbox without requests
 // changes.
-func TestEnsureKeepsPartitionsOfAFullInbox(t *testing.T) {
+func TestInboxKeepsPartitionsWhileFull(t *testing.T) {
 	srv := natstest.Server(t, "")
 	js, err := jetstream.New(natstest.Conn(t, srv))
 	require.NoError(t, err)
@@ -31,35 +31,42 @@ func TestEnsureKeepsPartitionsOfAFullInbox(t *testing.T) {
 
 	partitions := func() int {
 		t.Helper()
-		s, err := js.Stream(ctx, subject.InboxStream)
+		s, err := js.Stream(ctx, subject.InboxStream("Echo"))
 		require.NoError(t, err)
 		n, ok := subject.TransformPartitions(s.CachedInfo().Config.SubjectTransform.Destination)
 		require.True(t, ok, "the inbox transform names its partition count")
 		return n
 	}
 
-	res, err := bus.Ensure(ctx, js, bus.Config{})
+	// inbox declares Echo's inbox as a process configured with cfg does.
+	inbox := func(cfg bus.Config) (jetstream.Stream, error) {
+		t.Helper()
+		res, err := bus.Ensure(ctx, js, cfg)
+		require.NoError(t, err)
+		return res.InboxOf(ctx, "Echo")
+	}
+
+	first, err := inbox(bus.Config{})
 	require.NoError(t, err)
-	assert.Equal(t, bus.DefaultPartitions, res.Config.PartitionCount())
 	assert.Equal(t, bus.DefaultPartitions, partitions(), "a new inbox gets the default")
 
-	_, err = bus.Ensure(ctx, js, bus.Config{Partitions: 32})
+	_, err = inbox(bus.Config{Partitions: 32})
 	require.NoError(t, err, "an empty inbox may change its partition count")
 	assert.Equal(t, 32, partitions())
 
 	_, err = js.Publish(ctx, subject.Inbox("Echo", "default", "wf", "p"), []byte("request"))
 	require.NoError(t, err)
-	_, err = bus.Ensure(ctx, js, bus.Config{Partitions: 8})
+	_, err = inbox(bus.Config{Partitions: 8})
 	require.ErrorIs(t, err, bus.ErrRepartition)
 	assert.ErrorContains(t, err, "AGENTBUS_PARTITIONS=32", "the error names the count to set")
 	assert.Equal(t, 32, partitions(), "the refused change left the inbox as it was")
-	_, err = bus.Ensure(ctx, js, bus.Config{Partitions: 32})
+	_, err = inbox(bus.Config{Partitions: 32})
 	require.NoError(t, err, "the same count is fine with requests waiting")
 
-	require.NoError(t, res.Inbox.Purge(ctx))
-	_, err = js.Publish(ctx, subject.InboxMarker, nil)
+	require.NoError(t, first.Purge(ctx))
+	_, err = js.Publish(ctx, subject.InboxMarker("Echo"), nil)
 	require.NoError(t, err)
-	_, err = bus.Ensure(ctx, js, bus.Config{Partitions: 8})
+	_, err = inbox(bus.Config{Partitions: 8})
 	require.NoError(t, err, "a drained inbox may change, whatever markers it holds")
 	assert.Equal(t, 8, partitions())
 }

@@ -33,18 +33,20 @@ const (
 // Each new marker replaces the keeper's previous one, which it deletes, and Run deletes the last
 // when it returns: a running host keeps one marker in the inbox, a stopped one none, and one that
 // died leaves its last until the inbox's maximum age removes it. Markers are on
-// subject.InboxMarker, which no partition consumer delivers.
+// subject.InboxMarker, which no partition consumer delivers. Each agent's inbox has a keeper in
+// each host of the agent.
 type InboxKeeper struct {
 	js     jetstream.JetStream
 	inbox  jetstream.Stream
+	marker string // the subject of the inbox's markers
 	acks   atomic.Uint64
 	wake   chan struct{}
 	placed atomic.Uint64 // markers placed, for tests
 }
 
-// NewInboxKeeper returns a keeper of the inbox stream; call Run to start it.
-func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream) *InboxKeeper {
-	return &InboxKeeper{js: js, inbox: inbox, wake: make(chan struct{}, 1)}
+// NewInboxKeeper returns a keeper of agent's inbox stream; call Run to start it.
+func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream, agent string) *InboxKeeper {
+	return &InboxKeeper{js: js, inbox: inbox, marker: subject.InboxMarker(agent), wake: make(chan struct{}, 1)}
 }
 
 // Acked notes that a request was acknowledged.
@@ -76,7 +78,7 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 	for {
 		if n := k.acks.Load(); n != at {
 			pctx, cancel := context.WithTimeout(ctx, MarkerInterval)
-			if ack, err := k.js.Publish(pctx, subject.InboxMarker, nil, jetstream.WithExpectStream(subject.InboxStream)); err == nil {
+			if ack, err := k.js.Publish(pctx, k.marker, nil, jetstream.WithExpectStream(k.inbox.CachedInfo().Config.Name)); err == nil {
 				k.placed.Add(1)
 				at = n
 				if last != 0 {

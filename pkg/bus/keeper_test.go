@@ -29,26 +29,28 @@ func TestInboxKeeper(t *testing.T) {
 
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
 	require.NoError(t, err)
-	cons, err := js.CreateOrUpdateConsumer(ctx, subject.InboxStream, jetstream.ConsumerConfig{
+	inbox, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	cons, err := inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       subject.PartitionConsumer("Echo", 0),
 		FilterSubject: subject.Partition("Echo", 0),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 	})
 	require.NoError(t, err)
-	keeper := bus.NewInboxKeeper(js, res.Inbox)
+	keeper := bus.NewInboxKeeper(js, inbox, "Echo")
 
 	blocks := func() []string {
 		t.Helper()
-		files, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", subject.InboxStream, "msgs", "*.blk"))
+		files, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", subject.InboxStream("Echo"), "msgs", "*.blk"))
 		require.NoError(t, err)
 		return files
 	}
 	// count returns the requests and the markers in the inbox.
 	count := func() (requests, markers uint64) {
 		t.Helper()
-		info, err := res.Inbox.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker))
+		info, err := inbox.Info(ctx, jetstream.WithSubjectFilter(subject.InboxMarker("Echo")))
 		require.NoError(t, err)
-		markers = info.State.Subjects[subject.InboxMarker]
+		markers = info.State.Subjects[subject.InboxMarker("Echo")]
 		return info.State.Msgs - markers, markers
 	}
 	requests := func() uint64 { r, _ := count(); return r }
@@ -61,7 +63,7 @@ func TestInboxKeeper(t *testing.T) {
 			require.NoError(t, err)
 			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
 			require.NoError(t, err)
-			require.NotEqual(t, subject.InboxMarker, m.Subject(), "a partition consumer never delivers a marker")
+			require.NotEqual(t, subject.InboxMarker("Echo"), m.Subject(), "a partition consumer never delivers a marker")
 			require.NoError(t, m.DoubleAck(ctx))
 			keeper.Acked()
 			require.Eventually(t, func() bool { return requests() == 0 }, 5*time.Second, time.Millisecond)

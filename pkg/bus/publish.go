@@ -244,8 +244,6 @@ func parsePubAckFast(data []byte) (*jetstream.PubAck, bool) {
 // to (no allocation).
 func streamName(b []byte) string {
 	switch string(b) {
-	case subject.InboxStream:
-		return subject.InboxStream
 	case subject.MessagesStream:
 		return subject.MessagesStream
 	}

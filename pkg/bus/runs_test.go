@@ -27,6 +27,8 @@ func TestInboxPartitionIsTheServersTransform(t *testing.T) {
 	const partitions = 13
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
 	require.NoError(t, err)
+	inbox, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
 
 	type sent struct{ tenant, wf string }
 	var all []sent
@@ -39,7 +41,7 @@ func TestInboxPartitionIsTheServersTransform(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	for i, s := range all {
-		raw, err := res.Inbox.GetMsg(ctx, uint64(i+1))
+		raw, err := inbox.GetMsg(ctx, uint64(i+1))
 		require.NoError(t, err)
 		stored, err := subject.ParseStoredInbox(raw.Subject)
 		require.NoError(t, err)

@@ -85,7 +85,7 @@ func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, i
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	return s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), inboxSeq), cause, uint64(max(attempts, 0)))
+	return s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), req.GetAgentName(), inboxSeq), cause, uint64(max(attempts, 0)))
 }
 
 // ListOptions select a page of dead letters.

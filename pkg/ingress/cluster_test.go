@@ -267,7 +267,11 @@ func loadKillingInboxLeader(t *testing.T, cs *clusterStack, c *clusterCaller) []
 func killInboxLeader(t *testing.T, cs *clusterStack) (string, time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	info, err := cs.res.Inbox.Info(ctx)
+	inbox, err := cs.res.InboxOf(ctx, "Echo")
+	if !assert.NoError(t, err, "finding the inbox leader") {
+		return "", time.Time{}
+	}
+	info, err := inbox.Info(ctx)
 	if !assert.NoError(t, err, "finding the inbox leader") ||
 		!assert.True(t, info.Cluster != nil && info.Cluster.Leader != "", "finding the inbox leader: %+v", info) {
 		return "", time.Time{}
@@ -370,13 +374,18 @@ func dumpInbox(t *testing.T, res *bus.Resources) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	info, err := res.Inbox.Info(ctx)
+	inbox, err := res.InboxOf(ctx, "Echo")
+	if err != nil {
+		t.Logf("inbox: %v", err)
+		return
+	}
+	info, err := inbox.Info(ctx)
 	if err != nil {
 		t.Logf("inbox info: %v", err)
 		return
 	}
 	t.Logf("inbox: msgs %d first %d last %d leader %s replicas %+v", info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, info.Cluster.Leader, info.Cluster.Replicas)
-	lister := res.Inbox.ListConsumers(ctx)
+	lister := inbox.ListConsumers(ctx)
 	for ci := range lister.Info() {
 		t.Logf("consumer %s: pending %d ackPending %d redelivered %d waiting %d delivered %+v ackFloor %+v leader %s pinned %+v",
 			ci.Name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered, ci.AckFloor, ci.Cluster.Leader, ci.PriorityGroups)

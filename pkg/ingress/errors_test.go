@@ -151,7 +151,7 @@ func TestWebhookIdempotencyKey(t *testing.T) {
 func TestInboxDedupeIDOnlyForCallerKeys(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{})
-	sub, err := s.Res.JS.Conn().SubscribeSync(subject.InboxSubjects())
+	sub, err := s.Res.JS.Conn().SubscribeSync(subject.InboxSubjects("Echo"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	next := func() *nats.Msg {

@@ -70,7 +70,7 @@ func TestDeletedConsumerComesBack(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
 	js, err := jetstream.New(natstest.Conn(t, s.NATS))
 	require.NoError(t, err)
-	require.NoError(t, js.DeleteConsumer(context.Background(), subject.InboxStream, subject.PartitionConsumer("Echo", 0)))
+	require.NoError(t, js.DeleteConsumer(context.Background(), subject.InboxStream("Echo"), subject.PartitionConsumer("Echo", 0)))
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		status, _, b := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil, "Idempotency-Key", "after-delete")

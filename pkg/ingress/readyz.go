@@ -72,7 +72,7 @@ func (s *Server) readiness(ctx context.Context) error {
 	return nil
 }
 
-// streamsReachable reports whether the inbox stream answered its last info request, asking
+// streamsReachable reports whether the history stream answered its last info request, asking
 // again when that answer is older than streamCheckEvery.
 func (s *Server) streamsReachable(ctx context.Context) bool {
 	rd := &s.ready
@@ -83,9 +83,9 @@ func (s *Server) streamsReachable(ctx context.Context) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streamCheckTimeout)
 	defer cancel()
-	_, err := s.res.Inbox.Info(ctx)
+	_, err := s.res.Messages.Info(ctx)
 	if err != nil && rd.streamsOK {
-		s.log.Warn("readiness: inbox stream unreachable", "err", err)
+		s.log.Warn("readiness: history stream unreachable", "err", err)
 	}
 	rd.checkedAt, rd.streamsOK = time.Now(), err == nil
 	return rd.streamsOK

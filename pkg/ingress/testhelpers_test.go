@@ -657,13 +657,13 @@ func echoBecomes(t *testing.T, s *stacktest.Stack, key string, want int, within 
 	}
 }
 
-// subscribeInbox subscribes a new connection to every request published to the inbox.
+// subscribeInbox subscribes a new connection to every request published to any agent's inbox.
 func subscribeInbox(t *testing.T, s *stacktest.Stack) *nats.Subscription {
 	t.Helper()
 	nc, err := s.NATS.Connect("test")
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	sub, err := nc.SubscribeSync(subject.InboxSubjects())
+	sub, err := nc.SubscribeSync(subject.AllInboxSubjects)
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 	return sub
@@ -675,7 +675,7 @@ func nextPublished(t *testing.T, sub *nats.Subscription) (*nats.Msg, *agentbusv1
 	for {
 		m, err := sub.NextMsg(10 * time.Second)
 		require.NoError(t, err, "waiting for a request on the inbox")
-		if m.Subject == subject.InboxMarker {
+		if subject.IsInboxMarker(m.Subject) {
 			continue
 		}
 		req := new(agentbusv1.Request)

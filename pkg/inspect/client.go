@@ -205,7 +205,10 @@ func (c *Client) owner(agent string, p int) string {
 // inboxOf reads how many requests of each conversation of the instance the inbox stores, and
 // when the oldest of each (up to maxInboxConversations) was stored.
 func (c *Client) inboxOf(ctx context.Context, agent string, p int, tenant, workflowID string) (map[string]uint64, map[string]time.Time, error) {
-	st, err := c.JS.Stream(ctx, subject.InboxStream)
+	st, err := c.JS.Stream(ctx, subject.InboxStream(agent))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil, nil // no inbox: nothing waits
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("inspect: reading the inbox: %w", err)
 	}
@@ -232,7 +235,7 @@ func (c *Client) inboxOf(ctx context.Context, agent string, p int, tenant, workf
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			m, err := bus.LeaderGet(ctx, c.NC, subject.InboxStream, 1, subj)
+			m, err := bus.LeaderGet(ctx, c.NC, subject.InboxStream(agent), 1, subj)
 			if err != nil {
 				return // acknowledged meanwhile, or unreadable: its age stays unknown
 			}

@@ -195,8 +195,8 @@ func (c *Client) partitionQueues(ctx context.Context, agents []string) (map[agen
 // partitionQueue reads the backlog of an agent's partition from its consumer.
 func (c *Client) partitionQueue(ctx context.Context, agent string, p int) (PartitionQueue, error) {
 	pq := PartitionQueue{Partition: p}
-	cons, err := c.JS.Consumer(ctx, subject.InboxStream, subject.PartitionConsumer(agent, p))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	cons, err := c.JS.Consumer(ctx, subject.InboxStream(agent), subject.PartitionConsumer(agent, p))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		pq.NoConsumer = true
 		return pq, nil
 	}

@@ -53,7 +53,7 @@ func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
 	const kills = 5
 	var extras []time.Duration
 	for round := range kills {
-		leader := sys.streamLeader(ctx, t, subject.InboxStream)
+		leader := sys.streamLeader(ctx, t, subject.InboxStream("Echo"))
 		node := cluster.Node(leader)
 		require.NotNil(t, node, "inbox leader %q is not one of the cluster's nodes", leader)
 		before := counts.accepted()
@@ -61,7 +61,7 @@ func TestProcessesSurviveNATSLeaderKills(t *testing.T) {
 		node.Kill()
 		time.Sleep(3 * time.Second)
 		node.Restart(t)
-		sys.waitCurrent(ctx, t, subject.InboxStream, 3)
+		sys.waitCurrent(ctx, t, subject.InboxStream("Echo"), 3)
 		node.WaitCurrent(t, 90*time.Second)
 		counts.waitRecovered(t, time.Minute)
 		time.Sleep(2 * time.Second)
@@ -147,7 +147,7 @@ func (s *system) requireReplicas(ctx context.Context, t *testing.T, replicas int
 		names = append(names, info.Config.Name)
 		assert.Equal(t, replicas, info.Config.Replicas, "stream %s", info.Config.Name)
 	}
-	for _, want := range []string{subject.InboxStream, subject.MessagesStream, subject.DeadLettersStream,
+	for _, want := range []string{subject.InboxStream("Echo"), subject.MessagesStream, subject.DeadLettersStream,
 		subject.KVStream(subject.InstancesBucket), subject.KVStream(subject.HostsBucket), subject.KVStream(subject.KeysBucket)} {
 		assert.Contains(t, names, want)
 	}

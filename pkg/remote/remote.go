@@ -97,6 +97,7 @@ var (
 
 // Store keeps registrations.
 type Store struct {
+	res          *bus.Resources
 	js           jetstream.JetStream
 	kv           jetstream.KeyValue
 	registry     jetstream.KeyValue
@@ -105,8 +106,8 @@ type Store struct {
 }
 
 // DefaultMaxPerTenant is how many remote agents a tenant may register unless NewStore is told
-// otherwise. Each agent adds a consumer per inbox partition, and every request's acknowledgement,
-// of every tenant, checks each consumer of the inbox (docs/performance.md).
+// otherwise. Each agent adds an inbox stream with a consumer per partition, which the NATS
+// servers keep, and the pull loops of the hosts serving remote agents.
 const DefaultMaxPerTenant = 10
 
 // NewStore returns a Store over the bus's buckets; allow is the allow-list a tenant's
@@ -116,7 +117,7 @@ func NewStore(res *bus.Resources, allow *outbound.AllowList, maxPerTenant int) *
 	if maxPerTenant <= 0 {
 		maxPerTenant = DefaultMaxPerTenant
 	}
-	return &Store{js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow, maxPerTenant: maxPerTenant}
+	return &Store{res: res, js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow, maxPerTenant: maxPerTenant}
 }
 
 // validate checks a registration of owner ("" for a system admin) and fills in its defaults.
@@ -285,6 +286,9 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	if err != nil {
 		return Registration{}, err
 	}
+	// The agent's calls need its inbox: made here, the first call seldom waits for the host
+	// serving it to make it (which it does anyway: an error here changes nothing).
+	_, _ = s.res.InboxOf(ctx, r.Name)
 	return reg, nil
 }
 

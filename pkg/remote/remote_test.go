@@ -3,6 +3,7 @@ package remote_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -290,7 +292,12 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 func inboxConsumersOf(t *testing.T, res *bus.Resources, agentName string) int {
 	t.Helper()
 	n := 0
-	names := res.Inbox.ConsumerNames(t.Context())
+	inbox, err := res.JS.Stream(t.Context(), subject.InboxStream(agentName))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0
+	}
+	require.NoError(t, err)
+	names := inbox.ConsumerNames(t.Context())
 	for name := range names.Name() {
 		for p := range res.Config.PartitionCount() {
 			if name == subject.PartitionConsumer(agentName, p) {

@@ -27,7 +27,9 @@ func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 	_, err := s.Put(ctx, "", remote.Registration{Name: "Gone", URL: "http://127.0.0.1:10/agent", Chat: true}, false)
 	require.NoError(t, err)
 	for p := range partitions {
-		_, err := res.Inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Gone", p),
+		inbox, err := res.InboxOf(ctx, "Gone")
+		require.NoError(t, err)
+		_, err = inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Gone", p),
 			FilterSubject: subject.Partition("Gone", p), AckPolicy: jetstream.AckExplicitPolicy})
 		require.NoError(t, err)
 	}

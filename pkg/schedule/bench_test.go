@@ -44,6 +44,8 @@ func runTimers(b *testing.B, n int, spread time.Duration) (lateness []time.Durat
 	store := schedule.NewStore(res.JS, res.Schedules)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	inbox, err := res.InboxOf(ctx, "Echo") // the agent the timers fire for
+	require.NoError(b, err)
 	heapBefore := heapInUse()
 	start := time.Now().Add(5 * time.Second) // time to set them all
 	for i := range n {
@@ -58,7 +60,7 @@ func runTimers(b *testing.B, n int, spread time.Duration) (lateness []time.Durat
 	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
 	defer func() { cancel(); <-relayed }()
 
-	cons, err := res.Inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "bench", AckPolicy: jetstream.AckExplicitPolicy})
 	require.NoError(b, err)
 	type arrival struct {
 		at  time.Time

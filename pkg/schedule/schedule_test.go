@@ -26,9 +26,11 @@ func template(participant string) *agentbusv1.Request {
 func inboxRequests(t *testing.T, res *bus.Resources, want int, wait time.Duration) []*agentbusv1.Request {
 	t.Helper()
 	ctx := context.Background()
+	inbox, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
 	deadline := time.Now().Add(wait)
 	for {
-		info, err := res.Inbox.Info(ctx)
+		info, err := inbox.Info(ctx)
 		require.NoError(t, err)
 		if int(info.State.Msgs) >= want || time.Now().After(deadline) {
 			break
@@ -36,11 +38,11 @@ func inboxRequests(t *testing.T, res *bus.Resources, want int, wait time.Duratio
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // and none more
-	info, err := res.Inbox.Info(ctx)
+	info, err := inbox.Info(ctx)
 	require.NoError(t, err)
 	var out []*agentbusv1.Request
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := res.Inbox.GetMsg(ctx, seq)
+		m, err := inbox.GetMsg(ctx, seq)
 		if err != nil {
 			continue
 		}
@@ -55,6 +57,8 @@ func inboxRequests(t *testing.T, res *bus.Resources, want int, wait time.Duratio
 func relayingStore(t *testing.T) (*bus.Resources, *schedule.Store, context.Context) {
 	t.Helper()
 	res := natstest.Bus(t, bus.Config{})
+	_, err := res.InboxOf(t.Context(), "Echo") // the agent the timers fire for
+	require.NoError(t, err)
 	store := schedule.NewStore(res.JS, res.Schedules)
 	ctx, cancel := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)

@@ -27,10 +27,12 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 	require.NoError(t, err)
 	for _, partitions := range []int{1, 7, 16} {
 		// A fresh inbox for each count: a process refuses another count while requests wait.
-		if err := js.DeleteStream(ctx, subject.InboxStream); err != nil {
+		if err := js.DeleteStream(ctx, subject.InboxStream("Echo")); err != nil {
 			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 		}
 		res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
+		require.NoError(t, err, "partitions %d", partitions)
+		inbox, err := res.InboxOf(ctx, "Echo")
 		require.NoError(t, err, "partitions %d", partitions)
 		seen := map[int]bool{}
 		for _, tenant := range []string{"acme", "Other_T-2", "t"} {
@@ -41,7 +43,7 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 				}
 				ack, err := js.Publish(ctx, subject.Inbox("Echo", tenant, wf, "ada"), nil)
 				require.NoError(t, err)
-				m, err := res.Inbox.GetMsg(ctx, ack.Sequence)
+				m, err := inbox.GetMsg(ctx, ack.Sequence)
 				require.NoError(t, err)
 				got, err := subject.ParseStoredInbox(m.Subject)
 				require.NoError(t, err)
@@ -58,7 +60,7 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 			assert.Greater(t, len(seen), partitions/2, "%d partitions: the instances landed in %d", partitions, len(seen))
 		}
 	}
-	assert.False(t, subject.IsInstanceInbox(subject.InboxMarker, "t", "x"))
+	assert.False(t, subject.IsInstanceInbox(subject.InboxMarker("Echo"), "t", "x"))
 	assert.False(t, subject.IsInstanceInbox("agentbus.in.a.1.t.wf", "t", "wf"))
 	assert.False(t, subject.IsInstanceInbox("agentbus.in.a.1.t.wf.p.q", "t", "wf"))
 }

@@ -16,8 +16,9 @@ import (
 
 // Streams, key-value buckets and object stores.
 const (
-	// InboxStream holds request envelopes until a host has handled them (work queue).
-	InboxStream = "AGENTBUS_INBOX"
+	// LegacyInboxStream is the one inbox stream that held every agent's requests before each
+	// agent had its own (InboxStream); bus.Ensure moves what it holds and deletes it.
+	LegacyInboxStream = "AGENTBUS_INBOX"
 	// MessagesStream holds conversation history, one subject per thread.
 	MessagesStream = "AGENTBUS_MESSAGES"
 	// KeysBucket maps SHA-256 hashes of API keys to their records, and key ids (id.{keyId}) to
@@ -156,24 +157,60 @@ func Inbox(agent, tenant, workflowID, participant string) string {
 	return string(startTokens(inboxPrefix).id(agent).plain(tenant).id(workflowID).id(participant))
 }
 
-// InboxSubjects is the subject filter of the inbox stream.
-func InboxSubjects() string { return inboxPrefix + ".>" }
+// InboxStreamPrefix begins the name of every agent's inbox stream (InboxStream).
+const InboxStreamPrefix = "AGENTBUS_INBOX_"
 
-// InboxMarker is the subject of the inbox's marker messages (see bus.InboxKeeper). It is in the
-// inbox stream but has fewer tokens than a request subject, so that no partition transform
-// rewrites it and no partition consumer delivers it.
-const InboxMarker = inboxPrefix + ".marker"
+// InboxStream is the name of the stream that holds an agent's request envelopes until a host
+// has handled them (a work queue). Each agent has its own, so that the consumers of one agent
+// cost nothing to the calls of another. Agent names may be long, so the name carries a hash of
+// it, as PartitionConsumer's does.
+func InboxStream(agent string) string {
+	sum := sha256.Sum256([]byte(agent))
+	return InboxStreamPrefix + hex.EncodeToString(sum[:8])
+}
 
-// InboxTransform returns the stream subject transform that spreads each agent's requests over n
-// partitions by hashing (tenant, workflow):
+// InboxSubjects is the subject filter of an agent's inbox stream.
+func InboxSubjects(agent string) string { return inboxPrefix + "." + Token(agent) + ".>" }
+
+// AllInboxSubjects is the subject filter of every agent's inbox together (LegacyInboxStream's).
+const AllInboxSubjects = inboxPrefix + ".>"
+
+// InboxMarker is the subject of the marker messages of an agent's inbox (see bus.InboxKeeper). It
+// is in the inbox stream but has fewer tokens than a request subject, so that no partition
+// transform rewrites it and no partition consumer delivers it.
+func InboxMarker(agent string) string { return inboxPrefix + "." + Token(agent) + ".marker" }
+
+// IsInboxMarker reports whether subj is an inbox marker's subject (InboxMarker) of any agent.
+func IsInboxMarker(subj string) bool {
+	rest, ok := strings.CutPrefix(subj, inboxPrefix+".")
+	if !ok {
+		return false
+	}
+	tok, last, ok := strings.Cut(rest, ".")
+	return ok && tok != "" && last == "marker"
+}
+
+// InboxTransform returns the subject transform of an agent's inbox stream, which spreads the
+// agent's requests over n partitions by hashing (tenant, workflow):
 // agentbus.in.{agent}.{tenant}.{wf}.{participant} is stored as
 // agentbus.in.{agent}.{partition}.{tenant}.{wf}.{participant}. Every conversation of one
 // workflow instance lands in one partition, so the one host that pulls it is the only one that
 // handles the instance and may keep it in memory while it is busy; conversations still run
 // concurrently within the host.
-func InboxTransform(partitions int) (source, destination string) {
-	return inboxPrefix + ".*.*.*.*",
-		fmt.Sprintf("%s.{{wildcard(1)}}.{{partition(%d,2,3)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}", inboxPrefix, partitions)
+func InboxTransform(agent string, partitions int) (source, destination string) {
+	prefix := inboxPrefix + "." + Token(agent)
+	return prefix + ".*.*.*",
+		fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", prefix, partitions)
+}
+
+// StripPartition returns the subject a request stored at the stored inbox subject was published
+// on: the stored subject without its partition token.
+func StripPartition(stored string) (string, error) {
+	in, err := ParseStoredInbox(stored)
+	if err != nil {
+		return "", err
+	}
+	return Inbox(in.Agent, in.Tenant, in.WorkflowID, in.Participant), nil
 }
 
 // TransformPartitions reads the partition count back from an inbox transform's destination, as
@@ -402,8 +439,8 @@ func MatchesFilter(subj, filter string) bool {
 
 // DeadLetterMsgID de-duplicates the dead letter of one delivery of an inbox message, so that a host
 // that dies between storing a dead letter and acknowledging the request stores it only once.
-func DeadLetterMsgID(tenant string, inboxSeq uint64) string {
-	return "dead:" + tenant + ":" + strconv.FormatUint(inboxSeq, 10)
+func DeadLetterMsgID(tenant, agent string, inboxSeq uint64) string {
+	return "dead:" + tenant + ":" + Token(agent) + ":" + strconv.FormatUint(inboxSeq, 10)
 }
 
 // ReplayMsgID is the inbox de-duplication id of a dead letter sent again: the request keeps its

@@ -206,7 +206,7 @@ func TestStatsSubjects(t *testing.T) {
 		}
 		assert.Len(t, strings.Split(r, "."), 4, r)
 	}
-	for _, filter := range []string{subject.InboxSubjects(), subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
 		assert.False(t, subject.MatchesFilter(subject.StatsWindow, filter), filter)
 	}
 }
@@ -223,7 +223,7 @@ func TestConfirmSubjects(t *testing.T) {
 		assert.NotEqual(t, subject.StatsReply(instance, "abc"), r)
 		assert.Len(t, strings.Split(r, "."), 4, r)
 	}
-	for _, filter := range []string{subject.InboxSubjects(), subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
 		assert.False(t, subject.MatchesFilter(subject.IngressPresence, filter), filter)
 		assert.False(t, subject.MatchesFilter(subject.IngressConfirm, filter), filter)
 		assert.False(t, subject.MatchesFilter(subject.IngressDemand, filter), filter)
@@ -243,6 +243,8 @@ func TestInboxPartitioning(t *testing.T) {
 	require.NoError(t, err)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
 	require.NoError(t, err, "bus.Ensure")
+	inbox, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
 
 	type conv struct{ tenant, wf, participant string }
 	var convs []conv
@@ -266,7 +268,7 @@ func TestInboxPartitioning(t *testing.T) {
 	partOf := make(map[conv]string)
 	perPartition := make(map[string]uint64)
 	for seq, c := range bySeq {
-		m, err := res.Inbox.GetMsg(ctx, seq)
+		m, err := inbox.GetMsg(ctx, seq)
 		require.NoError(t, err, "GetMsg(%d)", seq)
 		got, err := subject.ParseStoredInbox(m.Subject)
 		require.NoError(t, err, "stored subject %q", m.Subject)
@@ -293,7 +295,7 @@ func TestInboxPartitioning(t *testing.T) {
 	// Each partition's consumer filter must see exactly the messages stored under it.
 	var total uint64
 	for p := range partitions {
-		cons, err := res.Inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		cons, err := inbox.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 			Durable:       subject.PartitionConsumer("Echo", p),
 			FilterSubject: subject.Partition("Echo", p),
 			AckPolicy:     jetstream.AckExplicitPolicy,
@@ -309,7 +311,7 @@ func TestInboxPartitioning(t *testing.T) {
 
 func TestTransformPartitions(t *testing.T) {
 	for _, n := range []int{1, 16, 1024} {
-		_, dst := subject.InboxTransform(n)
+		_, dst := subject.InboxTransform("Echo", n)
 		got, ok := subject.TransformPartitions(dst)
 		assert.True(t, ok, "%s", dst)
 		assert.Equal(t, n, got, "%s", dst)

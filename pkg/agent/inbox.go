@@ -1,0 +1,35 @@
+package agent
+
+import (
+	"hash/fnv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+)
+
+// agentInbox is the inbox stream of one agent a host runs (bus.Resources.InboxOf), with the
+// keeper of its markers.
+type agentInbox struct {
+	stream jetstream.Stream
+	name   string // the stream's name
+	keeper *bus.InboxKeeper
+	// salt offsets the agent's inbox sequences in the host's ackedSeqs, which all its agents
+	// share: the same sequence of two agents' inboxes takes two slots.
+	salt uint64
+}
+
+func newAgentInbox(js jetstream.JetStream, st jetstream.Stream, agent string) *agentInbox {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(agent))
+	return &agentInbox{stream: st, name: st.CachedInfo().Config.Name, keeper: bus.NewInboxKeeper(js, st, agent), salt: h.Sum64()}
+}
+
+// heldKey names a request a host holds: its agent and its sequence in the agent's inbox.
+type heldKey struct {
+	agent string
+	seq   uint64
+}
+
+// key is the delivery's heldKey.
+func (d *delivery) key() heldKey { return heldKey{d.part.key.agent, d.seq} }

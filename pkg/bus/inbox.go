@@ -1,0 +1,256 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/retry"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// InboxOf returns the inbox stream of agent (subject.InboxStream), creating or updating it the
+// first time this process asks for it. Whatever makes an agent callable makes its inbox first:
+// a workflow host for its agents before it registers them, the registration of a remote agent,
+// and Ensure for the agents of a LegacyInboxStream it moves. A request published for an agent
+// without an inbox finds no stream (nats.ErrNoResponders).
+//
+// While JetStream is not ready it retries as Ensure does, until ctx ends or two minutes pass.
+// It refuses (ErrRepartition) an inbox that holds requests in another number of partitions
+// than the configured one.
+func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream, error) {
+	if s, ok := r.inboxes.Load(agent); ok {
+		return s.(jetstream.Stream), nil
+	}
+	reqCtx, stop := withoutDeadline(ctx)
+	defer stop()
+	deadline := time.Now().Add(ensureWait)
+	attempts := ensurePolicy.Start()
+	for {
+		s, err := ensureInbox(reqCtx, r.JS, r.Config, agent)
+		if err == nil {
+			r.inboxes.Store(agent, s)
+			return s, nil
+		}
+		if !transient(err) || time.Now().After(deadline) {
+			return nil, err
+		}
+		wait, _ := attempts.Failed()
+		if retry.Sleep(ctx, wait) != nil {
+			return nil, err
+		}
+	}
+}
+
+// ensureInbox creates or updates the inbox stream of agent: a work queue whose subject
+// transform maps each request to one of cfg.Partitions partitions.
+func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent string) (jetstream.Stream, error) {
+	if err := checkRepartition(ctx, js, cfg.Partitions, agent); err != nil {
+		return nil, err
+	}
+	src, dst := subject.InboxTransform(agent, cfg.Partitions)
+	return ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:             subject.InboxStream(agent),
+		Description:      "agentbus requests waiting for a workflow host of one agent",
+		Subjects:         []string{subject.InboxSubjects(agent)},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: src, Destination: dst},
+		Retention:        jetstream.WorkQueuePolicy,
+		Storage:          jetstream.FileStorage,
+		Replicas:         cfg.Replicas,
+		Duplicates:       cfg.DedupeWindow,
+		MaxAge:           cfg.InboxMaxAge,
+		Discard:          jetstream.DiscardNew,
+		AllowDirect:      true,
+		Metadata:         map[string]string{inboxAgentKey: agent},
+	})
+}
+
+// inboxAgentKey is the metadata key of an inbox stream that names its agent.
+const inboxAgentKey = "agentbus.agent"
+
+// InboxAgent returns the agent whose inbox the stream of info is, and false for any other
+// stream.
+func InboxAgent(info *jetstream.StreamInfo) (string, bool) {
+	agent, ok := info.Config.Metadata[inboxAgentKey]
+	return agent, ok && info.Config.Name == subject.InboxStream(agent)
+}
+
+// ErrRepartition is returned by InboxOf when the configured partition count differs from that of
+// an inbox that holds requests.
+var ErrRepartition = errors.New("inbox partition count differs")
+
+// checkRepartition refuses to change the partition count of an agent's inbox that holds
+// requests: the requests already stored keep their partitions, and processes still running with
+// the old count would pull the wrong ones. An empty inbox may change.
+func checkRepartition(ctx context.Context, js jetstream.JetStream, partitions int, agent string) error {
+	name := subject.InboxStream(agent)
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", name, err)
+	}
+	info := s.CachedInfo()
+	if info.Config.SubjectTransform == nil {
+		return nil
+	}
+	have, ok := subject.TransformPartitions(info.Config.SubjectTransform.Destination)
+	if !ok || have == partitions || info.State.Msgs == 0 {
+		return nil
+	}
+	// The inbox keeper's markers are not requests.
+	marker := subject.InboxMarker(agent)
+	markers, err := s.Info(ctx, jetstream.WithSubjectFilter(marker))
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", name, err)
+	}
+	requests := markers.State.Msgs - markers.State.Subjects[marker]
+	if requests == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the inbox of %s holds %d requests in %d partitions and this process is configured for %d: "+
+		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
+		ErrRepartition, agent, requests, have, partitions, have)
+}
+
+// legacyMarker is the subject of the markers LegacyInboxStream held.
+const legacyMarker = "agentbus.in.marker"
+
+// migrateLegacyInbox moves the requests of a LegacyInboxStream, in their order, to their agents'
+// inboxes, gives every agent of the registry an inbox, and deletes the legacy stream. Every
+// process runs it in Ensure, before it serves: run the processes of the version with one inbox
+// no more (stop them first), since requests they publish meanwhile find no inbox or a moved one.
+// Several processes moving at once store each request once: a moved copy carries the
+// de-duplication id moved:{legacy sequence}.
+func migrateLegacyInbox(ctx context.Context, r *Resources) error {
+	legacy, err := r.JS.Stream(ctx, subject.LegacyInboxStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", subject.LegacyInboxStream, err)
+	}
+	// The legacy stream's subjects overlap every agent's inbox: take them away first (the
+	// stored messages keep theirs), and its consumers, which no host of this version pulls.
+	names := legacy.ConsumerNames(ctx)
+	var consumers []string
+	for name := range names.Name() { // read to the end: the lister's goroutine waits for each read
+		consumers = append(consumers, name)
+	}
+	if err := names.Err(); err != nil {
+		return gone(fmt.Errorf("listing the consumers of %s: %w", subject.LegacyInboxStream, err))
+	}
+	for _, name := range consumers {
+		if err := legacy.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return gone(fmt.Errorf("deleting consumer %s of %s: %w", name, subject.LegacyInboxStream, err))
+		}
+	}
+	cfg := legacy.CachedInfo().Config
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != legacyParked {
+		cfg.Subjects, cfg.SubjectTransform = []string{legacyParked}, nil
+		if legacy, err = r.JS.UpdateStream(ctx, cfg); err != nil {
+			return gone(fmt.Errorf("parking stream %s: %w", subject.LegacyInboxStream, err))
+		}
+	}
+	if err := inboxesOfRegistry(ctx, r); err != nil {
+		return err
+	}
+	for {
+		info, err := legacy.Info(ctx)
+		if err != nil {
+			return gone(fmt.Errorf("reading stream %s: %w", subject.LegacyInboxStream, err))
+		}
+		if info.State.Msgs == 0 {
+			break
+		}
+		raw, err := legacy.GetMsg(ctx, info.State.FirstSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // moved meanwhile by another process
+		}
+		if err != nil {
+			return gone(fmt.Errorf("reading stream %s: %w", subject.LegacyInboxStream, err))
+		}
+		if err := moveLegacy(ctx, r, raw); err != nil {
+			return err
+		}
+		if err := legacy.DeleteMsg(ctx, raw.Sequence); err != nil && !deletedBefore(ctx, legacy, raw.Sequence) {
+			return gone(fmt.Errorf("deleting moved request %d of %s: %w", raw.Sequence, subject.LegacyInboxStream, err))
+		}
+	}
+	if err := r.JS.DeleteStream(ctx, subject.LegacyInboxStream); err != nil {
+		return gone(fmt.Errorf("deleting stream %s: %w", subject.LegacyInboxStream, err))
+	}
+	return nil
+}
+
+// deletedBefore reports whether the message at seq, which a deletion failed to find, is gone:
+// another process deleted it (nats.go's error names no reason).
+func deletedBefore(ctx context.Context, legacy jetstream.Stream, seq uint64) bool {
+	_, err := legacy.GetMsg(ctx, seq)
+	return errors.Is(err, jetstream.ErrMsgNotFound)
+}
+
+// gone is nil when err says the legacy inbox is gone: another process finished moving it.
+func gone(err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	return err
+}
+
+// legacyParked is the subject LegacyInboxStream takes while its requests are moved: one no
+// agentbus process publishes on.
+const legacyParked = "agentbus.legacy-inbox"
+
+// moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox.
+func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) error {
+	if raw.Subject == legacyMarker {
+		return nil
+	}
+	to, err := subject.StripPartition(raw.Subject)
+	if err != nil {
+		return nil // not a request: nothing to move
+	}
+	in, _ := subject.ParseStoredInbox(raw.Subject)
+	if _, err := r.InboxOf(ctx, in.Agent); err != nil {
+		return err
+	}
+	hdr := nats.Header{}
+	for k, v := range raw.Header {
+		hdr[k] = v
+	}
+	hdr.Set(subject.HeaderMsgID, fmt.Sprintf("moved:%d", raw.Sequence))
+	if _, err := r.JS.PublishMsg(ctx, &nats.Msg{Subject: to, Header: hdr, Data: raw.Data},
+		jetstream.WithExpectStream(subject.InboxStream(in.Agent))); err != nil {
+		return fmt.Errorf("moving request %d of %s: %w", raw.Sequence, subject.LegacyInboxStream, err)
+	}
+	return nil
+}
+
+// inboxesOfRegistry gives every agent of the registry its inbox, so that a request for an agent
+// that registered before the agents had inboxes of their own, and has no host running now,
+// is stored as it was before.
+func inboxesOfRegistry(ctx context.Context, r *Resources) error {
+	keys, err := r.Registry.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the registry: %w", err)
+	}
+	var agents []string
+	for key := range keys.Keys() {
+		if agent, err := subject.ParseToken(key); err == nil {
+			agents = append(agents, agent)
+		}
+	}
+	_ = keys.Stop() // the channel closed: the watch has stopped
+	for _, agent := range agents {
+		if _, err := r.InboxOf(ctx, agent); err != nil {
+			return err
+		}
+	}
+	return nil
+}
