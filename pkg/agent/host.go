@@ -88,9 +88,9 @@ type HostConfig struct {
 	AckWait time.Duration
 	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
 	// pulls from it; then the bus deletes it (JetStream's inactive threshold). A live host pulls
-	// all the time, so only the consumers of an agent that no host runs any more go: every
-	// consumer on the inbox costs every acknowledgement of every agent (docs/performance.md).
-	// The requests waiting for such an agent stay in the inbox, and the first host of it that
+	// all the time, so only the consumers of an agent that no host runs any more go: state the
+	// NATS servers would keep for good, and which every acknowledgement of the agent's inbox
+	// checks. The requests waiting for such an agent stay in the inbox, and the first host of it that
 	// starts again makes the consumers again. Give every host the same. Default 1h; at least 10s.
 	ConsumerInactiveThreshold time.Duration
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers

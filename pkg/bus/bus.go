@@ -2,7 +2,8 @@
 // and object store, moves payloads too large for one NATS message through the object store
 // (claim check), and routes synchronous replies to the ingress requests waiting for them.
 //
-// It does not know HTTP or agents; ingress and the workflow host build on it.
+// It knows agents only by name (each has an inbox stream, Resources.InboxOf) and does not know
+// HTTP; ingress and the workflow host build on it.
 package bus
 
 import (
@@ -25,9 +26,10 @@ type Config struct {
 	// Replicas of every stream and bucket: 1 for one server, 3 for a production cluster.
 	// Zero means 1.
 	Replicas int
-	// Partitions of the inbox. Zero means 16. The count of an inbox that holds requests cannot
-	// change (Ensure refuses): it would re-map only new requests, and hosts counting the other
-	// way would leave some unpulled. Drain the inbox, then restart every process with the new one.
+	// Partitions of each agent's inbox. Zero means 16. The count of an inbox that holds requests
+	// cannot change (Resources.InboxOf refuses): it would re-map only new requests, and hosts
+	// counting the other way would leave some unpulled. Drain the inboxes, then restart every
+	// process with the new one.
 	Partitions int
 	// DedupeWindow is how long a requestId is remembered for idempotency. Zero means 10 minutes.
 	DedupeWindow time.Duration
@@ -40,7 +42,7 @@ type Config struct {
 // Defaults for Config's zero values.
 const (
 	// DefaultPartitions bounds how many hosts share one agent's work. Each partition is a
-	// consumer on the inbox, and the server's work per request grows with their number
+	// consumer on the agent's inbox, and the server's work per request grows with their number
 	// (docs/performance.md: CPU per call 16 against 32 partitions).
 	DefaultPartitions   = 16
 	DefaultDedupeWindow = 10 * time.Minute

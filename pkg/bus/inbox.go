@@ -69,15 +69,9 @@ func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent 
 	})
 }
 
-// inboxAgentKey is the metadata key of an inbox stream that names its agent.
+// inboxAgentKey is the metadata key of an inbox stream that names its agent, for operators
+// (the stream's name carries only a hash of it).
 const inboxAgentKey = "agentbus.agent"
-
-// InboxAgent returns the agent whose inbox the stream of info is, and false for any other
-// stream.
-func InboxAgent(info *jetstream.StreamInfo) (string, bool) {
-	agent, ok := info.Config.Metadata[inboxAgentKey]
-	return agent, ok && info.Config.Name == subject.InboxStream(agent)
-}
 
 // ErrRepartition is returned by InboxOf when the configured partition count differs from that of
 // an inbox that holds requests.

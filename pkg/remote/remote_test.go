@@ -281,7 +281,7 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
-	// Its consumers go with it: the inbox checks every consumer it has on each acknowledgement.
+	// Its consumers go with it, without waiting for their inactive threshold.
 	removed := time.Now()
 	require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, "Remo") == 0 }, 45*time.Second, 50*time.Millisecond,
 		"the removed agent's inbox consumers deleted")

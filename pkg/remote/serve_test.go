@@ -16,8 +16,7 @@ import (
 
 // TestRemovalReplayedDeletesConsumers: a process serving remote agents that starts after an
 // agent was removed deletes the inbox consumers the agent left behind, as the processes that
-// see a removal happen do (TestRemoteAgentServedLikeAGoAgent): each acknowledgement of any
-// request checks every consumer of the inbox.
+// see a removal happen do (TestRemoteAgentServedLikeAGoAgent).
 func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 	const partitions = 4
 	res := natstest.Bus(t, bus.Config{Partitions: partitions})

@@ -243,20 +243,6 @@ func PartitionConsumer(agent string, p int) string {
 	return fmt.Sprintf("p%d-%s", p, hex.EncodeToString(sum[:8]))
 }
 
-// IsPartitionConsumer reports whether name is a durable name PartitionConsumer makes.
-func IsPartitionConsumer(name string) bool {
-	rest, ok := strings.CutPrefix(name, "p")
-	if !ok {
-		return false
-	}
-	n, hash, ok := strings.Cut(rest, "-")
-	if !ok || n == "" || len(hash) != 16 || strings.Trim(n, "0123456789") != "" {
-		return false
-	}
-	_, err := hex.DecodeString(hash)
-	return err == nil && strings.ToLower(hash) == hash
-}
-
 // StoredInbox is a request subject as the inbox stream stores it, after the partition transform.
 type StoredInbox struct {
 	Agent       string

@@ -322,12 +322,26 @@ func TestTransformPartitions(t *testing.T) {
 	}
 }
 
-func TestIsPartitionConsumer(t *testing.T) {
-	for _, name := range []string{subject.PartitionConsumer("Echo", 0), subject.PartitionConsumer("a.b c", 15)} {
-		assert.True(t, subject.IsPartitionConsumer(name), name)
+func TestAgentInboxNames(t *testing.T) {
+	for _, agent := range []string{"Echo", "a.b c", "日本", strings.Repeat("x", 200)} {
+		name := subject.InboxStream(agent)
+		assert.True(t, strings.HasPrefix(name, subject.InboxStreamPrefix), name)
+		assert.NotContains(t, name, ".", "a stream name has no dots")
+		assert.LessOrEqual(t, len(name), 32, name)
+		assert.True(t, subject.MatchesFilter(subject.InboxMarker(agent), subject.InboxSubjects(agent)), "the marker is in the agent's inbox")
+		assert.True(t, subject.IsInboxMarker(subject.InboxMarker(agent)))
+		published := subject.Inbox(agent, "acme", "wf.1", "p")
+		assert.True(t, subject.MatchesFilter(published, subject.InboxSubjects(agent)), "a request is in its agent's inbox")
+		assert.False(t, subject.IsInboxMarker(published))
+		for _, other := range []string{"Echo2", "Ech", agent + "x"} {
+			assert.False(t, subject.MatchesFilter(published, subject.InboxSubjects(other)), "%q's request in %q's inbox", agent, other)
+			assert.NotEqual(t, name, subject.InboxStream(other))
+		}
 	}
-	for _, name := range []string{"", "p", "p1", "p-0123456789abcdef", "px-0123456789abcdef", "p1-0123456789abcde",
-		"p1-0123456789ABCDEF", "p1-0123456789abcdeg", "q1-0123456789abcdef", "p1-0123456789abcdef0"} {
-		assert.False(t, subject.IsPartitionConsumer(name), name)
-	}
+	assert.NotEqual(t, subject.InboxStream("Echo"), subject.LegacyInboxStream)
+	assert.False(t, subject.IsInboxMarker("agentbus.in.marker"), "the legacy inbox's marker names no agent")
+	stored := "agentbus.in." + subject.Token("Echo") + ".3.acme." + subject.Token("wf") + "." + subject.Token("p")
+	got, err := subject.StripPartition(stored)
+	require.NoError(t, err)
+	assert.Equal(t, subject.Inbox("Echo", "acme", "wf", "p"), got)
 }
