@@ -251,6 +251,7 @@ type Host struct {
 
 	mu      sync.Mutex
 	parts   map[partKey]*partition     // partitions pulled now, or being handed over
+	placed  map[string]*division       // the last division of each agent's partitions (rebalance)
 	convs   map[string]*conversation   // conversations with requests held, by stored subject
 	held    map[heldKey]*delivery      // requests held, queued or running, by agent and inbox sequence
 	acked   ackedSeqs                  // requests this host acknowledged lately
@@ -285,7 +286,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
 		slots: make(map[string]*slots), ready: make(chan struct{}), stopping: make(chan struct{}),
 		kick:  make(chan struct{}, 1),
-		parts: make(map[partKey]*partition), convs: make(map[string]*conversation),
+		parts: make(map[partKey]*partition), placed: make(map[string]*division), convs: make(map[string]*conversation),
 		held: make(map[heldKey]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
 		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1),

@@ -72,8 +72,8 @@ func (h *Host) backedOff(d *delivery) {
 	d.started = time.Now()
 }
 
-// calling notes that the handler of the request at seq waits for the answer of the call req;
-// the function it returns notes the end of the wait.
+// calling notes that the handler of the held request waits for the answer of the call req; the
+// function it returns notes the end of the wait.
 func (h *Host) calling(held heldKey, req *agentbusv1.Request) func() {
 	c := &pendingCall{agent: req.GetAgentName(), workflowID: req.GetWorkflowId(), method: req.GetMethod(), since: time.Now()}
 	h.mu.Lock()

@@ -189,6 +189,33 @@ const (
 	resolveEvery = 100 * time.Millisecond
 )
 
+// division is how an agent's partitions were divided last, and among which hosts.
+type division struct {
+	ids    []string // this host's id, then the live hosts' ids in order
+	owners []string
+}
+
+// placeLocked returns the owner of each of the agent's partitions among this host and the live
+// hosts, computing it anew only when the hosts changed since the last call.
+func (h *Host) placeLocked(agent string, live []registry.Host) []string {
+	last := h.placed[agent]
+	same := last != nil && len(last.ids) == len(live)+1
+	for i := 0; same && i < len(live); i++ {
+		same = last.ids[i+1] == live[i].ID
+	}
+	if same {
+		return last.owners
+	}
+	ids := make([]string, 0, len(live)+1)
+	ids = append(ids, h.cfg.ID)
+	for _, hb := range live {
+		ids = append(ids, hb.ID)
+	}
+	owners := placement.Assign(agent, h.res.Config.PartitionCount(), ids)
+	h.placed[agent] = &division{ids: ids, owners: owners}
+	return owners
+}
+
 // rebalance divides the partitions of each agent among its live hosts and starts or hands over
 // partitions to match, then announces what the host pulls.
 func (h *Host) rebalance(ctx context.Context) error {
@@ -200,13 +227,10 @@ func (h *Host) rebalance(ctx context.Context) error {
 		return nil
 	default:
 	}
+	liveOf := h.dir.LiveHostsOf(h.agentNames())
 	for _, a := range h.cfg.Agents {
-		live := h.dir.LiveHosts(a.name)
-		ids := []string{h.cfg.ID}
-		for _, hb := range live {
-			ids = append(ids, hb.ID)
-		}
-		owners := placement.Assign(a.name, h.res.Config.PartitionCount(), ids)
+		live := liveOf[a.name]
+		owners := h.placeLocked(a.name, live)
 		for p, owner := range owners {
 			key := partKey{a.name, p}
 			part := h.parts[key]

@@ -188,6 +188,24 @@ func TestAllLiveHave(t *testing.T) {
 	eventually(t, time.Second, "no live host after the last left", func() bool { return !d.AllLiveHave("Echo", f) })
 }
 
+// LiveHostsOf answers for many agents at once what LiveHosts answers for each.
+func TestLiveHostsOf(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	for _, h := range []registry.Host{{ID: "b", Agents: []string{"Echo", "Other"}}, {ID: "a", Agents: []string{"Echo"}},
+		{ID: "c", Agents: []string{"Third"}}, {ID: "gone", Agents: []string{"Echo"}, Leaving: true}} {
+		require.NoError(t, registry.Beat(ctx, res.Hosts, h))
+	}
+	eventually(t, time.Second, "every heartbeat read", func() bool { return len(d.LiveHosts("Echo")) == 2 && d.Live("Third") })
+	agents := []string{"Echo", "Other", "Nobody's"}
+	of := d.LiveHostsOf(agents)
+	assert.Len(t, of, len(agents), "an entry for each agent asked for, none for others")
+	for _, a := range agents {
+		assert.Equal(t, d.LiveHosts(a), of[a], a)
+	}
+	assert.Equal(t, []string{"a", "b"}, []string{of["Echo"][0].ID, of["Echo"][1].ID}, "ordered by id, the leaving host left out")
+}
+
 func TestDirectorySeesExistingHeartbeat(t *testing.T) {
 	ctx, res := setup(t)
 	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}))
