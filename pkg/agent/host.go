@@ -93,6 +93,12 @@ type HostConfig struct {
 	// checks. The requests waiting for such an agent stay in the inbox, and the first host of it that
 	// starts again makes the consumers again. Give every host the same. Default 1h; at least 10s.
 	ConsumerInactiveThreshold time.Duration
+	// Directory, when set, is a directory of the agents and hosts shared with the other hosts of
+	// the process, which the host reads instead of watching the buckets itself: each watch
+	// reads every heartbeat of every host, so hosts of one process that share one read each
+	// once (package remote runs a host per remote agent). The host does not close it. Nil makes
+	// one of its own.
+	Directory *registry.Directory
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -208,15 +214,19 @@ type Host struct {
 	log    *slog.Logger
 	agents map[string]*Agent
 
-	js      jetstream.JetStream
-	res     *bus.Resources
-	dir     *registry.Directory
-	live    *liveSet
-	history *history.Store
-	claims  *bus.Blobs
-	usage   *usage.Meter // counts what the host stores per tenant (usage.go)
-	dead    *deadletter.Store
-	timers  *schedule.Store
+	js  jetstream.JetStream
+	res *bus.Resources
+	dir *registry.Directory
+	// dirChanged receives dir's changes; releaseDir closes dir, or ends the subscription to a
+	// directory shared with other hosts (HostConfig.Directory).
+	dirChanged <-chan struct{}
+	releaseDir func()
+	live       *liveSet
+	history    *history.Store
+	claims     *bus.Blobs
+	usage      *usage.Meter // counts what the host stores per tenant (usage.go)
+	dead       *deadletter.Store
+	timers     *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs    *instance.Index
 	replies *bus.Replies           // waits for the replies of Agent2Agent calls
@@ -334,7 +344,7 @@ func (h *Host) Run(ctx context.Context) error {
 		return err
 	}
 	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
-	defer h.untilAbandoned(func() { _ = h.dir.Close() })
+	defer h.untilAbandoned(h.releaseDir)
 	defer h.untilAbandoned(func() { h.grants.close(); _ = h.stopLimits() })
 	defer func() { _ = h.loadSub.Unsubscribe() }()
 	defer func() { _ = h.replies.Close() }()
@@ -387,7 +397,7 @@ func (h *Host) Run(ctx context.Context) error {
 			if err := h.beat(ctx); err != nil && ctx.Err() == nil {
 				h.log.Warn("heartbeat", "err", err)
 			}
-		case <-h.dir.Changed():
+		case <-h.dirChanged:
 		case <-check.C:
 		case <-h.kick:
 		}
@@ -446,16 +456,22 @@ func (h *Host) start(ctx context.Context) error {
 	if err := registry.Register(ctx, res.Registry, regs); err != nil {
 		return err
 	}
-	if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
-		return err
+	if h.cfg.Directory != nil {
+		h.dir = h.cfg.Directory
+		h.dirChanged, h.releaseDir = h.dir.Subscribe()
+	} else {
+		if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
+			return err
+		}
+		h.dirChanged, h.releaseDir = h.dir.Changed(), func() { _ = h.dir.Close() }
 	}
 	if err := h.startFollowing(ctx); err != nil {
-		_ = h.dir.Close()
+		h.releaseDir()
 		return err
 	}
 	if err := h.beat(ctx); err != nil {
 		h.stopFollowing()
-		_ = h.dir.Close()
+		h.releaseDir()
 		return err
 	}
 	return nil

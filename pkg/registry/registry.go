@@ -231,6 +231,9 @@ type Directory struct {
 	agentsWatched atomic.Uint64
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
+	// subs are the channels of Subscribe, signalled with changed.
+	subsMu sync.Mutex
+	subs   map[chan struct{}]struct{}
 	// lastBeat is the local time the newest heartbeat of any host arrived.
 	lastBeat time.Time
 	// resumedAt is when heartbeats arrived again after none of any host had for stallGap, and
@@ -697,11 +700,36 @@ func hasLeader(st jetstream.KeyValueStatus) bool {
 // bucket's stream has had a leader for less than DeadAfter.
 var errBucketJustBack = errors.New("the hosts bucket has had a leader again for less than " + DeadAfter.String())
 
-// signal notes a change for Changed, without blocking.
+// signal notes a change for Changed and every Subscribe, without blocking.
 func (d *Directory) signal() {
 	select {
 	case d.changed <- struct{}{}:
 	default:
+	}
+	d.subsMu.Lock()
+	defer d.subsMu.Unlock()
+	for ch := range d.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Subscribe returns a channel of its own that receives what Changed does, for one of several
+// readers of a directory (the hosts of a process that share one); cancel ends it.
+func (d *Directory) Subscribe() (changed <-chan struct{}, cancel func()) {
+	ch := make(chan struct{}, 1)
+	d.subsMu.Lock()
+	if d.subs == nil {
+		d.subs = make(map[chan struct{}]struct{})
+	}
+	d.subs[ch] = struct{}{}
+	d.subsMu.Unlock()
+	return ch, func() {
+		d.subsMu.Lock()
+		delete(d.subs, ch)
+		d.subsMu.Unlock()
 	}
 }
 

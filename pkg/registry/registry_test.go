@@ -358,3 +358,24 @@ func TestAgentRevisions(t *testing.T) {
 	assert.False(t, ok, "a registration removed at or before the directory's revision")
 	assert.Zero(t, d.AgentRevision("Echo"), "a removed agent")
 }
+
+// Every subscriber of a directory hears of a heartbeat, and one that cancelled no longer does.
+func TestSubscribe(t *testing.T) {
+	ctx, res := setup(t)
+	d := newDirectory(t, ctx, res)
+	a, cancelA := d.Subscribe()
+	b, cancelB := d.Subscribe()
+	defer cancelA()
+	cancelB()
+	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}))
+	select {
+	case <-a:
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "a subscriber did not hear of the heartbeat")
+	}
+	select {
+	case <-b:
+		require.FailNow(t, "a cancelled subscription heard of the heartbeat")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -194,6 +194,28 @@ func send(t *testing.T, s *stacktest.Stack, agentName, activation, method string
 	return status, ans
 }
 
+// The hosts of a process's remote agents share one directory: registering more agents adds no
+// watch of the hosts bucket, where each watch would read every host's heartbeats.
+func TestRemoteAgentsShareOneDirectory(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ep := newEndpoint(t)
+	watches := func() int {
+		st, err := s.Res.JS.Stream(t.Context(), subject.KVStream(subject.HostsBucket))
+		require.NoError(t, err)
+		return st.CachedInfo().State.Consumers
+	}
+	before := 0
+	for i, name := range []string{"RemoA", "RemoB", "RemoC"} {
+		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration(name, ep.URL+"/agentbus"), nil)
+		require.Equal(t, http.StatusCreated, status)
+		require.NoError(t, s.WaitLive(t.Context(), name))
+		if i == 0 {
+			before = watches() // every process's watches made, the first remote agent served
+		}
+	}
+	assert.Equal(t, before, watches(), "two more remote agents' hosts added watches of the hosts bucket")
+}
+
 func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ep := newEndpoint(t)

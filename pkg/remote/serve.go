@@ -41,10 +41,22 @@ type served struct {
 
 // Serve runs a host for every registered remote agent until ctx ends: it starts one for a new
 // registration, replaces it when the registration changes and stops it when the registration
-// is removed. A watch that fails starts again after a second.
+// is removed. A watch that fails starts again after a second. The hosts share one directory of
+// the agents and hosts (agent.HostConfig.Directory), unless cfg.Host names one already.
 func Serve(ctx context.Context, cfg ServeConfig) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Host.Directory == nil {
+		// Without it each host would read every heartbeat of every host: with N remote agents,
+		// N hosts reading N hosts' heartbeats.
+		dir, err := registry.NewDirectory(ctx, cfg.Res.Registry, cfg.Res.Hosts, cfg.Logger)
+		if err != nil {
+			cfg.Logger.Warn("remote agents: no shared directory; each host watches the hosts itself", "err", err)
+		} else {
+			defer func() { _ = dir.Close() }() // after the hosts stopped (deferred below)
+			cfg.Host.Directory = dir
+		}
 	}
 	running := make(map[string]*served)
 	var retiring sync.WaitGroup
