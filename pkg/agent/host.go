@@ -417,6 +417,7 @@ func (h *Host) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	res.LogMove(h.log)
 	h.js, h.res, h.started = js, res, time.Now().UTC()
 	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge(), h.mayAct)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())

@@ -125,6 +125,9 @@ type Resources struct {
 	// Usage and UsageTotals count what each tenant stores (package usage): bytes by kind and
 	// day, and instances.
 	Usage, UsageTotals jetstream.Stream
+	// MovedRequests is how many requests this Ensure moved from LegacyInboxStream to their
+	// agents' inboxes (see migrateLegacyInbox): a process that moved some says so in its log.
+	MovedRequests int
 	// TenantLimits holds the limits set per tenant at runtime (package tenantlimits); SlotGrants
 	// divides each tenant's cap on its requests running at once among the workflow hosts.
 	TenantLimits, SlotGrants jetstream.KeyValue

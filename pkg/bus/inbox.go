@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -183,10 +184,11 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 }
 
 // deletedBefore reports whether the message at seq, which a deletion failed to find, is gone:
-// another process deleted it (nats.go's error names no reason).
+// another process deleted it, or the whole stream once it had moved the rest (nats.go's error
+// names no reason).
 func deletedBefore(ctx context.Context, legacy jetstream.Stream, seq uint64) bool {
 	_, err := legacy.GetMsg(ctx, seq)
-	return errors.Is(err, jetstream.ErrMsgNotFound)
+	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // gone is nil when err says the legacy inbox is gone: another process finished moving it.
@@ -201,7 +203,8 @@ func gone(err error) error {
 // agentbus process publishes on.
 const legacyParked = "agentbus.legacy-inbox"
 
-// moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox.
+// moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox, and counts it in
+// r.MovedRequests unless another process stored it first.
 func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) error {
 	if raw.Subject == legacyMarker {
 		return nil
@@ -219,11 +222,23 @@ func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) 
 		hdr[k] = v
 	}
 	hdr.Set(subject.HeaderMsgID, fmt.Sprintf("moved:%d", raw.Sequence))
-	if _, err := r.JS.PublishMsg(ctx, &nats.Msg{Subject: to, Header: hdr, Data: raw.Data},
-		jetstream.WithExpectStream(subject.InboxStream(in.Agent))); err != nil {
+	ack, err := r.JS.PublishMsg(ctx, &nats.Msg{Subject: to, Header: hdr, Data: raw.Data},
+		jetstream.WithExpectStream(subject.InboxStream(in.Agent)))
+	if err != nil {
 		return fmt.Errorf("moving request %d of %s: %w", raw.Sequence, subject.LegacyInboxStream, err)
 	}
+	if !ack.Duplicate {
+		r.MovedRequests++
+	}
 	return nil
+}
+
+// LogMove logs the requests this Ensure moved from LegacyInboxStream, if it moved any.
+func (r *Resources) LogMove(log *slog.Logger) {
+	if r.MovedRequests > 0 {
+		log.Info("moved the requests of the single inbox to their agents' inboxes",
+			"requests", r.MovedRequests, "stream", subject.LegacyInboxStream)
+	}
 }
 
 // inboxesOfRegistry gives every agent of the registry its inbox, so that a request for an agent

@@ -78,6 +78,8 @@ func TestEnsureMovesTheLegacyInbox(t *testing.T) {
 	}
 	wg.Wait()
 	require.NotNil(t, results[0])
+	require.NotNil(t, results[1])
+	assert.Equal(t, len(all), results[0].MovedRequests+results[1].MovedRequests, "requests moved, counted once")
 	_, err = js.Stream(ctx, subject.LegacyInboxStream)
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the legacy inbox is deleted")
 	_, err = js.Stream(ctx, subject.InboxStream("Idle"))

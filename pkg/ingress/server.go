@@ -321,6 +321,7 @@ func (s *Server) openBus(ctx context.Context) error {
 	if s.res, err = bus.Ensure(ctx, s.js, s.cfg.Bus); err != nil {
 		return err
 	}
+	s.res.LogMove(s.log)
 	s.keys = keys.NewStore(s.res.JS, s.res.Keys, s.res.Tenants)
 	s.claims = bus.NewBlobs(s.res.Claims, s.cfg.Conn.MaxPayload())
 	s.dead = deadletter.NewStore(s.res, s.claims)

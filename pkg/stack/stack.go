@@ -109,6 +109,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.Res, err = bus.Ensure(ctx, js, cfg.Bus); err != nil {
 		return nil, err
 	}
+	s.Res.LogMove(cfg.Logger)
 	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
 
 	s.cfg = cfg

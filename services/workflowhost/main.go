@@ -133,6 +133,7 @@ func runBeside(ctx context.Context, nc *nats.Conn, cfg config.Config, hc agent.H
 	if err != nil {
 		return nil, err
 	}
+	res.LogMove(log)
 	sc := cfg.Subscriptions()
 	sc.Logger = log
 	store := subscription.NewStore(res, sc)
