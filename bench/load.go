@@ -57,7 +57,8 @@ type options struct {
 	Tenants    int
 	tenantKeys []string
 	// RemoteAgents registers this many idle remote agents in the in-process stack before the
-	// load (a system admin's, never called): each adds its partitions' consumers to the inbox.
+	// load (a system admin's, never called): each adds an inbox with its partitions' consumers,
+	// and a host in the stack.
 	RemoteAgents int
 	Body         []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
