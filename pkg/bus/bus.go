@@ -157,18 +157,33 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	var r *Resources
+	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
+		r, err = ensureOnce(reqCtx, js, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// whileStarting runs attempt until it succeeds, fails for good, ctx ends or ensureWait passes,
+// pausing by ensurePolicy after each transient failure (JetStream not ready yet, a cluster
+// electing its leaders or missing a peer). attempt's context carries no deadline (see Ensure).
+func whileStarting(ctx context.Context, attempt func(context.Context) error) error {
 	reqCtx, stop := withoutDeadline(ctx)
 	defer stop()
 	deadline := time.Now().Add(ensureWait)
 	attempts := ensurePolicy.Start()
 	for {
-		r, err := ensureOnce(reqCtx, js, cfg)
+		err := attempt(reqCtx)
 		if err == nil || !transient(err) || time.Now().After(deadline) {
-			return r, err
+			return err
 		}
 		wait, _ := attempts.Failed()
 		if retry.Sleep(ctx, wait) != nil {
-			return nil, err
+			return err
 		}
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -27,34 +25,39 @@ func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream
 	if s, ok := r.inboxes.Load(agent); ok {
 		return s.(jetstream.Stream), nil
 	}
-	reqCtx, stop := withoutDeadline(ctx)
-	defer stop()
-	deadline := time.Now().Add(ensureWait)
-	attempts := ensurePolicy.Start()
-	for {
-		s, err := ensureInbox(reqCtx, r.JS, r.Config, agent)
-		if err == nil {
-			r.inboxes.Store(agent, s)
-			return s, nil
-		}
-		if !transient(err) || time.Now().After(deadline) {
-			return nil, err
-		}
-		wait, _ := attempts.Failed()
-		if retry.Sleep(ctx, wait) != nil {
-			return nil, err
-		}
+	var s jetstream.Stream
+	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
+		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	r.inboxes.Store(agent, s)
+	return s, nil
 }
 
 // ensureInbox creates or updates the inbox stream of agent: a work queue whose subject
-// transform maps each request to one of cfg.Partitions partitions.
+// transform maps each request to one of cfg.Partitions partitions. An inbox declared so before
+// is only read: the same declaration has the same partition count.
 func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent string) (jetstream.Stream, error) {
-	if err := checkRepartition(ctx, js, cfg.Partitions, agent); err != nil {
-		return nil, err
+	sc := inboxConfig(cfg, agent)
+	s, same, err := declared(ctx, js, sc.Name, fingerprint(sc))
+	if err != nil || same {
+		return s, err
 	}
+	if s != nil {
+		if err := checkRepartition(ctx, s, cfg.Partitions, agent); err != nil {
+			return nil, err
+		}
+	}
+	return ensureStream(ctx, js, sc)
+}
+
+// inboxConfig is the configuration of agent's inbox stream.
+func inboxConfig(cfg Config, agent string) jetstream.StreamConfig {
 	src, dst := subject.InboxTransform(agent, cfg.Partitions)
-	return ensureStream(ctx, js, jetstream.StreamConfig{
+	return jetstream.StreamConfig{
 		Name:             subject.InboxStream(agent),
 		Description:      "agentbus requests waiting for a workflow host of one agent",
 		Subjects:         []string{subject.InboxSubjects(agent)},
@@ -67,7 +70,7 @@ func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent 
 		Discard:          jetstream.DiscardNew,
 		AllowDirect:      true,
 		Metadata:         map[string]string{inboxAgentKey: agent},
-	})
+	}
 }
 
 // inboxAgentKey is the metadata key of an inbox stream that names its agent, for operators
@@ -78,18 +81,11 @@ const inboxAgentKey = "agentbus.agent"
 // an inbox that holds requests.
 var ErrRepartition = errors.New("inbox partition count differs")
 
-// checkRepartition refuses to change the partition count of an agent's inbox that holds
+// checkRepartition refuses to change the partition count of an agent's inbox s that holds
 // requests: the requests already stored keep their partitions, and processes still running with
 // the old count would pull the wrong ones. An empty inbox may change.
-func checkRepartition(ctx context.Context, js jetstream.JetStream, partitions int, agent string) error {
+func checkRepartition(ctx context.Context, s jetstream.Stream, partitions int, agent string) error {
 	name := subject.InboxStream(agent)
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", name, err)
-	}
 	info := s.CachedInfo()
 	if info.Config.SubjectTransform == nil {
 		return nil
@@ -209,11 +205,10 @@ func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) 
 	if raw.Subject == legacyMarker {
 		return nil
 	}
-	to, err := subject.StripPartition(raw.Subject)
+	in, err := subject.ParseStoredInbox(raw.Subject)
 	if err != nil {
 		return nil // not a request: nothing to move
 	}
-	in, _ := subject.ParseStoredInbox(raw.Subject)
 	if _, err := r.InboxOf(ctx, in.Agent); err != nil {
 		return err
 	}
@@ -222,7 +217,7 @@ func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) 
 		hdr[k] = v
 	}
 	hdr.Set(subject.HeaderMsgID, fmt.Sprintf("moved:%d", raw.Sequence))
-	ack, err := r.JS.PublishMsg(ctx, &nats.Msg{Subject: to, Header: hdr, Data: raw.Data},
+	ack, err := r.JS.PublishMsg(ctx, &nats.Msg{Subject: in.Published(), Header: hdr, Data: raw.Data},
 		jetstream.WithExpectStream(subject.InboxStream(in.Agent)))
 	if err != nil {
 		return fmt.Errorf("moving request %d of %s: %w", raw.Sequence, subject.LegacyInboxStream, err)

@@ -271,6 +271,10 @@ type seenHost struct {
 	seen time.Time // local time the last heartbeat arrived; clocks of hosts are not trusted
 }
 
+// liveAt reports whether the host counts as live for a cutoff (Directory.cutoff): its heartbeat
+// is newer, and it is not leaving.
+func (h seenHost) liveAt(cutoff time.Time) bool { return h.seen.After(cutoff) && !h.host.Leaving }
+
 // NewDirectory watches the registry and hosts buckets and returns once both are loaded.
 func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
 	if log == nil {
@@ -768,7 +772,7 @@ func (d *Directory) eachLive(agent string, f func(Host) bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
-		if h.seen.After(cutoff) && !h.host.Leaving && slices.Contains(h.host.Agents, agent) && !f(h.host) {
+		if h.liveAt(cutoff) && slices.Contains(h.host.Agents, agent) && !f(h.host) {
 			return
 		}
 	}
@@ -782,12 +786,7 @@ func (d *Directory) Live(agent string) bool {
 }
 
 // LiveHosts returns the heartbeats of the live hosts that run the agent, ordered by host id.
-func (d *Directory) LiveHosts(agent string) []Host {
-	var out []Host
-	d.eachLive(agent, func(h Host) bool { out = append(out, h); return true })
-	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.ID, b.ID) })
-	return out
-}
+func (d *Directory) LiveHosts(agent string) []Host { return d.LiveHostsOf([]string{agent})[agent] }
 
 // LiveHostsOf returns, for each of the agents, what LiveHosts returns for it, reading the
 // directory once: a host running many agents asks for all of them ten times a second.
@@ -799,7 +798,7 @@ func (d *Directory) LiveHostsOf(agents []string) map[string][]Host {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	for _, h := range d.hosts {
-		if !h.seen.After(cutoff) || h.host.Leaving {
+		if !h.liveAt(cutoff) {
 			continue
 		}
 		for _, a := range h.host.Agents {

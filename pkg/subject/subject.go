@@ -164,9 +164,13 @@ const InboxStreamPrefix = "AGENTBUS_INBOX_"
 // has handled them (a work queue). Each agent has its own, so that the consumers of one agent
 // cost nothing to the calls of another. Agent names may be long, so the name carries a hash of
 // it, as PartitionConsumer's does.
-func InboxStream(agent string) string {
+func InboxStream(agent string) string { return InboxStreamPrefix + agentHash(agent) }
+
+// agentHash is the hex of the first 8 bytes of SHA-256 of an agent name: what the names of the
+// agent's inbox stream and partition consumers carry of it.
+func agentHash(agent string) string {
 	sum := sha256.Sum256([]byte(agent))
-	return InboxStreamPrefix + hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:8])
 }
 
 // InboxSubjects is the subject filter of an agent's inbox stream.
@@ -203,16 +207,6 @@ func InboxTransform(agent string, partitions int) (source, destination string) {
 		fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}", prefix, partitions)
 }
 
-// StripPartition returns the subject a request stored at the stored inbox subject was published
-// on: the stored subject without its partition token.
-func StripPartition(stored string) (string, error) {
-	in, err := ParseStoredInbox(stored)
-	if err != nil {
-		return "", err
-	}
-	return Inbox(in.Agent, in.Tenant, in.WorkflowID, in.Participant), nil
-}
-
 // TransformPartitions reads the partition count back from an inbox transform's destination, as
 // InboxTransform writes it; ok is false for any other destination.
 func TransformPartitions(destination string) (n int, ok bool) {
@@ -239,8 +233,7 @@ func Partition(agent string, p int) string {
 // PartitionConsumer is the durable name of the consumer of an agent's partition p. Agent names
 // may be long, so the name carries a hash of it.
 func PartitionConsumer(agent string, p int) string {
-	sum := sha256.Sum256([]byte(agent))
-	return fmt.Sprintf("p%d-%s", p, hex.EncodeToString(sum[:8]))
+	return "p" + strconv.Itoa(p) + "-" + agentHash(agent)
 }
 
 // StoredInbox is a request subject as the inbox stream stores it, after the partition transform.
@@ -250,6 +243,12 @@ type StoredInbox struct {
 	Tenant      string
 	WorkflowID  string
 	Participant string
+}
+
+// Published is the subject the request was published on (Inbox): the stored one without its
+// partition.
+func (in StoredInbox) Published() string {
+	return Inbox(in.Agent, in.Tenant, in.WorkflowID, in.Participant)
 }
 
 // ParseStoredInbox reads a stored inbox subject back into its parts.

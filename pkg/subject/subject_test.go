@@ -341,7 +341,7 @@ func TestAgentInboxNames(t *testing.T) {
 	assert.NotEqual(t, subject.InboxStream("Echo"), subject.LegacyInboxStream)
 	assert.False(t, subject.IsInboxMarker("agentbus.in.marker"), "the legacy inbox's marker names no agent")
 	stored := "agentbus.in." + subject.Token("Echo") + ".3.acme." + subject.Token("wf") + "." + subject.Token("p")
-	got, err := subject.StripPartition(stored)
+	got, err := subject.ParseStoredInbox(stored)
 	require.NoError(t, err)
-	assert.Equal(t, subject.Inbox("Echo", "acme", "wf", "p"), got)
+	assert.Equal(t, subject.Inbox("Echo", "acme", "wf", "p"), got.Published())
 }
