@@ -505,6 +505,15 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 // consume creates the partition's consumer and begins pulling into arrive.
 func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeContext, error) {
 	cons, err := h.js.CreateOrUpdateConsumer(ctx, part.inbox.name, h.consumerConfig(part))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// The inbox was deleted: by an operator, or by the removal of a remote agent that
+		// raced with this host of its new registration (bus.Resources.DeleteInbox).
+		if _, ierr := h.res.InboxOf(ctx, part.key.agent); ierr != nil {
+			return nil, fmt.Errorf("making the inbox of %s again: %w", part.key.agent, ierr)
+		}
+		h.log.Warn("made the agent's deleted inbox again", "agent", part.key.agent)
+		cons, err = h.js.CreateOrUpdateConsumer(ctx, part.inbox.name, h.consumerConfig(part))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating consumer of %s partition %d: %w", part.key.agent, part.key.n, err)
 	}
@@ -699,17 +708,4 @@ func RemoveConsumers(ctx context.Context, res *bus.Resources, agentName string) 
 		}
 	}
 	return nil
-}
-
-// HasConsumers reports whether the agent's partition 0 has its inbox consumer: whether
-// RemoveConsumers has anything to do.
-func HasConsumers(ctx context.Context, res *bus.Resources, agentName string) (bool, error) {
-	_, err := res.JS.Consumer(ctx, subject.InboxStream(agentName), subject.PartitionConsumer(agentName, 0))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the consumer of %s partition 0: %w", agentName, err)
-	}
-	return true, nil
 }

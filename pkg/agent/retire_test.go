@@ -90,3 +90,41 @@ func inboxOf(t *testing.T, s *stacktest.Stack, agent string) jetstream.Stream {
 	require.NoError(t, err)
 	return inbox
 }
+
+// A running host whose agent's inbox was deleted (by an operator, or by the removal of a remote
+// agent racing with its new registration) makes it again, with its consumers, and serves it.
+func TestHostMakesADeletedInboxAgain(t *testing.T) {
+	t.Parallel()
+	const partitions = 2
+	s := stacktest.Start(t, stacktest.Options{Partitions: partitions})
+	handled := make(chan string, 1)
+	a := agent.New("Phoenix")
+	a.Webhook("ping", agent.WebhookFunc(func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+		handled <- r.RequestID
+		return agent.Text(200, "pong")
+	}))
+	startHost(t, s, agent.HostConfig{ID: "phoenix-host", Agents: []*agent.Agent{a}})
+	consumers := func() int {
+		inbox, err := s.Res.JS.Stream(t.Context(), subject.InboxStream("Phoenix"))
+		if err != nil {
+			require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+			return -1
+		}
+		return inbox.CachedInfo().State.Consumers
+	}
+	waitFor(t, 5*time.Second, "every partition has its consumer", func() bool { return consumers() == partitions })
+
+	require.NoError(t, s.Res.JS.DeleteStream(t.Context(), subject.InboxStream("Phoenix")))
+	waitFor(t, 10*time.Second, "the inbox made again with its consumers", func() bool { return consumers() == partitions })
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	enqueue(t, js, &agentbusv1.Request{RequestId: "after-deletion", TenantId: "default", WorkflowId: "default:Phoenix:Supervisor Workflow:default",
+		AgentName: "Phoenix", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	select {
+	case id := <-handled:
+		assert.Equal(t, "after-deletion", id)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "a request to the inbox made again was not handled")
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,9 +90,7 @@ func (c Config) PartitionCount() int { return c.withDefaults().Partitions }
 
 // Resources are the handles to agentbus's JetStream resources.
 type Resources struct {
-	JS jetstream.JetStream
-	// inboxes caches each agent's inbox stream (InboxOf) by agent name.
-	inboxes   sync.Map
+	JS        jetstream.JetStream
 	Messages  jetstream.Stream
 	Keys      jetstream.KeyValue
 	Tenants   jetstream.KeyValue

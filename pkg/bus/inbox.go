@@ -12,29 +12,69 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// InboxOf returns the inbox stream of agent (subject.InboxStream), creating or updating it the
-// first time this process asks for it. Whatever makes an agent callable makes its inbox first:
-// a workflow host for its agents before it registers them, the registration of a remote agent,
-// and Ensure for the agents of a LegacyInboxStream it moves. A request published for an agent
-// without an inbox finds no stream (nats.ErrNoResponders).
+// InboxOf returns the inbox stream of agent (subject.InboxStream), creating it, or updating a
+// declaration that differs, when called. Whatever makes an agent callable makes its inbox first:
+// a workflow host for its agents before it registers them (and again when it finds the inbox
+// gone), the registration of a remote agent, and Ensure for the agents of a LegacyInboxStream it
+// moves. A request published for an agent without an inbox finds no stream
+// (nats.ErrNoResponders).
 //
 // While JetStream is not ready it retries as Ensure does, until ctx ends or two minutes pass.
 // It refuses (ErrRepartition) an inbox that holds requests in another number of partitions
 // than the configured one.
 func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream, error) {
-	if s, ok := r.inboxes.Load(agent); ok {
-		return s.(jetstream.Stream), nil
-	}
 	var s jetstream.Stream
 	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
 		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent)
 		return err
 	})
-	if err != nil {
-		return nil, err
+	return s, err
+}
+
+// HasInbox reports whether agent has an inbox stream.
+func (r *Resources) HasInbox(ctx context.Context, agent string) (bool, error) {
+	_, err := r.JS.Stream(ctx, subject.InboxStream(agent))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil
 	}
-	r.inboxes.Store(agent, s)
-	return s, nil
+	if err != nil {
+		return false, fmt.Errorf("reading the inbox of %s: %w", agent, err)
+	}
+	return true, nil
+}
+
+// DeleteInbox deletes the inbox stream of an agent that no host serves any more, unless it
+// holds requests: it returns how many it holds and kept (they are handled if the agent is served
+// again). So that no request published meanwhile is lost, the inbox takes a subject nobody
+// publishes on (subject.RetiredInbox) before it is counted, and its own subjects back when it
+// holds requests. A host of the agent that starts meanwhile makes the inbox again (InboxOf).
+func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64, err error) {
+	name := subject.InboxStream(agent)
+	s, err := r.JS.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %s: %w", name, err)
+	}
+	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
+		return n, err
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Subjects, cfg.SubjectTransform = []string{subject.RetiredInbox(agent)}, nil
+	if s, err = r.JS.UpdateStream(ctx, cfg); err != nil {
+		return 0, fmt.Errorf("retiring stream %s: %w", name, err)
+	}
+	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
+		if _, uerr := r.JS.UpdateStream(ctx, inboxConfig(r.Config, agent)); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
+		}
+		return n, err
+	}
+	if err := r.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, fmt.Errorf("deleting stream %s: %w", name, err)
+	}
+	return 0, nil
 }
 
 // ensureInbox creates or updates the inbox stream of agent: a work queue whose subject
@@ -85,28 +125,35 @@ var ErrRepartition = errors.New("inbox partition count differs")
 // requests: the requests already stored keep their partitions, and processes still running with
 // the old count would pull the wrong ones. An empty inbox may change.
 func checkRepartition(ctx context.Context, s jetstream.Stream, partitions int, agent string) error {
-	name := subject.InboxStream(agent)
 	info := s.CachedInfo()
 	if info.Config.SubjectTransform == nil {
 		return nil
 	}
 	have, ok := subject.TransformPartitions(info.Config.SubjectTransform.Destination)
-	if !ok || have == partitions || info.State.Msgs == 0 {
+	if !ok || have == partitions {
 		return nil
 	}
-	// The inbox keeper's markers are not requests.
-	marker := subject.InboxMarker(agent)
-	markers, err := s.Info(ctx, jetstream.WithSubjectFilter(marker))
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", name, err)
-	}
-	requests := markers.State.Msgs - markers.State.Subjects[marker]
-	if requests == 0 {
-		return nil
+	requests, err := requestsIn(ctx, s, agent)
+	if err != nil || requests == 0 {
+		return err
 	}
 	return fmt.Errorf("%w: the inbox of %s holds %d requests in %d partitions and this process is configured for %d: "+
 		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
 		ErrRepartition, agent, requests, have, partitions, have)
+}
+
+// requestsIn counts the requests agent's inbox s holds, as of its cached state if that shows
+// none: the inbox keepers' markers are not requests.
+func requestsIn(ctx context.Context, s jetstream.Stream, agent string) (uint64, error) {
+	if s.CachedInfo().State.Msgs == 0 {
+		return 0, nil
+	}
+	marker := subject.InboxMarker(agent)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(marker))
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %s: %w", subject.InboxStream(agent), err)
+	}
+	return info.State.Msgs - info.State.Subjects[marker], nil
 }
 
 // legacyMarker is the subject of the markers LegacyInboxStream held.
@@ -151,6 +198,7 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 	if err := inboxesOfRegistry(ctx, r); err != nil {
 		return err
 	}
+	made := make(map[string]bool) // the agents whose inboxes this move made or read
 	for {
 		info, err := legacy.Info(ctx)
 		if err != nil {
@@ -166,7 +214,7 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 		if err != nil {
 			return gone(fmt.Errorf("reading stream %s: %w", subject.LegacyInboxStream, err))
 		}
-		if err := moveLegacy(ctx, r, raw); err != nil {
+		if err := moveLegacy(ctx, r, raw, made); err != nil {
 			return err
 		}
 		if err := legacy.DeleteMsg(ctx, raw.Sequence); err != nil && !deletedBefore(ctx, legacy, raw.Sequence) {
@@ -199,9 +247,10 @@ func gone(err error) error {
 // agentbus process publishes on.
 const legacyParked = "agentbus.legacy-inbox"
 
-// moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox, and counts it in
-// r.MovedRequests unless another process stored it first.
-func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) error {
+// moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox, making the inbox
+// unless made says it was, and counts it in r.MovedRequests unless another process stored it
+// first.
+func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg, made map[string]bool) error {
 	if raw.Subject == legacyMarker {
 		return nil
 	}
@@ -209,8 +258,11 @@ func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg) 
 	if err != nil {
 		return nil // not a request: nothing to move
 	}
-	if _, err := r.InboxOf(ctx, in.Agent); err != nil {
-		return err
+	if !made[in.Agent] {
+		if _, err := r.InboxOf(ctx, in.Agent); err != nil {
+			return err
+		}
+		made[in.Agent] = true
 	}
 	hdr := nats.Header{}
 	for k, v := range raw.Header {

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -109,4 +110,57 @@ func TestEnsureMovesTheLegacyInbox(t *testing.T) {
 			assert.NotEmpty(t, raw.Header.Get("Traceparent"), "headers kept")
 		}
 	}
+}
+
+// TestDeleteInbox: the inbox of an agent no host serves is deleted when it holds only its
+// keepers' markers, and kept, still taking requests, when it holds one.
+func TestDeleteInbox(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{Partitions: 4})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gone := func(agent string) bool {
+		_, err := res.JS.Stream(ctx, subject.InboxStream(agent))
+		return errors.Is(err, jetstream.ErrStreamNotFound)
+	}
+
+	kept, err := res.DeleteInbox(ctx, "Never")
+	require.NoError(t, err, "an agent without an inbox")
+	assert.Zero(t, kept)
+
+	_, err = res.InboxOf(ctx, "Idle")
+	require.NoError(t, err)
+	_, err = res.JS.Publish(ctx, subject.InboxMarker("Idle"), nil)
+	require.NoError(t, err)
+	kept, err = res.DeleteInbox(ctx, "Idle")
+	require.NoError(t, err)
+	assert.Zero(t, kept)
+	assert.True(t, gone("Idle"), "an inbox holding only a marker is deleted")
+	has, err := res.HasInbox(ctx, "Idle")
+	require.NoError(t, err)
+	assert.False(t, has)
+
+	_, err = res.InboxOf(ctx, "Busy")
+	require.NoError(t, err)
+	_, err = res.JS.Publish(ctx, subject.InboxMarker("Busy"), nil)
+	require.NoError(t, err)
+	_, err = res.JS.Publish(ctx, subject.Inbox("Busy", "default", "wf", "p"), []byte("queued"))
+	require.NoError(t, err)
+	kept, err = res.DeleteInbox(ctx, "Busy")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), kept)
+	require.False(t, gone("Busy"), "an inbox holding a request stays")
+	_, err = res.JS.Publish(ctx, subject.Inbox("Busy", "default", "wf", "p"), []byte("after"))
+	require.NoError(t, err, "and takes requests as before")
+	s, err := res.JS.Stream(ctx, subject.InboxStream("Busy"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), s.CachedInfo().State.Msgs, "the marker and both requests")
+	has, err = res.HasInbox(ctx, "Busy")
+	require.NoError(t, err)
+	assert.True(t, has)
+
+	// Made again after its deletion, an inbox is as before.
+	_, err = res.InboxOf(ctx, "Idle")
+	require.NoError(t, err)
+	_, err = res.JS.Publish(ctx, subject.Inbox("Idle", "default", "wf", "p"), []byte("again"))
+	require.NoError(t, err)
 }

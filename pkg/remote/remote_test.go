@@ -303,11 +303,19 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
-	// Its consumers go with it, without waiting for their inactive threshold.
+	// Its inbox and consumers go with it, without waiting for their inactive threshold.
 	removed := time.Now()
-	require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, "Remo") == 0 }, 45*time.Second, 50*time.Millisecond,
-		"the removed agent's inbox consumers deleted")
-	t.Logf("its inbox consumers were deleted %v after it was no longer served", time.Since(removed).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return !hasInbox(t, s.Res, "Remo") }, 45*time.Second, 50*time.Millisecond,
+		"the removed agent's inbox deleted")
+	t.Logf("its inbox was deleted %v after it was no longer served", time.Since(removed).Round(time.Millisecond))
+}
+
+// hasInbox reports whether the agent has an inbox stream.
+func hasInbox(t *testing.T, res *bus.Resources, agentName string) bool {
+	t.Helper()
+	has, err := res.HasInbox(t.Context(), agentName)
+	require.NoError(t, err)
+	return has
 }
 
 // inboxConsumersOf counts the inbox consumers of the agent's partitions.

@@ -154,16 +154,17 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 // than a heartbeat lives after its host died (bus.HostTTL).
 const retireWait = bus.HostTTL + 10*time.Second
 
-// retire deletes the inbox consumers of a removed registration (agent.RemoveConsumers) once no
-// host's heartbeat names an agent of that name and the registration is still removed; replaying
-// the removals of the past it first asks whether there is anything to delete. Every host serving
-// remote agents does so for each removal; the deletions are the same.
+// retire deletes the inbox consumers of a removed registration (agent.RemoveConsumers), and its
+// inbox if that holds no request (bus.Resources.DeleteInbox), once no host's heartbeat names an
+// agent of that name and the registration is still removed; replaying the removals of the past
+// it first asks whether an inbox is left. Every host serving remote agents does so for each
+// removal; the deletions are the same.
 func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
 	ctx, cancel := context.WithTimeout(ctx, retireWait)
 	defer cancel()
 	log := cfg.Logger.With("agent", name)
 	if replaying {
-		if has, err := agent.HasConsumers(ctx, cfg.Res, name); err != nil || !has {
+		if has, err := cfg.Res.HasInbox(ctx, name); err != nil || !has {
 			return
 		}
 	}
@@ -185,7 +186,15 @@ func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
 		log.Warn("removing the inbox consumers of a removed remote agent", "err", err)
 		return
 	}
-	log.Info("removed the inbox consumers of a removed remote agent")
+	kept, err := cfg.Res.DeleteInbox(ctx, name)
+	switch {
+	case err != nil:
+		log.Warn("deleting the inbox of a removed remote agent", "err", err)
+	case kept > 0:
+		log.Info("removed the inbox consumers of a removed remote agent; its inbox holds requests and stays", "requests", kept)
+	default:
+		log.Info("removed the inbox and its consumers of a removed remote agent")
+	}
 }
 
 // retirePoll is how often retire reads the heartbeats while a host still names the agent.

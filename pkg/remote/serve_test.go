@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
@@ -14,26 +15,34 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// TestRemovalReplayedDeletesConsumers: a process serving remote agents that starts after an
-// agent was removed deletes the inbox consumers the agent left behind, as the processes that
-// see a removal happen do (TestRemoteAgentServedLikeAGoAgent).
-func TestRemovalReplayedDeletesConsumers(t *testing.T) {
+// TestRemovalReplayedDeletesTheInbox: a process serving remote agents that starts after an
+// agent was removed deletes the inbox and consumers the agent left behind, as the processes that
+// see a removal happen do (TestRemoteAgentServedLikeAGoAgent), but keeps an inbox that holds a
+// request, without its consumers.
+func TestRemovalReplayedDeletesTheInbox(t *testing.T) {
 	const partitions = 4
 	res := natstest.Bus(t, bus.Config{Partitions: partitions})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	s := remote.NewStore(res, nil, 0)
-	_, err := s.Put(ctx, "", remote.Registration{Name: "Gone", URL: "http://127.0.0.1:10/agent", Chat: true}, false)
-	require.NoError(t, err)
-	for p := range partitions {
-		inbox, err := res.InboxOf(ctx, "Gone")
+	for _, name := range []string{"Gone", "Queued", "Never"} {
+		_, err := s.Put(ctx, "", remote.Registration{Name: name, URL: "http://127.0.0.1:10/agent", Chat: true}, false)
 		require.NoError(t, err)
-		_, err = inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: subject.PartitionConsumer("Gone", p),
-			FilterSubject: subject.Partition("Gone", p), AckPolicy: jetstream.AckExplicitPolicy})
+		inbox, err := res.InboxOf(ctx, name)
 		require.NoError(t, err)
+		for p := range partitions {
+			_, err = inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: subject.PartitionConsumer(name, p),
+				FilterSubject: subject.Partition(name, p), AckPolicy: jetstream.AckExplicitPolicy})
+			require.NoError(t, err)
+		}
 	}
-	require.NoError(t, s.Delete(ctx, "", "Gone"))
+	_, err := res.JS.Publish(ctx, subject.Inbox("Queued", "default", "wf", "p"), []byte("queued"))
+	require.NoError(t, err)
+	for _, name := range []string{"Gone", "Queued", "Never"} {
+		require.NoError(t, s.Delete(ctx, "", name))
+	}
 	require.Equal(t, partitions, inboxConsumersOf(t, res, "Gone"))
+	require.NoError(t, res.JS.DeleteStream(ctx, subject.InboxStream("Never")), "a removed agent without an inbox")
 
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -42,6 +51,11 @@ func TestRemovalReplayedDeletesConsumers(t *testing.T) {
 		remote.Serve(sctx, remote.ServeConfig{Res: res}) // serves no registration: the only one is removed
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	require.Eventually(t, func() bool { return inboxConsumersOf(t, res, "Gone") == 0 }, 20*time.Second, 50*time.Millisecond,
-		"the removed agent's consumers deleted by a process that started after the removal")
+	require.Eventually(t, func() bool { return !hasInbox(t, res, "Gone") && inboxConsumersOf(t, res, "Queued") == 0 },
+		20*time.Second, 50*time.Millisecond, "the removed agents' inboxes and consumers deleted by a process that started after the removal")
+	require.True(t, hasInbox(t, res, "Queued"), "an inbox holding a request stays")
+	queued, err := res.JS.Stream(ctx, subject.InboxStream("Queued"))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), queued.CachedInfo().State.Msgs, "with its request")
+	assert.False(t, hasInbox(t, res, "Never"), "and a removed agent without one has none")
 }

@@ -176,6 +176,10 @@ func agentHash(agent string) string {
 // InboxSubjects is the subject filter of an agent's inbox stream.
 func InboxSubjects(agent string) string { return inboxPrefix + "." + Token(agent) + ".>" }
 
+// RetiredInbox is the subject an agent's inbox stream takes while it is being deleted
+// (bus.Resources.DeleteInbox): one nothing publishes on, so that no request lands in it meanwhile.
+func RetiredInbox(agent string) string { return "agentbus.retired-inbox." + Token(agent) }
+
 // AllInboxSubjects is the subject filter of every agent's inbox together (LegacyInboxStream's).
 const AllInboxSubjects = inboxPrefix + ".>"
 
