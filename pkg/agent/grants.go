@@ -211,9 +211,14 @@ func (g *grants) state(k shareKey) *grantState {
 
 // run looks at the grants every grantsEvery, and when kicked, until ctx ends; then it gives its
 // grants back.
+//
+// While it holds no grant and its slots hold no capped tenant's request it does not tick: a
+// capped tenant's first request kicks it (shareOf), as does a change of a record or of a
+// tenant's limits.
 func (g *grants) run(ctx context.Context) {
 	t := time.NewTicker(grantsEvery)
 	defer t.Stop()
+	ticking := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -222,7 +227,14 @@ func (g *grants) run(ctx context.Context) {
 		case <-t.C:
 		case <-g.wake:
 		}
-		g.look(ctx)
+		switch busy := g.look(ctx); {
+		case busy && !ticking:
+			t.Reset(grantsEvery)
+			ticking = true
+		case !busy && ticking:
+			t.Stop()
+			ticking = false
+		}
 	}
 }
 
@@ -238,19 +250,20 @@ type grantWrite struct {
 }
 
 // look compares each capped tenant's grant of this host with what it should hold, and writes
-// the changes.
-func (g *grants) look(ctx context.Context) {
+// the changes; it reports whether the host holds a grant, or a capped tenant's request, still.
+func (g *grants) look(ctx context.Context) (busy bool) {
 	now := time.Now()
 	demands := g.demands()
-	live := map[string]bool{g.me: true}
-	for _, h := range g.h.dir.Hosts() {
-		live[h.ID] = true
-	}
+	live := func(host string) bool { return host == g.me || g.h.dir.Fresh(host) }
 
 	var writes []grantWrite
 	var reshare []shareKey
 	g.mu.Lock()
 	g.pass++
+	if len(demands) == 0 && len(g.pairs) == 0 {
+		g.mu.Unlock()
+		return false // no capped tenant's requests here, and no grant: nothing to look at
+	}
 	for k := range demands {
 		g.state(k)
 	}
@@ -266,6 +279,7 @@ func (g *grants) look(ctx context.Context) {
 			delete(g.pairs, k)
 		}
 	}
+	busy = len(g.pairs) > 0
 	g.mu.Unlock()
 	if len(reshare) > 0 {
 		g.h.reshare(func(k shareKey) bool { return slices.Contains(reshare, k) })
@@ -273,6 +287,7 @@ func (g *grants) look(ctx context.Context) {
 	for _, w := range writes {
 		g.write(ctx, w)
 	}
+	return busy
 }
 
 // demands reads, under the host's lock, what the slots hold of each capped tenant's requests:
@@ -305,7 +320,7 @@ type planned struct {
 
 // plan decides what this host's grant of k should be and returns the write that makes it so,
 // nil when none is needed. g.mu is held.
-func (g *grants) plan(k shareKey, st *grantState, d demand, live map[string]bool, now time.Time) (*grantWrite, planned) {
+func (g *grants) plan(k shareKey, st *grantState, d demand, live func(host string) bool, now time.Time) (*grantWrite, planned) {
 	var p planned
 	if st.rec.V != grantVersion {
 		return nil, p // a record of another release: left alone
@@ -327,13 +342,13 @@ func (g *grants) plan(k shareKey, st *grantState, d demand, live map[string]bool
 	// holds a grant but reported nothing, what it holds.
 	wants := map[string]int{g.me: min(d.want, n)}
 	for host, w := range g.board.Wants(inspect.Pair{Tenant: k.tenant, Agent: k.agent}, g.me, now) {
-		if live[host] {
+		if live(host) {
 			wants[host] = min(w, n)
 		}
 	}
 	held, free := 0, n
 	for host, gr := range st.rec.Hosts {
-		if host != g.me && !live[host] {
+		if host != g.me && !live(host) {
 			continue // taken for dead: its part is free
 		}
 		held += gr
@@ -386,10 +401,10 @@ func (g *grants) plan(k shareKey, st *grantState, d demand, live map[string]bool
 
 // change returns the write that sets this host's grant of k to to, dropping the grants of hosts
 // taken for dead. g.mu is held.
-func (g *grants) change(k shareKey, st *grantState, live map[string]bool, n, to int) *grantWrite {
+func (g *grants) change(k shareKey, st *grantState, live func(host string) bool, n, to int) *grantWrite {
 	rec := grantRecord{V: grantVersion, Cap: n, Hosts: map[string]int{}}
 	for host, gr := range st.rec.Hosts {
-		if live[host] && host != g.me && gr > 0 {
+		if live(host) && host != g.me && gr > 0 {
 			rec.Hosts[host] = gr
 		}
 	}
@@ -468,10 +483,7 @@ func (g *grants) giveAllBack() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	live := map[string]bool{}
-	for _, h := range g.h.dir.Hosts() {
-		live[h.ID] = true
-	}
+	live := g.h.dir.Fresh
 	var writes []grantWrite
 	g.mu.Lock()
 	for k, st := range g.pairs {

@@ -22,7 +22,7 @@ func TestGrantGivesBackWhatItDoesNotRun(t *testing.T) {
 		h.board.TakeLoad(inspect.Load{V: inspect.LoadVersion, Host: host,
 			Entries: []inspect.LoadEntry{{Tenant: k.tenant, Agent: k.agent, Queued: 3, Want: 3}}}, now)
 	}
-	live := map[string]bool{"first": true, "second": true, "third": true}
+	live := func(host string) bool { return host == "first" || host == "second" || host == "third" }
 	st := g.state(k)
 	st.rec, st.rev, st.local = grantRecord{V: grantVersion, Cap: 3, Hosts: map[string]int{"second": 3}}, 7, 3
 	running := demand{want: 2, out: 2}

@@ -213,6 +213,7 @@ type Host struct {
 	cfg    HostConfig
 	log    *slog.Logger
 	agents map[string]*Agent
+	names  []string // of the agents, in the order of HostConfig.Agents; not to be changed
 
 	js  jetstream.JetStream
 	res *bus.Resources
@@ -305,6 +306,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	var shared []string // the agents without slots of their own
 	for _, a := range cfg.Agents {
 		h.agents[a.name] = a
+		h.names = append(h.names, a.name)
 		if a.maxConcurrent > 0 {
 			h.slots[a.name] = h.newSlots(a.maxConcurrent)
 		} else {
@@ -399,6 +401,11 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 		case <-h.dirChanged:
 		case <-check.C:
+			if !h.dir.OthersOf(h.names, h.cfg.ID) {
+				// Alone with its agents: no other host's heartbeat can grow old, and the
+				// host's own heartbeats signal dirChanged.
+				continue
+			}
 		case <-h.kick:
 		}
 		if err := h.rebalance(ctx); err != nil && ctx.Err() == nil {
@@ -459,7 +466,7 @@ func (h *Host) start(ctx context.Context) error {
 	}
 	if h.cfg.Directory != nil {
 		h.dir = h.cfg.Directory
-		h.dirChanged, h.releaseDir = h.dir.Subscribe()
+		h.dirChanged, h.releaseDir = h.dir.Subscribe(h.agentNames()...)
 	} else {
 		if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
 			return err
@@ -753,13 +760,7 @@ func (h *Host) Partitions() map[string][]int {
 
 func (h *Host) owned() map[string][]int { return h.Partitions() }
 
-func (h *Host) agentNames() []string {
-	names := make([]string, 0, len(h.cfg.Agents))
-	for _, a := range h.cfg.Agents {
-		names = append(names, a.name)
-	}
-	return names
-}
+func (h *Host) agentNames() []string { return h.names }
 
 // features are what this host's heartbeat says it understands (registry.Host.Features).
 var features = []string{registry.FeatureReplyTo, registry.FeatureFinishing, registry.FeatureInspect}

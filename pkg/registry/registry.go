@@ -226,14 +226,19 @@ type Directory struct {
 	// agentRevs are the registry bucket's revisions of the registrations in agents.
 	agentRevs map[string]uint64
 	hosts     map[string]seenHost
+	// byAgent indexes hosts by the agents their heartbeats name (putHostLocked, dropHostLocked):
+	// a host asks for its agents' hosts ten times a second, and an ingress for an agent's on
+	// every call, which should not cost more with every other agent's hosts.
+	byAgent map[string]map[string]struct{}
 	// agentsWatched is the revision of the newest entry of the registry bucket that its watch
 	// delivered (AgentsRevision); every older one came before it.
 	agentsWatched atomic.Uint64
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
-	// subs are the channels of Subscribe, signalled with changed.
+	// subs are the channels of Subscribe, signalled with changed, each with the agents whose
+	// hosts it is told of (nil: every host).
 	subsMu sync.Mutex
-	subs   map[chan struct{}]struct{}
+	subs   map[chan struct{}]map[string]bool
 	// lastBeat is the local time the newest heartbeat of any host arrived.
 	lastBeat time.Time
 	// resumedAt is when heartbeats arrived again after none of any host had for stallGap, and
@@ -441,11 +446,13 @@ func (d *Directory) AgentRevision(name string) uint64 {
 // be old, and is dated back by its age as the server stored it, so that the heartbeat of a host
 // that died a moment ago does not count as fresh.
 func (d *Directory) applyHost(e jetstream.KeyValueEntry, initial bool) {
-	defer d.signal()
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	was := d.hosts[e.Key()].host.Agents
 	d.applyHostLocked(e, initial)
+	now := d.hosts[e.Key()].host.Agents
+	d.mu.Unlock()
 	d.watched.Store(e.Revision())
+	d.signalFor(was, now)
 }
 
 // HostsCurrent reports whether the hosts bucket's watch has delivered every heartbeat the bucket
@@ -481,7 +488,7 @@ const behindFor = 50 * time.Millisecond
 // applyHostLocked is applyHost for a caller that holds d.mu and signals the change itself.
 func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	if e.Operation() != jetstream.KeyValuePut {
-		delete(d.hosts, e.Key())
+		d.dropHostLocked(e.Key())
 		return
 	}
 	var h Host
@@ -493,7 +500,7 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	if age := seen.Sub(e.Created()); initial && age > 0 {
 		seen = seen.Add(-min(age, 2*DeadAfter))
 	}
-	d.hosts[e.Key()] = seenHost{host: h, seen: seen}
+	d.putHostLocked(e.Key(), seenHost{host: h, seen: seen})
 	if silence := seen.Sub(d.lastBeat); !initial && !d.lastBeat.IsZero() && silence >= stallGap &&
 		(silence < DeadAfter || d.bucketDownAt.After(d.lastBeat)) {
 		if d.resumedAt.IsZero() || seen.Sub(d.resumedAt) >= DeadAfter {
@@ -503,6 +510,40 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	}
 	if seen.After(d.lastBeat) {
 		d.lastBeat = seen
+	}
+}
+
+// putHostLocked records the heartbeat h under the hosts bucket's key, in d.hosts and byAgent.
+func (d *Directory) putHostLocked(key string, h seenHost) {
+	if old, ok := d.hosts[key]; ok && !slices.Equal(old.host.Agents, h.host.Agents) {
+		d.dropHostLocked(key)
+	}
+	d.hosts[key] = h
+	if d.byAgent == nil {
+		d.byAgent = make(map[string]map[string]struct{})
+	}
+	for _, a := range h.host.Agents {
+		keys := d.byAgent[a]
+		if keys == nil {
+			keys = make(map[string]struct{}, 1)
+			d.byAgent[a] = keys
+		}
+		keys[key] = struct{}{}
+	}
+}
+
+// dropHostLocked removes the heartbeat under key from d.hosts and byAgent.
+func (d *Directory) dropHostLocked(key string) {
+	old, ok := d.hosts[key]
+	if !ok {
+		return
+	}
+	delete(d.hosts, key)
+	for _, a := range old.host.Agents {
+		delete(d.byAgent[a], key)
+		if len(d.byAgent[a]) == 0 {
+			delete(d.byAgent, a)
+		}
 	}
 }
 
@@ -639,7 +680,7 @@ func (d *Directory) applyRead(was map[string]time.Time, entries []jetstream.KeyV
 	}
 	for _, k := range gone {
 		if unchanged(k) {
-			delete(d.hosts, k)
+			d.dropHostLocked(k)
 		}
 	}
 	return d.lastBeat.After(now.Add(-DeadAfter))
@@ -705,30 +746,57 @@ func hasLeader(st jetstream.KeyValueStatus) bool {
 var errBucketJustBack = errors.New("the hosts bucket has had a leader again for less than " + DeadAfter.String())
 
 // signal notes a change for Changed and every Subscribe, without blocking.
-func (d *Directory) signal() {
+func (d *Directory) signal() { d.signalFor(nil, nil) }
+
+// signalFor signals Changed, and the subscriptions to every host or to one of the agents in
+// was or now (the agents a heartbeat named before and after it changed); with both nil, every
+// subscription.
+func (d *Directory) signalFor(was, now []string) {
 	select {
 	case d.changed <- struct{}{}:
 	default:
 	}
+	all := was == nil && now == nil
 	d.subsMu.Lock()
 	defer d.subsMu.Unlock()
-	for ch := range d.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
+	for ch, agents := range d.subs {
+		if all || agents == nil || anyIn(agents, was) || anyIn(agents, now) {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
 
+// anyIn reports whether set holds one of names.
+func anyIn(set map[string]bool, names []string) bool {
+	for _, n := range names {
+		if set[n] {
+			return true
+		}
+	}
+	return false
+}
+
 // Subscribe returns a channel of its own that receives what Changed does, for one of several
-// readers of a directory (the hosts of a process that share one); cancel ends it.
-func (d *Directory) Subscribe() (changed <-chan struct{}, cancel func()) {
+// readers of a directory (the hosts of a process that share one); cancel ends it. Given agents,
+// it receives only the changes of hosts that run one of them, and every reading of the bucket
+// anew: a host hears of its agents' hosts, not of each heartbeat of every other agent's.
+func (d *Directory) Subscribe(agents ...string) (changed <-chan struct{}, cancel func()) {
 	ch := make(chan struct{}, 1)
+	var set map[string]bool
+	if len(agents) > 0 {
+		set = make(map[string]bool, len(agents))
+		for _, a := range agents {
+			set[a] = true
+		}
+	}
 	d.subsMu.Lock()
 	if d.subs == nil {
-		d.subs = make(map[chan struct{}]struct{})
+		d.subs = make(map[chan struct{}]map[string]bool)
 	}
-	d.subs[ch] = struct{}{}
+	d.subs[ch] = set
 	d.subsMu.Unlock()
 	return ch, func() {
 		d.subsMu.Lock()
@@ -771,8 +839,8 @@ func (d *Directory) eachLive(agent string, f func(Host) bool) {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
-	for _, h := range d.hosts {
-		if h.liveAt(cutoff) && slices.Contains(h.host.Agents, agent) && !f(h.host) {
+	for key := range d.byAgent[agent] {
+		if h := d.hosts[key]; h.liveAt(cutoff) && !f(h.host) {
 			return
 		}
 	}
@@ -797,13 +865,10 @@ func (d *Directory) LiveHostsOf(agents []string) map[string][]Host {
 	}
 	cutoff := d.cutoff()
 	d.mu.RLock()
-	for _, h := range d.hosts {
-		if !h.liveAt(cutoff) {
-			continue
-		}
-		for _, a := range h.host.Agents {
-			if list, ok := out[a]; ok {
-				out[a] = append(list, h.host)
+	for a := range out {
+		for key := range d.byAgent[a] {
+			if h := d.hosts[key]; h.liveAt(cutoff) {
+				out[a] = append(out[a], h.host)
 			}
 		}
 	}
@@ -877,6 +942,32 @@ func (d *Directory) Close() error {
 	}
 	d.wg.Wait()
 	return errors.Join(errs...)
+}
+
+// OthersOf reports whether the directory holds a heartbeat of a host other than me that names
+// one of the agents, fresh or not yet expired: whether one of the agents' hosts may yet count as
+// dead by its heartbeat growing old, which no watch reports.
+func (d *Directory) OthersOf(agents []string, me string) bool {
+	mine := subject.HostKey(me)
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, a := range agents {
+		for key := range d.byAgent[a] {
+			if key != mine {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Fresh reports whether the host has a fresh heartbeat, leaving or not: whether Hosts lists it.
+func (d *Directory) Fresh(hostID string) bool {
+	cutoff := d.cutoff()
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	h, ok := d.hosts[subject.HostKey(hostID)]
+	return ok && h.seen.After(cutoff)
 }
 
 // AnyLive reports whether some host, of any agent, has a fresh heartbeat: whether anything at

@@ -359,23 +359,43 @@ func TestAgentRevisions(t *testing.T) {
 	assert.Zero(t, d.AgentRevision("Echo"), "a removed agent")
 }
 
-// Every subscriber of a directory hears of a heartbeat, and one that cancelled no longer does.
+// Every subscriber of a directory hears of a heartbeat, one that cancelled no longer does, and
+// one subscribed to some agents hears only of their hosts.
 func TestSubscribe(t *testing.T) {
 	ctx, res := setup(t)
 	d := newDirectory(t, ctx, res)
 	a, cancelA := d.Subscribe()
 	b, cancelB := d.Subscribe()
+	echo, cancelEcho := d.Subscribe("Other", "Echo")
+	other, cancelOther := d.Subscribe("Other")
 	defer cancelA()
+	defer cancelEcho()
+	defer cancelOther()
 	cancelB()
+	heard := func(ch <-chan struct{}, within time.Duration) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
 	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Echo"}}))
-	select {
-	case <-a:
-	case <-time.After(5 * time.Second):
-		require.FailNow(t, "a subscriber did not hear of the heartbeat")
-	}
-	select {
-	case <-b:
-		require.FailNow(t, "a cancelled subscription heard of the heartbeat")
-	case <-time.After(100 * time.Millisecond):
-	}
+	require.True(t, heard(a, 5*time.Second), "a subscriber did not hear of the heartbeat")
+	require.True(t, heard(echo, 5*time.Second), "a subscriber to the host's agent did not hear of the heartbeat")
+	assert.False(t, heard(b, 100*time.Millisecond), "a cancelled subscription heard of the heartbeat")
+	assert.False(t, heard(other, 0), "a subscriber to another agent heard of the heartbeat")
+
+	// A host that stops running the agent is a change of the agent's hosts.
+	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h", Agents: []string{"Third"}}))
+	require.True(t, heard(echo, 5*time.Second), "a subscriber to the agent the host left did not hear of it")
+	assert.False(t, heard(other, 100*time.Millisecond))
+	assert.Empty(t, d.LiveHosts("Echo"), "the host's agents as its newest heartbeat names them")
+	assert.Len(t, d.LiveHosts("Third"), 1)
+	assert.False(t, d.Live("Echo"))
+	require.NoError(t, registry.Beat(ctx, res.Hosts, registry.Host{ID: "h2", Agents: []string{"Other"}}))
+	require.True(t, heard(other, 5*time.Second))
+	assert.False(t, d.OthersOf([]string{"Other"}, "h2"), "h2 alone runs Other")
+	assert.True(t, d.OthersOf([]string{"Other", "Third"}, "h2"), "h runs Third")
+	assert.False(t, d.OthersOf([]string{"Third", "Echo"}, "h"))
 }
