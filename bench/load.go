@@ -60,6 +60,9 @@ type options struct {
 	// load (a system admin's, never called): each adds an inbox with its partitions' consumers,
 	// and a host in the stack.
 	RemoteAgents int
+	// Idle, when positive, measures the agentbus phase's stack idle for that long before its
+	// load: the CPU it takes a second with no call (with the RemoteAgents registered).
+	Idle time.Duration
 	Body         []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
@@ -168,6 +171,9 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 	if err != nil {
 		return result{Phase: phase}, err
 	}
+	if o.Idle > 0 && phase == phaseAgentbus {
+		measureIdle(ctx, o)
+	}
 	primed := time.Now()
 	if err := prime(ctx, client, ep, o.Clients); err != nil {
 		client.CloseIdleConnections()
@@ -188,6 +194,21 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		return res, errNoRequests
 	}
 	return res, nil
+}
+
+// measureIdle prints the CPU this process (the in-process stack and nothing else) takes a
+// second over o.Idle, after three settling seconds.
+func measureIdle(ctx context.Context, o options) {
+	if !sleepUntil(ctx, time.Now().Add(3*time.Second)) {
+		return
+	}
+	from, start := processCPU(), time.Now()
+	if !sleepUntil(ctx, start.Add(o.Idle)) {
+		return
+	}
+	took := time.Since(start)
+	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents: %.1f ms of CPU a second over %v\n",
+		o.RemoteAgents, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond))
 }
 
 // prime sends each of ep's requests once, clients at a time, before the warm-up: the first
