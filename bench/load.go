@@ -63,7 +63,7 @@ type options struct {
 	// Idle, when positive, measures the agentbus phase's stack idle for that long before its
 	// load: the CPU it takes a second with no call (with the RemoteAgents registered).
 	Idle time.Duration
-	Body         []byte
+	Body []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
 	Target string
