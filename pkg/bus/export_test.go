@@ -2,6 +2,9 @@ package bus
 
 import "time"
 
+// ParkInbox exposes parkInbox to the package's external tests: DeleteInbox stopped half-way.
+var ParkInbox = parkInbox
+
 // ParsePubAckFast exposes parsePubAckFast to the package's external tests.
 var ParsePubAckFast = parsePubAckFast
 

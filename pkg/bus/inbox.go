@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,36 +46,47 @@ func (r *Resources) HasInbox(ctx context.Context, agent string) (bool, error) {
 
 // DeleteInbox deletes the inbox stream of an agent that no host serves any more, unless it
 // holds requests: it returns how many it holds and kept (they are handled if the agent is served
-// again). So that no request published meanwhile is lost, the inbox takes a subject nobody
-// publishes on (subject.RetiredInbox) before it is counted, and its own subjects back when it
-// holds requests. A host of the agent that starts meanwhile makes the inbox again (InboxOf).
+// again). So that no request published meanwhile is lost, the inbox is parked before it is
+// counted (parkInbox), and given its subjects back when it holds requests. A host of the agent
+// that starts meanwhile makes the inbox again (InboxOf), and so does one whose inbox is gone.
 func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64, err error) {
 	name := subject.InboxStream(agent)
 	s, err := r.JS.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
-	}
 	if err != nil {
-		return 0, fmt.Errorf("reading stream %s: %w", name, err)
+		return 0, gone(fmt.Errorf("reading stream %s: %w", name, err))
 	}
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
-		return n, err
+		return n, gone(err)
 	}
-	cfg := s.CachedInfo().Config
-	cfg.Subjects, cfg.SubjectTransform = []string{subject.RetiredInbox(agent)}, nil
-	if s, err = r.JS.UpdateStream(ctx, cfg); err != nil {
-		return 0, fmt.Errorf("retiring stream %s: %w", name, err)
+	if s, err = parkInbox(ctx, r.JS, s, agent); err != nil {
+		return 0, gone(err) // gone: another process deleted it first
 	}
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
 		if _, uerr := r.JS.UpdateStream(ctx, inboxConfig(r.Config, agent)); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
 		}
-		return n, err
+		return n, gone(err)
 	}
-	if err := r.JS.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("deleting stream %s: %w", name, err)
+	if err := r.JS.DeleteStream(ctx, name); err != nil {
+		return 0, gone(fmt.Errorf("deleting stream %s: %w", name, err))
 	}
 	return 0, nil
+}
+
+// parkInbox gives agent's inbox s a subject nothing publishes on (subject.RetiredInbox), so that
+// no request lands in it, and no declaration's fingerprint: InboxOf, for a registration of the
+// agent made meanwhile or after a process died half-way through DeleteInbox, gives it its
+// subjects back.
+func parkInbox(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, agent string) (jetstream.Stream, error) {
+	cfg := s.CachedInfo().Config
+	cfg.Subjects, cfg.SubjectTransform = []string{subject.RetiredInbox(agent)}, nil
+	cfg.Metadata = maps.Clone(cfg.Metadata)
+	delete(cfg.Metadata, DeclaredKey)
+	s, err := js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("parking stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
 }
 
 // ensureInbox creates or updates the inbox stream of agent: a work queue whose subject

@@ -158,6 +158,18 @@ func TestDeleteInbox(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, has)
 
+	// An inbox parked by a DeleteInbox that stopped half-way (its process died) is declared
+	// again by the agent's next registration or host.
+	parked, err := bus.ParkInbox(ctx, res.JS, s, "Busy")
+	require.NoError(t, err)
+	assert.Equal(t, []string{subject.RetiredInbox("Busy")}, parked.CachedInfo().Config.Subjects)
+	_, err = res.JS.Publish(ctx, subject.Inbox("Busy", "default", "wf", "p"), []byte("parked"))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse, "a parked inbox takes no request")
+	_, err = res.InboxOf(ctx, "Busy")
+	require.NoError(t, err)
+	_, err = res.JS.Publish(ctx, subject.Inbox("Busy", "default", "wf", "p"), []byte("declared again"))
+	require.NoError(t, err)
+
 	// Made again after its deletion, an inbox is as before.
 	_, err = res.InboxOf(ctx, "Idle")
 	require.NoError(t, err)
