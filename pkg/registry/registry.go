@@ -948,12 +948,11 @@ func (d *Directory) Close() error {
 // one of the agents, fresh or not yet expired: whether one of the agents' hosts may yet count as
 // dead by its heartbeat growing old, which no watch reports.
 func (d *Directory) OthersOf(agents []string, me string) bool {
-	mine := subject.HostKey(me)
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, a := range agents {
 		for key := range d.byAgent[a] {
-			if key != mine {
+			if d.hosts[key].host.ID != me {
 				return true
 			}
 		}
