@@ -68,11 +68,7 @@ func TestRetiredAgentsConsumersGo(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	assert.Equal(t, partitions, consumers("Staying"), "the consumers of an agent whose host runs idle were deleted")
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	enqueue(t, js, &agentbusv1.Request{RequestId: "after-retirement", TenantId: "default", WorkflowId: "default:Retiring:Supervisor Workflow:default",
-		AgentName: "Retiring", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
-		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	enqueuePing(t, s, "Retiring", "after-retirement")
 	startHost(t, s, cfg("returning-host", "Retiring"))
 	select {
 	case id := <-handled:
@@ -116,15 +112,22 @@ func TestHostMakesADeletedInboxAgain(t *testing.T) {
 
 	require.NoError(t, s.Res.JS.DeleteStream(t.Context(), subject.InboxStream("Phoenix")))
 	waitFor(t, 10*time.Second, "the inbox made again with its consumers", func() bool { return consumers() == partitions })
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
-	enqueue(t, js, &agentbusv1.Request{RequestId: "after-deletion", TenantId: "default", WorkflowId: "default:Phoenix:Supervisor Workflow:default",
-		AgentName: "Phoenix", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
-		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)
+	enqueuePing(t, s, "Phoenix", "after-deletion")
 	select {
 	case id := <-handled:
 		assert.Equal(t, "after-deletion", id)
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "a request to the inbox made again was not handled")
 	}
+}
+
+// enqueuePing publishes a webhook call of the agent's method ping, with the request id, to its
+// inbox.
+func enqueuePing(t *testing.T, s *stacktest.Stack, agentName, requestID string) {
+	t.Helper()
+	js, err := jetstream.New(natstest.Conn(t, s.NATS))
+	require.NoError(t, err)
+	enqueue(t, js, &agentbusv1.Request{RequestId: requestID, TenantId: "default", WorkflowId: "default:" + agentName + ":Supervisor Workflow:default",
+		AgentName: agentName, WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
+		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)
 }
