@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
 // TestEntriesWhileWritten: on a bucket with three replicas whose keys writers keep updating,
@@ -318,4 +319,55 @@ func TestFollowContext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDropTombstone: the marker of a deleted or purged key goes, with what is older of the key,
+// so that a new watch no longer sees the key; a key holding a value keeps it and its history,
+// and so does a key written again after its removal.
+func TestDropTombstone(t *testing.T) {
+	srv := natstest.Server(t, "")
+	js, err := jetstream.New(natstest.Conn(t, srv))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tombstones", History: 3})
+	require.NoError(t, err)
+	for _, k := range []string{"deleted", "purged", "live"} {
+		_, err := kv.Put(ctx, k, []byte("v1"))
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, k, []byte("v2"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, kv.Delete(ctx, "deleted"))
+	require.NoError(t, kv.Purge(ctx, "purged"))
+	watched := func() []string {
+		w, err := kv.WatchAll(ctx)
+		require.NoError(t, err)
+		defer func() { _ = w.Stop() }()
+		var keys []string
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			keys = append(keys, e.Key()+":"+e.Operation().String())
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	require.Equal(t, []string{"deleted:KeyValueDeleteOp", "live:KeyValuePutOp", "purged:KeyValuePurgeOp"}, watched())
+
+	for _, k := range []string{"deleted", "purged", "live", "never"} {
+		require.NoError(t, bus.DropTombstone(ctx, js, "tombstones", k))
+	}
+	assert.Equal(t, []string{"live:KeyValuePutOp"}, watched(), "the markers and what came before them are gone")
+	hist, err := kv.History(ctx, "live")
+	require.NoError(t, err)
+	assert.Len(t, hist, 2, "a live key keeps its history")
+
+	_, err = kv.Create(ctx, "deleted", []byte("again"))
+	require.NoError(t, err, "the name is free")
+	require.NoError(t, bus.DropTombstone(ctx, js, "tombstones", "deleted"))
+	e, err := kv.Get(ctx, "deleted")
+	require.NoError(t, err)
+	assert.Equal(t, "again", string(e.Value()))
 }

@@ -155,10 +155,11 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 const retireWait = bus.HostTTL + 10*time.Second
 
 // retire deletes the inbox consumers of a removed registration (agent.RemoveConsumers), and its
-// inbox if that holds no request (bus.Resources.DeleteInbox), once no host's heartbeat names an
-// agent of that name and the registration is still removed; replaying the removals of the past
-// it first asks whether an inbox is left. Every host serving remote agents does so for each
-// removal; the deletions are the same.
+// inbox and the registration's removal marker if the inbox holds no request
+// (bus.Resources.DeleteInbox, bus.DropTombstone), once no host's heartbeat names an agent of
+// that name and the registration is still removed; replaying the removals of the past it first
+// asks whether an inbox is left. Every host serving remote agents does so for each removal; the
+// deletions are the same.
 func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
 	ctx, cancel := context.WithTimeout(ctx, retireWait)
 	defer cancel()
@@ -194,6 +195,12 @@ func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
 		log.Info("removed the inbox consumers of a removed remote agent; its inbox holds requests and stays", "requests", kept)
 	default:
 		log.Info("removed the inbox and its consumers of a removed remote agent")
+		// Nothing is left for a process that starts later to delete: the registration's
+		// marker goes too, so that starts do not replay every removal ever made. Every process
+		// that served the agent has seen the removal (no heartbeat names it).
+		if err := bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name)); err != nil {
+			log.Warn("dropping the removed registration's marker", "err", err)
+		}
 	}
 }
 

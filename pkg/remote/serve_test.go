@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -58,4 +59,20 @@ func TestRemovalReplayedDeletesTheInbox(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), queued.CachedInfo().State.Msgs, "with its request")
 	assert.False(t, hasInbox(t, res, "Never"), "and a removed agent without one has none")
+	// The removals that left nothing behind leave no marker for later starts to replay.
+	require.Eventually(t, func() bool { return !hasMarker(t, res, "Gone") && !hasMarker(t, res, "Never") }, 10*time.Second, 50*time.Millisecond)
+	assert.True(t, hasMarker(t, res, "Queued"), "the removal of an agent whose inbox stays is replayed")
+}
+
+// hasMarker reports whether the remote agents bucket holds the registration's removal marker.
+func hasMarker(t *testing.T, res *bus.Resources, name string) bool {
+	t.Helper()
+	_, err := res.RemoteAgents.Get(t.Context(), subject.AgentKey(name))
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	hist, err := res.RemoteAgents.History(t.Context(), subject.AgentKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false
+	}
+	require.NoError(t, err)
+	return len(hist) > 0
 }
