@@ -256,29 +256,33 @@ func Entries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 // DropTombstone removes the marker that a deletion or purge of key left in the bucket, and
 // anything older of the key, so that watches started later no longer replay the removal: a
 // bucket whose keys are removed under ever new names would otherwise keep a marker for each,
-// and every process that watches it would go through them all when it starts. A value written
-// after the marker stays (the purge stops at the marker), and a key holding a value is left
-// alone. Only a caller that knows every watcher has seen the removal may drop its marker.
-func DropTombstone(ctx context.Context, js jetstream.JetStream, bucket, key string) error {
+// and every process that watches it would go through them all when it starts. A marker younger
+// than olderThan stays, for watches that have not reached it yet: wait is how much longer it
+// must stand. A value written after the marker stays (the purge stops at the marker), and a key
+// holding a value is left alone.
+func DropTombstone(ctx context.Context, js jetstream.JetStream, bucket, key string, olderThan time.Duration) (wait time.Duration, err error) {
 	name, subj := subject.KVStream(bucket), subject.KVKeyPrefix(bucket)+key
 	last, err := LeaderLast(ctx, js.Conn(), name, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading the last entry of %s in %s: %w", key, bucket, err)
+		return 0, fmt.Errorf("reading the last entry of %s in %s: %w", key, bucket, err)
 	}
 	if op := last.Header.Get(kvOperation); op != kvDelete && op != kvPurge {
-		return nil
+		return 0, nil
+	}
+	if age := time.Since(last.Time); age < olderThan {
+		return olderThan - age, nil
 	}
 	stream, err := js.Stream(ctx, name)
 	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", name, err)
+		return 0, fmt.Errorf("reading stream %s: %w", name, err)
 	}
 	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(last.Sequence+1)); err != nil {
-		return fmt.Errorf("dropping the marker of %s in %s: %w", key, bucket, err)
+		return 0, fmt.Errorf("dropping the marker of %s in %s: %w", key, bucket, err)
 	}
-	return nil
+	return 0, nil
 }
 
 // The header and values by which NATS marks a key-value entry as a deletion or a purge.

@@ -354,10 +354,17 @@ func TestDropTombstone(t *testing.T) {
 		slices.Sort(keys)
 		return keys
 	}
-	require.Equal(t, []string{"deleted:KeyValueDeleteOp", "live:KeyValuePutOp", "purged:KeyValuePurgeOp"}, watched())
+	all := []string{"deleted:KeyValueDeleteOp", "live:KeyValuePutOp", "purged:KeyValuePurgeOp"}
+	require.Equal(t, all, watched())
 
+	wait, err := bus.DropTombstone(ctx, js, "tombstones", "deleted", time.Hour)
+	require.NoError(t, err)
+	assert.Greater(t, wait, 59*time.Minute, "a marker younger than asked stays")
+	require.Equal(t, all, watched())
 	for _, k := range []string{"deleted", "purged", "live", "never"} {
-		require.NoError(t, bus.DropTombstone(ctx, js, "tombstones", k))
+		wait, err := bus.DropTombstone(ctx, js, "tombstones", k, 0)
+		require.NoError(t, err)
+		assert.Zero(t, wait)
 	}
 	assert.Equal(t, []string{"live:KeyValuePutOp"}, watched(), "the markers and what came before them are gone")
 	hist, err := kv.History(ctx, "live")
@@ -366,7 +373,8 @@ func TestDropTombstone(t *testing.T) {
 
 	_, err = kv.Create(ctx, "deleted", []byte("again"))
 	require.NoError(t, err, "the name is free")
-	require.NoError(t, bus.DropTombstone(ctx, js, "tombstones", "deleted"))
+	_, err = bus.DropTombstone(ctx, js, "tombstones", "deleted", 0)
+	require.NoError(t, err)
 	e, err := kv.Get(ctx, "deleted")
 	require.NoError(t, err)
 	assert.Equal(t, "again", string(e.Value()))

@@ -160,12 +160,17 @@ const retireWait = bus.HostTTL + 10*time.Second
 // that name and the registration is still removed; replaying the removals of the past it first
 // asks whether an inbox is left. Every host serving remote agents does so for each removal; the
 // deletions are the same.
-func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
-	ctx, cancel := context.WithTimeout(ctx, retireWait)
+func retire(parent context.Context, cfg ServeConfig, name string, replaying bool) {
+	ctx, cancel := context.WithTimeout(parent, retireWait)
 	defer cancel()
 	log := cfg.Logger.With("agent", name)
 	if replaying {
-		if has, err := cfg.Res.HasInbox(ctx, name); err != nil || !has {
+		has, err := cfg.Res.HasInbox(ctx, name)
+		if err != nil {
+			return
+		}
+		if !has {
+			dropMarker(parent, cfg, name, log)
 			return
 		}
 	}
@@ -195,14 +200,34 @@ func retire(ctx context.Context, cfg ServeConfig, name string, replaying bool) {
 		log.Info("removed the inbox consumers of a removed remote agent; its inbox holds requests and stays", "requests", kept)
 	default:
 		log.Info("removed the inbox and its consumers of a removed remote agent")
-		// Nothing is left for a process that starts later to delete: the registration's
-		// marker goes too, so that starts do not replay every removal ever made. Every process
-		// that served the agent has seen the removal (no heartbeat names it).
-		if err := bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name)); err != nil {
-			log.Warn("dropping the removed registration's marker", "err", err)
+		dropMarker(parent, cfg, name, log)
+	}
+}
+
+// dropMarker drops the removal marker of a registration whose agent left nothing behind (no
+// inbox), so that later starts do not replay every removal ever made, once the marker is
+// markerGrace old: every watch of the bucket has delivered it by then, so no process still runs,
+// or starts, a host for the registration the marker removed. It waits until ctx ends.
+func dropMarker(ctx context.Context, cfg ServeConfig, name string, log *slog.Logger) {
+	for {
+		wait, err := bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name), markerGrace)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("dropping the removal marker of a remote agent", "err", err)
+		}
+		if err != nil || wait == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
 		}
 	}
 }
+
+// markerGrace is how old a removal marker must be before dropMarker drops it: longer than any
+// watch of the remote agents bucket lags behind.
+var markerGrace = time.Minute
 
 // retirePoll is how often retire reads the heartbeats while a host still names the agent.
 const retirePoll = 500 * time.Millisecond

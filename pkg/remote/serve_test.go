@@ -22,6 +22,7 @@ import (
 // request, without its consumers.
 func TestRemovalReplayedDeletesTheInbox(t *testing.T) {
 	const partitions = 4
+	remote.SetMarkerGrace(t, 300*time.Millisecond)
 	res := natstest.Bus(t, bus.Config{Partitions: partitions})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -59,7 +60,8 @@ func TestRemovalReplayedDeletesTheInbox(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1), queued.CachedInfo().State.Msgs, "with its request")
 	assert.False(t, hasInbox(t, res, "Never"), "and a removed agent without one has none")
-	// The removals that left nothing behind leave no marker for later starts to replay.
+	// The removals that left nothing behind leave no marker for later starts to replay, once
+	// it is old enough for every watch to have delivered it.
 	require.Eventually(t, func() bool { return !hasMarker(t, res, "Gone") && !hasMarker(t, res, "Never") }, 10*time.Second, 50*time.Millisecond)
 	assert.True(t, hasMarker(t, res, "Queued"), "the removal of an agent whose inbox stays is replayed")
 }
