@@ -1,9 +1,19 @@
 package bus
 
-import "time"
+import (
+	"context"
+	"time"
 
-// ParkInbox exposes parkInbox to the package's external tests: DeleteInbox stopped half-way.
-var ParkInbox = parkInbox
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// ParkInbox parks agent's inbox s as DeleteInbox does, for the package's external tests of a
+// DeleteInbox stopped half-way.
+func ParkInbox(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, agent string) (jetstream.Stream, error) {
+	return park(ctx, js, s, subject.RetiredInbox(agent))
+}
 
 // ParsePubAckFast exposes parsePubAckFast to the package's external tests.
 var ParsePubAckFast = parsePubAckFast

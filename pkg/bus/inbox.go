@@ -46,8 +46,9 @@ func (r *Resources) HasInbox(ctx context.Context, agent string) (bool, error) {
 
 // DeleteInbox deletes the inbox stream of an agent that no host serves any more, unless it
 // holds requests: it returns how many it holds and kept (they are handled if the agent is served
-// again). So that no request published meanwhile is lost, the inbox is parked before it is
-// counted (parkInbox), and given its subjects back when it holds requests. A host of the agent
+// again). So that no request published meanwhile is lost, the inbox is parked on
+// subject.RetiredInbox before it is counted (park), and given its subjects back when it holds
+// requests. A host of the agent
 // that starts meanwhile makes the inbox again (InboxOf), and so does one whose inbox is gone.
 func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64, err error) {
 	name := subject.InboxStream(agent)
@@ -58,7 +59,7 @@ func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64,
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
 		return n, gone(err)
 	}
-	if s, err = parkInbox(ctx, r.JS, s, agent); err != nil {
+	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
 		return 0, gone(err) // gone: another process deleted it first
 	}
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
@@ -73,13 +74,13 @@ func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64,
 	return 0, nil
 }
 
-// parkInbox gives agent's inbox s a subject nothing publishes on (subject.RetiredInbox), so that
-// no request lands in it, and no declaration's fingerprint: InboxOf, for a registration of the
-// agent made meanwhile or after a process died half-way through DeleteInbox, gives it its
-// subjects back.
-func parkInbox(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, agent string) (jetstream.Stream, error) {
+// park gives the inbox stream s the subject parked, which nothing publishes on, so that no
+// request lands in it while it is counted or emptied (the stored messages keep their subjects),
+// and no declaration's fingerprint: InboxOf, for a registration of the agent made meanwhile or
+// after a process died half-way through DeleteInbox, gives an agent's inbox its subjects back.
+func park(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, parked string) (jetstream.Stream, error) {
 	cfg := s.CachedInfo().Config
-	cfg.Subjects, cfg.SubjectTransform = []string{subject.RetiredInbox(agent)}, nil
+	cfg.Subjects, cfg.SubjectTransform = []string{parked}, nil
 	cfg.Metadata = maps.Clone(cfg.Metadata)
 	delete(cfg.Metadata, DeclaredKey)
 	s, err := js.UpdateStream(ctx, cfg)
@@ -168,9 +169,6 @@ func requestsIn(ctx context.Context, s jetstream.Stream, agent string) (uint64, 
 	return info.State.Msgs - info.State.Subjects[marker], nil
 }
 
-// legacyMarker is the subject of the markers LegacyInboxStream held.
-const legacyMarker = "agentbus.in.marker"
-
 // migrateLegacyInbox moves the requests of a LegacyInboxStream, in their order, to their agents'
 // inboxes, gives every agent of the registry an inbox, and deletes the legacy stream. Every
 // process runs it in Ensure, before it serves: run the processes of the version with one inbox
@@ -200,11 +198,9 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 			return gone(fmt.Errorf("deleting consumer %s of %s: %w", name, subject.LegacyInboxStream, err))
 		}
 	}
-	cfg := legacy.CachedInfo().Config
-	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != legacyParked {
-		cfg.Subjects, cfg.SubjectTransform = []string{legacyParked}, nil
-		if legacy, err = r.JS.UpdateStream(ctx, cfg); err != nil {
-			return gone(fmt.Errorf("parking stream %s: %w", subject.LegacyInboxStream, err))
+	if subjects := legacy.CachedInfo().Config.Subjects; len(subjects) != 1 || subjects[0] != subject.LegacyInboxParked {
+		if legacy, err = park(ctx, r.JS, legacy, subject.LegacyInboxParked); err != nil {
+			return gone(err)
 		}
 	}
 	if err := inboxesOfRegistry(ctx, r); err != nil {
@@ -247,7 +243,7 @@ func deletedBefore(ctx context.Context, legacy jetstream.Stream, seq uint64) boo
 	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
-// gone is nil when err says the legacy inbox is gone: another process finished moving it.
+// gone is nil when err says the stream is gone: another process finished moving or deleting it.
 func gone(err error) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -255,15 +251,11 @@ func gone(err error) error {
 	return err
 }
 
-// legacyParked is the subject LegacyInboxStream takes while its requests are moved: one no
-// agentbus process publishes on.
-const legacyParked = "agentbus.legacy-inbox"
-
 // moveLegacy stores the request raw of LegacyInboxStream in its agent's inbox, making the inbox
 // unless made says it was, and counts it in r.MovedRequests unless another process stored it
 // first.
 func moveLegacy(ctx context.Context, r *Resources, raw *jetstream.RawStreamMsg, made map[string]bool) error {
-	if raw.Subject == legacyMarker {
+	if raw.Subject == subject.LegacyInboxMarker {
 		return nil
 	}
 	in, err := subject.ParseStoredInbox(raw.Subject)

@@ -180,6 +180,13 @@ func InboxSubjects(agent string) string { return inboxPrefix + "." + Token(agent
 // (bus.Resources.DeleteInbox): one nothing publishes on, so that no request lands in it meanwhile.
 func RetiredInbox(agent string) string { return "agentbus.retired-inbox." + Token(agent) }
 
+// LegacyInboxParked is the subject LegacyInboxStream takes while bus.Ensure moves its requests
+// (one nothing publishes on), and LegacyInboxMarker the subject of the markers it held.
+const (
+	LegacyInboxParked = "agentbus.legacy-inbox"
+	LegacyInboxMarker = inboxPrefix + ".marker"
+)
+
 // AllInboxSubjects is the subject filter of every agent's inbox together (LegacyInboxStream's).
 const AllInboxSubjects = inboxPrefix + ".>"
 
