@@ -276,9 +276,12 @@ type seenHost struct {
 	seen time.Time // local time the last heartbeat arrived; clocks of hosts are not trusted
 }
 
-// liveAt reports whether the host counts as live for a cutoff (Directory.cutoff): its heartbeat
-// is newer, and it is not leaving.
-func (h seenHost) liveAt(cutoff time.Time) bool { return h.seen.After(cutoff) && !h.host.Leaving }
+// freshAt reports whether the host's heartbeat is newer than a cutoff (Directory.cutoff).
+func (h seenHost) freshAt(cutoff time.Time) bool { return h.seen.After(cutoff) }
+
+// liveAt reports whether the host counts as live for a cutoff: its heartbeat is fresh, and it is
+// not leaving.
+func (h seenHost) liveAt(cutoff time.Time) bool { return h.freshAt(cutoff) && !h.host.Leaving }
 
 // NewDirectory watches the registry and hosts buckets and returns once both are loaded.
 func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
@@ -839,6 +842,11 @@ func (d *Directory) eachLive(agent string, f func(Host) bool) {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	defer d.mu.RUnlock()
+	d.eachLiveLocked(agent, cutoff, f)
+}
+
+// eachLiveLocked is eachLive for a caller that holds d.mu and read the cutoff.
+func (d *Directory) eachLiveLocked(agent string, cutoff time.Time, f func(Host) bool) {
 	for key := range d.byAgent[agent] {
 		if h := d.hosts[key]; h.liveAt(cutoff) && !f(h.host) {
 			return
@@ -866,11 +874,7 @@ func (d *Directory) LiveHostsOf(agents []string) map[string][]Host {
 	cutoff := d.cutoff()
 	d.mu.RLock()
 	for a := range out {
-		for key := range d.byAgent[a] {
-			if h := d.hosts[key]; h.liveAt(cutoff) {
-				out[a] = append(out[a], h.host)
-			}
-		}
+		d.eachLiveLocked(a, cutoff, func(h Host) bool { out[a] = append(out[a], h); return true })
 	}
 	d.mu.RUnlock()
 	for _, list := range out {
@@ -895,7 +899,7 @@ func (d *Directory) Holder(agent string, p int, except string) (string, bool) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
-		if h.host.ID != except && h.seen.After(cutoff) && h.host.Owns(agent, p) {
+		if h.host.ID != except && h.freshAt(cutoff) && h.host.Owns(agent, p) {
 			return h.host.ID, true
 		}
 	}
@@ -916,7 +920,7 @@ func (d *Directory) Hosts() []SeenHost {
 	d.mu.RLock()
 	out := make([]SeenHost, 0, len(d.hosts))
 	for _, h := range d.hosts {
-		if h.seen.After(cutoff) {
+		if h.freshAt(cutoff) {
 			out = append(out, SeenHost{Host: h.host, Seen: h.seen})
 		}
 	}
@@ -966,7 +970,7 @@ func (d *Directory) Fresh(hostID string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	h, ok := d.hosts[subject.HostKey(hostID)]
-	return ok && h.seen.After(cutoff)
+	return ok && h.freshAt(cutoff)
 }
 
 // AnyLive reports whether some host, of any agent, has a fresh heartbeat: whether anything at
@@ -976,7 +980,7 @@ func (d *Directory) AnyLive() bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	for _, h := range d.hosts {
-		if h.seen.After(cutoff) {
+		if h.freshAt(cutoff) {
 			return true
 		}
 	}
