@@ -108,7 +108,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if d := h.held[heldKey{part.key.agent, seq}]; d != nil && !d.part.fenced.Load() {
+	if d := h.held[part.heldKey(seq)]; d != nil && !d.part.fenced.Load() {
 		// A redelivery of a request held here (its ack wait ran out under a stall): keep the one
 		// copy, answering to the latest delivery. One already running has read its delivery and
 		// counted it: this one is counted here. (One still running under a fenced tenure can no

@@ -31,5 +31,8 @@ type heldKey struct {
 	seq   uint64
 }
 
+// heldKey is the heldKey of the partition's request at inbox sequence seq.
+func (p *partition) heldKey(seq uint64) heldKey { return heldKey{p.key.agent, seq} }
+
 // key is the delivery's heldKey.
-func (d *delivery) key() heldKey { return heldKey{d.part.key.agent, d.seq} }
+func (d *delivery) key() heldKey { return d.part.heldKey(d.seq) }

@@ -247,7 +247,7 @@ func (h *Host) redeliverStale(ctx context.Context, part *partition, info *jetstr
 	n := 0
 	for _, seq := range seqs {
 		h.mu.Lock()
-		mine := h.held[heldKey{part.key.agent, seq}] != nil
+		mine := h.held[part.heldKey(seq)] != nil
 		h.mu.Unlock()
 		if mine {
 			continue

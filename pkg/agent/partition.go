@@ -639,7 +639,7 @@ func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint
 	}
 	var reacks []string
 	for key, seqs := range others {
-		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[heldKey{part.key.agent, s}] != nil })
+		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[part.heldKey(s)] != nil })
 		for _, s := range seqs {
 			if reply, ok := part.ackedReplyLocked(s); ok {
 				reacks = append(reacks, reply)
