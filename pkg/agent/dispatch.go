@@ -157,6 +157,7 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
 	h.held[d.key()] = d
+	h.wakeLoadLocked()
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
 		i = 1 // never ahead of the request being handled

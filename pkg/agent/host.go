@@ -146,6 +146,10 @@ func (c HostConfig) Validate() error {
 	return c.Bus.Validate()
 }
 
+// checkEvery is how often a host that shares an agent with other hosts looks whether one of
+// their heartbeats grew old.
+const checkEvery = registry.HeartbeatInterval / 10
+
 // hostsInProcess numbers the hosts of this process that got a default id, so that two of them
 // (tests, a program running several) do not share one.
 var hostsInProcess atomic.Int64
@@ -249,6 +253,9 @@ type Host struct {
 	loadSub  *nats.Subscription
 	loadSoon chan struct{}
 	lastLoad atomic.Pointer[[]inspect.LoadEntry]
+	// loadIdle is set while the last load report counted nothing: the reports pause until a
+	// request comes (wakeLoadLocked).
+	loadIdle atomic.Bool
 
 	started  time.Time
 	ready    chan struct{}
@@ -387,10 +394,21 @@ func (h *Host) Run(ctx context.Context) error {
 	beat := time.NewTicker(registry.HeartbeatInterval)
 	defer beat.Stop()
 	// Membership also changes by a heartbeat growing old, which no watch reports: looking often
-	// keeps the takeover of a dead host's partitions close to the moment it counts as dead.
-	check := time.NewTicker(registry.HeartbeatInterval / 10)
+	// keeps the takeover of a dead host's partitions close to the moment it counts as dead. A
+	// host alone with its agents does not look (no other host's heartbeat can grow old, and its
+	// own heartbeats signal dirChanged), so that an idle host wakes only for its heartbeats.
+	check := time.NewTicker(checkEvery)
 	defer check.Stop()
+	checking := true
 	for {
+		if others := h.dir.OthersOf(h.names, h.cfg.ID); others != checking {
+			if others {
+				check.Reset(checkEvery)
+			} else {
+				check.Stop()
+			}
+			checking = others
+		}
 		select {
 		case <-ctx.Done():
 			h.stop(ctx, cancelHandlers)
@@ -401,11 +419,6 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 		case <-h.dirChanged:
 		case <-check.C:
-			if !h.dir.OthersOf(h.names, h.cfg.ID) {
-				// Alone with its agents: no other host's heartbeat can grow old, and the
-				// host's own heartbeats signal dirChanged.
-				continue
-			}
 		case <-h.kick:
 		}
 		if err := h.rebalance(ctx); err != nil && ctx.Err() == nil {

@@ -38,12 +38,18 @@ func (h *Host) followLoad() (*nats.Subscription, error) {
 
 // reportLoad sends the host's load report every inspect.LoadEvery, and when asked sooner
 // (reportSoon), until ctx ends; then it sends an empty one, so that what it held no longer
-// counts.
+// counts. A host that holds nothing does not count: it waits until a request comes
+// (loadIdle, queueLocked) or another report is asked for.
 func (h *Host) reportLoad(ctx context.Context) {
 	t := time.NewTicker(inspect.LoadEvery)
 	defer t.Stop()
+	ticking := true
 	sent := false // the last report held entries
 	for {
+		var tick <-chan time.Time
+		if ticking {
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			h.lastLoad.Store(nil)
@@ -51,15 +57,38 @@ func (h *Host) reportLoad(ctx context.Context) {
 				h.sendLoad(inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: []inspect.LoadEntry{}})
 			}
 			return
-		case <-t.C:
+		case <-tick:
 		case <-h.loadSoon:
 		}
+		// Set before counting, under the lock queueLocked holds: a request it queues after
+		// the count finds the flag set and asks for a report.
+		h.loadIdle.Store(true)
 		l := h.countLoad(time.Now())
 		h.lastLoad.Store(&l.Entries)
 		if len(l.Entries) > 0 || sent {
 			h.sendLoad(l)
 		}
 		sent = len(l.Entries) > 0
+		switch {
+		case sent:
+			h.loadIdle.Store(false)
+			if !ticking {
+				t.Reset(inspect.LoadEvery)
+				ticking = true
+			}
+		case ticking:
+			t.Stop()
+			ticking = false
+		}
+	}
+}
+
+// wakeLoadLocked asks for a load report when the host reported holding nothing: it is about to
+// hold a request. Call it with h.mu held.
+func (h *Host) wakeLoadLocked() {
+	if h.loadIdle.Load() {
+		h.loadIdle.Store(false)
+		h.reportSoon()
 	}
 }
 

@@ -10,6 +10,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,6 +275,9 @@ type Directory struct {
 type seenHost struct {
 	host Host
 	seen time.Time // local time the last heartbeat arrived; clocks of hosts are not trusted
+	// raw is the heartbeat as written: an idle host writes the same one every time, which is
+	// then not decoded again.
+	raw []byte
 }
 
 // freshAt reports whether the host's heartbeat is newer than a cutoff (Directory.cutoff).
@@ -494,8 +498,11 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 		d.dropHostLocked(e.Key())
 		return
 	}
+	raw := e.Value()
 	var h Host
-	if err := json.Unmarshal(e.Value(), &h); err != nil {
+	if old, ok := d.hosts[e.Key()]; ok && bytes.Equal(old.raw, raw) {
+		h = old.host
+	} else if err := json.Unmarshal(raw, &h); err != nil {
 		d.log.Error("ignoring bad heartbeat", "err", err)
 		return
 	}
@@ -503,7 +510,7 @@ func (d *Directory) applyHostLocked(e jetstream.KeyValueEntry, initial bool) {
 	if age := seen.Sub(e.Created()); initial && age > 0 {
 		seen = seen.Add(-min(age, 2*DeadAfter))
 	}
-	d.putHostLocked(e.Key(), seenHost{host: h, seen: seen})
+	d.putHostLocked(e.Key(), seenHost{host: h, seen: seen, raw: raw})
 	if silence := seen.Sub(d.lastBeat); !initial && !d.lastBeat.IsZero() && silence >= stallGap &&
 		(silence < DeadAfter || d.bucketDownAt.After(d.lastBeat)) {
 		if d.resumedAt.IsZero() || seen.Sub(d.resumedAt) >= DeadAfter {
