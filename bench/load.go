@@ -42,8 +42,8 @@ const lateAfter = time.Millisecond
 type options struct {
 	// GOGC is the garbage collector's target the process runs with, for the header. When
 	// stackGC is set, the phases that embed the NATS server (pipeline, agentbus) run with that
-	// target, the standalone's default, and the bare phase with Go's default, 100: each as it
-	// runs in production.
+	// target and the standalone's memory limit (stackLimit), and the bare phase with Go's
+	// default, 100, and no limit: each as it runs in production.
 	GOGC       string
 	stackGC    int
 	Duration   time.Duration

@@ -126,6 +126,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -245,14 +246,14 @@ func main() {
 		fatalf("the %s phase serves the webhook target only", phasePipeline)
 	}
 
-	// The in-process stack runs as the standalone does, with its garbage collector target (see
-	// options.stackGC).
+	// The in-process stack runs as the standalone does, with its garbage collector target and
+	// memory limit (see options.stackGC).
 	o.GOGC = os.Getenv("GOGC")
 	switch {
 	case o.GOGC != "":
 	case o.URL == "":
 		o.stackGC = gogc.Default
-		o.GOGC = fmt.Sprintf("%d (bare phase: 100)", o.stackGC)
+		o.GOGC = fmt.Sprintf("%d (bare phase: 100) memory limit %s (bare phase: none)", o.stackGC, gogc.FormatBytes(gogc.DefaultMemoryLimit))
 	default:
 		o.GOGC = "100"
 	}
@@ -475,15 +476,19 @@ func execute(ctx context.Context, o options, phases []string, rates []float64, r
 				label = fmt.Sprintf("%s (round %d of %d)", r, round, rounds)
 			}
 			fmt.Fprintf(os.Stderr, "running %s: %s warm-up, %s measured…\n", label, o.Warmup, o.Duration)
+			stopLimit := func() {}
 			if o.stackGC > 0 {
 				gc := o.stackGC
 				if r.phase == phaseBare || r.phase == phaseProcesses {
 					gc = 100 // the load generator alone, or net/http's bare handler
+				} else {
+					stopLimit = stackLimit()
 				}
 				debug.SetGCPercent(gc)
 			}
 			runtime.GC() // do not bill one phase's garbage to the next
 			res, err := runTarget(ctx, r.phase, po, client)
+			stopLimit()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "bench: %s: %v\n", r, err)
 				failed = true
@@ -966,3 +971,24 @@ func fatalf(format string, args ...any) {
 }
 
 var errNoRequests = errors.New("no requests completed in the measured window")
+
+// stackLimit sets the standalone's default memory limit (AGENTBUS_MEMORY_LIMIT, or GOMEMLIMIT
+// when set, as the standalone takes them) for a phase that embeds the NATS server, and returns
+// the function that lifts it.
+func stackLimit() (lift func()) {
+	limit := int64(gogc.DefaultMemoryLimit)
+	if v, ok := os.LookupEnv("AGENTBUS_MEMORY_LIMIT"); ok {
+		n, ok := gogc.ParseBytes(v)
+		if !ok {
+			fatalf("AGENTBUS_MEMORY_LIMIT=%q is not a byte count", v)
+		}
+		limit = n
+	}
+	stop, _ := gogc.Limit(os.LookupEnv, limit)
+	return func() {
+		stop()
+		if os.Getenv("GOMEMLIMIT") == "" {
+			debug.SetMemoryLimit(math.MaxInt64)
+		}
+	}
+}

@@ -27,6 +27,8 @@ func serve(ctx context.Context, o options, phases []string, dir string) error {
 		gc := o.stackGC
 		if len(phases) == 1 && phases[0] == phaseBare {
 			gc = 100 // as in the bare phase of a run
+		} else {
+			defer stackLimit()()
 		}
 		debug.SetGCPercent(gc)
 	}
