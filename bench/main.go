@@ -253,7 +253,11 @@ func main() {
 	case o.GOGC != "":
 	case o.URL == "":
 		o.stackGC = gogc.Default
-		o.GOGC = fmt.Sprintf("%d (bare phase: 100) memory limit %s (bare phase: none)", o.stackGC, gogc.FormatBytes(gogc.DefaultMemoryLimit))
+		limit := "GOMEMLIMIT=" + os.Getenv("GOMEMLIMIT")
+		if os.Getenv("GOMEMLIMIT") == "" {
+			limit = gogc.FormatBytes(stackMemoryLimit())
+		}
+		o.GOGC = fmt.Sprintf("%d (bare phase: 100) memory limit %s (bare phase: none)", o.stackGC, limit)
 	default:
 		o.GOGC = "100"
 	}
@@ -972,19 +976,24 @@ func fatalf(format string, args ...any) {
 
 var errNoRequests = errors.New("no requests completed in the measured window")
 
-// stackLimit sets the standalone's default memory limit (AGENTBUS_MEMORY_LIMIT, or GOMEMLIMIT
-// when set, as the standalone takes them) for a phase that embeds the NATS server, and returns
-// the function that lifts it.
-func stackLimit() (lift func()) {
-	limit := int64(gogc.DefaultMemoryLimit)
-	if v, ok := os.LookupEnv("AGENTBUS_MEMORY_LIMIT"); ok {
-		n, ok := gogc.ParseBytes(v)
-		if !ok {
-			fatalf("AGENTBUS_MEMORY_LIMIT=%q is not a byte count", v)
-		}
-		limit = n
+// stackMemoryLimit is the standalone's memory limit: AGENTBUS_MEMORY_LIMIT, or its default.
+func stackMemoryLimit() int64 {
+	v, ok := os.LookupEnv("AGENTBUS_MEMORY_LIMIT")
+	if !ok {
+		return gogc.DefaultMemoryLimit
 	}
-	stop, _ := gogc.Limit(os.LookupEnv, limit)
+	n, ok := gogc.ParseBytes(v)
+	if !ok {
+		fatalf("AGENTBUS_MEMORY_LIMIT=%q is not a byte count", v)
+	}
+	return n
+}
+
+// stackLimit sets the standalone's memory limit (stackMemoryLimit, or GOMEMLIMIT when set, as
+// the standalone takes them) for a phase that embeds the NATS server, and returns the function
+// that lifts it.
+func stackLimit() (lift func()) {
+	stop, _ := gogc.Limit(os.LookupEnv, stackMemoryLimit())
 	return func() {
 		stop()
 		if os.Getenv("GOMEMLIMIT") == "" {

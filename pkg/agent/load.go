@@ -60,7 +60,7 @@ func (h *Host) reportLoad(ctx context.Context) {
 		case <-tick:
 		case <-h.loadSoon:
 		}
-		// Set before counting, under the lock queueLocked holds: a request it queues after
+		// Set before counting, which takes the lock queueLocked holds: a request queued after
 		// the count finds the flag set and asks for a report.
 		h.loadIdle.Store(true)
 		l := h.countLoad(time.Now())
