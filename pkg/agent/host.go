@@ -396,7 +396,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// Membership also changes by a heartbeat growing old, which no watch reports: looking often
 	// keeps the takeover of a dead host's partitions close to the moment it counts as dead. A
 	// host alone with its agents does not look (no other host's heartbeat can grow old, and its
-	// own heartbeats signal dirChanged), so that an idle host wakes only for its heartbeats.
+	// own heartbeats signal dirChanged): an idle host's Run wakes only for its heartbeats.
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
 	checking := true
