@@ -35,15 +35,18 @@ func setLimits(t *testing.T, s *stacktest.Stack, tenant string, l tenantlimits.L
 func TestCapAcrossHosts(t *testing.T) {
 	t.Parallel()
 	sa := newSlowAgent("Slow", 40*time.Millisecond)
-	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{sa.agent(agent.MaxConcurrent(16))}})
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	// Set before the hosts start, which load it: a cap set while they run holds on each once
+	// its watch delivers it (within a second, docs/limits.md), and requests it starts before
+	// that are not held by it.
+	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(3)}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, id := range []string{"second", "third"} {
+	for _, id := range []string{"first", "second", "third"} {
 		stop, err := s.AddHost(ctx, id, sa.agent(agent.MaxConcurrent(16)))
 		require.NoError(t, err)
 		defer func() { assert.NoError(t, stop()) }()
 	}
-	setLimits(t, s, "default", tenantlimits.Limits{Values: tenantlimits.Values{MaxConcurrent: ptr(3)}})
 
 	// The grants' record, read meanwhile: its grants never add up to more than the cap, and every
 	// host holds some.
