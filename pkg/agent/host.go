@@ -414,8 +414,12 @@ func (h *Host) Run(ctx context.Context) error {
 			h.stop(ctx, cancelHandlers)
 			return nil
 		case <-beat.C:
-			if err := h.beat(ctx); err != nil && ctx.Err() == nil {
+			err := h.beat(ctx)
+			if err != nil && ctx.Err() == nil {
 				h.log.Warn("heartbeat", "err", err)
+			}
+			if err == nil && !checking {
+				continue // alone: the heartbeat's arrival signals dirChanged, which divides
 			}
 		case <-h.dirChanged:
 		case <-check.C:
