@@ -46,10 +46,6 @@ func (h *Host) reportLoad(ctx context.Context) {
 	ticking := true
 	sent := false // the last report held entries
 	for {
-		var tick <-chan time.Time
-		if ticking {
-			tick = t.C
-		}
 		select {
 		case <-ctx.Done():
 			h.lastLoad.Store(nil)
@@ -57,7 +53,7 @@ func (h *Host) reportLoad(ctx context.Context) {
 				h.sendLoad(inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: []inspect.LoadEntry{}})
 			}
 			return
-		case <-tick:
+		case <-t.C: // nothing while stopped: a stopped ticker's channel holds no stale tick
 		case <-h.loadSoon:
 		}
 		// Set before counting, which takes the lock queueLocked holds: a request queued after
