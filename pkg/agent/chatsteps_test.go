@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -205,8 +204,7 @@ func TestChatRoundsSurviveTheirHost(t *testing.T) {
 	model.doom = doomed
 	model.mu.Unlock()
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	enqueue(t, js, &agentbusv1.Request{RequestId: "chat-1", TenantId: "default", WorkflowId: "default:Chatter:Supervisor Workflow:default",
 		AgentName: "Chatter", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "cy",
 		Kind: agentbusv1.Kind_KIND_CHAT, Text: "add 1 and 2", CreatedAtMs: time.Now().UnixMilli()}, nil)

@@ -127,8 +127,7 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	assert.ErrorIs(t, err, deadletter.ErrNotFound)
 
 	// The thread shows the call and its dead letter.
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	msgs, _, err := history.NewStore(s.Res.Messages, s.Res.Topics, js).Page(ctx, "default", l.WorkflowID, "webhook", history.PageOptions{Size: 10})
 	require.NoError(t, err)
 	var sawDead bool

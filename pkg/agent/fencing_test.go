@@ -152,8 +152,7 @@ func (a *incAgent) late() error {
 // inbox and returns the instance's workflow id.
 func enqueueInc(t *testing.T, s *stacktest.Stack, agentName, activation, requestID string) string {
 	t.Helper()
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	wf := "default:" + agentName + ":Supervisor Workflow:" + activation
 	enqueue(t, js, &agentbusv1.Request{RequestId: requestID, TenantId: "default", WorkflowId: wf, AgentName: agentName,
 		WorkflowType: "Supervisor Workflow", ActivationName: activation, ParticipantId: "p", Kind: agentbusv1.Kind_KIND_WEBHOOK,
@@ -208,8 +207,7 @@ func TestPausedHostCannotFinishATakenOverRequest(t *testing.T) {
 	time.Sleep(time.Second)
 	assert.Equal(t, 1, stateCount(t, s, wf), "the request changed the state more than once")
 	// The request and its answer are stored once.
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	msgs, _, err := history.NewStore(s.Res.Messages, s.Res.Topics, js).Page(t.Context(), "default", wf, "p", history.PageOptions{Size: 10})
 	require.NoError(t, err)
 	var got []string

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -197,8 +196,7 @@ func TestHostMetricsCached(t *testing.T) {
 		WorkflowType: "Supervisor Workflow", ActivationName: "cached", ParticipantId: "webhook",
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "count", KeepResult: true, Fingerprint: "f",
 	}
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	for _, id := range []string{"copy-1", "copy-2"} {
 		// Two stored copies, as if the dedupe missed.
 		enqueue(t, js, req, nats.Header{subject.HeaderMsgID: {id}})

@@ -24,9 +24,8 @@ import (
 func TestHeldFull(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t, t.TempDir())
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
-	_, err = bus.Ensure(t.Context(), js, bus.Config{})
+	js := natstest.JetStream(t, srv)
+	_, err := bus.Ensure(t.Context(), js, bus.Config{})
 	require.NoError(t, err)
 
 	subj := subject.Wait("t", subject.WaitID("t:A:W:a", "r", 1))

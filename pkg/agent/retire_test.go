@@ -125,8 +125,7 @@ func TestHostMakesADeletedInboxAgain(t *testing.T) {
 // inbox.
 func enqueuePing(t *testing.T, s *stacktest.Stack, agentName, requestID string) {
 	t.Helper()
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	enqueue(t, js, &agentbusv1.Request{RequestId: requestID, TenantId: "default", WorkflowId: "default:" + agentName + ":Supervisor Workflow:default",
 		AgentName: agentName, WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
 		Kind: agentbusv1.Kind_KIND_WEBHOOK, Method: "ping", CreatedAtMs: time.Now().UnixMilli()}, nil)

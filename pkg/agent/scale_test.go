@@ -225,8 +225,7 @@ func stepRequest(participant, n, sleep string) *agentbusv1.Request {
 // model to call the tool nap.
 func chatStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) string {
 	t.Helper()
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	id := fmt.Sprintf("%s-%s-%d", participant, n, time.Now().UnixNano())
 	req := &agentbusv1.Request{RequestId: id, TenantId: "default",
 		WorkflowId: seqWorkflow, AgentName: "Seq", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: participant,
@@ -365,8 +364,7 @@ func TestRedeliveredRequestStoresItsMessagesOnce(t *testing.T) {
 	sa := &seqAgent{}
 	s, doomed, crash := startDoomedOwner(t, sa, 2*time.Second)
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	store := history.NewStore(s.Res.Messages, s.Res.Topics, js)
 	ctx := context.Background()
 	thread := func() []history.Message {

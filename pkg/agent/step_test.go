@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -327,8 +326,7 @@ func TestStepNotRunAgainAfterItsHostDied(t *testing.T) {
 	sp.doom = doomed
 	sp.mu.Unlock()
 
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	enqueue(t, js, &agentbusv1.Request{RequestId: "two-1", TenantId: "default", WorkflowId: "default:Steps:Supervisor Workflow:default",
 		AgentName: "Steps", WorkflowType: "Supervisor Workflow", ActivationName: "default", ParticipantId: "p",
 		Kind: agentbusv1.Kind_KIND_DATA, Method: "two", Data: []byte(`{}`), CreatedAtMs: time.Now().UnixMilli()}, nil)

@@ -24,8 +24,7 @@ import (
 // changes.
 func TestInboxKeepsPartitionsWhileFull(t *testing.T) {
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -76,8 +75,7 @@ func TestInboxKeepsPartitionsWhileFull(t *testing.T) {
 // its leader) keep their records when Ensure declares them again without direct gets.
 func TestEnsureMakesExistingBucketsReadFromTheLeader(t *testing.T) {
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, c := range []jetstream.KeyValueConfig{

@@ -25,8 +25,7 @@ import (
 // one is deleted with its consumers.
 func TestEnsureMovesTheLegacyInbox(t *testing.T) {
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const partitions = 4

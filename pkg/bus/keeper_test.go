@@ -22,8 +22,7 @@ import (
 func TestInboxKeeper(t *testing.T) {
 	dir := t.TempDir()
 	srv := natstest.Server(t, dir)
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

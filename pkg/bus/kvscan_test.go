@@ -326,8 +326,7 @@ func TestFollowContext(t *testing.T) {
 // and so does a key written again after its removal.
 func TestDropTombstone(t *testing.T) {
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tombstones", History: 3})

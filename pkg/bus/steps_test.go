@@ -20,8 +20,7 @@ import (
 func TestEnsureStepsStream(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -68,8 +67,7 @@ func TestHostsWithDifferentAgents(t *testing.T) {
 func TestDeletedConsumerComesBack(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Partitions: 1})
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	require.NoError(t, js.DeleteConsumer(context.Background(), subject.InboxStream("Echo"), subject.PartitionConsumer("Echo", 0)))
 	deadline := time.Now().Add(15 * time.Second)
 	for {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -176,8 +175,7 @@ func TestListenStreamsOpenedAtOnceShareAFollow(t *testing.T) {
 // historyStore is the stack's history store, on a connection of its own.
 func historyStore(t *testing.T, s *stacktest.Stack) *history.Store {
 	t.Helper()
-	js, err := jetstream.New(natstest.Conn(t, s.NATS))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, s.NATS)
 	return history.NewStore(s.Res.Messages, s.Res.Topics, js)
 }
 

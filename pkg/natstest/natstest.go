@@ -83,6 +83,14 @@ func Conn(t testing.TB, s *natsembed.Server) *nats.Conn {
 	return nc
 }
 
+// JetStream opens a JetStream context on a connection to s, closed when the test ends.
+func JetStream(t testing.TB, s *natsembed.Server) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Conn(t, s))
+	require.NoError(t, err, "creating a JetStream context")
+	return js
+}
+
 // Bus starts an embedded NATS server for the test and creates agentbus's streams, buckets and
 // object stores on it (one inbox partition unless cfg says otherwise).
 func Bus(t testing.TB, cfg bus.Config) *bus.Resources {
@@ -90,8 +98,7 @@ func Bus(t testing.TB, cfg bus.Config) *bus.Resources {
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 1
 	}
-	js, err := jetstream.New(Conn(t, Server(t, "")))
-	require.NoError(t, err, "creating a JetStream context")
+	js := JetStream(t, Server(t, ""))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	res, err := bus.Ensure(ctx, js, cfg)

@@ -167,8 +167,7 @@ func heartbeatBucket(t *testing.T) (*natsembed.Server, jetstream.KeyValue, func(
 	t.Helper()
 	ctx := t.Context()
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	res, err := bus.Ensure(ctx, js, bus.Config{Partitions: 1})
 	require.NoError(t, err)
 	return srv, res.Hosts, func(id string) jetstream.KeyValueEntry {

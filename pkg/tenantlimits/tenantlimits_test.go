@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -83,8 +82,7 @@ func TestResolve(t *testing.T) {
 // removal in within moments and tells of each; a record without values is removed.
 func TestCacheFollowsTheBucket(t *testing.T) {
 	srv := natstest.Server(t, "")
-	js, err := jetstream.New(natstest.Conn(t, srv))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	res, err := bus.Ensure(ctx, js, bus.Config{})

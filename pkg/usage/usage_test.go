@@ -202,8 +202,7 @@ func TestLevelReadsTheAccountsLimit(t *testing.T) {
 	assert.GreaterOrEqual(t, used-before, int64(100_000))
 
 	bare := natstest.ServerAt(t, "", "127.0.0.1:-1", "")
-	js, err := jetstream.New(natstest.Conn(t, bare))
-	require.NoError(t, err)
+	js := natstest.JetStream(t, bare)
 	for _, tc := range []struct {
 		name     string
 		fallback int64
