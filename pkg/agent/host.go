@@ -96,8 +96,8 @@ type HostConfig struct {
 	// Directory, when set, is a directory of the agents and hosts shared with the other hosts of
 	// the process, which the host reads instead of watching the buckets itself: each watch
 	// reads every heartbeat of every host, so hosts of one process that share one read each
-	// once (package remote runs a host per remote agent). The host does not close it. Nil makes
-	// one of its own.
+	// once (a workflow host process shares one among its Go agents' host and the host package
+	// remote runs for each remote agent). The host does not close it. Nil makes one of its own.
 	Directory *registry.Directory
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for

@@ -44,6 +44,11 @@ import (
 type Config struct {
 	// Conn is the NATS connection. Required. The Server does not close it.
 	Conn *nats.Conn
+	// Directory, when set, is a directory of the agents and hosts shared with the workflow hosts
+	// of the process (the standalone's), read instead of watching the buckets again: every
+	// watch reads every heartbeat of every host. The Server does not close it. Nil makes one of
+	// its own.
+	Directory *registry.Directory
 	// Bus sizes the streams and buckets, created if missing.
 	Bus bus.Config
 	// AdminKey, when set, is a system-admin key valid for every tenant.
@@ -226,19 +231,20 @@ func (c Config) withDefaults() Config {
 
 // Server is the HTTP API.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	js      jetstream.JetStream
-	res     *bus.Resources
-	auth    *keys.Authenticator
-	keys    *keys.Store
-	dir     *registry.Directory
-	replies *bus.Replies
-	claims  *bus.Blobs
-	dead    *deadletter.Store
-	subs    *subscription.Store
-	remote  *remote.Store
-	handler http.Handler
+	cfg      Config
+	log      *slog.Logger
+	js       jetstream.JetStream
+	res      *bus.Resources
+	auth     *keys.Authenticator
+	keys     *keys.Store
+	dir      *registry.Directory
+	closeDir func() error // closes dir when the Server made it (Config.Directory nil), else nothing
+	replies  *bus.Replies
+	claims   *bus.Blobs
+	dead     *deadletter.Store
+	subs     *subscription.Store
+	remote   *remote.Store
+	handler  http.Handler
 	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
 	mcpHandler http.Handler
 	limits     *limiter
@@ -365,10 +371,14 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	started = append(started, s.auth.Close)
-	if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
-		return err
+	s.dir, s.closeDir = s.cfg.Directory, func() error { return nil } // a shared one is its maker's to close
+	if s.dir == nil {
+		if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
+			return err
+		}
+		s.closeDir = s.dir.Close
+		started = append(started, s.closeDir)
 	}
-	started = append(started, s.dir.Close)
 	s.confirms.markLoaded()
 	if s.replies, err = bus.NewReplies(s.cfg.Conn, s.cfg.InstanceID, s.log); err != nil {
 		return err
@@ -410,7 +420,7 @@ func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 func (s *Server) Close() (err error) {
 	defer func() { err = errors.Join(err, s.storage.close()) }()
 	s.CloseStreams()
-	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.dir.Close(), s.auth.Close(), s.tenantLimits.close())
+	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.closeDir(), s.auth.Close(), s.tenantLimits.close())
 }
 
 // SetTenantRates sets a tenant's rate limits on this instance, in place of the configured ones,

@@ -217,7 +217,9 @@ func Leave(ctx context.Context, kv jetstream.KeyValue, hostID string) error {
 	return nil
 }
 
-// Directory is ingress's live view of the registry.
+// Directory is a process's live view of the registry and of the hosts' heartbeats, from a watch of
+// each bucket. The ingress and the hosts of one process may share one (agent.HostConfig.Directory,
+// ingress.Config.Directory): every watch receives every heartbeat of every host.
 type Directory struct {
 	log *slog.Logger
 	now func() time.Time

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natsembed"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
@@ -70,6 +71,9 @@ type Stack struct {
 	conns    []*nats.Conn
 	httpSrv  *http.Server
 	httpDone chan error
+	// dir is the directory of agents and hosts the ingress, the host Start began and the remote
+	// agents' hosts share, as the hosts of a workflow host process do.
+	dir      *registry.Directory
 	stopHost func() error
 	// stopDelivery stops what runs beside the host: the delivery of event subscriptions and the
 	// hosts of remote agents; nil when none runs.
@@ -111,10 +115,14 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Res.LogMove(cfg.Logger)
 	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
+	// One process, one watch of the agents and hosts: each watch reads every heartbeat.
+	if s.dir, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, cfg.Logger); err != nil {
+		return nil, err
+	}
 
 	s.cfg = cfg
 	if len(cfg.Agents) > 0 {
-		if s.stopHost, err = s.AddHost(ctx, cfg.Host.ID); err != nil {
+		if s.stopHost, err = s.addHost(ctx, cfg.Host.ID, s.dir); err != nil {
 			return nil, err
 		}
 	}
@@ -128,6 +136,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	ic.Bus, ic.Logger = cfg.Bus, cfg.Logger
+	if ic.Directory == nil {
+		ic.Directory = s.dir
+	}
 	if ic.IdleTimeout == 0 {
 		ic.IdleTimeout = cfg.Host.IdleTimeout
 	}
@@ -182,6 +193,9 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 		hc.ID = agent.DefaultHostID()
 	}
 	hc.Bus, hc.Logger = s.cfg.Bus, s.cfg.Logger
+	if hc.Directory == nil {
+		hc.Directory = s.dir
+	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -231,11 +245,19 @@ func (s *Stack) WaitKnown(ctx context.Context, secret string) error {
 // running the given agents (none: the stack's). id names it ("" picks one). The returned func
 // stops it, letting its running handlers finish.
 func (s *Stack) AddHost(ctx context.Context, id string, agents ...*agent.Agent) (stop func() error, err error) {
+	return s.addHost(ctx, id, nil, agents...)
+}
+
+// addHost is AddHost with the directory the host reads (nil: the configured one, or its own).
+func (s *Stack) addHost(ctx context.Context, id string, dir *registry.Directory, agents ...*agent.Agent) (stop func() error, err error) {
 	if len(agents) == 0 {
 		agents = s.cfg.Agents
 	}
 	hc := s.cfg.Host
 	hc.ID = id
+	if dir != nil && hc.Directory == nil {
+		hc.Directory = dir
+	}
 	if hc.Conn, err = s.NATS.Connect("agentbus-host"); err != nil {
 		return nil, err
 	}
@@ -312,6 +334,10 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.Ingress != nil {
 		errs = append(errs, s.Ingress.Close())
 		s.Ingress = nil
+	}
+	if s.dir != nil {
+		errs = append(errs, s.dir.Close())
+		s.dir = nil
 	}
 	for _, nc := range s.conns {
 		nc.Close()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 func TestHealthcheck(t *testing.T) {
@@ -102,6 +103,13 @@ func TestRunServesHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "never ready:\n%s", logs.String())
 	assert.Equal(t, http.StatusNotFound, get("/other"))
 	assertServesMetrics(t, client, "http://"+addr+"/metrics")
+	// Echo's host and the remote agents' hosts read one directory: one watch of the hosts bucket,
+	// which every heartbeat of every host reaches.
+	hosts, err := natstest.JetStream(t, ns).Stream(ctx, "KV_"+subject.HostsBucket)
+	require.NoError(t, err)
+	info, err := hosts.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.State.Consumers, "watches of the hosts bucket")
 
 	check := map[string]string{"AGENTBUS_METRICS_ADDR": addr}
 	assert.NoError(t, run(ctx, []string{"healthcheck"}, func(k string) (string, bool) { v, ok := check[k]; return v, ok }, io.Discard))
@@ -113,7 +121,7 @@ func TestRunServesHealth(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		require.FailNow(t, "run did not return after cancel")
 	}
-	_, err := net.DialTimeout("tcp", addr, time.Second)
+	_, err = net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the health endpoint must close with run")
 }
 

@@ -21,8 +21,8 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -32,6 +32,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/service"
 	"github.com/agentbus/agentbus/pkg/subscription"
@@ -81,20 +82,21 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		reg = metrics.NewProcessRegistry()
 		hc.Metrics = reg
 	}
-	// Without Echo the process runs no Go agent: only the remote agents' hosts and the delivery
-	// of event subscriptions, and it is ready while connected to NATS.
-	var host *agent.Host
+	// With a Go agent the process is ready once its host is; without (no Echo) it runs only the
+	// remote agents' hosts and the delivery of event subscriptions, and is ready while connected
+	// to NATS. The probes answer from the start, also while the bus is not ready yet.
+	var host atomic.Pointer[agent.Host]
 	ready := func() error {
+		if h := host.Load(); h != nil {
+			return h.Readiness()
+		}
+		if len(hc.Agents) > 0 {
+			return errors.New("starting")
+		}
 		if !nc.IsConnected() {
 			return errors.New("nats disconnected")
 		}
 		return nil
-	}
-	if len(hc.Agents) > 0 {
-		if host, err = agent.NewHost(hc); err != nil {
-			return err
-		}
-		ready = host.Readiness
 	}
 	if cfg.MetricsAddr != "" {
 		stopHealth, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, ready, metrics.Handler(reg)), log)
@@ -104,17 +106,35 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
 		defer stopHealth()
 	}
-	stopBeside, err := runBeside(ctx, nc, cfg, hc, log)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	res, err := bus.Ensure(ctx, js, cfg.Bus())
 	if err != nil {
 		return err
 	}
-	defer stopBeside()
-	if host == nil {
+	res.LogMove(log)
+	// The process's hosts (its Go agents' and each remote agent's) share one watch of the agents
+	// and hosts: each watch reads every heartbeat of every host. Closed after they stop.
+	dir, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dir.Close() }()
+	hc.Directory = dir
+	defer runBeside(ctx, res, cfg, hc, log)()
+	if len(hc.Agents) == 0 {
 		log.Info("workflow host running remote agents only (AGENTBUS_ECHO=false)")
 		<-ctx.Done()
 		return bus.ClosedCause(ctx)
 	}
-	err = host.Run(ctx)
+	h, err := agent.NewHost(hc)
+	if err != nil {
+		return err
+	}
+	host.Store(h)
+	err = h.Run(ctx)
 	if closed := bus.ClosedCause(ctx); closed != nil {
 		return closed
 	}
@@ -124,16 +144,7 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 // runBeside runs, beside the host, the delivery of the tenants' event subscriptions (package
 // subscription) and the hosts of the registered remote agents (package remote), until the
 // returned func is called.
-func runBeside(ctx context.Context, nc *nats.Conn, cfg config.Config, hc agent.HostConfig, log *slog.Logger) (stop func(), err error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("opening JetStream: %w", err)
-	}
-	res, err := bus.Ensure(ctx, js, cfg.Bus())
-	if err != nil {
-		return nil, err
-	}
-	res.LogMove(log)
+func runBeside(ctx context.Context, res *bus.Resources, cfg config.Config, hc agent.HostConfig, log *slog.Logger) (stop func()) {
 	sc := cfg.Subscriptions()
 	sc.Logger = log
 	store := subscription.NewStore(res, sc)
@@ -146,5 +157,5 @@ func runBeside(ctx context.Context, nc *nats.Conn, cfg config.Config, hc agent.H
 	wg.Go(func() {
 		remote.Serve(bctx, remote.ServeConfig{Host: hc, Res: res, Allow: cfg.OutboundURLs, Logger: log})
 	})
-	return func() { cancel(); wg.Wait() }, nil
+	return func() { cancel(); wg.Wait() }
 }

@@ -1,0 +1,49 @@
+package stack_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Every test stops what it starts: NATS servers, hosts, watches and HTTP servers.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, natstest.IgnoredLeaks()...)
+}
+
+// TestOneWatchOfTheHosts: the ingress, the host Start begins and the remote agents' hosts read one
+// directory, so the stack watches the hosts and registry buckets once each (every watch receives
+// every heartbeat); a host added as another process would be watches them itself.
+func TestOneWatchOfTheHosts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Config{DataDir: t.TempDir(), Agents: []*agent.Agent{echo.New()}, Bus: bus.Config{Partitions: 1}})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, st.Stop(context.Background())) }()
+
+	watches := func(bucket string) int {
+		s, err := st.Res.JS.Stream(ctx, "KV_"+bucket)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	assert.Equal(t, 1, watches(subject.HostsBucket), "watches of the hosts bucket")
+	assert.Equal(t, 1, watches(subject.RegistryBucket), "watches of the registry bucket")
+
+	stop, err := st.AddHost(ctx, "another-process")
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, stop()) }()
+	assert.Equal(t, 2, watches(subject.HostsBucket), "watches of the hosts bucket with a host of another process")
+}
