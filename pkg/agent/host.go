@@ -99,6 +99,11 @@ type HostConfig struct {
 	// once (a workflow host process shares one among its Go agents' host and the host package
 	// remote runs for each remote agent). The host does not close it. Nil makes one of its own.
 	Directory *registry.Directory
+	// TenantLimits, when set, is the cache of the tenants' limits (tenantlimits.Watch) shared with
+	// the other hosts of the process, which the host follows (Cache.Subscribe) instead of
+	// watching the bucket itself: each cache holds every tenant's record. The host does not
+	// close it. Nil makes one of its own.
+	TenantLimits *tenantlimits.Cache
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -247,6 +252,9 @@ type Host struct {
 	// the tenants' caps across the hosts (grants.go).
 	limits atomic.Pointer[tenantlimits.Cache]
 	grants *grants
+	// unfollowLimits stops following the limits: it closes the host's own cache, or leaves a
+	// shared one (HostConfig.TenantLimits).
+	unfollowLimits func() error
 	// board adds up the hosts' load reports, loadSub feeds it, and lastLoad is this host's own
 	// last report (load.go); loadSoon asks for the next report now.
 	board    *inspect.LoadBoard

@@ -19,17 +19,24 @@ type shareKey struct{ tenant, agent string }
 
 // startLimits starts following the tenants' limits; stopLimits stops it.
 func (h *Host) startLimits(ctx context.Context) error {
+	if c := h.cfg.TenantLimits; c != nil {
+		h.limits.Store(c)
+		cancel := c.Subscribe(h.limitsChanged)
+		h.unfollowLimits = func() error { cancel(); return nil }
+		return nil
+	}
 	c, err := tenantlimits.Watch(ctx, h.res.TenantLimits, h.limitsChanged, h.log)
 	if err != nil {
 		return err
 	}
 	h.limits.Store(c)
+	h.unfollowLimits = c.Close
 	return nil
 }
 
 func (h *Host) stopLimits() error {
-	if c := h.limits.Load(); c != nil {
-		return c.Close()
+	if h.unfollowLimits != nil {
+		return h.unfollowLimits()
 	}
 	return nil
 }

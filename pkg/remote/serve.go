@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 // ServeConfig configures Serve.
@@ -42,10 +43,21 @@ type served struct {
 // Serve runs a host for every registered remote agent until ctx ends: it starts one for a new
 // registration, replaces it when the registration changes and stops it when the registration
 // is removed. A watch that fails starts again after a second. The hosts share one directory of
-// the agents and hosts (agent.HostConfig.Directory), unless cfg.Host names one already.
+// the agents and hosts (agent.HostConfig.Directory) and one cache of the tenants' limits
+// (agent.HostConfig.TenantLimits), unless cfg.Host names them already.
 func Serve(ctx context.Context, cfg ServeConfig) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Host.TenantLimits == nil {
+		// Without it each host would hold every tenant's limits.
+		limits, err := tenantlimits.Watch(ctx, cfg.Res.TenantLimits, nil, cfg.Logger)
+		if err != nil {
+			cfg.Logger.Warn("remote agents: no shared tenant limits; each host watches them itself", "err", err)
+		} else {
+			defer func() { _ = limits.Close() }() // after the hosts stopped (deferred below)
+			cfg.Host.TenantLimits = limits
+		}
 	}
 	if cfg.Host.Directory == nil {
 		// Without it each host would read every heartbeat of every host: with N remote agents,

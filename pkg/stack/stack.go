@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 // Config configures a stack.
@@ -72,8 +73,10 @@ type Stack struct {
 	httpSrv  *http.Server
 	httpDone chan error
 	// dir is the directory of agents and hosts the ingress, the host Start began and the remote
-	// agents' hosts share, as the hosts of a workflow host process do.
+	// agents' hosts share, as the hosts of a workflow host process do; limits is the cache of the
+	// tenants' limits those hosts share.
 	dir      *registry.Directory
+	limits   *tenantlimits.Cache
 	stopHost func() error
 	// stopDelivery stops what runs beside the host: the delivery of event subscriptions and the
 	// hosts of remote agents; nil when none runs.
@@ -119,10 +122,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.dir, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, cfg.Logger); err != nil {
 		return nil, err
 	}
+	if s.limits, err = tenantlimits.Watch(ctx, s.Res.TenantLimits, nil, cfg.Logger); err != nil {
+		return nil, err
+	}
 
 	s.cfg = cfg
 	if len(cfg.Agents) > 0 {
-		if s.stopHost, err = s.addHost(ctx, cfg.Host.ID, s.dir); err != nil {
+		if s.stopHost, err = s.addHost(ctx, cfg.Host.ID, true); err != nil {
 			return nil, err
 		}
 	}
@@ -193,9 +199,7 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 		hc.ID = agent.DefaultHostID()
 	}
 	hc.Bus, hc.Logger = s.cfg.Bus, s.cfg.Logger
-	if hc.Directory == nil {
-		hc.Directory = s.dir
-	}
+	s.share(&hc)
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -211,6 +215,16 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// share gives hc the stack's directory and limits where the configuration gives none.
+func (s *Stack) share(hc *agent.HostConfig) {
+	if hc.Directory == nil {
+		hc.Directory = s.dir
+	}
+	if hc.TenantLimits == nil {
+		hc.TenantLimits = s.limits
+	}
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.
@@ -245,18 +259,19 @@ func (s *Stack) WaitKnown(ctx context.Context, secret string) error {
 // running the given agents (none: the stack's). id names it ("" picks one). The returned func
 // stops it, letting its running handlers finish.
 func (s *Stack) AddHost(ctx context.Context, id string, agents ...*agent.Agent) (stop func() error, err error) {
-	return s.addHost(ctx, id, nil, agents...)
+	return s.addHost(ctx, id, false, agents...)
 }
 
-// addHost is AddHost with the directory the host reads (nil: the configured one, or its own).
-func (s *Stack) addHost(ctx context.Context, id string, dir *registry.Directory, agents ...*agent.Agent) (stop func() error, err error) {
+// addHost is AddHost of a host that shares the stack's directory and limits (share), as the
+// hosts of one process do, or reads its own, as another process's.
+func (s *Stack) addHost(ctx context.Context, id string, share bool, agents ...*agent.Agent) (stop func() error, err error) {
 	if len(agents) == 0 {
 		agents = s.cfg.Agents
 	}
 	hc := s.cfg.Host
 	hc.ID = id
-	if dir != nil && hc.Directory == nil {
-		hc.Directory = dir
+	if share {
+		s.share(&hc)
 	}
 	if hc.Conn, err = s.NATS.Connect("agentbus-host"); err != nil {
 		return nil, err
@@ -338,6 +353,10 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.dir != nil {
 		errs = append(errs, s.dir.Close())
 		s.dir = nil
+	}
+	if s.limits != nil {
+		errs = append(errs, s.limits.Close())
+		s.limits = nil
 	}
 	for _, nc := range s.conns {
 		nc.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -24,13 +25,21 @@ func TestMain(m *testing.M) {
 
 // TestOneWatchOfTheHosts: the ingress, the host Start begins and the remote agents' hosts read one
 // directory, so the stack watches the hosts and registry buckets once each (every watch receives
-// every heartbeat); a host added as another process would be watches them itself.
+// every heartbeat), and its hosts share one cache of the tenants' limits (each holds every
+// tenant's record; the ingress has its own); a host added as another process would be watches
+// them itself.
 func TestOneWatchOfTheHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	st, err := stack.Start(ctx, stack.Config{DataDir: t.TempDir(), Agents: []*agent.Agent{echo.New()}, Bus: bus.Config{Partitions: 1}})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, st.Stop(context.Background())) }()
+	remotes := remote.NewStore(st.Res, nil, 0)
+	for _, name := range []string{"RemoteA", "RemoteB"} {
+		_, err := remotes.Put(ctx, "", remote.Registration{Name: name, URL: "http://127.0.0.1:10/agent", Chat: true}, false)
+		require.NoError(t, err)
+		require.NoError(t, st.WaitLive(ctx, name), "a host of %s", name)
+	}
 
 	watches := func(bucket string) int {
 		s, err := st.Res.JS.Stream(ctx, "KV_"+bucket)
@@ -41,9 +50,11 @@ func TestOneWatchOfTheHosts(t *testing.T) {
 	}
 	assert.Equal(t, 1, watches(subject.HostsBucket), "watches of the hosts bucket")
 	assert.Equal(t, 1, watches(subject.RegistryBucket), "watches of the registry bucket")
+	assert.Equal(t, 2, watches(subject.TenantLimitsBucket), "watches of the tenant limits: the ingress's and the hosts'")
 
 	stop, err := st.AddHost(ctx, "another-process")
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, stop()) }()
 	assert.Equal(t, 2, watches(subject.HostsBucket), "watches of the hosts bucket with a host of another process")
+	assert.Equal(t, 3, watches(subject.TenantLimitsBucket), "watches of the tenant limits with a host of another process")
 }

@@ -133,6 +133,11 @@ type Cache struct {
 	// nothing but this load.
 	limited atomic.Bool
 
+	// subs are Subscribe's callbacks, called under subsMu (read-locked) after onChange.
+	subsMu  sync.RWMutex
+	subs    map[uint64]func(c *Cache, tenant string)
+	nextSub uint64
+
 	watcher   jetstream.KeyWatcher
 	stopWatch context.CancelFunc
 	done      chan struct{}
@@ -170,6 +175,11 @@ func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(c *Cache, t
 			if c.onChange != nil {
 				c.onChange(c, e.Key())
 			}
+			c.subsMu.RLock()
+			for _, fn := range c.subs {
+				fn(c, e.Key())
+			}
+			c.subsMu.RUnlock()
 		})
 	}()
 	select {
@@ -180,6 +190,30 @@ func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(c *Cache, t
 		stopWatch()
 		<-c.done
 		return nil, fmt.Errorf("loading tenant limits: %w", ctx.Err())
+	}
+}
+
+// Subscribe shares the cache: fn is called as Watch's onChange is, with each tenant the cache
+// holds a record of, then with each tenant whose record changes, until cancel returns (a call
+// under way finishes first). Hosts of one process share one cache this way
+// (agent.HostConfig.TenantLimits): each cache holds every tenant's record. fn runs on the
+// watch's goroutine or, for the records held, on Subscribe's; it must not call cancel.
+func (c *Cache) Subscribe(fn func(c *Cache, tenant string)) (cancel func()) {
+	c.subsMu.Lock()
+	defer c.subsMu.Unlock()
+	if c.subs == nil {
+		c.subs = make(map[uint64]func(*Cache, string))
+	}
+	id := c.nextSub
+	c.nextSub++
+	c.subs[id] = fn
+	for _, tenant := range c.Tenants() {
+		fn(c, tenant)
+	}
+	return func() {
+		c.subsMu.Lock()
+		delete(c.subs, id)
+		c.subsMu.Unlock()
 	}
 }
 

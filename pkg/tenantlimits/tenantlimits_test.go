@@ -2,6 +2,7 @@ package tenantlimits_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,18 +79,23 @@ func TestResolve(t *testing.T) {
 	assert.Equal(t, tenantlimits.Effective{Weight: 1, MaxConcurrent: 64, MaxQueued: 1000}, tenantlimits.Limits{}.Resolve("Echo", d))
 }
 
+// bucketWithAcme makes agentbus's buckets on a server of the test's and gives tenant acme a
+// weight of 2, set by admin.
+func bucketWithAcme(ctx context.Context, t *testing.T) (*bus.Resources, *tenantlimits.Store) {
+	t.Helper()
+	res := natstest.Bus(t, bus.Config{})
+	store := tenantlimits.NewStore(res.TenantLimits)
+	_, err := store.Put(ctx, "acme", tenantlimits.Limits{Values: tenantlimits.Values{Weight: ptr(2)}}, "admin")
+	require.NoError(t, err)
+	return res, store
+}
+
 // TestCacheFollowsTheBucket: a cache started on a bucket holds its records, takes a write or a
 // removal in within moments and tells of each; a record without values is removed.
 func TestCacheFollowsTheBucket(t *testing.T) {
-	srv := natstest.Server(t, "")
-	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := bus.Ensure(ctx, js, bus.Config{})
-	require.NoError(t, err)
-	store := tenantlimits.NewStore(res.TenantLimits)
-	_, err = store.Put(ctx, "acme", tenantlimits.Limits{Values: tenantlimits.Values{Weight: ptr(2)}}, "admin")
-	require.NoError(t, err)
+	res, store := bucketWithAcme(ctx, t)
 
 	var mu sync.Mutex
 	var changed []string
@@ -127,4 +133,48 @@ func TestCacheFollowsTheBucket(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, []string{"acme", "beta", "acme"}, changed)
 	mu.Unlock()
+}
+
+// TestSubscribe: a subscriber of a shared cache hears of each tenant the cache holds, then of
+// each change, as Watch's own callback does, and of none once it cancelled.
+func TestSubscribe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, store := bucketWithAcme(ctx, t)
+	cache, err := tenantlimits.Watch(ctx, res.TenantLimits, nil, nil)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, cache.Close()) }()
+
+	var mu sync.Mutex
+	heard := map[string][]string{}
+	hear := func(who string) func(*tenantlimits.Cache, string) {
+		return func(c *tenantlimits.Cache, tenant string) {
+			assert.Same(t, cache, c)
+			mu.Lock()
+			defer mu.Unlock()
+			heard[who] = append(heard[who], tenant)
+		}
+	}
+	heardBy := func(who string) []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(heard[who])
+	}
+	stopA := cache.Subscribe(hear("a"))
+	stopB := cache.Subscribe(hear("b"))
+	defer stopB()
+	assert.Equal(t, []string{"acme"}, heardBy("a"), "the records held, at once")
+
+	_, err = store.Put(ctx, "beta", tenantlimits.Limits{Values: tenantlimits.Values{Weight: ptr(3)}}, "admin")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(heardBy("a")) == 2 && len(heardBy("b")) == 2 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"acme", "beta"}, heardBy("a"))
+	assert.Equal(t, []string{"acme", "beta"}, heardBy("b"))
+
+	stopA()
+	_, err = store.Put(ctx, "gamma", tenantlimits.Limits{Values: tenantlimits.Values{Weight: ptr(4)}}, "admin")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(heardBy("b")) == 3 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"acme", "beta", "gamma"}, heardBy("b"))
+	assert.Equal(t, []string{"acme", "beta"}, heardBy("a"), "nothing after cancel")
 }

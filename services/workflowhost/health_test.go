@@ -103,13 +103,17 @@ func TestRunServesHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "never ready:\n%s", logs.String())
 	assert.Equal(t, http.StatusNotFound, get("/other"))
 	assertServesMetrics(t, client, "http://"+addr+"/metrics")
-	// Echo's host and the remote agents' hosts read one directory: one watch of the hosts bucket,
-	// which every heartbeat of every host reaches.
-	hosts, err := natstest.JetStream(t, ns).Stream(ctx, "KV_"+subject.HostsBucket)
-	require.NoError(t, err)
-	info, err := hosts.Info(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1, info.State.Consumers, "watches of the hosts bucket")
+	// Echo's host and the remote agents' hosts read one directory and one cache of the tenants'
+	// limits: one watch of each bucket (every heartbeat of every host reaches each watch of the
+	// hosts bucket; each cache holds every tenant's record).
+	js := natstest.JetStream(t, ns)
+	for _, bucket := range []string{subject.HostsBucket, subject.TenantLimitsBucket} {
+		s, err := js.Stream(ctx, "KV_"+bucket)
+		require.NoError(t, err)
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 1, info.State.Consumers, "watches of %s", bucket)
+	}
 
 	check := map[string]string{"AGENTBUS_METRICS_ADDR": addr}
 	assert.NoError(t, run(ctx, []string{"healthcheck"}, func(k string) (string, bool) { v, ok := check[k]; return v, ok }, io.Discard))
@@ -121,7 +125,7 @@ func TestRunServesHealth(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		require.FailNow(t, "run did not return after cancel")
 	}
-	_, err = net.DialTimeout("tcp", addr, time.Second)
+	_, err := net.DialTimeout("tcp", addr, time.Second)
 	assert.Error(t, err, "the health endpoint must close with run")
 }
 

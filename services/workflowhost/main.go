@@ -36,6 +36,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/service"
 	"github.com/agentbus/agentbus/pkg/subscription"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 func main() {
@@ -122,7 +123,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	defer func() { _ = dir.Close() }()
-	hc.Directory = dir
+	// And one cache of the tenants' limits, which holds every tenant's record.
+	limits, err := tenantlimits.Watch(ctx, res.TenantLimits, nil, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = limits.Close() }()
+	hc.Directory, hc.TenantLimits = dir, limits
 	defer runBeside(ctx, res, cfg, hc, log)()
 	if len(hc.Agents) == 0 {
 		log.Info("workflow host running remote agents only (AGENTBUS_ECHO=false)")
