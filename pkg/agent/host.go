@@ -102,7 +102,7 @@ type HostConfig struct {
 	// TenantLimits, when set, is the cache of the tenants' limits (tenantlimits.Watch) shared with
 	// the other hosts of the process, which the host follows (Cache.Subscribe) instead of
 	// watching the bucket itself: each cache holds every tenant's record. The host does not
-	// close it. Nil makes one of its own.
+	// close it. Nil makes one of its own. ShareWatches makes both for the hosts of a process.
 	TenantLimits *tenantlimits.Cache
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for

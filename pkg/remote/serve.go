@@ -17,7 +17,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
-	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 // ServeConfig configures Serve.
@@ -49,26 +48,12 @@ func Serve(ctx context.Context, cfg ServeConfig) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Host.TenantLimits == nil {
-		// Without it each host would hold every tenant's limits.
-		limits, err := tenantlimits.Watch(ctx, cfg.Res.TenantLimits, nil, cfg.Logger)
-		if err != nil {
-			cfg.Logger.Warn("remote agents: no shared tenant limits; each host watches them itself", "err", err)
-		} else {
-			defer func() { _ = limits.Close() }() // after the hosts stopped (deferred below)
-			cfg.Host.TenantLimits = limits
-		}
-	}
-	if cfg.Host.Directory == nil {
-		// Without it each host would read every heartbeat of every host: with N remote agents,
-		// N hosts reading N hosts' heartbeats.
-		dir, err := registry.NewDirectory(ctx, cfg.Res.Registry, cfg.Res.Hosts, cfg.Logger)
-		if err != nil {
-			cfg.Logger.Warn("remote agents: no shared directory; each host watches the hosts itself", "err", err)
-		} else {
-			defer func() { _ = dir.Close() }() // after the hosts stopped (deferred below)
-			cfg.Host.Directory = dir
-		}
+	// Without them each host would read every heartbeat of every host (with N remote agents, N
+	// hosts reading N hosts' heartbeats) and hold every tenant's limits.
+	closeShared, err := agent.ShareWatches(ctx, cfg.Res, &cfg.Host, cfg.Logger)
+	defer func() { _ = closeShared() }() // after the hosts stopped (deferred below)
+	if err != nil {
+		cfg.Logger.Warn("remote agents: each host watches what they do not share", "err", err)
 	}
 	running := make(map[string]*served)
 	var retiring sync.WaitGroup

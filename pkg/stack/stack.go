@@ -25,10 +25,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natsembed"
-	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
-	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 // Config configures a stack.
@@ -72,12 +70,13 @@ type Stack struct {
 	conns    []*nats.Conn
 	httpSrv  *http.Server
 	httpDone chan error
-	// dir is the directory of agents and hosts the ingress, the host Start began and the remote
-	// agents' hosts share, as the hosts of a workflow host process do; limits is the cache of the
-	// tenants' limits those hosts share.
-	dir      *registry.Directory
-	limits   *tenantlimits.Cache
-	stopHost func() error
+	// shared holds the directory of agents and hosts and the cache of the tenants' limits that the
+	// host Start began and the remote agents' hosts share, as the hosts of a workflow host
+	// process do (agent.ShareWatches); the ingress reads the directory too. closeShared closes
+	// them.
+	shared      agent.HostConfig
+	closeShared func() error
+	stopHost    func() error
 	// stopDelivery stops what runs beside the host: the delivery of event subscriptions and the
 	// hosts of remote agents; nil when none runs.
 	stopDelivery func()
@@ -118,11 +117,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	s.Res.LogMove(cfg.Logger)
 	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
-	// One process, one watch of the agents and hosts: each watch reads every heartbeat.
-	if s.dir, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, cfg.Logger); err != nil {
-		return nil, err
-	}
-	if s.limits, err = tenantlimits.Watch(ctx, s.Res.TenantLimits, nil, cfg.Logger); err != nil {
+	s.shared = cfg.Host
+	if s.closeShared, err = agent.ShareWatches(ctx, s.Res, &s.shared, cfg.Logger); err != nil {
 		return nil, err
 	}
 
@@ -143,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}
 	ic.Bus, ic.Logger = cfg.Bus, cfg.Logger
 	if ic.Directory == nil {
-		ic.Directory = s.dir
+		ic.Directory = s.shared.Directory
 	}
 	if ic.IdleTimeout == 0 {
 		ic.IdleTimeout = cfg.Host.IdleTimeout
@@ -217,14 +213,9 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 	return nil
 }
 
-// share gives hc the stack's directory and limits where the configuration gives none.
+// share gives hc the directory and limits the stack's hosts share.
 func (s *Stack) share(hc *agent.HostConfig) {
-	if hc.Directory == nil {
-		hc.Directory = s.dir
-	}
-	if hc.TenantLimits == nil {
-		hc.TenantLimits = s.limits
-	}
+	hc.Directory, hc.TenantLimits = s.shared.Directory, s.shared.TenantLimits
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.
@@ -350,13 +341,9 @@ func (s *Stack) Stop(ctx context.Context) error {
 		errs = append(errs, s.Ingress.Close())
 		s.Ingress = nil
 	}
-	if s.dir != nil {
-		errs = append(errs, s.dir.Close())
-		s.dir = nil
-	}
-	if s.limits != nil {
-		errs = append(errs, s.limits.Close())
-		s.limits = nil
+	if s.closeShared != nil {
+		errs = append(errs, s.closeShared())
+		s.closeShared = nil
 	}
 	for _, nc := range s.conns {
 		nc.Close()

@@ -32,11 +32,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/opshttp"
-	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/service"
 	"github.com/agentbus/agentbus/pkg/subscription"
-	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 func main() {
@@ -116,20 +114,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return err
 	}
 	res.LogMove(log)
-	// The process's hosts (its Go agents' and each remote agent's) share one watch of the agents
-	// and hosts: each watch reads every heartbeat of every host. Closed after they stop.
-	dir, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, log)
+	// The process's hosts (its Go agents' and each remote agent's) share one directory of the
+	// agents and hosts and one cache of the tenants' limits, closed after they stop.
+	closeShared, err := agent.ShareWatches(ctx, res, &hc, log)
+	defer func() { _ = closeShared() }()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = dir.Close() }()
-	// And one cache of the tenants' limits, which holds every tenant's record.
-	limits, err := tenantlimits.Watch(ctx, res.TenantLimits, nil, log)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = limits.Close() }()
-	hc.Directory, hc.TenantLimits = dir, limits
 	defer runBeside(ctx, res, cfg, hc, log)()
 	if len(hc.Agents) == 0 {
 		log.Info("workflow host running remote agents only (AGENTBUS_ECHO=false)")

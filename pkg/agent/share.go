@@ -1,0 +1,44 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/tenantlimits"
+)
+
+// ShareWatches gives hc, where it names none, a directory of the agents and hosts
+// (HostConfig.Directory) and a cache of the tenants' limits (HostConfig.TenantLimits), for every
+// host of the process made from hc to share: each watch of the hosts bucket reads every heartbeat
+// of every host, and each cache holds every tenant's record. closeAll closes what it made; call it
+// once those hosts stopped. It is never nil: on an error, what could be made is in hc all the same.
+func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
+	var errs []error
+	var toClose []func() error
+	closeAll = func() error {
+		var cerrs []error
+		for _, c := range toClose {
+			cerrs = append(cerrs, c())
+		}
+		return errors.Join(cerrs...)
+	}
+	if hc.Directory == nil {
+		if dir, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, log); err != nil {
+			errs = append(errs, fmt.Errorf("a directory for the hosts to share: %w", err))
+		} else {
+			hc.Directory, toClose = dir, append(toClose, dir.Close)
+		}
+	}
+	if hc.TenantLimits == nil {
+		if limits, err := tenantlimits.Watch(ctx, res.TenantLimits, nil, log); err != nil {
+			errs = append(errs, fmt.Errorf("tenant limits for the hosts to share: %w", err))
+		} else {
+			hc.TenantLimits, toClose = limits, append(toClose, limits.Close)
+		}
+	}
+	return closeAll, errors.Join(errs...)
+}
