@@ -33,6 +33,8 @@ type delivery struct {
 	// handler waits for, nil while nothing (inspect.go).
 	started time.Time
 	wait    *deliveryWait
+	// dropped is set once the host no longer holds it (dropLocked).
+	dropped bool
 }
 
 // conversation is one workflow instance and participant (one stored inbox subject) while the
@@ -86,6 +88,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	seq, stored := md.Sequence.Stream, md.Timestamp.UnixNano()
 	pin := m.Headers().Get(subject.HeaderPinID)
 	h.mu.Lock()
+	part.arrivals++
 	if part.fenced.Load() {
 		h.mu.Unlock()
 		return // another host may own the partition: the request is left to it
@@ -157,6 +160,7 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
 	h.held[d.key()] = d
+	part.holding++
 	h.wakeLoadLocked()
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
@@ -347,6 +351,10 @@ func (h *Host) keepLateLocked(part *partition, seq uint64, m jetstream.Msg) bool
 func (h *Host) dropLocked(d *delivery) {
 	if h.held[d.key()] == d {
 		delete(h.held, d.key()) // not its redelivery, queued behind it
+	}
+	if !d.dropped {
+		d.dropped = true
+		d.part.holding--
 	}
 	c := d.conv
 	if i := slices.Index(c.queue, d); i >= 0 {

@@ -86,9 +86,16 @@ type HostConfig struct {
 	// third of it, so a live host keeps its requests however long they take, and the requests of
 	// a host that died come back after at most AckWait. Default 10s.
 	AckWait time.Duration
+	// IdleAfter is how long a partition goes without a request before the host stops pulling it
+	// until the next request of its agent is published: each pulled partition costs the bus
+	// about three messages every 5 s (a pull request, a heartbeat, an expiry), for 16 partitions
+	// an agent. Such a request reaches its handler a NATS round trip or two later than a pulled
+	// one. Default 30s; negative: the host pulls every partition all the time.
+	IdleAfter time.Duration
 	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
 	// pulls from it; then the bus deletes it (JetStream's inactive threshold). A live host pulls
-	// all the time, so only the consumers of an agent that no host runs any more go: state the
+	// (an idle partition at least every half of it), so only the consumers of an agent that no
+	// host runs any more go: state the
 	// NATS servers would keep for good, and which every acknowledgement of the agent's inbox
 	// checks. The requests waiting for such an agent stay in the inbox, and the first host of it that
 	// starts again makes the consumers again. Give every host the same. Default 1h; at least 10s.
@@ -178,6 +185,8 @@ const (
 	DefaultRetryBackoff  = time.Second
 	DefaultAckWait       = 10 * time.Second
 	DefaultShutdownGrace = 10 * time.Second
+	// DefaultIdleAfter is HostConfig.IdleAfter's default.
+	DefaultIdleAfter = 30 * time.Second
 	// DefaultConsumerInactiveThreshold is HostConfig.ConsumerInactiveThreshold's default.
 	DefaultConsumerInactiveThreshold = time.Hour
 	// MinConsumerInactiveThreshold is the least ConsumerInactiveThreshold: twice the life of
@@ -207,6 +216,12 @@ func (c HostConfig) withDefaults() HostConfig {
 	if c.ConsumerInactiveThreshold == 0 {
 		c.ConsumerInactiveThreshold = DefaultConsumerInactiveThreshold
 	}
+	switch {
+	case c.IdleAfter == 0:
+		c.IdleAfter = DefaultIdleAfter
+	case c.IdleAfter < 0:
+		c.IdleAfter = 0
+	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = DefaultShutdownGrace
 	}
@@ -231,12 +246,14 @@ type Host struct {
 	// directory shared with other hosts (HostConfig.Directory).
 	dirChanged <-chan struct{}
 	releaseDir func()
-	live       *liveSet
-	history    *history.Store
-	claims     *bus.Blobs
-	usage      *usage.Meter // counts what the host stores per tenant (usage.go)
-	dead       *deadletter.Store
-	timers     *schedule.Store
+	// dozeCheck is how often a dozing partition looks at its consumer (doze.go).
+	dozeCheck time.Duration
+	live      *liveSet
+	history   *history.Store
+	claims    *bus.Blobs
+	usage     *usage.Meter // counts what the host stores per tenant (usage.go)
+	dead      *deadletter.Store
+	timers    *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs    *instance.Index
 	replies *bus.Replies           // waits for the replies of Agent2Agent calls
@@ -311,7 +328,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	h := &Host{
 		cfg: cfg, log: cfg.Logger.With("host", cfg.ID), agents: make(map[string]*Agent),
 		slots: make(map[string]*slots), ready: make(chan struct{}), stopping: make(chan struct{}),
-		kick:  make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), dozeCheck: dozeCheck,
 		parts: make(map[partKey]*partition), placed: make(map[string]*division), convs: make(map[string]*conversation),
 		held: make(map[heldKey]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),

@@ -17,6 +17,8 @@ type agentInbox struct {
 	// salt offsets the agent's inbox sequences in the host's ackedSeqs, which all its agents
 	// share: the same sequence of two agents' inboxes takes two slots.
 	salt uint64
+	// wake wakes the agent's dozing partitions (doze.go).
+	wake inboxWake
 }
 
 func newAgentInbox(js jetstream.JetStream, st jetstream.Stream, agent string) *agentInbox {

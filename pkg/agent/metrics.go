@@ -247,9 +247,17 @@ func (m *hostMetrics) liveGauge() prometheus.Gauge {
 	return m.live
 }
 
+// nonePending sets the pending requests of the partition at key to none.
+func (m *hostMetrics) nonePending(key partKey) {
+	if m != nil {
+		m.pending.WithLabelValues(key.agent, strconv.Itoa(key.n)).Set(0)
+	}
+}
+
 // reportPending reads, every pendingEvery until ctx ends, how many requests of each partition
-// the host owns are not processed yet. Those are consumer info requests, one per partition:
-// cheap next to the requests themselves, and not on their path.
+// the host owns are not processed yet. Those are consumer info requests, one per partition
+// pulled (a dozing one has none pending): cheap next to the requests themselves, and not on
+// their path.
 func (h *Host) reportPending(ctx context.Context) {
 	t := time.NewTicker(pendingEvery)
 	defer t.Stop()
@@ -267,7 +275,7 @@ func (h *Host) readPending(ctx context.Context) {
 	h.mu.Lock()
 	var parts []*partition
 	for _, part := range h.parts {
-		if !part.releasing && part.cons != nil {
+		if !part.releasing && !part.dozing && part.cons != nil {
 			parts = append(parts, part)
 		}
 	}

@@ -78,8 +78,13 @@ type partition struct {
 	// request again instead.
 	acked     [ackedKept]ackedRequest
 	ackedNext int
-	// consuming is true while the partition's consumer is pulled (Host.Readiness).
+	// consuming is true while the partition's consumer is pulled, or dozes (Host.Readiness).
 	consuming bool
+	// arrivals counts the deliveries from the partition, and holding the requests of it the host
+	// holds (queued or running): an idle partition dozes (doze.go).
+	arrivals uint64
+	holding  int
+	dozing   bool
 
 	// fenced is set once another host took the partition over while this host's lease had
 	// lapsed (lease.go): nothing of it may act any more.
@@ -458,7 +463,8 @@ func pinnedID(info *jetstream.ConsumerInfo) string {
 
 // pull keeps a partition consumed until ctx ends: it creates the partition's durable consumer
 // and pulls from it, and when the consumption stops on its own (the consumer was deleted, the
-// server restarted without it) it creates it again. On ctx's end it drains what was pulled.
+// server restarted without it) it creates it again. An idle partition dozes between its
+// requests (doze.go). On ctx's end it drains what was pulled.
 func (h *Host) pull(ctx context.Context, part *partition) {
 	defer close(part.pulled)
 	if err := h.learnTenure(ctx, part); err != nil {
@@ -479,13 +485,27 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 		}
 		if err == nil {
 			tries.Reset()
-			select {
-			case <-ctx.Done():
-				h.drainConsumption(cc)
-				return
-			case <-cc.Closed():
+			for stopped := false; !stopped && err == nil; {
+				switch h.watchConsumption(ctx, part, cc) {
+				case consumptionCancelled:
+					h.drainConsumption(cc)
+					return
+				case consumptionIdle:
+					switch h.doze(ctx, part, cc) {
+					case dozeCancelled:
+						return
+					case dozeAwake:
+						cc, err = h.startConsuming(ctx, part, part.cons)
+					}
+				default:
+					stopped = true
+				}
 			}
-			h.log.Warn("inbox consumption stopped; starting it again", "agent", part.key.agent, "partition", part.key.n)
+			if err != nil {
+				h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
+			} else {
+				h.log.Warn("inbox consumption stopped; starting it again", "agent", part.key.agent, "partition", part.key.n)
+			}
 			h.mu.Lock()
 			part.pin = "" // a new consumer has new pins: the next request starts a new tenure
 			part.consuming = false
@@ -520,6 +540,12 @@ func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeC
 	h.mu.Lock()
 	part.cons = cons
 	h.mu.Unlock()
+	return h.startConsuming(ctx, part, cons)
+}
+
+// startConsuming begins pulling the partition's consumer cons into arrive. Pulling the same cons
+// again (after a doze) goes on under its pin, if the pin has not run out meanwhile.
+func (h *Host) startConsuming(ctx context.Context, part *partition, cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
 	cc, err := cons.Consume(func(m jetstream.Msg) { h.arrive(ctx, part, m) },
 		jetstream.PullMaxMessages(128),
 		jetstream.PullPriorityGroup(priorityGroup),

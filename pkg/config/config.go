@@ -6,6 +6,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,8 +65,11 @@ type Config struct {
 	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
 	// pulls from it (agent.HostConfig.ConsumerInactiveThreshold).
 	ConsumerInactiveThreshold time.Duration
-	MetricsAddr               string
-	PprofAddr                 string
+	// PartitionIdleAfter is how long a partition goes without a request before its host stops
+	// pulling it until the agent's next request; 0 never (agent.HostConfig.IdleAfter).
+	PartitionIdleAfter time.Duration
+	MetricsAddr        string
+	PprofAddr          string
 	// MemoryLimit is the process's soft memory limit in bytes (0: none), unless GOMEMLIMIT
 	// sets one (package gogc).
 	MemoryLimit int64
@@ -348,6 +352,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
 		{"AGENTBUS_CONSUMER_INACTIVE_THRESHOLD", "consumer-inactive-threshold", "1h", "workflow host: how long an agent's inbox consumers stay once no host pulls from them (an agent no host runs any more); its waiting requests stay, and its next host makes them again", duration(&c.ConsumerInactiveThreshold, "consumer-inactive-threshold", "1h", time.Minute)},
+		{"AGENTBUS_PARTITION_IDLE_AFTER", "partition-idle-after", "30s", "workflow host: how long an agent's inbox partition goes without a request before the host stops pulling it until the agent's next request; 0 means never", duration(&c.PartitionIdleAfter, "partition-idle-after", "30s", 0)},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", text(&c.MetricsAddr)},
 		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", text(&c.PprofAddr)},
 		{"AGENTBUS_MEMORY_LIMIT", "memory-limit", "256MiB", "soft limit of the memory the Go runtime holds (the garbage collector collects more often near it, never more often than at GOGC 100): a byte count with B, KiB, MiB, GiB or TiB; 0 means none; GOMEMLIMIT, when set, wins", memoryLimit(&c.MemoryLimit)},
@@ -457,6 +462,7 @@ func (c Config) Host() agent.HostConfig {
 		RetryBackoff:              c.RetryBackoff,
 		AckWait:                   c.AckWait,
 		ConsumerInactiveThreshold: c.ConsumerInactiveThreshold,
+		IdleAfter:                 cmp.Or(c.PartitionIdleAfter, -1),
 		TenantMaxConcurrent:       c.TenantMaxConcurrent,
 		ShutdownGrace:             c.StopTimeout() - c.ExitReserve(),
 	}

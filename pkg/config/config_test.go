@@ -53,6 +53,7 @@ func TestDefaults(t *testing.T) {
 		RetryBackoff:              time.Second,
 		AckWait:                   10 * time.Second,
 		ConsumerInactiveThreshold: time.Hour,
+		PartitionIdleAfter:        30 * time.Second,
 		LogLevel:                  slog.LevelInfo,
 		MemoryLimit:               256 << 20,
 

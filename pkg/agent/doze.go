@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// Dozing (docs/architecture.md, "Idle partitions").
+//
+// A pulled partition costs the bus a pull request, a heartbeat and an expiry every pullExpiry
+// even when nothing comes: 16 partitions an agent, on every host of it, for every agent. So a
+// partition that has delivered nothing for HostConfig.IdleAfter, and of which the host holds
+// no request, stops pulling: it dozes. Before it stops, the host subscribes to the agent's inbox
+// subjects (one subscription per agent, while any of its partitions doze); every request
+// published to the agent after that wakes them all. One published before was either delivered
+// (and is held here), or waits in the consumer, or went to the pull that was stopping: the look
+// at the consumer after the stop sees the last two (pending, or delivered and not
+// acknowledged), and the partition pulls on instead of dozing. The host also looks at the
+// consumers of the agent's dozing partitions every dozeCheck, with one request for all of them (a
+// wake lost with a NATS connection), and a dozing partition pulls again before its consumer's
+// inactive threshold, which would delete it.
+//
+// The pin stays the host's while it dozes less than pinnedTTL; past it the next request comes
+// under a new pin and starts a new tenure, as after any lapse of the pin. A pin the host cannot
+// tell for its own (no request came under it) it removes before dozing, unless another live
+// host claims the partition: a pull request without the pin would wait for the pin to run out.
+
+// dozeCheck is how often a dozing partition looks at its consumer for requests no wake
+// announced (Host.dozeCheck, which tests shorten): one look at the consumers of the agent's
+// partitions for all that doze on the host.
+const dozeCheck = 30 * time.Second
+
+// dozeFirstCheck is when the host first looks, after it subscribed to an agent's requests.
+const dozeFirstCheck = time.Second
+
+// consumptionEnd says why watchConsumption returned.
+type consumptionEnd int
+
+const (
+	consumptionCancelled consumptionEnd = iota // ctx ended
+	consumptionStopped                         // it stopped on its own
+	consumptionIdle                            // the partition is idle: doze
+)
+
+// watchConsumption waits until ctx ends, the consumption cc of part stops on its own, or the
+// partition has delivered nothing for at least IdleAfter while the host held none of its
+// requests.
+func (h *Host) watchConsumption(ctx context.Context, part *partition, cc jetstream.ConsumeContext) consumptionEnd {
+	var idle <-chan time.Time
+	if h.cfg.IdleAfter > 0 {
+		t := time.NewTicker(h.cfg.IdleAfter)
+		defer t.Stop()
+		idle = t.C
+	}
+	h.mu.Lock()
+	seen := part.arrivals
+	h.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return consumptionCancelled
+		case <-cc.Closed():
+			return consumptionStopped
+		case <-idle:
+			h.mu.Lock()
+			quiet := part.arrivals == seen && part.holding == 0 && !part.releasing
+			seen = part.arrivals
+			h.mu.Unlock()
+			if quiet {
+				return consumptionIdle
+			}
+		}
+	}
+}
+
+// dozeEnd says how doze returned.
+type dozeEnd int
+
+const (
+	dozeCancelled dozeEnd = iota // ctx ended
+	dozeAwake                    // the consumption stopped: pull part.cons again
+	dozeNot                      // the consumption goes on
+)
+
+// doze stops the idle partition's consumption cc and waits until a request may be waiting for
+// it.
+func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeContext) dozeEnd {
+	woken, err := h.watchRequests(part.inbox, part.key.agent)
+	if err != nil {
+		h.log.Debug("not dozing", "agent", part.key.agent, "partition", part.key.n, "err", err)
+		return dozeNot
+	}
+	defer h.unwatchRequests(part.inbox)
+	h.mu.Lock()
+	seen := part.arrivals
+	h.mu.Unlock()
+	cc.Drain() // what the last pull brought is handed to arrive, and counts
+	select {
+	case <-cc.Closed():
+	case <-ctx.Done():
+		return dozeCancelled
+	}
+	// Once the server has the subscription and has dropped the stopped pull's, every request
+	// either wakes the partition or shows in the consumer.
+	if err := h.flush(ctx); err != nil || !h.quiet(ctx, part, seen) {
+		return awake(ctx)
+	}
+	h.log.Debug("partition dozing", "agent", part.key.agent, "partition", part.key.n)
+	h.mu.Lock()
+	part.dozing = true
+	if h.parts[part.key] == part && !part.releasing {
+		h.metrics.nonePending(part.key) // as quiet read: readPending skips a dozing partition
+	}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		part.dozing = false
+		h.mu.Unlock()
+	}()
+	renew := time.NewTimer(h.cfg.ConsumerInactiveThreshold / 2)
+	defer renew.Stop()
+	select {
+	case <-ctx.Done():
+		return dozeCancelled
+	case <-woken: // or the agent's look at its consumers (checkDozing)
+		return dozeAwake
+	case <-renew.C: // a pull request keeps the consumer
+		return dozeAwake
+	}
+}
+
+// awake is dozeAwake, or dozeCancelled once ctx ended.
+func awake(ctx context.Context) dozeEnd {
+	if ctx.Err() != nil {
+		return dozeCancelled
+	}
+	return dozeAwake
+}
+
+// flush waits until the server has processed what the host's connection sent.
+func (h *Host) flush(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return h.cfg.Conn.FlushWithContext(ctx)
+}
+
+// quiet reports whether nothing waits for the partition: nothing delivered since arrivals was
+// seen, and its consumer holds no request pending or delivered and not acknowledged. It also
+// removes a pin the host does not know (see above). Any doubt is not quiet.
+func (h *Host) quiet(ctx context.Context, part *partition, seen uint64) bool {
+	h.mu.Lock()
+	cons, pin := part.cons, part.pin
+	quiet := part.arrivals == seen && part.holding == 0 && !part.releasing
+	h.mu.Unlock()
+	if !quiet || cons == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			h.log.Debug("reading a dozing partition's consumer", "consumer", part.durable, "err", err)
+		}
+		return false
+	}
+	if waiting(info) {
+		return false
+	}
+	if id := pinnedID(info); id != "" && id != pin {
+		if _, claimed := h.claimant(h.dir.LiveHosts(part.key.agent), part.key); claimed {
+			return false
+		}
+		if err := part.inbox.stream.UnpinConsumer(ctx, part.durable, priorityGroup); err != nil {
+			h.log.Debug("unpinning a dozing partition", "consumer", part.durable, "err", err)
+			return false
+		}
+	}
+	return true
+}
+
+// waiting reports whether a partition's consumer holds requests: pending, or delivered and not
+// acknowledged.
+func waiting(info *jetstream.ConsumerInfo) bool { return info.NumPending > 0 || info.NumAckPending > 0 }
+
+// inboxWake is the subscription to an agent's requests that wakes its dozing partitions, and the
+// timer of the look at their consumers.
+type inboxWake struct {
+	// Guarded by Host.mu.
+	dozing int
+	sub    *nats.Subscription
+	check  *time.Timer
+
+	mu     sync.Mutex
+	woken  chan struct{}
+	closed bool
+}
+
+// watchRequests returns a channel closed once a request is published to agent's inbox after
+// the server has the subscription (which the caller makes sure of). Call unwatchRequests after.
+func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &in.wake
+	if w.sub == nil {
+		w.woken, w.closed = make(chan struct{}), false
+		sub, err := h.cfg.Conn.Subscribe(subject.InboxSubjects(agent), func(m *nats.Msg) {
+			if !subject.IsInboxMarker(m.Subject) {
+				w.wakeAll()
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.sub = sub
+		var check func()
+		check = func() {
+			h.checkDozing(in, agent)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if w.sub == sub { // the partitions woken may doze again meanwhile
+				w.check = time.AfterFunc(h.dozeCheck, check)
+			}
+		}
+		// The first look comes soon: on a cluster, a server other than the host's learns of the
+		// subscription a moment after the flush that doze waits for, and a request published
+		// there meanwhile wakes nobody.
+		w.check = time.AfterFunc(min(dozeFirstCheck, h.dozeCheck), check)
+	}
+	w.mu.Lock()
+	if w.closed { // woken before: the partitions still waking keep the old channel
+		w.woken, w.closed = make(chan struct{}), false
+	}
+	woken := w.woken
+	w.mu.Unlock()
+	w.dozing++
+	return woken, nil
+}
+
+// unwatchRequests ends a watchRequests; the last one unsubscribes.
+func (h *Host) unwatchRequests(in *agentInbox) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &in.wake
+	if w.dozing--; w.dozing == 0 && w.sub != nil {
+		_ = w.sub.Unsubscribe()
+		w.check.Stop()
+		w.sub, w.check = nil, nil
+	}
+}
+
+// wakeAll wakes the agent's dozing partitions.
+func (w *inboxWake) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed = true
+		close(w.woken)
+	}
+}
+
+// checkDozing looks at the consumers of the agent's partitions that doze here, with one request
+// for all of them, and wakes them when one holds a request or is gone.
+func (h *Host) checkDozing(in *agentInbox, agent string) {
+	h.mu.Lock()
+	dozing := make(map[string]bool)
+	for key, part := range h.parts {
+		if key.agent == agent && part.dozing {
+			dozing[part.durable] = true
+		}
+	}
+	h.mu.Unlock()
+	if len(dozing) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.bctx, 5*time.Second)
+	defer cancel()
+	list := in.stream.ListConsumers(ctx)
+	for info := range list.Info() { // read to the end: the lister's goroutine waits for each read
+		if dozing[info.Name] {
+			delete(dozing, info.Name)
+			if waiting(info) {
+				dozing = nil
+			}
+		}
+	}
+	if err := list.Err(); err != nil || len(dozing) > 0 {
+		// Unknown, or a consumer is gone: pulling makes it again.
+		if err != nil && ctx.Err() == nil {
+			h.log.Debug("reading a dozing agent's consumers", "agent", agent, "err", err)
+		}
+		dozing = nil
+	}
+	if dozing == nil {
+		in.wake.wakeAll()
+	}
+}
