@@ -63,7 +63,10 @@ type options struct {
 	// Idle, when positive, measures the agentbus phase's stack idle for that long before its
 	// load: the CPU it takes a second with no call (with the RemoteAgents registered).
 	Idle time.Duration
-	Body []byte
+	// IdleSettle is how long the stack settles before the idle measurement: idle partitions
+	// doze after agent.HostConfig.IdleAfter (30 s) to twice that.
+	IdleSettle time.Duration
+	Body       []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
 	Target string
@@ -172,7 +175,7 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		return result{Phase: phase}, err
 	}
 	if o.Idle > 0 && phase == phaseAgentbus {
-		measureIdle(ctx, o)
+		measureIdle(ctx, o, ep)
 	}
 	primed := time.Now()
 	if err := prime(ctx, client, ep, o.Clients); err != nil {
@@ -197,18 +200,28 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 }
 
 // measureIdle prints the CPU this process (the in-process stack and nothing else) takes a
-// second over o.Idle, after three settling seconds.
-func measureIdle(ctx context.Context, o options) {
-	if !sleepUntil(ctx, time.Now().Add(3*time.Second)) {
+// second over o.Idle, after o.IdleSettle, the messages its NATS server handles a second, and
+// its goroutines at the end.
+func measureIdle(ctx context.Context, o options, ep endpoint) {
+	if !sleepUntil(ctx, time.Now().Add(o.IdleSettle)) {
 		return
+	}
+	var in0, out0 int64
+	if ep.msgs != nil {
+		in0, out0 = ep.msgs()
 	}
 	from, start := processCPU(), time.Now()
 	if !sleepUntil(ctx, start.Add(o.Idle)) {
 		return
 	}
 	took := time.Since(start)
-	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents: %.1f ms of CPU a second over %v\n",
-		o.RemoteAgents, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond))
+	msgs := ""
+	if ep.msgs != nil {
+		in, out := ep.msgs()
+		msgs = fmt.Sprintf(", NATS messages %.0f in and %.0f out a second", float64(in-in0)/took.Seconds(), float64(out-out0)/took.Seconds())
+	}
+	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents: %.1f ms of CPU a second over %v%s, %d goroutines\n",
+		o.RemoteAgents, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs, runtime.NumGoroutine())
 }
 
 // prime sends each of ep's requests once, clients at a time, before the warm-up: the first

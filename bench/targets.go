@@ -235,6 +235,13 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 	if ep, err = newEndpoint(o, st.URL, key); err != nil {
 		return endpoint{}, nil, err
 	}
+	ep.msgs = func() (in, out int64) {
+		v, err := st.NATS.Varz(nil)
+		if err != nil {
+			return 0, 0
+		}
+		return v.InMsgs, v.OutMsgs
+	}
 	return ep, stop, nil
 }
 
