@@ -39,14 +39,7 @@ func dozeHostWith(t *testing.T, srv *natsembed.Server, hc HostConfig, tune func(
 	if tune != nil {
 		tune(h)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
-	<-h.Ready()
+	runHost(t, h)
 	return h
 }
 

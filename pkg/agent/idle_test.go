@@ -21,6 +21,19 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
+// runHost runs h until the test ends, and returns once it is ready.
+func runHost(t *testing.T, h *Host) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+	})
+	<-h.Ready()
+}
+
 // An idle workflow instance costs its host no memory and no goroutine: after a burst of requests
 // to many instances, the host holds none of them once they have been idle for as long as it keeps
 // them (liveKeep, shortened here), and its gauge of instances held (agentbus_instances_live) says
@@ -37,14 +50,7 @@ func TestIdleInstancesCostNothing(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h, err := NewHost(HostConfig{Conn: natstest.Conn(t, srv), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 2}, Metrics: reg})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.NoError(t, <-done)
-	})
-	<-h.Ready()
+	runHost(t, h)
 	// Idle instances are kept for liveKeep at most; here, for no longer than liveIdle.
 	h.live.mu.Lock()
 	h.live.keep = liveIdle
