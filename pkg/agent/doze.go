@@ -198,6 +198,7 @@ type inboxWake struct {
 	sub    *nats.Subscription
 	check  *time.Timer
 
+	// woken is closed (and closed set) by the first wake after it was made.
 	mu     sync.Mutex
 	woken  chan struct{}
 	closed bool
@@ -210,7 +211,9 @@ func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, err
 	defer h.mu.Unlock()
 	w := &in.wake
 	if w.sub == nil {
+		w.mu.Lock() // the callback of an earlier subscription may still run
 		w.woken, w.closed = make(chan struct{}), false
+		w.mu.Unlock()
 		sub, err := h.cfg.Conn.Subscribe(subject.InboxSubjects(agent), func(m *nats.Msg) {
 			if !subject.IsInboxMarker(m.Subject) {
 				w.wakeAll()
