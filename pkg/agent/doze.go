@@ -115,13 +115,12 @@ func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeCo
 	h.log.Debug("partition dozing", "agent", part.key.agent, "partition", part.key.n)
 	h.mu.Lock()
 	part.dozing = true
-	if h.parts[part.key] == part && !part.releasing {
-		h.metrics.nonePending(part.key) // as quiet read: readPending skips a dozing partition
-	}
+	h.metrics.dozeBegan(part.key, h.parts[part.key] == part && !part.releasing) // none pending, as quiet read
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		part.dozing = false
+		h.metrics.dozeEnded(part.key)
 		h.mu.Unlock()
 	}()
 	renew := time.NewTimer(h.cfg.ConsumerInactiveThreshold / 2)

@@ -165,6 +165,13 @@ func TestDozingPartitionNotReadForMetrics(t *testing.T) {
 	for p := range 4 {
 		assert.Zero(t, testutil.ToFloat64(h.metrics.pending.WithLabelValues("Hits", fmt.Sprint(p))), "partition %d", p)
 	}
+	assert.Equal(t, 4.0, testutil.ToFloat64(h.metrics.dozing["Hits"]), "agentbus_partitions_dozing")
+	select { // a request wakes them
+	case <-hit(t, nc, 0):
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the request was not answered")
+	}
+	assert.Less(t, testutil.ToFloat64(h.metrics.dozing["Hits"]), 4.0, "agentbus_partitions_dozing once a request came")
 }
 
 // A host whose partitions doze hands some over to a host that joins, and the requests of every

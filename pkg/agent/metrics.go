@@ -47,6 +47,7 @@ type hostMetrics struct {
 	// agent has no handler (kind "unknown").
 	unhandled map[string]*requestCounters
 	owned     map[string]prometheus.Gauge // by agent
+	dozing    map[string]prometheus.Gauge // by agent
 	live      prometheus.Gauge
 	pending   *prometheus.GaugeVec // agent, partition
 }
@@ -108,6 +109,13 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 	if err != nil {
 		return nil, err
 	}
+	dozing, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "agentbus_partitions_dozing",
+		Help: "Inbox partitions the host owns and does not pull while they are idle.",
+	}, []string{"agent"}))
+	if err != nil {
+		return nil, err
+	}
 	live, err := metrics.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "agentbus_instances_live",
 		Help: "Workflow instances the host holds in memory.",
@@ -127,6 +135,7 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 		handlers:  make(map[handlerKey]*handlerMetrics),
 		unhandled: make(map[string]*requestCounters),
 		owned:     make(map[string]prometheus.Gauge),
+		dozing:    make(map[string]prometheus.Gauge),
 		live:      live,
 		pending:   pending,
 	}
@@ -137,6 +146,7 @@ func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, err
 		unhandled := counters(a.name, "unknown", "")
 		m.unhandled[a.name] = &unhandled
 		m.owned[a.name] = owned.WithLabelValues(a.name)
+		m.dozing[a.name] = dozing.WithLabelValues(a.name)
 		for _, k := range a.handlerKeys() {
 			kind := msgkind.Of(k.kind).Label
 			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kind, k.method), requestCounters: counters(k.agent, kind, k.method)}
@@ -247,10 +257,20 @@ func (m *hostMetrics) liveGauge() prometheus.Gauge {
 	return m.live
 }
 
-// nonePending sets the pending requests of the partition at key to none.
-func (m *hostMetrics) nonePending(key partKey) {
+// dozeBegan and dozeEnded follow the partitions dozing (doze.go). One that dozes has none of its
+// requests pending: its pending series says so, and readPending skips it.
+func (m *hostMetrics) dozeBegan(key partKey, owned bool) {
 	if m != nil {
-		m.pending.WithLabelValues(key.agent, strconv.Itoa(key.n)).Set(0)
+		m.dozing[key.agent].Inc()
+		if owned {
+			m.pending.WithLabelValues(key.agent, strconv.Itoa(key.n)).Set(0)
+		}
+	}
+}
+
+func (m *hostMetrics) dozeEnded(key partKey) {
+	if m != nil {
+		m.dozing[key.agent].Dec()
 	}
 }
 
