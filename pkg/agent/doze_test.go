@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,13 @@ func hit(t *testing.T, nc *nats.Conn, i int) <-chan *nats.Msg {
 	sub, err := nc.ChanSubscribe(reply, replies)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	send(t, nc, i, reply)
+	return replies
+}
+
+// send publishes a webhook request to instance i of Hits whose reply goes to reply.
+func send(t *testing.T, nc *nats.Conn, i int, reply string) {
+	t.Helper()
 	wf := fmt.Sprintf("acme:Hits:Supervisor Workflow:i%d", i)
 	req := &agentbusv1.Request{RequestId: fmt.Sprint(i, time.Now().UnixNano()), TenantId: "acme", WorkflowId: wf, AgentName: "Hits",
 		WorkflowType: "Supervisor Workflow", ActivationName: fmt.Sprintf("i%d", i), ParticipantId: "webhook",
@@ -60,7 +68,6 @@ func hit(t *testing.T, nc *nats.Conn, i int) <-chan *nats.Msg {
 	msg := &nats.Msg{Subject: subject.Inbox("Hits", "acme", wf, "webhook"), Data: data, Header: nats.Header{}}
 	msg.Header.Set(subject.HeaderReplyTo, reply)
 	require.NoError(t, nc.PublishMsg(msg))
-	return replies
 }
 
 // pullsWaiting counts the pull requests waiting at each of Hits' partition consumers.
@@ -204,6 +211,47 @@ func TestDozingPartitionsHandedOver(t *testing.T) {
 			}
 		}
 		require.Eventually(t, func() bool { return dozing(a) == 2 && dozing(b) == 2 }, 10*time.Second, 50*time.Millisecond, "round %d", round)
+	}
+}
+
+// On a cluster, a request published on another server than the host's wakes its dozing
+// partitions: the server learns of the host's subscription through the routes.
+func TestDozingPartitionsWokenAcrossACluster(t *testing.T) {
+	cl := natstest.NewCluster(t, 3)
+	connect := func(i int) *nats.Conn {
+		nc, err := nats.Connect(cl.Servers[i].ClientURL(), nats.Name(t.Name()))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	a := New("Hits")
+	a.WebhookFunc("hit", func(ctx context.Context, r *WebhookRequest) Response { return Status(http.StatusOK) })
+	h, err := NewHost(HostConfig{Conn: connect(1), Agents: []*Agent{a}, Bus: bus.Config{Partitions: 4}, IdleAfter: 200 * time.Millisecond})
+	require.NoError(t, err)
+	runHost(t, h)
+	nc := connect(0)
+	replies := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe("test.cluster.>", replies)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	acc, err := cl.Servers[1].LookupAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return acc.SubscriptionInterest("test.cluster.x") }, 10*time.Second, 10*time.Millisecond,
+		"the host's server does not know where the replies go")
+	for round := range 3 {
+		require.Eventually(t, func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.inboxes["Hits"].wake.dozing == 4
+		}, 20*time.Second, 50*time.Millisecond, "round %d: the partitions did not doze", round)
+		for i := range 8 {
+			send(t, nc, i, fmt.Sprintf("test.cluster.%d.%d", round, i))
+			select {
+			case <-replies:
+			case <-time.After(10 * time.Second):
+				require.FailNowf(t, "a request was not answered", "round %d, instance %d", round, i)
+			}
+		}
 	}
 }
 
