@@ -23,8 +23,10 @@ import (
 // (and is held here), or waits in the consumer, or went to the pull that was stopping: the look
 // at the consumer after the stop sees the last two (pending, or delivered and not
 // acknowledged), and the partition pulls on instead of dozing. The host also looks at the
-// consumers of the agent's dozing partitions every dozeCheck, with one request for all of them (a
-// wake lost with a NATS connection), and a dozing partition pulls again before its consumer's
+// consumers of the agent's dozing partitions dozeFirstCheck after it subscribed and then every
+// dozeCheck, with one request for all of them (a wake lost with a NATS connection, or published
+// on another server of a cluster before that server learned of the subscription), and a dozing
+// partition pulls again before its consumer's
 // inactive threshold, which would delete it.
 //
 // The pin stays the host's while it dozes less than pinnedTTL; past it the next request comes
@@ -32,9 +34,8 @@ import (
 // tell for its own (no request came under it) it removes before dozing, unless another live
 // host claims the partition: a pull request without the pin would wait for the pin to run out.
 
-// dozeCheck is how often a dozing partition looks at its consumer for requests no wake
-// announced (Host.dozeCheck, which tests shorten): one look at the consumers of the agent's
-// partitions for all that doze on the host.
+// dozeCheck is how often the host looks at the consumers of an agent's dozing partitions for
+// requests no wake announced, one request for all of them (Host.dozeCheck, which tests shorten).
 const dozeCheck = 30 * time.Second
 
 // dozeFirstCheck is when the host first looks, after it subscribed to an agent's requests.
@@ -192,10 +193,11 @@ func waiting(info *jetstream.ConsumerInfo) bool { return info.NumPending > 0 || 
 // inboxWake is the subscription to an agent's requests that wakes its dozing partitions, and the
 // timer of the look at their consumers.
 type inboxWake struct {
-	// Guarded by Host.mu.
-	dozing int
-	sub    *nats.Subscription
-	check  *time.Timer
+	// Guarded by Host.mu: the doze calls between their watchRequests and unwatchRequests (the
+	// partitions dozing, or about to), the subscription while there are any, and the look's timer.
+	watchers int
+	sub      *nats.Subscription
+	check    *time.Timer
 
 	// woken is closed (and closed set) by the first wake after it was made.
 	mu     sync.Mutex
@@ -242,7 +244,7 @@ func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, err
 	}
 	woken := w.woken
 	w.mu.Unlock()
-	w.dozing++
+	w.watchers++
 	return woken, nil
 }
 
@@ -251,7 +253,7 @@ func (h *Host) unwatchRequests(in *agentInbox) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &in.wake
-	if w.dozing--; w.dozing == 0 && w.sub != nil {
+	if w.watchers--; w.watchers == 0 && w.sub != nil {
 		_ = w.sub.Unsubscribe()
 		w.check.Stop()
 		w.sub, w.check = nil, nil
@@ -285,22 +287,20 @@ func (h *Host) checkDozing(in *agentInbox, agent string) {
 	ctx, cancel := context.WithTimeout(h.bctx, 5*time.Second)
 	defer cancel()
 	list := in.stream.ListConsumers(ctx)
+	wake := false
 	for info := range list.Info() { // read to the end: the lister's goroutine waits for each read
 		if dozing[info.Name] {
 			delete(dozing, info.Name)
-			if waiting(info) {
-				dozing = nil
-			}
+			wake = wake || waiting(info)
 		}
 	}
-	if err := list.Err(); err != nil || len(dozing) > 0 {
-		// Unknown, or a consumer is gone: pulling makes it again.
-		if err != nil && ctx.Err() == nil {
+	if err := list.Err(); err != nil {
+		if ctx.Err() == nil {
 			h.log.Debug("reading a dozing agent's consumers", "agent", agent, "err", err)
 		}
-		dozing = nil
+		wake = true // unknown
 	}
-	if dozing == nil {
+	if wake || len(dozing) > 0 { // a consumer not listed is gone: pulling makes it again
 		in.wake.wakeAll()
 	}
 }

@@ -106,7 +106,7 @@ func TestIdlePartitionsDoze(t *testing.T) {
 		return true
 	}, 10*time.Second, 50*time.Millisecond, "the idle partitions went on pulling")
 	h.mu.Lock()
-	dozing := h.inboxes["Hits"].wake.dozing
+	dozing := h.inboxes["Hits"].wake.watchers
 	h.mu.Unlock()
 	assert.Equal(t, 4, dozing)
 
@@ -121,7 +121,7 @@ func TestIdlePartitionsDoze(t *testing.T) {
 		require.Eventually(t, func() bool {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return h.inboxes["Hits"].wake.dozing == 4
+			return h.inboxes["Hits"].wake.watchers == 4
 		}, 10*time.Second, 50*time.Millisecond)
 	}
 	assert.NoError(t, h.Readiness(), "a host whose partitions doze is ready")
@@ -136,7 +136,7 @@ func TestDozingPartitionFindsUnannouncedRequest(t *testing.T) {
 	require.Eventually(t, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return h.inboxes["Hits"].wake.dozing == 4
+		return h.inboxes["Hits"].wake.watchers == 4
 	}, 10*time.Second, 50*time.Millisecond, "the partitions did not doze")
 	h.mu.Lock()
 	require.NoError(t, h.inboxes["Hits"].wake.sub.Unsubscribe())
@@ -157,7 +157,7 @@ func TestDozingPartitionNotReadForMetrics(t *testing.T) {
 	require.Eventually(t, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return h.inboxes["Hits"].wake.dozing == 4
+		return h.inboxes["Hits"].wake.watchers == 4
 	}, 10*time.Second, 50*time.Millisecond, "the partitions did not doze")
 	// Past the host's one look for stale pins of the partitions it gained (unpinStale).
 	time.Sleep(time.Until(h.started.Add(registry.DeadAfter + time.Second)))
@@ -242,7 +242,7 @@ func TestDozingPartitionsWokenAcrossACluster(t *testing.T) {
 		require.Eventually(t, func() bool {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return h.inboxes["Hits"].wake.dozing == 4
+			return h.inboxes["Hits"].wake.watchers == 4
 		}, 20*time.Second, 50*time.Millisecond, "round %d: the partitions did not doze", round)
 		for i := range 8 {
 			send(t, nc, i, fmt.Sprintf("test.cluster.%d.%d", round, i))

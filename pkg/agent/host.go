@@ -95,9 +95,8 @@ type HostConfig struct {
 	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
 	// pulls from it; then the bus deletes it (JetStream's inactive threshold). A live host pulls
 	// (an idle partition at least every half of it), so only the consumers of an agent that no
-	// host runs any more go: state the
-	// NATS servers would keep for good, and which every acknowledgement of the agent's inbox
-	// checks. The requests waiting for such an agent stay in the inbox, and the first host of it that
+	// host runs any more go: state the NATS servers would keep for good, and which every
+	// acknowledgement of the agent's inbox checks. The requests waiting for such an agent stay in the inbox, and the first host of it that
 	// starts again makes the consumers again. Give every host the same. Default 1h; at least 10s.
 	ConsumerInactiveThreshold time.Duration
 	// Directory, when set, is a directory of the agents and hosts shared with the other hosts of
@@ -246,7 +245,8 @@ type Host struct {
 	// directory shared with other hosts (HostConfig.Directory).
 	dirChanged <-chan struct{}
 	releaseDir func()
-	// dozeCheck is how often a dozing partition looks at its consumer (doze.go).
+	// dozeCheck is how often the host looks at the consumers of an agent's dozing partitions
+	// (doze.go).
 	dozeCheck time.Duration
 	live      *liveSet
 	history   *history.Store
