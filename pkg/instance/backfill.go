@@ -98,10 +98,13 @@ func (x *Index) scanUnindexed(ctx context.Context, kv jetstream.KeyValue, res *B
 	return slices.Collect(maps.Values(todo)), nil
 }
 
+// markPatience is how long a backfill's mark of a record goes on meeting hosts' writes.
+const markPatience = 10 * bus.ConflictPatience
+
 // backfillOne indexes one record's run and marks the record; it reports false when the record
 // changed run, was marked by someone else or was deleted meanwhile. A mark that meets a host's
 // write pauses a little (bus.ConflictBackoff) and reads the record again, for as long as ctx and
-// bus.ConflictPatience allow.
+// markPatience allow.
 func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (bool, error) {
 	parts := strings.Split(u.workflowID, ":")
 	if len(parts) != 4 {
@@ -120,7 +123,9 @@ func (x *Index) backfillOne(ctx context.Context, store *Store, u unindexed) (boo
 	if err := x.Add(ctx, u.tenant, parts[1], Entry{WorkflowID: u.workflowID, RunID: u.runID, StartedAt: u.startedAt}); err != nil {
 		return false, err
 	}
-	var backoff bus.ConflictBackoff
+	// Nobody waits for a backfill, and a host that writes the record over and over wins most
+	// races (it needs no read): the mark keeps trying for longer than a call's write would.
+	backoff := bus.ConflictBackoff{Patience: markPatience}
 	for {
 		rec.Indexed = true
 		_, err := store.Put(ctx, rec)
