@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"slices"
 	"strconv"
@@ -43,7 +42,8 @@ import (
 // request, and a tenant whose requests all reach one host writes its grant once.
 //
 // Only capped tenants have records, and only hosts holding their requests write them: a
-// deployment without caps pays one idle watch per host.
+// deployment without caps pays one idle watch per process (CapWatch, which the hosts of a
+// process share).
 
 const (
 	// grantsEvery is how often a host looks at its grants, besides when something changed.
@@ -97,47 +97,28 @@ type grants struct {
 	pairs map[shareKey]*grantState
 	pass  uint64
 
-	watcher   jetstream.KeyWatcher
-	stopWatch context.CancelFunc
-	done      chan struct{}
+	// cancel ends the host's subscription to the grants of its agents.
+	cancel func()
 }
 
-// newGrants returns the host's grants, empty; startGrants starts watching them.
+// newGrants returns the host's grants, empty; startGrants starts following them.
 func newGrants(h *Host) *grants {
 	return &grants{h: h, me: h.cfg.ID, board: h.board, wake: make(chan struct{}, 1),
-		pairs: map[shareKey]*grantState{}, done: make(chan struct{})}
+		pairs: map[shareKey]*grantState{}}
 }
 
-// startGrants starts watching the grants of the host's agents.
-func (h *Host) startGrants(ctx context.Context) error {
+// startGrants starts following the grants of the host's agents (h.caps).
+func (h *Host) startGrants() {
 	g := h.grants
 	g.kv = h.res.SlotGrants
-	filters := make([]string, 0, len(h.agents))
-	for name := range h.agents {
-		filters = append(filters, subject.AgentSlotGrants(name))
-	}
-	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := g.kv.WatchFiltered(wctx, filters)
-	if err != nil {
-		stop()
-		return fmt.Errorf("%w: %w", errNoGrants, err)
-	}
-	g.watcher, g.stopWatch = w, stop
-	go func() {
-		defer close(g.done)
-		bus.Follow(w, 0, nil, func(e jetstream.KeyValueEntry, _ bool) { g.apply(e) })
-	}()
-	return nil
+	g.cancel = h.caps.subscribeGrants(h.names, g.apply)
 }
 
-// close stops the watch.
+// close stops following.
 func (g *grants) close() {
-	if g.watcher == nil {
-		return
+	if g.cancel != nil {
+		g.cancel()
 	}
-	_ = g.watcher.Stop()
-	g.stopWatch()
-	<-g.done
 }
 
 // kick has the grants looked at soon.

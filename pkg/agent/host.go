@@ -108,8 +108,14 @@ type HostConfig struct {
 	// TenantLimits, when set, is the cache of the tenants' limits (tenantlimits.Watch) shared with
 	// the other hosts of the process, which the host follows (Cache.Subscribe) instead of
 	// watching the bucket itself: each cache holds every tenant's record. The host does not
-	// close it. Nil makes one of its own. ShareWatches makes both for the hosts of a process.
+	// close it. Nil makes one of its own.
 	TenantLimits *tenantlimits.Cache
+	// Caps, when set, follows the hosts' load reports and the slot grants (WatchCaps) for the
+	// other hosts of the process too, which the host reads instead of following them itself:
+	// each load report then reaches the process once, and the grants bucket is watched once.
+	// The host does not close it. Nil makes one of its own. ShareWatches makes the three for
+	// the hosts of a process.
+	Caps *CapWatch
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -272,10 +278,12 @@ type Host struct {
 	// unfollowLimits stops following the limits: it closes the host's own cache, or leaves a
 	// shared one (HostConfig.TenantLimits).
 	unfollowLimits func() error
-	// board adds up the hosts' load reports, loadSub feeds it, and lastLoad is this host's own
-	// last report (load.go); loadSoon asks for the next report now.
+	// board adds up the hosts' load reports, caps feeds it (with the grants), and lastLoad is
+	// this host's own last report (load.go); loadSoon asks for the next report now. ownCaps
+	// tells that caps is the host's own, not HostConfig.Caps.
 	board    *inspect.LoadBoard
-	loadSub  *nats.Subscription
+	caps     *CapWatch
+	ownCaps  bool
 	loadSoon chan struct{}
 	lastLoad atomic.Pointer[[]inspect.LoadEntry]
 	// loadIdle is set while the last load report counted nothing: the reports pause until a
@@ -334,6 +342,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
 		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1),
 	}
+	if cfg.Caps != nil {
+		h.board = cfg.Caps.board
+	}
 	h.grants = newGrants(h)
 	var shared []string // the agents without slots of their own
 	for _, a := range cfg.Agents {
@@ -379,8 +390,7 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
 	defer h.untilAbandoned(h.releaseDir)
-	defer h.untilAbandoned(func() { h.grants.close(); _ = h.stopLimits() })
-	defer func() { _ = h.loadSub.Unsubscribe() }()
+	defer h.untilAbandoned(h.stopFollowing)
 	defer func() { _ = h.replies.Close() }()
 	defer func() { _ = h.inspected.Unsubscribe() }()
 
@@ -533,21 +543,22 @@ func (h *Host) startFollowing(ctx context.Context) (err error) {
 	if err := h.startLimits(ctx); err != nil {
 		return err
 	}
-	if h.loadSub, err = h.followLoad(); err != nil {
-		_ = h.stopLimits()
-		return err
+	h.caps, h.ownCaps = h.cfg.Caps, h.cfg.Caps == nil
+	if h.ownCaps {
+		if h.caps, err = watchCaps(ctx, h.cfg.Conn, h.res.SlotGrants, h.board, h.names); err != nil {
+			_ = h.stopLimits()
+			return err
+		}
 	}
-	if err := h.startGrants(ctx); err != nil {
-		_ = h.loadSub.Unsubscribe()
-		_ = h.stopLimits()
-		return err
-	}
+	h.startGrants()
 	return nil
 }
 
 func (h *Host) stopFollowing() {
 	h.grants.close()
-	_ = h.loadSub.Unsubscribe()
+	if h.ownCaps {
+		_ = h.caps.Close()
+	}
 	_ = h.stopLimits()
 }
 

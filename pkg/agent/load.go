@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -25,16 +24,7 @@ import (
 // under the host's lock in one pass over the conversations it holds, and costs no NATS round
 // trip: one core NATS message a quarter of a second. The ingress instances bound the tenants'
 // queued requests with the reports; the hosts divide the caps across the hosts by them
-// (grants.go), and keep the last one for their metrics.
-
-// followLoad subscribes to the hosts' load reports, this host's own included.
-func (h *Host) followLoad() (*nats.Subscription, error) {
-	sub, err := h.cfg.Conn.Subscribe(subject.HostLoad, func(m *nats.Msg) { h.board.Take(m.Data, time.Now()) })
-	if err != nil {
-		return nil, fmt.Errorf("subscribing to load reports: %w", err)
-	}
-	return sub, nil
-}
+// (grants.go; CapWatch follows them), and keep the last one for their metrics.
 
 // reportLoad sends the host's load report every inspect.LoadEvery, and when asked sooner
 // (reportSoon), until ctx ends; then it sends an empty one, so that what it held no longer

@@ -12,9 +12,10 @@ import (
 )
 
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
-// (HostConfig.Directory) and a cache of the tenants' limits (HostConfig.TenantLimits), for every
-// host of the process made from hc to share: each watch of the hosts bucket reads every heartbeat
-// of every host, and each cache holds every tenant's record. closeAll closes what it made; call it
+// (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits) and a follower
+// of the load reports and slot grants (HostConfig.Caps), for every host of the process made from
+// hc to share: each watch of the hosts bucket reads every heartbeat of every host, each cache
+// holds every tenant's record, and each subscription receives every host's load report. closeAll closes what it made; call it
 // once those hosts stopped. It is never nil: on an error, what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
 	var errs []error
@@ -38,6 +39,13 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			errs = append(errs, fmt.Errorf("tenant limits for the hosts to share: %w", err))
 		} else {
 			hc.TenantLimits, toClose = limits, append(toClose, limits.Close)
+		}
+	}
+	if hc.Caps == nil {
+		if caps, err := WatchCaps(ctx, res.JS.Conn(), res.SlotGrants); err != nil {
+			errs = append(errs, fmt.Errorf("load reports and slot grants for the hosts to share: %w", err))
+		} else {
+			hc.Caps, toClose = caps, append(toClose, caps.Close)
 		}
 	}
 	return closeAll, errors.Join(errs...)

@@ -70,8 +70,9 @@ type Stack struct {
 	conns    []*nats.Conn
 	httpSrv  *http.Server
 	httpDone chan error
-	// shared holds the directory of agents and hosts and the cache of the tenants' limits that the
-	// host Start began and the remote agents' hosts share, as the hosts of a workflow host
+	// shared holds the directory of agents and hosts, the cache of the tenants' limits and the
+	// follower of the load reports and slot grants that the host Start began and the remote
+	// agents' hosts share, as the hosts of a workflow host
 	// process do (agent.ShareWatches); the ingress reads the directory too. closeShared closes
 	// them.
 	shared      agent.HostConfig
@@ -213,9 +214,9 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 	return nil
 }
 
-// share gives hc the directory and limits the stack's hosts share.
+// share gives hc the directory, the limits and the caps' follower the stack's hosts share.
 func (s *Stack) share(hc *agent.HostConfig) {
-	hc.Directory, hc.TenantLimits = s.shared.Directory, s.shared.TenantLimits
+	hc.Directory, hc.TenantLimits, hc.Caps = s.shared.Directory, s.shared.TenantLimits, s.shared.Caps
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -26,8 +27,8 @@ func TestMain(m *testing.M) {
 // TestOneWatchOfTheHosts: the ingress, the host Start begins and the remote agents' hosts read one
 // directory, so the stack watches the hosts and registry buckets once each (every watch receives
 // every heartbeat), and its hosts share one cache of the tenants' limits (each holds every
-// tenant's record; the ingress has its own); a host added as another process would be watches
-// them itself.
+// tenant's record; the ingress has its own) and one follower of the load reports and the slot
+// grants; a host added as another process follows them itself.
 func TestOneWatchOfTheHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -51,10 +52,19 @@ func TestOneWatchOfTheHosts(t *testing.T) {
 	assert.Equal(t, 1, watches(subject.HostsBucket), "watches of the hosts bucket")
 	assert.Equal(t, 1, watches(subject.RegistryBucket), "watches of the registry bucket")
 	assert.Equal(t, 2, watches(subject.TenantLimitsBucket), "watches of the tenant limits: the ingress's and the hosts'")
+	assert.Equal(t, 1, watches(subject.SlotGrantsBucket), "watches of the slot grants")
+	loadSubs := func() int {
+		sz, err := st.NATS.Subsz(&server.SubszOptions{Subscriptions: true, Test: subject.HostLoad})
+		require.NoError(t, err)
+		return len(sz.Subs)
+	}
+	assert.Equal(t, 2, loadSubs(), "subscriptions to the load reports: the ingress's and the hosts'")
 
 	stop, err := st.AddHost(ctx, "another-process")
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, stop()) }()
 	assert.Equal(t, 2, watches(subject.HostsBucket), "watches of the hosts bucket with a host of another process")
 	assert.Equal(t, 3, watches(subject.TenantLimitsBucket), "watches of the tenant limits with a host of another process")
+	assert.Equal(t, 2, watches(subject.SlotGrantsBucket), "watches of the slot grants with a host of another process")
+	assert.Equal(t, 3, loadSubs(), "subscriptions to the load reports with a host of another process")
 }

@@ -103,11 +103,11 @@ func TestRunServesHealth(t *testing.T) {
 	require.Eventually(t, func() bool { return get("/readyz") == http.StatusOK }, 30*time.Second, 50*time.Millisecond, "never ready:\n%s", logs.String())
 	assert.Equal(t, http.StatusNotFound, get("/other"))
 	assertServesMetrics(t, client, "http://"+addr+"/metrics")
-	// Echo's host and the remote agents' hosts read one directory and one cache of the tenants'
-	// limits: one watch of each bucket (every heartbeat of every host reaches each watch of the
-	// hosts bucket; each cache holds every tenant's record).
+	// Echo's host and the remote agents' hosts read one directory, one cache of the tenants'
+	// limits and one follower of the slot grants: one watch of each bucket (every heartbeat of
+	// every host reaches each watch of the hosts bucket; each cache holds every tenant's record).
 	js := natstest.JetStream(t, ns)
-	for _, bucket := range []string{subject.HostsBucket, subject.TenantLimitsBucket} {
+	for _, bucket := range []string{subject.HostsBucket, subject.TenantLimitsBucket, subject.SlotGrantsBucket} {
 		s, err := js.Stream(ctx, "KV_"+bucket)
 		require.NoError(t, err)
 		info, err := s.Info(ctx)
