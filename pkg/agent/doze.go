@@ -19,7 +19,8 @@ import (
 // partition that has delivered nothing for HostConfig.IdleAfter, and of which the host holds
 // no request, stops pulling: it dozes. Before it stops, the host subscribes to the agent's inbox
 // subjects (one subscription per agent, while any of its partitions doze); every request
-// published to the agent after that wakes them all. One published before was either delivered
+// published to the agent after that wakes the partition it is for (subject.RequestPartition, the
+// inbox's own hashing), and only that one. One published before was either delivered
 // (and is held here), or waits in the consumer, or went to the pull that was stopping: the look
 // at the consumer after the stop sees the last two (pending, or delivered and not
 // acknowledged), and the partition pulls on instead of dozing. The host also looks at the
@@ -93,7 +94,7 @@ const (
 // doze stops the idle partition's consumption cc and waits until a request may be waiting for
 // it.
 func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeContext) dozeEnd {
-	woken, err := h.watchRequests(part.inbox, part.key.agent)
+	woken, err := h.watchRequests(part.inbox, part.key)
 	if err != nil {
 		h.log.Debug("not dozing", "agent", part.key.agent, "partition", part.key.n, "err", err)
 		return dozeNot
@@ -129,7 +130,7 @@ func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeCo
 	select {
 	case <-ctx.Done():
 		return dozeCancelled
-	case <-woken: // or the agent's look at its consumers (checkDozing)
+	case <-woken: // a request for it, or the agent's look at its consumers (checkDozing)
 		return dozeAwake
 	case <-renew.C: // a pull request keeps the consumer
 		return dozeAwake
@@ -199,25 +200,24 @@ type inboxWake struct {
 	sub      *nats.Subscription
 	check    *time.Timer
 
-	// woken is closed (and closed set) by the first wake after it was made.
-	mu     sync.Mutex
-	woken  chan struct{}
-	closed bool
+	// woken holds, by partition, the channel its doze waits on: closed, and taken out, by the
+	// first wake of the partition after it was made.
+	mu    sync.Mutex
+	woken map[int]chan struct{}
 }
 
-// watchRequests returns a channel closed once a request is published to agent's inbox after
-// the server has the subscription (which the caller makes sure of). Call unwatchRequests after.
-func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, error) {
+// watchRequests returns a channel closed once a request for the partition key is published to
+// its agent's inbox after the server has the subscription (which the caller makes sure of). Call
+// unwatchRequests after.
+func (h *Host) watchRequests(in *agentInbox, key partKey) (<-chan struct{}, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &in.wake
 	if w.sub == nil {
-		w.mu.Lock() // the callback of an earlier subscription may still run
-		w.woken, w.closed = make(chan struct{}), false
-		w.mu.Unlock()
-		sub, err := h.cfg.Conn.Subscribe(subject.InboxSubjects(agent), func(m *nats.Msg) {
-			if !subject.IsInboxMarker(m.Subject) {
-				w.wakeAll()
+		partitions := h.res.Config.PartitionCount()
+		sub, err := h.cfg.Conn.Subscribe(subject.InboxSubjects(key.agent), func(m *nats.Msg) {
+			if p, ok := subject.RequestPartition(m.Subject, partitions); ok {
+				w.wake(p)
 			}
 		})
 		if err != nil {
@@ -226,7 +226,7 @@ func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, err
 		w.sub = sub
 		var check func()
 		check = func() {
-			h.checkDozing(in, agent)
+			h.checkDozing(in, key.agent)
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if w.sub == sub { // the partitions woken may doze again meanwhile
@@ -239,10 +239,14 @@ func (h *Host) watchRequests(in *agentInbox, agent string) (<-chan struct{}, err
 		w.check = time.AfterFunc(min(dozeFirstCheck, h.dozeCheck), check)
 	}
 	w.mu.Lock()
-	if w.closed { // woken before: the partitions still waking keep the old channel
-		w.woken, w.closed = make(chan struct{}), false
+	if w.woken == nil {
+		w.woken = make(map[int]chan struct{})
 	}
-	woken := w.woken
+	woken := w.woken[key.n]
+	if woken == nil {
+		woken = make(chan struct{})
+		w.woken[key.n] = woken
+	}
 	w.mu.Unlock()
 	w.watchers++
 	return woken, nil
@@ -260,24 +264,34 @@ func (h *Host) unwatchRequests(in *agentInbox) {
 	}
 }
 
+// wake wakes partition p of the agent, if it dozes here or is about to.
+func (w *inboxWake) wake(p int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch := w.woken[p]; ch != nil {
+		close(ch)
+		delete(w.woken, p)
+	}
+}
+
 // wakeAll wakes the agent's dozing partitions.
 func (w *inboxWake) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.closed {
-		w.closed = true
-		close(w.woken)
+	for p, ch := range w.woken {
+		close(ch)
+		delete(w.woken, p)
 	}
 }
 
 // checkDozing looks at the consumers of the agent's partitions that doze here, with one request
-// for all of them, and wakes them when one holds a request or is gone.
+// for all of them, and wakes each whose consumer holds a request or is gone.
 func (h *Host) checkDozing(in *agentInbox, agent string) {
 	h.mu.Lock()
-	dozing := make(map[string]bool)
+	dozing := make(map[string]int) // partition by consumer
 	for key, part := range h.parts {
 		if key.agent == agent && part.dozing {
-			dozing[part.durable] = true
+			dozing[part.durable] = key.n
 		}
 	}
 	h.mu.Unlock()
@@ -287,20 +301,22 @@ func (h *Host) checkDozing(in *agentInbox, agent string) {
 	ctx, cancel := context.WithTimeout(h.bctx, 5*time.Second)
 	defer cancel()
 	list := in.stream.ListConsumers(ctx)
-	wake := false
 	for info := range list.Info() { // read to the end: the lister's goroutine waits for each read
-		if dozing[info.Name] {
+		if n, ok := dozing[info.Name]; ok {
 			delete(dozing, info.Name)
-			wake = wake || waiting(info)
+			if waiting(info) {
+				in.wake.wake(n)
+			}
 		}
 	}
 	if err := list.Err(); err != nil {
 		if ctx.Err() == nil {
 			h.log.Debug("reading a dozing agent's consumers", "agent", agent, "err", err)
 		}
-		wake = true // unknown
+		in.wake.wakeAll() // unknown
+		return
 	}
-	if wake || len(dozing) > 0 { // a consumer not listed is gone: pulling makes it again
-		in.wake.wakeAll()
+	for _, n := range dozing { // a consumer not listed is gone: pulling makes it again
+		in.wake.wake(n)
 	}
 }

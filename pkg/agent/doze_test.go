@@ -127,6 +127,38 @@ func TestIdlePartitionsDoze(t *testing.T) {
 	assert.NoError(t, h.Readiness(), "a host whose partitions doze is ready")
 }
 
+// A request wakes the partition it is for and no other: the agent's other partitions doze on.
+func TestRequestWakesItsPartitionOnly(t *testing.T) {
+	srv := natstest.Server(t, "")
+	h := dozeHost(t, srv, time.Second, nil)
+	nc := natstest.Conn(t, srv)
+	js := natstest.JetStream(t, srv)
+	dozing := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.inboxes["Hits"].wake.watchers
+	}
+	require.Eventually(t, func() bool { return dozing() == 4 }, 10*time.Second, 50*time.Millisecond, "the partitions did not doze")
+
+	const i = 3
+	p := subject.InboxPartition("acme", fmt.Sprintf("acme:Hits:Supervisor Workflow:i%d", i), 4)
+	select {
+	case <-hit(t, nc, i):
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the request was not answered")
+	}
+	assert.Equal(t, 3, dozing(), "the other partitions doze on")
+	pulls := pullsWaiting(t, js, 4)
+	for q, n := range pulls {
+		if q == p {
+			assert.Positive(t, n, "partition %d, which the request was for, pulls", q)
+		} else {
+			assert.Zero(t, n, "partition %d pulls", q)
+		}
+	}
+	require.Eventually(t, func() bool { return dozing() == 4 }, 10*time.Second, 50*time.Millisecond, "the woken partition dozes again")
+}
+
 // A request whose wake is lost (here: the subscription that wakes the partitions is gone) is
 // found by the dozing partition's look at its consumer.
 func TestDozingPartitionFindsUnannouncedRequest(t *testing.T) {

@@ -87,7 +87,7 @@ type HostConfig struct {
 	// a host that died come back after at most AckWait. Default 10s.
 	AckWait time.Duration
 	// IdleAfter is how long a partition goes without a request before the host stops pulling it
-	// until the next request of its agent is published: each pulled partition costs the bus
+	// until a request for it is published: each pulled partition costs the bus
 	// about three messages every 5 s (a pull request, a heartbeat, an expiry), for 16 partitions
 	// an agent. Such a request reaches its handler a NATS round trip or two later than a pulled
 	// one. Default 30s; negative: the host pulls every partition all the time.

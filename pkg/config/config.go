@@ -66,7 +66,7 @@ type Config struct {
 	// pulls from it (agent.HostConfig.ConsumerInactiveThreshold).
 	ConsumerInactiveThreshold time.Duration
 	// PartitionIdleAfter is how long a partition goes without a request before its host stops
-	// pulling it until the agent's next request; 0 never (agent.HostConfig.IdleAfter).
+	// pulling it until a request for it comes; 0 never (agent.HostConfig.IdleAfter).
 	PartitionIdleAfter time.Duration
 	MetricsAddr        string
 	PprofAddr          string
@@ -352,7 +352,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_RETRY_BACKOFF", "retry-backoff", "1s", "wait before the first retry of a failed request; it doubles with each attempt", duration(&c.RetryBackoff, "retry-backoff", "1s", time.Nanosecond)},
 		{"AGENTBUS_ACK_WAIT", "ack-wait", "10s", "workflow host: how long the bus waits for news of a request before giving it to another host (a host that died hands its requests over after this)", duration(&c.AckWait, "ack-wait", "10s", time.Second)},
 		{"AGENTBUS_CONSUMER_INACTIVE_THRESHOLD", "consumer-inactive-threshold", "1h", "workflow host: how long an agent's inbox consumers stay once no host pulls from them (an agent no host runs any more); its waiting requests stay, and its next host makes them again", duration(&c.ConsumerInactiveThreshold, "consumer-inactive-threshold", "1h", time.Minute)},
-		{"AGENTBUS_PARTITION_IDLE_AFTER", "partition-idle-after", "30s", "workflow host: how long an agent's inbox partition goes without a request before the host stops pulling it until the agent's next request; 0 means never", duration(&c.PartitionIdleAfter, "partition-idle-after", "30s", 0)},
+		{"AGENTBUS_PARTITION_IDLE_AFTER", "partition-idle-after", "30s", "workflow host: how long an agent's inbox partition goes without a request before the host stops pulling it until a request for it comes; 0 means never", duration(&c.PartitionIdleAfter, "partition-idle-after", "30s", 0)},
 		{"AGENTBUS_METRICS_ADDR", "metrics-addr", "", "serve /healthz, /readyz and /metrics on this address, and on the ingress and the standalone no longer /metrics on the HTTP address; empty means none", text(&c.MetricsAddr)},
 		{"AGENTBUS_PPROF_ADDR", "pprof-addr", "", "serve Go's profiling endpoints (/debug/pprof/) on this address; empty means none (keep it off public networks)", text(&c.PprofAddr)},
 		{"AGENTBUS_MEMORY_LIMIT", "memory-limit", "256MiB", "soft limit of the memory the Go runtime holds (the garbage collector collects more often near it, never more often than at GOGC 100): a byte count with B, KiB, MiB, GiB or TiB; 0 means none; GOMEMLIMIT, when set, wins", memoryLimit(&c.MemoryLimit)},

@@ -16,8 +16,8 @@ import (
 )
 
 // TestInboxPartitionMatchesTheServer publishes requests of many instances through a real inbox
-// stream and checks that InboxPartition names the partition the server's transform stored each
-// under, and that InstanceInbox and IsInstanceInbox take exactly the instance's subjects.
+// stream and checks that InboxPartition (and RequestPartition, from the subject published) names
+// the partition the server's transform stored each under, and that InstanceInbox and IsInstanceInbox take exactly the instance's subjects.
 func TestInboxPartitionMatchesTheServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -41,7 +41,8 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 				if i%5 == 0 {
 					wf = fmt.Sprintf("%s:a.b:日本 %d:>*", tenant, i)
 				}
-				ack, err := js.Publish(ctx, subject.Inbox("Echo", tenant, wf, "ada"), nil)
+				published := subject.Inbox("Echo", tenant, wf, "ada")
+				ack, err := js.Publish(ctx, published, nil)
 				require.NoError(t, err)
 				m, err := inbox.GetMsg(ctx, ack.Sequence)
 				require.NoError(t, err)
@@ -50,6 +51,9 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 				p := subject.InboxPartition(tenant, wf, partitions)
 				seen[p] = true
 				assert.Equal(t, fmt.Sprint(p), got.Partition, "tenant %q workflow %q, %d partitions", tenant, wf, partitions)
+				fromSubject, ok := subject.RequestPartition(published, partitions)
+				assert.True(t, ok, "%s", published)
+				assert.Equal(t, p, fromSubject, "the partition read from the published subject %s", published)
 				assert.True(t, subject.MatchesFilter(m.Subject, subject.InstanceInbox("Echo", p, tenant, wf)), "%s", m.Subject)
 				assert.True(t, subject.IsInstanceInbox(m.Subject, tenant, subject.Token(wf)), "%s", m.Subject)
 				assert.False(t, subject.IsInstanceInbox(m.Subject, tenant, subject.Token(wf+"x")), "%s", m.Subject)
@@ -61,6 +65,10 @@ func TestInboxPartitionMatchesTheServer(t *testing.T) {
 		}
 	}
 	assert.False(t, subject.IsInstanceInbox(subject.InboxMarker("Echo"), "t", "x"))
+	for _, other := range []string{subject.InboxMarker("Echo"), "agentbus.in.a.t.wf", "agentbus.in.a.t.wf.p.q", "agentbus.other.a.t.wf.p", "agentbus.in.a..wf.p"} {
+		_, ok := subject.RequestPartition(other, 16)
+		assert.False(t, ok, "%s is not a request's subject", other)
+	}
 	assert.False(t, subject.IsInstanceInbox("agentbus.in.a.1.t.wf", "t", "wf"))
 	assert.False(t, subject.IsInstanceInbox("agentbus.in.a.1.t.wf.p.q", "t", "wf"))
 }

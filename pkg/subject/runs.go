@@ -41,12 +41,39 @@ func InstanceThreads(tenant, workflowID string) string {
 // tokens written one after the other without separator (here the tenant token and the workflow
 // token), modulo n.
 func InboxPartition(tenant, workflowID string, partitions int) int {
+	return partitionOf(tenant, Token(workflowID), partitions)
+}
+
+// RequestPartition is the inbox partition of a request published on subj, an Inbox subject,
+// as InboxPartition names it; ok is false for any other subject (an inbox marker).
+func RequestPartition(subj string, partitions int) (p int, ok bool) {
+	rest, ok := strings.CutPrefix(subj, inboxPrefix+".")
+	if !ok {
+		return 0, false
+	}
+	_, rest, ok = strings.Cut(rest, ".") // the agent
+	if !ok {
+		return 0, false
+	}
+	tenant, rest, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	wf, participant, ok := strings.Cut(rest, ".")
+	if !ok || tenant == "" || wf == "" || participant == "" || strings.Contains(participant, ".") {
+		return 0, false
+	}
+	return partitionOf(tenant, wf, partitions), true
+}
+
+// partitionOf is partition(n, 1, 2) of the tenant token and the workflow token.
+func partitionOf(tenant, workflowToken string, partitions int) int {
 	if partitions <= 0 {
 		return 0
 	}
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(tenant))
-	_, _ = h.Write([]byte(Token(workflowID)))
+	_, _ = h.Write([]byte(workflowToken))
 	return int(h.Sum32() % uint32(partitions))
 }
 
