@@ -81,11 +81,12 @@ func TestBenchTenants(t *testing.T) {
 }
 
 // TestBenchRemoteAgents: -remote-agents registers that many idle remote agents and waits until
-// their consumers are on the inbox beside Echo's (the phase fails to start otherwise); the load
-// then succeeds.
+// their consumers are on the inbox beside Echo's (the phase fails to start otherwise); the idle
+// measurement, with a call now and then, and the load then succeed.
 func TestBenchRemoteAgents(t *testing.T) {
 	o := options{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Clients: 4, Instances: 6,
-		Partitions: 2, RemoteAgents: 3, Body: []byte(`{"ping":1}`), Target: targetWebhook}
+		Partitions: 2, RemoteAgents: 3, Body: []byte(`{"ping":1}`), Target: targetWebhook,
+		Idle: 300 * time.Millisecond, IdleSettle: 100 * time.Millisecond, IdleEvery: 50 * time.Millisecond}
 	require.NoError(t, o.validate())
 	client := newClient(o.Clients)
 	defer client.CloseIdleConnections()

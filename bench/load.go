@@ -66,7 +66,10 @@ type options struct {
 	// IdleSettle is how long the stack settles before the idle measurement: idle partitions
 	// doze after agent.HostConfig.IdleAfter (30 s) to twice that.
 	IdleSettle time.Duration
-	Body       []byte
+	// IdleEvery, when positive, has the idle stack answer one webhook call every IdleEvery
+	// (the instances in turn) from the start of IdleSettle: an agent called now and then.
+	IdleEvery time.Duration
+	Body      []byte
 	// Target is the endpoint the load goes to: targetWebhook, targetSend, targetSendWait or
 	// targetConverse.
 	Target string
@@ -175,7 +178,7 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 		return result{Phase: phase}, err
 	}
 	if o.Idle > 0 && phase == phaseAgentbus {
-		measureIdle(ctx, o, ep)
+		measureIdle(ctx, o, client, ep)
 	}
 	primed := time.Now()
 	if err := prime(ctx, client, ep, o.Clients); err != nil {
@@ -201,8 +204,30 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 
 // measureIdle prints the CPU this process (the in-process stack and nothing else) takes a
 // second over o.Idle, after o.IdleSettle, the messages its NATS server handles a second, and
-// its goroutines at the end.
-func measureIdle(ctx context.Context, o options, ep endpoint) {
+// its goroutines at the end; with o.IdleEvery, while it calls the stack that often.
+func measureIdle(ctx context.Context, o options, client *http.Client, ep endpoint) {
+	calls := ""
+	if o.IdleEvery > 0 {
+		calls = fmt.Sprintf(", a call every %v", o.IdleEvery)
+		cctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		defer stop()
+		wg.Go(func() {
+			t := time.NewTicker(o.IdleEvery)
+			defer t.Stop()
+			for i := 0; ; i++ {
+				if _, err := post(cctx, client, ep, ep.reqs[i%len(ep.reqs)]); err != nil && cctx.Err() == nil {
+					fmt.Fprintf(os.Stderr, "  idle call: %v\n", err)
+				}
+				select {
+				case <-cctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
 	if !sleepUntil(ctx, time.Now().Add(o.IdleSettle)) {
 		return
 	}
@@ -220,8 +245,8 @@ func measureIdle(ctx context.Context, o options, ep endpoint) {
 		in, out := ep.msgs()
 		msgs = fmt.Sprintf(", NATS messages %.0f in and %.0f out a second", float64(in-in0)/took.Seconds(), float64(out-out0)/took.Seconds())
 	}
-	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents: %.1f ms of CPU a second over %v%s, %d goroutines\n",
-		o.RemoteAgents, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs, runtime.NumGoroutine())
+	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents%s: %.1f ms of CPU a second over %v%s, %d goroutines\n",
+		o.RemoteAgents, calls, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs, runtime.NumGoroutine())
 }
 
 // prime sends each of ep's requests once, clients at a time, before the warm-up: the first
