@@ -66,6 +66,9 @@ type options struct {
 	// IdleSettle is how long the stack settles before the idle measurement: idle partitions
 	// doze after agent.HostConfig.IdleAfter (30 s) to twice that.
 	IdleSettle time.Duration
+	// PartitionIdleAfter is the in-process host's agent.HostConfig.IdleAfter: 0 its default,
+	// negative never.
+	PartitionIdleAfter time.Duration
 	// IdleEvery, when positive, has the idle stack answer one webhook call every IdleEvery
 	// (the instances in turn) from the start of IdleSettle: an agent called now and then.
 	IdleEvery time.Duration

@@ -165,6 +165,7 @@ func main() {
 	flag.IntVar(&o.RemoteAgents, "remote-agents", 0, "agentbus phase: register `N` idle remote agents before the load, each with its inbox, consumers and host (docs/performance.md#idle-agents)")
 	flag.DurationVar(&o.Idle, "idle", 0, "agentbus phase: before the load, print the CPU the stack takes a second while idle for `D` (with -remote-agents: what idle agents cost)")
 	flag.DurationVar(&o.IdleSettle, "idle-settle", 3*time.Second, "with -idle: wait `D` before measuring (idle partitions doze after 30 to 60 s)")
+	flag.DurationVar(&o.PartitionIdleAfter, "partition-idle-after", 0, "agentbus phase: how long an inbox partition goes without a request before the host stops pulling it (agent.HostConfig.IdleAfter); 0 the default (30s), negative never")
 	flag.DurationVar(&o.IdleEvery, "idle-every", 0, "with -idle: make one webhook call every `D` while idle (an agent called now and then), from the start of -idle-settle")
 	flag.IntVar(&o.Tenants, "tenants", 1, "spread the instances over `N` tenants, bench-0 to bench-{N-1}, each with a key of its own (webhook target, bare, pipeline and agentbus phases)")
 	body := flag.String("body", `{"ping":1}`, "request body")

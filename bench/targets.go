@@ -183,6 +183,7 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 		HTTPAddr: "127.0.0.1:0",
 		Agents:   []*agent.Agent{echo.New()},
 		Bus:      bus.Config{Partitions: o.Partitions},
+		Host:     agent.HostConfig{IdleAfter: o.PartitionIdleAfter},
 		Ingress: ingress.Config{
 			RateLimit:       ingress.Rate{PerSecond: o.RateLimit},
 			TenantRateLimit: ingress.Rate{PerSecond: o.RateLimit},
