@@ -238,10 +238,12 @@ type Directory struct {
 	agentsWatched atomic.Uint64
 
 	changed chan struct{} // signalled when a heartbeat arrives or leaves
-	// subs are the channels of Subscribe, signalled with changed, each with the agents whose
-	// hosts it is told of (nil: every host).
-	subsMu sync.Mutex
-	subs   map[chan struct{}]map[string]bool
+	// subs are the channels of Subscribe, signalled with changed: those told of every host, and
+	// by agent those told of the hosts of the agent. A heartbeat signals the channels of its
+	// host's agents, not every channel of the process's hosts.
+	subsMu    sync.Mutex
+	subsAll   map[chan struct{}]struct{}
+	subsAgent map[string]map[chan struct{}]struct{}
 	// lastBeat is the local time the newest heartbeat of any host arrived.
 	lastBeat time.Time
 	// resumedAt is when heartbeats arrived again after none of any host had for stallGap, and
@@ -768,27 +770,34 @@ func (d *Directory) signalFor(was, now []string) {
 	case d.changed <- struct{}{}:
 	default:
 	}
-	all := was == nil && now == nil
 	d.subsMu.Lock()
 	defer d.subsMu.Unlock()
-	for ch, agents := range d.subs {
-		if all || agents == nil || anyIn(agents, was) || anyIn(agents, now) {
-			select {
-			case ch <- struct{}{}:
-			default:
+	for ch := range d.subsAll {
+		wake(ch)
+	}
+	if was == nil && now == nil {
+		for _, chans := range d.subsAgent {
+			for ch := range chans {
+				wake(ch)
+			}
+		}
+		return
+	}
+	for _, names := range [2][]string{was, now} {
+		for _, a := range names {
+			for ch := range d.subsAgent[a] {
+				wake(ch)
 			}
 		}
 	}
 }
 
-// anyIn reports whether set holds one of names.
-func anyIn(set map[string]bool, names []string) bool {
-	for _, n := range names {
-		if set[n] {
-			return true
-		}
+// wake signals ch without waiting: one value stands for many changes.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
-	return false
 }
 
 // Subscribe returns a channel of its own that receives what Changed does, for one of several
@@ -797,23 +806,33 @@ func anyIn(set map[string]bool, names []string) bool {
 // anew: a host hears of its agents' hosts, not of each heartbeat of every other agent's.
 func (d *Directory) Subscribe(agents ...string) (changed <-chan struct{}, cancel func()) {
 	ch := make(chan struct{}, 1)
-	var set map[string]bool
-	if len(agents) > 0 {
-		set = make(map[string]bool, len(agents))
-		for _, a := range agents {
-			set[a] = true
-		}
-	}
+	agents = slices.Clone(agents)
 	d.subsMu.Lock()
-	if d.subs == nil {
-		d.subs = make(map[chan struct{}]map[string]bool)
+	defer d.subsMu.Unlock()
+	if len(agents) == 0 {
+		if d.subsAll == nil {
+			d.subsAll = make(map[chan struct{}]struct{})
+		}
+		d.subsAll[ch] = struct{}{}
 	}
-	d.subs[ch] = set
-	d.subsMu.Unlock()
+	if d.subsAgent == nil {
+		d.subsAgent = make(map[string]map[chan struct{}]struct{})
+	}
+	for _, a := range agents {
+		if d.subsAgent[a] == nil {
+			d.subsAgent[a] = make(map[chan struct{}]struct{})
+		}
+		d.subsAgent[a][ch] = struct{}{}
+	}
 	return ch, func() {
 		d.subsMu.Lock()
-		delete(d.subs, ch)
-		d.subsMu.Unlock()
+		defer d.subsMu.Unlock()
+		delete(d.subsAll, ch)
+		for _, a := range agents {
+			if delete(d.subsAgent[a], ch); len(d.subsAgent[a]) == 0 {
+				delete(d.subsAgent, a)
+			}
+		}
 	}
 }
 
