@@ -18,3 +18,10 @@ func PendingTenants(m *Meter) int {
 	defer m.mu.Unlock()
 	return len(m.tenants)
 }
+
+// Resting reports whether m's Run has stopped its ticker, nothing being left to publish.
+func Resting(m *Meter) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.resting
+}

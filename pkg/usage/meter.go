@@ -67,6 +67,10 @@ type Meter struct {
 	// EarlyFlushBytes, kick asks Run to flush now.
 	unflushed int64
 	kick      chan struct{}
+	// resting is set while Run's ticker is stopped, nothing being left to publish; the next
+	// count sets it back and sends on wake, which starts the ticker again.
+	resting bool
+	wake    chan struct{}
 }
 
 // ackedIncrement is an increment of a counter that the stream stored at seq.
@@ -106,7 +110,8 @@ func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage), kick: make(chan struct{}, 1)}, nil
+	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage),
+		kick: make(chan struct{}, 1), wake: make(chan struct{}, 1)}, nil
 }
 
 // Add counts bytes of kind k that tenant stored now; negative bytes were removed.
@@ -124,6 +129,7 @@ func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
 	m.count(c, bytes)
 	m.unflushed += max(bytes, -bytes)
 	early := m.unflushed >= EarlyFlushBytes
+	m.wakeLocked()
 	m.mu.Unlock()
 	if early {
 		select {
@@ -147,6 +153,7 @@ func (m *Meter) AddInstance(tenant string) {
 	m.mu.Lock()
 	m.pending[c]++
 	m.count(c, 1)
+	m.wakeLocked()
 	m.mu.Unlock()
 }
 
@@ -228,9 +235,30 @@ func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
 	m.unseen = append(m.unseen, ackedIncrement{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
 }
 
+// wakeLocked has Run's ticker started again if it rests: something was counted. m.mu is held.
+func (m *Meter) wakeLocked() {
+	if m.resting {
+		m.resting = false
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// rest reports whether nothing is left to publish, and if so has Run's ticker rest until the
+// next count (wakeLocked).
+func (m *Meter) rest() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.resting = len(m.pending) == 0 && len(m.unacknowledged) == 0
+	return m.resting
+}
+
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
 // until ctx ends. What is counted after the last of these is published by a Flush of the
-// caller's, with the time it has left.
+// caller's, with the time it has left. While nothing is left to publish its ticker rests: an
+// idle host's meter does not wake every second.
 func (m *Meter) Run(ctx context.Context) {
 	t := time.NewTicker(FlushInterval)
 	defer t.Stop()
@@ -240,6 +268,13 @@ func (m *Meter) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-m.kick:
+		case <-m.wake: // counted after a rest: publish a FlushInterval from now
+			t.Reset(FlushInterval)
+			continue
+		}
+		if m.rest() {
+			t.Stop()
+			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		if err := m.Flush(fctx); err != nil && ctx.Err() == nil {

@@ -58,6 +58,28 @@ func bytes(history, files, payloads, instances int64) usage.Usage {
 	return usage.Usage{Bytes: [3]int64{history, files, payloads}, Instances: instances}
 }
 
+// TestRunRestsWhileNothingIsCounted: Run publishes what is counted within about a
+// FlushInterval, then stops ticking while nothing is counted, and the next count starts it again.
+func TestRunRestsWhileNothingIsCounted(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	r := watch(t, res)
+	m := meter(t, res)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	m.Add("acme", usage.History, 10)
+	usageOf(t, r, "acme", bytes(10, 0, 0, 0))
+	require.Eventually(t, func() bool { return usage.Resting(m) }, 5*usage.FlushInterval, 10*time.Millisecond,
+		"the ticker rests once everything is published")
+	m.AddInstance("acme")
+	assert.False(t, usage.Resting(m), "a count wakes it")
+	usageOf(t, r, "acme", bytes(10, 0, 0, 1))
+	m.Add("acme", usage.Files, 5)
+	usageOf(t, r, "acme", bytes(10, 5, 0, 1))
+}
+
 // TestMetersAddUpInEveryReader: what two meters count for two tenants is added up in the
 // counters, which a reader started before and one started after both see; a tenant's figures
 // are its own, and what a meter has not published yet it reports as pending.
