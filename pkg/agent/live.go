@@ -50,10 +50,15 @@ type liveSet struct {
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
+	// resting is set while run's ticker is stopped, the set being empty; the next instance
+	// acquired sets it back and sends on wake, which starts the ticker again.
+	resting bool
+	wake    chan struct{}
 }
 
 func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
-	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep, m: make(map[liveKey]*liveInstance)}
+	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep,
+		m: make(map[liveKey]*liveInstance), wake: make(chan struct{}, 1)}
 }
 
 // stale makes every copy in memory read its record anew before its next request: called when
@@ -73,6 +78,13 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 		s.m[k] = l
 		if s.count != nil {
 			s.count.Inc()
+		}
+		if s.resting {
+			s.resting = false
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	l.users++
@@ -169,7 +181,8 @@ const flushConcurrency = 32
 // sweepEvery is how often the host sweeps its idle instances out of memory.
 const sweepEvery = liveIdle / 2
 
-// run sweeps until ctx ends.
+// run sweeps until ctx ends. While the set is empty its ticker rests: an idle host's sweep does
+// not wake every second.
 func (s *liveSet) run(ctx context.Context) {
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
@@ -177,10 +190,24 @@ func (s *liveSet) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.wake: // an instance after a rest
+			t.Reset(sweepEvery)
 		case <-t.C:
 			s.sweep(ctx, false)
+			if s.rest() {
+				t.Stop()
+			}
 		}
 	}
+}
+
+// rest reports whether the set is empty, and if so has run's ticker rest until an instance is
+// acquired.
+func (s *liveSet) rest() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resting = len(s.m) == 0
+	return s.resting
 }
 
 // size returns how many instances are held in memory.

@@ -97,3 +97,28 @@ func TestLiveSetKeepsWithinBudget(t *testing.T) {
 		}
 	}
 }
+
+// An empty set's sweep rests: the ticker stops, an instance acquired starts it again, and the
+// instance is swept out once idle, after which it rests again.
+func TestLiveSetRestsWhileEmpty(t *testing.T) {
+	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	s.mu.Lock()
+	s.keep = 10 * time.Millisecond
+	s.mu.Unlock()
+	resting := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.resting
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	require.Eventually(t, resting, 3*sweepEvery, 10*time.Millisecond, "an empty set's sweep rests")
+	l := s.acquire("default", "default:Echo:Supervisor Workflow:r")
+	assert.False(t, resting(), "an instance wakes it")
+	s.release(l)
+	require.Eventually(t, func() bool { return s.size() == 0 && resting() }, 5*sweepEvery, 10*time.Millisecond,
+		"the idle instance is swept out, and the sweep rests again")
+}
