@@ -56,3 +56,6 @@ func SetScanIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 	scanIdle = d
 	t.Cleanup(func() { scanIdle = old })
 }
+
+// Resting reports whether the keeper's ticker rests.
+func (k *InboxKeeper) Resting() bool { return k.resting.Load() }

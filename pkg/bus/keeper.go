@@ -42,6 +42,9 @@ type InboxKeeper struct {
 	acks   atomic.Uint64
 	wake   chan struct{}
 	placed atomic.Uint64 // markers placed, for tests
+	// resting is set while Run's ticker is stopped, no request having been acknowledged since
+	// its last marker; the next acknowledgement sets it back and wakes Run.
+	resting atomic.Bool
 }
 
 // NewInboxKeeper returns a keeper of agent's inbox stream; call Run to start it.
@@ -51,7 +54,7 @@ func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream, agent string
 
 // Acked notes that a request was acknowledged.
 func (k *InboxKeeper) Acked() {
-	if k.acks.Add(1)%MarkerEvery == 0 {
+	if k.acks.Add(1)%MarkerEvery == 0 || (k.resting.Load() && k.resting.CompareAndSwap(true, false)) {
 		select {
 		case k.wake <- struct{}{}:
 		default:
@@ -60,7 +63,8 @@ func (k *InboxKeeper) Acked() {
 }
 
 // Run places a first marker, then a new one whenever requests were acknowledged (see
-// InboxKeeper), until ctx ends; then it deletes its last. A marker that cannot be placed or
+// InboxKeeper), until ctx ends; then it deletes its last. While no request is acknowledged its
+// ticker rests: an idle agent's keeper does not wake every second. A marker that cannot be placed or
 // deleted is tried again later or left to the inbox's maximum age: markers only save work, and
 // requests flow without them.
 func (k *InboxKeeper) Run(ctx context.Context) {
@@ -74,6 +78,7 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 	}()
 	tick := time.NewTicker(MarkerInterval)
 	defer tick.Stop()
+	ticking := true
 	at := k.acks.Load() - 1 // a first marker at once
 	for {
 		if n := k.acks.Load(); n != at {
@@ -92,7 +97,24 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			if k.acks.Load() != at {
+				continue
+			}
+			// Nothing acknowledged since the last marker: rest until something is. An
+			// acknowledgement between the look above and the flag finds the flag unset; the
+			// look after it sees that one.
+			tick.Stop()
+			ticking = false
+			k.resting.Store(true)
+			if k.acks.Load() != at && k.resting.CompareAndSwap(true, false) {
+				tick.Reset(MarkerInterval)
+				ticking = true
+			}
 		case <-k.wake:
+			if !ticking {
+				tick.Reset(MarkerInterval)
+				ticking = true
+			}
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 // TestInboxKeeper: requests handled one at a time empty the inbox after each. Without a marker
 // the NATS file store replaces its block file at every emptying; with the keeper's marker it
 // keeps writing the same file. The marker is never delivered, each new one replaces the last, an
-// idle keeper places no more, and a stopped one leaves none.
+// idle keeper places no more and its ticker rests until the next acknowledgement, and a stopped
+// one leaves none.
 func TestInboxKeeper(t *testing.T) {
 	dir := t.TempDir()
 	srv := natstest.Server(t, dir)
@@ -89,6 +90,12 @@ func TestInboxKeeper(t *testing.T) {
 	require.Eventually(t, func() bool { return markers() == 1 }, 5*time.Second, 5*time.Millisecond, "the new marker replaced the last")
 	time.Sleep(bus.MarkerInterval + bus.MarkerInterval/2)
 	assert.Equal(t, uint64(2), keeper.Placed(), "an idle keeper places no marker")
+	require.Eventually(t, keeper.Resting, 3*bus.MarkerInterval, 5*time.Millisecond, "an idle keeper's ticker rests")
+	handle(1)
+	require.Eventually(t, func() bool { return keeper.Placed() == 3 }, 3*bus.MarkerInterval, 5*time.Millisecond,
+		"an acknowledgement wakes a resting keeper")
+	assert.False(t, keeper.Resting())
+	require.Eventually(t, func() bool { return markers() == 1 }, 5*time.Second, 5*time.Millisecond)
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, info.NumPending+uint64(info.NumAckPending), "markers are nobody's work")
