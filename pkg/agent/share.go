@@ -15,8 +15,9 @@ import (
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits) and a follower
 // of the load reports and slot grants (HostConfig.Caps), for every host of the process made from
 // hc to share: each watch of the hosts bucket reads every heartbeat of every host, each cache
-// holds every tenant's record, and each subscription receives every host's load report. closeAll closes what it made; call it
-// once those hosts stopped. It is never nil: on an error, what could be made is in hc all the same.
+// holds every tenant's record, and each subscription receives every host's load report.
+// closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
+// what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
 	var errs []error
 	var toClose []func() error

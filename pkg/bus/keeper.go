@@ -64,9 +64,9 @@ func (k *InboxKeeper) Acked() {
 
 // Run places a first marker, then a new one whenever requests were acknowledged (see
 // InboxKeeper), until ctx ends; then it deletes its last. While no request is acknowledged its
-// ticker rests: an idle agent's keeper does not wake every second. A marker that cannot be placed or
-// deleted is tried again later or left to the inbox's maximum age: markers only save work, and
-// requests flow without them.
+// ticker rests: an idle agent's keeper does not wake every second. A marker that cannot be
+// placed or deleted is tried again later or left to the inbox's maximum age: markers only save
+// work, and requests flow without them.
 func (k *InboxKeeper) Run(ctx context.Context) {
 	var last uint64 // sequence of this keeper's newest marker; 0 for none
 	defer func() {

@@ -72,9 +72,8 @@ type Stack struct {
 	httpDone chan error
 	// shared holds the directory of agents and hosts, the cache of the tenants' limits and the
 	// follower of the load reports and slot grants that the host Start began and the remote
-	// agents' hosts share, as the hosts of a workflow host
-	// process do (agent.ShareWatches); the ingress reads the directory too. closeShared closes
-	// them.
+	// agents' hosts share, as the hosts of a workflow host process do (agent.ShareWatches); the
+	// ingress reads the directory too. closeShared closes them.
 	shared      agent.HostConfig
 	closeShared func() error
 	stopHost    func() error
