@@ -160,6 +160,7 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
 	h.held[d.key()] = d
+	h.keepTick.Wake()
 	part.holding++
 	h.wakeLoadLocked()
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
@@ -437,19 +438,33 @@ func (h *Host) resolve() {
 	}
 }
 
+// keepAliveEvery is how often keepAlive looks for requests due for progress, given the ack wait:
+// twice in each third of it.
+func keepAliveEvery(ackWait time.Duration) time.Duration {
+	return max(ackWait/6, 10*time.Millisecond)
+}
+
 // keepAlive tells the bus, every third of the ack wait, that each request the host holds is
 // being worked on, so that neither a long handler nor a long queue makes the bus give the
-// request to another host. One loop serves every held request.
+// request to another host. One loop serves every held request. While the host holds none its
+// ticker rests, and the next request held wakes it: that request's first progress is due a
+// third of the ack wait after it was held, more than a tick after the wake.
 func (h *Host) keepAlive(ctx context.Context) {
 	every := h.cfg.AckWait / 3
-	t := time.NewTicker(max(every/2, 10*time.Millisecond))
+	t := h.keepTick
 	defer t.Stop()
 	var due []jetstream.Msg
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.Woken():
+			t.Resume()
+			continue
 		case <-t.C:
+		}
+		if t.Rest(h.holdsNone) {
+			continue
 		}
 		if !h.leaseHeld() {
 			continue // another host may hold the requests now
@@ -468,4 +483,11 @@ func (h *Host) keepAlive(ctx context.Context) {
 			_ = m.InProgress()
 		}
 	}
+}
+
+// holdsNone reports whether the host holds no request.
+func (h *Host) holdsNone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.held) == 0
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/history"
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/problem"
@@ -316,6 +317,8 @@ type Host struct {
 	// kick asks Run to divide the partitions again now: a partition began to be consumed, and
 	// a stale pin on it may be removed (unpinStale).
 	kick chan struct{}
+	// keepTick is keepAlive's: it rests while nothing is held, and the next request held wakes it.
+	keepTick *idle.Ticker
 
 	// epoch is when the host was made; leaseEnd is when its lease ends, as a duration since
 	// epoch (monotonic), 0 before the first heartbeat (lease.go).
@@ -340,7 +343,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		parts: make(map[partKey]*partition), placed: make(map[string]*division), convs: make(map[string]*conversation),
 		held: make(map[heldKey]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
-		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1),
+		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1), keepTick: idle.NewTicker(keepAliveEvery(cfg.AckWait)),
 	}
 	if cfg.Caps != nil {
 		h.board = cfg.Caps.board

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
 
@@ -50,15 +51,13 @@ type liveSet struct {
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
-	// resting is set while run's ticker is stopped, the set being empty; the next instance
-	// acquired sets it back and sends on wake, which starts the ticker again.
-	resting bool
-	wake    chan struct{}
+	// tick is run's: it rests while the set is empty, and the next instance acquired wakes it.
+	tick *idle.Ticker
 }
 
 func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
 	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep,
-		m: make(map[liveKey]*liveInstance), wake: make(chan struct{}, 1)}
+		m: make(map[liveKey]*liveInstance), tick: idle.NewTicker(sweepEvery)}
 }
 
 // stale makes every copy in memory read its record anew before its next request: called when
@@ -79,13 +78,7 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 		if s.count != nil {
 			s.count.Inc()
 		}
-		if s.resting {
-			s.resting = false
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
+		s.tick.Wake()
 	}
 	l.users++
 	return l
@@ -184,31 +177,23 @@ const sweepEvery = liveIdle / 2
 // run sweeps until ctx ends. While the set is empty its ticker rests: an idle host's sweep does
 // not wake every second.
 func (s *liveSet) run(ctx context.Context) {
-	t := time.NewTicker(sweepEvery)
+	t := s.tick
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.wake: // an instance after a rest
-			t.Reset(sweepEvery)
+		case <-t.Woken(): // an instance after a rest
+			t.Resume()
 		case <-t.C:
 			s.sweep(ctx, false)
-			if s.rest() {
-				t.Stop()
-			}
+			t.Rest(s.empty)
 		}
 	}
 }
 
-// rest reports whether the set is empty, and if so has run's ticker rest until an instance is
-// acquired.
-func (s *liveSet) rest() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.resting = len(s.m) == 0
-	return s.resting
-}
+// empty reports whether the set holds no instance.
+func (s *liveSet) empty() bool { return s.size() == 0 }
 
 // size returns how many instances are held in memory.
 func (s *liveSet) size() int {

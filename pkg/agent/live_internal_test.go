@@ -105,11 +105,7 @@ func TestLiveSetRestsWhileEmpty(t *testing.T) {
 	s.mu.Lock()
 	s.keep = 10 * time.Millisecond
 	s.mu.Unlock()
-	resting := func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.resting
-	}
+	resting := s.tick.Resting
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.run(ctx) }()

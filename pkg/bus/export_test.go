@@ -58,4 +58,4 @@ func SetScanIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 }
 
 // Resting reports whether the keeper's ticker rests.
-func (k *InboxKeeper) Resting() bool { return k.resting.Load() }
+func (k *InboxKeeper) Resting() bool { return k.tick.Resting() }

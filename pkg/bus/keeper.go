@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -40,26 +41,28 @@ type InboxKeeper struct {
 	inbox  jetstream.Stream
 	marker string // the subject of the inbox's markers
 	acks   atomic.Uint64
-	wake   chan struct{}
+	early  chan struct{} // MarkerEvery acknowledgements since the last marker
 	placed atomic.Uint64 // markers placed, for tests
-	// resting is set while Run's ticker is stopped, no request having been acknowledged since
-	// its last marker; the next acknowledgement sets it back and wakes Run.
-	resting atomic.Bool
+	// tick is Run's: it rests while no request is acknowledged, and the next acknowledgement
+	// wakes it.
+	tick *idle.Ticker
 }
 
 // NewInboxKeeper returns a keeper of agent's inbox stream; call Run to start it.
 func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream, agent string) *InboxKeeper {
-	return &InboxKeeper{js: js, inbox: inbox, marker: subject.InboxMarker(agent), wake: make(chan struct{}, 1)}
+	return &InboxKeeper{js: js, inbox: inbox, marker: subject.InboxMarker(agent),
+		early: make(chan struct{}, 1), tick: idle.NewTicker(MarkerInterval)}
 }
 
 // Acked notes that a request was acknowledged.
 func (k *InboxKeeper) Acked() {
-	if k.acks.Add(1)%MarkerEvery == 0 || (k.resting.Load() && k.resting.CompareAndSwap(true, false)) {
+	if k.acks.Add(1)%MarkerEvery == 0 {
 		select {
-		case k.wake <- struct{}{}:
+		case k.early <- struct{}{}:
 		default:
 		}
 	}
+	k.tick.Wake()
 }
 
 // Run places a first marker, then a new one whenever requests were acknowledged (see
@@ -76,9 +79,8 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 			k.remove(dctx, last)
 		}
 	}()
-	tick := time.NewTicker(MarkerInterval)
+	tick := k.tick
 	defer tick.Stop()
-	ticking := true
 	at := k.acks.Load() - 1 // a first marker at once
 	for {
 		if n := k.acks.Load(); n != at {
@@ -97,24 +99,11 @@ func (k *InboxKeeper) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if k.acks.Load() != at {
-				continue
-			}
-			// Nothing acknowledged since the last marker: rest until something is. An
-			// acknowledgement between the look above and the flag finds the flag unset; the
-			// look after it sees that one.
-			tick.Stop()
-			ticking = false
-			k.resting.Store(true)
-			if k.acks.Load() != at && k.resting.CompareAndSwap(true, false) {
-				tick.Reset(MarkerInterval)
-				ticking = true
-			}
-		case <-k.wake:
-			if !ticking {
-				tick.Reset(MarkerInterval)
-				ticking = true
-			}
+			// Nothing acknowledged since the last marker: rest until something is.
+			tick.Rest(func() bool { return k.acks.Load() == at })
+		case <-tick.Woken():
+			tick.Resume()
+		case <-k.early:
 		}
 	}
 }

@@ -20,8 +20,4 @@ func PendingTenants(m *Meter) int {
 }
 
 // Resting reports whether m's Run has stopped its ticker, nothing being left to publish.
-func Resting(m *Meter) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.resting
-}
+func Resting(m *Meter) bool { return m.tick.Resting() }

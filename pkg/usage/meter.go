@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -67,10 +68,8 @@ type Meter struct {
 	// EarlyFlushBytes, kick asks Run to flush now.
 	unflushed int64
 	kick      chan struct{}
-	// resting is set while Run's ticker is stopped, nothing being left to publish; the next
-	// count sets it back and sends on wake, which starts the ticker again.
-	resting bool
-	wake    chan struct{}
+	// tick is Run's: it rests while nothing is left to publish, and the next count wakes it.
+	tick *idle.Ticker
 }
 
 // ackedIncrement is an increment of a counter that the stream stored at seq.
@@ -111,7 +110,7 @@ func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage),
-		kick: make(chan struct{}, 1), wake: make(chan struct{}, 1)}, nil
+		kick: make(chan struct{}, 1), tick: idle.NewTicker(FlushInterval)}, nil
 }
 
 // Add counts bytes of kind k that tenant stored now; negative bytes were removed.
@@ -129,8 +128,8 @@ func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
 	m.count(c, bytes)
 	m.unflushed += max(bytes, -bytes)
 	early := m.unflushed >= EarlyFlushBytes
-	m.wakeLocked()
 	m.mu.Unlock()
+	m.tick.Wake()
 	if early {
 		select {
 		case m.kick <- struct{}{}:
@@ -153,8 +152,8 @@ func (m *Meter) AddInstance(tenant string) {
 	m.mu.Lock()
 	m.pending[c]++
 	m.count(c, 1)
-	m.wakeLocked()
 	m.mu.Unlock()
+	m.tick.Wake()
 }
 
 // count adds n of counter c to its tenant's counts in tenants, and drops the tenant's entry
@@ -235,24 +234,11 @@ func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
 	m.unseen = append(m.unseen, ackedIncrement{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
 }
 
-// wakeLocked has Run's ticker started again if it rests: something was counted. m.mu is held.
-func (m *Meter) wakeLocked() {
-	if m.resting {
-		m.resting = false
-		select {
-		case m.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// rest reports whether nothing is left to publish, and if so has Run's ticker rest until the
-// next count (wakeLocked).
-func (m *Meter) rest() bool {
+// idle reports whether nothing is left to publish.
+func (m *Meter) idle() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.resting = len(m.pending) == 0 && len(m.unacknowledged) == 0
-	return m.resting
+	return len(m.pending) == 0 && len(m.unacknowledged) == 0
 }
 
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
@@ -260,7 +246,7 @@ func (m *Meter) rest() bool {
 // caller's, with the time it has left. While nothing is left to publish its ticker rests: an
 // idle host's meter does not wake every second.
 func (m *Meter) Run(ctx context.Context) {
-	t := time.NewTicker(FlushInterval)
+	t := m.tick
 	defer t.Stop()
 	for {
 		select {
@@ -268,12 +254,11 @@ func (m *Meter) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-m.kick:
-		case <-m.wake: // counted after a rest: publish a FlushInterval from now
-			t.Reset(FlushInterval)
+		case <-t.Woken(): // counted after a rest: publish a FlushInterval from now
+			t.Resume()
 			continue
 		}
-		if m.rest() {
-			t.Stop()
+		if t.Rest(m.idle) {
 			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
