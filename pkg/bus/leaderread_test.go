@@ -148,12 +148,16 @@ func TestBucketsReadNothingStaleFromACutOffReplica(t *testing.T) {
 func leadElsewhere(ctx context.Context, t *testing.T, js jetstream.JetStream, stream, avoid string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cluster := streamCluster(ctx, c, js, stream)
+		// Each look has a second or two: a step-down request that reaches a replica which is
+		// not (or no longer) the leader goes unanswered, and must not hold up the next look.
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		cluster := streamCluster(pctx, c, js, stream)
 		if cluster == nil {
 			return
 		}
 		if cluster.Leader == avoid {
-			_, err := js.Conn().RequestWithContext(ctx, subject.StreamStepdownAPI(stream), nil)
+			_, err := js.Conn().RequestWithContext(pctx, subject.StreamStepdownAPI(stream), nil)
 			assert.NoError(c, err)
 		}
 		assert.NotEqual(c, avoid, cluster.Leader)
