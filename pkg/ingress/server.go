@@ -2,9 +2,11 @@
 // publishes requests to the inbox and, for synchronous endpoints, waits for the workflow host's
 // reply and answers with it.
 //
-// It keeps no state of its own beyond caches fed by NATS watches and a rolling window of the
-// calls it answered (stats.go), which its stats routes gather from every instance over NATS, so
-// any number of ingress instances can run side by side. services/ingress and
+// It keeps no state that another instance needs: caches fed by NATS watches, a rolling window of
+// the calls it answered (stats.go, which its stats routes gather from every instance over NATS),
+// and what limits the calls it serves (rate buckets with their shares of the rates, waiting
+// callers and listeners, the bodies it holds). So any number of ingress instances can run side
+// by side. services/ingress and
 // services/standalone serve its Handler.
 package ingress
 

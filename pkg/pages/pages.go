@@ -7,7 +7,8 @@
 //     trying agents out, not an end-user chat client.
 //   - The operator console, at /console: the live hosts and partitions, each agent's request
 //     rate, errors and latency over the last 15 minutes, an agent's instances and one instance's
-//     state and queue, and the tenant's dead letters. It asks for an admin key (tenant-admin or
+//     state and queue, the tenant's dead letters with their actions (retry, complete, replay,
+//     discard), and its limits, usage and queues, with the form that sets the limits. It asks for an admin key (tenant-admin or
 //     system-admin) and calls the admin API with it in the Authorization header, and shows a
 //     tenant admin only what the API shows that key.
 //

@@ -2,7 +2,8 @@
 // endpoint, its signing secret and its methods, and every workflow host process serves every
 // registered agent by POSTing each request to the endpoint, signed by the Standard Webhooks
 // specification, and carrying out its answer: the reply, the new state (written with
-// compare-and-set), posts, timers and tells. A remote agent is an agent of package agent whose
+// compare-and-set), and what else the answer asks for (posts, timers, tells, steps, waits,
+// calls; docs/remote-agent-protocol.schema.json). A remote agent is an agent of package agent whose
 // handlers make those calls, so it has every guarantee a Go agent has: order per conversation,
 // retries, dead letters, state written once per request.
 //

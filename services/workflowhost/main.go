@@ -1,5 +1,6 @@
 // Command workflowhost runs the bundled reference agents (Echo) as a workflow host against a
-// NATS JetStream server or cluster (AGENTBUS_NATS_URL). Run several: they share the inbox.
+// NATS JetStream server or cluster (AGENTBUS_NATS_URL). Run several: they share each agent's
+// inbox, one host at a time per partition.
 //
 // It is also the model for an agent author's own host: import pkg/agent, register agents, and
 // call Host.Run, exactly as run does below. Beside the host it delivers the tenants' event
