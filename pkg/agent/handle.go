@@ -387,7 +387,7 @@ func (x *exchange) storeOut(ctx context.Context, out *history.Message) error {
 
 // finish stores what the request leaves in its thread: the reply, with the incoming message when
 // that still waits, or the incoming message alone when the handler answered nothing to keep. A
-// reply without an error carries the stored outgoing message as its content.
+// reply without an error carries the stored outgoing message as its content (withMessage).
 func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentbusv1.Reply) error {
 	if out == nil {
 		_, err := x.storeIn(ctx)
@@ -397,10 +397,23 @@ func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentb
 		return err
 	}
 	if rep != nil && rep.Error == "" {
-		rep.Content, _ = out.MarshalJSON()
-		rep.ContentType = "application/json"
+		withMessage(rep, out)
 	}
 	return nil
+}
+
+// withMessage makes out, as its caller sees it (history.Message.Reply), the content of rep, the
+// reply of a Chat, Data or File request. A synchronous endpoint writes it into its answer as it
+// is, and an agent's call reads its data.
+func withMessage(rep *agentbusv1.Reply, out *history.Message) *agentbusv1.Reply {
+	r := out.Reply()
+	size := 192 + len(r.Data)
+	if r.Text != nil {
+		size += len(*r.Text)
+	}
+	rep.Content, _ = r.AppendJSON(make([]byte, 0, size))
+	rep.ContentType = history.ReplyContentType
+	return rep
 }
 
 // store appends msgs (one, or a request and its reply) to the request's thread as one record

@@ -202,8 +202,7 @@ func waitingAnswer(req *agentbusv1.Request, w *instance.Wait, runID string) (*ag
 	}
 	text := "waiting: " + w.Name
 	out := outgoing(req, "wait"+w.ID, &text, view)
-	content, _ := out.MarshalJSON()
-	return &agentbusv1.Reply{StatusCode: http.StatusAccepted, RunId: runID, Content: content, ContentType: "application/json"}, out
+	return withMessage(&agentbusv1.Reply{StatusCode: http.StatusAccepted, RunId: runID}, out), out
 }
 
 // waitsFull reports whether the instance has as many conversations waiting as it may.
@@ -447,9 +446,7 @@ func (h *Host) hold(ctx context.Context, log *slog.Logger, in *inbound, w *insta
 	if req.GetKind() == agentbusv1.Kind_KIND_WEBHOOK {
 		rep = webhookReply(Response{StatusCode: http.StatusAccepted, Content: view, ContentType: "application/json"}, "")
 	} else {
-		out := outgoing(req, "held", nil, view)
-		content, _ := out.MarshalJSON()
-		rep = &agentbusv1.Reply{StatusCode: http.StatusAccepted, Content: content, ContentType: "application/json"}
+		rep = withMessage(&agentbusv1.Reply{StatusCode: http.StatusAccepted}, outgoing(req, "held", nil, view))
 	}
 	h.reply(ctx, log, req, in.replyTo, rep)
 	log.Info("request held behind a waiting one", "waiting", w.RequestID)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentbus/agentbus/pkg/jsonenc"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // IDs name what send accepted.
@@ -24,6 +25,27 @@ type Reply struct {
 	CreatedAt   string          `json:"createdAt"`
 	Scope       string          `json:"scope,omitempty"`
 	Hint        string          `json:"hint,omitempty"`
+	// DataCompact says that Data is already written as encoding/json writes a value, as
+	// Message.DataCompact does: AppendJSON copies it as it is.
+	DataCompact bool `json:"-"`
+}
+
+// ReplyContentType is the content type of a bus reply whose content is a Reply's JSON
+// (Reply.AppendJSON): a workflow host's reply to a Chat, Data or File request. A synchronous
+// endpoint writes such content into its answer as it is, without decoding it. Content of
+// another type (the stored message's JSON, from a host that does not send this one) is decoded
+// into a Reply first.
+const ReplyContentType = "application/vnd.agentbus.reply+json"
+
+// Reply is the message as a synchronous caller sees it, the reply of its request: what a
+// decoding of the message's JSON into a Reply gives, a null or empty Data being nil.
+func (m Message) Reply() Reply {
+	data := m.Data
+	if len(data) == 0 || string(data) == "null" {
+		data = nil
+	}
+	return Reply{ID: m.ID, Text: m.Text, Data: data, DataCompact: m.DataCompact && data != nil,
+		MessageType: int(m.MessageType), CreatedAt: timefmt.Format(m.CreatedAt), Scope: m.Scope, Hint: m.Hint}
 }
 
 // SyncAnswer is the answer of send with wait=true: the ids and the handler's reply, null when
@@ -31,6 +53,9 @@ type Reply struct {
 type SyncAnswer struct {
 	IDs
 	Response *Reply `json:"response"`
+	// ResponseJSON is the reply already encoded (ReplyContentType), written as it is in place of
+	// Response.
+	ResponseJSON json.RawMessage `json:"-"`
 }
 
 // MarshalJSON writes what encoding/json would write for a, without reflection (AppendJSON).
@@ -49,11 +74,24 @@ func (a *SyncAnswer) AppendJSON(dst []byte) ([]byte, error) {
 	b = append(b, `,"threadId":`...)
 	b = jsonenc.AppendString(b, a.ThreadID)
 	b = append(b, `,"response":`...)
-	m := a.Response
-	if m == nil {
+	if a.ResponseJSON != nil {
+		b = append(b, a.ResponseJSON...)
+		return append(b, '}'), nil
+	}
+	if a.Response == nil {
 		return append(b, "null}"...), nil
 	}
-	b = append(b, `{"id":`...)
+	b, err := a.Response.AppendJSON(b)
+	if err != nil {
+		return dst, err
+	}
+	return append(b, '}'), nil
+}
+
+// AppendJSON appends m's JSON form, byte for byte encoding/json's for the struct. It fails only
+// on invalid JSON in Data.
+func (m *Reply) AppendJSON(dst []byte) ([]byte, error) {
+	b := append(dst, `{"id":`...)
 	b = jsonenc.AppendString(b, m.ID)
 	b = append(b, `,"text":`...)
 	if m.Text == nil {
@@ -62,9 +100,13 @@ func (a *SyncAnswer) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, *m.Text)
 	}
 	b = append(b, `,"data":`...)
-	var err error
-	if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
-		return dst, fmt.Errorf("encoding the response's data: %w", err)
+	if m.DataCompact && len(m.Data) > 0 {
+		b = append(b, m.Data...)
+	} else {
+		var err error
+		if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
+			return dst, fmt.Errorf("encoding the response's data: %w", err)
+		}
 	}
 	b = append(b, `,"messageType":`...)
 	b = jsonenc.AppendInt(b, int64(m.MessageType))
@@ -78,7 +120,7 @@ func (a *SyncAnswer) AppendJSON(dst []byte) ([]byte, error) {
 		b = append(b, `,"hint":`...)
 		b = jsonenc.AppendString(b, m.Hint)
 	}
-	return append(b, "}}"...), nil
+	return append(b, '}'), nil
 }
 
 // StreamDelta is the data of a streamed answer's "delta" event: a piece of the reply's text.

@@ -47,10 +47,13 @@ func idsOf(req *agentbusv1.Request) history.IDs {
 // writeMessageReply answers a synchronous send (or converse) with the handler's reply, or with a
 // problem when the handler failed.
 func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Request, ids history.IDs, rep *agentbusv1.Reply) {
-	ans, p := s.messageAnswer(req, ids, rep)
-	if p != nil {
-		problem.Write(w, *p)
-		return
+	ans := &history.SyncAnswer{IDs: ids, ResponseJSON: answerJSON(req, rep)}
+	if ans.ResponseJSON == nil {
+		var p *problem.Problem
+		if ans, p = s.messageAnswer(req, ids, rep); p != nil {
+			problem.Write(w, *p)
+			return
+		}
 	}
 	// Not writeJSON: encoding/json would check and compact AppendJSON's output once more.
 	b, err := ans.AppendJSON(make([]byte, 0, 512+len(rep.GetContent())))
@@ -64,6 +67,18 @@ func (s *Server) writeMessageReply(w http.ResponseWriter, req *agentbusv1.Reques
 		status = http.StatusAccepted
 	}
 	writeJSONBody(w, status, b, err)
+}
+
+// answerJSON is the content of rep when it is a message's reply as the answer shows it
+// (history.ReplyContentType), which the answer takes as it is instead of decoding and encoding
+// it again; nil for any other reply (an error, a webhook's, or one from a host that sends the
+// stored message), which messageAnswer decodes.
+func answerJSON(req *agentbusv1.Request, rep *agentbusv1.Reply) json.RawMessage {
+	if rep.GetError() != "" || rep.GetContentType() != history.ReplyContentType ||
+		msgkind.Of(req.GetKind()).Payload == msgkind.HTTPBody || !json.Valid(rep.GetContent()) {
+		return nil
+	}
+	return rep.GetContent()
 }
 
 // hostProblem is the problem a host's error reply becomes: the host's slug with its status

@@ -548,8 +548,10 @@ type Reply struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	RequestId  string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	StatusCode int32                  `protobuf:"varint,2,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
-	// Webhook replies: the handler's response body. Chat, Data and File replies: the stored
-	// outgoing message as JSON. Errors: a client-safe detail.
+	// Webhook replies: the handler's response body. Chat, Data and File replies: the reply message
+	// as a synchronous answer shows it, as JSON (content_type
+	// "application/vnd.agentbus.reply+json"), or from hosts of earlier builds the stored outgoing
+	// message as JSON ("application/json"). Errors: a client-safe detail.
 	Content     []byte   `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	ContentRef  *BlobRef `protobuf:"bytes,4,opt,name=content_ref,json=contentRef,proto3" json:"content_ref,omitempty"`
 	ContentType string   `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
