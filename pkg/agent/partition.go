@@ -570,13 +570,14 @@ func (h *Host) startConsuming(ctx context.Context, part *partition, cons jetstre
 	return cc, nil
 }
 
-// consumerGone reports whether the inbox says the consumer does not exist. Any other answer,
-// or none (a cluster electing the consumer's leader), counts as there.
+// consumerGone reports whether the inbox says the consumer does not exist, or that the inbox
+// itself does not (deleted with its consumers). Any other answer, or none (a cluster electing the
+// consumer's leader), counts as there.
 func consumerGone(ctx context.Context, cons jetstream.Consumer) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := cons.Info(ctx)
-	return errors.Is(err, jetstream.ErrConsumerNotFound)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // snapshot reads, from the inbox's leader, the requests of the partition that are delivered but
