@@ -387,7 +387,8 @@ func (x *exchange) storeOut(ctx context.Context, out *history.Message) error {
 
 // finish stores what the request leaves in its thread: the reply, with the incoming message when
 // that still waits, or the incoming message alone when the handler answered nothing to keep. A
-// reply without an error carries the stored outgoing message as its content (withMessage).
+// reply without an error carries the outgoing message, as its caller sees it, as its content
+// (withMessage).
 func (x *exchange) finish(ctx context.Context, out *history.Message, rep *agentbusv1.Reply) error {
 	if out == nil {
 		_, err := x.storeIn(ctx)

@@ -61,9 +61,10 @@ type SyncAnswer struct {
 // MarshalJSON writes what encoding/json would write for a, without reflection (AppendJSON).
 func (a *SyncAnswer) MarshalJSON() ([]byte, error) { return a.AppendJSON(nil) }
 
-// AppendJSON appends a's JSON form, byte for byte encoding/json's for the struct: every
-// synchronous send and converse call writes one, and encoding/json's reflection took about 2 %
-// of such a call's CPU. It fails only on invalid JSON in the response's data.
+// AppendJSON appends a's JSON form, byte for byte encoding/json's for the struct (ResponseJSON,
+// when set, standing for Response): every synchronous send and converse call writes one, and
+// encoding/json's reflection took about 2 % of such a call's CPU. It fails only on invalid JSON
+// in the response's data.
 func (a *SyncAnswer) AppendJSON(dst []byte) ([]byte, error) {
 	b := append(dst, `{"messageId":`...)
 	b = jsonenc.AppendString(b, a.MessageID)
