@@ -101,13 +101,9 @@ func (m *Reply) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, *m.Text)
 	}
 	b = append(b, `,"data":`...)
-	if m.DataCompact && len(m.Data) > 0 {
-		b = append(b, m.Data...)
-	} else {
-		var err error
-		if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
-			return dst, fmt.Errorf("encoding the response's data: %w", err)
-		}
+	b, err := appendData(b, m.Data, m.DataCompact)
+	if err != nil {
+		return dst, err
 	}
 	b = append(b, `,"messageType":`...)
 	b = jsonenc.AppendInt(b, int64(m.MessageType))
@@ -122,6 +118,19 @@ func (m *Reply) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, m.Hint)
 	}
 	return append(b, '}'), nil
+}
+
+// appendData appends a message's data as encoding/json writes a json.RawMessage, null when it
+// is empty; compact data (Message.DataCompact) is copied as it is.
+func appendData(dst, data json.RawMessage, compact bool) ([]byte, error) {
+	if compact && len(data) > 0 {
+		return append(dst, data...), nil
+	}
+	b, err := jsonenc.AppendRaw(dst, data)
+	if err != nil {
+		return dst, fmt.Errorf("encoding data: %w", err)
+	}
+	return b, nil
 }
 
 // StreamDelta is the data of a streamed answer's "delta" event: a piece of the reply's text.

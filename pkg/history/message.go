@@ -121,13 +121,9 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, *m.Text)
 	}
 	b = append(b, `,"data":`...)
-	if m.DataCompact && len(m.Data) > 0 {
-		b = append(b, m.Data...)
-	} else {
-		var err error
-		if b, err = jsonenc.AppendRaw(b, m.Data); err != nil {
-			return dst, fmt.Errorf("encoding data: %w", err)
-		}
+	b, err := appendData(b, m.Data, m.DataCompact)
+	if err != nil {
+		return dst, err
 	}
 	if m.Hint != "" {
 		b = append(b, `,"hint":`...)
