@@ -6,8 +6,7 @@
 // the calls it answered (stats.go, which its stats routes gather from every instance over NATS),
 // and what limits the calls it serves (rate buckets with their shares of the rates, waiting
 // callers and listeners, the bodies it holds). So any number of ingress instances can run side
-// by side. services/ingress and
-// services/standalone serve its Handler.
+// by side. services/ingress and services/standalone serve its Handler.
 package ingress
 
 import (

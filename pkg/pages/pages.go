@@ -8,9 +8,9 @@
 //   - The operator console, at /console: the live hosts and partitions, each agent's request
 //     rate, errors and latency over the last 15 minutes, an agent's instances and one instance's
 //     state and queue, the tenant's dead letters with their actions (retry, complete, replay,
-//     discard), and its limits, usage and queues, with the form that sets the limits. It asks for an admin key (tenant-admin or
-//     system-admin) and calls the admin API with it in the Authorization header, and shows a
-//     tenant admin only what the API shows that key.
+//     discard), and its limits, usage and queues, with the form that sets the limits. It asks
+//     for an admin key (tenant-admin or system-admin) and calls the admin API with it in the
+//     Authorization header, and shows a tenant admin only what the API shows that key.
 //
 // Each page is plain HTML, CSS and one script in its own directory, embedded in the binary with
 // go:embed; there is no build step and nothing is loaded from elsewhere. A page holds no secret,

@@ -3,9 +3,9 @@
 // registered agent by POSTing each request to the endpoint, signed by the Standard Webhooks
 // specification, and carrying out its answer: the reply, the new state (written with
 // compare-and-set), and what else the answer asks for (posts, timers, tells, steps, waits,
-// calls; docs/remote-agent-protocol.schema.json). A remote agent is an agent of package agent whose
-// handlers make those calls, so it has every guarantee a Go agent has: order per conversation,
-// retries, dead letters, state written once per request.
+// calls; docs/remote-agent-protocol.schema.json). A remote agent is an agent of package agent
+// whose handlers make those calls, so it has every guarantee a Go agent has: order per
+// conversation, retries, dead letters, state written once per request.
 //
 // Registrations live in the AGENTBUS_REMOTE_AGENTS bucket. Serve watches it and runs one host
 // per registration in the process, started, replaced and stopped as registrations come, change

@@ -234,8 +234,8 @@ func (m *Meter) acknowledged(msg *nats.Msg, ack *jetstream.PubAck) {
 	m.unseen = append(m.unseen, ackedIncrement{c: c, n: n, stream: ack.Stream, seq: ack.Sequence})
 }
 
-// idle reports whether nothing is left to publish.
-func (m *Meter) idle() bool {
+// nothingToPublish reports whether nothing is left to publish.
+func (m *Meter) nothingToPublish() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.pending) == 0 && len(m.unacknowledged) == 0
@@ -258,7 +258,7 @@ func (m *Meter) Run(ctx context.Context) {
 			t.Resume()
 			continue
 		}
-		if t.Rest(m.idle) {
+		if t.Rest(m.nothingToPublish) {
 			continue
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
