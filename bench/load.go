@@ -248,8 +248,11 @@ func measureIdle(ctx context.Context, o options, client *http.Client, ep endpoin
 		in, out := ep.msgs()
 		msgs = fmt.Sprintf(", NATS messages %.0f in and %.0f out a second", float64(in-in0)/took.Seconds(), float64(out-out0)/took.Seconds())
 	}
-	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents%s: %.1f ms of CPU a second over %v%s, %d goroutines\n",
-		o.RemoteAgents, calls, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs, runtime.NumGoroutine())
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents%s: %.1f ms of CPU a second over %v%s, %d goroutines (stacks %.1f MiB)\n",
+		o.RemoteAgents, calls, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs,
+		runtime.NumGoroutine(), float64(ms.StackInuse)/(1<<20))
 }
 
 // prime sends each of ep's requests once, clients at a time, before the warm-up: the first

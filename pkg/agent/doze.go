@@ -89,17 +89,18 @@ const (
 	dozeCancelled dozeEnd = iota // ctx ended
 	dozeAwake                    // the consumption stopped: pull part.cons again
 	dozeNot                      // the consumption goes on
+	dozeAsleep                   // the partition dozes: nap pulls it again once woken
 )
 
-// doze stops the idle partition's consumption cc and waits until a request may be waiting for
-// it.
+// doze stops the idle partition's consumption cc and, unless a request may be waiting for it,
+// leaves it dozing (nap): then the caller returns, and the partition holds no goroutine until
+// it is woken.
 func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeContext) dozeEnd {
 	woken, err := h.watchRequests(part.inbox, part.key)
 	if err != nil {
 		h.log.Debug("not dozing", "agent", part.key.agent, "partition", part.key.n, "err", err)
 		return dozeNot
 	}
-	defer h.unwatchRequests(part.inbox)
 	h.mu.Lock()
 	seen := part.arrivals
 	h.mu.Unlock()
@@ -107,11 +108,13 @@ func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeCo
 	select {
 	case <-cc.Closed():
 	case <-ctx.Done():
+		h.unwatchRequests(part.inbox)
 		return dozeCancelled
 	}
 	// Once the server has the subscription and has dropped the stopped pull's, every request
 	// either wakes the partition or shows in the consumer.
 	if err := h.flush(ctx); err != nil || !h.quiet(ctx, part, seen) {
+		h.unwatchRequests(part.inbox)
 		return awake(ctx)
 	}
 	h.log.Debug("partition dozing", "agent", part.key.agent, "partition", part.key.n)
@@ -119,22 +122,50 @@ func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeCo
 	part.dozing = true
 	h.metrics.dozeBegan(part.key, h.parts[part.key] == part && !part.releasing) // none pending, as quiet read
 	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		part.dozing = false
-		h.metrics.dozeEnded(part.key)
-		h.mu.Unlock()
-	}()
-	renew := time.NewTimer(h.cfg.ConsumerInactiveThreshold / 2)
-	defer renew.Stop()
-	select {
-	case <-ctx.Done():
-		return dozeCancelled
-	case <-woken: // a request for it, or the agent's look at its consumers (checkDozing)
-		return dozeAwake
-	case <-renew.C: // a pull request keeps the consumer
-		return dozeAwake
+	h.nap(ctx, part, woken)
+	return dozeAsleep
+}
+
+// nap keeps the dozing partition part without a goroutine until the first of: woken's end (a
+// request for it, or the agent's look at its consumers, checkDozing), the pull request that keeps
+// its consumer before the consumer's inactive threshold, and ctx's end. Then a new goroutine
+// ends the doze and pulls again (pullOn), or, once ctx ended, closes part.pulled. The nap holds a
+// count of h.bg, so the host's stop waits for it as for the goroutine it replaces.
+func (h *Host) nap(ctx context.Context, part *partition, woken context.Context) {
+	h.bg.Add(1)
+	var n struct {
+		mu     sync.Mutex // held until the three below are set
+		renew  *time.Timer
+		stops  [2]func() bool
+		waking sync.Once
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	wake := func() {
+		n.waking.Do(func() {
+			h.bg.Go(func() {
+				n.mu.Lock()
+				n.renew.Stop()
+				for _, stop := range n.stops {
+					stop()
+				}
+				n.mu.Unlock()
+				h.unwatchRequests(part.inbox)
+				h.mu.Lock()
+				part.dozing = false
+				h.metrics.dozeEnded(part.key)
+				h.mu.Unlock()
+				if ctx.Err() != nil {
+					close(part.pulled)
+					return
+				}
+				h.pullOn(ctx, part, true)
+			})
+			h.bg.Done()
+		})
+	}
+	n.renew = time.AfterFunc(h.cfg.ConsumerInactiveThreshold/2, wake)
+	n.stops = [2]func() bool{context.AfterFunc(woken, wake), context.AfterFunc(ctx, wake)}
 }
 
 // awake is dozeAwake, or dozeCancelled once ctx ended.
@@ -200,16 +231,22 @@ type inboxWake struct {
 	sub      *nats.Subscription
 	check    *time.Timer
 
-	// woken holds, by partition, the channel its doze waits on: closed, and taken out, by the
-	// first wake of the partition after it was made.
+	// woken holds, by partition, the end of the context its doze naps on: called, and taken
+	// out, by the first wake of the partition after it was made.
 	mu    sync.Mutex
-	woken map[int]chan struct{}
+	woken map[int]wakeSignal
 }
 
-// watchRequests returns a channel closed once a request for the partition key is published to
+// wakeSignal is a context that a wake of one partition ends, and its end.
+type wakeSignal struct {
+	ctx  context.Context
+	wake context.CancelFunc
+}
+
+// watchRequests returns a context that ends once a request for the partition key is published to
 // its agent's inbox after the server has the subscription (which the caller makes sure of). Call
 // unwatchRequests after.
-func (h *Host) watchRequests(in *agentInbox, key partKey) (<-chan struct{}, error) {
+func (h *Host) watchRequests(in *agentInbox, key partKey) (context.Context, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w := &in.wake
@@ -240,16 +277,16 @@ func (h *Host) watchRequests(in *agentInbox, key partKey) (<-chan struct{}, erro
 	}
 	w.mu.Lock()
 	if w.woken == nil {
-		w.woken = make(map[int]chan struct{})
+		w.woken = make(map[int]wakeSignal)
 	}
-	woken := w.woken[key.n]
-	if woken == nil {
-		woken = make(chan struct{})
+	woken, ok := w.woken[key.n]
+	if !ok {
+		woken.ctx, woken.wake = context.WithCancel(context.Background())
 		w.woken[key.n] = woken
 	}
 	w.mu.Unlock()
 	w.watchers++
-	return woken, nil
+	return woken.ctx, nil
 }
 
 // unwatchRequests ends a watchRequests; the last one unsubscribes.
@@ -268,8 +305,8 @@ func (h *Host) unwatchRequests(in *agentInbox) {
 func (w *inboxWake) wake(p int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ch := w.woken[p]; ch != nil {
-		close(ch)
+	if s, ok := w.woken[p]; ok {
+		s.wake()
 		delete(w.woken, p)
 	}
 }
@@ -278,8 +315,8 @@ func (w *inboxWake) wake(p int) {
 func (w *inboxWake) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for p, ch := range w.woken {
-		close(ch)
+	for p, s := range w.woken {
+		s.wake()
 		delete(w.woken, p)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +111,7 @@ func TestIdlePartitionsDoze(t *testing.T) {
 	dozing := h.inboxes["Hits"].wake.watchers
 	h.mu.Unlock()
 	assert.Equal(t, 4, dozing)
+	assert.Zero(t, pullGoroutines(), "a dozing partition holds a goroutine")
 
 	for round := range 3 { // each wakes the partitions, which doze again
 		for i := range 8 {
@@ -123,8 +126,31 @@ func TestIdlePartitionsDoze(t *testing.T) {
 			defer h.mu.Unlock()
 			return h.inboxes["Hits"].wake.watchers == 4
 		}, 10*time.Second, 50*time.Millisecond)
+		assert.Eventually(t, func() bool { return pullGoroutines() == 0 }, 5*time.Second, 20*time.Millisecond,
+			"round %d: a dozing partition holds a goroutine", round)
 	}
 	assert.NoError(t, h.Readiness(), "a host whose partitions doze is ready")
+}
+
+// pullGoroutines counts the goroutines that pull a partition, or end a doze: those of every host
+// of the process (the caller runs none but its own).
+func pullGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, "agent.(*Host).pull") || strings.Contains(g, "agent.(*Host).nap") || strings.Contains(g, "agent.(*Host).doze") {
+			count++
+		}
+	}
+	return count
 }
 
 // A request wakes the partition it is for and no other: the agent's other partitions doze on.

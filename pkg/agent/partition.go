@@ -464,26 +464,47 @@ func pinnedID(info *jetstream.ConsumerInfo) string {
 // pull keeps a partition consumed until ctx ends: it creates the partition's durable consumer
 // and pulls from it, and when the consumption stops on its own (the consumer was deleted, the
 // server restarted without it) it creates it again. An idle partition dozes between its
-// requests (doze.go). On ctx's end it drains what was pulled.
+// requests (doze.go), with no goroutine of its own. On ctx's end it drains what was pulled.
 func (h *Host) pull(ctx context.Context, part *partition) {
-	defer close(part.pulled)
 	if err := h.learnTenure(ctx, part); err != nil {
 		part.started <- err
+		close(part.pulled)
 		return
 	}
-	tries := consumePolicy.Start()
-	for first := true; ; first = false {
-		cc, err := h.consume(ctx, part)
-		if first {
-			part.started <- err
+	h.pullOn(ctx, part, false)
+}
+
+// pullOn is pull once the partition's tenure is known; woken says that it comes back from a doze,
+// to pull the same consumer again. It closes part.pulled when the partition's pulling is over,
+// not when it returns for a doze: the doze goes on with pullOn once woken.
+func (h *Host) pullOn(ctx context.Context, part *partition, woken bool) {
+	dozing := false
+	defer func() {
+		if !dozing {
+			close(part.pulled)
 		}
-		if err == nil {
-			select {
-			case h.kick <- struct{}{}:
-			default:
+	}()
+	tries := consumePolicy.Start()
+	for first := !woken; ; first = false {
+		var cc jetstream.ConsumeContext
+		var err error
+		resumed := woken // a failure to pull again counts as a consumption that stopped
+		if woken {
+			woken = false
+			cc, err = h.startConsuming(ctx, part, part.cons)
+		} else {
+			cc, err = h.consume(ctx, part)
+			if first {
+				part.started <- err
+			}
+			if err == nil {
+				select {
+				case h.kick <- struct{}{}:
+				default:
+				}
 			}
 		}
-		if err == nil {
+		if err == nil || resumed {
 			tries.Reset()
 			for stopped := false; !stopped && err == nil; {
 				switch h.watchConsumption(ctx, part, cc) {
@@ -493,6 +514,9 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 				case consumptionIdle:
 					switch h.doze(ctx, part, cc) {
 					case dozeCancelled:
+						return
+					case dozeAsleep:
+						dozing = true
 						return
 					case dozeAwake:
 						cc, err = h.startConsuming(ctx, part, part.cons)
