@@ -134,7 +134,7 @@ func (h *Host) doze(ctx context.Context, part *partition, cc jetstream.ConsumeCo
 func (h *Host) nap(ctx context.Context, part *partition, woken context.Context) {
 	h.bg.Add(1)
 	var n struct {
-		mu     sync.Mutex // held until the three below are set
+		mu     sync.Mutex // held until renew and stops are set
 		renew  *time.Timer
 		stops  [2]func() bool
 		waking sync.Once
@@ -150,11 +150,11 @@ func (h *Host) nap(ctx context.Context, part *partition, woken context.Context) 
 					stop()
 				}
 				n.mu.Unlock()
-				h.unwatchRequests(part.inbox)
 				h.mu.Lock()
 				part.dozing = false
 				h.metrics.dozeEnded(part.key)
 				h.mu.Unlock()
+				h.unwatchRequests(part.inbox)
 				if ctx.Err() != nil {
 					close(part.pulled)
 					return
