@@ -25,10 +25,7 @@ func (h *Host) followNotices(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go func() {
-		<-ctx.Done()
-		_ = sub.Unsubscribe()
-	}()
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 	return nil
 }
 
