@@ -71,7 +71,7 @@ func (s *Server) converseRequest(w http.ResponseWriter, r *http.Request, c userC
 	if p != nil {
 		return nil, 0, p
 	}
-	_, timeout, perr := waitParams(r)
+	_, timeout, perr := waitParams(query)
 	if perr != "" {
 		return nil, 0, problem.InvalidQuery.New(perr)
 	}

@@ -133,8 +133,7 @@ func FuzzConverseParams(f *testing.F) {
 		if err != nil {
 			return
 		}
-		r := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/api/user/rest/converse", RawQuery: rawQuery}}
-		wait, timeout, perr := waitParams(r)
+		wait, timeout, perr := waitParams(query)
 		if perr != "" {
 			checkClientText(t, "waitParams", perr)
 			require.False(t, wait || timeout != 0, "waitParams(%q) failed but gave %v, %v", rawQuery, wait, timeout)

@@ -84,7 +84,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	req, wait, p := s.sendRequest(r, c.tenant, body, requestID, keep)
+	req, wait, p := s.sendRequest(r, query, c.tenant, body, requestID, keep)
 	if p != nil {
 		p.RequestID = requestID
 		problem.Write(w, *p)
@@ -144,14 +144,14 @@ type sendWait struct {
 // sendRequest checks the message of a send call and builds its request: the message's fields
 // (sendTarget), wait and timeoutSeconds, the tenant's waiting calls, the target's registration
 // and host, then the payload (sendPayload).
-func (s *Server) sendRequest(r *http.Request, tenant string, body sendBody, requestID string, keep bool) (*agentbusv1.Request, sendWait, *problem.Problem) {
+func (s *Server) sendRequest(r *http.Request, query url.Values, tenant string, body sendBody, requestID string, keep bool) (*agentbusv1.Request, sendWait, *problem.Problem) {
 	var wait sendWait
 	wf, kind, participant, p := sendTarget(tenant, body, requestID)
 	if p != nil {
 		return nil, wait, p
 	}
 	var perr string
-	if wait.on, wait.timeout, perr = waitParams(r); perr != "" {
+	if wait.on, wait.timeout, perr = waitParams(query); perr != "" {
 		return nil, wait, problem.InvalidQuery.New(perr)
 	}
 	if wait.on {
@@ -241,8 +241,7 @@ func (s *Server) sendPayload(ctx context.Context, req *agentbusv1.Request, body 
 }
 
 // waitParams reads wait and timeoutSeconds.
-func waitParams(r *http.Request) (wait bool, timeout time.Duration, problem string) {
-	q := r.URL.Query()
+func waitParams(q url.Values) (wait bool, timeout time.Duration, problem string) {
 	if v := q.Get("wait"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
