@@ -332,3 +332,40 @@ func TestIdleAfterNegativePullsAlways(t *testing.T) {
 		assert.Positive(t, n, "partition %d", p)
 	}
 }
+
+// A dozing partition pulls again before its consumer's inactive threshold would delete the
+// consumer, and dozes again: the consumers stay through several thresholds, and a request after
+// them is answered.
+func TestDozingPartitionKeepsItsConsumer(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Server(t, "")
+	h := dozeHostWith(t, srv, HostConfig{IdleAfter: 200 * time.Millisecond, ConsumerInactiveThreshold: MinConsumerInactiveThreshold}, nil)
+	nc := natstest.Conn(t, srv)
+	js := natstest.JetStream(t, srv)
+	dozing := func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.inboxes["Hits"].wake.watchers == 4
+	}
+	require.Eventually(t, dozing, 10*time.Second, 50*time.Millisecond, "the partitions did not doze")
+	pulls, err := nc.SubscribeSync("$JS.API.CONSUMER.MSG.NEXT." + subject.InboxStream("Hits") + ".>")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pulls.Unsubscribe() })
+
+	time.Sleep(2*MinConsumerInactiveThreshold + MinConsumerInactiveThreshold/2)
+	n, _, err := pulls.Pending()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, 2*4, "pull requests of the dozing partitions (two renewals each)")
+	for p := range 4 {
+		_, err := js.Consumer(t.Context(), subject.InboxStream("Hits"), subject.PartitionConsumer("Hits", p))
+		assert.NoError(t, err, "the consumer of partition %d", p)
+	}
+	require.Eventually(t, dozing, 10*time.Second, 50*time.Millisecond, "the partitions did not doze again")
+	for i := range 8 {
+		select {
+		case <-hit(t, nc, i):
+		case <-time.After(10 * time.Second):
+			require.FailNowf(t, "a request was not answered", "instance %d", i)
+		}
+	}
+}
