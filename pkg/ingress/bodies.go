@@ -119,13 +119,22 @@ func (s *Server) bodyOwner(r *http.Request, st *requestState) string {
 	if st.tenant != "" {
 		return st.tenant
 	}
-	for _, cred := range fromHeaderOrQuery(r, r.URL.Query()) {
-		if cred = bearer(cred); cred == "" {
-			continue
-		}
-		if k, err := s.auth.Authenticate(cred); err == nil && k.Tenant != "" {
-			return k.Tenant
-		}
+	if tenant := s.credTenant(r.Header.Get("Authorization")); tenant != "" {
+		return tenant
+	}
+	if r.URL.RawQuery == "" { // the usual case: no query to parse
+		return ""
+	}
+	return s.credTenant(r.URL.Query().Get("apikey"))
+}
+
+// credTenant is the tenant of a valid key in cred (a bearer credential or a bare key), or "".
+func (s *Server) credTenant(cred string) string {
+	if cred = bearer(cred); cred == "" {
+		return ""
+	}
+	if k, err := s.auth.Authenticate(cred); err == nil {
+		return k.Tenant
 	}
 	return ""
 }
