@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/gostack"
 	"github.com/agentbus/agentbus/pkg/natsembed"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -135,22 +134,7 @@ func TestIdlePartitionsDoze(t *testing.T) {
 // pullGoroutines counts the goroutines that pull a partition, or end a doze: those of every host
 // of the process (the caller runs none but its own).
 func pullGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "agent.(*Host).pull") || strings.Contains(g, "agent.(*Host).nap") || strings.Contains(g, "agent.(*Host).doze") {
-			count++
-		}
-	}
-	return count
+	return len(gostack.Naming("agent.(*Host).pull", "agent.(*Host).nap", "agent.(*Host).doze"))
 }
 
 // A request wakes the partition it is for and no other: the agent's other partitions doze on.
