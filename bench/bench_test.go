@@ -133,6 +133,12 @@ func TestBenchTargets(t *testing.T) {
 			var out bytes.Buffer
 			printTable(&out, []string{phaseBare, phaseAgentbus}, results)
 			t.Log("\n" + out.String())
+			if backlog := results[phaseAgentbus].Backlog; target == targetSend {
+				assert.NotNil(t, backlog, "send's backlog is read")
+				assert.Contains(t, out.String(), "backlog: ")
+			} else {
+				assert.Nil(t, backlog, "a backlog read for %s", target)
+			}
 			client.CloseIdleConnections()
 			checkGoroutines(t, before)
 		})

@@ -304,6 +304,9 @@ type result struct {
 	// during the window.
 	AllocBytes uint64
 	GCs        uint32
+	// Backlog is, for send, the requests accepted and not yet handled at the start and the end
+	// of the window; nil when not known.
+	Backlog *[2]int64
 	// GCCPU is the CPU time the runtime estimates its garbage collector took during the window
 	// (background marking, assists, pauses); Scan what the last cycle of the window had to mark:
 	// the pointer-holding heap, goroutine stacks and globals, in bytes.
@@ -519,6 +522,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		scan                gcScan
 		procs               map[string]procUsage
 		natsIn, natsOut     int64
+		backlogs            *[2]int64
 	)
 	if sleepUntil(ctx, measureStart) {
 		end := func() {}
@@ -540,9 +544,23 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 		if ep.msgs != nil {
 			inBefore, outBefore = ep.msgs()
 		}
+		backlog := func() int64 { return -1 }
+		if ep.backlog != nil && o.Target == targetSend {
+			backlog = func() int64 {
+				n, err := ep.backlog(ctx)
+				if err != nil {
+					return -1
+				}
+				return int64(n)
+			}
+		}
+		backlogBefore := backlog()
 		cpuBefore, othersBefore := processCPU(), others()
 		sleepUntil(ctx, measureEnd)
 		cpu = processCPU() - cpuBefore
+		if b := backlog(); b >= 0 && backlogBefore >= 0 {
+			backlogs = &[2]int64{backlogBefore, b}
+		}
 		if ep.msgs != nil {
 			in, out := ep.msgs()
 			natsIn, natsOut = in-inBefore, out-outBefore
@@ -568,7 +586,7 @@ func runPhase(ctx context.Context, phase string, o options, client *http.Client,
 	}
 	wg.Wait()
 
-	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, Procs: procs, NATSIn: natsIn, NATSOut: natsOut, errs: map[string]int{}}
+	res := result{Phase: phase, Rate: o.Rate, Elapsed: o.Duration, Mallocs: mallocs, AllocBytes: allocBytes, GCs: gcs, GCCPU: gcCPU, Scan: scan, CPU: cpu, Procs: procs, NATSIn: natsIn, NATSOut: natsOut, Backlog: backlogs, errs: map[string]int{}}
 	// An open loop's goroutines may all be done before the window ends: its last request was
 	// due within the window and answered before the end.
 	if now := time.Now(); now.Before(measureEnd) && parent.Err() != nil {

@@ -812,6 +812,17 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 		// runs made one after another (alternate them: the machine drifts).
 		fmt.Fprintf(w, "CPU per call: agentbus %s; allocations per call: agentbus %.0f (%.1f KB)\n", fmtDur(ab.CPUPerCall()), ab.AllocsPerCall(), ab.AllocBytesPerCall()/1024)
 	}
+	if okA && ab.Backlog != nil && ab.Elapsed > 0 {
+		// A 202 comes before the handler runs: the host may end the window behind the ingress,
+		// or catch up in it. What it handled in the window is the sustained rate.
+		handled := int64(ab.Requests-ab.Errors) + ab.Backlog[0] - ab.Backlog[1]
+		line := fmt.Sprintf("backlog: %d requests accepted and not yet handled at the start of the window, %d at the end: handled %.0f a second",
+			ab.Backlog[0], ab.Backlog[1], float64(handled)/ab.Elapsed.Seconds())
+		if handled > 0 && ab.CPU > 0 {
+			line += ", CPU per handled request " + fmtDur(ab.CPU/time.Duration(handled))
+		}
+		fmt.Fprintln(w, line)
+	}
 	if pipe, ok := results[phasePipeline]; ok && pipe.CPU > 0 && okA && ab.CPU > 0 {
 		fmt.Fprintf(w, "CPU per call: pipeline %s, ratio pipeline/agentbus %.3f; allocations per call: pipeline %.0f\n",
 			fmtDur(pipe.CPUPerCall()), float64(pipe.CPUPerCall())/float64(ab.CPUPerCall()), pipe.AllocsPerCall())

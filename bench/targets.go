@@ -94,6 +94,10 @@ type endpoint struct {
 	// msgs, when set, returns the messages the NATS server has received and sent so far.
 	msgs    func() (in, out int64)
 	profile func(prefix string, d time.Duration) (wait func())
+	// backlog, when set, returns the requests accepted and not yet handled (in Echo's inbox):
+	// an answer that comes before the handler runs (send's 202) leaves it growing while the host
+	// lags behind the ingress.
+	backlog func(ctx context.Context) (uint64, error)
 }
 
 // shape is what tells the requests of a load apart by size alone: the length of the request
@@ -236,6 +240,7 @@ func startAgentbus(ctx context.Context, o options) (ep endpoint, stop func() err
 	if ep, err = newEndpoint(o, st.URL, key); err != nil {
 		return endpoint{}, nil, err
 	}
+	ep.backlog = func(ctx context.Context) (uint64, error) { return st.Res.InboxRequests(ctx, echo.Name) }
 	ep.msgs = func() (in, out int64) {
 		v, err := st.NATS.Varz(nil)
 		if err != nil {

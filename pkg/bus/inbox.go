@@ -155,6 +155,16 @@ func checkRepartition(ctx context.Context, s jetstream.Stream, partitions int, a
 		ErrRepartition, agent, requests, have, partitions, have)
 }
 
+// InboxRequests counts the requests agent's inbox holds: accepted and not yet handled (a request
+// leaves the inbox once its host has acknowledged it).
+func (r *Resources) InboxRequests(ctx context.Context, agent string) (uint64, error) {
+	s, err := r.JS.Stream(ctx, subject.InboxStream(agent))
+	if err != nil {
+		return 0, fmt.Errorf("reading the inbox of %s: %w", agent, err)
+	}
+	return requestsIn(ctx, s, agent)
+}
+
 // requestsIn counts the requests agent's inbox s holds, as of its cached state if that shows
 // none: the inbox keepers' markers are not requests.
 func requestsIn(ctx context.Context, s jetstream.Stream, agent string) (uint64, error) {
