@@ -812,6 +812,10 @@ func printTable(w io.Writer, phases []string, results map[string]result) {
 		// runs made one after another (alternate them: the machine drifts).
 		fmt.Fprintf(w, "CPU per call: agentbus %s; allocations per call: agentbus %.0f (%.1f KB)\n", fmtDur(ab.CPUPerCall()), ab.AllocsPerCall(), ab.AllocBytesPerCall()/1024)
 	}
+	if okA && ab.NATSIn > 0 && ab.Requests > 0 {
+		// Counted at the in-process server: every client message it read and wrote.
+		fmt.Fprintf(w, "NATS messages per call: agentbus %.2f in, %.2f out\n", float64(ab.NATSIn)/float64(ab.Requests), float64(ab.NATSOut)/float64(ab.Requests))
+	}
 	if okA && ab.Backlog != nil && ab.Elapsed > 0 {
 		// A 202 comes before the handler runs: the host may end the window behind the ingress,
 		// or catch up in it. What it handled in the window is the sustained rate.
