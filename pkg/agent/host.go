@@ -114,9 +114,13 @@ type HostConfig struct {
 	// Caps, when set, follows the hosts' load reports and the slot grants (WatchCaps) for the
 	// other hosts of the process too, which the host reads instead of following them itself:
 	// each load report then reaches the process once, and the grants bucket is watched once.
-	// The host does not close it. Nil makes one of its own. ShareWatches makes the three for
-	// the hosts of a process.
+	// The host does not close it. Nil makes one of its own.
 	Caps *CapWatch
+	// Notices, when set, follows the instance notices for the other hosts of the process too
+	// (FollowNotices): each notice then reaches the process once. The host does not close it.
+	// Nil makes a subscription of its own. ShareWatches makes the four for the hosts of a
+	// process.
+	Notices *Notices
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what

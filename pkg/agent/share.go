@@ -12,10 +12,11 @@ import (
 )
 
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
-// (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits) and a follower
-// of the load reports and slot grants (HostConfig.Caps), for every host of the process made from
-// hc to share: each watch of the hosts bucket reads every heartbeat of every host, each cache
-// holds every tenant's record, and each subscription receives every host's load report.
+// (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
+// of the load reports and slot grants (HostConfig.Caps) and one of the instance notices
+// (HostConfig.Notices), for every host of the process made from hc to share: each watch of the
+// hosts bucket reads every heartbeat of every host, each cache holds every tenant's record, and
+// each subscription receives every host's load report or every notice.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -40,6 +41,13 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			errs = append(errs, fmt.Errorf("tenant limits for the hosts to share: %w", err))
 		} else {
 			hc.TenantLimits, toClose = limits, append(toClose, limits.Close)
+		}
+	}
+	if hc.Notices == nil {
+		if notices, err := FollowNotices(res.JS.Conn()); err != nil {
+			errs = append(errs, fmt.Errorf("instance notices for the hosts to share: %w", err))
+		} else {
+			hc.Notices, toClose = notices, append(toClose, notices.Close)
 		}
 	}
 	if hc.Caps == nil {
