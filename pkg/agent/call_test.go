@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -98,4 +100,56 @@ func TestCallRunsOnceAcrossRetries(t *testing.T) {
 	assert.EqualValues(t, 2, attempts.Load())
 	_, _, b := post(t, s, "default:Echo:Supervisor Workflow:callee", "state", "")
 	assert.Contains(t, string(b), `"count":1`, "the callee ran once")
+}
+
+// Hosts of one process that share their watches (agent.ShareWatches) share one subscription to
+// the replies of their Agent2Agent calls: each host's calls get their own replies, made at once.
+func TestHostsSharingRepliesGetTheirOwn(t *testing.T) {
+	caller := func(name string) *agent.Agent {
+		a := agent.New(name)
+		agent.Method(a, "count", func(ctx context.Context, p struct {
+			Callee string `json:"callee"`
+		}) (map[string]int, error) {
+			var got struct {
+				Count int `json:"count"`
+			}
+			callee := agent.Peer{Agent: echo.Name, Activation: p.Callee}
+			if err := agent.MessageFrom(ctx).Instance().Call(ctx, callee, "count", nil, &got); err != nil {
+				return nil, err
+			}
+			return map[string]int{"count": got.Count}, nil
+		})
+		return a
+	}
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	nc, err := s.NATS.Connect("shared")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	shared := agent.HostConfig{Conn: nc}
+	closeShared, err := agent.ShareWatches(t.Context(), s.Res, &shared, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, closeShared()) })
+	require.NotNil(t, shared.Replies)
+
+	one, two := shared, shared
+	one.ID, one.Agents = "one", []*agent.Agent{caller("CallerOne")}
+	two.ID, two.Agents = "two", []*agent.Agent{caller("CallerTwo"), echo.New()}
+	startHost(t, s, one)
+	startHost(t, s, two)
+
+	var wg sync.WaitGroup
+	for _, name := range []string{"CallerOne", "CallerTwo"} {
+		for i := range 3 {
+			wg.Go(func() {
+				activation := fmt.Sprintf("%s-%d", name, i)
+				for want := 1; want <= 2; want++ {
+					status, body := sendData(t, s, name, activation, "ada", "count", map[string]any{"callee": "of-" + activation})
+					if assert.Equal(t, http.StatusOK, status, "%s", body) {
+						assert.Contains(t, string(body), fmt.Sprintf(`"count":%d`, want), "%s call %d", activation, want)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
 }

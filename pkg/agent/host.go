@@ -118,9 +118,12 @@ type HostConfig struct {
 	Caps *CapWatch
 	// Notices, when set, follows the instance notices for the other hosts of the process too
 	// (FollowNotices): each notice then reaches the process once. The host does not close it.
-	// Nil makes a subscription of its own. ShareWatches makes the four for the hosts of a
-	// process.
+	// Nil makes a subscription of its own.
 	Notices *Notices
+	// Replies, when set, receives the replies to the Agent2Agent calls of the other hosts of the
+	// process too (bus.NewReplies): one subscription for them all. The host does not close it.
+	// Nil makes one of its own. ShareWatches makes the five for the hosts of a process.
+	Replies *bus.Replies
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -268,6 +271,8 @@ type Host struct {
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs    *instance.Index
 	replies *bus.Replies           // waits for the replies of Agent2Agent calls
+	// ownReplies: replies is the host's own (HostConfig.Replies was nil), closed when it stops.
+	ownReplies bool
 	inboxes map[string]*agentInbox // by agent name, made by start
 	// inspected answers on the host's inspect subject (inspect.go).
 	inspected *nats.Subscription
@@ -398,7 +403,7 @@ func (h *Host) Run(ctx context.Context) error {
 	// Stopping a watch waits for NATS to delete its consumer: not past the stop's time.
 	defer h.untilAbandoned(h.releaseDir)
 	defer h.untilAbandoned(h.stopFollowing)
-	defer func() { _ = h.replies.Close() }()
+	defer h.closeReplies()
 	defer func() { _ = h.inspected.Unsubscribe() }()
 
 	// Handlers outlive ctx by the shutdown grace period, so that in-flight work finishes.
@@ -494,8 +499,11 @@ func (h *Host) start(ctx context.Context) error {
 	if err := h.meterUsage(); err != nil {
 		return err
 	}
-	if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
-		return err
+	h.replies, h.ownReplies = h.cfg.Replies, h.cfg.Replies == nil
+	if h.ownReplies {
+		if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
+			return err
+		}
 	}
 	// An agent's inbox exists before the agent is registered: whoever finds it registered may
 	// publish to it.
@@ -503,16 +511,17 @@ func (h *Host) start(ctx context.Context) error {
 	for _, a := range h.cfg.Agents {
 		st, err := res.InboxOf(ctx, a.name)
 		if err != nil {
-			_ = h.replies.Close()
+			h.closeReplies()
 			return err
 		}
 		h.inboxes[a.name] = newAgentInbox(js, st, a.name)
 	}
 	if err := h.followNotices(ctx); err != nil {
+		h.closeReplies()
 		return err
 	}
 	if h.inspected, err = h.serveInspect(); err != nil {
-		_ = h.replies.Close()
+		h.closeReplies()
 		return fmt.Errorf("answering inspection: %w", err)
 	}
 
@@ -567,6 +576,13 @@ func (h *Host) stopFollowing() {
 		_ = h.caps.Close()
 	}
 	_ = h.stopLimits()
+}
+
+// closeReplies closes the host's replies subscription if it is its own (HostConfig.Replies).
+func (h *Host) closeReplies() {
+	if h.ownReplies {
+		_ = h.replies.Close()
+	}
 }
 
 // stopReserve is the end of ShutdownGrace that running handlers do not get: the stop cancels

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/google/uuid"
+
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/tenantlimits"
@@ -13,10 +15,11 @@ import (
 
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
-// of the load reports and slot grants (HostConfig.Caps) and one of the instance notices
-// (HostConfig.Notices), for every host of the process made from hc to share: each watch of the
-// hosts bucket reads every heartbeat of every host, each cache holds every tenant's record, and
-// each subscription receives every host's load report or every notice.
+// of the load reports and slot grants (HostConfig.Caps), one of the instance notices
+// (HostConfig.Notices) and a subscription to Agent2Agent replies (HostConfig.Replies), for every
+// host of the process made from hc to share: each watch of the hosts bucket reads every heartbeat
+// of every host, each cache holds every tenant's record, each subscription receives every
+// host's load report or every notice, and each subscription costs the server and the process.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -48,6 +51,13 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			errs = append(errs, fmt.Errorf("instance notices for the hosts to share: %w", err))
 		} else {
 			hc.Notices, toClose = notices, append(toClose, notices.Close)
+		}
+	}
+	if hc.Replies == nil {
+		if replies, err := bus.NewReplies(res.JS.Conn(), "hosts-"+uuid.NewString(), log); err != nil {
+			errs = append(errs, fmt.Errorf("a subscription to Agent2Agent replies for the hosts to share: %w", err))
+		} else {
+			hc.Replies, toClose = replies, append(toClose, replies.Close)
 		}
 	}
 	if hc.Caps == nil {
