@@ -270,10 +270,10 @@ type Host struct {
 	timers    *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs    *instance.Index
-	replies *bus.Replies           // waits for the replies of Agent2Agent calls
+	replies *bus.Replies // waits for the replies of Agent2Agent calls
 	// ownReplies: replies is the host's own (HostConfig.Replies was nil), closed when it stops.
 	ownReplies bool
-	inboxes map[string]*agentInbox // by agent name, made by start
+	inboxes    map[string]*agentInbox // by agent name, made by start
 	// inspected answers on the host's inspect subject (inspect.go).
 	inspected *nats.Subscription
 	// slots are the handler slots of each agent (dispatch.go): the agents without a capacity of
