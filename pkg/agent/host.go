@@ -269,11 +269,11 @@ type Host struct {
 	dead      *deadletter.Store
 	timers    *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
-	runs    *instance.Index
-	replies *bus.Replies // waits for the replies of Agent2Agent calls
-	// ownReplies: replies is the host's own (HostConfig.Replies was nil), closed when it stops.
-	ownReplies bool
-	inboxes    map[string]*agentInbox // by agent name, made by start
+	runs *instance.Index
+	// replies waits for the replies of Agent2Agent calls: HostConfig.Replies, or the host's own
+	// when that is nil.
+	replies *bus.Replies
+	inboxes map[string]*agentInbox // by agent name, made by start
 	// inspected answers on the host's inspect subject (inspect.go).
 	inspected *nats.Subscription
 	// slots are the handler slots of each agent (dispatch.go): the agents without a capacity of
@@ -289,11 +289,10 @@ type Host struct {
 	// shared one (HostConfig.TenantLimits).
 	unfollowLimits func() error
 	// board adds up the hosts' load reports, caps feeds it (with the grants), and lastLoad is
-	// this host's own last report (load.go); loadSoon asks for the next report now. ownCaps
-	// tells that caps is the host's own, not HostConfig.Caps.
+	// this host's own last report (load.go); loadSoon asks for the next report now. caps is
+	// HostConfig.Caps, or the host's own when that is nil.
 	board    *inspect.LoadBoard
 	caps     *CapWatch
-	ownCaps  bool
 	loadSoon chan struct{}
 	lastLoad atomic.Pointer[[]inspect.LoadEntry]
 	// loadIdle is set while the last load report counted nothing: the reports pause until a
@@ -499,8 +498,8 @@ func (h *Host) start(ctx context.Context) error {
 	if err := h.meterUsage(); err != nil {
 		return err
 	}
-	h.replies, h.ownReplies = h.cfg.Replies, h.cfg.Replies == nil
-	if h.ownReplies {
+	h.replies = h.cfg.Replies
+	if h.replies == nil {
 		if h.replies, err = bus.NewReplies(h.cfg.Conn, "host-"+subject.Token(h.cfg.ID), h.log); err != nil {
 			return err
 		}
@@ -559,8 +558,8 @@ func (h *Host) startFollowing(ctx context.Context) (err error) {
 	if err := h.startLimits(ctx); err != nil {
 		return err
 	}
-	h.caps, h.ownCaps = h.cfg.Caps, h.cfg.Caps == nil
-	if h.ownCaps {
+	h.caps = h.cfg.Caps
+	if h.caps == nil {
 		if h.caps, err = watchCaps(ctx, h.cfg.Conn, h.res.SlotGrants, h.board, h.names); err != nil {
 			_ = h.stopLimits()
 			return err
@@ -572,7 +571,7 @@ func (h *Host) startFollowing(ctx context.Context) (err error) {
 
 func (h *Host) stopFollowing() {
 	h.grants.close()
-	if h.ownCaps {
+	if h.cfg.Caps == nil { // the host's own
 		_ = h.caps.Close()
 	}
 	_ = h.stopLimits()
@@ -580,7 +579,7 @@ func (h *Host) stopFollowing() {
 
 // closeReplies closes the host's replies subscription if it is its own (HostConfig.Replies).
 func (h *Host) closeReplies() {
-	if h.ownReplies {
+	if h.cfg.Replies == nil {
 		_ = h.replies.Close()
 	}
 }
