@@ -273,7 +273,7 @@ func registerIdleAgents(ctx context.Context, st *stack.Stack, n int) error {
 			for range names.Name() {
 				have++
 			}
-			if names.Err() == nil && have == st.Res.Config.PartitionCount() {
+			if names.Err() == nil && have == bus.InboxPartitions(inbox) {
 				i++
 				continue
 			}

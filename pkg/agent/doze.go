@@ -251,7 +251,7 @@ func (h *Host) watchRequests(in *agentInbox, key partKey) (context.Context, erro
 	defer h.mu.Unlock()
 	w := &in.wake
 	if w.sub == nil {
-		partitions := h.res.Config.PartitionCount()
+		partitions := in.partitions
 		sub, err := h.cfg.Conn.Subscribe(subject.InboxSubjects(key.agent), func(m *nats.Msg) {
 			if p, ok := subject.RequestPartition(m.Subject, partitions); ok {
 				w.wake(p)

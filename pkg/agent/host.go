@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -434,7 +435,7 @@ func (h *Host) Run(ctx context.Context) error {
 		h.stop(ctx, cancelHandlers)
 		return err
 	}
-	h.log.Info("workflow host running", "agents", h.agentNames(), "partitions", h.res.Config.PartitionCount(), "owned", h.owned())
+	h.log.Info("workflow host running", "agents", h.agentNames(), "owned", h.owned())
 	close(h.ready)
 
 	beat := time.NewTicker(registry.HeartbeatInterval)
@@ -540,6 +541,7 @@ func (h *Host) start(ctx context.Context) error {
 		}
 		h.dirChanged, h.releaseDir = h.dir.Changed(), func() { _ = h.dir.Close() }
 	}
+	h.settlePartitions(ctx)
 	if err := h.startFollowing(ctx); err != nil {
 		h.releaseDir()
 		return err
@@ -550,6 +552,34 @@ func (h *Host) start(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// settlePartitions gives the inbox of each of the host's agents the configured partition count
+// (bus.Config.Partitions) when it has another, holds no request and no other live host runs
+// the agent (bus.Resources.Repartition). Otherwise the host pulls the inbox's count, as every
+// other host of the agent does: a host configured otherwise that joins them, or one started
+// with another count while the inbox holds requests, changes nothing under them.
+func (h *Host) settlePartitions(ctx context.Context) {
+	want := h.res.Config.PartitionCount()
+	for _, name := range h.agentNames() {
+		in := h.inboxes[name]
+		if in.partitions == want {
+			continue
+		}
+		if slices.ContainsFunc(h.dir.LiveHosts(name), func(hb registry.Host) bool { return hb.ID != h.cfg.ID }) {
+			h.log.Warn("pulling the inbox's partition count, not the configured one: other live hosts of the agent pull it",
+				"agent", name, "inbox_partitions", in.partitions, "configured", want)
+			continue
+		}
+		st, err := h.res.Repartition(ctx, name, want)
+		if err != nil {
+			h.log.Warn("pulling the inbox's partition count, not the configured one", "agent", name,
+				"inbox_partitions", in.partitions, "configured", want, "err", err)
+			continue
+		}
+		h.log.Info("repartitioned the agent's inbox", "agent", name, "was", in.partitions, "partitions", want)
+		in.stream, in.partitions = st, want
+	}
 }
 
 // startFollowing starts following the tenants' limits, the hosts' load reports and the grants of

@@ -13,7 +13,10 @@ import (
 type agentInbox struct {
 	stream jetstream.Stream
 	name   string // the stream's name
-	keeper *bus.InboxKeeper
+	// partitions is the inbox's partition count (bus.InboxPartitions), read when the host
+	// starts: the host pulls and places that many partitions whatever it is configured with.
+	partitions int
+	keeper     *bus.InboxKeeper
 	// salt offsets the agent's inbox sequences in the host's ackedSeqs, which all its agents
 	// share: the same sequence of two agents' inboxes takes two slots.
 	salt uint64
@@ -24,7 +27,8 @@ type agentInbox struct {
 func newAgentInbox(js jetstream.JetStream, st jetstream.Stream, agent string) *agentInbox {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(agent))
-	return &agentInbox{stream: st, name: st.CachedInfo().Config.Name, keeper: bus.NewInboxKeeper(js, st, agent), salt: h.Sum64()}
+	return &agentInbox{stream: st, name: st.CachedInfo().Config.Name, partitions: bus.InboxPartitions(st),
+		keeper: bus.NewInboxKeeper(js, st, agent), salt: h.Sum64()}
 }
 
 // heldKey names a request a host holds: its agent and its sequence in the agent's inbox.

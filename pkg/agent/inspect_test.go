@@ -32,7 +32,7 @@ func TestInspectShowsTheRequestHeldElsewhere(t *testing.T) {
 	dir, err := registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = dir.Close() })
-	c := &inspect.Client{NC: nc, JS: js, Dir: dir, Partitions: 1}
+	c := &inspect.Client{NC: nc, JS: js, Dir: dir, Partitions: s.Res.PartitionsOf}
 
 	step(t, s, "y", "1", "3s")
 	waitFor(t, 5*time.Second, "the first step runs", func() bool { ns, _ := sa.starts("y"); return len(ns) == 1 })

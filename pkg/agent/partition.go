@@ -216,7 +216,7 @@ func (h *Host) placeLocked(agent string, live []registry.Host) []string {
 	for _, hb := range live {
 		ids = append(ids, hb.ID)
 	}
-	owners := placement.Assign(agent, h.res.Config.PartitionCount(), ids)
+	owners := placement.Assign(agent, h.inboxes[agent].partitions, ids)
 	h.placed[agent] = &division{ids: ids, owners: owners}
 	return owners
 }
@@ -552,10 +552,17 @@ func (h *Host) consume(ctx context.Context, part *partition) (jetstream.ConsumeC
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		// The inbox was deleted: by an operator, or by the removal of a remote agent that
 		// raced with this host of its new registration (bus.Resources.DeleteInbox).
-		if _, ierr := h.res.InboxOf(ctx, part.key.agent); ierr != nil {
+		st, ierr := h.res.InboxWith(ctx, part.key.agent, part.inbox.partitions)
+		if ierr != nil {
 			return nil, fmt.Errorf("making the inbox of %s again: %w", part.key.agent, ierr)
 		}
 		h.log.Warn("made the agent's deleted inbox again", "agent", part.key.agent)
+		if n := bus.InboxPartitions(st); n != part.inbox.partitions {
+			// Another process made it first, configured otherwise: this host's partitions
+			// miss some of its requests until it restarts and reads the count anew.
+			h.log.Error("the agent's inbox was made again with another partition count: restart the host",
+				"agent", part.key.agent, "inbox_partitions", n, "pulled", part.inbox.partitions)
+		}
 		cons, err = h.js.CreateOrUpdateConsumer(ctx, part.inbox.name, h.consumerConfig(part))
 	}
 	if err != nil {
@@ -749,7 +756,11 @@ func (h *Host) ownedLocked() map[string][]int {
 // partition whose consumer is deleted does. Partition 0's consumer goes last, after every other
 // one is gone, so that its absence says a call finished.
 func RemoveConsumers(ctx context.Context, res *bus.Resources, agentName string) error {
-	for p := res.Config.PartitionCount() - 1; p >= 0; p-- {
+	partitions, err := res.PartitionsOf(ctx, agentName)
+	if err != nil {
+		return err
+	}
+	for p := partitions - 1; p >= 0; p-- {
 		err := res.JS.DeleteConsumer(ctx, subject.InboxStream(agentName), subject.PartitionConsumer(agentName, p))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil

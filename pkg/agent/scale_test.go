@@ -238,7 +238,8 @@ func chatStep(t *testing.T, s *stacktest.Stack, participant, n, sleep string) st
 const seqWorkflow = "default:Seq:Supervisor Workflow:default"
 
 // startHost runs a host on a connection of its own (cfg.Conn, or a new one), which the test may
-// close to make the host vanish as a crashed process does.
+// close to make the host vanish as a crashed process does, with the stack's bus configuration
+// unless cfg.Bus sets one.
 func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.Host, *nats.Conn, context.CancelFunc) {
 	t.Helper()
 	if cfg.Conn == nil {
@@ -248,7 +249,9 @@ func startHost(t *testing.T, s *stacktest.Stack, cfg agent.HostConfig) (*agent.H
 		cfg.Conn = nc
 	}
 	nc := cfg.Conn
-	cfg.Bus = s.Res.Config
+	if cfg.Bus == (bus.Config{}) {
+		cfg.Bus = s.Res.Config
+	}
 	cfg.Logger = stacktest.Logger(t)
 	h, err := agent.NewHost(cfg)
 	require.NoError(t, err)

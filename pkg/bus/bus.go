@@ -25,10 +25,9 @@ type Config struct {
 	// Replicas of every stream and bucket: 1 for one server, 3 for a production cluster.
 	// Zero means 1.
 	Replicas int
-	// Partitions of each agent's inbox. Zero means 16. The count of an inbox that holds requests
-	// cannot change (Resources.InboxOf refuses): it would re-map only new requests, and hosts
-	// counting the other way would leave some unpulled. Drain the inboxes, then restart every
-	// process with the new one.
+	// Partitions of a new agent inbox. Zero means 16. An inbox keeps the count it was created
+	// with, which every process uses (Resources.InboxOf, InboxPartitions); Resources.Repartition
+	// changes the count of an empty one.
 	Partitions int
 	// DedupeWindow is how long a requestId is remembered for idempotency. Zero means 10 minutes.
 	DedupeWindow time.Duration
@@ -85,7 +84,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Partitions returns the configured partition count (with its default applied).
+// PartitionCount returns the configured partition count (with its default applied).
 func (c Config) PartitionCount() int { return c.withDefaults().Partitions }
 
 // Resources are the handles to agentbus's JetStream resources.

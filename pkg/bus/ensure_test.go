@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,56 +19,92 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// TestInboxKeepsPartitionsWhileFull: the partition count of an agent's inbox that holds requests
-// does not change under a process configured otherwise (the requests would stay where they are
-// and hosts counting the old way would leave new ones unpulled); an inbox without requests
-// changes.
-func TestInboxKeepsPartitionsWhileFull(t *testing.T) {
+// TestInboxKeepsItsPartitions: the partition count of an agent's inbox is the inbox's. A
+// process configured otherwise adopts it, so processes of one deployment agree on it whatever
+// their settings; Repartition changes it, and refuses while the inbox holds requests (they would
+// stay in partitions the new consumers do not pull). Processes creating the inbox at once, with
+// different counts, get one inbox with one count.
+func TestInboxKeepsItsPartitions(t *testing.T) {
 	srv := natstest.Server(t, "")
 	js := natstest.JetStream(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	partitions := func() int {
+	partitions := func(agent string) int {
 		t.Helper()
-		s, err := js.Stream(ctx, subject.InboxStream("Echo"))
+		s, err := js.Stream(ctx, subject.InboxStream(agent))
 		require.NoError(t, err)
 		n, ok := subject.TransformPartitions(s.CachedInfo().Config.SubjectTransform.Destination)
 		require.True(t, ok, "the inbox transform names its partition count")
+		assert.Equal(t, n, bus.InboxPartitions(s))
 		return n
 	}
-
-	// inbox declares Echo's inbox as a process configured with cfg does.
-	inbox := func(cfg bus.Config) (jetstream.Stream, error) {
+	// resources are a process's, configured with partitions.
+	resources := func(partitions int) *bus.Resources {
 		t.Helper()
-		res, err := bus.Ensure(ctx, js, cfg)
+		res, err := bus.Ensure(ctx, js, bus.Config{Partitions: partitions})
 		require.NoError(t, err)
-		return res.InboxOf(ctx, "Echo")
+		return res
 	}
 
-	first, err := inbox(bus.Config{})
+	first, err := resources(0).InboxOf(ctx, "Echo")
 	require.NoError(t, err)
-	assert.Equal(t, bus.DefaultPartitions, partitions(), "a new inbox gets the default")
+	assert.Equal(t, bus.DefaultPartitions, partitions("Echo"), "a new inbox gets the configured count")
 
-	_, err = inbox(bus.Config{Partitions: 32})
+	other := resources(32)
+	s, err := other.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	assert.Equal(t, bus.DefaultPartitions, bus.InboxPartitions(s), "a process configured otherwise adopts the inbox's count")
+	assert.Equal(t, bus.DefaultPartitions, partitions("Echo"))
+	n, err := other.PartitionsOf(ctx, "Echo")
+	require.NoError(t, err)
+	assert.Equal(t, bus.DefaultPartitions, n)
+	n, err = other.PartitionsOf(ctx, "Nobody")
+	require.NoError(t, err)
+	assert.Equal(t, 32, n, "an agent without an inbox: the count its inbox would get")
+
+	s, err = other.Repartition(ctx, "Echo", 32)
 	require.NoError(t, err, "an empty inbox may change its partition count")
-	assert.Equal(t, 32, partitions())
+	assert.Equal(t, 32, bus.InboxPartitions(s))
+	assert.Equal(t, 32, partitions("Echo"))
 
 	_, err = js.Publish(ctx, subject.Inbox("Echo", "default", "wf", "p"), []byte("request"))
 	require.NoError(t, err)
-	_, err = inbox(bus.Config{Partitions: 8})
+	_, err = other.Repartition(ctx, "Echo", 8)
 	require.ErrorIs(t, err, bus.ErrRepartition)
-	assert.ErrorContains(t, err, "AGENTBUS_PARTITIONS=32", "the error names the count to set")
-	assert.Equal(t, 32, partitions(), "the refused change left the inbox as it was")
-	_, err = inbox(bus.Config{Partitions: 32})
-	require.NoError(t, err, "the same count is fine with requests waiting")
+	assert.ErrorContains(t, err, "holds 1 requests in 32 partitions")
+	assert.Equal(t, 32, partitions("Echo"), "the refused change left the inbox as it was")
+	_, err = resources(8).InboxOf(ctx, "Echo")
+	require.NoError(t, err, "a process configured otherwise still starts")
+	assert.Equal(t, 32, partitions("Echo"))
+	_, err = js.Publish(ctx, subject.Inbox("Echo", "default", "wf", "p"), []byte("request"))
+	require.NoError(t, err, "the inbox takes requests after the refusal")
 
 	require.NoError(t, first.Purge(ctx))
 	_, err = js.Publish(ctx, subject.InboxMarker("Echo"), nil)
 	require.NoError(t, err)
-	_, err = inbox(bus.Config{Partitions: 8})
+	_, err = other.Repartition(ctx, "Echo", 8)
 	require.NoError(t, err, "a drained inbox may change, whatever markers it holds")
-	assert.Equal(t, 8, partitions())
+	assert.Equal(t, 8, partitions("Echo"))
+
+	// Created at once by processes configured with 2, 4, 8 and 16: one count for all.
+	var (
+		wg     sync.WaitGroup
+		counts [4]int
+	)
+	for i := range counts {
+		res := resources(2 << i)
+		wg.Go(func() {
+			s, err := res.InboxOf(ctx, "Raced")
+			if assert.NoError(t, err) {
+				counts[i] = bus.InboxPartitions(s)
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range counts {
+		assert.Equal(t, partitions("Raced"), c, "every process got the count the inbox has")
+	}
 }
 
 // TestEnsureMakesExistingBucketsReadFromTheLeader: buckets declared as nats.go declares them

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,16 +21,97 @@ import (
 // moves. A request published for an agent without an inbox finds no stream
 // (nats.ErrNoResponders).
 //
+// The partition count is the inbox's: a new inbox gets the configured one (Config.Partitions),
+// and an inbox that exists keeps its own, whatever this process is configured with
+// (InboxPartitions reads it; Repartition changes it). Every process that pulls or inspects the
+// inbox uses the inbox's count, so processes configured otherwise still agree on it.
+//
 // While JetStream is not ready it retries as Ensure does, until ctx ends or two minutes pass.
-// It refuses (ErrRepartition) an inbox that holds requests in another number of partitions
-// than the configured one.
 func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream, error) {
+	return r.InboxWith(ctx, agent, r.Config.PartitionCount())
+}
+
+// InboxWith is InboxOf with partitions for the count of a new inbox: a host that finds the
+// inbox of an agent it pulls deleted makes it again with the count it pulls.
+func (r *Resources) InboxWith(ctx context.Context, agent string, partitions int) (jetstream.Stream, error) {
 	var s jetstream.Stream
 	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
-		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent)
+		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent, partitions)
 		return err
 	})
 	return s, err
+}
+
+// InboxPartitions returns the partition count of the inbox stream s, as its subject transform
+// or, while it is parked (DeleteInbox), its metadata names it; 0 for a stream that names none.
+func InboxPartitions(s jetstream.Stream) int {
+	cfg := s.CachedInfo().Config
+	if cfg.SubjectTransform != nil {
+		if n, ok := subject.TransformPartitions(cfg.SubjectTransform.Destination); ok {
+			return n
+		}
+	}
+	if n, err := strconv.Atoi(cfg.Metadata[inboxPartitionsKey]); err == nil && n > 0 {
+		return n
+	}
+	return 0
+}
+
+// PartitionsOf reads the partition count of agent's inbox: the configured count when the agent
+// has no inbox (the count its inbox would get).
+func (r *Resources) PartitionsOf(ctx context.Context, agent string) (int, error) {
+	s, err := r.JS.Stream(ctx, subject.InboxStream(agent))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return r.Config.PartitionCount(), nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the inbox of %s: %w", agent, err)
+	}
+	if n := InboxPartitions(s); n > 0 {
+		return n, nil
+	}
+	return r.Config.PartitionCount(), nil
+}
+
+// Repartition gives agent's inbox partitions partitions, unless it holds requests
+// (ErrRepartition): those stored keep the partition they were stored in, which the new
+// consumers would not pull. Call it only while no host pulls the inbox (a host pulls the count it
+// read when it started). So that no request lands in the inbox between its count and its
+// change, it is parked as DeleteInbox parks it meanwhile: a request published then is refused
+// (nats.ErrNoResponders), not stored.
+func (r *Resources) Repartition(ctx context.Context, agent string, partitions int) (jetstream.Stream, error) {
+	name := subject.InboxStream(agent)
+	s, err := r.JS.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading stream %s: %w", name, err)
+	}
+	have := InboxPartitions(s)
+	if have == partitions {
+		return s, nil
+	}
+	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
+		return nil, errors.Join(err, repartitionError(agent, n, have, partitions))
+	}
+	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
+		return nil, err
+	}
+	n, err := requestsIn(ctx, s, agent)
+	if (err != nil || n > 0) && have > 0 {
+		if err == nil {
+			err = repartitionError(agent, n, have, partitions)
+		}
+		partitions = have // give it back as it was
+	}
+	s, uerr := ensureStream(ctx, r.JS, inboxConfig(r.Config, agent, partitions))
+	if uerr != nil {
+		return nil, errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
+	}
+	return s, err
+}
+
+func repartitionError(agent string, requests uint64, have, want int) error {
+	return fmt.Errorf("%w: the inbox of %s holds %d requests in %d partitions, not repartitioned to %d: "+
+		"let the inbox drain while no host of the agent runs, then start one", ErrRepartition, agent, requests, have, want)
 }
 
 // HasInbox reports whether agent has an inbox stream.
@@ -59,11 +141,12 @@ func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64,
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
 		return n, gone(err)
 	}
+	partitions := InboxPartitions(s)
 	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
 		return 0, gone(err) // gone: another process deleted it first
 	}
 	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
-		if _, uerr := r.JS.UpdateStream(ctx, inboxConfig(r.Config, agent)); uerr != nil {
+		if _, uerr := r.JS.UpdateStream(ctx, inboxConfig(r.Config, agent, partitions)); uerr != nil {
 			err = errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
 		}
 		return n, gone(err)
@@ -91,25 +174,42 @@ func park(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, parke
 }
 
 // ensureInbox creates or updates the inbox stream of agent: a work queue whose subject
-// transform maps each request to one of cfg.Partitions partitions. An inbox declared so before
-// is only read: the same declaration has the same partition count.
-func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent string) (jetstream.Stream, error) {
-	sc := inboxConfig(cfg, agent)
-	s, same, err := declared(ctx, js, sc.Name, fingerprint(sc))
-	if err != nil || same {
-		return s, err
-	}
-	if s != nil {
-		if err := checkRepartition(ctx, s, cfg.Partitions, agent); err != nil {
-			return nil, err
+// transform maps each request to one of its partitions, partitions for a new inbox and its own
+// count for one that exists. An inbox declared so before is only read.
+func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent string, partitions int) (jetstream.Stream, error) {
+	name := subject.InboxStream(agent)
+	for range 3 {
+		s, err := js.Stream(ctx, name)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("reading stream %s: %w", name, err)
 		}
+		if s != nil {
+			if have := InboxPartitions(s); have > 0 {
+				partitions = have
+			}
+			sc := inboxConfig(cfg, agent, partitions)
+			if s.CachedInfo().Config.Metadata[DeclaredKey] == fingerprint(sc) {
+				return s, nil
+			}
+			return ensureStream(ctx, js, sc)
+		}
+		sc := inboxConfig(cfg, agent, partitions)
+		sc.Metadata = withFingerprint(sc.Metadata, fingerprint(sc))
+		s, err = js.CreateStream(ctx, sc)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			if err != nil {
+				return nil, fmt.Errorf("creating stream %s: %w", name, err)
+			}
+			return s, nil
+		}
+		// Another process created it meanwhile, perhaps with another count: read it again.
 	}
-	return ensureStream(ctx, js, sc)
+	return nil, fmt.Errorf("creating stream %s: %w", name, jetstream.ErrStreamNameAlreadyInUse)
 }
 
-// inboxConfig is the configuration of agent's inbox stream.
-func inboxConfig(cfg Config, agent string) jetstream.StreamConfig {
-	src, dst := subject.InboxTransform(agent, cfg.Partitions)
+// inboxConfig is the configuration of agent's inbox stream with the given partitions.
+func inboxConfig(cfg Config, agent string, partitions int) jetstream.StreamConfig {
+	src, dst := subject.InboxTransform(agent, partitions)
 	return jetstream.StreamConfig{
 		Name:             subject.InboxStream(agent),
 		Description:      "agentbus requests waiting for a workflow host of one agent",
@@ -122,38 +222,21 @@ func inboxConfig(cfg Config, agent string) jetstream.StreamConfig {
 		MaxAge:           cfg.InboxMaxAge,
 		Discard:          jetstream.DiscardNew,
 		AllowDirect:      true,
-		Metadata:         map[string]string{inboxAgentKey: agent},
+		Metadata:         map[string]string{inboxAgentKey: agent, inboxPartitionsKey: strconv.Itoa(partitions)},
 	}
 }
 
-// inboxAgentKey is the metadata key of an inbox stream that names its agent, for operators
-// (the stream's name carries only a hash of it).
-const inboxAgentKey = "agentbus.agent"
+const (
+	// inboxAgentKey is the metadata key of an inbox stream that names its agent, for operators
+	// (the stream's name carries only a hash of it).
+	inboxAgentKey = "agentbus.agent"
+	// inboxPartitionsKey is the metadata key of an inbox stream that names its partition count,
+	// which its subject transform names too, but not while it is parked.
+	inboxPartitionsKey = "agentbus.partitions"
+)
 
-// ErrRepartition is returned by InboxOf when the configured partition count differs from that of
-// an inbox that holds requests.
-var ErrRepartition = errors.New("inbox partition count differs")
-
-// checkRepartition refuses to change the partition count of an agent's inbox s that holds
-// requests: the requests already stored keep their partitions, and processes still running with
-// the old count would pull the wrong ones. An empty inbox may change.
-func checkRepartition(ctx context.Context, s jetstream.Stream, partitions int, agent string) error {
-	info := s.CachedInfo()
-	if info.Config.SubjectTransform == nil {
-		return nil
-	}
-	have, ok := subject.TransformPartitions(info.Config.SubjectTransform.Destination)
-	if !ok || have == partitions {
-		return nil
-	}
-	requests, err := requestsIn(ctx, s, agent)
-	if err != nil || requests == 0 {
-		return err
-	}
-	return fmt.Errorf("%w: the inbox of %s holds %d requests in %d partitions and this process is configured for %d: "+
-		"set AGENTBUS_PARTITIONS=%d, or let the inbox drain and then restart every process with the new count",
-		ErrRepartition, agent, requests, have, partitions, have)
-}
+// ErrRepartition is returned by Repartition for an inbox that holds requests.
+var ErrRepartition = errors.New("inbox holds requests")
 
 // InboxRequests counts the requests agent's inbox holds: accepted and not yet handled (a request
 // leaves the inbox once its host has acknowledged it).

@@ -21,7 +21,7 @@ const (
 // inspector asks the workflow hosts what they hold and reads the inbox; a few pointers, made
 // per request.
 func (s *Server) inspector() *inspect.Client {
-	return &inspect.Client{NC: s.cfg.Conn, JS: s.js, Dir: s.dir, Partitions: s.res.Config.PartitionCount(), Queues: s.tenantQueues}
+	return &inspect.Client{NC: s.cfg.Conn, JS: s.js, Dir: s.dir, Partitions: s.res.PartitionsOf, Queues: s.tenantQueues}
 }
 
 // listHosts serves GET /api/v1/admin/hosts (system admins: every host and agent) and

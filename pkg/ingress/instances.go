@@ -18,7 +18,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
-	"github.com/agentbus/agentbus/pkg/placement"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -185,12 +184,15 @@ func (s *Server) showInstance(w http.ResponseWriter, r *http.Request) {
 		Item:      instanceItem(rec, wf, rec.StatusAt(s.idleTimeout(wf.Agent), time.Now())),
 		AgentName: wf.Agent, CompletedAt: timefmt.OfPtr(rec.CompletedAt), State: rec.State,
 		EarlierRuns: rec.Runs, Waits: waitsOf(rec),
-		Partition: subject.InboxPartition(c.tenant, wf.ID(), s.res.Config.PartitionCount()),
 	}
 	if ans.EarlierRuns == nil {
 		ans.EarlierRuns = []instance.RunSummary{}
 	}
-	ans.Host = s.partitionOwner(wf.Agent, ans.Partition)
+	var err error
+	if ans.Partition, ans.Host, err = s.inspector().Placement(ctx, wf); err != nil {
+		s.storeFailed(w, "reading instance", err)
+		return
+	}
 
 	var (
 		wg   sync.WaitGroup
@@ -251,24 +253,6 @@ func waitsOf(rec instance.Record) []inspect.Wait {
 			Methods: orEmpty(w.Methods), Signals: orEmpty(w.Signals), Deadline: timefmt.OfPtr(w.Deadline), Since: timefmt.Of(w.Since)})
 	}
 	return out
-}
-
-// partitionOwner is the live host that owns the agent's partition p, as every host computes it
-// from the heartbeats (package placement); "" when no live host runs the agent.
-func (s *Server) partitionOwner(agent string, p int) string {
-	hosts := s.dir.LiveHosts(agent)
-	if len(hosts) == 0 {
-		return ""
-	}
-	ids := make([]string, len(hosts))
-	for i, h := range hosts {
-		ids[i] = h.ID
-	}
-	owners := placement.Assign(agent, s.res.Config.PartitionCount(), ids)
-	if p < 0 || p >= len(owners) {
-		return ""
-	}
-	return owners[p]
 }
 
 // completeInstance serves POST /api/v1/admin/tenants/{tenantId}/instances/{workflowId}/complete:

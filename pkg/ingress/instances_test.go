@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ingress"
+	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natstest"
@@ -543,4 +544,46 @@ func TestInstanceIdleAfterTheAgentsTimeout(t *testing.T) {
 
 	adminOK(t, s, get, listPath("default", "Echo", nil), s.Key, nil, http.StatusOK, &l)
 	assert.Equal(t, []string{"awake/running"}, activations(l), "Echo has no idle timeout")
+}
+
+// TestInspectorUsesTheInboxPartitionCount: the inspector places an instance, and lists an agent's
+// partitions, by the partition count of the agent's inbox, which the host that made it chose,
+// not by the ingress's own setting.
+func TestInspectorUsesTheInboxPartitionCount(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{Partitions: 16, NoAgents: true})
+	nc, err := s.NATS.Connect("host-4")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	h, err := agent.NewHost(agent.HostConfig{ID: "host-4", Conn: nc, Agents: []*agent.Agent{echo.New()},
+		Bus: bus.Config{Partitions: 4}, Logger: stacktest.Logger(t)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		require.FailNow(t, "host did not start", "%v", err)
+	}
+
+	for i := range 8 {
+		wf := echoWorkflow("default", fmt.Sprintf("counted-%d", i))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			hostID, _ := echoHost(t, s, s.Key, wf)
+			var got instanceShow
+			adminOK(t, s, get, instancePath("default", wf), s.Key, nil, http.StatusOK, &got)
+			assert.Equal(c, subject.InboxPartition("default", wf, 4), got.Partition, "instance %s", wf)
+			assert.Equal(c, hostID, got.Host, "instance %s", wf)
+			var queue inspect.InstanceQueue
+			adminOK(t, s, get, instancePath("default", wf)+"/queue", s.Key, nil, http.StatusOK, &queue)
+			assert.Equal(c, got.Partition, queue.Partition)
+			assert.Equal(c, hostID, queue.Owner)
+		}, 10*time.Second, 100*time.Millisecond)
+	}
+	var view inspect.Hosts
+	adminOK(t, s, get, "/api/v1/admin/tenants/default/hosts", s.Key, nil, http.StatusOK, &view)
+	require.Len(t, view.Agents, 1)
+	assert.Len(t, view.Agents[0].Partitions, 4, "the hosts view lists the inbox's partitions")
 }

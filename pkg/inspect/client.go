@@ -26,8 +26,8 @@ type Client struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	Dir *registry.Directory
-	// Partitions is the inbox's partition count (bus.Config.PartitionCount).
-	Partitions int
+	// Partitions reads the partition count of an agent's inbox (bus.Resources.PartitionsOf).
+	Partitions func(ctx context.Context, agent string) (int, error)
 	// Queues, when set, gives the tenants' queues the hosts report (LoadBoard.Queues, with
 	// their limits), those of tenant only unless it is "": Hosts lists them under their agents.
 	Queues func(tenant string) []TenantQueue
@@ -103,8 +103,11 @@ func (c *Client) Instance(ctx context.Context, tenant, workflowID string) (Insta
 	if wf.Tenant != tenant {
 		return InstanceQueue{}, fmt.Errorf("inspect: workflow %q is not of tenant %q", workflowID, tenant)
 	}
-	p := subject.InboxPartition(tenant, workflowID, c.Partitions)
-	ans := InstanceQueue{WorkflowID: workflowID, AgentName: wf.Agent, Partition: p, Owner: c.owner(wf.Agent, p),
+	p, owner, err := c.Placement(ctx, wf)
+	if err != nil {
+		return InstanceQueue{}, err
+	}
+	ans := InstanceQueue{WorkflowID: workflowID, AgentName: wf.Agent, Partition: p, Owner: owner,
 		Conversations: []ConversationQueue{}}
 
 	var (
@@ -184,9 +187,21 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// owner is the live host that owns the agent's partition p, as every host computes it from the
-// heartbeats (package placement); "" when no live host runs the agent.
-func (c *Client) owner(agent string, p int) string {
+// Placement returns the inbox partition of the workflow instance's requests and the live host
+// that owns it, as every host computes it from the heartbeats (package placement): "" when no
+// live host runs the agent.
+func (c *Client) Placement(ctx context.Context, wf ident.Workflow) (partition int, owner string, err error) {
+	partitions, err := c.Partitions(ctx, wf.Agent)
+	if err != nil {
+		return 0, "", fmt.Errorf("inspect: %w", err)
+	}
+	p := subject.InboxPartition(wf.Tenant, wf.ID(), partitions)
+	return p, c.owner(wf.Agent, partitions, p), nil
+}
+
+// owner is the live host that owns the agent's partition p of partitions; "" when no live host
+// runs the agent.
+func (c *Client) owner(agent string, partitions, p int) string {
 	hosts := c.Dir.LiveHosts(agent)
 	if len(hosts) == 0 {
 		return ""
@@ -195,7 +210,7 @@ func (c *Client) owner(agent string, p int) string {
 	for i, h := range hosts {
 		ids[i] = h.ID
 	}
-	owners := placement.Assign(agent, c.Partitions, ids)
+	owners := placement.Assign(agent, partitions, ids)
 	if p < 0 || p >= len(owners) {
 		return ""
 	}

@@ -83,7 +83,14 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 	var holders partitionHolders
 	ans.Hosts, holders = c.liveHosts(tenant, visible, ans.At.Time)
 	agents := slices.Sorted(maps.Keys(visible))
-	queues, err := c.partitionQueues(ctx, agents)
+	counts := make(map[string]int, len(agents))
+	for _, a := range agents {
+		var err error
+		if counts[a], err = c.Partitions(ctx, a); err != nil {
+			return Hosts{}, fmt.Errorf("inspect: %w", err)
+		}
+	}
+	queues, err := c.partitionQueues(ctx, counts)
 	if err != nil {
 		return Hosts{}, err
 	}
@@ -94,11 +101,11 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 		}
 	}
 	for _, a := range agents {
-		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, c.Partitions), Tenants: byAgent[a]}
+		aq := AgentQueues{Agent: a, Partitions: make([]PartitionQueue, 0, counts[a]), Tenants: byAgent[a]}
 		if aq.Tenants == nil {
 			aq.Tenants = []TenantQueue{}
 		}
-		for p := range c.Partitions {
+		for p := range counts[a] {
 			pq := queues[agentPartition{a, p}]
 			pq.Holders = holders[a][p]
 			if pq.Holders == nil {
@@ -160,8 +167,9 @@ func (c *Client) liveHosts(tenant string, visible map[string]bool, at time.Time)
 	return hosts, holders
 }
 
-// partitionQueues reads the backlog of every partition of agents, consumerReads at a time.
-func (c *Client) partitionQueues(ctx context.Context, agents []string) (map[agentPartition]PartitionQueue, error) {
+// partitionQueues reads the backlog of every partition of the agents, given with their partition
+// counts, consumerReads at a time.
+func (c *Client) partitionQueues(ctx context.Context, agents map[string]int) (map[agentPartition]PartitionQueue, error) {
 	queues := make(map[agentPartition]PartitionQueue)
 	var (
 		mu   sync.Mutex
@@ -169,8 +177,8 @@ func (c *Client) partitionQueues(ctx context.Context, agents []string) (map[agen
 		errs []error
 	)
 	sem := make(chan struct{}, consumerReads)
-	for _, a := range agents {
-		for p := range c.Partitions {
+	for a, partitions := range agents {
+		for p := range partitions {
 			wg.Go(func() {
 				sem <- struct{}{}
 				defer func() { <-sem }()
