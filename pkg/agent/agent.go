@@ -70,6 +70,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/registry"
 )
@@ -87,6 +88,7 @@ type Agent struct {
 	tenants       []string // empty: every tenant
 	idleAfter     time.Duration
 	maxConcurrent int // handler slots of its own on each host; 0: the host's shared ones
+	partitions    int // of its inbox; 0: the host's bus.Config.Partitions
 }
 
 // Option configures an Agent.
@@ -123,6 +125,28 @@ func MaxConcurrent(n int) Option {
 		}
 		a.maxConcurrent = n
 	}
+}
+
+// Partitions sets the partition count of the agent's inbox, in place of the host's
+// (bus.Config.Partitions, 16 by default). It bounds how many hosts share the agent's work, and
+// each partition is a consumer the NATS servers keep and serve: an agent that one or two hosts
+// serve needs few. An inbox keeps the count it was made with; a host starting alone gives an
+// empty one its agent's count (docs/bus.md#partitions). New panics when n is not from 1 to 1024.
+func Partitions(n int) Option {
+	return func(a *Agent) {
+		if n < 1 || n > 1024 {
+			panic(fmt.Sprintf("agent %s: Partitions(%d): not from 1 to 1024", a.name, n))
+		}
+		a.partitions = n
+	}
+}
+
+// partitionCount is the partition count the agent's inbox is made with under cfg.
+func (a *Agent) partitionCount(cfg bus.Config) int {
+	if a.partitions > 0 {
+		return a.partitions
+	}
+	return cfg.PartitionCount()
 }
 
 // New returns an agent. It panics on an invalid name, as http.ServeMux panics on a bad pattern:

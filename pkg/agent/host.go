@@ -509,7 +509,7 @@ func (h *Host) start(ctx context.Context) error {
 	// publish to it.
 	h.inboxes = make(map[string]*agentInbox, len(h.cfg.Agents))
 	for _, a := range h.cfg.Agents {
-		st, err := res.InboxOf(ctx, a.name)
+		st, err := res.InboxWith(ctx, a.name, a.partitionCount(res.Config))
 		if err != nil {
 			h.closeReplies()
 			return err
@@ -554,15 +554,14 @@ func (h *Host) start(ctx context.Context) error {
 	return nil
 }
 
-// settlePartitions gives the inbox of each of the host's agents the configured partition count
-// (bus.Config.Partitions) when it has another, holds no request and no other live host runs
-// the agent (bus.Resources.Repartition). Otherwise the host pulls the inbox's count, as every
+// settlePartitions gives the inbox of each of the host's agents the agent's partition count
+// (Partitions, or bus.Config.Partitions) when it has another, holds no request and no other live
+// host runs the agent (bus.Resources.Repartition). Otherwise the host pulls the inbox's count, as every
 // other host of the agent does: a host configured otherwise that joins them, or one started
 // with another count while the inbox holds requests, changes nothing under them.
 func (h *Host) settlePartitions(ctx context.Context) {
-	want := h.res.Config.PartitionCount()
-	for _, name := range h.agentNames() {
-		in := h.inboxes[name]
+	for _, a := range h.cfg.Agents {
+		name, want, in := a.name, a.partitionCount(h.res.Config), h.inboxes[a.name]
 		if in.partitions == want {
 			continue
 		}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -84,4 +85,24 @@ func TestLoneHostRepartitionsAnEmptyInbox(t *testing.T) {
 	waitFor(t, 5*time.Second, "the third host pulls 2 partitions", func() bool { return settled(t, s, "Seq", 2, []string{"third"}) })
 	step(t, s, "p", "3", "")
 	ran(3, "third")
+}
+
+// TestAgentPartitionsOption: an agent's own partition count (agent.Partitions) makes its inbox,
+// in place of the host's setting, and the host pulls that many partitions; a count out of
+// bounds panics.
+func TestAgentPartitionsOption(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{Partitions: 16, NoAgents: true})
+	two := agent.New("Two", agent.Partitions(2))
+	two.WebhookFunc("host", func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Text(http.StatusOK, "ok")
+	})
+	startHost(t, s, agent.HostConfig{ID: "host-2", Agents: []*agent.Agent{two}})
+	assert.Equal(t, 2, inboxPartitions(t, s, "Two"))
+	waitFor(t, 5*time.Second, "the host pulls 2 partitions", func() bool { return settled(t, s, "Two", 2, []string{"host-2"}) })
+	status, _, b := post(t, s, "default:Two:Supervisor Workflow:a", "host", "")
+	assert.Equal(t, http.StatusOK, status, "%s", b)
+
+	assert.Panics(t, func() { agent.New("Zero", agent.Partitions(0)) })
+	assert.Panics(t, func() { agent.New("Many", agent.Partitions(1025)) })
 }

@@ -66,7 +66,7 @@ func (c *caller) agent() *agent.Agent {
 	if len(c.reg.Tenants) > 0 {
 		opts = append(opts, agent.Tenants(c.reg.Tenants...))
 	}
-	a := agent.New(c.reg.Name, opts...)
+	a := agent.New(c.reg.Name, append(opts, agent.Partitions(c.reg.Partitions))...)
 	if c.reg.Chat {
 		a.ChatFunc(c.message("Chat"))
 	}

@@ -39,6 +39,12 @@ const (
 	MaxTimeoutSeconds     = 300
 	DefaultMaxConcurrent  = 32
 	MaxMaxConcurrent      = 1024
+	// DefaultPartitions is the partition count of a remote agent's inbox: the hosts of every
+	// workflow host process share a remote agent's work, and each partition is a consumer the
+	// NATS servers keep for the agent, busy or idle. MaxPartitions bounds what a tenant's
+	// registration may ask of them.
+	DefaultPartitions = 4
+	MaxPartitions     = 16
 	maxNames              = 256
 	maxURL                = 2048
 	maxDescription        = 4096
@@ -61,6 +67,9 @@ type Registration struct {
 	Owner          string `json:"owner,omitempty"`
 	TimeoutSeconds int    `json:"timeoutSeconds"`
 	MaxConcurrent  int    `json:"maxConcurrent"`
+	// Partitions is the partition count of the agent's inbox: at most this many hosts share
+	// its work. An inbox keeps the count it was made with (agent.Partitions).
+	Partitions int `json:"partitions"`
 	// Secret signs the requests; shown only in the answer that registers the agent.
 	Secret    string       `json:"secret,omitempty"`
 	CreatedAt timefmt.Time `json:"createdAt"`
@@ -173,6 +182,12 @@ func (s *Store) validate(owner string, r *Registration) error {
 		r.MaxConcurrent = DefaultMaxConcurrent
 	case r.MaxConcurrent < 1 || r.MaxConcurrent > MaxMaxConcurrent:
 		return bad("maxConcurrent must be from 1 to %d", MaxMaxConcurrent)
+	}
+	switch {
+	case r.Partitions == 0:
+		r.Partitions = DefaultPartitions
+	case r.Partitions < 1 || r.Partitions > MaxPartitions:
+		return bad("partitions must be from 1 to %d", MaxPartitions)
 	}
 	if r.Secret != "" {
 		if err := checkSecret(r.Secret); err != nil {
@@ -289,7 +304,7 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	}
 	// The agent's calls need its inbox: made here, the first call seldom waits for the host
 	// serving it to make it (which it does anyway: an error here changes nothing).
-	_, _ = s.res.InboxOf(ctx, r.Name)
+	_, _ = s.res.InboxWith(ctx, r.Name, reg.Partitions)
 	return reg, nil
 }
 
@@ -371,6 +386,9 @@ func decode(b []byte) (Registration, error) {
 	var r Registration
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Registration{}, fmt.Errorf("decoding registration: %w", err)
+	}
+	if r.Partitions == 0 { // stored before registrations had a count
+		r.Partitions = DefaultPartitions
 	}
 	return r, nil
 }

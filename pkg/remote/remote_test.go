@@ -299,7 +299,7 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	}
 	ep.mu.Unlock()
 
-	require.Equal(t, s.Res.Config.PartitionCount(), inboxConsumersOf(t, s.Res, "Remo"), "a consumer per partition")
+	require.Equal(t, remote.DefaultPartitions, inboxConsumersOf(t, s.Res, "Remo"), "a consumer per partition")
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
@@ -329,7 +329,7 @@ func inboxConsumersOf(t *testing.T, res *bus.Resources, agentName string) int {
 	require.NoError(t, err)
 	names := inbox.ConsumerNames(t.Context())
 	for name := range names.Name() {
-		for p := range res.Config.PartitionCount() {
+		for p := range remote.MaxPartitions {
 			if name == subject.PartitionConsumer(agentName, p) {
 				n++
 			}
@@ -490,4 +490,39 @@ func TestRemoteAgentsPerTenantLimited(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, status)
 	status, _ = call(t, http.MethodPost, s.URL+mine, s.Key, registration("Three", ep.URL), nil)
 	assert.Equal(t, http.StatusCreated, status, "after a removal")
+}
+
+// TestRemoteAgentPartitions: a remote agent's inbox has the registration's partition count (4 by
+// default), whatever the processes' own setting, and its hosts pull that many partitions; a
+// count out of bounds is refused.
+func TestRemoteAgentPartitions(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Partitions: 16})
+	ep := newEndpoint(t)
+	for name, want := range map[string]int{"RemoDefault": remote.DefaultPartitions, "RemoTwo": 2} {
+		reg := registration(name, ep.URL+"/agentbus")
+		if want != remote.DefaultPartitions {
+			reg["partitions"] = want
+		}
+		var got remote.Registration
+		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, reg, &got)
+		require.Equal(t, http.StatusCreated, status)
+		assert.Equal(t, want, got.Partitions, name)
+		ep.secret.Store(got.Secret)
+		require.NoError(t, s.WaitLive(t.Context(), name))
+		n, err := s.Res.PartitionsOf(t.Context(), name)
+		require.NoError(t, err)
+		assert.Equal(t, want, n, "%s's inbox", name)
+		status, ans := send(t, s, name, "a", "count")
+		require.Equal(t, http.StatusOK, status, "%v", ans)
+		require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, name) == want }, 5*time.Second, 20*time.Millisecond,
+			"%s: a consumer per partition", name)
+	}
+	for _, bad := range []int{-1, remote.MaxPartitions + 1} {
+		reg := registration("RemoBad", ep.URL+"/agentbus")
+		reg["partitions"] = bad
+		var p map[string]any
+		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, reg, &p)
+		assert.Equal(t, http.StatusBadRequest, status, "partitions %d", bad)
+		assert.Contains(t, p["detail"], "partitions must be from 1 to 16")
+	}
 }

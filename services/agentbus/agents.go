@@ -46,7 +46,7 @@ type registrationFlags struct {
 	name, endpoint, secret                    string
 	chat, files                               bool
 	webhooks, methods, workflowTypes, tenants listFlag
-	timeout, maxConcurrent                    int
+	timeout, maxConcurrent, partitions        int
 }
 
 // define adds the flags to fs; endpoint says whether --endpoint gives the URL (check takes it
@@ -66,6 +66,7 @@ func (r *registrationFlags) define(fs *flag.FlagSet, endpoint bool) {
 	fs.StringVar(&r.secret, "secret", "", "the signing secret, whsec_ and a base64 key of 24 to 64 bytes")
 	fs.IntVar(&r.timeout, "timeout", 0, "seconds one request may take, 1-300 (default 30)")
 	fs.IntVar(&r.maxConcurrent, "max-concurrent", 0, "requests one host sends the agent at once, 1-1024 (default 32)")
+	fs.IntVar(&r.partitions, "partitions", 0, "partitions of the agent's inbox, at most this many hosts sharing its work, 1-16 (default 4)")
 }
 
 // body is the registration: the file's object, if any, with each flag given over its field.
@@ -121,6 +122,8 @@ func (r *registrationFlags) body(fs *flag.FlagSet, stdin io.Reader) (map[string]
 			set("timeoutSeconds", r.timeout)
 		case "max-concurrent":
 			set("maxConcurrent", r.maxConcurrent)
+		case "partitions":
+			set("partitions", r.partitions)
 		}
 	})
 	return obj, err
