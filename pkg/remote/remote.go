@@ -45,10 +45,10 @@ const (
 	// registration may ask of them.
 	DefaultPartitions = 4
 	MaxPartitions     = 16
-	maxNames              = 256
-	maxURL                = 2048
-	maxDescription        = 4096
-	maxSchema             = 64 << 10
+	maxNames          = 256
+	maxURL            = 2048
+	maxDescription    = 4096
+	maxSchema         = 64 << 10
 )
 
 // Registration is a remote agent.
