@@ -142,6 +142,9 @@ func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64,
 		return n, gone(err)
 	}
 	partitions := InboxPartitions(s)
+	if partitions == 0 { // parked by a build that did not name the count
+		partitions = r.Config.PartitionCount()
+	}
 	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
 		return 0, gone(err) // gone: another process deleted it first
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -142,19 +143,32 @@ func (s *system) heartbeats(ctx context.Context) map[string]registry.Host {
 	return hbs
 }
 
+// inboxPartitions reads the partition count of the agent's inbox: the system's count until the
+// inbox exists (a remote agent's registration sets its own).
+func (s *system) inboxPartitions(ctx context.Context, agent string) int {
+	st, err := s.js.Stream(ctx, subject.InboxStream(agent))
+	if err != nil {
+		return partitions
+	}
+	if n := bus.InboxPartitions(st); n > 0 {
+		return n
+	}
+	return partitions
+}
+
 // waitSettled waits until hosts ids have settled Echo's partitions and returns how long it took.
 func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
 	s.t.Helper()
 	return s.waitSettledAgent("Echo", ids, within)
 }
 
-// waitSettledAgent waits until the heartbeats of hosts ids divide the agent's partitions as
-// placement says (registry.Settled), and returns how long it took.
+// waitSettledAgent waits until the heartbeats of hosts ids divide the partitions of the agent's
+// inbox as placement says (registry.Settled), and returns how long it took.
 func (s *system) waitSettledAgent(agent string, ids []string, within time.Duration) time.Duration {
 	s.t.Helper()
 	ctx := proctest.Context(s.t, within+5*time.Second)
 	start := time.Now()
-	for !registry.Settled(s.heartbeats(ctx), agent, partitions, ids) {
+	for !registry.Settled(s.heartbeats(ctx), agent, s.inboxPartitions(ctx, agent), ids) {
 		if time.Since(start) > within {
 			hbs := s.heartbeats(ctx)
 			for id, hb := range hbs {

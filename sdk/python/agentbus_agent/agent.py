@@ -47,7 +47,8 @@ class Agent:
 
     def __init__(self, name: str, secret: str, *, workflow_types: list[str] | None = None,
                  tenants: list[str] | None = None, timeout_seconds: int | None = None,
-                 max_concurrent: int | None = None, logger: logging.Logger | None = None) -> None:
+                 max_concurrent: int | None = None, partitions: int | None = None,
+                 logger: logging.Logger | None = None) -> None:
         if not name:
             raise ValueError("an agent needs a name")
         decode_secret(secret)
@@ -55,12 +56,15 @@ class Agent:
             raise ValueError("timeout_seconds is 1 to 300")
         if max_concurrent is not None and not 1 <= max_concurrent <= 1024:
             raise ValueError("max_concurrent is 1 to 1024")
+        if partitions is not None and not 1 <= partitions <= 16:
+            raise ValueError("partitions is 1 to 16")
         self.name = name
         self.secret = secret
         self.workflow_types = workflow_types
         self.tenants = tenants
         self.timeout_seconds = timeout_seconds
         self.max_concurrent = max_concurrent
+        self.partitions = partitions
         self.log = logger or _log
         self._chat: Handler | None = None
         self._file: Handler | None = None
@@ -133,7 +137,8 @@ class Agent:
         body: dict[str, Any] = {"name": self.name, "url": url, "chat": self._chat is not None,
                                 "file": self._file is not None, "webhooks": list(self._webhooks), "methods": methods}
         body.update(_compact(workflowTypes=self.workflow_types, tenants=self.tenants, secret=self.secret,
-                             timeoutSeconds=self.timeout_seconds, maxConcurrent=self.max_concurrent))
+                             timeoutSeconds=self.timeout_seconds, maxConcurrent=self.max_concurrent,
+                             partitions=self.partitions))
         return body
 
     def answer(self, request: Mapping[str, Any], on_delta: Callable[[str], None] | None = None) -> bytes:

@@ -546,7 +546,7 @@ class ProtocolTest(unittest.TestCase):
 
 class RegistrationTest(unittest.TestCase):
     def test_registration(self) -> None:
-        agent = Agent("EchoPy", SECRET, workflow_types=["Supervisor Workflow"], max_concurrent=8)
+        agent = Agent("EchoPy", SECRET, workflow_types=["Supervisor Workflow"], max_concurrent=8, partitions=2)
         schema = {"type": "object", "properties": {"values": {"type": "array", "items": {"type": "number"}}}}
         agent.data("sum", description="Adds numbers.", schema=schema)(lambda ctx: None)
         agent.data("count")(lambda ctx: None)
@@ -556,7 +556,7 @@ class RegistrationTest(unittest.TestCase):
             "name": "EchoPy", "url": "http://127.0.0.1:8701/agentbus", "chat": True, "file": False,
             "webhooks": ["echo"],
             "methods": [{"name": "sum", "description": "Adds numbers.", "schema": schema}, {"name": "count"}],
-            "workflowTypes": ["Supervisor Workflow"], "secret": SECRET, "maxConcurrent": 8,
+            "workflowTypes": ["Supervisor Workflow"], "secret": SECRET, "maxConcurrent": 8, "partitions": 2,
         }, agent.registration("http://127.0.0.1:8701/agentbus"))
 
     def test_twice(self) -> None:
@@ -588,6 +588,7 @@ class RegistrationTest(unittest.TestCase):
     def test_invalid(self) -> None:
         for name, make in [("no name", lambda: Agent("", SECRET)), ("a bad secret", lambda: Agent("a", "s3cret")),
                            ("timeout", lambda: Agent("a", SECRET, timeout_seconds=301)),
-                           ("concurrency", lambda: Agent("a", SECRET, max_concurrent=0))]:
+                           ("concurrency", lambda: Agent("a", SECRET, max_concurrent=0)),
+                           ("partitions", lambda: Agent("a", SECRET, partitions=17))]:
             with self.subTest(name), self.assertRaises(ValueError):
                 make()

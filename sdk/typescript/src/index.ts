@@ -130,6 +130,8 @@ export interface AgentOptions {
   timeoutSeconds?: number;
   /** Requests one host sends at once; agentbus's default is 32. */
   maxConcurrent?: number;
+  /** Partitions of its inbox, at most this many hosts sharing its work, 1 to 16; agentbus's default is 4. */
+  partitions?: number;
   /** The largest request body read; larger ones are answered 413. Default MAX_BODY_BYTES. */
   maxBodyBytes?: number;
   /** Where refused requests and handler failures are logged: console when left out, null discards. */
@@ -227,6 +229,7 @@ export class Agent<S = unknown> {
       secret,
       ...(o.timeoutSeconds !== undefined && { timeoutSeconds: o.timeoutSeconds }),
       ...(o.maxConcurrent !== undefined && { maxConcurrent: o.maxConcurrent }),
+      ...(o.partitions !== undefined && { partitions: o.partitions }),
     };
   }
 

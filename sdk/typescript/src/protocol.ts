@@ -253,6 +253,7 @@ export interface Registration {
   secret: string;
   timeoutSeconds?: number;
   maxConcurrent?: number;
+  partitions?: number;
 }
 
 const TYPES: ReadonlySet<string> = new Set(["Chat", "Data", "File", "Webhook"]);

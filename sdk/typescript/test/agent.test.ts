@@ -486,6 +486,7 @@ test("registration lists the handlers and options, and checks the URL", () => {
     tenants: ["acme"],
     timeoutSeconds: 60,
     maxConcurrent: 8,
+    partitions: 2,
   });
   agent.webhook("echo", () => ({}));
   agent.data("sum", () => ({}), { description: "Adds numbers.", schema: { type: "object" } });
@@ -503,6 +504,7 @@ test("registration lists the handlers and options, and checks the URL", () => {
     secret: SECRET,
     timeoutSeconds: 60,
     maxConcurrent: 8,
+    partitions: 2,
   });
   const bare = new Agent({ name: "Bare", secret: SECRET }).registration("https://agents.example.com/bare");
   assert.deepEqual(Object.keys(bare), ["name", "url", "chat", "file", "webhooks", "methods", "secret"]);
