@@ -555,10 +555,10 @@ func (h *Host) start(ctx context.Context) error {
 }
 
 // settlePartitions gives the inbox of each of the host's agents the agent's partition count
-// (Partitions, or bus.Config.Partitions) when it has another, holds no request and no other live
-// host runs the agent (bus.Resources.Repartition). Otherwise the host pulls the inbox's count, as every
-// other host of the agent does: a host configured otherwise that joins them, or one started
-// with another count while the inbox holds requests, changes nothing under them.
+// (Partitions, or bus.Config.Partitions) when it has another, holds no request and no other
+// live host runs the agent (bus.Resources.Repartition). Otherwise the host pulls the inbox's
+// count, as every other host of the agent does: a host configured otherwise that joins them, or
+// one started with another count while the inbox holds requests, changes nothing under them.
 func (h *Host) settlePartitions(ctx context.Context) {
 	for _, a := range h.cfg.Agents {
 		name, want, in := a.name, a.partitionCount(h.res.Config), h.inboxes[a.name]
