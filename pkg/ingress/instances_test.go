@@ -547,40 +547,30 @@ func TestInstanceIdleAfterTheAgentsTimeout(t *testing.T) {
 }
 
 // TestInspectorUsesTheInboxPartitionCount: the inspector places an instance, and lists an agent's
-// partitions, by the partition count of the agent's inbox, which the host that made it chose,
-// not by the ingress's own setting.
+// partitions, by the partition count of the agent's inbox (here the agent's own,
+// agent.Partitions), not by the ingress's setting.
 func TestInspectorUsesTheInboxPartitionCount(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Partitions: 16, NoAgents: true})
-	nc, err := s.NATS.Connect("host-4")
+	four := agent.New("Four", agent.Partitions(4))
+	four.WebhookFunc("host", func(_ context.Context, r *agent.WebhookRequest) agent.Response {
+		return agent.JSON(http.StatusOK, map[string]string{"hostId": r.Instance().HostID(), "runId": r.Instance().RunID()})
+	})
+	stop, err := s.AddHost(t.Context(), "host-4", four)
 	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	h, err := agent.NewHost(agent.HostConfig{ID: "host-4", Conn: nc, Agents: []*agent.Agent{echo.New()},
-		Bus: bus.Config{Partitions: 4}, Logger: stacktest.Logger(t)})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-h.Ready():
-	case err := <-done:
-		require.FailNow(t, "host did not start", "%v", err)
-	}
+	t.Cleanup(func() { _ = stop() })
 
 	for i := range 8 {
-		wf := echoWorkflow("default", fmt.Sprintf("counted-%d", i))
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			hostID, _ := echoHost(t, s, s.Key, wf)
-			var got instanceShow
-			adminOK(t, s, get, instancePath("default", wf), s.Key, nil, http.StatusOK, &got)
-			assert.Equal(c, subject.InboxPartition("default", wf, 4), got.Partition, "instance %s", wf)
-			assert.Equal(c, hostID, got.Host, "instance %s", wf)
-			var queue inspect.InstanceQueue
-			adminOK(t, s, get, instancePath("default", wf)+"/queue", s.Key, nil, http.StatusOK, &queue)
-			assert.Equal(c, got.Partition, queue.Partition)
-			assert.Equal(c, hostID, queue.Owner)
-		}, 10*time.Second, 100*time.Millisecond)
+		wf := fmt.Sprintf("default:Four:Supervisor Workflow:counted-%d", i)
+		hostID, _ := echoHost(t, s, s.Key, wf)
+		var got instanceShow
+		adminOK(t, s, get, instancePath("default", wf), s.Key, nil, http.StatusOK, &got)
+		assert.Equal(t, subject.InboxPartition("default", wf, 4), got.Partition, "instance %s", wf)
+		assert.Equal(t, hostID, got.Host, "instance %s", wf)
+		var queue inspect.InstanceQueue
+		adminOK(t, s, get, instancePath("default", wf)+"/queue", s.Key, nil, http.StatusOK, &queue)
+		assert.Equal(t, got.Partition, queue.Partition)
+		assert.Equal(t, hostID, queue.Owner)
 	}
 	var view inspect.Hosts
 	adminOK(t, s, get, "/api/v1/admin/tenants/default/hosts", s.Key, nil, http.StatusOK, &view)
