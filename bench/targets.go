@@ -261,7 +261,8 @@ func registerIdleAgents(ctx context.Context, st *stack.Stack, n int) error {
 	defer cancel()
 	store := remote.NewStore(st.Res, nil, 0)
 	for i := range n {
-		reg := remote.Registration{Name: fmt.Sprintf("Idle%d", i), URL: "http://127.0.0.1:9/idle", Chat: true}
+		// The partitions of a tenant's own agent (remote.DefaultPartitions).
+		reg := remote.Registration{Name: fmt.Sprintf("Idle%d", i), URL: "http://127.0.0.1:9/idle", Chat: true, Partitions: remote.DefaultPartitions}
 		if _, err := store.Put(ctx, "", reg, false); err != nil {
 			return fmt.Errorf("registering idle remote agent %d: %w", i, err)
 		}

@@ -39,16 +39,22 @@ const (
 	MaxTimeoutSeconds     = 300
 	DefaultMaxConcurrent  = 32
 	MaxMaxConcurrent      = 1024
-	// DefaultPartitions is the partition count of a remote agent's inbox: the hosts of every
-	// workflow host process share a remote agent's work, and each partition is a consumer the
-	// NATS servers keep for the agent, busy or idle. MaxPartitions bounds what a tenant's
-	// registration may ask of them.
+	// DefaultPartitions is the partition count of a tenant's remote agent's inbox: each
+	// workflow host process runs a host of it, and each partition is a consumer the NATS servers
+	// keep for it, busy or idle. MaxPartitions bounds what a tenant's registration may ask of
+	// them.
 	DefaultPartitions = 4
 	MaxPartitions     = 16
-	maxNames          = 256
-	maxURL            = 2048
-	maxDescription    = 4096
-	maxSchema         = 64 << 10
+	// DefaultSharedPartitions is that of a global remote agent, which several tenants may call:
+	// a partition's requests beyond what its host holds wait in arrival order, so its partitions
+	// bound the backlog behind which one tenant's requests wait for another's (docs/limits.md).
+	// A system admin may give one up to MaxSharedPartitions.
+	DefaultSharedPartitions = 16
+	MaxSharedPartitions     = 1024
+	maxNames                = 256
+	maxURL                  = 2048
+	maxDescription          = 4096
+	maxSchema               = 64 << 10
 )
 
 // Registration is a remote agent.
@@ -86,6 +92,16 @@ type Method struct {
 // List is the answer of a remote-agent list: registrations without their secrets.
 type List struct {
 	Agents []Registration `json:"agents"`
+}
+
+// defaultPartitions is the partition count of the registration's inbox when it names none:
+// DefaultPartitions for an agent that one tenant calls (its own, or a global one restricted to
+// it), DefaultSharedPartitions for one that several may.
+func (r Registration) defaultPartitions() int {
+	if r.Owner != "" || len(r.Tenants) == 1 {
+		return DefaultPartitions
+	}
+	return DefaultSharedPartitions
 }
 
 // Redacted is the registration without its secret.
@@ -185,9 +201,11 @@ func (s *Store) validate(owner string, r *Registration) error {
 	}
 	switch {
 	case r.Partitions == 0:
-		r.Partitions = DefaultPartitions
-	case r.Partitions < 1 || r.Partitions > MaxPartitions:
+		r.Partitions = r.defaultPartitions()
+	case owner != "" && (r.Partitions < 1 || r.Partitions > MaxPartitions):
 		return bad("partitions must be from 1 to %d", MaxPartitions)
+	case r.Partitions < 1 || r.Partitions > MaxSharedPartitions:
+		return bad("partitions must be from 1 to %d", MaxSharedPartitions)
 	}
 	if r.Secret != "" {
 		if err := checkSecret(r.Secret); err != nil {
@@ -388,7 +406,7 @@ func decode(b []byte) (Registration, error) {
 		return Registration{}, fmt.Errorf("decoding registration: %w", err)
 	}
 	if r.Partitions == 0 { // stored before registrations had a count
-		r.Partitions = DefaultPartitions
+		r.Partitions = r.defaultPartitions()
 	}
 	return r, nil
 }

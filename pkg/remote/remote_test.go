@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -299,7 +300,7 @@ func TestRemoteAgentServedLikeAGoAgent(t *testing.T) {
 	}
 	ep.mu.Unlock()
 
-	require.Equal(t, remote.DefaultPartitions, inboxConsumersOf(t, s.Res, "Remo"), "a consumer per partition")
+	require.Equal(t, remote.DefaultSharedPartitions, inboxConsumersOf(t, s.Res, "Remo"), "a consumer per partition")
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Remo", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	require.Eventually(t, func() bool { return !s.Ingress.AgentLive("Remo") }, 10*time.Second, 20*time.Millisecond, "no longer served")
@@ -329,7 +330,7 @@ func inboxConsumersOf(t *testing.T, res *bus.Resources, agentName string) int {
 	require.NoError(t, err)
 	names := inbox.ConsumerNames(t.Context())
 	for name := range names.Name() {
-		for p := range remote.MaxPartitions {
+		for p := range remote.MaxSharedPartitions {
 			if name == subject.PartitionConsumer(agentName, p) {
 				n++
 			}
@@ -492,37 +493,59 @@ func TestRemoteAgentsPerTenantLimited(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, status, "after a removal")
 }
 
-// TestRemoteAgentPartitions: a remote agent's inbox has the registration's partition count (4 by
-// default), whatever the processes' own setting, and its hosts pull that many partitions; a
-// count out of bounds is refused.
+// TestRemoteAgentPartitions: a remote agent's inbox has the registration's partition count,
+// whatever the processes' own setting, and its hosts pull that many partitions. Left out, it is
+// 4 for an agent one tenant calls (a tenant's own, or a global one restricted to one tenant) and
+// 16 for one several tenants share, whose partitions bound the backlog one tenant's requests wait
+// behind. A count out of bounds is refused: a tenant's agent may have up to 16.
 func TestRemoteAgentPartitions(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Partitions: 16})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Partitions: 8})
 	ep := newEndpoint(t)
-	for name, want := range map[string]int{"RemoDefault": remote.DefaultPartitions, "RemoTwo": 2} {
-		reg := registration(name, ep.URL+"/agentbus")
-		if want != remote.DefaultPartitions {
-			reg["partitions"] = want
-		}
+	const (
+		global = "/api/v1/admin/agents"
+		mine   = "/api/v1/admin/tenants/default/agents"
+	)
+	for _, tc := range []struct {
+		name, path, key string
+		set             map[string]any
+		want            int
+	}{
+		{"RemoShared", global, systemKey, nil, remote.DefaultSharedPartitions},
+		{"RemoOneTenant", global, systemKey, map[string]any{"tenants": []string{"default"}}, remote.DefaultPartitions},
+		{"RemoMine", mine, s.Key, nil, remote.DefaultPartitions},
+		{"RemoTwo", mine, s.Key, map[string]any{"partitions": 2}, 2},
+		{"RemoWide", global, systemKey, map[string]any{"partitions": 64}, 64},
+	} {
+		reg := registration(tc.name, ep.URL+"/agentbus")
+		maps.Copy(reg, tc.set)
 		var got remote.Registration
-		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, reg, &got)
-		require.Equal(t, http.StatusCreated, status)
-		assert.Equal(t, want, got.Partitions, name)
+		status, _ := call(t, http.MethodPost, s.URL+tc.path, tc.key, reg, &got)
+		require.Equal(t, http.StatusCreated, status, tc.name)
+		assert.Equal(t, tc.want, got.Partitions, tc.name)
 		ep.secret.Store(got.Secret)
-		require.NoError(t, s.WaitLive(t.Context(), name))
-		n, err := s.Res.PartitionsOf(t.Context(), name)
+		require.NoError(t, s.WaitLive(t.Context(), tc.name))
+		n, err := s.Res.PartitionsOf(t.Context(), tc.name)
 		require.NoError(t, err)
-		assert.Equal(t, want, n, "%s's inbox", name)
-		status, ans := send(t, s, name, "a", "count")
-		require.Equal(t, http.StatusOK, status, "%v", ans)
-		require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, name) == want }, 5*time.Second, 20*time.Millisecond,
-			"%s: a consumer per partition", name)
+		assert.Equal(t, tc.want, n, "%s's inbox", tc.name)
+		status, ans := send(t, s, tc.name, "a", "count")
+		require.Equal(t, http.StatusOK, status, "%s: %v", tc.name, ans)
+		require.Eventually(t, func() bool { return inboxConsumersOf(t, s.Res, tc.name) == tc.want }, 5*time.Second, 20*time.Millisecond,
+			"%s: a consumer per partition", tc.name)
 	}
-	for _, bad := range []int{-1, remote.MaxPartitions + 1} {
+	for _, tc := range []struct {
+		path, key  string
+		partitions int
+		detail     string
+	}{
+		{mine, s.Key, -1, "from 1 to 16"},
+		{mine, s.Key, remote.MaxPartitions + 1, "from 1 to 16"},
+		{global, systemKey, remote.MaxSharedPartitions + 1, "from 1 to 1024"},
+	} {
 		reg := registration("RemoBad", ep.URL+"/agentbus")
-		reg["partitions"] = bad
+		reg["partitions"] = tc.partitions
 		var p map[string]any
-		status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, reg, &p)
-		assert.Equal(t, http.StatusBadRequest, status, "partitions %d", bad)
-		assert.Contains(t, p["detail"], "partitions must be from 1 to 16")
+		status, _ := call(t, http.MethodPost, s.URL+tc.path, tc.key, reg, &p)
+		assert.Equal(t, http.StatusBadRequest, status, "partitions %d", tc.partitions)
+		assert.Contains(t, p["detail"], "partitions must be "+tc.detail)
 	}
 }

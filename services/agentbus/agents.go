@@ -66,7 +66,7 @@ func (r *registrationFlags) define(fs *flag.FlagSet, endpoint bool) {
 	fs.StringVar(&r.secret, "secret", "", "the signing secret, whsec_ and a base64 key of 24 to 64 bytes")
 	fs.IntVar(&r.timeout, "timeout", 0, "seconds one request may take, 1-300 (default 30)")
 	fs.IntVar(&r.maxConcurrent, "max-concurrent", 0, "requests one host sends the agent at once, 1-1024 (default 32)")
-	fs.IntVar(&r.partitions, "partitions", 0, "partitions of the agent's inbox, at most this many hosts sharing its work, 1-16 (default 4)")
+	fs.IntVar(&r.partitions, "partitions", 0, "partitions of the agent's inbox, at most this many hosts sharing its work, 1-16 for a tenant's agent (default 4, 16 for an agent several tenants share)")
 }
 
 // body is the registration: the file's object, if any, with each flag given over its field.

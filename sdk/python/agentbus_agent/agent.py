@@ -56,8 +56,8 @@ class Agent:
             raise ValueError("timeout_seconds is 1 to 300")
         if max_concurrent is not None and not 1 <= max_concurrent <= 1024:
             raise ValueError("max_concurrent is 1 to 1024")
-        if partitions is not None and not 1 <= partitions <= 16:
-            raise ValueError("partitions is 1 to 16")
+        if partitions is not None and not 1 <= partitions <= 1024:
+            raise ValueError("partitions is 1 to 1024")
         self.name = name
         self.secret = secret
         self.workflow_types = workflow_types

@@ -589,6 +589,6 @@ class RegistrationTest(unittest.TestCase):
         for name, make in [("no name", lambda: Agent("", SECRET)), ("a bad secret", lambda: Agent("a", "s3cret")),
                            ("timeout", lambda: Agent("a", SECRET, timeout_seconds=301)),
                            ("concurrency", lambda: Agent("a", SECRET, max_concurrent=0)),
-                           ("partitions", lambda: Agent("a", SECRET, partitions=17))]:
+                           ("partitions", lambda: Agent("a", SECRET, partitions=0))]:
             with self.subTest(name), self.assertRaises(ValueError):
                 make()

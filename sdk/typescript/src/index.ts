@@ -130,7 +130,7 @@ export interface AgentOptions {
   timeoutSeconds?: number;
   /** Requests one host sends at once; agentbus's default is 32. */
   maxConcurrent?: number;
-  /** Partitions of its inbox, at most this many hosts sharing its work, 1 to 16; agentbus's default is 4. */
+  /** Partitions of its inbox, at most this many hosts sharing its work (a tenant's agent: 1 to 16); agentbus's default is 4 for an agent one tenant calls, 16 for a shared one. */
   partitions?: number;
   /** The largest request body read; larger ones are answered 413. Default MAX_BODY_BYTES. */
   maxBodyBytes?: number;
