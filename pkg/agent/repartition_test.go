@@ -60,8 +60,13 @@ func TestLoneHostRepartitionsAnEmptyInbox(t *testing.T) {
 		assert.Equal(t, host, hosts[n-1])
 	}
 	_, _, stopFirst := startHost(t, s, agent.HostConfig{ID: "first", Agents: []*agent.Agent{sa.agent()}})
+	drained := func() bool {
+		n, err := s.Res.InboxRequests(context.Background(), "Seq")
+		return err == nil && n == 0
+	}
 	step(t, s, "p", "1", "")
 	ran(1, "first")
+	waitFor(t, 5*time.Second, "the first step is acknowledged", drained)
 	stopFirst()
 
 	step(t, s, "p", "2", "") // waits in the inbox for the next host
@@ -74,10 +79,7 @@ func TestLoneHostRepartitionsAnEmptyInbox(t *testing.T) {
 	waitFor(t, 5*time.Second, "the second host pulls the inbox's 4 partitions", func() bool {
 		return settled(t, s, "Seq", 4, []string{"second"})
 	})
-	waitFor(t, 5*time.Second, "the inbox drains", func() bool {
-		n, err := s.Res.InboxRequests(context.Background(), "Seq")
-		return err == nil && n == 0
-	})
+	waitFor(t, 5*time.Second, "the inbox drains", drained)
 	stopSecond()
 
 	startHost(t, s, agent.HostConfig{ID: "third", Agents: []*agent.Agent{sa.agent()}, Bus: bus.Config{Partitions: 2}})
