@@ -405,8 +405,12 @@ func decode(b []byte) (Registration, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Registration{}, fmt.Errorf("decoding registration: %w", err)
 	}
-	if r.Partitions == 0 { // stored before registrations had a count
+	switch {
+	case r.Partitions == 0: // stored before registrations had a count
 		r.Partitions = r.defaultPartitions()
+	case r.Partitions < 0 || r.Partitions > MaxSharedPartitions:
+		// Not written by Put: agent.Partitions would panic on it.
+		return Registration{}, fmt.Errorf("decoding registration: partitions %d: not from 1 to %d", r.Partitions, MaxSharedPartitions)
 	}
 	return r, nil
 }
