@@ -18,6 +18,7 @@ func TestNoticesReachEveryFollowerOnce(t *testing.T) {
 	n, err := FollowNotices(nc)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = n.Close() })
+	require.NoError(t, nc.Flush()) // the server has the subscription before pub publishes
 	type notice struct{ tenant, workflowID string }
 	a, b := make(chan notice, 4), make(chan notice, 4)
 	stopA := n.follow(func(tenant, workflowID string) { a <- notice{tenant, workflowID} })
