@@ -68,6 +68,10 @@ func TestLoneHostRepartitionsAnEmptyInbox(t *testing.T) {
 	ran(1, "first")
 	waitFor(t, 5*time.Second, "the first step is acknowledged", drained)
 	stopFirst()
+	gone := func(id string) func() bool {
+		return func() bool { _, beats := heartbeats(t, s)[id]; return !beats }
+	}
+	waitFor(t, 10*time.Second, "the first host has stopped", gone("first"))
 
 	step(t, s, "p", "2", "") // waits in the inbox for the next host
 	n, err := s.Res.InboxRequests(context.Background(), "Seq")
@@ -81,6 +85,7 @@ func TestLoneHostRepartitionsAnEmptyInbox(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "the inbox drains", drained)
 	stopSecond()
+	waitFor(t, 10*time.Second, "the second host has stopped", gone("second"))
 
 	startHost(t, s, agent.HostConfig{ID: "third", Agents: []*agent.Agent{sa.agent()}, Bus: bus.Config{Partitions: 2}})
 	assert.Equal(t, 2, inboxPartitions(t, s, "Seq"), "a drained inbox that no other host pulls takes the host's count")
