@@ -89,24 +89,17 @@ func (r *Resources) Repartition(ctx context.Context, agent string, partitions in
 	if have == partitions {
 		return s, nil
 	}
-	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
-		return nil, errors.Join(err, repartitionError(agent, n, have, partitions))
-	}
-	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
+	n, err := r.parkEmpty(ctx, s, agent, partitions)
+	if err != nil {
 		return nil, err
 	}
-	n, err := requestsIn(ctx, s, agent)
-	if (err != nil || n > 0) && have > 0 {
-		if err == nil {
-			err = repartitionError(agent, n, have, partitions)
-		}
-		partitions = have // give it back as it was
+	if n > 0 {
+		return nil, repartitionError(agent, n, have, partitions)
 	}
-	s, uerr := ensureStream(ctx, r.JS, inboxConfig(r.Config, agent, partitions))
-	if uerr != nil {
-		return nil, errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
+	if s, err = r.JS.CreateOrUpdateStream(ctx, declaredInbox(r.Config, agent, partitions)); err != nil {
+		return nil, fmt.Errorf("giving stream %s its subjects back: %w", name, err)
 	}
-	return s, err
+	return s, nil
 }
 
 func repartitionError(agent string, requests uint64, have, want int) error {
@@ -138,26 +131,37 @@ func (r *Resources) DeleteInbox(ctx context.Context, agent string) (kept uint64,
 	if err != nil {
 		return 0, gone(fmt.Errorf("reading stream %s: %w", name, err))
 	}
-	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
-		return n, gone(err)
-	}
-	partitions := InboxPartitions(s)
-	if partitions == 0 { // parked by a build that did not name the count
-		partitions = r.Config.PartitionCount()
-	}
-	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
-		return 0, gone(err) // gone: another process deleted it first
-	}
-	if n, err := requestsIn(ctx, s, agent); err != nil || n > 0 {
-		if _, uerr := r.JS.UpdateStream(ctx, inboxConfig(r.Config, agent, partitions)); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", name, uerr))
-		}
+	// gone: another process deleted it first.
+	if n, err := r.parkEmpty(ctx, s, agent, r.Config.PartitionCount()); err != nil || n > 0 {
 		return n, gone(err)
 	}
 	if err := r.JS.DeleteStream(ctx, name); err != nil {
 		return 0, gone(fmt.Errorf("deleting stream %s: %w", name, err))
 	}
 	return 0, nil
+}
+
+// parkEmpty parks agent's inbox s (park) unless it holds requests, and counts them again once it
+// is parked, so that one stored between the first count and the park counts too. held is what it
+// holds: then it is left, or given back its subjects, with its own partition count (fallback
+// when it names none, parked by a build that did not); with none it stays parked.
+func (r *Resources) parkEmpty(ctx context.Context, s jetstream.Stream, agent string, fallback int) (held uint64, err error) {
+	if held, err = requestsIn(ctx, s, agent); err != nil || held > 0 {
+		return held, err
+	}
+	partitions := InboxPartitions(s)
+	if partitions == 0 {
+		partitions = fallback
+	}
+	if s, err = park(ctx, r.JS, s, subject.RetiredInbox(agent)); err != nil {
+		return 0, err
+	}
+	if held, err = requestsIn(ctx, s, agent); err != nil || held > 0 {
+		if _, uerr := r.JS.UpdateStream(ctx, declaredInbox(r.Config, agent, partitions)); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("giving stream %s its subjects back: %w", subject.InboxStream(agent), uerr))
+		}
+	}
+	return held, err
 }
 
 // park gives the inbox stream s the subject parked, which nothing publishes on, so that no
@@ -183,21 +187,24 @@ func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent 
 	name := subject.InboxStream(agent)
 	for range 3 {
 		s, err := js.Stream(ctx, name)
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("reading stream %s: %w", name, err)
-		}
-		if s != nil {
+		switch {
+		case err == nil:
 			if have := InboxPartitions(s); have > 0 {
 				partitions = have
 			}
-			sc := inboxConfig(cfg, agent, partitions)
-			if s.CachedInfo().Config.Metadata[DeclaredKey] == fingerprint(sc) {
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("reading stream %s: %w", name, err)
+		}
+		sc := declaredInbox(cfg, agent, partitions)
+		if s != nil {
+			if s.CachedInfo().Config.Metadata[DeclaredKey] == sc.Metadata[DeclaredKey] {
 				return s, nil
 			}
-			return ensureStream(ctx, js, sc)
+			if s, err = js.CreateOrUpdateStream(ctx, sc); err != nil {
+				return nil, fmt.Errorf("creating stream %s: %w", name, err)
+			}
+			return s, nil
 		}
-		sc := inboxConfig(cfg, agent, partitions)
-		sc.Metadata = withFingerprint(sc.Metadata, fingerprint(sc))
 		s, err = js.CreateStream(ctx, sc)
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			if err != nil {
@@ -208,6 +215,14 @@ func ensureInbox(ctx context.Context, js jetstream.JetStream, cfg Config, agent 
 		// Another process created it meanwhile, perhaps with another count: read it again.
 	}
 	return nil, fmt.Errorf("creating stream %s: %w", name, jetstream.ErrStreamNameAlreadyInUse)
+}
+
+// declaredInbox is inboxConfig with its fingerprint in its metadata, as Ensure declares it
+// (DeclaredKey).
+func declaredInbox(cfg Config, agent string, partitions int) jetstream.StreamConfig {
+	sc := inboxConfig(cfg, agent, partitions)
+	sc.Metadata = withFingerprint(sc.Metadata, fingerprint(sc))
+	return sc
 }
 
 // inboxConfig is the configuration of agent's inbox stream with the given partitions.
