@@ -150,9 +150,13 @@ func TestStuckInstanceQueue(t *testing.T) {
 	assert.Equal(t, "Stuck", caller.Call.Agent)
 	assert.Equal(t, "default:Stuck:Supervisor Workflow:callee", caller.Call.WorkflowID)
 	assert.Equal(t, "block", caller.Call.Method)
-	callee := requestsOf(readQueue("default:Stuck:Supervisor Workflow:callee"))
-	require.Len(t, callee, 1)
-	assert.Equal(t, inspect.StateRunning, callee[0].State)
+	// The caller waits from the moment it sends the call, which its callee's host may not have
+	// received yet.
+	var callee []inspect.QueuedRequest
+	require.Eventually(t, func() bool {
+		callee = requestsOf(readQueue("default:Stuck:Supervisor Workflow:callee"))
+		return len(callee) == 1 && callee[0].State == inspect.StateRunning
+	}, 10*time.Second, 20*time.Millisecond, "the callee running the call")
 
 	// A request in retry backoff shows until when, and runs at once when the operator asks.
 	const flakyWF = "default:Stuck:Supervisor Workflow:flaky"

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,8 +68,31 @@ type PartitionQueue struct {
 	NoConsumer bool `json:"noConsumer,omitempty"`
 }
 
-// consumerReads bounds the consumer infos read at once.
-const consumerReads = 8
+// busReads bounds the stream and consumer infos one view reads at once.
+const busReads = 8
+
+// readEach calls read for 0 … n-1, busReads at a time, and returns the first error.
+func readEach(n int, read func(i int) error) error {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		first error
+	)
+	sem := make(chan struct{}, busReads)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := read(i); err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
 
 // Hosts reads the live hosts and the backlog of the agents tenant may use (every agent, and
 // every host, when tenant is ""), with the tenants' queues of each agent (Queues). For a tenant,
@@ -84,11 +108,18 @@ func (c *Client) Hosts(ctx context.Context, tenant string) (Hosts, error) {
 	ans.Hosts, holders = c.liveHosts(tenant, visible, ans.At.Time)
 	agents := slices.Sorted(maps.Keys(visible))
 	counts := make(map[string]int, len(agents))
-	for _, a := range agents {
-		var err error
-		if counts[a], err = c.Partitions(ctx, a); err != nil {
-			return Hosts{}, fmt.Errorf("inspect: %w", err)
+	var mu sync.Mutex
+	if err := readEach(len(agents), func(i int) error {
+		n, err := c.Partitions(ctx, agents[i])
+		if err != nil {
+			return fmt.Errorf("inspect: %w", err)
 		}
+		mu.Lock()
+		counts[agents[i]] = n
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return Hosts{}, err
 	}
 	queues, err := c.partitionQueues(ctx, counts)
 	if err != nil {
@@ -168,34 +199,28 @@ func (c *Client) liveHosts(tenant string, visible map[string]bool, at time.Time)
 }
 
 // partitionQueues reads the backlog of every partition of the agents, given with their partition
-// counts, consumerReads at a time.
+// counts, busReads at a time.
 func (c *Client) partitionQueues(ctx context.Context, agents map[string]int) (map[agentPartition]PartitionQueue, error) {
-	queues := make(map[agentPartition]PartitionQueue)
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
-	)
-	sem := make(chan struct{}, consumerReads)
+	var all []agentPartition
 	for a, partitions := range agents {
 		for p := range partitions {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				pq, err := c.partitionQueue(ctx, a, p)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
-					return
-				}
-				queues[agentPartition{a, p}] = pq
-			})
+			all = append(all, agentPartition{a, p})
 		}
 	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errs[0]
+	queues := make(map[agentPartition]PartitionQueue, len(all))
+	var mu sync.Mutex
+	err := readEach(len(all), func(i int) error {
+		pq, err := c.partitionQueue(ctx, all[i].agent, all[i].p)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		queues[all[i]] = pq
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return queues, nil
 }
