@@ -333,8 +333,9 @@ type Host struct {
 	// epoch (monotonic), 0 before the first heartbeat (lease.go).
 	epoch    time.Time
 	leaseEnd atomic.Int64
-	// leaseMu serialises heartbeats, so that a lapsed lease is renewed once.
+	// leaseMu serialises heartbeats, so that a lapsed lease is renewed once, and guards beater.
 	leaseMu sync.Mutex
+	beater  registry.Beater
 	wg      sync.WaitGroup // drainers
 	bg      sync.WaitGroup // handovers and the resolver
 }
@@ -879,7 +880,7 @@ func (h *Host) beat(ctx context.Context) error {
 	hb := registry.Host{ID: h.cfg.ID, Agents: h.agentNames(), StartedAt: h.started, Partitions: h.heldPartitionsLocked(),
 		Features: features, Leaving: h.leaving, InFlight: len(h.held)}
 	h.mu.Unlock()
-	if err := registry.Beat(ctx, h.res.Hosts, hb); err != nil {
+	if err := h.beater.Beat(ctx, h.res.Hosts, hb); err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			// No stream stores heartbeats: a NATS restart lost the bucket (memory storage).
 			if created, cerr := bus.EnsureHosts(ctx, h.js, h.res.Config); cerr != nil {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -166,14 +167,51 @@ func Register(ctx context.Context, kv jetstream.KeyValue, agents []Agent) error 
 
 // Beat writes one heartbeat of a host.
 func Beat(ctx context.Context, kv jetstream.KeyValue, h Host) error {
-	b, err := json.Marshal(h)
-	if err != nil {
-		return fmt.Errorf("encoding heartbeat: %w", err)
+	var b Beater
+	return b.Beat(ctx, kv, h)
+}
+
+// Beater writes the heartbeats of one host, encoding one only when it differs from the one
+// before: an idle host writes the same heartbeat every HeartbeatInterval, and its encoding is
+// most of what a beat costs the host's process. The zero value is ready; calls must not overlap.
+type Beater struct {
+	last Host
+	enc  []byte
+}
+
+// Beat writes h as the host's heartbeat.
+func (b *Beater) Beat(ctx context.Context, kv jetstream.KeyValue, h Host) error {
+	if b.enc == nil || !h.equal(b.last) {
+		enc, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("encoding heartbeat: %w", err)
+		}
+		b.last, b.enc = h.clone(), enc
 	}
-	if _, err := kv.Put(ctx, subject.HostKey(h.ID), b); err != nil {
+	if _, err := kv.Put(ctx, subject.HostKey(h.ID), b.enc); err != nil {
 		return fmt.Errorf("writing heartbeat: %w", err)
 	}
 	return nil
+}
+
+// equal reports whether two heartbeats say the same; every field of Host takes part.
+func (h Host) equal(o Host) bool {
+	return h.ID == o.ID && slices.Equal(h.Agents, o.Agents) && h.StartedAt.Equal(o.StartedAt) &&
+		maps.EqualFunc(h.Partitions, o.Partitions, slices.Equal) && slices.Equal(h.Features, o.Features) &&
+		h.Leaving == o.Leaving && h.InFlight == o.InFlight
+}
+
+// clone copies h, its slices and map too.
+func (h Host) clone() Host {
+	h.Agents, h.Features = slices.Clone(h.Agents), slices.Clone(h.Features)
+	if h.Partitions != nil {
+		ps := make(map[string][]int, len(h.Partitions))
+		for a, p := range h.Partitions {
+			ps[a] = slices.Clone(p)
+		}
+		h.Partitions = ps
+	}
+	return h
 }
 
 // Heartbeats reads every heartbeat in the hosts bucket, live or stale, by host id. A value that
