@@ -80,8 +80,8 @@ func readEach(n int, read func(i int) error) error {
 	)
 	sem := make(chan struct{}, busReads)
 	for i := range n {
+		sem <- struct{}{} // before the goroutine: a view of many agents runs busReads, not one a read
 		wg.Go(func() {
-			sem <- struct{}{}
 			defer func() { <-sem }()
 			if err := read(i); err != nil {
 				mu.Lock()

@@ -170,7 +170,10 @@ func (s *system) waitSettledAgent(agent string, ids []string, within time.Durati
 	start := time.Now()
 	for !registry.Settled(s.heartbeats(ctx), agent, s.inboxPartitions(ctx, agent), ids) {
 		if time.Since(start) > within {
-			hbs := s.heartbeats(ctx)
+			hbs, err := registry.Heartbeats(ctx, s.js, s.hostsKV)
+			if err != nil {
+				s.t.Logf("reading the heartbeats: %v", err)
+			}
 			for id, hb := range hbs {
 				s.t.Logf("heartbeat %s: %v", id, hb.Partitions[agent])
 			}
