@@ -241,25 +241,17 @@ func (c *Client) inboxOf(ctx context.Context, agent string, p int, tenant, workf
 	if len(subjects) > maxInboxConversations {
 		subjects = subjects[:maxInboxConversations]
 	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	sem := make(chan struct{}, 8)
-	for _, subj := range subjects {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			m, err := bus.LeaderGet(ctx, c.NC, subject.InboxStream(agent), 1, subj)
-			if err != nil {
-				return // acknowledged meanwhile, or unreadable: its age stays unknown
-			}
-			mu.Lock()
-			oldest[subj] = m.Time
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
+	var mu sync.Mutex
+	_ = readEach(len(subjects), func(i int) error {
+		m, err := bus.LeaderGet(ctx, c.NC, subject.InboxStream(agent), 1, subjects[i])
+		if err != nil {
+			return nil // acknowledged meanwhile, or unreadable: its age stays unknown
+		}
+		mu.Lock()
+		oldest[subjects[i]] = m.Time
+		mu.Unlock()
+		return nil
+	})
 	return stored, oldest, nil
 }
 

@@ -68,7 +68,7 @@ type PartitionQueue struct {
 	NoConsumer bool `json:"noConsumer,omitempty"`
 }
 
-// busReads bounds the stream and consumer infos one view reads at once.
+// busReads bounds the stream and consumer infos, and the inbox messages, one view reads at once.
 const busReads = 8
 
 // readEach calls read for 0 … n-1, busReads at a time, and returns the first error.
