@@ -4,6 +4,7 @@ package ingress_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -56,16 +58,22 @@ func TestSlowListenersCostTheirBuffer(t *testing.T) {
 
 	quiet := floodGrowth(t, func() { flood(t, store, "quiet") })
 
-	slow := make([]net.Conn, floodListeners)
+	// Each stream takes the messages stored once it has said ": listening": the flood starts
+	// after every stream has.
+	slow := make([]slowListener, floodListeners)
 	for i := range slow {
 		slow[i] = openSlowListener(t, s.URL, listenKeys[i%len(listenKeys)], "busy")
 	}
 	got := make(chan []string, 1)
-	var read readProgress
+	read := readProgress{listening: make(chan struct{})}
 	read.comment.Store("")
 	go func() { got <- readWholeThread(t, s.URL, listenKeys[len(listenKeys)-1], "busy", floodMessages, &read) }()
-	require.Eventually(t, func() bool { return metricValue(t, s.URL, "agentbus_ingress_listeners") == float64(len(slow)+1) },
-		10*time.Second, 20*time.Millisecond, "the listeners never all opened")
+	select {
+	case <-read.listening:
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the reading listener's stream never said it listens")
+	}
+	require.Equal(t, float64(len(slow)+1), metricValue(t, s.URL, "agentbus_ingress_listeners"), "open listen streams")
 
 	var ids []string
 	busy := floodGrowth(t, func() {
@@ -74,7 +82,8 @@ func TestSlowListenersCostTheirBuffer(t *testing.T) {
 		case ids = <-got:
 		case <-time.After(60 * time.Second):
 			require.FailNow(t, "the reading listener did not get the flood within 60 s",
-				"it had %d messages from %d streams; the last began with %q", read.messages.Load(), read.streams.Load(), read.comment.Load())
+				"it had %d messages from %d streams (%s); the last began with %q",
+				read.messages.Load(), read.streams.Load(), read.gaps(), read.comment.Load())
 		}
 	})
 	perListener := int64(ingress.DefaultListenBufferBytes + (history.FollowPrefetch+1)*(floodSize+1024))
@@ -174,10 +183,11 @@ func listenPath(key, activation string) string {
 		url.Values{"apikey": {key}, "agentName": {"Echo"}, "activationName": {activation}, "participantId": {"p"}}.Encode()
 }
 
-// openSlowListener opens a listen stream whose client reads nothing; the test reads it later, if
-// at all. Its receive buffer is fixed before it connects (the kernel would grow it to tens of
-// megabytes), so that the kernel does not take in the whole flood for it.
-func openSlowListener(t *testing.T, base, key, activation string) net.Conn {
+// openSlowListener opens a listen stream and reads its answer's head and first comment (the
+// stream then takes every message stored from then on), and nothing more: the test reads the
+// rest later, if at all. Its receive buffer is fixed before it connects (the kernel would grow it
+// to tens of megabytes), so that the kernel does not take in the whole flood for it.
+func openSlowListener(t *testing.T, base, key, activation string) slowListener {
 	t.Helper()
 	u, err := url.Parse(base)
 	require.NoError(t, err)
@@ -193,7 +203,26 @@ func openSlowListener(t *testing.T, base, key, activation string) net.Conn {
 	t.Cleanup(func() { _ = c.Close() })
 	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", listenPath(key, activation), u.Host)
 	require.NoError(t, err)
-	return c
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var first []byte
+	buf := make([]byte, 64)
+	for !bytes.HasSuffix(first, []byte("\n\n")) {
+		n, err := resp.Body.Read(buf)
+		first = append(first, buf[:n]...)
+		require.NoError(t, err, "the stream's first comment; read %q", first)
+	}
+	require.Equal(t, ": listening\n\n", string(first))
+	return slowListener{c, resp}
+}
+
+// slowListener is a listen stream whose client has read only its answer's head and first comment.
+type slowListener struct {
+	conn net.Conn
+	resp *http.Response
 }
 
 // readProgress is how far readWholeThread got, for the message of a test that waited for it in
@@ -202,6 +231,30 @@ func openSlowListener(t *testing.T, base, key, activation string) net.Conn {
 type readProgress struct {
 	messages, streams atomic.Int64
 	comment           atomic.Value // string
+	// listening is closed once the first stream has said it listens.
+	listening chan struct{}
+
+	mu  sync.Mutex
+	ids []string // a copy of the ids received, for gaps
+}
+
+// gaps names the first message received and the messages missing between those received.
+func (p *readProgress) gaps() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ids) == 0 {
+		return "none received"
+	}
+	out := fmt.Sprintf("the first %s", p.ids[0])
+	for i := 1; i < len(p.ids); i++ {
+		var a, b int
+		_, errA := fmt.Sscanf(p.ids[i-1], "flood-%d", &a)
+		_, errB := fmt.Sscanf(p.ids[i], "flood-%d", &b)
+		if errA == nil && errB == nil && b != a+1 {
+			out += fmt.Sprintf(", %s after %s", p.ids[i], p.ids[i-1])
+		}
+	}
+	return out + ", the last " + p.ids[len(p.ids)-1]
 }
 
 // readWholeThread follows a thread until it has n messages, resuming with Last-Event-ID when the
@@ -225,11 +278,17 @@ func readWholeThread(t *testing.T, base, key, activation string, n int, progress
 		scanEvents(resp.Body, func(ev sse.Event) bool {
 			if first {
 				progress.comment.Store(ev.Comment)
+				if attempt == 0 {
+					close(progress.listening)
+				}
 				first = false
 			}
 			if ev.Event == "message" {
 				ids = append(ids, ev.ID)
 				progress.messages.Add(1)
+				progress.mu.Lock()
+				progress.ids = append(progress.ids, ev.ID)
+				progress.mu.Unlock()
 			}
 			return len(ids) < n
 		})
@@ -240,14 +299,10 @@ func readWholeThread(t *testing.T, base, key, activation string, n int, progress
 
 // checkOverflowed reads a listener that read nothing during the flood: the messages its buffer
 // held, from the first, then the overflow event naming the last of them, then the end.
-func checkOverflowed(t *testing.T, c net.Conn) {
+func checkOverflowed(t *testing.T, l slowListener) {
 	t.Helper()
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Second)))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	events := readEvents(resp.Body)
+	require.NoError(t, l.conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	events := readEvents(l.resp.Body)
 	var msgs []string
 	var overflow *sse.Event
 	for i, ev := range events {
