@@ -272,8 +272,9 @@ func (h *Host) rebalance(ctx context.Context) error {
 	return nil
 }
 
-// waitStarted waits until every partition pulled now has tried to consume once, and returns the
-// errors of those that could not.
+// waitStarted waits until every partition pulled now has begun its consumption or failed to
+// (pullOn), and returns the errors of those that failed. It writes the host's heartbeat
+// meanwhile, as Run does once started: a start that waits for its cluster keeps its lease.
 func (h *Host) waitStarted(ctx context.Context) error {
 	h.mu.Lock()
 	var parts []*partition
@@ -281,13 +282,22 @@ func (h *Host) waitStarted(ctx context.Context) error {
 		parts = append(parts, part)
 	}
 	h.mu.Unlock()
+	beat := time.NewTicker(registry.HeartbeatInterval)
+	defer beat.Stop()
 	var errs []error
 	for _, part := range parts {
-		select {
-		case err := <-part.started:
-			errs = append(errs, err)
-		case <-ctx.Done():
-			return ctx.Err()
+		for waiting := true; waiting; {
+			select {
+			case err := <-part.started:
+				errs = append(errs, err)
+				waiting = false
+			case <-beat.C:
+				if err := h.beat(ctx); err != nil && ctx.Err() == nil {
+					h.log.Warn("heartbeat", "err", err)
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -477,15 +487,24 @@ func (h *Host) pull(ctx context.Context, part *partition) {
 // pullOn is pull once the partition's tenure is known; woken says that it comes back from a doze,
 // to pull the same consumer again. It closes part.pulled when the partition's pulling is over,
 // not when it returns for a doze: the doze goes on with pullOn once woken.
+//
+// Unless woken, it tells waitStarted (part.started) how the partition's first consumption went:
+// once it began, or failed for good. A failure JetStream may get over by itself (a cluster still
+// electing its leaders: bus.Transient) is tried again first, for up to bus.StartWait, as Ensure
+// does for the streams: a host started beside its NATS cluster waits for it rather than exit.
 func (h *Host) pullOn(ctx context.Context, part *partition, woken bool) {
 	dozing := false
+	report, began := !woken, time.Now()
 	defer func() {
+		if report {
+			part.started <- nil // let go or stopped before it began: nothing failed
+		}
 		if !dozing {
 			close(part.pulled)
 		}
 	}()
 	tries := consumePolicy.Start()
-	for first := !woken; ; first = false {
+	for {
 		var cc jetstream.ConsumeContext
 		var err error
 		resumed := woken // a failure to pull again counts as a consumption that stopped
@@ -494,8 +513,9 @@ func (h *Host) pullOn(ctx context.Context, part *partition, woken bool) {
 			cc, err = h.startConsuming(ctx, part, part.cons)
 		} else {
 			cc, err = h.consume(ctx, part)
-			if first {
+			if report && (err == nil || !bus.Transient(err) || time.Since(began) >= bus.StartWait) {
 				part.started <- err
+				report = false
 			}
 			if err == nil {
 				select {

@@ -1,7 +1,9 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -54,4 +57,43 @@ func TestHostReadiness(t *testing.T) {
 	require.NoError(t, <-done)
 	done <- nil
 	assert.EqualError(t, h.Readiness(), "stopping")
+}
+
+// A host whose first request to create a partition's consumer goes unanswered (a NATS cluster
+// still electing its leaders loses it) tries again and starts, rather than exit: it is starting
+// meanwhile, and ready once it consumes every partition.
+func TestHostStartsOnceItsConsumerCanBeCreated(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{Partitions: 2})
+	create := []byte("$JS.API.CONSUMER.CREATE." + subject.InboxStream("Late") + "." + subject.PartitionConsumer("Late", 1))
+	var lost atomic.Bool
+	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
+		return toServer && bytes.HasPrefix(subj, create) && lost.CompareAndSwap(false, true)
+	}}
+	a := agent.New("Late")
+	a.Webhook("ping", agent.WebhookFunc(func(context.Context, *agent.WebhookRequest) agent.Response {
+		return agent.Text(200, "pong")
+	}))
+	h, err := agent.NewHost(agent.HostConfig{ID: "late-host", Conn: lossy.Connect(t, "late-host"), Bus: s.Res.Config,
+		Agents: []*agent.Agent{a}, Logger: stacktest.Logger(t)})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, lost.Load, 10*time.Second, 10*time.Millisecond, "no request to create the consumer was lost")
+	assert.EqualError(t, h.Readiness(), "starting")
+	select {
+	case <-h.Ready():
+	case err := <-done:
+		done <- err // for the cleanup
+		require.FailNow(t, "the host stopped at its start", "%v", err)
+	case <-time.After(30 * time.Second):
+		require.FailNow(t, "the host did not start within 30 s")
+	}
+	require.NoError(t, h.Readiness())
+	assert.EqualValues(t, 1, lossy.Dropped.Load(), "requests lost")
+	_, err = inboxOf(t, s, "Late").Consumer(ctx, subject.PartitionConsumer("Late", 1))
+	require.NoError(t, err, "the consumer of the partition whose creation was lost")
 }

@@ -130,8 +130,9 @@ type Resources struct {
 	Config                   Config
 }
 
-// ensureWait bounds how long Ensure keeps retrying while JetStream is not ready.
-const ensureWait = 2 * time.Minute
+// StartWait bounds how long a starting service keeps retrying while JetStream is not ready:
+// Ensure, and a workflow host's first consumption of each partition it owns.
+const StartWait = 2 * time.Minute
 
 // ensurePolicy paces Ensure's attempts: 100 ms doubling up to 2 s.
 var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
@@ -164,17 +165,17 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 	return r, nil
 }
 
-// whileStarting runs attempt until it succeeds, fails for good, ctx ends or ensureWait passes,
+// whileStarting runs attempt until it succeeds, fails for good, ctx ends or StartWait passes,
 // pausing by ensurePolicy after each transient failure (JetStream not ready yet, a cluster
 // electing its leaders or missing a peer). attempt's context carries no deadline (see Ensure).
 func whileStarting(ctx context.Context, attempt func(context.Context) error) error {
 	reqCtx, stop := withoutDeadline(ctx)
 	defer stop()
-	deadline := time.Now().Add(ensureWait)
+	deadline := time.Now().Add(StartWait)
 	attempts := ensurePolicy.Start()
 	for {
 		err := attempt(reqCtx)
-		if err == nil || !transient(err) || time.Now().After(deadline) {
+		if err == nil || !Transient(err) || time.Now().After(deadline) {
 			return err
 		}
 		wait, _ := attempts.Failed()
@@ -199,9 +200,10 @@ func withoutDeadline(ctx context.Context) (context.Context, context.CancelFunc) 
 // leader has not heard from enough servers lately to place a replicated stream.
 const errCodeNoPeers jetstream.ErrorCode = 10005
 
-// transient reports errors that a JetStream still starting up gives, or a cluster whose meta
-// leader briefly counts a peer offline (a node restarting, or missing its heartbeats under load).
-func transient(err error) bool {
+// Transient reports errors that a JetStream still starting up gives, or a cluster whose meta
+// leader briefly counts a peer offline (a node restarting, or missing its heartbeats under load):
+// a request lost or refused for now, worth trying again.
+func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||

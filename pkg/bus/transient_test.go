@@ -26,6 +26,6 @@ func TestTransient(t *testing.T) {
 		{fmt.Errorf("creating stream X: %w", &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"}), false},
 		{errors.New("invalid configuration"), false},
 	} {
-		assert.Equal(t, tc.want, transient(tc.err), "%v", tc.err)
+		assert.Equal(t, tc.want, Transient(tc.err), "%v", tc.err)
 	}
 }
