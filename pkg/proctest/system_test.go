@@ -163,14 +163,33 @@ func (s *system) waitSettled(ids []string, within time.Duration) time.Duration {
 }
 
 // waitSettledAgent waits until the heartbeats of hosts ids divide the partitions of the agent's
-// inbox as placement says (registry.Settled), and returns how long it took.
+// inbox as placement says (registry.Settled), and returns how long it took. Each look reads the
+// heartbeats within settleRead, so that a read whose answer was lost (a NATS cluster still
+// electing its leaders) costs one look, not the whole wait; the first read that fails is logged.
 func (s *system) waitSettledAgent(agent string, ids []string, within time.Duration) time.Duration {
 	s.t.Helper()
-	ctx := proctest.Context(s.t, within+5*time.Second)
 	start := time.Now()
-	for !registry.Settled(s.heartbeats(ctx), agent, s.inboxPartitions(ctx, agent), ids) {
+	failed := false
+	look := func() (map[string]registry.Host, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), settleRead)
+		defer cancel()
+		hbs, err := registry.Heartbeats(ctx, s.js, s.hostsKV)
+		if err != nil && !failed {
+			failed = true
+			s.t.Logf("reading the heartbeats %v into the wait for settled partitions: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		return hbs, err
+	}
+	for {
+		hbs, _ := look()
+		ctx, cancel := context.WithTimeout(context.Background(), settleRead)
+		n := s.inboxPartitions(ctx, agent)
+		cancel()
+		if registry.Settled(hbs, agent, n, ids) {
+			break
+		}
 		if time.Since(start) > within {
-			hbs, err := registry.Heartbeats(ctx, s.js, s.hostsKV)
+			hbs, err := look()
 			if err != nil {
 				s.t.Logf("reading the heartbeats: %v", err)
 			}
@@ -183,6 +202,9 @@ func (s *system) waitSettledAgent(agent string, ids []string, within time.Durati
 	}
 	return time.Since(start)
 }
+
+// settleRead bounds each reading of the heartbeats and the inbox while waitSettledAgent waits.
+const settleRead = 5 * time.Second
 
 // webhook calls a webhook method of an Echo instance and returns the status and body.
 func (s *system) webhook(ctx context.Context, activation, method string, query url.Values, hdr ...string) (int, []byte, error) {
