@@ -134,6 +134,9 @@ func (s *system) requireReplicas(ctx context.Context, t *testing.T, replicas int
 	t.Helper()
 	var infos []*jetstream.StreamInfo
 	err := retry(ctx, func() error {
+		// A timeout of its own, as streamInfo's: an answer lost in an election costs one try.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		infos = infos[:0]
 		lister := s.js.ListStreams(ctx)
 		for info := range lister.Info() {

@@ -1,6 +1,7 @@
 package proctest_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -195,7 +196,10 @@ func (s *system) noDeadLetters(t *testing.T, replicas int) {
 		if err != nil {
 			return err
 		}
-		letters, _, err = deadletter.NewStore(res, bus.NewBlobs(res.Claims, 1<<20)).List(ctx, "default", deadletter.ListOptions{})
+		// Each listing within 10 s: an answer lost in an election costs one try, not the wait.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		letters, _, err = deadletter.NewStore(res, bus.NewBlobs(res.Claims, 1<<20)).List(lctx, "default", deadletter.ListOptions{})
 		return err
 	})
 	require.NoError(t, err, "listing dead letters")
