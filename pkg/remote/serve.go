@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -121,7 +122,17 @@ func watch(ctx context.Context, cfg ServeConfig, running map[string]*served, ret
 	return nil
 }
 
-// start runs a host for a registration until the returned func is called.
+// restartPolicy paces the new starts of a remote agent's host that stopped by itself: 1 s
+// doubling to 30 s, from 1 s again once a host ran for restartReset.
+var restartPolicy = retry.Policy{First: time.Second, Max: 30 * time.Second, Jitter: 0.2}
+
+// restartReset is how long a host runs before its next stop counts as a first one again.
+const restartReset = time.Minute
+
+// start runs a host for a registration until the returned func is called. A host that stops by
+// itself (one that could not start: a consumer the bus refused, or a JetStream that stayed
+// unavailable past bus.StartWait) is started again, by restartPolicy: a workflow host process,
+// which exits in that case for its supervisor to start it again, is the remote agents' supervisor.
 func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(), err error) {
 	log := cfg.Logger.With("agent", reg.Name)
 	hc := cfg.Host
@@ -135,14 +146,36 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 		return nil, err
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- host.Run(hctx) }()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tries := restartPolicy.Start()
+		for {
+			began := time.Now()
+			err := host.Run(hctx)
+			if hctx.Err() != nil {
+				if err != nil {
+					log.Warn("stopping remote agent", "err", err)
+				}
+				return
+			}
+			if time.Since(began) >= restartReset {
+				tries.Reset()
+			}
+			log.Error("remote agent's host stopped; starting it again", "err", err, "host", hc.ID)
+			if tries.Wait(hctx) != nil {
+				return
+			}
+			if host, err = agent.NewHost(hc); err != nil { // the same configuration as the first
+				log.Error("remote agent's host not started again", "err", err)
+				return
+			}
+		}
+	}()
 	log.Info("serving remote agent", "url", reg.URL, "host", hc.ID)
 	return func() {
 		cancel()
-		if err := <-done; err != nil {
-			log.Warn("stopping remote agent", "err", err)
-		}
+		<-done
 		c.close()
 	}, nil
 }

@@ -3,6 +3,7 @@ package remote_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -77,4 +79,35 @@ func hasMarker(t *testing.T, res *bus.Resources, name string) bool {
 	}
 	require.NoError(t, err)
 	return len(hist) > 0
+}
+
+// TestRemoteAgentHostStartedAgain: a remote agent's host that stops at its start (the bus
+// refused a partition's consumer) is started again, and serves once the bus accepts it.
+func TestRemoteAgentHostStartedAgain(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ctx := t.Context()
+	// Another consumer of partition 0: the work-queue inbox refuses the host's own.
+	inbox, err := s.Res.InboxWith(ctx, "Restarted", remote.DefaultSharedPartitions)
+	require.NoError(t, err)
+	const squatter = "squatter"
+	_, err = inbox.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: squatter, FilterSubject: subject.Partition("Restarted", 0),
+		AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+
+	ep := newEndpoint(t)
+	var reg remote.Registration
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Restarted", ep.URL+"/agentbus"), &reg)
+	require.Equal(t, http.StatusCreated, status)
+	ep.secret.Store(reg.Secret)
+	stopped := func() bool { return stacktest.Logged(t, "remote agent's host stopped; starting it again") }
+	require.Eventually(t, stopped, 10*time.Second, 20*time.Millisecond, "the host did not stop at its start")
+
+	require.NoError(t, inbox.DeleteConsumer(ctx, squatter))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitLive(wctx, "Restarted"), "the host was not started again")
+	status, ans := send(t, s, "Restarted", "a", "count")
+	require.Equal(t, http.StatusOK, status, "%v", ans)
+	assert.EqualValues(t, 1, ans["response"].(map[string]any)["data"].(map[string]any)["count"])
 }

@@ -12,15 +12,12 @@ import (
 // the test's log should it fail.
 const keptLines = 400
 
-// Logger returns the logger of t's stacks, hosts and ingresses. With AGENTBUS_TEST_LOG set it
-// writes everything (Debug and above) to stderr at once. Otherwise it keeps the last keptLines
+// Logger returns the logger of t's stacks, hosts and ingresses. It keeps the last keptLines
 // lines of level Info and above (starts, stops, retries, warnings), shared by every logger of
 // t, and writes them to t's log when t fails: a failure that does not come again can still be
-// read. Lines logged after t ended are dropped.
+// read (Logged searches them). Lines logged after t ended are dropped. With AGENTBUS_TEST_LOG set
+// it also writes everything (Debug and above) to stderr at once.
 func Logger(t testing.TB) *slog.Logger {
-	if os.Getenv("AGENTBUS_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	v, loaded := tails.LoadOrStore(t, &tail{})
 	lt := v.(*tail)
 	if !loaded {
@@ -33,7 +30,26 @@ func Logger(t testing.TB) *slog.Logger {
 			}
 		})
 	}
-	return slog.New(slog.NewTextHandler(lt, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	kept := slog.NewTextHandler(lt, &slog.HandlerOptions{Level: slog.LevelInfo})
+	if os.Getenv("AGENTBUS_TEST_LOG") != "" {
+		return slog.New(slog.NewMultiHandler(kept, slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	}
+	return slog.New(kept)
+}
+
+// Logged reports whether a line of t's logs that Logger keeps contains s.
+func Logged(t testing.TB, s string) bool {
+	v, ok := tails.Load(t)
+	if !ok {
+		return false
+	}
+	lines, _ := v.(*tail).lines()
+	for _, l := range lines {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // tails holds the log tail of each running test that asked for a Logger.
