@@ -477,6 +477,9 @@ func pinnedID(info *jetstream.ConsumerInfo) string {
 // requests (doze.go), with no goroutine of its own. On ctx's end it drains what was pulled.
 func (h *Host) pull(ctx context.Context, part *partition) {
 	if err := h.learnTenure(ctx, part); err != nil {
+		if ctx.Err() != nil {
+			err = nil // let go, fenced or stopped before it began: nothing failed
+		}
 		part.started <- err
 		close(part.pulled)
 		return
@@ -497,7 +500,7 @@ func (h *Host) pullOn(ctx context.Context, part *partition, woken bool) {
 	report, began := !woken, time.Now()
 	defer func() {
 		if report {
-			part.started <- nil // let go or stopped before it began: nothing failed
+			part.started <- nil // let go, fenced or stopped before it began: nothing failed
 		}
 		if !dozing {
 			close(part.pulled)
@@ -513,7 +516,7 @@ func (h *Host) pullOn(ctx context.Context, part *partition, woken bool) {
 			cc, err = h.startConsuming(ctx, part, part.cons)
 		} else {
 			cc, err = h.consume(ctx, part)
-			if report && (err == nil || !bus.Transient(err) || time.Since(began) >= bus.StartWait) {
+			if report && ctx.Err() == nil && (err == nil || !bus.Transient(err) || time.Since(began) >= bus.StartWait) {
 				part.started <- err
 				report = false
 			}
