@@ -46,7 +46,19 @@ func WatchCaps(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue) (*CapW
 }
 
 // watchCaps is WatchCaps feeding board, watching only the grants of agents when any are named.
+// While JetStream answers as a cluster still electing its leaders does, it tries again
+// (bus.WhileStarting).
 func watchCaps(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, board *inspect.LoadBoard, agents []string) (*CapWatch, error) {
+	var c *CapWatch
+	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
+		c, err = watchCapsOnce(ctx, nc, kv, board, agents)
+		return err
+	})
+	return c, err
+}
+
+// watchCapsOnce is one try of watchCaps; it stops what it started when it fails.
+func watchCapsOnce(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, board *inspect.LoadBoard, agents []string) (*CapWatch, error) {
 	c := &CapWatch{board: board, held: map[string]jetstream.KeyValueEntry{},
 		subs: map[string]map[uint64]func(jetstream.KeyValueEntry){}, done: make(chan struct{})}
 	var err error

@@ -155,7 +155,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 	}
 	cfg = cfg.withDefaults()
 	var r *Resources
-	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
+	err := WhileStarting(ctx, func(reqCtx context.Context) (err error) {
 		r, err = ensureOnce(reqCtx, js, cfg)
 		return err
 	})
@@ -165,10 +165,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 	return r, nil
 }
 
-// whileStarting runs attempt until it succeeds, fails for good, ctx ends or StartWait passes,
-// pausing by ensurePolicy after each transient failure (JetStream not ready yet, a cluster
-// electing its leaders or missing a peer). attempt's context carries no deadline (see Ensure).
-func whileStarting(ctx context.Context, attempt func(context.Context) error) error {
+// WhileStarting runs attempt until it succeeds, fails for good, ctx ends or StartWait passes,
+// pausing by ensurePolicy after each transient failure (Transient: JetStream not ready yet, a
+// cluster electing its leaders or missing a peer). attempt's context carries no deadline (see
+// Ensure) and ends when WhileStarting returns: what attempt starts to outlive it (a watch) takes
+// a context of its own. A service's start runs each step that asks JetStream through it, so that
+// an answer lost in an election costs a try rather than the start.
+func WhileStarting(ctx context.Context, attempt func(context.Context) error) error {
 	reqCtx, stop := withoutDeadline(ctx)
 	defer stop()
 	deadline := time.Now().Add(StartWait)

@@ -35,7 +35,7 @@ func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream
 // inbox of an agent it pulls deleted makes it again with the count it pulls.
 func (r *Resources) InboxWith(ctx context.Context, agent string, partitions int) (jetstream.Stream, error) {
 	var s jetstream.Stream
-	err := whileStarting(ctx, func(reqCtx context.Context) (err error) {
+	err := WhileStarting(ctx, func(reqCtx context.Context) (err error) {
 		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent, partitions)
 		return err
 	})

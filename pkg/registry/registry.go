@@ -329,8 +329,20 @@ func (h seenHost) freshAt(cutoff time.Time) bool { return h.seen.After(cutoff) }
 // not leaving.
 func (h seenHost) liveAt(cutoff time.Time) bool { return h.freshAt(cutoff) && !h.host.Leaving }
 
-// NewDirectory watches the registry and hosts buckets and returns once both are loaded.
+// NewDirectory watches the registry and hosts buckets and returns once both are loaded. While
+// JetStream answers as a cluster still electing its leaders does, it tries again
+// (bus.WhileStarting).
 func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
+	var d *Directory
+	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
+		d, err = newDirectory(ctx, registryKV, hostsKV, log)
+		return err
+	})
+	return d, err
+}
+
+// newDirectory is one try of NewDirectory; it stops what it started when it fails.
+func newDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
