@@ -530,7 +530,8 @@ func (h *Host) start(ctx context.Context) error {
 	for _, a := range h.cfg.Agents {
 		regs = append(regs, a.registration())
 	}
-	if err := registry.Register(ctx, res.Registry, regs); err != nil {
+	// Writes a cluster electing its leaders may lose are tried again, as the watches' starts are.
+	if err := bus.WhileStarting(ctx, func(ctx context.Context) error { return registry.Register(ctx, res.Registry, regs) }); err != nil {
 		return err
 	}
 	if h.cfg.Directory != nil {
@@ -547,7 +548,7 @@ func (h *Host) start(ctx context.Context) error {
 		h.releaseDir()
 		return err
 	}
-	if err := h.beat(ctx); err != nil {
+	if err := bus.WhileStarting(ctx, h.beat); err != nil {
 		h.stopFollowing()
 		h.releaseDir()
 		return err

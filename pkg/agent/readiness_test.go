@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,22 +60,40 @@ func TestHostReadiness(t *testing.T) {
 	assert.EqualError(t, h.Readiness(), "stopping")
 }
 
-// A host whose first request to create a partition's consumer goes unanswered (a NATS cluster
-// still electing its leaders loses it) tries again and starts, rather than exit: it is starting
+// A host whose request to create a partition's consumer, to register its agent, to write its
+// first heartbeat or to begin its watch of the hosts goes unanswered (a NATS cluster still
+// electing its leaders loses it) tries again and starts, rather than exit: it is starting
 // meanwhile, and ready once it consumes every partition.
-func TestHostStartsOnceItsConsumerCanBeCreated(t *testing.T) {
+func TestHostStartsThroughALostRequest(t *testing.T) {
 	t.Parallel()
 	s := stacktest.Start(t, stacktest.Options{Partitions: 2})
-	create := []byte("$JS.API.CONSUMER.CREATE." + subject.InboxStream("Late") + "." + subject.PartitionConsumer("Late", 1))
+	// Each host runs an agent of its own, which it serves alone.
+	for _, lose := range []struct{ agent, prefix string }{
+		{"LateConsumer", "$JS.API.CONSUMER.CREATE." + subject.InboxStream("LateConsumer") + "." + subject.PartitionConsumer("LateConsumer", 1)},
+		{"LateRegistration", "$KV." + subject.RegistryBucket + "."},
+		{"LateHeartbeat", "$KV." + subject.HostsBucket + "."},
+		{"LateHostsWatch", "$JS.API.CONSUMER.CREATE." + subject.KVStream(subject.HostsBucket) + "."},
+	} {
+		t.Run(lose.agent, func(t *testing.T) {
+			t.Parallel()
+			startThroughALostRequest(t, s, lose.agent, []byte(lose.prefix))
+		})
+	}
+}
+
+// startThroughALostRequest runs a host of the agent name that loses its first request whose
+// subject begins with prefix, and checks that it starts.
+func startThroughALostRequest(t *testing.T, s *stacktest.Stack, name string, prefix []byte) {
 	var lost atomic.Bool
 	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
-		return toServer && bytes.HasPrefix(subj, create) && lost.CompareAndSwap(false, true)
+		return toServer && bytes.HasPrefix(subj, prefix) && lost.CompareAndSwap(false, true)
 	}}
-	a := agent.New("Late")
+	a := agent.New(name)
 	a.Webhook("ping", agent.WebhookFunc(func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Text(200, "pong")
 	}))
-	h, err := agent.NewHost(agent.HostConfig{ID: "late-host", Conn: lossy.Connect(t, "late-host"), Bus: s.Res.Config,
+	id := strings.ToLower(name) + "-host"
+	h, err := agent.NewHost(agent.HostConfig{ID: id, Conn: lossy.Connect(t, id), Bus: s.Res.Config,
 		Agents: []*agent.Agent{a}, Logger: stacktest.Logger(t)})
 	require.NoError(t, err)
 
@@ -82,7 +101,7 @@ func TestHostStartsOnceItsConsumerCanBeCreated(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, lost.Load, 10*time.Second, 10*time.Millisecond, "no request to create the consumer was lost")
+	require.Eventually(t, lost.Load, 10*time.Second, 10*time.Millisecond, "no request was lost")
 	assert.EqualError(t, h.Readiness(), "starting")
 	select {
 	case <-h.Ready():
@@ -94,6 +113,4 @@ func TestHostStartsOnceItsConsumerCanBeCreated(t *testing.T) {
 	}
 	require.NoError(t, h.Readiness())
 	assert.EqualValues(t, 1, lossy.Dropped.Load(), "requests lost")
-	_, err = inboxOf(t, s, "Late").Consumer(ctx, subject.PartitionConsumer("Late", 1))
-	require.NoError(t, err, "the consumer of the partition whose creation was lost")
 }
