@@ -134,7 +134,8 @@ type Resources struct {
 // Ensure, and a workflow host's first consumption of each partition it owns.
 const StartWait = 2 * time.Minute
 
-// ensurePolicy paces Ensure's attempts: 100 ms doubling up to 2 s.
+// ensurePolicy paces the tries of what may meet a cluster electing its leaders (Ensure,
+// WhileStarting, AwaitResult's watch): 100 ms doubling up to 2 s.
 var ensurePolicy = retry.Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // Ensure creates or updates every stream, bucket and object store agentbus uses, so that any

@@ -27,11 +27,23 @@ func Fingerprint(req *agentbusv1.Request) string {
 
 // AwaitResult waits until the result of the tenant's request is in the results bucket (it is
 // there already, or its handler is still running) and returns it. A request whose id came again
-// within the de-duplication window is answered this way: the inbox stored it once.
+// within the de-duplication window is answered this way: the inbox stored it once. Each try to
+// begin the watch waits for the JetStream default timeout, not for ctx's deadline, and a
+// transient failure (Transient) is tried again while ctx lasts: a reply lost in an election
+// costs a try, not the call.
 func AwaitResult(ctx context.Context, results jetstream.KeyValue, tenant, requestID string) (*agentbusv1.Reply, error) {
-	w, err := results.Watch(ctx, subject.ResultKey(tenant, requestID))
-	if err != nil {
-		return nil, fmt.Errorf("watching result: %w", err)
+	wctx, stop := withoutDeadline(ctx)
+	defer stop()
+	tries := ensurePolicy.Start()
+	var w jetstream.KeyWatcher
+	for {
+		var err error
+		if w, err = results.Watch(wctx, subject.ResultKey(tenant, requestID)); err == nil {
+			break
+		}
+		if !Transient(err) || tries.Wait(ctx) != nil {
+			return nil, fmt.Errorf("watching result: %w", err)
+		}
 	}
 	defer func() { _ = w.Stop() }()
 	for {
