@@ -1,10 +1,8 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,18 +74,15 @@ func TestHostStartsThroughALostRequest(t *testing.T) {
 	} {
 		t.Run(lose.agent, func(t *testing.T) {
 			t.Parallel()
-			startThroughALostRequest(t, s, lose.agent, []byte(lose.prefix))
+			startThroughALostRequest(t, s, lose.agent, lose.prefix)
 		})
 	}
 }
 
 // startThroughALostRequest runs a host of the agent name that loses its first request whose
 // subject begins with prefix, and checks that it starts.
-func startThroughALostRequest(t *testing.T, s *stacktest.Stack, name string, prefix []byte) {
-	var lost atomic.Bool
-	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
-		return toServer && bytes.HasPrefix(subj, prefix) && lost.CompareAndSwap(false, true)
-	}}
+func startThroughALostRequest(t *testing.T, s *stacktest.Stack, name, prefix string) {
+	lossy := natstest.LoseFirst(s.NATS.Server, prefix)
 	a := agent.New(name)
 	a.Webhook("ping", agent.WebhookFunc(func(context.Context, *agent.WebhookRequest) agent.Response {
 		return agent.Text(200, "pong")
@@ -101,7 +96,7 @@ func startThroughALostRequest(t *testing.T, s *stacktest.Stack, name string, pre
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	require.Eventually(t, lost.Load, 10*time.Second, 10*time.Millisecond, "no request was lost")
+	require.Eventually(t, func() bool { return lossy.Dropped.Load() > 0 }, 10*time.Second, 10*time.Millisecond, "no request was lost")
 	assert.EqualError(t, h.Readiness(), "starting")
 	select {
 	case <-h.Ready():

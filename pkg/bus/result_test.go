@@ -1,9 +1,7 @@
 package bus_test
 
 import (
-	"bytes"
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,11 +23,7 @@ func TestAwaitResultThroughALostReply(t *testing.T) {
 	s := natstest.Server(t, "")
 	res, err := bus.Ensure(t.Context(), natstest.JetStream(t, s), bus.Config{Partitions: 1})
 	require.NoError(t, err)
-	create := []byte("$JS.API.CONSUMER.CREATE." + subject.KVStream(subject.ResultsBucket) + ".")
-	var lost atomic.Bool
-	lossy := &natstest.Proxy{Server: s.Server, Drop: func(toServer bool, subj []byte) bool {
-		return toServer && bytes.HasPrefix(subj, create) && lost.CompareAndSwap(false, true)
-	}}
+	lossy := natstest.LoseFirst(s.Server, "$JS.API.CONSUMER.CREATE."+subject.KVStream(subject.ResultsBucket)+".")
 	js, err := jetstream.New(lossy.Connect(t, "awaiting"))
 	require.NoError(t, err)
 	results, err := js.KeyValue(t.Context(), subject.ResultsBucket)
@@ -44,7 +38,7 @@ func TestAwaitResultThroughALostReply(t *testing.T) {
 	start := time.Now()
 	got, err := bus.AwaitResult(ctx, results, "default", "r1")
 	require.NoError(t, err)
-	assert.True(t, lost.Load(), "no request to begin the watch was lost")
+	assert.EqualValues(t, 1, lossy.Dropped.Load(), "requests to begin the watch lost")
 	assert.Equal(t, "done", string(got.GetContent()))
 	assert.Less(t, time.Since(start), 15*time.Second, "the wait took the call's deadline")
 }

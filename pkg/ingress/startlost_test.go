@@ -1,9 +1,7 @@
 package ingress_test
 
 import (
-	"bytes"
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,18 +26,14 @@ func TestIngressStartsThroughALostReply(t *testing.T) {
 		subject.KVStream(subject.KeysBucket), subject.KVStream(subject.TenantLimitsBucket), subject.UsageStream} {
 		t.Run(stream, func(t *testing.T) {
 			t.Parallel()
-			create := []byte("$JS.API.CONSUMER.CREATE." + stream + ".")
-			var lost atomic.Bool
-			lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
-				return toServer && bytes.HasPrefix(subj, create) && lost.CompareAndSwap(false, true)
-			}}
+			lossy := natstest.LoseFirst(s.NATS.Server, "$JS.API.CONSUMER.CREATE."+stream+".")
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			srv, err := ingress.New(ctx, ingress.Config{Conn: lossy.Connect(t, "ingress "+stream), Bus: bus.Config{Partitions: 4},
 				Logger: stacktest.Logger(t)})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = srv.Close() })
-			assert.True(t, lost.Load(), "no request to begin the watch was lost")
+			assert.EqualValues(t, 1, lossy.Dropped.Load(), "requests to begin the watch lost")
 			assert.True(t, srv.KeyKnown(s.Key), "the ingress knows the stack's key")
 		})
 	}

@@ -40,6 +40,17 @@ type Proxy struct {
 	cond   *sync.Cond
 }
 
+// LoseFirst is a Proxy to server that leaves out the first message a client publishes on a
+// subject that begins with prefix, as a NATS cluster electing its leaders may lose a request:
+// its reply never comes. Everything else passes; Dropped counts the one left out.
+func LoseFirst(server nats.InProcessConnProvider, prefix string) *Proxy {
+	var lost atomic.Bool
+	want := []byte(prefix)
+	return &Proxy{Server: server, Drop: func(toServer bool, subj []byte) bool {
+		return toServer && bytes.HasPrefix(subj, want) && lost.CompareAndSwap(false, true)
+	}}
+}
+
 // Connect connects to the server through p; the connection is closed when the test ends.
 func (p *Proxy) Connect(t testing.TB, name string) *nats.Conn {
 	t.Helper()
