@@ -531,7 +531,8 @@ func (h *Host) start(ctx context.Context) error {
 		regs = append(regs, a.registration())
 	}
 	// Writes a cluster electing its leaders may lose are tried again, as the watches' starts are.
-	if err := bus.WhileStarting(ctx, func(ctx context.Context) error { return registry.Register(ctx, res.Registry, regs) }); err != nil {
+	register := func(ctx context.Context) error { return registry.Register(ctx, res.Registry, regs) }
+	if err := bus.WhileStarting(ctx, register); err != nil {
 		return err
 	}
 	if h.cfg.Directory != nil {

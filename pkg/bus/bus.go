@@ -131,7 +131,8 @@ type Resources struct {
 }
 
 // StartWait bounds how long a starting service keeps retrying while JetStream is not ready:
-// Ensure, and a workflow host's first consumption of each partition it owns.
+// Ensure and the other steps of a start run by WhileStarting, and a workflow host's first
+// consumption of each partition it owns.
 const StartWait = 2 * time.Minute
 
 // ensurePolicy paces the tries of what may meet a cluster electing its leaders (Ensure,
