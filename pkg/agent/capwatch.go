@@ -47,14 +47,11 @@ func WatchCaps(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue) (*CapW
 
 // watchCaps is WatchCaps feeding board, watching only the grants of agents when any are named.
 // While JetStream answers as a cluster still electing its leaders does, it tries again
-// (bus.WhileStarting).
+// (bus.Starting).
 func watchCaps(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, board *inspect.LoadBoard, agents []string) (*CapWatch, error) {
-	var c *CapWatch
-	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
-		c, err = watchCapsOnce(ctx, nc, kv, board, agents)
-		return err
+	return bus.Starting(ctx, func(ctx context.Context) (*CapWatch, error) {
+		return watchCapsOnce(ctx, nc, kv, board, agents)
 	})
-	return c, err
 }
 
 // watchCapsOnce is one try of watchCaps; it stops what it started when it fails.

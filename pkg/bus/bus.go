@@ -156,15 +156,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	var r *Resources
-	err := WhileStarting(ctx, func(reqCtx context.Context) (err error) {
-		r, err = ensureOnce(reqCtx, js, cfg)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return Starting(ctx, func(reqCtx context.Context) (*Resources, error) { return ensureOnce(reqCtx, js, cfg) })
 }
 
 // WhileStarting runs attempt until it succeeds, fails for good, ctx ends or StartWait passes,
@@ -174,18 +166,29 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources
 // a context of its own. A service's start runs each step that asks JetStream through it, so that
 // an answer lost in an election costs a try rather than the start.
 func WhileStarting(ctx context.Context, attempt func(context.Context) error) error {
+	_, err := Starting(ctx, func(reqCtx context.Context) (struct{}, error) { return struct{}{}, attempt(reqCtx) })
+	return err
+}
+
+// Starting is WhileStarting for a step that makes something (a stream, a watch): it returns
+// what the successful try made, or T's zero value and the last try's error.
+func Starting[T any](ctx context.Context, attempt func(context.Context) (T, error)) (T, error) {
 	reqCtx, stop := withoutDeadline(ctx)
 	defer stop()
 	deadline := time.Now().Add(StartWait)
 	attempts := ensurePolicy.Start()
 	for {
-		err := attempt(reqCtx)
-		if err == nil || !Transient(err) || time.Now().After(deadline) {
-			return err
+		v, err := attempt(reqCtx)
+		if err == nil {
+			return v, nil
+		}
+		var zero T
+		if !Transient(err) || time.Now().After(deadline) {
+			return zero, err
 		}
 		wait, _ := attempts.Failed()
 		if retry.Sleep(ctx, wait) != nil {
-			return err
+			return zero, err
 		}
 	}
 }

@@ -34,12 +34,9 @@ func (r *Resources) InboxOf(ctx context.Context, agent string) (jetstream.Stream
 // InboxWith is InboxOf with partitions for the count of a new inbox: a host that finds the
 // inbox of an agent it pulls deleted makes it again with the count it pulls.
 func (r *Resources) InboxWith(ctx context.Context, agent string, partitions int) (jetstream.Stream, error) {
-	var s jetstream.Stream
-	err := WhileStarting(ctx, func(reqCtx context.Context) (err error) {
-		s, err = ensureInbox(reqCtx, r.JS, r.Config, agent, partitions)
-		return err
+	return Starting(ctx, func(reqCtx context.Context) (jetstream.Stream, error) {
+		return ensureInbox(reqCtx, r.JS, r.Config, agent, partitions)
 	})
-	return s, err
 }
 
 // InboxPartitions returns the partition count of the inbox stream s, as its subject transform

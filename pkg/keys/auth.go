@@ -37,14 +37,11 @@ type Authenticator struct {
 // NewAuthenticator starts watching the keys bucket and returns once the current keys are loaded.
 // adminKey, when not empty, is accepted as a system-admin key for every tenant. Close stops it.
 // While JetStream answers as a cluster still electing its leaders does, it tries again
-// (bus.WhileStarting).
+// (bus.Starting).
 func NewAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey string, log *slog.Logger) (*Authenticator, error) {
-	var a *Authenticator
-	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
-		a, err = newAuthenticator(ctx, keysKV, adminKey, log)
-		return err
+	return bus.Starting(ctx, func(ctx context.Context) (*Authenticator, error) {
+		return newAuthenticator(ctx, keysKV, adminKey, log)
 	})
-	return a, err
 }
 
 // newAuthenticator is one try of NewAuthenticator; it stops what it started when it fails.

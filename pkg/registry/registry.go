@@ -331,14 +331,11 @@ func (h seenHost) liveAt(cutoff time.Time) bool { return h.freshAt(cutoff) && !h
 
 // NewDirectory watches the registry and hosts buckets and returns once both are loaded. While
 // JetStream answers as a cluster still electing its leaders does, it tries again
-// (bus.WhileStarting).
+// (bus.Starting).
 func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
-	var d *Directory
-	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
-		d, err = newDirectory(ctx, registryKV, hostsKV, log)
-		return err
+	return bus.Starting(ctx, func(ctx context.Context) (*Directory, error) {
+		return newDirectory(ctx, registryKV, hostsKV, log)
 	})
-	return d, err
 }
 
 // newDirectory is one try of NewDirectory; it stops what it started when it fails.

@@ -147,14 +147,11 @@ type Cache struct {
 // onChange, when not nil, is called with the cache and a tenant whose record changed (written,
 // replaced or removed), after the cache holds the change: for each record as it is loaded, then
 // for each change, one at a time, on the watch's goroutine. Close stops it. While JetStream
-// answers as a cluster still electing its leaders does, it tries again (bus.WhileStarting).
+// answers as a cluster still electing its leaders does, it tries again (bus.Starting).
 func Watch(ctx context.Context, kv jetstream.KeyValue, onChange func(c *Cache, tenant string), log *slog.Logger) (*Cache, error) {
-	var c *Cache
-	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
-		c, err = watch(ctx, kv, onChange, log)
-		return err
+	return bus.Starting(ctx, func(ctx context.Context) (*Cache, error) {
+		return watch(ctx, kv, onChange, log)
 	})
-	return c, err
 }
 
 // watch is one try of Watch; it stops what it started when it fails.

@@ -50,14 +50,11 @@ type tally struct {
 // Watch reads the usage counters of the deployment whose bus is sized by cfg (as Ensure applied
 // it: bus.Resources.Config), and follows them until Close. It returns once it holds every
 // counter stored when it was called, or ctx ends. While JetStream answers as a cluster still
-// electing its leaders does, it tries again (bus.WhileStarting).
+// electing its leaders does, it tries again (bus.Starting).
 func Watch(ctx context.Context, js jetstream.JetStream, cfg bus.Config, log *slog.Logger) (*Reader, error) {
-	var r *Reader
-	err := bus.WhileStarting(ctx, func(ctx context.Context) (err error) {
-		r, err = watch(ctx, js, cfg, log)
-		return err
+	return bus.Starting(ctx, func(ctx context.Context) (*Reader, error) {
+		return watch(ctx, js, cfg, log)
 	})
-	return r, err
 }
 
 // watch is one try of Watch; it stops what it started when it fails.
