@@ -6,8 +6,8 @@ require (
 	github.com/getkin/kin-openapi v0.152.0
 	github.com/google/uuid v1.6.0
 	github.com/gorilla/mux v1.8.1
-	github.com/nats-io/nats-server/v2 v2.15.2
-	github.com/nats-io/nats.go v1.55.0
+	github.com/nats-io/nats-server/v2 v2.15.3
+	github.com/nats-io/nats.go v1.56.0
 	github.com/nats-io/nuid v1.0.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -30,12 +30,12 @@ require (
 	github.com/chromedp/chromedp v0.23.0 // tests: the playground and the console in headless Chromium (pkg/pages)
 	github.com/modelcontextprotocol/go-sdk v1.8.0 // the official MCP SDK: POST /mcp (pkg/ingress/mcp.go)
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // Data methods' parameters checked against their JSON Schema (pkg/jsonschema)
-	golang.org/x/sys v0.49.0 // bench: timerfd, the open loop's precise sleep that leaves the scheduler's P free (bench/sleep_linux.go)
+	golang.org/x/sys v0.50.0 // bench: timerfd, the open loop's precise sleep that leaves the scheduler's P free (bench/sleep_linux.go)
 	golang.org/x/text v0.43.0 // the English wording of the schema validator's messages (pkg/jsonschema)
 )
 
 require (
-	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -46,12 +46,12 @@ require (
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/jwt/v2 v2.8.2 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/oasdiff/yaml v0.1.1 // indirect
 	github.com/oasdiff/yaml3 v0.0.14 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
