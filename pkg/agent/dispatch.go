@@ -93,6 +93,10 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		h.mu.Unlock()
 		return // another host may own the partition: the request is left to it
 	}
+	if part.delivered != 0 && md.Sequence.Consumer > part.delivered+1 {
+		part.lost = true // handled with the next request queued (below)
+	}
+	part.delivered = max(part.delivered, md.Sequence.Consumer)
 	if part.releasing {
 		// Arrived while the partition is handed over: the next owner gets it.
 		kept := h.keepLateLocked(part, seq, m)
@@ -126,9 +130,20 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 		}
 		return
 	}
-	if pin != "" && pin != part.pin {
+	// A request under a new pin begins a new tenure. One after a delivery that never arrived
+	// (part.lost: lost with a connection, its request stays unacknowledged until its ack wait
+	// ends) must not run before that request if it is of the same conversation: the lost one is
+	// waited for, and asked for again at once (takeOver).
+	if newPin := pin != "" && pin != part.pin; newPin || part.lost {
+		var lost *delivered
+		if newPin {
+			part.delivered = md.Sequence.Consumer // a new consumer counts from 1
+		} else {
+			pin, lost = part.pin, &delivered{seq: seq, consumerSeq: md.Sequence.Consumer}
+		}
+		part.lost = false
 		h.mu.Unlock()
-		if !h.takeOver(ctx, part, pin) {
+		if !h.takeOver(ctx, part, pin, lost) {
 			// Handed over meanwhile (beginTenure).
 			h.mu.Lock()
 			kept := h.keepLateLocked(part, seq, m)

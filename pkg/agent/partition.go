@@ -65,9 +65,15 @@ type partition struct {
 	// with another one starts a new tenure (see snapshot).
 	pin string
 	// others are, by conversation (stored subject), the sequences of requests unacknowledged in
-	// the inbox when this tenure began and not held here, ascending: each one holds back the
-	// conversation's later requests until it is acknowledged elsewhere or redelivered here.
+	// the inbox when this tenure began (or a delivery was lost) and not held here, ascending: each
+	// one holds back the conversation's later requests until it is acknowledged elsewhere or
+	// redelivered here.
 	others map[string][]uint64
+	// delivered is the consumer's delivery sequence of the latest delivery that arrived, and
+	// lost is set when one arrived beyond the next: a delivery between never arrived (it was in
+	// flight on a connection whose server died, or to a pull that was stopped). See arrive.
+	delivered uint64
+	lost      bool
 	// unpinChecked is false while a stale pin of a dead host may stand in the way.
 	unpinChecked bool
 	// acked are the requests of the partition the host acknowledged last, a ring whose next slot
@@ -675,16 +681,32 @@ func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream
 
 // takeOver begins a new tenure of part under pin: it snapshots the requests held elsewhere,
 // retrying while the bus recovers. It returns false when the partition is being let go.
-func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
+//
+// With lost set, the tenure under part's own pin goes on, but a delivery under it never arrived:
+// lost is the delivery that arrived after it (its inbox and consumer sequences). The snapshot is
+// taken again, so that a lost request holds its conversation's later requests back as one held
+// elsewhere does, and each request of the pin's deliveries before lost that is neither held nor
+// acknowledged here is given back to the bus at once (a NAK through lost's consumer sequence,
+// which the server accepts for any delivery up to it) rather than after its ack wait: it comes
+// back here and runs first.
+func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *delivered) bool {
 	tries := busPolicy.Start()
 	for {
 		others, err := h.snapshot(ctx, part)
 		if err == nil {
-			taken, reacks := h.beginTenure(part, pin, others)
-			if taken {
+			taken, reacks, again := h.beginTenure(part, pin, others, lost)
+			if taken && lost == nil {
 				// Another host may have run the partition's instances since this one last
 				// did: the copies kept in memory are read again before their next request.
 				h.live.stale()
+			}
+			for _, seq := range again {
+				if err := h.cfg.Conn.Publish(subject.AckReply(part.inbox.name, part.durable, seq, lost.consumerSeq), nakPayload); err != nil {
+					h.log.Debug("giving a lost delivery back", "seq", seq, "err", err)
+				}
+			}
+			if len(again) > 0 {
+				h.log.Info("deliveries lost on their way here given back", "agent", part.key.agent, "partition", part.key.n, "count", len(again))
 			}
 			// Requests this host finished whose acknowledgement the bus never got: acknowledged
 			// again, they leave the inbox, and the conversations waiting for them go on at the
@@ -709,21 +731,31 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string) bool {
 // ackPayload is the body of a JetStream acknowledgement.
 var ackPayload = []byte("+ACK")
 
+// delivered names a delivery by its inbox and consumer sequences.
+type delivered struct{ seq, consumerSeq uint64 }
+
 // beginTenure makes others, the partition's unacknowledged requests less those held here, the
 // requests the new tenure under pin waits for. It returns false when the partition is being let
 // go, and the subjects to acknowledge again the requests among others that this host finished.
-func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint64) (bool, []string) {
+// With lost set (takeOver), it returns too the requests to give back: those before lost that
+// were not already waited for, and that this host neither holds nor acknowledged.
+func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint64, lost *delivered) (bool, []string, []uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if part.releasing {
-		return false, nil
+		return false, nil, nil
 	}
-	var reacks []string
+	var (
+		reacks []string
+		again  []uint64
+	)
 	for key, seqs := range others {
 		seqs = slices.DeleteFunc(seqs, func(s uint64) bool { return h.held[part.heldKey(s)] != nil })
 		for _, s := range seqs {
 			if reply, ok := part.ackedReplyLocked(s); ok {
 				reacks = append(reacks, reply)
+			} else if lost != nil && s < lost.seq && !slices.Contains(part.others[key], s) {
+				again = append(again, s)
 			}
 		}
 		if len(seqs) == 0 {
@@ -733,6 +765,7 @@ func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint
 		}
 	}
 	part.pin, part.others = pin, others
+	slices.Sort(again)
 	if len(others) > 0 {
 		h.log.Debug("partition taken over", "agent", part.key.agent, "partition", part.key.n, "heldElsewhere", len(others))
 	}
@@ -742,7 +775,7 @@ func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint
 			h.scheduleLocked(c)
 		}
 	}
-	return true, reacks
+	return true, reacks, again
 }
 
 // heldPartitionsLocked lists, by agent, the partitions the heartbeat names: those pulled or

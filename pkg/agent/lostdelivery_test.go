@@ -1,0 +1,54 @@
+package agent_test
+
+import (
+	"bytes"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
+)
+
+// A delivery lost on its way to the host (in flight on a connection whose NATS server died)
+// leaves its request unacknowledged until the ack wait ends, while the consumer goes on
+// delivering the conversation's later requests. The host sees the gap in the consumer's delivery
+// sequence and holds the conversation back until the lost request comes again, which it asks the
+// bus for at once: the lost request runs first, and once, well before its ack wait ends.
+func TestLostDeliveryKeepsItsConversationInOrder(t *testing.T) {
+	t.Parallel()
+	const ackWait = 10 * time.Second
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
+	deliveries := []byte(strings.TrimSuffix(subject.Partition("Seq", 0), ">"))
+	var losing atomic.Bool
+	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
+		return !toServer && bytes.HasPrefix(subj, deliveries) && losing.CompareAndSwap(true, false)
+	}}
+	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: lossy.Connect(t, "lossy"), AckWait: ackWait})
+
+	step(t, s, "x", "1", "")
+	waitFor(t, 5*time.Second, "step 1 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 1
+	})
+	losing.Store(true)
+	sent := time.Now()
+	step(t, s, "x", "2", "")
+	waitFor(t, 5*time.Second, "step 2's delivery was lost", func() bool { return lossy.Dropped.Load() == 1 })
+	step(t, s, "x", "3", "")
+	waitFor(t, ackWait/2, "steps 2 and 3 ran before step 2's ack wait ended", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) >= 3
+	})
+	t.Logf("steps 2 and 3 ran %v after step 2 was sent", time.Since(sent).Round(time.Millisecond))
+	waitRedelivered(t, s, 3, ackWait+5*time.Second)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2", "3"}, ns, "steps started, in order, each once (on %v)", hosts)
+}
