@@ -49,8 +49,10 @@ func TestCapAcrossHosts(t *testing.T) {
 	}
 
 	// The grants' record, read meanwhile: its grants never add up to more than the cap, and every
-	// host holds some.
-	var mostHosts, mostGranted int
+	// host holds some at some time (not necessarily all three at once: a host gives its excess
+	// back only once another wants more, which under load can take longer than the backlog).
+	var mostGranted int
+	granted := map[string]bool{}
 	watching, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -67,10 +69,13 @@ func TestCapAcrossHosts(t *testing.T) {
 			var rec struct{ Hosts map[string]int }
 			if json.Unmarshal(e.Value(), &rec) == nil {
 				sum := 0
-				for _, g := range rec.Hosts {
+				for h, g := range rec.Hosts {
 					sum += g
+					if g > 0 {
+						granted[h] = true
+					}
 				}
-				mostHosts, mostGranted = max(mostHosts, len(rec.Hosts)), max(mostGranted, sum)
+				mostGranted = max(mostGranted, sum)
 			}
 		}
 	}()
@@ -83,7 +88,7 @@ func TestCapAcrossHosts(t *testing.T) {
 	})
 	close(watching)
 	<-watched
-	assert.Equal(t, 3, mostHosts, "every host held a part of the cap")
+	assert.Len(t, granted, 3, "every host held a part of the cap")
 	assert.Equal(t, 3, mostGranted, "the parts add up to the cap")
 	sa.mu.Lock()
 	peak, otherPeak := sa.peak["default"], sa.peak["other"]
