@@ -135,11 +135,11 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	// ends) must not run before that request if it is of the same conversation: the lost one is
 	// waited for, and asked for again at once (takeOver).
 	if newPin := pin != "" && pin != part.pin; newPin || part.lost {
-		var lost *delivered
+		var lost *deliverySeqs
 		if newPin {
 			part.delivered = md.Sequence.Consumer // a new consumer counts from 1
 		} else {
-			pin, lost = part.pin, &delivered{seq: seq, consumerSeq: md.Sequence.Consumer}
+			pin, lost = part.pin, &deliverySeqs{seq: seq, consumerSeq: md.Sequence.Consumer}
 		}
 		part.lost = false
 		h.mu.Unlock()

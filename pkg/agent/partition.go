@@ -689,7 +689,7 @@ func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream
 // acknowledged here is given back to the bus at once (a NAK through lost's consumer sequence,
 // which the server accepts for any delivery up to it) rather than after its ack wait: it comes
 // back here and runs first.
-func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *delivered) bool {
+func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *deliverySeqs) bool {
 	tries := busPolicy.Start()
 	for {
 		others, err := h.snapshot(ctx, part)
@@ -731,15 +731,15 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *
 // ackPayload is the body of a JetStream acknowledgement.
 var ackPayload = []byte("+ACK")
 
-// delivered names a delivery by its inbox and consumer sequences.
-type delivered struct{ seq, consumerSeq uint64 }
+// deliverySeqs names a delivery by its inbox and consumer sequences.
+type deliverySeqs struct{ seq, consumerSeq uint64 }
 
 // beginTenure makes others, the partition's unacknowledged requests less those held here, the
 // requests the new tenure under pin waits for. It returns false when the partition is being let
 // go, and the subjects to acknowledge again the requests among others that this host finished.
 // With lost set (takeOver), it returns too the requests to give back: those before lost that
 // were not already waited for, and that this host neither holds nor acknowledged.
-func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint64, lost *delivered) (bool, []string, []uint64) {
+func (h *Host) beginTenure(part *partition, pin string, others map[string][]uint64, lost *deliverySeqs) (bool, []string, []uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if part.releasing {
