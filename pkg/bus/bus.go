@@ -175,19 +175,22 @@ func WhileStarting(ctx context.Context, attempt func(context.Context) error) err
 func Starting[T any](ctx context.Context, attempt func(context.Context) (T, error)) (T, error) {
 	reqCtx, stop := withoutDeadline(ctx)
 	defer stop()
-	deadline := time.Now().Add(StartWait)
+	return whileTransient(ctx, reqCtx, time.Now().Add(StartWait), attempt)
+}
+
+// whileTransient calls attempt with reqCtx until it succeeds, fails with an error Transient does
+// not name, ctx ends or deadline (unless zero) passes, pausing by ensurePolicy after each
+// transient failure. It returns what the successful try made, or T's zero value and the last
+// try's error.
+func whileTransient[T any](ctx, reqCtx context.Context, deadline time.Time, attempt func(context.Context) (T, error)) (T, error) {
 	attempts := ensurePolicy.Start()
 	for {
 		v, err := attempt(reqCtx)
 		if err == nil {
 			return v, nil
 		}
-		var zero T
-		if !Transient(err) || time.Now().After(deadline) {
-			return zero, err
-		}
-		wait, _ := attempts.Failed()
-		if retry.Sleep(ctx, wait) != nil {
+		if !Transient(err) || (!deadline.IsZero() && time.Now().After(deadline)) || attempts.Wait(ctx) != nil {
+			var zero T
 			return zero, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -32,18 +33,14 @@ func Fingerprint(req *agentbusv1.Request) string {
 // transient failure (Transient) is tried again while ctx lasts: a reply lost in an election
 // costs a try, not the call.
 func AwaitResult(ctx context.Context, results jetstream.KeyValue, tenant, requestID string) (*agentbusv1.Reply, error) {
+	// The watch outlives the tries: its context ends when AwaitResult returns.
 	wctx, stop := withoutDeadline(ctx)
 	defer stop()
-	tries := ensurePolicy.Start()
-	var w jetstream.KeyWatcher
-	for {
-		var err error
-		if w, err = results.Watch(wctx, subject.ResultKey(tenant, requestID)); err == nil {
-			break
-		}
-		if !Transient(err) || tries.Wait(ctx) != nil {
-			return nil, fmt.Errorf("watching result: %w", err)
-		}
+	w, err := whileTransient(ctx, wctx, time.Time{}, func(wctx context.Context) (jetstream.KeyWatcher, error) {
+		return results.Watch(wctx, subject.ResultKey(tenant, requestID))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching result: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
