@@ -252,7 +252,7 @@ func (h *Host) redeliverStale(ctx context.Context, part *partition, info *jetstr
 		if mine {
 			continue
 		}
-		if err := h.cfg.Conn.Publish(subject.AckReply(part.inbox.name, part.durable, seq, info.Delivered.Consumer), nakPayload); err != nil {
+		if err := h.giveBackFor(part, seq, info.Delivered.Consumer); err != nil {
 			h.log.Debug("redelivering a request", "seq", seq, "err", err)
 			continue
 		}
@@ -261,6 +261,13 @@ func (h *Host) redeliverStale(ctx context.Context, part *partition, info *jetstr
 	if n > 0 {
 		h.log.Info("requests of a host taken for dead redelivered", "agent", part.key.agent, "partition", part.key.n, "count", n)
 	}
+}
+
+// giveBackFor gives the partition's request at seq back to its consumer on behalf of the client
+// it was delivered to, which may be another or none (a NAK to the request's acknowledgement
+// subject, through consumerSeq: the server accepts any delivery sequence up to its last).
+func (h *Host) giveBackFor(part *partition, seq, consumerSeq uint64) error {
+	return h.cfg.Conn.Publish(subject.AckReply(part.inbox.name, part.durable, seq, consumerSeq), nakPayload)
 }
 
 // nakPayload is the body of a JetStream negative acknowledgement.

@@ -701,7 +701,7 @@ func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *
 				h.live.stale()
 			}
 			for _, seq := range again {
-				if err := h.cfg.Conn.Publish(subject.AckReply(part.inbox.name, part.durable, seq, lost.consumerSeq), nakPayload); err != nil {
+				if err := h.giveBackFor(part, seq, lost.consumerSeq); err != nil {
 					h.log.Debug("giving a lost delivery back", "seq", seq, "err", err)
 				}
 			}
