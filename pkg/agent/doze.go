@@ -53,7 +53,9 @@ const (
 
 // watchConsumption waits until ctx ends, the consumption cc of part stops on its own, or the
 // partition has delivered nothing for at least IdleAfter while the host held none of its
-// requests.
+// requests. Meanwhile, after a disruption of the deliveries (a reconnection of the host's
+// connection, or one part.disrupt reports), it looks for deliveries that never arrived
+// (findLost).
 func (h *Host) watchConsumption(ctx context.Context, part *partition, cc jetstream.ConsumeContext) consumptionEnd {
 	var idle <-chan time.Time
 	if h.cfg.IdleAfter > 0 {
@@ -64,12 +66,18 @@ func (h *Host) watchConsumption(ctx context.Context, part *partition, cc jetstre
 	h.mu.Lock()
 	seen := part.arrivals
 	h.mu.Unlock()
+	reconnected := h.cfg.Conn.StatusChanged(nats.CONNECTED)
+	defer h.cfg.Conn.RemoveStatusListener(reconnected)
 	for {
 		select {
 		case <-ctx.Done():
 			return consumptionCancelled
 		case <-cc.Closed():
 			return consumptionStopped
+		case <-reconnected:
+			h.findLost(ctx, part)
+		case <-part.disrupted:
+			h.findLost(ctx, part)
 		case <-idle:
 			h.mu.Lock()
 			quiet := part.arrivals == seen && part.holding == 0 && !part.releasing

@@ -52,3 +52,39 @@ func TestLostDeliveryKeepsItsConversationInOrder(t *testing.T) {
 	ns, hosts := sa.starts("x")
 	assert.Equal(t, []string{"1", "2", "3"}, ns, "steps started, in order, each once (on %v)", hosts)
 }
+
+// A lost delivery that is the partition's last shows no gap: no later delivery arrives. The
+// connection it was lost with reconnects, and the host asks the consumer for its latest delivery:
+// one that never arrived is asked for again at once, not after its ack wait.
+func TestLostLastDeliveryIsAskedForAgainOnReconnect(t *testing.T) {
+	t.Parallel()
+	const ackWait = 10 * time.Second
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
+	deliveries := []byte(strings.TrimSuffix(subject.Partition("Seq", 0), ">"))
+	var losing atomic.Bool
+	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
+		return !toServer && bytes.HasPrefix(subj, deliveries) && losing.CompareAndSwap(true, false)
+	}}
+	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: lossy.Connect(t, "lossy"), AckWait: ackWait})
+
+	step(t, s, "x", "1", "")
+	waitFor(t, 5*time.Second, "step 1 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 1
+	})
+	losing.Store(true)
+	sent := time.Now()
+	step(t, s, "x", "2", "")
+	waitFor(t, 5*time.Second, "step 2's delivery was lost", func() bool { return lossy.Dropped.Load() == 1 })
+	lossy.Cut()
+	waitFor(t, ackWait/2, "step 2 ran before its ack wait ended", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) >= 2
+	})
+	t.Logf("step 2 ran %v after it was sent", time.Since(sent).Round(time.Millisecond))
+	waitRedelivered(t, s, 2, ackWait+5*time.Second)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+}

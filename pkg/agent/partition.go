@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,12 @@ type partition struct {
 	stop    context.CancelFunc
 	// started receives the outcome of the first attempt to consume.
 	started chan error
+	// disrupted is signalled when the partition's deliveries may have been cut short: the
+	// connection reconnected, or the consumption missed its heartbeats or saw its consumer's
+	// leader change (watchConsumption then looks for lost deliveries: findLost).
+	disrupted chan struct{}
+	// tenureMu keeps one takeOver of the partition at a time.
+	tenureMu sync.Mutex
 	// pulled is closed when pull has returned: nothing more arrives from the partition.
 	pulled chan struct{}
 
@@ -313,7 +320,7 @@ func (h *Host) waitStarted(ctx context.Context) error {
 func (h *Host) gainLocked(key partKey) {
 	pctx, stop := context.WithCancel(h.hctx)
 	part := &partition{key: key, inbox: h.inboxes[key.agent], durable: subject.PartitionConsumer(key.agent, key.n), filter: subject.Partition(key.agent, key.n),
-		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1), pulled: make(chan struct{})}
+		stop: stop, others: make(map[string][]uint64), started: make(chan error, 1), pulled: make(chan struct{}), disrupted: make(chan struct{}, 1)}
 	h.parts[key] = part
 	h.metrics.partitionGained(key)
 	h.bg.Go(func() { h.pull(pctx, part) })
@@ -614,6 +621,9 @@ func (h *Host) startConsuming(ctx context.Context, part *partition, cons jetstre
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, jetstream.ErrPinIDMismatch) {
 				h.log.Warn("consuming inbox", "agent", part.key.agent, "partition", part.key.n, "err", err)
 			}
+			if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerLeadershipChanged) {
+				part.disrupt()
+			}
 			if errors.Is(err, nats.ErrNoResponders) && consumerGone(ctx, cons) {
 				// The consumer was deleted while no pull request was waiting, so the server
 				// never said so; the consumption would go on pulling from nothing. Stopping
@@ -690,6 +700,8 @@ func (h *Host) eachUnacked(ctx context.Context, part *partition, info *jetstream
 // which the server accepts for any delivery up to it) rather than after its ack wait: it comes
 // back here and runs first.
 func (h *Host) takeOver(ctx context.Context, part *partition, pin string, lost *deliverySeqs) bool {
+	part.tenureMu.Lock()
+	defer part.tenureMu.Unlock()
 	tries := busPolicy.Start()
 	for {
 		others, err := h.snapshot(ctx, part)

@@ -38,6 +38,9 @@ type Proxy struct {
 	mu     sync.Mutex
 	paused bool
 	cond   *sync.Cond
+	// closers close the connections through p that are open, by a number of their own.
+	closers map[int]func()
+	next    int
 }
 
 // LoseFirst is a Proxy to server that leaves out the first message a client publishes on a
@@ -58,6 +61,18 @@ func (p *Proxy) Connect(t testing.TB, name string) *nats.Conn {
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// Cut closes every connection through p, as a NATS server that dies closes its clients'
+// connections: what was on its way is lost, and the clients connect again (through p).
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	closers := p.closers
+	p.closers = nil
+	p.mu.Unlock()
+	for _, closeBoth := range closers {
+		closeBoth()
+	}
 }
 
 // Pause stops all traffic through p, both ways, until Resume.
@@ -98,7 +113,21 @@ func (p *Proxy) InProcessConn() (net.Conn, error) {
 		return nil, err
 	}
 	client, mine := net.Pipe()
-	closeBoth := sync.OnceFunc(func() { _ = server.Close(); _ = mine.Close() })
+	p.mu.Lock()
+	if p.closers == nil {
+		p.closers = make(map[int]func())
+	}
+	id := p.next
+	p.next++
+	closeBoth := sync.OnceFunc(func() {
+		_ = server.Close()
+		_ = mine.Close()
+		p.mu.Lock()
+		delete(p.closers, id)
+		p.mu.Unlock()
+	})
+	p.closers[id] = closeBoth
+	p.mu.Unlock()
 	go func() { p.pass(server, mine, true); closeBoth() }()
 	go func() { p.pass(mine, server, false); closeBoth() }()
 	return client, nil
