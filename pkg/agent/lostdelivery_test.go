@@ -23,25 +23,7 @@ import (
 func TestLostDeliveryKeepsItsConversationInOrder(t *testing.T) {
 	t.Parallel()
 	const ackWait = 10 * time.Second
-	sa := &seqAgent{}
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
-		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
-	deliveries := []byte(strings.TrimSuffix(subject.Partition("Seq", 0), ">"))
-	var losing atomic.Bool
-	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
-		return !toServer && bytes.HasPrefix(subj, deliveries) && losing.CompareAndSwap(true, false)
-	}}
-	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: lossy.Connect(t, "lossy"), AckWait: ackWait})
-
-	step(t, s, "x", "1", "")
-	waitFor(t, 5*time.Second, "step 1 ran", func() bool {
-		ns, _ := sa.starts("x")
-		return len(ns) == 1
-	})
-	losing.Store(true)
-	sent := time.Now()
-	step(t, s, "x", "2", "")
-	waitFor(t, 5*time.Second, "step 2's delivery was lost", func() bool { return lossy.Dropped.Load() == 1 })
+	s, sa, _, sent := loseStepTwo(t, ackWait)
 	step(t, s, "x", "3", "")
 	waitFor(t, ackWait/2, "steps 2 and 3 ran before step 2's ack wait ended", func() bool {
 		ns, _ := sa.starts("x")
@@ -59,12 +41,30 @@ func TestLostDeliveryKeepsItsConversationInOrder(t *testing.T) {
 func TestLostLastDeliveryIsAskedForAgainOnReconnect(t *testing.T) {
 	t.Parallel()
 	const ackWait = 10 * time.Second
-	sa := &seqAgent{}
-	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+	s, sa, lossy, sent := loseStepTwo(t, ackWait)
+	lossy.Cut()
+	waitFor(t, ackWait/2, "step 2 ran before its ack wait ended", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) >= 2
+	})
+	t.Logf("step 2 ran %v after it was sent", time.Since(sent).Round(time.Millisecond))
+	waitRedelivered(t, s, 2, ackWait+5*time.Second)
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+}
+
+// loseStepTwo starts a stack whose host "other" runs Seq and a second host that owns Seq's one
+// partition through a proxy, runs step 1 of conversation x there and sends step 2, whose
+// delivery to that host the proxy drops. It returns when the delivery was dropped, with the time
+// step 2 was sent.
+func loseStepTwo(t *testing.T, ackWait time.Duration) (s *stacktest.Stack, sa *seqAgent, lossy *natstest.Proxy, sent time.Time) {
+	t.Helper()
+	sa = &seqAgent{}
+	s = stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
 		Host: agent.HostConfig{ID: "other", AckWait: ackWait}})
 	deliveries := []byte(strings.TrimSuffix(subject.Partition("Seq", 0), ">"))
 	var losing atomic.Bool
-	lossy := &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
+	lossy = &natstest.Proxy{Server: s.NATS.Server, Drop: func(toServer bool, subj []byte) bool {
 		return !toServer && bytes.HasPrefix(subj, deliveries) && losing.CompareAndSwap(true, false)
 	}}
 	startSeqOwner(t, s, sa, "other", agent.HostConfig{Conn: lossy.Connect(t, "lossy"), AckWait: ackWait})
@@ -75,16 +75,8 @@ func TestLostLastDeliveryIsAskedForAgainOnReconnect(t *testing.T) {
 		return len(ns) == 1
 	})
 	losing.Store(true)
-	sent := time.Now()
+	sent = time.Now()
 	step(t, s, "x", "2", "")
 	waitFor(t, 5*time.Second, "step 2's delivery was lost", func() bool { return lossy.Dropped.Load() == 1 })
-	lossy.Cut()
-	waitFor(t, ackWait/2, "step 2 ran before its ack wait ended", func() bool {
-		ns, _ := sa.starts("x")
-		return len(ns) >= 2
-	})
-	t.Logf("step 2 ran %v after it was sent", time.Since(sent).Round(time.Millisecond))
-	waitRedelivered(t, s, 2, ackWait+5*time.Second)
-	ns, hosts := sa.starts("x")
-	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
+	return s, sa, lossy, sent
 }
