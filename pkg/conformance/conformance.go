@@ -8,6 +8,8 @@
 // (Feature, RemoteEcho) check, when the target lacks the feature, that the method is unknown
 // (404 unknown-method) instead. TestGoEcho (here), TestPythonEchoConformance (pkg/remote) and
 // TestTypeScriptEchoConformance (sdk/typescript) run it against the three Echos.
+// CheckRemoteEcho runs the registration check a kit's Echo must pass (TestPythonEchoConforms,
+// TestTypeScriptEchoConforms).
 package conformance
 
 import (
