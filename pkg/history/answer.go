@@ -94,14 +94,7 @@ func (a *SyncAnswer) AppendJSON(dst []byte) ([]byte, error) {
 func (m *Reply) AppendJSON(dst []byte) ([]byte, error) {
 	b := append(dst, `{"id":`...)
 	b = jsonenc.AppendString(b, m.ID)
-	b = append(b, `,"text":`...)
-	if m.Text == nil {
-		b = append(b, "null"...)
-	} else {
-		b = jsonenc.AppendString(b, *m.Text)
-	}
-	b = append(b, `,"data":`...)
-	b, err := appendData(b, m.Data, m.DataCompact)
+	b, err := appendTextData(b, m.Text, m.Data, m.DataCompact)
 	if err != nil {
 		return dst, err
 	}
@@ -118,6 +111,19 @@ func (m *Reply) AppendJSON(dst []byte) ([]byte, error) {
 		b = jsonenc.AppendString(b, m.Hint)
 	}
 	return append(b, '}'), nil
+}
+
+// appendTextData appends a message's text and data fields, `,"text":` and `,"data":` with their
+// values: the text null when nil, the data as appendData writes it.
+func appendTextData(dst []byte, text *string, data json.RawMessage, compact bool) ([]byte, error) {
+	b := append(dst, `,"text":`...)
+	if text == nil {
+		b = append(b, "null"...)
+	} else {
+		b = jsonenc.AppendString(b, *text)
+	}
+	b = append(b, `,"data":`...)
+	return appendData(b, data, compact)
 }
 
 // appendData appends a message's data as encoding/json writes a json.RawMessage, null when it

@@ -114,14 +114,7 @@ func (m Message) AppendJSON(dst []byte) ([]byte, error) {
 	b = jsonenc.AppendInt(b, int64(m.Direction))
 	b = append(b, `,"messageType":`...)
 	b = jsonenc.AppendInt(b, int64(m.MessageType))
-	b = append(b, `,"text":`...)
-	if m.Text == nil {
-		b = append(b, "null"...)
-	} else {
-		b = jsonenc.AppendString(b, *m.Text)
-	}
-	b = append(b, `,"data":`...)
-	b, err := appendData(b, m.Data, m.DataCompact)
+	b, err := appendTextData(b, m.Text, m.Data, m.DataCompact)
 	if err != nil {
 		return dst, err
 	}
