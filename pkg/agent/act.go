@@ -282,15 +282,15 @@ func (fx *effects) publish(ctx context.Context, req *agentbusv1.Request) error {
 	return nil
 }
 
-// relayTimers moves fired timers to the inbox until ctx ends (schedule.Store.Relay), starting
-// again after a failure.
-func (h *Host) relayTimers(ctx context.Context) {
+// relayTimers moves fired timers to the inboxes until ctx ends (schedule.Store.Relay), starting
+// again a second after a failure.
+func relayTimers(ctx context.Context, timers *schedule.Store, log *slog.Logger) {
 	for {
-		err := h.timers.Relay(ctx, h.log)
+		err := timers.Relay(ctx, log)
 		if ctx.Err() != nil {
 			return
 		}
-		h.log.Warn("relaying timers; trying again", "err", err)
+		log.Warn("relaying timers; trying again", "err", err)
 		select {
 		case <-ctx.Done():
 			return

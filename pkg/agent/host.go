@@ -123,8 +123,15 @@ type HostConfig struct {
 	Notices *Notices
 	// Replies, when set, receives the replies to the Agent2Agent calls of the other hosts of the
 	// process too (bus.NewReplies): one subscription for them all. The host does not close it.
-	// Nil makes one of its own. ShareWatches makes the five for the hosts of a process.
+	// Nil makes one of its own.
 	Replies *bus.Replies
+	// TimerRelay, when set, moves the fired timers of every agent to the inboxes for the other
+	// hosts of the process too (RelayTimers), and the host runs no relay of its own: every
+	// relay pulls from the deployment's one relay consumer, which holds at most 512 waiting pull
+	// requests, and each idle one costs the bus a pull request, a heartbeat and an expiry every
+	// 5 s. The host does not close it. Nil runs one of its own. ShareWatches makes the six for
+	// the hosts of a process.
+	TimerRelay *TimerRelay
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -419,7 +426,9 @@ func (h *Host) Run(ctx context.Context) error {
 	for _, in := range h.inboxes {
 		loops.Go(func() { in.keeper.Run(bgCtx) })
 	}
-	loops.Go(func() { h.relayTimers(bgCtx) })
+	if h.cfg.TimerRelay == nil {
+		loops.Go(func() { relayTimers(bgCtx, h.timers, h.log) })
+	}
 	loops.Go(func() { h.runUsage(bgCtx) })
 	loops.Go(func() { h.grants.run(bgCtx) })
 	loops.Go(func() { h.reportLoad(bgCtx) })

@@ -5,21 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/google/uuid"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/registry"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
 // of the load reports and slot grants (HostConfig.Caps), one of the instance notices
-// (HostConfig.Notices) and a subscription to Agent2Agent replies (HostConfig.Replies), for every
-// host of the process made from hc to share: each watch of the hosts bucket reads every heartbeat
-// of every host, each cache holds every tenant's record, each subscription receives every
-// host's load report or every notice, and each subscription costs the server and the process.
+// (HostConfig.Notices), a subscription to Agent2Agent replies (HostConfig.Replies) and a relay
+// of fired timers (HostConfig.TimerRelay), for every host of the process made from hc to share:
+// each watch of the hosts bucket reads every heartbeat of every host, each cache holds every
+// tenant's record, each subscription receives every host's load report or every notice, each
+// relay waits at the one relay consumer, and each subscription costs the server and the
+// process.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -60,6 +64,10 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			hc.Replies, toClose = replies, append(toClose, replies.Close)
 		}
 	}
+	if hc.TimerRelay == nil {
+		hc.TimerRelay = RelayTimers(ctx, res, log)
+		toClose = append(toClose, hc.TimerRelay.Close)
+	}
 	if hc.Caps == nil {
 		if caps, err := WatchCaps(ctx, res.JS.Conn(), res.SlotGrants); err != nil {
 			errs = append(errs, fmt.Errorf("load reports and slot grants for the hosts to share: %w", err))
@@ -68,4 +76,32 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 		}
 	}
 	return closeAll, errors.Join(errs...)
+}
+
+// TimerRelay moves fired timers to the agents' inboxes (schedule.Store.Relay) for the hosts of a
+// process that share it (HostConfig.TimerRelay).
+type TimerRelay struct {
+	stop context.CancelFunc
+	done sync.WaitGroup
+}
+
+// RelayTimers relays the fired timers of every agent until Close, starting again a second after
+// a failure; ctx's values are kept, not its end.
+func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *TimerRelay {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r := &TimerRelay{stop: stop}
+	timers := schedule.NewStore(res.JS, res.Schedules)
+	r.done.Go(func() { relayTimers(rctx, timers, log) })
+	return r
+}
+
+// Close stops the relay and returns once it stopped; the fired timers it took and did not move
+// come back to another relay after their ack wait.
+func (r *TimerRelay) Close() error {
+	r.stop()
+	r.done.Wait()
+	return nil
 }

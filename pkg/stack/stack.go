@@ -70,10 +70,11 @@ type Stack struct {
 	conns    []*nats.Conn
 	httpSrv  *http.Server
 	httpDone chan error
-	// shared holds the directory of agents and hosts, the cache of the tenants' limits and the
-	// follower of the load reports and slot grants that the host Start began and the remote
-	// agents' hosts share, as the hosts of a workflow host process do (agent.ShareWatches); the
-	// ingress reads the directory too. closeShared closes them.
+	// shared holds what the host Start began and the remote agents' hosts share, as the hosts
+	// of a workflow host process do (agent.ShareWatches): the directory of agents and hosts, the
+	// cache of the tenants' limits, the followers of the load reports and slot grants and of the
+	// instance notices, the subscription to Agent2Agent replies and the timer relay; the ingress
+	// reads the directory too. closeShared closes them.
 	shared      agent.HostConfig
 	closeShared func() error
 	stopHost    func() error
@@ -213,9 +214,11 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 	return nil
 }
 
-// share gives hc the directory, the limits and the caps' follower the stack's hosts share.
+// share gives hc what the stack's hosts share (agent.ShareWatches): the directory, the limits,
+// the caps' follower, the notices' follower, the replies' subscription and the timer relay.
 func (s *Stack) share(hc *agent.HostConfig) {
 	hc.Directory, hc.TenantLimits, hc.Caps = s.shared.Directory, s.shared.TenantLimits, s.shared.Caps
+	hc.Notices, hc.Replies, hc.TimerRelay = s.shared.Notices, s.shared.Replies, s.shared.TimerRelay
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.

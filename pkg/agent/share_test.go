@@ -1,0 +1,49 @@
+package agent_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/stacktest"
+)
+
+// The hosts of a process that share their watches (agent.ShareWatches) share one relay of fired
+// timers: however many hosts run (one per remote agent in a workflow host process), the
+// deployment's one relay consumer holds one waiting pull request of theirs, not one each (it
+// holds 512 at most), and timers fire.
+func TestHostsOfAProcessShareOneTimerRelay(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true}) // its own shared relay: one pull
+	nc, err := s.NATS.Connect("shared")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	shared := agent.HostConfig{Conn: nc}
+	closeShared, err := agent.ShareWatches(t.Context(), s.Res, &shared, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, closeShared()) })
+	require.NotNil(t, shared.TimerRelay)
+
+	for i, a := range []*agent.Agent{echo.New(), agent.New("Two"), agent.New("Three")} {
+		cfg := shared
+		cfg.ID, cfg.Agents = []string{"one", "two", "three"}[i], []*agent.Agent{a}
+		startHost(t, s, cfg)
+	}
+	cons, err := s.Res.Schedules.Consumer(t.Context(), "timer-relay")
+	require.NoError(t, err)
+	most := 0
+	for range 20 {
+		info, err := cons.Info(t.Context())
+		require.NoError(t, err)
+		most = max(most, info.NumWaiting)
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.Equal(t, 2, most, "pull requests waiting at the relay consumer: the stack's relay and the shared one")
+
+	due := remindIn(t, s, "shared", "stretch", 200)
+	got := waitPosts(t, s, "shared", "ada", "stretch", 1, 5*time.Second)
+	t.Logf("posted %v after it was due", got[0].CreatedAt.Sub(due))
+}
