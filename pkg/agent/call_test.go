@@ -122,13 +122,7 @@ func TestHostsSharingRepliesGetTheirOwn(t *testing.T) {
 		return a
 	}
 	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
-	nc, err := s.NATS.Connect("shared")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	shared := agent.HostConfig{Conn: nc}
-	closeShared, err := agent.ShareWatches(t.Context(), s.Res, &shared, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, closeShared()) })
+	shared := sharedConfig(t, s)
 	require.NotNil(t, shared.Replies)
 
 	one, two := shared, shared

@@ -18,13 +18,7 @@ import (
 // holds 512 at most), and timers fire.
 func TestHostsOfAProcessShareOneTimerRelay(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{NoAgents: true}) // its own shared relay: one pull
-	nc, err := s.NATS.Connect("shared")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	shared := agent.HostConfig{Conn: nc}
-	closeShared, err := agent.ShareWatches(t.Context(), s.Res, &shared, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, closeShared()) })
+	shared := sharedConfig(t, s)
 	require.NotNil(t, shared.TimerRelay)
 
 	for i, a := range []*agent.Agent{echo.New(), agent.New("Two"), agent.New("Three")} {
@@ -46,4 +40,18 @@ func TestHostsOfAProcessShareOneTimerRelay(t *testing.T) {
 	due := remindIn(t, s, "shared", "stretch", 200)
 	got := waitPosts(t, s, "shared", "ada", "stretch", 1, 5*time.Second)
 	t.Logf("posted %v after it was due", got[0].CreatedAt.Sub(due))
+}
+
+// sharedConfig is the configuration of hosts of one process beside the stack s: a connection of
+// their own and what agent.ShareWatches makes for them to share, closed when the test ends.
+func sharedConfig(t *testing.T, s *stacktest.Stack) agent.HostConfig {
+	t.Helper()
+	nc, err := s.NATS.Connect("shared")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	shared := agent.HostConfig{Conn: nc}
+	closeShared, err := agent.ShareWatches(t.Context(), s.Res, &shared, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, closeShared()) })
+	return shared
 }
