@@ -98,8 +98,8 @@ func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *Tim
 	return r
 }
 
-// Close stops the relay and returns once it stopped; the fired timers it took and did not move
-// come back to another relay after their ack wait.
+// Close stops the relay and returns once it stopped; a fired timer it took and did not move
+// comes back to a relay.
 func (r *TimerRelay) Close() error {
 	r.stop()
 	r.done.Wait()
