@@ -46,15 +46,12 @@ func (h *Host) findLost(ctx context.Context, part *partition) {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.AckWait)
 	defer cancel()
 	var info *jetstream.ConsumerInfo
-	for tries := busPolicy.Start(); ; {
-		var err error
-		if info, err = cons.Info(ctx); err == nil {
-			break
-		}
-		if tries.Wait(ctx) != nil {
-			h.log.Debug("looking for lost deliveries", "agent", part.key.agent, "partition", part.key.n, "err", err)
-			return
-		}
+	log := h.log.With("agent", part.key.agent, "partition", part.key.n)
+	if retry(ctx, log, "reading the partition's latest delivery", func() (err error) {
+		info, err = cons.Info(ctx)
+		return err
+	}) != nil {
+		return
 	}
 	if pinnedID(info) != pin {
 		return // delivered under another pin since: its first delivery begins a new tenure
