@@ -38,9 +38,8 @@ type Proxy struct {
 	mu     sync.Mutex
 	paused bool
 	cond   *sync.Cond
-	// closers close the connections through p that are open, by a number of their own.
-	closers map[int]func()
-	next    int
+	// closers close the connections through p that are open, by their end on p's side.
+	closers map[net.Conn]func()
 }
 
 // LoseFirst is a Proxy to server that leaves out the first message a client publishes on a
@@ -113,20 +112,18 @@ func (p *Proxy) InProcessConn() (net.Conn, error) {
 		return nil, err
 	}
 	client, mine := net.Pipe()
-	p.mu.Lock()
-	if p.closers == nil {
-		p.closers = make(map[int]func())
-	}
-	id := p.next
-	p.next++
 	closeBoth := sync.OnceFunc(func() {
 		_ = server.Close()
 		_ = mine.Close()
 		p.mu.Lock()
-		delete(p.closers, id)
+		delete(p.closers, mine)
 		p.mu.Unlock()
 	})
-	p.closers[id] = closeBoth
+	p.mu.Lock()
+	if p.closers == nil {
+		p.closers = make(map[net.Conn]func())
+	}
+	p.closers[mine] = closeBoth
 	p.mu.Unlock()
 	go func() { p.pass(server, mine, true); closeBoth() }()
 	go func() { p.pass(mine, server, false); closeBoth() }()
