@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,19 +35,24 @@ const (
 )
 
 // Add keeps msg, with the last error cause and the number of attempts made, under the
-// de-duplication id msgID: a second Add within the dedupe window stores nothing new and returns
-// the first one's sequence.
-func (k *Kept) Add(ctx context.Context, msg *nats.Msg, msgID, cause string, attempts uint64) (uint64, error) {
+// de-duplication id msgID, and returns its sequence and what it takes in the stream
+// (RecordBytes), for its tenant's usage. A second Add within the dedupe window stores nothing
+// new and returns the first one's sequence and 0 bytes.
+func (k *Kept) Add(ctx context.Context, msg *nats.Msg, msgID, cause string, attempts uint64) (uint64, int64, error) {
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
 	msg.Header.Set(subject.HeaderError, HeaderSafe(cause))
 	msg.Header.Set(subject.HeaderAttempts, strconv.FormatUint(attempts, 10))
-	ack, err := k.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	ack, err := k.JS.PublishMsg(ctx, msg)
 	if err != nil {
-		return 0, fmt.Errorf("storing %s: %w", k.Noun, err)
+		return 0, 0, fmt.Errorf("storing %s: %w", k.Noun, err)
 	}
-	return ack.Sequence, nil
+	if ack.Duplicate {
+		return ack.Sequence, 0, nil
+	}
+	return ack.Sequence, RecordBytes(msg.Subject, HeaderBytes(msg.Header), len(msg.Data)), nil
 }
 
 // Attempts reads the number of attempts Add stored on raw.
@@ -111,10 +117,74 @@ func (k *Kept) Remove(ctx context.Context, id uint64) error {
 	return nil
 }
 
-// Purge removes every kept message under filter, of the tenant named in its error.
-func (k *Kept) Purge(ctx context.Context, filter, tenant string) error {
-	if err := k.Stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
-		return fmt.Errorf("purging %ss of %s: %w", k.Noun, tenant, err)
+// Purge removes every kept message under filter, of the tenant named in its errors, and returns
+// what each took in the stream, to be taken off its tenant's usage. It reads their headers
+// first, by an ordered consumer, and then purges the filter up to the last one read: one kept
+// under filter meanwhile stays, to be removed by the next Purge.
+func (k *Kept) Purge(ctx context.Context, filter, tenant string) ([]Stored, error) {
+	removed, last, err := k.sizes(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("reading the %ss of %s to purge: %w", k.Noun, tenant, err)
 	}
-	return nil
+	if last == 0 {
+		return nil, nil
+	}
+	if err := k.Stream.Purge(ctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(last+1)); err != nil {
+		return nil, fmt.Errorf("purging %ss of %s: %w", k.Noun, tenant, err)
+	}
+	return removed, nil
 }
+
+// sizes reads what each kept message under filter takes in the stream, and the sequence of the
+// last one (0 for none), by the headers of an ordered consumer's deliveries.
+func (k *Kept) sizes(ctx context.Context, filter string) (out []Stored, last uint64, err error) {
+	stream := k.Stream.CachedInfo().Config.Name
+	cons, err := k.JS.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter}, HeadersOnly: true,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = k.JS.DeleteConsumer(context.WithoutCancel(ctx), stream, cons.CachedInfo().Name) }()
+	for pending := cons.CachedInfo().NumPending; pending > 0; {
+		got, err := func() (uint64, error) {
+			fctx, cancel := context.WithTimeout(ctx, sizesFetchWait)
+			defer cancel()
+			batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(fctx))
+			if err != nil {
+				return 0, err
+			}
+			got := uint64(0)
+			for m := range batch.Messages() {
+				md, err := m.Metadata()
+				if err != nil {
+					return got, err
+				}
+				size, _ := strconv.Atoi(m.Headers().Get(msgSizeHeader))
+				out = append(out, Stored{Bytes: RecordBytes(m.Subject(), headerBytes(m.Headers(), headersOnlyHeaders), size), At: md.Timestamp})
+				last = md.Sequence.Stream
+				got++
+			}
+			return got, batch.Error()
+		}()
+		if err != nil {
+			return nil, 0, err
+		}
+		if got == 0 {
+			return nil, 0, fmt.Errorf("no message read of %d under %s", pending, filter)
+		}
+		pending -= min(got, pending)
+	}
+	return out, last, nil
+}
+
+// sizesFetchWait bounds each fetch of Kept.sizes; the messages it asks for are there already.
+const sizesFetchWait = 5 * time.Second
+
+// msgSizeHeader is the size of a message's data, which a headers-only consumer delivers in its
+// place.
+const msgSizeHeader = "Nats-Msg-Size"
+
+// headersOnlyHeaders are the headers a headers-only consumer's delivery has that are not stored
+// with the message.
+var headersOnlyHeaders = map[string]bool{msgSizeHeader: true}

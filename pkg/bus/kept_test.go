@@ -2,9 +2,12 @@ package bus_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -13,26 +16,42 @@ import (
 )
 
 // TestKept: a kept message carries its error and attempts, is stored once per de-duplication
-// id, pages under a filter, is found only under its filter, and is removed and purged.
+// id, pages under a filter, is found only under its filter, and is removed and purged; the
+// bytes Add, StoredBytes and Purge give are what the stream counts.
 func TestKept(t *testing.T) {
 	_, js, ctx := withStream(t, "KEPT", "kept.>")
+	// Read by direct gets, as agentbus's kept streams are: their answers carry headers of their own.
+	_, err := js.UpdateStream(ctx, jetstream.StreamConfig{Name: "KEPT", Subjects: []string{"kept.>"}, AllowDirect: true})
+	require.NoError(t, err)
 	stream, err := js.Stream(ctx, "KEPT")
 	require.NoError(t, err)
 	errNone := errors.New("no such thing")
 	k := bus.Kept{Stream: stream, JS: js, Noun: "thing", NotFound: errNone}
+	streamBytes := func() int64 {
+		info, err := stream.Info(ctx)
+		require.NoError(t, err)
+		return int64(info.State.Bytes)
+	}
 
 	var ids []uint64
+	sizes := make(map[uint64]int64)
+	var added int64
 	for i, subj := range []string{"kept.a.1", "kept.b.1", "kept.a.2", "kept.a.3"} {
-		id, err := k.Add(ctx, &nats.Msg{Subject: subj, Data: []byte("x")}, subj, "failed\nbadly", uint64(i+1))
+		id, n, err := k.Add(ctx, &nats.Msg{Subject: subj, Data: []byte(strings.Repeat("x", 10*i))}, subj, "failed\nbadly", uint64(i+1))
 		require.NoError(t, err)
 		ids = append(ids, id)
+		sizes[id] = n
+		added += n
 	}
-	again, err := k.Add(ctx, &nats.Msg{Subject: "kept.a.1"}, "kept.a.1", "failed", 9)
+	assert.Equal(t, streamBytes(), added, "what Add counted is what the stream holds")
+	again, n, err := k.Add(ctx, &nats.Msg{Subject: "kept.a.1"}, "kept.a.1", "failed", 9)
 	require.NoError(t, err)
 	assert.Equal(t, ids[0], again, "a second Add of one id stores nothing new")
+	assert.Zero(t, n, "and counts nothing")
 
 	raw, err := k.Get(ctx, ids[2], "kept.a.>")
 	require.NoError(t, err)
+	assert.Equal(t, sizes[ids[2]], bus.StoredBytes(raw), "a direct get's own headers are not counted")
 	assert.Equal(t, 3, bus.Attempts(raw))
 	assert.Equal(t, bus.HeaderSafe("failed\nbadly"), raw.Header.Get(subject.HeaderError))
 	for _, id := range []uint64{0, ids[1], 99} {
@@ -54,9 +73,19 @@ func TestKept(t *testing.T) {
 	require.NoError(t, k.Remove(ctx, ids[3]))
 	_, err = k.Get(ctx, ids[3], "kept.a.>")
 	assert.ErrorIs(t, err, errNone, "removed")
-	require.NoError(t, k.Purge(ctx, "kept.a.>", "a"))
+	removed, err := k.Purge(ctx, "kept.a.>", "a")
+	require.NoError(t, err)
+	require.Len(t, removed, 2)
+	for i, r := range removed {
+		assert.Equal(t, sizes[ids[2*i]], r.Bytes, "purged %d", i)
+		assert.WithinDuration(t, time.Now(), r.At, time.Minute)
+	}
 	page, _, err = k.Page(ctx, "kept.>", 0, 0)
 	require.NoError(t, err)
 	require.Len(t, page, 1)
 	assert.Equal(t, ids[1], page[0].Sequence, "only the other filter's is left")
+	assert.Equal(t, sizes[ids[1]], streamBytes())
+	removed, err = k.Purge(ctx, "kept.a.>", "a")
+	require.NoError(t, err)
+	assert.Empty(t, removed, "nothing left to purge")
 }

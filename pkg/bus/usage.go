@@ -74,17 +74,43 @@ func RecordBytes(subj string, hdrLen, dataLen int) int64 {
 
 // HeaderBytes is the length of h on the wire, as nats.go sends it and JetStream stores it; 0
 // for no headers.
-func HeaderBytes(h nats.Header) int {
-	if len(h) == 0 {
-		return 0
-	}
-	n := len("NATS/1.0\r\n") + len("\r\n")
+func HeaderBytes(h nats.Header) int { return headerBytes(h, nil) }
+
+// Stored is what a message takes in its stream and when it was stored: what removing it takes
+// off its tenant's usage (package usage counts a day's bytes under the day they were stored).
+type Stored struct {
+	Bytes int64
+	At    time.Time
+}
+
+// StoredBytes is what a message read from its stream (jetstream.Stream.GetMsg) takes there
+// (RecordBytes). The headers that a direct get adds to its answer (the stream, subject,
+// sequence and time of the message) are not stored with the message, and are not counted.
+func StoredBytes(raw *jetstream.RawStreamMsg) int64 {
+	return RecordBytes(raw.Subject, headerBytes(raw.Header, directGetHeaders), len(raw.Data))
+}
+
+// directGetHeaders are the headers the server adds to a direct get's answer.
+var directGetHeaders = map[string]bool{
+	jetstream.StreamHeader: true, jetstream.SubjectHeader: true, jetstream.SequenceHeader: true,
+	jetstream.TimeStampHeaer: true, "Nats-Num-Pending": true, jetstream.LastSequenceHeader: true,
+}
+
+// headerBytes is HeaderBytes of h without the headers named in skip.
+func headerBytes(h nats.Header, skip map[string]bool) int {
+	n := 0
 	for k, vs := range h {
+		if skip[k] {
+			continue
+		}
 		for _, v := range vs {
 			n += len(k) + len(": ") + len(v) + len("\r\n")
 		}
 	}
-	return n
+	if n == 0 {
+		return 0
+	}
+	return n + len("NATS/1.0\r\n") + len("\r\n")
 }
 
 // objectChunkSubjectBytes is the length of an object's chunk subject beyond its bucket's name:

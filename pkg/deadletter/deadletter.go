@@ -4,8 +4,9 @@
 // tenant, looks at one, and sends it again (replay) or throws it away (discard).
 //
 // A dead letter is the inbox message as it was, so a replay is the same request, with the same
-// requestId, published to the inbox again. It does not decide who may see dead letters; the
-// ingress checks the caller's tenant first.
+// requestId, published to the inbox again. It counts in its tenant's storage usage while it
+// exists (usage.Kept). It does not decide who may see dead letters; the ingress checks the
+// caller's tenant first.
 package deadletter
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -67,6 +69,7 @@ type Store struct {
 	kept   bus.Kept
 	js     jetstream.JetStream
 	claims *bus.Blobs
+	meter  *usage.Meter
 }
 
 // NewStore returns a Store over the bus's dead-letter stream.
@@ -74,6 +77,10 @@ func NewStore(res *bus.Resources, claims *bus.Blobs) *Store {
 	return &Store{kept: bus.Kept{Stream: res.DeadLetters, JS: res.JS, Noun: "dead letter", NotFound: ErrNotFound},
 		js: res.JS, claims: claims}
 }
+
+// Meter makes the store count the dead letters it keeps and removes in their tenants' usage
+// (usage.Kept); call it before the store is used.
+func (s *Store) Meter(m *usage.Meter) { s.meter = m }
 
 // Add keeps a request as a dead letter: data is the inbox message's payload as delivered (a
 // request too large for one message stays in the claims store, which Add does not touch),
@@ -85,7 +92,9 @@ func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, i
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	return s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), req.GetAgentName(), inboxSeq), cause, uint64(max(attempts, 0)))
+	id, n, err := s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), req.GetAgentName(), inboxSeq), cause, uint64(max(attempts, 0)))
+	s.meter.Add(req.GetTenantId(), usage.Kept, n)
+	return id, err
 }
 
 // ListOptions select a page of dead letters.
@@ -190,8 +199,12 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
 		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
 	}
-	if err := s.kept.Stream.DeleteMsg(ctx, id); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	switch err := s.kept.Stream.DeleteMsg(ctx, id); {
+	case errors.Is(err, jetstream.ErrMsgNotFound): // removed meanwhile, and counted off by whoever did
+	case err != nil:
 		return Letter{}, fmt.Errorf("removing the replayed dead letter: %w", err)
+	default:
+		s.uncount(tenant, raw)
 	}
 	return l, nil
 }
@@ -206,6 +219,7 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 	if err := s.kept.Remove(ctx, id); err != nil {
 		return err
 	}
+	s.uncount(tenant, raw)
 	req := new(agentbusv1.Request)
 	if proto.Unmarshal(raw.Data, req) == nil && req.GetEnvelopeRef() != nil {
 		if err := s.claims.Delete(ctx, req.GetEnvelopeRef()); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -217,7 +231,16 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 
 // PurgeTenant removes every dead letter of a tenant (the tenant is being deleted).
 func (s *Store) PurgeTenant(ctx context.Context, tenant string) error {
-	return s.kept.Purge(ctx, subject.TenantDeadLetters(tenant), tenant)
+	removed, err := s.kept.Purge(ctx, subject.TenantDeadLetters(tenant), tenant)
+	for _, r := range removed {
+		s.meter.AddAt(tenant, usage.Kept, -r.Bytes, r.At)
+	}
+	return err
+}
+
+// uncount takes a removed dead letter off its tenant's usage.
+func (s *Store) uncount(tenant string, raw *jetstream.RawStreamMsg) {
+	s.meter.AddAt(tenant, usage.Kept, -bus.StoredBytes(raw), raw.Time)
 }
 
 // Decode reads a stored dead letter, as the stream holds it. A request kept by claim check

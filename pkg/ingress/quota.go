@@ -80,7 +80,7 @@ type storage struct {
 }
 
 // startStorage starts following the usage counters and the store's level, and the meter of what
-// this instance stores (files, request claims).
+// this instance stores and removes (files, request claims, dead letters and undelivered events).
 func (s *Server) startStorage(ctx context.Context) (*storage, error) {
 	st := &storage{quotas: s.cfg.Quotas, guard: s.cfg.StoreGuard.withDefaults(), instances: s.res.Instances, conn: s.cfg.Conn}
 	var err error
@@ -108,6 +108,8 @@ func (s *Server) startStorage(ctx context.Context) (*storage, error) {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
 	s.claims.Meter(st.meter)
+	s.dead.Meter(st.meter)
+	s.subs.Meter(st.meter)
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st.stop = cancel
 	st.done.Go(func() { st.meter.Run(bg) })
@@ -252,7 +254,7 @@ type usageCollector struct{ st *storage }
 
 var (
 	storedBytesDesc = prometheus.NewDesc("agentbus_tenant_stored_bytes",
-		"Bytes a tenant stores, by kind (history, files, payloads), within each kind's retention, as the usage counters have them.",
+		"Bytes a tenant stores, by kind (history, files, payloads, kept), within each kind's retention, as the usage counters have them.",
 		[]string{"tenant", "kind"}, nil)
 	instancesDesc = prometheus.NewDesc("agentbus_tenant_instances",
 		"Workflow instances a tenant has.", []string{"tenant"}, nil)

@@ -9,7 +9,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +21,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/deadletter"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/stack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/usage"
 )
 
@@ -526,4 +532,74 @@ func contractUsage(c *contractClient) {
 	c.want(http.StatusForbidden, http.MethodGet, p, c.other, nil)
 	c.want(http.StatusNotFound, http.MethodGet, "/api/v1/admin/tenants/nobody/usage", systemKey, nil)
 	c.want(http.StatusMethodNotAllowed, http.MethodPost, p, c.key, nil)
+}
+
+// TestKeptCountsInUsage: a tenant's dead letters and undelivered events count in its usage as
+// kept, as many bytes as the streams hold of them, from when they are kept until they are
+// discarded, replayed or purged with their subscription; another tenant's count in its own.
+func TestKeptCountsInUsage(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{echo.New(), contractFailing()},
+		Host:          agent.HostConfig{MaxDeliveries: 2},
+		Subscriptions: subscription.Config{RetryFor: time.Second, MaxBackoff: 100 * time.Millisecond}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	defer rcv.Close()
+	const subs = "/api/v1/admin/tenants/default/subscriptions"
+	status, _, b := do(t, http.MethodPost, s.URL+subs, s.Key,
+		strings.NewReader(`{"url":"`+rcv.URL+`","events":["message.incoming","message.outgoing"],"agents":["Echo"]}`))
+	require.Equal(t, http.StatusCreated, status, "%s", b)
+	var sub struct{ ID string }
+	require.NoError(t, json.Unmarshal(b, &sub))
+
+	letters := []uint64{killLetter(t, s, s.Key, "Failing", "fail"), killLetter(t, s, s.Key, "Failing", "fail")}
+	killLetter(t, s, s.OtherKey, "Failing", "fail")
+	status, _, b = send(t, s, "default", "wait=true", chatMsg("text", strings.Repeat("hello ", 200)), bearerHeader(s.Key)...)
+	require.Equal(t, http.StatusOK, status, "%s", b)
+
+	// kept is what the streams hold of tenant's dead letters and undelivered events.
+	kept := func(tenant string) (dead, undelivered int64) {
+		return streamBytes(t, ctx, s.Res.JS, subject.DeadLettersStream, subject.TenantDeadLetters(tenant)),
+			streamBytes(t, ctx, s.Res.JS, subject.UndeliveredStream, subject.TenantUndelivered(tenant))
+	}
+	counted := func(tenant, key string, want func(dead, undelivered int64) bool) {
+		t.Helper()
+		var r usage.Report
+		var dead, undelivered int64
+		require.Eventually(t, func() bool {
+			r = tenantUsage(t, s.URL, tenant, key)
+			dead, undelivered = kept(tenant)
+			return want(dead, undelivered) && r.Bytes.Kept == dead+undelivered
+		}, 20*time.Second, 100*time.Millisecond, "%s: usage %+v, the streams hold %d of dead letters and %d of undelivered events",
+			tenant, r.Bytes, dead, undelivered)
+		assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept, r.Bytes.Total)
+		t.Logf("%s: usage %+v: dead letters %d, undelivered events %d", tenant, r.Bytes, dead, undelivered)
+	}
+	var twoLetters int64
+	counted("default", s.Key, func(dead, undelivered int64) bool {
+		twoLetters = dead
+		return dead > 0 && undelivered > 0 // both events given up on
+	})
+	counted("other", s.OtherKey, func(dead, undelivered int64) bool { return dead > 0 && undelivered == 0 })
+
+	const letter = "/api/v1/admin/tenants/default/deadletters/"
+	status, _, b = do(t, http.MethodDelete, s.URL+letter+strconv.FormatUint(letters[0], 10), s.Key, nil)
+	require.Equal(t, http.StatusNoContent, status, "%s", b)
+	counted("default", s.Key, func(dead, _ int64) bool { return dead < twoLetters })
+	// Sent again, it fails again: one dead letter goes, another comes.
+	status, _, b = do(t, http.MethodPost, s.URL+letter+strconv.FormatUint(letters[1], 10)+"/replay", s.Key, nil)
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+	require.Eventually(t, func() bool {
+		status, _, b := do(t, http.MethodGet, s.URL+strings.TrimSuffix(letter, "/"), s.Key, nil)
+		var page deadletter.Page
+		require.Equal(t, http.StatusOK, status, "%s", b)
+		require.NoError(t, json.Unmarshal(b, &page))
+		return len(page.DeadLetters) == 1 && page.DeadLetters[0].ID > letters[1]
+	}, 20*time.Second, 100*time.Millisecond, "the replayed request dead again")
+	counted("default", s.Key, func(dead, _ int64) bool { return dead > 0 })
+
+	status, _, b = do(t, http.MethodDelete, s.URL+subs+"/"+sub.ID, s.Key, nil)
+	require.Equal(t, http.StatusNoContent, status, "%s", b)
+	counted("default", s.Key, func(_, undelivered int64) bool { return undelivered == 0 })
 }

@@ -25,9 +25,9 @@ const (
 // UsageDayLayout is how a UsageDay subject writes its day (UTC).
 const UsageDayLayout = "20060102"
 
-// UsageDay is the counter subject of the bytes of one kind ("history", "files", "payloads") a
-// tenant stored on one UTC day (UsageDayLayout). Kinds are names package usage chooses, token
-// safe.
+// UsageDay is the counter subject of the bytes of one kind ("history", "files", "payloads",
+// "kept") a tenant stored on one UTC day (UsageDayLayout). Kinds are names package usage
+// chooses, token safe.
 func UsageDay(tenant, kind, day string) string {
 	return usageDayPrefix + "." + tenant + "." + kind + "." + day
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
+	"github.com/agentbus/agentbus/pkg/usage"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -157,8 +158,21 @@ func (s *Store) policy() retry.Policy {
 }
 
 // Deliver delivers the events of every subscription until ctx ends, starting again after a
-// failure. Every workflow host process runs it; each event goes to one of them at a time.
+// failure. Every workflow host process runs it; each event goes to one of them at a time. It
+// publishes the counts of the store's own meter (Meter) while it runs, and the last ones after.
 func (s *Store) Deliver(ctx context.Context) {
+	if s.ownMeter {
+		var wg sync.WaitGroup
+		wg.Go(func() { s.meter.Run(ctx) })
+		defer func() {
+			wg.Wait()
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := s.meter.Flush(fctx); err != nil {
+				s.cfg.Logger.Warn("publishing the last usage counts", "err", err)
+			}
+		}()
+	}
 	for {
 		err := s.deliver(ctx)
 		if ctx.Err() != nil {
@@ -351,6 +365,7 @@ func (s *Store) keep(ctx context.Context, sub *Subscription, ev Event, attempts 
 	msg := &nats.Msg{Subject: subject.Undelivered(sub.TenantID, sub.ID), Data: ev.Body, Header: nats.Header{}}
 	msg.Header.Set(subject.HeaderEventID, ev.ID)
 	msg.Header.Set(subject.HeaderEventType, ev.Type)
-	_, err := s.undelivered.Add(ctx, msg, subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID), cause.Error(), attempts)
+	_, n, err := s.undelivered.Add(ctx, msg, subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID), cause.Error(), attempts)
+	s.meter.Add(sub.TenantID, usage.Kept, n)
 	return err
 }

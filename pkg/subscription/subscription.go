@@ -38,6 +38,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
+	"github.com/agentbus/agentbus/pkg/usage"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -162,6 +163,10 @@ type Store struct {
 	messages    jetstream.Stream
 	dead        jetstream.Stream
 	undelivered bus.Kept // the events given up on (dead letters are the store's other use)
+	// meter counts the undelivered events in their tenants' usage (usage.Kept); ownMeter when
+	// NewStore made it, for Deliver to publish.
+	meter    *usage.Meter
+	ownMeter bool
 	// clients deliver: public refuses internal addresses; literal is for allow-list entries
 	// that name an address.
 	public, literal *http.Client
@@ -171,12 +176,23 @@ type Store struct {
 func NewStore(res *bus.Resources, cfg Config) *Store {
 	cfg = cfg.withDefaults()
 	undelivered := bus.Kept{Stream: res.Undelivered, JS: res.JS, Noun: "undelivered event", NotFound: ErrEventNotFound}
-	return &Store{
+	s := &Store{
 		cfg: cfg, js: res.JS, kv: res.Subscriptions,
 		messages: res.Messages, dead: res.DeadLetters, undelivered: undelivered,
 		public: outbound.NewClient(cfg.Timeout, false), literal: outbound.NewClient(cfg.Timeout, true),
 	}
+	m, err := usage.NewMeter(res.JS.Conn(), cfg.Logger)
+	if err != nil {
+		cfg.Logger.Error("undelivered events will not count in their tenants' usage", "err", err)
+	}
+	s.meter, s.ownMeter = m, m != nil
+	return s
 }
+
+// Meter makes the store count the undelivered events it keeps and removes with m, which its
+// owner publishes, in place of the meter of its own that Deliver publishes; call it before the
+// store is used.
+func (s *Store) Meter(m *usage.Meter) { s.meter, s.ownMeter = m, false }
 
 // New is what a tenant admin asks for.
 type New struct {
@@ -414,7 +430,9 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 	if err := s.removeProgress(ctx, &sub); err != nil {
 		return err
 	}
-	if err := s.undelivered.Stream.Purge(ctx, jetstream.WithPurgeSubject(subject.Undelivered(tenant, id))); err != nil {
+	removed, err := s.undelivered.Purge(ctx, subject.Undelivered(tenant, id), tenant)
+	s.uncount(tenant, removed...)
+	if err != nil {
 		return fmt.Errorf("removing the subscription's undelivered events: %w", err)
 	}
 	return nil
@@ -431,7 +449,16 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
 			return err
 		}
 	}
-	return s.undelivered.Purge(ctx, subject.TenantUndelivered(tenant), tenant)
+	removed, err := s.undelivered.Purge(ctx, subject.TenantUndelivered(tenant), tenant)
+	s.uncount(tenant, removed...)
+	return err
+}
+
+// uncount takes removed undelivered events off their tenant's usage.
+func (s *Store) uncount(tenant string, removed ...bus.Stored) {
+	for _, r := range removed {
+		s.meter.AddAt(tenant, usage.Kept, -r.Bytes, r.At)
+	}
 }
 
 // List is the answer of the subscription list: the tenant's subscriptions, secrets left out.

@@ -87,8 +87,12 @@ func (s *Store) Replay(ctx context.Context, tenant, id string, seq uint64) (Unde
 	if err := s.post(ctx, &sub, Event{ID: u.EventID, Type: u.Type, Body: raw.Data}); err != nil {
 		return u, err
 	}
-	if err := s.undelivered.Stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	switch err := s.undelivered.Stream.DeleteMsg(ctx, seq); {
+	case errors.Is(err, jetstream.ErrMsgNotFound): // removed meanwhile, and counted off by whoever did
+	case err != nil:
 		return u, fmt.Errorf("removing the replayed event: %w", err)
+	default:
+		s.uncount(tenant, bus.Stored{Bytes: bus.StoredBytes(raw), At: raw.Time})
 	}
 	return u, nil
 }
@@ -99,8 +103,13 @@ func (s *Store) Discard(ctx context.Context, tenant, id string, seq uint64) erro
 	if err != nil {
 		return err
 	}
-	if _, err := s.getUndelivered(ctx, &sub, seq); err != nil {
+	raw, err := s.getUndelivered(ctx, &sub, seq)
+	if err != nil {
 		return err
 	}
-	return s.undelivered.Remove(ctx, seq)
+	if err := s.undelivered.Remove(ctx, seq); err != nil {
+		return err
+	}
+	s.uncount(tenant, bus.Stored{Bytes: bus.StoredBytes(raw), At: raw.Time})
+	return nil
 }

@@ -24,7 +24,7 @@ func BenchmarkMeterAdd(b *testing.B) {
 }
 
 // BenchmarkUsageOf is what reading a tenant's usage costs the ingress on a request that stores:
-// the counters of a tenant with 180 days of three kinds, and another process's pending counts.
+// the counters of a tenant with 180 days of every kind, and another process's pending counts.
 func BenchmarkUsageOf(b *testing.B) {
 	res := natstest.Bus(b, bus.Config{})
 	m, err := usage.NewMeter(res.JS.Conn(), nil)

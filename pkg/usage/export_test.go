@@ -21,3 +21,6 @@ func PendingTenants(m *Meter) int {
 
 // Resting reports whether m's Run has stopped its ticker, nothing being left to publish.
 func Resting(m *Meter) bool { return m.tick.Resting() }
+
+// MaxFlushCounters is how many counters a flush publishes at once.
+const MaxFlushCounters = maxFlushCounters

@@ -32,9 +32,9 @@ const EarlyFlushBytes = 256 << 10
 const maxUnacknowledged = 10000
 
 // maxFlushCounters is how many counters a flush publishes at once, beyond those sent again: a
-// tenant's instances and bytes of three kinds, for 4096 tenants that all stored something within
+// tenant's instances and bytes of each kind, for 4096 tenants that all stored something within
 // the second. Counters beyond it wait for the next flush.
-const maxFlushCounters = 4 * 4096
+const maxFlushCounters = (1 + int(numKinds)) * 4096
 
 // flushTimeout bounds one flush of Run.
 const flushTimeout = 2 * time.Second

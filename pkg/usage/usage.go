@@ -1,6 +1,6 @@
 // Package usage counts what each tenant keeps in JetStream, for the storage quotas: the bytes of
-// its history records, uploaded files and large payloads (claim checks), and its workflow
-// instances. Writers count as they store (Meter): they add up in memory and, once a second,
+// its history records, uploaded files, large payloads (claim checks) and what is kept of it for an
+// operator (dead letters, undelivered events), and its workflow instances. Writers count as they store (Meter): they add up in memory and, once a second,
 // publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
 // process of the deployment adds to the same counters. Readers follow the counters (Reader) and
 // sum each tenant's days that are still within their kind's retention, so that bytes that aged
@@ -31,6 +31,10 @@ const (
 	// AGENTBUS_CLAIMS), and the requests waiting for an event with those held behind them
 	// (AGENTBUS_WAITS); they are counted while they exist.
 	Payloads
+	// Kept is the dead letters and undelivered events kept for an operator to look at, send
+	// again or throw away (bus.Kept: AGENTBUS_DEADLETTERS, AGENTBUS_UNDELIVERED); they are
+	// counted while they exist.
+	Kept
 	numKinds
 )
 
@@ -43,12 +47,13 @@ var kinds = [numKinds]struct {
 	History:  {"history", func(c bus.Config) time.Duration { return c.HistoryMaxAge }},
 	Files:    {"files", func(c bus.Config) time.Duration { return c.HistoryMaxAge }},
 	Payloads: {"payloads", func(c bus.Config) time.Duration { return c.InboxMaxAge }},
+	Kept:     {"kept", func(c bus.Config) time.Duration { return c.InboxMaxAge }},
 }
 
 // Kinds lists the kinds, in order.
-func Kinds() []Kind { return []Kind{History, Files, Payloads} }
+func Kinds() []Kind { return []Kind{History, Files, Payloads, Kept} }
 
-// String is the kind's name: history, files or payloads.
+// String is the kind's name: history, files, payloads or kept.
 func (k Kind) String() string {
 	if k < numKinds {
 		return kinds[k].name
@@ -123,6 +128,7 @@ type ReportBytes struct {
 	History  int64 `json:"history"`
 	Files    int64 `json:"files"`
 	Payloads int64 `json:"payloads"`
+	Kept     int64 `json:"kept"`
 	Total    int64 `json:"total"`
 }
 
@@ -137,7 +143,8 @@ func NewReport(tenant string, u Usage, q Quota) Report {
 	return Report{
 		Tenant: tenant,
 		Bytes: ReportBytes{
-			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Total: u.Total(),
+			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Kept: u.Bytes[Kept],
+			Total: u.Total(),
 		},
 		Instances: u.Instances,
 		Quota:     ReportQuota{Bytes: q.Bytes, Instances: q.Instances},

@@ -55,7 +55,9 @@ func usageOf(t *testing.T, r *usage.Reader, tenant string, want usage.Usage) {
 
 // bytes is a Usage of history, files and payloads bytes and instances.
 func bytes(history, files, payloads, instances int64) usage.Usage {
-	return usage.Usage{Bytes: [3]int64{history, files, payloads}, Instances: instances}
+	u := usage.Usage{Instances: instances}
+	u.Bytes[usage.History], u.Bytes[usage.Files], u.Bytes[usage.Payloads] = history, files, payloads
+	return u
 }
 
 // TestRunRestsWhileNothingIsCounted: Run publishes what is counted within about a
@@ -149,8 +151,8 @@ func TestPendingUntilTheReaderHasIt(t *testing.T) {
 }
 
 // TestDaysAgeOutWithTheirKind: bytes count while the day they were stored on may still be in
-// the store: history and files for the history's max age, large payloads for the inbox's,
-// each from the end of its day.
+// the store: history and files for the history's max age, large payloads and kept messages for
+// the inbox's, each from the end of its day.
 func TestDaysAgeOutWithTheirKind(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{HistoryMaxAge: 30 * 24 * time.Hour, InboxMaxAge: 7 * 24 * time.Hour})
 	r := watch(t, res)
@@ -161,17 +163,20 @@ func TestDaysAgeOutWithTheirKind(t *testing.T) {
 	m.AddAt("acme", usage.Files, 200, tenDaysAgo)
 	m.AddAt("acme", usage.Payloads, 400, tenDaysAgo)
 	m.AddAt("acme", usage.Payloads, 800, now)
+	m.AddAt("acme", usage.Kept, 1600, tenDaysAgo)
+	m.AddAt("acme", usage.Kept, 3200, now)
 	flush(t, m)
 
 	at := func(when time.Time) usage.Usage {
 		usage.SetClock(r, func() time.Time { return when })
 		return r.Of("acme")
 	}
-	require.Eventually(t, func() bool { return at(now) == bytes(100, 200, 800, 0) }, 5*time.Second, 5*time.Millisecond,
-		"the payloads of ten days ago are past the inbox's 7 days: %+v", at(now))
-	// Today ends at midnight; its payloads leave 7 days after that.
+	withKept := func(u usage.Usage, kept int64) usage.Usage { u.Bytes[usage.Kept] = kept; return u }
+	require.Eventually(t, func() bool { return at(now) == withKept(bytes(100, 200, 800, 0), 3200) }, 5*time.Second, 5*time.Millisecond,
+		"the payloads and kept messages of ten days ago are past the inbox's 7 days: %+v", at(now))
+	// Today ends at midnight; its payloads and kept messages leave 7 days after that.
 	todayEnd := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC)
-	assert.Equal(t, bytes(100, 200, 800, 0), at(todayEnd.Add(7*24*time.Hour-time.Second)))
+	assert.Equal(t, withKept(bytes(100, 200, 800, 0), 3200), at(todayEnd.Add(7*24*time.Hour-time.Second)))
 	assert.Equal(t, bytes(100, 200, 0, 0), at(todayEnd.Add(7*24*time.Hour)))
 	// The day of ten days ago ended on the 11th; its history and files leave 30 days after.
 	oldEnd := time.Date(2026, 11, 11, 0, 0, 0, 0, time.UTC)
@@ -275,7 +280,7 @@ func TestAFlushOfManyCounters(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	r := watch(t, res)
 	m := meter(t, res)
-	const tenants = 4*4096 + 100
+	const tenants = usage.MaxFlushCounters + 100
 	for i := range tenants {
 		m.AddInstance("t" + strconv.Itoa(i))
 	}
