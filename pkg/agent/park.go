@@ -469,7 +469,7 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 	subj := subject.Wait(tenant, w.ID)
 	next := uint64(1)
 	first := true
-	var removed []stored // what the purge takes off the tenant's usage
+	var removed []bus.Stored // what the purge takes off the tenant's usage
 	for {
 		actx, cancel := bus.Attempt(ctx)
 		raw, err := h.res.Waits.GetMsg(actx, next, jetstream.WithGetMsgSubject(subj))
@@ -481,7 +481,7 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 			return fmt.Errorf("reading a held request: %w", err)
 		}
 		next = raw.Sequence + 1
-		removed = append(removed, stored{bus.RecordBytes(raw.Subject, bus.HeaderBytes(raw.Header), len(raw.Data)), raw.Time})
+		removed = append(removed, bus.Stored{Bytes: bus.StoredBytes(raw), At: raw.Time})
 		if first { // the parked request itself
 			first = false
 			continue
@@ -511,15 +511,9 @@ func (h *Host) release(ctx context.Context, log *slog.Logger, tenant string, w *
 		return fmt.Errorf("removing the wait's requests: %w", err)
 	}
 	for _, r := range removed {
-		h.usage.AddAt(tenant, usage.Payloads, -r.bytes, r.at)
+		h.usage.AddAt(tenant, usage.Payloads, -r.Bytes, r.At)
 	}
 	return nil
-}
-
-// stored is a message's size in the store and when it was stored.
-type stored struct {
-	bytes int64
-	at    time.Time
 }
 
 // signal handles a signal sent over the API: it ends the wait of its conversation that names it,

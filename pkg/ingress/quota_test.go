@@ -263,7 +263,7 @@ func TestUsageMatchesTheStore(t *testing.T) {
 	t.Logf("usage %+v, the store holds %+v", r.Bytes, want)
 	assert.Positive(t, want.History)
 	assert.Positive(t, want.Files)
-	assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads, r.Bytes.Total)
+	assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept, r.Bytes.Total)
 	assert.Equal(t, int64(2), r.Instances, "Echo's default activation and files")
 	assert.Equal(t, usage.ReportQuota{}, r.Quota, "no quota configured")
 }
