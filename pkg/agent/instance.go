@@ -314,7 +314,7 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 		return err
 	}
 	if !l.found {
-		rec.Revision = 0
+		rec.Revision, rec.Size = 0, 0
 	}
 	rec.WriteID = nuid.Next()
 	actx, cancel := bus.Attempt(ctx)
@@ -326,6 +326,7 @@ func (l *liveInstance) writeLocked(ctx context.Context, rec instance.Record) err
 		// is stored; only a write that did not land is an error (the caller tries again).
 		rerr := retryUntil(ctx, func() error { return l.reloadLocked(ctx) })
 		if rerr == nil && l.found && l.rec.WriteID == rec.WriteID {
+			l.store.Landed(rec, l.rec)
 			return nil
 		}
 		return err

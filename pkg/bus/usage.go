@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,6 +76,15 @@ func RecordBytes(subj string, hdrLen, dataLen int) int64 {
 // HeaderBytes is the length of h on the wire, as nats.go sends it and JetStream stores it; 0
 // for no headers.
 func HeaderBytes(h nats.Header) int { return headerBytes(h, nil) }
+
+// KVRecordBytes is what a value of a key written by Create or Update, expecting the key's last
+// revision to be last (0 for none), takes in its bucket's stream (RecordBytes): the key's
+// subject, the header of the expected revision, and the value.
+func KVRecordBytes(bucket, key string, value []byte, last uint64) int64 {
+	hdr := len("NATS/1.0\r\n") + len(jetstream.ExpectedLastSubjSeqHeader) + len(": ") +
+		len(strconv.FormatUint(last, 10)) + len("\r\n") + len("\r\n")
+	return RecordBytes(subject.KVKeyPrefix(bucket)+key, hdr, len(value))
+}
 
 // Stored is what a message takes in its stream and when it was stored: what removing it takes
 // off its tenant's usage (package usage counts a day's bytes under the day they were stored).

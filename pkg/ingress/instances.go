@@ -324,7 +324,9 @@ func (s *Server) backfillInstances(w http.ResponseWriter, r *http.Request) {
 
 // instanceStore and runIndex are the instance records and the run index over the ingress's bus;
 // a few pointers each, made per request.
-func (s *Server) instanceStore() *instance.Store { return instance.NewStore(s.res.Instances) }
+func (s *Server) instanceStore() *instance.Store {
+	return instance.NewStore(s.res.Instances).Meter(s.storage.meter)
+}
 
 func (s *Server) runIndex() *instance.Index { return instance.NewIndex(s.js, s.res.Runs) }
 

@@ -229,9 +229,9 @@ func TestStorageQuotaBurst(t *testing.T) {
 }
 
 // TestUsageMatchesTheStore: the usage the API answers for a tenant that stored history (chats,
-// Data calls, webhooks), files and large payloads (a webhook too large for one message, whose
-// claims are deleted once handled) is, within 5 %, what its messages and objects take in the
-// streams; another tenant's traffic is not in it.
+// Data calls, webhooks), files, large payloads (a webhook too large for one message, whose
+// claims are deleted once handled) and instance records is, within 5 %, what its messages,
+// objects and records take in the streams; another tenant's traffic is not in it.
 func TestUsageMatchesTheStore(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, stack.Config{}, "default", "other")
@@ -258,19 +258,21 @@ func TestUsageMatchesTheStore(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r = tenantUsage(t, s.URL, "default", s.Key)
 		want = storedBytes(t, s.Res, "default")
-		return close(r.Bytes.History, want.History) && close(r.Bytes.Files, want.Files) && close(r.Bytes.Payloads, want.Payloads)
+		return close(r.Bytes.History, want.History) && close(r.Bytes.Files, want.Files) && close(r.Bytes.Payloads, want.Payloads) &&
+			close(r.Bytes.State, want.State)
 	}, 15*time.Second, 200*time.Millisecond, "usage %+v, the store holds %+v", r.Bytes, want)
 	t.Logf("usage %+v, the store holds %+v", r.Bytes, want)
 	assert.Positive(t, want.History)
 	assert.Positive(t, want.Files)
-	assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept, r.Bytes.Total)
+	assert.Positive(t, want.State)
+	assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept+r.Bytes.State, r.Bytes.Total)
 	assert.Equal(t, int64(2), r.Instances, "Echo's default activation and files")
 	assert.Equal(t, usage.ReportQuota{}, r.Quota, "no quota configured")
 }
 
 // storedBytes reads what tenant's messages and objects take in the streams, each message as
 // the stream counts it (bus.RecordBytes): its history records; the meta and chunk messages of
-// its files and claims.
+// its files and claims; its instance records.
 func storedBytes(t *testing.T, res *bus.Resources, tenant string) usage.ReportBytes {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -279,7 +281,8 @@ func storedBytes(t *testing.T, res *bus.Resources, tenant string) usage.ReportBy
 	out.History = streamBytes(t, ctx, res.JS, subject.MessagesStream, subject.TenantThreads(tenant))
 	out.Files = objectsBytes(t, ctx, res.JS, res.Files, subject.FilesStore, tenant)
 	out.Payloads = objectsBytes(t, ctx, res.JS, res.Claims, subject.ClaimsStore, tenant)
-	out.Total = out.History + out.Files + out.Payloads
+	out.State = streamBytes(t, ctx, res.JS, subject.KVStream(subject.InstancesBucket), subject.KVKeyPrefix(subject.InstancesBucket)+tenant+".>")
+	out.Total = out.History + out.Files + out.Payloads + out.State
 	return out
 }
 
@@ -463,11 +466,15 @@ func TestUsageAccess(t *testing.T) {
 	var r usage.Report
 	require.Eventually(t, func() bool {
 		r = tenantUsage(t, s.URL, "default", systemKey)
-		return r.Bytes.History > 0 && r.Instances == 1
+		return r.Bytes.History > 0 && r.Bytes.State > 0 && r.Instances == 1
 	}, 5*time.Second, 20*time.Millisecond)
-	assert.Equal(t, usage.Report{Tenant: "default", Bytes: usage.ReportBytes{History: r.Bytes.History, Total: r.Bytes.History},
-		Instances: 1, Quota: usage.ReportQuota{Bytes: 1 << 30, Instances: 100}}, r)
-	assert.Equal(t, r, tenantUsage(t, s.URL, "default", s.Key), "the tenant's admin reads the same")
+	assert.Equal(t, usage.Report{Tenant: "default", Bytes: usage.ReportBytes{History: r.Bytes.History, State: r.Bytes.State,
+		Total: r.Bytes.History + r.Bytes.State}, Instances: 1, Quota: usage.ReportQuota{Bytes: 1 << 30, Instances: 100}}, r)
+	// The same but for the instance's record, which its host writes again once the instance is
+	// idle (its activity time).
+	same := tenantUsage(t, s.URL, "default", s.Key)
+	same.Bytes.State, same.Bytes.Total = r.Bytes.State, r.Bytes.Total
+	assert.Equal(t, r, same, "the tenant's admin reads the same")
 
 	for _, tc := range []struct {
 		name, path, key string
@@ -573,7 +580,7 @@ func TestKeptCountsInUsage(t *testing.T) {
 			return want(dead, undelivered) && r.Bytes.Kept == dead+undelivered
 		}, 20*time.Second, 100*time.Millisecond, "%s: usage %+v, the streams hold %d of dead letters and %d of undelivered events",
 			tenant, r.Bytes, dead, undelivered)
-		assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept, r.Bytes.Total)
+		assert.Equal(t, r.Bytes.History+r.Bytes.Files+r.Bytes.Payloads+r.Bytes.Kept+r.Bytes.State, r.Bytes.Total)
 		t.Logf("%s: usage %+v: dead letters %d, undelivered events %d", tenant, r.Bytes, dead, undelivered)
 	}
 	var twoLetters int64

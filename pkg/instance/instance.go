@@ -62,6 +62,9 @@ type Record struct {
 	Waits map[string]*Wait `json:"waits,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+	// Size is what the record takes in the bucket at Revision (bus.KVRecordBytes; within a few
+	// bytes when read), for its tenant's usage; not stored.
+	Size int64 `json:"-"`
 }
 
 // Applying is the request that last changed an instance's state, and the state before it.
@@ -104,12 +107,13 @@ func (r Record) IdleFor(timeout time.Duration, now time.Time) bool {
 // Store reads and writes instance records.
 type Store struct {
 	kv jetstream.KeyValue
-	// meter, when set, counts the instances created (Meter).
+	// meter, when set, counts the instances created and the bytes of their records (Meter).
 	meter *usage.Meter
 }
 
 // Meter makes s count every instance it creates (a record written where there was none) in m,
-// and returns s.
+// and what each record it writes takes more or less than the revision it replaces
+// (usage.Meter.AddState), and returns s.
 func (s *Store) Meter(m *usage.Meter) *Store {
 	s.meter = m
 	return s
@@ -131,12 +135,14 @@ func (s *Store) Get(ctx context.Context, tenant, workflowID string) (Record, err
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		return Record{}, fmt.Errorf("decoding instance: %w", err)
 	}
-	r.Revision = e.Revision()
+	// The revision the stored value's writer expected is not read back: its own is about as long.
+	r.Revision, r.Size = e.Revision(), bus.KVRecordBytes(s.kv.Bucket(), e.Key(), e.Value(), e.Revision())
 	return r, nil
 }
 
 // Put writes r if the stored record is still at r.Revision (0: if there is none) and returns r
-// with its new revision; ErrConflict otherwise.
+// with its new revision and size; ErrConflict otherwise. What the new revision takes more than
+// r.Size, the one it replaces, is counted in the tenant's usage.
 func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -157,7 +163,20 @@ func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
 	}
 	if r.Revision == 0 {
 		s.meter.AddInstance(r.Tenant)
+		r.Size = 0
 	}
-	r.Revision = rev
+	size := bus.KVRecordBytes(s.kv.Bucket(), key, b, r.Revision)
+	s.meter.AddState(r.Tenant, size-r.Size)
+	r.Revision, r.Size = rev, size
 	return r, nil
+}
+
+// Landed counts a write of r whose outcome Put could not tell (it failed, but not by a
+// conflict), which a read found stored: now is the record as read.
+func (s *Store) Landed(r, now Record) {
+	if r.Revision == 0 {
+		s.meter.AddInstance(r.Tenant)
+		r.Size = 0
+	}
+	s.meter.AddState(r.Tenant, now.Size-r.Size)
 }

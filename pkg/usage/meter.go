@@ -32,9 +32,9 @@ const EarlyFlushBytes = 256 << 10
 const maxUnacknowledged = 10000
 
 // maxFlushCounters is how many counters a flush publishes at once, beyond those sent again: a
-// tenant's instances and bytes of each kind, for 4096 tenants that all stored something within
-// the second. Counters beyond it wait for the next flush.
-const maxFlushCounters = (1 + int(numKinds)) * 4096
+// tenant's totals (instances, records' bytes) and bytes of each kind, for 4096 tenants that all
+// stored something within the second. Counters beyond it wait for the next flush.
+const maxFlushCounters = (2 + int(numKinds)) * 4096
 
 // flushTimeout bounds one flush of Run.
 const flushTimeout = 2 * time.Second
@@ -80,8 +80,8 @@ type ackedIncrement struct {
 	seq    uint64
 }
 
-// counter names one usage counter: a kind's bytes of a tenant on a day, or (kind numKinds) a
-// tenant's instances.
+// counter names one usage counter: a kind's bytes of a tenant on a day, or (kinds
+// instancesTotal, stateTotal) one of a tenant's totals.
 type counter struct {
 	tenant string
 	kind   Kind
@@ -90,8 +90,11 @@ type counter struct {
 
 // subject is the counter's subject.
 func (c counter) subject() string {
-	if c.kind == numKinds {
+	switch c.kind {
+	case instancesTotal:
 		return subject.UsageTotal(c.tenant, instancesCounter)
+	case stateTotal:
+		return subject.UsageTotal(c.tenant, stateCounter)
 	}
 	return subject.UsageDay(c.tenant, c.kind.String(), dayStart(c.day).Format(subject.UsageDayLayout))
 }
@@ -144,14 +147,21 @@ func (m *Meter) CountClaim(tenant string, bytes int64, stored time.Time) {
 }
 
 // AddInstance counts a workflow instance tenant created.
-func (m *Meter) AddInstance(tenant string) {
-	if m == nil || tenant == "" {
+func (m *Meter) AddInstance(tenant string) { m.addTotal(tenant, instancesTotal, 1) }
+
+// AddState counts what a write of one of tenant's instance records changed: the bytes the new
+// revision takes in the store less those of the revision it replaced (0 for a new record).
+func (m *Meter) AddState(tenant string, bytes int64) { m.addTotal(tenant, stateTotal, bytes) }
+
+// addTotal adds n to one of tenant's totals counters.
+func (m *Meter) addTotal(tenant string, total Kind, n int64) {
+	if m == nil || tenant == "" || n == 0 {
 		return
 	}
-	c := counter{tenant: tenant, kind: numKinds}
+	c := counter{tenant: tenant, kind: total}
 	m.mu.Lock()
-	m.pending[c]++
-	m.count(c, 1)
+	m.pending[c] += n
+	m.count(c, n)
 	m.mu.Unlock()
 	m.tick.Wake()
 }
@@ -165,9 +175,12 @@ func (m *Meter) count(c counter, n int64) {
 		u = new(Usage)
 		m.tenants[c.tenant] = u
 	}
-	if c.kind == numKinds {
+	switch c.kind {
+	case instancesTotal:
 		u.Instances += n
-	} else {
+	case stateTotal:
+		u.State += n
+	default:
 		u.Bytes[c.kind] += n
 	}
 	if *u == (Usage{}) {
@@ -367,11 +380,23 @@ func parseIncrement(msg *nats.Msg) (counter, int64, bool) {
 	if err != nil {
 		return counter{}, 0, false
 	}
-	if tenant, what, err := subject.ParseUsageTotal(msg.Subject); err == nil && what == instancesCounter {
-		return counter{tenant: tenant, kind: numKinds}, n, true
+	if tenant, what, err := subject.ParseUsageTotal(msg.Subject); err == nil {
+		total, ok := totalNamed(what)
+		return counter{tenant: tenant, kind: total}, n, ok
 	}
 	c, ok := parseDayCounter(msg.Subject)
 	return c, n, ok
+}
+
+// totalNamed returns the kind of a totals counter's name.
+func totalNamed(name string) (Kind, bool) {
+	switch name {
+	case instancesCounter:
+		return instancesTotal, true
+	case stateCounter:
+		return stateTotal, true
+	}
+	return 0, false
 }
 
 // parseDayCounter reads a day counter's subject.

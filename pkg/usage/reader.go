@@ -39,8 +39,8 @@ type Reader struct {
 
 // tally is one tenant's counters.
 type tally struct {
-	days      map[int32]*[numKinds]int64
-	instances int64
+	days             map[int32]*[numKinds]int64
+	state, instances int64
 	// sums are the bytes of each kind within its retention, as of a moment before validUntil;
 	// a zero validUntil means they are to be summed again.
 	sums       [numKinds]int64
@@ -144,11 +144,17 @@ func (r *Reader) apply(subj string, data []byte) {
 		return
 	}
 	if tenant, what, err := subject.ParseUsageTotal(subj); err == nil {
-		if what == instancesCounter {
-			r.mu.Lock()
-			r.tally(tenant).instances = v
-			r.mu.Unlock()
+		total, ok := totalNamed(what)
+		if !ok {
+			return
 		}
+		r.mu.Lock()
+		if t := r.tally(tenant); total == instancesTotal {
+			t.instances = v
+		} else {
+			t.state = v
+		}
+		r.mu.Unlock()
 		return
 	}
 	c, ok := parseDayCounter(subj)
@@ -201,7 +207,7 @@ func (r *Reader) Of(tenant string) Usage {
 		return Usage{}
 	}
 	if now.Before(t.validUntil) {
-		u := Usage{Bytes: t.sums, Instances: t.instances}
+		u := Usage{Bytes: t.sums, State: t.state, Instances: t.instances}
 		r.mu.RUnlock()
 		return u
 	}
@@ -209,7 +215,7 @@ func (r *Reader) Of(tenant string) Usage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sum(t, now)
-	return Usage{Bytes: t.sums, Instances: t.instances}
+	return Usage{Bytes: t.sums, State: t.state, Instances: t.instances}
 }
 
 // sum adds up t's days within each kind's retention at now, and forgets the days beyond every

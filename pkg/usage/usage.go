@@ -1,6 +1,6 @@
 // Package usage counts what each tenant keeps in JetStream, for the storage quotas: the bytes of
 // its history records, uploaded files, large payloads (claim checks) and what is kept of it for an
-// operator (dead letters, undelivered events), and its workflow instances. Writers count as they store (Meter): they add up in memory and, once a second,
+// operator (dead letters, undelivered events), and its workflow instances and their records. Writers count as they store (Meter): they add up in memory and, once a second,
 // publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
 // process of the deployment adds to the same counters. Readers follow the counters (Reader) and
 // sum each tenant's days that are still within their kind's retention, so that bytes that aged
@@ -71,18 +71,37 @@ func kindNamed(name string) (Kind, bool) {
 	return 0, false
 }
 
-// instancesCounter is what the totals counter of a tenant's instances is named.
-const instancesCounter = "instances"
+// StateName names the bytes of the instance records where the kinds' names stand (Kind.String):
+// in the API, the metrics and the counters' subjects.
+const StateName = stateCounter
 
-// Usage is what one tenant keeps: bytes by kind, within each kind's retention, and instances.
+// The totals counters, beside the kinds' day counters: what each is named, and the kind a
+// counter of each has (past the kinds).
+const (
+	instancesCounter = "instances"
+	stateCounter     = "state"
+
+	// instancesTotal counts a tenant's workflow instances.
+	instancesTotal = numKinds
+	// stateTotal counts the bytes of a tenant's instance records as they are now: each write
+	// adds what the record takes more, or less, than the revision it replaced.
+	stateTotal = numKinds + 1
+)
+
+// Usage is what one tenant keeps: bytes by kind, within each kind's retention; the bytes of its
+// instance records (each instance's state, status and counts) as they are now; and its
+// instances.
 type Usage struct {
 	Bytes     [numKinds]int64
+	State     int64
 	Instances int64
 }
 
-// Total is the bytes of every kind together, what the byte quota bounds.
+// Total is the bytes of every kind and of the instance records together, what the byte quota
+// bounds. Records written before their writes were counted count from their next write, by what
+// it changed: State below 0 counts as 0.
 func (u Usage) Total() int64 {
-	var n int64
+	n := max(u.State, 0)
 	for _, b := range u.Bytes {
 		n += b
 	}
@@ -94,6 +113,7 @@ func (u *Usage) Add(v Usage) {
 	for k := range u.Bytes {
 		u.Bytes[k] += v.Bytes[k]
 	}
+	u.State += v.State
 	u.Instances += v.Instances
 }
 
@@ -129,6 +149,7 @@ type ReportBytes struct {
 	Files    int64 `json:"files"`
 	Payloads int64 `json:"payloads"`
 	Kept     int64 `json:"kept"`
+	State    int64 `json:"state"`
 	Total    int64 `json:"total"`
 }
 
@@ -144,7 +165,7 @@ func NewReport(tenant string, u Usage, q Quota) Report {
 		Tenant: tenant,
 		Bytes: ReportBytes{
 			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Kept: u.Bytes[Kept],
-			Total: u.Total(),
+			State: max(u.State, 0), Total: u.Total(),
 		},
 		Instances: u.Instances,
 		Quota:     ReportQuota{Bytes: q.Bytes, Instances: q.Instances},

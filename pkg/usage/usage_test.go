@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/natstest"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/usage"
 )
 
@@ -244,7 +246,8 @@ func TestLevelReadsTheAccountsLimit(t *testing.T) {
 }
 
 // TestStoresCountWhatTheyStore: a metered history store counts each record as the stream holds
-// it, and a metered instance store the instances it creates (not the updates).
+// it, and a metered instance store the instances it creates (not the updates) and what their
+// records take in the bucket, as they grow and shrink, written from a record it wrote or read.
 func TestStoresCountWhatTheyStore(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	r := watch(t, res)
@@ -265,13 +268,43 @@ func TestStoresCountWhatTheyStore(t *testing.T) {
 	rec, err := is.Put(ctx, instance.Record{Tenant: "acme", WorkflowID: "acme:Echo:Supervisor Workflow:x", Status: instance.Running})
 	require.NoError(t, err)
 	rec.Events++
+	rec.State = json.RawMessage(`{"notes":"` + strings.Repeat("x", 5000) + `"}`)
 	_, err = is.Put(ctx, rec)
+	require.NoError(t, err)
+	read, err := is.Get(ctx, "acme", rec.WorkflowID)
+	require.NoError(t, err)
+	read.State = json.RawMessage(`{"notes":"short"}`)
+	_, err = is.Put(ctx, read)
 	require.NoError(t, err)
 	flush(t, m)
 
 	info, err := res.Messages.Info(ctx)
 	require.NoError(t, err)
-	usageOf(t, r, "acme", bytes(int64(info.State.Bytes), 0, 0, 1))
+	kv, err := res.JS.Stream(ctx, subject.KVStream(subject.InstancesBucket))
+	require.NoError(t, err)
+	kvInfo, err := kv.Info(ctx)
+	require.NoError(t, err)
+	want := bytes(int64(info.State.Bytes), 0, 0, 1)
+	want.State = int64(kvInfo.State.Bytes)
+	usageOf(t, r, "acme", want)
+	assert.Equal(t, int64(info.State.Bytes+kvInfo.State.Bytes), r.Of("acme").Total(), "the records count in the total")
+}
+
+// TestStateBelowZeroCountsAsZero: records written before their writes were counted count from
+// their next write by what it changed, which may take a tenant's state bytes below 0: the
+// total counts them as 0, and the report shows 0.
+func TestStateBelowZeroCountsAsZero(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	r := watch(t, res)
+	m := meter(t, res)
+	m.Add("acme", usage.History, 100)
+	m.AddState("acme", -40)
+	flush(t, m)
+	want := bytes(100, 0, 0, 0)
+	want.State = -40
+	usageOf(t, r, "acme", want)
+	assert.Equal(t, int64(100), r.Of("acme").Total())
+	assert.Zero(t, usage.NewReport("acme", r.Of("acme"), usage.Quota{}).Bytes.State)
 }
 
 // TestAFlushOfManyCounters: a meter that counted for more tenants than a flush publishes at

@@ -31,6 +31,7 @@ func TestCLITenantUsage(t *testing.T) {
 	assert.Regexp(t, `(?m)^files:\s+0 bytes$`, r.stdout)
 	assert.Regexp(t, `(?m)^payloads:\s+0 bytes$`, r.stdout)
 	assert.Regexp(t, `(?m)^kept:\s+0 bytes$`, r.stdout)
+	assert.Regexp(t, `(?m)^state:\s+[1-9][0-9]* bytes`, r.stdout)
 	assert.Regexp(t, `(?m)^total:\s+[1-9][0-9]* bytes.* \(no quota\)$`, r.stdout)
 
 	r = h.ok(adminKey, "tenant", "usage", "default", "-o", "json")
@@ -38,7 +39,7 @@ func TestCLITenantUsage(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), "tenant usage -o json printed %q", r.stdout)
 	assert.Equal(t, "default", rep.Tenant)
 	assert.Equal(t, int64(1), rep.Instances)
-	assert.Equal(t, rep.Bytes.History, rep.Bytes.Total)
+	assert.Equal(t, rep.Bytes.History+rep.Bytes.State, rep.Bytes.Total)
 	h.fails(http.StatusForbidden, h.st.OtherKey, "tenant", "usage", "default")
 }
 
