@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tenantlimits"
+	"github.com/agentbus/agentbus/pkg/usage"
 )
 
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
@@ -81,12 +83,15 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 // TimerRelay moves fired timers to the agents' inboxes (schedule.Store.Relay) for the hosts of a
 // process that share it (HostConfig.TimerRelay).
 type TimerRelay struct {
-	stop context.CancelFunc
-	done sync.WaitGroup
+	stop  context.CancelFunc
+	done  sync.WaitGroup
+	meter *usage.Meter // publishes the relay's counts (nil: none)
+	log   *slog.Logger
 }
 
 // RelayTimers relays the fired timers of every agent until Close, starting again a second after
-// a failure; ctx's values are kept, not its end.
+// a failure; ctx's values are kept, not its end. It counts off the one-time timers that fired in
+// their tenants' usage, with a meter of its own that it publishes until Close.
 func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *TimerRelay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -94,6 +99,14 @@ func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *Tim
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r := &TimerRelay{stop: stop}
 	timers := schedule.NewStore(res.JS, res.Schedules)
+	m, err := usage.NewMeter(res.JS.Conn(), log)
+	if err != nil {
+		log.Error("fired timers will not be counted off their tenants' usage", "err", err)
+	} else {
+		timers.Meter(m)
+		r.meter, r.log = m, log
+		r.done.Go(func() { m.Run(rctx) })
+	}
 	r.done.Go(func() { relayTimers(rctx, timers, log) })
 	return r
 }
@@ -103,5 +116,13 @@ func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *Tim
 func (r *TimerRelay) Close() error {
 	r.stop()
 	r.done.Wait()
+	if r.meter == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := r.meter.Flush(ctx); err != nil {
+		r.log.Warn("publishing the relay's last usage counts", "err", err)
+	}
 	return nil
 }

@@ -9,7 +9,8 @@ import (
 
 // meterUsage makes the host count what it stores for each tenant (package usage): the history
 // records it appends, the large replies it stores by claim check (and the request claims it
-// deletes), the dead letters it keeps and the instances it creates. It never refuses a write: a request that reached the
+// deletes), the dead letters it keeps, the timers it sets and cancels, and the instances it
+// creates. It never refuses a write: a request that reached the
 // host was accepted, and the ingress bounds what a tenant gets accepted (docs/limits.md).
 func (h *Host) meterUsage() error {
 	m, err := usage.NewMeter(h.cfg.Conn, h.log)
@@ -19,6 +20,7 @@ func (h *Host) meterUsage() error {
 	h.usage = m
 	h.claims.Meter(m)
 	h.dead.Meter(m)
+	h.timers.Meter(m)
 	h.history.Meter(m)
 	h.live.store.Meter(m)
 	return nil

@@ -149,7 +149,7 @@ func (st *storage) usageOf(tenant string) usage.Usage {
 		// A claim this instance deleted that another stored, whose count is not here yet.
 		u.Bytes[k] = max(u.Bytes[k], 0)
 	}
-	u.State = max(u.State, 0)
+	u.State, u.Timers = max(u.State, 0), max(u.Timers, 0)
 	return u
 }
 
@@ -255,7 +255,7 @@ type usageCollector struct{ st *storage }
 
 var (
 	storedBytesDesc = prometheus.NewDesc("agentbus_tenant_stored_bytes",
-		"Bytes a tenant stores, by kind (history, files, payloads, kept, state), within each kind's retention, as the usage counters have them.",
+		"Bytes a tenant stores, by kind (history, files, payloads, kept, state, timers), within each kind's retention, as the usage counters have them.",
 		[]string{"tenant", "kind"}, nil)
 	instancesDesc = prometheus.NewDesc("agentbus_tenant_instances",
 		"Workflow instances a tenant has.", []string{"tenant"}, nil)
@@ -312,6 +312,7 @@ func (c *usageCollector) tenant(ch chan<- prometheus.Metric, name string, u usag
 		ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(u.Bytes[k]), name, k.String())
 	}
 	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(max(u.State, 0)), name, usage.StateName)
+	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(max(u.Timers, 0)), name, usage.TimersName)
 	ch <- prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(u.Instances), name)
 }
 

@@ -23,7 +23,9 @@ func scheduleOf(sch schedule.Schedule) schedule.Timer {
 }
 
 // schedules returns the store of the agents' timers.
-func (s *Server) schedules() *schedule.Store { return schedule.NewStore(s.js, s.res.Schedules) }
+func (s *Server) schedules() *schedule.Store {
+	return schedule.NewStore(s.js, s.res.Schedules).Meter(s.storage.meter)
+}
 
 // scheduleInstance identifies the caller of a schedules endpoint and the workflow instance the
 // query names. On failure it has written the problem and returns false.

@@ -82,10 +82,18 @@ func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) {
 		return
 	}
 	_ = m.Ack()
+	if m.Headers().Get(jetstream.ScheduleNextHeader) == scheduleNextPurge {
+		// A one-time schedule: the server removed it as it fired.
+		s.meter.AddTimers(req.GetTenantId(), -headerBytesValue(m.Headers()))
+	}
 	if err := s.stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		log.Debug("deleting a relayed timer", "err", err)
 	}
 }
+
+// scheduleNextPurge is the Nats-Schedule-Next of what a one-time schedule fired: the server
+// purged the schedule as it stored it.
+const scheduleNextPurge = "purge"
 
 // forward publishes what a schedule fired as the request of that firing.
 func (s *Store) forward(ctx context.Context, req *agentbusv1.Request, seq uint64) error {

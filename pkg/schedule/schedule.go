@@ -7,6 +7,11 @@
 // inbox, where a host handles them like any other request of their conversation. Publishing a
 // schedule of the same name again replaces it; Cancel removes it.
 //
+// A metered Store (Meter) counts what the schedules take in the stream in their tenants' usage:
+// each schedule carries its own size (subject.HeaderStoredBytes), which setting it again or
+// cancelling it reads back, and which the copy a one-time schedule fires carries to the relay
+// after the server removed the schedule.
+//
 // It does not run handlers (package agent does) nor serve HTTP (package ingress lists and cancels
 // schedules through it).
 package schedule
@@ -15,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
+	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -62,11 +69,19 @@ func Every(d time.Duration) string { return "@every " + d.String() }
 type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	meter  *usage.Meter
 }
 
 // NewStore returns a Store over the schedules stream (bus.Resources.Schedules).
 func NewStore(js jetstream.JetStream, stream jetstream.Stream) *Store {
 	return &Store{js: js, stream: stream}
+}
+
+// Meter makes s count what the schedules it sets, cancels and relays take in the stream, in
+// their tenants' usage (usage.Meter.AddTimers), and returns s.
+func (s *Store) Meter(m *usage.Meter) *Store {
+	s.meter = m
+	return s
 }
 
 // firedTTL is how long a fired request stays in the stream when no host relays it (every host
@@ -97,14 +112,65 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	if dedupeID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, dedupeID)
 	}
-	if _, err := bus.Publish(ctx, s.js, msg); err != nil {
+	// The server makes every schedule replace the one before it on its subject: said here, so
+	// that the size below is what the stream stores.
+	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	size := withStoredBytes(msg)
+	var replaced int64
+	if s.meter != nil {
+		var err error
+		if replaced, err = s.storedBytes(ctx, msg.Subject); err != nil {
+			return fmt.Errorf("reading schedule %q: %w", sch.Name, err)
+		}
+	}
+	ack, err := bus.Publish(ctx, s.js, msg)
+	if err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.Code == 400 {
 			return fmt.Errorf("%w: %s", ErrInvalid, apiErr.Description)
 		}
 		return fmt.Errorf("setting schedule %q: %w", sch.Name, err)
 	}
+	if !ack.Duplicate {
+		s.meter.AddTimers(sch.Tenant, size-replaced)
+	}
 	return nil
+}
+
+// withStoredBytes sets msg's subject.HeaderStoredBytes to what msg takes in the stream, that
+// header included, and returns it.
+func withStoredBytes(msg *nats.Msg) int64 {
+	msg.Header.Del(subject.HeaderStoredBytes)
+	base := bus.RecordBytes(msg.Subject, bus.HeaderBytes(msg.Header), len(msg.Data))
+	line := int64(len(subject.HeaderStoredBytes) + len(": ") + len("\r\n"))
+	if len(msg.Header) == 0 {
+		line += int64(len("NATS/1.0\r\n") + len("\r\n") + 4) // a header block, and its length in the record
+	}
+	n := base + line
+	for range 3 { // its own digits: settles in one or two steps
+		n = base + line + int64(len(strconv.FormatInt(n, 10)))
+	}
+	msg.Header.Set(subject.HeaderStoredBytes, strconv.FormatInt(n, 10))
+	return n
+}
+
+// storedBytes reads the size a schedule of subj stored with itself (0 when there is none, or it
+// was set before sizes were).
+func (s *Store) storedBytes(ctx context.Context, subj string) (int64, error) {
+	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return headerBytesValue(raw.Header), nil
+}
+
+// headerBytesValue reads subject.HeaderStoredBytes; 0 when it is missing or not a number.
+func headerBytesValue(h nats.Header) int64 {
+	n, _ := strconv.ParseInt(h.Get(subject.HeaderStoredBytes), 10, 64)
+	return max(n, 0)
 }
 
 // Cancel removes the instance's schedule of that name. It reports whether there was one: a name
@@ -114,14 +180,17 @@ func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bo
 		return false, nil
 	}
 	subj := subject.Schedule(tenant, workflowID, name)
-	if _, err := s.stream.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
+	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	} else if err != nil {
 		return false, fmt.Errorf("reading schedule %q: %w", name, err)
 	}
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	// Only up to the schedule read: one set again meanwhile stays, as if set after the cancel.
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raw.Sequence+1)); err != nil {
 		return false, fmt.Errorf("cancelling schedule %q: %w", name, err)
 	}
+	s.meter.AddTimers(tenant, -headerBytesValue(raw.Header))
 	return true, nil
 }
 

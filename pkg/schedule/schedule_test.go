@@ -2,10 +2,12 @@ package schedule_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +15,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/schedule"
+	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/usage"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
@@ -146,4 +150,73 @@ func TestLostRelayRequestDelaysTimersBriefly(t *testing.T) {
 		loss.Requests.Load(), loss.Proxy.Dropped.Load())
 	assert.EqualValues(t, 1, loss.Proxy.Dropped.Load(), "the first request was dropped")
 	assert.Less(t, late, 12*time.Second)
+}
+
+// TestTimersCountInUsage: a metered store counts what the tenant's schedules take in the
+// stream, as the stream counts it: set, set again with more data (replacing), set again with
+// the same de-duplication id (nothing), cancelled, and fired once (the relay counts it off);
+// a recurring one stays counted after it fired.
+func TestTimersCountInUsage(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	ctx := t.Context()
+	_, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	m, err := usage.NewMeter(res.JS.Conn(), nil)
+	require.NoError(t, err)
+	r, err := usage.Watch(ctx, res.JS, res.Config, nil)
+	require.NoError(t, err)
+	defer r.Close()
+	store := schedule.NewStore(res.JS, res.Schedules).Meter(m)
+	// The relay, which counts off fired timers, with the same meter.
+	rctx, cancel := context.WithCancel(context.Background())
+	relayed := make(chan error, 1)
+	go func() { relayed <- store.Relay(rctx, slog.New(slog.DiscardHandler)) }()
+	defer func() { cancel(); <-relayed }()
+
+	schedules := func() int64 {
+		n := int64(0)
+		for seq := uint64(1); ; {
+			raw, err := res.Schedules.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.InstanceSchedules("acme", "acme:Echo:Supervisor Workflow:a")))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return n
+			}
+			require.NoError(t, err)
+			n += bus.StoredBytes(raw)
+			seq = raw.Sequence + 1
+		}
+	}
+	counted := func(why string) {
+		t.Helper()
+		require.NoError(t, m.Flush(ctx))
+		want := schedules()
+		require.Eventually(t, func() bool { return r.Of("acme").Timers == want }, 5*time.Second, 20*time.Millisecond,
+			"%s: usage %d, the stream holds %d", why, r.Of("acme").Timers, want)
+	}
+	wf := "acme:Echo:Supervisor Workflow:a"
+	set := func(name, pattern, participant, dedupe string) {
+		t.Helper()
+		require.NoError(t, store.Set(ctx, schedule.Schedule{Name: name, Tenant: "acme", WorkflowID: wf, Pattern: pattern, Request: template(participant)}, dedupe))
+	}
+	later := schedule.At(time.Now().Add(time.Hour))
+	set("later", later, "u1", "acme:r1")
+	set("tick", schedule.Every(time.Second), "u1", "")
+	counted("two set")
+	set("later", later, "a participant with a much longer name than before", "")
+	counted("one set again, larger")
+	set("later", later, "u1", "acme:r1")
+	counted("a duplicate")
+	cancelled, err := store.Cancel(ctx, "acme", wf, "later")
+	require.NoError(t, err)
+	require.True(t, cancelled)
+	counted("one cancelled")
+	set("soon", schedule.At(time.Now().Add(time.Second)), "u2", "")
+	counted("a one-time timer set")
+	got := inboxRequests(t, res, 3, 5*time.Second) // tick's and soon's
+	require.NotEmpty(t, got)
+	require.Eventually(t, func() bool {
+		pending, err := store.List(ctx, "acme", wf)
+		return err == nil && len(pending) == 1
+	}, 5*time.Second, 50*time.Millisecond, "soon fired and is gone")
+	counted("the one-time timer fired; the recurring one stays")
+	assert.Positive(t, r.Of("acme").Timers)
 }

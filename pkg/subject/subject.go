@@ -101,6 +101,10 @@ const (
 	HeaderEventID = "Agentbus-Event-Id"
 	// HeaderEventType carries, on an undelivered event, its type.
 	HeaderEventType = "Agentbus-Event-Type"
+	// HeaderStoredBytes carries, on a timer's schedule, what the schedule takes in its stream
+	// (this header included), for its tenant's usage; the copy the schedule fires keeps it, so
+	// that the relay counts off a schedule that fired once and is gone.
+	HeaderStoredBytes = "Agentbus-Stored-Bytes"
 )
 
 const (

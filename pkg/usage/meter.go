@@ -32,9 +32,10 @@ const EarlyFlushBytes = 256 << 10
 const maxUnacknowledged = 10000
 
 // maxFlushCounters is how many counters a flush publishes at once, beyond those sent again: a
-// tenant's totals (instances, records' bytes) and bytes of each kind, for 4096 tenants that all
-// stored something within the second. Counters beyond it wait for the next flush.
-const maxFlushCounters = (2 + int(numKinds)) * 4096
+// tenant's totals (instances, records' and timers' bytes) and bytes of each kind, for 4096
+// tenants that all stored something within the second. Counters beyond it wait for the next
+// flush.
+const maxFlushCounters = (3 + int(numKinds)) * 4096
 
 // flushTimeout bounds one flush of Run.
 const flushTimeout = 2 * time.Second
@@ -81,7 +82,7 @@ type ackedIncrement struct {
 }
 
 // counter names one usage counter: a kind's bytes of a tenant on a day, or (kinds
-// instancesTotal, stateTotal) one of a tenant's totals.
+// instancesTotal, stateTotal, timersTotal) one of a tenant's totals.
 type counter struct {
 	tenant string
 	kind   Kind
@@ -95,6 +96,8 @@ func (c counter) subject() string {
 		return subject.UsageTotal(c.tenant, instancesCounter)
 	case stateTotal:
 		return subject.UsageTotal(c.tenant, stateCounter)
+	case timersTotal:
+		return subject.UsageTotal(c.tenant, timersCounter)
 	}
 	return subject.UsageDay(c.tenant, c.kind.String(), dayStart(c.day).Format(subject.UsageDayLayout))
 }
@@ -153,6 +156,10 @@ func (m *Meter) AddInstance(tenant string) { m.addTotal(tenant, instancesTotal, 
 // revision takes in the store less those of the revision it replaced (0 for a new record).
 func (m *Meter) AddState(tenant string, bytes int64) { m.addTotal(tenant, stateTotal, bytes) }
 
+// AddTimers counts what setting, replacing, cancelling or firing one of tenant's timers changed
+// in the bytes its schedules take in the store.
+func (m *Meter) AddTimers(tenant string, bytes int64) { m.addTotal(tenant, timersTotal, bytes) }
+
 // addTotal adds n to one of tenant's totals counters.
 func (m *Meter) addTotal(tenant string, total Kind, n int64) {
 	if m == nil || tenant == "" || n == 0 {
@@ -180,6 +187,8 @@ func (m *Meter) count(c counter, n int64) {
 		u.Instances += n
 	case stateTotal:
 		u.State += n
+	case timersTotal:
+		u.Timers += n
 	default:
 		u.Bytes[c.kind] += n
 	}
@@ -395,6 +404,8 @@ func totalNamed(name string) (Kind, bool) {
 		return instancesTotal, true
 	case stateCounter:
 		return stateTotal, true
+	case timersCounter:
+		return timersTotal, true
 	}
 	return 0, false
 }

@@ -39,8 +39,8 @@ type Reader struct {
 
 // tally is one tenant's counters.
 type tally struct {
-	days             map[int32]*[numKinds]int64
-	state, instances int64
+	days                     map[int32]*[numKinds]int64
+	state, timers, instances int64
 	// sums are the bytes of each kind within its retention, as of a moment before validUntil;
 	// a zero validUntil means they are to be summed again.
 	sums       [numKinds]int64
@@ -149,10 +149,13 @@ func (r *Reader) apply(subj string, data []byte) {
 			return
 		}
 		r.mu.Lock()
-		if t := r.tally(tenant); total == instancesTotal {
+		switch t := r.tally(tenant); total {
+		case instancesTotal:
 			t.instances = v
-		} else {
+		case stateTotal:
 			t.state = v
+		default:
+			t.timers = v
 		}
 		r.mu.Unlock()
 		return
@@ -207,7 +210,7 @@ func (r *Reader) Of(tenant string) Usage {
 		return Usage{}
 	}
 	if now.Before(t.validUntil) {
-		u := Usage{Bytes: t.sums, State: t.state, Instances: t.instances}
+		u := Usage{Bytes: t.sums, State: t.state, Timers: t.timers, Instances: t.instances}
 		r.mu.RUnlock()
 		return u
 	}
@@ -215,7 +218,7 @@ func (r *Reader) Of(tenant string) Usage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sum(t, now)
-	return Usage{Bytes: t.sums, State: t.state, Instances: t.instances}
+	return Usage{Bytes: t.sums, State: t.state, Timers: t.timers, Instances: t.instances}
 }
 
 // sum adds up t's days within each kind's retention at now, and forgets the days beyond every

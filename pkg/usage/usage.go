@@ -75,33 +75,40 @@ func kindNamed(name string) (Kind, bool) {
 // in the API, the metrics and the counters' subjects.
 const StateName = stateCounter
 
+// TimersName names the bytes of the timers where the kinds' names stand.
+const TimersName = timersCounter
+
 // The totals counters, beside the kinds' day counters: what each is named, and the kind a
 // counter of each has (past the kinds).
 const (
 	instancesCounter = "instances"
 	stateCounter     = "state"
+	timersCounter    = "timers"
 
 	// instancesTotal counts a tenant's workflow instances.
 	instancesTotal = numKinds
 	// stateTotal counts the bytes of a tenant's instance records as they are now: each write
 	// adds what the record takes more, or less, than the revision it replaced.
 	stateTotal = numKinds + 1
+	// timersTotal counts the bytes of a tenant's timers (their schedules) as they are now.
+	timersTotal = numKinds + 2
 )
 
 // Usage is what one tenant keeps: bytes by kind, within each kind's retention; the bytes of its
-// instance records (each instance's state, status and counts) as they are now; and its
-// instances.
+// instance records (each instance's state, status and counts) and of its timers, as they are
+// now; and its instances.
 type Usage struct {
 	Bytes     [numKinds]int64
 	State     int64
+	Timers    int64
 	Instances int64
 }
 
-// Total is the bytes of every kind and of the instance records together, what the byte quota
-// bounds. Records written before their writes were counted count from their next write, by what
-// it changed: State below 0 counts as 0.
+// Total is the bytes of every kind, of the instance records and of the timers together, what
+// the byte quota bounds. Records and timers stored before their writes were counted count from
+// their next write, by what it changed: State or Timers below 0 count as 0.
 func (u Usage) Total() int64 {
-	n := max(u.State, 0)
+	n := max(u.State, 0) + max(u.Timers, 0)
 	for _, b := range u.Bytes {
 		n += b
 	}
@@ -114,6 +121,7 @@ func (u *Usage) Add(v Usage) {
 		u.Bytes[k] += v.Bytes[k]
 	}
 	u.State += v.State
+	u.Timers += v.Timers
 	u.Instances += v.Instances
 }
 
@@ -150,6 +158,7 @@ type ReportBytes struct {
 	Payloads int64 `json:"payloads"`
 	Kept     int64 `json:"kept"`
 	State    int64 `json:"state"`
+	Timers   int64 `json:"timers"`
 	Total    int64 `json:"total"`
 }
 
@@ -165,7 +174,7 @@ func NewReport(tenant string, u Usage, q Quota) Report {
 		Tenant: tenant,
 		Bytes: ReportBytes{
 			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Kept: u.Bytes[Kept],
-			State: max(u.State, 0), Total: u.Total(),
+			State: max(u.State, 0), Timers: max(u.Timers, 0), Total: u.Total(),
 		},
 		Instances: u.Instances,
 		Quota:     ReportQuota{Bytes: q.Bytes, Instances: q.Instances},

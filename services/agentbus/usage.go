@@ -32,6 +32,7 @@ func (c *cli) tenantUsage(ctx context.Context, args []string) error {
 	tw.row("payloads", bytesOf(r.Bytes.Payloads))
 	tw.row("kept", bytesOf(r.Bytes.Kept))
 	tw.row("state", bytesOf(r.Bytes.State))
+	tw.row("timers", bytesOf(r.Bytes.Timers))
 	tw.row("total", ofQuota(bytesOf(r.Bytes.Total), r.Bytes.Total, r.Quota.Bytes, bytesOf))
 	tw.row("instances", ofQuota(strconv.FormatInt(r.Instances, 10), r.Instances, r.Quota.Instances,
 		func(n int64) string { return strconv.FormatInt(n, 10) }))

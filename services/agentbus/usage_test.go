@@ -32,6 +32,7 @@ func TestCLITenantUsage(t *testing.T) {
 	assert.Regexp(t, `(?m)^payloads:\s+0 bytes$`, r.stdout)
 	assert.Regexp(t, `(?m)^kept:\s+0 bytes$`, r.stdout)
 	assert.Regexp(t, `(?m)^state:\s+[1-9][0-9]* bytes`, r.stdout)
+	assert.Regexp(t, `(?m)^timers:\s+0 bytes$`, r.stdout)
 	assert.Regexp(t, `(?m)^total:\s+[1-9][0-9]* bytes.* \(no quota\)$`, r.stdout)
 
 	r = h.ok(adminKey, "tenant", "usage", "default", "-o", "json")

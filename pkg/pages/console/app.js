@@ -1240,7 +1240,7 @@
     box.appendChild(usageBar('bytes', 'Stored bytes', bytes.total || 0, quota.bytes || 0, fmtBytes));
     box.appendChild(usageBar('instances', 'Instances', u.instances || 0, quota.instances || 0, String));
     const figures = el('dl', 'figures');
-    for (const [k, name] of [['history', 'history'], ['files', 'files'], ['large payloads', 'payloads'], ['dead letters and undelivered events', 'kept'], ['instance records', 'state']]) {
+    for (const [k, name] of [['history', 'history'], ['files', 'files'], ['large payloads', 'payloads'], ['dead letters and undelivered events', 'kept'], ['instance records', 'state'], ['timers', 'timers']]) {
       const d = append(el('div'), el('dt', '', k), el('dd', '', fmtBytes(bytes[name] || 0)));
       d.dataset.figure = name;
       figures.appendChild(d);
