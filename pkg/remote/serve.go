@@ -195,7 +195,8 @@ func retire(parent context.Context, cfg ServeConfig, name string, replaying bool
 	defer cancel()
 	log := cfg.Logger.With("agent", name)
 	if replaying {
-		has, err := cfg.Res.HasInbox(ctx, name)
+		var has bool
+		err := untilDone(ctx, func() (err error) { has, err = cfg.Res.HasInbox(ctx, name); return err })
 		if err != nil {
 			return
 		}
@@ -240,10 +241,14 @@ func retire(parent context.Context, cfg ServeConfig, name string, replaying bool
 // or starts, a host for the registration the marker removed. It waits until ctx ends.
 func dropMarker(ctx context.Context, cfg ServeConfig, name string, log *slog.Logger) {
 	for {
-		wait, err := bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name), markerGrace)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("dropping the removal marker of a remote agent", "err", err)
-		}
+		var wait time.Duration
+		err := untilDone(ctx, func() (err error) {
+			wait, err = bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name), markerGrace)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("dropping the removal marker of a remote agent; trying again", "err", err)
+			}
+			return err
+		})
 		if err != nil || wait == 0 {
 			return
 		}
@@ -254,6 +259,24 @@ func dropMarker(ctx context.Context, cfg ServeConfig, name string, log *slog.Log
 		}
 	}
 }
+
+// untilDone calls fn until it succeeds or ctx ends (markerPolicy): a bus that fails for a moment
+// (a leader election, a loaded server) does not leave a removal half done.
+func untilDone(ctx context.Context, fn func() error) error {
+	tries := markerPolicy.Start()
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if werr := tries.Wait(ctx); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+}
+
+// markerPolicy paces untilDone's tries: 200 ms doubling to 5 s.
+var markerPolicy = retry.Policy{First: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
 
 // markerGrace is how old a removal marker must be before dropMarker drops it: longer than any
 // watch of the remote agents bucket lags behind.
