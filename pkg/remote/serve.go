@@ -196,7 +196,7 @@ func retire(parent context.Context, cfg ServeConfig, name string, replaying bool
 	log := cfg.Logger.With("agent", name)
 	if replaying {
 		var has bool
-		err := untilDone(ctx, func() (err error) { has, err = cfg.Res.HasInbox(ctx, name); return err })
+		err := markerPolicy.Do(ctx, func() (err error) { has, err = cfg.Res.HasInbox(ctx, name); return err })
 		if err != nil {
 			return
 		}
@@ -242,7 +242,7 @@ func retire(parent context.Context, cfg ServeConfig, name string, replaying bool
 func dropMarker(ctx context.Context, cfg ServeConfig, name string, log *slog.Logger) {
 	for {
 		var wait time.Duration
-		err := untilDone(ctx, func() (err error) {
+		err := markerPolicy.Do(ctx, func() (err error) {
 			wait, err = bus.DropTombstone(ctx, cfg.Res.JS, subject.RemoteAgentsBucket, subject.AgentKey(name), markerGrace)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("dropping the removal marker of a remote agent; trying again", "err", err)
@@ -260,22 +260,9 @@ func dropMarker(ctx context.Context, cfg ServeConfig, name string, log *slog.Log
 	}
 }
 
-// untilDone calls fn until it succeeds or ctx ends (markerPolicy): a bus that fails for a moment
-// (a leader election, a loaded server) does not leave a removal half done.
-func untilDone(ctx context.Context, fn func() error) error {
-	tries := markerPolicy.Start()
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if werr := tries.Wait(ctx); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-}
-
-// markerPolicy paces untilDone's tries: 200 ms doubling to 5 s.
+// markerPolicy paces the tries of a replayed removal's reading of the inbox and of dropMarker,
+// until their context ends: 200 ms doubling to 5 s. A bus that fails for a moment (a leader
+// election, a loaded server) then does not leave a removal half done.
 var markerPolicy = retry.Policy{First: 200 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
 
 // markerGrace is how old a removal marker must be before dropMarker drops it: longer than any
