@@ -149,8 +149,7 @@ func (st *storage) usageOf(tenant string) usage.Usage {
 		// A claim this instance deleted that another stored, whose count is not here yet.
 		u.Bytes[k] = max(u.Bytes[k], 0)
 	}
-	u.State, u.Timers = max(u.State, 0), max(u.Timers, 0)
-	return u
+	return u.Floored()
 }
 
 // countFile counts a file this instance stored.
@@ -287,7 +286,7 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	var all []tenantUsage
 	for _, t := range st.usage.Tenants() {
-		all = append(all, tenantUsage{t, st.usage.Of(t)})
+		all = append(all, tenantUsage{t, st.usage.Of(t).Floored()})
 	}
 	slices.SortStableFunc(all, func(a, b tenantUsage) int { return cmp.Compare(b.u.Total(), a.u.Total()) })
 	var other usage.Usage
@@ -311,8 +310,8 @@ func (c *usageCollector) tenant(ch chan<- prometheus.Metric, name string, u usag
 	for _, k := range usage.Kinds() {
 		ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(u.Bytes[k]), name, k.String())
 	}
-	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(max(u.State, 0)), name, usage.StateName)
-	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(max(u.Timers, 0)), name, usage.TimersName)
+	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(u.State), name, usage.StateName)
+	ch <- prometheus.MustNewConstMetric(storedBytesDesc, prometheus.GaugeValue, float64(u.Timers), name, usage.TimersName)
 	ch <- prometheus.MustNewConstMetric(instancesDesc, prometheus.GaugeValue, float64(u.Instances), name)
 }
 

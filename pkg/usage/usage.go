@@ -1,7 +1,8 @@
 // Package usage counts what each tenant keeps in JetStream, for the storage quotas: the bytes of
-// its history records, uploaded files, large payloads (claim checks) and what is kept of it for an
-// operator (dead letters, undelivered events), and its workflow instances and their records. Writers count as they store (Meter): they add up in memory and, once a second,
-// publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
+// its history records, uploaded files, large payloads (claim checks), what is kept of it for an
+// operator (dead letters, undelivered events), its workflow instances' records and its timers,
+// and its instances. Writers count as they store (Meter): they add up in memory and, once a
+// second, publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
 // process of the deployment adds to the same counters. Readers follow the counters (Reader) and
 // sum each tenant's days that are still within their kind's retention, so that bytes that aged
 // out of the store drop out of the usage with their day. A writer that also reads
@@ -104,11 +105,19 @@ type Usage struct {
 	Instances int64
 }
 
-// Total is the bytes of every kind, of the instance records and of the timers together, what
-// the byte quota bounds. Records and timers stored before their writes were counted count from
-// their next write, by what it changed: State or Timers below 0 count as 0.
+// Floored is u as it counts: records and timers stored before their writes were counted count
+// from their next write, by what it changed, so State or Timers may fall below 0, which counts
+// as 0.
+func (u Usage) Floored() Usage {
+	u.State, u.Timers = max(u.State, 0), max(u.Timers, 0)
+	return u
+}
+
+// Total is the bytes of every kind, of the instance records and of the timers together (as
+// Floored counts them), what the byte quota bounds.
 func (u Usage) Total() int64 {
-	n := max(u.State, 0) + max(u.Timers, 0)
+	u = u.Floored()
+	n := u.State + u.Timers
 	for _, b := range u.Bytes {
 		n += b
 	}
@@ -170,11 +179,12 @@ type ReportQuota struct {
 
 // NewReport is the report of tenant's usage u under quota q.
 func NewReport(tenant string, u Usage, q Quota) Report {
+	u = u.Floored()
 	return Report{
 		Tenant: tenant,
 		Bytes: ReportBytes{
 			History: u.Bytes[History], Files: u.Bytes[Files], Payloads: u.Bytes[Payloads], Kept: u.Bytes[Kept],
-			State: max(u.State, 0), Timers: max(u.Timers, 0), Total: u.Total(),
+			State: u.State, Timers: u.Timers, Total: u.Total(),
 		},
 		Instances: u.Instances,
 		Quota:     ReportQuota{Bytes: q.Bytes, Instances: q.Instances},
