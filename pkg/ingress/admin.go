@@ -256,6 +256,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	secret, k, err := s.keys.Create(r.Context(), keys.NewKey{Tenant: tenant, Role: body.Role, Name: body.Name, CreatedBy: c.key.ID})
+	if errors.Is(err, keys.ErrLimit) {
+		problem.KeyLimit.Write(w, fmt.Sprintf("the tenant has %d keys in force, as many as it may have (AGENTBUS_MAX_KEYS_PER_TENANT); revoke one first, or rotate it", s.cfg.MaxKeysPerTenant))
+		return
+	}
 	if err != nil {
 		s.storeFailed(w, "creating key", err)
 		return

@@ -104,6 +104,9 @@ type Config struct {
 	// MaxRemoteAgentsPerTenant bounds the remote agents a tenant admin registers for its tenant
 	// (remote.NewStore). Default remote.DefaultMaxPerTenant.
 	MaxRemoteAgentsPerTenant int
+	// MaxKeysPerTenant bounds each tenant's API keys in force, and the revoked ones kept
+	// (keys.Store.WithCache). Default keys.DefaultMaxPerTenant.
+	MaxKeysPerTenant int
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
@@ -165,6 +168,9 @@ func (c Config) Validate() error {
 	if c.MaxListenersPerKey < 0 || c.MaxListenersPerTenant < 0 || c.ListenBufferBytes < 0 || c.ListenBufferEvents < 0 {
 		return errors.New("ingress: negative listener limit")
 	}
+	if c.MaxKeysPerTenant < 0 {
+		return errors.New("ingress: negative MaxKeysPerTenant")
+	}
 	for tenant, r := range c.TenantRateLimits {
 		if !r.valid() {
 			return fmt.Errorf("ingress: invalid rate limit of tenant %q", tenant)
@@ -214,6 +220,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxListenersPerTenant == 0 {
 		c.MaxListenersPerTenant = DefaultMaxListenersPerTenant
+	}
+	if c.MaxKeysPerTenant == 0 {
+		c.MaxKeysPerTenant = keys.DefaultMaxPerTenant
 	}
 	if c.ListenBufferBytes == 0 {
 		c.ListenBufferBytes = DefaultListenBufferBytes
@@ -372,6 +381,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	started = append(started, s.auth.Close)
+	s.keys = s.keys.WithCache(s.auth, s.cfg.MaxKeysPerTenant, s.log)
 	s.dir, s.closeDir = s.cfg.Directory, func() error { return nil } // a shared one is its maker's to close
 	if s.dir == nil {
 		if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {

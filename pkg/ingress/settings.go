@@ -32,6 +32,7 @@ func FromSettings(c config.Config) Config {
 		MetricsElsewhere:         c.MetricsAddr != "",
 		Subscriptions:            c.Subscriptions(),
 		MaxRemoteAgentsPerTenant: c.MaxRemoteAgentsPerTenant,
+		MaxKeysPerTenant:         c.MaxKeysPerTenant,
 		IdleTimeout:              c.IdleTimeout,
 
 		TenantRateLimit:        Rate{PerSecond: c.TenantRateLimit, Burst: c.TenantRateBurst},

@@ -25,9 +25,15 @@ type Authenticator struct {
 
 	mu   sync.RWMutex
 	byID map[string]Key // by hash
+	// byTenant holds the hashes of each tenant's key records ("" the tenant-less ones), so
+	// that a tenant's keys are found without going through every tenant's.
+	byTenant map[string]map[string]struct{}
 	// revision is that of the newest entry of the keys bucket the watch delivered and the
 	// cache took in; the watch delivers in revision order, so every older one came before it.
 	revision atomic.Uint64
+	// moved is closed, and replaced, each time revision moves (under movedMu), for await.
+	movedMu sync.Mutex
+	moved   chan struct{}
 
 	watcher   jetstream.KeyWatcher
 	stopWatch context.CancelFunc // ends the watch's subscription even when NATS is gone
@@ -49,7 +55,8 @@ func newAuthenticator(ctx context.Context, keysKV jetstream.KeyValue, adminKey s
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Authenticator{log: log, byID: make(map[string]Key), done: make(chan struct{})}
+	a := &Authenticator{log: log, byID: make(map[string]Key), byTenant: make(map[string]map[string]struct{}),
+		moved: make(chan struct{}), done: make(chan struct{})}
 	if adminKey != "" {
 		a.adminHash = appendHash(nil, adminKey)
 	}
@@ -89,6 +96,10 @@ func (a *Authenticator) run(upTo uint64, ready chan struct{}) {
 	bus.Follow(a.watcher, upTo, ready, func(e jetstream.KeyValueEntry, _ bool) {
 		a.apply(e)
 		a.revision.Store(e.Revision())
+		a.movedMu.Lock()
+		close(a.moved)
+		a.moved = make(chan struct{})
+		a.movedMu.Unlock()
 	})
 }
 
@@ -98,6 +109,47 @@ func (a *Authenticator) run(upTo uint64, ready chan struct{}) {
 // when its cache holds it (bus.NewestRevision).
 func (a *Authenticator) Revision() uint64 { return a.revision.Load() }
 
+// errStopped is await's answer once the Authenticator is closed or its watch ended.
+var errStopped = errors.New("the key cache stopped following the keys bucket")
+
+// await waits until the cache holds the bucket up to revision rev, ctx ends or the watch ends.
+func (a *Authenticator) await(ctx context.Context, rev uint64) error {
+	for {
+		a.movedMu.Lock()
+		moved := a.moved
+		a.movedMu.Unlock()
+		if a.revision.Load() >= rev {
+			return nil
+		}
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.done:
+			return errStopped
+		}
+	}
+}
+
+// tenantKeys returns the cached key records of a tenant ("" for every key), in no order.
+func (a *Authenticator) tenantKeys(tenant string) []storedKey {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if tenant == "" {
+		out := make([]storedKey, 0, len(a.byID))
+		for h, k := range a.byID {
+			out = append(out, storedKey{hash: h, key: k})
+		}
+		return out
+	}
+	hashes := a.byTenant[tenant]
+	out := make([]storedKey, 0, len(hashes))
+	for h := range hashes {
+		out = append(out, storedKey{hash: h, key: a.byID[h]})
+	}
+	return out
+}
+
 // apply takes one entry of the keys bucket into the cache.
 func (a *Authenticator) apply(e jetstream.KeyValueEntry) {
 	if !looksLikeHash(e.Key()) {
@@ -105,17 +157,34 @@ func (a *Authenticator) apply(e jetstream.KeyValueEntry) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch e.Operation() {
-	case jetstream.KeyValuePut:
-		k, err := decodeKey(e.Value())
-		if err != nil {
-			a.log.Error("ignoring bad key record", "err", err)
-			delete(a.byID, e.Key())
-		} else {
-			a.byID[e.Key()] = k
-		}
-	default: // delete or purge
-		delete(a.byID, e.Key())
+	h := e.Key()
+	if old, ok := a.byID[h]; ok {
+		a.forget(h, old.Tenant)
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return // deleted or purged
+	}
+	k, err := decodeKey(e.Value())
+	if err != nil {
+		a.log.Error("ignoring bad key record", "err", err)
+		return
+	}
+	a.byID[h] = k
+	hashes := a.byTenant[k.Tenant]
+	if hashes == nil {
+		hashes = make(map[string]struct{})
+		a.byTenant[k.Tenant] = hashes
+	}
+	hashes[h] = struct{}{}
+}
+
+// forget drops the record under hash h, of tenant, from the cache; a.mu is held.
+func (a *Authenticator) forget(h, tenant string) {
+	delete(a.byID, h)
+	hashes := a.byTenant[tenant]
+	delete(hashes, h)
+	if len(hashes) == 0 {
+		delete(a.byTenant, tenant)
 	}
 }
 

@@ -7,6 +7,12 @@
 // map kept current by watching the bucket (Authenticator); its Revision tells an ingress that
 // wrote a key when the map holds the write.
 //
+// A Store given that map (WithCache) lists a tenant's keys from it, and bounds what each tenant
+// keeps: its keys in force (Create answers ErrLimit beyond), and its revoked keys, of which it
+// keeps the most recently revoked (a revocation removes the older ones' records). The map is in
+// every ingress's memory, so one tenant's keys cost every ingress; the bound keeps them a tenant's
+// own small share.
+//
 // It does not do HTTP; ingress maps its errors to 401/403.
 package keys
 
@@ -19,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +64,16 @@ var (
 	ErrRevoked       = errors.New("API key revoked")
 	ErrUnknownTenant = errors.New("unknown tenant")
 	ErrTenantExists  = errors.New("tenant exists")
+	// ErrLimit is Create's answer to a tenant that has as many keys in force as it may have.
+	ErrLimit = errors.New("the tenant has as many API keys as it may have")
 )
+
+// DefaultMaxPerTenant is the bound WithCache is usually given: the keys in force a tenant may
+// have, and the revoked ones it keeps.
+const DefaultMaxPerTenant = 100
+
+// cacheWait bounds how long a Store waits for its cache to hold the bucket's newest write.
+const cacheWait = 5 * time.Second
 
 // Key is the stored record of an API key. It never holds the secret.
 type Key struct {
@@ -108,11 +124,33 @@ type Store struct {
 	js      jetstream.JetStream
 	keys    jetstream.KeyValue
 	tenants jetstream.KeyValue
+
+	// cache, when set (WithCache), follows the keys bucket; max bounds each tenant's keys.
+	cache *Authenticator
+	max   int
+	log   *slog.Logger
 }
 
-// NewStore returns a Store over the keys and tenants buckets of js.
+// NewStore returns a Store over the keys and tenants buckets of js. It lists keys by reading
+// every key record of the bucket, and bounds no tenant's keys; see WithCache.
 func NewStore(js jetstream.JetStream, keysKV, tenantsKV jetstream.KeyValue) *Store {
 	return &Store{js: js, keys: keysKV, tenants: tenantsKV}
+}
+
+// WithCache returns a copy of s that reads a tenant's keys from cache, an Authenticator of the
+// same bucket, once it holds the bucket's newest write (read from the stream's leader), rather
+// than every key record of the bucket. With max > 0 it also bounds what each tenant keeps: at
+// most max keys in force, Create answering ErrLimit beyond, and of its revoked keys the max most
+// recently revoked: a revocation by RevokeID or Rotate removes the records of older ones, which
+// are then unknown keys rather than revoked ones. Keys of no tenant (system admins') are not
+// bounded. log receives the failures of those removals, which the next revocation tries again.
+func (s *Store) WithCache(cache *Authenticator, max int, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := *s
+	c.cache, c.max, c.log = cache, max, log
+	return &c
 }
 
 // CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted.
@@ -243,8 +281,9 @@ func (s *Store) RetireTenant(ctx context.Context, id string) error {
 	return nil
 }
 
-// RemoveTenant removes the record of a tenant RetireTenant retired, so that its id may be used
-// again. A tenant not retired is left alone (an error); one removed already is not an error.
+// RemoveTenant removes the record of a tenant RetireTenant retired, and the records of its keys,
+// so that its id may be used again. A tenant not retired is left alone (an error); one removed
+// already is not an error.
 func (s *Store) RemoveTenant(ctx context.Context, id string) error {
 	if !ident.ValidTenant(id) {
 		return ErrUnknownTenant
@@ -258,6 +297,17 @@ func (s *Store) RemoveTenant(ctx context.Context, id string) error {
 	}
 	if t.DeletedAt == nil {
 		return fmt.Errorf("removing tenant %s: it is not retired", id)
+	}
+	// Its keys, all revoked by RetireTenant, go first, so that a tenant made again with its id
+	// starts with none, and a removal that fails part way is taken up again.
+	stored, err := s.list(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, e := range stored {
+		if err := s.remove(ctx, e); err != nil {
+			return err
+		}
 	}
 	if err := s.tenants.Delete(ctx, id); err != nil {
 		return fmt.Errorf("deleting tenant: %w", err)
@@ -274,10 +324,99 @@ type NewKey struct {
 }
 
 // Create generates a key, stores its hash and returns the secret (shown once) and the record.
+// A Store bounding each tenant's keys (WithCache) answers ErrLimit to a tenant that has as many
+// keys in force as it may have.
 func (s *Store) Create(ctx context.Context, nk NewKey) (string, Key, error) {
+	bounded := s.cache != nil && s.max > 0 && nk.Tenant != ""
+	if bounded {
+		if n, err := s.inForce(ctx, nk.Tenant); err != nil {
+			return "", Key{}, err
+		} else if n >= s.max {
+			return "", Key{}, ErrLimit
+		}
+	}
+	secret, k, err := s.create(ctx, nk)
+	if err != nil || !bounded {
+		return secret, k, err
+	}
+	// Keys created at once may each have found room for themselves. The cache, once it holds
+	// this key, holds every key stored before it: of keys created together past the bound, the
+	// later ones count the earlier and give way. More than needed may give way; none is kept
+	// past the bound.
+	n, err := s.inForce(ctx, nk.Tenant)
+	if err == nil && n <= s.max {
+		return secret, k, nil
+	}
+	if err == nil {
+		err = ErrLimit
+	}
+	if rerr := s.remove(context.WithoutCancel(ctx), storedKey{hash: Hash(secret), key: k}); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return "", Key{}, err
+}
+
+// create generates and stores a key, bounded or not.
+func (s *Store) create(ctx context.Context, nk NewKey) (string, Key, error) {
 	secret := Generate()
 	k, err := s.Seed(ctx, secret, nk)
 	return secret, k, err
+}
+
+// inForce counts a tenant's keys that are not revoked.
+func (s *Store) inForce(ctx context.Context, tenant string) (int, error) {
+	stored, err := s.list(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range stored {
+		if e.key.RevokedAt == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// remove removes a key's record, then its id index entry. Each leaves a purge marker in the
+// bucket's stream, which every Authenticator applies.
+func (s *Store) remove(ctx context.Context, e storedKey) error {
+	if err := s.keys.Purge(ctx, e.hash); err != nil {
+		return fmt.Errorf("removing key: %w", err)
+	}
+	if err := s.keys.Purge(ctx, indexKey(e.key.ID)); err != nil {
+		return fmt.Errorf("removing key index: %w", err)
+	}
+	return nil
+}
+
+// trim removes the records of a tenant's revoked keys but for the max most recently revoked,
+// when s bounds tenants' keys. A failure is logged: the next revocation trims again.
+func (s *Store) trim(ctx context.Context, tenant string) {
+	if s.cache == nil || s.max <= 0 || tenant == "" {
+		return
+	}
+	stored, err := s.list(ctx, tenant)
+	if err != nil {
+		s.log.Warn("removing a tenant's oldest revoked keys", "tenant", tenant, "err", err)
+		return
+	}
+	revoked := slices.DeleteFunc(stored, func(e storedKey) bool { return e.key.RevokedAt == nil })
+	if len(revoked) <= s.max {
+		return
+	}
+	slices.SortFunc(revoked, func(a, b storedKey) int { // the most recently revoked first
+		if c := b.key.RevokedAt.Compare(a.key.RevokedAt.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key.ID, b.key.ID)
+	})
+	for _, e := range revoked[s.max:] {
+		if err := s.remove(ctx, e); err != nil {
+			s.log.Warn("removing a tenant's oldest revoked keys", "tenant", tenant, "err", err)
+			return
+		}
+	}
 }
 
 // Seed stores a key with a chosen secret (for example the standalone's dev key). Seeding the same
@@ -377,7 +516,11 @@ func (s *Store) RevokeID(ctx context.Context, id string) (Key, error) {
 	if err != nil {
 		return Key{}, err
 	}
-	return s.revoke(ctx, h, id, false)
+	k, err := s.revoke(ctx, h, id, false)
+	if err == nil {
+		s.trim(ctx, k.Tenant)
+	}
+	return k, err
 }
 
 // Rotate replaces the key with this id: it creates a key of the same tenant, role and name,
@@ -399,7 +542,8 @@ func (s *Store) Rotate(ctx context.Context, id, createdBy string) (string, Key, 
 	if old.RevokedAt != nil {
 		return "", Key{}, Key{}, ErrRevoked
 	}
-	secret, k, err := s.Create(ctx, NewKey{Tenant: old.Tenant, Role: old.Role, Name: old.Name, CreatedBy: createdBy})
+	// Not bounded: the key it replaces is revoked once it is stored.
+	secret, k, err := s.create(ctx, NewKey{Tenant: old.Tenant, Role: old.Role, Name: old.Name, CreatedBy: createdBy})
 	if err != nil {
 		return "", Key{}, Key{}, err
 	}
@@ -410,6 +554,7 @@ func (s *Store) Rotate(ctx context.Context, id, createdBy string) (string, Key, 
 		}
 		return "", Key{}, Key{}, err
 	}
+	s.trim(ctx, old.Tenant)
 	return secret, k, old, nil
 }
 
@@ -498,8 +643,21 @@ type storedKey struct {
 	key  Key
 }
 
-// list reads every key record of a tenant ("" for all).
+// list reads every key record of a tenant ("" for all): from the cache when s has one, once it
+// holds the bucket's newest write.
 func (s *Store) list(ctx context.Context, tenant string) ([]storedKey, error) {
+	if s.cache != nil {
+		rev, err := bus.NewestRevision(ctx, s.keys)
+		if err != nil {
+			return nil, fmt.Errorf("listing keys: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, cacheWait)
+		defer cancel()
+		if err := s.cache.await(wctx, rev); err != nil {
+			return nil, fmt.Errorf("listing keys: waiting for the key cache: %w", err)
+		}
+		return s.cache.tenantKeys(tenant), nil
+	}
 	entries, err := bus.Entries(ctx, s.js, s.keys)
 	if err != nil {
 		return nil, fmt.Errorf("listing keys: %w", err)

@@ -51,6 +51,17 @@ func eventually(t *testing.T, within time.Duration, f func() error) {
 	}
 }
 
+// refused waits until the authenticator refuses secret with want (what names the key).
+func refused(t *testing.T, auth *keys.Authenticator, secret string, want error, what string) {
+	t.Helper()
+	eventually(t, time.Second, func() error {
+		if _, err := auth.Authenticate(secret); !errors.Is(err, want) {
+			return errors.New(what + ": err = " + errString(err))
+		}
+		return nil
+	})
+}
+
 // authenticates waits until the authenticator's watch has delivered the key.
 func authenticates(t *testing.T, auth *keys.Authenticator, secret string) keys.Key {
 	t.Helper()
@@ -147,12 +158,7 @@ func TestRevoke(t *testing.T) {
 	authenticates(t, auth, other)
 
 	require.NoError(t, store.Revoke(ctx, secret), "Revoke")
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
-			return errors.New("revoked key still accepted: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, secret, keys.ErrRevoked, "revoked key still accepted")
 	_, err = auth.Authenticate(other)
 	assert.NoError(t, err, "revoking one key affected another")
 	// Revoking again is a no-op, and keeps the first revocation time.
@@ -434,12 +440,7 @@ func TestDeletedKeyIsUnknown(t *testing.T) {
 	require.NoError(t, err)
 	authenticates(t, auth, secret)
 	require.NoError(t, res.Keys.Purge(ctx, keys.Hash(secret)))
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrUnknownKey) {
-			return errors.New("purged key: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, secret, keys.ErrUnknownKey, "purged key")
 	got, err := store.Keys(ctx, "acme")
 	assert.NoError(t, err, "Keys after purge")
 	assert.Empty(t, got, "Keys after purge")
@@ -547,12 +548,7 @@ func TestRevokeID(t *testing.T) {
 	assert.Equal(t, rec.ID, revoked.ID, "RevokeID = %+v, want the record with revokedAt", revoked)
 	// revoked.RevokedAt is dereferenced below.
 	require.NotNil(t, revoked.RevokedAt, "RevokeID = %+v, want the record with revokedAt", revoked)
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
-			return errors.New("revoked key: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, secret, keys.ErrRevoked, "revoked key")
 	again, err := store.RevokeID(ctx, rec.ID)
 	require.NoError(t, err, "second RevokeID")
 	require.NotNil(t, again.RevokedAt, "second RevokeID = %+v, want the record with revokedAt", again)
@@ -577,12 +573,7 @@ func TestRotate(t *testing.T) {
 	assert.Equal(t, rec.ID, old.ID, "old record = %+v, want it revoked", old)
 	assert.NotNil(t, old.RevokedAt, "old record = %+v, want it revoked", old)
 	authenticates(t, auth, secret)
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(oldSecret); !errors.Is(err, keys.ErrRevoked) {
-			return errors.New("rotated key: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, oldSecret, keys.ErrRevoked, "rotated key")
 	// The old key is revoked: rotating it again must not yield another working key.
 	_, _, _, err = store.Rotate(ctx, rec.ID, rec.ID)
 	assert.ErrorIs(t, err, keys.ErrRevoked, "Rotate of a revoked key")
@@ -667,12 +658,7 @@ func TestDeleteTenant(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"acme-2", "other"}, tenantIDs(tenants), "ListTenants after delete")
 	for _, s := range acme {
-		eventually(t, time.Second, func() error {
-			if _, err := auth.Authenticate(s); !errors.Is(err, keys.ErrRevoked) {
-				return errors.New("key of a deleted tenant: err = " + errString(err))
-			}
-			return nil
-		})
+		refused(t, auth, s, keys.ErrUnknownKey, "key of a deleted tenant")
 	}
 	_, err = auth.Authenticate(otherKey)
 	assert.NoError(t, err, "deleting acme affected acme-2's key")
@@ -680,11 +666,11 @@ func TestDeleteTenant(t *testing.T) {
 	for _, id := range []string{"nobody", "", "ac me"} {
 		assert.ErrorIs(t, store.DeleteTenant(ctx, id), keys.ErrUnknownTenant, "DeleteTenant(%q)", id)
 	}
-	// The id is free again, and the old keys stay revoked.
+	// The id is free again, and the old keys are gone.
 	_, err = store.CreateTenant(ctx, "acme")
 	require.NoError(t, err, "CreateTenant after delete")
 	_, err = auth.Authenticate(acme[0])
-	assert.ErrorIs(t, err, keys.ErrRevoked, "old key after the tenant came back")
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "old key after the tenant came back")
 }
 
 func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
@@ -693,6 +679,7 @@ func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
 	require.NoError(t, err)
 	secret, _, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
 	require.NoError(t, err)
+	authenticates(t, auth, secret)
 	// A deletion that stopped after marking the tenant: unknown to readers, still there to finish.
 	_, err = res.Tenants.Put(ctx, "acme", []byte(`{"id":"acme","createdAt":"2024-01-01T00:00:00Z","deletedAt":"2024-01-02T00:00:00Z"}`))
 	require.NoError(t, err)
@@ -701,12 +688,7 @@ func TestDeleteTenantFinishesAfterFailure(t *testing.T) {
 	_, err = store.CreateTenant(ctx, "acme")
 	assert.ErrorIs(t, err, keys.ErrTenantExists, "CreateTenant while deleting")
 	require.NoError(t, store.DeleteTenant(ctx, "acme"), "DeleteTenant of a marked tenant")
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
-			return errors.New("key of a deleted tenant: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, secret, keys.ErrUnknownKey, "key of a deleted tenant")
 }
 
 // TestRetireThenRemoveTenant: a retired tenant is unknown and its keys revoked, its id still
@@ -727,12 +709,7 @@ func TestRetireThenRemoveTenant(t *testing.T) {
 	assert.ErrorIs(t, err, keys.ErrUnknownTenant, "a retired tenant")
 	_, err = store.CreateTenant(ctx, "acme")
 	assert.ErrorIs(t, err, keys.ErrTenantExists, "the id of a retired tenant")
-	eventually(t, time.Second, func() error {
-		if _, err := auth.Authenticate(secret); !errors.Is(err, keys.ErrRevoked) {
-			return errors.New("key of a retired tenant: err = " + errString(err))
-		}
-		return nil
-	})
+	refused(t, auth, secret, keys.ErrRevoked, "key of a retired tenant")
 
 	assert.Error(t, store.RemoveTenant(ctx, "kept"), "removing a tenant not retired")
 	_, err = store.GetTenant(ctx, "kept")

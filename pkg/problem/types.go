@@ -134,6 +134,7 @@ var (
 	TenantExists        = define("tenant-exists", http.StatusConflict, 0)
 	UnknownKey          = define("unknown-key", http.StatusNotFound, 0)
 	KeyRevoked          = define("key-revoked", http.StatusConflict, 0)
+	KeyLimit            = define("key-limit", http.StatusConflict, 0)
 	InvalidDeadLetterID = define("invalid-dead-letter-id", http.StatusBadRequest, 0)
 	DeadLetterNotFound  = define("dead-letter-not-found", http.StatusNotFound, 0)
 	DeadLetterExpired   = define("dead-letter-expired", http.StatusGone, 0)

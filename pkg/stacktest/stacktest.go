@@ -48,6 +48,8 @@ type Options struct {
 	MaxFileBytes int64
 	// MaxRemoteAgentsPerTenant of the ingress; default remote.DefaultMaxPerTenant.
 	MaxRemoteAgentsPerTenant int
+	// MaxKeysPerTenant of the ingress; default keys.DefaultMaxPerTenant.
+	MaxKeysPerTenant int
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh natstest.StoreDir. Reuse it to restart on the
@@ -123,7 +125,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress: ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs,
-			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant},
+			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant, MaxKeysPerTenant: opts.MaxKeysPerTenant},
 		Host:     hc,
 		Logger:   Logger(t),
 		MaxStore: opts.MaxStore,

@@ -1,0 +1,171 @@
+package keys_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/keys"
+)
+
+// inForce counts the keys of a tenant the bucket itself holds that are not revoked, and the
+// revoked ones.
+func inForce(t *testing.T, ctx context.Context, store *keys.Store, tenant string) (live, revoked []string) {
+	t.Helper()
+	all, err := store.Keys(ctx, tenant)
+	require.NoError(t, err)
+	for _, k := range all {
+		if k.RevokedAt == nil {
+			live = append(live, k.ID)
+		} else {
+			revoked = append(revoked, k.ID)
+		}
+	}
+	return live, revoked
+}
+
+// TestCreateIsBounded: a bounded store refuses a tenant's key past the bound, but not another
+// tenant's, a system admin's or a rotation's; a revocation makes room.
+func TestCreateIsBounded(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	bounded := store.WithCache(auth, 2, nil)
+	var ids []string
+	for range 2 {
+		_, k, err := bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+		require.NoError(t, err)
+		ids = append(ids, k.ID)
+	}
+	_, _, err := bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.ErrorIs(t, err, keys.ErrLimit, "a third key of acme")
+	_, _, err = bounded.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser})
+	assert.NoError(t, err, "a key of another tenant")
+	for range 3 {
+		_, _, err = bounded.Create(ctx, keys.NewKey{Role: keys.RoleSystemAdmin})
+		assert.NoError(t, err, "system-admin keys are not bounded")
+	}
+	_, k, _, err := bounded.Rotate(ctx, ids[0], "test")
+	require.NoError(t, err, "rotating at the bound")
+	ids[0] = k.ID
+	_, err = bounded.RevokeID(ctx, ids[1])
+	require.NoError(t, err)
+	_, _, err = bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	assert.NoError(t, err, "a key after a revocation")
+	live, _ := inForce(t, ctx, store, "acme")
+	assert.Len(t, live, 2, "acme's keys in force")
+}
+
+// TestConcurrentCreatesKeepTheBound: of many keys of a tenant created at once on stores of their
+// own (as on several ingresses), no more than the bound stay in force, and every refusal is
+// ErrLimit.
+func TestConcurrentCreatesKeepTheBound(t *testing.T) {
+	ctx, res, store, _ := setup(t)
+	const bound, tries = 3, 12
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		made []string
+	)
+	for range tries {
+		auth, err := keys.NewAuthenticator(ctx, res.Keys, "", nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, auth.Close()) })
+		bounded := store.WithCache(auth, bound, nil)
+		wg.Go(func() {
+			_, k, err := bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+			if !assert.True(t, err == nil || errors.Is(err, keys.ErrLimit), "Create: %v", err) || err != nil {
+				return
+			}
+			mu.Lock()
+			made = append(made, k.ID)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	live, _ := inForce(t, ctx, store, "acme")
+	assert.LessOrEqual(t, len(made), bound, "keys created")
+	assert.NotEmpty(t, made, "keys created")
+	assert.ElementsMatch(t, made, live, "acme's keys in force in the bucket")
+}
+
+// TestRevokedKeysAreTrimmed: a bounded store keeps a tenant's most recently revoked keys up to
+// the bound; the older ones' records and index entries go, and their secrets become unknown.
+// Another tenant's revoked keys stay.
+func TestRevokedKeysAreTrimmed(t *testing.T) {
+	ctx, res, store, auth := setup(t)
+	bounded := store.WithCache(auth, 2, nil)
+	_, otherKey, err := store.Create(ctx, keys.NewKey{Tenant: "other", Role: keys.RoleUser})
+	require.NoError(t, err)
+	_, err = bounded.RevokeID(ctx, otherKey.ID)
+	require.NoError(t, err)
+	var secrets, ids []string
+	for range 5 {
+		secret, k, err := bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+		require.NoError(t, err)
+		time.Sleep(2 * time.Millisecond) // revocation times apart
+		_, err = bounded.RevokeID(ctx, k.ID)
+		require.NoError(t, err)
+		secrets, ids = append(secrets, secret), append(ids, k.ID)
+		_, revoked := inForce(t, ctx, store, "acme")
+		assert.LessOrEqual(t, len(revoked), 2, "acme's revoked keys after %d revocations", len(ids))
+	}
+	_, revoked := inForce(t, ctx, store, "acme")
+	assert.ElementsMatch(t, ids[3:], revoked, "acme's revoked keys kept: the last two")
+	for i, id := range ids[:3] {
+		_, err := store.Get(ctx, id)
+		assert.ErrorIs(t, err, keys.ErrUnknownKey, "an older revoked key")
+		_, err = res.Keys.Get(ctx, "id."+id)
+		assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the index entry of an older revoked key")
+		refused(t, auth, secrets[i], keys.ErrUnknownKey, "an older revoked key")
+	}
+	_, err = store.Get(ctx, otherKey.ID)
+	assert.NoError(t, err, "another tenant's revoked key")
+}
+
+// TestCachedListing: a store with a cache lists what the bucket holds, a write made through
+// another store included as soon as it is stored.
+func TestCachedListing(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	cached := store.WithCache(auth, 0, nil)
+	for _, nk := range []keys.NewKey{
+		{Tenant: "acme", Role: keys.RoleUser},
+		{Tenant: "acme", Role: keys.RoleTenantAdmin},
+		{Tenant: "other", Role: keys.RoleUser},
+		{Role: keys.RoleSystemAdmin},
+	} {
+		_, k, err := store.Create(ctx, nk) // through the store without the cache
+		require.NoError(t, err)
+		for _, tenant := range []string{"acme", "other", "nobody", ""} {
+			want, err := store.Keys(ctx, tenant)
+			require.NoError(t, err)
+			got, err := cached.Keys(ctx, tenant)
+			require.NoError(t, err)
+			assert.Equal(t, want, got, "Keys(%q) after key %s of %q", tenant, k.ID, k.Tenant)
+		}
+	}
+}
+
+// TestRemovedTenantLeavesNoKeys: removing a tenant removes its keys' records, so that a tenant
+// made again with its id has none.
+func TestRemovedTenantLeavesNoKeys(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	_, err := store.CreateTenant(ctx, "acme")
+	require.NoError(t, err)
+	secret, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.NoError(t, err)
+	authenticates(t, auth, secret)
+	require.NoError(t, store.DeleteTenant(ctx, "acme"))
+	_, err = store.Get(ctx, k.ID)
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "a key of a removed tenant")
+	_, err = store.CreateTenant(ctx, "acme")
+	require.NoError(t, err)
+	all, err := store.Keys(ctx, "acme")
+	require.NoError(t, err)
+	assert.Empty(t, all, "keys of a tenant made again")
+	refused(t, auth, secret, keys.ErrUnknownKey, "a key of a removed tenant")
+}
