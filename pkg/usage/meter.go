@@ -91,13 +91,8 @@ type counter struct {
 
 // subject is the counter's subject.
 func (c counter) subject() string {
-	switch c.kind {
-	case instancesTotal:
-		return subject.UsageTotal(c.tenant, instancesCounter)
-	case stateTotal:
-		return subject.UsageTotal(c.tenant, stateCounter)
-	case timersTotal:
-		return subject.UsageTotal(c.tenant, timersCounter)
+	if c.kind >= numKinds {
+		return subject.UsageTotal(c.tenant, totalNames[c.kind-numKinds])
 	}
 	return subject.UsageDay(c.tenant, c.kind.String(), dayStart(c.day).Format(subject.UsageDayLayout))
 }
@@ -182,14 +177,9 @@ func (m *Meter) count(c counter, n int64) {
 		u = new(Usage)
 		m.tenants[c.tenant] = u
 	}
-	switch c.kind {
-	case instancesTotal:
-		u.Instances += n
-	case stateTotal:
-		u.State += n
-	case timersTotal:
-		u.Timers += n
-	default:
+	if c.kind >= numKinds {
+		*u.total(c.kind) += n
+	} else {
 		u.Bytes[c.kind] += n
 	}
 	if *u == (Usage{}) {
@@ -399,13 +389,10 @@ func parseIncrement(msg *nats.Msg) (counter, int64, bool) {
 
 // totalNamed returns the kind of a totals counter's name.
 func totalNamed(name string) (Kind, bool) {
-	switch name {
-	case instancesCounter:
-		return instancesTotal, true
-	case stateCounter:
-		return stateTotal, true
-	case timersCounter:
-		return timersTotal, true
+	for i, n := range totalNames {
+		if n == name {
+			return numKinds + Kind(i), true
+		}
 	}
 	return 0, false
 }

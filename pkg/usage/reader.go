@@ -39,8 +39,9 @@ type Reader struct {
 
 // tally is one tenant's counters.
 type tally struct {
-	days                     map[int32]*[numKinds]int64
-	state, timers, instances int64
+	days map[int32]*[numKinds]int64
+	// totals are the totals counters' values, by kind less numKinds.
+	totals [numTotals]int64
 	// sums are the bytes of each kind within its retention, as of a moment before validUntil;
 	// a zero validUntil means they are to be summed again.
 	sums       [numKinds]int64
@@ -149,14 +150,7 @@ func (r *Reader) apply(subj string, data []byte) {
 			return
 		}
 		r.mu.Lock()
-		switch t := r.tally(tenant); total {
-		case instancesTotal:
-			t.instances = v
-		case stateTotal:
-			t.state = v
-		default:
-			t.timers = v
-		}
+		r.tally(tenant).totals[total-numKinds] = v
 		r.mu.Unlock()
 		return
 	}
@@ -210,7 +204,7 @@ func (r *Reader) Of(tenant string) Usage {
 		return Usage{}
 	}
 	if now.Before(t.validUntil) {
-		u := Usage{Bytes: t.sums, State: t.state, Timers: t.timers, Instances: t.instances}
+		u := Usage{Bytes: t.sums}.withTotals(t.totals)
 		r.mu.RUnlock()
 		return u
 	}
@@ -218,7 +212,7 @@ func (r *Reader) Of(tenant string) Usage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sum(t, now)
-	return Usage{Bytes: t.sums, State: t.state, Timers: t.timers, Instances: t.instances}
+	return Usage{Bytes: t.sums}.withTotals(t.totals)
 }
 
 // sum adds up t's days within each kind's retention at now, and forgets the days beyond every

@@ -93,7 +93,33 @@ const (
 	stateTotal = numKinds + 1
 	// timersTotal counts the bytes of a tenant's timers (their schedules) as they are now.
 	timersTotal = numKinds + 2
+	// numTotals is the number of totals counters.
+	numTotals = 3
 )
+
+// totalNames are the totals counters' names, by their kind less numKinds.
+var totalNames = [numTotals]string{instancesTotal - numKinds: instancesCounter, stateTotal - numKinds: stateCounter,
+	timersTotal - numKinds: timersCounter}
+
+// total is the field of u that the totals counter of kind k (instancesTotal, stateTotal or
+// timersTotal) counts.
+func (u *Usage) total(k Kind) *int64 {
+	switch k {
+	case instancesTotal:
+		return &u.Instances
+	case stateTotal:
+		return &u.State
+	}
+	return &u.Timers
+}
+
+// withTotals returns u with the totals counters' values, indexed by kind less numKinds.
+func (u Usage) withTotals(totals [numTotals]int64) Usage {
+	for i, v := range totals {
+		*u.total(numKinds + Kind(i)) = v
+	}
+	return u
+}
 
 // Usage is what one tenant keeps: bytes by kind, within each kind's retention; the bytes of its
 // instance records (each instance's state, status and counts) and of its timers, as they are
