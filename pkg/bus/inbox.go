@@ -344,8 +344,8 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 }
 
 // deletedBefore reports whether the message at seq, which a deletion failed to find, is gone:
-// another process deleted it, or the whole stream once it had moved the rest (nats.go's error
-// names no reason).
+// another process deleted it, or the whole stream (nats.go's error on a deletion names no
+// reason: the server's "sequence not found" is not jetstream.ErrMsgNotFound).
 func deletedBefore(ctx context.Context, legacy jetstream.Stream, seq uint64) bool {
 	_, err := legacy.GetMsg(ctx, seq)
 	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)

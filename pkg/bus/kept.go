@@ -26,6 +26,18 @@ type Kept struct {
 	Noun string
 	// NotFound is the error of an id the filter does not hold.
 	NotFound error
+	// Count, when set, is told what each kept message takes in the stream, for its tenant's
+	// usage: the bytes Add stored, and what Remove and Purge removed as negative bytes with the
+	// time the message was kept. A removal the server answers "not found" is not counted:
+	// whoever removed the message first did.
+	Count func(tenant string, bytes int64, kept time.Time)
+}
+
+// count tells Count of bytes of tenant's, when there is a Count.
+func (k *Kept) count(tenant string, bytes int64, kept time.Time) {
+	if k.Count != nil && bytes != 0 {
+		k.Count(tenant, bytes, kept)
+	}
 }
 
 // Page sizes of Kept.Page.
@@ -34,11 +46,11 @@ const (
 	KeptMaxLimit     = 200
 )
 
-// Add keeps msg, with the last error cause and the number of attempts made, under the
-// de-duplication id msgID, and returns its sequence and what it takes in the stream
-// (RecordBytes), for its tenant's usage. A second Add within the dedupe window stores nothing
-// new and returns the first one's sequence and 0 bytes.
-func (k *Kept) Add(ctx context.Context, msg *nats.Msg, msgID, cause string, attempts uint64) (uint64, int64, error) {
+// Add keeps msg of tenant, with the last error cause and the number of attempts made, under the
+// de-duplication id msgID, counts what it takes in the stream (RecordBytes) and returns its
+// sequence. A second Add within the dedupe window stores nothing new, counts nothing and
+// returns the first one's sequence.
+func (k *Kept) Add(ctx context.Context, tenant string, msg *nats.Msg, msgID, cause string, attempts uint64) (uint64, error) {
 	if msg.Header == nil {
 		msg.Header = nats.Header{}
 	}
@@ -47,12 +59,12 @@ func (k *Kept) Add(ctx context.Context, msg *nats.Msg, msgID, cause string, atte
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	ack, err := k.JS.PublishMsg(ctx, msg)
 	if err != nil {
-		return 0, 0, fmt.Errorf("storing %s: %w", k.Noun, err)
+		return 0, fmt.Errorf("storing %s: %w", k.Noun, err)
 	}
-	if ack.Duplicate {
-		return ack.Sequence, 0, nil
+	if !ack.Duplicate {
+		k.count(tenant, RecordBytes(msg.Subject, HeaderBytes(msg.Header), len(msg.Data)), time.Now())
 	}
-	return ack.Sequence, RecordBytes(msg.Subject, HeaderBytes(msg.Header), len(msg.Data)), nil
+	return ack.Sequence, nil
 }
 
 // Attempts reads the number of attempts Add stored on raw.
@@ -105,34 +117,37 @@ func (k *Kept) Get(ctx context.Context, id uint64, filter string) (*jetstream.Ra
 	return raw, nil
 }
 
-// Remove deletes the kept message id, which its caller read first (Get); a deletion the server
-// answers with jetstream.ErrMsgNotFound is NotFound.
-func (k *Kept) Remove(ctx context.Context, id uint64) error {
-	if err := k.Stream.DeleteMsg(ctx, id); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
+// Remove deletes the kept message raw of tenant, which its caller read (Get), and counts it off;
+// a message removed meanwhile (by another Remove, or a Purge) is NotFound, and not counted.
+func (k *Kept) Remove(ctx context.Context, tenant string, raw *jetstream.RawStreamMsg) error {
+	if err := k.Stream.DeleteMsg(ctx, raw.Sequence); err != nil {
+		if deletedBefore(ctx, k.Stream, raw.Sequence) {
 			return k.NotFound
 		}
 		return fmt.Errorf("removing %s: %w", k.Noun, err)
 	}
+	k.count(tenant, -StoredBytes(raw), raw.Time)
 	return nil
 }
 
-// Purge removes every kept message under filter, of the tenant named in its errors, and returns
-// what each took in the stream, to be taken off its tenant's usage. It reads their headers
-// first, by an ordered consumer, and then purges the filter up to the last one read: one kept
-// under filter meanwhile stays, to be removed by the next Purge.
-func (k *Kept) Purge(ctx context.Context, filter, tenant string) ([]Stored, error) {
+// Purge removes every kept message under filter, which are tenant's, and counts each off. It
+// reads their headers first, by an ordered consumer, and then purges the filter up to the last
+// one read: one kept under filter meanwhile stays, to be removed by the next Purge.
+func (k *Kept) Purge(ctx context.Context, filter, tenant string) error {
 	removed, last, err := k.sizes(ctx, filter)
 	if err != nil {
-		return nil, fmt.Errorf("reading the %ss of %s to purge: %w", k.Noun, tenant, err)
+		return fmt.Errorf("reading the %ss of %s to purge: %w", k.Noun, tenant, err)
 	}
 	if last == 0 {
-		return nil, nil
+		return nil
 	}
 	if err := k.Stream.Purge(ctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(last+1)); err != nil {
-		return nil, fmt.Errorf("purging %ss of %s: %w", k.Noun, tenant, err)
+		return fmt.Errorf("purging %ss of %s: %w", k.Noun, tenant, err)
 	}
-	return removed, nil
+	for _, r := range removed {
+		k.count(tenant, -r.Bytes, r.At)
+	}
+	return nil
 }
 
 // sizes reads what each kept message under filter takes in the stream, and the sequence of the

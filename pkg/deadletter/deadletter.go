@@ -74,8 +74,10 @@ type Store struct {
 
 // NewStore returns a Store over the bus's dead-letter stream.
 func NewStore(res *bus.Resources, claims *bus.Blobs) *Store {
-	return &Store{kept: bus.Kept{Stream: res.DeadLetters, JS: res.JS, Noun: "dead letter", NotFound: ErrNotFound},
-		js: res.JS, claims: claims}
+	s := &Store{js: res.JS, claims: claims}
+	s.kept = bus.Kept{Stream: res.DeadLetters, JS: res.JS, Noun: "dead letter", NotFound: ErrNotFound,
+		Count: func(tenant string, bytes int64, kept time.Time) { s.meter.AddAt(tenant, usage.Kept, bytes, kept) }}
+	return s
 }
 
 // Meter makes the store count the dead letters it keeps and removes in their tenants' usage
@@ -92,9 +94,7 @@ func (s *Store) Add(ctx context.Context, req *agentbusv1.Request, data []byte, i
 		Data:    data,
 		Header:  nats.Header{},
 	}
-	id, n, err := s.kept.Add(ctx, msg, subject.DeadLetterMsgID(req.GetTenantId(), req.GetAgentName(), inboxSeq), cause, uint64(max(attempts, 0)))
-	s.meter.Add(req.GetTenantId(), usage.Kept, n)
-	return id, err
+	return s.kept.Add(ctx, req.GetTenantId(), msg, subject.DeadLetterMsgID(req.GetTenantId(), req.GetAgentName(), inboxSeq), cause, uint64(max(attempts, 0)))
 }
 
 // ListOptions select a page of dead letters.
@@ -199,12 +199,8 @@ func (s *Store) Replay(ctx context.Context, tenant string, id uint64) (Letter, e
 	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(subject.ReplayMsgID(tenant, req.GetRequestId(), id))); err != nil {
 		return Letter{}, fmt.Errorf("publishing the replayed request: %w", err)
 	}
-	switch err := s.kept.Stream.DeleteMsg(ctx, id); {
-	case errors.Is(err, jetstream.ErrMsgNotFound): // removed meanwhile, and counted off by whoever did
-	case err != nil:
-		return Letter{}, fmt.Errorf("removing the replayed dead letter: %w", err)
-	default:
-		s.uncount(tenant, raw)
+	if err := s.kept.Remove(ctx, tenant, raw); err != nil && !errors.Is(err, ErrNotFound) { // not found: removed meanwhile
+		return Letter{}, fmt.Errorf("replayed, then %w", err)
 	}
 	return l, nil
 }
@@ -216,10 +212,9 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := s.kept.Remove(ctx, id); err != nil {
+	if err := s.kept.Remove(ctx, tenant, raw); err != nil {
 		return err
 	}
-	s.uncount(tenant, raw)
 	req := new(agentbusv1.Request)
 	if proto.Unmarshal(raw.Data, req) == nil && req.GetEnvelopeRef() != nil {
 		if err := s.claims.Delete(ctx, req.GetEnvelopeRef()); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -231,16 +226,7 @@ func (s *Store) Discard(ctx context.Context, tenant string, id uint64) error {
 
 // PurgeTenant removes every dead letter of a tenant (the tenant is being deleted).
 func (s *Store) PurgeTenant(ctx context.Context, tenant string) error {
-	removed, err := s.kept.Purge(ctx, subject.TenantDeadLetters(tenant), tenant)
-	for _, r := range removed {
-		s.meter.AddAt(tenant, usage.Kept, -r.Bytes, r.At)
-	}
-	return err
-}
-
-// uncount takes a removed dead letter off its tenant's usage.
-func (s *Store) uncount(tenant string, raw *jetstream.RawStreamMsg) {
-	s.meter.AddAt(tenant, usage.Kept, -bus.StoredBytes(raw), raw.Time)
+	return s.kept.Purge(ctx, subject.TenantDeadLetters(tenant), tenant)
 }
 
 // Decode reads a stored dead letter, as the stream holds it. A request kept by claim check

@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -86,7 +85,7 @@ func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) {
 		// A one-time schedule: the server removed it as it fired.
 		s.meter.AddTimers(req.GetTenantId(), -headerBytesValue(m.Headers()))
 	}
-	if err := s.stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := s.stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil { // another relay's deletion, say
 		log.Debug("deleting a relayed timer", "err", err)
 	}
 }

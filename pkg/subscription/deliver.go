@@ -22,7 +22,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/retry"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
-	"github.com/agentbus/agentbus/pkg/usage"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
 )
 
@@ -365,7 +364,6 @@ func (s *Store) keep(ctx context.Context, sub *Subscription, ev Event, attempts 
 	msg := &nats.Msg{Subject: subject.Undelivered(sub.TenantID, sub.ID), Data: ev.Body, Header: nats.Header{}}
 	msg.Header.Set(subject.HeaderEventID, ev.ID)
 	msg.Header.Set(subject.HeaderEventType, ev.Type)
-	_, n, err := s.undelivered.Add(ctx, msg, subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID), cause.Error(), attempts)
-	s.meter.Add(sub.TenantID, usage.Kept, n)
+	_, err := s.undelivered.Add(ctx, sub.TenantID, msg, subject.UndeliveredMsgID(sub.TenantID, sub.ID, ev.ID), cause.Error(), attempts)
 	return err
 }

@@ -175,12 +175,13 @@ type Store struct {
 // NewStore returns a Store over the bus's resources.
 func NewStore(res *bus.Resources, cfg Config) *Store {
 	cfg = cfg.withDefaults()
-	undelivered := bus.Kept{Stream: res.Undelivered, JS: res.JS, Noun: "undelivered event", NotFound: ErrEventNotFound}
 	s := &Store{
 		cfg: cfg, js: res.JS, kv: res.Subscriptions,
-		messages: res.Messages, dead: res.DeadLetters, undelivered: undelivered,
+		messages: res.Messages, dead: res.DeadLetters,
 		public: outbound.NewClient(cfg.Timeout, false), literal: outbound.NewClient(cfg.Timeout, true),
 	}
+	s.undelivered = bus.Kept{Stream: res.Undelivered, JS: res.JS, Noun: "undelivered event", NotFound: ErrEventNotFound,
+		Count: func(tenant string, bytes int64, kept time.Time) { s.meter.AddAt(tenant, usage.Kept, bytes, kept) }}
 	m, err := usage.NewMeter(res.JS.Conn(), cfg.Logger)
 	if err != nil {
 		cfg.Logger.Error("undelivered events will not count in their tenants' usage", "err", err)
@@ -430,9 +431,7 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) error {
 	if err := s.removeProgress(ctx, &sub); err != nil {
 		return err
 	}
-	removed, err := s.undelivered.Purge(ctx, subject.Undelivered(tenant, id), tenant)
-	s.uncount(tenant, removed...)
-	if err != nil {
+	if err := s.undelivered.Purge(ctx, subject.Undelivered(tenant, id), tenant); err != nil {
 		return fmt.Errorf("removing the subscription's undelivered events: %w", err)
 	}
 	return nil
@@ -449,16 +448,7 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
 			return err
 		}
 	}
-	removed, err := s.undelivered.Purge(ctx, subject.TenantUndelivered(tenant), tenant)
-	s.uncount(tenant, removed...)
-	return err
-}
-
-// uncount takes removed undelivered events off their tenant's usage.
-func (s *Store) uncount(tenant string, removed ...bus.Stored) {
-	for _, r := range removed {
-		s.meter.AddAt(tenant, usage.Kept, -r.Bytes, r.At)
-	}
+	return s.undelivered.Purge(ctx, subject.TenantUndelivered(tenant), tenant)
 }
 
 // List is the answer of the subscription list: the tenant's subscriptions, secrets left out.

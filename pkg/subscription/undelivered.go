@@ -87,12 +87,8 @@ func (s *Store) Replay(ctx context.Context, tenant, id string, seq uint64) (Unde
 	if err := s.post(ctx, &sub, Event{ID: u.EventID, Type: u.Type, Body: raw.Data}); err != nil {
 		return u, err
 	}
-	switch err := s.undelivered.Stream.DeleteMsg(ctx, seq); {
-	case errors.Is(err, jetstream.ErrMsgNotFound): // removed meanwhile, and counted off by whoever did
-	case err != nil:
-		return u, fmt.Errorf("removing the replayed event: %w", err)
-	default:
-		s.uncount(tenant, bus.Stored{Bytes: bus.StoredBytes(raw), At: raw.Time})
+	if err := s.undelivered.Remove(ctx, tenant, raw); err != nil && !errors.Is(err, ErrEventNotFound) { // not found: removed meanwhile
+		return u, fmt.Errorf("delivered, then %w", err)
 	}
 	return u, nil
 }
@@ -107,9 +103,5 @@ func (s *Store) Discard(ctx context.Context, tenant, id string, seq uint64) erro
 	if err != nil {
 		return err
 	}
-	if err := s.undelivered.Remove(ctx, seq); err != nil {
-		return err
-	}
-	s.uncount(tenant, bus.Stored{Bytes: bus.StoredBytes(raw), At: raw.Time})
-	return nil
+	return s.undelivered.Remove(ctx, tenant, raw)
 }
