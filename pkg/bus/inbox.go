@@ -333,7 +333,7 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 		if err := moveLegacy(ctx, r, raw, made); err != nil {
 			return err
 		}
-		if err := legacy.DeleteMsg(ctx, raw.Sequence); err != nil && !deletedBefore(ctx, legacy, raw.Sequence) {
+		if err := legacy.DeleteMsg(ctx, raw.Sequence); err != nil && !DeletedBefore(ctx, legacy, raw.Sequence) {
 			return gone(fmt.Errorf("deleting moved request %d of %s: %w", raw.Sequence, subject.LegacyInboxStream, err))
 		}
 	}
@@ -341,14 +341,6 @@ func migrateLegacyInbox(ctx context.Context, r *Resources) error {
 		return gone(fmt.Errorf("deleting stream %s: %w", subject.LegacyInboxStream, err))
 	}
 	return nil
-}
-
-// deletedBefore reports whether the message at seq, which a deletion failed to find, is gone:
-// another process deleted it, or the whole stream (nats.go's error on a deletion names no
-// reason: the server's "sequence not found" is not jetstream.ErrMsgNotFound).
-func deletedBefore(ctx context.Context, legacy jetstream.Stream, seq uint64) bool {
-	_, err := legacy.GetMsg(ctx, seq)
-	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // gone is nil when err says the stream is gone: another process finished moving or deleting it.

@@ -67,6 +67,14 @@ func (k *Kept) Add(ctx context.Context, tenant string, msg *nats.Msg, msgID, cau
 	return ack.Sequence, nil
 }
 
+// DeletedBefore reports whether the message at seq, which a deletion failed to delete, is gone:
+// another process deleted it, or the whole stream. nats.go's error on a deletion names no
+// reason: the server's "sequence not found" is not jetstream.ErrMsgNotFound.
+func DeletedBefore(ctx context.Context, stream jetstream.Stream, seq uint64) bool {
+	_, err := stream.GetMsg(ctx, seq)
+	return errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
 // Attempts reads the number of attempts Add stored on raw.
 func Attempts(raw *jetstream.RawStreamMsg) int {
 	n, _ := strconv.Atoi(raw.Header.Get(subject.HeaderAttempts))
@@ -121,7 +129,7 @@ func (k *Kept) Get(ctx context.Context, id uint64, filter string) (*jetstream.Ra
 // a message removed meanwhile (by another Remove, or a Purge) is NotFound, and not counted.
 func (k *Kept) Remove(ctx context.Context, tenant string, raw *jetstream.RawStreamMsg) error {
 	if err := k.Stream.DeleteMsg(ctx, raw.Sequence); err != nil {
-		if deletedBefore(ctx, k.Stream, raw.Sequence) {
+		if DeletedBefore(ctx, k.Stream, raw.Sequence) {
 			return k.NotFound
 		}
 		return fmt.Errorf("removing %s: %w", k.Noun, err)

@@ -81,12 +81,15 @@ func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) {
 		return
 	}
 	_ = m.Ack()
-	if m.Headers().Get(jetstream.ScheduleNextHeader) == scheduleNextPurge {
-		// A one-time schedule: the server removed it as it fired.
-		s.meter.AddTimers(req.GetTenantId(), -headerBytesValue(m.Headers()))
-	}
-	if err := s.stream.DeleteMsg(ctx, md.Sequence.Stream); err != nil { // another relay's deletion, say
+	err = s.stream.DeleteMsg(ctx, md.Sequence.Stream)
+	if err != nil {
 		log.Debug("deleting a relayed timer", "err", err)
+	}
+	// A one-time schedule: the server removed it as it fired. Of relays of one firing (its
+	// acknowledgement lost, say), the one whose deletion of it succeeded counts it off.
+	if m.Headers().Get(jetstream.ScheduleNextHeader) == scheduleNextPurge &&
+		(err == nil || !bus.DeletedBefore(ctx, s.stream, md.Sequence.Stream)) {
+		s.meter.AddTimers(req.GetTenantId(), -headerBytesValue(m.Headers()))
 	}
 }
 
