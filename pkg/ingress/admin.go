@@ -273,8 +273,9 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) {
 }
 
 // tenantStillThere closes the race between creating a key and deleting its tenant: a tenant
-// being deleted is unknown from the moment its deletion starts, before its keys are revoked,
-// so a key created while it was still known is either revoked by the deletion or revoked here.
+// being deleted is unknown from the moment its deletion starts, before its keys are revoked and
+// removed, so a key created while it was still known is either revoked and removed by the
+// deletion or removed here (its secret is not shown).
 // On failure it has written the problem and returns false.
 func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k keys.Key) bool {
 	if k.Tenant == "" {
@@ -284,8 +285,8 @@ func (s *Server) tenantStillThere(w http.ResponseWriter, ctx context.Context, k 
 	if err == nil {
 		return true
 	}
-	if _, rerr := s.keys.RevokeID(ctx, k.ID); rerr != nil {
-		s.log.Error("revoking a key of a deleted tenant", "key", k.ID, "err", rerr)
+	if rerr := s.keys.Remove(context.WithoutCancel(ctx), k.ID); rerr != nil && !errors.Is(rerr, keys.ErrUnknownKey) {
+		s.log.Error("removing a key of a deleted tenant", "key", k.ID, "err", rerr)
 	}
 	if errors.Is(err, keys.ErrUnknownTenant) {
 		problem.UnknownTenant.Write(w, "no such tenant")

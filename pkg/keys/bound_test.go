@@ -169,3 +169,19 @@ func TestRemovedTenantLeavesNoKeys(t *testing.T) {
 	assert.Empty(t, all, "keys of a tenant made again")
 	refused(t, auth, secret, keys.ErrUnknownKey, "a key of a removed tenant")
 }
+
+// TestRemove: a removed key leaves neither record nor index entry, and its secret is unknown.
+func TestRemove(t *testing.T) {
+	ctx, res, store, auth := setup(t)
+	secret, k, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+	require.NoError(t, err)
+	authenticates(t, auth, secret)
+	require.NoError(t, store.Remove(ctx, k.ID))
+	_, err = store.Get(ctx, k.ID)
+	assert.ErrorIs(t, err, keys.ErrUnknownKey, "a removed key")
+	_, err = res.Keys.Get(ctx, "id."+k.ID)
+	assert.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the index entry of a removed key")
+	refused(t, auth, secret, keys.ErrUnknownKey, "a removed key")
+	assert.ErrorIs(t, store.Remove(ctx, k.ID), keys.ErrUnknownKey, "removing again")
+	assert.ErrorIs(t, store.Remove(ctx, "not-an-id"), keys.ErrUnknownKey)
+}

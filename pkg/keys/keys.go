@@ -509,6 +509,24 @@ func (s *Store) Get(ctx context.Context, id string) (Key, error) {
 	return k, nil
 }
 
+// Remove removes the key with this id, record and index, as if it had never been created: for a
+// key whose secret was never shown (one created for a tenant deleted meanwhile). ErrUnknownKey
+// if there is none.
+func (s *Store) Remove(ctx context.Context, id string) error {
+	h, err := s.hashOf(ctx, id)
+	if err != nil {
+		return err
+	}
+	k, err := s.byHash(ctx, h)
+	if err != nil {
+		return err
+	}
+	if k.ID != id {
+		return ErrUnknownKey
+	}
+	return s.remove(ctx, storedKey{hash: h, key: k})
+}
+
 // RevokeID marks the key with this id revoked and returns its record. Revoking a revoked key
 // again keeps the first revocation time.
 func (s *Store) RevokeID(ctx context.Context, id string) (Key, error) {
