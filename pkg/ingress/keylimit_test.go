@@ -1,8 +1,13 @@
 package ingress_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -57,4 +62,38 @@ func TestTenantKeysAreBounded(t *testing.T) {
 	status, h, b = adminReq(t, s, http.MethodGet, acmeKeys+"/"+revoked[0], systemKey, nil)
 	p = problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	require.Equal(t, "urn:agentbus:problem:unknown-key", p["type"], "a revoked key no longer kept: %v", p)
+}
+
+// TestRemovedKeysLeaveNoMarkers: the purge markers a removed key leaves in the keys bucket (its
+// record's and its index entry's) are taken out by the ingress that removed it, one to two
+// rounds of KeyCompactEvery later.
+func TestRemovedKeysLeaveNoMarkers(t *testing.T) {
+	t.Parallel()
+	const every = time.Second
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, MaxKeysPerTenant: 1, KeyCompactEvery: every})
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
+	var first string
+	for i := range 2 {
+		k := createKey(t, s, "acme", systemKey, "k", "user")
+		adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme/keys/"+k.ID, systemKey, nil, http.StatusNoContent, nil)
+		if i == 0 {
+			first = k.ID
+		}
+	}
+	// The second revocation removed the first key: its index entry holds a marker.
+	ctx := context.Background()
+	stream, err := s.Res.JS.Stream(ctx, "KV_"+s.Res.Keys.Bucket())
+	require.NoError(t, err)
+	holds := func() bool {
+		_, err := stream.GetLastMsgForSubject(ctx, "$KV."+s.Res.Keys.Bucket()+".id."+first)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	require.True(t, holds(), "the removed key's index marker")
+	require.Eventually(t, func() bool { return !holds() }, 10*every, every/10, "the marker taken out")
+	_, err = s.Res.Keys.Get(ctx, "compacted")
+	assert.NoError(t, err, "the compaction's own entry")
 }

@@ -107,6 +107,10 @@ type Config struct {
 	// MaxKeysPerTenant bounds each tenant's API keys in force, and the revoked ones kept
 	// (keys.Store.WithCache). Default keys.DefaultMaxPerTenant.
 	MaxKeysPerTenant int
+	// KeyCompactEvery is how often the instance takes the purge markers of the keys it removed
+	// out of the keys bucket, once they are that old (keys.Store.Compact). Default
+	// DefaultKeyCompactEvery.
+	KeyCompactEvery time.Duration
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
@@ -224,6 +228,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxKeysPerTenant == 0 {
 		c.MaxKeysPerTenant = keys.DefaultMaxPerTenant
 	}
+	if c.KeyCompactEvery <= 0 {
+		c.KeyCompactEvery = DefaultKeyCompactEvery
+	}
 	if c.ListenBufferBytes == 0 {
 		c.ListenBufferBytes = DefaultListenBufferBytes
 	}
@@ -241,20 +248,22 @@ func (c Config) withDefaults() Config {
 
 // Server is the HTTP API.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	js       jetstream.JetStream
-	res      *bus.Resources
-	auth     *keys.Authenticator
-	keys     *keys.Store
-	dir      *registry.Directory
-	closeDir func() error // closes dir when the Server made it (Config.Directory nil), else nothing
-	replies  *bus.Replies
-	claims   *bus.Blobs
-	dead     *deadletter.Store
-	subs     *subscription.Store
-	remote   *remote.Store
-	handler  http.Handler
+	cfg  Config
+	log  *slog.Logger
+	js   jetstream.JetStream
+	res  *bus.Resources
+	auth *keys.Authenticator
+	keys *keys.Store
+	// stopKeyCompaction stops the compaction of the keys bucket (startKeyCompaction).
+	stopKeyCompaction func() error
+	dir               *registry.Directory
+	closeDir          func() error // closes dir when the Server made it (Config.Directory nil), else nothing
+	replies           *bus.Replies
+	claims            *bus.Blobs
+	dead              *deadletter.Store
+	subs              *subscription.Store
+	remote            *remote.Store
+	handler           http.Handler
 	// mcpHandler serves the MCP endpoint's requests once they are authenticated.
 	mcpHandler http.Handler
 	limits     *limiter
@@ -382,6 +391,8 @@ func (s *Server) start(ctx context.Context) (err error) {
 	}
 	started = append(started, s.auth.Close)
 	s.keys = s.keys.WithCache(s.auth, s.cfg.MaxKeysPerTenant, s.log)
+	s.stopKeyCompaction = s.startKeyCompaction()
+	started = append(started, s.stopKeyCompaction)
 	s.dir, s.closeDir = s.cfg.Directory, func() error { return nil } // a shared one is its maker's to close
 	if s.dir == nil {
 		if s.dir, err = registry.NewDirectory(ctx, s.res.Registry, s.res.Hosts, s.log); err != nil {
@@ -431,7 +442,7 @@ func (s *Server) CloseStreams() { s.closeOnce.Do(func() { close(s.closing) }) }
 func (s *Server) Close() (err error) {
 	defer func() { err = errors.Join(err, s.storage.close()) }()
 	s.CloseStreams()
-	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.closeDir(), s.auth.Close(), s.tenantLimits.close())
+	return errors.Join(s.sharing.close(), s.confirms.close(), s.stats.close(), s.replies.Close(), s.closeDir(), s.stopKeyCompaction(), s.auth.Close(), s.tenantLimits.close())
 }
 
 // SetTenantRates sets a tenant's rate limits on this instance, in place of the configured ones,

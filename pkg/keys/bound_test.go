@@ -185,3 +185,73 @@ func TestRemove(t *testing.T) {
 	assert.ErrorIs(t, store.Remove(ctx, k.ID), keys.ErrUnknownKey, "removing again")
 	assert.ErrorIs(t, store.Remove(ctx, "not-an-id"), keys.ErrUnknownKey)
 }
+
+// TestCompact: compaction takes the markers of removed keys out of the bucket's stream, and
+// keeps the keys that are there, a key written again after its marker included; a cache that
+// starts after it loads the bucket.
+func TestCompact(t *testing.T) {
+	ctx, res, store, auth := setup(t)
+	bounded := store.WithCache(auth, 1, nil)
+	// A fixed secret seeded, removed and seeded again (as the standalone's dev key may be).
+	const fixed = "a-fixed-secret-0123456789"
+	first, err := store.Seed(ctx, fixed, keys.NewKey{Tenant: "other", Role: keys.RoleUser})
+	require.NoError(t, err)
+	require.NoError(t, bounded.Remove(ctx, first.ID))
+	again, err := store.Seed(ctx, fixed, keys.NewKey{Tenant: "other", Role: keys.RoleUser})
+	require.NoError(t, err)
+	var gone []keys.Key
+	var kept string
+	// Then keys revoked, the older ones removed: the stream's newest message is a marker.
+	for i := range 3 {
+		secret, k, err := bounded.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser})
+		require.NoError(t, err)
+		_, err = bounded.RevokeID(ctx, k.ID)
+		require.NoError(t, err)
+		if i < 2 {
+			gone = append(gone, k)
+		} else {
+			kept = secret
+		}
+		time.Sleep(2 * time.Millisecond) // revocation times apart
+	}
+	assert.Equal(t, int64(3), bounded.Removed(), "keys removed")
+
+	stream, err := res.JS.Stream(ctx, "KV_"+res.Keys.Bucket())
+	require.NoError(t, err)
+	holds := func(key string) bool {
+		_, err := stream.GetLastMsgForSubject(ctx, "$KV."+res.Keys.Bucket()+"."+key)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	for _, k := range gone {
+		require.True(t, holds("id."+k.ID), "the marker of a removed key's index entry, before")
+	}
+	require.NoError(t, bounded.Compact(ctx, time.Hour))
+	for _, k := range gone {
+		assert.True(t, holds("id."+k.ID), "a marker younger than the age compacted")
+	}
+	require.NoError(t, bounded.Compact(ctx, 0))
+	for _, k := range append(gone, first) {
+		assert.False(t, holds("id."+k.ID), "the marker of key %s's index entry", k.ID)
+	}
+	assert.True(t, holds(keys.Hash(fixed)), "the key seeded again after its marker")
+
+	cache, err := keys.NewAuthenticator(ctx, res.Keys, "", nil)
+	require.NoError(t, err, "a cache loading the compacted bucket")
+	defer func() { assert.NoError(t, cache.Close()) }()
+	_, err = cache.Authenticate(kept)
+	assert.ErrorIs(t, err, keys.ErrRevoked, "the revoked key kept")
+	k, err := cache.Authenticate(fixed)
+	require.NoError(t, err, "the key seeded again")
+	assert.Equal(t, again.ID, k.ID)
+	for _, tenant := range []string{"acme", "other"} {
+		want, err := store.Keys(ctx, tenant)
+		require.NoError(t, err)
+		got, err := store.WithCache(cache, 0, nil).Keys(ctx, tenant)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "the keys of %s", tenant)
+	}
+}

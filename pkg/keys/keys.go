@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -129,6 +130,8 @@ type Store struct {
 	cache *Authenticator
 	max   int
 	log   *slog.Logger
+	// removed counts the keys this Store (and its copies) removed, for Removed.
+	removed *atomic.Int64
 }
 
 // NewStore returns a Store over the keys and tenants buckets of js. It lists keys by reading
@@ -150,7 +153,64 @@ func (s *Store) WithCache(cache *Authenticator, max int, log *slog.Logger) *Stor
 	}
 	c := *s
 	c.cache, c.max, c.log = cache, max, log
+	if c.removed == nil {
+		c.removed = new(atomic.Int64)
+	}
 	return &c
+}
+
+// Removed is how many keys s and the copies of it WithCache made removed so far (0 without a
+// cache): an owner runs Compact when it moved.
+func (s *Store) Removed() int64 {
+	if s.removed == nil {
+		return 0
+	}
+	return s.removed.Load()
+}
+
+// compactedKey is the key of Compact's own entry in the keys bucket. It is not a hash, so the
+// Authenticator and Keys pass it by.
+const compactedKey = "compacted"
+
+// Compact removes from the keys bucket's stream the purge markers that removed keys left
+// there (their records' and their index entries'), once they are older than olderThan: every
+// Authenticator following the bucket applied them long before, and one that starts later has
+// nothing to apply, the records they removed being gone. It writes an entry of its own first, so
+// that the stream's newest message stays one that is there: a cache loading the bucket waits for
+// the newest message's revision (bus.NewestRevision). Each marker goes with what came before it
+// on its key, up to its own revision: a key written again since keeps the new entry. It holds
+// the markers it reads in memory, not the records.
+func (s *Store) Compact(ctx context.Context, olderThan time.Duration) error {
+	if _, err := s.keys.Put(ctx, compactedKey, []byte(time.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+		return fmt.Errorf("compacting keys: %w", err)
+	}
+	bucket := s.keys.Bucket()
+	stream, err := s.js.Stream(ctx, subject.KVStream(bucket))
+	if err != nil {
+		return fmt.Errorf("compacting keys: %w", err)
+	}
+	markers := make(map[string]jetstream.KeyValueEntry)
+	err = bus.Scan(ctx, s.js, s.keys, nil, func(e jetstream.KeyValueEntry) error {
+		if e.Operation() == jetstream.KeyValuePut {
+			delete(markers, e.Key()) // a key's later entries come after its earlier ones
+		} else {
+			markers[e.Key()] = e
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("compacting keys: %w", err)
+	}
+	before := time.Now().Add(-olderThan)
+	for key, e := range markers {
+		if e.Created().After(before) {
+			continue
+		}
+		if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject.KVKeyPrefix(bucket)+key), jetstream.WithPurgeSequence(e.Revision()+1)); err != nil {
+			return fmt.Errorf("compacting keys: %w", err)
+		}
+	}
+	return nil
 }
 
 // CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted.
@@ -386,6 +446,9 @@ func (s *Store) remove(ctx context.Context, e storedKey) error {
 	}
 	if err := s.keys.Purge(ctx, indexKey(e.key.ID)); err != nil {
 		return fmt.Errorf("removing key index: %w", err)
+	}
+	if s.removed != nil {
+		s.removed.Add(1)
 	}
 	return nil
 }

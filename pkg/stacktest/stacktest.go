@@ -50,6 +50,8 @@ type Options struct {
 	MaxRemoteAgentsPerTenant int
 	// MaxKeysPerTenant of the ingress; default keys.DefaultMaxPerTenant.
 	MaxKeysPerTenant int
+	// KeyCompactEvery of the ingress; default ingress.DefaultKeyCompactEvery.
+	KeyCompactEvery time.Duration
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh natstest.StoreDir. Reuse it to restart on the
@@ -125,7 +127,8 @@ func Start(t testing.TB, opts Options) *Stack {
 		Agents:   opts.Agents,
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress: ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs,
-			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant, MaxKeysPerTenant: opts.MaxKeysPerTenant},
+			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant, MaxKeysPerTenant: opts.MaxKeysPerTenant,
+			KeyCompactEvery: opts.KeyCompactEvery},
 		Host:     hc,
 		Logger:   Logger(t),
 		MaxStore: opts.MaxStore,
