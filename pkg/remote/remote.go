@@ -320,10 +320,33 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	if err != nil {
 		return Registration{}, err
 	}
+	if !replace && owner != "" {
+		if err := s.withinLimit(ctx, owner, r.Name); err != nil {
+			return Registration{}, err
+		}
+	}
 	// The agent's calls need its inbox: made here, the first call seldom waits for the host
 	// serving it to make it (which it does anyway: an error here changes nothing).
 	_, _ = s.res.InboxWith(ctx, r.Name, reg.Partitions)
 	return reg, nil
+}
+
+// withinLimit counts owner's registrations again once its new one, name, is stored: a listing
+// read after it holds every registration stored before it, so that of those made at once past
+// the limit the later ones count the earlier and give way (more than needed may), and none is
+// kept past it. Past the limit it removes name's and answers ErrLimit.
+func (s *Store) withinLimit(ctx context.Context, owner, name string) error {
+	have, err := s.List(ctx, owner)
+	if err == nil && len(have) <= s.maxPerTenant {
+		return nil
+	}
+	if err == nil {
+		err = ErrLimit
+	}
+	if derr := s.Delete(context.WithoutCancel(ctx), owner, name); derr != nil && !errors.Is(derr, ErrNotFound) {
+		err = errors.Join(err, derr)
+	}
+	return err
 }
 
 // put makes one attempt of Put, with r validated. It answers an error that bus.IsConflict

@@ -282,7 +282,9 @@ func validID(id string) bool {
 }
 
 // Create stores a new subscription of the tenant and starts its consumers, from now on: the
-// events stored after Create returns are delivered. The result carries the secret.
+// events stored after Create returns are delivered. The result carries the secret. A tenant
+// that has Config.MaxPerTenant subscriptions gets ErrLimit; of subscriptions created at once
+// past it, the later ones give way (more than needed may), and none is kept past it.
 func (s *Store) Create(ctx context.Context, tenant string, n New) (Subscription, error) {
 	sub, err := s.validate(tenant, n)
 	if err != nil {
@@ -306,11 +308,28 @@ func (s *Store) Create(ctx context.Context, tenant string, n New) (Subscription,
 	if err != nil {
 		return Subscription{}, fmt.Errorf("encoding subscription: %w", err)
 	}
-	if _, err := s.kv.Create(ctx, subject.SubscriptionKey(tenant, sub.ID), b); err != nil {
+	key := subject.SubscriptionKey(tenant, sub.ID)
+	if _, err := s.kv.Create(ctx, key, b); err != nil {
 		s.removeConsumers(context.WithoutCancel(ctx), &sub)
 		return Subscription{}, fmt.Errorf("storing subscription: %w", err)
 	}
-	return sub, nil
+	// Counted again now that it is stored: a listing read after it holds every subscription
+	// stored before it, so that of those created at once past the limit the later ones count
+	// the earlier and give way.
+	if have, err = s.List(ctx, tenant); err == nil && len(have) <= s.cfg.MaxPerTenant {
+		return sub, nil
+	}
+	if err == nil {
+		err = ErrLimit
+	}
+	wctx := context.WithoutCancel(ctx)
+	if perr := s.kv.Purge(wctx, key); perr != nil {
+		err = errors.Join(err, fmt.Errorf("removing the subscription past the limit: %w", perr))
+	}
+	if rerr := s.removeConsumers(wctx, &sub); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return Subscription{}, err
 }
 
 // source is one stream a subscription's events come from.
