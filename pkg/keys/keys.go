@@ -558,36 +558,36 @@ func (s *Store) hashOf(ctx context.Context, id string) (string, error) {
 
 // Get returns the record of the key with this id; ErrUnknownKey if there is none.
 func (s *Store) Get(ctx context.Context, id string) (Key, error) {
+	e, err := s.byID(ctx, id)
+	return e.key, err
+}
+
+// byID reads the record of the key with this id, with its hash, through the index;
+// ErrUnknownKey if there is none.
+func (s *Store) byID(ctx context.Context, id string) (storedKey, error) {
 	h, err := s.hashOf(ctx, id)
 	if err != nil {
-		return Key{}, err
+		return storedKey{}, err
 	}
 	k, err := s.byHash(ctx, h)
 	if err != nil {
-		return Key{}, err
+		return storedKey{}, err
 	}
 	if k.ID != id {
-		return Key{}, ErrUnknownKey
+		return storedKey{}, ErrUnknownKey
 	}
-	return k, nil
+	return storedKey{hash: h, key: k}, nil
 }
 
 // Remove removes the key with this id, record and index, as if it had never been created: for a
 // key whose secret was never shown (one created for a tenant deleted meanwhile). ErrUnknownKey
 // if there is none.
 func (s *Store) Remove(ctx context.Context, id string) error {
-	h, err := s.hashOf(ctx, id)
+	e, err := s.byID(ctx, id)
 	if err != nil {
 		return err
 	}
-	k, err := s.byHash(ctx, h)
-	if err != nil {
-		return err
-	}
-	if k.ID != id {
-		return ErrUnknownKey
-	}
-	return s.remove(ctx, storedKey{hash: h, key: k})
+	return s.remove(ctx, e)
 }
 
 // RevokeID marks the key with this id revoked and returns its record. Revoking a revoked key
@@ -609,17 +609,11 @@ func (s *Store) RevokeID(ctx context.Context, id string) (Key, error) {
 // new record and the revoked old one. A key already revoked is not rotated (ErrRevoked), so
 // that of two concurrent rotations only one yields a working key.
 func (s *Store) Rotate(ctx context.Context, id, createdBy string) (string, Key, Key, error) {
-	h, err := s.hashOf(ctx, id)
+	e, err := s.byID(ctx, id)
 	if err != nil {
 		return "", Key{}, Key{}, err
 	}
-	old, err := s.byHash(ctx, h)
-	if err != nil {
-		return "", Key{}, Key{}, err
-	}
-	if old.ID != id {
-		return "", Key{}, Key{}, ErrUnknownKey
-	}
+	h, old := e.hash, e.key
 	if old.RevokedAt != nil {
 		return "", Key{}, Key{}, ErrRevoked
 	}
