@@ -161,22 +161,22 @@ func (s *Store) Put(ctx context.Context, r Record) (Record, error) {
 		}
 		return Record{}, fmt.Errorf("writing instance: %w", err)
 	}
-	if r.Revision == 0 {
-		s.meter.AddInstance(r.Tenant)
-		r.Size = 0
-	}
 	size := bus.KVRecordBytes(s.kv.Bucket(), key, b, r.Revision)
-	s.meter.AddState(r.Tenant, size-r.Size)
+	s.count(r, size)
 	r.Revision, r.Size = rev, size
 	return r, nil
 }
 
 // Landed counts a write of r whose outcome Put could not tell (it failed, but not by a
 // conflict), which a read found stored: now is the record as read.
-func (s *Store) Landed(r, now Record) {
+func (s *Store) Landed(r, now Record) { s.count(r, now.Size) }
+
+// count counts a write of r that stored size bytes: an instance when it made the record, and
+// what the record takes more or less than the revision r replaced.
+func (s *Store) count(r Record, size int64) {
 	if r.Revision == 0 {
 		s.meter.AddInstance(r.Tenant)
 		r.Size = 0
 	}
-	s.meter.AddState(r.Tenant, now.Size-r.Size)
+	s.meter.AddState(r.Tenant, size-r.Size)
 }
