@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -86,7 +85,6 @@ type TimerRelay struct {
 	stop  context.CancelFunc
 	done  sync.WaitGroup
 	meter *usage.Meter // publishes the relay's counts (nil: none)
-	log   *slog.Logger
 }
 
 // RelayTimers relays the fired timers of every agent until Close, starting again a second after
@@ -104,7 +102,7 @@ func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *Tim
 		log.Error("fired timers will not be counted off their tenants' usage", "err", err)
 	} else {
 		timers.Meter(m)
-		r.meter, r.log = m, log
+		r.meter = m
 		r.done.Go(func() { m.Run(rctx) })
 	}
 	r.done.Go(func() { relayTimers(rctx, timers, log) })
@@ -116,13 +114,6 @@ func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *Tim
 func (r *TimerRelay) Close() error {
 	r.stop()
 	r.done.Wait()
-	if r.meter == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := r.meter.Flush(ctx); err != nil {
-		r.log.Warn("publishing the relay's last usage counts", "err", err)
-	}
+	r.meter.FlushLast(context.Background())
 	return nil
 }

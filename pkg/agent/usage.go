@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/usage"
 )
@@ -10,8 +9,8 @@ import (
 // meterUsage makes the host count what it stores for each tenant (package usage): the history
 // records it appends, the large replies it stores by claim check (and the request claims it
 // deletes), the dead letters it keeps, the timers it sets and cancels, and the instances it
-// creates. It never refuses a write: a request that reached the
-// host was accepted, and the ingress bounds what a tenant gets accepted (docs/limits.md).
+// creates. It never refuses a write: a request that reached the host was accepted, and the ingress
+// bounds what a tenant gets accepted (docs/limits.md).
 func (h *Host) meterUsage() error {
 	m, err := usage.NewMeter(h.cfg.Conn, h.log)
 	if err != nil {
@@ -30,9 +29,5 @@ func (h *Host) meterUsage() error {
 // the handlers are done, the last ones, unless the stop has given up on the bus.
 func (h *Host) runUsage(ctx context.Context) {
 	h.usage.Run(ctx)
-	fctx, cancel := context.WithTimeout(h.bctx, time.Second)
-	defer cancel()
-	if err := h.usage.Flush(fctx); err != nil {
-		h.log.Warn("publishing the last usage counts", "err", err)
-	}
+	h.usage.FlushLast(h.bctx)
 }

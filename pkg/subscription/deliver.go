@@ -165,11 +165,7 @@ func (s *Store) Deliver(ctx context.Context) {
 		wg.Go(func() { s.meter.Run(ctx) })
 		defer func() {
 			wg.Wait()
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := s.meter.Flush(fctx); err != nil {
-				s.cfg.Logger.Warn("publishing the last usage counts", "err", err)
-			}
+			s.meter.FlushLast(context.WithoutCancel(ctx))
 		}()
 	}
 	for {

@@ -281,6 +281,19 @@ func (m *Meter) Run(ctx context.Context) {
 	}
 }
 
+// FlushLast is the last Flush of an owner that stopped counting: it publishes what is left within
+// a second of ctx, and logs a failure.
+func (m *Meter) FlushLast(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := m.Flush(ctx); err != nil {
+		m.log.Warn("publishing the last usage counts", "err", err)
+	}
+}
+
 // Flush publishes what m counted, one increment per counter, and the increments of earlier
 // flushes that failed. Those that fail again are kept for the next flush.
 func (m *Meter) Flush(ctx context.Context) error {
