@@ -1,13 +1,13 @@
 // Package usage counts what each tenant keeps in JetStream, for the storage quotas: the bytes of
 // its history records, uploaded files, large payloads (claim checks), what is kept of it for an
-// operator (dead letters, undelivered events), its workflow instances' records and its timers,
-// and its instances. Writers count as they store (Meter): they add up in memory and, once a
-// second, publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
-// process of the deployment adds to the same counters. Readers follow the counters (Reader) and
-// sum each tenant's days that are still within their kind's retention, so that bytes that aged
-// out of the store drop out of the usage with their day. A writer that also reads
-// (Meter.SeenBy) counts what it stored as its own (Meter.Pending) until its Reader holds it. It
-// also reads how full the JetStream account's storage is (Level).
+// operator (dead letters, undelivered events), its workflow instances' records and its timers, and
+// its instances. Writers count as they store (Meter): they add up in memory and, once a second,
+// publish one increment per tenant, kind and UTC day to a JetStream counter stream, where every
+// process of the deployment adds to the same counters. Readers follow the counters (Reader) and sum
+// each tenant's days that are still within their kind's retention, so that bytes that aged out of
+// the store drop out of the usage with their day. A writer that also reads (Meter.SeenBy) counts
+// what it stored as its own (Meter.Pending) until its Reader holds it. It also reads how full the
+// JetStream account's storage is (Level).
 //
 // It refuses nothing itself: the ingress decides what to refuse (docs/limits.md#storage-quotas).
 // It is not a billing record: a process that dies loses the counts of its last second.
