@@ -43,6 +43,8 @@ func TestDefaults(t *testing.T) {
 		MaxFileBytes:              25 << 20,
 		RateLimit:                 50,
 		RateBurst:                 100,
+		TenantWriteRate:           1,
+		TenantWriteBurst:          120,
 		MaxWaitingPerTenant:       1000,
 		MaxBodyBytesPerTenant:     256 << 20,
 		MaxListenersPerKey:        20,

@@ -40,14 +40,41 @@ func (s *Server) limit(k keys.Key) *problem.Problem {
 	if ok {
 		return nil
 	}
-	secs := max(1, int(math.Ceil(wait.Seconds())))
 	what := "with this API key"
 	if scope == scopeTenant {
 		what = "for this tenant (all its keys together)"
 	}
-	p := problem.RateLimited.New(fmt.Sprintf("too many requests %s; retry in %d s", what, secs))
+	return rateLimited(wait, "too many requests "+what)
+}
+
+// rateLimited is the 429 of a rate limit: what met it, and when a token is back (wait, in whole
+// seconds, rounded up and at least 1) as Retry-After.
+func rateLimited(wait time.Duration, what string) *problem.Problem {
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	p := problem.RateLimited.New(fmt.Sprintf("%s; retry in %d s", what, secs))
 	p.RetryAfter = secs
 	return p
+}
+
+// limitWrite applies tenant's rate of configuration writes (Config.TenantWriteRate) to a call
+// that writes its configuration (configWrite); over it, the answer is a 429 problem.
+func (s *Server) limitWrite(tenant string) *problem.Problem {
+	ok, wait := s.limits.allowWrite(tenant, time.Now())
+	if ok {
+		return nil
+	}
+	return rateLimited(wait, "too many configuration changes for this tenant (keys, remote agents, subscriptions)")
+}
+
+// configWrite marks a route that writes a tenant's configuration: identify applies the tenant's
+// rate of configuration writes to it (limitWrite) once it knows the tenant.
+func configWrite(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if st, ok := stateOf(r); ok {
+			st.write = true
+		}
+		h(w, r)
+	}
 }
 
 // waiting counts each tenant's synchronous requests waiting for a reply, so that one tenant

@@ -17,7 +17,9 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
+	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/stack"
+	"github.com/agentbus/agentbus/pkg/subscription"
 )
 
 // listKeys is a cheap authenticated request: GET the tenant's keys.
@@ -197,4 +199,95 @@ func TestSlowHeadersCutOff(t *testing.T) {
 	elapsed := time.Since(start)
 	assert.GreaterOrEqual(t, elapsed, timeout, "connection closed before the header timeout")
 	assert.LessOrEqual(t, elapsed, 3*time.Second, "connection closed after %v, want about %v", elapsed, timeout)
+}
+
+// TestTenantWriteRate: a tenant's configuration writes (keys, remote agents, subscriptions,
+// whichever of its keys makes them) share one rate; reads, calls, other tenants and system
+// admins are not held by it.
+func TestTenantWriteRate(t *testing.T) {
+	t.Parallel()
+	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
+	require.NoError(t, err)
+	// 0.1/s: a token every 10 s, so nothing refills during the test.
+	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow},
+		TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: 4}}}, "acme", "other")
+	acme := s.keys["acme"]
+	second, _ := storeKey(t, s.Stack, "acme", keys.RoleTenantAdmin, "second")
+	const keysPath = "/api/v1/admin/tenants/acme/keys"
+
+	// Four writes of three kinds, by two keys, take the burst.
+	k := createKey(t, s.Stack, "acme", acme, "k", "user")
+	adminOK(t, s.Stack, http.MethodDelete, keysPath+"/"+k.ID, second, nil, http.StatusNoContent, nil)
+	var sub struct{ ID string }
+	adminOK(t, s.Stack, http.MethodPost, "/api/v1/admin/tenants/acme/subscriptions", acme,
+		map[string]any{"url": "http://127.0.0.1:9/hooks", "events": []string{"message.incoming"}}, http.StatusCreated, &sub)
+	adminOK(t, s.Stack, http.MethodDelete, "/api/v1/admin/tenants/acme/subscriptions/"+sub.ID, second, nil, http.StatusNoContent, nil)
+
+	// The fifth is refused, whatever it writes and whichever key makes it, and changes nothing.
+	for _, w := range []struct{ method, path string }{
+		{http.MethodPost, keysPath},
+		{http.MethodPost, keysPath + "/" + k.ID + "/rotate"},
+		{http.MethodDelete, keysPath + "/" + k.ID},
+		{http.MethodPost, "/api/v1/admin/tenants/acme/agents"},
+		{http.MethodPut, "/api/v1/admin/tenants/acme/agents/Hook"},
+		{http.MethodDelete, "/api/v1/admin/tenants/acme/agents/Hook"},
+		{http.MethodPost, "/api/v1/admin/tenants/acme/subscriptions"},
+		{http.MethodDelete, "/api/v1/admin/tenants/acme/subscriptions/" + sub.ID},
+	} {
+		status, h, b := adminReq(t, s.Stack, w.method, w.path, second, map[string]any{"name": "Hook", "role": "user"})
+		wantRateLimited(t, status, h, b, 10)
+	}
+	var list keyList
+	adminOK(t, s.Stack, http.MethodGet, keysPath, acme, nil, http.StatusOK, &list)
+	assert.Len(t, list.Keys, 3, "acme's keys: its two and the revoked one")
+
+	// Reads and calls are not writes; another tenant and a system admin acting for acme are
+	// not held by acme's rate.
+	status, h, b := do(t, http.MethodPost, s.URL+"/api/user/webhooks/Echo/echo?"+q("apikey", acme).Encode(), "", nil)
+	assert.Equal(t, http.StatusOK, status, "a webhook call: %s", b)
+	createKey(t, s.Stack, "other", s.keys["other"], "k", "user")
+	createKey(t, s.Stack, "acme", systemKey, "by the system admin", "user")
+
+	// A system admin sets a tenant's own rate in its limits: none for acme, a burst of one for
+	// other (whose bucket keeps no more than one token).
+	adminOK(t, s.Stack, http.MethodPut, "/api/v1/admin/tenants/acme/limits", systemKey,
+		map[string]any{"writeRate": map[string]any{"perSecond": 0}}, http.StatusOK, nil)
+	createKey(t, s.Stack, "acme", acme, "no limit", "user")
+	var rec struct {
+		Effective struct{ WriteRate map[string]float64 } `json:"effective"`
+	}
+	adminOK(t, s.Stack, http.MethodPut, "/api/v1/admin/tenants/other/limits", systemKey,
+		map[string]any{"writeRate": map[string]any{"perSecond": 0.1, "burst": 1}}, http.StatusOK, &rec)
+	assert.Equal(t, map[string]float64{"perSecond": 0.1, "burst": 1}, rec.Effective.WriteRate, "other's effective write rate")
+	createKey(t, s.Stack, "other", s.keys["other"], "k2", "user")
+	status, h, b = adminReq(t, s.Stack, http.MethodPost, "/api/v1/admin/tenants/other/keys", s.keys["other"], map[string]any{"name": "k3", "role": "user"})
+	wantRateLimited(t, status, h, b, 10)
+}
+
+// TestTenantWriteRateAcrossInstances: the rate of a tenant's configuration writes is the
+// deployment's, not each ingress instance's: a burst of writes spread over two instances gets
+// the burst once.
+func TestTenantWriteRateAcrossInstances(t *testing.T) {
+	t.Parallel()
+	cfg := ingress.Config{TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: 4}}
+	s := startStack(t, stack.Config{Ingress: cfg}, "default", "acme")
+	second := startIngress(t, s.Stack, cfg)
+	require.Eventually(t, func() bool {
+		return len(s.Ingress.PresentIngresses()) == 1 && len(second.PresentIngresses()) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the instances never heard of each other")
+	// Each instance's limiter counts the instances at its next exchange (every 100 ms).
+	time.Sleep(time.Second)
+	created := 0
+	for i := range 10 {
+		base := []string{s.URL, second.URL}[i%2]
+		status, h, b := doRequest(t, http.MethodPost, base+"/api/v1/admin/tenants/acme/keys",
+			jsonBody(t, map[string]string{"name": "k", "role": "user"}), bearerHeader(s.keys["acme"])...)
+		if status == http.StatusCreated {
+			created++
+			continue
+		}
+		// A token at an even share of the rate: 2 instances / 0.1 a second.
+		wantRateLimited(t, status, h, b, 20)
+	}
+	assert.Equal(t, 4, created, "keys created through two instances with a burst of 4")
 }

@@ -154,6 +154,8 @@ type requestState struct {
 	status int
 	// body is what the request's body holds of its owner's budget (readBody, heldBodies).
 	body bodyHold
+	// write marks a route that writes a tenant's configuration (configWrite).
+	write bool
 }
 
 type requestStateKey struct{}

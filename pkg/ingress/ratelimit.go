@@ -87,10 +87,13 @@ type TenantRates struct {
 	Key Rate
 	// Tenant is the rate of all the tenant's keys together; the zero Rate means none.
 	Tenant Rate
+	// Write is the rate of the tenant's configuration writes (Config.TenantWriteRate), all its
+	// keys together; the zero Rate means none.
+	Write Rate
 }
 
 func (r TenantRates) withDefaults() TenantRates {
-	return TenantRates{Key: r.Key.withDefaults(), Tenant: r.Tenant.withDefaults()}
+	return TenantRates{Key: r.Key.withDefaults(), Tenant: r.Tenant.withDefaults(), Write: r.Write.withDefaults()}
 }
 
 // valid reports whether r can be a rate: a burst of 0 or more and a rate that is a number.
@@ -107,6 +110,7 @@ type rateTable struct {
 	keyOf    map[string]Rate // a tenant's keys'
 	tenant   Rate            // every tenant's, all its keys together
 	tenantOf map[string]Rate
+	write    Rate // every tenant's configuration writes
 	// set are the tenants' rates set at runtime (Server.SetTenantRates); they replace the
 	// configured ones.
 	set map[string]TenantRates
@@ -118,7 +122,7 @@ func (t *rateTable) of(tenant string) TenantRates {
 	if r, ok := t.set[tenant]; ok {
 		return r
 	}
-	r := TenantRates{Key: t.key, Tenant: t.tenant}
+	r := TenantRates{Key: t.key, Tenant: t.tenant, Write: t.write}
 	if kr, ok := t.keyOf[tenant]; ok {
 		r.Key = kr
 	}
@@ -126,12 +130,13 @@ func (t *rateTable) of(tenant string) TenantRates {
 		r.Tenant = tr
 	}
 	if tenant == "" {
-		r.Tenant = Rate{}
+		r.Tenant, r.Write = Rate{}, Rate{}
 	}
 	return r
 }
 
-// any reports whether any rate limits anything.
+// any reports whether any rate limits calls (the key and tenant rates; the rate of
+// configuration writes is allowWrite's).
 func (t *rateTable) any() bool {
 	if t.key.limited() || t.tenant.limited() {
 		return true
@@ -217,10 +222,17 @@ type peerDemand struct {
 	more    map[string]bool // tenants some of whose keys it left out
 }
 
+// rates is the rate table the configuration gives, with the rates' defaults filled in.
+func (c *Config) rates() rateTable {
+	return rateTable{key: c.RateLimit.withDefaults(), keyOf: withDefaults(c.TenantRateLimits),
+		tenant: c.TenantRateLimit.withDefaults(), tenantOf: withDefaults(c.TenantRateLimitTenants),
+		write: c.TenantWriteRate.withDefaults()}
+}
+
 func newLimiter(t rateTable, every time.Duration) *limiter {
 	l := &limiter{every: every, keys: map[string]*share{}, tenants: map[string]*share{},
 		peers: map[string]*peerDemand{}, n: 1}
-	l.rates = rateTable{key: t.key.withDefaults(), tenant: t.tenant.withDefaults(),
+	l.rates = rateTable{key: t.key.withDefaults(), tenant: t.tenant.withDefaults(), write: t.write.withDefaults(),
 		keyOf: withDefaults(t.keyOf), tenantOf: withDefaults(t.tenantOf), set: map[string]TenantRates{}}
 	l.limited.Store(l.rates.any())
 	return l
@@ -237,7 +249,7 @@ func withDefaults(m map[string]Rate) map[string]Rate {
 // setTenant sets tenant's rates, or, with nil, goes back to the configured ones. The buckets
 // take the new rate at their next request.
 func (l *limiter) setTenant(tenant string, r *TenantRates) error {
-	if r != nil && (!r.Key.valid() || !r.Tenant.valid()) {
+	if r != nil && (!r.Key.valid() || !r.Tenant.valid() || !r.Write.valid()) {
 		return fmt.Errorf("invalid rates of tenant %q", tenant)
 	}
 	l.mu.Lock()
@@ -288,6 +300,27 @@ func (l *limiter) allow(k keys.Key, now time.Time) (bool, time.Duration, limitSc
 		}
 	}
 	return true, 0, 0
+}
+
+// writesShare is the suffix of the id under which a tenant's configuration writes have their
+// share among the tenants' (allowWrite): a tenant id holds neither a slash nor a control
+// character, and an agent's share (allowAgent) is the tenant's id, a slash and the agent's name.
+const writesShare = "\x1fwrites"
+
+// allowWrite takes a token of tenant's configuration writes. When there is none it returns how
+// long until there will be; a refused write takes no token.
+func (l *limiter) allowWrite(tenant string, now time.Time) (bool, time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.rates.of(tenant).Write
+	if !r.limited() {
+		return true, 0
+	}
+	if now.Sub(l.lastSweep) >= limiterSweepEvery {
+		l.sweep(now)
+	}
+	id := tenant + writesShare
+	return l.take(l.share(l.tenants, id, id, false, r, now), now)
 }
 
 // share returns the share of id in m, made if missing, with a request counted: brought to

@@ -75,6 +75,14 @@ type Config struct {
 	// TenantRateLimitTenants override TenantRateLimit for a tenant; a zero Rate there means no
 	// limit for that tenant. Server.SetTenantRates changes a tenant's rates at runtime.
 	TenantRateLimitTenants map[string]Rate
+	// TenantWriteRate is every tenant's rate of configuration writes, all its keys together,
+	// across every ingress instance together: creating, revoking and rotating keys, registering,
+	// replacing and deleting remote agents, creating and deleting event subscriptions. Each makes
+	// or removes records, streams or consumers that every process follows, so one tenant changing
+	// its configuration in a loop would take the others' capacity. The zero value means none; the
+	// services set AGENTBUS_TENANT_WRITE_RATE and AGENTBUS_TENANT_WRITE_BURST. The system-admin
+	// key belongs to no tenant and is not counted.
+	TenantWriteRate Rate
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
@@ -185,7 +193,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("ingress: invalid tenant rate limit of tenant %q", tenant)
 		}
 	}
-	if !c.RateLimit.valid() || !c.TenantRateLimit.valid() {
+	if !c.RateLimit.valid() || !c.TenantRateLimit.valid() || !c.TenantWriteRate.valid() {
 		return errors.New("ingress: invalid rate limit")
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
@@ -319,8 +327,7 @@ func newServer(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("ingress", cfg.InstanceID),
 		closing: make(chan struct{}),
-		limits: newLimiter(rateTable{key: cfg.RateLimit, keyOf: cfg.TenantRateLimits,
-			tenant: cfg.TenantRateLimit, tenantOf: cfg.TenantRateLimitTenants}, demandEvery),
+		limits:  newLimiter(cfg.rates(), demandEvery),
 		waiting: &waiting{max: cfg.MaxWaitingPerTenant, n: make(map[string]int)},
 		bodies:  &bodyBudget{max: cfg.MaxBodyBytesPerTenant, held: make(map[string]int64)},
 		listeners: &listeners{
@@ -454,7 +461,7 @@ func (s *Server) SetTenantRates(tenant string, r TenantRates) error {
 }
 
 // ResetTenantRates gives a tenant the configured rate limits again (Config.RateLimit,
-// TenantRateLimits, TenantRateLimit, TenantRateLimitTenants).
+// TenantRateLimits, TenantRateLimit, TenantRateLimitTenants, TenantWriteRate).
 func (s *Server) ResetTenantRates(tenant string) { _ = s.limits.setTenant(tenant, nil) }
 
 // TenantRates returns the rate limits a tenant's calls have now.
@@ -478,7 +485,8 @@ type route struct {
 // path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,
 // in the header or the query. /healthz, /readyz, /metrics, /openapi.json, the playground page
 // (/ui) and the operator console (/console) take no key: the pages ask the user for one and then
-// call the API like any client.
+// call the API like any client. The routes that write a tenant's configuration (configWrite)
+// count against the tenant's rate of such writes.
 //
 // The calls come first: gorilla/mux tries routes in order, and each route it tries on the way
 // costs a match (and an allocation for an escaped path) on every request.
@@ -509,10 +517,10 @@ func (s *Server) api() []route {
 		{del, "/api/v1/admin/tenants/{tenantId}", s.deleteTenant},
 
 		{get, "/api/v1/admin/tenants/{tenantId}/keys", s.listKeys},
-		{post, "/api/v1/admin/tenants/{tenantId}/keys", s.createKey},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys", configWrite(s.createKey)},
 		{get, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", s.getKey},
-		{del, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", s.revokeKey},
-		{post, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}/rotate", s.rotateKey},
+		{del, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", configWrite(s.revokeKey)},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}/rotate", configWrite(s.rotateKey)},
 		{get, "/api/v1/admin/keys", s.listKeys},
 		{post, "/api/v1/admin/keys", s.createKey},
 		{get, "/api/v1/admin/keys/{keyId}", s.getKey},
@@ -543,15 +551,15 @@ func (s *Server) api() []route {
 		{put, systemAgentsPath + "/{name}", s.putRemoteAgent},
 		{del, systemAgentsPath + "/{name}", s.deleteRemoteAgent},
 		{get, tenantAgentsPath, s.listRemoteAgents},
-		{post, tenantAgentsPath, s.registerRemoteAgent},
+		{post, tenantAgentsPath, configWrite(s.registerRemoteAgent)},
 		{get, tenantAgentsPath + "/{name}", s.getRemoteAgent},
-		{put, tenantAgentsPath + "/{name}", s.putRemoteAgent},
-		{del, tenantAgentsPath + "/{name}", s.deleteRemoteAgent},
+		{put, tenantAgentsPath + "/{name}", configWrite(s.putRemoteAgent)},
+		{del, tenantAgentsPath + "/{name}", configWrite(s.deleteRemoteAgent)},
 
 		{get, subscriptionsPath, s.listSubscriptions},
-		{post, subscriptionsPath, s.createSubscription},
+		{post, subscriptionsPath, configWrite(s.createSubscription)},
 		{get, subscriptionsPath + "/{subscriptionId}", s.getSubscription},
-		{del, subscriptionsPath + "/{subscriptionId}", s.deleteSubscription},
+		{del, subscriptionsPath + "/{subscriptionId}", configWrite(s.deleteSubscription)},
 		{get, subscriptionsPath + "/{subscriptionId}/undelivered", s.listUndelivered},
 		{del, subscriptionsPath + "/{subscriptionId}/undelivered/{id}", s.discardUndelivered},
 		{post, subscriptionsPath + "/{subscriptionId}/undelivered/{id}/replay", s.replayUndelivered},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -62,12 +61,11 @@ type tenantLimitsState struct {
 func (s *Server) startTenantLimits(ctx context.Context, quotas usage.Quotas) (*tenantLimitsState, error) {
 	cfg := s.cfg
 	tl := &tenantLimitsState{
-		store: tenantlimits.NewStore(s.res.TenantLimits),
-		configured: rateTable{key: cfg.RateLimit.withDefaults(), keyOf: withDefaults(cfg.TenantRateLimits),
-			tenant: cfg.TenantRateLimit.withDefaults(), tenantOf: withDefaults(cfg.TenantRateLimitTenants)},
-		quotas:   quotas,
-		loads:    inspect.NewLoadBoard(),
-		admitted: admittedCalls{calls: map[inspect.Pair]*admittedCount{}},
+		store:      tenantlimits.NewStore(s.res.TenantLimits),
+		configured: cfg.rates(),
+		quotas:     quotas,
+		loads:      inspect.NewLoadBoard(),
+		admitted:   admittedCalls{calls: map[inspect.Pair]*admittedCount{}},
 	}
 	var err error
 	if tl.refusals, err = metrics.Register(s.metrics.reg, prometheus.NewCounter(prometheus.CounterOpts{
@@ -99,7 +97,7 @@ func (tl *tenantLimitsState) close() error {
 // tenantLimitsChanged applies a tenant's rates as its record has them, or the configured ones.
 func (s *Server) tenantLimitsChanged(c *tenantlimits.Cache, tenant string) {
 	l := c.Limits(tenant)
-	if l.Rate == nil && l.KeyRate == nil {
+	if l.Rate == nil && l.KeyRate == nil && l.WriteRate == nil {
 		s.ResetTenantRates(tenant)
 		return
 	}
@@ -116,6 +114,9 @@ func (tl *tenantLimitsState) rates(tenant string, l tenantlimits.Limits) TenantR
 	}
 	if l.Rate != nil {
 		r.Tenant = Rate(*l.Rate).withDefaults()
+	}
+	if l.WriteRate != nil {
+		r.Write = Rate(*l.WriteRate).withDefaults()
 	}
 	return r
 }
@@ -151,10 +152,7 @@ func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 	now := time.Now()
 	if v.Rate != nil && v.Rate.PerSecond > 0 {
 		if ok, wait := s.limits.allowAgent(tenant, agent, Rate(*v.Rate).withDefaults(), now); !ok {
-			secs := max(1, int(math.Ceil(wait.Seconds())))
-			p := problem.RateLimited.New(fmt.Sprintf("too many requests to agent %s for this tenant (all its keys together); retry in %d s", subject.Quote(agent), secs))
-			p.RetryAfter = secs
-			return p
+			return rateLimited(wait, "too many requests to agent "+subject.Quote(agent)+" for this tenant (all its keys together)")
 		}
 	}
 	limit := s.cfg.TenantLimits.MaxQueued
@@ -335,6 +333,7 @@ func (s *Server) limitsRecord(tenant string, e tenantlimits.Entry, found bool) t
 	eff := tenantlimits.EffectiveLimits{
 		Effective:    l.Resolve("", s.cfg.TenantLimits),
 		KeyRate:      tenantlimits.Rate(rates.Key),
+		WriteRate:    tenantlimits.Rate(rates.Write),
 		MaxBytes:     quota.Bytes,
 		MaxInstances: quota.Instances,
 	}

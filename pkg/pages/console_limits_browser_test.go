@@ -132,6 +132,8 @@ func TestConsoleLimitsInBrowser(t *testing.T) {
 		replace("#lim-maxConcurrent", "4"),
 		replace("#lim-rate", "100"),
 		replace("#lim-maxInstances", "1000"),
+		replace("#lim-writeRate", "2"),
+		replace("#lim-writeBurst", "30"),
 		chromedp.Click(chromedp.ID("lim-save")),
 		waitFor(`document.getElementById('limits-action').textContent.startsWith('Saved for tenant default')`),
 	), "saving the limits; the page's problems: %v", problems())
@@ -144,6 +146,7 @@ func TestConsoleLimitsInBrowser(t *testing.T) {
 	assert.Equal(t, "64 MiB", holds("maxBytes"))
 	assert.Equal(t, "1000", holds("maxInstances"))
 	assert.Equal(t, "not set: the deployment's", set("keyRate"))
+	assert.Equal(t, "2.00/s, burst 30", holds("writeRate"))
 	assert.Contains(t, evaluate[string](t, ctx, `document.getElementById('limits-caption').textContent`), "by admin")
 	assert.Equal(t, "64 MiB", evaluate[string](t, ctx, `document.getElementById('lim-maxBytes').value`), "the form shows what was set")
 	var rec struct {

@@ -53,6 +53,9 @@ type Limits struct {
 	Values
 	// KeyRate is the rate of each of the tenant's API keys.
 	KeyRate *Rate `json:"keyRate,omitempty"`
+	// WriteRate is the rate of the tenant's configuration writes (its keys, remote agents and
+	// subscriptions; docs/limits.md#configuration-writes), all its keys together.
+	WriteRate *Rate `json:"writeRate,omitempty"`
 	// MaxBytes is the bytes the tenant may keep stored, MaxInstances its workflow instances
 	// (docs/limits.md#storage-quotas). 0 means no quota.
 	MaxBytes     *int64 `json:"maxBytes,omitempty"`
@@ -90,6 +93,9 @@ func (l Limits) Validate() error {
 		return err
 	}
 	if err := checkRate("keyRate", l.KeyRate); err != nil {
+		return err
+	}
+	if err := checkRate("writeRate", l.WriteRate); err != nil {
 		return err
 	}
 	if err := checkInt64("maxBytes", l.MaxBytes, MaxBytesQuota); err != nil {
@@ -239,6 +245,7 @@ type Record struct {
 type EffectiveLimits struct {
 	Effective
 	KeyRate      Rate                 `json:"keyRate"`
+	WriteRate    Rate                 `json:"writeRate"`
 	MaxBytes     int64                `json:"maxBytes"`
 	MaxInstances int64                `json:"maxInstances"`
 	Agents       map[string]Effective `json:"agents,omitempty"`

@@ -57,7 +57,7 @@ func (c *cli) tenantLimitsGet(ctx context.Context, args []string) error {
 type limitFlags struct {
 	weight, maxConcurrent, maxQueued optionalInt
 	maxBytes, maxInstances           optionalInt
-	rate, keyRate                    optionalRate
+	rate, keyRate, writeRate         optionalRate
 }
 
 // tenantLimitsSet changes a tenant's limits: the values given, of the tenant or (--agent) of
@@ -74,9 +74,10 @@ func (c *cli) tenantLimitsSet(ctx context.Context, args []string) error {
 	fs.Var(&f.maxQueued, "max-queued", "at most this many requests of an agent wait to run (0: no cap)")
 	fs.Var(&f.rate, "rate", "requests a second, RATE[:BURST]: the tenant's (all its keys), or with --agent its calls to the agent (0: no limit)")
 	fs.Var(&f.keyRate, "key-rate", "requests a second of each of the tenant's keys, RATE[:BURST] (0: no limit)")
+	fs.Var(&f.writeRate, "write-rate", "configuration writes a second of the tenant (keys, remote agents, subscriptions), RATE[:BURST] (0: no limit)")
 	fs.Var(&f.maxBytes, "max-bytes", "bytes the tenant may keep stored (0: no quota)")
 	fs.Var(&f.maxInstances, "max-instances", "workflow instances the tenant may have (0: no quota)")
-	pos, err := parseBetween(fs, args, 0, 1, "[ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N] [--rate R[:B]] [--key-rate R[:B]] [--max-bytes N] [--max-instances N] [--replace] | -f FILE")
+	pos, err := parseBetween(fs, args, 0, 1, "[ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N] [--rate R[:B]] [--key-rate R[:B]] [--write-rate R[:B]] [--max-bytes N] [--max-instances N] [--replace] | -f FILE")
 	if err != nil {
 		return err
 	}
@@ -119,8 +120,8 @@ func (f limitFlags) apply(l *tenantlimits.Limits, agent string) error {
 	if agent != "" {
 		agentValues = l.Agents[agent]
 		v = &agentValues
-		if f.keyRate.set || f.maxBytes.set || f.maxInstances.set {
-			return fmt.Errorf("--key-rate, --max-bytes and --max-instances are the tenant's, not an agent's")
+		if f.keyRate.set || f.writeRate.set || f.maxBytes.set || f.maxInstances.set {
+			return fmt.Errorf("--key-rate, --write-rate, --max-bytes and --max-instances are the tenant's, not an agent's")
 		}
 	}
 	f.weight.to(&v.Weight)
@@ -128,6 +129,7 @@ func (f limitFlags) apply(l *tenantlimits.Limits, agent string) error {
 	f.maxQueued.to(&v.MaxQueued)
 	f.rate.to(&v.Rate)
 	f.keyRate.to(&l.KeyRate)
+	f.writeRate.to(&l.WriteRate)
 	f.maxBytes.to64(&l.MaxBytes)
 	f.maxInstances.to64(&l.MaxInstances)
 	if agent != "" {
@@ -239,6 +241,7 @@ func (c *cli) showLimits(rec tenantlimits.Record) error {
 	tw.row("max queued", marked(orNone(int64(e.MaxQueued), itoa), l.MaxQueued != nil))
 	tw.row("rate", marked(rateOf(e.Rate), l.Rate != nil))
 	tw.row("key rate", marked(rateOf(e.KeyRate), l.KeyRate != nil))
+	tw.row("write rate", marked(rateOf(e.WriteRate), l.WriteRate != nil))
 	tw.row("max bytes", marked(orNone(e.MaxBytes, bytesOf), l.MaxBytes != nil))
 	tw.row("max instances", marked(orNone(e.MaxInstances, itoa), l.MaxInstances != nil))
 	if err := tw.Flush(); err != nil {

@@ -27,8 +27,9 @@ func TestCLITenantLimits(t *testing.T) {
 	assert.Regexp(t, `(?m)^weight:\s+1$`, r.stdout)
 	assert.Regexp(t, `(?m)^max queued:\s+none$`, r.stdout)
 
-	r = h.ok(adminKey, "tenant", "limits", "set", "default", "--weight", "3", "--max-queued", "100", "--key-rate", "20:40")
+	r = h.ok(adminKey, "tenant", "limits", "set", "default", "--weight", "3", "--max-queued", "100", "--key-rate", "20:40", "--write-rate", "2:10")
 	assert.Regexp(t, `(?m)^weight:\s+3 \(set\)$`, r.stdout)
+	assert.Regexp(t, `(?m)^write rate:\s+2/s, bursts of 10 \(set\)$`, r.stdout)
 	assert.Regexp(t, `(?m)^max queued:\s+100 \(set\)$`, r.stdout)
 	assert.Regexp(t, `(?m)^key rate:\s+20/s, bursts of 40 \(set\)$`, r.stdout)
 	assert.Regexp(t, `(?m)^set:\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d by admin$`, r.stdout)

@@ -1205,6 +1205,7 @@
     ['maxQueued', 'Requests of an agent queued (past it: 429 too-many-queued)', noLimit],
     ['rate', 'Rate of all its requests', fmtLimitRate],
     ['keyRate', 'Rate of each of its keys', fmtLimitRate],
+    ['writeRate', 'Rate of its configuration writes (keys, remote agents, subscriptions)', fmtLimitRate],
     ['maxBytes', 'Stored bytes quota', noQuota(fmtBytes)],
     ['maxInstances', 'Instances quota', noQuota(String)],
   ];
@@ -1362,7 +1363,7 @@
   // The form's inputs: each input's id (lim-…) and the field of the record it sets.
   const LIMIT_INPUTS = [['weight', 'weight'], ['maxConcurrent', 'maxConcurrent'], ['maxQueued', 'maxQueued'],
     ['rate', 'rate.perSecond'], ['burst', 'rate.burst'], ['keyRate', 'keyRate.perSecond'], ['keyBurst', 'keyRate.burst'],
-    ['maxBytes', 'maxBytes'], ['maxInstances', 'maxInstances']];
+    ['writeRate', 'writeRate.perSecond'], ['writeBurst', 'writeRate.burst'], ['maxBytes', 'maxBytes'], ['maxInstances', 'maxInstances']];
 
   function fillLimitsForm(rec) {
     const l = rec.limits || {};
@@ -1374,6 +1375,8 @@
     put('burst', l.rate && l.rate.burst);
     put('keyRate', l.keyRate && l.keyRate.perSecond);
     put('keyBurst', l.keyRate && l.keyRate.burst);
+    put('writeRate', l.writeRate && l.writeRate.perSecond);
+    put('writeBurst', l.writeRate && l.writeRate.burst);
     put('maxBytes', l.maxBytes === undefined ? undefined : exactBytes(l.maxBytes));
     put('maxInstances', l.maxInstances);
     markField('');
@@ -1434,6 +1437,7 @@
       maxQueued: num('maxQueued', 'maxQueued'),
       rate: rate('rate', 'burst', 'rate'),
       keyRate: rate('keyRate', 'keyBurst', 'keyRate'),
+      writeRate: rate('writeRate', 'writeBurst', 'writeRate'),
       maxBytes,
       maxInstances: num('maxInstances', 'maxInstances'),
       agents: set.agents,
