@@ -110,12 +110,9 @@ func (s *Server) identify(r *http.Request, q url.Values, a access, extra ...stri
 	if p != nil {
 		return caller{}, p
 	}
-	if c.tenant != "" {
-		noteTenant(r, c.tenant)
-		if st, ok := stateOf(r); ok && st.write && !c.isSystem() {
-			if p := s.limitWrite(c.tenant); p != nil {
-				return caller{}, p
-			}
+	if st := noteTenant(r, c.tenant); st != nil && st.write && !c.isSystem() {
+		if p := s.limitWrite(c.tenant); p != nil {
+			return caller{}, p
 		}
 	}
 	return c, nil

@@ -166,12 +166,19 @@ func stateOf(r *http.Request) (*requestState, bool) {
 	return st, ok
 }
 
-// noteTenant records the request's tenant for its metrics. Handlers call it once the tenant is
+// noteTenant records the request's tenant ("" for none) for its metrics, and returns the
+// request's state (nil when it has none, or no tenant). Handlers call it once the tenant is
 // authenticated and known to exist, so that callers cannot fill the label with made-up names.
-func noteTenant(r *http.Request, tenant string) {
-	if st, ok := stateOf(r); ok {
-		st.tenant = tenant
+func noteTenant(r *http.Request, tenant string) *requestState {
+	if tenant == "" {
+		return nil
 	}
+	st, ok := stateOf(r)
+	if !ok {
+		return nil
+	}
+	st.tenant = tenant
+	return st
 }
 
 // unknownRoute is the route label of requests no route takes.
