@@ -154,7 +154,7 @@ func start(ctx context.Context, cfg ServeConfig, reg Registration) (stop func(),
 			began := time.Now()
 			err := host.Run(hctx)
 			if hctx.Err() != nil {
-				if err != nil {
+				if err != nil && !errors.Is(err, context.Canceled) {
 					log.Warn("stopping remote agent", "err", err)
 				}
 				return

@@ -223,21 +223,20 @@ func (s *Store) deliver(ctx context.Context) error {
 	return nil
 }
 
-// run delivers the subscription's events of one source until ctx ends, starting again after a
-// failure.
+// run delivers the subscription's events of one source until ctx ends, starting again a second
+// after a failure. A failure is logged only when the run outlives that second: a deleted
+// subscription's consumers go right after its record, often before this process's watch of the
+// records ends the run, and that failure is no news.
 func (s *Store) run(ctx context.Context, sub *Subscription, src source) {
 	log := s.cfg.Logger.With("tenant", sub.TenantID, "subscription", sub.ID)
 	for {
 		err := s.pull(ctx, sub, src)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("delivering events; starting again", "err", err)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
 		}
+		log.Warn("delivering events; starting again", "err", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/outbound"
+	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subscription"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
@@ -338,6 +339,24 @@ func TestCreateValidatesAndLimits(t *testing.T) {
 	list, err := f.store.List(ctx, "acme")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+}
+
+// TestDeletedSubscriptionStopsQuietly: a deleted subscription's deliveries end without a
+// warning, though its consumers go right after its record, often before the watch of the records
+// ends the runs pulling from them.
+func TestDeletedSubscriptionStopsQuietly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, subscription.Config{Logger: stacktest.Logger(t)})
+	f.deliver(t)
+	ctx := context.Background()
+	for range 5 {
+		sub, err := f.store.Create(ctx, "acme", subscription.New{URL: "http://127.0.0.1:9/a", Events: []string{"message.incoming", "deadletter.created"}})
+		require.NoError(t, err)
+		time.Sleep(200 * time.Millisecond) // its runs pull
+		require.NoError(t, f.store.Delete(ctx, "acme", sub.ID))
+	}
+	time.Sleep(1500 * time.Millisecond) // a run that met its consumer gone starts again after 1 s
+	assert.False(t, stacktest.Logged(t, "starting again"), "a deleted subscription's delivery logged a failure")
 }
 
 // A request for the next event that never reaches the server (here: dropped on its way) holds
