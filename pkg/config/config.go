@@ -66,6 +66,10 @@ type Config struct {
 	// (keys, remote agents, subscriptions; 0: none; a burst of 0 is twice the rate).
 	TenantWriteRate  float64
 	TenantWriteBurst int
+	// TenantListenRate and TenantListenBurst are every tenant's rate of history listen streams
+	// opened (0: none; a burst of 0 is twice the rate).
+	TenantListenRate  float64
+	TenantListenBurst int
 	// ConsumerInactiveThreshold is how long an agent's partition consumer stays once no host
 	// pulls from it (agent.HostConfig.ConsumerInactiveThreshold).
 	ConsumerInactiveThreshold time.Duration
@@ -340,6 +344,8 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_TENANT_RATE_LIMIT_TENANTS", "tenant-rate-limit-tenants", "", "a tenant's own rate:burst, all its keys together, such as acme=1000:1000,beta=5", tenantRates(&c.TenantRateLimitTenants, "tenant-rate-limit-tenants")},
 		{"AGENTBUS_TENANT_WRITE_RATE", "tenant-write-rate", "1", "configuration writes a second per tenant, all its keys together: creating, revoking and rotating keys, registering, replacing and deleting remote agents, creating and deleting subscriptions; 0 means no limit", rate(&c.TenantWriteRate, "tenant-write-rate")},
 		{"AGENTBUS_TENANT_WRITE_BURST", "tenant-write-burst", "120", "configuration writes a tenant may make at once above its rate; 0 means twice the rate", nonNegative(&c.TenantWriteBurst, "tenant-write-burst")},
+		{"AGENTBUS_TENANT_LISTEN_RATE", "tenant-listen-rate", "50", "history listen streams a tenant may open a second, all its keys together; 0 means no limit", rate(&c.TenantListenRate, "tenant-listen-rate")},
+		{"AGENTBUS_TENANT_LISTEN_BURST", "tenant-listen-burst", "1000", "listen streams a tenant may open at once above its rate; 0 means twice the rate", nonNegative(&c.TenantListenBurst, "tenant-listen-burst")},
 		{"AGENTBUS_MAX_WAITING_PER_TENANT", "max-waiting-per-tenant", "1000", "synchronous requests a tenant may have waiting for a reply at once", positive(&c.MaxWaitingPerTenant, "max-waiting-per-tenant")},
 		{"AGENTBUS_MAX_BODY_BYTES_PER_TENANT", "max-body-bytes-per-tenant", "268435456", "ingress: memory of the request bodies a tenant may have being received or waiting at once on an instance, and so may requests without a known key together (256 MiB); larger than the largest body", positive64(&c.MaxBodyBytesPerTenant, "max-body-bytes-per-tenant")},
 		{"AGENTBUS_MAX_LISTENERS_PER_KEY", "max-listeners-per-key", "20", "history listen streams one API key may have open at once on an ingress", positive(&c.MaxListenersPerKey, "max-listeners-per-key")},

@@ -45,6 +45,8 @@ func TestDefaults(t *testing.T) {
 		RateBurst:                 100,
 		TenantWriteRate:           1,
 		TenantWriteBurst:          120,
+		TenantListenRate:          50,
+		TenantListenBurst:         1000,
 		MaxWaitingPerTenant:       1000,
 		MaxBodyBytesPerTenant:     256 << 20,
 		MaxListenersPerKey:        20,

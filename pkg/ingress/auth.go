@@ -84,8 +84,8 @@ var (
 // identify works out who is calling r and for which tenant, by the route's access a: the key
 // (401), its role (403), then the tenant. q is the request's query; extra are credentials the
 // route found elsewhere (send's body), after a's in precedence. The tenant is noted for the
-// metrics once it is known to exist, and a tenant's key on a route that writes the tenant's
-// configuration takes a token of its rate of such writes (configWrite).
+// metrics once it is known to exist, and a tenant's key on a route whose calls count in one of
+// the tenant's buckets (counted: configuration writes, listen streams) takes a token of it.
 func (s *Server) identify(r *http.Request, q url.Values, a access, extra ...string) (caller, *problem.Problem) {
 	key, p := s.authenticate(a.where, append(a.creds(r, q), extra...)...)
 	if p != nil {
@@ -110,8 +110,8 @@ func (s *Server) identify(r *http.Request, q url.Values, a access, extra ...stri
 	if p != nil {
 		return caller{}, p
 	}
-	if st := noteTenant(r, c.tenant); st != nil && st.write && !c.isSystem() {
-		if p := s.limitWrite(c.tenant); p != nil {
+	if st := noteTenant(r, c.tenant); st != nil && st.bucket != nil && !c.isSystem() {
+		if p := s.limitTenant(c.tenant, st.bucket); p != nil {
 			return caller{}, p
 		}
 	}

@@ -56,26 +56,29 @@ func rateLimited(wait time.Duration, what string) *problem.Problem {
 	return p
 }
 
-// limitWrite applies tenant's rate of configuration writes (Config.TenantWriteRate) to a call
-// that writes its configuration (configWrite); over it, the answer is a 429 problem.
-func (s *Server) limitWrite(tenant string) *problem.Problem {
-	ok, wait := s.limits.allowWrite(tenant, time.Now())
+// limitTenant applies tenant's bucket b to a call of a route that counts in it (counted); over
+// it, the answer is a 429 problem.
+func (s *Server) limitTenant(tenant string, b *tenantBucket) *problem.Problem {
+	ok, wait := s.limits.allowTenant(tenant, b, time.Now())
 	if ok {
 		return nil
 	}
-	return rateLimited(wait, "too many configuration changes for this tenant (keys, remote agents, subscriptions)")
+	return rateLimited(wait, b.refused)
 }
 
-// configWrite marks a route that writes a tenant's configuration: identify applies the tenant's
-// rate of configuration writes to it (limitWrite) once it knows the tenant.
-func configWrite(h http.HandlerFunc) http.HandlerFunc {
+// counted marks a route whose calls count in a tenant's bucket b: identify takes a token of it
+// (limitTenant) once it knows the tenant.
+func counted(b *tenantBucket, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if st, ok := stateOf(r); ok {
-			st.write = true
+			st.bucket = b
 		}
 		h(w, r)
 	}
 }
+
+// configWrite marks a route that writes a tenant's configuration (Config.TenantWriteRate).
+func configWrite(h http.HandlerFunc) http.HandlerFunc { return counted(writesBucket, h) }
 
 // waiting counts each tenant's synchronous requests waiting for a reply, so that one tenant
 // cannot hold the ingress's memory and connections; tenants at zero leave the map.

@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -290,4 +291,46 @@ func TestTenantWriteRateAcrossInstances(t *testing.T) {
 		wantRateLimited(t, status, h, b, 20)
 	}
 	assert.Equal(t, 4, created, "keys created through two instances with a burst of 4")
+}
+
+// TestTenantListenRate: the listen streams a tenant opens, with any of its keys, share one rate,
+// opened one after another as much as at once; other tenants and system admins are not held.
+func TestTenantListenRate(t *testing.T) {
+	t.Parallel()
+	// 0.1/s: a token every 10 s, so nothing refills during the test.
+	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey,
+		TenantListenRate: ingress.Rate{PerSecond: 0.1, Burst: 3}}}, "acme", "other")
+	second, _ := storeKey(t, s.Stack, "acme", keys.RoleUser, "second")
+	listenOf := func(tenant, key string) string {
+		return s.URL + "/api/v1/admin/tenants/" + tenant + "/messaging/listen?" +
+			url.Values{"apikey": {key}, "agentName": {"Echo"}, "activationName": {"rate"}, "participantId": {"p"}}.Encode()
+	}
+	opened := func(tenant, key string) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, listenOf(tenant, key), nil))
+		require.NoError(t, err)
+		cancel()
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "a listen stream of %s", tenant)
+	}
+	opened("acme", s.keys["acme"])
+	opened("acme", second)
+	opened("acme", s.keys["acme"])
+	for _, key := range []string{s.keys["acme"], second} {
+		// A stream that opens is cut after a second rather than read to its end.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, listenOf("acme", key), nil))
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		wantRateLimited(t, resp.StatusCode, resp.Header, b, 10)
+		assert.Contains(t, string(b), "too many listen streams opened for this tenant")
+	}
+	// History pages are not listen streams; another tenant and the system admin are not held.
+	status, _, b := doRequest(t, http.MethodGet, strings.Replace(listenOf("acme", s.keys["acme"]), "/listen?", "/history?", 1), nil)
+	assert.Equal(t, http.StatusOK, status, "a history page: %s", b)
+	opened("other", s.keys["other"])
+	opened("acme", systemKey)
 }

@@ -154,8 +154,8 @@ type requestState struct {
 	status int
 	// body is what the request's body holds of its owner's budget (readBody, heldBodies).
 	body bodyHold
-	// write marks a route that writes a tenant's configuration (configWrite).
-	write bool
+	// bucket is the tenant's bucket the route's calls count in, if any (counted).
+	bucket *tenantBucket
 }
 
 type requestStateKey struct{}

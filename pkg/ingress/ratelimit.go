@@ -87,13 +87,15 @@ type TenantRates struct {
 	Key Rate
 	// Tenant is the rate of all the tenant's keys together; the zero Rate means none.
 	Tenant Rate
-	// Write is the rate of the tenant's configuration writes (Config.TenantWriteRate), all its
-	// keys together; the zero Rate means none.
-	Write Rate
+	// Write is the rate of the tenant's configuration writes (Config.TenantWriteRate), and
+	// Listen that of the listen streams it opens (Config.TenantListenRate), all its keys
+	// together; the zero Rate means none.
+	Write, Listen Rate
 }
 
 func (r TenantRates) withDefaults() TenantRates {
-	return TenantRates{Key: r.Key.withDefaults(), Tenant: r.Tenant.withDefaults(), Write: r.Write.withDefaults()}
+	return TenantRates{Key: r.Key.withDefaults(), Tenant: r.Tenant.withDefaults(),
+		Write: r.Write.withDefaults(), Listen: r.Listen.withDefaults()}
 }
 
 // valid reports whether r can be a rate: a burst of 0 or more and a rate that is a number.
@@ -111,6 +113,7 @@ type rateTable struct {
 	tenant   Rate            // every tenant's, all its keys together
 	tenantOf map[string]Rate
 	write    Rate // every tenant's configuration writes
+	listen   Rate // every tenant's listen streams opened
 	// set are the tenants' rates set at runtime (Server.SetTenantRates); they replace the
 	// configured ones.
 	set map[string]TenantRates
@@ -122,7 +125,7 @@ func (t *rateTable) of(tenant string) TenantRates {
 	if r, ok := t.set[tenant]; ok {
 		return r
 	}
-	r := TenantRates{Key: t.key, Tenant: t.tenant, Write: t.write}
+	r := TenantRates{Key: t.key, Tenant: t.tenant, Write: t.write, Listen: t.listen}
 	if kr, ok := t.keyOf[tenant]; ok {
 		r.Key = kr
 	}
@@ -130,13 +133,13 @@ func (t *rateTable) of(tenant string) TenantRates {
 		r.Tenant = tr
 	}
 	if tenant == "" {
-		r.Tenant, r.Write = Rate{}, Rate{}
+		r.Tenant, r.Write, r.Listen = Rate{}, Rate{}, Rate{}
 	}
 	return r
 }
 
-// any reports whether any rate limits calls (the key and tenant rates; the rate of
-// configuration writes is allowWrite's).
+// any reports whether any rate limits calls (the key and tenant rates; the tenant's other buckets
+// are allowTenant's).
 func (t *rateTable) any() bool {
 	if t.key.limited() || t.tenant.limited() {
 		return true
@@ -226,14 +229,15 @@ type peerDemand struct {
 func (c *Config) rates() rateTable {
 	return rateTable{key: c.RateLimit.withDefaults(), keyOf: withDefaults(c.TenantRateLimits),
 		tenant: c.TenantRateLimit.withDefaults(), tenantOf: withDefaults(c.TenantRateLimitTenants),
-		write: c.TenantWriteRate.withDefaults()}
+		write: c.TenantWriteRate.withDefaults(), listen: c.TenantListenRate.withDefaults()}
 }
 
 func newLimiter(t rateTable, every time.Duration) *limiter {
 	l := &limiter{every: every, keys: map[string]*share{}, tenants: map[string]*share{},
 		peers: map[string]*peerDemand{}, n: 1}
 	l.rates = rateTable{key: t.key.withDefaults(), tenant: t.tenant.withDefaults(), write: t.write.withDefaults(),
-		keyOf: withDefaults(t.keyOf), tenantOf: withDefaults(t.tenantOf), set: map[string]TenantRates{}}
+		listen: t.listen.withDefaults(), keyOf: withDefaults(t.keyOf), tenantOf: withDefaults(t.tenantOf),
+		set: map[string]TenantRates{}}
 	l.limited.Store(l.rates.any())
 	return l
 }
@@ -249,7 +253,7 @@ func withDefaults(m map[string]Rate) map[string]Rate {
 // setTenant sets tenant's rates, or, with nil, goes back to the configured ones. The buckets
 // take the new rate at their next request.
 func (l *limiter) setTenant(tenant string, r *TenantRates) error {
-	if r != nil && (!r.Key.valid() || !r.Tenant.valid() || !r.Write.valid()) {
+	if r != nil && (!r.Key.valid() || !r.Tenant.valid() || !r.Write.valid() || !r.Listen.valid()) {
 		return fmt.Errorf("invalid rates of tenant %q", tenant)
 	}
 	l.mu.Lock()
@@ -302,24 +306,39 @@ func (l *limiter) allow(k keys.Key, now time.Time) (bool, time.Duration, limitSc
 	return true, 0, 0
 }
 
-// writesShare is the suffix of the id under which a tenant's configuration writes have their
-// share among the tenants' (allowWrite): a tenant id holds neither a slash nor a control
-// character, and an agent's share (allowAgent) is the tenant's id, a slash and the agent's name.
-const writesShare = "\x1fwrites"
+// tenantBucket is one of a tenant's buckets besides its request rate: a kind of call that costs
+// the deployment more than most and has a rate of its own, all the tenant's keys together.
+type tenantBucket struct {
+	// share is the suffix of the id of its share among the tenants' (allowTenant): a tenant id
+	// holds neither a slash nor a control character, and an agent's share (allowAgent) is the
+	// tenant's id, a slash and the agent's name.
+	share string
+	rate  func(TenantRates) Rate
+	// refused is the detail of the 429 past it.
+	refused string
+}
 
-// allowWrite takes a token of tenant's configuration writes. When there is none it returns how
-// long until there will be; a refused write takes no token.
-func (l *limiter) allowWrite(tenant string, now time.Time) (bool, time.Duration) {
+// The tenant's buckets: its configuration writes, and the listen streams it opens.
+var (
+	writesBucket = &tenantBucket{share: "\x1fwrites", rate: func(r TenantRates) Rate { return r.Write },
+		refused: "too many configuration changes for this tenant (keys, remote agents, subscriptions)"}
+	listensBucket = &tenantBucket{share: "\x1flistens", rate: func(r TenantRates) Rate { return r.Listen },
+		refused: "too many listen streams opened for this tenant"}
+)
+
+// allowTenant takes a token of tenant's bucket b. When there is none it returns how long until
+// there will be; a refused call takes no token.
+func (l *limiter) allowTenant(tenant string, b *tenantBucket, now time.Time) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := l.rates.of(tenant).Write
+	r := b.rate(l.rates.of(tenant))
 	if !r.limited() {
 		return true, 0
 	}
 	if now.Sub(l.lastSweep) >= limiterSweepEvery {
 		l.sweep(now)
 	}
-	id := tenant + writesShare
+	id := tenant + b.share
 	return l.take(l.share(l.tenants, id, id, false, r, now), now)
 }
 

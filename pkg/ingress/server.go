@@ -83,6 +83,12 @@ type Config struct {
 	// services set AGENTBUS_TENANT_WRITE_RATE and AGENTBUS_TENANT_WRITE_BURST. The system-admin
 	// key belongs to no tenant and is not counted.
 	TenantWriteRate Rate
+	// TenantListenRate is every tenant's rate of history listen streams opened, all its keys
+	// together, across every ingress instance together: each opens a follow of its thread (a
+	// consumer on the history stream) unless one of the same thread is open on the ingress. The
+	// zero value means none; the services set AGENTBUS_TENANT_LISTEN_RATE and
+	// AGENTBUS_TENANT_LISTEN_BURST. The system-admin key is not counted.
+	TenantListenRate Rate
 	// MaxWaitingPerTenant bounds each tenant's synchronous calls waiting for a reply at once
 	// (webhook, converse, and send with wait=true). Default 1000.
 	MaxWaitingPerTenant int
@@ -193,7 +199,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("ingress: invalid tenant rate limit of tenant %q", tenant)
 		}
 	}
-	if !c.RateLimit.valid() || !c.TenantRateLimit.valid() || !c.TenantWriteRate.valid() {
+	if !c.RateLimit.valid() || !c.TenantRateLimit.valid() || !c.TenantWriteRate.valid() || !c.TenantListenRate.valid() {
 		return errors.New("ingress: invalid rate limit")
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
@@ -461,7 +467,7 @@ func (s *Server) SetTenantRates(tenant string, r TenantRates) error {
 }
 
 // ResetTenantRates gives a tenant the configured rate limits again (Config.RateLimit,
-// TenantRateLimits, TenantRateLimit, TenantRateLimitTenants, TenantWriteRate).
+// TenantRateLimits, TenantRateLimit, TenantRateLimitTenants, TenantWriteRate, TenantListenRate).
 func (s *Server) ResetTenantRates(tenant string) { _ = s.limits.setTenant(tenant, nil) }
 
 // TenantRates returns the rate limits a tenant's calls have now.
@@ -486,7 +492,8 @@ type route struct {
 // in the header or the query. /healthz, /readyz, /metrics, /openapi.json, the playground page
 // (/ui) and the operator console (/console) take no key: the pages ask the user for one and then
 // call the API like any client. The routes that write a tenant's configuration (configWrite)
-// count against the tenant's rate of such writes.
+// count against the tenant's rate of such writes, those that open listen streams against its
+// rate of listen streams.
 //
 // The calls come first: gorilla/mux tries routes in order, and each route it tries on the way
 // costs a match (and an allocation for an escaped path) on every request.
@@ -504,12 +511,12 @@ func (s *Server) api() []route {
 		{post, "/api/v1/admin/tenants/{tenantId}/messaging/signal", s.syncCall(s.signal)},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/history", s.historyPage},
 		{get, "/api/v1/admin/tenants/{tenantId}/messaging/topics", s.historyTopics},
-		{get, "/api/v1/admin/tenants/{tenantId}/messaging/listen", s.historyListen},
+		{get, "/api/v1/admin/tenants/{tenantId}/messaging/listen", counted(listensBucket, s.historyListen)},
 		{post, "/api/v1/admin/messaging/send", s.syncCall(s.send)},
 		{post, "/api/v1/admin/messaging/signal", s.syncCall(s.signal)},
 		{get, "/api/v1/admin/messaging/history", s.historyPage},
 		{get, "/api/v1/admin/messaging/topics", s.historyTopics},
-		{get, "/api/v1/admin/messaging/listen", s.historyListen},
+		{get, "/api/v1/admin/messaging/listen", counted(listensBucket, s.historyListen)},
 
 		{get, "/api/v1/admin/tenants", s.listTenants},
 		{post, "/api/v1/admin/tenants", s.createTenant},

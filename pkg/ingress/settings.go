@@ -38,6 +38,7 @@ func FromSettings(c config.Config) Config {
 		TenantRateLimit:        Rate{PerSecond: c.TenantRateLimit, Burst: c.TenantRateBurst},
 		TenantRateLimitTenants: rates(c.TenantRateLimitTenants),
 		TenantWriteRate:        Rate{PerSecond: c.TenantWriteRate, Burst: c.TenantWriteBurst},
+		TenantListenRate:       Rate{PerSecond: c.TenantListenRate, Burst: c.TenantListenBurst},
 	}
 	cfg.Quotas, cfg.StoreGuard = storageSettings(c)
 	cfg.TenantLimits = tenantlimits.Defaults{MaxQueued: c.TenantMaxQueued, MaxConcurrent: c.TenantMaxConcurrent}

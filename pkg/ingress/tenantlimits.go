@@ -97,7 +97,7 @@ func (tl *tenantLimitsState) close() error {
 // tenantLimitsChanged applies a tenant's rates as its record has them, or the configured ones.
 func (s *Server) tenantLimitsChanged(c *tenantlimits.Cache, tenant string) {
 	l := c.Limits(tenant)
-	if l.Rate == nil && l.KeyRate == nil && l.WriteRate == nil {
+	if l.Rate == nil && l.KeyRate == nil && l.WriteRate == nil && l.ListenRate == nil {
 		s.ResetTenantRates(tenant)
 		return
 	}
@@ -117,6 +117,9 @@ func (tl *tenantLimitsState) rates(tenant string, l tenantlimits.Limits) TenantR
 	}
 	if l.WriteRate != nil {
 		r.Write = Rate(*l.WriteRate).withDefaults()
+	}
+	if l.ListenRate != nil {
+		r.Listen = Rate(*l.ListenRate).withDefaults()
 	}
 	return r
 }
@@ -334,6 +337,7 @@ func (s *Server) limitsRecord(tenant string, e tenantlimits.Entry, found bool) t
 		Effective:    l.Resolve("", s.cfg.TenantLimits),
 		KeyRate:      tenantlimits.Rate(rates.Key),
 		WriteRate:    tenantlimits.Rate(rates.Write),
+		ListenRate:   tenantlimits.Rate(rates.Listen),
 		MaxBytes:     quota.Bytes,
 		MaxInstances: quota.Instances,
 	}

@@ -134,6 +134,7 @@ func TestConsoleLimitsInBrowser(t *testing.T) {
 		replace("#lim-maxInstances", "1000"),
 		replace("#lim-writeRate", "2"),
 		replace("#lim-writeBurst", "30"),
+		replace("#lim-listenRate", "20"),
 		chromedp.Click(chromedp.ID("lim-save")),
 		waitFor(`document.getElementById('limits-action').textContent.startsWith('Saved for tenant default')`),
 	), "saving the limits; the page's problems: %v", problems())
@@ -147,6 +148,7 @@ func TestConsoleLimitsInBrowser(t *testing.T) {
 	assert.Equal(t, "1000", holds("maxInstances"))
 	assert.Equal(t, "not set: the deployment's", set("keyRate"))
 	assert.Equal(t, "2.00/s, burst 30", holds("writeRate"))
+	assert.Equal(t, "20/s, burst 40", holds("listenRate"))
 	assert.Contains(t, evaluate[string](t, ctx, `document.getElementById('limits-caption').textContent`), "by admin")
 	assert.Equal(t, "64 MiB", evaluate[string](t, ctx, `document.getElementById('lim-maxBytes').value`), "the form shows what was set")
 	var rec struct {

@@ -96,7 +96,7 @@ func (s *Store) Delete(ctx context.Context, tenant string) error {
 
 // Empty reports whether l sets nothing.
 func (l Limits) Empty() bool {
-	if l.Values != (Values{}) || l.KeyRate != nil || l.WriteRate != nil || l.MaxBytes != nil || l.MaxInstances != nil {
+	if l.Values != (Values{}) || l.KeyRate != nil || l.WriteRate != nil || l.ListenRate != nil || l.MaxBytes != nil || l.MaxInstances != nil {
 		return false
 	}
 	for _, v := range l.Agents {

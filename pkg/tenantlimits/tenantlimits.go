@@ -56,6 +56,9 @@ type Limits struct {
 	// WriteRate is the rate of the tenant's configuration writes (its keys, remote agents and
 	// subscriptions; docs/limits.md#configuration-writes), all its keys together.
 	WriteRate *Rate `json:"writeRate,omitempty"`
+	// ListenRate is the rate of the history listen streams the tenant opens, all its keys
+	// together (docs/limits.md#listen-streams).
+	ListenRate *Rate `json:"listenRate,omitempty"`
 	// MaxBytes is the bytes the tenant may keep stored, MaxInstances its workflow instances
 	// (docs/limits.md#storage-quotas). 0 means no quota.
 	MaxBytes     *int64 `json:"maxBytes,omitempty"`
@@ -96,6 +99,9 @@ func (l Limits) Validate() error {
 		return err
 	}
 	if err := checkRate("writeRate", l.WriteRate); err != nil {
+		return err
+	}
+	if err := checkRate("listenRate", l.ListenRate); err != nil {
 		return err
 	}
 	if err := checkInt64("maxBytes", l.MaxBytes, MaxBytesQuota); err != nil {
@@ -246,6 +252,7 @@ type EffectiveLimits struct {
 	Effective
 	KeyRate      Rate                 `json:"keyRate"`
 	WriteRate    Rate                 `json:"writeRate"`
+	ListenRate   Rate                 `json:"listenRate"`
 	MaxBytes     int64                `json:"maxBytes"`
 	MaxInstances int64                `json:"maxInstances"`
 	Agents       map[string]Effective `json:"agents,omitempty"`

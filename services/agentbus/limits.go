@@ -57,7 +57,8 @@ func (c *cli) tenantLimitsGet(ctx context.Context, args []string) error {
 type limitFlags struct {
 	weight, maxConcurrent, maxQueued optionalInt
 	maxBytes, maxInstances           optionalInt
-	rate, keyRate, writeRate         optionalRate
+	rate, keyRate                    optionalRate
+	writeRate, listenRate            optionalRate
 }
 
 // tenantLimitsSet changes a tenant's limits: the values given, of the tenant or (--agent) of
@@ -75,9 +76,10 @@ func (c *cli) tenantLimitsSet(ctx context.Context, args []string) error {
 	fs.Var(&f.rate, "rate", "requests a second, RATE[:BURST]: the tenant's (all its keys), or with --agent its calls to the agent (0: no limit)")
 	fs.Var(&f.keyRate, "key-rate", "requests a second of each of the tenant's keys, RATE[:BURST] (0: no limit)")
 	fs.Var(&f.writeRate, "write-rate", "configuration writes a second of the tenant (keys, remote agents, subscriptions), RATE[:BURST] (0: no limit)")
+	fs.Var(&f.listenRate, "listen-rate", "history listen streams the tenant opens a second, RATE[:BURST] (0: no limit)")
 	fs.Var(&f.maxBytes, "max-bytes", "bytes the tenant may keep stored (0: no quota)")
 	fs.Var(&f.maxInstances, "max-instances", "workflow instances the tenant may have (0: no quota)")
-	pos, err := parseBetween(fs, args, 0, 1, "[ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N] [--rate R[:B]] [--key-rate R[:B]] [--write-rate R[:B]] [--max-bytes N] [--max-instances N] [--replace] | -f FILE")
+	pos, err := parseBetween(fs, args, 0, 1, "[ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N] [--rate R[:B]] [--key-rate R[:B]] [--write-rate R[:B]] [--listen-rate R[:B]] [--max-bytes N] [--max-instances N] [--replace] | -f FILE")
 	if err != nil {
 		return err
 	}
@@ -120,8 +122,8 @@ func (f limitFlags) apply(l *tenantlimits.Limits, agent string) error {
 	if agent != "" {
 		agentValues = l.Agents[agent]
 		v = &agentValues
-		if f.keyRate.set || f.writeRate.set || f.maxBytes.set || f.maxInstances.set {
-			return fmt.Errorf("--key-rate, --write-rate, --max-bytes and --max-instances are the tenant's, not an agent's")
+		if f.keyRate.set || f.writeRate.set || f.listenRate.set || f.maxBytes.set || f.maxInstances.set {
+			return fmt.Errorf("--key-rate, --write-rate, --listen-rate, --max-bytes and --max-instances are the tenant's, not an agent's")
 		}
 	}
 	f.weight.to(&v.Weight)
@@ -130,6 +132,7 @@ func (f limitFlags) apply(l *tenantlimits.Limits, agent string) error {
 	f.rate.to(&v.Rate)
 	f.keyRate.to(&l.KeyRate)
 	f.writeRate.to(&l.WriteRate)
+	f.listenRate.to(&l.ListenRate)
 	f.maxBytes.to64(&l.MaxBytes)
 	f.maxInstances.to64(&l.MaxInstances)
 	if agent != "" {
@@ -242,6 +245,7 @@ func (c *cli) showLimits(rec tenantlimits.Record) error {
 	tw.row("rate", marked(rateOf(e.Rate), l.Rate != nil))
 	tw.row("key rate", marked(rateOf(e.KeyRate), l.KeyRate != nil))
 	tw.row("write rate", marked(rateOf(e.WriteRate), l.WriteRate != nil))
+	tw.row("listen rate", marked(rateOf(e.ListenRate), l.ListenRate != nil))
 	tw.row("max bytes", marked(orNone(e.MaxBytes, bytesOf), l.MaxBytes != nil))
 	tw.row("max instances", marked(orNone(e.MaxInstances, itoa), l.MaxInstances != nil))
 	if err := tw.Flush(); err != nil {

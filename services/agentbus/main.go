@@ -74,8 +74,8 @@ commands:
   tenant usage [ID]       (the bytes the tenant stores, its instances, its quotas; default -tenant)
   tenant limits get [ID]  (its weight, caps, rates and quotas: what holds, and what was set)
   tenant limits set [ID] [--agent NAME] [--weight N] [--max-concurrent N] [--max-queued N]
-       [--rate R[:B]] [--key-rate R[:B]] [--write-rate R[:B]] [--max-bytes N] [--max-instances N]
-       [--replace] | -f FILE
+       [--rate R[:B]] [--key-rate R[:B]] [--write-rate R[:B]] [--listen-rate R[:B]] [--max-bytes N]
+       [--max-instances N] [--replace] | -f FILE
        (system admins; a value "default" takes what was set away)
   key create [--name N] [--role user|tenant-admin|system-admin]
   key list | key revoke KEYID | key rotate KEYID          (--system: the tenant-less system keys)

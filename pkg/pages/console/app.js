@@ -1206,6 +1206,7 @@
     ['rate', 'Rate of all its requests', fmtLimitRate],
     ['keyRate', 'Rate of each of its keys', fmtLimitRate],
     ['writeRate', 'Rate of its configuration writes (keys, remote agents, subscriptions)', fmtLimitRate],
+    ['listenRate', 'Rate of the listen streams it opens', fmtLimitRate],
     ['maxBytes', 'Stored bytes quota', noQuota(fmtBytes)],
     ['maxInstances', 'Instances quota', noQuota(String)],
   ];
@@ -1363,7 +1364,8 @@
   // The form's inputs: each input's id (lim-…) and the field of the record it sets.
   const LIMIT_INPUTS = [['weight', 'weight'], ['maxConcurrent', 'maxConcurrent'], ['maxQueued', 'maxQueued'],
     ['rate', 'rate.perSecond'], ['burst', 'rate.burst'], ['keyRate', 'keyRate.perSecond'], ['keyBurst', 'keyRate.burst'],
-    ['writeRate', 'writeRate.perSecond'], ['writeBurst', 'writeRate.burst'], ['maxBytes', 'maxBytes'], ['maxInstances', 'maxInstances']];
+    ['writeRate', 'writeRate.perSecond'], ['writeBurst', 'writeRate.burst'],
+    ['listenRate', 'listenRate.perSecond'], ['listenBurst', 'listenRate.burst'], ['maxBytes', 'maxBytes'], ['maxInstances', 'maxInstances']];
 
   function fillLimitsForm(rec) {
     const l = rec.limits || {};
@@ -1377,6 +1379,8 @@
     put('keyBurst', l.keyRate && l.keyRate.burst);
     put('writeRate', l.writeRate && l.writeRate.perSecond);
     put('writeBurst', l.writeRate && l.writeRate.burst);
+    put('listenRate', l.listenRate && l.listenRate.perSecond);
+    put('listenBurst', l.listenRate && l.listenRate.burst);
     put('maxBytes', l.maxBytes === undefined ? undefined : exactBytes(l.maxBytes));
     put('maxInstances', l.maxInstances);
     markField('');
@@ -1438,6 +1442,7 @@
       rate: rate('rate', 'burst', 'rate'),
       keyRate: rate('keyRate', 'keyBurst', 'keyRate'),
       writeRate: rate('writeRate', 'writeBurst', 'writeRate'),
+      listenRate: rate('listenRate', 'listenBurst', 'listenRate'),
       maxBytes,
       maxInstances: num('maxInstances', 'maxInstances'),
       agents: set.agents,
