@@ -77,9 +77,6 @@ func counted(b *tenantBucket, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// configWrite marks a route that writes a tenant's configuration (Config.TenantWriteRate).
-func configWrite(h http.HandlerFunc) http.HandlerFunc { return counted(writesBucket, h) }
-
 // waiting counts each tenant's synchronous requests waiting for a reply, so that one tenant
 // cannot hold the ingress's memory and connections; tenants at zero leave the map.
 type waiting struct {

@@ -491,9 +491,9 @@ type route struct {
 // path or, on their tenant-less variant, in X-Tenant-Id. /api/user/agents takes any valid key,
 // in the header or the query. /healthz, /readyz, /metrics, /openapi.json, the playground page
 // (/ui) and the operator console (/console) take no key: the pages ask the user for one and then
-// call the API like any client. The routes that write a tenant's configuration (configWrite)
-// count against the tenant's rate of such writes, those that open listen streams against its
-// rate of listen streams.
+// call the API like any client. The routes marked counted take a token of one of the tenant's
+// buckets: those that write its configuration of writesBucket (Config.TenantWriteRate), those
+// that open listen streams of listensBucket (Config.TenantListenRate).
 //
 // The calls come first: gorilla/mux tries routes in order, and each route it tries on the way
 // costs a match (and an allocation for an escaped path) on every request.
@@ -524,10 +524,10 @@ func (s *Server) api() []route {
 		{del, "/api/v1/admin/tenants/{tenantId}", s.deleteTenant},
 
 		{get, "/api/v1/admin/tenants/{tenantId}/keys", s.listKeys},
-		{post, "/api/v1/admin/tenants/{tenantId}/keys", configWrite(s.createKey)},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys", counted(writesBucket, s.createKey)},
 		{get, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", s.getKey},
-		{del, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", configWrite(s.revokeKey)},
-		{post, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}/rotate", configWrite(s.rotateKey)},
+		{del, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}", counted(writesBucket, s.revokeKey)},
+		{post, "/api/v1/admin/tenants/{tenantId}/keys/{keyId}/rotate", counted(writesBucket, s.rotateKey)},
 		{get, "/api/v1/admin/keys", s.listKeys},
 		{post, "/api/v1/admin/keys", s.createKey},
 		{get, "/api/v1/admin/keys/{keyId}", s.getKey},
@@ -558,15 +558,15 @@ func (s *Server) api() []route {
 		{put, systemAgentsPath + "/{name}", s.putRemoteAgent},
 		{del, systemAgentsPath + "/{name}", s.deleteRemoteAgent},
 		{get, tenantAgentsPath, s.listRemoteAgents},
-		{post, tenantAgentsPath, configWrite(s.registerRemoteAgent)},
+		{post, tenantAgentsPath, counted(writesBucket, s.registerRemoteAgent)},
 		{get, tenantAgentsPath + "/{name}", s.getRemoteAgent},
-		{put, tenantAgentsPath + "/{name}", configWrite(s.putRemoteAgent)},
-		{del, tenantAgentsPath + "/{name}", configWrite(s.deleteRemoteAgent)},
+		{put, tenantAgentsPath + "/{name}", counted(writesBucket, s.putRemoteAgent)},
+		{del, tenantAgentsPath + "/{name}", counted(writesBucket, s.deleteRemoteAgent)},
 
 		{get, subscriptionsPath, s.listSubscriptions},
-		{post, subscriptionsPath, configWrite(s.createSubscription)},
+		{post, subscriptionsPath, counted(writesBucket, s.createSubscription)},
 		{get, subscriptionsPath + "/{subscriptionId}", s.getSubscription},
-		{del, subscriptionsPath + "/{subscriptionId}", configWrite(s.deleteSubscription)},
+		{del, subscriptionsPath + "/{subscriptionId}", counted(writesBucket, s.deleteSubscription)},
 		{get, subscriptionsPath + "/{subscriptionId}/undelivered", s.listUndelivered},
 		{del, subscriptionsPath + "/{subscriptionId}/undelivered/{id}", s.discardUndelivered},
 		{post, subscriptionsPath + "/{subscriptionId}/undelivered/{id}/replay", s.replayUndelivered},
