@@ -387,7 +387,7 @@ type NewKey struct {
 // A Store bounding each tenant's keys (WithCache) answers ErrLimit to a tenant that has as many
 // keys in force as it may have.
 func (s *Store) Create(ctx context.Context, nk NewKey) (string, Key, error) {
-	bounded := s.cache != nil && s.max > 0 && nk.Tenant != ""
+	bounded := s.bounds(nk.Tenant)
 	if bounded {
 		if n, err := s.inForce(ctx, nk.Tenant); err != nil {
 			return "", Key{}, err
@@ -423,6 +423,10 @@ func (s *Store) create(ctx context.Context, nk NewKey) (string, Key, error) {
 	return secret, k, err
 }
 
+// bounds reports whether s bounds the keys of tenant: it has a cache and a bound (WithCache), and
+// tenant is one (system admins' keys are not bounded).
+func (s *Store) bounds(tenant string) bool { return s.cache != nil && s.max > 0 && tenant != "" }
+
 // inForce counts a tenant's keys that are not revoked.
 func (s *Store) inForce(ctx context.Context, tenant string) (int, error) {
 	stored, err := s.list(ctx, tenant)
@@ -456,7 +460,7 @@ func (s *Store) remove(ctx context.Context, e storedKey) error {
 // trim removes the records of a tenant's revoked keys but for the max most recently revoked,
 // when s bounds tenants' keys. A failure is logged: the next revocation trims again.
 func (s *Store) trim(ctx context.Context, tenant string) {
-	if s.cache == nil || s.max <= 0 || tenant == "" {
+	if !s.bounds(tenant) {
 		return
 	}
 	stored, err := s.list(ctx, tenant)
