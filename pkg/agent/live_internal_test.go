@@ -98,6 +98,58 @@ func TestLiveSetKeepsWithinBudget(t *testing.T) {
 	}
 }
 
+// One tenant's many idle instances do not push another's few out of memory, though the few are
+// idle for longer: over the budget, the tenants holding the most give way, each its longest idle
+// first, and a third tenant over its share keeps an equal share.
+func TestLiveSetKeepsEachTenantsShare(t *testing.T) {
+	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	const each = liveBaseBytes + 4096
+	busy := 2 * liveKeepBytes / each // twice the budget
+	name := func(tenant string, i int) liveKey {
+		return liveKey{tenant, fmt.Sprintf("%s:Echo:Supervisor Workflow:i-%d", tenant, i)}
+	}
+	add := func(k liveKey, idleFor time.Duration) {
+		l := s.acquire(k.tenant, k.workflowID)
+		l.size.Store(4096)
+		s.release(l)
+		s.mu.Lock()
+		l.idleSince = time.Now().Add(-idleFor)
+		s.mu.Unlock()
+	}
+	for i := range busy { // idle 3 s, i-0 the longest
+		add(name("busy", i), liveIdle+time.Second+time.Duration(busy-i)*time.Microsecond)
+	}
+	for i := range 10 { // idle 20 s: longer than any of busy's
+		add(name("quiet", i), 20*time.Second)
+	}
+	third := liveKeepBytes / each // a half of the budget, as much as the other two may keep together
+	for i := range third {
+		add(name("third", i), liveIdle+time.Second)
+	}
+
+	assert.Zero(t, s.sweep(context.Background(), false))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	has := func(k liveKey) bool { _, ok := s.m[k]; return ok }
+	held := map[string]int{}
+	for k := range s.m {
+		held[k.tenant] += each
+	}
+	for i := range 10 {
+		assert.True(t, has(name("quiet", i)), "quiet's instance %d is kept", i)
+	}
+	share := (liveKeepBytes - 10*each) / 2
+	assert.LessOrEqual(t, held["busy"]+held["third"]+held["quiet"], liveKeepBytes)
+	for _, tenant := range []string{"busy", "third"} {
+		assert.LessOrEqual(t, held[tenant], share, tenant)
+		assert.Greater(t, held[tenant], share-each, "%s keeps its share", tenant)
+	}
+	kept := held["busy"] / each
+	for i := range kept { // the least idle are kept: i-(busy-1) back to i-(busy-kept)
+		assert.True(t, has(name("busy", busy-1-i)), "busy's instance %d is among its least idle", busy-1-i)
+	}
+}
+
 // An empty set's sweep rests: the ticker stops, an instance acquired starts it again, and the
 // instance is swept out once idle, after which it rests again.
 func TestLiveSetRestsWhileEmpty(t *testing.T) {
