@@ -52,8 +52,8 @@ var (
 	ErrBadCursor = errors.New("history cursor does not belong to the thread")
 )
 
-// maxKnownTopicThreads bounds the topic cache; past it the cache starts over, which costs one
-// KV read per thread and scope seen again.
+// maxKnownTopicThreads bounds the topic cache; past it the tenant with the most threads in it
+// starts over, which costs one KV read per thread and scope of that tenant seen again.
 const maxKnownTopicThreads = 10000
 
 // Store reads and writes conversation history. It is safe for concurrent use.
@@ -63,9 +63,12 @@ type Store struct {
 	js     jetstream.JetStream
 
 	mu sync.Mutex
-	// known holds, per topics key, the scopes known to be in the thread's topic list, so that
-	// appending a message of a known scope costs no KV operation.
-	known map[string]map[string]struct{}
+	// known holds, per tenant and topics key, the scopes known to be in the thread's topic list,
+	// so that appending a message of a known scope costs no KV operation; knownThreads counts its
+	// keys. By tenant, so that one tenant writing to many threads empties its own part of the
+	// cache, not the others'.
+	known        map[string]map[string]map[string]struct{}
+	knownThreads int
 
 	// meter, when set, counts the bytes of the records appended (Meter).
 	meter *usage.Meter
@@ -78,7 +81,7 @@ func (s *Store) Meter(m *usage.Meter) { s.meter = m }
 // NewStore returns a Store over the history stream, the topics bucket and the JetStream context
 // used for live follows.
 func NewStore(stream jetstream.Stream, topics jetstream.KeyValue, js jetstream.JetStream) *Store {
-	return &Store{stream: stream, topics: topics, js: js, known: make(map[string]map[string]struct{})}
+	return &Store{stream: stream, topics: topics, js: js, known: make(map[string]map[string]map[string]struct{})}
 }
 
 // Cursor is the append state of one thread, held by the thread's single writer between appends.
@@ -318,7 +321,7 @@ func (s *Store) Append(ctx context.Context, tenant, workflowID, participant stri
 		if m.Scope == "" {
 			continue
 		}
-		if err := s.addTopic(ctx, subject.TopicsKey(tenant, workflowID, participant), m.Scope); err != nil {
+		if err := s.addTopic(ctx, tenant, subject.TopicsKey(tenant, workflowID, participant), m.Scope); err != nil {
 			return err
 		}
 	}
@@ -436,8 +439,8 @@ const topicPatience = 10 * time.Second
 // written with compare-and-set; a write that meets another writer's pauses a little
 // (bus.ConflictBackoff), reads the list again and retries, for as long as ctx and
 // topicPatience allow.
-func (s *Store) addTopic(ctx context.Context, key, scope string) error {
-	if s.isKnown(key, scope) {
+func (s *Store) addTopic(ctx context.Context, tenant, key, scope string) error {
+	if s.isKnown(tenant, key, scope) {
 		return nil
 	}
 	return bus.RetryConflictsFor(ctx, topicPatience, func() error {
@@ -447,7 +450,7 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 		}
 		i, found := slices.BinarySearch(list, scope)
 		if found {
-			s.remember(key, list)
+			s.remember(tenant, key, list)
 			return nil
 		}
 		list = slices.Insert(list, i, scope)
@@ -463,28 +466,45 @@ func (s *Store) addTopic(ctx context.Context, key, scope string) error {
 		if err != nil {
 			return fmt.Errorf("writing topics: %w", err)
 		}
-		s.remember(key, list)
+		s.remember(tenant, key, list)
 		return nil
 	})
 }
 
-func (s *Store) isKnown(key, scope string) bool {
+func (s *Store) isKnown(tenant, key, scope string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.known[key][scope]
+	_, ok := s.known[tenant][key][scope]
 	return ok
 }
 
-func (s *Store) remember(key string, list []string) {
+// forgetMostKnown empties the topic cache of the tenant with the most threads in it; s.mu is
+// held.
+func (s *Store) forgetMostKnown() {
+	most := ""
+	for t, threads := range s.known {
+		if most == "" || len(threads) > len(s.known[most]) {
+			most = t
+		}
+	}
+	s.knownThreads -= len(s.known[most])
+	delete(s.known, most)
+}
+
+func (s *Store) remember(tenant, key string, list []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	set := s.known[key]
+	set := s.known[tenant][key]
 	if set == nil {
-		if len(s.known) >= maxKnownTopicThreads {
-			clear(s.known)
+		if s.knownThreads >= maxKnownTopicThreads {
+			s.forgetMostKnown()
+		}
+		if s.known[tenant] == nil {
+			s.known[tenant] = make(map[string]map[string]struct{})
 		}
 		set = make(map[string]struct{}, len(list))
-		s.known[key] = set
+		s.known[tenant][key] = set
+		s.knownThreads++
 	}
 	for _, t := range list {
 		set[t] = struct{}{}
