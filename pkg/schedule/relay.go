@@ -3,10 +3,12 @@ package schedule
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +40,8 @@ func RequestID(name string, seq uint64) string {
 
 // Relay moves fired requests to the inbox until ctx ends: each gets a request id of its firing
 // (RequestID), is published with that id as its de-duplication id, so that a relay repeated
-// after a crash stores it once, and is then deleted from the schedules stream.
+// after a crash stores it once, and is acknowledged; the relayed requests leave the schedules
+// stream together, a second after (removeRelayed).
 func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       relayConsumer,
@@ -51,8 +54,36 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("creating the timer relay consumer: %w", err)
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { s.relay(ctx, log, m) }, jetstream.PullMaxMessages(64),
-		jetstream.PullExpiry(relayPullExpiry))
+	// Each lane relays the requests of the instances hashed to it, one after the other in the
+	// order they fired: lanes relay at once, and an instance's timers fired together reach its
+	// inbox in order.
+	relayed := make(chan struct{}, 1)
+	lanes := make([]chan jetstream.Msg, relayLanes)
+	var wg sync.WaitGroup
+	for i := range lanes {
+		lanes[i] = make(chan jetstream.Msg, relayLaneBuffer)
+		wg.Go(func() {
+			for m := range lanes[i] {
+				if s.relay(ctx, log, m) {
+					select {
+					case relayed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() { s.removeRelayed(ctx, log, cons, relayed) })
+	defer func() {
+		for _, l := range lanes {
+			close(l)
+		}
+		wg.Wait()
+	}()
+	seed := maphash.MakeSeed()
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		lanes[maphash.String(seed, instanceOf(m.Subject()))%relayLanes] <- m
+	}, jetstream.PullMaxMessages(relayLanes*relayLaneBuffer), jetstream.PullExpiry(relayPullExpiry))
 	if err != nil {
 		return fmt.Errorf("relaying timers: %w", err)
 	}
@@ -62,56 +93,110 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	return nil
 }
 
-// relay moves one fired request to the inbox.
-func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) {
+// relayLanes is how many fired requests a host relays at once: each waits for the inbox's
+// acknowledgement.
+const relayLanes = 16
+
+// relayLaneBuffer is how many fired requests wait for each lane.
+const relayLaneBuffer = 8
+
+// removeEvery is how long after a relay the relayed requests are removed from the stream.
+const removeEvery = time.Second
+
+// instanceOf is the part of a fired request's subject (subject.ScheduleFired) before the timer's
+// name: its tenant and instance.
+func instanceOf(subj string) string {
+	if i := strings.LastIndexByte(subj, '.'); i >= 0 {
+		return subj[:i]
+	}
+	return subj
+}
+
+// removeRelayed removes the relayed requests from the stream a little after each relay, until
+// ctx ends: every fired request up to the relay consumer's acknowledgement floor, all of which
+// reached the inbox (or could not be read), in one purge. A deletion of each after its relay, a
+// request to the stream's API each, took as much of the servers as the relay itself: a tenant's
+// thousands of timers due at the same moment (an hourly cron on each of its instances) made
+// every other tenant's timers due then wait for their turn in the relay three times as long. The
+// purges of several hosts' relays overlap and cost nothing when there is nothing left to remove;
+// an idle relay makes none.
+func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, cons jetstream.Consumer, relayed <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-relayed:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(removeEvery):
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			log.Debug("reading the timer relay's progress", "err", err)
+			continue
+		}
+		floor := info.AckFloor.Stream
+		if floor == 0 {
+			continue
+		}
+		err = s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.SchedulesFired()), jetstream.WithPurgeSequence(floor+1))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("removing relayed timers", "err", err)
+		}
+	}
+}
+
+// relay moves one fired request to the inbox and reports whether it did.
+func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) bool {
 	md, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
-		return
+		return false
 	}
 	req := new(agentbusv1.Request)
 	if err := proto.Unmarshal(m.Data(), req); err != nil {
 		log.Error("dropping an undecodable timer", "subject", m.Subject(), "err", err)
 		_ = m.Term()
-		return
+		return false
 	}
-	if err := s.forward(ctx, req, md.Sequence.Stream); err != nil {
+	stored, err := s.forward(ctx, req, md.Sequence.Stream)
+	if err != nil {
 		log.Warn("relaying a timer; it comes again", "timer", req.GetTimer(), "err", err)
 		_ = m.NakWithDelay(time.Second)
-		return
+		return false
 	}
 	_ = m.Ack()
-	err = s.stream.DeleteMsg(ctx, md.Sequence.Stream)
-	if err != nil {
-		log.Debug("deleting a relayed timer", "err", err)
-	}
 	// A one-time schedule: the server removed it as it fired. Of relays of one firing (its
-	// acknowledgement lost, say), the one whose deletion of it succeeded counts it off.
-	if m.Headers().Get(jetstream.ScheduleNextHeader) == scheduleNextPurge &&
-		(err == nil || !bus.DeletedBefore(ctx, s.stream, md.Sequence.Stream)) {
+	// acknowledgement lost, say), the one that stored the request counts it off.
+	if stored && m.Headers().Get(jetstream.ScheduleNextHeader) == scheduleNextPurge {
 		s.meter.AddTimers(req.GetTenantId(), -headerBytesValue(m.Headers()))
 	}
+	return true
 }
 
 // scheduleNextPurge is the Nats-Schedule-Next of what a one-time schedule fired: the server
 // purged the schedule as it stored it.
 const scheduleNextPurge = "purge"
 
-// forward publishes what a schedule fired as the request of that firing.
-func (s *Store) forward(ctx context.Context, req *agentbusv1.Request, seq uint64) error {
+// forward publishes what a schedule fired as the request of that firing, and reports whether
+// this publish stored it (not an earlier relay of the same firing).
+func (s *Store) forward(ctx context.Context, req *agentbusv1.Request, seq uint64) (stored bool, err error) {
 	req.RequestId = RequestID(req.GetTimer(), seq)
 	req.MessageId = ""
 	req.CreatedAtMs = time.Now().UnixMilli()
 	msg, err := bus.DedupedRequest(req)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := bus.Publish(ctx, s.js, msg); err != nil {
-		return fmt.Errorf("publishing timer request: %w", err)
+	ack, err := bus.Publish(ctx, s.js, msg)
+	if err != nil {
+		return false, fmt.Errorf("publishing timer request: %w", err)
 	}
-	return nil
+	return !ack.Duplicate, nil
 }
 
 func sortByName(s []Schedule) {

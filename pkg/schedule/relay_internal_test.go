@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"context"
 	"log/slog"
 	"testing"
 	"time"
@@ -17,8 +18,8 @@ import (
 )
 
 // TestFiredTimerRelayedTwiceCountsOffOnce: of two relays of one firing of a one-time timer (as
-// when the first one's acknowledgement is lost), only the one that deleted the fired copy counts
-// the schedule off its tenant's usage.
+// when the first one's acknowledgement is lost), only the one that stored the request in the
+// inbox counts the schedule off its tenant's usage.
 func TestFiredTimerRelayedTwiceCountsOffOnce(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	ctx := t.Context()
@@ -56,4 +57,65 @@ func TestFiredTimerRelayedTwiceCountsOffOnce(t *testing.T) {
 	require.NoError(t, m.Flush(ctx))
 	require.Eventually(t, func() bool { return r.Of("acme").Timers != set }, 5*time.Second, 10*time.Millisecond, "the timer counted off")
 	assert.Zero(t, r.Of("acme").Timers, "counted off once")
+}
+
+// TestRelayedTimersLeaveTheStream: the fired requests leave the schedules stream a little after
+// they are relayed, together, and only those up to the relay consumer's acknowledgement floor:
+// one fired earlier and not relayed yet keeps itself and every later one in the stream.
+func TestRelayedTimersLeaveTheStream(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	ctx := t.Context()
+	_, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	store := NewStore(res.JS, res.Schedules)
+	const wf = "acme:Echo:Supervisor Workflow:a"
+	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
+		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
+	due := time.Now().Add(time.Second)
+	for _, name := range []string{"first", "second"} {
+		require.NoError(t, store.Set(ctx, Schedule{Name: name, Tenant: "acme", WorkflowID: wf, Pattern: At(due), Request: req}, ""))
+		due = due.Add(100 * time.Millisecond)
+	}
+	cons, err := res.Schedules.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: relayConsumer,
+		FilterSubject: subject.SchedulesFired(), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	require.NoError(t, err)
+	var fired []jetstream.Msg
+	require.Eventually(t, func() bool {
+		batch, err := cons.Fetch(2-len(fired), jetstream.FetchMaxWait(time.Second))
+		require.NoError(t, err)
+		for msg := range batch.Messages() {
+			fired = append(fired, msg)
+		}
+		return len(fired) == 2
+	}, 10*time.Second, 10*time.Millisecond, "both timers fired")
+	inStream := func() int {
+		info, err := res.Schedules.Info(ctx, jetstream.WithSubjectFilter(subject.SchedulesFired()))
+		require.NoError(t, err)
+		n := 0
+		for _, c := range info.State.Subjects {
+			n += int(c)
+		}
+		return n
+	}
+	require.Equal(t, 2, inStream())
+
+	relayed := make(chan struct{}, 1)
+	removing, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.removeRelayed(removing, slog.New(slog.DiscardHandler), cons, relayed)
+	}()
+	defer func() { stop(); <-done }()
+
+	// The second relayed, the first not yet: nothing leaves.
+	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), fired[1]))
+	relayed <- struct{}{}
+	time.Sleep(removeEvery + 500*time.Millisecond)
+	assert.Equal(t, 2, inStream(), "the floor is below the request not relayed yet")
+
+	// The first relayed too: both leave.
+	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), fired[0]))
+	relayed <- struct{}{}
+	require.Eventually(t, func() bool { return inStream() == 0 }, 5*time.Second, 50*time.Millisecond, "both left the stream")
 }
