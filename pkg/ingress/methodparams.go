@@ -18,11 +18,10 @@ import (
 // ingress (a chat model's tool calls, Agent2Agent calls, timers). Its zero value is ready.
 type methodParams struct {
 	mu sync.RWMutex
-	m  map[methodKey]compiledParams
+	// m holds the compiled schemas by agent and method name; n counts them.
+	m map[string]map[string]compiledParams
+	n int
 }
-
-// methodKey names a Data method: its agent, and its name as registered.
-type methodKey struct{ agent, method string }
 
 // compiledParams is one method's schema as registered and what it compiled to.
 type compiledParams struct {
@@ -34,8 +33,10 @@ type compiledParams struct {
 // check.
 const anyObject = `{"type":"object"}`
 
-// maxCompiledParams bounds the schemas kept: registrations come and go (remote agents), and a
-// full cache starts over rather than grow; each schema is compiled again when next called.
+// maxCompiledParams bounds the schemas kept: registrations come and go (remote agents), and past
+// it the agent with the most schemas kept loses them rather than the cache grow; each is compiled
+// again when next called. One agent, not all: a tenant calling the many methods of its remote
+// agents in turn (up to 256 each) makes its own schemas compiled again, not every agent's.
 const maxCompiledParams = 4096
 
 // check refuses a call of agent's Data method method whose parameters (JSON, possibly empty) do
@@ -54,9 +55,8 @@ func (c *methodParams) check(log *slog.Logger, a registry.Agent, method string, 
 
 // validator is the compiled schema of a's method m, compiled now when its registration is new.
 func (c *methodParams) validator(log *slog.Logger, agent string, m registry.Method) *jsonschema.Validator {
-	key := methodKey{agent, m.Name}
 	c.mu.RLock()
-	got, ok := c.m[key]
+	got, ok := c.m[agent][m.Name]
 	c.mu.RUnlock()
 	if ok && bytes.Equal(got.schema, m.InputSchema) {
 		return got.v
@@ -68,12 +68,33 @@ func (c *methodParams) validator(log *slog.Logger, agent string, m registry.Meth
 		log.Warn("a Data method's schema does not compile; its calls are not checked", "agent", agent, "method", m.Name, "err", err)
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCompiledParams {
-		c.m = make(map[methodKey]compiledParams)
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]map[string]compiledParams)
 	}
-	c.m[key] = compiledParams{schema: m.InputSchema, v: v}
-	c.mu.Unlock()
+	if _, ok := c.m[agent][m.Name]; !ok {
+		if c.n >= maxCompiledParams {
+			c.dropLargest()
+		}
+		if c.m[agent] == nil {
+			c.m[agent] = make(map[string]compiledParams)
+		}
+		c.n++
+	}
+	c.m[agent][m.Name] = compiledParams{schema: m.InputSchema, v: v}
 	return v
+}
+
+// dropLargest forgets the schemas of the agent with the most kept; c.mu is held.
+func (c *methodParams) dropLargest() {
+	largest := ""
+	for a, ms := range c.m {
+		if len(ms) > len(c.m[largest]) {
+			largest = a
+		}
+	}
+	c.n -= len(c.m[largest])
+	delete(c.m, largest)
 }
 
 // checkParams refuses a Data call of agent's method whose parameters (JSON, possibly empty) do

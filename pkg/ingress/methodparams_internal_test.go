@@ -33,31 +33,52 @@ func TestMethodParamsCompiledPerRegistration(t *testing.T) {
 	assert.Equal(t, "invalid-method-parameters", p.Slug)
 	assert.Equal(t, "the parameters of Sum do not match its schema: missing property 'values'", p.Detail)
 	assert.Nil(t, c.check(log, a, "sum", []byte(`{"values":[1]}`)))
-	first := c.m[methodKey{"Calc", "Sum"}].v
+	first := c.m["Calc"]["Sum"].v
 	require.NotNil(t, first)
 	assert.Nil(t, c.check(log, sumAgent(sumSchema), "sum", []byte(`{"values":[]}`)))
-	assert.Same(t, first, c.m[methodKey{"Calc", "Sum"}].v, "an equal schema is not compiled again")
+	assert.Same(t, first, c.m["Calc"]["Sum"].v, "an equal schema is not compiled again")
 
 	replaced := sumAgent(`{"type":"object","properties":{"values":{"type":"array"}}}`)
 	assert.Nil(t, c.check(log, replaced, "sum", []byte(`{}`)), "the replaced registration's schema applies")
-	assert.NotSame(t, first, c.m[methodKey{"Calc", "Sum"}].v)
+	assert.NotSame(t, first, c.m["Calc"]["Sum"].v)
 
 	assert.Nil(t, c.check(log, a, "free", []byte(`{"anything":1}`)))
-	assert.NotContains(t, c.m, methodKey{"Calc", "free"}, "nothing to check, nothing compiled")
+	assert.NotContains(t, c.m["Calc"], "free", "nothing to check, nothing compiled")
 	assert.Nil(t, c.check(log, registry.Agent{Name: "Old", DataMethods: []string{"m"}}, "m", []byte(`{}`)), "a registration without schemas")
 	assert.Nil(t, c.check(log, sumAgent(`{"type":"nonsense"}`), "sum", []byte(`{}`)), "a schema that does not compile checks nothing")
 }
 
-// The cache starts over rather than grow past its bound.
+// The cache does not grow past its bound: past it, the agent with the most schemas kept loses
+// them, not the others, so one agent's many methods called in turn do not cost the calls of
+// other agents a compilation each.
 func TestMethodParamsBounded(t *testing.T) {
 	var c methodParams
 	log := slog.New(slog.DiscardHandler)
-	for i := range maxCompiledParams + 10 {
-		a := sumAgent(sumSchema)
-		a.Name = fmt.Sprint("A", i)
-		c.check(log, a, "sum", nil)
+	many := func(name string, n int) registry.Agent {
+		a := registry.Agent{Name: name}
+		for i := range n {
+			m := fmt.Sprint("m", i)
+			a.DataMethods = append(a.DataMethods, m)
+			a.Methods = append(a.Methods, registry.Method{Name: m, InputSchema: json.RawMessage(sumSchema)})
+		}
+		return a
 	}
-	assert.LessOrEqual(t, len(c.m), maxCompiledParams)
+	quiet := sumAgent(sumSchema)
+	c.check(log, quiet, "sum", nil)
+	first := c.m["Calc"]["Sum"].v
+	for i := range 40 { // 40 agents of 256 methods: 2.5 times the bound
+		a := many(fmt.Sprint("Busy", i), 256)
+		for _, m := range a.DataMethods {
+			c.check(log, a, m, nil)
+			require.LessOrEqual(t, c.n, maxCompiledParams)
+		}
+	}
+	n := 0
+	for _, ms := range c.m {
+		n += len(ms)
+	}
+	assert.Equal(t, n, c.n)
+	assert.Same(t, first, c.m["Calc"]["Sum"].v, "the quiet agent's schema is kept")
 }
 
 // BenchmarkMethodParamsCheck is what the ingress adds to a call of a method with a schema:
