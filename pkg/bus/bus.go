@@ -110,8 +110,9 @@ type Resources struct {
 	Undelivered   jetstream.Stream
 	// Tenures counts the takeovers of each partition from a host taken for dead.
 	Tenures jetstream.KeyValue
-	// RemoteAgents holds the registrations of agents served over HTTP.
-	RemoteAgents jetstream.KeyValue
+	// RemoteAgents holds the registrations of agents served over HTTP; RemoteAgentOwners
+	// indexes those of each tenant.
+	RemoteAgents, RemoteAgentOwners jetstream.KeyValue
 	// Runs indexes the runs started, by tenant and agent (package instance's Index).
 	Runs jetstream.Stream
 	// Steps is the journal of the durable steps of the requests being handled (agent.Step).
@@ -352,6 +353,7 @@ func ensureBuckets(ctx context.Context, js jetstream.JetStream, cfg Config, r *R
 		{&r.Topics, jetstream.KeyValueConfig{Bucket: subject.TopicsBucket, Description: "topics of each conversation thread", TTL: cfg.HistoryMaxAge}, false},
 		{&r.Subscriptions, jetstream.KeyValueConfig{Bucket: subject.SubscriptionsBucket, Description: "event subscriptions (outbound webhooks)"}, true},
 		{&r.RemoteAgents, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentsBucket, Description: "remote agents: HTTP endpoints served as agents"}, true},
+		{&r.RemoteAgentOwners, jetstream.KeyValueConfig{Bucket: subject.RemoteAgentOwnersBucket, Description: "remote agents by tenant"}, true},
 		{&r.Tenures, jetstream.KeyValueConfig{Bucket: subject.TenuresBucket, Description: "takeovers of each inbox partition from hosts taken for dead"}, true},
 		{&r.TenantLimits, jetstream.KeyValueConfig{Bucket: subject.TenantLimitsBucket, Description: "limits set per tenant and agent at runtime"}, true},
 		{&r.SlotGrants, jetstream.KeyValueConfig{Bucket: subject.SlotGrantsBucket, Description: "each host's part of a tenant's cap on its requests running at once"}, true},

@@ -369,6 +369,11 @@ func (s *Server) openBus(ctx context.Context) error {
 	}
 	s.subs = subscription.NewStore(s.res, subs)
 	s.remote = remote.NewStore(s.res, subs.Allow, s.cfg.MaxRemoteAgentsPerTenant)
+	// Registrations stored by a build that did not index them (an ingress of it in a rolling
+	// upgrade, say) join the index; without it, listings read every registration.
+	if err := s.remote.Index(ctx); err != nil {
+		s.log.Warn("indexing the remote agents by tenant; until an ingress has, listings read every registration", "err", err)
+	}
 	return nil
 }
 

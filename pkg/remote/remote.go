@@ -7,9 +7,10 @@
 // whose handlers make those calls, so it has every guarantee a Go agent has: order per
 // conversation, retries, dead letters, state written once per request.
 //
-// Registrations live in the AGENTBUS_REMOTE_AGENTS bucket. Serve watches it and runs one host
-// per registration in the process, started, replaced and stopped as registrations come, change
-// and go.
+// Registrations live in the AGENTBUS_REMOTE_AGENTS bucket, by agent name, and a tenant's are
+// indexed in AGENTBUS_REMOTE_AGENT_OWNERS. Serve watches the first and runs one host per
+// registration in the process, started, replaced and stopped as registrations come, change and
+// go.
 package remote
 
 import (
@@ -21,6 +22,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -123,12 +125,18 @@ var (
 
 // Store keeps registrations.
 type Store struct {
-	res          *bus.Resources
-	js           jetstream.JetStream
-	kv           jetstream.KeyValue
-	registry     jetstream.KeyValue
+	res      *bus.Resources
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	registry jetstream.KeyValue
+	// owners indexes the tenants' registrations (subject.RemoteAgentOwnerKey): an entry is
+	// made before its registration and removed after it, so the index holds every tenant's
+	// registration and perhaps one whose storing failed, which List leaves out.
+	owners       jetstream.KeyValue
 	allow        *outbound.AllowList
 	maxPerTenant int
+	// indexDone is set once the index is known to hold every registration.
+	indexDone atomic.Bool
 }
 
 // DefaultMaxPerTenant is how many remote agents a tenant may register unless NewStore is told
@@ -143,7 +151,8 @@ func NewStore(res *bus.Resources, allow *outbound.AllowList, maxPerTenant int) *
 	if maxPerTenant <= 0 {
 		maxPerTenant = DefaultMaxPerTenant
 	}
-	return &Store{res: res, js: res.JS, kv: res.RemoteAgents, registry: res.Registry, allow: allow, maxPerTenant: maxPerTenant}
+	return &Store{res: res, js: res.JS, kv: res.RemoteAgents, registry: res.Registry, owners: res.RemoteAgentOwners,
+		allow: allow, maxPerTenant: maxPerTenant}
 }
 
 // validate checks a registration of owner ("" for a system admin) and fills in its defaults.
@@ -379,7 +388,14 @@ func (s *Store) put(ctx context.Context, owner, key string, r Registration, repl
 		if err != nil {
 			return Registration{}, fmt.Errorf("encoding registration: %w", err)
 		}
+		indexed, err := s.index(ctx, owner, r.Name)
+		if err != nil {
+			return Registration{}, err
+		}
 		if _, err := s.kv.Create(ctx, key, b); err != nil {
+			if indexed {
+				s.unindex(context.WithoutCancel(ctx), owner, r.Name)
+			}
 			if bus.IsConflict(err) {
 				return Registration{}, ErrExists
 			}
@@ -458,8 +474,26 @@ func (s *Store) Get(ctx context.Context, owner, name string) (Registration, erro
 }
 
 // List returns the registrations a caller sees, by name: a tenant's own (owner), or every one
-// (owner "").
+// (owner ""). A tenant's are read through the index, so that listing them costs the same
+// whatever the other tenants registered; until the index holds the registrations stored before
+// it existed (Index), every registration is read.
 func (s *Store) List(ctx context.Context, owner string) ([]Registration, error) {
+	var out []Registration
+	var err error
+	if owner == "" || !s.indexed(ctx) {
+		out, err = s.listAll(ctx, owner)
+	} else {
+		out, err = s.listOwned(ctx, owner)
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Registration) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// listAll reads every registration and keeps owner's (every one when owner is "").
+func (s *Store) listAll(ctx context.Context, owner string) ([]Registration, error) {
 	entries, err := bus.Entries(ctx, s.js, s.kv)
 	if err != nil {
 		return nil, fmt.Errorf("listing remote agents: %w", err)
@@ -474,20 +508,105 @@ func (s *Store) List(ctx context.Context, owner string) ([]Registration, error) 
 			out = append(out, r)
 		}
 	}
-	slices.SortFunc(out, func(a, b Registration) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// listOwned reads owner's registrations through the index. An entry whose registration is not
+// stored (its storing failed, or is under way) or is another's (the name removed and registered
+// again by another tenant) is left out.
+func (s *Store) listOwned(ctx context.Context, owner string) ([]Registration, error) {
+	entries, err := bus.Entries(ctx, s.js, s.owners, subject.TenantRemoteAgentOwnerKeys(owner))
+	if err != nil {
+		return nil, fmt.Errorf("listing remote agents: %w", err)
+	}
+	out := []Registration{}
+	for _, e := range entries {
+		name, err := subject.ParseToken(e.Key()[strings.IndexByte(e.Key(), '.')+1:])
+		if err != nil {
+			continue
+		}
+		r, err := s.Get(ctx, owner, name)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// index makes owner's index entry of the agent name, unless owner is "" (a system admin's
+// registration, which no tenant lists); made reports whether this call made it.
+func (s *Store) index(ctx context.Context, owner, name string) (made bool, err error) {
+	if owner == "" {
+		return false, nil
+	}
+	_, err = s.owners.Create(ctx, subject.RemoteAgentOwnerKey(owner, name), nil)
+	switch {
+	case err == nil:
+		return true, nil
+	case bus.IsConflict(err):
+		return false, nil // there already: a registration of the name, or one whose storing failed
+	default:
+		return false, fmt.Errorf("indexing remote agent: %w", err)
+	}
+}
+
+// unindex removes owner's index entry of the agent name; an entry it could not remove only
+// costs listings a read.
+func (s *Store) unindex(ctx context.Context, owner, name string) {
+	if owner != "" {
+		_ = s.owners.Purge(ctx, subject.RemoteAgentOwnerKey(owner, name))
+	}
+}
+
+// indexed reports whether the index holds every tenant's registrations (Index ran once).
+func (s *Store) indexed(ctx context.Context) bool {
+	if s.indexDone.Load() {
+		return true
+	}
+	if _, err := s.owners.Get(ctx, subject.RemoteAgentsIndexed); err != nil {
+		return false
+	}
+	s.indexDone.Store(true)
+	return true
+}
+
+// Index adds every tenant's registration to the index, and says so in it: registrations stored
+// by a build that did not index them are listed through the index once it ran. An ingress runs
+// it as it starts; it costs a reading of every registration, once, and what it finds indexed
+// already is left alone.
+func (s *Store) Index(ctx context.Context) error {
+	all, err := s.listAll(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, r := range all {
+		if _, err := s.index(ctx, r.Owner, r.Name); err != nil {
+			return err
+		}
+	}
+	if _, err := s.owners.Put(ctx, subject.RemoteAgentsIndexed, nil); err != nil {
+		return fmt.Errorf("indexing remote agents: %w", err)
+	}
+	s.indexDone.Store(true)
+	return nil
 }
 
 // Delete removes a registration (a tenant's own only) and the agent's entry in the registry:
 // the hosts stop serving it within seconds, and its name is free again.
 func (s *Store) Delete(ctx context.Context, owner, name string) error {
-	if _, err := s.Get(ctx, owner, name); err != nil {
+	r, err := s.Get(ctx, owner, name)
+	if err != nil {
 		return err
 	}
 	key := subject.AgentKey(name)
 	if err := s.kv.Purge(ctx, key); err != nil {
 		return fmt.Errorf("removing registration: %w", err)
 	}
+	s.unindex(ctx, r.Owner, name)
 	if err := s.registry.Purge(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("removing the agent from the registry: %w", err)
 	}

@@ -57,6 +57,9 @@ const (
 	// RemoteAgentsBucket holds the registrations of remote agents (HTTP endpoints) by agent name
 	// (AgentKey).
 	RemoteAgentsBucket = "AGENTBUS_REMOTE_AGENTS"
+	// RemoteAgentOwnersBucket indexes the remote agents of each tenant (RemoteAgentOwnerKey), so
+	// that listing a tenant's reads its own registrations, not every tenant's.
+	RemoteAgentOwnersBucket = "AGENTBUS_REMOTE_AGENT_OWNERS"
 	// TenuresBucket counts, per partition of an agent, how often a host took the partition over
 	// from a host taken for dead (TenureKey): a host whose lease lapsed compares it with the
 	// count it saw when it gained the partition, to tell whether it was taken from it.
@@ -400,6 +403,17 @@ func ResultKey(tenant, requestID string) string { return tenant + "." + Token(re
 
 // AgentKey is the registry KV key of an agent.
 func AgentKey(agentName string) string { return Token(agentName) }
+
+// RemoteAgentOwnerKey is the RemoteAgentOwnersBucket key of tenant's remote agent.
+func RemoteAgentOwnerKey(tenant, agentName string) string { return tenant + "." + AgentKey(agentName) }
+
+// TenantRemoteAgentOwnerKeys is the RemoteAgentOwnersBucket key filter of a tenant's remote
+// agents.
+func TenantRemoteAgentOwnerKeys(tenant string) string { return tenant + ".*" }
+
+// RemoteAgentsIndexed is the RemoteAgentOwnersBucket key that says every registration stored
+// before it is in the index; unlike every other key of the bucket, it holds no dot.
+const RemoteAgentsIndexed = "indexed"
 
 // HostKey is the hosts KV key of a workflow host.
 func HostKey(hostID string) string { return Token(hostID) }
