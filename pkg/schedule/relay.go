@@ -73,8 +73,10 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 			}
 		})
 	}
-	wg.Go(func() { s.removeRelayed(ctx, log, cons, relayed) })
+	removing, stopRemoving := context.WithCancel(ctx)
+	wg.Go(func() { s.removeRelayed(removing, log, cons, relayed) })
 	defer func() {
+		stopRemoving()
 		for _, l := range lanes {
 			close(l)
 		}
