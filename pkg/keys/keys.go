@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/capped"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
@@ -388,32 +389,22 @@ type NewKey struct {
 // keys in force as it may have.
 func (s *Store) Create(ctx context.Context, nk NewKey) (string, Key, error) {
 	bounded := s.bounds(nk.Tenant)
+	count := func(ctx context.Context) (int, error) { return s.inForce(ctx, nk.Tenant) }
 	if bounded {
-		if n, err := s.inForce(ctx, nk.Tenant); err != nil {
+		if err := capped.Room(ctx, s.max, count, ErrLimit); err != nil {
 			return "", Key{}, err
-		} else if n >= s.max {
-			return "", Key{}, ErrLimit
 		}
 	}
 	secret, k, err := s.create(ctx, nk)
 	if err != nil || !bounded {
 		return secret, k, err
 	}
-	// Keys created at once may each have found room for themselves. The cache, once it holds
-	// this key, holds every key stored before it: of keys created together past the bound, the
-	// later ones count the earlier and give way. More than needed may give way; none is kept
-	// past the bound.
-	n, err := s.inForce(ctx, nk.Tenant)
-	if err == nil && n <= s.max {
-		return secret, k, nil
+	// The cache, once it holds this key, holds every key stored before it.
+	undo := func(ctx context.Context) error { return s.remove(ctx, storedKey{hash: Hash(secret), key: k}) }
+	if err := capped.Keep(ctx, s.max, count, undo, ErrLimit); err != nil {
+		return "", Key{}, err
 	}
-	if err == nil {
-		err = ErrLimit
-	}
-	if rerr := s.remove(context.WithoutCancel(ctx), storedKey{hash: Hash(secret), key: k}); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	return "", Key{}, err
+	return secret, k, nil
 }
 
 // create generates and stores a key, bounded or not.

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/capped"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
@@ -330,7 +331,13 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 		return Registration{}, err
 	}
 	if !replace && owner != "" {
-		if err := s.withinLimit(ctx, owner, r.Name); err != nil {
+		undo := func(ctx context.Context) error {
+			if err := s.Delete(ctx, owner, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			return nil
+		}
+		if err := capped.Keep(ctx, s.maxPerTenant, s.counter(owner), undo, ErrLimit); err != nil {
 			return Registration{}, err
 		}
 	}
@@ -340,22 +347,12 @@ func (s *Store) Put(ctx context.Context, owner string, r Registration, replace b
 	return reg, nil
 }
 
-// withinLimit counts owner's registrations again once its new one, name, is stored: a listing
-// read after it holds every registration stored before it, so that of those made at once past
-// the limit the later ones count the earlier and give way (more than needed may), and none is
-// kept past it. Past the limit it removes name's and answers ErrLimit.
-func (s *Store) withinLimit(ctx context.Context, owner, name string) error {
-	have, err := s.List(ctx, owner)
-	if err == nil && len(have) <= s.maxPerTenant {
-		return nil
+// counter counts owner's registrations, for capped.
+func (s *Store) counter(owner string) capped.Count {
+	return func(ctx context.Context) (int, error) {
+		have, err := s.List(ctx, owner)
+		return len(have), err
 	}
-	if err == nil {
-		err = ErrLimit
-	}
-	if derr := s.Delete(context.WithoutCancel(ctx), owner, name); derr != nil && !errors.Is(derr, ErrNotFound) {
-		err = errors.Join(err, derr)
-	}
-	return err
 }
 
 // put makes one attempt of Put, with r validated. It answers an error that bus.IsConflict
@@ -373,12 +370,8 @@ func (s *Store) put(ctx context.Context, owner, key string, r Registration, repl
 			return Registration{}, fmt.Errorf("reading the agent registry: %w", err)
 		}
 		if owner != "" {
-			have, err := s.List(ctx, owner)
-			if err != nil {
+			if err := capped.Room(ctx, s.maxPerTenant, s.counter(owner), ErrLimit); err != nil {
 				return Registration{}, err
-			}
-			if len(have) >= s.maxPerTenant {
-				return Registration{}, ErrLimit
 			}
 		}
 		if r.Secret == "" {

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/capped"
 	"github.com/agentbus/agentbus/pkg/ident"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -290,12 +291,12 @@ func (s *Store) Create(ctx context.Context, tenant string, n New) (Subscription,
 	if err != nil {
 		return Subscription{}, err
 	}
-	have, err := s.List(ctx, tenant)
-	if err != nil {
-		return Subscription{}, err
+	count := func(ctx context.Context) (int, error) {
+		have, err := s.List(ctx, tenant)
+		return len(have), err
 	}
-	if len(have) >= s.cfg.MaxPerTenant {
-		return Subscription{}, ErrLimit
+	if err := capped.Room(ctx, s.cfg.MaxPerTenant, count, ErrLimit); err != nil {
+		return Subscription{}, err
 	}
 	sub.ID, sub.CreatedAt = newID(), timefmt.Now()
 	for _, src := range s.sources(&sub) {
@@ -313,23 +314,17 @@ func (s *Store) Create(ctx context.Context, tenant string, n New) (Subscription,
 		s.removeConsumers(context.WithoutCancel(ctx), &sub)
 		return Subscription{}, fmt.Errorf("storing subscription: %w", err)
 	}
-	// Counted again now that it is stored: a listing read after it holds every subscription
-	// stored before it, so that of those created at once past the limit the later ones count
-	// the earlier and give way.
-	if have, err = s.List(ctx, tenant); err == nil && len(have) <= s.cfg.MaxPerTenant {
-		return sub, nil
+	undo := func(ctx context.Context) error {
+		var err error
+		if perr := s.kv.Purge(ctx, key); perr != nil {
+			err = fmt.Errorf("removing the subscription past the limit: %w", perr)
+		}
+		return errors.Join(err, s.removeConsumers(ctx, &sub))
 	}
-	if err == nil {
-		err = ErrLimit
+	if err := capped.Keep(ctx, s.cfg.MaxPerTenant, count, undo, ErrLimit); err != nil {
+		return Subscription{}, err
 	}
-	wctx := context.WithoutCancel(ctx)
-	if perr := s.kv.Purge(wctx, key); perr != nil {
-		err = errors.Join(err, fmt.Errorf("removing the subscription past the limit: %w", perr))
-	}
-	if rerr := s.removeConsumers(wctx, &sub); rerr != nil {
-		err = errors.Join(err, rerr)
-	}
-	return Subscription{}, err
+	return sub, nil
 }
 
 // source is one stream a subscription's events come from.
