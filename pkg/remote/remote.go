@@ -588,6 +588,31 @@ func (s *Store) Index(ctx context.Context) error {
 	return nil
 }
 
+// DeleteTenant removes every remote agent of a tenant being deleted, and its index entries: a
+// deleted tenant's agents would otherwise go on being served by every workflow host process, and
+// a tenant created later with the same id would find them as its own.
+func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
+	regs, err := s.List(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		if err := s.Delete(ctx, tenant, r.Name); err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+	}
+	entries, err := bus.Entries(ctx, s.js, s.owners, subject.TenantRemoteAgentOwnerKeys(tenant))
+	if err != nil {
+		return fmt.Errorf("listing remote agents: %w", err)
+	}
+	for _, e := range entries {
+		if err := s.owners.Purge(ctx, e.Key()); err != nil {
+			return fmt.Errorf("removing remote agent index entry: %w", err)
+		}
+	}
+	return nil
+}
+
 // Delete removes a registration (a tenant's own only) and the agent's entry in the registry:
 // the hosts stop serving it within seconds, and its name is free again.
 func (s *Store) Delete(ctx context.Context, owner, name string) error {

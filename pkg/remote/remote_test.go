@@ -493,6 +493,46 @@ func TestRemoteAgentsPerTenantLimited(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, status, "after a removal")
 }
 
+// TestDeletedTenantsRemoteAgentsGo: deleting a tenant removes its remote agents: no process goes
+// on serving them, their names are free again, and a tenant created later with the same id has
+// none of them.
+func TestDeletedTenantsRemoteAgentsGo(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	ep := newEndpoint(t)
+	const theirs = "/api/v1/admin/tenants/other/agents"
+	var reg remote.Registration
+	status, _ := call(t, http.MethodPost, s.URL+theirs, s.OtherKey, registration("Theirs", ep.URL), &reg)
+	require.Equal(t, http.StatusCreated, status)
+	ep.secret.Store(reg.Secret)
+	require.NoError(t, s.WaitLive(t.Context(), "Theirs"))
+
+	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/tenants/other", systemKey, nil, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	var list struct {
+		Agents []remote.Registration `json:"agents"`
+	}
+	status, _ = call(t, http.MethodGet, s.URL+"/api/v1/admin/agents", systemKey, nil, &list)
+	require.Equal(t, http.StatusOK, status)
+	assert.Empty(t, list.Agents, "the deleted tenant's agent is gone")
+	require.Eventually(t, func() bool {
+		_, err := s.Res.Registry.Get(t.Context(), subject.AgentKey("Theirs"))
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the agent is still in the registry")
+
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants", systemKey, map[string]string{"id": "other"}, nil)
+	require.Equal(t, http.StatusCreated, status)
+	var key struct {
+		Key string `json:"key"`
+	}
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/other/keys", systemKey, map[string]string{"name": "new", "role": "tenant-admin"}, &key)
+	require.Equal(t, http.StatusCreated, status)
+	status, _ = call(t, http.MethodGet, s.URL+theirs, key.Key, nil, &list)
+	require.Equal(t, http.StatusOK, status)
+	assert.Empty(t, list.Agents, "a new tenant of the same id inherits nothing")
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Theirs", ep.URL), nil)
+	assert.Equal(t, http.StatusCreated, status, "the name is free again")
+}
+
 // TestRemoteAgentPartitions: a remote agent's inbox has the registration's partition count,
 // whatever the processes' own setting, and its hosts pull that many partitions. Left out, it is
 // 4 for an agent one tenant calls (a tenant's own, or a global one restricted to one tenant) and
