@@ -114,40 +114,50 @@ func instanceOf(subj string) string {
 	return subj
 }
 
-// removeRelayed removes the relayed requests from the stream a little after each relay, until
-// ctx ends: every fired request up to the relay consumer's acknowledgement floor, all of which
-// reached the inbox (or could not be read), in one purge. A deletion of each after its relay, a
-// request to the stream's API each, took as much of the servers as the relay itself: a tenant's
-// thousands of timers due at the same moment (an hourly cron on each of its instances) made
-// every other tenant's timers due then wait for their turn in the relay three times as long. The
-// purges of several hosts' relays overlap and cost nothing when there is nothing left to remove;
-// an idle relay makes none.
+// removeRelayed removes the relayed requests from the stream a second after a relay, until ctx
+// ends: every fired request up to the relay consumer's acknowledgement floor, all of which
+// reached the inbox (or could not be read), in one purge. One purge, not a deletion of each
+// request: a deletion is a request to the stream's API, which takes as much of the servers as
+// the relay itself, and every tenant's timers wait in the one relay (docs/limits.md). The purges
+// of several hosts' relays overlap and cost little when there is nothing left to remove; an idle
+// relay makes none. One that fails is tried again a second later.
 func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, cons jetstream.Consumer, relayed <-chan struct{}) {
+	failed := false
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-relayed:
+		if !failed {
+			select {
+			case <-ctx.Done():
+				return
+			case <-relayed:
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(removeEvery):
 		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			log.Debug("reading the timer relay's progress", "err", err)
-			continue
-		}
-		floor := info.AckFloor.Stream
-		if floor == 0 {
-			continue
-		}
-		err = s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.SchedulesFired()), jetstream.WithPurgeSequence(floor+1))
-		if err != nil && ctx.Err() == nil {
-			log.Warn("removing relayed timers", "err", err)
+		err := s.purgeRelayed(ctx, cons)
+		failed = err != nil && ctx.Err() == nil
+		if failed {
+			log.Warn("removing relayed timers; trying again", "err", err)
 		}
 	}
+}
+
+// purgeRelayed removes every fired request up to the relay consumer's acknowledgement floor.
+func (s *Store) purgeRelayed(ctx context.Context, cons jetstream.Consumer) error {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the timer relay's progress: %w", err)
+	}
+	floor := info.AckFloor.Stream
+	if floor == 0 {
+		return nil
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.SchedulesFired()), jetstream.WithPurgeSequence(floor+1)); err != nil {
+		return fmt.Errorf("purging relayed timers: %w", err)
+	}
+	return nil
 }
 
 // relay moves one fired request to the inbox and reports whether it did.
