@@ -142,8 +142,8 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, keys.InfoOf(t))
 }
 
-// deleteTenant removes a tenant, its dead letters, subscriptions and remote agents, and revokes
-// its keys. Its messages, instances and files stay until they expire. The tenant's existence is
+// deleteTenant removes a tenant, its dead letters, subscriptions, remote agents and timers, and
+// revokes its keys. Its messages, instances and files stay until they expire. The tenant's existence is
 // left to DeleteTenant to judge: a deletion that failed part way leaves a tenant that readers no
 // longer see, and calling again finishes it.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +160,7 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		problem.InvalidTenant.Write(w, ident.ErrInvalidTenant.Error())
 		return
 	}
-	// Dead letters, subscriptions and remote agents go first: if that fails the tenant is still
+	// Dead letters, subscriptions, remote agents and timers go first: if that fails the tenant is still
 	// there to delete again, whereas once it is gone nobody could reach them. For an unknown
 	// tenant this removes only what a deleted tenant of that id left behind.
 	if err := s.dead.PurgeTenant(r.Context(), tenant); err != nil {
@@ -172,6 +172,10 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.remote.DeleteTenant(r.Context(), tenant); err != nil {
+		s.storeFailed(w, "deleting tenant", err)
+		return
+	}
+	if err := s.schedules().DeleteTenant(r.Context(), tenant); err != nil {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}

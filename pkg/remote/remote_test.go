@@ -21,11 +21,13 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/remote"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/timefmt"
 	"github.com/agentbus/agentbus/pkg/webhooksig"
+	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
 const systemKey = "system-admin-key-0123456789"
@@ -493,9 +495,9 @@ func TestRemoteAgentsPerTenantLimited(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, status, "after a removal")
 }
 
-// TestDeletedTenantsRemoteAgentsGo: deleting a tenant removes its remote agents: no process goes
-// on serving them, their names are free again, and a tenant created later with the same id has
-// none of them.
+// TestDeletedTenantsRemoteAgentsGo: deleting a tenant removes its remote agents, and its timers:
+// no process goes on serving the agents, their names are free again, a tenant created later
+// with the same id has none of them, and the timers fire no more.
 func TestDeletedTenantsRemoteAgentsGo(t *testing.T) {
 	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
 	ep := newEndpoint(t)
@@ -505,9 +507,18 @@ func TestDeletedTenantsRemoteAgentsGo(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	ep.secret.Store(reg.Secret)
 	require.NoError(t, s.WaitLive(t.Context(), "Theirs"))
+	timers := schedule.NewStore(s.Res.JS, s.Res.Schedules)
+	const wf = "other:Theirs:Supervisor Workflow:a"
+	req := &agentbusv1.Request{TenantId: "other", WorkflowId: wf, AgentName: "Theirs", WorkflowType: "Supervisor Workflow",
+		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "count"}
+	require.NoError(t, timers.Set(t.Context(), schedule.Schedule{Name: "hourly", Tenant: "other", WorkflowID: wf,
+		Pattern: schedule.Every(time.Hour), Request: req}, ""))
 
 	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/tenants/other", systemKey, nil, nil)
 	require.Equal(t, http.StatusNoContent, status)
+	pending, err := timers.Pending(t.Context(), "other", wf)
+	require.NoError(t, err)
+	assert.False(t, pending, "the deleted tenant's timer is gone")
 	var list struct {
 		Agents []remote.Registration `json:"agents"`
 	}

@@ -194,6 +194,36 @@ func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bo
 	return true, nil
 }
 
+// DeleteTenant cancels every timer of a tenant being deleted and drops what they fired that no
+// host relayed yet: a deleted tenant's recurring timers would otherwise fire for ever, each
+// running a handler for a tenant that is gone, in the relay and on the hosts every tenant
+// shares. What they took is counted off the tenant's usage; one set between the reading and the
+// purge goes without being counted off.
+func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
+	subjects, err := s.subjects(ctx, subject.TenantSchedules(tenant))
+	if err != nil {
+		return err
+	}
+	var stored int64
+	for _, subj := range subjects {
+		raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading schedule: %w", err)
+		}
+		stored += headerBytesValue(raw.Header)
+	}
+	for _, filter := range []string{subject.TenantSchedules(tenant), subject.TenantSchedulesFired(tenant)} {
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+			return fmt.Errorf("cancelling the tenant's timers: %w", err)
+		}
+	}
+	s.meter.AddTimers(tenant, -stored)
+	return nil
+}
+
 // List returns the instance's schedules, by name.
 func (s *Store) List(ctx context.Context, tenant, workflowID string) ([]Schedule, error) {
 	return s.list(ctx, subject.InstanceSchedules(tenant, workflowID))

@@ -219,4 +219,27 @@ func TestTimersCountInUsage(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "soon fired and is gone")
 	counted("the one-time timer fired; the recurring one stays")
 	assert.Positive(t, r.Of("acme").Timers)
+
+	// The tenant deleted: its timers go, counted off, and fire no more; another tenant's stay.
+	theirs := template("u9")
+	theirs.TenantId, theirs.WorkflowId = "globex", "globex:Echo:Supervisor Workflow:a"
+	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "theirs", Tenant: "globex", WorkflowID: theirs.WorkflowId, Pattern: later, Request: theirs}, ""))
+	require.NoError(t, store.DeleteTenant(ctx, "acme"))
+	counted("the tenant deleted")
+	assert.Zero(t, r.Of("acme").Timers)
+	pending, err := store.List(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.Empty(t, pending)
+	pending, err = store.List(ctx, "globex", theirs.WorkflowId)
+	require.NoError(t, err)
+	assert.Len(t, pending, 1, "another tenant's timer stays")
+	inbox, err := res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // one relayed as the tenant was deleted lands
+	before, err := inbox.Info(ctx)
+	require.NoError(t, err)
+	time.Sleep(2500 * time.Millisecond) // tick fired every second
+	after, err := inbox.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, before.State.LastSeq, after.State.LastSeq, "the deleted tenant's recurring timer fires no more")
 }

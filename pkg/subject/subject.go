@@ -518,6 +518,11 @@ func ScheduleFired(tenant, workflowID, name string) string {
 	return string(startTokens(schedPrefix).plain("fired").plain(tenant).id(workflowID).id(name))
 }
 
+// TenantSchedulesFired is the filter of what a tenant's schedules fired.
+func TenantSchedulesFired(tenant string) string {
+	return string(startTokens(schedPrefix).plain("fired").plain(tenant)) + ".>"
+}
+
 // SchedulesFired is the filter of every fired schedule message.
 func SchedulesFired() string { return schedPrefix + ".fired.>" }
 
