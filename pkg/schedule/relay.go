@@ -56,26 +56,35 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	}
 	// Each lane relays the requests of the instances hashed to it, one after the other in the
 	// order they fired: lanes relay at once, and an instance's timers fired together reach its
-	// inbox in order.
+	// inbox in order. They start with the first timer that fires: a deployment whose agents set
+	// none keeps no goroutine for them.
 	relayed := make(chan struct{}, 1)
 	lanes := make([]chan jetstream.Msg, relayLanes)
-	var wg sync.WaitGroup
 	for i := range lanes {
 		lanes[i] = make(chan jetstream.Msg, relayLaneBuffer)
-		wg.Go(func() {
-			for m := range lanes[i] {
-				if s.relay(ctx, log, m) {
-					select {
-					case relayed <- struct{}{}:
-					default:
-					}
-				}
-			}
-		})
 	}
 	removing, stopRemoving := context.WithCancel(ctx)
-	wg.Go(func() { s.removeRelayed(removing, log, cons, relayed) })
+	var (
+		start sync.Once
+		wg    sync.WaitGroup
+	)
+	startLanes := func() {
+		for _, lane := range lanes {
+			wg.Go(func() {
+				for m := range lane {
+					if s.relay(ctx, log, m) {
+						select {
+						case relayed <- struct{}{}:
+						default:
+						}
+					}
+				}
+			})
+		}
+		wg.Go(func() { s.removeRelayed(removing, log, cons, relayed) })
+	}
 	defer func() {
+		start.Do(func() {}) // no lane starts from here on
 		stopRemoving()
 		for _, l := range lanes {
 			close(l)
@@ -84,6 +93,7 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	}()
 	seed := maphash.MakeSeed()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		start.Do(startLanes)
 		lanes[maphash.String(seed, instanceOf(m.Subject()))%relayLanes] <- m
 	}, jetstream.PullMaxMessages(relayLanes*relayLaneBuffer), jetstream.PullExpiry(relayPullExpiry))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/gostack"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/usage"
@@ -118,4 +119,30 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), fired[0]))
 	relayed <- struct{}{}
 	require.Eventually(t, func() bool { return inStream() == 0 }, 5*time.Second, 50*time.Millisecond, "both left the stream")
+}
+
+// TestIdleRelayKeepsNoLanes: a relay that has relayed nothing keeps no lane and no remover; the
+// first timer that fires starts them, and they stop with the relay.
+func TestIdleRelayKeepsNoLanes(t *testing.T) {
+	res := natstest.Bus(t, bus.Config{})
+	_, err := res.InboxOf(t.Context(), "Echo")
+	require.NoError(t, err)
+	store := NewStore(res.JS, res.Schedules)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
+	lanes := func() int {
+		return len(gostack.Naming("schedule.(*Store).Relay.func", "schedule.(*Store).removeRelayed"))
+	}
+	time.Sleep(500 * time.Millisecond)
+	assert.Zero(t, lanes(), "an idle relay keeps no goroutine of its own")
+
+	const wf = "acme:Echo:Supervisor Workflow:a"
+	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
+		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
+	require.NoError(t, store.Set(ctx, Schedule{Name: "soon", Tenant: "acme", WorkflowID: wf, Pattern: At(time.Now().Add(500 * time.Millisecond)), Request: req}, ""))
+	require.Eventually(t, func() bool { return lanes() == relayLanes+1 }, 10*time.Second, 20*time.Millisecond, "the lanes and the remover started")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Zero(t, lanes(), "and stopped with the relay")
 }
