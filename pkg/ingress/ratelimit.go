@@ -227,17 +227,22 @@ type peerDemand struct {
 
 // rates is the rate table the configuration gives, with the rates' defaults filled in.
 func (c *Config) rates() rateTable {
-	return rateTable{key: c.RateLimit.withDefaults(), keyOf: withDefaults(c.TenantRateLimits),
-		tenant: c.TenantRateLimit.withDefaults(), tenantOf: withDefaults(c.TenantRateLimitTenants),
-		write: c.TenantWriteRate.withDefaults(), listen: c.TenantListenRate.withDefaults()}
+	return rateTable{key: c.RateLimit, keyOf: c.TenantRateLimits, tenant: c.TenantRateLimit,
+		tenantOf: c.TenantRateLimitTenants, write: c.TenantWriteRate, listen: c.TenantListenRate}.withDefaults()
+}
+
+// withDefaults is t's configured rates with their defaults filled in; the rates set at runtime
+// are left out.
+func (t rateTable) withDefaults() rateTable {
+	return rateTable{key: t.key.withDefaults(), keyOf: withDefaults(t.keyOf), tenant: t.tenant.withDefaults(),
+		tenantOf: withDefaults(t.tenantOf), write: t.write.withDefaults(), listen: t.listen.withDefaults()}
 }
 
 func newLimiter(t rateTable, every time.Duration) *limiter {
 	l := &limiter{every: every, keys: map[string]*share{}, tenants: map[string]*share{},
 		peers: map[string]*peerDemand{}, n: 1}
-	l.rates = rateTable{key: t.key.withDefaults(), tenant: t.tenant.withDefaults(), write: t.write.withDefaults(),
-		listen: t.listen.withDefaults(), keyOf: withDefaults(t.keyOf), tenantOf: withDefaults(t.tenantOf),
-		set: map[string]TenantRates{}}
+	l.rates = t.withDefaults()
+	l.rates.set = map[string]TenantRates{}
 	l.limited.Store(l.rates.any())
 	return l
 }
