@@ -381,12 +381,12 @@ func (s *Store) put(ctx context.Context, owner, key string, r Registration, repl
 		if err != nil {
 			return Registration{}, fmt.Errorf("encoding registration: %w", err)
 		}
-		indexed, err := s.index(ctx, owner, r.Name)
+		madeEntry, err := s.index(ctx, owner, r.Name)
 		if err != nil {
 			return Registration{}, err
 		}
 		if _, err := s.kv.Create(ctx, key, b); err != nil {
-			if indexed {
+			if madeEntry {
 				s.unindex(context.WithoutCancel(ctx), owner, r.Name)
 			}
 			if bus.IsConflict(err) {
@@ -514,7 +514,7 @@ func (s *Store) listOwned(ctx context.Context, owner string) ([]Registration, er
 	}
 	out := []Registration{}
 	for _, e := range entries {
-		name, err := subject.ParseToken(e.Key()[strings.IndexByte(e.Key(), '.')+1:])
+		name, err := subject.ParseRemoteAgentOwnerKey(e.Key())
 		if err != nil {
 			continue
 		}

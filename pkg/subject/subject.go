@@ -407,6 +407,15 @@ func AgentKey(agentName string) string { return Token(agentName) }
 // RemoteAgentOwnerKey is the RemoteAgentOwnersBucket key of tenant's remote agent.
 func RemoteAgentOwnerKey(tenant, agentName string) string { return tenant + "." + AgentKey(agentName) }
 
+// ParseRemoteAgentOwnerKey returns the agent name of a RemoteAgentOwnerKey.
+func ParseRemoteAgentOwnerKey(key string) (agentName string, err error) {
+	_, tok, ok := strings.Cut(key, ".")
+	if !ok {
+		return "", fmt.Errorf("remote agent owner key %s: no tenant", Quote(key))
+	}
+	return ParseToken(tok)
+}
+
 // TenantRemoteAgentOwnerKeys is the RemoteAgentOwnersBucket key filter of a tenant's remote
 // agents.
 func TenantRemoteAgentOwnerKeys(tenant string) string { return tenant + ".*" }

@@ -143,6 +143,18 @@ func TestParseStoredInboxRoundTrip(t *testing.T) {
 	}
 }
 
+func TestParseRemoteAgentOwnerKeyRoundTrip(t *testing.T) {
+	for _, name := range []string{"Echo", "Billing.v2", "a b/c"} {
+		key := subject.RemoteAgentOwnerKey("acme", name)
+		assert.Regexp(t, `^acme\.[^.]+$`, key, "one tenant token, one name token")
+		got, err := subject.ParseRemoteAgentOwnerKey(key)
+		require.NoError(t, err, "ParseRemoteAgentOwnerKey(%q)", key)
+		assert.Equal(t, name, got)
+	}
+	_, err := subject.ParseRemoteAgentOwnerKey(subject.RemoteAgentsIndexed)
+	assert.Error(t, err, "the index's mark names no agent")
+}
+
 func TestParseStoredInboxInvalid(t *testing.T) {
 	tests := []struct {
 		name string
