@@ -3,6 +3,7 @@ package jsonschema_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,6 +105,53 @@ func TestCompileRefuses(t *testing.T) {
 	}
 }
 
+// The patterns of a schema are bounded together, before any is compiled: a schema of many
+// patterns that each repeat a thousand times compiled to more than 150 MB.
+func TestCompileBoundsPatterns(t *testing.T) {
+	props := func(n int, prop string) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `"p%d":%s`, i, prop)
+		}
+		return `{"type":"object","properties":{` + b.String() + `}}`
+	}
+	patternProps := `"^.{1,1000}$":{}`
+	for n := 999; n > 950; n-- {
+		patternProps += fmt.Sprintf(`,"^.{1,%d}$":{}`, n)
+	}
+	for _, tc := range []struct{ name, schema string }{
+		{"many repeated patterns", props(50, `{"type":"string","pattern":"^.{1,1000}$"}`)},
+		{"one pattern", `{"properties":{"a":{"pattern":"^(?:` + strings.Repeat("abcdefghij", 12) + `){1000}$"}}}`},
+		{"nested repetitions", `{"properties":{"a":{"pattern":"^` + strings.Repeat(`(?:(?:abcdefghij){1,10}){1,100}`, 10) + `$"}}}`},
+		{"pattern properties", `{"patternProperties":{` + patternProps + `}}`},
+		{"deep inside", `{"$defs":{"a":{"items":[{"anyOf":[` + strings.Repeat(`{"pattern":"^[0-9]{1000}$"},`, 100) + `{}]}]}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := jsonschema.Compile(json.RawMessage(tc.schema))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "the schema's patterns are too large")
+		})
+	}
+
+	// Patterns as schemas have them, many of them, compile; so does a property named pattern.
+	usual := props(300, `{"type":"string","pattern":"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"}`)
+	_, err := jsonschema.Compile(json.RawMessage(usual))
+	require.NoError(t, err)
+	v, err := jsonschema.Compile(json.RawMessage(`{"type":"object","properties":{"pattern":{"type":"string","pattern":"^.{1,1000}$"}}}`))
+	require.NoError(t, err)
+	assert.NoError(t, v.Validate([]byte(`{"pattern":"x"}`)))
+
+	// A value checked against "format": "regex" (draft 7) is held to the same bound.
+	v, err = jsonschema.Compile(json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"re":{"type":"string","format":"regex"}}}`))
+	require.NoError(t, err)
+	assert.NoError(t, v.Validate([]byte(`{"re":"^[a-z]{2,8}$"}`)))
+	assert.NoError(t, v.Validate([]byte(`{"re":"(?:`+strings.Repeat("abcdefghij", 5)+`){1000}"}`)), "about 51,000 steps")
+	assert.Error(t, v.Validate([]byte(`{"re":"(?:`+strings.Repeat("abcdefghij", 11)+`){1000}"}`)), "about 111,000 steps")
+}
+
 // What a failure quotes of the caller's parameters is bounded and printable, and so is the
 // number of failures listed.
 func TestValidationErrorBounded(t *testing.T) {
@@ -137,4 +185,18 @@ func BenchmarkValidate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// Size follows the schema and its patterns, within a few times of what the compiled form holds.
+func TestSize(t *testing.T) {
+	var none *jsonschema.Validator
+	assert.Zero(t, none.Size())
+	small, err := jsonschema.Compile(json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"}}}`))
+	require.NoError(t, err)
+	patterned, err := jsonschema.Compile(json.RawMessage(`{"type":"object","properties":{"a":{"type":"string","pattern":"^.{1,1000}$"}}}`))
+	require.NoError(t, err)
+	assert.Greater(t, small.Size(), 1000)
+	assert.Less(t, small.Size(), 10_000)
+	assert.Greater(t, patterned.Size(), 2000*40, "a step of a pattern holds some 45 bytes")
+	assert.Less(t, patterned.Size(), 2200*60)
 }

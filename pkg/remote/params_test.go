@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -106,11 +107,31 @@ func TestRemoteAgentInvalidSchemaRefused(t *testing.T) {
 			assert.Contains(t, p["detail"], tc.detail)
 		})
 	}
+	// Schemas whose patterns would hold megabytes once compiled, in every process that checks
+	// their calls: one alone, and several that are each small enough.
+	repeated := func(n int) map[string]any {
+		props := map[string]any{}
+		for i := range n {
+			props[fmt.Sprintf("p%d", i)] = map[string]any{"type": "string", "pattern": "^.{1,1000}$"}
+		}
+		return map[string]any{"type": "object", "properties": props}
+	}
+	var p map[string]any
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, withCountSchema("http://127.0.0.1:1/agentbus", repeated(50)), &p)
+	assert.Equal(t, http.StatusBadRequest, status, "%v", p)
+	assert.Contains(t, p["detail"], `invalid registration: method "count": the schema's patterns are too large`)
+	twice := withCountSchema("http://127.0.0.1:1/agentbus", repeated(45))
+	twice["methods"] = append(twice["methods"].([]map[string]any), map[string]any{"name": "again", "schema": repeated(45)})
+	p = nil
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, twice, &p)
+	assert.Equal(t, http.StatusBadRequest, status, "%v", p)
+	assert.Contains(t, p["detail"], "invalid registration: the methods' schemas are too large together")
+
 	// Examples the schema takes are kept with it.
 	schema := map[string]any{"type": "object", "properties": map[string]any{"by": map[string]any{"type": "integer"}},
 		"required": []string{"by"}, "examples": []any{map[string]any{"by": 2}}}
 	var reg remote.Registration
-	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, withCountSchema("http://127.0.0.1:1/agentbus", schema), &reg)
+	status, _ = call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, withCountSchema("http://127.0.0.1:1/agentbus", schema), &reg)
 	require.Equal(t, http.StatusCreated, status, "%v", reg)
 	require.Len(t, reg.Methods, 1)
 	assert.JSONEq(t, `{"type":"object","properties":{"by":{"type":"integer"}},"required":["by"],"examples":[{"by":2}]}`, string(reg.Methods[0].Schema))

@@ -58,6 +58,10 @@ const (
 	maxURL                  = 2048
 	maxDescription          = 4096
 	maxSchema               = 64 << 10
+	// maxCompiledSchemas bounds what the methods' schemas of one registration hold once
+	// compiled (jsonschema.Validator.Size): every process that checks their calls compiles
+	// them, and a schema of a few kilobytes of repeated patterns compiles to megabytes.
+	maxCompiledSchemas = 8 << 20
 )
 
 // Registration is a remote agent.
@@ -230,9 +234,14 @@ func validMethods(methods []Method) error {
 		return fmt.Errorf("at most %d methods", maxNames)
 	}
 	seen := map[string]bool{}
+	compiled := 0
 	for _, m := range methods {
-		if _, err := validMethod(m); err != nil {
+		v, err := validMethod(m)
+		if err != nil {
 			return err
+		}
+		if compiled += v.Size(); compiled > maxCompiledSchemas {
+			return fmt.Errorf("the methods' schemas are too large together: compiled, they would hold more than %d MiB of memory in every process that checks their calls (about 48 bytes for each byte of a schema and each step of its patterns; a repetition such as {1,1000} multiplies what it repeats)", maxCompiledSchemas>>20)
 		}
 		if seen[strings.ToLower(m.Name)] {
 			return fmt.Errorf("method %s given twice", subject.Quote(m.Name))
