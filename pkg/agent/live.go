@@ -1,11 +1,8 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/instance"
 )
@@ -24,7 +22,7 @@ const liveIdle = 2 * time.Second
 // liveKeep is how long a host keeps an unused instance in memory, its counts written, so that an
 // instance called every few seconds is not read again (its record and its threads' cursors) on
 // every call, nor written when dropped. Past it, or sooner when the idle instances kept hold more
-// than liveKeepBytes (the tenants holding the most give way, fairTrim), an idle instance costs
+// than liveKeepBytes (the tenants holding the most give way, fairshare.Trim), an idle instance costs
 // the host nothing.
 const liveKeep = 30 * time.Second
 
@@ -98,7 +96,7 @@ func (s *liveSet) release(l *liveInstance) {
 
 // sweep writes the unwritten counts of instances idle for longer than liveIdle and drops those
 // idle for longer than keep, and, while those kept hold more than liveKeepBytes, some of them
-// (fairTrim; all idle ones when all is set). It returns how many it could not write. The
+// (fairshare.Trim; all idle ones when all is set). It returns how many it could not write. The
 // last sweep, with all set, leaves reporting them to its caller.
 func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 	now := time.Now()
@@ -120,7 +118,13 @@ func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 	}
 	if held > liveKeepBytes {
 		var drop []*liveInstance
-		kept, drop = fairTrim(kept, liveKeepBytes)
+		// The tenants that hold the most give way, each its longest idle first: a tenant that
+		// calls thousands of instances of a shared agent fills the budget with its own, not by
+		// pushing another's out of memory (which would cost that tenant's next calls their
+		// records read again).
+		kept, drop = fairshare.Trim(kept, liveKeepBytes,
+			func(l *liveInstance) string { return l.key.tenant }, (*liveInstance).bytes,
+			func(a, b *liveInstance) int { return a.idleSince.Compare(b.idleSince) })
 		for _, l := range drop {
 			delete(s.m, l.key)
 		}
@@ -165,45 +169,6 @@ func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 	}
 	wg.Wait()
 	return int(failed.Load())
-}
-
-// fairTrim splits kept into the instances to keep, holding at most budget bytes, and those to
-// drop. The tenants that hold the most give way: each keeps what it holds up to an equal share
-// of the budget, the shares of those holding less going to the others, and one past its share
-// drops its longest idle instances first. So a tenant that calls thousands of instances of a
-// shared agent fills the budget with its own, not by pushing another's out of memory (which
-// would cost that tenant's next calls their records read again).
-func fairTrim(kept []*liveInstance, budget int) (keep, drop []*liveInstance) {
-	byTenant := make(map[string][]*liveInstance)
-	held := make(map[string]int)
-	for _, l := range kept {
-		byTenant[l.key.tenant] = append(byTenant[l.key.tenant], l)
-		held[l.key.tenant] += l.bytes()
-	}
-	tenants := slices.SortedFunc(maps.Keys(byTenant), func(a, b string) int { return cmp.Compare(held[a], held[b]) })
-	left := budget
-	for i, t := range tenants {
-		share := left / (len(tenants) - i)
-		if held[t] <= share {
-			left -= held[t]
-			keep = append(keep, byTenant[t]...)
-			continue
-		}
-		// This tenant and those after it, which hold at least as much, keep a share each.
-		for _, t := range tenants[i:] {
-			ls := byTenant[t]
-			slices.SortFunc(ls, func(a, b *liveInstance) int { return a.idleSince.Compare(b.idleSince) })
-			h := held[t]
-			for h > share {
-				h -= ls[0].bytes()
-				drop = append(drop, ls[0])
-				ls = ls[1:]
-			}
-			keep = append(keep, ls...)
-		}
-		break
-	}
-	return keep, drop
 }
 
 // flushConcurrency bounds the instance writes a sweep has in flight; a sweep of this many or

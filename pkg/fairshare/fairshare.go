@@ -9,6 +9,9 @@
 // costs O(1), amortised; a key with nothing waiting and nothing out is not kept, so memory
 // follows the keys that have work, not the keys ever seen. Turns count items, not how long an
 // item takes: a key whose items take longer gets more of the time.
+//
+// Trim shares a budget the same way: what is kept in memory for several keys (a host's idle
+// instances, compiled schemas), the keys that hold the most giving way.
 package fairshare
 
 // Share is a key's part of the turns.
