@@ -175,6 +175,9 @@ func New(name string, opts ...Option) *Agent {
 // Name returns the agent's name.
 func (a *Agent) Name() string { return a.name }
 
+// owner names whose the agent is, for the shares of the process's compiled schemas.
+func (a *Agent) owner() string { return registry.Agent{Name: a.name, Tenants: a.tenants}.Owner() }
+
 // servesTenant reports whether callers of the tenant may call the agent (see Tenants), by the
 // rule the ingress applies to the agent's registration.
 func (a *Agent) servesTenant(tenant string) bool {

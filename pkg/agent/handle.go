@@ -140,7 +140,7 @@ func (h *Host) route(req *agentbusv1.Request) (*Agent, target, *agentbusv1.Reply
 		t.handler = a.chat
 	case agentbusv1.Kind_KIND_DATA:
 		if dm := a.data[strings.ToLower(req.GetMethod())]; dm != nil {
-			if err := dm.params.Validate(req.GetData()); err != nil {
+			if err := dm.checkParams(h.log, req.GetData()); err != nil {
 				return nil, target{}, webhookReply(platformError(problem.InvalidMethodParameters, jsonschema.ParamsDetail(dm.name, err)), "")
 			}
 			t.handler = dm.handler

@@ -225,14 +225,21 @@ func (a *Agent) Data(method string, h Handler, opts ...MethodOption) {
 		o(dm)
 	}
 	if dm.schema != nil {
-		params, err := jsonschema.Compile(dm.schema)
-		if err != nil {
-			panic(fmt.Sprintf("agent %s: data method %q: %v", a.name, method, err))
+		if !dm.lazy {
+			if _, err := jsonschema.Compile(dm.schema); err != nil {
+				panic(fmt.Sprintf("agent %s: data method %q: %v", a.name, method, err))
+			}
 		}
-		dm.params = params
+		dm.params = compiledSchemas.Lazy(a.owner(), dm.schema)
 	}
 	a.data[key] = dm
 }
+
+// compiledSchemas holds the compiled schemas of the Data methods of every agent of the process,
+// compiled when a method is first called and kept within jsonschema.DefaultCacheBudget, the
+// owners holding the most giving way: an agent nobody calls holds none, and one tenant's remote
+// agents with large schemas, called in turn, do not push the other tenants' out.
+var compiledSchemas = jsonschema.NewCache(jsonschema.DefaultCacheBudget)
 
 // DataFunc registers a function as the handler of a Data method.
 func (a *Agent) DataFunc(method string, f func(ctx context.Context, m *Message) (Reply, error), opts ...MethodOption) {
@@ -245,8 +252,21 @@ type dataMethod struct {
 	handler     Handler
 	description string
 	schema      json.RawMessage // nil: any object
-	// params checks the parameters against schema; nil when there is nothing to check.
-	params *jsonschema.Validator
+	// lazy is whether Data leaves schema unchecked (LazySchema).
+	lazy bool
+	// params checks the parameters against schema; nil when there is none.
+	params *jsonschema.Lazy
+}
+
+// checkParams refuses parameters (JSON, possibly empty) that do not match the method's schema.
+// A schema that does not compile (LazySchema) checks nothing; the first call logs why.
+func (dm *dataMethod) checkParams(log *slog.Logger, params []byte) error {
+	err := dm.params.Validate(params)
+	if ce, ok := errors.AsType[*jsonschema.CompileError](err); ok {
+		log.Warn("the schema of a Data method does not compile; its calls are not checked", "method", dm.name, "err", ce.Err)
+		return nil
+	}
+	return err
 }
 
 // MethodOption describes a Data method.
@@ -268,6 +288,14 @@ func Schema(schema json.RawMessage) MethodOption {
 	}
 	schema = slices.Clone(schema)
 	return func(m *dataMethod) { m.schema = schema }
+}
+
+// LazySchema is Schema for a schema the program did not write, such as a remote agent's
+// registration (which compiled it already): Data neither checks nor compiles it, and it is
+// compiled when the method is first called. A schema that is not a JSON object or does not
+// compile then leaves the method's calls unchecked, and the host logs why.
+func LazySchema(schema json.RawMessage) MethodOption {
+	return func(m *dataMethod) { m.schema, m.lazy = schema, true }
 }
 
 // File registers the handler of File messages (uploads). It panics when one is registered

@@ -97,3 +97,30 @@ func TestDataPanicsOnInvalidSchema(t *testing.T) {
 			agent.Schema(json.RawMessage(`{"type":"object","properties":{"a":{"type":"text"}}}`)))
 	})
 }
+
+// A LazySchema is compiled when the method is first called, not by Data: a valid one checks the
+// calls as Schema's does; one that does not compile does not panic, and leaves the calls
+// unchecked.
+func TestLazySchema(t *testing.T) {
+	var ran atomic.Int32
+	a := agent.New("Registered")
+	handler := func(_ context.Context, m *agent.Message) (agent.Reply, error) {
+		ran.Add(1)
+		return agent.Answer(map[string]string{"got": string(m.Data)}), nil
+	}
+	a.DataFunc("strict", handler, agent.LazySchema(json.RawMessage(`{"type":"object","required":["name"]}`)))
+	a.DataFunc("broken", handler, agent.LazySchema(json.RawMessage(`{"type":"object","properties":{"a":{"type":"text"}}}`)))
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{a, echo.New()}})
+
+	status, body := sendData(t, s, "Registered", "s", "ada", "strict", map[string]any{})
+	assert.Equal(t, http.StatusBadRequest, status, "%s", body)
+	assert.Contains(t, string(body), `"detail":"the parameters of strict do not match its schema: missing property 'name'"`)
+	assert.Zero(t, ran.Load())
+	status, body = sendData(t, s, "Registered", "s", "ada", "strict", map[string]any{"name": "ada"})
+	assert.Equal(t, http.StatusOK, status, "%s", body)
+	for range 2 {
+		status, body = sendData(t, s, "Registered", "s", "ada", "broken", map[string]any{"a": 1})
+		assert.Equal(t, http.StatusOK, status, "%s", body)
+	}
+	assert.EqualValues(t, 3, ran.Load())
+}

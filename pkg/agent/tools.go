@@ -475,7 +475,7 @@ func callTool(ctx context.Context, chat *Message, dm *dataMethod, call llm.ToolC
 	case in.Data == nil:
 		return Reply{}, Errorf(http.StatusBadRequest, "the arguments of %s are not valid JSON", dm.name)
 	}
-	if err := dm.params.Validate(in.Data); err != nil {
+	if err := dm.checkParams(chat.tools.log, in.Data); err != nil {
 		return Reply{}, &Error{Status: problem.InvalidMethodParameters.Status, Message: jsonschema.ParamsDetail(dm.name, err)}
 	}
 	tm := &Message{

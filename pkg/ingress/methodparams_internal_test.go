@@ -33,14 +33,17 @@ func TestMethodParamsCompiledPerRegistration(t *testing.T) {
 	assert.Equal(t, "invalid-method-parameters", p.Slug)
 	assert.Equal(t, "the parameters of Sum do not match its schema: missing property 'values'", p.Detail)
 	assert.Nil(t, c.check(log, a, "sum", []byte(`{"values":[1]}`)))
-	first := c.m["Calc"]["Sum"].v
+	first := c.m["Calc"]["Sum"].lazy
 	require.NotNil(t, first)
 	assert.Nil(t, c.check(log, sumAgent(sumSchema), "sum", []byte(`{"values":[]}`)))
-	assert.Same(t, first, c.m["Calc"]["Sum"].v, "an equal schema is not compiled again")
+	assert.Same(t, first, c.m["Calc"]["Sum"].lazy, "an equal schema is not compiled again")
+	held := c.compiled.Held()
+	assert.Positive(t, held)
 
 	replaced := sumAgent(`{"type":"object","properties":{"values":{"type":"array"}}}`)
 	assert.Nil(t, c.check(log, replaced, "sum", []byte(`{}`)), "the replaced registration's schema applies")
-	assert.NotSame(t, first, c.m["Calc"]["Sum"].v)
+	assert.NotSame(t, first, c.m["Calc"]["Sum"].lazy)
+	assert.Greater(t, c.compiled.Held(), held, "compiled when used")
 
 	assert.Nil(t, c.check(log, a, "free", []byte(`{"anything":1}`)))
 	assert.NotContains(t, c.m["Calc"], "free", "nothing to check, nothing compiled")
@@ -65,7 +68,7 @@ func TestMethodParamsBounded(t *testing.T) {
 	}
 	quiet := sumAgent(sumSchema)
 	c.check(log, quiet, "sum", nil)
-	first := c.m["Calc"]["Sum"].v
+	first := c.m["Calc"]["Sum"].lazy
 	for i := range 40 { // 40 agents of 256 methods: 2.5 times the bound
 		a := many(fmt.Sprint("Busy", i), 256)
 		for _, m := range a.DataMethods {
@@ -78,7 +81,7 @@ func TestMethodParamsBounded(t *testing.T) {
 		n += len(ms)
 	}
 	assert.Equal(t, n, c.n)
-	assert.Same(t, first, c.m["Calc"]["Sum"].v, "the quiet agent's schema is kept")
+	assert.Same(t, first, c.m["Calc"]["Sum"].lazy, "the quiet agent's schema is kept")
 }
 
 // BenchmarkMethodParamsCheck is what the ingress adds to a call of a method with a schema:

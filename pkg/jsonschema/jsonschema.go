@@ -3,7 +3,7 @@
 // schemas. Agents use the derived schemas to describe their typed Data methods' parameters to a
 // language model (as tools) and, through the registry, to other clients; hosts and the ingress
 // check every call's parameters against the method's schema before its handler runs (Compile,
-// Validator).
+// Validator; a Cache compiles each schema when first used and keeps them within a budget).
 //
 // The rules follow encoding/json: a struct is an object whose properties are its exported fields,
 // named by their json tags ("-" skips a field, embedded structs are inlined); a field is required

@@ -95,6 +95,16 @@ func (a Agent) VisibleTo(tenant string) bool {
 	return len(a.Tenants) == 0 || slices.Contains(a.Tenants, tenant)
 }
 
+// Owner names whose the agent is, for the shares of what a process keeps for many agents (their
+// compiled schemas): "tenant t" for an agent only tenant t may call (a tenant's remote agent),
+// else "agent " and its name.
+func (a Agent) Owner() string {
+	if len(a.Tenants) == 1 {
+		return "tenant " + a.Tenants[0]
+	}
+	return "agent " + a.Name
+}
+
 // HasWorkflowType reports whether the agent runs workflows of this type.
 func (a Agent) HasWorkflowType(t string) bool { return slices.Contains(a.WorkflowTypes, t) }
 

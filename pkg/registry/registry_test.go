@@ -399,3 +399,10 @@ func TestSubscribe(t *testing.T) {
 	assert.True(t, d.OthersOf([]string{"Other", "Third"}, "h2"), "h runs Third")
 	assert.False(t, d.OthersOf([]string{"Third", "Echo"}, "h"))
 }
+
+// An agent only one tenant may call is that tenant's; any other is its own.
+func TestOwner(t *testing.T) {
+	assert.Equal(t, "tenant acme", registry.Agent{Name: "Bot", Tenants: []string{"acme"}}.Owner())
+	assert.Equal(t, "agent Bot", registry.Agent{Name: "Bot", Tenants: []string{"acme", "beta"}}.Owner())
+	assert.Equal(t, "agent Bot", registry.Agent{Name: "Bot"}.Owner())
+}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/ident"
-	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/sse"
 	"github.com/agentbus/agentbus/pkg/subject"
@@ -76,13 +75,10 @@ func (c *caller) agent() *agent.Agent {
 	for _, m := range c.reg.Methods {
 		mopts := []agent.MethodOption{agent.Describe(m.Description)}
 		if len(m.Schema) > 0 {
-			if _, err := jsonschema.Compile(m.Schema); err != nil {
-				// Stored before schemas were compiled at registration: offered, and called,
-				// as taking any object, until the registration is replaced.
-				c.log.Warn("the schema of a method is not valid; its calls are not checked", "method", m.Name, "err", err)
-			} else {
-				mopts = append(mopts, agent.Schema(m.Schema))
-			}
+			// Compiled at registration, and again by each process when the method is first
+			// called there: hosting the agent costs no compilation. One stored before schemas
+			// were compiled at registration may not compile: its calls are then not checked.
+			mopts = append(mopts, agent.LazySchema(m.Schema))
 		}
 		a.DataFunc(m.Name, c.message("Data"), mopts...)
 	}
