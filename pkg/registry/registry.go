@@ -276,7 +276,11 @@ type Directory struct {
 	agents map[string]Agent // by name
 	// agentRevs are the registry bucket's revisions of the registrations in agents.
 	agentRevs map[string]uint64
-	hosts     map[string]seenHost
+	// visible indexes agents by the tenants they name (Agent.Tenants), "" holding those every
+	// tenant may call: a tenant's listing (VisibleAgents) reads its own and the shared ones, not
+	// every tenant's.
+	visible map[string]map[string]struct{}
+	hosts   map[string]seenHost
 	// byAgent indexes hosts by the agents their heartbeats name (putHostLocked, dropHostLocked):
 	// a host asks for its agents' hosts ten times a second, and an ingress for an agent's on
 	// every call, which should not cost more with every other agent's hosts.
@@ -354,7 +358,7 @@ func newDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, l
 		log = slog.New(slog.DiscardHandler)
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), agentRevs: make(map[string]uint64), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
+	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), agentRevs: make(map[string]uint64), visible: make(map[string]map[string]struct{}), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
 		stopWatch: stopWatch, hostsKV: hostsKV, hostsGone: make(chan struct{}, 1)}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
@@ -484,6 +488,7 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
+		d.index(name, d.agents[name], false)
 		delete(d.agents, name)
 		delete(d.agentRevs, name)
 		return
@@ -493,8 +498,37 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 		d.log.Error("ignoring bad agent registration", "agent", name, "err", err)
 		return
 	}
+	if was, ok := d.agents[name]; ok {
+		d.index(name, was, false)
+	}
+	d.index(name, a, true)
 	d.agents[name] = a
 	d.agentRevs[name] = e.Revision()
+}
+
+// index adds the agent name, registered as a, to the index of the tenants it names
+// (Directory.visible), or removes it; d.mu is held for writing.
+func (d *Directory) index(name string, a Agent, add bool) {
+	tenants := a.Tenants
+	if len(tenants) == 0 {
+		tenants = []string{""}
+	}
+	for _, t := range tenants {
+		names := d.visible[t]
+		switch {
+		case add && names == nil:
+			names = make(map[string]struct{})
+			d.visible[t] = names
+			fallthrough
+		case add:
+			names[name] = struct{}{}
+		default:
+			delete(names, name)
+			if len(names) == 0 {
+				delete(d.visible, t)
+			}
+		}
+	}
 }
 
 // AgentsRevision is the revision of the registry bucket up to which the directory holds every
@@ -910,10 +944,15 @@ func (d *Directory) Agent(name string) (Agent, bool) {
 // tenant "" means every agent.
 func (d *Directory) VisibleAgents(tenant string) []Agent {
 	d.mu.RLock()
-	out := make([]Agent, 0, len(d.agents))
-	for _, a := range d.agents {
-		if tenant == "" || a.VisibleTo(tenant) {
-			out = append(out, a)
+	var out []Agent
+	if tenant == "" {
+		out = slices.AppendSeq(make([]Agent, 0, len(d.agents)), maps.Values(d.agents))
+	} else {
+		out = make([]Agent, 0, len(d.visible[""])+len(d.visible[tenant]))
+		for _, names := range []map[string]struct{}{d.visible[""], d.visible[tenant]} {
+			for name := range names {
+				out = append(out, d.agents[name])
+			}
 		}
 	}
 	d.mu.RUnlock()

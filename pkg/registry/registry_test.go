@@ -3,6 +3,7 @@ package registry_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -18,7 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-func setup(t *testing.T) (context.Context, *bus.Resources) {
+func setup(t testing.TB) (context.Context, *bus.Resources) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
@@ -26,7 +27,7 @@ func setup(t *testing.T) (context.Context, *bus.Resources) {
 	return ctx, res
 }
 
-func newDirectory(t *testing.T, ctx context.Context, res *bus.Resources) *registry.Directory {
+func newDirectory(t testing.TB, ctx context.Context, res *bus.Resources) *registry.Directory {
 	t.Helper()
 	d, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, nil)
 	require.NoError(t, err, "NewDirectory")
@@ -37,7 +38,7 @@ func newDirectory(t *testing.T, ctx context.Context, res *bus.Resources) *regist
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -405,4 +406,52 @@ func TestOwner(t *testing.T) {
 	assert.Equal(t, "tenant acme", registry.Agent{Name: "Bot", Tenants: []string{"acme"}}.Owner())
 	assert.Equal(t, "agent Bot", registry.Agent{Name: "Bot", Tenants: []string{"acme", "beta"}}.Owner())
 	assert.Equal(t, "agent Bot", registry.Agent{Name: "Bot"}.Owner())
+}
+
+// A tenant's listing holds the agents every tenant may call and those naming it, as their
+// registrations change.
+func TestDirectoryVisibleAgentsByTenant(t *testing.T) {
+	ctx, res := setup(t)
+	wt := []string{"Supervisor Workflow"}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{echo,
+		{Name: "OnlyA", WorkflowTypes: wt, Tenants: []string{"a"}},
+		{Name: "AB", WorkflowTypes: wt, Tenants: []string{"a", "b"}}}))
+	d := newDirectory(t, ctx, res)
+	names := func(tenant string) []string {
+		var out []string
+		for _, a := range d.VisibleAgents(tenant) {
+			out = append(out, a.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"AB", "Echo", "OnlyA"}, names("a"))
+	assert.Equal(t, []string{"AB", "Echo"}, names("b"))
+	assert.Equal(t, []string{"Echo"}, names("c"))
+	assert.Equal(t, []string{"AB", "Echo", "OnlyA"}, names(""))
+
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{{Name: "OnlyA", WorkflowTypes: wt, Tenants: []string{"b"}}}))
+	require.NoError(t, res.Registry.Delete(ctx, subject.AgentKey("AB")))
+	eventually(t, 5*time.Second, "the changes seen", func() bool { return slices.Equal(names("a"), []string{"Echo"}) })
+	assert.Equal(t, []string{"Echo", "OnlyA"}, names("b"))
+	assert.Equal(t, []string{"Echo", "OnlyA"}, names(""))
+}
+
+// BenchmarkVisibleAgents is a tenant's listing of its two agents and one shared, beside 10,000
+// agents of other tenants.
+func BenchmarkVisibleAgents(b *testing.B) {
+	ctx, res := setup(b)
+	wt := []string{"Supervisor Workflow"}
+	agents := []registry.Agent{echo, {Name: "Mine1", WorkflowTypes: wt, Tenants: []string{"me"}}, {Name: "Mine2", WorkflowTypes: wt, Tenants: []string{"me"}}}
+	for i := range 10_000 {
+		agents = append(agents, registry.Agent{Name: fmt.Sprint("Other", i), WorkflowTypes: wt, Tenants: []string{fmt.Sprint("t", i/10)}})
+	}
+	require.NoError(b, registry.Register(ctx, res.Registry, agents))
+	d := newDirectory(b, ctx, res)
+	eventually(b, 10*time.Second, "every agent read", func() bool { return len(d.VisibleAgents("")) == len(agents) })
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := len(d.VisibleAgents("me")); n != 3 {
+			b.Fatal(n)
+		}
+	}
 }
