@@ -56,10 +56,9 @@ type Lazy struct {
 	v    atomic.Pointer[Validator]
 	used atomic.Int64
 	// state says what compiling it gave, once known: a schema that takes every object or does
-	// not compile is never compiled again. err is the compile error (state invalid).
+	// not compile is never compiled again.
 	state atomic.Uint32
 	mu    sync.Mutex // held while compiling
-	err   error
 }
 
 // A Lazy's state.
@@ -107,7 +106,6 @@ func (l *Lazy) validator() (*Validator, error) {
 	v, err := Compile(l.schema)
 	switch {
 	case err != nil:
-		l.err = err
 		l.state.Store(lazyInvalid)
 		return nil, &CompileError{Err: err}
 	case v == nil:
@@ -118,17 +116,6 @@ func (l *Lazy) validator() (*Validator, error) {
 	l.v.Store(v)
 	l.cache.keep(l, v.Size())
 	return v, nil
-}
-
-// Err is the schema's compile error once a Validate met it; nil before, and for a schema that
-// compiles.
-func (l *Lazy) Err() error {
-	if l.state.Load() != lazyInvalid {
-		return nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
 }
 
 // keep adds l, just compiled into size bytes, to what the cache holds, and past the budget
