@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/fairshare"
 )
@@ -23,9 +22,11 @@ const DefaultCacheBudget = 64 << 20
 // the budget is that full. It is safe for concurrent use.
 type Cache struct {
 	budget int
-	mu     sync.Mutex
-	held   int
-	kept   map[*Lazy]struct{} // those compiled now
+	// uses counts the uses of its schemas: a Lazy's last use is the count it took.
+	uses atomic.Int64
+	mu   sync.Mutex
+	held int
+	kept map[*Lazy]struct{} // those compiled now
 }
 
 // NewCache returns a Cache whose compiled schemas hold about budget bytes at most.
@@ -51,8 +52,8 @@ type Lazy struct {
 	cache  *Cache
 	owner  string
 	schema json.RawMessage
-	// v is the compiled schema while the cache keeps it; used is when it was last used
-	// (UnixNano), for the cache to drop the least recently used first.
+	// v is the compiled schema while the cache keeps it; used is when it was last used (the
+	// cache's count of uses then), for the cache to drop the least recently used first.
 	v    atomic.Pointer[Validator]
 	used atomic.Int64
 	// state says what compiling it gave, once known: a schema that takes every object or does
@@ -92,7 +93,7 @@ func (l *Lazy) Validate(params []byte) error {
 // error is the compile error, on the first call that met it.
 func (l *Lazy) validator() (*Validator, error) {
 	if v := l.v.Load(); v != nil {
-		l.used.Store(time.Now().UnixNano())
+		l.used.Store(l.cache.uses.Add(1))
 		return v, nil
 	}
 	if l.state.Load() != lazyUnknown {
@@ -112,7 +113,7 @@ func (l *Lazy) validator() (*Validator, error) {
 		l.state.Store(lazyNothing)
 		return nil, nil
 	}
-	l.used.Store(time.Now().UnixNano())
+	l.used.Store(l.cache.uses.Add(1))
 	l.v.Store(v)
 	l.cache.keep(l, v.Size())
 	return v, nil
