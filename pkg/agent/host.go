@@ -129,9 +129,15 @@ type HostConfig struct {
 	// hosts of the process too (RelayTimers), and the host runs no relay of its own: every
 	// relay pulls from the deployment's one relay consumer, which holds at most 512 waiting pull
 	// requests, and each idle one costs the bus a pull request, a heartbeat and an expiry every
-	// 5 s. The host does not close it. Nil runs one of its own. ShareWatches makes the six for
-	// the hosts of a process.
+	// 5 s. The host does not close it. Nil runs one of its own.
 	TimerRelay *TimerRelay
+	// Meter, when set, counts what the host stores for each tenant (package usage) together with
+	// the other hosts of the process, and publishes their counts together: one loop and one
+	// publish of each counter a second for the process, not for each host (a workflow host
+	// process runs one for each remote agent). The host neither runs nor closes it: what it
+	// counted is published after it stopped. Nil makes and runs one of its own. ShareWatches
+	// makes the seven for the hosts of a process.
+	Meter *usage.Meter
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -429,7 +435,9 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.cfg.TimerRelay == nil {
 		loops.Go(func() { relayTimers(bgCtx, h.timers, h.log) })
 	}
-	loops.Go(func() { h.runUsage(bgCtx) })
+	if h.cfg.Meter == nil {
+		loops.Go(func() { h.runUsage(bgCtx) })
+	}
 	loops.Go(func() { h.grants.run(bgCtx) })
 	loops.Go(func() { h.reportLoad(bgCtx) })
 	if h.metrics != nil {

@@ -19,12 +19,12 @@ import (
 // ShareWatches gives hc, where it names none, a directory of the agents and hosts
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
 // of the load reports and slot grants (HostConfig.Caps), one of the instance notices
-// (HostConfig.Notices), a subscription to Agent2Agent replies (HostConfig.Replies) and a relay
-// of fired timers (HostConfig.TimerRelay), for every host of the process made from hc to share:
-// each watch of the hosts bucket reads every heartbeat of every host, each cache holds every
-// tenant's record, each subscription receives every host's load report or every notice, each
-// relay waits at the one relay consumer, and each subscription costs the server and the
-// process.
+// (HostConfig.Notices), a subscription to Agent2Agent replies (HostConfig.Replies), a relay
+// of fired timers (HostConfig.TimerRelay) and a usage meter (HostConfig.Meter), for every host
+// of the process made from hc to share: each watch of the hosts bucket reads every heartbeat of
+// every host, each cache holds every tenant's record, each subscription receives every host's
+// load report or every notice, each relay waits at the one relay consumer, each meter publishes
+// its counts every second, and each subscription costs the server and the process.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -65,8 +65,24 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			hc.Replies, toClose = replies, append(toClose, replies.Close)
 		}
 	}
+	var closeMeter func() error
+	if hc.Meter == nil {
+		if m, err := usage.NewMeter(res.JS.Conn(), log); err != nil {
+			errs = append(errs, fmt.Errorf("a usage meter for the hosts to share: %w", err))
+		} else {
+			mctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+			var done sync.WaitGroup
+			done.Go(func() { m.Run(mctx) })
+			hc.Meter, closeMeter = m, func() error {
+				stop()
+				done.Wait()
+				m.FlushLast(context.Background())
+				return nil
+			}
+		}
+	}
 	if hc.TimerRelay == nil {
-		hc.TimerRelay = RelayTimers(ctx, res, log)
+		hc.TimerRelay = RelayTimers(ctx, res, hc.Meter, log)
 		toClose = append(toClose, hc.TimerRelay.Close)
 	}
 	if hc.Caps == nil {
@@ -76,35 +92,42 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 			hc.Caps, toClose = caps, append(toClose, caps.Close)
 		}
 	}
+	if closeMeter != nil {
+		toClose = append(toClose, closeMeter) // last: the relay counts into it
+	}
 	return closeAll, errors.Join(errs...)
 }
 
 // TimerRelay moves fired timers to the agents' inboxes (schedule.Store.Relay) for the hosts of a
 // process that share it (HostConfig.TimerRelay).
 type TimerRelay struct {
-	stop  context.CancelFunc
-	done  sync.WaitGroup
-	meter *usage.Meter // publishes the relay's counts (nil: none)
+	stop context.CancelFunc
+	done sync.WaitGroup
+	// meter is the relay's own meter, which Close publishes last (nil: none, or the process's).
+	meter *usage.Meter
 }
 
 // RelayTimers relays the fired timers of every agent until Close, starting again a second after
 // a failure; ctx's values are kept, not its end. It counts off the one-time timers that fired in
-// their tenants' usage, with a meter of its own that it publishes until Close.
-func RelayTimers(ctx context.Context, res *bus.Resources, log *slog.Logger) *TimerRelay {
+// their tenants' usage with m, the process's meter (HostConfig.Meter), which its owner runs;
+// nil makes one of its own that the relay publishes until Close.
+func RelayTimers(ctx context.Context, res *bus.Resources, m *usage.Meter, log *slog.Logger) *TimerRelay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r := &TimerRelay{stop: stop}
 	timers := schedule.NewStore(res.JS, res.Schedules)
-	m, err := usage.NewMeter(res.JS.Conn(), log)
-	if err != nil {
-		log.Error("fired timers will not be counted off their tenants' usage", "err", err)
-	} else {
-		timers.Meter(m)
-		r.meter = m
-		r.done.Go(func() { m.Run(rctx) })
+	if m == nil {
+		var err error
+		if m, err = usage.NewMeter(res.JS.Conn(), log); err != nil {
+			log.Error("fired timers will not be counted off their tenants' usage", "err", err)
+		} else {
+			r.meter = m
+			r.done.Go(func() { m.Run(rctx) })
+		}
 	}
+	timers.Meter(m)
 	r.done.Go(func() { relayTimers(rctx, timers, log) })
 	return r
 }

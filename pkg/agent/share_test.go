@@ -1,6 +1,11 @@
 package agent_test
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,4 +59,47 @@ func sharedConfig(t *testing.T, s *stacktest.Stack) agent.HostConfig {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, closeShared()) })
 	return shared
+}
+
+// The hosts of a process that share their watches share one usage meter: however many hosts run
+// (one per remote agent in a workflow host process), the process runs one meter loop, and what a
+// host stores still counts in its tenant's usage, published after the host stopped too.
+func TestHostsOfAProcessShareOneMeter(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	meters := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "usage.(*Meter).Run")
+	}
+	before := meters()
+	shared := sharedConfig(t, s)
+	require.NotNil(t, shared.Meter)
+	assert.Equal(t, before+1, meters(), "the process's meter")
+
+	var cancels []context.CancelFunc
+	for i, a := range []*agent.Agent{echo.New(), agent.New("Two"), agent.New("Three")} {
+		cfg := shared
+		cfg.ID, cfg.Agents = []string{"one", "two", "three"}[i], []*agent.Agent{a}
+		_, _, cancel := startHost(t, s, cfg)
+		cancels = append(cancels, cancel)
+	}
+	assert.Equal(t, before+1, meters(), "no meter of the hosts' own")
+
+	status, _, body := post(t, s, echo.Name, "echo", "")
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	for _, cancel := range cancels {
+		cancel()
+	}
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/usage", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+s.Key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var u struct {
+			Bytes map[string]int64 `json:"bytes"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&u))
+		return u.Bytes["history"] > 0 && u.Bytes["state"] > 0
+	}, 10*time.Second, 50*time.Millisecond, "the webhook's record and its instance counted")
 }
