@@ -135,9 +135,13 @@ type HostConfig struct {
 	// the other hosts of the process, and publishes their counts together: one loop and one
 	// publish of each counter a second for the process, not for each host (a workflow host
 	// process runs one for each remote agent). The host neither runs nor closes it: what it
-	// counted is published after it stopped. Nil makes and runs one of its own. ShareWatches
-	// makes the seven for the hosts of a process.
+	// counted is published after it stopped. Nil makes and runs one of its own.
 	Meter *usage.Meter
+	// IdleBudget, when set, bounds the idle instance copies the host keeps in memory together
+	// with the other hosts of the process (NewIdleBudget): 16 MiB for the process, not for each
+	// of its hosts. Nil gives the host 16 MiB of its own. ShareWatches makes the eight for the
+	// hosts of a process.
+	IdleBudget *IdleBudget
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -508,7 +512,7 @@ func (h *Host) start(ctx context.Context) error {
 	}
 	res.LogMove(h.log)
 	h.js, h.res, h.started = js, res, time.Now().UTC()
-	h.live = newLiveSet(instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge(), h.mayAct)
+	h.live = newLiveSet(h.cfg.IdleBudget, instance.NewStore(res.Instances), h.log, h.cfg.ID, h.metrics.liveGauge(), h.mayAct)
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)

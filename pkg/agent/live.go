@@ -22,13 +22,68 @@ const liveIdle = 2 * time.Second
 // liveKeep is how long a host keeps an unused instance in memory, its counts written, so that an
 // instance called every few seconds is not read again (its record and its threads' cursors) on
 // every call, nor written when dropped. Past it, or sooner when the idle instances kept hold more
-// than liveKeepBytes (the tenants holding the most give way, fairshare.Trim), an idle instance costs
+// than liveKeepBytes (the tenants holding the most give way, IdleBudget), an idle instance costs
 // the host nothing.
 const liveKeep = 30 * time.Second
 
 // liveKeepBytes bounds what the idle instances kept past liveIdle hold: their states, and
-// liveBaseBytes each.
+// liveBaseBytes each; the hosts of a process that share an IdleBudget together.
 const liveKeepBytes = 16 << 20
+
+// IdleBudget bounds the memory the idle instance copies kept by the hosts of a process hold
+// together (HostConfig.IdleBudget): a workflow host process runs a host for each remote agent,
+// and a budget of each host's own would let the process hold as many budgets as tenants
+// register agents. Past it, the tenants holding the most give way, across the hosts
+// (fairshare.Shares): each host keeps of a tenant's copies its part of the tenant's share, in
+// proportion to what it holds of them, as the hosts' last sweeps (a second apart at most) found
+// them. It is safe for concurrent use.
+type IdleBudget struct {
+	bytes int
+	mu    sync.Mutex
+	// held is what each host's last sweep kept, by host and tenant; totals adds them up by
+	// tenant, and total over all.
+	held   map[string]map[string]int
+	totals map[string]int
+	total  int
+}
+
+// NewIdleBudget returns a budget of about bytes for the idle instance copies of the hosts that
+// share it.
+func NewIdleBudget(bytes int) *IdleBudget {
+	return &IdleBudget{bytes: bytes, held: make(map[string]map[string]int), totals: make(map[string]int)}
+}
+
+// allow records that the host's idle copies hold held, by tenant, and returns how much of each
+// tenant's the host may keep; nil when it may keep all.
+func (b *IdleBudget) allow(host string, held map[string]int) map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for t, n := range b.held[host] {
+		b.totals[t] -= n
+		b.total -= n
+		if b.totals[t] == 0 {
+			delete(b.totals, t)
+		}
+	}
+	if len(held) == 0 {
+		delete(b.held, host)
+	} else {
+		b.held[host] = held
+	}
+	for t, n := range held {
+		b.totals[t] += n
+		b.total += n
+	}
+	if b.total <= b.bytes {
+		return nil
+	}
+	shares := fairshare.Shares(b.totals, b.bytes)
+	allow := make(map[string]int, len(held))
+	for t, n := range held {
+		allow[t] = shares[t] * n / b.totals[t]
+	}
+	return allow
+}
 
 // liveBaseBytes is about what a live instance holds besides its state: the record's other
 // fields, a cursor or two, the ring of requests with kept results (keptRing), the map entry.
@@ -37,6 +92,8 @@ const liveBaseBytes = 1 << 10
 // liveSet holds the instances in use on a host. Partitions are keyed by workflow, so one host
 // holds all conversations of an instance and its copy stays the one that writes.
 type liveSet struct {
+	// budget bounds the idle copies this host and those sharing it keep (NewIdleBudget).
+	budget *IdleBudget
 	store  *instance.Store
 	log    *slog.Logger
 	hostID string
@@ -56,8 +113,11 @@ type liveSet struct {
 	tick *idle.Ticker
 }
 
-func newLiveSet(store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
-	return &liveSet{store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep,
+func newLiveSet(budget *IdleBudget, store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
+	if budget == nil {
+		budget = NewIdleBudget(liveKeepBytes)
+	}
+	return &liveSet{budget: budget, store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep,
 		m: make(map[liveKey]*liveInstance), tick: idle.NewTicker(sweepEvery)}
 }
 
@@ -95,13 +155,13 @@ func (s *liveSet) release(l *liveInstance) {
 }
 
 // sweep writes the unwritten counts of instances idle for longer than liveIdle and drops those
-// idle for longer than keep, and, while those kept hold more than liveKeepBytes, some of them
-// (fairshare.Trim; all idle ones when all is set). It returns how many it could not write. The
+// idle for longer than keep, and, while those kept by the hosts sharing its budget hold more
+// than it allows, some of them (IdleBudget; all idle ones when all is set). It returns how many it could not write. The
 // last sweep, with all set, leaves reporting them to its caller.
 func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 	now := time.Now()
 	var idle, kept []*liveInstance
-	held := 0
+	held := make(map[string]int)
 	s.mu.Lock()
 	for k, l := range s.m {
 		if l.users != 0 {
@@ -113,16 +173,16 @@ func (s *liveSet) sweep(ctx context.Context, all bool) (notWritten int) {
 			idle = append(idle, l)
 		case since > liveIdle:
 			kept = append(kept, l)
-			held += l.bytes()
+			held[l.key.tenant] += l.bytes()
 		}
 	}
-	if held > liveKeepBytes {
+	if allow := s.budget.allow(s.hostID, held); allow != nil {
 		var drop []*liveInstance
 		// The tenants that hold the most give way, each its longest idle first: a tenant that
 		// calls thousands of instances of a shared agent fills the budget with its own, not by
 		// pushing another's out of memory (which would cost that tenant's next calls their
 		// records read again).
-		kept, drop = fairshare.Trim(kept, liveKeepBytes,
+		kept, drop = fairshare.TrimTo(kept, allow,
 			func(l *liveInstance) string { return l.key.tenant }, (*liveInstance).bytes,
 			func(a, b *liveInstance) int { return a.idleSince.Compare(b.idleSince) })
 		for _, l := range drop {

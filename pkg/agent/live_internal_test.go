@@ -22,7 +22,7 @@ import (
 func TestSweepPacesWrites(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	store := instance.NewStore(res.Instances)
-	s := newLiveSet(store, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	s := newLiveSet(nil, store, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -72,7 +72,7 @@ func TestSweepPacesWrites(t *testing.T) {
 
 // The idle instances kept past liveIdle hold at most liveKeepBytes: the longest idle go first.
 func TestLiveSetKeepsWithinBudget(t *testing.T) {
-	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	s := newLiveSet(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	const n = 3 * liveKeepBytes / (liveBaseBytes + 4096) // three times the budget, at 4 KiB of state each
 	for i := range n {
 		l := s.acquire("default", fmt.Sprintf("default:Echo:Supervisor Workflow:b-%d", i))
@@ -102,7 +102,7 @@ func TestLiveSetKeepsWithinBudget(t *testing.T) {
 // idle for longer: over the budget, the tenants holding the most give way, each its longest idle
 // first, and a third tenant over its share keeps an equal share.
 func TestLiveSetKeepsEachTenantsShare(t *testing.T) {
-	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	s := newLiveSet(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	const each = liveBaseBytes + 4096
 	busy := 2 * liveKeepBytes / each // twice the budget
 	name := func(tenant string, i int) liveKey {
@@ -150,10 +150,65 @@ func TestLiveSetKeepsEachTenantsShare(t *testing.T) {
 	}
 }
 
+// The hosts of a process that share an IdleBudget keep their idle copies within it together:
+// a tenant whose copies fill both hosts gives way on each, about in proportion to what each
+// holds, and a quiet tenant keeps its own; a host that stops leaves its part to the others.
+func TestIdleBudgetSharedByHosts(t *testing.T) {
+	budget := NewIdleBudget(liveKeepBytes)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	one := newLiveSet(budget, nil, log, "host-1", nil, func(context.Context) error { return nil })
+	two := newLiveSet(budget, nil, log, "host-2", nil, func(context.Context) error { return nil })
+	const each = liveBaseBytes + 4096
+	add := func(s *liveSet, tenant string, n int) {
+		for i := range n {
+			l := s.acquire(tenant, fmt.Sprintf("%s:Agent-%s:Supervisor Workflow:i-%d", tenant, s.hostID, i))
+			l.size.Store(4096)
+			s.release(l)
+			s.mu.Lock()
+			l.idleSince = time.Now().Add(-liveIdle - time.Second - time.Duration(n-i)*time.Microsecond)
+			s.mu.Unlock()
+		}
+	}
+	busyOne, busyTwo := liveKeepBytes/each, liveKeepBytes/each/2 // 1.5 budgets together
+	add(one, "busy", busyOne)
+	add(two, "busy", busyTwo)
+	add(two, "quiet", 10)
+	held := func() map[string]int {
+		h := map[string]int{}
+		for _, s := range []*liveSet{one, two} {
+			s.mu.Lock()
+			for k := range s.m {
+				h[s.hostID+" "+k.tenant] += each
+			}
+			s.mu.Unlock()
+		}
+		return h
+	}
+	for range 2 { // the second round sees both hosts' first
+		assert.Zero(t, one.sweep(context.Background(), false))
+		assert.Zero(t, two.sweep(context.Background(), false))
+	}
+	h := held()
+	assert.Equal(t, 10*each, h["host-2 quiet"], "the quiet tenant keeps its own")
+	busy := h["host-1 busy"] + h["host-2 busy"]
+	assert.LessOrEqual(t, busy+h["host-2 quiet"], liveKeepBytes, "within the one budget: %v", h)
+	// Each host trims by the others' last sweep, which may have held more since: together
+	// they may give a little more way than needed, each keeping some.
+	assert.Greater(t, busy, (liveKeepBytes-10*each)*8/10, "busy keeps most of the rest: %v", h)
+	ratio := float64(h["host-1 busy"]) / float64(h["host-2 busy"])
+	assert.True(t, ratio > 1.5 && ratio < 3.5, "each host about in proportion of what it held (2): %v", h)
+
+	// The second host stops: its last sweep leaves its part of the budget to the first.
+	assert.Zero(t, two.sweep(context.Background(), true))
+	add(one, "busy", busyOne) // the same instances again, idle again
+	assert.Zero(t, one.sweep(context.Background(), false))
+	assert.Greater(t, held()["host-1 busy"], liveKeepBytes-each, "the whole budget is the first host's")
+}
+
 // An empty set's sweep rests: the ticker stops, an instance acquired starts it again, and the
 // instance is swept out once idle, after which it rests again.
 func TestLiveSetRestsWhileEmpty(t *testing.T) {
-	s := newLiveSet(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
+	s := newLiveSet(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	s.mu.Lock()
 	s.keep = 10 * time.Millisecond
 	s.mu.Unlock()

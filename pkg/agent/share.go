@@ -20,11 +20,13 @@ import (
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
 // of the load reports and slot grants (HostConfig.Caps), one of the instance notices
 // (HostConfig.Notices), a subscription to Agent2Agent replies (HostConfig.Replies), a relay
-// of fired timers (HostConfig.TimerRelay) and a usage meter (HostConfig.Meter), for every host
-// of the process made from hc to share: each watch of the hosts bucket reads every heartbeat of
-// every host, each cache holds every tenant's record, each subscription receives every host's
-// load report or every notice, each relay waits at the one relay consumer, each meter publishes
-// its counts every second, and each subscription costs the server and the process.
+// of fired timers (HostConfig.TimerRelay), a usage meter (HostConfig.Meter) and a budget for
+// idle instance copies (HostConfig.IdleBudget), for every host of the process made from hc to
+// share: each watch of the hosts bucket reads every heartbeat of every host, each cache holds
+// every tenant's record, each subscription receives every host's load report or every notice,
+// each relay waits at the one relay consumer, each meter publishes its counts every second,
+// each budget is memory the process may hold, and each subscription costs the server and the
+// process.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -64,6 +66,9 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 		} else {
 			hc.Replies, toClose = replies, append(toClose, replies.Close)
 		}
+	}
+	if hc.IdleBudget == nil {
+		hc.IdleBudget = NewIdleBudget(liveKeepBytes)
 	}
 	var closeMeter func() error
 	if hc.Meter == nil {

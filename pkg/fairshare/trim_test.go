@@ -52,6 +52,16 @@ func TestTrim(t *testing.T) {
 
 	items = []item{{"a", 5, 0}, {"a", 1, 1}, {"b", 1, 0}}
 	keep, drop = trim(3)
-	assert.Equal(t, []item{{"b", 1, 0}, {"a", 1, 1}}, keep, "a drops its oldest, larger than what is left")
+	assert.ElementsMatch(t, []item{{"b", 1, 0}, {"a", 1, 1}}, keep, "a drops its oldest, larger than what is left")
 	assert.Equal(t, []item{{"a", 5, 0}}, drop)
+}
+
+// Shares keeps what each key holds within the budget, and splits the rest evenly among the keys
+// holding more.
+func TestShares(t *testing.T) {
+	held := map[string]int{"a": 10, "b": 2, "c": 5}
+	assert.Equal(t, held, fairshare.Shares(held, 17))
+	assert.Equal(t, map[string]int{"a": 3, "b": 2, "c": 3}, fairshare.Shares(held, 9))
+	assert.Equal(t, map[string]int{"a": 0, "b": 0, "c": 0}, fairshare.Shares(held, 0))
+	assert.Empty(t, fairshare.Shares(map[string]int{}, 5))
 }
