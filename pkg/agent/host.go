@@ -560,7 +560,7 @@ func (h *Host) start(ctx context.Context) error {
 		h.dir = h.cfg.Directory
 		h.dirChanged, h.releaseDir = h.dir.Subscribe(h.agentNames()...)
 	} else {
-		if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log); err != nil {
+		if h.dir, err = registry.NewDirectory(ctx, res.Registry, res.Hosts, h.log, registry.WithoutSchemas()); err != nil {
 			return err
 		}
 		h.dirChanged, h.releaseDir = h.dir.Changed(), func() { _ = h.dir.Close() }

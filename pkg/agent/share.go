@@ -40,7 +40,9 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 		return errors.Join(cerrs...)
 	}
 	if hc.Directory == nil {
-		if dir, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, log); err != nil {
+		// Without the methods' schemas, which hosts never read: an ingress that shares the
+		// hosts' directory (pkg/stack) gives them one with the schemas.
+		if dir, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, log, registry.WithoutSchemas()); err != nil {
 			errs = append(errs, fmt.Errorf("a directory for the hosts to share: %w", err))
 		} else {
 			hc.Directory, toClose = dir, append(toClose, dir.Close)

@@ -276,6 +276,8 @@ type Directory struct {
 	agents map[string]Agent // by name
 	// agentRevs are the registry bucket's revisions of the registrations in agents.
 	agentRevs map[string]uint64
+	// noSchemas drops the methods' schemas of the registrations (WithoutSchemas).
+	noSchemas bool
 	// visible indexes agents by the tenants they name (Agent.Tenants), "" holding those every
 	// tenant may call: a tenant's listing (VisibleAgents) reads its own and the shared ones, not
 	// every tenant's.
@@ -346,20 +348,32 @@ func (h seenHost) liveAt(cutoff time.Time) bool { return h.freshAt(cutoff) && !h
 // NewDirectory watches the registry and hosts buckets and returns once both are loaded. While
 // JetStream answers as a cluster still electing its leaders does, it tries again
 // (bus.Starting).
-func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
+func NewDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger, opts ...DirectoryOption) (*Directory, error) {
 	return bus.Starting(ctx, func(ctx context.Context) (*Directory, error) {
-		return newDirectory(ctx, registryKV, hostsKV, log)
+		return newDirectory(ctx, registryKV, hostsKV, log, opts)
 	})
 }
 
+// DirectoryOption configures a Directory.
+type DirectoryOption func(*Directory)
+
+// WithoutSchemas makes a Directory keep the registrations without their methods' schemas
+// (Method.InputSchema nil): a workflow host reads the registrations of the agents it calls, never
+// their schemas, which are up to 64 KiB each and which every process would otherwise hold for
+// every registration of every tenant.
+func WithoutSchemas() DirectoryOption { return func(d *Directory) { d.noSchemas = true } }
+
 // newDirectory is one try of NewDirectory; it stops what it started when it fails.
-func newDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger) (*Directory, error) {
+func newDirectory(ctx context.Context, registryKV, hostsKV jetstream.KeyValue, log *slog.Logger, opts []DirectoryOption) (*Directory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	d := &Directory{log: log, now: time.Now, agents: make(map[string]Agent), agentRevs: make(map[string]uint64), visible: make(map[string]map[string]struct{}), hosts: make(map[string]seenHost), changed: make(chan struct{}, 1),
 		stopWatch: stopWatch, hostsKV: hostsKV, hostsGone: make(chan struct{}, 1)}
+	for _, o := range opts {
+		o(d)
+	}
 	for _, kv := range []struct {
 		kv    jetstream.KeyValue
 		apply func(e jetstream.KeyValueEntry, initial bool)
@@ -497,6 +511,11 @@ func (d *Directory) applyAgent(e jetstream.KeyValueEntry, _ bool) {
 	if err := json.Unmarshal(e.Value(), &a); err != nil {
 		d.log.Error("ignoring bad agent registration", "agent", name, "err", err)
 		return
+	}
+	if d.noSchemas {
+		for i := range a.Methods {
+			a.Methods[i].InputSchema = nil
+		}
 	}
 	if was, ok := d.agents[name]; ok {
 		d.index(name, was, false)

@@ -455,3 +455,21 @@ func BenchmarkVisibleAgents(b *testing.B) {
 		}
 	}
 }
+
+// A directory without schemas holds the registrations' methods without them; another holds them.
+func TestDirectoryWithoutSchemas(t *testing.T) {
+	ctx, res := setup(t)
+	calc := registry.Agent{Name: "Calc", WorkflowTypes: []string{"Supervisor Workflow"}, DataMethods: []string{"sum"},
+		Methods: []registry.Method{{Name: "sum", Description: "Adds", InputSchema: json.RawMessage(`{"type":"object","required":["values"]}`)}}}
+	require.NoError(t, registry.Register(ctx, res.Registry, []registry.Agent{calc}))
+	d, err := registry.NewDirectory(ctx, res.Registry, res.Hosts, nil, registry.WithoutSchemas())
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, d.Close()) })
+	got, ok := d.Agent("Calc")
+	require.True(t, ok)
+	require.Len(t, got.Methods, 1)
+	assert.Equal(t, registry.Method{Name: "sum", Description: "Adds"}, got.Methods[0])
+	full, ok := newDirectory(t, ctx, res).Agent("Calc")
+	require.True(t, ok)
+	assert.JSONEq(t, `{"type":"object","required":["values"]}`, string(full.Methods[0].InputSchema))
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/natsembed"
+	"github.com/agentbus/agentbus/pkg/registry"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/subscription"
 )
@@ -73,11 +74,14 @@ type Stack struct {
 	// shared holds what the host Start began and the remote agents' hosts share, as the hosts
 	// of a workflow host process do (agent.ShareWatches): the directory of agents and hosts, the
 	// cache of the tenants' limits, the followers of the load reports and slot grants and of the
-	// instance notices, the subscription to Agent2Agent replies and the timer relay; the ingress
-	// reads the directory too. closeShared closes them.
+	// instance notices, the subscription to Agent2Agent replies, the timer relay, the usage
+	// meter and the idle budget; the ingress reads the directory too, which the stack makes with
+	// the methods' schemas (closeDir). closeShared closes the others.
 	shared      agent.HostConfig
 	closeShared func() error
-	stopHost    func() error
+	// closeDir closes the directory the stack made for the ingress and the hosts to share.
+	closeDir func() error
+	stopHost func() error
 	// stopDelivery stops what runs beside the host: the delivery of event subscriptions and the
 	// hosts of remote agents; nil when none runs.
 	stopDelivery func()
@@ -119,6 +123,13 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	s.Res.LogMove(cfg.Logger)
 	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
 	s.shared = cfg.Host
+	if s.shared.Directory == nil {
+		// The ingress reads the methods' schemas, which ShareWatches's directory leaves out.
+		if s.shared.Directory, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("a directory for the ingress and the hosts: %w", err)
+		}
+		s.closeDir = s.shared.Directory.Close
+	}
 	if s.closeShared, err = agent.ShareWatches(ctx, s.Res, &s.shared, cfg.Logger); err != nil {
 		return nil, err
 	}
@@ -347,6 +358,10 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.closeShared != nil {
 		errs = append(errs, s.closeShared())
 		s.closeShared = nil
+	}
+	if s.closeDir != nil {
+		errs = append(errs, s.closeDir())
+		s.closeDir = nil
 	}
 	for _, nc := range s.conns {
 		nc.Close()
