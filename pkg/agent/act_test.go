@@ -45,6 +45,20 @@ func adminPost(t *testing.T, s *stacktest.Stack, path string, body any) (int, []
 	return resp.StatusCode, buf.Bytes()
 }
 
+// adminGet reads path of the stack's API with its tenant-admin key into out, and returns the
+// status.
+func adminGet(t *testing.T, s *stacktest.Stack, path string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	return resp.StatusCode
+}
+
 // threadAt reads the newest 100 messages of a thread over HTTP, newest first.
 func threadAt(t *testing.T, s *stacktest.Stack, agentName, activation, participant string) []history.Message {
 	t.Helper()

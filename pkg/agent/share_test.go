@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"runtime"
 	"strings"
@@ -90,16 +89,10 @@ func TestHostsOfAProcessShareOneMeter(t *testing.T) {
 		cancel()
 	}
 	require.Eventually(t, func() bool {
-		req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/usage", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+s.Key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
 		var u struct {
 			Bytes map[string]int64 `json:"bytes"`
 		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&u))
+		adminGet(t, s, "/api/v1/admin/tenants/default/usage", &u)
 		return u.Bytes["history"] > 0 && u.Bytes["state"] > 0
 	}, 10*time.Second, 50*time.Millisecond, "the webhook's record and its instance counted")
 }

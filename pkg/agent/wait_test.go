@@ -256,20 +256,13 @@ func TestWaitInAWebhook(t *testing.T) {
 // instance, from the inspector's recent requests.
 func threadParticipant(t *testing.T, s *stacktest.Stack, requestID string) string {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, s.URL+"/api/v1/admin/tenants/default/instances/"+
-		"default:Asker:Supervisor%20Workflow:default", nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+s.Key)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
 	var view struct {
 		RecentRequests []struct {
 			RequestID     string `json:"requestId"`
 			ParticipantID string `json:"participantId"`
 		} `json:"recentRequests"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&view))
+	adminGet(t, s, "/api/v1/admin/tenants/default/instances/default:Asker:Supervisor%20Workflow:default", &view)
 	for _, r := range view.RecentRequests {
 		if r.RequestID == requestID {
 			return r.ParticipantID
