@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -263,6 +264,51 @@ func TestTenantWriteRate(t *testing.T) {
 	createKey(t, s.Stack, "other", s.keys["other"], "k2", "user")
 	status, h, b = adminReq(t, s.Stack, http.MethodPost, "/api/v1/admin/tenants/other/keys", s.keys["other"], map[string]any{"name": "k3", "role": "user"})
 	wantRateLimited(t, status, h, b, 10)
+}
+
+// A remote agent's registration whose schemas take long to compile counts as more than one
+// configuration write, in proportion to what they would hold compiled: a tenant cannot spend an
+// ingress's CPU compiling schemas at its write rate's pace.
+func TestRegistrationCountsItsSchemas(t *testing.T) {
+	t.Parallel()
+	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
+	require.NoError(t, err)
+	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow},
+		TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: 40}}}, "acme", "other")
+	repeated := func(n int) map[string]any { // about 2,100 pattern steps each
+		props := map[string]any{}
+		for i := range n {
+			props[fmt.Sprintf("p%d", i)] = map[string]any{"type": "string", "pattern": "^.{1,1000}$"}
+		}
+		return map[string]any{"type": "object", "properties": props}
+	}
+	register := func(tenant, name string, schema map[string]any) {
+		t.Helper()
+		status, _, b := adminReq(t, s.Stack, http.MethodPost, "/api/v1/admin/tenants/"+tenant+"/agents", s.keys[tenant],
+			map[string]any{"name": name, "url": "http://127.0.0.1:9/agentbus",
+				"methods": []map[string]any{{"name": "one", "schema": schema}, {"name": "two", "schema": schema}}})
+		require.Contains(t, []int{http.StatusCreated, http.StatusAccepted}, status, "%s", b)
+	}
+	writes := func(tenant string) int { // key creations until refused
+		for n := 0; ; n++ {
+			status, _, b := adminReq(t, s.Stack, http.MethodPost, "/api/v1/admin/tenants/"+tenant+"/keys", s.keys[tenant],
+				map[string]any{"name": fmt.Sprint("k", n), "role": "user"})
+			if status != http.StatusCreated {
+				require.Equal(t, http.StatusTooManyRequests, status, "%s", b)
+				return n
+			}
+		}
+	}
+	// Two schemas of 38 such patterns: about 7.8 MB compiled, 29 writes more than one.
+	register("acme", "Heavy", repeated(38))
+	got := writes("acme")
+	assert.GreaterOrEqual(t, got, 9)
+	assert.LessOrEqual(t, got, 11, "40 - 1 - 29 writes left (a token may come back meanwhile)")
+	// Small schemas count as one write.
+	register("other", "Light", map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}})
+	got = writes("other")
+	assert.GreaterOrEqual(t, got, 39)
+	assert.LessOrEqual(t, got, 40)
 }
 
 // TestTenantWriteRateAcrossInstances: the rate of a tenant's configuration writes is the

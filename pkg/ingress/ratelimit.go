@@ -347,6 +347,27 @@ func (l *limiter) allowTenant(tenant string, b *tenantBucket, now time.Time) (bo
 	return l.take(l.share(l.tenants, id, id, false, r, now), now)
 }
 
+// chargeTenant counts n more of the tenant's tokens of b against it, after a request that took
+// one (allowTenant) turned out to cost more: its tokens may go below zero, and its next requests
+// of b wait until they are back. Nothing when b does not limit the tenant or n is below 1.
+func (l *limiter) chargeTenant(tenant string, b *tenantBucket, n int, now time.Time) {
+	if n < 1 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := b.rate(l.rates.of(tenant))
+	if !r.limited() {
+		return
+	}
+	id := tenant + b.share
+	s := l.share(l.tenants, id, id, false, r, now)
+	s.fill(now)
+	s.tokens -= float64(n)
+	s.decay(now)
+	s.demand += float64(n-1) / s.tau // share counted one arrival
+}
+
 // share returns the share of id in m, made if missing, with a request counted: brought to
 // global, and computed anew when it was idle.
 func (l *limiter) share(m map[string]*share, id, tenant string, isKey bool, global Rate, now time.Time) *share {

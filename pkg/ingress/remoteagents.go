@@ -4,8 +4,10 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/outbound"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/remote"
@@ -87,6 +89,12 @@ func (s *Server) storeRemoteAgent(w http.ResponseWriter, r *http.Request, replac
 			return
 		}
 	}
+	if !c.isSystem() && owner != "" {
+		// Compiling the schemas, which Put does to refuse bad ones, takes up to some hundred
+		// milliseconds of this ingress's CPU: a registration with large schemas counts as more
+		// than one write.
+		s.limits.chargeTenant(owner, writesBucket, schemaWrites(body.Methods), time.Now())
+	}
 	// The hosts write the agent's entry in the registry once they serve the registration:
 	// entries after this revision are of this registration.
 	before, err := bus.NewestRevision(r.Context(), s.res.Registry)
@@ -162,4 +170,25 @@ func (s *Server) remoteFailed(w http.ResponseWriter, what string, err error) {
 	default:
 		s.storeFailed(w, what, err)
 	}
+}
+
+// compiledPerWrite is how much the methods' schemas of a registration may hold compiled for each
+// configuration write it counts as beyond the first (jsonschema.Estimate), and maxSchemaWrites
+// the most it counts as: what the 8 MiB a registration's schemas may hold count as (schemas past
+// that are refused before most of their compilation).
+const (
+	compiledPerWrite = 256 << 10
+	maxSchemaWrites  = 32
+)
+
+// schemaWrites is how many configuration writes, beyond the one every registration counts as,
+// the compilation of methods' schemas counts as.
+func schemaWrites(methods []remote.Method) int {
+	compiled := 0
+	for _, m := range methods {
+		if len(m.Schema) > 0 {
+			compiled += jsonschema.Estimate(m.Schema)
+		}
+	}
+	return min(compiled/compiledPerWrite, maxSchemaWrites)
 }

@@ -199,4 +199,8 @@ func TestSize(t *testing.T) {
 	assert.Less(t, small.Size(), 10_000)
 	assert.Greater(t, patterned.Size(), 2000*40, "a step of a pattern holds some 45 bytes")
 	assert.Less(t, patterned.Size(), 2200*60)
+
+	// Estimate says the same without compiling.
+	assert.Equal(t, patterned.Size(), jsonschema.Estimate(json.RawMessage(`{"type":"object","properties":{"a":{"type":"string","pattern":"^.{1,1000}$"}}}`)))
+	assert.Zero(t, jsonschema.Estimate(json.RawMessage(`{"type":`)))
 }
