@@ -203,16 +203,23 @@ func TestSlowHeadersCutOff(t *testing.T) {
 	assert.LessOrEqual(t, elapsed, 3*time.Second, "connection closed after %v, want about %v", elapsed, timeout)
 }
 
+// writeRateStack runs a stack of tenants acme and other whose configuration writes have a
+// burst of burst and a token every 10 s (so that nothing refills during a test), and whose
+// remote agents and subscriptions may be on loopback.
+func writeRateStack(t *testing.T, burst int) *customStack {
+	t.Helper()
+	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
+	require.NoError(t, err)
+	return startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow},
+		TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: burst}}}, "acme", "other")
+}
+
 // TestTenantWriteRate: a tenant's configuration writes (keys, remote agents, subscriptions,
 // whichever of its keys makes them) share one rate; reads, calls, other tenants and system
 // admins are not held by it.
 func TestTenantWriteRate(t *testing.T) {
 	t.Parallel()
-	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
-	require.NoError(t, err)
-	// 0.1/s: a token every 10 s, so nothing refills during the test.
-	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow},
-		TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: 4}}}, "acme", "other")
+	s := writeRateStack(t, 4)
 	acme := s.keys["acme"]
 	second, _ := storeKey(t, s.Stack, "acme", keys.RoleTenantAdmin, "second")
 	const keysPath = "/api/v1/admin/tenants/acme/keys"
@@ -271,10 +278,7 @@ func TestTenantWriteRate(t *testing.T) {
 // ingress's CPU compiling schemas at its write rate's pace.
 func TestRegistrationCountsItsSchemas(t *testing.T) {
 	t.Parallel()
-	allow, err := outbound.ParseAllowList("http://127.0.0.1:*")
-	require.NoError(t, err)
-	s := startStack(t, stack.Config{Ingress: ingress.Config{AdminKey: systemKey, Subscriptions: subscription.Config{Allow: allow},
-		TenantWriteRate: ingress.Rate{PerSecond: 0.1, Burst: 40}}}, "acme", "other")
+	s := writeRateStack(t, 40)
 	repeated := func(n int) map[string]any { // about 2,100 pattern steps each
 		props := map[string]any{}
 		for i := range n {
