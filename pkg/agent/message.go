@@ -225,12 +225,13 @@ func (a *Agent) Data(method string, h Handler, opts ...MethodOption) {
 		o(dm)
 	}
 	if dm.schema != nil {
+		dm.params = compiledSchemas.Lazy(a.owner(), dm.schema)
 		if !dm.lazy {
-			if _, err := jsonschema.Compile(dm.schema); err != nil {
+			// Compiled once, now, and kept: its first call does not compile it again.
+			if err := dm.params.Compile(); err != nil {
 				panic(fmt.Sprintf("agent %s: data method %q: %v", a.name, method, err))
 			}
 		}
-		dm.params = compiledSchemas.Lazy(a.owner(), dm.schema)
 	}
 	a.data[key] = dm
 }

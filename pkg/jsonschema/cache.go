@@ -76,8 +76,9 @@ func (e *CompileError) Error() string { return e.Err.Error() }
 func (e *CompileError) Unwrap() error { return e.Err }
 
 // Validate checks params as Validator.Validate does, compiling the schema first when the cache
-// does not hold it compiled; a nil Lazy accepts every value. A schema that does not compile checks nothing: the first Validate
-// returns its *CompileError, for the caller to report, and every later one nil.
+// does not hold it compiled; a nil Lazy accepts every value. A schema that does not compile
+// checks nothing: the first Validate (or Compile) returns its *CompileError, for the caller to
+// report, and every later one nil.
 func (l *Lazy) Validate(params []byte) error {
 	if l == nil {
 		return nil
@@ -87,6 +88,14 @@ func (l *Lazy) Validate(params []byte) error {
 		return err
 	}
 	return v.Validate(params)
+}
+
+// Compile compiles the schema now, unless the cache holds it compiled, so that a schema the
+// program wrote is known good before its first call; the error is what Validate would return
+// about it (its *CompileError the first time it does not compile, nil after).
+func (l *Lazy) Compile() error {
+	_, err := l.validator()
+	return err
 }
 
 // validator returns the compiled schema (nil: nothing to check), compiling it when needed; the

@@ -101,3 +101,18 @@ func TestCacheConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.LessOrEqual(t, c.Held(), 4*48*len(schemaN(10)))
 }
+
+// Compile compiles a schema before its first use and keeps it; the error is its compile error.
+func TestLazyCompile(t *testing.T) {
+	c := NewCache(DefaultCacheBudget)
+	l := c.Lazy("t1", schemaN(1))
+	require.NoError(t, l.Compile())
+	v := l.v.Load()
+	require.NotNil(t, v)
+	assert.Equal(t, v.Size(), c.Held())
+	require.Error(t, l.Validate([]byte(`{}`)))
+	assert.Same(t, v, l.v.Load(), "not compiled again")
+
+	var ce *CompileError
+	assert.True(t, errors.As(c.Lazy("t1", json.RawMessage(`{"type":"foo"}`)).Compile(), &ce))
+}
