@@ -11,7 +11,8 @@ import (
 )
 
 // Notices follows the announcements of instance records an operator changed
-// (subject.InstanceNotice: the admin API's complete) with one subscription, and hands each to
+// (subject.InstanceNotice: the admin API's complete; subject.TenantNotice: a deleted tenant's
+// erasure) with one subscription, and hands each to
 // every host of the process that follows it (HostConfig.Notices): hosts of one process that share
 // it receive each notice once, not once each. Make one with FollowNotices; ShareWatches makes one
 // for the hosts of a process.
@@ -85,15 +86,30 @@ func (h *Host) followNotices(ctx context.Context) error {
 }
 
 // forget makes the instance's copy in memory, if there is one, read the record anew before its
-// next request.
+// next request. An empty workflowID does so for every copy of the tenant's instances, whose data
+// was erased, and makes them read their threads anew too: what their cursors knew to be stored
+// is gone.
 func (s *liveSet) forget(tenant, workflowID string) {
+	var ls []*liveInstance
 	s.mu.Lock()
-	l := s.m[liveKey{tenant, workflowID}]
-	s.mu.Unlock()
-	if l == nil {
-		return
+	if workflowID != "" {
+		if l := s.m[liveKey{tenant, workflowID}]; l != nil {
+			ls = append(ls, l)
+		}
+	} else {
+		for k, l := range s.m {
+			if k.tenant == tenant {
+				ls = append(ls, l)
+			}
+		}
 	}
-	l.mu.Lock()
-	l.loaded = false
-	l.mu.Unlock()
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.mu.Lock()
+		l.loaded = false
+		if workflowID == "" {
+			l.cursors, l.stale = nil, nil
+		}
+		l.mu.Unlock()
+	}
 }

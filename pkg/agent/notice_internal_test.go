@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/history"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -46,4 +47,31 @@ func TestNoticesReachEveryFollowerOnce(t *testing.T) {
 	n.mu.Unlock()
 	assert.Empty(t, a, "a follower that stopped got a notice")
 	assert.Empty(t, b, "a notice came twice")
+}
+
+// A notice of an instance makes its copy read the record again; a tenant's notice (its data
+// erased) makes every copy of the tenant's instances read their records and threads again, and
+// leaves the other tenants' alone.
+func TestForgetTenant(t *testing.T) {
+	copyOf := func(tenant, wf string) *liveInstance {
+		return &liveInstance{key: liveKey{tenant, wf}, loaded: true, cursors: map[string]*history.Cursor{"ada": {LastSeq: 7}}}
+	}
+	s := &liveSet{m: map[liveKey]*liveInstance{}}
+	for _, l := range []*liveInstance{copyOf("acme", "a"), copyOf("acme", "b"), copyOf("acme-2", "a")} {
+		s.m[l.key] = l
+	}
+	s.forget("acme", "a")
+	assert.False(t, s.m[liveKey{"acme", "a"}].loaded, "the instance's copy")
+	assert.NotNil(t, s.m[liveKey{"acme", "a"}].cursors, "an instance's notice keeps its cursors")
+	assert.True(t, s.m[liveKey{"acme", "b"}].loaded, "another instance's copy")
+
+	s.forget("acme", "")
+	for _, wf := range []string{"a", "b"} {
+		l := s.m[liveKey{"acme", wf}]
+		assert.False(t, l.loaded, "copy of %s", wf)
+		assert.Nil(t, l.cursors, "cursors of %s", wf)
+	}
+	other := s.m[liveKey{"acme-2", "a"}]
+	assert.True(t, other.loaded, "another tenant's copy")
+	assert.NotNil(t, other.cursors, "another tenant's cursors")
 }

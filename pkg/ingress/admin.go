@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/keys"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
+	"github.com/agentbus/agentbus/pkg/tenantdata"
 )
 
 // Admin API limits.
@@ -121,6 +122,16 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		s.storeFailed(w, "creating tenant", err)
 		return
 	}
+	// A tenant of this id deleted before may have left what its requests running at the
+	// deletion wrote after it: the new tenant starts with nothing. Without the erasure it is not
+	// made, so that creating it again tries again.
+	if err := s.eraseTenant(r.Context(), t.ID, false); err != nil {
+		if derr := s.keys.DeleteTenant(context.WithoutCancel(r.Context()), t.ID); derr != nil {
+			s.log.Error("removing a tenant made without its erasure", "tenant", t.ID, "err", derr)
+		}
+		s.storeFailed(w, "creating tenant", err)
+		return
+	}
 	w.Header().Set("Location", tenantsPath+"/"+t.ID)
 	writeJSON(w, http.StatusCreated, keys.InfoOf(t))
 }
@@ -142,8 +153,8 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, keys.InfoOf(t))
 }
 
-// deleteTenant removes a tenant, its dead letters, subscriptions, remote agents and timers, and
-// revokes its keys. Its messages, instances and files stay until they expire. The tenant's existence is
+// deleteTenant removes a tenant, its dead letters, subscriptions, remote agents and timers,
+// revokes its keys and erases its data (package tenantdata). The tenant's existence is
 // left to DeleteTenant to judge: a deletion that failed part way leaves a tenant that readers no
 // longer see, and calling again finishes it.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
@@ -185,6 +196,12 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	err := s.keys.RetireTenant(r.Context(), tenant)
 	if errors.Is(err, keys.ErrUnknownTenant) {
+		// What a deleted tenant of that id left behind: what its requests running at the
+		// deletion wrote after it.
+		if err := s.eraseTenant(r.Context(), tenant, true); err != nil {
+			s.storeFailed(w, "erasing a deleted tenant's data", err)
+			return
+		}
 		problem.UnknownTenant.Write(w, "no such tenant")
 		return
 	}
@@ -200,12 +217,37 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 			s.confirms.limit().String()+" that it refuses them; delete the tenant again to confirm it")
 		return
 	}
+	// No call of the tenant's is taken any more: its data goes, and then its record, so that
+	// a deletion that fails here is made again by calling again.
+	if err := s.eraseTenant(r.Context(), tenant, true); err != nil {
+		s.storeFailed(w, "erasing the tenant's data", err)
+		return
+	}
 	if err := s.keys.RemoveTenant(r.Context(), tenant); err != nil {
 		s.storeFailed(w, "deleting tenant", err)
 		return
 	}
 	s.log.Info("tenant deleted", "tenant", tenant, "by", c.key.ID)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// eraseTenant erases a tenant's data (tenantdata.Erase; without objects,
+// tenantdata.EraseRecords), and then tells the workflow hosts, which drop their copies in memory
+// of the tenant's instances (subject.TenantNotice). Flushed, so that the server has the notice
+// before the caller can make the next call. A notice lost costs only time: a copy's next write
+// meets the erased record and thread, conflicts and reads them anew.
+func (s *Server) eraseTenant(ctx context.Context, tenant string, objects bool) error {
+	erase := tenantdata.EraseRecords
+	if objects {
+		erase = tenantdata.Erase
+	}
+	if err := erase(ctx, s.res, tenant); err != nil {
+		return err
+	}
+	if err := s.cfg.Conn.Publish(subject.TenantNotice(tenant), nil); err == nil {
+		_ = s.cfg.Conn.FlushWithContext(ctx)
+	}
+	return nil
 }
 
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) {

@@ -322,7 +322,7 @@ func (s *Server) storeFile(ctx context.Context, req *agentbusv1.Request, body se
 	}
 	sum := sha256.Sum256(data)
 	ref.Size, ref.Sha256 = int64(len(data)), hex.EncodeToString(sum[:])
-	ref.Object = tenant + "/" + uuid.NewString()
+	ref.Object = subject.FileObject(tenant, uuid.NewString())
 	meta := jetstream.ObjectMeta{Name: ref.Object, Description: ref.FileName, Headers: map[string][]string{"Content-Type": {ref.ContentType}}}
 	info, err := s.res.Files.Put(ctx, meta, bytes.NewReader(data))
 	if err != nil {

@@ -86,13 +86,21 @@ func InstanceNotice(tenant, workflowID string) string {
 	return string(startTokens(noticePrefix).plain(tenant).id(workflowID))
 }
 
-// InstanceNotices is the filter of every InstanceNotice.
+// TenantNotice is the InstanceNotice of every instance of a tenant, whose data was erased
+// (package tenantdata): a workflow host drops its copies of them all.
+func TenantNotice(tenant string) string { return noticePrefix + "." + tenant }
+
+// InstanceNotices is the filter of every InstanceNotice and TenantNotice.
 func InstanceNotices() string { return noticePrefix + ".>" }
 
-// ParseInstanceNotice reads the tenant and workflow id back from an InstanceNotice subject.
+// ParseInstanceNotice reads the tenant and workflow id back from an InstanceNotice subject; the
+// workflow id is empty for a TenantNotice.
 func ParseInstanceNotice(subj string) (tenant, workflowID string, err error) {
 	rest, ok := strings.CutPrefix(subj, noticePrefix+".")
 	tenant, tok, found := strings.Cut(rest, ".")
+	if ok && !found && CheckTenant("tenant", tenant) == nil {
+		return tenant, "", nil
+	}
 	if !ok || !found || strings.Contains(tok, ".") {
 		return "", "", fmt.Errorf("subject %q is not an instance notice", subj)
 	}

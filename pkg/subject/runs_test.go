@@ -22,7 +22,11 @@ func TestRunsAndNoticeSubjects(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "acme", tenant)
 	assert.Equal(t, wf, got)
-	for _, bad := range []string{"agentbus.ctl.instance.acme", "agentbus.ctl.other.acme.x", "agentbus.ctl.instance.acme.a.b", "agentbus.ctl.instance.acme.!!"} {
+	tenant, got, err = subject.ParseInstanceNotice(subject.TenantNotice("acme"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"acme", ""}, []string{tenant, got}, "a tenant's notice")
+	assert.True(t, subject.MatchesFilter(subject.TenantNotice("acme"), subject.InstanceNotices()))
+	for _, bad := range []string{"agentbus.ctl.instance", "agentbus.ctl.instance.", "agentbus.ctl.instance.*", "agentbus.ctl.other.acme.x", "agentbus.ctl.instance.acme.a.b", "agentbus.ctl.instance.acme.!!"} {
 		_, _, err := subject.ParseInstanceNotice(bad)
 		assert.Error(t, err, bad)
 	}

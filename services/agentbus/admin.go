@@ -47,7 +47,7 @@ func (c *cli) tenantDelete(ctx context.Context, args []string) error {
 		return err
 	}
 	if !c.json {
-		fmt.Fprintf(c.stdout, "tenant %s deleted; its keys are revoked\n", pos[0])
+		fmt.Fprintf(c.stdout, "tenant %s deleted; its keys are revoked and its data erased\n", pos[0])
 	}
 	return nil
 }
