@@ -354,21 +354,29 @@ type stream struct {
 	done   chan struct{}
 }
 
-// listen opens the event stream of a thread; its cleanup closes it.
+// listen opens the event stream of a thread of the default tenant; its cleanup closes it.
 func listen(t *testing.T, s *stacktest.Stack, query url.Values, hdr ...string) *stream {
 	t.Helper()
+	return listenAt(t, s, "default", query, hdr...)
+}
+
+// listenAt opens the event stream of a thread of tenant; its cleanup closes it.
+func listenAt(t *testing.T, s *stacktest.Stack, tenant string, query url.Values, hdr ...string) *stream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, s.URL+"/api/v1/admin/tenants/default/messaging/listen?"+query.Encode(), nil, hdr...))
+	resp, err := http.DefaultClient.Do(newRequest(t, ctx, http.MethodGet, s.URL+"/api/v1/admin/tenants/"+tenant+"/messaging/listen?"+query.Encode(), nil, hdr...))
 	if err != nil {
 		cancel()
 		require.NoError(t, err)
 	}
-	st := &stream{Resp: resp, Events: make(chan sse.Event, 100), cancel: cancel, done: make(chan struct{})}
-	t.Cleanup(st.Close)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
 		require.Equal(t, http.StatusOK, resp.StatusCode, "listen: %s", b)
 	}
+	st := &stream{Resp: resp, Events: make(chan sse.Event, 100), cancel: cancel, done: make(chan struct{})}
+	t.Cleanup(st.Close)
 	go func() {
 		defer close(st.done)
 		defer close(st.Events)
@@ -402,6 +410,23 @@ func (st *stream) next(t *testing.T) (sse.Event, storedMessage) {
 			return ev, m
 		case <-timeout:
 			require.FailNow(t, "no event within 10s")
+		}
+	}
+}
+
+// ended waits until the stream ends, skipping what comes before, and fails the test if it does
+// not within 5 s.
+func (st *stream) ended(t *testing.T, msgAndArgs ...any) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-st.Events:
+			if !ok {
+				return
+			}
+		case <-timeout:
+			require.FailNow(t, "the stream did not end within 5s", msgAndArgs...)
 		}
 	}
 }

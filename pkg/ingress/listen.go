@@ -49,16 +49,31 @@ const (
 // buffer. A client further behind than that gets an "overflow" event after the ones held, and the
 // stream ends; it reconnects with Last-Event-ID and resumes where it was. A slow client thus
 // costs the ingress its buffers, not the thread's growth.
+//
+// A stream ends when its key is revoked, or its tenant deleted, before the revocation is answered
+// (listeners.end).
 func (s *Server) historyListen(w http.ResponseWriter, r *http.Request) {
+	ctx, stop := context.WithCancel(r.Context())
+	defer stop()
+	r = r.WithContext(ctx)
+	keysSeen := s.auth.Revision()
 	th, p := s.threadOf(r)
+	var id uint64
 	if p == nil {
-		p = s.enterListener(th.Key, th.Tenant)
+		id, p = s.enterListener(th.Key, th.Tenant, stop)
 	}
 	if p != nil {
 		problem.Write(w, *p)
 		return
 	}
-	defer s.leaveListener(th.Key, th.Tenant)
+	defer s.leaveListener(th.Key, th.Tenant, id)
+	if s.auth.Revision() != keysSeen {
+		// A revocation the key cache took in before the stream was counted ended nothing of it.
+		if _, p := s.threadOf(r); p != nil {
+			problem.Write(w, *p)
+			return
+		}
+	}
 	store := s.store()
 	after, found, err := resumePoint(r, store, th)
 	if err != nil {
@@ -328,33 +343,60 @@ func (e *eventStream) write(chunk []byte) bool {
 }
 
 // listeners counts the history listen streams open on this instance, per API key and per
-// tenant; keys and tenants at zero leave the maps.
+// tenant, and ends those of a key the instance stops accepting (end); keys and tenants at zero
+// leave the maps.
 type listeners struct {
 	perKey, perTenant int
 	mu                sync.Mutex
 	keys, tenants     map[string]int
+	// stops are the open streams' cancel funcs, by key id and stream.
+	stops  map[string]map[uint64]context.CancelFunc
+	nextID uint64
 }
 
-// enter counts a stream of key and tenant, unless one of them is at its cap: it then names it.
-func (l *listeners) enter(key, tenant string) (full string) {
+// enter counts a stream of key and tenant, whose request's context stop cancels, unless one of
+// them is at its cap: it then names it. id is the stream's, for leave.
+func (l *listeners) enter(key, tenant string, stop context.CancelFunc) (id uint64, full string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.keys[key] >= l.perKey:
-		return "key"
+		return 0, "key"
 	case l.tenants[tenant] >= l.perTenant:
-		return "tenant"
+		return 0, "tenant"
 	}
 	l.keys[key]++
 	l.tenants[tenant]++
-	return ""
+	if l.stops == nil {
+		l.stops = make(map[string]map[uint64]context.CancelFunc)
+	}
+	if l.stops[key] == nil {
+		l.stops[key] = make(map[uint64]context.CancelFunc)
+	}
+	l.nextID++
+	l.stops[key][l.nextID] = stop
+	return l.nextID, ""
 }
 
-func (l *listeners) leave(key, tenant string) {
+func (l *listeners) leave(key, tenant string, id uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	decrement(l.keys, key, 1)
 	decrement(l.tenants, tenant, 1)
+	delete(l.stops[key], id)
+	if len(l.stops[key]) == 0 {
+		delete(l.stops, key)
+	}
+}
+
+// end ends every open stream of the key: it was revoked, or its tenant deleted
+// (keys.Authenticator.OnRevoked). Each stream then leaves as its client's going would make it.
+func (l *listeners) end(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, stop := range l.stops[key] {
+		stop()
+	}
 }
 
 // decrement counts n fewer of k, which leaves m at zero.
@@ -366,23 +408,25 @@ func decrement[N int | int64](m map[string]N, k string, n N) {
 	m[k] -= n
 }
 
-// enterListener counts a listen stream of key for tenant; over a cap the answer is a 429 problem.
-func (s *Server) enterListener(k keys.Key, tenant string) *problem.Problem {
+// enterListener counts a listen stream of key for tenant, which stop ends when the key is
+// revoked; over a cap the answer is a 429 problem. id is the stream's, for leaveListener.
+func (s *Server) enterListener(k keys.Key, tenant string, stop context.CancelFunc) (id uint64, p *problem.Problem) {
 	tooMany := func(detail string) *problem.Problem {
 		return problem.TooManyListeners.New(detail)
 	}
-	switch s.listeners.enter(k.ID, tenant) {
+	id, full := s.listeners.enter(k.ID, tenant, stop)
+	switch full {
 	case "key":
-		return tooMany(fmt.Sprintf("this API key already has %d listen streams open; close one first", s.listeners.perKey))
+		return 0, tooMany(fmt.Sprintf("this API key already has %d listen streams open; close one first", s.listeners.perKey))
 	case "tenant":
-		return tooMany(fmt.Sprintf("the tenant already has %d listen streams open; close one first", s.listeners.perTenant))
+		return 0, tooMany(fmt.Sprintf("the tenant already has %d listen streams open; close one first", s.listeners.perTenant))
 	}
 	s.metrics.listeners.Inc()
-	return nil
+	return id, nil
 }
 
 // leaveListener gives back what enterListener counted.
-func (s *Server) leaveListener(k keys.Key, tenant string) {
-	s.listeners.leave(k.ID, tenant)
+func (s *Server) leaveListener(k keys.Key, tenant string, id uint64) {
+	s.listeners.leave(k.ID, tenant, id)
 	s.metrics.listeners.Dec()
 }

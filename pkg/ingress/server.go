@@ -408,6 +408,7 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	started = append(started, s.auth.Close)
+	s.auth.OnRevoked(s.listeners.end)
 	s.keys = s.keys.WithCache(s.auth, s.cfg.MaxKeysPerTenant, s.log)
 	s.stopKeyCompaction = s.startKeyCompaction()
 	started = append(started, s.stopKeyCompaction)

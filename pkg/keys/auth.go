@@ -38,6 +38,41 @@ type Authenticator struct {
 	watcher   jetstream.KeyWatcher
 	stopWatch context.CancelFunc // ends the watch's subscription even when NATS is gone
 	done      chan struct{}
+
+	// revokedMu guards onRevoked: the funcs OnRevoked added, by their id.
+	revokedMu     sync.Mutex
+	onRevoked     map[uint64]func(keyID string)
+	nextRevokedID uint64
+}
+
+// OnRevoked calls f with the id of each key the cache stops accepting (revoked, or its record
+// removed) from now on, until the returned func is called: a connection authenticated once and
+// kept open (a listen stream) ends with its key. f is called in the cache's watch, before the
+// cache's Revision moves past the change, so that an ingress that confirms a revocation has run
+// it; it must not block.
+func (a *Authenticator) OnRevoked(f func(keyID string)) (stop func()) {
+	a.revokedMu.Lock()
+	defer a.revokedMu.Unlock()
+	if a.onRevoked == nil {
+		a.onRevoked = make(map[uint64]func(string))
+	}
+	id := a.nextRevokedID
+	a.nextRevokedID++
+	a.onRevoked[id] = f
+	return func() {
+		a.revokedMu.Lock()
+		defer a.revokedMu.Unlock()
+		delete(a.onRevoked, id)
+	}
+}
+
+// revoked tells the OnRevoked funcs that the key keyID is no longer accepted.
+func (a *Authenticator) revoked(keyID string) {
+	a.revokedMu.Lock()
+	defer a.revokedMu.Unlock()
+	for _, f := range a.onRevoked {
+		f(keyID)
+	}
 }
 
 // NewAuthenticator starts watching the keys bucket and returns once the current keys are loaded.
@@ -150,24 +185,39 @@ func (a *Authenticator) tenantKeys(tenant string) []storedKey {
 	return out
 }
 
-// apply takes one entry of the keys bucket into the cache.
+// apply takes one entry of the keys bucket into the cache, and tells the OnRevoked funcs when
+// it ends a key that was accepted.
 func (a *Authenticator) apply(e jetstream.KeyValueEntry) {
 	if !looksLikeHash(e.Key()) {
 		return
 	}
+	if ended := a.applyLocked(e); ended != "" {
+		a.revoked(ended)
+	}
+}
+
+// applyLocked is apply's change of the cache; it returns the id of a key accepted before it and
+// not after.
+func (a *Authenticator) applyLocked(e jetstream.KeyValueEntry) (ended string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := e.Key()
 	if old, ok := a.byID[h]; ok {
 		a.forget(h, old.Tenant)
+		if old.RevokedAt == nil {
+			ended = old.ID
+		}
 	}
 	if e.Operation() != jetstream.KeyValuePut {
-		return // deleted or purged
+		return ended // deleted or purged
 	}
 	k, err := decodeKey(e.Value())
 	if err != nil {
 		a.log.Error("ignoring bad key record", "err", err)
-		return
+		return ended
+	}
+	if k.RevokedAt == nil {
+		ended = ""
 	}
 	a.byID[h] = k
 	hashes := a.byTenant[k.Tenant]
@@ -176,6 +226,7 @@ func (a *Authenticator) apply(e jetstream.KeyValueEntry) {
 		a.byTenant[k.Tenant] = hashes
 	}
 	hashes[h] = struct{}{}
+	return ended
 }
 
 // forget drops the record under hash h, of tenant, from the cache; a.mu is held.

@@ -776,3 +776,47 @@ func TestAuthenticatorClosesAfterItsConnection(t *testing.T) {
 	nc.Close()
 	assert.NoError(t, auth.Close())
 }
+
+// TestOnRevoked: the cache tells its OnRevoked funcs of each key it stops accepting, once:
+// revoked, or removed with its tenant, but not a key created, a revoked key removed, nor after
+// the func stopped.
+func TestOnRevoked(t *testing.T) {
+	ctx, _, store, auth := setup(t)
+	ended := make(chan string, 16)
+	stop := auth.OnRevoked(func(id string) { ended <- id })
+	require.NoError(t, store.EnsureTenant(ctx, "acme"))
+	s1, k1, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "one"})
+	require.NoError(t, err)
+	s2, k2, err := store.Create(ctx, keys.NewKey{Tenant: "acme", Role: keys.RoleUser, Name: "two"})
+	require.NoError(t, err)
+	authenticates(t, auth, s1)
+	authenticates(t, auth, s2)
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case id := <-ended:
+			return id
+		case <-time.After(5 * time.Second):
+			require.FailNow(t, "no key ended", what)
+			return ""
+		}
+	}
+
+	_, err = store.RevokeID(ctx, k1.ID)
+	require.NoError(t, err)
+	assert.Equal(t, k1.ID, next("the revoked key"))
+	require.NoError(t, store.DeleteTenant(ctx, "acme"))
+	assert.Equal(t, k2.ID, next("the key of the deleted tenant"))
+	refused(t, auth, s2, keys.ErrUnknownKey, "the deleted tenant's key")
+	assert.Empty(t, ended, "a key ended twice, or a created one")
+
+	stop()
+	require.NoError(t, store.EnsureTenant(ctx, "beta"))
+	s3, k3, err := store.Create(ctx, keys.NewKey{Tenant: "beta", Role: keys.RoleUser, Name: "three"})
+	require.NoError(t, err)
+	authenticates(t, auth, s3)
+	_, err = store.RevokeID(ctx, k3.ID)
+	require.NoError(t, err)
+	refused(t, auth, s3, keys.ErrRevoked, "the revoked key")
+	assert.Empty(t, ended, "a func told after it stopped")
+}
