@@ -261,17 +261,11 @@ func Entries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue,
 // must stand. A value written after the marker stays (the purge stops at the marker), and a key
 // holding a value is left alone.
 func DropTombstone(ctx context.Context, js jetstream.JetStream, bucket, key string, olderThan time.Duration) (wait time.Duration, err error) {
+	last, err := Removal(ctx, js, bucket, key)
+	if last == nil || err != nil {
+		return 0, err
+	}
 	name, subj := subject.KVStream(bucket), subject.KVKeyPrefix(bucket)+key
-	last, err := LeaderLast(ctx, js.Conn(), name, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading the last entry of %s in %s: %w", key, bucket, err)
-	}
-	if op := last.Header.Get(kvOperation); op != kvDelete && op != kvPurge {
-		return 0, nil
-	}
 	if age := time.Since(last.Time); age < olderThan {
 		return olderThan - age, nil
 	}
@@ -283,6 +277,23 @@ func DropTombstone(ctx context.Context, js jetstream.JetStream, bucket, key stri
 		return 0, fmt.Errorf("dropping the marker of %s in %s: %w", key, bucket, err)
 	}
 	return 0, nil
+}
+
+// Removal reads the last entry of key in bucket, from the stream's leader, and returns it when
+// it is the marker of the key's deletion or purge (its Time is the removal's); nil when the key
+// holds a value or never did.
+func Removal(ctx context.Context, js jetstream.JetStream, bucket, key string) (*jetstream.RawStreamMsg, error) {
+	last, err := LeaderLast(ctx, js.Conn(), subject.KVStream(bucket), subject.KVKeyPrefix(bucket)+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the last entry of %s in %s: %w", key, bucket, err)
+	}
+	if op := last.Header.Get(kvOperation); op != kvDelete && op != kvPurge {
+		return nil, nil
+	}
+	return last, nil
 }
 
 // The header and values by which NATS marks a key-value entry as a deletion or a purge.

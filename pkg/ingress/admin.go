@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/ident"
@@ -16,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tenantdata"
+	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Admin API limits.
@@ -111,9 +113,14 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := s.keys.CreateTenant(r.Context(), body.ID)
+	var held *keys.HeldIDError
 	switch {
 	case errors.Is(err, ident.ErrInvalidTenant):
 		problem.InvalidTenant.Write(w, "id: "+ident.ErrInvalidTenant.Error())
+		return
+	case errors.As(err, &held):
+		w.Header().Set("Retry-After", strconv.Itoa(int(time.Until(held.FreeAt).Seconds())+1))
+		problem.TenantExists.Write(w, "a tenant of this id was deleted less than "+held.Hold.String()+" ago; the id is free again at "+timefmt.Format(held.FreeAt))
 		return
 	case errors.Is(err, keys.ErrTenantExists):
 		problem.TenantExists.Write(w, "a tenant with this id exists")

@@ -77,7 +77,7 @@ func (si *silentIngress) leave(t *testing.T) {
 // usual at once, and a revocation repeated answers 204.
 func TestUnconfirmedWrites(t *testing.T) {
 	t.Parallel()
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, TenantIDHold: -1}) // "parting" is made again at once
 	ep := remotetest.New(t, remotetest.Faults{})
 	silent := startSilentIngress(t, s)
 	s.Ingress.SetConfirmTimeout(300 * time.Millisecond)

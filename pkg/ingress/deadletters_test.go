@@ -57,6 +57,8 @@ func startDeadLetterStack(t *testing.T) (s *stacktest.Stack, flaky, broken *fail
 		AdminKey: systemKey,
 		Agents:   []*agent.Agent{flaky.agent(), broken.agent(), echo.New()},
 		Host:     agent.HostConfig{MaxDeliveries: 2},
+		// TestDeadLetterTenantDeletionPurges uses a deleted tenant's id again at once.
+		TenantIDHold: -1,
 	})
 	for _, name := range []string{"Flaky", "Broken"} {
 		require.NoError(t, s.WaitLive(context.Background(), name))

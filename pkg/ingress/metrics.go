@@ -24,6 +24,13 @@ const metricTenants = 20
 // tenant was known.
 const noTenant = "none"
 
+// The per-agent statistics' window (GET …/stats): 30 slots of 30 s, the last 15 minutes.
+const (
+	statsSlot       = window.DefaultSlot
+	statsSlots      = window.DefaultSlots
+	statsWindowSpan = statsSlot * statsSlots
+)
+
 // apiMetrics are the ingress's Prometheus metrics.
 type apiMetrics struct {
 	requests *prometheus.CounterVec
@@ -89,7 +96,7 @@ func newMetrics(reg prometheus.Registerer, tp trace.TracerProvider) (*apiMetrics
 			Help: "History listen streams closed because their client fell further behind than the listener buffer.",
 		}),
 		tracer: tracing.Tracer(tp),
-		window: window.New(window.Config{}),
+		window: window.New(window.Config{Slot: statsSlot, Slots: statsSlots}),
 		reg:    reg,
 	}
 	// A tenant that loses its place to a busier one takes its series with it: its requests

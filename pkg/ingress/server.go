@@ -125,6 +125,12 @@ type Config struct {
 	// out of the keys bucket, once they are that old (keys.Store.Compact). Default
 	// DefaultKeyCompactEvery.
 	KeyCompactEvery time.Duration
+	// TenantIDHold is how long after a tenant's deletion its id cannot be used for a new tenant
+	// (keys.Store.HoldDeletedIDs). 0 means the longer of the bus's de-duplication window and the
+	// per-agent statistics' window (15 minutes at the defaults): until then a new tenant of the id
+	// would have its requests with caller-chosen ids taken for the old one's, and see the old
+	// one's statistics. Negative means no hold.
+	TenantIDHold time.Duration
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics receives the ingress's Prometheus metrics; nil means a registry of the Server's
@@ -360,7 +366,11 @@ func (s *Server) openBus(ctx context.Context) error {
 		return err
 	}
 	s.res.LogMove(s.log)
-	s.keys = keys.NewStore(s.res.JS, s.res.Keys, s.res.Tenants)
+	hold := s.cfg.TenantIDHold
+	if hold == 0 {
+		hold = max(s.res.Config.DedupeWindow, statsWindowSpan)
+	}
+	s.keys = keys.NewStore(s.res.JS, s.res.Keys, s.res.Tenants).HoldDeletedIDs(hold)
 	s.claims = bus.NewBlobs(s.res.Claims, s.cfg.Conn.MaxPayload())
 	s.dead = deadletter.NewStore(s.res, s.claims)
 	subs := s.cfg.Subscriptions

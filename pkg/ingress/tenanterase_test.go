@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,8 @@ import (
 // nothing, and another tenant keeps all of its own.
 func TestDeletedTenantsDataIsErased(t *testing.T) {
 	t.Parallel()
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	const hold = 2 * time.Second
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, TenantIDHold: hold})
 	ctx := context.Background()
 	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
 	acme := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
@@ -67,12 +69,22 @@ func TestDeletedTenantsDataIsErased(t *testing.T) {
 	_, err = s.Res.JS.Publish(ctx, subject.Thread("acme", echoWorkflow("acme", "late"), "ada"), []byte("late"))
 	require.NoError(t, err)
 
-	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
+	// The id is held a while: the inbox would take the new tenant's requests for the old one's.
+	status, h, b := adminReq(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"})
+	p := problemOf(t, status, h.Get("Content-Type"), b, http.StatusConflict)
+	assert.Contains(t, p["detail"], "deleted less than 2s ago", "the refusal of a held id")
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", h.Get("Retry-After"))
+	assert.True(t, retry >= 1 && retry <= 3, "Retry-After %d", retry)
+	require.Eventually(t, func() bool {
+		status, _, _ := adminReq(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"})
+		return status == http.StatusCreated
+	}, 3*hold, 50*time.Millisecond, "the id is not free again after its hold")
 	assert.Zero(t, storedUnder(t, s.Res.Messages, subject.TenantThreads("acme")), "a late record of the deleted tenant")
 	again := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
 	waitKnown(t, s, again.Key)
 	assert.Empty(t, threadMessageIDs(t, s.URL, "acme", again.Key, "default", "ada"), "the new tenant reads the old one's conversation")
-	status, h, b := adminReq(t, s, http.MethodGet, instancePath("acme", echoWorkflow("acme", "asks")), again.Key, nil)
+	status, h, b = adminReq(t, s, http.MethodGet, instancePath("acme", echoWorkflow("acme", "asks")), again.Key, nil)
 	problemOf(t, status, h.Get("Content-Type"), b, http.StatusNotFound)
 	u := tenantUsage(t, s.URL, "acme", again.Key)
 	assert.Zero(t, u.Bytes.Total, "the new tenant's usage: %+v", u)

@@ -133,7 +133,35 @@ type Store struct {
 	log   *slog.Logger
 	// removed counts the keys this Store (and its copies) removed, for Removed.
 	removed *atomic.Int64
+	// holdIDs is how long a deleted tenant's id stays taken (HoldDeletedIDs).
+	holdIDs time.Duration
 }
+
+// HoldDeletedIDs returns a copy of s whose CreateTenant refuses, for d after a tenant's record
+// was removed, to make a tenant of its id (a *HeldIDError): for that long the deployment may
+// still tell requests and figures apart by the tenant's id alone (the inbox's de-duplication of
+// caller-chosen request ids, the per-agent statistics), and a new tenant of the id would meet the
+// old one's.
+func (s *Store) HoldDeletedIDs(d time.Duration) *Store {
+	c := *s
+	c.holdIDs = d
+	return &c
+}
+
+// HeldIDError is CreateTenant's refusal of the id of a tenant deleted less than the hold ago
+// (HoldDeletedIDs). It is an ErrTenantExists.
+type HeldIDError struct {
+	// FreeAt is when the id may be used again, Hold after the deletion.
+	FreeAt time.Time
+	Hold   time.Duration
+}
+
+func (e *HeldIDError) Error() string {
+	return "a tenant of this id was deleted; the id is free again at " + e.FreeAt.UTC().Format(time.RFC3339)
+}
+
+// Unwrap makes a HeldIDError an ErrTenantExists.
+func (e *HeldIDError) Unwrap() error { return ErrTenantExists }
 
 // NewStore returns a Store over the keys and tenants buckets of js. It lists keys by reading
 // every key record of the bucket, and bounds no tenant's keys; see WithCache.
@@ -214,10 +242,14 @@ func (s *Store) Compact(ctx context.Context, olderThan time.Duration) error {
 	return nil
 }
 
-// CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted.
+// CreateTenant adds a tenant; ErrTenantExists if it is there, or still being deleted, or (a
+// *HeldIDError) was deleted within the hold of HoldDeletedIDs.
 func (s *Store) CreateTenant(ctx context.Context, id string) (Tenant, error) {
 	if !ident.ValidTenant(id) {
 		return Tenant{}, ident.ErrInvalidTenant
+	}
+	if err := s.idHeld(ctx, id); err != nil {
+		return Tenant{}, err
 	}
 	t := Tenant{ID: id, CreatedAt: time.Now().UTC()}
 	b, _ := json.Marshal(t)
@@ -228,6 +260,22 @@ func (s *Store) CreateTenant(ctx context.Context, id string) (Tenant, error) {
 		return Tenant{}, fmt.Errorf("creating tenant: %w", err)
 	}
 	return t, nil
+}
+
+// idHeld answers a *HeldIDError when the id's record was removed less than s.holdIDs ago: the
+// bucket's last entry of the id is then the removal's marker, and its time the removal's.
+func (s *Store) idHeld(ctx context.Context, id string) error {
+	if s.holdIDs <= 0 {
+		return nil
+	}
+	removal, err := bus.Removal(ctx, s.js, s.tenants.Bucket(), id)
+	if removal == nil || err != nil {
+		return err
+	}
+	if free := removal.Time.Add(s.holdIDs); time.Now().Before(free) {
+		return &HeldIDError{FreeAt: free, Hold: s.holdIDs}
+	}
+	return nil
 }
 
 // EnsureTenant creates the tenant unless it exists.

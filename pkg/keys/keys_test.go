@@ -820,3 +820,32 @@ func TestOnRevoked(t *testing.T) {
 	refused(t, auth, s3, keys.ErrRevoked, "the revoked key")
 	assert.Empty(t, ended, "a func told after it stopped")
 }
+
+// TestHoldDeletedIDs: a Store holding deleted ids refuses a tenant of a deleted tenant's id until
+// the hold has passed since the deletion, as an ErrTenantExists that says when; a Store without
+// a hold takes it at once.
+func TestHoldDeletedIDs(t *testing.T) {
+	ctx, _, store, _ := setup(t)
+	const hold = time.Second
+	held := store.HoldDeletedIDs(hold)
+	_, err := held.CreateTenant(ctx, "acme")
+	require.NoError(t, err, "a new id")
+	require.NoError(t, held.DeleteTenant(ctx, "acme"))
+	deleted := time.Now()
+
+	_, err = held.CreateTenant(ctx, "acme")
+	var he *keys.HeldIDError
+	require.ErrorAs(t, err, &he, "the id of a tenant just deleted")
+	assert.ErrorIs(t, err, keys.ErrTenantExists)
+	assert.WithinDuration(t, deleted.Add(hold), he.FreeAt, 500*time.Millisecond, "when the id is free")
+	assert.Equal(t, hold, he.Hold)
+	_, err = held.CreateTenant(ctx, "beta")
+	require.NoError(t, err, "another id")
+
+	time.Sleep(time.Until(he.FreeAt))
+	_, err = held.CreateTenant(ctx, "acme")
+	require.NoError(t, err, "the id once its hold passed")
+	require.NoError(t, store.DeleteTenant(ctx, "acme"))
+	_, err = store.CreateTenant(ctx, "acme")
+	require.NoError(t, err, "a Store without a hold")
+}

@@ -499,7 +499,7 @@ func TestRemoteAgentsPerTenantLimited(t *testing.T) {
 // no process goes on serving the agents, their names are free again, a tenant created later
 // with the same id has none of them, and the timers fire no more.
 func TestDeletedTenantsRemoteAgentsGo(t *testing.T) {
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, TenantIDHold: -1}) // "other" is made again at once
 	ep := newEndpoint(t)
 	const theirs = "/api/v1/admin/tenants/other/agents"
 	var reg remote.Registration

@@ -52,6 +52,8 @@ type Options struct {
 	MaxKeysPerTenant int
 	// KeyCompactEvery of the ingress; default ingress.DefaultKeyCompactEvery.
 	KeyCompactEvery time.Duration
+	// TenantIDHold of the ingress: how long a deleted tenant's id stays taken; default 15 min.
+	TenantIDHold time.Duration
 	// ContinueAsNewEvents of the host; default 1000.
 	ContinueAsNewEvents int
 	// Dir is the JetStream store; default a fresh natstest.StoreDir. Reuse it to restart on the
@@ -128,7 +130,7 @@ func Start(t testing.TB, opts Options) *Stack {
 		Bus:      bus.Config{Partitions: opts.Partitions},
 		Ingress: ingress.Config{WebhookTimeout: opts.WebhookTimeout, AdminKey: opts.AdminKey, MaxFileBytes: opts.MaxFileBytes, Tracer: opts.Tracer, Subscriptions: subs,
 			MaxRemoteAgentsPerTenant: opts.MaxRemoteAgentsPerTenant, MaxKeysPerTenant: opts.MaxKeysPerTenant,
-			KeyCompactEvery: opts.KeyCompactEvery},
+			KeyCompactEvery: opts.KeyCompactEvery, TenantIDHold: opts.TenantIDHold},
 		Host:     hc,
 		Logger:   Logger(t),
 		MaxStore: opts.MaxStore,
