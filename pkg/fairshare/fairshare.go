@@ -11,7 +11,9 @@
 // item takes: a key whose items take longer gets more of the time.
 //
 // Trim shares a budget the same way: what is kept in memory for several keys (a host's idle
-// instances, compiled schemas), the keys that hold the most giving way.
+// instances, compiled schemas), the keys that hold the most giving way; DropMost does so for a
+// cache bounded by its count of entries (the schemas an ingress knows, the topic lists a
+// history store remembers).
 package fairshare
 
 // Share is a key's part of the turns.

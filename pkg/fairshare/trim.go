@@ -79,3 +79,21 @@ func TrimTo[T any, K comparable](items []T, allow map[K]int, key func(T) K, size
 	}
 	return keep, drop
 }
+
+// DropMost deletes from m the key whose map holds the most entries, and returns how many it held
+// (0 for an empty m): what a cache of entries by owner (a tenant, an agent) gives up when it is
+// full, the owner holding the most giving way rather than every owner.
+func DropMost[K, E comparable, V any](m map[K]map[E]V) int {
+	var (
+		most  K
+		found bool
+	)
+	for k, entries := range m {
+		if !found || len(entries) > len(m[most]) {
+			most, found = k, true
+		}
+	}
+	n := len(m[most])
+	delete(m, most)
+	return n
+}

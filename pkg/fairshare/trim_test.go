@@ -65,3 +65,12 @@ func TestShares(t *testing.T) {
 	assert.Equal(t, map[string]int{"a": 0, "b": 0, "c": 0}, fairshare.Shares(held, 0))
 	assert.Empty(t, fairshare.Shares(map[string]int{}, 5))
 }
+
+func TestDropMost(t *testing.T) {
+	m := map[string]map[int]bool{"a": {1: true}, "b": {1: true, 2: true, 3: true}, "c": {1: true, 2: true}}
+	assert.Equal(t, 3, fairshare.DropMost(m))
+	assert.Equal(t, map[string]map[int]bool{"a": {1: true}, "c": {1: true, 2: true}}, m, "b, which held the most, went")
+	assert.Equal(t, 2, fairshare.DropMost(m))
+	assert.Equal(t, 1, fairshare.DropMost(m))
+	assert.Zero(t, fairshare.DropMost(m), "an empty map")
+}

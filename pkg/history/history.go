@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/usage"
 )
@@ -481,14 +482,7 @@ func (s *Store) isKnown(tenant, key, scope string) bool {
 // forgetMostKnown empties the topic cache of the tenant with the most threads in it; s.mu is
 // held.
 func (s *Store) forgetMostKnown() {
-	most := ""
-	for t, threads := range s.known {
-		if most == "" || len(threads) > len(s.known[most]) {
-			most = t
-		}
-	}
-	s.knownThreads -= len(s.known[most])
-	delete(s.known, most)
+	s.knownThreads -= fairshare.DropMost(s.known)
 }
 
 func (s *Store) remember(tenant, key string, list []string) {

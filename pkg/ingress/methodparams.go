@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/agentbus/agentbus/pkg/fairshare"
 	"github.com/agentbus/agentbus/pkg/jsonschema"
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/registry"
@@ -99,14 +100,7 @@ func (c *methodParams) schema(a registry.Agent, m registry.Method) *jsonschema.L
 
 // dropLargest forgets the schemas of the agent with the most kept; c.mu is held.
 func (c *methodParams) dropLargest() {
-	largest := ""
-	for a, ms := range c.m {
-		if len(ms) > len(c.m[largest]) {
-			largest = a
-		}
-	}
-	c.n -= len(c.m[largest])
-	delete(c.m, largest)
+	c.n -= fairshare.DropMost(c.m)
 }
 
 // checkParams refuses a Data call of agent's method whose parameters (JSON, possibly empty) do
