@@ -278,9 +278,14 @@ func (s *Store) idHeld(ctx context.Context, id string) error {
 	return nil
 }
 
-// EnsureTenant creates the tenant unless it exists.
+// EnsureTenant creates the tenant unless it exists; a tenant of the id deleted within the hold
+// (HoldDeletedIDs) is an error.
 func (s *Store) EnsureTenant(ctx context.Context, id string) error {
-	if _, err := s.CreateTenant(ctx, id); err != nil && !errors.Is(err, ErrTenantExists) {
+	_, err := s.CreateTenant(ctx, id)
+	if held := (*HeldIDError)(nil); errors.As(err, &held) {
+		return fmt.Errorf("ensuring tenant %s: %w", id, err) // it does not exist, and cannot yet
+	}
+	if err != nil && !errors.Is(err, ErrTenantExists) {
 		return err
 	}
 	return nil

@@ -841,6 +841,8 @@ func TestHoldDeletedIDs(t *testing.T) {
 	assert.Equal(t, hold, he.Hold)
 	_, err = held.CreateTenant(ctx, "beta")
 	require.NoError(t, err, "another id")
+	require.ErrorAs(t, held.EnsureTenant(ctx, "acme"), &he, "ensuring a tenant whose id is held")
+	require.NoError(t, held.EnsureTenant(ctx, "beta"), "ensuring a tenant that exists")
 
 	time.Sleep(time.Until(he.FreeAt))
 	_, err = held.CreateTenant(ctx, "acme")
