@@ -133,7 +133,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	// deletion wrote after it: the new tenant starts with nothing. Without the erasure it is not
 	// made, so that creating it again tries again.
 	if err := s.eraseTenant(r.Context(), t.ID, false); err != nil {
-		if derr := s.keys.DeleteTenant(context.WithoutCancel(r.Context()), t.ID); derr != nil {
+		if derr := s.keys.AbandonTenant(context.WithoutCancel(r.Context()), t.ID); derr != nil {
 			s.log.Error("removing a tenant made without its erasure", "tenant", t.ID, "err", derr)
 		}
 		s.storeFailed(w, "creating tenant", err)

@@ -278,6 +278,18 @@ func (s *Store) idHeld(ctx context.Context, id string) error {
 	return nil
 }
 
+// AbandonTenant removes a tenant just made whose making could not be finished, leaving no trace
+// of it: its id is not held (HoldDeletedIDs), as no request of it was ever taken.
+func (s *Store) AbandonTenant(ctx context.Context, id string) error {
+	if err := s.DeleteTenant(ctx, id); err != nil {
+		return err
+	}
+	if _, err := bus.DropTombstone(ctx, s.js, s.tenants.Bucket(), id, 0); err != nil {
+		return fmt.Errorf("abandoning tenant %s: %w", id, err)
+	}
+	return nil
+}
+
 // EnsureTenant creates the tenant unless it exists; a tenant of the id deleted within the hold
 // (HoldDeletedIDs) is an error.
 func (s *Store) EnsureTenant(ctx context.Context, id string) error {

@@ -844,6 +844,12 @@ func TestHoldDeletedIDs(t *testing.T) {
 	require.ErrorAs(t, held.EnsureTenant(ctx, "acme"), &he, "ensuring a tenant whose id is held")
 	require.NoError(t, held.EnsureTenant(ctx, "beta"), "ensuring a tenant that exists")
 
+	_, err = held.CreateTenant(ctx, "gamma")
+	require.NoError(t, err)
+	require.NoError(t, held.AbandonTenant(ctx, "gamma"))
+	_, err = held.CreateTenant(ctx, "gamma")
+	require.NoError(t, err, "the id of a tenant abandoned is not held")
+
 	time.Sleep(time.Until(he.FreeAt))
 	_, err = held.CreateTenant(ctx, "acme")
 	require.NoError(t, err, "the id once its hold passed")
