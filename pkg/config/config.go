@@ -92,9 +92,11 @@ type Config struct {
 	MaxSubscriptionsPerTenant int
 	MaxRemoteAgentsPerTenant  int
 	MaxKeysPerTenant          int
-	SubscriptionTimeout       time.Duration
-	SubscriptionRetryFor      time.Duration
-	SubscriptionMaxBackoff    time.Duration
+	// TenantIDHold is how long a deleted tenant's id stays taken; 0: not at all.
+	TenantIDHold           time.Duration
+	SubscriptionTimeout    time.Duration
+	SubscriptionRetryFor   time.Duration
+	SubscriptionMaxBackoff time.Duration
 	// Echo runs the built-in reference agent Echo.
 	Echo bool
 
@@ -377,6 +379,7 @@ func (c *Config) settings() []setting {
 		{"AGENTBUS_MAX_SUBSCRIPTIONS_PER_TENANT", "max-subscriptions-per-tenant", "10", "event subscriptions a tenant may have; each has at most one delivery in flight", positive(&c.MaxSubscriptionsPerTenant, "max-subscriptions-per-tenant")},
 		{"AGENTBUS_MAX_REMOTE_AGENTS_PER_TENANT", "max-remote-agents-per-tenant", "10", "remote agents a tenant admin may register for its tenant (a system admin's are not counted); each adds an inbox stream with a consumer per partition, and a host in every process serving remote agents", positive(&c.MaxRemoteAgentsPerTenant, "max-remote-agents-per-tenant")},
 		{"AGENTBUS_MAX_KEYS_PER_TENANT", "max-keys-per-tenant", "100", "ingress: API keys in force a tenant may have, and revoked keys of it kept (the most recently revoked); every ingress holds every key in memory", positive(&c.MaxKeysPerTenant, "max-keys-per-tenant")},
+		{"AGENTBUS_TENANT_ID_HOLD", "tenant-id-hold", "15m", "ingress: how long after a tenant's deletion its id cannot be used for a new tenant; 0 means at once, and a new tenant of the id may then have its requests with caller-chosen ids taken for the old tenant's (10 minutes) and see its per-agent statistics (15 minutes)", duration(&c.TenantIDHold, "tenant-id-hold", "15m", 0)},
 		{"AGENTBUS_SUBSCRIPTION_TIMEOUT", "subscription-timeout", "10s", "workflow host: how long one delivery of an event waits for the receiver's answer (at most 20s)", duration(&c.SubscriptionTimeout, "subscription-timeout", "10s", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_RETRY_FOR", "subscription-retry-for", "24h", "workflow host: how long after an event was stored its delivery is still tried, before it is kept as undelivered", duration(&c.SubscriptionRetryFor, "subscription-retry-for", "24h", time.Nanosecond)},
 		{"AGENTBUS_SUBSCRIPTION_MAX_BACKOFF", "subscription-max-backoff", "10m", "workflow host: the longest wait between two deliveries of a failing event (the first retry waits 1s, then twice as long each time)", duration(&c.SubscriptionMaxBackoff, "subscription-max-backoff", "10m", time.Nanosecond)},

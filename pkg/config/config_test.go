@@ -64,6 +64,7 @@ func TestDefaults(t *testing.T) {
 		MaxSubscriptionsPerTenant: 10,
 		MaxRemoteAgentsPerTenant:  10,
 		MaxKeysPerTenant:          100,
+		TenantIDHold:              15 * time.Minute,
 		SubscriptionTimeout:       10 * time.Second,
 		SubscriptionRetryFor:      24 * time.Hour,
 		SubscriptionMaxBackoff:    10 * time.Minute,

@@ -129,7 +129,7 @@ type Config struct {
 	// (keys.Store.HoldDeletedIDs). 0 means the longer of the bus's de-duplication window and the
 	// per-agent statistics' window (15 minutes at the defaults): until then a new tenant of the id
 	// would have its requests with caller-chosen ids taken for the old one's, and see the old
-	// one's statistics. Negative means no hold.
+	// one's statistics. Negative means no hold. AGENTBUS_TENANT_ID_HOLD sets it.
 	TenantIDHold time.Duration
 	// Logger receives the ingress's logs; nil discards them.
 	Logger *slog.Logger

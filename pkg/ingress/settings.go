@@ -33,12 +33,16 @@ func FromSettings(c config.Config) Config {
 		Subscriptions:            c.Subscriptions(),
 		MaxRemoteAgentsPerTenant: c.MaxRemoteAgentsPerTenant,
 		MaxKeysPerTenant:         c.MaxKeysPerTenant,
+		TenantIDHold:             c.TenantIDHold,
 		IdleTimeout:              c.IdleTimeout,
 
 		TenantRateLimit:        Rate{PerSecond: c.TenantRateLimit, Burst: c.TenantRateBurst},
 		TenantRateLimitTenants: rates(c.TenantRateLimitTenants),
 		TenantWriteRate:        Rate{PerSecond: c.TenantWriteRate, Burst: c.TenantWriteBurst},
 		TenantListenRate:       Rate{PerSecond: c.TenantListenRate, Burst: c.TenantListenBurst},
+	}
+	if c.TenantIDHold == 0 {
+		cfg.TenantIDHold = -1 // the setting's 0 is none; the Config's, its default
 	}
 	cfg.Quotas, cfg.StoreGuard = storageSettings(c)
 	cfg.TenantLimits = tenantlimits.Defaults{MaxQueued: c.TenantMaxQueued, MaxConcurrent: c.TenantMaxConcurrent}

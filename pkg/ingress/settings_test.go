@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,4 +46,18 @@ func TestSettingsRates(t *testing.T) {
 	assert.Equal(t, map[string]ingress.Rate{"acme": {PerSecond: 9, Burst: 10}}, ic.TenantRateLimits)
 	assert.Equal(t, ingress.Rate{PerSecond: 100}, ic.TenantRateLimit, "a burst of 0: twice the rate")
 	assert.Equal(t, map[string]ingress.Rate{"acme": {PerSecond: 1000, Burst: 1500}, "beta": {}}, ic.TenantRateLimitTenants)
+}
+
+// AGENTBUS_TENANT_ID_HOLD reaches the ingress; its 0, no hold, is the Config's negative.
+func TestSettingsTenantIDHold(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]time.Duration{"": 15 * time.Minute, "90s": 90 * time.Second, "0": -1} {
+		env := map[string]string{}
+		if v != "" {
+			env["AGENTBUS_TENANT_ID_HOLD"] = v
+		}
+		c, err := config.Load("test", nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, io.Discard)
+		require.NoError(t, err)
+		assert.Equal(t, want, ingress.FromSettings(c).TenantIDHold, "AGENTBUS_TENANT_ID_HOLD=%q", v)
+	}
 }
