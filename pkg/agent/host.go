@@ -288,6 +288,10 @@ type Host struct {
 	timers    *schedule.Store
 	// runs is the run index, appended to when a run starts (runindex.go).
 	runs *instance.Index
+	// erased are the tenants whose data was erased, and when (notice.go); erasedMu orders
+	// their writers.
+	erased   atomic.Pointer[erasedTenants]
+	erasedMu sync.Mutex
 	// replies waits for the replies of Agent2Agent calls: HostConfig.Replies, or the host's own
 	// when that is nil.
 	replies *bus.Replies

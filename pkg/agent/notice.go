@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -71,6 +72,11 @@ func (n *Notices) Close() error { return n.sub.Unsubscribe() }
 // notice that does not arrive costs only time: the host's next write of the record is
 // compare-and-set against the revision it read, so it conflicts, reloads, and never overwrites
 // the operator's change.
+//
+// A tenant's notice (its data erased) also makes the host drop, unrun, every request of the
+// tenant stored before the notice arrived that it holds or is delivered later (erasedBefore):
+// the tenant's backlog does not run on, writing its data anew and taking handler slots from the
+// other tenants, after its deletion.
 func (h *Host) followNotices(ctx context.Context) error {
 	n := h.cfg.Notices
 	if n == nil {
@@ -81,7 +87,12 @@ func (h *Host) followNotices(ctx context.Context) error {
 		n = own
 		context.AfterFunc(ctx, func() { _ = own.Close() })
 	}
-	context.AfterFunc(ctx, n.follow(h.live.forget))
+	context.AfterFunc(ctx, n.follow(func(tenant, workflowID string) {
+		if workflowID == "" {
+			h.noteErased(tenant, time.Now())
+		}
+		h.live.forget(tenant, workflowID)
+	}))
 	return nil
 }
 
@@ -112,4 +123,39 @@ func (s *liveSet) forget(tenant, workflowID string) {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// erasedTenants are, by tenant, when the host learnt that the tenant's data was erased (Unix
+// nanoseconds): its requests stored before are dropped. Copied on write; nil while none.
+type erasedTenants = map[string]int64
+
+// erasedKeep is how long the host remembers an erasure: longer than a request may wait in an
+// inbox (bus.Config.InboxMaxAge).
+const erasedKeep = 8 * 24 * time.Hour
+
+// noteErased records that tenant's data was erased at now.
+func (h *Host) noteErased(tenant string, now time.Time) {
+	h.erasedMu.Lock()
+	defer h.erasedMu.Unlock()
+	next := make(erasedTenants)
+	if old := h.erased.Load(); old != nil {
+		for t, at := range *old {
+			if now.Sub(time.Unix(0, at)) < erasedKeep {
+				next[t] = at
+			}
+		}
+	}
+	next[tenant] = now.UnixNano()
+	h.erased.Store(&next)
+}
+
+// erasedBefore reports whether a request of tenant stored at stored (Unix nanoseconds) was
+// stored before the tenant's data was erased: one atomic load while no tenant was.
+func (h *Host) erasedBefore(tenant string, stored int64) bool {
+	m := h.erased.Load()
+	if m == nil {
+		return false
+	}
+	at, ok := (*m)[tenant]
+	return ok && stored < at
 }

@@ -75,3 +75,19 @@ func TestForgetTenant(t *testing.T) {
 	assert.True(t, other.loaded, "another tenant's copy")
 	assert.NotNil(t, other.cursors, "another tenant's cursors")
 }
+
+// A tenant's erasure drops its requests stored before it, not those stored after nor another
+// tenant's; the host forgets an erasure once no request stored before it can be waiting.
+func TestErasedBefore(t *testing.T) {
+	h := &Host{}
+	at := time.Now()
+	assert.False(t, h.erasedBefore("acme", at.UnixNano()), "no tenant erased")
+	h.noteErased("acme", at)
+	assert.True(t, h.erasedBefore("acme", at.Add(-time.Millisecond).UnixNano()), "stored before")
+	assert.False(t, h.erasedBefore("acme", at.Add(time.Millisecond).UnixNano()), "stored after")
+	assert.False(t, h.erasedBefore("acme-2", at.Add(-time.Millisecond).UnixNano()), "another tenant")
+	later := at.Add(erasedKeep + time.Hour)
+	h.noteErased("beta", later)
+	assert.False(t, h.erasedBefore("acme", at.Add(-time.Millisecond).UnixNano()), "an erasure older than any request waiting")
+	assert.True(t, h.erasedBefore("beta", later.Add(-time.Millisecond).UnixNano()))
+}

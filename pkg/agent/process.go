@@ -29,6 +29,10 @@ func (h *Host) process(ctx context.Context, d *delivery) (finished bool) {
 	if !ok {
 		return true
 	}
+	if h.erasedBefore(in.req.GetTenantId(), d.stored) {
+		log.Info("dropping, unrun, a request of a tenant whose data was erased after it was stored")
+		return h.finish(ctx, log, d, nil)
+	}
 	if h.tracer != nil {
 		var span trace.Span
 		ctx, span = h.startSpan(ctx, in.header, in)

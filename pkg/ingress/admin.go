@@ -239,21 +239,28 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 // eraseTenant erases a tenant's data (tenantdata.Erase; without objects,
-// tenantdata.EraseRecords), and then tells the workflow hosts, which drop their copies in memory
-// of the tenant's instances (subject.TenantNotice). Flushed, so that the server has the notice
-// before the caller can make the next call. A notice lost costs only time: a copy's next write
-// meets the erased record and thread, conflicts and reads them anew.
+// tenantdata.EraseRecords), telling the workflow hosts before and after (subject.TenantNotice):
+// they drop, unrun, the tenant's requests stored before the notice that they hold or are
+// delivered later, and their copies in memory of its instances. Each notice is flushed, so that
+// the server has it before the erasure starts and before the caller can make the next call. A
+// notice lost costs time and work, not data that stays: a copy's next write meets the erased
+// record and thread, conflicts and reads them anew; a request run after the erasure writes
+// records that the next erasure of the id (its deletion again, or a tenant made with it) removes.
 func (s *Server) eraseTenant(ctx context.Context, tenant string, objects bool) error {
+	notice := func() {
+		if err := s.cfg.Conn.Publish(subject.TenantNotice(tenant), nil); err == nil {
+			_ = s.cfg.Conn.FlushWithContext(ctx)
+		}
+	}
 	erase := tenantdata.EraseRecords
 	if objects {
 		erase = tenantdata.Erase
 	}
+	notice()
 	if err := erase(ctx, s.res, tenant); err != nil {
 		return err
 	}
-	if err := s.cfg.Conn.Publish(subject.TenantNotice(tenant), nil); err == nil {
-		_ = s.cfg.Conn.FlushWithContext(ctx)
-	}
+	notice()
 	return nil
 }
 

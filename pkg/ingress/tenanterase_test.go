@@ -2,6 +2,7 @@ package ingress_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
+	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/stacktest"
@@ -151,4 +154,32 @@ func storedUnder(t *testing.T, s jetstream.Stream, filter string) uint64 {
 		n += c
 	}
 	return n
+}
+
+// TestDeletedTenantsBacklogDoesNotRun: the requests a deleted tenant left queued on a host do
+// not run after the deletion (they would write its data anew and take handler slots from the
+// other tenants); the one running at that moment finishes, and another tenant's run.
+func TestDeletedTenantsBacklogDoesNotRun(t *testing.T) {
+	t.Parallel()
+	gate := newGateAgent("Gate")
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Agents: []*agent.Agent{echo.New(), gate.agent(1)}})
+	adminOK(t, s, http.MethodPost, "/api/v1/admin/tenants", systemKey, map[string]string{"id": "acme"}, http.StatusCreated, nil)
+	acme := createKey(t, s, "acme", systemKey, "ops", "tenant-admin")
+	waitKnown(t, s, acme.Key)
+
+	const queued = 5
+	for i := range queued {
+		status, _, b := sendGate(t, s.URL, acme.Key, "acme", "Gate", fmt.Sprintf("a%d", i))
+		require.Equal(t, http.StatusAccepted, status, "%s", b)
+	}
+	require.Eventually(t, func() bool { return gate.runningOf("acme") == 1 }, 10*time.Second, 5*time.Millisecond, "acme's first request never started")
+	status, _, b := sendGate(t, s.URL, s.Key, "default", "Gate", "d")
+	require.Equal(t, http.StatusAccepted, status, "%s", b)
+
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil, http.StatusNoContent, nil)
+	close(gate.step)
+	require.Eventually(t, func() bool { return gate.runningOf("default") == 0 && len(gate.started()) >= 2 }, 10*time.Second, 5*time.Millisecond,
+		"the other tenant's request did not run")
+	time.Sleep(500 * time.Millisecond) // what would run of acme's backlog, had it been kept
+	assert.Equal(t, []string{"acme", "default"}, gate.started(), "the requests that ran, by tenant")
 }
