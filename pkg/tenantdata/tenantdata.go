@@ -45,8 +45,7 @@ func erase(ctx context.Context, res *bus.Resources, tenant string, objects bool)
 	if err := subject.CheckTenant("tenant", tenant); err != nil {
 		return err
 	}
-	// The inboxes first, so that no request of the tenant starts again on a host while the
-	// rest goes.
+	// The inboxes first: what the hosts are delivered from now on is not the tenant's.
 	if err := purgeInboxes(ctx, res.JS, tenant); err != nil {
 		return err
 	}
@@ -72,19 +71,16 @@ func erase(ctx context.Context, res *bus.Resources, tenant string, objects bool)
 			return err
 		}
 	}
+	if !objects {
+		return usage.ZeroTenant(ctx, res.JS, tenant)
+	}
 	for _, o := range []struct {
 		obs  jetstream.ObjectStore
 		name string
 	}{{res.Files, "files"}, {res.Claims, "claims"}} {
-		if !objects {
-			break
-		}
 		if err := deleteObjects(ctx, o.obs, o.name, subject.TenantObjects(tenant)); err != nil {
 			return err
 		}
-	}
-	if !objects {
-		return usage.ZeroTenant(ctx, res.JS, tenant)
 	}
 	return usage.EraseTenant(ctx, res.JS, tenant)
 }

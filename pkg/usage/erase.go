@@ -17,8 +17,7 @@ import (
 // zeros (a purge alone would leave each holding the tenant's last values), and a tenant of the
 // same id made later starts from nothing. The Meters of every process publish what they counted
 // up to a FlushInterval later, so it zeroes the counters again once that has passed
-// (eraseSettle): EraseTenant takes a little over a second. tenant must have passed
-// subject.CheckTenant.
+// (eraseSettle): EraseTenant takes a little over a second. An invalid tenant id is refused.
 func EraseTenant(ctx context.Context, js jetstream.JetStream, tenant string) error {
 	if err := ZeroTenant(ctx, js, tenant); err != nil {
 		return err
@@ -33,6 +32,9 @@ func EraseTenant(ctx context.Context, js jetstream.JetStream, tenant string) err
 
 // ZeroTenant is one pass of EraseTenant: it zeroes and removes the counters tenant has now.
 func ZeroTenant(ctx context.Context, js jetstream.JetStream, tenant string) error {
+	if err := subject.CheckTenant("tenant", tenant); err != nil {
+		return err // a filter is built of it
+	}
 	for _, f := range []struct{ stream, filter string }{
 		{subject.UsageStream, subject.TenantUsageDays(tenant)},
 		{subject.UsageTotalsStream, subject.TenantUsageTotals(tenant)},
