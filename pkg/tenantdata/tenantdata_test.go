@@ -3,6 +3,7 @@ package tenantdata_test
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,7 +140,7 @@ func wheres(ctx context.Context, t *testing.T, res *bus.Resources, tenant string
 			require.NoError(t, err)
 			n := 0
 			for _, o := range infos {
-				if len(o.Name) > len(tenant) && o.Name[:len(tenant)+1] == subject.TenantObjects(tenant) {
+				if strings.HasPrefix(o.Name, subject.TenantObjects(tenant)) {
 					n++
 				}
 			}

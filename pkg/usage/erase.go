@@ -2,6 +2,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
@@ -52,7 +54,11 @@ const eraseSettle = FlushInterval + 250*time.Millisecond
 
 // eraseCounters zeroes the counters of stream under filter and purges them up to the zeroing.
 func eraseCounters(ctx context.Context, js jetstream.JetStream, stream, filter string) error {
-	values, err := lastValues(ctx, js, stream, filter)
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", stream, err)
+	}
+	values, err := lastValues(ctx, js, s, filter)
 	if err != nil || len(values) == 0 {
 		return err
 	}
@@ -66,55 +72,33 @@ func eraseCounters(ctx context.Context, js jetstream.JetStream, stream, filter s
 		}
 		last = max(last, ack.Sequence)
 	}
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", stream, err)
-	}
 	if err := s.Purge(ctx, jetstream.WithPurgeSubject(filter), jetstream.WithPurgeSequence(last+1)); err != nil {
 		return fmt.Errorf("purging %s: %w", stream, err)
 	}
 	return nil
 }
 
-// lastValues reads the value of each counter of stream under filter, by subject.
-func lastValues(ctx context.Context, js jetstream.JetStream, stream, filter string) (map[string]int64, error) {
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+// lastValues reads the value of each counter of s under filter, by subject, from the stream's
+// leader: the subjects it holds under filter, then the last message of each. Not an ordered
+// consumer's deliveries: its pending count may read zero before the last of them while writers
+// add to the counters (bus.Scan), and a counter it missed would stay.
+func lastValues(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, filter string) (map[string]int64, error) {
+	name := s.CachedInfo().Config.Name
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", stream, err)
+		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			_ = js.DeleteConsumer(context.WithoutCancel(ctx), stream, info.Name)
+	out := make(map[string]int64, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		m, err := bus.LeaderLast(ctx, js.Conn(), name, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // purged since
 		}
-	}()
-	out := make(map[string]int64)
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return out, nil
-	}
-	for done := false; !done; {
-		batch, err := cons.FetchNoWait(256)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", stream, err)
+			return nil, fmt.Errorf("reading %s: %w", subj, err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if v, ok := counterValue(m.Data()); ok {
-				out[m.Subject()] = v
-			}
-			// An ordered consumer delivers in order: none is left after the one that says so.
-			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-				done = true
-			}
-		}
-		if err := batch.Error(); err != nil && !done {
-			return nil, fmt.Errorf("reading %s: %w", stream, err)
-		}
-		if got == 0 {
-			break // none pending
+		if v, ok := counterValue(m.Data); ok {
+			out[subj] = v
 		}
 	}
 	return out, nil
