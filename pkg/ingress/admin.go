@@ -17,7 +17,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/problem"
 	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tenantdata"
-	"github.com/agentbus/agentbus/pkg/timefmt"
 )
 
 // Admin API limits.
@@ -120,7 +119,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.As(err, &held):
 		w.Header().Set("Retry-After", strconv.Itoa(int(time.Until(held.FreeAt).Seconds())+1))
-		problem.TenantExists.Write(w, "a tenant of this id was deleted less than "+held.Hold.String()+" ago; the id is free again at "+timefmt.Format(held.FreeAt))
+		problem.TenantExists.Write(w, held.Error())
 		return
 	case errors.Is(err, keys.ErrTenantExists):
 		problem.TenantExists.Write(w, "a tenant with this id exists")

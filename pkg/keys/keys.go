@@ -157,7 +157,7 @@ type HeldIDError struct {
 }
 
 func (e *HeldIDError) Error() string {
-	return "a tenant of this id was deleted; the id is free again at " + e.FreeAt.UTC().Format(time.RFC3339)
+	return "a tenant of this id was deleted less than " + e.Hold.String() + " ago; the id is free again at " + timefmt.Format(e.FreeAt)
 }
 
 // Unwrap makes a HeldIDError an ErrTenantExists.
