@@ -175,7 +175,7 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 	}
 	d := &delivery{seq: seq, part: part, conv: c, msg: m, progress: time.Now(), stored: stored}
 	h.held[d.key()] = d
-	h.keepTick.Wake()
+	h.keepAlive.Wake()
 	part.holding++
 	h.wakeLoadLocked()
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
@@ -459,30 +459,20 @@ func keepAliveEvery(ackWait time.Duration) time.Duration {
 	return max(ackWait/6, 10*time.Millisecond)
 }
 
-// keepAlive tells the bus, every third of the ack wait, that each request the host holds is
-// being worked on, so that neither a long handler nor a long queue makes the bus give the
-// request to another host. One loop serves every held request. While the host holds none its
-// ticker rests, and the next request held wakes it: that request's first progress is due a
-// third of the ack wait after it was held, more than a tick after the wake.
-func (h *Host) keepAlive(ctx context.Context) {
+// startKeepAlive tells the bus, every third of the ack wait until stopKeepAlive, that each
+// request the host holds is being worked on, so that neither a long handler nor a long queue
+// makes the bus give the request to another host. One loop serves every held request. While the
+// host holds none it rests, and the next request held wakes it: that request's first progress
+// is due a third of the ack wait after it was held, more than a step after the wake.
+func (h *Host) startKeepAlive() {
 	every := h.cfg.AckWait / 3
-	t := h.keepTick
-	defer t.Stop()
 	var due []jetstream.Msg
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Woken():
-			t.Resume()
-			continue
-		case <-t.C:
-		}
-		if t.Rest(h.holdsNone) {
-			continue
+	h.keepAlive.Start(keepAliveEvery(h.cfg.AckWait), func() bool {
+		if h.holdsNone() {
+			return true
 		}
 		if !h.leaseHeld() {
-			continue // another host may hold the requests now
+			return false // another host may hold the requests now
 		}
 		now := time.Now()
 		due = due[:0]
@@ -497,7 +487,8 @@ func (h *Host) keepAlive(ctx context.Context) {
 		for _, m := range due {
 			_ = m.InProgress()
 		}
-	}
+		return false
+	})
 }
 
 // holdsNone reports whether the host holds no request.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/inspect"
 	"github.com/agentbus/agentbus/pkg/subject"
 )
@@ -91,7 +92,8 @@ type grants struct {
 	kv    jetstream.KeyValue
 	me    string
 	board *inspect.LoadBoard
-	wake  chan struct{}
+	// looks runs look (start).
+	looks *idle.Loop
 
 	mu    sync.Mutex
 	pairs map[shareKey]*grantState
@@ -103,7 +105,7 @@ type grants struct {
 
 // newGrants returns the host's grants, empty; startGrants starts following them.
 func newGrants(h *Host) *grants {
-	return &grants{h: h, me: h.cfg.ID, board: h.board, wake: make(chan struct{}, 1),
+	return &grants{h: h, me: h.cfg.ID, board: h.board, looks: idle.NewLoop(grantsEvery, 0),
 		pairs: map[shareKey]*grantState{}}
 }
 
@@ -121,13 +123,8 @@ func (g *grants) close() {
 	}
 }
 
-// kick has the grants looked at soon.
-func (g *grants) kick() {
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
-}
+// kick has the grants looked at now.
+func (g *grants) kick() { g.looks.Kick() }
 
 // local returns how many of the tenant's requests of the agent the host's slots may run, and
 // whether the tenant has a cap across the hosts at all.
@@ -190,33 +187,19 @@ func (g *grants) state(k shareKey) *grantState {
 	return st
 }
 
-// run looks at the grants every grantsEvery, and when kicked, until ctx ends; then it gives its
-// grants back.
+// start looks at the grants every grantsEvery, and when kicked, with ctx, until stop.
 //
-// While it holds no grant and its slots hold no capped tenant's request it does not tick: a
-// capped tenant's first request kicks it (shareOf), as does a change of a record or of a
-// tenant's limits.
-func (g *grants) run(ctx context.Context) {
-	t := time.NewTicker(grantsEvery)
-	defer t.Stop()
-	ticking := true
-	for {
-		select {
-		case <-ctx.Done():
-			g.giveAllBack()
-			return
-		case <-t.C:
-		case <-g.wake:
-		}
-		switch busy := g.look(ctx); {
-		case busy && !ticking:
-			t.Reset(grantsEvery)
-			ticking = true
-		case !busy && ticking:
-			t.Stop()
-			ticking = false
-		}
-	}
+// While it holds no grant and its slots hold no capped tenant's request it rests: a capped
+// tenant's first request kicks it (shareOf), as does a change of a record or of a tenant's
+// limits.
+func (g *grants) start(ctx context.Context) {
+	g.looks.Start(grantsEvery, func() bool { return !g.look(ctx) })
+}
+
+// stop stops looking and gives the host's grants back; call it after start's ctx ended.
+func (g *grants) stop() {
+	g.looks.Stop()
+	g.giveAllBack()
 }
 
 // demand is what the host's slots hold of a capped tenant's requests of an agent.

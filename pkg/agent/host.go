@@ -311,12 +311,14 @@ type Host struct {
 	// shared one (HostConfig.TenantLimits).
 	unfollowLimits func() error
 	// board adds up the hosts' load reports, caps feeds it (with the grants), and lastLoad is
-	// this host's own last report (load.go); loadSoon asks for the next report now. caps is
-	// HostConfig.Caps, or the host's own when that is nil.
-	board    *inspect.LoadBoard
-	caps     *CapWatch
-	loadSoon chan struct{}
-	lastLoad atomic.Pointer[[]inspect.LoadEntry]
+	// this host's own last report (load.go); loadReports sends them, and loadSent is whether
+	// its last held entries (the loop's). caps is HostConfig.Caps, or the host's own when that
+	// is nil.
+	board       *inspect.LoadBoard
+	caps        *CapWatch
+	loadReports *idle.Loop
+	loadSent    bool
+	lastLoad    atomic.Pointer[[]inspect.LoadEntry]
 	// loadIdle is set while the last load report counted nothing: the reports pause until a
 	// request comes (wakeLoadLocked).
 	loadIdle atomic.Bool
@@ -347,8 +349,9 @@ type Host struct {
 	// kick asks Run to divide the partitions again now: a partition began to be consumed, and
 	// a stale pin on it may be removed (unpinStale).
 	kick chan struct{}
-	// keepTick is keepAlive's: it rests while nothing is held, and the next request held wakes it.
-	keepTick *idle.Ticker
+	// keepAlive keeps held requests from redelivery (startKeepAlive): it rests while nothing is
+	// held, and the next request held wakes it.
+	keepAlive *idle.Loop
 
 	// epoch is when the host was made; leaseEnd is when its lease ends, as a duration since
 	// epoch (monotonic), 0 before the first heartbeat (lease.go).
@@ -374,7 +377,7 @@ func NewHost(cfg HostConfig) (*Host, error) {
 		parts: make(map[partKey]*partition), placed: make(map[string]*division), convs: make(map[string]*conversation),
 		held: make(map[heldKey]*delivery), blocked: make(map[*conversation]struct{}),
 		tracer: tracing.Tracer(cfg.Tracer), epoch: time.Now(),
-		board: inspect.NewLoadBoard(), loadSoon: make(chan struct{}, 1), keepTick: idle.NewTicker(keepAliveEvery(cfg.AckWait)),
+		board: inspect.NewLoadBoard(), loadReports: idle.NewLoop(inspect.LoadEvery, 0), keepAlive: idle.NewLoop(keepAliveEvery(cfg.AckWait), keepAliveEvery(cfg.AckWait)),
 	}
 	if cfg.Caps != nil {
 		h.board = cfg.Caps.board
@@ -433,12 +436,14 @@ func (h *Host) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	h.hctx = hctx
 
+	// The host's periodic jobs are idle.Loops: between their steps, and while they rest, they
+	// hold no goroutine, so that a host of an idle agent holds few.
 	bgCtx, stopBackground := context.WithCancel(hctx)
 	var loops sync.WaitGroup
-	loops.Go(func() { h.live.run(bgCtx) })
-	loops.Go(func() { h.keepAlive(bgCtx) })
+	h.live.startSweeps(bgCtx)
+	h.startKeepAlive()
 	for _, in := range h.inboxes {
-		loops.Go(func() { in.keeper.Run(bgCtx) })
+		in.keeper.Start(bgCtx)
 	}
 	if h.cfg.TimerRelay == nil {
 		loops.Go(func() { relayTimers(bgCtx, h.timers, h.log) })
@@ -446,12 +451,26 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.cfg.Meter == nil {
 		loops.Go(func() { h.runUsage(bgCtx) })
 	}
-	loops.Go(func() { h.grants.run(bgCtx) })
-	loops.Go(func() { h.reportLoad(bgCtx) })
+	h.grants.start(bgCtx)
+	h.startLoadReports()
+	var pendingReads *idle.Loop
 	if h.metrics != nil {
-		loops.Go(func() { h.reportPending(bgCtx) })
+		pendingReads = h.startPendingReads(bgCtx)
 	}
-	defer func() { stopBackground(); loops.Wait() }()
+	defer func() {
+		stopBackground()
+		loops.Wait()
+		h.live.stopSweeps()
+		h.keepAlive.Stop()
+		for _, in := range h.inboxes {
+			in.keeper.Stop()
+		}
+		h.grants.stop()
+		h.stopLoadReports()
+		if pendingReads != nil {
+			pendingReads.Stop()
+		}
+	}()
 
 	if err := h.rebalance(ctx); err != nil {
 		h.stop(ctx, cancelHandlers)

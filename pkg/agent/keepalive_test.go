@@ -36,10 +36,10 @@ func TestKeepAliveRestsWhileNothingIsHeld(t *testing.T) {
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the host stops
 	nc := natstest.Conn(t, srv)
 
-	require.Eventually(t, h.keepTick.Resting, 5*time.Second, 5*time.Millisecond, "an idle host's keep-alive rests")
+	require.Eventually(t, h.keepAlive.Resting, 5*time.Second, 5*time.Millisecond, "an idle host's keep-alive rests")
 	replies := hit(t, nc, 1)
 	require.Eventually(t, func() bool { return starts.Load() == 1 }, 5*time.Second, 5*time.Millisecond, "the handler runs")
-	assert.False(t, h.keepTick.Resting(), "a request held wakes the keep-alive")
+	assert.False(t, h.keepAlive.Resting(), "a request held wakes the keep-alive")
 	time.Sleep(4 * ackWait) // a request not kept alive is delivered again by now
 	once.Do(func() { close(release) })
 	select {
@@ -48,5 +48,5 @@ func TestKeepAliveRestsWhileNothingIsHeld(t *testing.T) {
 		require.FailNow(t, "the request was not answered")
 	}
 	assert.EqualValues(t, 1, starts.Load(), "the request was delivered again while its handler ran")
-	require.Eventually(t, h.keepTick.Resting, 5*time.Second, 5*time.Millisecond, "the keep-alive rests again")
+	require.Eventually(t, h.keepAlive.Resting, 5*time.Second, 5*time.Millisecond, "the keep-alive rests again")
 }

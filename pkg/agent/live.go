@@ -109,8 +109,8 @@ type liveSet struct {
 
 	mu sync.Mutex
 	m  map[liveKey]*liveInstance
-	// tick is run's: it rests while the set is empty, and the next instance acquired wakes it.
-	tick *idle.Ticker
+	// sweeps rests while the set is empty, and the next instance acquired wakes it.
+	sweeps *idle.Loop
 }
 
 func newLiveSet(budget *IdleBudget, store *instance.Store, log *slog.Logger, hostID string, count prometheus.Gauge, mayAct func(context.Context) error) *liveSet {
@@ -118,7 +118,7 @@ func newLiveSet(budget *IdleBudget, store *instance.Store, log *slog.Logger, hos
 		budget = NewIdleBudget(liveKeepBytes)
 	}
 	return &liveSet{budget: budget, store: store, log: log, hostID: hostID, count: count, mayAct: mayAct, keep: liveKeep,
-		m: make(map[liveKey]*liveInstance), tick: idle.NewTicker(sweepEvery)}
+		m: make(map[liveKey]*liveInstance), sweeps: idle.NewLoop(sweepEvery, sweepEvery)}
 }
 
 // stale makes every copy in memory read its record anew before its next request: called when
@@ -139,7 +139,7 @@ func (s *liveSet) acquire(tenant, workflowID string) *liveInstance {
 		if s.count != nil {
 			s.count.Inc()
 		}
-		s.tick.Wake()
+		s.sweeps.Wake()
 	}
 	l.users++
 	return l
@@ -238,23 +238,17 @@ const flushConcurrency = 32
 // sweepEvery is how often the host sweeps its idle instances out of memory.
 const sweepEvery = liveIdle / 2
 
-// run sweeps until ctx ends. While the set is empty its ticker rests: an idle host's sweep does
-// not wake every second.
-func (s *liveSet) run(ctx context.Context) {
-	t := s.tick
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.Woken(): // an instance after a rest
-			t.Resume()
-		case <-t.C:
-			s.sweep(ctx, false)
-			t.Rest(s.empty)
-		}
-	}
+// startSweeps sweeps every sweepEvery until stopSweeps, with ctx. While the set is empty the
+// sweeps rest: an idle host's sweep neither wakes every second nor holds a goroutine.
+func (s *liveSet) startSweeps(ctx context.Context) {
+	s.sweeps.Start(sweepEvery, func() bool {
+		s.sweep(ctx, false)
+		return s.empty()
+	})
 }
+
+// stopSweeps stops the sweeps; call it after ctx ended.
+func (s *liveSet) stopSweeps() { s.sweeps.Stop() }
 
 // empty reports whether the set holds no instance.
 func (s *liveSet) empty() bool { return s.size() == 0 }

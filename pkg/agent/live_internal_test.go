@@ -205,18 +205,17 @@ func TestIdleBudgetSharedByHosts(t *testing.T) {
 	assert.Greater(t, held()["host-1 busy"], liveKeepBytes-each, "the whole budget is the first host's")
 }
 
-// An empty set's sweep rests: the ticker stops, an instance acquired starts it again, and the
-// instance is swept out once idle, after which it rests again.
+// An empty set's sweeps rest, an instance acquired starts them again, and the instance is swept
+// out once idle, after which they rest again.
 func TestLiveSetRestsWhileEmpty(t *testing.T) {
 	s := newLiveSet(nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), "host-1", nil, func(context.Context) error { return nil })
 	s.mu.Lock()
 	s.keep = 10 * time.Millisecond
 	s.mu.Unlock()
-	resting := s.tick.Resting
+	resting := s.sweeps.Resting
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	s.startSweeps(ctx)
+	defer func() { cancel(); s.stopSweeps() }()
 
 	require.Eventually(t, resting, 3*sweepEvery, 10*time.Millisecond, "an empty set's sweep rests")
 	l := s.acquire("default", "default:Echo:Supervisor Workflow:r")

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -26,46 +25,34 @@ import (
 // queued requests with the reports; the hosts divide the caps across the hosts by them
 // (grants.go; CapWatch follows them), and keep the last one for their metrics.
 
-// reportLoad sends the host's load report every inspect.LoadEvery, and when asked sooner
-// (reportSoon), until ctx ends; then it sends an empty one, so that what it held no longer
-// counts. A host that holds nothing does not count: it waits until a request comes
+// startLoadReports sends the host's load report every inspect.LoadEvery, and when asked sooner
+// (reportSoon), until stopLoadReports, which sends an empty one, so that what it held no longer
+// counts. A host that holds nothing does not count: its reports rest until a request comes
 // (loadIdle, queueLocked) or another report is asked for.
-func (h *Host) reportLoad(ctx context.Context) {
-	t := time.NewTicker(inspect.LoadEvery)
-	defer t.Stop()
-	ticking := true
-	sent := false // the last report held entries
-	for {
-		select {
-		case <-ctx.Done():
-			h.lastLoad.Store(nil)
-			if sent {
-				h.sendLoad(inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: []inspect.LoadEntry{}})
-			}
-			return
-		case <-t.C: // nothing while stopped: a stopped ticker's channel holds no stale tick
-		case <-h.loadSoon:
-		}
+func (h *Host) startLoadReports() {
+	h.loadReports.Start(inspect.LoadEvery, func() bool {
 		// Set before counting, which takes the lock queueLocked holds: a request queued after
 		// the count finds the flag set and asks for a report.
 		h.loadIdle.Store(true)
 		l := h.countLoad(time.Now())
 		h.lastLoad.Store(&l.Entries)
-		if len(l.Entries) > 0 || sent {
+		if len(l.Entries) > 0 || h.loadSent {
 			h.sendLoad(l)
 		}
-		sent = len(l.Entries) > 0
-		switch {
-		case sent:
+		h.loadSent = len(l.Entries) > 0
+		if h.loadSent {
 			h.loadIdle.Store(false)
-			if !ticking {
-				t.Reset(inspect.LoadEvery)
-				ticking = true
-			}
-		case ticking:
-			t.Stop()
-			ticking = false
 		}
+		return !h.loadSent
+	})
+}
+
+// stopLoadReports stops the reports and sends an empty one if the last held entries.
+func (h *Host) stopLoadReports() {
+	h.loadReports.Stop()
+	h.lastLoad.Store(nil)
+	if h.loadSent {
+		h.sendLoad(inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: []inspect.LoadEntry{}})
 	}
 }
 
@@ -78,13 +65,8 @@ func (h *Host) wakeLoadLocked() {
 	}
 }
 
-// reportSoon has the load report sent now rather than at its next tick.
-func (h *Host) reportSoon() {
-	select {
-	case h.loadSoon <- struct{}{}:
-	default:
-	}
-}
+// reportSoon has the load report sent now rather than at its next step.
+func (h *Host) reportSoon() { h.loadReports.Kick() }
 
 func (h *Host) sendLoad(l inspect.Load) {
 	b, _ := json.Marshal(l)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/agentbus/agentbus/pkg/idle"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/msgkind"
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
@@ -274,21 +275,17 @@ func (m *hostMetrics) dozeEnded(key partKey) {
 	}
 }
 
-// reportPending reads, every pendingEvery until ctx ends, how many requests of each partition
-// the host owns are not processed yet. Those are consumer info requests, one per partition
-// pulled (a dozing one has none pending): cheap next to the requests themselves, and not on
-// their path.
-func (h *Host) reportPending(ctx context.Context) {
-	t := time.NewTicker(pendingEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			h.readPending(ctx)
-		}
-	}
+// startPendingReads reads, every pendingEvery with ctx until the loop stops, how many requests
+// of each partition the host owns are not processed yet. Those are consumer info requests, one
+// per partition pulled (a dozing one has none pending): cheap next to the requests themselves,
+// and not on their path. Between reads the loop holds no goroutine.
+func (h *Host) startPendingReads(ctx context.Context) *idle.Loop {
+	l := idle.NewLoop(pendingEvery, pendingEvery)
+	l.Start(pendingEvery, func() bool {
+		h.readPending(ctx)
+		return false
+	})
+	return l
 }
 
 func (h *Host) readPending(ctx context.Context) {

@@ -2,17 +2,20 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
+	"github.com/agentbus/agentbus/pkg/gostack"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -95,4 +98,42 @@ func TestHostsOfAProcessShareOneMeter(t *testing.T) {
 		adminGet(t, s, "/api/v1/admin/tenants/default/usage", &u)
 		return u.Bytes["history"] > 0 && u.Bytes["state"] > 0
 	}, 10*time.Second, 50*time.Millisecond, "the webhook's record and its instance counted")
+}
+
+// The hosts of idle agents in one process (a remote agent each) hold one goroutine each, their
+// Run: once their partitions doze, their periodic jobs (keep-alive, sweep of instances, inbox
+// keeper, load reports, slot grants, pending reads) rest on timers, not parked goroutines.
+func TestIdleHostsHoldOneGoroutineEach(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	shared := sharedConfig(t, s)
+	shared.Metrics = prometheus.NewRegistry() // its pending reads are a periodic job too
+	// hostGoroutines are the stacks of the hosts' code, the test's own left out.
+	hostGoroutines := func() []string {
+		var out []string
+		for _, g := range gostack.Naming("agentbus/agentbus/pkg/agent.", "agentbus/agentbus/pkg/bus.(*InboxKeeper)") {
+			if !strings.Contains(g, "agent_test.Test") {
+				out = append(out, g)
+			}
+		}
+		return out
+	}
+	before := len(hostGoroutines())
+
+	const hosts = 5
+	for i := range hosts {
+		a := agent.New(fmt.Sprintf("Quiet%d", i))
+		a.WebhookFunc("hit", func(context.Context, *agent.WebhookRequest) agent.Response { return agent.Status(http.StatusOK) })
+		cfg := shared
+		cfg.ID, cfg.Agents, cfg.IdleAfter = fmt.Sprintf("quiet-%d", i), []*agent.Agent{a}, 200*time.Millisecond
+		startHost(t, s, cfg)
+		status, _, body := post(t, s, a.Name(), "hit", "")
+		require.Equal(t, http.StatusOK, status, "%s", body)
+	}
+	held := hostGoroutines()
+	for deadline := time.Now().Add(10 * time.Second); len(held) != before+hosts && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		held = hostGoroutines()
+	}
+	require.Len(t, held, before+hosts, "the hosts' goroutines, %d before them:\n%s", before, strings.Join(held, "\n\n"))
+	assert.Len(t, gostack.Filter(held, "agent.(*Host).Run("), hosts, "%s", strings.Join(held, "\n\n"))
 }

@@ -57,5 +57,5 @@ func SetScanIdle(t interface{ Cleanup(func()) }, d time.Duration) {
 	t.Cleanup(func() { scanIdle = old })
 }
 
-// Resting reports whether the keeper's ticker rests.
-func (k *InboxKeeper) Resting() bool { return k.tick.Resting() }
+// Resting reports whether the keeper rests.
+func (k *InboxKeeper) Resting() bool { return k.loop.Resting() }

@@ -31,80 +31,82 @@ const (
 // MarkerEvery acknowledged requests (about 3 % of a block) bounds how much of the traffic runs
 // without, and MarkerInterval bounds it in time under light load.
 //
-// Each new marker replaces the keeper's previous one, which it deletes, and Run deletes the last
-// when it returns: a running host keeps one marker in the inbox, a stopped one none, and one that
-// died leaves its last until the inbox's maximum age removes it. Markers are on
-// subject.InboxMarker, which no partition consumer delivers. Each agent's inbox has a keeper in
-// each host of the agent.
+// Each new marker replaces the keeper's previous one, which it deletes, and Stop deletes the
+// last: a running host keeps one marker in the inbox, a stopped one none, and one that died
+// leaves its last until the inbox's maximum age removes it. Markers are on subject.InboxMarker,
+// which no partition consumer delivers. Each agent's inbox has a keeper in each host of the
+// agent.
 type InboxKeeper struct {
 	js     jetstream.JetStream
 	inbox  jetstream.Stream
 	marker string // the subject of the inbox's markers
 	acks   atomic.Uint64
-	early  chan struct{} // MarkerEvery acknowledgements since the last marker
 	placed atomic.Uint64 // markers placed, for tests
-	// tick is Run's: it rests while no request is acknowledged, and the next acknowledgement
-	// wakes it.
-	tick *idle.Ticker
+	// loop places the markers (step): it rests while no request is acknowledged, and the next
+	// acknowledgement wakes it; MarkerEvery acknowledgements kick it.
+	loop *idle.Loop
+	// The loop's: the context of Start; the acknowledgements counted at the newest marker, and
+	// its sequence (0: none).
+	ctx      context.Context
+	at, last uint64
 }
 
-// NewInboxKeeper returns a keeper of agent's inbox stream; call Run to start it.
+// NewInboxKeeper returns a keeper of agent's inbox stream; call Start to start it.
 func NewInboxKeeper(js jetstream.JetStream, inbox jetstream.Stream, agent string) *InboxKeeper {
-	return &InboxKeeper{js: js, inbox: inbox, marker: subject.InboxMarker(agent),
-		early: make(chan struct{}, 1), tick: idle.NewTicker(MarkerInterval)}
+	return &InboxKeeper{js: js, inbox: inbox, marker: subject.InboxMarker(agent), loop: idle.NewLoop(MarkerInterval, 0)}
 }
 
 // Acked notes that a request was acknowledged.
 func (k *InboxKeeper) Acked() {
 	if k.acks.Add(1)%MarkerEvery == 0 {
-		select {
-		case k.early <- struct{}{}:
-		default:
-		}
+		k.loop.Kick()
+		return
 	}
-	k.tick.Wake()
+	k.loop.Wake()
 }
 
-// Run places a first marker, then a new one whenever requests were acknowledged (see
-// InboxKeeper), until ctx ends; then it deletes its last. While no request is acknowledged its
-// ticker rests: an idle agent's keeper does not wake every second. A marker that cannot be
-// placed or deleted is tried again later or left to the inbox's maximum age: markers only save
-// work, and requests flow without them.
-func (k *InboxKeeper) Run(ctx context.Context) {
-	var last uint64 // sequence of this keeper's newest marker; 0 for none
-	defer func() {
-		if last != 0 {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), MarkerInterval)
-			defer cancel()
-			k.remove(dctx, last)
-		}
-	}()
-	tick := k.tick
-	defer tick.Stop()
-	at := k.acks.Load() - 1 // a first marker at once
-	for {
-		if n := k.acks.Load(); n != at {
-			pctx, cancel := context.WithTimeout(ctx, MarkerInterval)
-			if ack, err := k.js.Publish(pctx, k.marker, nil, jetstream.WithExpectStream(k.inbox.CachedInfo().Config.Name)); err == nil {
-				k.placed.Add(1)
-				at = n
-				if last != 0 {
-					k.remove(pctx, last)
-				}
-				last = ack.Sequence
-			}
-			cancel()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			// Nothing acknowledged since the last marker: rest until something is.
-			tick.Rest(func() bool { return k.acks.Load() == at })
-		case <-tick.Woken():
-			tick.Resume()
-		case <-k.early:
-		}
+// Start places a first marker at once, then a new one whenever requests were acknowledged (see
+// InboxKeeper), with ctx, until Stop. Once a MarkerInterval passes without an acknowledgement it
+// rests, and the next acknowledgement has a marker placed at once: an idle agent's keeper
+// neither wakes every second nor holds a goroutine. A marker that cannot be placed or deleted is
+// tried again later or left to the inbox's maximum age: markers only save work, and requests
+// flow without them.
+func (k *InboxKeeper) Start(ctx context.Context) {
+	k.ctx = ctx
+	k.at = k.acks.Load() - 1 // a first marker at once
+	k.loop.Start(0, k.step)
+}
+
+// step places a marker if requests were acknowledged since the last; it reports whether none
+// were.
+func (k *InboxKeeper) step() (rest bool) {
+	n := k.acks.Load()
+	if n == k.at {
+		return true
+	}
+	pctx, cancel := context.WithTimeout(k.ctx, MarkerInterval)
+	defer cancel()
+	ack, err := k.js.Publish(pctx, k.marker, nil, jetstream.WithExpectStream(k.inbox.CachedInfo().Config.Name))
+	if err != nil {
+		return false
+	}
+	k.placed.Add(1)
+	k.at = n
+	if k.last != 0 {
+		k.remove(pctx, k.last)
+	}
+	k.last = ack.Sequence
+	return false
+}
+
+// Stop stops placing markers and deletes the last; call it after Start's ctx ended.
+func (k *InboxKeeper) Stop() {
+	k.loop.Stop()
+	if k.last != 0 {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(k.ctx), MarkerInterval)
+		defer cancel()
+		k.remove(dctx, k.last)
+		k.last = 0
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 // TestInboxKeeper: requests handled one at a time empty the inbox after each. Without a marker
 // the NATS file store replaces its block file at every emptying; with the keeper's marker it
 // keeps writing the same file. The marker is never delivered, each new one replaces the last, an
-// idle keeper places no more and its ticker rests until the next acknowledgement, and a stopped
+// idle keeper places no more and rests until the next acknowledgement, and a stopped
 // one leaves none.
 func TestInboxKeeper(t *testing.T) {
 	dir := t.TempDir()
@@ -76,8 +76,7 @@ func TestInboxKeeper(t *testing.T) {
 	require.NotEqual(t, before, blocks(), "the premise: without a marker every emptying replaces the block file")
 
 	kctx, stopKeeper := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); keeper.Run(kctx) }()
+	keeper.Start(kctx)
 	require.Eventually(t, func() bool { return keeper.Placed() == 1 }, 5*time.Second, 5*time.Millisecond, "a first marker at once")
 	assert.Equal(t, uint64(1), markers())
 
@@ -90,7 +89,7 @@ func TestInboxKeeper(t *testing.T) {
 	require.Eventually(t, func() bool { return markers() == 1 }, 5*time.Second, 5*time.Millisecond, "the new marker replaced the last")
 	time.Sleep(bus.MarkerInterval + bus.MarkerInterval/2)
 	assert.Equal(t, uint64(2), keeper.Placed(), "an idle keeper places no marker")
-	require.Eventually(t, keeper.Resting, 3*bus.MarkerInterval, 5*time.Millisecond, "an idle keeper's ticker rests")
+	require.Eventually(t, keeper.Resting, 3*bus.MarkerInterval, 5*time.Millisecond, "an idle keeper rests")
 	handle(1)
 	require.Eventually(t, func() bool { return keeper.Placed() == 3 }, 3*bus.MarkerInterval, 5*time.Millisecond,
 		"an acknowledgement wakes a resting keeper")
@@ -101,6 +100,6 @@ func TestInboxKeeper(t *testing.T) {
 	assert.Zero(t, info.NumPending+uint64(info.NumAckPending), "markers are nobody's work")
 
 	stopKeeper()
-	<-done
+	keeper.Stop()
 	assert.Zero(t, markers(), "a stopped keeper leaves no marker")
 }

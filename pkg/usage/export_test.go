@@ -19,8 +19,8 @@ func PendingTenants(m *Meter) int {
 	return len(m.tenants)
 }
 
-// Resting reports whether m's Run has stopped its ticker, nothing being left to publish.
-func Resting(m *Meter) bool { return m.tick.Resting() }
+// Resting reports whether m's flushes rest, nothing being left to publish.
+func Resting(m *Meter) bool { return m.flushes.Resting() }
 
 // MaxFlushCounters is how many counters a flush publishes at once.
 const MaxFlushCounters = maxFlushCounters

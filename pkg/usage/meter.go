@@ -66,11 +66,11 @@ type Meter struct {
 	unacknowledged []*nats.Msg
 	seq            uint64
 	// unflushed is the bytes counted since the last flush, stored and removed alike; past
-	// EarlyFlushBytes, kick asks Run to flush now.
+	// EarlyFlushBytes, a count kicks flushes for one now.
 	unflushed int64
-	kick      chan struct{}
-	// tick is Run's: it rests while nothing is left to publish, and the next count wakes it.
-	tick *idle.Ticker
+	// flushes runs Run's flushes: it rests while nothing is left to publish, and the next
+	// count wakes it.
+	flushes *idle.Loop
 }
 
 // ackedIncrement is an increment of a counter that the stream stored at seq.
@@ -111,7 +111,7 @@ func NewMeter(nc *nats.Conn, log *slog.Logger) (*Meter, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Meter{js: js, log: log, id: nuid.Next(), pending: make(map[counter]int64), tenants: make(map[string]*Usage),
-		kick: make(chan struct{}, 1), tick: idle.NewTicker(FlushInterval)}, nil
+		flushes: idle.NewLoop(FlushInterval, FlushInterval)}, nil
 }
 
 // Add counts bytes of kind k that tenant stored now; negative bytes were removed.
@@ -130,13 +130,11 @@ func (m *Meter) AddAt(tenant string, k Kind, bytes int64, stored time.Time) {
 	m.unflushed += max(bytes, -bytes)
 	early := m.unflushed >= EarlyFlushBytes
 	m.mu.Unlock()
-	m.tick.Wake()
 	if early {
-		select {
-		case m.kick <- struct{}{}:
-		default: // a flush is asked for already
-		}
+		m.flushes.Kick()
+		return
 	}
+	m.flushes.Wake()
 }
 
 // CountClaim counts a claim-checked payload (bus.ClaimMeter).
@@ -165,7 +163,7 @@ func (m *Meter) addTotal(tenant string, total Kind, n int64) {
 	m.pending[c] += n
 	m.count(c, n)
 	m.mu.Unlock()
-	m.tick.Wake()
+	m.flushes.Wake()
 }
 
 // count adds n of counter c to its tenant's counts in tenants, and drops the tenant's entry
@@ -255,30 +253,22 @@ func (m *Meter) nothingToPublish() bool {
 
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
 // until ctx ends. What is counted after the last of these is published by a Flush of the
-// caller's, with the time it has left. While nothing is left to publish its ticker rests: an
-// idle host's meter does not wake every second.
+// caller's, with the time it has left. While nothing is left to publish its flushes rest: an
+// idle host's meter does not wake every second. Call it once.
 func (m *Meter) Run(ctx context.Context) {
-	t := m.tick
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-m.kick:
-		case <-t.Woken(): // counted after a rest: publish a FlushInterval from now
-			t.Resume()
-			continue
-		}
-		if t.Rest(m.nothingToPublish) {
-			continue
+	m.flushes.Start(FlushInterval, func() bool {
+		if m.nothingToPublish() {
+			return true
 		}
 		fctx, cancel := context.WithTimeout(ctx, flushTimeout)
 		if err := m.Flush(fctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("publishing usage counts", "err", err)
 		}
 		cancel()
-	}
+		return false
+	})
+	<-ctx.Done()
+	m.flushes.Stop()
 }
 
 // FlushLast is the last Flush of an owner that stopped counting: it publishes what is left within

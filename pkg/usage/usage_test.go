@@ -63,7 +63,7 @@ func bytes(history, files, payloads, instances int64) usage.Usage {
 }
 
 // TestRunRestsWhileNothingIsCounted: Run publishes what is counted within about a
-// FlushInterval, then stops ticking while nothing is counted, and the next count starts it again.
+// FlushInterval, then rests while nothing is counted, and the next count starts it again.
 func TestRunRestsWhileNothingIsCounted(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	r := watch(t, res)
@@ -76,7 +76,7 @@ func TestRunRestsWhileNothingIsCounted(t *testing.T) {
 	m.Add("acme", usage.History, 10)
 	usageOf(t, r, "acme", bytes(10, 0, 0, 0))
 	require.Eventually(t, func() bool { return usage.Resting(m) }, 5*usage.FlushInterval, 10*time.Millisecond,
-		"the ticker rests once everything is published")
+		"the flushes rest once everything is published")
 	m.AddInstance("acme")
 	assert.False(t, usage.Resting(m), "a count wakes it")
 	usageOf(t, r, "acme", bytes(10, 0, 0, 1))
