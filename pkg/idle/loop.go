@@ -53,12 +53,12 @@ func NewLoop(period, wakeDelay time.Duration) *Loop {
 }
 
 // Start runs step after first, and then every period while step reports work (a Kick before
-// Start makes first 0). It panics if the loop was started before.
+// Start makes first 0). A loop stopped may be started again; Start panics on a loop running.
 func (l *Loop) Start(first time.Duration, step func() (rest bool)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state.Load() != loopNew {
-		panic("idle: Loop started twice")
+	if st := l.state.Load(); st != loopNew && st != loopStopped {
+		panic("idle: Loop started while it runs")
 	}
 	l.step = step
 	if l.kicked {

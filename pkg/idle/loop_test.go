@@ -152,6 +152,11 @@ func TestLoopStop(t *testing.T) {
 
 	never := idle.NewLoop(period, period)
 	never.Stop() // a loop never started stops too
+
+	l.Start(0, s.step) // and one stopped starts again
+	callsReach(t, s, 2)
+	assert.Panics(t, func() { l.Start(0, s.step) }, "started while it runs")
+	l.Stop()
 }
 
 // With no wake delay, the step a Wake asks for comes at once, however long the period.

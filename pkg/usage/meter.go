@@ -254,7 +254,7 @@ func (m *Meter) nothingToPublish() bool {
 // Run publishes what m counted every FlushInterval, and as soon as EarlyFlushBytes are counted,
 // until ctx ends. What is counted after the last of these is published by a Flush of the
 // caller's, with the time it has left. While nothing is left to publish its flushes rest: an
-// idle host's meter does not wake every second. Call it once.
+// idle host's meter does not wake every second. Calls must not overlap.
 func (m *Meter) Run(ctx context.Context) {
 	m.flushes.Start(FlushInterval, func() bool {
 		if m.nothingToPublish() {
