@@ -26,8 +26,8 @@ const (
 // Loop lets an idle one cost a timer, not a parked goroutine and its stack.
 //
 // The step reports whether the work is idle; then the loop rests until Wake (the next step after
-// the loop's wake delay) or Kick (the next step now). Steps never overlap. Wake and Kick may be called from
-// any goroutine, also before Start; Wake costs one atomic load while a step is due.
+// the loop's wake delay) or Kick (the next step now). Steps never overlap. Wake and Kick may be
+// called from any goroutine, also before Start; Wake costs one atomic load while a step is due.
 type Loop struct {
 	period, wakeDelay time.Duration
 	state             atomic.Int32
