@@ -15,9 +15,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/natstest"
 )
 
-// The keep-alive's ticker rests while the host holds no request. A request held wakes it, and
-// a handler that runs for several ack waits keeps its request: it is delivered once. Once the
-// request is answered the ticker rests again.
+// The keep-alive rests while the host holds no request. A request held wakes it, and a handler
+// that runs for several ack waits keeps its request: it is delivered once. Once the request is
+// answered the keep-alive rests again.
 func TestKeepAliveRestsWhileNothingIsHeld(t *testing.T) {
 	const ackWait = 300 * time.Millisecond
 	srv := natstest.Server(t, "")
