@@ -459,7 +459,7 @@ func keepAliveEvery(ackWait time.Duration) time.Duration {
 	return max(ackWait/6, 10*time.Millisecond)
 }
 
-// startKeepAlive tells the bus, every third of the ack wait until stopKeepAlive, that each
+// startKeepAlive tells the bus, every third of the ack wait until h.keepAlive stops, that each
 // request the host holds is being worked on, so that neither a long handler nor a long queue
 // makes the bus give the request to another host. One loop serves every held request. While the
 // host holds none it rests, and the next request held wakes it: that request's first progress
