@@ -207,7 +207,7 @@ func runTarget(ctx context.Context, phase string, o options, client *http.Client
 
 // measureIdle prints the CPU this process (the in-process stack and nothing else) takes a
 // second over o.Idle, after o.IdleSettle, the messages its NATS server handles a second, and
-// its goroutines at the end; with o.IdleEvery, while it calls the stack that often.
+// its goroutines and live heap at the end; with o.IdleEvery, while it calls the stack that often.
 func measureIdle(ctx context.Context, o options, client *http.Client, ep endpoint) {
 	calls := ""
 	if o.IdleEvery > 0 {
@@ -248,11 +248,13 @@ func measureIdle(ctx context.Context, o options, client *http.Client, ep endpoin
 		in, out := ep.msgs()
 		msgs = fmt.Sprintf(", NATS messages %.0f in and %.0f out a second", float64(in-in0)/took.Seconds(), float64(out-out0)/took.Seconds())
 	}
+	cpu := float64(processCPU()-from) / float64(time.Millisecond) / took.Seconds()
+	runtime.GC() // after the window: the heap left is the live heap
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents%s: %.1f ms of CPU a second over %v%s, %d goroutines (stacks %.1f MiB)\n",
-		o.RemoteAgents, calls, float64(processCPU()-from)/float64(time.Millisecond)/took.Seconds(), took.Round(time.Millisecond), msgs,
-		runtime.NumGoroutine(), float64(ms.StackInuse)/(1<<20))
+	fmt.Fprintf(os.Stderr, "  agentbus idle, %d remote agents%s: %.1f ms of CPU a second over %v%s, %d goroutines (stacks %.1f MiB), live heap %.1f MiB\n",
+		o.RemoteAgents, calls, cpu, took.Round(time.Millisecond), msgs,
+		runtime.NumGoroutine(), float64(ms.StackInuse)/(1<<20), float64(ms.HeapAlloc)/(1<<20))
 }
 
 // prime sends each of ep's requests once, clients at a time, before the warm-up: the first

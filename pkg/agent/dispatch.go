@@ -22,7 +22,7 @@ type delivery struct {
 	part *partition
 	conv *conversation
 	// stored is when the inbox stored the request (Unix nanoseconds): with seq, it names the
-	// request even across an inbox deleted and made again (ackedSeqs).
+	// request even across an inbox deleted and made again (AckedWindow).
 	stored int64
 
 	// Guarded by Host.mu.
@@ -109,7 +109,7 @@ func (h *Host) arrive(ctx context.Context, part *partition, m jetstream.Msg) {
 	if _, done := part.ackedReplyLocked(seq); done || h.acked.has(part.inbox.salt+seq, stored) {
 		// A copy of a request this host finished and acknowledged, delivered before the
 		// acknowledgement reached the bus (redeliverStale gives a dead host's requests back just
-		// as the bus may hand one here), or after it was lost (ackedSeqs): nothing is left to
+		// as the bus may hand one here), or after it was lost (AckedWindow): nothing is left to
 		// do but to acknowledge it again.
 		h.mu.Unlock()
 		_ = m.Ack()

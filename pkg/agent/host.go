@@ -142,6 +142,11 @@ type HostConfig struct {
 	// of its hosts. Nil gives the host 16 MiB of its own. ShareWatches makes the eight for the
 	// hosts of a process.
 	IdleBudget *IdleBudget
+	// Acked, when set, is where the host remembers the requests it acknowledged lately, together
+	// with the other hosts of the process (NewAckedWindow): 2 MiB for the process, not for each
+	// of its hosts. Nil gives the host a window of its own. ShareWatches makes one for the hosts
+	// of a process.
+	Acked *AckedWindow
 	// ShutdownGrace bounds how long Run takes to return once its context ends. Running handlers
 	// get all of it but the last 2 s (a quarter of it when shorter), which the host keeps for
 	// cancelling the handlers still running (their requests go back to the bus) and writing what
@@ -338,7 +343,7 @@ type Host struct {
 	placed  map[string]*division       // the last division of each agent's partitions (rebalance)
 	convs   map[string]*conversation   // conversations with requests held, by stored subject
 	held    map[heldKey]*delivery      // requests held, queued or running, by agent and inbox sequence
-	acked   ackedSeqs                  // requests this host acknowledged lately
+	acked   *AckedWindow               // requests this host (HostConfig.Acked: its process) acknowledged lately
 	blocked map[*conversation]struct{} // conversations waiting for requests held elsewhere
 	// resolving is set while the goroutine that watches blocked conversations runs.
 	resolving bool
@@ -381,6 +386,9 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	}
 	if cfg.Caps != nil {
 		h.board = cfg.Caps.board
+	}
+	if h.acked = cfg.Acked; h.acked == nil {
+		h.acked = NewAckedWindow()
 	}
 	h.grants = newGrants(h)
 	var shared []string // the agents without slots of their own

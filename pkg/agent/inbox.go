@@ -17,8 +17,9 @@ type agentInbox struct {
 	// starts: the host pulls and places that many partitions whatever it is configured with.
 	partitions int
 	keeper     *bus.InboxKeeper
-	// salt offsets the agent's inbox sequences in the host's ackedSeqs, which all its agents
-	// share: the same sequence of two agents' inboxes takes two slots.
+	// salt offsets the agent's inbox sequences in the host's AckedWindow, which all its agents
+	// (and the other hosts of its process) share: the same sequence of two agents' inboxes takes
+	// two slots.
 	salt uint64
 	// wake wakes the agent's dozing partitions (doze.go).
 	wake inboxWake

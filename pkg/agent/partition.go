@@ -141,34 +141,43 @@ func (part *partition) ackedReplyLocked(seq uint64) (string, bool) {
 	return "", false
 }
 
-// ackedSeqs remembers which of the newest ackedWindow inbox sequences a host acknowledged: a slot
-// per sequence modulo the window holds the stored time of the request that last used it, which
-// tells it apart from another with the same sequence modulo the window, or in an inbox deleted
-// and made again. An acknowledgement is sent once and not confirmed: one lost on its way (to a
-// consumer leader that died) leaves the request in the inbox, and the bus delivers it again once
-// the ack wait has run out, after the conversation's later requests ran. A host that finds such
-// a copy here acknowledges it and drops it instead of running the request again, for as long as
-// its sequence is in the window: about 16 s of an inbox taking 16,000 requests a second. (The 32
-// last acknowledgements of a partition, acked, also keep the subjects they went to, which a new
-// tenure needs.) Guarded by Host.mu.
-type ackedSeqs struct {
-	slots []int64
+// AckedWindow remembers which of the newest ackedWindow inbox sequences the hosts of a process
+// acknowledged (HostConfig.Acked): a slot per sequence modulo the window (offset by the agent's
+// inbox salt) holds the stored time of the request that last used it, which tells it apart from
+// another with the same slot, or from one in an inbox deleted and made again. An acknowledgement
+// is sent once and not confirmed: one lost on its way (to a consumer leader that died) leaves the
+// request in the inbox, and the bus delivers it again once the ack wait has run out, after the
+// conversation's later requests ran. A host that finds such a copy here acknowledges it and drops
+// it instead of running the request again, for as long as its sequence is in the window: about
+// 16 s of a process acknowledging 16,000 requests a second. (The 32 last acknowledgements of a
+// partition, acked, also keep the subjects they went to, which a new tenure needs.) The window
+// takes 2 MiB once a request is acknowledged: one for a process, not one for each of its hosts
+// (a workflow host process runs one for each remote agent). It is safe for concurrent use.
+type AckedWindow struct {
+	slots atomic.Pointer[[ackedWindow]atomic.Int64]
 }
 
-// ackedWindow is how many of the newest inbox sequences ackedSeqs covers: 2 MiB of slots.
+// ackedWindow is how many inbox sequences an AckedWindow covers: 2 MiB of slots.
 const ackedWindow = 1 << 18
 
+// NewAckedWindow returns a window for the hosts of a process to share; it takes its memory
+// when the first request is acknowledged.
+func NewAckedWindow() *AckedWindow { return new(AckedWindow) }
+
 // add remembers the request at seq, stored at stored (Unix nanoseconds), as acknowledged.
-func (a *ackedSeqs) add(seq uint64, stored int64) {
-	if a.slots == nil {
-		a.slots = make([]int64, ackedWindow)
+func (a *AckedWindow) add(seq uint64, stored int64) {
+	s := a.slots.Load()
+	if s == nil {
+		a.slots.CompareAndSwap(nil, new([ackedWindow]atomic.Int64))
+		s = a.slots.Load()
 	}
-	a.slots[seq%ackedWindow] = stored
+	s[seq%ackedWindow].Store(stored)
 }
 
 // has reports whether the request at seq, stored at stored, was acknowledged.
-func (a *ackedSeqs) has(seq uint64, stored int64) bool {
-	return a.slots != nil && stored != 0 && a.slots[seq%ackedWindow] == stored
+func (a *AckedWindow) has(seq uint64, stored int64) bool {
+	s := a.slots.Load()
+	return s != nil && stored != 0 && s[seq%ackedWindow].Load() == stored
 }
 
 // consumerConfig is the configuration of a partition's durable consumer.

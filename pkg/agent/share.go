@@ -20,13 +20,13 @@ import (
 // (HostConfig.Directory), a cache of the tenants' limits (HostConfig.TenantLimits), a follower
 // of the load reports and slot grants (HostConfig.Caps), one of the instance notices
 // (HostConfig.Notices), a subscription to Agent2Agent replies (HostConfig.Replies), a relay
-// of fired timers (HostConfig.TimerRelay), a usage meter (HostConfig.Meter) and a budget for
-// idle instance copies (HostConfig.IdleBudget), for every host of the process made from hc to
-// share: each watch of the hosts bucket reads every heartbeat of every host, each cache holds
-// every tenant's record, each subscription receives every host's load report or every notice,
-// each relay waits at the one relay consumer, each meter publishes its counts every second,
-// each budget is memory the process may hold, and each subscription costs the server and the
-// process.
+// of fired timers (HostConfig.TimerRelay), a usage meter (HostConfig.Meter), a budget for
+// idle instance copies (HostConfig.IdleBudget) and a window of the requests acknowledged
+// (HostConfig.Acked), for every host of the process made from hc to share: each watch of the
+// hosts bucket reads every heartbeat of every host, each cache holds every tenant's record,
+// each subscription receives every host's load report or every notice, each relay waits at
+// the one relay consumer, each meter publishes its counts every second, each budget and window
+// is memory the process holds, and each subscription costs the server and the process.
 // closeAll closes what it made; call it once those hosts stopped. It is never nil: on an error,
 // what could be made is in hc all the same.
 func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *slog.Logger) (closeAll func() error, err error) {
@@ -71,6 +71,9 @@ func ShareWatches(ctx context.Context, res *bus.Resources, hc *HostConfig, log *
 	}
 	if hc.IdleBudget == nil {
 		hc.IdleBudget = NewIdleBudget(liveKeepBytes)
+	}
+	if hc.Acked == nil {
+		hc.Acked = NewAckedWindow()
 	}
 	var closeMeter func() error
 	if hc.Meter == nil {

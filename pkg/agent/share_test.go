@@ -136,3 +136,40 @@ func TestIdleHostsHoldOneGoroutineEach(t *testing.T) {
 	require.Empty(t, held, "goroutines of idle hosts besides their Run:\n%s", strings.Join(held, "\n\n"))
 	assert.Len(t, gostack.Naming("agent.(*Host).Run("), hosts)
 }
+
+// The hosts of a process share one window of the requests they acknowledged
+// (HostConfig.Acked): ten hosts, a remote agent each, that each acknowledged a request hold one
+// window of 2 MiB between them, not one each.
+func TestHostsOfAProcessShareOneAckedWindow(t *testing.T) {
+	s := stacktest.Start(t, stacktest.Options{NoAgents: true})
+	shared := sharedConfig(t, s)
+	require.NotNil(t, shared.Acked)
+	const hosts = 10
+	var names []string
+	for i := range hosts {
+		a := agent.New(fmt.Sprintf("Acker%d", i))
+		a.WebhookFunc("hit", func(context.Context, *agent.WebhookRequest) agent.Response { return agent.Status(http.StatusOK) })
+		cfg := shared
+		cfg.ID, cfg.Agents = fmt.Sprintf("acker-%d", i), []*agent.Agent{a}
+		startHost(t, s, cfg)
+		names = append(names, a.Name())
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	// A first call of an agent like the others, so that what every first call costs the bus is
+	// paid before the count (and the window taken).
+	status, _, body := post(t, s, names[0], "hit", "")
+	require.Equal(t, http.StatusOK, status, "%s", body)
+	before := heap()
+	for _, name := range names[1:] {
+		status, _, body := post(t, s, name, "hit", "")
+		require.Equal(t, http.StatusOK, status, "%s", body)
+	}
+	grew := heap() - before
+	t.Logf("nine more hosts acknowledged a request each: the heap grew by %.1f MiB", float64(grew)/(1<<20))
+	assert.Less(t, grew, int64(6<<20), "nine windows of 2 MiB would be 18 MiB")
+}
