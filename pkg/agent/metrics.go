@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -73,86 +74,114 @@ type requestCounters struct {
 	redeliveries, deadLetters prometheus.Counter
 }
 
-func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, error) {
-	duration, err := metrics.Register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+// hostVecs are the host metrics' vectors in a registry, which the hosts of a process share.
+type hostVecs struct {
+	duration                            *prometheus.HistogramVec
+	outcomes, redeliveries, deadLetters *prometheus.CounterVec
+	owned, dozing, pending              *prometheus.GaugeVec
+	live                                prometheus.Gauge
+}
+
+// registerHostVecs registers the host metrics in r, or returns those registered already.
+func registerHostVecs(r prometheus.Registerer) (v hostVecs, err error) {
+	if v.duration, err = metrics.Register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "agentbus_handler_duration_seconds",
 		Help:    "How long agent handlers ran, per attempt.",
 		Buckets: handlerBuckets,
-	}, []string{"agent", "kind", "method"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent", "kind", "method"})); err != nil {
+		return v, err
 	}
-	outcomes, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if v.outcomes, err = metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentbus_handler_outcomes_total",
 		Help: "How handled requests ended: ok, error (the handler answered an error), retried, dead_lettered, cached (answered from the result cache).",
-	}, []string{"agent", "kind", "method", "outcome"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent", "kind", "method", "outcome"})); err != nil {
+		return v, err
 	}
-	redeliveries, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if v.redeliveries, err = metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentbus_redeliveries_total",
 		Help: "Requests the bus delivered more than once (a host stopped or crashed with them, or gave them back).",
-	}, []string{"agent", "kind", "method"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent", "kind", "method"})); err != nil {
+		return v, err
 	}
-	deadLetters, err := metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if v.deadLetters, err = metrics.Register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentbus_dead_letters_total",
 		Help: "Requests kept as dead letters.",
-	}, []string{"agent", "kind", "method"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent", "kind", "method"})); err != nil {
+		return v, err
 	}
-	owned, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	if v.owned, err = metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentbus_partitions_owned",
 		Help: "Inbox partitions the host consumes now.",
-	}, []string{"agent"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent"})); err != nil {
+		return v, err
 	}
-	dozing, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	if v.dozing, err = metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentbus_partitions_dozing",
 		Help: "Inbox partitions the host owns and does not pull while they are idle.",
-	}, []string{"agent"}))
-	if err != nil {
-		return nil, err
+	}, []string{"agent"})); err != nil {
+		return v, err
 	}
-	live, err := metrics.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+	if v.live, err = metrics.Register(r, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "agentbus_instances_live",
 		Help: "Workflow instances the host holds in memory.",
-	}))
-	if err != nil {
-		return nil, err
+	})); err != nil {
+		return v, err
 	}
-	pending, err := metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	v.pending, err = metrics.Register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "agentbus_inbox_pending",
 		Help: "Requests of a partition the host owns that are not processed yet: waiting in the inbox or delivered and not acknowledged.",
 	}, []string{"agent", "partition"}))
+	return v, err
+}
+
+// ForgetMetrics removes agent's series from r, once no host of the process serves the agent
+// any more: a workflow host process calls it when it stops the host of a remote agent whose
+// registration was removed or replaced, so that its metrics do not keep the series of every
+// agent it ever served (a tenant's agents come and go, and a deleted tenant's go with it).
+func ForgetMetrics(r prometheus.Registerer, agent string) error {
+	if r == nil {
+		return nil
+	}
+	v, err := registerHostVecs(r)
+	if err != nil {
+		return fmt.Errorf("forgetting the metrics of agent %s: %w", agent, err)
+	}
+	match := prometheus.Labels{"agent": agent}
+	for _, vec := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		v.duration, v.outcomes, v.redeliveries, v.deadLetters, v.owned, v.dozing, v.pending,
+	} {
+		vec.DeletePartialMatch(match)
+	}
+	return nil
+}
+
+// newHostMetrics makes the series of the agents' handlers in r.
+func newHostMetrics(r prometheus.Registerer, agents []*Agent) (*hostMetrics, error) {
+	v, err := registerHostVecs(r)
 	if err != nil {
 		return nil, err
 	}
-
 	m := &hostMetrics{
 		handlers:  make(map[handlerKey]*handlerMetrics),
 		unhandled: make(map[string]*requestCounters),
 		owned:     make(map[string]prometheus.Gauge),
 		dozing:    make(map[string]prometheus.Gauge),
-		live:      live,
-		pending:   pending,
+		live:      v.live,
+		pending:   v.pending,
 	}
 	counters := func(agent, kind, method string) requestCounters {
-		return requestCounters{redeliveries.WithLabelValues(agent, kind, method), deadLetters.WithLabelValues(agent, kind, method)}
+		return requestCounters{v.redeliveries.WithLabelValues(agent, kind, method), v.deadLetters.WithLabelValues(agent, kind, method)}
 	}
 	for _, a := range agents {
 		unhandled := counters(a.name, "unknown", "")
 		m.unhandled[a.name] = &unhandled
-		m.owned[a.name] = owned.WithLabelValues(a.name)
-		m.dozing[a.name] = dozing.WithLabelValues(a.name)
+		m.owned[a.name] = v.owned.WithLabelValues(a.name)
+		m.dozing[a.name] = v.dozing.WithLabelValues(a.name)
 		for _, k := range a.handlerKeys() {
 			kind := msgkind.Of(k.kind).Label
-			hm := &handlerMetrics{duration: duration.WithLabelValues(k.agent, kind, k.method), requestCounters: counters(k.agent, kind, k.method)}
+			hm := &handlerMetrics{duration: v.duration.WithLabelValues(k.agent, kind, k.method), requestCounters: counters(k.agent, kind, k.method)}
 			for o, name := range outcomeNames {
-				hm.outcomes[o] = outcomes.WithLabelValues(k.agent, kind, k.method, name)
+				hm.outcomes[o] = v.outcomes.WithLabelValues(k.agent, kind, k.method, name)
 			}
 			m.handlers[k] = hm
 		}

@@ -97,6 +97,12 @@ func watch(ctx context.Context, cfg ServeConfig, running map[string]*served, ret
 		if cur != nil {
 			cur.stop()
 			delete(running, key)
+			// Its series go with it: a replacement makes its own, with the methods it has.
+			if name, err := subject.ParseToken(key); err == nil {
+				if err := agent.ForgetMetrics(cfg.Host.Metrics, name); err != nil {
+					cfg.Logger.Warn("forgetting a remote agent's metrics", "agent", name, "err", err)
+				}
+			}
 		}
 		if e.Operation() != jetstream.KeyValuePut {
 			if name, err := subject.ParseToken(key); err == nil {

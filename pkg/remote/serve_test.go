@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/remote"
@@ -121,4 +123,44 @@ func TestRemoteAgentHostStartedAgain(t *testing.T) {
 	status, ans := send(t, s, "Restarted", "a", "count")
 	require.Equal(t, http.StatusOK, status, "%v", ans)
 	assert.EqualValues(t, 1, ans["response"].(map[string]any)["data"].(map[string]any)["count"])
+}
+
+// TestRemovedAgentsMetricsGo: once a remote agent's registration is removed, the process that
+// ran its host keeps none of its series (its handlers' durations and outcomes, its
+// partitions): the metrics do not grow with every agent a tenant ever registered.
+func TestRemovedAgentsMetricsGo(t *testing.T) {
+	t.Parallel()
+	metrics := prometheus.NewRegistry()
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey, Host: agent.HostConfig{Metrics: metrics}})
+	series := func() int {
+		families, err := metrics.Gather()
+		require.NoError(t, err)
+		n := 0
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "agent" && l.GetValue() == "Metered" {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	ep := newEndpoint(t)
+	var reg remote.Registration
+	status, _ := call(t, http.MethodPost, s.URL+"/api/v1/admin/agents", systemKey, registration("Metered", ep.URL+"/agentbus"), &reg)
+	require.Equal(t, http.StatusCreated, status)
+	ep.secret.Store(reg.Secret)
+	wctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.WaitLive(wctx, "Metered"))
+	status, ans := send(t, s, "Metered", "a", "count")
+	require.Equal(t, http.StatusOK, status, "%v", ans)
+	require.Positive(t, series(), "the agent's series while it is served")
+
+	status, _ = call(t, http.MethodDelete, s.URL+"/api/v1/admin/agents/Metered", systemKey, nil, nil)
+	require.Equal(t, http.StatusNoContent, status)
+	require.Eventually(t, func() bool { return series() == 0 }, 10*time.Second, 50*time.Millisecond,
+		"the removed agent's series stay")
 }
