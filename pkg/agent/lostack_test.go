@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -128,6 +129,79 @@ func TestLostAcknowledgementOfARequestWhoseResultIsGone(t *testing.T) {
 	assert.Equal(t, []string{"1", "2"}, ns, "steps started, in order, each once (on %v)", hosts)
 	again := nextReply(t, replies)
 	assert.Equal(t, problem.ReplyUnavailable.Slug, again.GetError(), "the copy's answer")
+}
+
+// A request the inbox stored twice (sent again because its first send went unacknowledged, and
+// stored again by a stream leader that had not applied the first copy) whose first copy ran on
+// another host and whose kept result cannot be read does not run again: the host that gets the
+// second copy, marked as sent again, finds the first copy's messages in the thread behind a
+// later request's, and tells a caller waiting for the copy that its answer is gone. The same
+// holds for a request without a kept result. A marked copy of a request stored once runs.
+func TestRequestStoredTwiceRunsOnceOnAnotherHost(t *testing.T) {
+	t.Parallel()
+	sa := &seqAgent{}
+	s := stacktest.Start(t, stacktest.Options{Partitions: 1, Agents: []*agent.Agent{sa.agent()},
+		Host: agent.HostConfig{ID: "other"}})
+	owner, _, stop := startSeqOwner(t, s, sa, "other", agent.HostConfig{})
+	nc := natstest.Conn(t, s.NATS)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	replies, err := nc.SubscribeSync("test.twice.reply")
+	require.NoError(t, err)
+	copyOf := func(n, id string, resent bool) nats.Header {
+		h := nats.Header{subject.HeaderMsgID: {"step-" + n + "-" + id}}
+		if resent {
+			h.Set(subject.HeaderResent, "1")
+		}
+		return h
+	}
+	kept := func(n string) *agentbusv1.Request {
+		req := stepRequest("x", n, "")
+		req.KeepResult, req.Fingerprint, req.ReplyTo = true, "f", "test.twice.reply"
+		return req
+	}
+
+	first := kept("1")
+	enqueue(t, js, first, copyOf("1", "a", false))
+	assert.Empty(t, nextReply(t, replies).GetError(), "step 1's answer")
+	step(t, s, "x", "2", "")
+	waitFor(t, 5*time.Second, "step 2 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return len(ns) == 2
+	})
+	stop() // the partition goes to the other host, which never saw step 1
+	require.NoError(t, s.Res.Results.Purge(t.Context(), subject.ResultKey(first.GetTenantId(), first.GetRequestId())))
+	enqueue(t, js, first, copyOf("1", "b", true))
+	assert.Equal(t, problem.ReplyUnavailable.Slug, nextReply(t, replies).GetError(), "the second copy's answer")
+
+	plain := stepRequest("x", "3", "")
+	enqueue(t, js, plain, copyOf("3", "a", false))
+	enqueue(t, js, plain, copyOf("3", "b", true))
+	once := kept("4")
+	enqueue(t, js, once, copyOf("4", "b", true))
+	assert.Empty(t, nextReply(t, replies).GetError(), "step 4's answer")
+
+	// A claim-checked request's second copy finds its stored copy deleted by the first.
+	claimed := kept("5")
+	data, err := proto.Marshal(claimed)
+	require.NoError(t, err)
+	ref, err := bus.NewBlobs(s.Res.Claims, nc.MaxPayload()).Put(t.Context(), subject.ClaimName(claimed.GetTenantId(), claimed.GetRequestId(), "request-1"), data)
+	require.NoError(t, err)
+	stub := proto.Clone(claimed).(*agentbusv1.Request)
+	stub.Params, stub.EnvelopeRef = nil, ref
+	enqueue(t, js, stub, copyOf("5", "a", false))
+	assert.Empty(t, nextReply(t, replies).GetError(), "step 5's answer")
+	waitFor(t, 5*time.Second, "step 5's stored copy deleted", func() bool {
+		_, err := s.Res.Claims.GetInfo(t.Context(), ref.GetName())
+		return errors.Is(err, jetstream.ErrObjectNotFound)
+	})
+	require.NoError(t, s.Res.Results.Purge(t.Context(), subject.ResultKey(claimed.GetTenantId(), claimed.GetRequestId())))
+	enqueue(t, js, stub, copyOf("5", "b", true))
+	assert.Equal(t, problem.ReplyUnavailable.Slug, nextReply(t, replies).GetError(), "step 5's second copy's answer")
+
+	ns, hosts := sa.starts("x")
+	assert.Equal(t, []string{"1", "2", "3", "4", "5"}, ns, "steps started, in order, each once (on %v)", hosts)
+	assert.Equal(t, []string{owner, owner, "other", "other", "other"}, hosts, "the hosts of the steps")
 }
 
 // A request sent as a claim check (a large one, kept in the claims store while it waits) whose

@@ -100,6 +100,7 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 	in.req, in.replyTo = req, replySubject(m.Headers(), req)
 	in.resume, in.released = m.Headers().Get(subject.HeaderResume), m.Headers().Get(subject.HeaderReleased) != ""
 	in.replayed = m.Headers().Get(subject.HeaderReplay) != ""
+	in.resent = m.Headers().Get(subject.HeaderResent) != ""
 	switch {
 	case in.replayed:
 		in.recover = recoverDeep // later requests of its conversation ran after its attempts
@@ -116,7 +117,8 @@ func (h *Host) decode(d *delivery) (in *inbound, log *slog.Logger, ok bool) {
 // and settled is true, as it is when the copy cannot be read now (the request is given back).
 // A copy delivered again whose own record, or a later request's, is its thread's newest was
 // finished before (a host deletes the stored copy only after it acknowledged the request, and
-// the acknowledgement was lost): it is acknowledged.
+// the acknowledgement was lost): it is acknowledged, as is a second copy the inbox stored whose
+// first copy stored its messages (storedEarlier).
 func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
 	full, err := h.readClaim(ctx, log, in.req.GetEnvelopeRef())
 	switch {
@@ -126,6 +128,11 @@ func (h *Host) loadClaim(ctx context.Context, log *slog.Logger, d *delivery, in 
 				log.Info("request finished before (its stored copy is deleted, and its record or a later one is its thread's newest); acknowledging this copy", "seq", in.seq)
 				return true, h.finish(ctx, log, d, nil)
 			}
+		}
+		if h.storedEarlier(ctx, log, in) {
+			log.Warn("request stored twice, and its first copy was handled (its stored copy is deleted, and its messages are in its thread); acknowledging this copy", "seq", in.seq)
+			h.answerHandled(ctx, log, in)
+			return true, h.finish(ctx, log, d, nil)
 		}
 		return true, h.deadLetterUnrun(ctx, log, d, in, "the request's stored copy is missing")
 	case err != nil:
@@ -164,8 +171,9 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		}
 		// The result is not there: the request is new, or its result could not be kept, went
 		// with its window, or was not read back. A copy this host finished lately (unless it is
-		// a replayed dead letter, which ran and failed), or one delivered again after a later
-		// request of its conversation stored messages, ran: running it again would repeat it.
+		// a replayed dead letter, which ran and failed), one delivered again after a later
+		// request of its conversation stored messages, or a second copy stored of a request whose
+		// first copy stored its messages, ran: running it again would repeat it.
 		if !in.replayed && h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
 			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
 			h.answerHandled(ctx, log, in)
@@ -174,6 +182,11 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		if in.recover == recoverTail && h.handledBefore(ctx, log, in) {
 			log.Warn("request handled before, but its kept result is missing; acknowledging this copy",
 				"later", in.thread.newest.Seq)
+			h.answerHandled(ctx, log, in)
+			return true, h.finish(ctx, log, d, nil)
+		}
+		if h.storedEarlier(ctx, log, in) {
+			log.Warn("request stored twice, and its first copy was handled (its messages are in its thread), but its kept result is missing; acknowledging this copy")
 			h.answerHandled(ctx, log, in)
 			return true, h.finish(ctx, log, d, nil)
 		}
@@ -233,12 +246,22 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // A request with a kept result is answered from it instead, and settled by the same check when
 // its result is missing (settleEarly). A request whose thread cannot be read within
 // threadCheckPatience is handled as any redelivered one.
+//
+// A second copy of a request, stored because it was sent again (subject.HeaderResent), is
+// acknowledged without running when the first copy's messages are in the thread (storedEarlier).
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
-	if in.recover != recoverTail || in.req.GetKeepResult() || !h.handledBefore(ctx, log, in) {
+	if in.req.GetKeepResult() {
 		return false, false
 	}
-	log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
-		"later", in.thread.newest.Seq)
+	switch {
+	case in.recover == recoverTail && h.handledBefore(ctx, log, in):
+		log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
+			"later", in.thread.newest.Seq)
+	case h.storedEarlier(ctx, log, in):
+		log.Warn("request stored twice, and its first copy was handled (its messages are in its thread); acknowledging this copy")
+	default:
+		return false, false
+	}
 	return true, h.finish(ctx, log, d, nil)
 }
 
@@ -273,6 +296,38 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, in *inbound) 
 	return newest, true
 }
 
+// storedEarlier reports whether in is a second copy of a request that the inbox stored twice,
+// whose first copy was handled: in was sent again (subject.HeaderResent; a NATS cluster may
+// store such a copy twice through a failover), and its thread's newest records hold messages
+// of its request id stored by a request the inbox stored before in, within the de-duplication
+// window (history.Store.HeldEarlier). A conversation's requests run one at a time in inbox
+// order, so the first copy was finished before this one is delivered. This catches what the
+// kept result and the host's memory of its requests cannot: a first copy whose result was not
+// kept or read back, handled on another host or long ago.
+//
+// A replayed, resumed or released request is never such a copy. A thread that cannot be read
+// within threadCheckPatience counts as no: the copy runs, as it would without the check. Only
+// copies sent again pay the read.
+func (h *Host) storedEarlier(ctx context.Context, log *slog.Logger, in *inbound) bool {
+	if !in.resent || in.replayed || in.resume != "" || in.released {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
+	defer cancel()
+	req := in.req
+	var held bool
+	err := retry(ctx, log, "reading the request's thread", func() (err error) {
+		held, err = h.history.HeldEarlier(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId(),
+			req.GetRequestId(), in.origin(), h.res.Config.DedupeWindow)
+		return err
+	})
+	if err != nil {
+		log.Warn("could not tell whether a request sent again was stored twice", "err", err)
+		return false
+	}
+	return held
+}
+
 // threadCheck is what newestOrigin read of a request's thread.
 type threadCheck struct {
 	newest history.Origin
@@ -296,6 +351,9 @@ type inbound struct {
 	replyTo string
 	// replayed is set on a dead letter an operator replayed (HeaderReplay).
 	replayed bool
+	// resent is set on a copy its publisher sent again after an earlier send went
+	// unacknowledged (HeaderResent): the inbox may hold it twice (storedEarlier).
+	resent bool
 	// delivered is how often the inbox delivered the request, this time included.
 	delivered uint64
 	tries     attempts

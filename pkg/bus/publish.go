@@ -127,9 +127,23 @@ func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstre
 		} else if !resend || !errors.Is(err, nats.ErrTimeout) || !time.Now().Before(giveUp) || ctx.Err() != nil {
 			break
 		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			markResent(m)
+		}
 		resp, err = request()
 	}
 	return nil, noStreamErr(err)
+}
+
+// markResent marks m, a message sent before that the stream may have stored, as sent again
+// (subject.HeaderResent) when it is a request to an inbox: a NATS cluster may store such a copy
+// twice, and the host that gets a marked copy looks for the messages of an earlier one in the
+// request's thread before it runs it. Only the copies sent again carry the mark: a request whose
+// first send was acknowledged costs the host nothing more.
+func markResent(m *nats.Msg) {
+	if m.Header != nil && subject.IsInbox(m.Subject) {
+		m.Header.Set(subject.HeaderResent, "1")
+	}
 }
 
 // resendable reports whether a stream stores m at most once however often it is sent: m has a

@@ -279,7 +279,9 @@ func (a *awaiting) lookUp(ctx context.Context) {
 // A request with a de-duplication id whose acknowledgement does not come (the server that took
 // it died, or the connection to it did) is sent again every resendAfter: the id keeps the inbox
 // from storing it twice. A new stream leader that has not applied the first copy yet may store
-// it again; the host then answers the copy from the result cache, as it does a caller's retry.
+// it again; the host then answers the copy from the result cache, as it does a caller's retry,
+// or, when that is not found, tells it from the first copy's messages in the request's thread
+// (the copy sent again is marked, markResent).
 // The same timer paces the reads of the kept result (LookUpResult).
 func (a *awaiting) arm() {
 	a.t = timers.Get().(*time.Timer)
@@ -339,6 +341,9 @@ func (a *awaiting) refused(ctx context.Context, failure error) error {
 		if !again {
 			return fmt.Errorf("%w: %w", ErrNotAccepted, noStreamErr(failure))
 		}
+		if !errors.Is(failure, nats.ErrNoResponders) {
+			markResent(a.w.msg)
+		}
 		if err := a.w.r.nc.PublishMsg(a.w.msg); err != nil {
 			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 		}
@@ -371,6 +376,7 @@ func (a *awaiting) wait(ctx context.Context) error {
 			}
 			return nil
 		}
+		markResent(a.w.msg)
 		if err := a.w.r.nc.PublishMsg(a.w.msg); err != nil {
 			return fmt.Errorf("%w: %w", ErrNotAccepted, err)
 		}

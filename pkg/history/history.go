@@ -241,47 +241,103 @@ func (r *recovery) mine(cur *Cursor, msgs []Message) bool {
 
 // read reads a thread's Cursor, and with rec the messages a request stored in it.
 func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, rec *recovery) (Cursor, error) {
-	raw, err := s.stream.GetLastMsgForSubject(ctx, subject.Thread(tenant, workflowID, participant))
+	var cur Cursor
+	first := true
+	err := s.walk(ctx, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+		if first {
+			first = false
+			cur = Cursor{LastSeq: r.seq, Prev: r.prev, Newest: r.origin()}
+			newest := make([]*Message, len(r.msgs))
+			for i := range r.msgs {
+				newest[i] = &r.msgs[i]
+			}
+			cur.noteRecord(newest)
+			if rec == nil {
+				return false
+			}
+		}
+		return rec.mine(&cur, r.msgs) || rec.deep
+	})
+	if err != nil {
+		return Cursor{}, err
+	}
+	return cur, nil
+}
+
+// record is one stored record of a thread, as walk reads it.
+type record struct {
+	seq    uint64
+	header nats.Header
+	msgs   []Message
+	// prev is the sequences the record's header lists before it (newest record only).
+	prev []uint64
+}
+
+// origin is the request whose handling stored r (subject.HeaderOrigin); zero when r names none.
+func (r *record) origin() Origin { return parseOrigin(r.header.Get(subject.HeaderOrigin)) }
+
+// walk reads a thread's records newest first: its newest record, then those its header lists
+// before it (at most PrevDepth), handing each to visit until visit returns false or they end
+// (the older ones aged out). A thread without records visits nothing.
+func (s *Store) walk(ctx context.Context, subj string, visit func(r record) bool) error {
+	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Cursor{}, nil
+		return nil
 	}
 	if err != nil {
-		return Cursor{}, fmt.Errorf("reading thread: %w", err)
+		return fmt.Errorf("reading thread: %w", err)
 	}
 	prev, err := bus.ParsePrev(raw.Header)
 	if err != nil {
-		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
+		return fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
-	cur := Cursor{LastSeq: raw.Sequence, Prev: prev, Newest: parseOrigin(raw.Header.Get(subject.HeaderOrigin))}
 	msgs, err := decodeRecord(raw.Sequence, raw.Data)
 	if err != nil {
-		return Cursor{}, fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
+		return fmt.Errorf("reading thread: message %d: %w", raw.Sequence, err)
 	}
-	newest := make([]*Message, len(msgs))
-	for i := range msgs {
-		newest[i] = &msgs[i]
-	}
-	cur.noteRecord(newest)
-	if rec == nil || (!rec.mine(&cur, msgs) && !rec.deep) {
-		return cur, nil
+	if !visit(record{seq: raw.Sequence, header: raw.Header, msgs: msgs, prev: prev}) {
+		return nil
 	}
 	for _, seq := range prev {
 		raw, err := s.stream.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break // aged out
+			return nil // aged out
 		}
 		if err != nil {
-			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
+			return fmt.Errorf("reading thread: message %d: %w", seq, err)
 		}
 		msgs, err := decodeRecord(seq, raw.Data)
 		if err != nil {
-			return Cursor{}, fmt.Errorf("reading thread: message %d: %w", seq, err)
+			return fmt.Errorf("reading thread: message %d: %w", seq, err)
 		}
-		if !rec.mine(&cur, msgs) && !rec.deep {
-			break
+		if !visit(record{seq: seq, header: raw.Header, msgs: msgs}) {
+			return nil
 		}
 	}
-	return cur, nil
+	return nil
+}
+
+// HeldEarlier reports whether the thread's newest records (its newest and the PrevDepth before
+// it) hold a message of the request requestID stored by the handling of an earlier copy of the
+// request o names: an inbox request stored before o, and no longer than window before it (after
+// the inbox's de-duplication window a request id names a new request). It tells a request the
+// inbox stored twice, through a NATS failover, whose first copy ran. Records stored by later
+// requests are walked past, and the walk ends at a record stored longer than window before o;
+// records that name no origin count as no copy's.
+func (s *Store) HeldEarlier(ctx context.Context, tenant, workflowID, participant, requestID string, o Origin, window time.Duration) (bool, error) {
+	held := false
+	err := s.walk(ctx, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+		from := r.origin()
+		if from.Stored != 0 && from.Stored < o.Stored-window.Nanoseconds() {
+			return false
+		}
+		if !from.Before(o) {
+			return true
+		}
+		held = slices.ContainsFunc(r.msgs, func(m Message) bool { return m.RequestID == requestID })
+		return !held
+	})
+	return held, err
 }
 
 // Append stores msgs, one message or the two of an exchange (a request and its reply), at the end

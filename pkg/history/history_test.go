@@ -464,6 +464,46 @@ func TestOrigin(t *testing.T) {
 	assert.False(t, later.Before(read.Newest), "the newest record's own request")
 }
 
+// HeldEarlier finds the messages an earlier copy of a request stored (a request the inbox
+// stored twice), past the records of later requests, but not those of the request's own copy,
+// of a request stored after it, of one outside the window (the id names a new request there) or
+// of a record that names no origin.
+func TestHeldEarlier(t *testing.T) {
+	e := setup(t)
+	const window = 10 * time.Minute
+	at := int64(1_700_000_000_000_000_000)
+	held := func(requestID string, o history.Origin) bool {
+		t.Helper()
+		ok, err := e.store.HeldEarlier(e.ctx, tenant, wf, user, requestID, o, window)
+		require.NoError(t, err)
+		return ok
+	}
+	assert.False(t, held("r-a", history.Origin{Seq: 50, Stored: at}), "an empty thread")
+
+	var cur history.Cursor
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("none", "none")))
+	cur.Origin = history.Origin{Seq: 5, Stored: at - window.Nanoseconds() - 1}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("old", "old")))
+	cur.Origin = history.Origin{Seq: 10, Stored: at}
+	require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat("a", "a"), chat("a2", "a2")))
+	for i := range 6 { // later requests' exchanges
+		cur.Origin = history.Origin{Seq: uint64(11 + i), Stored: at + int64(i+1)}
+		id := fmt.Sprint("later-", i)
+		require.NoError(t, e.store.Append(e.ctx, tenant, wf, user, &cur, chat(id, id), chat(id+"-reply", id)))
+	}
+
+	second := history.Origin{Seq: 30, Stored: at + 100}
+	assert.True(t, held("r-a", second), "the first copy's messages, behind later requests'")
+	assert.False(t, held("r-a", history.Origin{Seq: 10, Stored: at}), "the request's own copy")
+	assert.False(t, held("r-a", history.Origin{Seq: 9, Stored: at - 1}), "a copy stored before the messages' request")
+	assert.False(t, held("r-new", second), "a request that stored nothing")
+	assert.False(t, held("r-later-5", history.Origin{Seq: 12, Stored: at + 2}), "a later request's messages")
+	assert.False(t, held("r-old", second), "messages stored before the window")
+	assert.False(t, held("r-none", second), "messages of a record that names no origin")
+	assert.False(t, held("r-a", history.Origin{Seq: 30, Stored: at + window.Nanoseconds() + 1}),
+		"a copy stored more than the window after them")
+}
+
 func TestOriginBefore(t *testing.T) {
 	at := int64(1_700_000_000_000_000_000)
 	for _, c := range []struct {

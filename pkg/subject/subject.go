@@ -100,6 +100,12 @@ const (
 	// HeaderReleased marks a request that was held behind a waiting request and is sent to the
 	// inbox again; its value is the wait's id.
 	HeaderReleased = "Agentbus-Released"
+	// HeaderResent marks a request sent to its inbox again, with its de-duplication id, because
+	// no acknowledgement came for an earlier send (bus.Publish, bus.Waiter.Await). A NATS
+	// cluster may store such a copy twice: it checks Nats-Msg-Id on the stream's leader only,
+	// and a new leader may not have applied the first copy yet. A host that finds no other sign
+	// of an earlier copy looks in the request's thread for its messages.
+	HeaderResent = "Agentbus-Resent"
 	// HeaderEventID carries, on an undelivered event, its webhook-id.
 	HeaderEventID = "Agentbus-Event-Id"
 	// HeaderEventType carries, on an undelivered event, its type.
@@ -163,6 +169,9 @@ func ParseToken(tok string) (string, error) {
 func Inbox(agent, tenant, workflowID, participant string) string {
 	return string(startTokens(inboxPrefix).id(agent).plain(tenant).id(workflowID).id(participant))
 }
+
+// IsInbox reports whether subj is a request's inbox subject (Inbox).
+func IsInbox(subj string) bool { return strings.HasPrefix(subj, inboxPrefix+".") }
 
 // InboxStreamPrefix begins the name of every agent's inbox stream (InboxStream).
 const InboxStreamPrefix = "AGENTBUS_INBOX_"
