@@ -226,12 +226,12 @@ func (s *Stack) serveRemote(ctx context.Context) error {
 }
 
 // share gives hc what the stack's hosts share (agent.ShareWatches): the directory, the limits,
-// the caps' follower, the notices' follower, the replies' subscription, the timer relay and
-// the window of the requests acknowledged.
+// the caps' follower, the notices' follower, the replies' subscription, the timer relay, the
+// usage meter, the idle budget and the window of the requests acknowledged.
 func (s *Stack) share(hc *agent.HostConfig) {
 	hc.Directory, hc.TenantLimits, hc.Caps = s.shared.Directory, s.shared.TenantLimits, s.shared.Caps
 	hc.Notices, hc.Replies, hc.TimerRelay = s.shared.Notices, s.shared.Replies, s.shared.TimerRelay
-	hc.Acked = s.shared.Acked
+	hc.Meter, hc.IdleBudget, hc.Acked = s.shared.Meter, s.shared.IdleBudget, s.shared.Acked
 }
 
 // WaitLive waits until the ingress sees a live host running the agent.

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/bus"
+	"github.com/agentbus/agentbus/pkg/gostack"
 	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/remote"
 	"github.com/agentbus/agentbus/pkg/stack"
@@ -27,8 +28,9 @@ func TestMain(m *testing.M) {
 // TestOneWatchOfTheHosts: the ingress, the host Start begins and the remote agents' hosts read one
 // directory, so the stack watches the hosts and registry buckets once each (every watch receives
 // every heartbeat), and its hosts share one cache of the tenants' limits (each holds every
-// tenant's record; the ingress has its own) and one follower of the load reports and the slot
-// grants; a host added as another process follows them itself.
+// tenant's record; the ingress has its own), one follower of the load reports and the slot
+// grants and one usage meter, as a workflow host process's do; a host added as another process
+// follows them itself.
 func TestOneWatchOfTheHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -59,6 +61,8 @@ func TestOneWatchOfTheHosts(t *testing.T) {
 		return len(sz.Subs)
 	}
 	assert.Equal(t, 2, loadSubs(), "subscriptions to the load reports: the ingress's and the hosts'")
+	hostMeters := gostack.Filter(gostack.Naming("usage.(*Meter).Run"), "agentbus/pkg/agent.")
+	assert.Len(t, hostMeters, 1, "usage meters of hosts: one for all the stack's hosts")
 
 	stop, err := st.AddHost(ctx, "another-process")
 	require.NoError(t, err)

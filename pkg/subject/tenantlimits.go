@@ -28,3 +28,7 @@ func SlotGrantKey(tenant, agent string) string { return Token(agent) + "." + ten
 
 // AgentSlotGrants is the key filter of every grant of an agent's tenants.
 func AgentSlotGrants(agent string) string { return Token(agent) + ".*" }
+
+// TenantSlotGrants is the subject filter of a tenant's grants of every agent in the
+// SlotGrantsBucket's stream, for the tenant's erasure.
+func TenantSlotGrants(tenant string) string { return KVKeyPrefix(SlotGrantsBucket) + "*." + tenant }

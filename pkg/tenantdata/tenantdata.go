@@ -2,7 +2,7 @@
 // conversations and their topic lists, its workflow instances and their run index, the journals
 // of durable steps, its waiting requests and those held behind them, the results of its requests
 // with caller-chosen ids, its files and claim-checked payloads, the requests it left in the
-// agents' inboxes, and its usage counters. What the other stores keep of a tenant (keys, limits,
+// agents' inboxes, the hosts' grants of its concurrency caps, and its usage counters. What the other stores keep of a tenant (keys, limits,
 // dead letters, event subscriptions, remote agents, timers) their own packages remove.
 //
 // A tenant's records in every stream and bucket are found by a subject filter of the tenant
@@ -62,12 +62,21 @@ func erase(ctx context.Context, res *bus.Resources, tenant string, objects bool)
 			return err
 		}
 	}
-	for _, kv := range []jetstream.KeyValue{res.Instances, res.Topics, res.Results} {
-		s, err := res.JS.Stream(ctx, subject.KVStream(kv.Bucket()))
+	for _, b := range []struct {
+		kv     jetstream.KeyValue
+		filter string
+	}{
+		{res.Instances, subject.TenantKeys(subject.InstancesBucket, tenant)},
+		{res.Topics, subject.TenantKeys(subject.TopicsBucket, tenant)},
+		{res.Results, subject.TenantKeys(subject.ResultsBucket, tenant)},
+		// Counts, no data; a tenant made with the id later starts without them.
+		{res.SlotGrants, subject.TenantSlotGrants(tenant)},
+	} {
+		s, err := res.JS.Stream(ctx, subject.KVStream(b.kv.Bucket()))
 		if err != nil {
-			return fmt.Errorf("opening bucket %s: %w", kv.Bucket(), err)
+			return fmt.Errorf("opening bucket %s: %w", b.kv.Bucket(), err)
 		}
-		if err := purge(ctx, s, subject.TenantKeys(kv.Bucket(), tenant)); err != nil {
+		if err := purge(ctx, s, b.filter); err != nil {
 			return err
 		}
 	}

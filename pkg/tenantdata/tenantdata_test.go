@@ -91,6 +91,7 @@ func store(ctx context.Context, t *testing.T, res *bus.Resources, tenant string)
 		{res.Instances, subject.InstanceKey(tenant, wf)},
 		{res.Topics, subject.TopicsKey(tenant, wf, participant)},
 		{res.Results, subject.ResultKey(tenant, "req-1")},
+		{res.SlotGrants, subject.SlotGrantKey(tenant, "Echo")},
 	} {
 		_, err := kv.kv.Put(ctx, kv.key, []byte("x"))
 		require.NoError(t, err, "putting %s", kv.key)
@@ -156,6 +157,7 @@ func wheres(ctx context.Context, t *testing.T, res *bus.Resources, tenant string
 		{"instances", under(kv(res.Instances), subject.TenantKeys(subject.InstancesBucket, tenant))},
 		{"topics", under(kv(res.Topics), subject.TenantKeys(subject.TopicsBucket, tenant))},
 		{"results", under(kv(res.Results), subject.TenantKeys(subject.ResultsBucket, tenant))},
+		{"slot grants", under(kv(res.SlotGrants), subject.TenantSlotGrants(tenant))},
 		{"usage days", under(res.Usage, subject.TenantUsageDays(tenant))},
 		{"usage totals", under(res.UsageTotals, subject.TenantUsageTotals(tenant))},
 		{"files", objects(res.Files)},
