@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,9 +200,26 @@ func TestRequestStoredTwiceRunsOnceOnAnotherHost(t *testing.T) {
 	enqueue(t, js, stub, copyOf("5", "b", true))
 	assert.Equal(t, problem.ReplyUnavailable.Slug, nextReply(t, replies).GetError(), "step 5's second copy's answer")
 
+	// A request released from behind a waiting one (its kept result is the 202 it got when it
+	// was held), whose release was stored twice.
+	released := kept("6")
+	releasedCopy := func(id string, resent bool) nats.Header {
+		h := copyOf("6", id, resent)
+		h.Set(subject.HeaderReleased, "wait-1")
+		return h
+	}
+	enqueue(t, js, released, releasedCopy("a", false))
+	assert.Empty(t, nextReply(t, replies).GetError(), "step 6's answer")
+	enqueue(t, js, released, releasedCopy("b", true))
+	step(t, s, "x", "7", "")
+	waitFor(t, 5*time.Second, "step 7 ran", func() bool {
+		ns, _ := sa.starts("x")
+		return slices.Contains(ns, "7")
+	})
+
 	ns, hosts := sa.starts("x")
-	assert.Equal(t, []string{"1", "2", "3", "4", "5"}, ns, "steps started, in order, each once (on %v)", hosts)
-	assert.Equal(t, []string{owner, owner, "other", "other", "other"}, hosts, "the hosts of the steps")
+	assert.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7"}, ns, "steps started, in order, each once (on %v)", hosts)
+	assert.Equal(t, []string{owner, owner, "other", "other", "other", "other", "other"}, hosts, "the hosts of the steps")
 }
 
 // A request sent as a claim check (a large one, kept in the claims store while it waits) whose

@@ -244,13 +244,14 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // one stores nothing before this one was finished. This catches what the host's own memory of its
 // acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
 // A request with a kept result is answered from it instead, and settled by the same check when
-// its result is missing (settleEarly). A request whose thread cannot be read within
+// its result is missing (settleEarly), unless it was released from behind a waiting request:
+// its kept result is the 202 it got when it was held, and it is settled here. A request whose thread cannot be read within
 // threadCheckPatience is handled as any redelivered one.
 //
 // A second copy of a request, stored because it was sent again (subject.HeaderResent), is
 // acknowledged without running when the first copy's messages are in the thread (storedEarlier).
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
-	if in.req.GetKeepResult() {
+	if in.req.GetKeepResult() && !in.released {
 		return false, false
 	}
 	switch {
@@ -305,11 +306,12 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, in *inbound) 
 // kept result and the host's memory of its requests cannot: a first copy whose result was not
 // kept or read back, handled on another host or long ago.
 //
-// A replayed, resumed or released request is never such a copy. A thread that cannot be read
-// within threadCheckPatience counts as no: the copy runs, as it would without the check. Only
-// copies sent again pay the read.
+// A replayed or resumed request is never such a copy: it ran before, and runs again. A released
+// one is (a request held behind a waiting one stores nothing before it is released). A thread
+// that cannot be read within threadCheckPatience counts as no: the copy runs, as it would
+// without the check. Only copies sent again pay the read.
 func (h *Host) storedEarlier(ctx context.Context, log *slog.Logger, in *inbound) bool {
-	if !in.resent || in.replayed || in.resume != "" || in.released {
+	if !in.resent || in.replayed || in.resume != "" {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
