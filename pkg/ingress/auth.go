@@ -20,6 +20,9 @@ type caller struct {
 	// tenant is the tenant the call acts for; "" when a system key calls an endpoint of the
 	// whole deployment (tenants, system keys, the agent list).
 	tenant string
+	// revocations counts the keys revoked before the key was authenticated (revocations.seen):
+	// a call's answer is withheld when its key was revoked since (revocations.revokedSince).
+	revocations uint64
 }
 
 // isSystem reports whether the caller holds a system-admin key.
@@ -87,6 +90,7 @@ var (
 // metrics once it is known to exist, and a tenant's key on a route whose calls count in one of
 // the tenant's buckets (counted: configuration writes, listen streams) takes a token of it.
 func (s *Server) identify(r *http.Request, q url.Values, a access, extra ...string) (caller, *problem.Problem) {
+	revocations := s.revoked.seen() // before the key is checked: a revocation after it is seen
 	key, p := s.authenticate(a.where, append(a.creds(r, q), extra...)...)
 	if p != nil {
 		return caller{}, p
@@ -98,7 +102,7 @@ func (s *Server) identify(r *http.Request, q url.Values, a access, extra ...stri
 		}
 		return caller{}, problem.Forbidden.New(detail)
 	}
-	c := caller{key: key}
+	c := caller{key: key, revocations: revocations}
 	switch a.tenant {
 	case keyTenant:
 		c.tenant, p = s.keyTenant(r, q, key)

@@ -34,6 +34,10 @@ var errKeyReused = errors.New("requestId reused for a different request")
 // that keeps whatever they missed a client error, not a bus failure.
 var errUnencodable = errors.New("the request holds text that is not valid UTF-8")
 
+// errKeyRevoked means the caller's key was revoked while the call waited for its answer, which is
+// withheld.
+var errKeyRevoked = errors.New("the API key was revoked while the call waited")
+
 // errReplyLost means the handler answered but its large reply could not be read back.
 var errReplyLost = errors.New("reply could not be read")
 
@@ -131,15 +135,17 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 	return msg, nil
 }
 
-// call publishes req and waits up to timeout for its reply. It does not wait for the inbox's
-// acknowledgement on its own: the waiter reads it as it reads the reply (bus.Waiter.Await).
+// call publishes req for c and waits up to timeout for its reply. It does not wait for the
+// inbox's acknowledgement on its own: the waiter reads it as it reads the reply
+// (bus.Waiter.Await). A reply that comes after c's key was revoked is not returned
+// (errKeyRevoked).
 //
 // A request with a caller-chosen requestId (KeepResult) is kept alive through a NATS failover
 // for its whole timeout: it is published again with its de-duplication id while no stream
 // stores it, and once its reply is late the waiter also reads the result a host keeps for it,
 // answering with whichever comes first (bus.Waiter.LookUpResult). A duplicate (the id was
 // accepted before) is answered the same way, from the first request's reply or kept result.
-func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
+func (s *Server) call(ctx context.Context, c caller, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
 	waiter := s.replies.Wait()
 	defer waiter.Done()
 	msg, err := s.inboxMsg(ctx, req, waiter.Subject)
@@ -166,6 +172,9 @@ func (s *Server) call(ctx context.Context, req *agentbusv1.Request, timeout time
 		return nil, fmt.Errorf("publishing request: %w", err)
 	default:
 		return nil, errTimeout
+	}
+	if s.revoked.revokedSince(c) {
+		return nil, errKeyRevoked
 	}
 	if waiter.FromKeptResult(rep) {
 		s.metrics.kept.Inc()
@@ -221,6 +230,8 @@ func (s *Server) callProblem(path string, req *agentbusv1.Request, err error) pr
 	case errors.Is(err, errUnencodable):
 		s.log.Warn("request refused by the bus's encoding", "requestId", req.RequestId, "path", path, "err", err)
 		p = problem.InvalidText.New("the request holds text that is not valid UTF-8")
+	case errors.Is(err, errKeyRevoked):
+		p = problem.Unauthorized.New("the API key was revoked while the call waited; the request was accepted, and its answer is not given to the revoked key")
 	case errors.Is(err, errClientGone):
 		// Nobody reads this answer; 499-like, but keep to registered codes.
 		p = problem.ClientGone.New("the client went away")

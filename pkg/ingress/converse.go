@@ -37,10 +37,10 @@ func (s *Server) converse(w http.ResponseWriter, r *http.Request) {
 	}
 	ids := idsOf(req)
 	if wantsEventStream(r) && !c.keep {
-		s.streamCall(w, r, req, ids, timeout)
+		s.streamCall(w, r, c.caller, req, ids, timeout)
 		return
 	}
-	rep, err := s.call(r.Context(), req, timeout)
+	rep, err := s.call(r.Context(), c.caller, req, timeout)
 	if err != nil {
 		s.writeCallError(w, r, req, err)
 		return

@@ -1,10 +1,15 @@
 package ingress_test
 
 import (
+	"bytes"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
@@ -38,4 +43,52 @@ func TestListenStreamEndsWithItsKey(t *testing.T) {
 	theirs.comment(t)
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/acme", systemKey, nil, http.StatusNoContent, nil)
 	theirs.ended(t, "the stream of a deleted tenant's key")
+}
+
+// TestCallsInFlightGetNoAnswerForARevokedKey: a call waiting for its handler when its key is
+// revoked is not given the answer: a converse call gets 401, a streamed one ends with a 401
+// error event instead of its message. The request itself was accepted and runs; a call of
+// another key waiting beside them gets its answer.
+func TestCallsInFlightGetNoAnswerForARevokedKey(t *testing.T) {
+	t.Parallel()
+	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	gone := createKey(t, s, "default", systemKey, "revoked", "user")
+	kept := createKey(t, s, "default", systemKey, "kept", "user")
+	waitKnown(t, s, gone.Key, kept.Key)
+	const sleep = `{"ms":1500}`
+	sleeping := func(key, participant string) string {
+		return s.URL + "/api/user/rest/converse?" + q("workflow", "Echo", "type", "Data", "text", "sleep",
+			"participantId", participant, "apikey", key).Encode()
+	}
+
+	var (
+		wg                    sync.WaitGroup
+		goneStatus, keptState int
+		goneBody              []byte
+		streamed              []byte
+	)
+	wg.Go(func() {
+		goneStatus, _, goneBody = doCT(t, http.MethodPost, sleeping(gone.Key, "a"), strings.NewReader(sleep), "Content-Type", "application/json")
+	})
+	wg.Go(func() {
+		_, _, streamed = doCT(t, http.MethodPost, sleeping(gone.Key, "b"), strings.NewReader(sleep),
+			"Content-Type", "application/json", "Accept", "text/event-stream")
+	})
+	wg.Go(func() {
+		keptState, _, _ = doCT(t, http.MethodPost, sleeping(kept.Key, "c"), strings.NewReader(sleep), "Content-Type", "application/json")
+	})
+	time.Sleep(500 * time.Millisecond) // the calls wait for their handlers
+	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/keys/"+gone.ID, systemKey, nil, http.StatusNoContent, nil)
+	wg.Wait()
+
+	assert.Equal(t, http.StatusUnauthorized, goneStatus, "the revoked key's call: %s", goneBody)
+	assert.Contains(t, string(goneBody), "revoked", "the revoked key's call")
+	events := readEvents(bytes.NewReader(streamed))
+	require.NotEmpty(t, events, "the revoked key's stream")
+	last := events[len(events)-1]
+	assert.Equal(t, "error", last.Event, "the revoked key's stream ends with %+v", last)
+	assert.Contains(t, last.Data, `"status":401`, "the revoked key's stream")
+	assert.Equal(t, http.StatusOK, keptState, "another key's call")
+	ran := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "a"), bearerHeader(kept.Key)...)
+	assert.Len(t, ran.Messages, 2, "the revoked key's call ran: its request and answer are in its thread")
 }

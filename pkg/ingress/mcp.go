@@ -404,7 +404,7 @@ func (s *Server) mcpCall(agent, method string) mcp.ToolHandler {
 		}
 		call := newMessageRequest(wf, participant, agentbusv1.Kind_KIND_DATA, method, requestID, keep)
 		call.Data = params
-		rep, err := s.call(ctx, call, defaultWait)
+		rep, err := s.call(ctx, mr.caller, call, defaultWait)
 		if err != nil {
 			p := s.callProblem(mcpPath, call, err)
 			status = p.Status

@@ -98,7 +98,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, idsOf(req))
 		return
 	}
-	rep, err := s.call(r.Context(), req, wait.timeout)
+	rep, err := s.call(r.Context(), c, req, wait.timeout)
 	if err != nil {
 		s.writeCallError(w, r, req, err)
 		return

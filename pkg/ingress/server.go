@@ -293,9 +293,11 @@ type Server struct {
 	waiting   *waiting
 	bodies    *bodyBudget
 	listeners *listeners
-	feeds     *threadFeeds
-	metrics   *apiMetrics
-	stats     *statsService
+	// revoked remembers the keys revoked lately, whose calls in flight get no answer.
+	revoked *revocations
+	feeds   *threadFeeds
+	metrics *apiMetrics
+	stats   *statsService
 	// confirms makes admin writes wait until every instance's caches hold them (confirm.go).
 	confirms *confirmer
 	// params checks Data calls' parameters against their methods' registered schemas.
@@ -346,6 +348,8 @@ func newServer(cfg Config) (*Server, error) {
 			perKey: cfg.MaxListenersPerKey, perTenant: cfg.MaxListenersPerTenant,
 			keys: make(map[string]int), tenants: make(map[string]int),
 		},
+		// A minute longer than the longest a call may wait for its answer.
+		revoked: newRevocations(max(cfg.WebhookTimeout, maxWaitSecs*time.Second) + time.Minute),
 	}
 	var err error
 	if s.metrics, err = newMetrics(cfg.Metrics, cfg.Tracer); err != nil {
@@ -418,7 +422,10 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	started = append(started, s.auth.Close)
-	s.auth.OnRevoked(s.listeners.end)
+	s.auth.OnRevoked(func(keyID string) {
+		s.revoked.note(keyID)
+		s.listeners.end(keyID)
+	})
 	s.keys = s.keys.WithCache(s.auth, s.cfg.MaxKeysPerTenant, s.log)
 	s.stopKeyCompaction = s.startKeyCompaction()
 	started = append(started, s.stopKeyCompaction)

@@ -61,7 +61,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, *p)
 		return
 	}
-	rep, err := s.call(r.Context(), req, defaultWait)
+	rep, err := s.call(r.Context(), c, req, defaultWait)
 	if err != nil {
 		s.writeCallError(w, r, req, err)
 		return

@@ -28,8 +28,9 @@ func wantsEventStream(r *http.Request) bool {
 // one "message" event holding the same answer the JSON endpoint gives, or one "error" event
 // holding a problem. A "restart" event ({"attempt": n}) says that the handler runs again (a
 // retry, or a redelivery after its host stopped): the client discards the deltas and tool events
-// before it, and the answer is streamed again from its beginning.
-func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbusv1.Request, ids history.IDs, timeout time.Duration) {
+// before it, and the answer is streamed again from its beginning. Once c's key is revoked, the
+// next event is an "error" one (401), which ends the stream.
+func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, c caller, req *agentbusv1.Request, ids history.IDs, timeout time.Duration) {
 	req.Stream = true
 	waiter := s.replies.Wait()
 	defer waiter.Done()
@@ -62,6 +63,10 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, req *agentbu
 				s.metrics.timeouts.Inc()
 				problemEvent(*problem.HandlerTimeout.New("the handler did not answer in time; the request was accepted and will still be processed"))
 			}
+			return
+		}
+		if s.revoked.revokedSince(c) {
+			problemEvent(s.callProblem(r.URL.Path, req, errKeyRevoked))
 			return
 		}
 		if rep.GetPartial() {

@@ -60,7 +60,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
 		ContentType:    contentType,
 		KeepResult:     keep,
 	}
-	rep, err := s.call(r.Context(), req, s.cfg.WebhookTimeout)
+	rep, err := s.call(r.Context(), c.caller, req, s.cfg.WebhookTimeout)
 	if err != nil {
 		s.writeCallError(w, r, req, err)
 		return
