@@ -245,8 +245,8 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // acknowledgements (dispatch.go) cannot: a copy delivered to another host, or long after.
 // A request with a kept result is answered from it instead, and settled by the same check when
 // its result is missing (settleEarly), unless it was released from behind a waiting request:
-// its kept result is the 202 it got when it was held, and it is settled here. A request whose thread cannot be read within
-// threadCheckPatience is handled as any redelivered one.
+// its kept result is the 202 it got when it was held, and it is settled here. A request whose
+// thread cannot be read within threadCheckPatience is handled as any redelivered one.
 //
 // A second copy of a request, stored because it was sent again (subject.HeaderResent), is
 // acknowledged without running when the first copy's messages are in the thread (storedEarlier).
@@ -309,11 +309,15 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, in *inbound) 
 // A replayed or resumed request is never such a copy: it ran before, and runs again. A released
 // one is (a request held behind a waiting one stores nothing before it is released). A thread
 // that cannot be read within threadCheckPatience counts as no: the copy runs, as it would
-// without the check. Only copies sent again pay the read.
+// without the check. Only copies sent again pay the read, once: the answer is kept in in.
 func (h *Host) storedEarlier(ctx context.Context, log *slog.Logger, in *inbound) bool {
 	if !in.resent || in.replayed || in.resume != "" {
 		return false
 	}
+	if in.earlier != nil {
+		return *in.earlier
+	}
+	in.earlier = new(bool)
 	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
 	defer cancel()
 	req := in.req
@@ -327,6 +331,7 @@ func (h *Host) storedEarlier(ctx context.Context, log *slog.Logger, in *inbound)
 		log.Warn("could not tell whether a request sent again was stored twice", "err", err)
 		return false
 	}
+	*in.earlier = held
 	return held
 }
 
@@ -367,8 +372,9 @@ type inbound struct {
 	// deadID.
 	deadLettered bool
 	deadID       uint64
-	// thread is set once newestOrigin read the request's thread.
-	thread *threadCheck
+	// thread is set once newestOrigin read the request's thread; earlier once storedEarlier did.
+	thread  *threadCheck
+	earlier *bool
 	// resume is the wait a resumed request ends (HeaderResume); released is set on a request
 	// that was held behind a waiting one (HeaderReleased). keepClaim is set once the request's
 	// envelope is kept by a wait: its stored copy (a claim check) must stay.
