@@ -46,18 +46,26 @@ func TestListenStreamEndsWithItsKey(t *testing.T) {
 }
 
 // TestCallsInFlightGetNoAnswerForARevokedKey: a call waiting for its handler when its key is
-// revoked is not given the answer: a converse call gets 401, a streamed one ends with a 401
-// error event instead of its message. The request itself was accepted and runs; a call of
-// another key waiting beside them gets its answer.
+// revoked is not given the answer, on the ingress the revocation went through and on another:
+// a converse call gets 401, a streamed one ends with a 401 error event instead of its message.
+// The request itself was accepted and runs; a call of another key waiting beside them gets its
+// answer.
 func TestCallsInFlightGetNoAnswerForARevokedKey(t *testing.T) {
 	t.Parallel()
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	two := startTwoIngresses(t)
+	s := two.Stack
 	gone := createKey(t, s, "default", systemKey, "revoked", "user")
 	kept := createKey(t, s, "default", systemKey, "kept", "user")
 	waitKnown(t, s, gone.Key, kept.Key)
+	require.Eventually(t, func() bool { return callEcho(t, two.second.URL, gone.Key) == http.StatusOK },
+		5*time.Second, 10*time.Millisecond, "the second ingress knows the key")
 	const sleep = `{"ms":1500}`
 	sleeping := func(key, participant string) string {
-		return s.URL + "/api/user/rest/converse?" + q("workflow", "Echo", "type", "Data", "text", "sleep",
+		base := s.URL
+		if participant == "a" {
+			base = two.second.URL // the revocation goes through the first
+		}
+		return base + "/api/user/rest/converse?" + q("workflow", "Echo", "type", "Data", "text", "sleep",
 			"participantId", participant, "apikey", key).Encode()
 	}
 
@@ -81,8 +89,8 @@ func TestCallsInFlightGetNoAnswerForARevokedKey(t *testing.T) {
 	adminOK(t, s, http.MethodDelete, "/api/v1/admin/tenants/default/keys/"+gone.ID, systemKey, nil, http.StatusNoContent, nil)
 	wg.Wait()
 
-	assert.Equal(t, http.StatusUnauthorized, goneStatus, "the revoked key's call: %s", goneBody)
-	assert.Contains(t, string(goneBody), "revoked", "the revoked key's call")
+	assert.Equal(t, http.StatusUnauthorized, goneStatus, "the revoked key's call on another ingress: %s", goneBody)
+	assert.Contains(t, string(goneBody), "revoked", "the revoked key's call on another ingress")
 	events := readEvents(bytes.NewReader(streamed))
 	require.NotEmpty(t, events, "the revoked key's stream")
 	last := events[len(events)-1]
