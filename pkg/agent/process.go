@@ -284,9 +284,8 @@ func (h *Host) newestOrigin(ctx context.Context, log *slog.Logger, in *inbound) 
 	ctx, cancel := context.WithTimeout(ctx, threadCheckPatience)
 	defer cancel()
 	req := in.req
-	err := retry(ctx, log, "reading the request's thread", func() error {
-		cur, err := h.history.Cursor(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
-		newest = cur.Newest
+	err := retry(ctx, log, "reading the request's thread", func() (err error) {
+		newest, err = h.history.NewestOrigin(ctx, req.GetTenantId(), req.GetWorkflowId(), req.GetParticipantId())
 		return err
 	})
 	if err != nil {

@@ -243,7 +243,7 @@ func (r *recovery) mine(cur *Cursor, msgs []Message) bool {
 func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, rec *recovery) (Cursor, error) {
 	var cur Cursor
 	first := true
-	err := s.walk(ctx, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+	err := s.walk(ctx, s.stream, subject.Thread(tenant, workflowID, participant), func(r record) bool {
 		if first {
 			first = false
 			cur = Cursor{LastSeq: r.seq, Prev: r.prev, Newest: r.origin()}
@@ -276,11 +276,46 @@ type record struct {
 // origin is the request whose handling stored r (subject.HeaderOrigin); zero when r names none.
 func (r *record) origin() Origin { return parseOrigin(r.header.Get(subject.HeaderOrigin)) }
 
-// walk reads a thread's records newest first: its newest record, then those its header lists
-// before it (at most PrevDepth), handing each to visit until visit returns false or they end
-// (the older ones aged out). A thread without records visits nothing.
-func (s *Store) walk(ctx context.Context, subj string, visit func(r record) bool) error {
-	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+// msgReader reads a stream's messages: the stream itself (direct gets, which any replica
+// answers) or its leader (leaderReader).
+type msgReader interface {
+	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
+	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
+}
+
+// leaderReader reads the history stream's messages from its leader (bus.LeaderGet). A replica
+// answers direct gets once it is nearly caught up, so right after a NATS node rejoins its
+// cluster a direct get may miss a record the stream holds: the checks that decide whether a
+// request ran before (Newest, HeldEarlier) read from the leader, as the buckets that decide it
+// do (docs/bus.md).
+type leaderReader struct{ nc *nats.Conn }
+
+func (l leaderReader) GetLastMsgForSubject(ctx context.Context, subj string) (*jetstream.RawStreamMsg, error) {
+	return bus.LeaderLastMsg(ctx, l.nc, subject.MessagesStream, subj)
+}
+
+func (l leaderReader) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	return bus.LeaderGet(ctx, l.nc, subject.MessagesStream, seq, "")
+}
+
+// NewestOrigin reads, from the history stream's leader, which request stored the newest record
+// of a thread (Cursor.Newest); zero when the thread has none, or its newest names none.
+func (s *Store) NewestOrigin(ctx context.Context, tenant, workflowID, participant string) (Origin, error) {
+	raw, err := leaderReader{s.js.Conn()}.GetLastMsgForSubject(ctx, subject.Thread(tenant, workflowID, participant))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Origin{}, nil
+	}
+	if err != nil {
+		return Origin{}, fmt.Errorf("reading thread: %w", err)
+	}
+	return parseOrigin(raw.Header.Get(subject.HeaderOrigin)), nil
+}
+
+// walk reads a thread's records newest first, through r: its newest record, then those its
+// header lists before it (at most PrevDepth), handing each to visit until visit returns false or
+// they end (the older ones aged out). A thread without records visits nothing.
+func (s *Store) walk(ctx context.Context, r msgReader, subj string, visit func(r record) bool) error {
+	raw, err := r.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
@@ -299,7 +334,7 @@ func (s *Store) walk(ctx context.Context, subj string, visit func(r record) bool
 		return nil
 	}
 	for _, seq := range prev {
-		raw, err := s.stream.GetMsg(ctx, seq)
+		raw, err := r.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil // aged out
 		}
@@ -323,10 +358,11 @@ func (s *Store) walk(ctx context.Context, subj string, visit func(r record) bool
 // the inbox's de-duplication window a request id names a new request). It tells a request the
 // inbox stored twice, through a NATS failover, whose first copy ran. Records stored by later
 // requests are walked past, and the walk ends at a record stored longer than window before o;
-// records that name no origin count as no copy's.
+// records that name no origin count as no copy's. It reads from the stream's leader
+// (leaderReader).
 func (s *Store) HeldEarlier(ctx context.Context, tenant, workflowID, participant, requestID string, o Origin, window time.Duration) (bool, error) {
 	held := false
-	err := s.walk(ctx, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+	err := s.walk(ctx, leaderReader{s.js.Conn()}, subject.Thread(tenant, workflowID, participant), func(r record) bool {
 		from := r.origin()
 		if from.Stored != 0 && from.Stored < o.Stored-window.Nanoseconds() {
 			return false
