@@ -44,12 +44,6 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, seq uint64, ne
 	return leaderMsgGet(ctx, nc, stream, msgGetRequest{Seq: seq, NextBySubj: nextBySubject})
 }
 
-// LeaderLastMsg reads the last message of a stream on subj from the stream's leader, as LeaderGet
-// reads one by sequence; jetstream.ErrMsgNotFound when there is none.
-func LeaderLastMsg(ctx context.Context, nc *nats.Conn, stream, subj string) (*jetstream.RawStreamMsg, error) {
-	return leaderMsgGet(ctx, nc, stream, msgGetRequest{LastBySubj: subj})
-}
-
 // leaderMsgGet sends a STREAM.MSG.GET request to the stream's leader, bounded by 5 s when ctx
 // has no deadline, and reads its answer.
 func leaderMsgGet(ctx context.Context, nc *nats.Conn, stream string, r msgGetRequest) (*jetstream.RawStreamMsg, error) {

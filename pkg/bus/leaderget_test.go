@@ -11,7 +11,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/bus"
 )
 
-// LeaderGet and LeaderLastMsg read what the stream holds, headers included, as jetstream's
+// LeaderGet and LeaderLast read what the stream holds, headers included, as jetstream's
 // gets do, and answer jetstream.ErrMsgNotFound for what it does not hold.
 func TestLeaderReads(t *testing.T) {
 	nc, js, ctx := withStream(t, "LEADERREAD", "lr.>")
@@ -31,13 +31,13 @@ func TestLeaderReads(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(3), m.Sequence, "the first lr.a at or after 2")
 
-	m, err = bus.LeaderLastMsg(ctx, nc, "LEADERREAD", "lr.a")
+	m, err = bus.LeaderLast(ctx, nc, "LEADERREAD", "lr.a")
 	require.NoError(t, err)
 	assert.Equal(t, uint64(3), m.Sequence, "the last lr.a")
 	assert.Equal(t, "2", string(m.Data), "the last lr.a's data")
 	assert.Equal(t, "2", m.Header.Get("X-N"), "the last lr.a's header")
 
-	_, err = bus.LeaderLastMsg(ctx, nc, "LEADERREAD", "lr.none")
+	_, err = bus.LeaderLast(ctx, nc, "LEADERREAD", "lr.none")
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "a subject without messages")
 	_, err = bus.LeaderGet(ctx, nc, "LEADERREAD", 9, "")
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "a sequence past the last")

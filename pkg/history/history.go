@@ -243,7 +243,7 @@ func (r *recovery) mine(cur *Cursor, msgs []Message) bool {
 func (s *Store) read(ctx context.Context, tenant, workflowID, participant string, rec *recovery) (Cursor, error) {
 	var cur Cursor
 	first := true
-	err := s.walk(ctx, s.stream, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+	err := walk(ctx, s.stream, subject.Thread(tenant, workflowID, participant), func(r record) bool {
 		if first {
 			first = false
 			cur = Cursor{LastSeq: r.seq, Prev: r.prev, Newest: r.origin()}
@@ -283,15 +283,15 @@ type msgReader interface {
 	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
 }
 
-// leaderReader reads the history stream's messages from its leader (bus.LeaderGet). A replica
-// answers direct gets once it is nearly caught up, so right after a NATS node rejoins its
+// leaderReader reads the history stream's messages from its leader (bus.LeaderGet, LeaderLast). A
+// replica answers direct gets once it is nearly caught up, so right after a NATS node rejoins its
 // cluster a direct get may miss a record the stream holds: the checks that decide whether a
-// request ran before (Newest, HeldEarlier) read from the leader, as the buckets that decide it
-// do (docs/bus.md).
+// request ran before (NewestOrigin, HeldEarlier) read from the leader, as the buckets that decide
+// it do (docs/bus.md).
 type leaderReader struct{ nc *nats.Conn }
 
 func (l leaderReader) GetLastMsgForSubject(ctx context.Context, subj string) (*jetstream.RawStreamMsg, error) {
-	return bus.LeaderLastMsg(ctx, l.nc, subject.MessagesStream, subj)
+	return bus.LeaderLast(ctx, l.nc, subject.MessagesStream, subj)
 }
 
 func (l leaderReader) GetMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
@@ -314,7 +314,7 @@ func (s *Store) NewestOrigin(ctx context.Context, tenant, workflowID, participan
 // walk reads a thread's records newest first, through r: its newest record, then those its
 // header lists before it (at most PrevDepth), handing each to visit until visit returns false or
 // they end (the older ones aged out). A thread without records visits nothing.
-func (s *Store) walk(ctx context.Context, r msgReader, subj string, visit func(r record) bool) error {
+func walk(ctx context.Context, r msgReader, subj string, visit func(r record) bool) error {
 	raw, err := r.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
@@ -362,7 +362,7 @@ func (s *Store) walk(ctx context.Context, r msgReader, subj string, visit func(r
 // (leaderReader).
 func (s *Store) HeldEarlier(ctx context.Context, tenant, workflowID, participant, requestID string, o Origin, window time.Duration) (bool, error) {
 	held := false
-	err := s.walk(ctx, leaderReader{s.js.Conn()}, subject.Thread(tenant, workflowID, participant), func(r record) bool {
+	err := walk(ctx, leaderReader{s.js.Conn()}, subject.Thread(tenant, workflowID, participant), func(r record) bool {
 		from := r.origin()
 		if from.Stored != 0 && from.Stored < o.Stored-window.Nanoseconds() {
 			return false
