@@ -174,19 +174,11 @@ func (h *Host) settleEarly(ctx context.Context, log *slog.Logger, d *delivery, i
 		// a replayed dead letter, which ran and failed), one delivered again after a later
 		// request of its conversation stored messages, or a second copy stored of a request whose
 		// first copy stored its messages, ran: running it again would repeat it.
-		if !in.replayed && h.live.keptLately(in.req, h.res.Config.DedupeWindow) {
+		lately := !in.replayed && h.live.keptLately(in.req, h.res.Config.DedupeWindow)
+		if lately {
 			log.Warn("request finished on this host lately, but its kept result is missing; acknowledging this copy")
-			h.answerHandled(ctx, log, in)
-			return true, h.finish(ctx, log, d, nil)
 		}
-		if in.recover == recoverTail && h.handledBefore(ctx, log, in) {
-			log.Warn("request handled before, but its kept result is missing; acknowledging this copy",
-				"later", in.thread.newest.Seq)
-			h.answerHandled(ctx, log, in)
-			return true, h.finish(ctx, log, d, nil)
-		}
-		if h.storedEarlier(ctx, log, in) {
-			log.Warn("request stored twice, and its first copy was handled (its messages are in its thread), but its kept result is missing; acknowledging this copy")
+		if lately || h.ranBefore(ctx, log, in) {
 			h.answerHandled(ctx, log, in)
 			return true, h.finish(ctx, log, d, nil)
 		}
@@ -251,9 +243,16 @@ func (h *Host) deadLetterUnrun(ctx context.Context, log *slog.Logger, d *deliver
 // A second copy of a request, stored because it was sent again (subject.HeaderResent), is
 // acknowledged without running when the first copy's messages are in the thread (storedEarlier).
 func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery, in *inbound) (settled, finished bool) {
-	if in.req.GetKeepResult() && !in.released {
+	if (in.req.GetKeepResult() && !in.released) || !h.ranBefore(ctx, log, in) {
 		return false, false
 	}
+	return true, h.finish(ctx, log, d, nil)
+}
+
+// ranBefore reports whether in's thread shows that in ran before: it was delivered again after
+// a later request of its conversation stored a record (handledBefore), or it is a copy sent
+// again whose first copy stored its messages (storedEarlier). It logs which.
+func (h *Host) ranBefore(ctx context.Context, log *slog.Logger, in *inbound) bool {
 	switch {
 	case in.recover == recoverTail && h.handledBefore(ctx, log, in):
 		log.Info("request handled before (a later request of its conversation stored its messages); acknowledging this copy",
@@ -261,9 +260,9 @@ func (h *Host) settleHandled(ctx context.Context, log *slog.Logger, d *delivery,
 	case h.storedEarlier(ctx, log, in):
 		log.Warn("request stored twice, and its first copy was handled (its messages are in its thread); acknowledging this copy")
 	default:
-		return false, false
+		return false
 	}
-	return true, h.finish(ctx, log, d, nil)
+	return true
 }
 
 // handledBefore reports whether the newest record of in's thread names a request the inbox
