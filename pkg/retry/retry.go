@@ -143,8 +143,13 @@ func (a *Attempts) Reset() { a.n, a.since = 0, time.Time{} }
 // N is the number of failed attempts counted.
 func (a *Attempts) N() int { return a.n }
 
-// Sleep pauses for d, or answers ctx's error when ctx ends first.
+// Sleep pauses for d, or answers ctx's error when ctx ends first. A ctx ended already answers
+// at once, however short d: a select between it and a timer that fired meanwhile (a pause of
+// microseconds) would choose either.
 func Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
