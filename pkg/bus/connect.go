@@ -24,7 +24,7 @@ func Connect(urls, name string, log *slog.Logger) (*nats.Conn, error) {
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(ReconnectWait),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
@@ -38,6 +38,11 @@ func Connect(urls, name string, log *slog.Logger) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// ReconnectWait is how long a connection Connect opened waits before it dials a server again
+// that it last dialled less than that ago. It is well inside a workflow host's lease: a host whose
+// one NATS server closed its connection reconnects to it before the others take it for dead.
+const ReconnectWait = 500 * time.Millisecond
 
 // asyncErrorEvery is how often LogAsyncErrors logs at most.
 const asyncErrorEvery = time.Second

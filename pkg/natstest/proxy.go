@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // Proxy connects clients in process to a NATS server through a filter of their protocol, for
@@ -53,10 +55,12 @@ func LoseFirst(server nats.InProcessConnProvider, prefix string) *Proxy {
 	}}
 }
 
-// Connect connects to the server through p; the connection is closed when the test ends.
+// Connect connects to the server through p; the connection is closed when the test ends. It
+// reconnects as a service's connection does (bus.Connect): forever, bus.ReconnectWait apart.
 func (p *Proxy) Connect(t testing.TB, name string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(p), nats.MaxReconnects(-1))
+	nc, err := nats.Connect("", nats.Name(name), nats.InProcessServer(p), nats.MaxReconnects(-1),
+		nats.ReconnectWait(bus.ReconnectWait))
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc
