@@ -58,34 +58,42 @@ func leaderMsgGet(ctx context.Context, nc *nats.Conn, stream string, r msgGetReq
 	}
 	msg, err := nc.RequestWithContext(ctx, subject.StreamMsgGetAPI(stream), req)
 	if err != nil {
-		if r.LastBySubj != "" {
-			return nil, fmt.Errorf("reading the last message of %s on %s: %w", stream, r.LastBySubj, err)
-		}
-		return nil, fmt.Errorf("reading message %d of %s: %w", r.Seq, stream, err)
+		return nil, fmt.Errorf("reading %s: %w", r.what(stream), err)
 	}
-	return decodeMsgGet(msg.Data, stream, r.Seq)
+	return decodeMsgGet(msg.Data, r.what(stream))
+}
+
+// what names the message r asks for, in errors.
+func (r msgGetRequest) what(stream string) string {
+	switch {
+	case r.LastBySubj != "":
+		return fmt.Sprintf("the last message of %s on %s", stream, r.LastBySubj)
+	case r.NextBySubj != "":
+		return fmt.Sprintf("the first message of %s on %s from %d", stream, r.NextBySubj, r.Seq)
+	}
+	return fmt.Sprintf("message %d of %s", r.Seq, stream)
 }
 
 // decodeMsgGet reads the answer of a STREAM.MSG.GET request for the message at seq of stream.
-func decodeMsgGet(data []byte, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+func decodeMsgGet(data []byte, what string) (*jetstream.RawStreamMsg, error) {
 	var resp msgGetResponse
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, fmt.Errorf("decoding message %d of %s: %w", seq, stream, err)
+		return nil, fmt.Errorf("decoding %s: %w", what, err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) || resp.Error.Code == 404 {
 			return nil, jetstream.ErrMsgNotFound
 		}
-		return nil, fmt.Errorf("reading message %d of %s: %s (%d)", seq, stream, resp.Error.Description, resp.Error.ErrCode)
+		return nil, fmt.Errorf("reading %s: %s (%d)", what, resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
-		return nil, fmt.Errorf("reading message %d of %s: empty answer", seq, stream)
+		return nil, fmt.Errorf("reading %s: empty answer", what)
 	}
 	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		var err error
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return nil, fmt.Errorf("decoding headers of message %d of %s: %w", seq, stream, err)
+			return nil, fmt.Errorf("decoding the headers of %s: %w", what, err)
 		}
 	}
 	return m, nil
