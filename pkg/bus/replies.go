@@ -56,6 +56,7 @@ func NewReplies(nc *nats.Conn, instance string, log *slog.Logger) (*Replies, err
 type Waiter struct {
 	r       *Replies
 	token   string
+	owner   string // whose wait it is (WaitFor), for Withdraw
 	Subject string
 
 	// accepted is what the inbox said of the request sent with Send (ackPending, ackAccepted,
@@ -75,6 +76,7 @@ type Waiter struct {
 	queue      []*agentbusv1.Reply
 	first      [1]*agentbusv1.Reply // queue's first backing array: most calls get one reply
 	ackFailure error                // the inbox refused the request, or ErrDuplicate
+	withdrawn  error                // Withdraw's error: the wait is over, its reply is not handed on
 	notify     chan struct{}        // has a token while queue or ackFailure is not empty
 }
 
@@ -166,14 +168,43 @@ func (w *Waiter) FromKeptResult(rep *agentbusv1.Reply) bool {
 }
 
 // Wait registers a new waiter; call Done when no longer waiting.
-func (r *Replies) Wait() *Waiter {
+func (r *Replies) Wait() *Waiter { return r.WaitFor("") }
+
+// WaitFor registers a new waiter on behalf of owner (an API key's id, say), whose waits Withdraw
+// ends; call Done when no longer waiting.
+func (r *Replies) WaitFor(owner string) *Waiter {
 	token := strconv.FormatUint(r.next.Add(1), 36)
-	w := &Waiter{r: r, token: token, Subject: subject.Reply(r.instance, token), notify: make(chan struct{}, 1)}
+	w := &Waiter{r: r, token: token, owner: owner, Subject: subject.Reply(r.instance, token), notify: make(chan struct{}, 1)}
 	w.queue = w.first[:0]
 	r.mu.Lock()
 	r.waiters[token] = w
 	r.mu.Unlock()
 	return w
+}
+
+// Withdraw ends the waits of owner's waiters (WaitFor): their Await and Receive return err at
+// once, and no reply is handed on after it. It returns how many waits it ended; an owner ""
+// has none. It goes through every waiter, for an event as rare as a revoked API key: waiting
+// costs a call nothing more.
+func (r *Replies) Withdraw(owner string, err error) int {
+	if owner == "" {
+		return 0
+	}
+	var ended []*Waiter
+	r.mu.Lock()
+	for _, w := range r.waiters {
+		if w.owner == owner {
+			ended = append(ended, w)
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range ended {
+		w.mu.Lock()
+		w.withdrawn = err
+		w.mu.Unlock()
+		w.wake()
+	}
+	return len(ended)
 }
 
 // Done forgets the waiter; a reply arriving later is dropped (it is still in the result cache
@@ -184,12 +215,16 @@ func (w *Waiter) Done() {
 	w.r.mu.Unlock()
 }
 
-// Receive waits for the next reply (partial or final) or for ctx to end.
+// Receive waits for the next reply (partial or final) or for ctx to end. Once the wait is
+// withdrawn (Withdraw) it returns Withdraw's error.
 func (w *Waiter) Receive(ctx context.Context) (*agentbusv1.Reply, error) {
 	for {
 		w.mu.Lock()
-		rep := w.take()
+		rep, withdrawn := w.take(), w.withdrawn
 		w.mu.Unlock()
+		if withdrawn != nil {
+			return nil, withdrawn
+		}
 		if rep != nil {
 			return rep, nil
 		}
@@ -218,16 +253,20 @@ func (w *Waiter) Send(m *nats.Msg) error {
 // call (else ErrReplyTimeout, once it is known to be stored). While no stream answers (a stream
 // leader being elected) it publishes the request again, as Publish does, until accept or timeout
 // is up, whichever comes first. It returns ErrDuplicate when the inbox held the request already
-// (unless LookUpResult was called), and ctx's error when ctx ends first.
+// (unless LookUpResult was called), ctx's error when ctx ends first, and Withdraw's error once
+// the wait is withdrawn.
 func (w *Waiter) Await(ctx context.Context, accept, timeout time.Duration) (*agentbusv1.Reply, error) {
 	a := awaiting{w: w, start: time.Now(), accept: accept, timeout: timeout}
 	a.arm()
 	defer a.disarm()
 	for {
 		w.mu.Lock()
-		rep, failure := w.take(), w.ackFailure
+		rep, failure, withdrawn := w.take(), w.ackFailure, w.withdrawn
 		w.ackFailure = nil
 		w.mu.Unlock()
+		if withdrawn != nil {
+			return nil, withdrawn
+		}
 		if rep != nil {
 			// A reply means the request was stored, whatever became of its acknowledgement.
 			if !rep.GetPartial() {

@@ -18,8 +18,8 @@ import (
 
 // TestWaiterAwait sends requests with Waiter.Send to a real stream and reads what Await makes of
 // the acknowledgement and the reply: a stored request's reply, a duplicate, a refusal, no
-// stream, no acknowledgement at all, an acknowledgement later than the reply's time, and a
-// caller that goes away. The cases run in order on one server.
+// stream, no acknowledgement at all, an acknowledgement later than the reply's time, a caller
+// that goes away, and waits withdrawn (Replies.Withdraw). The cases run in order on one server.
 func TestWaiterAwait(t *testing.T) {
 	f := newAwaitFixture(t, "WAITTEST", "waittest.>")
 	t.Run("stored and answered", f.testStoredAndAnswered)
@@ -33,6 +33,7 @@ func TestWaiterAwait(t *testing.T) {
 	t.Run("acknowledged after the reply's time", f.testAcknowledgedLate)
 	t.Run("acknowledgement lost", f.testAcknowledgementLost)
 	t.Run("caller gone", f.testCallerGone)
+	t.Run("withdrawn", f.testWithdrawn)
 }
 
 // TestWaiterLooksUpKeptResult checks that a waiter with LookUpResult answers from the result a
@@ -279,4 +280,48 @@ func (f *awaitFixture) testCallerGone(t *testing.T) {
 	defer stop()
 	_, err := w.Await(gone, 5*time.Second, 5*time.Second)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// testWithdrawn checks that Withdraw ends the waits of its owner only, Await's and Receive's
+// alike, and that a reply arriving after it is not handed on.
+func (f *awaitFixture) testWithdrawn(t *testing.T) {
+	revoked := errors.New("revoked")
+	owned, other, anyone := f.replies.WaitFor("key-1"), f.replies.WaitFor("key-2"), f.replies.Wait()
+	streamed := f.replies.WaitFor("key-1")
+	for _, w := range []*bus.Waiter{owned, other, anyone, streamed} {
+		defer w.Done()
+	}
+	require.NoError(t, owned.Send(requestMsg("waittest.w", "")))
+	type result struct {
+		rep *agentbusv1.Reply
+		err error
+	}
+	awaited, received := make(chan result, 1), make(chan result, 1)
+	go func() {
+		rep, err := owned.Await(f.ctx, 5*time.Second, time.Minute)
+		awaited <- result{rep, err}
+	}()
+	go func() {
+		rep, err := streamed.Receive(f.ctx)
+		received <- result{rep, err}
+	}()
+	assert.Equal(t, 0, f.replies.Withdraw("", revoked), "an owner \"\" has no waits to withdraw")
+	assert.Equal(t, 2, f.replies.Withdraw("key-1", revoked))
+	for name, ch := range map[string]chan result{"Await": awaited, "Receive": received} {
+		select {
+		case r := <-ch:
+			assert.ErrorIs(t, r.err, revoked, name)
+			assert.Nil(t, r.rep, name)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still waits after Withdraw", name)
+		}
+	}
+	f.answer(t, owned, &agentbusv1.Reply{RequestId: "w", StatusCode: 200})
+	_, err := owned.Receive(f.ctx)
+	assert.ErrorIs(t, err, revoked, "a reply after the withdrawal is not handed on")
+
+	f.answer(t, other, &agentbusv1.Reply{RequestId: "x", StatusCode: 200})
+	rep, err := other.Receive(f.ctx)
+	require.NoError(t, err, "another owner's wait goes on")
+	assert.Equal(t, "x", rep.GetRequestId())
 }

@@ -34,8 +34,8 @@ var errKeyReused = errors.New("requestId reused for a different request")
 // that keeps whatever they missed a client error, not a bus failure.
 var errUnencodable = errors.New("the request holds text that is not valid UTF-8")
 
-// errKeyRevoked means the caller's key was revoked while the call waited for its answer, which is
-// withheld.
+// errKeyRevoked means the caller's key was revoked while the call waited for its answer: the wait
+// ends (bus.Replies.Withdraw), and the answer is withheld.
 var errKeyRevoked = errors.New("the API key was revoked while the call waited")
 
 // errReplyLost means the handler answered but its large reply could not be read back.
@@ -137,8 +137,8 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 
 // call publishes req for c and waits up to timeout for its reply. It does not wait for the
 // inbox's acknowledgement on its own: the waiter reads it as it reads the reply
-// (bus.Waiter.Await). A reply that comes after c's key was revoked is not returned
-// (errKeyRevoked).
+// (bus.Waiter.Await). Once c's key is revoked the wait ends (the revocation withdraws the waits of
+// its key), and a reply that comes after is not returned either (errKeyRevoked).
 //
 // A request with a caller-chosen requestId (KeepResult) is kept alive through a NATS failover
 // for its whole timeout: it is published again with its de-duplication id while no stream
@@ -146,7 +146,7 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 // answering with whichever comes first (bus.Waiter.LookUpResult). A duplicate (the id was
 // accepted before) is answered the same way, from the first request's reply or kept result.
 func (s *Server) call(ctx context.Context, c caller, req *agentbusv1.Request, timeout time.Duration) (*agentbusv1.Reply, error) {
-	waiter := s.replies.Wait()
+	waiter := s.replies.WaitFor(c.key.ID)
 	defer waiter.Done()
 	msg, err := s.inboxMsg(ctx, req, waiter.Subject)
 	if err != nil {
@@ -164,6 +164,8 @@ func (s *Server) call(ctx context.Context, c caller, req *agentbusv1.Request, ti
 	rep, err := waiter.Await(ctx, accept, timeout)
 	switch {
 	case err == nil:
+	case errors.Is(err, errKeyRevoked):
+		return nil, err
 	case ctx.Err() != nil:
 		return nil, errClientGone
 	case errors.Is(err, bus.ErrReused):

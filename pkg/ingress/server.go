@@ -418,12 +418,18 @@ func (s *Server) start(ctx context.Context) (err error) {
 		return err
 	}
 	started = append(started, s.tenantLimits.close)
+	// Before the keys: a revocation withdraws the waits of the key's calls.
+	if s.replies, err = bus.NewReplies(s.cfg.Conn, s.cfg.InstanceID, s.log); err != nil {
+		return err
+	}
+	started = append(started, s.replies.Close)
 	if s.auth, err = keys.NewAuthenticator(ctx, s.res.Keys, s.cfg.AdminKey, s.log); err != nil {
 		return err
 	}
 	started = append(started, s.auth.Close)
 	s.auth.OnRevoked(func(keyID string) {
 		s.revoked.note(keyID)
+		s.replies.Withdraw(keyID, errKeyRevoked)
 		s.listeners.end(keyID)
 	})
 	s.keys = s.keys.WithCache(s.auth, s.cfg.MaxKeysPerTenant, s.log)
@@ -438,10 +444,6 @@ func (s *Server) start(ctx context.Context) (err error) {
 		started = append(started, s.closeDir)
 	}
 	s.confirms.markLoaded()
-	if s.replies, err = bus.NewReplies(s.cfg.Conn, s.cfg.InstanceID, s.log); err != nil {
-		return err
-	}
-	started = append(started, s.replies.Close)
 	if s.stats, err = startStats(s.cfg.Conn, s.cfg.InstanceID, s.metrics.window, s.log); err != nil {
 		return err
 	}

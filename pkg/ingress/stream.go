@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"time"
@@ -29,10 +30,10 @@ func wantsEventStream(r *http.Request) bool {
 // holding a problem. A "restart" event ({"attempt": n}) says that the handler runs again (a
 // retry, or a redelivery after its host stopped): the client discards the deltas and tool events
 // before it, and the answer is streamed again from its beginning. Once c's key is revoked, the
-// next event is an "error" one (401), which ends the stream.
+// stream ends at once with an "error" event (401).
 func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, c caller, req *agentbusv1.Request, ids history.IDs, timeout time.Duration) {
 	req.Stream = true
-	waiter := s.replies.Wait()
+	waiter := s.replies.WaitFor(c.key.ID)
 	defer waiter.Done()
 	if _, err := s.publish(r.Context(), req, waiter.Subject); err != nil {
 		s.writeCallError(w, r, req, err)
@@ -58,6 +59,10 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, c caller, re
 	defer cancel()
 	for {
 		rep, err := waiter.Receive(ctx)
+		if errors.Is(err, errKeyRevoked) {
+			problemEvent(s.callProblem(r.URL.Path, req, err))
+			return
+		}
 		if err != nil {
 			if r.Context().Err() == nil {
 				s.metrics.timeouts.Inc()
