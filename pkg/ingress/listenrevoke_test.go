@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/agent"
 	"github.com/agentbus/agentbus/pkg/stacktest"
 )
 
@@ -53,7 +54,9 @@ func TestListenStreamEndsWithItsKey(t *testing.T) {
 // gets its answer.
 func TestCallsInFlightGetNoAnswerForARevokedKey(t *testing.T) {
 	t.Parallel()
-	two := startTwoIngresses(t)
+	// The revoked calls' handlers are still asleep when the test ends: the host cancels them at
+	// once instead of giving them 8 s to finish.
+	two := startTwoIngressesWith(t, stacktest.Options{Host: agent.HostConfig{ShutdownGrace: time.Second}})
 	s := two.Stack
 	gone := createKey(t, s, "default", systemKey, "revoked", "user")
 	kept := createKey(t, s, "default", systemKey, "kept", "user")

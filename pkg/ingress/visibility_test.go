@@ -31,7 +31,14 @@ const secondLag = 100 * time.Millisecond
 
 func startTwoIngresses(t *testing.T) twoIngresses {
 	t.Helper()
-	s := stacktest.Start(t, stacktest.Options{AdminKey: systemKey})
+	return startTwoIngressesWith(t, stacktest.Options{})
+}
+
+// startTwoIngressesWith is startTwoIngresses with the stack's options (its AdminKey is set).
+func startTwoIngressesWith(t *testing.T, opts stacktest.Options) twoIngresses {
+	t.Helper()
+	opts.AdminKey = systemKey
+	s := stacktest.Start(t, opts)
 	second := startIngress(t, s, ingress.Config{AdminKey: systemKey})
 	second.Lag(secondLag)
 	return twoIngresses{Stack: s, second: second}
