@@ -33,9 +33,11 @@
 // of nats-server's monitoring port (/stacksz); nats-server's connections and subscriptions from
 // its /varz, its consumers and the streams' sizes from its /jsz.
 //
-// The verdict: of the samples after -warmup, the mean of the last third against the mean of the
-// first third, for each process and figure, and for nats-server's connections, subscriptions and
-// consumers. A growth larger than the figure's threshold (the larger of an absolute and a
+// The verdict: of the samples after -warmup, the last third against the first third, for each
+// process and figure, and for nats-server's connections, subscriptions and consumers: by their
+// means, or, for the counts that follow the requests in flight (goroutines, open files,
+// subscriptions, consumers), by their least values, which a burst of slow calls at one sample
+// does not move and a leak does. A growth larger than the figure's threshold (the larger of an absolute and a
 // relative one, printed with the verdict) is a leak. nats-server's resident memory, which climbs
 // while its file store fills its caches in the first minutes, is judged only over a window of 10
 // minutes or more. The streams grow by design (the history keeps every call; instances and

@@ -11,12 +11,15 @@ import (
 )
 
 // figure is one process figure the verdict judges, with its thresholds: a growth from the first
-// third's mean to the last third's larger than both abs and rel times the first third's mean is
-// a leak.
+// third's level to the last third's larger than both abs and rel times the first third's level
+// is a leak. The level is the mean, or for a count that follows the requests in flight (floor)
+// the least value: a sample taken in a burst of slow calls counts their goroutines and
+// connections, which end with them, while a leak raises the floor too.
 type figure struct {
 	name     string
 	get      func(procSample) float64
 	abs, rel float64
+	floor    bool
 }
 
 // figureRSS names the resident memory figure.
@@ -36,9 +39,9 @@ const figureRSS = "RSS MiB"
 //   - open files: 16 and 10 %. Each connection is a file; the load generator's pool opens more
 //     connections in a burst and closes idle ones after 30 s.
 var figures = []figure{
-	{figureRSS, func(p procSample) float64 { return p.rssMiB }, 16, 0.20},
-	{"goroutines", func(p procSample) float64 { return p.goroutines }, 25, 0.10},
-	{"open files", func(p procSample) float64 { return p.fds }, 16, 0.10},
+	{figureRSS, func(p procSample) float64 { return p.rssMiB }, 16, 0.20, false},
+	{"goroutines", func(p procSample) float64 { return p.goroutines }, 25, 0.10, true},
+	{"open files", func(p procSample) float64 { return p.fds }, 16, 0.10, true},
 }
 
 // natsRSSWindow is the shortest judged window over which nats-server's resident memory is
@@ -51,15 +54,17 @@ const natsRSSWindow = 10 * time.Minute
 
 // natsFigures are nats-server's own figures, judged like the processes': connections (the
 // ingress's and the hosts', which stay), subscriptions and JetStream consumers, which a client
-// that forgets to end one would leave behind (a listen stream's, a reply's).
+// that forgets to end one would leave behind (a listen stream's, a reply's); the last two by
+// their floors, since listen streams and calls in flight hold some for a while.
 var natsFigures = []struct {
 	name     string
 	get      func(natsSample) float64
 	abs, rel float64
+	floor    bool
 }{
-	{"connections", func(n natsSample) float64 { return n.connections }, 2, 0},
-	{"subscriptions", func(n natsSample) float64 { return n.subscriptions }, 25, 0.10},
-	{"consumers", func(n natsSample) float64 { return n.consumers }, 8, 0.10},
+	{"connections", func(n natsSample) float64 { return n.connections }, 2, 0, false},
+	{"subscriptions", func(n natsSample) float64 { return n.subscriptions }, 25, 0.10, true},
+	{"consumers", func(n natsSample) float64 { return n.consumers }, 8, 0.10, true},
 }
 
 // The agents' inbox streams hold only requests not done yet: together they must not grow.
@@ -70,6 +75,7 @@ const inboxAbs = 100
 // row is the verdict on one figure of one process.
 type row struct {
 	proc, figure         string
+	floor                bool // first and last are the thirds' least values, not their means
 	first, last, perHour float64
 	threshold            float64
 	leak, unread         bool
@@ -112,13 +118,18 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 	for i, s := range post {
 		hours[i] = s.at.Hours()
 	}
-	// judgeSeries judges one figure, whose value at each sample get gives (NaN: not read).
-	judgeSeries := func(proc, name string, abs, rel float64, minWindow time.Duration, get func(sample) float64) {
+	// judgeSeries judges one figure, whose value at each sample get gives (NaN: not read), by the
+	// means of its thirds or, with floor, their least values.
+	judgeSeries := func(proc, name string, abs, rel float64, floor bool, minWindow time.Duration, get func(sample) float64) {
 		xs := make([]float64, len(post))
 		for i, s := range post {
 			xs[i] = get(s)
 		}
-		r := row{proc: proc, figure: name, first: mean(xs[:k]), last: mean(xs[len(xs)-k:]), perHour: slope(hours, xs)}
+		level := mean
+		if floor {
+			level = least
+		}
+		r := row{proc: proc, figure: name, floor: floor, first: level(xs[:k]), last: level(xs[len(xs)-k:]), perHour: slope(hours, xs)}
 		r.threshold = max(abs, rel*r.first)
 		switch {
 		case v.to-v.from < minWindow:
@@ -139,7 +150,7 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 			if p.name == "nats" && f.name == figureRSS {
 				minWindow = natsRSSWindow
 			}
-			judgeSeries(p.name, f.name, f.abs, f.rel, minWindow, func(s sample) float64 {
+			judgeSeries(p.name, f.name, f.abs, f.rel, f.floor, minWindow, func(s sample) float64 {
 				if pi < len(s.procs) && s.procs[pi].name == p.name {
 					return f.get(s.procs[pi])
 				}
@@ -148,12 +159,12 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 		}
 		if p.name == "nats" {
 			for _, f := range natsFigures {
-				judgeSeries(p.name, f.name, f.abs, f.rel, 0, func(s sample) float64 { return f.get(s.nats) })
+				judgeSeries(p.name, f.name, f.abs, f.rel, f.floor, 0, func(s sample) float64 { return f.get(s.nats) })
 			}
 		}
 	}
 	if !post[0].standalone { // the standalone's streams are not read
-		judgeSeries("streams", subject.InboxStreamPrefix+"* msgs", inboxAbs, 0, 0, func(s sample) float64 {
+		judgeSeries("streams", subject.InboxStreamPrefix+"* msgs", inboxAbs, 0, false, 0, func(s sample) float64 {
 			n, found := 0.0, false
 			for _, st := range s.streams {
 				if strings.HasPrefix(st.name, subject.InboxStreamPrefix) {
@@ -200,6 +211,17 @@ func judge(samples []sample, warmup time.Duration, load loadSummary) verdict {
 	return v
 }
 
+// least is the least of the numbers of xs, NaN when it has none.
+func least(xs []float64) float64 {
+	out := math.NaN()
+	for _, x := range xs {
+		if !math.IsNaN(x) && (math.IsNaN(out) || x < out) {
+			out = x
+		}
+	}
+	return out
+}
+
 // mean is the mean of the numbers of xs, NaN when it has none.
 func mean(xs []float64) float64 {
 	sum, n := 0.0, 0
@@ -239,7 +261,7 @@ func slope(xs, ys []float64) float64 {
 
 func (v verdict) print(w io.Writer) {
 	if v.samples >= 3 {
-		fmt.Fprintf(w, "verdict on the %d samples from %s to %s: the mean of the last third against the first third's; a growth above the threshold is a leak\n",
+		fmt.Fprintf(w, "verdict on the %d samples from %s to %s: the last third against the first, by their means (floor: their least values); a growth above the threshold is a leak\n",
 			v.samples, clock(v.from), clock(v.to))
 		fmt.Fprintf(w, "  %-8s %-22s %10s %10s %9s %10s %10s\n", "process", "figure", "first 1/3", "last 1/3", "growth", "slope/h", "threshold")
 		for _, r := range v.rows {
@@ -252,7 +274,11 @@ func (v verdict) print(w io.Writer) {
 			case r.leak:
 				mark = "LEAK"
 			}
-			fmt.Fprintf(w, "  %-8s %-22s %10.1f %10.1f %+9.1f %+10.1f %10.1f  %s\n", r.proc, r.figure, r.first, r.last, r.last-r.first, r.perHour, r.threshold, mark)
+			name := r.figure
+			if r.floor {
+				name += " (floor)"
+			}
+			fmt.Fprintf(w, "  %-8s %-22s %10.1f %10.1f %+9.1f %+10.1f %10.1f  %s\n", r.proc, name, r.first, r.last, r.last-r.first, r.perHour, r.threshold, mark)
 		}
 		fmt.Fprintf(w, "stream growth from %s to %s, by design (history, instances, topics), per request of the %d sent then:\n", clock(v.from), clock(v.to), v.requests)
 		for _, g := range v.streams {

@@ -68,6 +68,32 @@ func TestJudgeFindsGrowth(t *testing.T) {
 	}
 }
 
+func TestJudgeTakesNoBurstForALeak(t *testing.T) {
+	// CI's two minutes, a sample every 10 s: the last one taken in a burst of slow calls, whose
+	// goroutines end with them (the ingress of a CI run: 76–85, then 128).
+	s := samplesOf(make([]float64, 13), func(i int) float64 {
+		if i == 12 {
+			return 128
+		}
+		return 76 + float64(i%3)*4
+	})
+	for i := range s {
+		s[i].at = time.Duration(i) * 10 * time.Second
+		s[i].procs[1].rssMiB = 30
+	}
+	v := judge(s, time.Minute, okLoad())
+	if !v.pass {
+		t.Fatalf("a burst in the last sample judged a leak: %v", v.reasons)
+	}
+	// A goroutine kept per request, 40 a sample, raises the floor: a leak all the same.
+	for i := range s {
+		s[i].procs[1].goroutines = 76 + 40*float64(i)
+	}
+	if v := judge(s, time.Minute, okLoad()); v.pass {
+		t.Error("goroutines growing 40 a sample passed")
+	}
+}
+
 func TestJudgeFailsOnErrorsAndUnreadFigures(t *testing.T) {
 	s := samplesOf([]float64{30, 30, 30, 30, 30, 30}, flat)
 	for i := range s {
