@@ -60,7 +60,7 @@ func leaderMsgGet(ctx context.Context, nc *nats.Conn, stream string, r msgGetReq
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", r.what(stream), err)
 	}
-	return decodeMsgGet(msg.Data, r.what(stream))
+	return decodeMsgGet(msg.Data, r, stream)
 }
 
 // what names the message r asks for, in errors.
@@ -74,26 +74,27 @@ func (r msgGetRequest) what(stream string) string {
 	return fmt.Sprintf("message %d of %s", r.Seq, stream)
 }
 
-// decodeMsgGet reads the answer of a STREAM.MSG.GET request for the message at seq of stream.
-func decodeMsgGet(data []byte, what string) (*jetstream.RawStreamMsg, error) {
+// decodeMsgGet reads the answer of the STREAM.MSG.GET request r to stream. Only its errors name
+// the message (msgGetRequest.what): a read that succeeds formats nothing.
+func decodeMsgGet(data []byte, r msgGetRequest, stream string) (*jetstream.RawStreamMsg, error) {
 	var resp msgGetResponse
 	if err := json.Unmarshal(data, &resp); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", what, err)
+		return nil, fmt.Errorf("decoding %s: %w", r.what(stream), err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound) || resp.Error.Code == 404 {
 			return nil, jetstream.ErrMsgNotFound
 		}
-		return nil, fmt.Errorf("reading %s: %s (%d)", what, resp.Error.Description, resp.Error.ErrCode)
+		return nil, fmt.Errorf("reading %s: %s (%d)", r.what(stream), resp.Error.Description, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
-		return nil, fmt.Errorf("reading %s: empty answer", what)
+		return nil, fmt.Errorf("reading %s: empty answer", r.what(stream))
 	}
 	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		var err error
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return nil, fmt.Errorf("decoding the headers of %s: %w", what, err)
+			return nil, fmt.Errorf("decoding the headers of %s: %w", r.what(stream), err)
 		}
 	}
 	return m, nil
