@@ -90,11 +90,15 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 		}
 		return c
 	}
+	// held counts the requests held of each partition, every one of which takes a place of
+	// its consumer's maxHeldPerPartition.
+	held := map[*partition]int{}
 	h.mu.Lock()
 	for _, c := range h.convs {
 		if len(c.queue) == 0 {
 			continue
 		}
+		held[c.queue[0].part] += len(c.queue)
 		n := at(c.share)
 		queued := c.queue
 		if c.running {
@@ -116,6 +120,7 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 			})
 		}
 	}
+	h.markCrowdingLocked(held, func(k shareKey) { at(k).Crowding = true })
 	h.mu.Unlock()
 
 	l := inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: make([]inspect.LoadEntry, 0, len(counts))}
@@ -133,6 +138,41 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 		l.Entries, l.Full = l.Entries[:inspect.MaxLoadEntries], true
 	}
 	return l
+}
+
+// markCrowdingLocked marks Crowding the tenants that hold at least their share of a crowded
+// partition (held: the requests held of each partition): its requests over the tenants holding
+// some. A partition's conversations are one agent's, so its tenants are counted by their share
+// key. A partition is crowded from crowdedAt requests held. Call it with h.mu held.
+func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey)) {
+	crowded := false
+	for _, n := range held {
+		crowded = crowded || n >= crowdedAt
+	}
+	if !crowded {
+		return
+	}
+	type partShare struct {
+		part  *partition
+		share shareKey
+	}
+	byTenant := map[partShare]int{}
+	tenants := map[*partition]int{}
+	for _, c := range h.convs {
+		if len(c.queue) == 0 || held[c.queue[0].part] < crowdedAt {
+			continue
+		}
+		k := partShare{c.queue[0].part, c.share}
+		if byTenant[k] == 0 {
+			tenants[k.part]++
+		}
+		byTenant[k] += len(c.queue)
+	}
+	for k, n := range byTenant {
+		if n*tenants[k.part] >= held[k.part] {
+			mark(k.share)
+		}
+	}
 }
 
 // metricTenants is how many tenants keep their name in the tenant label of the queue metrics:

@@ -3,6 +3,7 @@ package agent
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -45,4 +46,50 @@ func TestLoadCollectorBoundsTenants(t *testing.T) {
 	assert.Equal(t, 2.0*(1+2+3+4+5), got["agentbus_tenant_queued_requests other"], "the 5 quietest tenants")
 	_, named := got["agentbus_tenant_queued_requests t0"]
 	assert.False(t, named)
+}
+
+// A partition is crowded from crowdedAt requests held; its tenants that hold at least their share
+// (its requests over the tenants holding some) are marked Crowding in the load report, on the
+// agent the partition is of; a tenant holding less of it, and every tenant of an uncrowded
+// partition, are not.
+func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
+	crowded, quiet := &partition{}, &partition{}
+	h := &Host{cfg: HostConfig{ID: "h"}, convs: map[string]*conversation{}}
+	hold := func(key, tenant, agentName string, part *partition, n int) {
+		c := &conversation{key: key, share: shareKey{tenant: tenant, agent: agentName}}
+		for i := range n {
+			c.queue = append(c.queue, &delivery{seq: uint64(i + 1), part: part, conv: c})
+		}
+		c.running = true
+		h.convs[key] = c
+	}
+	// The crowded partition holds crowdedAt requests: A's 1,500 in two conversations, B's 400,
+	// C's 148; the share of each of its three tenants is a third of them.
+	hold("a1", "A", "Gate", crowded, 1000)
+	hold("a2", "A", "Gate", crowded, 500)
+	hold("b1", "B", "Gate", crowded, 400)
+	hold("c1", "C", "Gate", crowded, crowdedAt-1900)
+	// Another partition of another agent, below crowdedAt: its one tenant is not crowding it.
+	hold("d1", "D", "Other", quiet, crowdedAt-1)
+	crowding := func(l inspect.Load) map[string]bool {
+		out := map[string]bool{}
+		for _, e := range l.Entries {
+			if e.Crowding {
+				out[e.Tenant+"/"+e.Agent] = true
+			}
+		}
+		return out
+	}
+	assert.Equal(t, map[string]bool{"A/Gate": true}, crowding(h.countLoad(time.Now())), "A holds more than a third; B and C less; D's partition is not crowded")
+
+	hold("b2", "B", "Gate", crowded, 500) // B's 900 of 2,548: more than a third as well
+	assert.Equal(t, map[string]bool{"A/Gate": true, "B/Gate": true}, crowding(h.countLoad(time.Now())))
+
+	delete(h.convs, "a1")
+	delete(h.convs, "a2")
+	delete(h.convs, "b2")
+	assert.Empty(t, crowding(h.countLoad(time.Now())), "below crowdedAt again")
+
+	hold("d2", "D", "Other", quiet, 1) // D alone holds crowdedAt of its partition
+	assert.Equal(t, map[string]bool{"D/Other": true}, crowding(h.countLoad(time.Now())), "a tenant alone in a crowded partition crowds it")
 }

@@ -188,7 +188,7 @@ func (h *Host) consumerConfig(part *partition) jetstream.ConsumerConfig {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       h.cfg.AckWait,
 		MaxDeliver:    -1, // an accepted request is never dropped: the host dead-letters it
-		MaxAckPending: 4096,
+		MaxAckPending: maxHeldPerPartition,
 		// The server delivers a partition to one host at a time.
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{priorityGroup},
@@ -203,6 +203,13 @@ func (h *Host) consumerConfig(part *partition) jetstream.ConsumerConfig {
 }
 
 const (
+	// maxHeldPerPartition is the most requests of a partition a host holds at once, waiting or
+	// running (its consumer's MaxAckPending); the partition's others wait in the inbox, in
+	// arrival order. From crowdedAt held, the partition is crowded: the tenants holding at least
+	// their share of it are refused new calls of the agent until it is not (load.go), so that one
+	// tenant's backlog leaves the others room.
+	maxHeldPerPartition = 4096
+	crowdedAt           = maxHeldPerPartition / 2
 	// priorityGroup is the pinned-client group every host pulls partitions with.
 	priorityGroup = "hosts"
 	// pullExpiry keeps pull requests short so that a live host renews its pin well within

@@ -70,7 +70,7 @@ func (s *Server) startTenantLimits(ctx context.Context, quotas usage.Quotas) (*t
 	var err error
 	if tl.refusals, err = metrics.Register(s.metrics.reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentbus_ingress_queue_refusals_total",
-		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow.",
+		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow, or held the most of a crowded partition of the agent.",
 	})); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
@@ -144,8 +144,10 @@ func (tl *tenantLimitsState) quota(quotas usage.Quotas, tenant string) usage.Quo
 }
 
 // admitCall decides whether a call of tenant to agent may be queued: not past the rate of the
-// tenant's calls to the agent, nor while the tenant has as many requests of the agent queued as
-// its limits allow. A tenant without such limits pays a map lookup.
+// tenant's calls to the agent, nor while a host reports the tenant crowding a partition of the
+// agent (inspect.LoadEntry's Crowding), nor while the tenant has as many requests of the agent
+// queued as its limits allow. A tenant without such limits pays a map lookup, and an atomic
+// load while no partition is crowded.
 func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 	tl := s.tenantLimits
 	if tl == nil { // a Server not made by New (tests of its parts)
@@ -158,6 +160,13 @@ func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 			return rateLimited(wait, "too many requests to agent "+subject.Quote(agent)+" for this tenant (all its keys together)")
 		}
 	}
+	pair := inspect.Pair{Tenant: tenant, Agent: agent}
+	if tl.loads.Crowding(pair, now) {
+		tl.refusals.Inc()
+		return problem.TooManyQueued.New(fmt.Sprintf(
+			"a partition of agent %s holds half the requests a workflow host takes of it at once, and this tenant holds at least its share of them; retry once they have run",
+			subject.Quote(agent)))
+	}
 	limit := s.cfg.TenantLimits.MaxQueued
 	if v.MaxQueued != nil {
 		limit = *v.MaxQueued
@@ -165,7 +174,6 @@ func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 	if limit <= 0 {
 		return nil
 	}
-	pair := inspect.Pair{Tenant: tenant, Agent: agent}
 	if queued := tl.loads.Queued(pair, now) + tl.admitted.since(pair, tl.loads.Covered(now).Add(-admitMargin), now); queued >= limit {
 		tl.refusals.Inc()
 		return problem.TooManyQueued.New(fmt.Sprintf(

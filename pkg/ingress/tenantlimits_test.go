@@ -17,7 +17,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/agents/echo"
 	"github.com/agentbus/agentbus/pkg/ingress"
 	"github.com/agentbus/agentbus/pkg/inspect"
+	"github.com/agentbus/agentbus/pkg/natstest"
 	"github.com/agentbus/agentbus/pkg/stacktest"
+	"github.com/agentbus/agentbus/pkg/subject"
 	"github.com/agentbus/agentbus/pkg/tenantlimits"
 )
 
@@ -390,4 +392,70 @@ func TestUnconfirmedLimits(t *testing.T) {
 	var read tenantlimits.Record
 	adminOK(t, s, http.MethodGet, limitsPath, s.Key, nil, http.StatusOK, &read)
 	assert.Equal(t, 5, *read.Limits.Weight, "stored all the same")
+}
+
+// While a host reports a tenant crowding a partition of an agent (inspect.LoadEntry's Crowding:
+// the partition holds half the requests a host takes of it at once, and the tenant at least its
+// share), every call of that tenant to that agent is refused with 429 too-many-queued, storing
+// nothing; the tenant's calls to other agents and the other tenants' calls to the agent go on,
+// and the tenant's go on again once no current report marks it. The report here is written as a
+// host writes it, on the real bus; the host's side is TestLoadMarksTheTenantsCrowdingAPartition
+// (package agent) and the whole path TestProcessesCrowdedPartitionLeavesRoomForOthers.
+func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
+	t.Parallel()
+	gate := newGateAgent("Gate")
+	s := stacktest.Start(t, stacktest.Options{Agents: []*agent.Agent{echo.New(), gate.agent(1)}})
+	defer close(gate.step)
+	conn := natstest.Conn(t, s.NATS)
+	report := func(entries ...inspect.LoadEntry) {
+		b, err := json.Marshal(inspect.Load{V: inspect.LoadVersion, Host: "crowded-host", Entries: append([]inspect.LoadEntry{}, entries...)})
+		require.NoError(t, err)
+		require.NoError(t, conn.Publish(subject.HostLoad, b))
+		require.NoError(t, conn.Flush())
+	}
+	// Reported every 100 ms until the checks are done, as a host reports every 250 ms: one
+	// report counts for a second.
+	stop := make(chan struct{})
+	reporting := make(chan struct{})
+	go func() {
+		defer close(reporting)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			report(inspect.LoadEntry{Tenant: "default", Agent: "Echo", Queued: 2100, Running: 1, Crowding: true})
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	waitUntil(t, 5*time.Second, "the ingress takes the report in", func() bool {
+		status, _, _ := call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil)
+		return status == http.StatusTooManyRequests
+	})
+	status, h, b := doRequest(t, http.MethodPost, s.URL+"/api/user/webhooks/Echo/echo?"+q("apikey", s.Key).Encode(), strings.NewReader(`{"n":1}`))
+	require.Equal(t, http.StatusTooManyRequests, status, "a webhook call: %s", b)
+	p := decode(t, b)
+	assert.Equal(t, "urn:agentbus:problem:too-many-queued", p["type"])
+	assert.Contains(t, p["detail"], `a partition of agent "Echo" holds half the requests`)
+	assert.Equal(t, "1", h.Get("Retry-After"))
+	status, _, b = converse(t, s, q("workflow", "Echo", "type", "Data", "text", "echo"), "{}", bearerHeader(s.Key)...)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a converse call: %s", b)
+	status, _, b = doRequest(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send",
+		jsonBody(t, map[string]any{"agentName": "Echo", "activationName": "crowd", "participantId": "p", "type": "Data", "text": "echo"}), bearerHeader(s.Key)...)
+	assert.Equal(t, http.StatusTooManyRequests, status, "a send: %s", b)
+
+	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey), nil)
+	assert.Equal(t, http.StatusOK, status, "another tenant's call to the agent: %s", b)
+	status, _, b = sendGate(t, s.URL, s.Key, "default", "Gate", "elsewhere")
+	assert.Equal(t, http.StatusAccepted, status, "the tenant's call to another agent: %s", b)
+	refused := readHistory(t, s.URL, historyPath("default"), q("workflowId", "default:Echo:Supervisor Workflow:crowd", "participantId", "p"), bearerHeader(s.Key)...)
+	assert.Empty(t, refused.Messages, "the refused send stored nothing")
+
+	close(stop)
+	<-reporting
+	report() // the host holds nothing any more
+	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.Key), nil)
+	assert.Equal(t, http.StatusOK, status, "the tenant's calls go on once no report marks it: %s", b)
 }

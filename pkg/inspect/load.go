@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,6 +54,13 @@ type LoadEntry struct {
 	Want int `json:"w,omitempty"`
 	// OldestMs is how long the oldest queued request has waited since the inbox stored it.
 	OldestMs int64 `json:"o,omitempty"`
+	// Crowding: an inbox partition of the agent is crowded on the host (it holds at least half
+	// the requests it may hold at once), and the tenant holds at least its share of them (the
+	// partition's requests over the tenants holding some). The ingress instances refuse the
+	// tenant's new calls of the agent meanwhile, so that the partition has room for the other
+	// tenants' requests: past the most a host holds, a partition's requests wait in the inbox
+	// in arrival order, behind the backlog (docs/limits.md#handler-slots).
+	Crowding bool `json:"c,omitempty"`
 }
 
 // Pair names a tenant's requests of an agent.
@@ -64,7 +72,12 @@ type LoadBoard struct {
 	mu    sync.Mutex
 	hosts map[string]*hostLoad
 	sums  map[Pair]*TenantQueue
-	swept time.Time
+	// crowding counts, per pair, the hosts whose report marks it Crowding; crowded is its
+	// length, read without the lock, so that a call pays one atomic load while no host reports a
+	// crowded partition.
+	crowding map[Pair]int
+	crowded  atomic.Int64
+	swept    time.Time
 }
 
 // hostLoad is a host's last report, as received.
@@ -75,7 +88,7 @@ type hostLoad struct {
 
 // NewLoadBoard returns an empty board.
 func NewLoadBoard() *LoadBoard {
-	return &LoadBoard{hosts: map[string]*hostLoad{}, sums: map[Pair]*TenantQueue{}}
+	return &LoadBoard{hosts: map[string]*hostLoad{}, sums: map[Pair]*TenantQueue{}, crowding: map[Pair]int{}}
 }
 
 // Take takes in a report as it arrived (its JSON) at now; a report it cannot read is ignored.
@@ -120,7 +133,13 @@ func (b *LoadBoard) add(entries map[Pair]LoadEntry, sign int) {
 		if s.Hosts <= 0 {
 			delete(b.sums, p)
 		}
+		if e.Crowding {
+			if b.crowding[p] += sign; b.crowding[p] <= 0 {
+				delete(b.crowding, p)
+			}
+		}
 	}
+	b.crowded.Store(int64(len(b.crowding)))
 }
 
 // sweep drops the reports older than LoadFor, at most once a LoadEvery. b.mu is held.
@@ -146,6 +165,17 @@ func (b *LoadBoard) Queued(p Pair, now time.Time) int {
 		return s.Queued
 	}
 	return 0
+}
+
+// Crowding reports whether a host's current report marks the pair Crowding.
+func (b *LoadBoard) Crowding(p Pair, now time.Time) bool {
+	if b.crowded.Load() == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sweep(now)
+	return b.crowding[p] > 0
 }
 
 // Wants returns, by host, what each host other than except reported of the pair: its Want.

@@ -1,0 +1,136 @@
+package proctest_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentbus/agentbus/pkg/proctest"
+	"github.com/agentbus/agentbus/pkg/remote/remotetest"
+)
+
+// A tenant's backlog on one conversation leaves its partition room for the other tenants. A
+// remote agent (4 partitions, 8 slots) of two tenants, served by a workflow host process behind
+// an ingress process: tenant A's conversation is held up by a 10 s request, and A sends it more
+// requests from 16 callers until the ingress refuses one with 429 too-many-queued, which it does
+// once the host reports A crowding the partition (holding half of the 4,096 requests the host
+// takes of it at once). So the partition is never full and nothing of A's waits in the inbox
+// ahead of another tenant's requests: tenant B's 20 calls made then, some of whose conversations
+// share A's partition, are each answered within seconds, not after A's backlog. Without the
+// refusal, A's requests past 4,096 wait in the inbox, and B's requests of that partition behind
+// them, until A's conversation has worked through its backlog.
+func TestProcessesCrowdedPartitionLeavesRoomForOthers(t *testing.T) {
+	t.Parallel() // beside the other parallel process tests: its bound is loose (B's calls wait 10 s or more without the refusal)
+	const (
+		bCalls = 20
+		bound  = 3 * time.Second
+		most   = 6000 // A's sends stop here if none is refused
+	)
+	bins := needProcesses(t)
+	nats := proctest.StartNATS(t, bins, proctest.NATSOptions{})
+	sys := newSystem(t, bins, nats.URL)
+	sys.startHost("host-1")
+	sys.waitSettled([]string{"host-1"}, 30*time.Second)
+	ctx := proctest.Context(t, 3*time.Minute)
+	otherKey := sys.tenantKey(ctx, "other", "tenant-admin")
+
+	ep := remotetest.New(t, remotetest.Faults{})
+	reg := ep.Registration("Crowd")
+	reg.Methods = append(reg.Methods, remotetest.Sleep)
+	reg.Tenants = []string{"default", "other"}
+	reg.MaxConcurrent = 8
+	body, err := json.Marshal(reg)
+	require.NoError(t, err)
+	status, b := sys.do(ctx, http.MethodPost, "/api/v1/admin/agents", adminKey, string(body))
+	require.Equal(t, http.StatusCreated, status, "registering the agent: %s", b)
+	start := time.Now()
+	for {
+		status, b, err := sys.webhookOn(ctx, "default:Crowd:Supervisor Workflow:", "ready-probe", "echo", nil)
+		if err == nil && status == http.StatusOK {
+			break
+		}
+		require.Less(t, time.Since(start), 20*time.Second, "the agent does not answer (last: %d %s %v)", status, b, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	sleep := func(tenant, key, activation string, ms, n int, wait bool) (int, []byte, error) {
+		return sys.sendAs(ctx, tenant, key, wait, map[string]any{"agentName": "Crowd", "activationName": activation, "participantId": "p",
+			"type": "Data", "text": "sleep", "data": map[string]int{"ms": ms, "n": n}})
+	}
+
+	status, b, err = sleep("default", sys.key, "a", 10_000, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, status, "A's first request: %s", b)
+	var (
+		next, accepted atomic.Int64
+		refusal        atomic.Pointer[string]
+		wg             sync.WaitGroup
+	)
+	start = time.Now()
+	for range 16 {
+		wg.Go(func() {
+			for refusal.Load() == nil {
+				n := int(next.Add(1))
+				if n > most {
+					return
+				}
+				status, b, err := sleep("default", sys.key, "a", 1, n, false)
+				if !assert.NoError(t, err) {
+					return
+				}
+				switch status {
+				case http.StatusAccepted:
+					accepted.Add(1)
+				case http.StatusTooManyRequests:
+					s := string(b)
+					refusal.CompareAndSwap(nil, &s)
+				default:
+					assert.Failf(t, "A's send", "%d %s", status, b)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("A's conversation: %d requests accepted in %v before the first refusal", accepted.Load()+1, time.Since(start).Round(time.Millisecond))
+	require.NotNil(t, refusal.Load(), "none of A's %d sends to one conversation was refused", most)
+	assert.Contains(t, *refusal.Load(), "too-many-queued")
+	assert.Contains(t, *refusal.Load(), `a partition of agent \"Crowd\" holds half the requests`)
+	assert.Less(t, accepted.Load()+1, int64(4096), "A's requests filled the partition")
+
+	took := make([]time.Duration, bCalls)
+	for i := range bCalls {
+		wg.Go(func() {
+			t0 := time.Now()
+			status, b, err := sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, i, true)
+			took[i] = time.Since(t0)
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, status, "B's call: %s", b)
+			}
+		})
+	}
+	wg.Wait()
+	sorted := slices.Clone(took)
+	slices.Sort(sorted)
+	t.Logf("tenant B's %d calls answered in %v at the slowest (median %v)", bCalls, sorted[bCalls-1].Round(time.Millisecond), sorted[bCalls/2].Round(time.Millisecond))
+	assert.Less(t, sorted[bCalls-1], bound, "B's calls waited behind A's backlog")
+
+	// A's calls are taken again once its backlog has run below half the partition.
+	for again := time.Now().Add(time.Minute); ; {
+		status, b, err := sleep("default", sys.key, "a", 1, 0, false)
+		require.NoError(t, err)
+		if status == http.StatusAccepted {
+			break
+		}
+		require.Equal(t, http.StatusTooManyRequests, status, "%s", b)
+		require.True(t, time.Now().Before(again), "A's calls are still refused a minute after B's")
+		time.Sleep(200 * time.Millisecond)
+	}
+}
