@@ -141,9 +141,12 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 }
 
 // markCrowdingLocked marks Crowding the tenants that hold at least their share of a crowded
-// partition (held: the requests held of each partition): its requests over the tenants holding
-// some. A partition's conversations are one agent's, so its tenants are counted by their share
-// key. A partition is crowded from crowdedAt requests held. Call it with h.mu held.
+// partition (held: the requests held of each partition): crowdedAt over the tenants holding
+// some. So a tenant alone in it is marked at crowdedAt, and tenants joining it are marked from
+// their part of that half, not from the average of what the partition holds, which the
+// tenants under it could raise by turns until it is full. A partition's conversations are one
+// agent's, so its tenants are counted by their share key. A partition is crowded from crowdedAt
+// requests held. Call it with h.mu held.
 func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey)) {
 	crowded := false
 	for _, n := range held {
@@ -169,7 +172,7 @@ func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey)) 
 		byTenant[k] += len(c.queue)
 	}
 	for k, n := range byTenant {
-		if n*tenants[k.part] >= held[k.part] {
+		if n*tenants[k.part] >= crowdedAt {
 			mark(k.share)
 		}
 	}

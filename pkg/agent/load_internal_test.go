@@ -49,8 +49,8 @@ func TestLoadCollectorBoundsTenants(t *testing.T) {
 }
 
 // A partition is crowded from crowdedAt requests held; its tenants that hold at least their share
-// (its requests over the tenants holding some) are marked Crowding in the load report, on the
-// agent the partition is of; a tenant holding less of it, and every tenant of an uncrowded
+// of that (crowdedAt over the tenants holding some) are marked Crowding in the load report, on
+// the agent the partition is of; a tenant holding less of it, and every tenant of an uncrowded
 // partition, are not.
 func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 	crowded, quiet := &partition{}, &partition{}
@@ -64,7 +64,7 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 		h.convs[key] = c
 	}
 	// The crowded partition holds crowdedAt requests: A's 1,500 in two conversations, B's 400,
-	// C's 148; the share of each of its three tenants is a third of them.
+	// C's 148; the share of each of its three tenants is a third of crowdedAt (682.7).
 	hold("a1", "A", "Gate", crowded, 1000)
 	hold("a2", "A", "Gate", crowded, 500)
 	hold("b1", "B", "Gate", crowded, 400)
@@ -82,7 +82,7 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{"A/Gate": true}, crowding(h.countLoad(time.Now())), "A holds more than a third; B and C less; D's partition is not crowded")
 
-	hold("b2", "B", "Gate", crowded, 500) // B's 900 of 2,548: more than a third as well
+	hold("b2", "B", "Gate", crowded, 300) // B's 700: more than a third of crowdedAt as well
 	assert.Equal(t, map[string]bool{"A/Gate": true, "B/Gate": true}, crowding(h.countLoad(time.Now())))
 
 	delete(h.convs, "a1")
@@ -92,4 +92,15 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 
 	hold("d2", "D", "Other", quiet, 1) // D alone holds crowdedAt of its partition
 	assert.Equal(t, map[string]bool{"D/Other": true}, crowding(h.countLoad(time.Now())), "a tenant alone in a crowded partition crowds it")
+
+	// Tenants joining D, each under a fifth of crowdedAt (409.6), are not marked; one that
+	// reaches it is, though the partition's average (D's 2,048 and their 1,300 over five) is
+	// higher: the tenants under the average could otherwise raise it by turns until the
+	// partition is full.
+	for _, tenant := range []string{"E", "F", "G", "H"} {
+		hold("e-"+tenant, tenant, "Other", quiet, 325)
+	}
+	assert.Equal(t, map[string]bool{"D/Other": true}, crowding(h.countLoad(time.Now())))
+	hold("e2-E", "E", "Other", quiet, 85)
+	assert.Equal(t, map[string]bool{"D/Other": true, "E/Other": true}, crowding(h.countLoad(time.Now())))
 }

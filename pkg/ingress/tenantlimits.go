@@ -164,7 +164,7 @@ func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 	if tl.loads.Crowding(pair, now) {
 		tl.refusals.Inc()
 		return problem.TooManyQueued.New(fmt.Sprintf(
-			"a partition of agent %s holds half the requests a workflow host takes of it at once, and this tenant holds at least its share of them; retry once they have run",
+			"a partition of agent %s holds half the requests a workflow host takes of it at once, and this tenant holds at least its share of that half; retry once they have run",
 			subject.Quote(agent)))
 	}
 	limit := s.cfg.TenantLimits.MaxQueued

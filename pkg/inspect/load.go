@@ -55,8 +55,8 @@ type LoadEntry struct {
 	// OldestMs is how long the oldest queued request has waited since the inbox stored it.
 	OldestMs int64 `json:"o,omitempty"`
 	// Crowding: an inbox partition of the agent is crowded on the host (it holds at least half
-	// the requests it may hold at once), and the tenant holds at least its share of them (the
-	// partition's requests over the tenants holding some). The ingress instances refuse the
+	// the requests it may hold at once), and the tenant holds at least its share of that half
+	// (over the tenants holding some). The ingress instances refuse the
 	// tenant's new calls of the agent meanwhile, so that the partition has room for the other
 	// tenants' requests: past the most a host holds, a partition's requests wait in the inbox
 	// in arrival order, behind the backlog (docs/limits.md#handler-slots).
