@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/pkg/bus"
 )
 
 // Config configures the embedded server.
@@ -107,10 +109,11 @@ func limitAccount(ns *server.Server) error {
 }
 
 // Connect opens an in-process client connection, whether or not the server also listens (over
-// loopback TCP the bench measured the same CPU per call). Extra options are applied after the
-// defaults.
+// loopback TCP the bench measured the same CPU per call). It reconnects as the services'
+// connections do (bus.ReconnectWait apart), should the server close it (a slow consumer).
+// Extra options are applied after the defaults.
 func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
-	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1)}, opts...)
+	all := append([]nats.Option{nats.Name(name), nats.InProcessServer(s.Server), nats.MaxReconnects(-1), nats.ReconnectWait(bus.ReconnectWait)}, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to embedded NATS: %w", err)
