@@ -446,6 +446,16 @@ func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 		jsonBody(t, map[string]any{"agentName": "Echo", "activationName": "crowd", "participantId": "p", "type": "Data", "text": "echo"}), bearerHeader(s.Key)...)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a send: %s", b)
 
+	var view inspect.Hosts
+	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/default/hosts", s.Key, nil, http.StatusOK, &view)
+	crowding := map[string]bool{}
+	for _, a := range view.Agents {
+		for _, tq := range a.Tenants {
+			crowding[tq.Tenant+"/"+tq.Agent] = tq.Crowding
+		}
+	}
+	assert.True(t, crowding["default/Echo"], "the hosts view shows the tenant crowding Echo: %v", crowding)
+
 	status, _, b = call(t, s.URL, "Echo", "echo", q("apikey", s.OtherKey), nil)
 	assert.Equal(t, http.StatusOK, status, "another tenant's call to the agent: %s", b)
 	status, _, b = sendGate(t, s.URL, s.Key, "default", "Gate", "elsewhere")

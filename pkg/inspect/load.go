@@ -229,6 +229,7 @@ func (b *LoadBoard) Queues(tenant string, limit int, now time.Time) []TenantQueu
 			continue
 		}
 		q := *s
+		q.Crowding = b.crowding[p] > 0
 		for _, h := range b.hosts {
 			q.OldestWaitMs = max(q.OldestWaitMs, h.entries[p].OldestMs)
 		}
@@ -256,6 +257,9 @@ type TenantQueue struct {
 	OldestWaitMs int64 `json:"oldestWaitMs"`
 	// Hosts counts the hosts that hold some.
 	Hosts int `json:"hosts"`
+	// Crowding: a host reports the tenant crowding a partition of the agent (LoadEntry's
+	// Crowding), so its new calls of the agent are refused until no host does.
+	Crowding bool `json:"crowding"`
 	// MaxQueued and MaxConcurrent are the tenant's caps of the agent's requests queued and
 	// running at once (0: none; docs/limits.md#per-tenant-limits).
 	MaxQueued     int `json:"maxQueued"`

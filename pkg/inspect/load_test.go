@@ -29,6 +29,11 @@ func TestLoadBoardCrowding(t *testing.T) {
 	assert.True(t, b.Crowding(pair, now))
 	assert.False(t, b.Crowding(inspect.Pair{Tenant: "A", Agent: "Echo"}, now), "the tenant's other agent")
 	assert.False(t, b.Crowding(inspect.Pair{Tenant: "B", Agent: "Gate"}, now), "another tenant of the agent")
+	crowding := map[string]bool{}
+	for _, q := range b.Queues("", 10, now) {
+		crowding[q.Tenant+"/"+q.Agent] = q.Crowding
+	}
+	assert.Equal(t, map[string]bool{"A/Gate": true, "A/Echo": false, "B/Gate": false}, crowding, "the queues as the hosts view shows them")
 
 	report("h1", now, false)
 	assert.True(t, b.Crowding(pair, now), "h2 still marks it")

@@ -186,6 +186,7 @@ func TestConsoleLimitsInBrowser(t *testing.T) {
 	), "Slow's queue; the page's problems: %v", problems())
 	assert.Equal(t, "50", figure("maxQueued"))
 	assert.Equal(t, "4", figure("maxConcurrent"))
+	assert.Equal(t, "no", figure("crowding"))
 	assert.Regexp(t, `s$`, figure("oldestWait"))
 	assert.Contains(t, evaluate[string](t, ctx, `document.getElementById('queues-quiet').textContent`), "Nothing queued or running: Echo.")
 	// The chart: the queued line's newest point stands above the baseline at the right.

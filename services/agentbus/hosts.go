@@ -86,14 +86,18 @@ func (c *cli) tenantQueues(ans inspect.Hosts) error {
 	}
 	fmt.Fprintln(c.stdout)
 	tw := c.table()
-	fmt.Fprintln(tw, "AGENT\tTENANT\tQUEUED\tRUNNING\tOLDEST\tMAX QUEUED\tMAX CONCURRENT")
+	fmt.Fprintln(tw, "AGENT\tTENANT\tQUEUED\tRUNNING\tOLDEST\tMAX QUEUED\tMAX CONCURRENT\tCROWDING")
 	for _, q := range rows {
 		oldest := "-"
 		if q.Queued > 0 {
 			oldest = age(q.OldestWaitMs)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", cell(q.Agent, 40), q.Tenant, q.Queued, q.Running, oldest,
-			orNone(int64(q.MaxQueued), itoa), orNone(int64(q.MaxConcurrent), itoa))
+		crowding := "-"
+		if q.Crowding {
+			crowding = "yes: new calls refused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", cell(q.Agent, 40), q.Tenant, q.Queued, q.Running, oldest,
+			orNone(int64(q.MaxQueued), itoa), orNone(int64(q.MaxConcurrent), itoa), crowding)
 	}
 	return tw.Flush()
 }

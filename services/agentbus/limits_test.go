@@ -81,8 +81,8 @@ func TestCLITenantLimits(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		r = h.ok(adminKey, "hosts")
-		return regexp.MustCompile(`(?m)^Echo\s+default\s+0\s+1\s+-\s+none\s+none$`).MatchString(r.stdout)
+		return regexp.MustCompile(`(?m)^Echo\s+default\s+0\s+1\s+-\s+none\s+none\s+-$`).MatchString(r.stdout)
 	}, 5*time.Second, 100*time.Millisecond, "hosts prints the running sleep: %s", r.stdout)
-	assert.Regexp(t, `(?m)^AGENT\s+TENANT\s+QUEUED\s+RUNNING\s+OLDEST\s+MAX QUEUED\s+MAX CONCURRENT$`, r.stdout)
+	assert.Regexp(t, `(?m)^AGENT\s+TENANT\s+QUEUED\s+RUNNING\s+OLDEST\s+MAX QUEUED\s+MAX CONCURRENT\s+CROWDING$`, r.stdout)
 	<-done
 }

@@ -31,7 +31,7 @@
     inst: {cursors: [''], index: 0, next: ''},
     dl: {after: '', next: ''},
     // The limits page: its tenant's record as last read, whether the form shows it, and the
-    // samples of its queues from the hosts view ({at, agents: {name: {queued, running, oldestWaitMs}}}).
+    // samples of its queues from the hosts view ({at, agents: {name: {queued, running, oldestWaitMs, crowding}}}).
     lim: {tenant: '', record: null, filled: false, samples: []},
     hostColours: new Map(), // host id -> index, stable while the page is open
   };
@@ -1283,7 +1283,7 @@
     const agents = {};
     for (const a of view.agents || []) {
       const q = (a.tenants || []).find((t) => t.tenant === state.lim.tenant) || {};
-      agents[a.agent] = {queued: q.queued || 0, running: q.running || 0, oldestWaitMs: q.oldestWaitMs || 0};
+      agents[a.agent] = {queued: q.queued || 0, running: q.running || 0, oldestWaitMs: q.oldestWaitMs || 0, crowding: q.crowding === true};
     }
     state.lim.samples = state.lim.samples.filter((s) => now - s.at < QUEUE_WINDOW);
     state.lim.samples.push({at: now, agents});
@@ -1349,6 +1349,8 @@
     fig('longest wait seen', longest ? fmtMs(longest) : '–', 'longestWait');
     fig('queued cap', noLimit(caps.maxQueued), 'maxQueued');
     fig('running cap', noLimit(caps.maxConcurrent), 'maxConcurrent');
+    // A host reports the tenant crowding a partition of the agent: its new calls are refused.
+    fig('crowding a partition', now.crowding ? 'yes: new calls refused' : 'no', 'crowding');
     card.appendChild(figures);
     const minutes = QUEUE_WINDOW / 60000;
     const count = (v) => String(Math.round(v));
