@@ -1,9 +1,7 @@
 package proctest_test
 
 import (
-	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/proctest"
-	"github.com/agentbus/agentbus/pkg/remote/remotetest"
 )
 
 // A tenant's backlog on one conversation leaves its partition room for the other tenants. A
@@ -42,30 +39,12 @@ func TestProcessesCrowdedPartitionLeavesRoomForOthers(t *testing.T) {
 	ctx := proctest.Context(t, 3*time.Minute)
 	otherKey := sys.tenantKey(ctx, "other", "tenant-admin")
 
-	ep := remotetest.New(t, remotetest.Faults{})
-	reg := ep.Registration("Crowd")
-	reg.Methods = append(reg.Methods, remotetest.Sleep)
-	reg.Tenants = []string{"default", "other"}
-	reg.MaxConcurrent = 8
-	body, err := json.Marshal(reg)
-	require.NoError(t, err)
-	status, b := sys.do(ctx, http.MethodPost, "/api/v1/admin/agents", adminKey, string(body))
-	require.Equal(t, http.StatusCreated, status, "registering the agent: %s", b)
-	start := time.Now()
-	for {
-		status, b, err := sys.webhookOn(ctx, "default:Crowd:Supervisor Workflow:", "ready-probe", "echo", nil)
-		if err == nil && status == http.StatusOK {
-			break
-		}
-		require.Less(t, time.Since(start), 20*time.Second, "the agent does not answer (last: %d %s %v)", status, b, err)
-		time.Sleep(50 * time.Millisecond)
-	}
+	sys.registerSleeper(ctx, t, "Crowd", 8)
 	sleep := func(tenant, key, activation string, ms, n int, wait bool) (int, []byte, error) {
-		return sys.sendAs(ctx, tenant, key, wait, map[string]any{"agentName": "Crowd", "activationName": activation, "participantId": "p",
-			"type": "Data", "text": "sleep", "data": map[string]int{"ms": ms, "n": n}})
+		return sys.sleep(ctx, "Crowd", tenant, key, activation, ms, n, wait)
 	}
 
-	status, b, err = sleep("default", sys.key, "a", 10_000, 0, false)
+	status, b, err := sleep("default", sys.key, "a", 10_000, 0, false)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, status, "A's first request: %s", b)
 	var (
@@ -73,7 +52,7 @@ func TestProcessesCrowdedPartitionLeavesRoomForOthers(t *testing.T) {
 		refusal        atomic.Pointer[string]
 		wg             sync.WaitGroup
 	)
-	start = time.Now()
+	start := time.Now()
 	for range 16 {
 		wg.Go(func() {
 			for refusal.Load() == nil {
@@ -105,20 +84,9 @@ func TestProcessesCrowdedPartitionLeavesRoomForOthers(t *testing.T) {
 	assert.Contains(t, *refusal.Load(), `a partition of agent \"Crowd\" holds half the requests`)
 	assert.Less(t, accepted.Load()+1, int64(4096), "A's requests filled the partition")
 
-	took := make([]time.Duration, bCalls)
-	for i := range bCalls {
-		wg.Go(func() {
-			t0 := time.Now()
-			status, b, err := sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, i, true)
-			took[i] = time.Since(t0)
-			if assert.NoError(t, err) {
-				assert.Equal(t, http.StatusOK, status, "B's call: %s", b)
-			}
-		})
-	}
-	wg.Wait()
-	sorted := slices.Clone(took)
-	slices.Sort(sorted)
+	sorted := callsAtOnce(t, bCalls, func(i int) (int, []byte, error) {
+		return sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, i, true)
+	})
 	t.Logf("tenant B's %d calls answered in %v at the slowest (median %v)", bCalls, sorted[bCalls-1].Round(time.Millisecond), sorted[bCalls/2].Round(time.Millisecond))
 	assert.Less(t, sorted[bCalls-1], bound, "B's calls waited behind A's backlog")
 

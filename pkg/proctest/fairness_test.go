@@ -48,32 +48,13 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 	ctx := proctest.Context(t, 3*time.Minute)
 	otherKey := sys.tenantKey(ctx, "other", "tenant-admin")
 
-	ep := remotetest.New(t, remotetest.Faults{})
-	reg := ep.Registration("Slow")
-	reg.Methods = append(reg.Methods, remotetest.Sleep)
-	reg.Tenants = []string{"default", "other"}
-	reg.MaxConcurrent = slots
-	body, err := json.Marshal(reg)
-	require.NoError(t, err)
-	start := time.Now()
-	status, b := sys.do(ctx, http.MethodPost, "/api/v1/admin/agents", adminKey, string(body))
-	require.Equal(t, http.StatusCreated, status, "registering the agent: %s", b)
-	for {
-		status, b, err := sys.webhookOn(ctx, "default:Slow:Supervisor Workflow:", "ready-probe", "echo", nil)
-		if err == nil && status == http.StatusOK {
-			break
-		}
-		require.Less(t, time.Since(start), 20*time.Second, "the agent does not answer (last: %d %s %v)", status, b, err)
-		time.Sleep(50 * time.Millisecond)
-	}
-
+	ep := sys.registerSleeper(ctx, t, "Slow", slots)
 	sleep := func(tenant, key, activation string, n int, wait bool) (int, []byte, error) {
-		return sys.sendAs(ctx, tenant, key, wait, map[string]any{"agentName": "Slow", "activationName": activation, "participantId": "p",
-			"type": "Data", "text": "sleep", "data": map[string]int{"ms": sleepMS, "n": n}})
+		return sys.sleep(ctx, "Slow", tenant, key, activation, sleepMS, n, wait)
 	}
 	rssBefore, err := sys.hosts["host-1"].RSS()
 	require.NoError(t, err)
-	start = time.Now()
+	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { // one conversation of A with several requests, sent in order
 		for n := 1; n <= seqLen; n++ {
@@ -115,20 +96,9 @@ func TestProcessesTenantsTakeTurnsForSlots(t *testing.T) {
 		t.Logf("the host's resident memory: %.1f MiB before the backlog, %.1f MiB holding it", float64(rssBefore)/(1<<20), float64(rss)/(1<<20))
 	}
 
-	took := make([]time.Duration, bCalls)
-	for i := range bCalls {
-		wg.Go(func() {
-			t0 := time.Now()
-			status, b, err := sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, true)
-			took[i] = time.Since(t0)
-			if assert.NoError(t, err) {
-				assert.Equal(t, http.StatusOK, status, "B's call: %s", b)
-			}
-		})
-	}
-	wg.Wait()
-	sorted := slices.Clone(took)
-	slices.Sort(sorted)
+	sorted := callsAtOnce(t, bCalls, func(i int) (int, []byte, error) {
+		return sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, true)
+	})
 	t.Logf("tenant B's %d calls answered in %v at the slowest (median %v), while A had %d requests left",
 		bCalls, sorted[bCalls-1].Round(time.Millisecond), sorted[bCalls/2].Round(time.Millisecond), backlog+seqLen-handled("default"))
 	assert.Less(t, sorted[bCalls-1], time.Second, "B's calls wait behind A's backlog")
@@ -161,6 +131,59 @@ func (s *system) tenantKey(ctx context.Context, tenant, role string) string {
 
 // sendAs posts a message through the admin send endpoint of the tenant with its key and returns
 // the status and body; with wait, the call waits for the handler's answer.
+// callsAtOnce makes n calls at once, each of which must be answered 200, and returns how long
+// each took, the quickest first.
+func callsAtOnce(t *testing.T, n int, call func(i int) (int, []byte, error)) []time.Duration {
+	t.Helper()
+	took := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			t0 := time.Now()
+			status, b, err := call(i)
+			took[i] = time.Since(t0)
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, status, "call %d: %s", i, b)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(took)
+	return took
+}
+
+// registerSleeper registers a remote agent of tenants default and other with the methods of
+// remotetest's endpoint and its Data method sleep (remotetest.Sleep), the given slots
+// (maxConcurrent), and waits until it answers.
+func (s *system) registerSleeper(ctx context.Context, t *testing.T, name string, slots int) *remotetest.Endpoint {
+	t.Helper()
+	ep := remotetest.New(t, remotetest.Faults{})
+	reg := ep.Registration(name)
+	reg.Methods = append(reg.Methods, remotetest.Sleep)
+	reg.Tenants = []string{"default", "other"}
+	reg.MaxConcurrent = slots
+	body, err := json.Marshal(reg)
+	require.NoError(t, err)
+	start := time.Now()
+	status, b := s.do(ctx, http.MethodPost, "/api/v1/admin/agents", adminKey, string(body))
+	require.Equal(t, http.StatusCreated, status, "registering the agent: %s", b)
+	for {
+		status, b, err := s.webhookOn(ctx, "default:"+name+":Supervisor Workflow:", "ready-probe", "echo", nil)
+		if err == nil && status == http.StatusOK {
+			return ep
+		}
+		require.Less(t, time.Since(start), 20*time.Second, "the agent does not answer (last: %d %s %v)", status, b, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// sleep sends a sleeper's (registerSleeper) Data method sleep for ms milliseconds, noting n, to
+// an activation of the tenant, waiting for its answer or not.
+func (s *system) sleep(ctx context.Context, agentName, tenant, key, activation string, ms, n int, wait bool) (int, []byte, error) {
+	return s.sendAs(ctx, tenant, key, wait, map[string]any{"agentName": agentName, "activationName": activation, "participantId": "p",
+		"type": "Data", "text": "sleep", "data": map[string]int{"ms": ms, "n": n}})
+}
+
 func (s *system) sendAs(ctx context.Context, tenant, key string, wait bool, body any) (int, []byte, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
