@@ -178,6 +178,12 @@ func (h *Host) queueLocked(part *partition, m jetstream.Msg, seq uint64, stored 
 	h.keepAlive.Wake()
 	part.holding++
 	h.wakeLoadLocked()
+	if part.holding >= crowdedAt && !part.crowded {
+		// Reported now rather than at the next step, so that the ingress instances refuse the
+		// tenants crowding the partition before what they send meanwhile fills it.
+		part.crowded = true
+		h.reportSoon()
+	}
 	i, _ := slices.BinarySearchFunc(c.queue, seq, func(d *delivery, s uint64) int { return compareSeq(d.seq, s) })
 	if i == 0 && len(c.queue) > 0 && c.queue[0].running {
 		i = 1 // never ahead of the request being handled
@@ -371,6 +377,9 @@ func (h *Host) dropLocked(d *delivery) {
 	if !d.dropped {
 		d.dropped = true
 		d.part.holding--
+		if d.part.crowded && d.part.holding < crowdedAt*3/4 {
+			d.part.crowded = false
+		}
 	}
 	c := d.conv
 	if i := slices.Index(c.queue, d); i >= 0 {

@@ -98,6 +98,10 @@ type partition struct {
 	arrivals uint64
 	holding  int
 	dozing   bool
+	// crowded is set when holding reaches crowdedAt, which asks for a load report at once
+	// (queueLocked), and cleared below three quarters of that (dropLocked): one early report
+	// each time the partition becomes crowded.
+	crowded bool
 
 	// fenced is set once another host took the partition over while this host's lease had
 	// lapsed (lease.go): nothing of it may act any more.

@@ -82,7 +82,9 @@ func TestProcessesCrowdedPartitionLeavesRoomForOthers(t *testing.T) {
 	require.NotNil(t, refusal.Load(), "none of A's %d sends to one conversation was refused", most)
 	assert.Contains(t, *refusal.Load(), "too-many-queued")
 	assert.Contains(t, *refusal.Load(), `a partition of agent \"Crowd\" holds half the requests`)
-	assert.Less(t, accepted.Load()+1, int64(4096), "A's requests filled the partition")
+	// The host reports at once when the partition becomes crowded: what A sent before the
+	// refusals began leaves a quarter of the partition (and of its 4,096) free at least.
+	assert.Less(t, accepted.Load()+1, int64(3072), "A's requests took most of the partition before they were refused")
 
 	sorted := callsAtOnce(t, bCalls, func(i int) (int, []byte, error) {
 		return sleep("other", otherKey, "b-"+strconv.Itoa(i), 1, i, true)
