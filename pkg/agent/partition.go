@@ -210,8 +210,8 @@ const (
 	// maxHeldPerPartition is the most requests of a partition a host holds at once, waiting or
 	// running (its consumer's MaxAckPending); the partition's others wait in the inbox, in
 	// arrival order. From crowdedAt held, the partition is crowded: the tenants holding at least
-	// their share of it are refused new calls of the agent until it is not (load.go), so that one
-	// tenant's backlog leaves the others room.
+	// their share of crowdedAt are refused new calls of the agent until they do not (load.go), so
+	// that one tenant's backlog leaves the others room.
 	maxHeldPerPartition = 4096
 	crowdedAt           = maxHeldPerPartition / 2
 	// priorityGroup is the pinned-client group every host pulls partitions with.

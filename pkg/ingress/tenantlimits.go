@@ -70,7 +70,7 @@ func (s *Server) startTenantLimits(ctx context.Context, quotas usage.Quotas) (*t
 	var err error
 	if tl.refusals, err = metrics.Register(s.metrics.reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentbus_ingress_queue_refusals_total",
-		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow, or held the most of a crowded partition of the agent.",
+		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow, or held at least its share of a crowded partition of the agent.",
 	})); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}

@@ -56,10 +56,10 @@ type LoadEntry struct {
 	OldestMs int64 `json:"o,omitempty"`
 	// Crowding: an inbox partition of the agent is crowded on the host (it holds at least half
 	// the requests it may hold at once), and the tenant holds at least its share of that half
-	// (over the tenants holding some). The ingress instances refuse the
-	// tenant's new calls of the agent meanwhile, so that the partition has room for the other
-	// tenants' requests: past the most a host holds, a partition's requests wait in the inbox
-	// in arrival order, behind the backlog (docs/limits.md#handler-slots).
+	// (over the tenants holding some). The ingress instances refuse the tenant's new calls of
+	// the agent meanwhile, so that the partition has room for the other tenants' requests: past
+	// the most a host holds, a partition's requests wait in the inbox in arrival order, behind
+	// the backlog (docs/limits.md#handler-slots).
 	Crowding bool `json:"c,omitempty"`
 }
 
