@@ -120,11 +120,16 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 			})
 		}
 	}
-	h.markCrowdingLocked(held, func(k shareKey) { at(k).Crowding = true })
+	h.markCrowdingLocked(held, func(k shareKey, part *partition) {
+		e := at(k)
+		e.Crowded = append(e.Crowded, part.key.n)
+		e.Partitions = part.inbox.partitions
+	})
 	h.mu.Unlock()
 
 	l := inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: make([]inspect.LoadEntry, 0, len(counts))}
 	for _, c := range counts {
+		slices.Sort(c.Crowded)
 		if c.oldest > 0 {
 			c.OldestMs = max(0, now.Sub(time.Unix(0, c.oldest)).Milliseconds())
 		}
@@ -140,14 +145,14 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 	return l
 }
 
-// markCrowdingLocked marks Crowding the tenants that hold at least their share of a crowded
-// partition (held: the requests held of each partition): crowdedAt over the tenants holding
-// some. So a tenant alone in it is marked at crowdedAt, and tenants joining it are marked from
+// markCrowdingLocked marks the tenants that hold at least their share of a crowded partition
+// (held: the requests held of each partition), with the partition: crowdedAt over the tenants
+// holding some. So a tenant alone in it is marked at crowdedAt, and tenants joining it are marked from
 // their part of that half, not from the average of what the partition holds, which the
 // tenants under it could raise by turns until it is full. A partition's conversations are one
 // agent's, so its tenants are counted by their share key. A partition is crowded from crowdedAt
 // requests held. Call it with h.mu held.
-func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey)) {
+func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey, *partition)) {
 	crowded := false
 	for _, n := range held {
 		crowded = crowded || n >= crowdedAt
@@ -173,7 +178,7 @@ func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey)) 
 	}
 	for k, n := range byTenant {
 		if n*tenants[k.part] >= crowdedAt {
-			mark(k.share)
+			mark(k.share, k.part)
 		}
 	}
 }

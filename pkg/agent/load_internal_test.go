@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -49,11 +50,12 @@ func TestLoadCollectorBoundsTenants(t *testing.T) {
 }
 
 // A partition is crowded from crowdedAt requests held; its tenants that hold at least their share
-// of that (crowdedAt over the tenants holding some) are marked Crowding in the load report, on
-// the agent the partition is of; a tenant holding less of it, and every tenant of an uncrowded
-// partition, are not.
+// of that (crowdedAt over the tenants holding some) are reported crowding it (Crowded, with the
+// inbox's partition count), on the agent the partition is of; a tenant holding less of it, and
+// every tenant of an uncrowded partition, are not.
 func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
-	crowded, quiet := &partition{}, &partition{}
+	crowded := &partition{key: partKey{agent: "Gate", n: 5}, inbox: &agentInbox{partitions: 16}}
+	quiet := &partition{key: partKey{agent: "Other", n: 2}, inbox: &agentInbox{partitions: 4}}
 	h := &Host{cfg: HostConfig{ID: "h"}, convs: map[string]*conversation{}}
 	hold := func(key, tenant, agentName string, part *partition, n int) {
 		c := &conversation{key: key, share: shareKey{tenant: tenant, agent: agentName}}
@@ -71,19 +73,19 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 	hold("c1", "C", "Gate", crowded, crowdedAt-1900)
 	// Another partition of another agent, below crowdedAt: its one tenant is not crowding it.
 	hold("d1", "D", "Other", quiet, crowdedAt-1)
-	crowding := func(l inspect.Load) map[string]bool {
-		out := map[string]bool{}
+	crowding := func(l inspect.Load) map[string]string {
+		out := map[string]string{}
 		for _, e := range l.Entries {
-			if e.Crowding {
-				out[e.Tenant+"/"+e.Agent] = true
+			if len(e.Crowded) > 0 {
+				out[e.Tenant+"/"+e.Agent] = fmt.Sprintf("%v of %d", e.Crowded, e.Partitions)
 			}
 		}
 		return out
 	}
-	assert.Equal(t, map[string]bool{"A/Gate": true}, crowding(h.countLoad(time.Now())), "A holds more than a third; B and C less; D's partition is not crowded")
+	assert.Equal(t, map[string]string{"A/Gate": "[5] of 16"}, crowding(h.countLoad(time.Now())), "A holds more than a third; B and C less; D's partition is not crowded")
 
 	hold("b2", "B", "Gate", crowded, 300) // B's 700: more than a third of crowdedAt as well
-	assert.Equal(t, map[string]bool{"A/Gate": true, "B/Gate": true}, crowding(h.countLoad(time.Now())))
+	assert.Equal(t, map[string]string{"A/Gate": "[5] of 16", "B/Gate": "[5] of 16"}, crowding(h.countLoad(time.Now())))
 
 	delete(h.convs, "a1")
 	delete(h.convs, "a2")
@@ -91,7 +93,7 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 	assert.Empty(t, crowding(h.countLoad(time.Now())), "below crowdedAt again")
 
 	hold("d2", "D", "Other", quiet, 1) // D alone holds crowdedAt of its partition
-	assert.Equal(t, map[string]bool{"D/Other": true}, crowding(h.countLoad(time.Now())), "a tenant alone in a crowded partition crowds it")
+	assert.Equal(t, map[string]string{"D/Other": "[2] of 4"}, crowding(h.countLoad(time.Now())), "a tenant alone in a crowded partition crowds it")
 
 	// Tenants joining D, each under a fifth of crowdedAt (409.6), are not marked; one that
 	// reaches it is, though the partition's average (D's 2,048 and their 1,300 over five) is
@@ -100,7 +102,12 @@ func TestLoadMarksTheTenantsCrowdingAPartition(t *testing.T) {
 	for _, tenant := range []string{"E", "F", "G", "H"} {
 		hold("e-"+tenant, tenant, "Other", quiet, 325)
 	}
-	assert.Equal(t, map[string]bool{"D/Other": true}, crowding(h.countLoad(time.Now())))
+	assert.Equal(t, map[string]string{"D/Other": "[2] of 4"}, crowding(h.countLoad(time.Now())))
 	hold("e2-E", "E", "Other", quiet, 85)
-	assert.Equal(t, map[string]bool{"D/Other": true, "E/Other": true}, crowding(h.countLoad(time.Now())))
+	assert.Equal(t, map[string]string{"D/Other": "[2] of 4", "E/Other": "[2] of 4"}, crowding(h.countLoad(time.Now())))
+
+	// D crowds another partition of Other as well: both are named.
+	other := &partition{key: partKey{agent: "Other", n: 0}, inbox: quiet.inbox}
+	hold("d3", "D", "Other", other, crowdedAt)
+	assert.Equal(t, "[0 2] of 4", crowding(h.countLoad(time.Now()))["D/Other"])
 }

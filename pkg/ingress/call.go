@@ -89,7 +89,7 @@ func (s *Server) inboxMsg(ctx context.Context, req *agentbusv1.Request, replyTo 
 		return nil, fmt.Errorf("encoding request: %w: %w", errUnencodable, err)
 	}
 	if req.GetFile().GetObject() == "" { // a file's request was admitted with its file (storeFile)
-		if p := s.admitCall(req.TenantId, req.AgentName); p != nil {
+		if p := s.admitCall(req.TenantId, req.AgentName, req.WorkflowId); p != nil {
 			return nil, &refusal{p}
 		}
 		if p := s.admit(ctx, req.TenantId, req.WorkflowId, int64(len(data))); p != nil {

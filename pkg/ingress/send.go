@@ -314,7 +314,7 @@ func (s *Server) storeFile(ctx context.Context, req *agentbusv1.Request, body se
 		ref.Empty = true
 		return ref, nil
 	}
-	if p := s.admitCall(tenant, req.GetAgentName()); p != nil {
+	if p := s.admitCall(tenant, req.GetAgentName(), req.GetWorkflowId()); p != nil {
 		return nil, p
 	}
 	if p := s.admit(ctx, tenant, req.GetWorkflowId(), int64(len(data))); p != nil {

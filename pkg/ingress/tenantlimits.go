@@ -70,7 +70,7 @@ func (s *Server) startTenantLimits(ctx context.Context, quotas usage.Quotas) (*t
 	var err error
 	if tl.refusals, err = metrics.Register(s.metrics.reg, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "agentbus_ingress_queue_refusals_total",
-		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow, or held at least its share of a crowded partition of the agent.",
+		Help: "Calls refused with 429 too-many-queued: their tenant had as many requests of the agent queued as its limits allow, or held at least its share of the crowded partition of the agent that the call's instance goes to.",
 	})); err != nil {
 		return nil, fmt.Errorf("registering ingress metrics: %w", err)
 	}
@@ -143,12 +143,13 @@ func (tl *tenantLimitsState) quota(quotas usage.Quotas, tenant string) usage.Quo
 	return q
 }
 
-// admitCall decides whether a call of tenant to agent may be queued: not past the rate of the
-// tenant's calls to the agent, nor while a host reports the tenant crowding a partition of the
-// agent (inspect.LoadEntry's Crowding), nor while the tenant has as many requests of the agent
-// queued as its limits allow. A tenant without such limits pays a map lookup, and an atomic
-// load while no partition is crowded.
-func (s *Server) admitCall(tenant, agent string) *problem.Problem {
+// admitCall decides whether a call of tenant to agent, for the workflow instance workflowID, may
+// be queued: not past the rate of the tenant's calls to the agent, nor while a host reports the
+// tenant crowding the agent's inbox partition the instance's requests go to
+// (inspect.LoadEntry's Crowded), nor while the tenant has as many requests of the agent queued
+// as its limits allow. A tenant without such limits pays a map lookup, and an atomic load while
+// no partition is crowded.
+func (s *Server) admitCall(tenant, agent, workflowID string) *problem.Problem {
 	tl := s.tenantLimits
 	if tl == nil { // a Server not made by New (tests of its parts)
 		return nil
@@ -161,10 +162,10 @@ func (s *Server) admitCall(tenant, agent string) *problem.Problem {
 		}
 	}
 	pair := inspect.Pair{Tenant: tenant, Agent: agent}
-	if tl.loads.Crowding(pair, now) {
+	if tl.loads.Crowding(pair, workflowID, now) {
 		tl.refusals.Inc()
 		return problem.TooManyQueued.New(fmt.Sprintf(
-			"a partition of agent %s holds half the requests a workflow host takes of it at once, and this tenant holds at least its share of that half; retry once they have run",
+			"the partition of agent %s this instance's requests go to holds half the requests a workflow host takes of it at once, and this tenant holds at least its share of that half; retry once they have run",
 			subject.Quote(agent)))
 	}
 	limit := s.cfg.TenantLimits.MaxQueued

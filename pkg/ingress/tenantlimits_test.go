@@ -394,13 +394,15 @@ func TestUnconfirmedLimits(t *testing.T) {
 	assert.Equal(t, 5, *read.Limits.Weight, "stored all the same")
 }
 
-// While a host reports a tenant crowding a partition of an agent (inspect.LoadEntry's Crowding:
+// While a host reports a tenant crowding a partition of an agent (inspect.LoadEntry's Crowded:
 // the partition holds half the requests a host takes of it at once, and the tenant at least its
-// share), every call of that tenant to that agent is refused with 429 too-many-queued, storing
-// nothing; the tenant's calls to other agents and the other tenants' calls to the agent go on,
-// and the tenant's go on again once no current report marks it. The report here is written as a
-// host writes it, on the real bus; the host's side is TestLoadMarksTheTenantsCrowdingAPartition
-// (package agent) and the whole path TestProcessesCrowdedPartitionLeavesRoomForOthers.
+// share), every call of that tenant to an instance of the agent whose requests go to that
+// partition is refused with 429 too-many-queued, storing nothing; the tenant's calls to the
+// agent's other partitions and to other agents, and the other tenants' calls to the agent, go
+// on, and the tenant's go on again once no current report names the partition. The report here
+// is written as a host writes it, on the real bus; the host's side is
+// TestLoadMarksTheTenantsCrowdingAPartition (package agent) and the whole path
+// TestProcessesCrowdedPartitionLeavesRoomForOthers.
 func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 	t.Parallel()
 	gate := newGateAgent("Gate")
@@ -413,6 +415,16 @@ func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 		require.NoError(t, conn.Publish(subject.HostLoad, b))
 		require.NoError(t, conn.Flush())
 	}
+	// The default activation's partition of Echo's 4 (the stack's inbox partitions), crowded by
+	// the tenant, and an activation whose requests go to another one.
+	const partitions = 4
+	hot := subject.InboxPartition("default", echoWF, partitions)
+	cool := ""
+	for i := 0; cool == ""; i++ {
+		if a := "cool-" + strconv.Itoa(i); subject.InboxPartition("default", "default:Echo:Supervisor Workflow:"+a, partitions) != hot {
+			cool = a
+		}
+	}
 	// Reported every 100 ms until the checks are done, as a host reports every 250 ms: one
 	// report counts for a second.
 	stop := make(chan struct{})
@@ -422,7 +434,7 @@ func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			report(inspect.LoadEntry{Tenant: "default", Agent: "Echo", Queued: 2100, Running: 1, Crowding: true})
+			report(inspect.LoadEntry{Tenant: "default", Agent: "Echo", Queued: 2100, Running: 1, Crowded: []int{hot}, Partitions: partitions})
 			select {
 			case <-stop:
 				return
@@ -438,13 +450,16 @@ func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, status, "a webhook call: %s", b)
 	p := decode(t, b)
 	assert.Equal(t, "urn:agentbus:problem:too-many-queued", p["type"])
-	assert.Contains(t, p["detail"], `a partition of agent "Echo" holds half the requests`)
+	assert.Contains(t, p["detail"], `the partition of agent "Echo" this instance's requests go to holds half the requests`)
 	assert.Equal(t, "1", h.Get("Retry-After"))
 	status, _, b = converse(t, s, q("workflow", "Echo", "type", "Data", "text", "echo"), "{}", bearerHeader(s.Key)...)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a converse call: %s", b)
 	status, _, b = doRequest(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send",
-		jsonBody(t, map[string]any{"agentName": "Echo", "activationName": "crowd", "participantId": "p", "type": "Data", "text": "echo"}), bearerHeader(s.Key)...)
+		jsonBody(t, map[string]any{"agentName": "Echo", "activationName": "default", "participantId": "crowd", "type": "Data", "text": "echo"}), bearerHeader(s.Key)...)
 	assert.Equal(t, http.StatusTooManyRequests, status, "a send: %s", b)
+	status, _, b = doRequest(t, http.MethodPost, s.URL+"/api/v1/admin/tenants/default/messaging/send?wait=true",
+		jsonBody(t, map[string]any{"agentName": "Echo", "activationName": cool, "participantId": "p", "type": "Data", "text": "echo"}), bearerHeader(s.Key)...)
+	assert.Equal(t, http.StatusOK, status, "the tenant's call to an instance of another partition: %s", b)
 
 	var view inspect.Hosts
 	adminOK(t, s, http.MethodGet, "/api/v1/admin/tenants/default/hosts", s.Key, nil, http.StatusOK, &view)
@@ -460,7 +475,7 @@ func TestCrowdingTenantIsRefusedOnThatAgentOnly(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status, "another tenant's call to the agent: %s", b)
 	status, _, b = sendGate(t, s.URL, s.Key, "default", "Gate", "elsewhere")
 	assert.Equal(t, http.StatusAccepted, status, "the tenant's call to another agent: %s", b)
-	refused := readHistory(t, s.URL, historyPath("default"), q("workflowId", "default:Echo:Supervisor Workflow:crowd", "participantId", "p"), bearerHeader(s.Key)...)
+	refused := readHistory(t, s.URL, historyPath("default"), q("workflowId", echoWF, "participantId", "crowd"), bearerHeader(s.Key)...)
 	assert.Empty(t, refused.Messages, "the refused send stored nothing")
 
 	close(stop)

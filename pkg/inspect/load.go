@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // Load reports: every workflow host tells, every LoadEvery while it holds requests (and once
@@ -54,13 +56,15 @@ type LoadEntry struct {
 	Want int `json:"w,omitempty"`
 	// OldestMs is how long the oldest queued request has waited since the inbox stored it.
 	OldestMs int64 `json:"o,omitempty"`
-	// Crowding: an inbox partition of the agent is crowded on the host (it holds at least half
-	// the requests it may hold at once), and the tenant holds at least its share of that half
-	// (over the tenants holding some). The ingress instances refuse the tenant's new calls of
-	// the agent meanwhile, so that the partition has room for the other tenants' requests: past
-	// the most a host holds, a partition's requests wait in the inbox in arrival order, behind
-	// the backlog (docs/limits.md#handler-slots).
-	Crowding bool `json:"c,omitempty"`
+	// Crowded are the partitions of the agent's inbox (of Partitions) the tenant crowds on the
+	// host: each holds at least half the requests the host takes of it at once, and the tenant
+	// at least its share of that half (over the tenants holding some). The ingress instances
+	// refuse the tenant's new calls of the agent to those partitions meanwhile, so that they
+	// have room for the other tenants' requests: past the most a host holds, a partition's
+	// requests wait in the inbox in arrival order, behind the backlog
+	// (docs/limits.md#handler-slots).
+	Crowded    []int `json:"c,omitempty"`
+	Partitions int   `json:"pn,omitempty"`
 }
 
 // Pair names a tenant's requests of an agent.
@@ -72,10 +76,10 @@ type LoadBoard struct {
 	mu    sync.Mutex
 	hosts map[string]*hostLoad
 	sums  map[Pair]*TenantQueue
-	// crowding counts, per pair, the hosts whose report marks it Crowding; crowded is its
+	// crowding holds, per pair, the partitions the hosts' reports name Crowded; crowded is its
 	// length, read without the lock, so that a call pays one atomic load while no host reports a
 	// crowded partition.
-	crowding map[Pair]int
+	crowding map[Pair]*crowdedParts
 	crowded  atomic.Int64
 	swept    time.Time
 }
@@ -88,7 +92,17 @@ type hostLoad struct {
 
 // NewLoadBoard returns an empty board.
 func NewLoadBoard() *LoadBoard {
-	return &LoadBoard{hosts: map[string]*hostLoad{}, sums: map[Pair]*TenantQueue{}, crowding: map[Pair]int{}}
+	return &LoadBoard{hosts: map[string]*hostLoad{}, sums: map[Pair]*TenantQueue{}, crowding: map[Pair]*crowdedParts{}}
+}
+
+// crowdedParts are the partitions of an agent's inbox a tenant crowds, as the hosts report
+// them.
+type crowdedParts struct {
+	// reports counts the reports that name some; parts counts them per partition; n is the
+	// inbox's partition count they give.
+	reports int
+	parts   map[int]int
+	n       int
 }
 
 // Take takes in a report as it arrived (its JSON) at now; a report it cannot read is ignored.
@@ -133,10 +147,8 @@ func (b *LoadBoard) add(entries map[Pair]LoadEntry, sign int) {
 		if s.Hosts <= 0 {
 			delete(b.sums, p)
 		}
-		if e.Crowding {
-			if b.crowding[p] += sign; b.crowding[p] <= 0 {
-				delete(b.crowding, p)
-			}
+		if len(e.Crowded) > 0 {
+			b.addCrowded(p, e, sign)
 		}
 	}
 	b.crowded.Store(int64(len(b.crowding)))
@@ -167,15 +179,43 @@ func (b *LoadBoard) Queued(p Pair, now time.Time) int {
 	return 0
 }
 
-// Crowding reports whether a host's current report marks the pair Crowding.
-func (b *LoadBoard) Crowding(p Pair, now time.Time) bool {
+// addCrowded adds the partitions e names Crowded to the pair's (sign 1) or takes them off
+// (-1). b.mu is held.
+func (b *LoadBoard) addCrowded(p Pair, e LoadEntry, sign int) {
+	c := b.crowding[p]
+	if c == nil {
+		c = &crowdedParts{parts: map[int]int{}}
+		b.crowding[p] = c
+	}
+	c.reports += sign
+	for _, part := range e.Crowded {
+		if c.parts[part] += sign; c.parts[part] <= 0 {
+			delete(c.parts, part)
+		}
+	}
+	if sign > 0 {
+		c.n = e.Partitions
+	}
+	if c.reports <= 0 {
+		delete(b.crowding, p)
+	}
+}
+
+// Crowding reports whether a host's current report names the partition of the workflow
+// instance (subject.InboxPartition) among those the pair crowds; a report without the inbox's
+// partition count names every partition.
+func (b *LoadBoard) Crowding(p Pair, workflowID string, now time.Time) bool {
 	if b.crowded.Load() == 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sweep(now)
-	return b.crowding[p] > 0
+	c := b.crowding[p]
+	if c == nil {
+		return false
+	}
+	return c.n <= 0 || c.parts[subject.InboxPartition(p.Tenant, workflowID, c.n)] > 0
 }
 
 // Wants returns, by host, what each host other than except reported of the pair: its Want.
@@ -229,7 +269,7 @@ func (b *LoadBoard) Queues(tenant string, limit int, now time.Time) []TenantQueu
 			continue
 		}
 		q := *s
-		q.Crowding = b.crowding[p] > 0
+		q.Crowding = b.crowding[p] != nil
 		for _, h := range b.hosts {
 			q.OldestWaitMs = max(q.OldestWaitMs, h.entries[p].OldestMs)
 		}
@@ -258,7 +298,7 @@ type TenantQueue struct {
 	// Hosts counts the hosts that hold some.
 	Hosts int `json:"hosts"`
 	// Crowding: a host reports the tenant crowding a partition of the agent (LoadEntry's
-	// Crowding), so its new calls of the agent are refused until no host does.
+	// Crowded), so its new calls of the agent to that partition are refused until no host does.
 	Crowding bool `json:"crowding"`
 	// MaxQueued and MaxConcurrent are the tenant's caps of the agent's requests queued and
 	// running at once (0: none; docs/limits.md#per-tenant-limits).
