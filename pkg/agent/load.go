@@ -90,15 +90,13 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 		}
 		return c
 	}
-	// held counts the requests held of each partition, every one of which takes a place of
-	// its consumer's maxHeldPerPartition.
-	held := map[*partition]int{}
+	crowded := false // a partition of a conversation holds crowdedAt requests
 	h.mu.Lock()
 	for _, c := range h.convs {
 		if len(c.queue) == 0 {
 			continue
 		}
-		held[c.queue[0].part] += len(c.queue)
+		crowded = crowded || c.queue[0].part.holding >= crowdedAt
 		n := at(c.share)
 		queued := c.queue
 		if c.running {
@@ -120,11 +118,13 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 			})
 		}
 	}
-	h.markCrowdingLocked(held, func(k shareKey, part *partition) {
-		e := at(k)
-		e.Crowded = append(e.Crowded, part.key.n)
-		e.Partitions = part.inbox.partitions
-	})
+	if crowded {
+		h.markCrowdingLocked(func(k shareKey, part *partition) {
+			e := at(k)
+			e.Crowded = append(e.Crowded, part.key.n)
+			e.Partitions = part.inbox.partitions
+		})
+	}
 	h.mu.Unlock()
 
 	l := inspect.Load{V: inspect.LoadVersion, Host: h.cfg.ID, Entries: make([]inspect.LoadEntry, 0, len(counts))}
@@ -145,21 +145,14 @@ func (h *Host) countLoad(now time.Time) inspect.Load {
 	return l
 }
 
-// markCrowdingLocked marks the tenants that hold at least their share of a crowded partition
-// (held: the requests held of each partition), with the partition: crowdedAt over the tenants
-// holding some. So a tenant alone in it is marked at crowdedAt, and tenants joining it are marked from
-// their part of that half, not from the average of what the partition holds, which the
-// tenants under it could raise by turns until it is full. A partition's conversations are one
-// agent's, so its tenants are counted by their share key. A partition is crowded from crowdedAt
-// requests held. Call it with h.mu held.
-func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey, *partition)) {
-	crowded := false
-	for _, n := range held {
-		crowded = crowded || n >= crowdedAt
-	}
-	if !crowded {
-		return
-	}
+// markCrowdingLocked marks the tenants that hold at least their share of a crowded partition,
+// with the partition: crowdedAt over the tenants holding some. So a tenant alone in it is
+// marked at crowdedAt, and tenants joining it are marked from their part of that half, not from
+// the average of what the partition holds, which the tenants under it could raise by turns
+// until it is full. A partition's conversations are one agent's, so its tenants are counted by
+// their share key. A partition is crowded from crowdedAt requests held (partition.holding).
+// Call it with h.mu held.
+func (h *Host) markCrowdingLocked(mark func(shareKey, *partition)) {
 	type partShare struct {
 		part  *partition
 		share shareKey
@@ -167,7 +160,7 @@ func (h *Host) markCrowdingLocked(held map[*partition]int, mark func(shareKey, *
 	byTenant := map[partShare]int{}
 	tenants := map[*partition]int{}
 	for _, c := range h.convs {
-		if len(c.queue) == 0 || held[c.queue[0].part] < crowdedAt {
+		if len(c.queue) == 0 || c.queue[0].part.holding < crowdedAt {
 			continue
 		}
 		k := partShare{c.queue[0].part, c.share}
