@@ -6,8 +6,9 @@
 // dead letters, event subscriptions, remote agents, timers) their own packages remove.
 //
 // A tenant's records in every stream and bucket are found by a subject filter of the tenant
-// (package subject), so each store costs one purge whatever the tenant's size; only the object
-// stores are listed, their names not being subjects.
+// (package subject), so each store costs one purge whatever the tenant's size (the usage
+// counters cost one each, usage.EraseTenant); only the object stores are listed, their names not
+// being subjects.
 package tenantdata
 
 import (
