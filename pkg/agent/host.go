@@ -547,7 +547,7 @@ func (h *Host) start(ctx context.Context) error {
 	h.claims = bus.NewBlobs(res.Claims, h.cfg.Conn.MaxPayload())
 	h.history = history.NewStore(res.Messages, res.Topics, js)
 	h.dead = deadletter.NewStore(res, h.claims)
-	h.timers = schedule.NewStore(js, res.Schedules)
+	h.timers = schedule.NewStore(js, res)
 	h.runs = instance.NewIndex(js, res.Runs)
 	if err := h.meterUsage(); err != nil {
 		return err

@@ -127,7 +127,7 @@ func RelayTimers(ctx context.Context, res *bus.Resources, m *usage.Meter, log *s
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r := &TimerRelay{stop: stop}
-	timers := schedule.NewStore(res.JS, res.Schedules)
+	timers := schedule.NewStore(res.JS, res)
 	if m == nil {
 		var err error
 		if m, err = usage.NewMeter(res.JS.Conn(), log); err != nil {

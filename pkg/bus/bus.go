@@ -102,7 +102,10 @@ type Resources struct {
 	Claims    jetstream.ObjectStore
 	// DeadLetters keeps requests that failed every attempt.
 	DeadLetters jetstream.Stream
-	// Schedules holds the agents' timers (message schedules) and what they fired.
+	// Timers hold the agents' timers (message schedules) and what they fired, a stream for each
+	// shard of the tenants (subject.TimerShard), indexed by shard; Schedules holds those set
+	// before the timers were sharded (subject.LegacyTimers).
+	Timers    []jetstream.Stream
 	Schedules jetstream.Stream
 	// Subscriptions holds the tenants' event subscriptions; Undelivered the events their
 	// receivers did not accept in time.
@@ -234,8 +237,14 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		"agentbus requests whose handler failed every attempt, until replayed or discarded", subject.DeadLetterSubjects()); err != nil {
 		return nil, err
 	}
-	if r.Schedules, err = ensureSchedules(ctx, js, cfg); err != nil {
+	if r.Schedules, err = ensureTimers(ctx, js, cfg, subject.LegacyTimers); err != nil {
 		return nil, err
+	}
+	r.Timers = make([]jetstream.Stream, subject.TimerShards)
+	for shard := range r.Timers {
+		if r.Timers[shard], err = ensureTimers(ctx, js, cfg, shard); err != nil {
+			return nil, err
+		}
 	}
 	if r.Undelivered, err = ensureKept(ctx, js, cfg, subject.UndeliveredStream,
 		"agentbus events a subscription's receiver did not accept, until replayed or discarded", subject.UndeliveredSubjects()); err != nil {

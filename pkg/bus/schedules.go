@@ -8,17 +8,18 @@ import (
 	"github.com/agentbus/agentbus/pkg/subject"
 )
 
-// ensureSchedules creates or updates the stream of the agents' timers. Each timer is a JetStream
-// message schedule (the Nats-Schedule header) on its own subject, which the server fires into the
-// same stream when it is due; a host relays the fired message to the inbox and deletes it. The
-// inbox cannot hold the schedules itself: JetStream schedules need a stream that discards old
-// messages and allows roll-ups, and the inbox discards new ones (a full inbox refuses requests
-// instead of dropping those it holds).
-func ensureSchedules(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, error) {
+// ensureTimers creates or updates the stream of one shard of the agents' timers
+// (subject.TimerShard; subject.LegacyTimers is the stream of those set before the shards). Each
+// timer is a JetStream message schedule (the Nats-Schedule header) on its own subject, which the
+// server fires into the same stream when it is due; a host relays the fired message to the inbox
+// and removes it. The inbox cannot hold the schedules itself: JetStream schedules need a stream
+// that discards old messages and allows roll-ups, and the inbox discards new ones (a full inbox
+// refuses requests instead of dropping those it holds).
+func ensureTimers(ctx context.Context, js jetstream.JetStream, cfg Config, shard int) (jetstream.Stream, error) {
 	return ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:              subject.SchedulesStream,
+		Name:              subject.TimerStream(shard),
 		Description:       "agentbus timers: one message schedule per subject, and fired messages until relayed",
-		Subjects:          []string{subject.SchedulesSubjects()},
+		Subjects:          []string{subject.TimerSubjects(shard)},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           jetstream.FileStorage,
 		Replicas:          cfg.Replicas,

@@ -24,7 +24,7 @@ func scheduleOf(sch schedule.Schedule) schedule.Timer {
 
 // schedules returns the store of the agents' timers.
 func (s *Server) schedules() *schedule.Store {
-	return schedule.NewStore(s.js, s.res.Schedules).Meter(s.storage.meter)
+	return schedule.NewStore(s.js, s.res).Meter(s.storage.meter)
 }
 
 // scheduleInstance identifies the caller of a schedules endpoint and the workflow instance the

@@ -18,16 +18,19 @@ import (
 type PullLoss struct {
 	// Res is the bus over the connection that loses nothing.
 	Res *bus.Resources
-	// Lossy is the bus over Proxy's connection, which drops its nth request for next messages.
+	// Lossy is the bus over Proxy's connection, which drops its nth request for next messages
+	// (of a stream's consumers, when one is named).
 	Lossy *bus.Resources
 	Proxy *Proxy
-	// Requests counts the requests for next messages that Lossy's connection sent.
+	// Requests counts the requests for next messages that Lossy's connection sent (of the
+	// stream named).
 	Requests atomic.Int64
 }
 
 // LosePullRequest starts a server for the test and returns the bus over a plain connection and
-// over one, named name, whose nth request for a consumer's next messages is dropped.
-func LosePullRequest(t testing.TB, name string, nth int64) *PullLoss {
+// over one, named name, whose nth request for a consumer's next messages is dropped: of any
+// consumer, or of a consumer of stream when it is not empty.
+func LosePullRequest(t testing.TB, name, stream string, nth int64) *PullLoss {
 	t.Helper()
 	srv := Server(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -41,6 +44,9 @@ func LosePullRequest(t testing.TB, name string, nth int64) *PullLoss {
 	}
 	l := &PullLoss{Res: ensure(jetstream.New(Conn(t, srv)))}
 	next := []byte("$JS.API.CONSUMER.MSG.NEXT.")
+	if stream != "" {
+		next = append(next, stream+"."...)
+	}
 	l.Proxy = &Proxy{Server: srv.Server, Drop: func(toServer bool, subj []byte) bool {
 		return toServer && bytes.HasPrefix(subj, next) && l.Requests.Add(1) == nth
 	}}

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentbus/agentbus/pkg/proctest"
-	"github.com/agentbus/agentbus/pkg/subject"
 )
 
 // BenchmarkProcessesPendingReminders measures what pending timers cost a workflow host process.
@@ -114,11 +113,12 @@ func pendingReminders(b *testing.B, bins proctest.Bins, reminders, instances, cl
 	r.settling = fmt.Sprintf("%.1f … %.1f MiB", mib(slices.Min(samples)), mib(slices.Max(samples)))
 	r.natsAfter = rss(b, nats.Proc)
 
-	st, err := sys.js.Stream(ctx, subject.SchedulesStream)
-	require.NoError(b, err)
-	info, err := st.Info(ctx)
-	require.NoError(b, err)
-	r.pending = info.State.Msgs
+	timers := sys.timerStreams(ctx, b)
+	for _, st := range append(timers.Timers, timers.Schedules) {
+		info, err := st.Info(ctx)
+		require.NoError(b, err)
+		r.pending += info.State.Msgs
+	}
 	return r
 }
 

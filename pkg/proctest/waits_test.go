@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentbus/agentbus/pkg/bus"
 	"github.com/agentbus/agentbus/pkg/instance"
 	"github.com/agentbus/agentbus/pkg/proctest"
 	"github.com/agentbus/agentbus/pkg/schedule"
@@ -110,9 +112,7 @@ func TestProcessesAskSurvivesRestartOfEveryProcess(t *testing.T) {
 	rec := sys.instanceRecord(ctx, t, activation)
 	assert.Empty(t, rec.Waits, "the instance record still names waits")
 	assert.Zero(t, sys.streamMsgs(ctx, t, subject.WaitsStream), "the waits stream still holds requests")
-	st, err := sys.js.Stream(ctx, subject.SchedulesStream)
-	require.NoError(t, err)
-	pending, err := schedule.NewStore(sys.js, st).Pending(ctx, "default", echoWF+activation)
+	pending, err := schedule.NewStore(sys.js, sys.timerStreams(ctx, t)).Pending(ctx, "default", echoWF+activation)
 	require.NoError(t, err)
 	assert.False(t, pending, "a wait's deadline timer is left")
 	sys.noDeadLetters(t, 1)
@@ -228,6 +228,21 @@ func (s *system) streamMsgs(ctx context.Context, t *testing.T, name string) uint
 	})
 	require.NoError(t, err, "reading stream %s", name)
 	return n
+}
+
+// timerStreams opens the timer streams (bus.Resources.Timers and Schedules), for a
+// schedule.Store.
+func (s *system) timerStreams(ctx context.Context, t testing.TB) *bus.Resources {
+	t.Helper()
+	res := &bus.Resources{Timers: make([]jetstream.Stream, subject.TimerShards)}
+	var err error
+	res.Schedules, err = s.js.Stream(ctx, subject.SchedulesStream)
+	require.NoError(t, err)
+	for shard := range res.Timers {
+		res.Timers[shard], err = s.js.Stream(ctx, subject.TimerStream(shard))
+		require.NoError(t, err)
+	}
+	return res
 }
 
 // finalAnswers returns the answers in a thread to request requestID that are neither its

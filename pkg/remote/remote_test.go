@@ -507,7 +507,7 @@ func TestDeletedTenantsRemoteAgentsGo(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	ep.secret.Store(reg.Secret)
 	require.NoError(t, s.WaitLive(t.Context(), "Theirs"))
-	timers := schedule.NewStore(s.Res.JS, s.Res.Schedules)
+	timers := schedule.NewStore(s.Res.JS, s.Res)
 	const wf = "other:Theirs:Supervisor Workflow:a"
 	req := &agentbusv1.Request{TenantId: "other", WorkflowId: wf, AgentName: "Theirs", WorkflowType: "Supervisor Workflow",
 		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "count"}

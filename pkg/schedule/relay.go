@@ -19,8 +19,8 @@ import (
 	agentbusv1 "github.com/agentbus/agentbus/proto/agentbus/v1"
 )
 
-// relayConsumer is the durable consumer every host relays fired requests through; each fired
-// request goes to one of them.
+// relayConsumer is the durable consumer, on each timer stream, every host relays fired requests
+// through; each fired request goes to one of them.
 const relayConsumer = "timer-relay"
 
 // relayAckWait is how long a relaying host may take before another gets the fired request.
@@ -32,36 +32,49 @@ const relayAckWait = 10 * time.Second
 // default expiry of 30 s.
 const relayPullExpiry = 5 * time.Second
 
-// RequestID is the request id of what a schedule sent when it fired with the given stream
-// sequence: the same for every relay of that firing, new for the next.
-func RequestID(name string, seq uint64) string {
-	return "timer:" + strconv.FormatUint(seq, 10) + ":" + name
+// RequestID is the request id of what a schedule sent when it fired with the given sequence in
+// the stream of timer shard shard: the same for every relay of that firing, new for the next.
+func RequestID(shard int, name string, seq uint64) string {
+	if shard == subject.LegacyTimers {
+		return "timer:" + strconv.FormatUint(seq, 10) + ":" + name
+	}
+	return "timer:" + strconv.Itoa(shard) + "-" + strconv.FormatUint(seq, 10) + ":" + name
 }
 
-// Relay moves fired requests to the inbox until ctx ends: each gets a request id of its firing
-// (RequestID), is published with that id as its de-duplication id, so that a relay repeated
-// after a crash stores it once, and is acknowledged; the relayed requests leave the schedules
-// stream together, a second after (removeRelayed).
+// Relay moves fired requests to the inbox until ctx ends, from every timer stream: each gets a
+// request id of its firing (RequestID), is published with that id as its de-duplication id, so
+// that a relay repeated after a crash stores it once, and is acknowledged; the relayed requests
+// leave their stream together, a second after (removeRelayed).
 func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
-	cons, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       relayConsumer,
-		Description:   "agentbus hosts relaying fired timers to the inbox",
-		FilterSubject: subject.SchedulesFired(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       relayAckWait,
-		MaxAckPending: 4096,
-	})
-	if err != nil {
-		return fmt.Errorf("creating the timer relay consumer: %w", err)
+	streams := s.all()
+	consumers := make([]jetstream.Consumer, len(streams))
+	for i, st := range streams {
+		cons, err := st.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       relayConsumer,
+			Description:   "agentbus hosts relaying fired timers to the inbox",
+			FilterSubject: subject.SchedulesFired(st.shard),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       relayAckWait,
+			MaxAckPending: 4096,
+		})
+		if err != nil {
+			return fmt.Errorf("creating the timer relay consumer of %s: %w", subject.TimerStream(st.shard), err)
+		}
+		consumers[i] = cons
 	}
 	// Each lane relays the requests of the instances hashed to it, one after the other in the
 	// order they fired: lanes relay at once, and an instance's timers fired together reach its
-	// inbox in order. They start with the first timer that fires: a deployment whose agents set
-	// none keeps no goroutine for them.
-	relayed := make(chan struct{}, 1)
-	lanes := make([]chan jetstream.Msg, relayLanes)
+	// inbox in order. The streams share the lanes, each feeding them from a consumer of its own,
+	// so that a stream whose timers fill its lanes holds the others up by no more than a lane's
+	// buffer. They start with the first timer that fires: a deployment whose agents set none
+	// keeps no goroutine for them.
+	relayed := make([]chan struct{}, len(streams))
+	for i := range relayed {
+		relayed[i] = make(chan struct{}, 1)
+	}
+	lanes := make([]chan fired, relayLanes)
 	for i := range lanes {
-		lanes[i] = make(chan jetstream.Msg, relayLaneBuffer)
+		lanes[i] = make(chan fired, relayLaneBuffer)
 	}
 	removing, stopRemoving := context.WithCancel(ctx)
 	var (
@@ -71,17 +84,19 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	startLanes := func() {
 		for _, lane := range lanes {
 			wg.Go(func() {
-				for m := range lane {
-					if s.relay(ctx, log, m) {
+				for f := range lane {
+					if s.relay(ctx, log, streams[f.stream].shard, f.m) {
 						select {
-						case relayed <- struct{}{}:
+						case relayed[f.stream] <- struct{}{}:
 						default:
 						}
 					}
 				}
 			})
 		}
-		wg.Go(func() { s.removeRelayed(removing, log, cons, relayed) })
+		for i, st := range streams {
+			wg.Go(func() { s.removeRelayed(removing, log, st, consumers[i], relayed[i]) })
+		}
 	}
 	defer func() {
 		start.Do(func() {}) // no lane starts from here on
@@ -92,24 +107,39 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 		wg.Wait()
 	}()
 	seed := maphash.MakeSeed()
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		start.Do(startLanes)
-		lanes[maphash.String(seed, instanceOf(m.Subject()))%relayLanes] <- m
-	}, jetstream.PullMaxMessages(relayLanes*relayLaneBuffer), jetstream.PullExpiry(relayPullExpiry))
-	if err != nil {
-		return fmt.Errorf("relaying timers: %w", err)
+	var consuming []jetstream.ConsumeContext
+	defer func() {
+		for _, cc := range consuming {
+			cc.Drain()
+		}
+		for _, cc := range consuming {
+			<-cc.Closed()
+		}
+	}()
+	for i, cons := range consumers {
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			start.Do(startLanes)
+			lanes[maphash.String(seed, instanceOf(m.Subject()))%relayLanes] <- fired{m, i}
+		}, jetstream.PullMaxMessages(relayLanes*relayLaneBuffer), jetstream.PullExpiry(relayPullExpiry))
+		if err != nil {
+			return fmt.Errorf("relaying timers: %w", err)
+		}
+		consuming = append(consuming, cc)
 	}
 	<-ctx.Done()
-	cc.Drain()
-	<-cc.Closed()
 	return nil
+}
+
+// fired is a fired request to relay, and the index of its stream in the relay's streams.
+type fired struct {
+	m      jetstream.Msg
+	stream int
 }
 
 // relayLanes is how many fired requests a host relays at once: each waits for the inbox's
 // acknowledgement. The lanes start with the first timer that fires, and a burst of timers of one
-// tenant delays the others' by the time the relay takes for it: with 20,000 timers due within
-// a second (BenchmarkTimersDueWithinAMinute), 64 lanes had the last in the inbox 0.9–1.4 s after
-// its time, 16 lanes 1.2–1.6 s (docs/limits.md#timers-due-at-once).
+// tenant delays those of the other tenants of its shard by the time the relay takes for it, and
+// the others' by a lane's few requests (docs/limits.md#timers-due-at-once).
 const relayLanes = 64
 
 // relayLaneBuffer is how many fired requests wait for each lane.
@@ -134,7 +164,7 @@ func instanceOf(subj string) string {
 // the relay itself, and every tenant's timers wait in the one relay (docs/limits.md). The purges
 // of several hosts' relays overlap and cost little when there is nothing left to remove; an idle
 // relay makes none. One that fails is tried again a second later.
-func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, cons jetstream.Consumer, relayed <-chan struct{}) {
+func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, st timers, cons jetstream.Consumer, relayed <-chan struct{}) {
 	failed := false
 	for {
 		if !failed {
@@ -149,7 +179,7 @@ func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, cons jetstr
 			return
 		case <-time.After(removeEvery):
 		}
-		err := s.purgeRelayed(ctx, cons)
+		err := purgeRelayed(ctx, st, cons)
 		failed = err != nil && ctx.Err() == nil
 		if failed {
 			log.Warn("removing relayed timers; trying again", "err", err)
@@ -157,8 +187,8 @@ func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, cons jetstr
 	}
 }
 
-// purgeRelayed removes every fired request up to the relay consumer's acknowledgement floor.
-func (s *Store) purgeRelayed(ctx context.Context, cons jetstream.Consumer) error {
+// purgeRelayed removes every fired request of st up to its relay consumer's acknowledgement floor.
+func purgeRelayed(ctx context.Context, st timers, cons jetstream.Consumer) error {
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the timer relay's progress: %w", err)
@@ -167,14 +197,15 @@ func (s *Store) purgeRelayed(ctx context.Context, cons jetstream.Consumer) error
 	if floor == 0 {
 		return nil
 	}
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.SchedulesFired()), jetstream.WithPurgeSequence(floor+1)); err != nil {
+	if err := st.stream.Purge(ctx, jetstream.WithPurgeSubject(subject.SchedulesFired(st.shard)), jetstream.WithPurgeSequence(floor+1)); err != nil {
 		return fmt.Errorf("purging relayed timers: %w", err)
 	}
 	return nil
 }
 
-// relay moves one fired request to the inbox and reports whether it did.
-func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) bool {
+// relay moves one fired request of timer shard shard's stream to the inbox and reports whether
+// it did.
+func (s *Store) relay(ctx context.Context, log *slog.Logger, shard int, m jetstream.Msg) bool {
 	md, err := m.Metadata()
 	if err != nil {
 		_ = m.Term()
@@ -186,7 +217,7 @@ func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) bo
 		_ = m.Term()
 		return false
 	}
-	stored, err := s.forward(ctx, req, md.Sequence.Stream)
+	stored, err := s.forward(ctx, req, RequestID(shard, req.GetTimer(), md.Sequence.Stream))
 	if err != nil {
 		log.Warn("relaying a timer; it comes again", "timer", req.GetTimer(), "err", err)
 		_ = m.NakWithDelay(time.Second)
@@ -205,10 +236,11 @@ func (s *Store) relay(ctx context.Context, log *slog.Logger, m jetstream.Msg) bo
 // purged the schedule as it stored it.
 const scheduleNextPurge = "purge"
 
-// forward publishes what a schedule fired as the request of that firing, and reports whether
-// this publish stored it (not an earlier relay of the same firing).
-func (s *Store) forward(ctx context.Context, req *agentbusv1.Request, seq uint64) (stored bool, err error) {
-	req.RequestId = RequestID(req.GetTimer(), seq)
+// forward publishes what a schedule fired as the request of that firing, requestID
+// (RequestID), and reports whether this publish stored it (not an earlier relay of the same
+// firing).
+func (s *Store) forward(ctx context.Context, req *agentbusv1.Request, requestID string) (stored bool, err error) {
+	req.RequestId = requestID
 	req.MessageId = ""
 	req.CreatedAtMs = time.Now().UnixMilli()
 	msg, err := bus.DedupedRequest(req)

@@ -31,7 +31,7 @@ func TestFiredTimerRelayedTwiceCountsOffOnce(t *testing.T) {
 	r, err := usage.Watch(ctx, res.JS, res.Config, nil)
 	require.NoError(t, err)
 	defer r.Close()
-	store := NewStore(res.JS, res.Schedules).Meter(m)
+	store := NewStore(res.JS, res).Meter(m)
 	const wf = "acme:Echo:Supervisor Workflow:a"
 	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
 		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
@@ -41,9 +41,10 @@ func TestFiredTimerRelayedTwiceCountsOffOnce(t *testing.T) {
 	set := r.Of("acme").Timers
 
 	// Two deliveries of the one firing, by two consumers of the fired subject.
+	shard := subject.TimerShard("acme")
 	var fired []jetstream.Msg
 	for range 2 {
-		cons, err := res.Schedules.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject.SchedulesFired()}})
+		cons, err := res.Timers[shard].OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject.SchedulesFired(shard)}})
 		require.NoError(t, err)
 		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 		require.NoError(t, err)
@@ -53,7 +54,7 @@ func TestFiredTimerRelayedTwiceCountsOffOnce(t *testing.T) {
 	}
 	require.Len(t, fired, 2, "the fired request, delivered twice")
 	for _, msg := range fired {
-		store.relay(ctx, slog.New(slog.DiscardHandler), msg)
+		store.relay(ctx, slog.New(slog.DiscardHandler), shard, msg)
 	}
 	require.NoError(t, m.Flush(ctx))
 	require.Eventually(t, func() bool { return r.Of("acme").Timers != set }, 5*time.Second, 10*time.Millisecond, "the timer counted off")
@@ -68,7 +69,7 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 	ctx := t.Context()
 	_, err := res.InboxOf(ctx, "Echo")
 	require.NoError(t, err)
-	store := NewStore(res.JS, res.Schedules)
+	store := NewStore(res.JS, res)
 	const wf = "acme:Echo:Supervisor Workflow:a"
 	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
 		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
@@ -77,8 +78,9 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 		require.NoError(t, store.Set(ctx, Schedule{Name: name, Tenant: "acme", WorkflowID: wf, Pattern: At(due), Request: req}, ""))
 		due = due.Add(100 * time.Millisecond)
 	}
-	cons, err := res.Schedules.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: relayConsumer,
-		FilterSubject: subject.SchedulesFired(), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	shard := subject.TimerShard("acme")
+	cons, err := res.Timers[shard].CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: relayConsumer,
+		FilterSubject: subject.SchedulesFired(shard), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
 	require.NoError(t, err)
 	var fired []jetstream.Msg
 	require.Eventually(t, func() bool {
@@ -90,7 +92,7 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 		return len(fired) == 2
 	}, 10*time.Second, 10*time.Millisecond, "both timers fired")
 	inStream := func() int {
-		info, err := res.Schedules.Info(ctx, jetstream.WithSubjectFilter(subject.SchedulesFired()))
+		info, err := res.Timers[shard].Info(ctx, jetstream.WithSubjectFilter(subject.SchedulesFired(shard)))
 		require.NoError(t, err)
 		n := 0
 		for _, c := range info.State.Subjects {
@@ -105,18 +107,18 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		store.removeRelayed(removing, slog.New(slog.DiscardHandler), cons, relayed)
+		store.removeRelayed(removing, slog.New(slog.DiscardHandler), store.home("acme"), cons, relayed)
 	}()
 	defer func() { stop(); <-done }()
 
 	// The second relayed, the first not yet: nothing leaves.
-	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), fired[1]))
+	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), shard, fired[1]))
 	relayed <- struct{}{}
 	time.Sleep(removeEvery + 500*time.Millisecond)
 	assert.Equal(t, 2, inStream(), "the floor is below the request not relayed yet")
 
 	// The first relayed too: both leave.
-	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), fired[0]))
+	require.True(t, store.relay(ctx, slog.New(slog.DiscardHandler), shard, fired[0]))
 	relayed <- struct{}{}
 	require.Eventually(t, func() bool { return inStream() == 0 }, 5*time.Second, 50*time.Millisecond, "both left the stream")
 }
@@ -127,7 +129,7 @@ func TestIdleRelayKeepsNoLanes(t *testing.T) {
 	res := natstest.Bus(t, bus.Config{})
 	_, err := res.InboxOf(t.Context(), "Echo")
 	require.NoError(t, err)
-	store := NewStore(res.JS, res.Schedules)
+	store := NewStore(res.JS, res)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
@@ -141,7 +143,8 @@ func TestIdleRelayKeepsNoLanes(t *testing.T) {
 	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
 		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
 	require.NoError(t, store.Set(ctx, Schedule{Name: "soon", Tenant: "acme", WorkflowID: wf, Pattern: At(time.Now().Add(500 * time.Millisecond)), Request: req}, ""))
-	require.Eventually(t, func() bool { return lanes() == relayLanes+1 }, 10*time.Second, 20*time.Millisecond, "the lanes and the remover started")
+	require.Eventually(t, func() bool { return lanes() == relayLanes+1+subject.TimerShards }, 10*time.Second, 20*time.Millisecond,
+		"the lanes and the removers started")
 	cancel()
 	require.NoError(t, <-done)
 	assert.Zero(t, lanes(), "and stopped with the relay")

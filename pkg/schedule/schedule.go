@@ -1,6 +1,11 @@
 // Package schedule keeps the agents' timers: named message schedules of a workflow instance, held
-// by JetStream itself (the Nats-Schedule header of nats-server 2.12 and later) in the
-// AGENTBUS_SCHEDULES stream, so that they survive every process and need no timer of ours.
+// by JetStream itself (the Nats-Schedule header of nats-server 2.12 and later), so that they
+// survive every process and need no timer of ours. A tenant's timers are kept in the stream of
+// its shard (subject.TimerShard, bus.Resources.Timers): the server fires each stream's due
+// timers one after the other and the streams at once, so that one tenant's thousands of timers
+// falling due together hold up only the tenants of its shard. Timers set before the shards, in
+// AGENTBUS_SCHEDULES (bus.Resources.Schedules), fire and are relayed from there until they are
+// set again (which moves them to the shard) or cancelled.
 //
 // A schedule's one message is the request it sends when it is due. The server publishes that
 // request to the schedule's fired subject in the same stream; Relay moves fired requests to the
@@ -20,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -67,15 +73,37 @@ func Every(d time.Duration) string { return "@every " + d.String() }
 
 // Store sets, lists and cancels schedules.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	js jetstream.JetStream
+	// shards are the timer streams by shard; legacy is the stream of the timers set before.
+	shards []timers
+	legacy timers
 	meter  *usage.Meter
 }
 
-// NewStore returns a Store over the schedules stream (bus.Resources.Schedules).
-func NewStore(js jetstream.JetStream, stream jetstream.Stream) *Store {
-	return &Store{js: js, stream: stream}
+// timers is one stream of timers and its shard number (subject.LegacyTimers for the legacy one).
+type timers struct {
+	shard  int
+	stream jetstream.Stream
 }
+
+// NewStore returns a Store over the timer streams of res (bus.Resources.Timers and Schedules),
+// publishing through js.
+func NewStore(js jetstream.JetStream, res *bus.Resources) *Store {
+	s := &Store{js: js, legacy: timers{subject.LegacyTimers, res.Schedules}}
+	for shard, st := range res.Timers {
+		s.shards = append(s.shards, timers{shard, st})
+	}
+	return s
+}
+
+// home is the stream tenant's timers are set in.
+func (s *Store) home(tenant string) timers { return s.shards[subject.TimerShard(tenant)] }
+
+// streams are the streams a tenant's timers may be in: its shard's, and the legacy one.
+func (s *Store) streams(tenant string) [2]timers { return [2]timers{s.home(tenant), s.legacy} }
+
+// all are every timer stream: the legacy one, then the shards.
+func (s *Store) all() []timers { return append([]timers{s.legacy}, s.shards...) }
 
 // Meter makes s count what the schedules it sets, cancels and relays take in the stream, in
 // their tenants' usage (usage.Meter.AddTimers), and returns s.
@@ -102,9 +130,10 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	msg := &nats.Msg{Subject: subject.Schedule(sch.Tenant, sch.WorkflowID, sch.Name), Data: data, Header: nats.Header{}}
+	home := s.home(sch.Tenant)
+	msg := &nats.Msg{Subject: subject.Schedule(home.shard, sch.Tenant, sch.WorkflowID, sch.Name), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.ScheduleHeader, sch.Pattern)
-	msg.Header.Set(jetstream.ScheduleTargetHeader, subject.ScheduleFired(sch.Tenant, sch.WorkflowID, sch.Name))
+	msg.Header.Set(jetstream.ScheduleTargetHeader, subject.ScheduleFired(home.shard, sch.Tenant, sch.WorkflowID, sch.Name))
 	msg.Header.Set(jetstream.ScheduleTTLHeader, firedTTL.String())
 	if sch.TimeZone != "" {
 		msg.Header.Set(jetstream.ScheduleTimeZoneHeader, sch.TimeZone)
@@ -119,7 +148,7 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	var replaced int64
 	if s.meter != nil {
 		var err error
-		if replaced, err = s.storedBytes(ctx, msg.Subject); err != nil {
+		if replaced, err = s.storedBytes(ctx, home.stream, msg.Subject); err != nil {
 			return fmt.Errorf("reading schedule %q: %w", sch.Name, err)
 		}
 	}
@@ -133,6 +162,16 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	}
 	if !ack.Duplicate {
 		s.meter.AddTimers(sch.Tenant, size-replaced)
+	}
+	// One of that name set before the shards is replaced too, once this one is stored (a refused
+	// pattern leaves it as it was). A Set that fails here is tried again by the handler's retry,
+	// which removes it then.
+	legacy, err := s.cancelIn(ctx, s.legacy, sch.Tenant, sch.WorkflowID, sch.Name)
+	if err != nil {
+		return err
+	}
+	if legacy > 0 {
+		s.meter.AddTimers(sch.Tenant, -legacy)
 	}
 	return nil
 }
@@ -156,8 +195,8 @@ func withStoredBytes(msg *nats.Msg) int64 {
 
 // storedBytes reads the size a schedule of subj stored with itself (0 when there is none, or it
 // was set before sizes were).
-func (s *Store) storedBytes(ctx context.Context, subj string) (int64, error) {
-	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+func (s *Store) storedBytes(ctx context.Context, stream jetstream.Stream, subj string) (int64, error) {
+	raw, err := stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -179,19 +218,35 @@ func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bo
 	if validName(name) != nil {
 		return false, nil
 	}
-	subj := subject.Schedule(tenant, workflowID, name)
-	raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+	found := false
+	for _, st := range s.streams(tenant) {
+		size, err := s.cancelIn(ctx, st, tenant, workflowID, name)
+		if err != nil {
+			return false, err
+		}
+		if size >= 0 {
+			s.meter.AddTimers(tenant, -size)
+			found = true
+		}
+	}
+	return found, nil
+}
+
+// cancelIn removes the instance's schedule of that name from st, and returns the size it stored
+// with itself; -1 when st has none. The caller counts it off.
+func (s *Store) cancelIn(ctx context.Context, st timers, tenant, workflowID, name string) (int64, error) {
+	subj := subject.Schedule(st.shard, tenant, workflowID, name)
+	raw, err := st.stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+		return -1, nil
 	} else if err != nil {
-		return false, fmt.Errorf("reading schedule %q: %w", name, err)
+		return 0, fmt.Errorf("reading schedule %q: %w", name, err)
 	}
 	// Only up to the schedule read: one set again meanwhile stays, as if set after the cancel.
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raw.Sequence+1)); err != nil {
-		return false, fmt.Errorf("cancelling schedule %q: %w", name, err)
+	if err := st.stream.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(raw.Sequence+1)); err != nil {
+		return 0, fmt.Errorf("cancelling schedule %q: %w", name, err)
 	}
-	s.meter.AddTimers(tenant, -headerBytesValue(raw.Header))
-	return true, nil
+	return headerBytesValue(raw.Header), nil
 }
 
 // DeleteTenant cancels every timer of a tenant being deleted and drops what they fired that no
@@ -200,44 +255,65 @@ func (s *Store) Cancel(ctx context.Context, tenant, workflowID, name string) (bo
 // shares. What they took is counted off the tenant's usage; one set between the reading and the
 // purge goes without being counted off.
 func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
-	subjects, err := s.subjects(ctx, subject.TenantSchedules(tenant))
-	if err != nil {
-		return err
-	}
-	var stored int64
-	for _, subj := range subjects {
-		raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
+	for _, st := range s.streams(tenant) {
+		subjects, err := subjectsOf(ctx, st.stream, subject.TenantSchedules(st.shard, tenant))
 		if err != nil {
-			return fmt.Errorf("reading schedule: %w", err)
+			return err
 		}
-		stored += headerBytesValue(raw.Header)
-	}
-	for _, filter := range []string{subject.TenantSchedules(tenant), subject.TenantSchedulesFired(tenant)} {
-		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
-			return fmt.Errorf("cancelling the tenant's timers: %w", err)
+		var stored int64
+		for _, subj := range subjects {
+			raw, err := st.stream.GetLastMsgForSubject(ctx, subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("reading schedule: %w", err)
+			}
+			stored += headerBytesValue(raw.Header)
 		}
+		for _, filter := range []string{subject.TenantSchedules(st.shard, tenant), subject.TenantSchedulesFired(st.shard, tenant)} {
+			if err := st.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+				return fmt.Errorf("cancelling the tenant's timers: %w", err)
+			}
+		}
+		s.meter.AddTimers(tenant, -stored)
 	}
-	s.meter.AddTimers(tenant, -stored)
 	return nil
 }
 
 // List returns the instance's schedules, by name.
 func (s *Store) List(ctx context.Context, tenant, workflowID string) ([]Schedule, error) {
-	return s.list(ctx, subject.InstanceSchedules(tenant, workflowID))
+	var out []Schedule
+	for _, st := range s.streams(tenant) {
+		list, err := list(ctx, st.stream, subject.InstanceSchedules(st.shard, tenant, workflowID))
+		if err != nil {
+			return nil, err
+		}
+		for _, sch := range list {
+			// Set again in the shard between the two readings: the newer one.
+			if !slices.ContainsFunc(out, func(o Schedule) bool { return o.Name == sch.Name }) {
+				out = append(out, sch)
+			}
+		}
+	}
+	sortByName(out)
+	return out, nil
 }
 
 // Pending reports whether the instance has a schedule that may still fire.
 func (s *Store) Pending(ctx context.Context, tenant, workflowID string) (bool, error) {
-	subjects, err := s.subjects(ctx, subject.InstanceSchedules(tenant, workflowID))
-	return len(subjects) > 0, err
+	for _, st := range s.streams(tenant) {
+		subjects, err := subjectsOf(ctx, st.stream, subject.InstanceSchedules(st.shard, tenant, workflowID))
+		if err != nil || len(subjects) > 0 {
+			return len(subjects) > 0, err
+		}
+	}
+	return false, nil
 }
 
-// subjects returns the stream's subjects that match filter and hold a message.
-func (s *Store) subjects(ctx context.Context, filter string) ([]string, error) {
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+// subjectsOf returns stream's subjects that match filter and hold a message.
+func subjectsOf(ctx context.Context, stream jetstream.Stream, filter string) ([]string, error) {
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("listing schedules: %w", err)
 	}
@@ -250,14 +326,15 @@ func (s *Store) subjects(ctx context.Context, filter string) ([]string, error) {
 	return out, nil
 }
 
-func (s *Store) list(ctx context.Context, filter string) ([]Schedule, error) {
-	subjects, err := s.subjects(ctx, filter)
+// list returns stream's schedules under filter.
+func list(ctx context.Context, stream jetstream.Stream, filter string) ([]Schedule, error) {
+	subjects, err := subjectsOf(ctx, stream, filter)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Schedule, 0, len(subjects))
 	for _, subj := range subjects {
-		raw, err := s.stream.GetLastMsgForSubject(ctx, subj)
+		raw, err := stream.GetLastMsgForSubject(ctx, subj)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // fired (once) or cancelled in between
 		}
@@ -270,7 +347,6 @@ func (s *Store) list(ctx context.Context, filter string) ([]Schedule, error) {
 		}
 		out = append(out, sch)
 	}
-	sortByName(out)
 	return out, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,7 +64,7 @@ func relayingStore(t *testing.T) (*bus.Resources, *schedule.Store, context.Conte
 	res := natstest.Bus(t, bus.Config{})
 	_, err := res.InboxOf(t.Context(), "Echo") // the agent the timers fire for
 	require.NoError(t, err)
-	store := schedule.NewStore(res.JS, res.Schedules)
+	store := schedule.NewStore(res.JS, res)
 	ctx, cancel := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)
 	go func() { relayed <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
@@ -99,7 +100,7 @@ func TestTimersFireOnceAndAreRelayed(t *testing.T) {
 	require.Len(t, got, 1, "the timer fires once and the cancelled one never")
 	assert.Equal(t, "once", got[0].GetTimer())
 	assert.Equal(t, "u1", got[0].GetParticipantId())
-	assert.Regexp(t, `^timer:\d+:once$`, got[0].GetRequestId())
+	assert.Regexp(t, `^timer:\d+-\d+:once$`, got[0].GetRequestId())
 	late := time.UnixMilli(got[0].GetCreatedAtMs()).Sub(due)
 	t.Logf("fired %v after its time", late)
 	assert.Less(t, late, 2*time.Second)
@@ -128,18 +129,18 @@ func TestRecurringTimerFiresWithNewRequestIDs(t *testing.T) {
 // A relaying host's request for fired timers that never reaches the server (here: dropped on its
 // way) delays a timer by a few seconds at most, not by the request's default expiry of 30 s.
 func TestLostRelayRequestDelaysTimersBriefly(t *testing.T) {
-	// The relaying host's connection loses its first request for fired timers.
-	loss := natstest.LosePullRequest(t, "relay", 1)
+	// The relaying host's connection loses its first request for the tenant's fired timers.
+	loss := natstest.LosePullRequest(t, "relay", subject.TimerStream(subject.TimerShard("acme")), 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res := loss.Res
-	relay := schedule.NewStore(loss.Lossy.JS, loss.Lossy.Schedules)
+	relay := schedule.NewStore(loss.Lossy.JS, loss.Lossy)
 	rctx, stop := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)
 	go func() { relayed <- relay.Relay(rctx, slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() { stop(); <-relayed })
 
-	store := schedule.NewStore(res.JS, res.Schedules)
+	store := schedule.NewStore(res.JS, res)
 	due := time.Now().Add(500 * time.Millisecond)
 	require.NoError(t, store.Set(ctx, schedule.Schedule{Name: "soon", Tenant: "acme", WorkflowID: "acme:Echo:Supervisor Workflow:a",
 		Pattern: schedule.At(due), Request: template("u1")}, ""))
@@ -166,7 +167,7 @@ func TestTimersCountInUsage(t *testing.T) {
 	r, err := usage.Watch(ctx, res.JS, res.Config, nil)
 	require.NoError(t, err)
 	defer r.Close()
-	store := schedule.NewStore(res.JS, res.Schedules).Meter(m)
+	store := schedule.NewStore(res.JS, res).Meter(m)
 	// The relay, which counts off fired timers, with the same meter.
 	rctx, cancel := context.WithCancel(context.Background())
 	relayed := make(chan error, 1)
@@ -176,7 +177,8 @@ func TestTimersCountInUsage(t *testing.T) {
 	schedules := func() int64 {
 		n := int64(0)
 		for seq := uint64(1); ; {
-			raw, err := res.Schedules.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.InstanceSchedules("acme", "acme:Echo:Supervisor Workflow:a")))
+			shard := subject.TimerShard("acme")
+			raw, err := res.Timers[shard].GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.InstanceSchedules(shard, "acme", "acme:Echo:Supervisor Workflow:a")))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				return n
 			}
@@ -242,4 +244,73 @@ func TestTimersCountInUsage(t *testing.T) {
 	after, err := inbox.Info(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, before.State.LastSeq, after.State.LastSeq, "the deleted tenant's recurring timer fires no more")
+}
+
+// TestTimersSetBeforeTheShards: timers a previous release set in AGENTBUS_SCHEDULES, the stream
+// of every tenant's timers before the shards, are listed, fire there and are relayed (with request
+// ids of that stream's form), are cancelled there, and a timer set again with the same name moves
+// to the tenant's shard, replacing the old one (which then fires no more), counted once in usage.
+func TestTimersSetBeforeTheShards(t *testing.T) {
+	res, store, ctx := relayingStore(t)
+	m, err := usage.NewMeter(res.JS.Conn(), nil)
+	require.NoError(t, err)
+	metered := schedule.NewStore(res.JS, res).Meter(m)
+	const wf = "acme:Echo:Supervisor Workflow:a"
+	// As a previous release's Store.Set published them.
+	setLegacy := func(name, pattern, participant string) {
+		t.Helper()
+		req := template(participant)
+		req.Timer = name
+		data, err := proto.Marshal(req)
+		require.NoError(t, err)
+		msg := &nats.Msg{Subject: subject.Schedule(subject.LegacyTimers, "acme", wf, name), Data: data, Header: nats.Header{}}
+		msg.Header.Set(jetstream.ScheduleHeader, pattern)
+		msg.Header.Set(jetstream.ScheduleTargetHeader, subject.ScheduleFired(subject.LegacyTimers, "acme", wf, name))
+		msg.Header.Set(jetstream.ScheduleTTLHeader, "168h")
+		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		msg.Header.Set(subject.HeaderStoredBytes, "300")
+		_, err = res.JS.PublishMsg(ctx, msg)
+		require.NoError(t, err)
+	}
+	later := schedule.At(time.Now().Add(time.Hour))
+	setLegacy("old-once", schedule.At(time.Now().Add(time.Second)), "u1")
+	setLegacy("old-cancelled", later, "u2")
+	setLegacy("moved", schedule.At(time.Now().Add(1500*time.Millisecond)), "u3")
+	listed, err := store.List(ctx, "acme", wf)
+	require.NoError(t, err)
+	names := func(l []schedule.Schedule) (out []string) {
+		for _, s := range l {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"moved", "old-cancelled", "old-once"}, names(listed))
+	pending, err := store.Pending(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.True(t, pending)
+
+	cancelled, err := store.Cancel(ctx, "acme", wf, "old-cancelled")
+	require.NoError(t, err)
+	assert.True(t, cancelled, "a timer of the old stream is cancelled there")
+	require.NoError(t, metered.Set(ctx, schedule.Schedule{Name: "moved", Tenant: "acme", WorkflowID: wf,
+		Pattern: schedule.At(time.Now().Add(2 * time.Second)), Request: template("u4")}, ""))
+	counted := m.Pending("acme").Timers
+	shard := subject.TimerShard("acme")
+	info, err := res.Timers[shard].Info(ctx, jetstream.WithSubjectFilter(subject.InstanceSchedules(shard, "acme", wf)))
+	require.NoError(t, err)
+	assert.Equal(t, int64(info.State.Bytes)-300, counted, "the moved timer counted as its size in the shard less the old one's")
+
+	got := inboxRequests(t, res, 2, 6*time.Second)
+	require.Len(t, got, 2, "the old one-time timer and the moved timer fire, each once; the replaced and the cancelled ones never")
+	byTimer := map[string]*agentbusv1.Request{}
+	for _, r := range got {
+		byTimer[r.GetTimer()] = r
+	}
+	require.Contains(t, byTimer, "old-once")
+	assert.Regexp(t, `^timer:\d+:old-once$`, byTimer["old-once"].GetRequestId(), "an id of the old stream's form")
+	require.Contains(t, byTimer, "moved")
+	assert.Equal(t, "u4", byTimer["moved"].GetParticipantId(), "the timer set again, not the old one")
+	listed, err = store.List(ctx, "acme", wf)
+	require.NoError(t, err)
+	assert.Empty(t, listed)
 }

@@ -117,8 +117,8 @@ func TestSubjectsStayWithinTheLimit(t *testing.T) {
 		"AgentKey": subject.AgentKey(name), "InstanceDeadLetters": subject.InstanceDeadLetters(tenant, name, wf),
 		"AgentDeadLetters": subject.AgentDeadLetters(tenant, name), "Runs": subject.Runs(tenant, name),
 		"InstanceNotice": subject.InstanceNotice(tenant, wf), "InstanceThreads": subject.InstanceThreads(tenant, wf),
-		"Schedule": subject.Schedule(tenant, wf, timer), "ScheduleFired": subject.ScheduleFired(tenant, wf, timer),
-		"InstanceSchedules": subject.InstanceSchedules(tenant, wf), "SubscriptionKey": subject.SubscriptionKey(tenant, id),
+		"Schedule": subject.Schedule(subject.TimerShards-1, tenant, wf, timer), "ScheduleFired": subject.ScheduleFired(subject.TimerShards-1, tenant, wf, timer),
+		"InstanceSchedules": subject.InstanceSchedules(subject.TimerShards-1, tenant, wf), "SubscriptionKey": subject.SubscriptionKey(tenant, id),
 		"Undelivered": subject.Undelivered(tenant, id), "TenureKey": subject.TenureKey(name, 1023),
 		// An object's metadata subject holds its name in base64.
 		"ClaimName": "$O.AGENTBUS_CLAIMS.M." + base64.URLEncoding.EncodeToString([]byte(subject.ClaimName(tenant, requestID, "request"))),

@@ -44,9 +44,10 @@ const (
 	// DeadLettersStream keeps requests whose handler failed on every attempt, with the last
 	// error, until an operator replays or discards them.
 	DeadLettersStream = "AGENTBUS_DEADLETTERS"
-	// SchedulesStream holds the agents' timers as JetStream message schedules (Nats-Schedule),
-	// one subject per schedule, and the messages the schedules fire until a host relays them
-	// to the inbox.
+	// SchedulesStream holds the agents' timers set before they were kept in shards
+	// (TimerShards): JetStream message schedules (Nats-Schedule), one subject per schedule, and
+	// the messages the schedules fire until a host relays them to the inbox. The shards'
+	// streams (TimerStream) hold the same under subjects of their own.
 	SchedulesStream = "AGENTBUS_SCHEDULES"
 	// SubscriptionsBucket holds the tenants' event subscriptions (outbound webhooks) by tenant
 	// and subscription id.
@@ -514,38 +515,39 @@ func ClaimName(tenant, requestID, part string) string {
 	return tenant + "/" + Token(requestID) + "/" + part
 }
 
-// Schedule is the subject of a named schedule of a workflow instance in SchedulesStream: it holds
-// the schedule's one message (publishing again replaces it; purging the subject cancels it).
-func Schedule(tenant, workflowID, name string) string {
-	return string(startTokens(schedPrefix).plain("set").plain(tenant).id(workflowID).id(name))
+// Schedule is the subject of a named schedule of a workflow instance in the timer stream shard
+// (TimerShard, or LegacyTimers): it holds the schedule's one message (publishing again replaces
+// it; purging the subject cancels it).
+func Schedule(shard int, tenant, workflowID, name string) string {
+	return string(startTokens(timerPrefix(shard)).plain("set").plain(tenant).id(workflowID).id(name))
 }
 
-// InstanceSchedules is the filter of every schedule of a workflow instance.
-func InstanceSchedules(tenant, workflowID string) string {
-	return string(startTokens(schedPrefix).plain("set").plain(tenant).id(workflowID)) + ".*"
+// InstanceSchedules is the filter of every schedule of a workflow instance in timer stream shard.
+func InstanceSchedules(shard int, tenant, workflowID string) string {
+	return string(startTokens(timerPrefix(shard)).plain("set").plain(tenant).id(workflowID)) + ".*"
 }
 
-// TenantSchedules is the filter of every schedule of a tenant's instances.
-func TenantSchedules(tenant string) string {
-	return string(startTokens(schedPrefix).plain("set").plain(tenant)) + ".>"
+// TenantSchedules is the filter of every schedule of a tenant's instances in timer stream shard.
+func TenantSchedules(shard int, tenant string) string {
+	return string(startTokens(timerPrefix(shard)).plain("set").plain(tenant)) + ".>"
 }
 
 // ScheduleFired is the subject a schedule's message is published on when it is due, the
-// schedule's target: a host relays it from there to the inbox.
-func ScheduleFired(tenant, workflowID, name string) string {
-	return string(startTokens(schedPrefix).plain("fired").plain(tenant).id(workflowID).id(name))
+// schedule's target in its timer stream shard: a host relays it from there to the inbox.
+func ScheduleFired(shard int, tenant, workflowID, name string) string {
+	return string(startTokens(timerPrefix(shard)).plain("fired").plain(tenant).id(workflowID).id(name))
 }
 
-// TenantSchedulesFired is the filter of what a tenant's schedules fired.
-func TenantSchedulesFired(tenant string) string {
-	return string(startTokens(schedPrefix).plain("fired").plain(tenant)) + ".>"
+// TenantSchedulesFired is the filter of what a tenant's schedules fired in timer stream shard.
+func TenantSchedulesFired(shard int, tenant string) string {
+	return string(startTokens(timerPrefix(shard)).plain("fired").plain(tenant)) + ".>"
 }
 
-// SchedulesFired is the filter of every fired schedule message.
-func SchedulesFired() string { return schedPrefix + ".fired.>" }
+// SchedulesFired is the filter of every fired schedule message of timer stream shard.
+func SchedulesFired(shard int) string { return timerPrefix(shard) + ".fired.>" }
 
-// SchedulesSubjects is the subject filter of the schedules stream.
-func SchedulesSubjects() string { return schedPrefix + ".>" }
+// TimerSubjects is the subject filter of timer stream shard.
+func TimerSubjects(shard int) string { return timerPrefix(shard) + ".>" }
 
 // ScheduleName returns the schedule name a schedule subject (Schedule) ends with.
 func ScheduleName(subj string) (string, error) {

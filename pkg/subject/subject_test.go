@@ -218,7 +218,7 @@ func TestStatsSubjects(t *testing.T) {
 		}
 		assert.Len(t, strings.Split(r, "."), 4, r)
 	}
-	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.TimerSubjects(subject.LegacyTimers), subject.TimerSubjects(0)} {
 		assert.False(t, subject.MatchesFilter(subject.StatsWindow, filter), filter)
 	}
 }
@@ -235,7 +235,7 @@ func TestConfirmSubjects(t *testing.T) {
 		assert.NotEqual(t, subject.StatsReply(instance, "abc"), r)
 		assert.Len(t, strings.Split(r, "."), 4, r)
 	}
-	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.SchedulesSubjects()} {
+	for _, filter := range []string{subject.AllInboxSubjects, subject.MessagesSubjects(), subject.DeadLetterSubjects(), subject.TimerSubjects(subject.LegacyTimers), subject.TimerSubjects(0)} {
 		assert.False(t, subject.MatchesFilter(subject.IngressPresence, filter), filter)
 		assert.False(t, subject.MatchesFilter(subject.IngressConfirm, filter), filter)
 		assert.False(t, subject.MatchesFilter(subject.IngressDemand, filter), filter)

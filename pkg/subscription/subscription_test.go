@@ -365,7 +365,7 @@ func TestDeletedSubscriptionStopsQuietly(t *testing.T) {
 func TestLostRequestForTheNextEvent(t *testing.T) {
 	t.Parallel()
 	// The deliverer's connection loses its third request for the next event.
-	loss := natstest.LosePullRequest(t, "deliverer", 3)
+	loss := natstest.LosePullRequest(t, "deliverer", "", 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res := loss.Res
