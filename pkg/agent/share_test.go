@@ -33,7 +33,7 @@ func TestHostsOfAProcessShareOneTimerRelay(t *testing.T) {
 		cfg.ID, cfg.Agents = []string{"one", "two", "three"}[i], []*agent.Agent{a}
 		startHost(t, s, cfg)
 	}
-	cons, err := s.Res.Schedules.Consumer(t.Context(), "timer-relay")
+	cons, err := s.Res.Timers[0].Consumer(t.Context(), "timer-relay")
 	require.NoError(t, err)
 	most := 0
 	for range 20 {

@@ -103,8 +103,8 @@ type Resources struct {
 	// DeadLetters keeps requests that failed every attempt.
 	DeadLetters jetstream.Stream
 	// Timers hold the agents' timers (message schedules) and what they fired, a stream for each
-	// shard of the tenants (subject.TimerShard), indexed by shard; Schedules holds those set
-	// before the timers were sharded (subject.LegacyTimers).
+	// shard of the tenants (subject.TimerShard), indexed by shard; Schedules holds those a release
+	// before the shards set (subject.LegacyTimers), nil in a deployment that has none.
 	Timers    []jetstream.Stream
 	Schedules jetstream.Stream
 	// Subscriptions holds the tenants' event subscriptions; Undelivered the events their
@@ -237,7 +237,7 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resou
 		"agentbus requests whose handler failed every attempt, until replayed or discarded", subject.DeadLetterSubjects()); err != nil {
 		return nil, err
 	}
-	if r.Schedules, err = ensureTimers(ctx, js, cfg, subject.LegacyTimers); err != nil {
+	if r.Schedules, err = openLegacyTimers(ctx, js); err != nil {
 		return nil, err
 	}
 	r.Timers = make([]jetstream.Stream, subject.TimerShards)

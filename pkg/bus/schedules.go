@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -9,7 +11,7 @@ import (
 )
 
 // ensureTimers creates or updates the stream of one shard of the agents' timers
-// (subject.TimerShard; subject.LegacyTimers is the stream of those set before the shards). Each
+// (subject.TimerShard). Each
 // timer is a JetStream message schedule (the Nats-Schedule header) on its own subject, which the
 // server fires into the same stream when it is due; a host relays the fired message to the inbox
 // and removes it. The inbox cannot hold the schedules itself: JetStream schedules need a stream
@@ -29,4 +31,20 @@ func ensureTimers(ctx context.Context, js jetstream.JetStream, cfg Config, shard
 		AllowRollup:       true,
 		AllowDirect:       true,
 	})
+}
+
+// openLegacyTimers opens AGENTBUS_SCHEDULES, the stream of the timers a release before the timer
+// shards set, where that release made it; nil where none did (a deployment made since). It is
+// not made, so that a deployment without it reads no second stream for every timer it sets: a
+// process of that release started later makes it, and processes of this one started before do
+// not read it (docs/bus.md#timer-shards).
+func openLegacyTimers(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, subject.SchedulesStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", subject.SchedulesStream, err)
+	}
+	return s, nil
 }

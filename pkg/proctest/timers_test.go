@@ -114,7 +114,7 @@ func pendingReminders(b *testing.B, bins proctest.Bins, reminders, instances, cl
 	r.natsAfter = rss(b, nats.Proc)
 
 	timers := sys.timerStreams(ctx, b)
-	for _, st := range append(timers.Timers, timers.Schedules) {
+	for _, st := range timers.Timers {
 		info, err := st.Info(ctx)
 		require.NoError(b, err)
 		r.pending += info.State.Msgs

@@ -230,14 +230,12 @@ func (s *system) streamMsgs(ctx context.Context, t *testing.T, name string) uint
 	return n
 }
 
-// timerStreams opens the timer streams (bus.Resources.Timers and Schedules), for a
-// schedule.Store.
+// timerStreams opens the timer streams (bus.Resources.Timers; a deployment made by this release
+// has no Schedules), for a schedule.Store.
 func (s *system) timerStreams(ctx context.Context, t testing.TB) *bus.Resources {
 	t.Helper()
 	res := &bus.Resources{Timers: make([]jetstream.Stream, subject.TimerShards)}
 	var err error
-	res.Schedules, err = s.js.Stream(ctx, subject.SchedulesStream)
-	require.NoError(t, err)
 	for shard := range res.Timers {
 		res.Timers[shard], err = s.js.Stream(ctx, subject.TimerStream(shard))
 		require.NoError(t, err)

@@ -143,7 +143,7 @@ func TestIdleRelayKeepsNoLanes(t *testing.T) {
 	req := &agentbusv1.Request{TenantId: "acme", WorkflowId: wf, AgentName: "Echo", WorkflowType: "Supervisor Workflow",
 		ActivationName: "a", ParticipantId: "u", Kind: agentbusv1.Kind_KIND_DATA, Method: "remind.due"}
 	require.NoError(t, store.Set(ctx, Schedule{Name: "soon", Tenant: "acme", WorkflowID: wf, Pattern: At(time.Now().Add(500 * time.Millisecond)), Request: req}, ""))
-	require.Eventually(t, func() bool { return lanes() == relayLanes+1+subject.TimerShards }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return lanes() == relayLanes+subject.TimerShards }, 10*time.Second, 20*time.Millisecond,
 		"the lanes and the removers started")
 	cancel()
 	require.NoError(t, <-done)

@@ -74,7 +74,8 @@ func Every(d time.Duration) string { return "@every " + d.String() }
 // Store sets, lists and cancels schedules.
 type Store struct {
 	js jetstream.JetStream
-	// shards are the timer streams by shard; legacy is the stream of the timers set before.
+	// shards are the timer streams by shard; legacy is the stream of the timers a release before
+	// the shards set, its stream nil where there is none.
 	shards []timers
 	legacy timers
 	meter  *usage.Meter
@@ -99,11 +100,21 @@ func NewStore(js jetstream.JetStream, res *bus.Resources) *Store {
 // home is the stream tenant's timers are set in.
 func (s *Store) home(tenant string) timers { return s.shards[subject.TimerShard(tenant)] }
 
-// streams are the streams a tenant's timers may be in: its shard's, and the legacy one.
-func (s *Store) streams(tenant string) [2]timers { return [2]timers{s.home(tenant), s.legacy} }
+// streams are the streams a tenant's timers may be in: its shard's, and the legacy one if any.
+func (s *Store) streams(tenant string) []timers {
+	if s.legacy.stream == nil {
+		return []timers{s.home(tenant)}
+	}
+	return []timers{s.home(tenant), s.legacy}
+}
 
-// all are every timer stream: the legacy one, then the shards.
-func (s *Store) all() []timers { return append([]timers{s.legacy}, s.shards...) }
+// all are every timer stream: the legacy one if any, then the shards.
+func (s *Store) all() []timers {
+	if s.legacy.stream == nil {
+		return s.shards
+	}
+	return append([]timers{s.legacy}, s.shards...)
+}
 
 // Meter makes s count what the schedules it sets, cancels and relays take in the stream, in
 // their tenants' usage (usage.Meter.AddTimers), and returns s.
@@ -166,6 +177,9 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	// One of that name set before the shards is replaced too, once this one is stored (a refused
 	// pattern leaves it as it was). A Set that fails here is tried again by the handler's retry,
 	// which removes it then.
+	if s.legacy.stream == nil {
+		return nil
+	}
 	legacy, err := s.cancelIn(ctx, s.legacy, sch.Tenant, sch.WorkflowID, sch.Name)
 	if err != nil {
 		return err

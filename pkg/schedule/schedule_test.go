@@ -246,12 +246,31 @@ func TestTimersCountInUsage(t *testing.T) {
 	assert.Equal(t, before.State.LastSeq, after.State.LastSeq, "the deleted tenant's recurring timer fires no more")
 }
 
-// TestTimersSetBeforeTheShards: timers a previous release set in AGENTBUS_SCHEDULES, the stream
-// of every tenant's timers before the shards, are listed, fire there and are relayed (with request
-// ids of that stream's form), are cancelled there, and a timer set again with the same name moves
-// to the tenant's shard, replacing the old one (which then fires no more), counted once in usage.
+// TestTimersSetBeforeTheShards: a deployment made by this release has no AGENTBUS_SCHEDULES; in
+// one a previous release made, the timers it set there (the stream of every tenant's timers
+// before the shards) are listed, fire there and are relayed (with request ids of that stream's
+// form), are cancelled there, and a timer set again with the same name moves to the tenant's
+// shard, replacing the old one (which then fires no more), counted once in usage.
 func TestTimersSetBeforeTheShards(t *testing.T) {
-	res, store, ctx := relayingStore(t)
+	fresh := natstest.Bus(t, bus.Config{})
+	require.Nil(t, fresh.Schedules, "a new deployment has no stream of the timers before the shards")
+	ctx := t.Context()
+	// As the previous release made it.
+	_, err := fresh.JS.CreateStream(ctx, jetstream.StreamConfig{Name: subject.SchedulesStream,
+		Subjects: []string{subject.TimerSubjects(subject.LegacyTimers)}, Retention: jetstream.LimitsPolicy,
+		Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute, AllowMsgSchedules: true, AllowMsgTTL: true,
+		AllowRollup: true, AllowDirect: true})
+	require.NoError(t, err)
+	res, err := bus.Ensure(ctx, fresh.JS, fresh.Config)
+	require.NoError(t, err)
+	require.NotNil(t, res.Schedules)
+	_, err = res.InboxOf(ctx, "Echo")
+	require.NoError(t, err)
+	store := schedule.NewStore(res.JS, res)
+	rctx, cancel := context.WithCancel(context.Background())
+	relayed := make(chan error, 1)
+	go func() { relayed <- store.Relay(rctx, slog.New(slog.DiscardHandler)) }()
+	defer func() { cancel(); <-relayed }()
 	m, err := usage.NewMeter(res.JS.Conn(), nil)
 	require.NoError(t, err)
 	metered := schedule.NewStore(res.JS, res).Meter(m)
