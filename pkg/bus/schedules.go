@@ -11,10 +11,9 @@ import (
 )
 
 // ensureTimers creates or updates the stream of one shard of the agents' timers
-// (subject.TimerShard). Each
-// timer is a JetStream message schedule (the Nats-Schedule header) on its own subject, which the
-// server fires into the same stream when it is due; a host relays the fired message to the inbox
-// and removes it. The inbox cannot hold the schedules itself: JetStream schedules need a stream
+// (subject.TimerShard). Each timer is a JetStream message schedule (the Nats-Schedule header) on
+// its own subject, which the server fires into the same stream when it is due; a host relays the
+// fired message to the inbox and removes it. The inbox cannot hold the schedules itself: JetStream schedules need a stream
 // that discards old messages and allows roll-ups, and the inbox discards new ones (a full inbox
 // refuses requests instead of dropping those it holds).
 func ensureTimers(ctx context.Context, js jetstream.JetStream, cfg Config, shard int) (jetstream.Stream, error) {

@@ -95,7 +95,7 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 			})
 		}
 		for i, st := range streams {
-			wg.Go(func() { s.removeRelayed(removing, log, st, consumers[i], relayed[i]) })
+			wg.Go(func() { removeRelayed(removing, log, st, consumers[i], relayed[i]) })
 		}
 	}
 	defer func() {
@@ -164,7 +164,7 @@ func instanceOf(subj string) string {
 // the relay itself, and every tenant's timers wait in the one relay (docs/limits.md). The purges
 // of several hosts' relays overlap and cost little when there is nothing left to remove; an idle
 // relay makes none. One that fails is tried again a second later.
-func (s *Store) removeRelayed(ctx context.Context, log *slog.Logger, st timers, cons jetstream.Consumer, relayed <-chan struct{}) {
+func removeRelayed(ctx context.Context, log *slog.Logger, st timers, cons jetstream.Consumer, relayed <-chan struct{}) {
 	failed := false
 	for {
 		if !failed {

@@ -107,7 +107,7 @@ func TestRelayedTimersLeaveTheStream(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		store.removeRelayed(removing, slog.New(slog.DiscardHandler), store.home("acme"), cons, relayed)
+		removeRelayed(removing, slog.New(slog.DiscardHandler), store.home("acme"), cons, relayed)
 	}()
 	defer func() { stop(); <-done }()
 
@@ -134,7 +134,7 @@ func TestIdleRelayKeepsNoLanes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- store.Relay(ctx, slog.New(slog.DiscardHandler)) }()
 	lanes := func() int {
-		return len(gostack.Naming("schedule.(*Store).Relay.func", "schedule.(*Store).removeRelayed"))
+		return len(gostack.Naming("schedule.(*Store).Relay.func", "schedule.removeRelayed"))
 	}
 	time.Sleep(500 * time.Millisecond)
 	assert.Zero(t, lanes(), "an idle relay keeps no goroutine of its own")

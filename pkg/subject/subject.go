@@ -123,7 +123,9 @@ const (
 	deadPrefix  = "agentbus.dead"
 	replyPrefix = "_INBOX.agentbus"
 	schedPrefix = "agentbus.sched"
-	undelPrefix = "agentbus.undelivered"
+	// timersPrefix begins the subjects of the timer shards' streams (timerPrefix).
+	timersPrefix = "agentbus.timers"
+	undelPrefix  = "agentbus.undelivered"
 )
 
 // Token encodes an arbitrary id as one subject token: unpadded base64url, so that spaces, dots,

@@ -43,5 +43,3 @@ func timerPrefix(shard int) string {
 	}
 	return timersPrefix + "." + strconv.Itoa(shard)
 }
-
-const timersPrefix = "agentbus.timers"
