@@ -444,8 +444,28 @@ func (h *Host) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	h.hctx = hctx
 
-	// The host's periodic jobs are idle.Loops: between their steps, and while they rest, they
-	// hold no goroutine, so that a host of an idle agent holds few.
+	defer h.startBackground(hctx)()
+
+	if err := h.rebalance(ctx); err != nil {
+		h.stop(ctx, cancelHandlers)
+		return err
+	}
+	if err := h.waitStarted(ctx); err != nil {
+		h.stop(ctx, cancelHandlers)
+		return err
+	}
+	h.log.Info("workflow host running", "agents", h.agentNames(), "owned", h.owned())
+	close(h.ready)
+
+	h.divide(ctx)
+	h.stop(ctx, cancelHandlers)
+	return nil
+}
+
+// startBackground starts the host's periodic jobs and returns what stops them. The jobs are
+// idle.Loops: between their steps, and while they rest, they hold no goroutine, so that a host
+// of an idle agent holds few.
+func (h *Host) startBackground(hctx context.Context) (stop func()) {
 	bgCtx, stopBackground := context.WithCancel(hctx)
 	var loops sync.WaitGroup
 	h.live.startSweeps(bgCtx)
@@ -465,7 +485,7 @@ func (h *Host) Run(ctx context.Context) error {
 	if h.metrics != nil {
 		pendingReads = h.startPendingReads(bgCtx)
 	}
-	defer func() {
+	return func() {
 		stopBackground()
 		loops.Wait()
 		h.live.stopSweeps()
@@ -478,25 +498,18 @@ func (h *Host) Run(ctx context.Context) error {
 		if pendingReads != nil {
 			pendingReads.Stop()
 		}
-	}()
-
-	if err := h.rebalance(ctx); err != nil {
-		h.stop(ctx, cancelHandlers)
-		return err
 	}
-	if err := h.waitStarted(ctx); err != nil {
-		h.stop(ctx, cancelHandlers)
-		return err
-	}
-	h.log.Info("workflow host running", "agents", h.agentNames(), "owned", h.owned())
-	close(h.ready)
+}
 
+// divide writes the host's heartbeats and divides the partitions again whenever the hosts
+// change, until ctx ends.
+func (h *Host) divide(ctx context.Context) {
 	beat := time.NewTicker(registry.HeartbeatInterval)
 	defer beat.Stop()
 	// Membership also changes by a heartbeat growing old, which no watch reports: looking often
 	// keeps the takeover of a dead host's partitions close to the moment it counts as dead. A
 	// host alone with its agents does not look (no other host's heartbeat can grow old, and its
-	// own heartbeats signal dirChanged): an idle host's Run wakes only for its heartbeats.
+	// own heartbeats signal dirChanged): an idle host wakes only for its heartbeats.
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
 	checking := true
@@ -511,8 +524,7 @@ func (h *Host) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			h.stop(ctx, cancelHandlers)
-			return nil
+			return
 		case <-beat.C:
 			err := h.beat(ctx)
 			if err != nil && ctx.Err() == nil {

@@ -47,20 +47,9 @@ func RequestID(shard int, name string, seq uint64) string {
 // leave their stream together, a second after (removeRelayed).
 func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	streams := s.all()
-	consumers := make([]jetstream.Consumer, len(streams))
-	for i, st := range streams {
-		cons, err := st.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       relayConsumer,
-			Description:   "agentbus hosts relaying fired timers to the inbox",
-			FilterSubject: subject.SchedulesFired(st.shard),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       relayAckWait,
-			MaxAckPending: 4096,
-		})
-		if err != nil {
-			return fmt.Errorf("creating the timer relay consumer of %s: %w", subject.TimerStream(st.shard), err)
-		}
-		consumers[i] = cons
+	consumers, err := relayConsumers(ctx, streams)
+	if err != nil {
+		return err
 	}
 	// Each lane relays the requests of the instances hashed to it, one after the other in the
 	// order they fired: lanes relay at once, and an instance's timers fired together reach its
@@ -128,6 +117,26 @@ func (s *Store) Relay(ctx context.Context, log *slog.Logger) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// relayConsumers creates or updates the relay's durable consumer on each timer stream.
+func relayConsumers(ctx context.Context, streams []timers) ([]jetstream.Consumer, error) {
+	consumers := make([]jetstream.Consumer, len(streams))
+	for i, st := range streams {
+		cons, err := st.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       relayConsumer,
+			Description:   "agentbus hosts relaying fired timers to the inbox",
+			FilterSubject: subject.SchedulesFired(st.shard),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       relayAckWait,
+			MaxAckPending: 4096,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("creating the timer relay consumer of %s: %w", subject.TimerStream(st.shard), err)
+		}
+		consumers[i] = cons
+	}
+	return consumers, nil
 }
 
 // fired is a fired request to relay, and the index of its stream in the relay's streams.
