@@ -92,7 +92,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stack{}
+	s := &Stack{cfg: cfg}
 	defer func() {
 		if err != nil {
 			s.Stop(context.Background())
@@ -101,40 +101,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.NATS, err = natsembed.Start(natsembed.Config{StoreDir: cfg.DataDir, Listen: cfg.NATSListen, SyncAlways: cfg.SyncAlways, MaxStore: cfg.MaxStore}); err != nil {
 		return nil, err
 	}
-	conn := func(name string) (*nats.Conn, error) {
-		nc, err := s.NATS.Connect(name, bus.LogAsyncErrors(cfg.Logger))
-		if err == nil {
-			s.conns = append(s.conns, nc)
-		}
-		return nc, err
-	}
-
-	nc, err := conn("agentbus-admin")
-	if err != nil {
+	if err := s.openBus(ctx); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("opening JetStream: %w", err)
-	}
-	if s.Res, err = bus.Ensure(ctx, js, cfg.Bus); err != nil {
-		return nil, err
-	}
-	s.Res.LogMove(cfg.Logger)
-	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
-	s.shared = cfg.Host
-	if s.shared.Directory == nil {
-		// The ingress reads the methods' schemas, which ShareWatches's directory leaves out.
-		if s.shared.Directory, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, cfg.Logger); err != nil {
-			return nil, fmt.Errorf("a directory for the ingress and the hosts: %w", err)
-		}
-		s.closeDir = s.shared.Directory.Close
-	}
-	if s.closeShared, err = agent.ShareWatches(ctx, s.Res, &s.shared, cfg.Logger); err != nil {
-		return nil, err
-	}
-
-	s.cfg = cfg
 	if len(cfg.Agents) > 0 {
 		if s.stopHost, err = s.addHost(ctx, cfg.Host.ID, true); err != nil {
 			return nil, err
@@ -144,39 +113,85 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := s.serveRemote(ctx); err != nil {
 		return nil, err
 	}
-
-	ic := cfg.Ingress
-	if ic.Conn, err = conn("agentbus-ingress"); err != nil {
+	if err := s.startIngress(ctx); err != nil {
 		return nil, err
 	}
-	ic.Bus, ic.Logger = cfg.Bus, cfg.Logger
-	if ic.Directory == nil {
-		ic.Directory = s.shared.Directory
-	}
-	if ic.IdleTimeout == 0 {
-		ic.IdleTimeout = cfg.Host.IdleTimeout
-	}
-	if s.Ingress, err = ingress.New(ctx, ic); err != nil {
-		return nil, err
-	}
-
-	if cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return nil, fmt.Errorf("listening on %s: %w", cfg.HTTPAddr, err)
-		}
-		s.httpSrv = s.Ingress.HTTPServer()
-		s.httpDone = make(chan error, 1)
-		s.URL = "http://" + ln.Addr().String()
-		go func() { s.httpDone <- s.httpSrv.Serve(ln) }()
-	}
-
 	for _, a := range cfg.Agents {
 		if err := s.WaitLive(ctx, a.Name()); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// connect opens a connection of the stack to its NATS server, closed by Stop.
+func (s *Stack) connect(name string) (*nats.Conn, error) {
+	nc, err := s.NATS.Connect(name, bus.LogAsyncErrors(s.cfg.Logger))
+	if err == nil {
+		s.conns = append(s.conns, nc)
+	}
+	return nc, err
+}
+
+// openBus ensures the bus's resources and opens what the ingress and the hosts share: the
+// keys, the directory and the watches.
+func (s *Stack) openBus(ctx context.Context) error {
+	nc, err := s.connect("agentbus-admin")
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	if s.Res, err = bus.Ensure(ctx, js, s.cfg.Bus); err != nil {
+		return err
+	}
+	s.Res.LogMove(s.cfg.Logger)
+	s.Keys = keys.NewStore(s.Res.JS, s.Res.Keys, s.Res.Tenants)
+	s.shared = s.cfg.Host
+	if s.shared.Directory == nil {
+		// The ingress reads the methods' schemas, which ShareWatches's directory leaves out.
+		if s.shared.Directory, err = registry.NewDirectory(ctx, s.Res.Registry, s.Res.Hosts, s.cfg.Logger); err != nil {
+			return fmt.Errorf("a directory for the ingress and the hosts: %w", err)
+		}
+		s.closeDir = s.shared.Directory.Close
+	}
+	if s.closeShared, err = agent.ShareWatches(ctx, s.Res, &s.shared, s.cfg.Logger); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startIngress starts the ingress and, with an HTTP address, serves its API there.
+func (s *Stack) startIngress(ctx context.Context) error {
+	ic := s.cfg.Ingress
+	var err error
+	if ic.Conn, err = s.connect("agentbus-ingress"); err != nil {
+		return err
+	}
+	ic.Bus, ic.Logger = s.cfg.Bus, s.cfg.Logger
+	if ic.Directory == nil {
+		ic.Directory = s.shared.Directory
+	}
+	if ic.IdleTimeout == 0 {
+		ic.IdleTimeout = s.cfg.Host.IdleTimeout
+	}
+	if s.Ingress, err = ingress.New(ctx, ic); err != nil {
+		return err
+	}
+	if s.cfg.HTTPAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.HTTPAddr, err)
+	}
+	s.httpSrv = s.Ingress.HTTPServer()
+	s.httpDone = make(chan error, 1)
+	s.URL = "http://" + ln.Addr().String()
+	go func() { s.httpDone <- s.httpSrv.Serve(ln) }()
+	return nil
 }
 
 // startDelivery runs the delivery of the tenants' event subscriptions, as a workflow host

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -82,30 +83,13 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		reg = metrics.NewProcessRegistry()
 		hc.Metrics = reg
 	}
-	// With a Go agent the process is ready once its host is; without (no Echo) it runs only the
-	// remote agents' hosts and the delivery of event subscriptions, and is ready while connected
-	// to NATS. The probes answer from the start, also while the bus is not ready yet.
 	var host atomic.Pointer[agent.Host]
-	ready := func() error {
-		if h := host.Load(); h != nil {
-			return h.Readiness()
-		}
-		if len(hc.Agents) > 0 {
-			return errors.New("starting")
-		}
-		if !nc.IsConnected() {
-			return errors.New("nats disconnected")
-		}
-		return nil
+	stopProbes, err := serveProbes(cfg, nc, len(hc.Agents) > 0, reg, &host, log)
+	if err != nil {
+		return err
 	}
-	if cfg.MetricsAddr != "" {
-		stopHealth, err := opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, ready, metrics.Handler(reg)), log)
-		if err != nil {
-			return err
-		}
-		// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
-		defer stopHealth()
-	}
+	// Runs before the deferred nc.Close: a probe never takes closing down for a NATS outage.
+	defer stopProbes()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
@@ -138,6 +122,30 @@ func run(ctx context.Context, args []string, lookupEnv config.LookupEnv, stderr 
 		return closed
 	}
 	return err
+}
+
+// serveProbes serves the health and readiness probes and the metrics of reg at
+// cfg.MetricsAddr, when it is set, until stop is called. The probes answer from the start, also
+// while the bus is not ready yet. With a Go agent the process is ready once its host (host, set
+// when it is made) is; without (no Echo) it runs only the remote agents' hosts and the delivery
+// of event subscriptions, and is ready while connected to NATS.
+func serveProbes(cfg config.Config, nc *nats.Conn, goAgents bool, reg *prometheus.Registry, host *atomic.Pointer[agent.Host], log *slog.Logger) (stop func(), err error) {
+	if cfg.MetricsAddr == "" {
+		return func() {}, nil
+	}
+	ready := func() error {
+		if h := host.Load(); h != nil {
+			return h.Readiness()
+		}
+		if goAgents {
+			return errors.New("starting")
+		}
+		if !nc.IsConnected() {
+			return errors.New("nats disconnected")
+		}
+		return nil
+	}
+	return opshttp.Serve(cfg.MetricsAddr, opshttp.Handler(nc.Status, ready, metrics.Handler(reg)), log)
 }
 
 // runBeside runs, beside the host, the delivery of the tenants' event subscriptions (package
