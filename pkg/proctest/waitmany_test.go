@@ -28,12 +28,18 @@ import (
 // instance asking (default 25: 400 instances; an instance holds at most 256 waits), sent by 32
 // callers at once, each answered 202. A waiting request holds nothing in the host: its resident
 // memory and goroutines, read once the instances the asks loaded have left its memory and after
-// collections, are about what they were before the asks (asserted, against the target:
-// RSS grows by less than 20 MB; goroutines by at most 10). The waits stream holds one request
-// per ask. Then AGENTBUS_WAITS_SAMPLE of the waits (default 200), on different instances where
-// there are enough, are answered one at a time with a Chat message, each answered 200 with its
-// ask's result; the latency of each answer is printed (p50, p99; the target is p99 ≤ 250 ms),
-// not judged: the machine is shared. The waits stream then holds exactly the waits not answered.
+// collections, are about what they were before the asks (asserted, against the target: RSS grows by
+// less than 20 MB; goroutines by at most 10). The memory judged is the resident memory less the
+// free heap the runtime keeps for reuse (heap idle less heap released): after the burst the runtime
+// may keep tens of MiB of it through every collection the test asks for (it returns free heap in
+// the background while it holds more than about its next collection's goal, five times the live
+// heap at agentbus's GOGC of 400, and below that only from chunks left sparse for a cycle), which
+// measures the collector's pacing, not what the waits hold; the figures print both. The waits
+// stream holds one request per ask. Then AGENTBUS_WAITS_SAMPLE of the waits (default 200), on
+// different instances where there are enough, are answered one at a time with a Chat message, each
+// answered 200 with its ask's result; the latency of each answer is printed (p50, p99; the target
+// is p99 ≤ 250 ms), not judged: the machine is shared. The waits stream then holds exactly the
+// waits not answered.
 //
 // Run it with 10,000 waiting on 10,000 instances, or on 40 instances:
 //
@@ -118,10 +124,10 @@ func TestProcessesManyAsksWaitWithNothingHeld(t *testing.T) {
 		total, instances, perInstance, parking.Round(time.Millisecond), float64(total)/parking.Seconds(), parked)
 	t.Logf("host RSS: %.1f MiB before, peak %.1f MiB while parking, %.1f MiB right after (%d instances live), %.1f MiB once they left memory and after a collection: grew %.1f MiB (target < 20 MB)",
 		mib(before.rss), mib(max(peak.Load(), loaded.rss)), mib(loaded.rss), loaded.live, mib(after.rss), mib(after.rss-before.rss))
-	t.Logf("host goroutines: %d before, %d right after, %d settled; heap in use %.1f MiB before, %.1f MiB settled; free heap not returned to the system %.1f MiB before, %.1f MiB settled",
-		before.goroutines, loaded.goroutines, after.goroutines, mib(before.heap), mib(after.heap), mib(before.kept()), mib(after.kept()))
+	t.Logf("host goroutines: %d before, %d right after, %d settled; heap in use %.1f MiB before, %.1f MiB settled; free heap not returned to the system %.1f MiB before, %.1f MiB settled; RSS less it grew %.1f MiB",
+		before.goroutines, loaded.goroutines, after.goroutines, mib(before.heap), mib(after.heap), mib(before.kept()), mib(after.kept()), mib(after.held()-before.held()))
 	assert.EqualValues(t, total, parked, "the waits stream holds one request per ask")
-	assert.Less(t, after.rss-before.rss, int64(20<<20), "host RSS growth with %d asks waiting", total)
+	assert.Less(t, after.held()-before.held(), int64(20<<20), "host RSS growth (less the free heap kept) with %d asks waiting", total)
 	assert.LessOrEqual(t, after.goroutines, before.goroutines+10, "host goroutines with %d asks waiting", total)
 
 	// A sample answered one at a time: on different instances (so that each answer finds its
@@ -176,6 +182,9 @@ type hostFigures struct {
 // kept is the free heap the runtime keeps, not returned to the system: part of the resident
 // memory that holds nothing.
 func (f hostFigures) kept() int64 { return f.idle - f.released }
+
+// held is the resident memory less the free heap the runtime keeps (kept).
+func (f hostFigures) held() int64 { return f.rss - f.kept() }
 
 // hostMetrics reads a workflow host's figures from its /metrics on addr.
 func (s *system) hostMetrics(ctx context.Context, t *testing.T, addr string) hostFigures {
