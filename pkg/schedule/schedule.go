@@ -159,7 +159,7 @@ func (s *Store) Set(ctx context.Context, sch Schedule, dedupeID string) error {
 	var replaced int64
 	if s.meter != nil {
 		var err error
-		if replaced, err = s.storedBytes(ctx, home.stream, msg.Subject); err != nil {
+		if replaced, err = storedBytes(ctx, home.stream, msg.Subject); err != nil {
 			return fmt.Errorf("reading schedule %q: %w", sch.Name, err)
 		}
 	}
@@ -207,9 +207,9 @@ func withStoredBytes(msg *nats.Msg) int64 {
 	return n
 }
 
-// storedBytes reads the size a schedule of subj stored with itself (0 when there is none, or it
-// was set before sizes were).
-func (s *Store) storedBytes(ctx context.Context, stream jetstream.Stream, subj string) (int64, error) {
+// storedBytes reads the size a schedule of subj in stream stored with itself (0 when there is
+// none, or it was set before sizes were).
+func storedBytes(ctx context.Context, stream jetstream.Stream, subj string) (int64, error) {
 	raw, err := stream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
@@ -276,14 +276,11 @@ func (s *Store) DeleteTenant(ctx context.Context, tenant string) error {
 		}
 		var stored int64
 		for _, subj := range subjects {
-			raw, err := st.stream.GetLastMsgForSubject(ctx, subj)
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				continue
-			}
+			n, err := storedBytes(ctx, st.stream, subj)
 			if err != nil {
 				return fmt.Errorf("reading schedule: %w", err)
 			}
-			stored += headerBytesValue(raw.Header)
+			stored += n
 		}
 		for _, filter := range []string{subject.TenantSchedules(st.shard, tenant), subject.TenantSchedulesFired(st.shard, tenant)} {
 			if err := st.stream.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
