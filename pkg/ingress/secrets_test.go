@@ -59,8 +59,9 @@ func secStack(t *testing.T) (*customStack, *natstest.LogBuffer) {
 		Agents: []*agent.Agent{echo.New(), leakyAgent()},
 		Bus:    bus.Config{Partitions: 4},
 		// Retries of the panicking handler end well within the short webhook timeout (on a machine
-		// busy with other tests under the race detector, 300 ms was not always enough).
-		Ingress: ingress.Config{WebhookTimeout: time.Second, AdminKey: systemKey},
+		// busy with other tests under the race detector, 300 ms and 1 s were not always enough:
+		// 1.17 s in one CI run).
+		Ingress: ingress.Config{WebhookTimeout: 2 * time.Second, AdminKey: systemKey},
 		Host:    agent.HostConfig{RetryBackoff: 10 * time.Millisecond},
 		Logger:  slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, "default", "other")
@@ -86,7 +87,7 @@ func TestSecretsStayOutOfLogsAndAnswers(t *testing.T) {
 	answers = append(answers, adminAnswers...)
 
 	// The timed-out requests are still processed; let them finish so their logs are in.
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(3500 * time.Millisecond)
 	checkNoSecrets(t, sink.String(), answers, append([]string{k.admin, k.user, k.otherAdmin, k.revoked}, made...))
 }
 
@@ -112,7 +113,7 @@ func secQueryAndHeaderCases(k secKeys) []routeCase {
 		{"webhook revoked key", post, wh + "Echo/echo" + isoQuery("apikey", revoked), nil, "", 401},
 		{"webhook bad query encoding", post, wh + "Echo/echo?apikey=" + user + "&x=%zz", nil, "", 400},
 		{"webhook Idempotency-Key too long", post, wh + "Echo/echo" + isoQuery("apikey", user), []string{"Idempotency-Key", strings.Repeat("k", 300)}, "", 400},
-		{"webhook timeout", post, wh + "default:Echo:Supervisor Workflow:slow/sleep" + isoQuery("apikey", user, "ms", "2000"), nil, "", 504},
+		{"webhook timeout", post, wh + "default:Echo:Supervisor Workflow:slow/sleep" + isoQuery("apikey", user, "ms", "3000"), nil, "", 504},
 		{"webhook handler panic", post, wh + "Leaky/panic" + isoQuery("apikey", user), nil, "", 500},
 
 		// The Authorization header and the apikey query parameter of converse.
